@@ -1,0 +1,95 @@
+/*
+ * libdtensor — core: status codes, error messages, allocator hooks, logging.
+ *
+ * Every fallible function in libdtensor returns a dt_status: DT_OK (0) on success, a
+ * negative code on failure. On failure it also sets a thread-local message, read with
+ * dt_last_error(), that names the operation, the offending argument and what was expected.
+ */
+#ifndef DTENSOR_CORE_H
+#define DTENSOR_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The library is built with hidden visibility; DT_API marks what it exports. */
+#if defined(DT_BUILDING_LIBRARY)
+#define DT_API __attribute__((visibility("default")))
+#else
+#define DT_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DT_VERSION_MAJOR 0
+#define DT_VERSION_MINOR 1
+#define DT_VERSION_PATCH 0
+
+/* Status codes. 0 is success, every error is negative. */
+#define DT_STATUS_MAP(X)                                                                       \
+  X(DT_OK, 0, "success")                                                                       \
+  X(DT_ERR_INVALID, -1, "invalid argument")                                                    \
+  X(DT_ERR_NOMEM, -2, "out of memory")                                                         \
+  X(DT_ERR_UNSUPPORTED, -3, "unsupported")                                                     \
+  X(DT_ERR_SHAPE, -4, "incompatible shapes")                                                   \
+  X(DT_ERR_DTYPE, -5, "unsupported or mismatched dtype")                                       \
+  X(DT_ERR_INDEX, -6, "index out of range")                                                    \
+  X(DT_ERR_TIMEOUT, -7, "timed out")                                                           \
+  X(DT_ERR_ABORTED, -8, "aborted by a peer")                                                   \
+  X(DT_ERR_MISMATCH, -9, "collective mismatch across ranks")                                   \
+  X(DT_ERR_COMM, -10, "communication error")                                                   \
+  X(DT_ERR_IO, -11, "input/output error")                                                      \
+  X(DT_ERR_INTERNAL, -12, "internal error")
+
+typedef enum dt_status {
+#define DT_STATUS_ENUM(name, value, text) name = value,
+  DT_STATUS_MAP(DT_STATUS_ENUM)
+#undef DT_STATUS_ENUM
+} dt_status;
+
+/* A short, static description of a status code ("invalid argument"). Never NULL. */
+DT_API const char *dt_status_string(dt_status status);
+
+/* The detail message of the last failure on the calling thread, e.g.
+ * "add.Tensor: shapes [2, 3] and [4] cannot be broadcast". Empty if nothing failed yet.
+ * The string is owned by the library and valid until the next failing call on this thread. */
+DT_API const char *dt_last_error(void);
+
+/* Clears the calling thread's error message. */
+DT_API void dt_clear_error(void);
+
+/* Allocator hooks. alloc returns memory aligned to at least `alignment` bytes (a power of
+ * two, at most 4096) or NULL; free releases it (ptr may be NULL). Used for every tensor
+ * storage and internal structure. Set before creating any object; objects must be freed by
+ * the allocator that created them. Passing NULL restores the default (aligned malloc). */
+typedef struct dt_allocator {
+  void *(*alloc)(size_t size, size_t alignment, void *user);
+  void (*free)(void *ptr, void *user);
+  void *user;
+} dt_allocator;
+
+DT_API void dt_set_allocator(const dt_allocator *allocator);
+
+/* Log levels and callback. The library never prints on its own: messages go to the
+ * callback, if one is set, and are dropped otherwise. */
+typedef enum dt_log_level {
+  DT_LOG_DEBUG = 0,
+  DT_LOG_INFO = 1,
+  DT_LOG_WARN = 2,
+  DT_LOG_ERROR = 3,
+} dt_log_level;
+
+typedef void (*dt_log_fn)(dt_log_level level, const char *message, void *user);
+
+/* Installs a log callback (NULL to remove it) and the lowest level that reaches it. */
+DT_API void dt_set_log_callback(dt_log_fn fn, void *user, dt_log_level min_level);
+
+/* The library's version as "MAJOR.MINOR.PATCH". */
+DT_API const char *dt_version_string(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DTENSOR_CORE_H */

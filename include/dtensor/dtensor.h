@@ -1,0 +1,15 @@
+/*
+ * libdtensor — distributed tensors for C. The umbrella header: include this one.
+ *
+ *   core.h    status codes, dt_last_error(), allocator and log hooks
+ *   tensor.h  dtypes, the dt_tensor handle, creation, random numbers, element access
+ *   ops.h     every op (pointwise, reductions, matrix, nn, views), local or distributed
+ */
+#ifndef DTENSOR_DTENSOR_H
+#define DTENSOR_DTENSOR_H
+
+#include "dtensor/core.h"
+#include "dtensor/ops.h"
+#include "dtensor/tensor.h"
+
+#endif /* DTENSOR_DTENSOR_H */

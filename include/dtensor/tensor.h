@@ -1,0 +1,157 @@
+/*
+ * libdtensor — tensors: dtypes, the tensor handle, creation, data access, random numbers.
+ *
+ * A dt_tensor is an opaque, reference-counted handle. It is the same handle for a local
+ * tensor and for a distributed one (which also carries a spec: mesh and placements); every
+ * op accepts both. Views (transpose, narrow, detach, ...) share storage with their base.
+ *
+ * Ownership: a function that returns a tensor through `dt_tensor **out` hands the caller one
+ * reference, released with dt_tensor_release(). On failure *out is set to NULL. Arguments
+ * are borrowed: the callee retains what it keeps.
+ */
+#ifndef DTENSOR_TENSOR_H
+#define DTENSOR_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtensor/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Most dimensions a tensor may have. */
+#define DT_MAX_DIMS 8
+
+/* Element types. bf16 and f16 are stored as 16-bit patterns and computed in f32. */
+#define DT_DTYPE_MAP(X)                                                                        \
+  X(DT_F32, "float32", 4)                                                                      \
+  X(DT_F64, "float64", 8)                                                                      \
+  X(DT_BF16, "bfloat16", 2)                                                                    \
+  X(DT_F16, "float16", 2)                                                                      \
+  X(DT_I64, "int64", 8)                                                                        \
+  X(DT_I32, "int32", 4)                                                                        \
+  X(DT_U8, "uint8", 1)                                                                         \
+  X(DT_BOOL, "bool", 1)
+
+typedef enum dt_dtype {
+#define DT_DTYPE_ENUM(name, text, size) name,
+  DT_DTYPE_MAP(DT_DTYPE_ENUM)
+#undef DT_DTYPE_ENUM
+  DT_DTYPE_COUNT
+} dt_dtype;
+
+/* "float32", "int64", ... ; "invalid" for an out-of-range value. */
+DT_API const char *dt_dtype_name(dt_dtype dtype);
+/* Bytes per element; 0 for an invalid dtype. */
+DT_API size_t dt_dtype_size(dt_dtype dtype);
+/* True for f32, f64, bf16, f16. */
+DT_API bool dt_dtype_is_floating(dt_dtype dtype);
+/* The dtype two operands promote to (PyTorch's rules for tensors of equal standing):
+ * bool < u8 < i32 < i64 < floating; f16 with bf16 gives f32; the wider float wins. */
+DT_API dt_dtype dt_dtype_promote(dt_dtype a, dt_dtype b);
+
+/* Conversions between f32 and the 16-bit float formats (round to nearest even). */
+DT_API uint16_t dt_f32_to_bf16(float value);
+DT_API float dt_bf16_to_f32(uint16_t bits);
+DT_API uint16_t dt_f32_to_f16(float value);
+DT_API float dt_f16_to_f32(uint16_t bits);
+
+typedef struct dt_tensor dt_tensor;
+
+/* ---- Reference counting ------------------------------------------------------------ */
+
+/* Adds a reference and returns t (NULL is allowed and returned). Thread-safe. */
+DT_API dt_tensor *dt_tensor_retain(dt_tensor *t);
+/* Drops a reference; the last one frees the handle and, if no view remains, the storage.
+ * NULL is allowed. Thread-safe. */
+DT_API void dt_tensor_release(dt_tensor *t);
+
+/* ---- Creation (local tensors) -------------------------------------------------------- */
+/* Each creates a new contiguous tensor and hands the caller one reference. Errors:
+ * DT_ERR_INVALID (NULL out, ndim outside 0..DT_MAX_DIMS, negative size, NULL shape with
+ * ndim > 0), DT_ERR_DTYPE (invalid dtype), DT_ERR_NOMEM. */
+
+DT_API dt_status dt_empty(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out);
+DT_API dt_status dt_zeros(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out);
+DT_API dt_status dt_ones(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out);
+DT_API dt_status dt_full(int ndim, const int64_t *shape, double value, dt_dtype dtype,
+                         dt_tensor **out);
+/* A 1-D tensor of start, start+step, ... below end (above, for a negative step).
+ * DT_ERR_INVALID for step 0 or a non-finite bound. */
+DT_API dt_status dt_arange(double start, double end, double step, dt_dtype dtype,
+                           dt_tensor **out);
+/* Copies `data` (contiguous, row-major, ndim/shape elements of dtype) into a new tensor. */
+DT_API dt_status dt_from_data(const void *data, int ndim, const int64_t *shape, dt_dtype dtype,
+                              dt_tensor **out);
+/* Wraps caller memory without copying: the tensor borrows `data`, which must outlive every
+ * handle and view made from it. `strides` (in elements) may be NULL for contiguous. */
+DT_API dt_status dt_wrap(void *data, int ndim, const int64_t *shape, const int64_t *strides,
+                         dt_dtype dtype, dt_tensor **out);
+
+/* ---- Random numbers (counter-based, Philox4x32-10) ---------------------------------------
+ * Element i of the result (row-major index in the full tensor) depends only on (seed, i),
+ * never on how or where the tensor is made: the slice [a, b) of a random tensor can be
+ * generated alone with dt_rand_fill_range and equals the same slice of the whole tensor.
+ * rand: uniform in [0, 1); randn: standard normal; randint: uniform integers in [low, high). */
+
+DT_API dt_status dt_rand(int ndim, const int64_t *shape, dt_dtype dtype, uint64_t seed,
+                         dt_tensor **out);
+DT_API dt_status dt_randn(int ndim, const int64_t *shape, dt_dtype dtype, uint64_t seed,
+                          dt_tensor **out);
+DT_API dt_status dt_randint(int64_t low, int64_t high, int ndim, const int64_t *shape,
+                            dt_dtype dtype, uint64_t seed, dt_tensor **out);
+
+typedef enum dt_random_kind {
+  DT_RANDOM_UNIFORM = 0, /* [a, b) */
+  DT_RANDOM_NORMAL = 1,  /* mean a, standard deviation b */
+  DT_RANDOM_INTEGER = 2, /* integers in [a, b) */
+} dt_random_kind;
+
+/* Fills the contiguous tensor t in place with elements first_index, first_index+1, ... of
+ * the random stream (seed, kind, a, b). Used to generate one shard of a larger tensor. */
+DT_API dt_status dt_random_fill(dt_tensor *t, dt_random_kind kind, double a, double b,
+                                uint64_t seed, uint64_t first_index);
+
+/* ---- Inspection ---------------------------------------------------------------------- */
+/* These accessors take a valid tensor; for a distributed tensor they describe the local
+ * shard (the global shape is in its spec). */
+
+DT_API int dt_tensor_ndim(const dt_tensor *t);
+/* Size of dimension dim (negative counts from the end); -1 if dim is out of range. */
+DT_API int64_t dt_tensor_size(const dt_tensor *t, int dim);
+DT_API const int64_t *dt_tensor_shape(const dt_tensor *t);
+/* Strides in elements. */
+DT_API const int64_t *dt_tensor_strides(const dt_tensor *t);
+DT_API int64_t dt_tensor_offset(const dt_tensor *t);
+DT_API int64_t dt_tensor_numel(const dt_tensor *t);
+DT_API dt_dtype dt_tensor_dtype(const dt_tensor *t);
+DT_API bool dt_tensor_is_contiguous(const dt_tensor *t);
+/* True when a and b view the same storage. */
+DT_API bool dt_tensor_shares_storage(const dt_tensor *a, const dt_tensor *b);
+/* True when t is a distributed tensor (carries a spec). */
+DT_API bool dt_tensor_is_distributed(const dt_tensor *t);
+/* Pointer to element 0 of t (storage base + offset). Borrowed; valid while t lives. */
+DT_API void *dt_tensor_data(const dt_tensor *t);
+/* Current reference count (for tests and debugging). */
+DT_API int dt_tensor_refcount(const dt_tensor *t);
+
+/* Copies t's elements, row-major, converted to double, into out[0..capacity). Handles any
+ * strides. DT_ERR_INVALID if capacity < numel. */
+DT_API dt_status dt_tensor_to_doubles(const dt_tensor *t, double *out, int64_t capacity);
+/* Reads one element at a multi-index (ndim entries) as double. */
+DT_API dt_status dt_tensor_get(const dt_tensor *t, const int64_t *index, double *value);
+/* Writes one element at a multi-index, converting from double. */
+DT_API dt_status dt_tensor_set(dt_tensor *t, const int64_t *index, double value);
+
+/* Writes a short human-readable rendering of t ("tensor([[1, 2], [3, 4]], dtype=float32)")
+ * into buf, truncated to size. Returns DT_ERR_INVALID for NULL arguments. */
+DT_API dt_status dt_tensor_format(const dt_tensor *t, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DTENSOR_TENSOR_H */

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs libdtensor into a scratch prefix and builds a tiny outside program against it,
+# once through CMake's find_package(dtensor) and once through pkg-config, then runs both.
+set -euo pipefail
+build=${1:-build}
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+cmake --install "$root/$build" --prefix "$work/prefix" > /dev/null
+
+mkdir -p "$work/app"
+cat > "$work/app/main.c" <<'C'
+#include <dtensor/dtensor.h>
+#include <stdio.h>
+int main(void) {
+  int64_t shape[] = {2, 2};
+  dt_tensor *a = NULL, *b = NULL;
+  if (dt_ones(2, shape, DT_F32, &a) || dt_add(a, a, &b)) {
+    fprintf(stderr, "%s\n", dt_last_error());
+    return 1;
+  }
+  double v[4];
+  dt_tensor_to_doubles(b, v, 4);
+  dt_tensor_release(a);
+  dt_tensor_release(b);
+  printf("outside project: 1 + 1 = %g\n", v[0]);
+  return v[0] == 2.0 ? 0 : 1;
+}
+C
+cat > "$work/app/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.25)
+project(outside C)
+find_package(dtensor REQUIRED)
+add_executable(outside main.c)
+target_link_libraries(outside PRIVATE dtensor::dtensor)
+CM
+cmake -S "$work/app" -B "$work/app/build" -DCMAKE_PREFIX_PATH="$work/prefix" > /dev/null
+cmake --build "$work/app/build" > /dev/null
+LD_LIBRARY_PATH="$work/prefix/lib" "$work/app/build/outside"
+
+export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
+cc "$work/app/main.c" -o "$work/app/outside-pc" $(pkg-config --cflags --libs dtensor)
+LD_LIBRARY_PATH="$work/prefix/lib" "$work/app/outside-pc"
+cc "$work/app/main.c" -o "$work/app/outside-static" $(pkg-config --cflags dtensor) \
+  "$work/prefix/lib/libdtensor.a" $(pkg-config --libs-only-l --static dtensor | sed 's/-ldtensor//')
+"$work/app/outside-static"
+echo "install-test: find_package and pkg-config (shared and static) both work"

@@ -1,0 +1,56 @@
+/* Private helpers of the core layer: error setting, allocation, logging, assertions. */
+#ifndef DT_CORE_IMPL_H
+#define DT_CORE_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtensor/core.h"
+
+#if defined(__GNUC__)
+#define DT_LIKELY(x) __builtin_expect(!!(x), 1)
+#define DT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define DT_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define DT_LIKELY(x) (x)
+#define DT_UNLIKELY(x) (x)
+#define DT_PRINTF(a, b)
+#endif
+
+/* Sets the thread's error message (printf-style) and returns `status`, so that a failure
+ * reads `return dt__error(DT_ERR_INVALID, "add.Tensor: ...")`. */
+DT_PRINTF(2, 3) dt_status dt__error(dt_status status, const char *format, ...);
+
+/* Prepends "prefix: " to the current error message (used to add context on the way up). */
+void dt__error_prefix(const char *prefix);
+
+/* Internal invariants only: user input must never reach an assertion. */
+void dt__assert_fail(const char *expr, const char *file, int line);
+#define DT_ASSERT(expr) ((expr) ? (void)0 : dt__assert_fail(#expr, __FILE__, __LINE__))
+
+/* Allocation through the user's allocator hooks. dt__alloc returns 64-byte aligned memory.
+ * dt__calloc zeroes it. Both return NULL on failure without setting an error. */
+void *dt__alloc(size_t size);
+void *dt__calloc(size_t size);
+void *dt__alloc_aligned(size_t size, size_t alignment);
+void dt__free(void *ptr);
+
+/* Logging through the user's callback. */
+DT_PRINTF(2, 3) void dt__log(dt_log_level level, const char *format, ...);
+
+/* Formats `[2, 3, 4]` into buf (always NUL-terminated) and returns buf. */
+char *dt__format_ints(char *buf, size_t size, int n, const int64_t *values);
+
+/* 64-bit hash mixing for cache keys (splitmix64 finalizer). */
+static inline uint64_t dt__hash_mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return h;
+}
+
+#endif /* DT_CORE_IMPL_H */

@@ -1,0 +1,182 @@
+/*
+ * Elementwise binary kernels. Fast paths: contiguous float32 (and float64) operands of the
+ * same shape or with a broadcast scalar run a tight loop the compiler vectorizes. Every
+ * other case runs the strided loop: integer results are computed in int64 (exact), floating
+ * results in double, then stored in the output dtype.
+ */
+#include <math.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/loop.h"
+
+typedef struct binary_ctx {
+  dt_binary_op op;
+  double alpha;
+  dt_dtype a_dtype, b_dtype, out_dtype;
+  bool compare_as_int; /* comparisons of two integer operands: exact in int64 */
+} binary_ctx;
+
+static inline double apply_double(dt_binary_op op, double x, double y, double alpha) {
+  switch (op) {
+  case DT_BINARY_ADD: return x + alpha * y;
+  case DT_BINARY_SUB: return x - alpha * y;
+  case DT_BINARY_MUL: return x * y;
+  case DT_BINARY_DIV: return x / y;
+  case DT_BINARY_MAXIMUM: return (isnan(x) || isnan(y)) ? NAN : (x > y ? x : y);
+  case DT_BINARY_MINIMUM: return (isnan(x) || isnan(y)) ? NAN : (x < y ? x : y);
+  case DT_BINARY_POW: return pow(x, y);
+  case DT_BINARY_EQ: return x == y;
+  case DT_BINARY_NE: return x != y;
+  case DT_BINARY_LT: return x < y;
+  case DT_BINARY_LE: return x <= y;
+  case DT_BINARY_GT: return x > y;
+  case DT_BINARY_GE: return x >= y;
+  }
+  return 0.0;
+}
+
+static int64_t load_i64(dt_dtype dtype, const char *p) {
+  switch (dtype) {
+  case DT_I64: return *(const int64_t *)p;
+  case DT_I32: return *(const int32_t *)p;
+  case DT_U8:
+  case DT_BOOL: return *(const uint8_t *)p;
+  default: return (int64_t)dt__load_as_double(dtype, p);
+  }
+}
+
+static void store_i64(dt_dtype dtype, char *p, int64_t v) {
+  switch (dtype) {
+  case DT_I64: *(int64_t *)p = v; break;
+  case DT_I32: *(int32_t *)p = (int32_t)(uint32_t)(uint64_t)v; break;
+  case DT_U8: *(uint8_t *)p = (uint8_t)(uint64_t)v; break;
+  case DT_BOOL: *(uint8_t *)p = v != 0; break;
+  default: dt__store_from_double(dtype, p, (double)v); break;
+  }
+}
+
+/* Integer pow by squaring; negative exponents give 0 except for bases 1 and -1 (PyTorch
+ * raises an error there; we return the exact integer result instead). */
+static int64_t ipow(int64_t base, int64_t exp) {
+  if (exp < 0) return base == 1 ? 1 : base == -1 ? ((exp & 1) ? -1 : 1) : 0;
+  uint64_t result = 1, b = (uint64_t)base;
+  while (exp) {
+    if (exp & 1) result *= b;
+    b *= b;
+    exp >>= 1;
+  }
+  return (int64_t)result;
+}
+
+static inline int64_t apply_i64(dt_binary_op op, int64_t x, int64_t y, int64_t alpha) {
+  switch (op) {
+  case DT_BINARY_ADD: return (int64_t)((uint64_t)x + (uint64_t)alpha * (uint64_t)y);
+  case DT_BINARY_SUB: return (int64_t)((uint64_t)x - (uint64_t)alpha * (uint64_t)y);
+  case DT_BINARY_MUL: return (int64_t)((uint64_t)x * (uint64_t)y);
+  case DT_BINARY_MAXIMUM: return x > y ? x : y;
+  case DT_BINARY_MINIMUM: return x < y ? x : y;
+  case DT_BINARY_POW: return ipow(x, y);
+  case DT_BINARY_EQ: return x == y;
+  case DT_BINARY_NE: return x != y;
+  case DT_BINARY_LT: return x < y;
+  case DT_BINARY_LE: return x <= y;
+  case DT_BINARY_GT: return x > y;
+  case DT_BINARY_GE: return x >= y;
+  case DT_BINARY_DIV: return y ? x / y : 0; /* never reached: div promotes to float */
+  }
+  return 0;
+}
+
+static void inner_generic(char **ptrs, const int64_t *strides, int64_t n, void *opaque) {
+  const binary_ctx *ctx = opaque;
+  char *o = ptrs[0];
+  const char *a = ptrs[1], *b = ptrs[2];
+  bool integer = !dt_dtype_is_floating(ctx->out_dtype) &&
+                 (ctx->out_dtype != DT_BOOL || ctx->compare_as_int);
+  if (integer) {
+    int64_t alpha = (int64_t)ctx->alpha;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t v = apply_i64(ctx->op, load_i64(ctx->a_dtype, a), load_i64(ctx->b_dtype, b), alpha);
+      store_i64(ctx->out_dtype, o, v);
+      o += strides[0];
+      a += strides[1];
+      b += strides[2];
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    double v = apply_double(ctx->op, dt__load_as_double(ctx->a_dtype, a),
+                            dt__load_as_double(ctx->b_dtype, b), ctx->alpha);
+    dt__store_from_double(ctx->out_dtype, o, v);
+    o += strides[0];
+    a += strides[1];
+    b += strides[2];
+  }
+}
+
+/* Contiguous float32 loops; `b_step` is 1 for a full operand and 0 for a broadcast scalar. */
+#define DT_F32_LOOP(expr)                                                                      \
+  for (int64_t i = 0; i < n; i++) {                                                            \
+    float x = a[i], y = b[i * b_step];                                                         \
+    o[i] = (expr);                                                                             \
+  }
+
+static bool try_fast_f32(dt_binary_op op, float alpha, const dt_tensor *ta, const dt_tensor *tb,
+                         dt_tensor *tout) {
+  if (ta->dtype != DT_F32 || tb->dtype != DT_F32 || tout->dtype != DT_F32) return false;
+  int64_t n = dt__tensor_numel(tout);
+  if (!dt__is_contiguous(tout->ndim, tout->shape, tout->strides)) return false;
+  if (dt__tensor_numel(ta) != n || !dt__is_contiguous(ta->ndim, ta->shape, ta->strides)) return false;
+  int64_t nb = dt__tensor_numel(tb);
+  int64_t b_step;
+  if (nb == n && ta->ndim == tb->ndim && dt__is_contiguous(tb->ndim, tb->shape, tb->strides) &&
+      memcmp(ta->shape, tb->shape, sizeof(int64_t) * (size_t)ta->ndim) == 0) {
+    b_step = 1;
+  } else if (nb == 1) {
+    b_step = 0;
+  } else {
+    return false;
+  }
+  const float *a = (const float *)dt__tensor_base(ta);
+  const float *b = (const float *)dt__tensor_base(tb);
+  float *o = (float *)dt__tensor_base(tout);
+  switch (op) {
+  case DT_BINARY_ADD:
+    if (alpha == 1.0f) {
+      DT_F32_LOOP(x + y)
+    } else {
+      DT_F32_LOOP(x + alpha * y)
+    }
+    return true;
+  case DT_BINARY_SUB:
+    if (alpha == 1.0f) {
+      DT_F32_LOOP(x - y)
+    } else {
+      DT_F32_LOOP(x - alpha * y)
+    }
+    return true;
+  case DT_BINARY_MUL: DT_F32_LOOP(x * y) return true;
+  case DT_BINARY_DIV: DT_F32_LOOP(x / y) return true;
+  default: return false;
+  }
+}
+
+dt_status dt__cpu_binary(dt_binary_op op, double alpha, const dt_tensor *a, const dt_tensor *b,
+                         dt_tensor *out) {
+  if (try_fast_f32(op, (float)alpha, a, b, out)) return DT_OK;
+  binary_ctx ctx = {
+      .op = op,
+      .alpha = alpha,
+      .a_dtype = a->dtype,
+      .b_dtype = b->dtype,
+      .out_dtype = out->dtype,
+      .compare_as_int = !dt_dtype_is_floating(a->dtype) && !dt_dtype_is_floating(b->dtype),
+  };
+  dt_loop loop;
+  dt__loop_init(&loop, out->ndim, out->shape);
+  dt__loop_add(&loop, out);
+  dt__loop_add(&loop, a);
+  dt__loop_add(&loop, b);
+  dt__loop_run(&loop, inner_generic, &ctx);
+  return DT_OK;
+}

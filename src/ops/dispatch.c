@@ -1,0 +1,127 @@
+/* The op table and dt__dispatch, the one entry point of every op. */
+#include <inttypes.h>
+
+#include "ops/op_impl.h"
+
+const dt_op_def dt__op_table[DT_OP_COUNT] = {
+#define DT_OP_DEF(id, op_name, op_kind, required, infer_fn, kernel_fn, op_schema)              \
+  [DT_OP_##id] = {.name = op_name,                                                             \
+                  .schema = op_schema,                                                         \
+                  .kind = DT_OP_KIND_##op_kind,                                                \
+                  .n_required = required,                                                      \
+                  .infer = infer_fn,                                                           \
+                  .kernel = kernel_fn},
+    DT_OP_LIST(DT_OP_DEF)
+#undef DT_OP_DEF
+};
+
+dt_status (*dt__dist_dispatch_hook)(dt_op_call *call);
+
+int dt_op_count(void) { return DT_OP_COUNT; }
+
+const char *dt_op_name(int op) { return op >= 0 && op < DT_OP_COUNT ? dt__op_table[op].name : NULL; }
+
+const char *dt_op_schema(int op) {
+  return op >= 0 && op < DT_OP_COUNT ? dt__op_table[op].schema : NULL;
+}
+
+/* Checks what every op needs: an output slot, required inputs present, list entries
+ * present. Clears the outputs so that no failure leaves a stale pointer behind. */
+static dt_status check_call(const dt_op_def *def, dt_op_call *call) {
+  if (def->kind != DT_OP_KIND_INPLACE) {
+    if (!call->outputs) return dt__error(DT_ERR_INVALID, "%s: out is NULL", def->name);
+    for (int i = 0; i < call->n_outputs; i++) call->outputs[i] = NULL;
+  }
+  for (int i = 0; i < def->n_required; i++) {
+    if (DT_UNLIKELY(!call->inputs[i])) {
+      return dt__error(DT_ERR_INVALID, "%s: input %d is NULL", def->name, i);
+    }
+  }
+  for (int i = 0; i < call->n_input_list; i++) {
+    if (!call->input_list || !call->input_list[i]) {
+      return dt__error(DT_ERR_INVALID, "%s: tensor %d of the list is NULL", def->name, i);
+    }
+  }
+  return DT_OK;
+}
+
+static bool has_distributed_input(const dt_op_call *call) {
+  for (int i = 0; i < call->n_inputs; i++) {
+    if (call->inputs[i] && call->inputs[i]->spec) return true;
+  }
+  for (int i = 0; i < call->n_input_list; i++) {
+    if (call->input_list[i]->spec) return true;
+  }
+  return false;
+}
+
+dt_status dt__dispatch_local(dt_op_call *call) {
+  const dt_op_def *def = &dt__op_table[call->op];
+  dt_tensor_meta metas[DT_OP_MAX_META];
+  dt_status st = def->infer(call, metas);
+  if (st) return st;
+  if (def->kind != DT_OP_KIND_COMPUTE) {
+    st = def->kernel(call);
+    if (st && def->kind == DT_OP_KIND_VIEW) {
+      for (int i = 0; i < call->n_outputs; i++) {
+        dt_tensor_release(call->outputs[i]);
+        call->outputs[i] = NULL;
+      }
+    }
+    return st;
+  }
+  DT_ASSERT(call->n_outputs <= DT_OP_MAX_META);
+  for (int i = 0; i < call->n_outputs; i++) {
+    st = dt__tensor_new(metas[i].ndim, metas[i].shape, metas[i].dtype, &call->outputs[i]);
+    if (st) goto fail;
+  }
+  st = def->kernel(call);
+  if (st) goto fail;
+  return DT_OK;
+fail:
+  for (int i = 0; i < call->n_outputs; i++) {
+    dt_tensor_release(call->outputs[i]);
+    call->outputs[i] = NULL;
+  }
+  return st;
+}
+
+dt_status dt__dispatch(dt_op_call *call) {
+  const dt_op_def *def = &dt__op_table[call->op];
+  dt_status st = check_call(def, call);
+  if (DT_UNLIKELY(st)) return st;
+  if (DT_UNLIKELY(has_distributed_input(call))) {
+    if (!dt__dist_dispatch_hook) {
+      return dt__error(DT_ERR_UNSUPPORTED, "%s: distributed inputs need the dist layer", def->name);
+    }
+    return dt__dist_dispatch_hook(call);
+  }
+  return dt__dispatch_local(call);
+}
+
+dt_status dt__broadcast_shapes(const char *op, int ndim_a, const int64_t *shape_a, int ndim_b,
+                               const int64_t *shape_b, int *out_ndim, int64_t *out_shape) {
+  int ndim = ndim_a > ndim_b ? ndim_a : ndim_b;
+  for (int i = 0; i < ndim; i++) {
+    int ia = ndim_a - ndim + i, ib = ndim_b - ndim + i;
+    int64_t sa = ia >= 0 ? shape_a[ia] : 1;
+    int64_t sb = ib >= 0 ? shape_b[ib] : 1;
+    if (sa != sb && sa != 1 && sb != 1) {
+      char ba[160], bb[160];
+      return dt__error(DT_ERR_SHAPE, "%s: shapes %s and %s cannot be broadcast (dim %d: %" PRId64 " vs %" PRId64 ")",
+                       op, dt__format_ints(ba, sizeof ba, ndim_a, shape_a),
+                       dt__format_ints(bb, sizeof bb, ndim_b, shape_b), i, sa, sb);
+    }
+    out_shape[i] = sa == 1 ? sb : sa;
+  }
+  *out_ndim = ndim;
+  return DT_OK;
+}
+
+void dt__broadcast_strides(const dt_tensor *t, int ndim, const int64_t *shape, int64_t *strides) {
+  int lead = ndim - t->ndim;
+  for (int i = 0; i < ndim; i++) {
+    int it = i - lead;
+    strides[i] = (it < 0 || (t->shape[it] == 1 && shape[i] != 1)) ? 0 : t->strides[it];
+  }
+}

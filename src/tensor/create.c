@@ -1,0 +1,101 @@
+/* Creation of local tensors: empty, zeros, ones, full, arange, from_data. */
+#include <inttypes.h>
+#include <math.h>
+
+#include "tensor/tensor_impl.h"
+
+static dt_status check_create(const char *op, int ndim, const int64_t *shape, dt_dtype dtype,
+                              dt_tensor **out) {
+  if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
+  *out = NULL;
+  dt_status st = dt__check_shape(op, ndim, shape);
+  if (st) return st;
+  if (!dt__dtype_valid(dtype)) return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
+  return DT_OK;
+}
+
+/* Fills a contiguous tensor with one value, converted once to its dtype. */
+static void fill_contiguous(dt_tensor *t, double value) {
+  int64_t n = dt__tensor_numel(t);
+  size_t esize = dt__dtype_sizes[t->dtype];
+  char *p = dt__tensor_base(t);
+  if (n == 0) return;
+  if (value == 0.0 && !signbit(value)) {
+    memset(p, 0, (size_t)n * esize);
+    return;
+  }
+  char element[8];
+  dt__store_from_double(t->dtype, element, value);
+  if (esize == 4) {
+    uint32_t v;
+    memcpy(&v, element, 4);
+    for (int64_t i = 0; i < n; i++) ((uint32_t *)p)[i] = v;
+  } else if (esize == 8) {
+    uint64_t v;
+    memcpy(&v, element, 8);
+    for (int64_t i = 0; i < n; i++) ((uint64_t *)p)[i] = v;
+  } else if (esize == 2) {
+    uint16_t v;
+    memcpy(&v, element, 2);
+    for (int64_t i = 0; i < n; i++) ((uint16_t *)p)[i] = v;
+  } else {
+    memset(p, element[0], (size_t)n);
+  }
+}
+
+dt_status dt_empty(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out) {
+  dt_status st = check_create("empty", ndim, shape, dtype, out);
+  if (st) return st;
+  return dt__tensor_new(ndim, shape, dtype, out);
+}
+
+dt_status dt_full(int ndim, const int64_t *shape, double value, dt_dtype dtype, dt_tensor **out) {
+  dt_status st = check_create("full", ndim, shape, dtype, out);
+  if (st) return st;
+  st = dt__tensor_new(ndim, shape, dtype, out);
+  if (st) return st;
+  fill_contiguous(*out, value);
+  return DT_OK;
+}
+
+dt_status dt_zeros(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out) {
+  return dt_full(ndim, shape, 0.0, dtype, out);
+}
+
+dt_status dt_ones(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out) {
+  return dt_full(ndim, shape, 1.0, dtype, out);
+}
+
+dt_status dt_arange(double start, double end, double step, dt_dtype dtype, dt_tensor **out) {
+  if (!out) return dt__error(DT_ERR_INVALID, "arange: out is NULL");
+  *out = NULL;
+  if (!dt__dtype_valid(dtype)) return dt__error(DT_ERR_DTYPE, "arange: invalid dtype %d", (int)dtype);
+  if (step == 0.0 || !isfinite(start) || !isfinite(end) || !isfinite(step)) {
+    return dt__error(DT_ERR_INVALID, "arange: start %g, end %g, step %g must be finite with step != 0",
+                     start, end, step);
+  }
+  if ((step > 0 && end < start) || (step < 0 && end > start)) {
+    return dt__error(DT_ERR_INVALID, "arange: step %g does not lead from %g to %g", step, start, end);
+  }
+  double count = ceil((end - start) / step);
+  if (count > 1e15) return dt__error(DT_ERR_INVALID, "arange: %g elements is too many", count);
+  int64_t n = (int64_t)count;
+  dt_status st = dt__tensor_new(1, &n, dtype, out);
+  if (st) return st;
+  char *p = dt__tensor_base(*out);
+  size_t esize = dt__dtype_sizes[dtype];
+  for (int64_t i = 0; i < n; i++) dt__store_from_double(dtype, p + i * (int64_t)esize, start + (double)i * step);
+  return DT_OK;
+}
+
+dt_status dt_from_data(const void *data, int ndim, const int64_t *shape, dt_dtype dtype,
+                       dt_tensor **out) {
+  dt_status st = check_create("from_data", ndim, shape, dtype, out);
+  if (st) return st;
+  int64_t numel = dt__numel(ndim, shape);
+  if (!data && numel > 0) return dt__error(DT_ERR_INVALID, "from_data: data is NULL for %" PRId64 " elements", numel);
+  st = dt__tensor_new(ndim, shape, dtype, out);
+  if (st) return st;
+  if (numel > 0) memcpy(dt__tensor_base(*out), data, (size_t)numel * dt__dtype_sizes[dtype]);
+  return DT_OK;
+}

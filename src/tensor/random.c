@@ -1,0 +1,148 @@
+/*
+ * Counter-based random numbers: Philox4x32-10 (Salmon et al., "Parallel random numbers: as
+ * easy as 1, 2, 3", SC 2011). Element i of a random stream is a pure function of
+ * (seed, i), so any shard of a distributed random tensor is generated independently and
+ * equals the same slice of the whole tensor.
+ *
+ * Mapping: the 128-bit counter is (i, 0) for element i and the key is the 64-bit seed; the
+ * four 32-bit outputs give element i its uniforms (two 32-bit words form one double
+ * uniform; normals use Box-Muller on two uniforms from the same block).
+ */
+#include <inttypes.h>
+#include <math.h>
+
+#include "tensor/tensor_impl.h"
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+typedef struct philox_block {
+  uint32_t v[4];
+} philox_block;
+
+static inline void mulhilo(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo) {
+  uint64_t product = (uint64_t)a * b;
+  *hi = (uint32_t)(product >> 32);
+  *lo = (uint32_t)product;
+}
+
+/* Philox4x32 with 10 rounds on counter (c0..c3) and key (k0, k1). */
+static philox_block philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
+                                  uint32_t k0, uint32_t k1) {
+  for (int round = 0; round < 10; round++) {
+    uint32_t hi0, lo0, hi1, lo1;
+    mulhilo(PHILOX_M0, c0, &hi0, &lo0);
+    mulhilo(PHILOX_M1, c2, &hi1, &lo1);
+    uint32_t n0 = hi1 ^ c1 ^ k0;
+    uint32_t n1 = lo1;
+    uint32_t n2 = hi0 ^ c3 ^ k1;
+    uint32_t n3 = lo0;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
+    k0 += PHILOX_W0;
+    k1 += PHILOX_W1;
+  }
+  return (philox_block){{c0, c1, c2, c3}};
+}
+
+static inline philox_block block_for(uint64_t seed, uint64_t index) {
+  return philox4x32_10((uint32_t)index, (uint32_t)(index >> 32), 0, 0, (uint32_t)seed,
+                       (uint32_t)(seed >> 32));
+}
+
+/* A double in [0, 1) from 53 random bits. */
+static inline double to_unit(uint32_t hi, uint32_t lo) {
+  uint64_t bits = ((uint64_t)hi << 21) ^ (uint64_t)(lo >> 11);
+  return (double)(bits & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
+}
+
+/* The value of element `index` of the stream. */
+static double random_value(dt_random_kind kind, double a, double b, uint64_t seed, uint64_t index) {
+  philox_block r = block_for(seed, index);
+  switch (kind) {
+  case DT_RANDOM_UNIFORM: return a + (b - a) * to_unit(r.v[0], r.v[1]);
+  case DT_RANDOM_NORMAL: {
+    double u1 = 1.0 - to_unit(r.v[0], r.v[1]); /* (0, 1]: log is finite */
+    double u2 = to_unit(r.v[2], r.v[3]);
+    return a + b * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+  }
+  case DT_RANDOM_INTEGER: {
+    uint64_t range = (uint64_t)((int64_t)b - (int64_t)a);
+    uint64_t bits = ((uint64_t)r.v[0] << 32) | r.v[1];
+    return (double)((int64_t)a + (int64_t)(bits % range));
+  }
+  }
+  return 0.0;
+}
+
+dt_status dt_random_fill(dt_tensor *t, dt_random_kind kind, double a, double b, uint64_t seed,
+                         uint64_t first_index) {
+  if (!t) return dt__error(DT_ERR_INVALID, "random_fill: tensor is NULL");
+  if (!dt__is_contiguous(t->ndim, t->shape, t->strides)) {
+    return dt__error(DT_ERR_INVALID, "random_fill: tensor must be contiguous");
+  }
+  if (kind == DT_RANDOM_INTEGER) {
+    if (!(b > a) || a != floor(a) || b != floor(b)) {
+      return dt__error(DT_ERR_INVALID, "random_fill: integer range [%g, %g) is empty or not integral", a, b);
+    }
+  } else if (kind != DT_RANDOM_UNIFORM && kind != DT_RANDOM_NORMAL) {
+    return dt__error(DT_ERR_INVALID, "random_fill: unknown kind %d", (int)kind);
+  }
+  if (kind != DT_RANDOM_INTEGER && !dt_dtype_is_floating(t->dtype)) {
+    return dt__error(DT_ERR_DTYPE, "random_fill: uniform and normal need a floating dtype, got %s",
+                     dt_dtype_name(t->dtype));
+  }
+  int64_t n = dt__tensor_numel(t);
+  char *p = dt__tensor_base(t);
+  size_t esize = dt__dtype_sizes[t->dtype];
+  if (t->dtype == DT_F32 && kind == DT_RANDOM_UNIFORM) {
+    float *f = (float *)p;
+    for (int64_t i = 0; i < n; i++) f[i] = (float)random_value(kind, a, b, seed, first_index + (uint64_t)i);
+    return DT_OK;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    dt__store_from_double(t->dtype, p + i * (int64_t)esize, random_value(kind, a, b, seed, first_index + (uint64_t)i));
+  }
+  return DT_OK;
+}
+
+static dt_status random_create(const char *op, int ndim, const int64_t *shape, dt_dtype dtype,
+                               dt_random_kind kind, double a, double b, uint64_t seed, dt_tensor **out) {
+  if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
+  *out = NULL;
+  dt_status st = dt__check_shape(op, ndim, shape);
+  if (st) return st;
+  if (!dt__dtype_valid(dtype)) return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
+  if (kind != DT_RANDOM_INTEGER && !dt_dtype_is_floating(dtype)) {
+    return dt__error(DT_ERR_DTYPE, "%s: needs a floating dtype, got %s", op, dt_dtype_name(dtype));
+  }
+  if (kind == DT_RANDOM_INTEGER && !(b > a)) {
+    return dt__error(DT_ERR_INVALID, "%s: range [%g, %g) is empty", op, a, b);
+  }
+  st = dt__tensor_new(ndim, shape, dtype, out);
+  if (st) return st;
+  st = dt_random_fill(*out, kind, a, b, seed, 0);
+  if (st) {
+    dt_tensor_release(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+dt_status dt_rand(int ndim, const int64_t *shape, dt_dtype dtype, uint64_t seed, dt_tensor **out) {
+  return random_create("rand", ndim, shape, dtype, DT_RANDOM_UNIFORM, 0.0, 1.0, seed, out);
+}
+
+dt_status dt_randn(int ndim, const int64_t *shape, dt_dtype dtype, uint64_t seed, dt_tensor **out) {
+  return random_create("randn", ndim, shape, dtype, DT_RANDOM_NORMAL, 0.0, 1.0, seed, out);
+}
+
+dt_status dt_randint(int64_t low, int64_t high, int ndim, const int64_t *shape, dt_dtype dtype,
+                     uint64_t seed, dt_tensor **out) {
+  return random_create("randint", ndim, shape, dtype, DT_RANDOM_INTEGER, (double)low, (double)high,
+                       seed, out);
+}

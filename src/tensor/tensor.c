@@ -1,0 +1,277 @@
+/* The tensor handle: lifetime, geometry, views and element access. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "tensor/tensor_impl.h"
+
+void (*dt__spec_release_hook)(struct dt_dist_spec *spec);
+
+/* Owned data lives in the same allocation as its storage header (one malloc per tensor);
+ * borrowed data (dt_wrap) is never freed here. Either way one free releases the storage. */
+static void storage_release(dt_storage *s) {
+  if (!s) return;
+  if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) == 1) dt__free(s);
+}
+
+dt_tensor *dt_tensor_retain(dt_tensor *t) {
+  if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
+  return t;
+}
+
+void dt_tensor_release(dt_tensor *t) {
+  if (!t) return;
+  if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
+  if (t->spec && dt__spec_release_hook) dt__spec_release_hook(t->spec);
+  storage_release(t->storage);
+  dt__free(t);
+}
+
+dt_status dt__check_shape(const char *op, int ndim, const int64_t *shape) {
+  if (ndim < 0 || ndim > DT_MAX_DIMS) {
+    return dt__error(DT_ERR_INVALID, "%s: ndim %d is outside 0..%d", op, ndim, DT_MAX_DIMS);
+  }
+  if (ndim > 0 && !shape) return dt__error(DT_ERR_INVALID, "%s: shape is NULL with ndim %d", op, ndim);
+  int64_t total = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0) {
+      char buf[160];
+      return dt__error(DT_ERR_INVALID, "%s: negative size %" PRId64 " at dim %d of shape %s", op,
+                       shape[i], i, dt__format_ints(buf, sizeof buf, ndim, shape));
+    }
+    if (shape[i] > 0 && total > INT64_MAX / 16 / shape[i]) {
+      char buf[160];
+      return dt__error(DT_ERR_INVALID, "%s: shape %s has too many elements", op,
+                       dt__format_ints(buf, sizeof buf, ndim, shape));
+    }
+    total *= shape[i];
+  }
+  return DT_OK;
+}
+
+dt_status dt__normalize_dim(const char *op, int64_t dim, int ndim, int *out) {
+  int64_t n = ndim > 0 ? ndim : 1; /* a scalar accepts dims -1 and 0 */
+  if (dim < -n || dim >= n) {
+    return dt__error(DT_ERR_INVALID, "%s: dim %" PRId64 " is out of range for a %d-d tensor (expected %" PRId64 "..%" PRId64 ")",
+                     op, dim, ndim, -n, n - 1);
+  }
+  *out = (int)(dim < 0 ? dim + n : dim);
+  return DT_OK;
+}
+
+bool dt__is_contiguous(int ndim, const int64_t *shape, const int64_t *strides) {
+  int64_t expected = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    if (shape[i] == 1) continue;
+    if (shape[i] == 0) return true;
+    if (strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+static dt_tensor *handle_alloc(void) {
+  dt_tensor *t = dt__alloc_aligned(sizeof *t, 64);
+  if (!t) return NULL;
+  memset(t, 0, sizeof *t);
+  atomic_init(&t->refcount, 1);
+  return t;
+}
+
+dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out) {
+  *out = NULL;
+  int64_t numel = dt__numel(ndim, shape);
+  size_t nbytes = (size_t)numel * dt__dtype_sizes[dtype];
+  dt_tensor *t = handle_alloc();
+  dt_storage *s = dt__alloc(DT_STORAGE_HEADER + nbytes);
+  if (!t || !s) {
+    dt__free(t);
+    dt__free(s);
+    char buf[160];
+    return dt__error(DT_ERR_NOMEM, "cannot allocate %zu bytes for a %s tensor of shape %s", nbytes,
+                     dt_dtype_name(dtype), dt__format_ints(buf, sizeof buf, ndim, shape));
+  }
+  atomic_init(&s->refcount, 1);
+  s->owns_data = true;
+  s->data = (char *)s + DT_STORAGE_HEADER;
+  s->nbytes = nbytes;
+  t->dtype = dtype;
+  t->ndim = ndim;
+  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  dt__contiguous_strides(ndim, shape, t->strides);
+  t->storage = s;
+  *out = t;
+  return DT_OK;
+}
+
+dt_status dt__tensor_view(const dt_tensor *base, int ndim, const int64_t *shape,
+                          const int64_t *strides, int64_t offset, dt_tensor **out) {
+  *out = NULL;
+  dt_tensor *t = handle_alloc();
+  if (!t) return dt__error(DT_ERR_NOMEM, "cannot allocate a tensor handle");
+  t->dtype = base->dtype;
+  t->ndim = ndim;
+  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+  t->offset = offset;
+  t->storage = base->storage;
+  atomic_fetch_add_explicit(&t->storage->refcount, 1, memory_order_relaxed);
+  *out = t;
+  return DT_OK;
+}
+
+dt_status dt_wrap(void *data, int ndim, const int64_t *shape, const int64_t *strides,
+                  dt_dtype dtype, dt_tensor **out) {
+  if (!out) return dt__error(DT_ERR_INVALID, "wrap: out is NULL");
+  *out = NULL;
+  dt_status st = dt__check_shape("wrap", ndim, shape);
+  if (st) return st;
+  if (!dt__dtype_valid(dtype)) return dt__error(DT_ERR_DTYPE, "wrap: invalid dtype %d", (int)dtype);
+  int64_t numel = dt__numel(ndim, shape);
+  if (!data && numel > 0) return dt__error(DT_ERR_INVALID, "wrap: data is NULL for %" PRId64 " elements", numel);
+  int64_t extent = 0; /* largest element offset reachable */
+  for (int i = 0; i < ndim && strides; i++) {
+    if (strides[i] < 0) return dt__error(DT_ERR_INVALID, "wrap: negative stride %" PRId64 " at dim %d", strides[i], i);
+    if (shape[i] > 0) extent += (shape[i] - 1) * strides[i];
+  }
+  dt_tensor *t = handle_alloc();
+  dt_storage *s = dt__alloc(sizeof *s);
+  if (!t || !s) {
+    dt__free(t);
+    dt__free(s);
+    return dt__error(DT_ERR_NOMEM, "wrap: cannot allocate a tensor handle");
+  }
+  atomic_init(&s->refcount, 1);
+  s->owns_data = false;
+  s->data = data;
+  s->nbytes = (size_t)(strides ? extent + 1 : numel) * dt__dtype_sizes[dtype];
+  t->dtype = dtype;
+  t->ndim = ndim;
+  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  if (strides) {
+    memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+  } else {
+    dt__contiguous_strides(ndim, shape, t->strides);
+  }
+  t->storage = s;
+  *out = t;
+  return DT_OK;
+}
+
+int dt_tensor_ndim(const dt_tensor *t) { return t ? t->ndim : 0; }
+
+int64_t dt_tensor_size(const dt_tensor *t, int dim) {
+  if (!t) return -1;
+  if (dim < 0) dim += t->ndim;
+  if (dim < 0 || dim >= t->ndim) return -1;
+  return t->shape[dim];
+}
+
+const int64_t *dt_tensor_shape(const dt_tensor *t) { return t ? t->shape : NULL; }
+const int64_t *dt_tensor_strides(const dt_tensor *t) { return t ? t->strides : NULL; }
+int64_t dt_tensor_offset(const dt_tensor *t) { return t ? t->offset : 0; }
+int64_t dt_tensor_numel(const dt_tensor *t) { return t ? dt__tensor_numel(t) : 0; }
+dt_dtype dt_tensor_dtype(const dt_tensor *t) { return t ? t->dtype : DT_DTYPE_COUNT; }
+bool dt_tensor_is_contiguous(const dt_tensor *t) {
+  return t && dt__is_contiguous(t->ndim, t->shape, t->strides);
+}
+bool dt_tensor_shares_storage(const dt_tensor *a, const dt_tensor *b) {
+  return a && b && a->storage == b->storage;
+}
+bool dt_tensor_is_distributed(const dt_tensor *t) { return t && t->spec; }
+void *dt_tensor_data(const dt_tensor *t) { return t ? dt__tensor_base(t) : NULL; }
+int dt_tensor_refcount(const dt_tensor *t) { return t ? atomic_load(&t->refcount) : 0; }
+
+dt_status dt_tensor_to_doubles(const dt_tensor *t, double *out, int64_t capacity) {
+  if (!t || !out) return dt__error(DT_ERR_INVALID, "tensor_to_doubles: %s is NULL", t ? "out" : "tensor");
+  int64_t numel = dt__tensor_numel(t);
+  if (capacity < numel) {
+    return dt__error(DT_ERR_INVALID, "tensor_to_doubles: capacity %" PRId64 " < numel %" PRId64, capacity, numel);
+  }
+  if (numel == 0) return DT_OK;
+  size_t esize = dt__dtype_sizes[t->dtype];
+  const char *base = dt__tensor_base(t);
+  dt_index_iter it;
+  dt__iter_init(&it, t->ndim, t->shape);
+  int64_t i = 0;
+  do {
+    int64_t off = dt__offset_of(it.index, t->strides, t->ndim);
+    out[i++] = dt__load_as_double(t->dtype, base + off * (int64_t)esize);
+  } while (dt__iter_next(&it) >= 0);
+  return DT_OK;
+}
+
+static dt_status check_index(const char *op, const dt_tensor *t, const int64_t *index) {
+  if (!t) return dt__error(DT_ERR_INVALID, "%s: tensor is NULL", op);
+  if (t->ndim > 0 && !index) return dt__error(DT_ERR_INVALID, "%s: index is NULL", op);
+  for (int i = 0; i < t->ndim; i++) {
+    if (index[i] < 0 || index[i] >= t->shape[i]) {
+      char buf[160], ibuf[160];
+      return dt__error(DT_ERR_INDEX, "%s: index %s is out of range for shape %s", op,
+                       dt__format_ints(ibuf, sizeof ibuf, t->ndim, index),
+                       dt__format_ints(buf, sizeof buf, t->ndim, t->shape));
+    }
+  }
+  return DT_OK;
+}
+
+dt_status dt_tensor_get(const dt_tensor *t, const int64_t *index, double *value) {
+  dt_status st = check_index("tensor_get", t, index);
+  if (st) return st;
+  if (!value) return dt__error(DT_ERR_INVALID, "tensor_get: value is NULL");
+  int64_t off = dt__offset_of(index, t->strides, t->ndim);
+  *value = dt__load_as_double(t->dtype, dt__tensor_base(t) + off * (int64_t)dt__dtype_sizes[t->dtype]);
+  return DT_OK;
+}
+
+dt_status dt_tensor_set(dt_tensor *t, const int64_t *index, double value) {
+  dt_status st = check_index("tensor_set", t, index);
+  if (st) return st;
+  int64_t off = dt__offset_of(index, t->strides, t->ndim);
+  dt__store_from_double(t->dtype, dt__tensor_base(t) + off * (int64_t)dt__dtype_sizes[t->dtype], value);
+  return DT_OK;
+}
+
+/* Appends to buf at *used, never past size. */
+static void append(char *buf, size_t size, size_t *used, const char *text) {
+  if (*used + 1 >= size) return;
+  int n = snprintf(buf + *used, size - *used, "%s", text);
+  if (n > 0) *used = *used + (size_t)n < size ? *used + (size_t)n : size - 1;
+}
+
+static void format_rec(const dt_tensor *t, int dim, int64_t off, char *buf, size_t size, size_t *used) {
+  if (dim == t->ndim) {
+    char num[40];
+    double v = dt__load_as_double(t->dtype, dt__tensor_base(t) + off * (int64_t)dt__dtype_sizes[t->dtype]);
+    if (dt_dtype_is_floating(t->dtype)) {
+      snprintf(num, sizeof num, "%.4g", v);
+    } else {
+      snprintf(num, sizeof num, "%lld", (long long)v);
+    }
+    append(buf, size, used, num);
+    return;
+  }
+  append(buf, size, used, "[");
+  for (int64_t i = 0; i < t->shape[dim]; i++) {
+    if (i) append(buf, size, used, ", ");
+    if (i == 6 && t->shape[dim] > 8) { /* elide the middle of long dims */
+      append(buf, size, used, "...");
+      i = t->shape[dim] - 2;
+      continue;
+    }
+    format_rec(t, dim + 1, off + i * t->strides[dim], buf, size, used);
+  }
+  append(buf, size, used, "]");
+}
+
+dt_status dt_tensor_format(const dt_tensor *t, char *buf, size_t size) {
+  if (!t || !buf || size == 0) return dt__error(DT_ERR_INVALID, "tensor_format: NULL argument or empty buffer");
+  size_t used = 0;
+  buf[0] = '\0';
+  append(buf, size, &used, "tensor(");
+  format_rec(t, 0, 0, buf, size, &used);
+  append(buf, size, &used, ", dtype=");
+  append(buf, size, &used, dt_dtype_name(t->dtype));
+  append(buf, size, &used, ")");
+  return DT_OK;
+}

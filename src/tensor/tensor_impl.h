@@ -1,0 +1,122 @@
+/* Private layout of tensors and storage, and helpers shared by kernels and ops. */
+#ifndef DT_TENSOR_IMPL_H
+#define DT_TENSOR_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/core_impl.h"
+#include "dtensor/tensor.h"
+
+/* Storage: one refcounted buffer shared by a tensor and all its views. */
+typedef struct dt_storage {
+  atomic_int refcount;
+  bool owns_data; /* false for dt_wrap: caller memory, never freed here */
+  void *data;     /* owned data starts DT_STORAGE_HEADER bytes after the header */
+  size_t nbytes;
+} dt_storage;
+
+/* Owned data follows its header in one allocation, 64-byte aligned. */
+#define DT_STORAGE_HEADER 64
+
+/* Distributed-tensor spec; defined by the dist layer. NULL for a local tensor. */
+struct dt_dist_spec;
+
+struct dt_tensor {
+  atomic_int refcount;
+  dt_dtype dtype;
+  int ndim;
+  int64_t shape[DT_MAX_DIMS];
+  int64_t strides[DT_MAX_DIMS]; /* in elements; may be 0 (expand) */
+  int64_t offset;               /* in elements, from storage->data */
+  dt_storage *storage;
+  struct dt_dist_spec *spec; /* owned by the tensor; NULL when local */
+};
+
+/* Hook the dist layer installs to free a spec when its tensor dies. */
+extern void (*dt__spec_release_hook)(struct dt_dist_spec *spec);
+
+/* Element size table, indexed by dtype (no bounds check: dtype must be valid). */
+extern const size_t dt__dtype_sizes[DT_DTYPE_COUNT];
+
+static inline bool dt__dtype_valid(dt_dtype dtype) {
+  return (int)dtype >= 0 && dtype < DT_DTYPE_COUNT;
+}
+
+static inline int64_t dt__numel(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  return n;
+}
+
+static inline int64_t dt__tensor_numel(const dt_tensor *t) { return dt__numel(t->ndim, t->shape); }
+
+static inline char *dt__tensor_base(const dt_tensor *t) {
+  return (char *)t->storage->data + t->offset * (int64_t)dt__dtype_sizes[t->dtype];
+}
+
+/* Row-major contiguous strides for a shape. */
+static inline void dt__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
+  int64_t s = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    strides[i] = s;
+    s *= shape[i] > 1 ? shape[i] : 1;
+  }
+}
+
+bool dt__is_contiguous(int ndim, const int64_t *shape, const int64_t *strides);
+
+/* Validates a user-given (ndim, shape); `op` names the caller in the error message. */
+dt_status dt__check_shape(const char *op, int ndim, const int64_t *shape);
+
+/* Normalizes a possibly negative dim against ndim (a scalar accepts -1 and 0 when
+ * allow_scalar). Returns DT_ERR_INVALID with a message naming op and dim otherwise. */
+dt_status dt__normalize_dim(const char *op, int64_t dim, int ndim, int *out);
+
+/* A new contiguous tensor with uninitialised contents. */
+dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out);
+
+/* A new handle viewing base's storage with the given geometry (storage retained). The spec
+ * is not copied. */
+dt_status dt__tensor_view(const dt_tensor *base, int ndim, const int64_t *shape,
+                          const int64_t *strides, int64_t offset, dt_tensor **out);
+
+/* Element access converting through double (any dtype), used by generic kernels and tests.
+ * `p` points at the element. */
+double dt__load_as_double(dt_dtype dtype, const void *p);
+void dt__store_from_double(dt_dtype dtype, void *p, double value);
+
+/* Strided element iteration: calls advance over a multi-index in row-major order. */
+typedef struct dt_index_iter {
+  int ndim;
+  int64_t shape[DT_MAX_DIMS];
+  int64_t index[DT_MAX_DIMS];
+} dt_index_iter;
+
+static inline void dt__iter_init(dt_index_iter *it, int ndim, const int64_t *shape) {
+  it->ndim = ndim;
+  for (int i = 0; i < ndim; i++) {
+    it->shape[i] = shape[i];
+    it->index[i] = 0;
+  }
+}
+
+/* Advances to the next multi-index; returns the dimension that changed slowest, or -1 when
+ * the iteration wrapped around (done). Offsets may be updated from the changed dims. */
+static inline int dt__iter_next(dt_index_iter *it) {
+  for (int d = it->ndim - 1; d >= 0; d--) {
+    if (++it->index[d] < it->shape[d]) return d;
+    it->index[d] = 0;
+  }
+  return -1;
+}
+
+static inline int64_t dt__offset_of(const int64_t *index, const int64_t *strides, int ndim) {
+  int64_t off = 0;
+  for (int i = 0; i < ndim; i++) off += index[i] * strides[i];
+  return off;
+}
+
+#endif /* DT_TENSOR_IMPL_H */

@@ -1,0 +1,34 @@
+/* dtensor info: version and the op table. */
+#include <stdio.h>
+#include <string.h>
+
+#include "dtensor/dtensor.h"
+#include "tools.h"
+
+bool dt_tool_has_flag(int argc, char **argv, const char *flag) {
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], flag) == 0) return true;
+  }
+  return false;
+}
+
+int dt_tool_info(int argc, char **argv) {
+  bool json = dt_tool_has_flag(argc, argv, "--json");
+  bool ops = dt_tool_has_flag(argc, argv, "--ops");
+  if (!ops) {
+    if (json) {
+      printf("{\"version\":\"%s\",\"ops\":%d}\n", dt_version_string(), dt_op_count());
+    } else {
+      printf("libdtensor %s, %d ops\n", dt_version_string(), dt_op_count());
+    }
+    return 0;
+  }
+  for (int i = 0; i < dt_op_count(); i++) {
+    if (json) {
+      printf("{\"op\":\"%s\"}\n", dt_op_name(i));
+    } else {
+      printf("%s\n", dt_op_schema(i));
+    }
+  }
+  return 0;
+}

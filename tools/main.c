@@ -1,0 +1,32 @@
+/* dtensor — the command-line tool: demo, info, bench. */
+#include <stdio.h>
+#include <string.h>
+
+#include "dtensor/dtensor.h"
+#include "tools.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: dtensor <command> [options]\n"
+          "  demo                 run a few ops and print them\n"
+          "  info [--ops] [--json]  version and the op table\n"
+          "  bench kernels [--json] local kernel benchmarks\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *command = argv[1];
+  if (strcmp(command, "demo") == 0) return dt_tool_demo(argc - 1, argv + 1);
+  if (strcmp(command, "info") == 0) return dt_tool_info(argc - 1, argv + 1);
+  if (strcmp(command, "bench") == 0) return dt_tool_bench(argc - 1, argv + 1);
+  if (strcmp(command, "--help") == 0 || strcmp(command, "-h") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  fprintf(stderr, "dtensor: unknown command '%s'\n", command);
+  usage(stderr);
+  return 2;
+}
