@@ -101,7 +101,11 @@ dt_status dt_random_fill(dt_tensor *t, dt_random_kind kind, double a, double b, 
   size_t esize = dt__dtype_sizes[t->dtype];
   if (t->dtype == DT_F32 && kind == DT_RANDOM_UNIFORM) {
     float *f = (float *)p;
-    for (int64_t i = 0; i < n; i++) f[i] = (float)random_value(kind, a, b, seed, first_index + (uint64_t)i);
+    float upper = (float)b;
+    for (int64_t i = 0; i < n; i++) {
+      float v = (float)random_value(kind, a, b, seed, first_index + (uint64_t)i);
+      f[i] = v < upper ? v : nextafterf(upper, (float)a); /* rounding must not reach b */
+    }
     return DT_OK;
   }
   for (int64_t i = 0; i < n; i++) {

@@ -97,7 +97,7 @@ dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tens
   s->nbytes = nbytes;
   t->dtype = dtype;
   t->ndim = ndim;
-  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
   dt__contiguous_strides(ndim, shape, t->strides);
   t->storage = s;
   *out = t;
@@ -111,8 +111,10 @@ dt_status dt__tensor_view(const dt_tensor *base, int ndim, const int64_t *shape,
   if (!t) return dt__error(DT_ERR_NOMEM, "cannot allocate a tensor handle");
   t->dtype = base->dtype;
   t->ndim = ndim;
-  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
-  memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+  if (ndim > 0) {
+    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+  }
   t->offset = offset;
   t->storage = base->storage;
   atomic_fetch_add_explicit(&t->storage->refcount, 1, memory_order_relaxed);
@@ -147,9 +149,9 @@ dt_status dt_wrap(void *data, int ndim, const int64_t *shape, const int64_t *str
   s->nbytes = (size_t)(strides ? extent + 1 : numel) * dt__dtype_sizes[dtype];
   t->dtype = dtype;
   t->ndim = ndim;
-  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
   if (strides) {
-    memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+    if (ndim > 0) memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
   } else {
     dt__contiguous_strides(ndim, shape, t->strides);
   }
