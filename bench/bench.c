@@ -6,9 +6,10 @@
 
 int dt_tool_bench(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: dtensor bench <suite> [--json]\n");
+    fprintf(stderr, "usage: dtensor bench <kernels> [--json]\n");
     return 2;
   }
+  if (strcmp(argv[1], "kernels") == 0) return dt_bench_kernels(argc - 1, argv + 1);
   fprintf(stderr, "dtensor bench: unknown suite '%s'\n", argv[1]);
   return 2;
 }
