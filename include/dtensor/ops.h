@@ -162,13 +162,15 @@ DT_API dt_status dt_reshape(dt_tensor *a, int ndim, const int64_t *shape, dt_ten
 DT_API dt_status dt_transpose(dt_tensor *a, int64_t dim0, int64_t dim1, dt_tensor **out);
 /* dims is a permutation of 0..ndim-1 (negative allowed). */
 DT_API dt_status dt_permute(dt_tensor *a, int ndim, const int64_t *dims, dt_tensor **out);
-/* Elements [start, start + length) of dim. */
+/* Elements [start, start + length) of dim; a negative start counts from the end.
+ * DT_ERR_INDEX when start or start + length falls outside the dim. */
 DT_API dt_status dt_narrow(dt_tensor *a, int64_t dim, int64_t start, int64_t length,
                            dt_tensor **out);
 /* Python-style slice start:end:step of dim (step > 0; start/end clamp like Python). */
 DT_API dt_status dt_slice(dt_tensor *a, int64_t dim, int64_t start, int64_t end, int64_t step,
                           dt_tensor **out);
-/* Removes dim by taking one index of it. */
+/* Removes dim by taking one index of it (negative counts from the end; DT_ERR_INDEX when
+ * out of range). narrow, slice and select need a tensor of at least one dim. */
 DT_API dt_status dt_select(dt_tensor *a, int64_t dim, int64_t index, dt_tensor **out);
 /* Broadcasts size-1 dims (and new leading dims) to shape; -1 keeps a size. Stride 0. */
 DT_API dt_status dt_expand(dt_tensor *a, int ndim, const int64_t *shape, dt_tensor **out);
@@ -181,8 +183,9 @@ DT_API dt_status dt_unsqueeze(dt_tensor *a, int64_t dim, dt_tensor **out);
 DT_API dt_status dt_flatten(dt_tensor *a, int64_t start_dim, int64_t end_dim, dt_tensor **out);
 /* split / split_with_sizes / chunk: views into a along dim, written to outs[0..*n_out).
  * chunk follows torch.chunk: each piece has ceil(size / chunks) elements, the trailing
- * ones fewer, and fewer than `chunks` pieces may come back. capacity is the length of
- * outs; DT_ERR_INVALID if the pieces do not fit (nothing is returned then). */
+ * ones fewer, and fewer than `chunks` pieces may come back; a dim of size 0 gives `chunks`
+ * empty pieces (split gives one). capacity is the length of outs; DT_ERR_INVALID if the
+ * pieces do not fit (nothing is returned then, and *n_out is 0). */
 DT_API dt_status dt_split(dt_tensor *a, int64_t split_size, int64_t dim, dt_tensor **outs,
                           int capacity, int *n_out);
 DT_API dt_status dt_split_with_sizes(dt_tensor *a, int n_sizes, const int64_t *sizes,
@@ -201,6 +204,8 @@ DT_API dt_status dt_detach(dt_tensor *a, dt_tensor **out);
 DT_API dt_status dt_to(dt_tensor *a, dt_dtype dtype, dt_tensor **out);
 
 /* ---- *_like factories: a new contiguous tensor of a's shape and dtype ------------------ */
+/* full_like: DT_ERR_INVALID when value does not fit an integer dtype (NaN, inf, overflow);
+ * a fractional value truncates toward zero there. */
 DT_API dt_status dt_empty_like(dt_tensor *a, dt_tensor **out);
 DT_API dt_status dt_zeros_like(dt_tensor *a, dt_tensor **out);
 DT_API dt_status dt_ones_like(dt_tensor *a, dt_tensor **out);

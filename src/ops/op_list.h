@@ -45,10 +45,50 @@
     "contiguous(Tensor(a) self) -> Tensor(a)")                                                 \
   X(CLONE, "clone", COMPUTE, 1, dt__infer_same, dt__kernel_clone, "clone(Tensor self) -> Tensor") \
   X(COPY_, "copy_", INPLACE, 2, dt__infer_copy_, dt__kernel_copy_,                             \
-    "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)")
+    "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)")                                        \
+  X(VIEW, "view", VIEW, 1, dt__infer_view, dt__kernel_view,                                    \
+    "view(Tensor(a) self, SymInt[] size) -> Tensor(a)")                                        \
+  X(RESHAPE, "reshape", VIEW, 1, dt__infer_reshape, dt__kernel_reshape,                        \
+    "reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)")                                    \
+  X(FLATTEN, "flatten.using_ints", VIEW, 1, dt__infer_flatten, dt__kernel_reshape,             \
+    "flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)")        \
+  X(PERMUTE, "permute", VIEW, 1, dt__infer_permute, dt__kernel_permute,                        \
+    "permute(Tensor(a) self, int[] dims) -> Tensor(a)")                                        \
+  X(EXPAND, "expand", VIEW, 1, dt__infer_expand, dt__kernel_expand,                            \
+    "expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)")              \
+  X(SQUEEZE, "squeeze", VIEW, 1, dt__infer_squeeze, dt__kernel_squeeze,                        \
+    "squeeze(Tensor(a) self) -> Tensor(a)")                                                    \
+  X(SQUEEZE_DIM, "squeeze.dim", VIEW, 1, dt__infer_squeeze_dim, dt__kernel_squeeze,            \
+    "squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)")                                       \
+  X(UNSQUEEZE, "unsqueeze", VIEW, 1, dt__infer_unsqueeze, dt__kernel_unsqueeze,                \
+    "unsqueeze(Tensor(a) self, int dim) -> Tensor(a)")                                         \
+  X(NARROW, "narrow", VIEW, 1, dt__infer_narrow, dt__kernel_slice,                             \
+    "narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)")               \
+  X(SLICE, "slice.Tensor", VIEW, 1, dt__infer_slice, dt__kernel_slice,                         \
+    "slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, "           \
+    "SymInt step=1) -> Tensor(a)")                                                             \
+  X(SELECT, "select.int", VIEW, 1, dt__infer_select, dt__kernel_select,                        \
+    "select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)")                          \
+  X(SPLIT, "split.Tensor", VIEW, 1, dt__infer_split, dt__kernel_split,                         \
+    "split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]")          \
+  X(SPLIT_WITH_SIZES, "split_with_sizes", VIEW, 1, dt__infer_split_with_sizes, dt__kernel_split,\
+    "split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]")   \
+  X(CHUNK, "chunk", VIEW, 1, dt__infer_chunk, dt__kernel_split,                                \
+    "chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]")                        \
+  X(TO, "to.dtype", VIEW, 1, dt__infer_to, dt__kernel_to,                                      \
+    "to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "    \
+    "MemoryFormat? memory_format=None) -> Tensor(a)")
 
 /* Factories that take a tensor's shape and dtype: *_like. */
-#define DT_OPS_FACTORY(X)
+#define DT_OPS_FACTORY(X)                                                                      \
+  X(EMPTY_LIKE, "empty_like", COMPUTE, 1, dt__infer_same, dt__kernel_empty_like,               \
+    "empty_like(Tensor self) -> Tensor")                                                       \
+  X(ZEROS_LIKE, "zeros_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like,                \
+    "zeros_like(Tensor self) -> Tensor")                                                       \
+  X(ONES_LIKE, "ones_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like,                  \
+    "ones_like(Tensor self) -> Tensor")                                                        \
+  X(FULL_LIKE, "full_like", COMPUTE, 1, dt__infer_full_like, dt__kernel_fill_like,             \
+    "full_like(Tensor self, Scalar fill_value) -> Tensor")
 
 #define DT_OP_LIST(X)                                                                          \
   DT_OPS_POINTWISE(X)                                                                          \

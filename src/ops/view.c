@@ -73,7 +73,8 @@ dt_status dt__infer_copy_(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *dst = call->inputs[0], *src = call->inputs[1];
   int ndim;
   int64_t shape[DT_MAX_DIMS];
-  dt_status st = dt__broadcast_shapes("copy_", dst->ndim, dst->shape, src->ndim, src->shape, &ndim, shape);
+  dt_status st =
+      dt__broadcast_shapes("copy_", dst->ndim, dst->shape, src->ndim, src->shape, &ndim, shape);
   if (st) return st;
   if (ndim != dst->ndim || memcmp(shape, dst->shape, sizeof(int64_t) * (size_t)ndim) != 0) {
     char sd[160], ss[160];
@@ -87,6 +88,31 @@ dt_status dt__infer_copy_(dt_op_call *call, dt_tensor_meta *metas) {
 
 dt_status dt__kernel_copy_(dt_op_call *call) {
   dt__cpu_copy(call->inputs[0], call->inputs[1]);
+  return DT_OK;
+}
+
+/* ---- to.dtype ------------------------------------------------------------------------------ */
+
+dt_status dt__infer_to(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *a = call->inputs[0];
+  if (!dt__dtype_valid(call->dtype)) {
+    return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", dt__op_name(call), (int)call->dtype);
+  }
+  dt__meta_set(&metas[0], call->dtype, a->ndim, a->shape);
+  return DT_OK;
+}
+
+/* The same dtype gives a view (PyTorch returns self; a new handle on the same storage keeps
+ * our ownership rule that every result is a new reference). Another dtype gives a contiguous
+ * converted copy. */
+dt_status dt__kernel_to(dt_op_call *call) {
+  const dt_tensor *a = call->inputs[0];
+  if (call->dtype == a->dtype) {
+    return dt__tensor_view(a, a->ndim, a->shape, a->strides, a->offset, &call->outputs[0]);
+  }
+  dt_status st = dt__tensor_new(a->ndim, a->shape, call->dtype, &call->outputs[0]);
+  if (st) return st;
+  dt__cpu_copy(call->outputs[0], a);
   return DT_OK;
 }
 
@@ -109,10 +135,18 @@ dt_status dt_transpose(dt_tensor *a, int64_t dim0, int64_t dim1, dt_tensor **out
 }
 
 dt_status dt_detach(dt_tensor *a, dt_tensor **out) { return unary_view(DT_OP_DETACH, a, out); }
-dt_status dt_contiguous(dt_tensor *a, dt_tensor **out) { return unary_view(DT_OP_CONTIGUOUS, a, out); }
+dt_status dt_contiguous(dt_tensor *a, dt_tensor **out) {
+  return unary_view(DT_OP_CONTIGUOUS, a, out);
+}
 dt_status dt_clone(dt_tensor *a, dt_tensor **out) { return unary_view(DT_OP_CLONE, a, out); }
 
 dt_status dt_copy_(dt_tensor *dst, dt_tensor *src) {
   dt_op_call call = {.op = DT_OP_COPY_, .n_inputs = 2, .inputs = {dst, src}};
+  return dt__dispatch(&call);
+}
+
+dt_status dt_to(dt_tensor *a, dt_dtype dtype, dt_tensor **out) {
+  dt_op_call call = {
+      .op = DT_OP_TO, .n_inputs = 1, .inputs = {a}, .dtype = dtype, .n_outputs = 1, .outputs = out};
   return dt__dispatch(&call);
 }
