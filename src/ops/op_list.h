@@ -26,8 +26,31 @@
   X(ADD_, "add_.Tensor", INPLACE, 2, dt__infer_binary_inplace, dt__kernel_binary_inplace,     \
     "add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)")
 
-/* Reductions: sum, mean, max, min, amax, amin, argmax. */
-#define DT_OPS_REDUCTION(X)
+/* Reductions: sum, mean, max, min, amax, amin, argmax. A dim list (int[1]? dim) arrives
+ * borrowed in int_list and infer writes the normalized dims to ints (an empty list means
+ * every dim); a single dim is ints[0]; argmax without a dim has n_ints == 0. The dtype=
+ * attribute of sum/mean is not supported (always None). */
+#define DT_OPS_REDUCTION(X)                                                                    \
+  X(SUM, "sum", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                               \
+    "sum(Tensor self, *, ScalarType? dtype=None) -> Tensor")                                   \
+  X(SUM_DIM, "sum.dim_IntList", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,               \
+    "sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor") \
+  X(MEAN, "mean", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                             \
+    "mean(Tensor self, *, ScalarType? dtype=None) -> Tensor")                                  \
+  X(MEAN_DIM, "mean.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                     \
+    "mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor") \
+  X(MAX, "max", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, "max(Tensor self) -> Tensor") \
+  X(MIN, "min", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, "min(Tensor self) -> Tensor") \
+  X(MAX_DIM, "max.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                       \
+    "max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")     \
+  X(MIN_DIM, "min.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                       \
+    "min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")     \
+  X(AMAX, "amax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                             \
+    "amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                          \
+  X(AMIN, "amin", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                             \
+    "amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                          \
+  X(ARGMAX, "argmax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                         \
+    "argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor")
 
 /* Matrix products through CBLAS. */
 #define DT_OPS_MATRIX(X)
