@@ -55,8 +55,19 @@
 /* Matrix products through CBLAS. */
 #define DT_OPS_MATRIX(X)
 
-/* Neural-network ops: embedding, softmax, log_softmax, layer_norm, batch_norm, cat, stack. */
-#define DT_OPS_NN(X)
+/* Neural-network ops: embedding, softmax, log_softmax, layer_norm, batch_norm, cat, stack.
+ * softmax: dim in ints[0]. layer_norm: inputs {input, weight?, bias?}, normalized_shape
+ * borrowed in int_list (copied to ints by infer), eps in scalars[0]. batch_norm (inference):
+ * inputs {input, running_mean, running_var, weight?, bias?}, eps in scalars[0]. */
+#define DT_OPS_NN(X)                                                                           \
+  X(SOFTMAX, "softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax,                 \
+    "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")                     \
+  X(LOG_SOFTMAX, "log_softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax,         \
+    "log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")                 \
+  X(LAYER_NORM, "layer_norm", COMPUTE, 1, dt__infer_layer_norm, dt__kernel_layer_norm,         \
+    "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor") \
+  X(BATCH_NORM, "batch_norm", COMPUTE, 3, dt__infer_batch_norm, dt__kernel_batch_norm,         \
+    "batch_norm(Tensor input, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? bias, float eps) -> Tensor")
 
 /* Views, reshapes, copies and conversions. */
 #define DT_OPS_VIEW(X)                                                                         \
