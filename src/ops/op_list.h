@@ -26,14 +26,48 @@
   X(ADD_, "add_.Tensor", INPLACE, 2, dt__infer_binary_inplace, dt__kernel_binary_inplace,     \
     "add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)")
 
-/* Reductions: sum, mean, max, min, amax, amin, argmax. */
-#define DT_OPS_REDUCTION(X)
+/* Reductions: sum, mean, max, min, amax, amin, argmax. A dim list (int[1]? dim) arrives
+ * borrowed in int_list and infer writes the normalized dims to ints (an empty list means
+ * every dim); a single dim is ints[0]; argmax without a dim has n_ints == 0. The dtype=
+ * attribute of sum/mean is not supported (always None). */
+#define DT_OPS_REDUCTION(X)                                                                    \
+  X(SUM, "sum", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                               \
+    "sum(Tensor self, *, ScalarType? dtype=None) -> Tensor")                                   \
+  X(SUM_DIM, "sum.dim_IntList", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,               \
+    "sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor") \
+  X(MEAN, "mean", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                             \
+    "mean(Tensor self, *, ScalarType? dtype=None) -> Tensor")                                  \
+  X(MEAN_DIM, "mean.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                     \
+    "mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor") \
+  X(MAX, "max", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, "max(Tensor self) -> Tensor") \
+  X(MIN, "min", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, "min(Tensor self) -> Tensor") \
+  X(MAX_DIM, "max.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                       \
+    "max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")     \
+  X(MIN_DIM, "min.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                       \
+    "min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")     \
+  X(AMAX, "amax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                             \
+    "amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                          \
+  X(AMIN, "amin", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                             \
+    "amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                          \
+  X(ARGMAX, "argmax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                         \
+    "argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor")
 
 /* Matrix products through CBLAS. */
 #define DT_OPS_MATRIX(X)
 
-/* Neural-network ops: embedding, softmax, log_softmax, layer_norm, batch_norm, cat, stack. */
-#define DT_OPS_NN(X)
+/* Neural-network ops: embedding, softmax, log_softmax, layer_norm, batch_norm, cat, stack.
+ * softmax: dim in ints[0]. layer_norm: inputs {input, weight?, bias?}, normalized_shape
+ * borrowed in int_list (copied to ints by infer), eps in scalars[0]. batch_norm (inference):
+ * inputs {input, running_mean, running_var, weight?, bias?}, eps in scalars[0]. */
+#define DT_OPS_NN(X)                                                                           \
+  X(SOFTMAX, "softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax,                 \
+    "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")                     \
+  X(LOG_SOFTMAX, "log_softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax,         \
+    "log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")                 \
+  X(LAYER_NORM, "layer_norm", COMPUTE, 1, dt__infer_layer_norm, dt__kernel_layer_norm,         \
+    "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor") \
+  X(BATCH_NORM, "batch_norm", COMPUTE, 3, dt__infer_batch_norm, dt__kernel_batch_norm,         \
+    "batch_norm(Tensor input, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? bias, float eps) -> Tensor")
 
 /* Views, reshapes, copies and conversions. */
 #define DT_OPS_VIEW(X)                                                                         \

@@ -1,0 +1,232 @@
+/*
+ * softmax, log_softmax, layer norm and inference batch norm.
+ *
+ * Each works line by line: a line is the run of elements one normalization covers (the
+ * softmax dim, the trailing normalized dims, one channel of one sample). Statistics are
+ * computed in double. Contiguous float32 lines are read in place; any other layout or dtype
+ * is gathered into a double buffer first, so every stride and dtype takes the same path.
+ */
+#include <math.h>
+
+#include "kernels/cpu/reduce.h"
+
+/* Element offset of line l, where lines run row-major over t's dims outside
+ * [skip_from, skip_to). */
+static int64_t line_offset(const dt_tensor *t, int skip_from, int skip_to, int64_t l) {
+  int64_t off = 0;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    if (d >= skip_from && d < skip_to) continue;
+    off += (l % t->shape[d]) * t->strides[d];
+    l /= t->shape[d];
+  }
+  return off;
+}
+
+/* Copies the elements of t's dims [first, ndim), starting at base, row-major into dst. */
+static void gather(const dt_tensor *t, int first, const char *base, double *dst) {
+  int n = t->ndim - first;
+  int64_t esize = (int64_t)dt__dtype_sizes[t->dtype];
+  int64_t count = dt__numel(n, t->shape + first);
+  int64_t index[DT_MAX_DIMS] = {0};
+  for (int64_t i = 0; i < count; i++) {
+    int64_t off = 0;
+    for (int d = 0; d < n; d++) off += index[d] * t->strides[first + d];
+    dst[i] = dt__load_as_double(t->dtype, base + off * esize);
+    for (int d = n - 1; d >= 0; d--) {
+      if (++index[d] < t->shape[first + d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+static double *alloc_doubles(int64_t n) {
+  return dt__alloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+}
+
+/* ---- softmax ------------------------------------------------------------------------------ */
+
+/* A NaN anywhere makes the maximum NaN, and so the whole line NaN, as in PyTorch. */
+#define PICK_MAX(v, best) (((v) > (best) || (v) != (v)) ? (v) : (best))
+
+static void softmax_f32_line(const float *x, float *y, int64_t n, bool take_log) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < n; i++) m = PICK_MAX(x[i], m);
+  double s = 0;
+  if (take_log) {
+    for (int64_t i = 0; i < n; i++) s += expf(x[i] - m);
+    /* (x - m) first: subtracting m + log(s) at once would round at the scale of m. */
+    float log_sum = (float)log(s);
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - log_sum;
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    float e = expf(x[i] - m);
+    y[i] = e;
+    s += e;
+  }
+  float inv = (float)(1.0 / s);
+  for (int64_t i = 0; i < n; i++) y[i] *= inv;
+}
+
+static void softmax_double_line(const double *x, double *y, int64_t n, bool take_log) {
+  double m = -INFINITY;
+  for (int64_t i = 0; i < n; i++) m = PICK_MAX(x[i], m);
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) s += exp(x[i] - m);
+  if (take_log) {
+    double log_sum = log(s);
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - log_sum;
+  } else {
+    for (int64_t i = 0; i < n; i++) y[i] = exp(x[i] - m) / s;
+  }
+}
+
+dt_status dt__cpu_softmax(const dt_tensor *a, int dim, bool take_log, dt_tensor *out) {
+  int64_t n_total = dt__tensor_numel(a);
+  if (n_total == 0) return DT_OK;
+  bool scalar = a->ndim == 0;
+  int64_t len = scalar ? 1 : a->shape[dim];
+  int64_t lines = n_total / len;
+  int64_t in_stride = scalar ? 1 : a->strides[dim];
+  int64_t out_stride = scalar ? 1 : out->strides[dim];
+  int64_t in_size = (int64_t)dt__dtype_sizes[a->dtype];
+  int64_t out_size = (int64_t)dt__dtype_sizes[out->dtype];
+  bool fast = a->dtype == DT_F32 && out->dtype == DT_F32 && (in_stride == 1 || len == 1) &&
+              (out_stride == 1 || len == 1);
+  double *buf = NULL;
+  if (!fast) {
+    buf = alloc_doubles(2 * len);
+    if (!buf)
+      return dt__error(DT_ERR_NOMEM, "softmax: out of memory for a line of %lld", (long long)len);
+  }
+  const char *abase = dt__tensor_base(a);
+  char *obase = dt__tensor_base(out);
+  for (int64_t l = 0; l < lines; l++) {
+    const char *x = abase + line_offset(a, dim, dim + 1, l) * in_size;
+    char *y = obase + line_offset(out, dim, dim + 1, l) * out_size;
+    if (fast) {
+      softmax_f32_line((const float *)x, (float *)y, len, take_log);
+      continue;
+    }
+    for (int64_t i = 0; i < len; i++)
+      buf[i] = dt__load_as_double(a->dtype, x + i * in_stride * in_size);
+    softmax_double_line(buf, buf + len, len, take_log);
+    for (int64_t i = 0; i < len; i++) {
+      dt__store_from_double(out->dtype, y + i * out_stride * out_size, buf[len + i]);
+    }
+  }
+  dt__free(buf);
+  return DT_OK;
+}
+
+/* ---- layer norm --------------------------------------------------------------------------- */
+
+/* Mean and 1/sqrt(biased variance + eps) by two passes, which stays accurate when the
+ * mean is large relative to the spread. */
+#define LINE_STATS(x, n, eps, mean, rstd)                                                          \
+  do {                                                                                             \
+    double sum_ = 0, sq_ = 0;                                                                      \
+    for (int64_t i = 0; i < (n); i++) sum_ += (double)(x)[i];                                      \
+    double mean_ = (n) > 0 ? sum_ / (double)(n) : NAN;                                             \
+    for (int64_t i = 0; i < (n); i++) {                                                            \
+      double dx_ = (double)(x)[i] - mean_;                                                         \
+      sq_ += dx_ * dx_;                                                                            \
+    }                                                                                              \
+    (mean) = mean_;                                                                                \
+    (rstd) = 1.0 / sqrt(sq_ / (double)(n) + (eps));                                                \
+  } while (0)
+
+dt_status dt__cpu_layer_norm(const dt_tensor *x, int ndims, const dt_tensor *weight,
+                             const dt_tensor *bias, double eps, dt_tensor *out) {
+  int lead = x->ndim - ndims;
+  int64_t len = dt__numel(ndims, x->shape + lead);
+  int64_t lines = dt__numel(lead, x->shape);
+  if (len == 0 || lines == 0) return DT_OK;
+  bool fast = x->dtype == DT_F32 && dt__is_contiguous(ndims, x->shape + lead, x->strides + lead);
+  /* buf holds [weight | bias | gathered line]. */
+  double *buf = alloc_doubles(3 * len);
+  if (!buf)
+    return dt__error(DT_ERR_NOMEM, "layer_norm: out of memory for a line of %lld", (long long)len);
+  double *w = buf, *b = buf + len, *line = buf + 2 * len;
+  for (int64_t i = 0; i < len; i++) {
+    w[i] = 1.0;
+    b[i] = 0.0;
+  }
+  if (weight) gather(weight, 0, dt__tensor_base(weight), w);
+  if (bias) gather(bias, 0, dt__tensor_base(bias), b);
+  int64_t in_size = (int64_t)dt__dtype_sizes[x->dtype];
+  const char *xbase = dt__tensor_base(x);
+  for (int64_t l = 0; l < lines; l++) {
+    const char *row = xbase + line_offset(x, lead, x->ndim, l) * in_size;
+    double mean, rstd;
+    if (fast) {
+      const float *p = (const float *)row;
+      LINE_STATS(p, len, eps, mean, rstd);
+      if (out->dtype == DT_F32) {
+        float *y = (float *)dt__tensor_base(out) + l * len;
+        for (int64_t i = 0; i < len; i++)
+          y[i] = (float)(((double)p[i] - mean) * rstd * w[i] + b[i]);
+        continue;
+      }
+      for (int64_t i = 0; i < len; i++) line[i] = p[i];
+    } else {
+      gather(x, lead, row, line);
+      LINE_STATS(line, len, eps, mean, rstd);
+    }
+    char *y = dt__tensor_base(out) + l * len * (int64_t)dt__dtype_sizes[out->dtype];
+    for (int64_t i = 0; i < len; i++) {
+      dt__store_from_double(out->dtype, y + i * (int64_t)dt__dtype_sizes[out->dtype],
+                            (line[i] - mean) * rstd * w[i] + b[i]);
+    }
+  }
+  dt__free(buf);
+  return DT_OK;
+}
+
+/* ---- batch norm (inference) --------------------------------------------------------------- */
+
+static double element(const dt_tensor *t, int64_t i) {
+  const char *p = dt__tensor_base(t) + i * t->strides[0] * (int64_t)dt__dtype_sizes[t->dtype];
+  return dt__load_as_double(t->dtype, p);
+}
+
+dt_status dt__cpu_batch_norm(const dt_tensor *x, const dt_tensor *mean, const dt_tensor *var,
+                             const dt_tensor *weight, const dt_tensor *bias, double eps,
+                             dt_tensor *out) {
+  int64_t channels = x->shape[1];
+  int64_t len = dt__numel(x->ndim - 2, x->shape + 2);
+  int64_t lines = x->shape[0] * channels;
+  if (len == 0 || lines == 0) return DT_OK;
+  /* buf holds [scale | shift | gathered line]: y = x * scale[c] + shift[c]. */
+  double *buf = alloc_doubles(2 * channels + len);
+  if (!buf)
+    return dt__error(DT_ERR_NOMEM, "batch_norm: out of memory for %lld channels",
+                     (long long)channels);
+  double *scale = buf, *shift = buf + channels, *line = buf + 2 * channels;
+  for (int64_t c = 0; c < channels; c++) {
+    double w = weight ? element(weight, c) : 1.0, b = bias ? element(bias, c) : 0.0;
+    scale[c] = w / sqrt(element(var, c) + eps);
+    shift[c] = b - element(mean, c) * scale[c];
+  }
+  bool fast = x->dtype == DT_F32 && out->dtype == DT_F32 &&
+              dt__is_contiguous(x->ndim - 2, x->shape + 2, x->strides + 2);
+  int64_t in_size = (int64_t)dt__dtype_sizes[x->dtype];
+  int64_t out_size = (int64_t)dt__dtype_sizes[out->dtype];
+  for (int64_t l = 0; l < lines; l++) {
+    int64_t n = l / channels, c = l % channels;
+    const char *row = dt__tensor_base(x) + (n * x->strides[0] + c * x->strides[1]) * in_size;
+    char *y = dt__tensor_base(out) + l * len * out_size;
+    double s = scale[c], t = shift[c];
+    if (fast) {
+      const float *p = (const float *)row;
+      float *q = (float *)y;
+      for (int64_t i = 0; i < len; i++) q[i] = (float)(p[i] * s + t);
+      continue;
+    }
+    gather(x, 2, row, line);
+    for (int64_t i = 0; i < len; i++)
+      dt__store_from_double(out->dtype, y + i * out_size, line[i] * s + t);
+  }
+  dt__free(buf);
+  return DT_OK;
+}

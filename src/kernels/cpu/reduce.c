@@ -1,0 +1,364 @@
+/*
+ * Reductions over any set of dims, for any strides.
+ *
+ * The input's dims are split into kept dims (which index the output, row-major) and reduced
+ * dims; each class is coalesced on its own, so a contiguous input reduced over a suffix is
+ * one row per output element. Floating sums accumulate in double with Neumaier compensation
+ * (so a million float32 values sum to within an ulp of the exact result), integer sums in
+ * wrapping 64-bit integers (exact, as PyTorch's int64 result), max/min compare floating
+ * values in double (exact for every floating dtype) and integers in int64.
+ *
+ * Fast paths: a contiguous float32 input whose reduced dims form one block [A, R, B] runs
+ * row loops (B == 1, eight double lanes) or column loops (B > 1, vectorizable over B).
+ */
+#include <math.h>
+
+#include "kernels/cpu/reduce.h"
+
+/* Dims of one class with the input's strides in bytes; size-1 dims are dropped and dims that
+ * step through memory as one run are merged, which keeps row-major positions intact. */
+typedef struct dim_set {
+  int n;
+  int64_t shape[DT_MAX_DIMS];
+  int64_t stride[DT_MAX_DIMS];
+} dim_set;
+
+static void dim_set_add(dim_set *s, int64_t size, int64_t stride) {
+  if (size == 1) return;
+  if (s->n > 0 && s->stride[s->n - 1] == stride * size) {
+    s->shape[s->n - 1] *= size;
+    s->stride[s->n - 1] = stride;
+    return;
+  }
+  s->shape[s->n] = size;
+  s->stride[s->n] = stride;
+  s->n++;
+}
+
+/* Running state of one output element's reduction. */
+typedef struct acc {
+  double sum, comp; /* Neumaier: the exact sum is about sum + comp */
+  uint64_t isum;    /* integer sums wrap like int64 arithmetic, without overflow UB */
+  double best;
+  int64_t ibest;
+  int64_t best_index;
+  int64_t seen; /* elements visited so far: the row-major position of the next one */
+} acc;
+
+typedef struct reduce_ctx {
+  dt_reduce_kind kind;
+  dt_dtype dtype;
+  bool floating;
+  dim_set kept, reduced;
+  int64_t count; /* reduced elements per output element */
+} reduce_ctx;
+
+static void acc_init(const reduce_ctx *c, acc *s) {
+  *s = (acc){0};
+  /* Starting from the extreme value with a strict comparison picks the first element when
+   * every element equals that extreme, so the index is always a first occurrence. */
+  if (c->kind == DT_REDUCE_MAX) {
+    s->best = -INFINITY;
+    s->ibest = INT64_MIN;
+  } else if (c->kind == DT_REDUCE_MIN) {
+    s->best = INFINITY;
+    s->ibest = INT64_MAX;
+  }
+}
+
+static inline void add_compensated(acc *s, double v) {
+  double t = s->sum + v;
+  if (fabs(s->sum) >= fabs(v)) {
+    s->comp += (s->sum - t) + v;
+  } else {
+    s->comp += (v - t) + s->sum;
+  }
+  s->sum = t;
+}
+
+static double acc_sum(const acc *s) {
+  /* Once the sum overflowed or met a NaN the compensation is meaningless (inf - inf). */
+  return isfinite(s->sum) ? s->sum + s->comp : s->sum;
+}
+
+/* One strided row of n elements of C type T converted by CONV; BODY sees `v` and `i`. */
+#define ROW_LOOP(T, CONV, ...)                                                                     \
+  for (int64_t i = 0; i < n; i++, p += stride) {                                                   \
+    double v = (double)CONV(*(const T *)p);                                                        \
+    __VA_ARGS__                                                                                    \
+  }
+#define ROW_LOOP_INT(T, ...)                                                                       \
+  for (int64_t i = 0; i < n; i++, p += stride) {                                                   \
+    int64_t v = (int64_t) * (const T *)p;                                                          \
+    __VA_ARGS__                                                                                    \
+  }
+#define AS_IS(x) (x)
+#define FLOAT_ROWS(...)                                                                            \
+  switch (dtype) {                                                                                 \
+  case DT_F32: ROW_LOOP(float, AS_IS, __VA_ARGS__) break;                                          \
+  case DT_F64: ROW_LOOP(double, AS_IS, __VA_ARGS__) break;                                         \
+  case DT_BF16: ROW_LOOP(uint16_t, dt_bf16_to_f32, __VA_ARGS__) break;                             \
+  case DT_F16: ROW_LOOP(uint16_t, dt_f16_to_f32, __VA_ARGS__) break;                               \
+  default: break;                                                                                  \
+  }
+#define INT_ROWS(...)                                                                              \
+  switch (dtype) {                                                                                 \
+  case DT_I64: ROW_LOOP_INT(int64_t, __VA_ARGS__) break;                                           \
+  case DT_I32: ROW_LOOP_INT(int32_t, __VA_ARGS__) break;                                           \
+  case DT_U8: ROW_LOOP_INT(uint8_t, __VA_ARGS__) break;                                            \
+  case DT_BOOL: ROW_LOOP_INT(uint8_t, v = v != 0; __VA_ARGS__) break;                              \
+  default: break;                                                                                  \
+  }
+
+static void reduce_row(const reduce_ctx *c, const char *p, int64_t stride, int64_t n, acc *s) {
+  dt_dtype dtype = c->dtype;
+  int64_t first = s->seen;
+  switch (c->kind) {
+  case DT_REDUCE_SUM:
+  case DT_REDUCE_MEAN:
+    if (c->floating) {
+      FLOAT_ROWS(add_compensated(s, v);)
+    } else {
+      INT_ROWS(s->isum += (uint64_t)v;)
+    }
+    break;
+  case DT_REDUCE_MAX:
+    if (c->floating) {
+      FLOAT_ROWS(if (v > s->best || (isnan(v) && !isnan(s->best))) {
+        s->best = v;
+        s->best_index = first + i;
+      })
+    } else {
+      INT_ROWS(if (v > s->ibest) {
+        s->ibest = v;
+        s->best_index = first + i;
+      })
+    }
+    break;
+  case DT_REDUCE_MIN:
+    if (c->floating) {
+      FLOAT_ROWS(if (v < s->best || (isnan(v) && !isnan(s->best))) {
+        s->best = v;
+        s->best_index = first + i;
+      })
+    } else {
+      INT_ROWS(if (v < s->ibest) {
+        s->ibest = v;
+        s->best_index = first + i;
+      })
+    }
+    break;
+  }
+  s->seen += n;
+}
+
+/* Visits every reduced element of one output element, innermost dim as a strided row. */
+static void reduce_one(const reduce_ctx *c, const char *base, acc *s) {
+  const dim_set *r = &c->reduced;
+  if (r->n == 0) {
+    reduce_row(c, base, 0, 1, s);
+    return;
+  }
+  int last = r->n - 1;
+  int64_t index[DT_MAX_DIMS] = {0};
+  for (;;) {
+    const char *p = base;
+    for (int d = 0; d < last; d++) p += index[d] * r->stride[d];
+    reduce_row(c, p, r->stride[last], r->shape[last], s);
+    int d = last - 1;
+    for (; d >= 0; d--) {
+      if (++index[d] < r->shape[d]) break;
+      index[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+static void store_int(dt_dtype dtype, char *p, int64_t v) {
+  switch (dtype) {
+  case DT_I64: *(int64_t *)p = v; break;
+  case DT_I32: *(int32_t *)p = (int32_t)v; break;
+  case DT_U8: *(uint8_t *)p = (uint8_t)v; break;
+  case DT_BOOL: *(uint8_t *)p = v != 0; break;
+  default: dt__store_from_double(dtype, p, (double)v); break;
+  }
+}
+
+static void finish(const reduce_ctx *c, const acc *s, dt_tensor *values, dt_tensor *indices,
+                   int64_t o) {
+  if (values) {
+    char *dst = dt__tensor_base(values) + o * (int64_t)dt__dtype_sizes[values->dtype];
+    switch (c->kind) {
+    case DT_REDUCE_SUM:
+      if (c->floating) {
+        dt__store_from_double(values->dtype, dst, acc_sum(s));
+      } else {
+        store_int(values->dtype, dst, (int64_t)s->isum);
+      }
+      break;
+    case DT_REDUCE_MEAN:
+      dt__store_from_double(values->dtype, dst, acc_sum(s) / (double)c->count);
+      break;
+    case DT_REDUCE_MAX:
+    case DT_REDUCE_MIN:
+      if (c->floating) {
+        dt__store_from_double(values->dtype, dst, s->best);
+      } else {
+        store_int(values->dtype, dst, s->ibest);
+      }
+      break;
+    }
+  }
+  if (indices) ((int64_t *)dt__tensor_base(indices))[o] = s->best_index;
+}
+
+/* ---- Contiguous float32 fast paths ------------------------------------------------------ */
+
+/* Eight independent double lanes let the compiler vectorize the float-to-double adds while
+ * keeping double accuracy. */
+static double sum_f32_row(const float *p, int64_t n) {
+  double lanes[8] = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; j++) lanes[j] += p[i + j];
+  }
+  double s = 0;
+  for (; i < n; i++) s += p[i];
+  for (int j = 0; j < 8; j++) s += lanes[j];
+  return s;
+}
+
+/* The select keeps a NaN once seen (nothing compares greater than it) and takes a new one. */
+#define PICK_MAX(v, best) (((v) > (best) || (v) != (v)) ? (v) : (best))
+#define PICK_MIN(v, best) (((v) < (best) || (v) != (v)) ? (v) : (best))
+
+static float extreme_f32_row(const float *p, int64_t n, bool is_max) {
+  float lanes[8];
+  for (int j = 0; j < 8; j++) lanes[j] = is_max ? -INFINITY : INFINITY;
+  int64_t i = 0;
+  if (is_max) {
+    for (; i + 8 <= n; i += 8) {
+      for (int j = 0; j < 8; j++) lanes[j] = PICK_MAX(p[i + j], lanes[j]);
+    }
+  } else {
+    for (; i + 8 <= n; i += 8) {
+      for (int j = 0; j < 8; j++) lanes[j] = PICK_MIN(p[i + j], lanes[j]);
+    }
+  }
+  float best = lanes[0];
+  for (int j = 1; j < 8; j++) best = is_max ? PICK_MAX(lanes[j], best) : PICK_MIN(lanes[j], best);
+  for (; i < n; i++) best = is_max ? PICK_MAX(p[i], best) : PICK_MIN(p[i], best);
+  return best;
+}
+
+#define COLUMN_CHUNK 256
+
+/* Reduces [R, B] (row stride B) into out[B], a chunk of columns at a time so the partial
+ * sums stay in a small stack buffer. */
+static void reduce_f32_columns(dt_reduce_kind kind, const float *p, int64_t rows, int64_t cols,
+                               float *out) {
+  for (int64_t c0 = 0; c0 < cols; c0 += COLUMN_CHUNK) {
+    int64_t w = cols - c0 < COLUMN_CHUNK ? cols - c0 : COLUMN_CHUNK;
+    if (kind == DT_REDUCE_SUM || kind == DT_REDUCE_MEAN) {
+      double sums[COLUMN_CHUNK] = {0};
+      for (int64_t r = 0; r < rows; r++) {
+        const float *row = p + r * cols + c0;
+        for (int64_t j = 0; j < w; j++) sums[j] += row[j];
+      }
+      double div = kind == DT_REDUCE_MEAN ? (double)rows : 1.0;
+      for (int64_t j = 0; j < w; j++) out[c0 + j] = (float)(sums[j] / div);
+    } else {
+      float *o = out + c0;
+      for (int64_t j = 0; j < w; j++) o[j] = p[c0 + j];
+      for (int64_t r = 1; r < rows; r++) {
+        const float *row = p + r * cols + c0;
+        if (kind == DT_REDUCE_MAX) {
+          for (int64_t j = 0; j < w; j++) o[j] = PICK_MAX(row[j], o[j]);
+        } else {
+          for (int64_t j = 0; j < w; j++) o[j] = PICK_MIN(row[j], o[j]);
+        }
+      }
+    }
+  }
+}
+
+/* Splits a contiguous input into [A, R, B] when the reduced dims are one block. */
+static bool block_split(const dt_tensor *a, uint32_t mask, int64_t *A, int64_t *R, int64_t *B) {
+  int64_t seg[3] = {1, 1, 1}; /* kept before, reduced, kept after */
+  int state = 0;              /* 0: in leading kept dims, 1: in reduced block, 2: after it */
+  for (int d = 0; d < a->ndim; d++) {
+    if (a->shape[d] == 1) continue;
+    bool red = (mask >> d) & 1u;
+    if (red) {
+      if (state == 2) return false;
+      state = 1;
+      seg[1] *= a->shape[d];
+    } else {
+      if (state == 1) state = 2;
+      seg[state == 0 ? 0 : 2] *= a->shape[d];
+    }
+  }
+  *A = seg[0];
+  *R = seg[1];
+  *B = seg[2];
+  return true;
+}
+
+static bool try_fast_f32(dt_reduce_kind kind, const dt_tensor *a, uint32_t mask, dt_tensor *values,
+                         dt_tensor *indices) {
+  if (a->dtype != DT_F32 || !values || values->dtype != DT_F32 || indices) return false;
+  if (dt__tensor_numel(a) == 0 || !dt__is_contiguous(a->ndim, a->shape, a->strides)) return false;
+  int64_t A, R, B;
+  if (!block_split(a, mask, &A, &R, &B)) return false;
+  const float *p = (const float *)dt__tensor_base(a);
+  float *o = (float *)dt__tensor_base(values);
+  for (int64_t i = 0; i < A; i++) {
+    const float *block = p + i * R * B;
+    if (B > 1) {
+      reduce_f32_columns(kind, block, R, B, o + i * B);
+    } else if (kind == DT_REDUCE_SUM) {
+      o[i] = (float)sum_f32_row(block, R);
+    } else if (kind == DT_REDUCE_MEAN) {
+      o[i] = (float)(sum_f32_row(block, R) / (double)R);
+    } else {
+      o[i] = extreme_f32_row(block, R, kind == DT_REDUCE_MAX);
+    }
+  }
+  return true;
+}
+
+/* ---- Entry point ------------------------------------------------------------------------ */
+
+dt_status dt__cpu_reduce(dt_reduce_kind kind, const dt_tensor *a, uint32_t mask, dt_tensor *values,
+                         dt_tensor *indices) {
+  if (try_fast_f32(kind, a, mask, values, indices)) return DT_OK;
+  reduce_ctx c = {.kind = kind, .dtype = a->dtype, .floating = dt_dtype_is_floating(a->dtype)};
+  int64_t esize = (int64_t)dt__dtype_sizes[a->dtype];
+  int64_t n_out = 1;
+  c.count = 1;
+  for (int d = 0; d < a->ndim; d++) {
+    if ((mask >> d) & 1u) {
+      dim_set_add(&c.reduced, a->shape[d], a->strides[d] * esize);
+      c.count *= a->shape[d];
+    } else {
+      dim_set_add(&c.kept, a->shape[d], a->strides[d] * esize);
+      n_out *= a->shape[d];
+    }
+  }
+  if (n_out == 0) return DT_OK;
+  const char *base = dt__tensor_base(a);
+  int64_t index[DT_MAX_DIMS] = {0};
+  for (int64_t o = 0; o < n_out; o++) {
+    const char *p = base;
+    for (int d = 0; d < c.kept.n; d++) p += index[d] * c.kept.stride[d];
+    acc s;
+    acc_init(&c, &s);
+    if (c.count > 0) reduce_one(&c, p, &s);
+    finish(&c, &s, values, indices, o);
+    for (int d = c.kept.n - 1; d >= 0; d--) {
+      if (++index[d] < c.kept.shape[d]) break;
+      index[d] = 0;
+    }
+  }
+  return DT_OK;
+}

@@ -1,0 +1,43 @@
+/*
+ * CPU kernels of the reduction family (sum, mean, max, min and their index forms) and of
+ * softmax and the normalizations. The op layer has validated every argument and allocated
+ * the outputs (contiguous); these only fail when a scratch allocation fails.
+ */
+#ifndef DT_KERNELS_CPU_REDUCE_H
+#define DT_KERNELS_CPU_REDUCE_H
+
+#include "tensor/tensor_impl.h"
+
+typedef enum dt_reduce_kind {
+  DT_REDUCE_SUM,  /* floating: accumulated in double; integer and bool: exact in int64 */
+  DT_REDUCE_MEAN, /* floating only: the sum divided by the number of reduced elements */
+  DT_REDUCE_MAX,  /* NaN propagates; the index is the first NaN or first maximum */
+  DT_REDUCE_MIN,  /* NaN propagates; the index is the first NaN or first minimum */
+} dt_reduce_kind;
+
+/*
+ * Reduces `a` over the dims whose bit is set in `mask` (bit d for dim d). The kept dims, in
+ * order, are the row-major dims of the outputs (keepdim only changes their shape, not
+ * their element order). `values` receives the reduction in its dtype; for MAX and MIN,
+ * `indices` (int64, may be NULL) receives the row-major position of the chosen element
+ * among the reduced dims. `values` may be NULL when `indices` is given. Every reduced dim
+ * of a MAX/MIN must be non-empty (the op layer checks). Any strides.
+ */
+dt_status dt__cpu_reduce(dt_reduce_kind kind, const dt_tensor *a, uint32_t mask, dt_tensor *values,
+                         dt_tensor *indices);
+
+/* softmax (log_softmax when `take_log`) of a floating tensor along dim; out has a's shape. */
+dt_status dt__cpu_softmax(const dt_tensor *a, int dim, bool take_log, dt_tensor *out);
+
+/* Layer norm over the last `ndims` dims of x; weight and bias (of those dims' shape) may
+ * be NULL. Statistics in double, biased variance. */
+dt_status dt__cpu_layer_norm(const dt_tensor *x, int ndims, const dt_tensor *weight,
+                             const dt_tensor *bias, double eps, dt_tensor *out);
+
+/* Inference batch norm over channel dim 1 of x [N, C, ...] with running statistics [C];
+ * weight and bias [C] may be NULL. */
+dt_status dt__cpu_batch_norm(const dt_tensor *x, const dt_tensor *mean, const dt_tensor *var,
+                             const dt_tensor *weight, const dt_tensor *bias, double eps,
+                             dt_tensor *out);
+
+#endif /* DT_KERNELS_CPU_REDUCE_H */
