@@ -97,7 +97,7 @@ dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tens
   s->nbytes = nbytes;
   t->dtype = dtype;
   t->ndim = ndim;
-  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim); /* NULL for 0-d */
   dt__contiguous_strides(ndim, shape, t->strides);
   t->storage = s;
   *out = t;
@@ -147,7 +147,7 @@ dt_status dt_wrap(void *data, int ndim, const int64_t *shape, const int64_t *str
   s->nbytes = (size_t)(strides ? extent + 1 : numel) * dt__dtype_sizes[dtype];
   t->dtype = dtype;
   t->ndim = ndim;
-  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim); /* NULL for 0-d */
   if (strides) {
     memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
   } else {
