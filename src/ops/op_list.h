@@ -29,8 +29,18 @@
 /* Reductions: sum, mean, max, min, amax, amin, argmax. */
 #define DT_OPS_REDUCTION(X)
 
-/* Matrix products through CBLAS. */
-#define DT_OPS_MATRIX(X)
+/* Matrix products through CBLAS. addmm: beta -> scalars[0], alpha -> scalars[1]; linear's
+ * bias is inputs[2] and may be NULL. */
+#define DT_OPS_MATRIX(X)                                                                       \
+  X(MM, "mm", COMPUTE, 2, dt__infer_mm, dt__kernel_mm, "mm(Tensor self, Tensor mat2) -> Tensor") \
+  X(BMM, "bmm", COMPUTE, 2, dt__infer_bmm, dt__kernel_mm,                                       \
+    "bmm(Tensor self, Tensor mat2) -> Tensor")                                                 \
+  X(MATMUL, "matmul", COMPUTE, 2, dt__infer_matmul, dt__kernel_matmul,                         \
+    "matmul(Tensor self, Tensor other) -> Tensor")                                             \
+  X(ADDMM, "addmm", COMPUTE, 3, dt__infer_addmm, dt__kernel_addmm,                             \
+    "addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor") \
+  X(LINEAR, "linear", COMPUTE, 2, dt__infer_linear, dt__kernel_linear,                         \
+    "linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor")
 
 /* Neural-network ops: embedding, softmax, log_softmax, layer_norm, batch_norm, cat, stack. */
 #define DT_OPS_NN(X)
