@@ -43,7 +43,13 @@
     "linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor")
 
 /* Neural-network ops: embedding, softmax, log_softmax, layer_norm, batch_norm, cat, stack. */
-#define DT_OPS_NN(X)
+#define DT_OPS_NN(X)                                                                           \
+  X(EMBEDDING, "embedding", COMPUTE, 2, dt__infer_embedding, dt__kernel_embedding,             \
+    "embedding(Tensor weight, Tensor indices) -> Tensor")                                      \
+  X(CAT, "cat", COMPUTE, 0, dt__infer_cat, dt__kernel_cat,                                     \
+    "cat(Tensor[] tensors, int dim=0) -> Tensor")                                              \
+  X(STACK, "stack", COMPUTE, 0, dt__infer_stack, dt__kernel_stack,                             \
+    "stack(Tensor[] tensors, int dim=0) -> Tensor")
 
 /* Views, reshapes, copies and conversions. */
 #define DT_OPS_VIEW(X)                                                                         \
