@@ -119,7 +119,8 @@ DT_API dt_status dt_min_dim(dt_tensor *a, int64_t dim, bool keepdim, dt_tensor *
                             dt_tensor **indices);
 DT_API dt_status dt_argmax_dim(dt_tensor *a, int64_t dim, bool keepdim, dt_tensor **out);
 
-/* ---- Matrix ops (floating dtypes; f32/f64 through CBLAS) ----------------------------- */
+/* ---- Matrix ops (f32/f64 through CBLAS; bf16/f16 computed in f32; integer dtypes exact
+ * in int64, not fast; bool is DT_ERR_DTYPE). Any strides; dtypes promote. --------------- */
 /* [n, k] @ [k, m] -> [n, m]. */
 DT_API dt_status dt_mm(dt_tensor *a, dt_tensor *b, dt_tensor **out);
 /* [B, n, k] @ [B, k, m] -> [B, n, m]. */

@@ -52,8 +52,18 @@
   X(ARGMAX, "argmax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                         \
     "argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor")
 
-/* Matrix products through CBLAS. */
-#define DT_OPS_MATRIX(X)
+/* Matrix products through CBLAS. addmm: beta -> scalars[0], alpha -> scalars[1]; linear's
+ * bias is inputs[2] and may be NULL. */
+#define DT_OPS_MATRIX(X)                                                                       \
+  X(MM, "mm", COMPUTE, 2, dt__infer_mm, dt__kernel_mm, "mm(Tensor self, Tensor mat2) -> Tensor") \
+  X(BMM, "bmm", COMPUTE, 2, dt__infer_bmm, dt__kernel_mm,                                       \
+    "bmm(Tensor self, Tensor mat2) -> Tensor")                                                 \
+  X(MATMUL, "matmul", COMPUTE, 2, dt__infer_matmul, dt__kernel_matmul,                         \
+    "matmul(Tensor self, Tensor other) -> Tensor")                                             \
+  X(ADDMM, "addmm", COMPUTE, 3, dt__infer_addmm, dt__kernel_addmm,                             \
+    "addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor") \
+  X(LINEAR, "linear", COMPUTE, 2, dt__infer_linear, dt__kernel_linear,                         \
+    "linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor")
 
 /* Neural-network ops: embedding, softmax, log_softmax, layer_norm, batch_norm, cat, stack.
  * softmax: dim in ints[0]. layer_norm: inputs {input, weight?, bias?}, normalized_shape
@@ -67,7 +77,13 @@
   X(LAYER_NORM, "layer_norm", COMPUTE, 1, dt__infer_layer_norm, dt__kernel_layer_norm,         \
     "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor") \
   X(BATCH_NORM, "batch_norm", COMPUTE, 3, dt__infer_batch_norm, dt__kernel_batch_norm,         \
-    "batch_norm(Tensor input, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? bias, float eps) -> Tensor")
+    "batch_norm(Tensor input, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? bias, float eps) -> Tensor") \
+  X(EMBEDDING, "embedding", COMPUTE, 2, dt__infer_embedding, dt__kernel_embedding,             \
+    "embedding(Tensor weight, Tensor indices) -> Tensor")                                      \
+  X(CAT, "cat", COMPUTE, 0, dt__infer_cat, dt__kernel_cat,                                     \
+    "cat(Tensor[] tensors, int dim=0) -> Tensor")                                              \
+  X(STACK, "stack", COMPUTE, 0, dt__infer_stack, dt__kernel_stack,                             \
+    "stack(Tensor[] tensors, int dim=0) -> Tensor")
 
 /* Views, reshapes, copies and conversions. */
 #define DT_OPS_VIEW(X)                                                                         \

@@ -1,0 +1,284 @@
+/*
+ * Matrix products. Floating products go to cblas_sgemm / cblas_dgemm, which read any
+ * row- or column-contiguous matrix directly (a transpose flag and a leading dimension), so
+ * transposed views never cost a copy; only operands of another dtype or with two
+ * non-unit strides are copied first. Integer products run an exact int64 triple loop.
+ */
+#include <cblas.h>
+#include <inttypes.h>
+#include <limits.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/matrix.h"
+
+/* How CBLAS reads one [rows, cols] operand stored in row-major CBLAS terms. */
+typedef struct blas_layout {
+  CBLAS_TRANSPOSE trans;
+  int ld;
+} blas_layout;
+
+static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
+
+/* Element (i, j) lives at i*rs + j*cs. CBLAS can address it when one stride is 1 and the
+ * other is a valid leading dimension. The stride of a size-1 dim is never used, so any
+ * value is fine there (broadcast views give 0). */
+static bool blas_layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs, blas_layout *out) {
+  int64_t ld;
+  if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= max1(cols))) {
+    out->trans = CblasNoTrans;
+    ld = rows <= 1 ? max1(cols) : rs;
+  } else if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= max1(rows))) {
+    out->trans = CblasTrans;
+    ld = cols <= 1 ? max1(rows) : cs;
+  } else {
+    return false;
+  }
+  if (ld > INT_MAX) return false;
+  out->ld = (int)ld;
+  return true;
+}
+
+static bool matrix_layout(const dt_tensor *t, blas_layout *out) {
+  int nd = t->ndim;
+  return blas_layout_of(t->shape[nd - 2], t->shape[nd - 1], t->strides[nd - 2], t->strides[nd - 1],
+                        out);
+}
+
+/* ---- Batch walk: the output's batch dims, with each operand's broadcast strides --------- */
+
+typedef struct batch_walk {
+  int ndim;
+  int64_t shape[DT_MAX_DIMS];
+  int64_t a_strides[DT_MAX_DIMS], b_strides[DT_MAX_DIMS]; /* elements; 0 when broadcast */
+  int64_t index[DT_MAX_DIMS];
+  int64_t a_off, b_off;
+} batch_walk;
+
+static void batch_strides(const dt_tensor *t, int ndim, const int64_t *shape, int64_t *strides) {
+  int lead = ndim - (t->ndim - 2);
+  for (int i = 0; i < ndim; i++) {
+    int it = i - lead;
+    strides[i] = (it < 0 || (t->shape[it] == 1 && shape[i] != 1)) ? 0 : t->strides[it];
+  }
+}
+
+static void batch_walk_init(batch_walk *w, const dt_tensor *a, const dt_tensor *b,
+                            const dt_tensor *out) {
+  w->ndim = out->ndim - 2;
+  for (int i = 0; i < w->ndim; i++) {
+    w->shape[i] = out->shape[i];
+    w->index[i] = 0;
+  }
+  batch_strides(a, w->ndim, w->shape, w->a_strides);
+  batch_strides(b, w->ndim, w->shape, w->b_strides);
+  w->a_off = w->b_off = 0;
+}
+
+static void batch_walk_next(batch_walk *w) {
+  for (int d = w->ndim - 1; d >= 0; d--) {
+    w->a_off += w->a_strides[d];
+    w->b_off += w->b_strides[d];
+    if (++w->index[d] < w->shape[d]) return;
+    w->a_off -= w->a_strides[d] * w->shape[d];
+    w->b_off -= w->b_strides[d] * w->shape[d];
+    w->index[d] = 0;
+  }
+}
+
+static int64_t batch_count(const dt_tensor *t) { return dt__numel(t->ndim - 2, t->shape); }
+
+/* ---- Integer products ----------------------------------------------------------------- */
+
+static int64_t load_i64(dt_dtype dtype, const char *p) {
+  switch (dtype) {
+  case DT_I64: return *(const int64_t *)p;
+  case DT_I32: return *(const int32_t *)p;
+  case DT_U8:
+  case DT_BOOL: return *(const uint8_t *)p;
+  default: return (int64_t)dt__load_as_double(dtype, p);
+  }
+}
+
+static void store_i64(dt_dtype dtype, char *p, int64_t v) {
+  switch (dtype) {
+  case DT_I64: *(int64_t *)p = v; break;
+  case DT_I32: *(int32_t *)p = (int32_t)(uint32_t)(uint64_t)v; break;
+  case DT_U8: *(uint8_t *)p = (uint8_t)(uint64_t)v; break;
+  default: dt__store_from_double(dtype, p, (double)v); break;
+  }
+}
+
+/* Exact, wrapping int64 arithmetic (as PyTorch's integer matmul); correct, not fast. The op
+ * layer has checked that alpha and beta are integral and within int64. */
+static void integer_matmul(const dt_tensor *a, const dt_tensor *b, const dt_tensor *bias,
+                           double beta, double alpha, dt_tensor *out) {
+  int nd = out->ndim;
+  int64_t n = out->shape[nd - 2], m = out->shape[nd - 1], k = a->shape[a->ndim - 1];
+  int64_t ars = a->strides[a->ndim - 2], acs = a->strides[a->ndim - 1];
+  int64_t brs = b->strides[b->ndim - 2], bcs = b->strides[b->ndim - 1];
+  int64_t aes = (int64_t)dt__dtype_sizes[a->dtype], bes = (int64_t)dt__dtype_sizes[b->dtype];
+  int64_t oes = (int64_t)dt__dtype_sizes[out->dtype];
+  bool use_bias = bias && beta != 0;
+  if (use_bias) dt__cpu_copy(out, bias);
+  uint64_t ibeta = use_bias ? (uint64_t)(int64_t)beta : 0, ialpha = (uint64_t)(int64_t)alpha;
+  const char *abase = dt__tensor_base(a), *bbase = dt__tensor_base(b);
+  char *c = dt__tensor_base(out);
+  batch_walk w;
+  batch_walk_init(&w, a, b, out);
+  for (int64_t batch = batch_count(out); batch > 0; batch--) {
+    const char *pa = abase + w.a_off * aes, *pb = bbase + w.b_off * bes;
+    for (int64_t i = 0; i < n; i++) {
+      for (int64_t j = 0; j < m; j++) {
+        uint64_t acc = 0;
+        for (int64_t p = 0; p < k; p++) {
+          acc += (uint64_t)load_i64(a->dtype, pa + (i * ars + p * acs) * aes) *
+                 (uint64_t)load_i64(b->dtype, pb + (p * brs + j * bcs) * bes);
+        }
+        uint64_t prev = ibeta ? (uint64_t)load_i64(out->dtype, c) : 0;
+        store_i64(out->dtype, c, (int64_t)(ibeta * prev + ialpha * acc));
+        c += oes;
+      }
+    }
+    batch_walk_next(&w);
+  }
+}
+
+/* ---- Floating products through CBLAS ---------------------------------------------------- */
+
+/* *view = t when CBLAS can read t's matrices in dtype cd as they are; otherwise a contiguous
+ * copy converted to cd, returned in *copy for the caller to release. */
+static dt_status prepare_operand(const dt_tensor *t, dt_dtype cd, const dt_tensor **view,
+                                 dt_tensor **copy, blas_layout *layout) {
+  *view = t;
+  if (t->dtype == cd && matrix_layout(t, layout)) return DT_OK;
+  dt_status st = dt__tensor_new(t->ndim, t->shape, cd, copy);
+  if (st) return st;
+  dt__cpu_copy(*copy, t);
+  *view = *copy;
+  if (!matrix_layout(*copy, layout)) {
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "matmul: a row of %" PRId64 " elements is too long for CBLAS",
+                     t->shape[t->ndim - 1]);
+  }
+  return DT_OK;
+}
+
+/* When b has a single matrix and a's batch and row dims form one strided run (as in a
+ * contiguous [B, S, k] activation), the whole product is one GEMM of B*S rows: fewer, larger
+ * calls, which is what CBLAS is fast at. */
+static bool fold_batch_into_rows(const dt_tensor *a, const dt_tensor *b, const dt_tensor *out,
+                                 int64_t *rows, blas_layout *layout) {
+  if (out->ndim == 2 || batch_count(b) != 1 || batch_count(a) != batch_count(out)) return false;
+  int64_t total = 1, rs = 0, next = 0;
+  bool first = true;
+  for (int d = a->ndim - 2; d >= 0; d--) {
+    if (a->shape[d] == 1) continue;
+    if (first) {
+      rs = a->strides[d];
+      first = false;
+    } else if (a->strides[d] != next) {
+      return false;
+    }
+    next = a->strides[d] * a->shape[d];
+    total *= a->shape[d];
+  }
+  if (total > INT_MAX) return false;
+  if (!blas_layout_of(total, a->shape[a->ndim - 1], rs, a->strides[a->ndim - 1], layout)) {
+    return false;
+  }
+  *rows = total;
+  return true;
+}
+
+static void gemm(dt_dtype cd, blas_layout la, blas_layout lb, int n, int m, int k, double alpha,
+                 const char *pa, const char *pb, double beta, char *pc) {
+  if (cd == DT_F32) {
+    cblas_sgemm(CblasRowMajor, la.trans, lb.trans, n, m, k, (float)alpha, (const float *)pa, la.ld,
+                (const float *)pb, lb.ld, (float)beta, (float *)pc, m);
+  } else {
+    cblas_dgemm(CblasRowMajor, la.trans, lb.trans, n, m, k, alpha, (const double *)pa, la.ld,
+                (const double *)pb, lb.ld, beta, (double *)pc, m);
+  }
+}
+
+/* c = beta * c (k == 0: the product is empty), c contiguous f32 or f64. */
+static void scale(dt_tensor *c, double beta) {
+  int64_t count = dt__tensor_numel(c);
+  if (c->dtype == DT_F32) {
+    float *p = (float *)dt__tensor_base(c);
+    for (int64_t i = 0; i < count; i++) p[i] = beta == 0 ? 0.0f : (float)beta * p[i];
+  } else {
+    double *p = (double *)dt__tensor_base(c);
+    for (int64_t i = 0; i < count; i++) p[i] = beta == 0 ? 0.0 : beta * p[i];
+  }
+}
+
+static dt_status float_matmul(const dt_tensor *a, const dt_tensor *b, const dt_tensor *bias,
+                              double beta, double alpha, dt_tensor *out) {
+  int nd = out->ndim;
+  int64_t n = out->shape[nd - 2], m = out->shape[nd - 1], k = a->shape[a->ndim - 1];
+  if (n > INT_MAX || m > INT_MAX || k > INT_MAX) {
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "matmul: sizes n=%" PRId64 ", m=%" PRId64 ", k=%" PRId64
+                     " exceed what CBLAS takes",
+                     n, m, k);
+  }
+  dt_dtype cd = out->dtype == DT_F64 ? DT_F64 : DT_F32;
+  dt_tensor *a_copy = NULL, *b_copy = NULL, *c_temp = NULL;
+  dt_tensor *c = out;
+  dt_status st = DT_OK;
+  if (out->dtype != cd) {
+    st = dt__tensor_new(out->ndim, out->shape, cd, &c_temp);
+    if (st) goto done;
+    c = c_temp;
+  }
+  bool use_bias = bias && beta != 0;
+  if (use_bias) {
+    dt__cpu_copy(c, bias);
+  } else {
+    beta = 0;
+  }
+  if (k == 0) {
+    if (beta != 1) scale(c, beta);
+  } else {
+    const dt_tensor *ta, *tb;
+    blas_layout la, lb;
+    st = prepare_operand(a, cd, &ta, &a_copy, &la);
+    if (!st) st = prepare_operand(b, cd, &tb, &b_copy, &lb);
+    if (st) goto done;
+    int64_t rows;
+    blas_layout folded;
+    if (fold_batch_into_rows(ta, tb, c, &rows, &folded)) {
+      gemm(cd, folded, lb, (int)rows, (int)m, (int)k, alpha, dt__tensor_base(ta),
+           dt__tensor_base(tb), beta, dt__tensor_base(c));
+    } else {
+      int64_t esize = (int64_t)dt__dtype_sizes[cd];
+      const char *abase = dt__tensor_base(ta), *bbase = dt__tensor_base(tb);
+      char *pc = dt__tensor_base(c);
+      batch_walk w;
+      batch_walk_init(&w, ta, tb, c);
+      for (int64_t batch = batch_count(c); batch > 0; batch--) {
+        gemm(cd, la, lb, (int)n, (int)m, (int)k, alpha, abase + w.a_off * esize,
+             bbase + w.b_off * esize, beta, pc);
+        pc += n * m * esize;
+        batch_walk_next(&w);
+      }
+    }
+  }
+  if (c_temp) dt__cpu_copy(out, c_temp);
+done:
+  dt_tensor_release(a_copy);
+  dt_tensor_release(b_copy);
+  dt_tensor_release(c_temp);
+  return st;
+}
+
+dt_status dt__cpu_matmul(const dt_tensor *a, const dt_tensor *b, const dt_tensor *bias, double beta,
+                         double alpha, dt_tensor *out) {
+  if (dt__tensor_numel(out) == 0) return DT_OK;
+  if (!dt_dtype_is_floating(out->dtype)) {
+    integer_matmul(a, b, bias, beta, alpha, out);
+    return DT_OK;
+  }
+  return float_matmul(a, b, bias, beta, alpha, out);
+}

@@ -1,0 +1,40 @@
+/* embedding: rows of a weight table picked by integer indices. */
+#include "kernels/cpu/matrix.h"
+#include "ops/op_impl.h"
+
+dt_status dt__infer_embedding(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *weight = call->inputs[0], *indices = call->inputs[1];
+  const char *op = dt__op_name(call);
+  char buf[160];
+  if (weight->ndim != 2) {
+    return dt__error(DT_ERR_SHAPE, "%s: weight must be 2-D [num, dim], got shape %s", op,
+                     dt__format_ints(buf, sizeof buf, weight->ndim, weight->shape));
+  }
+  if (indices->dtype != DT_I64 && indices->dtype != DT_I32) {
+    return dt__error(DT_ERR_DTYPE, "%s: indices must be int64 or int32, got %s", op,
+                     dt_dtype_name(indices->dtype));
+  }
+  if (indices->ndim >= DT_MAX_DIMS) {
+    return dt__error(
+        DT_ERR_SHAPE,
+        "%s: indices of shape %s leave no room for the embedding dim (at most %d dims)", op,
+        dt__format_ints(buf, sizeof buf, indices->ndim, indices->shape), DT_MAX_DIMS);
+  }
+  dt_tensor_meta *m = &metas[0];
+  dt__meta_set(m, weight->dtype, indices->ndim, indices->shape);
+  m->shape[m->ndim++] = weight->shape[1];
+  return DT_OK;
+}
+
+dt_status dt__kernel_embedding(dt_op_call *call) {
+  return dt__cpu_embedding(dt__op_name(call), call->inputs[0], call->inputs[1], call->outputs[0]);
+}
+
+dt_status dt_embedding(dt_tensor *weight, dt_tensor *indices, dt_tensor **out) {
+  dt_op_call call = {.op = DT_OP_EMBEDDING,
+                     .n_inputs = 2,
+                     .inputs = {weight, indices},
+                     .n_outputs = 1,
+                     .outputs = out};
+  return dt__dispatch(&call);
+}

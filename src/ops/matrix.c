@@ -1,0 +1,291 @@
+/* Matrix products: mm, bmm, matmul, addmm, linear. Checks and shapes here; the products in
+ * kernels/cpu/gemm.c. */
+#include <inttypes.h>
+#include <math.h>
+
+#include "kernels/cpu/matrix.h"
+#include "ops/op_impl.h"
+
+/* ---- Checks shared by the products ----------------------------------------------------------- */
+
+/* The result dtype of a product of operands of dtypes a and b (and c, for a bias): the
+ * promoted one, which must not be bool (there is no boolean matrix product). */
+static dt_status product_dtype(const dt_op_call *call, int n, const dt_tensor *const *ts,
+                               dt_dtype *out) {
+  dt_dtype d = ts[0]->dtype;
+  for (int i = 1; i < n; i++) {
+    if (ts[i]) d = dt_dtype_promote(d, ts[i]->dtype);
+  }
+  if (d == DT_BOOL) {
+    return dt__error(DT_ERR_DTYPE,
+                     "%s: bool operands have no matrix product (use an integer or "
+                     "floating dtype)",
+                     dt__op_name(call));
+  }
+  *out = d;
+  return DT_OK;
+}
+
+static dt_status require_ndim(const dt_op_call *call, const char *arg, const dt_tensor *t, int ndim,
+                              const char *what) {
+  if (t->ndim == ndim) return DT_OK;
+  char buf[160];
+  return dt__error(DT_ERR_SHAPE, "%s: %s must be %s, got shape %s", dt__op_name(call), arg, what,
+                   dt__format_ints(buf, sizeof buf, t->ndim, t->shape));
+}
+
+static dt_status inner_mismatch(const dt_op_call *call, const dt_tensor *a, const dt_tensor *b,
+                                int64_t ka, int64_t kb) {
+  char sa[160], sb[160];
+  return dt__error(DT_ERR_SHAPE, "%s: a %s and b %s: inner dims %" PRId64 " and %" PRId64 " differ",
+                   dt__op_name(call), dt__format_ints(sa, sizeof sa, a->ndim, a->shape),
+                   dt__format_ints(sb, sizeof sb, b->ndim, b->shape), ka, kb);
+}
+
+/* bias must broadcast to the output shape exactly (it is added to every product row). */
+static dt_status check_bias(const dt_op_call *call, const dt_tensor *bias, int ndim,
+                            const int64_t *shape) {
+  int bnd;
+  int64_t bshape[DT_MAX_DIMS];
+  char sb[160], so[160];
+  dt__format_ints(sb, sizeof sb, bias->ndim, bias->shape);
+  dt__format_ints(so, sizeof so, ndim, shape);
+  if (bias->ndim > ndim ||
+      dt__broadcast_shapes(dt__op_name(call), bias->ndim, bias->shape, ndim, shape, &bnd, bshape) ||
+      memcmp(bshape, shape, sizeof(int64_t) * (size_t)ndim) != 0) {
+    return dt__error(DT_ERR_SHAPE, "%s: bias %s does not broadcast to the output shape %s",
+                     dt__op_name(call), sb, so);
+  }
+  return DT_OK;
+}
+
+/* Integer products scale by alpha and beta exactly, so these must be integers. */
+static dt_status check_integral_scalars(const dt_op_call *call, dt_dtype dtype) {
+  if (dt_dtype_is_floating(dtype)) return DT_OK;
+  for (int i = 0; i < 2; i++) {
+    double s = call->scalars[i];
+    if (s != floor(s) || fabs(s) >= 9.2e18) {
+      return dt__error(DT_ERR_INVALID, "%s: %s = %g must be an integer for %s operands",
+                       dt__op_name(call), i == 0 ? "beta" : "alpha", s, dt_dtype_name(dtype));
+    }
+  }
+  return DT_OK;
+}
+
+/* ---- mm, bmm ------------------------------------------------------------------------------------
+ */
+
+dt_status dt__infer_mm(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *a = call->inputs[0], *b = call->inputs[1];
+  dt_status st = require_ndim(call, "a", a, 2, "2-D [n, k]");
+  if (!st) st = require_ndim(call, "b", b, 2, "2-D [k, m]");
+  if (st) return st;
+  if (a->shape[1] != b->shape[0]) return inner_mismatch(call, a, b, a->shape[1], b->shape[0]);
+  st = product_dtype(call, 2, (const dt_tensor *const[]){a, b}, &metas[0].dtype);
+  if (st) return st;
+  metas[0].ndim = 2;
+  metas[0].shape[0] = a->shape[0];
+  metas[0].shape[1] = b->shape[1];
+  return DT_OK;
+}
+
+dt_status dt__infer_bmm(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *a = call->inputs[0], *b = call->inputs[1];
+  dt_status st = require_ndim(call, "a", a, 3, "3-D [batch, n, k]");
+  if (!st) st = require_ndim(call, "b", b, 3, "3-D [batch, k, m]");
+  if (st) return st;
+  if (a->shape[0] != b->shape[0]) {
+    char sa[160], sb[160];
+    return dt__error(DT_ERR_SHAPE,
+                     "%s: a %s and b %s: batch sizes %" PRId64 " and %" PRId64 " differ",
+                     dt__op_name(call), dt__format_ints(sa, sizeof sa, a->ndim, a->shape),
+                     dt__format_ints(sb, sizeof sb, b->ndim, b->shape), a->shape[0], b->shape[0]);
+  }
+  if (a->shape[2] != b->shape[1]) return inner_mismatch(call, a, b, a->shape[2], b->shape[1]);
+  st = product_dtype(call, 2, (const dt_tensor *const[]){a, b}, &metas[0].dtype);
+  if (st) return st;
+  metas[0].ndim = 3;
+  metas[0].shape[0] = a->shape[0];
+  metas[0].shape[1] = a->shape[1];
+  metas[0].shape[2] = b->shape[2];
+  return DT_OK;
+}
+
+/* mm and bmm: the shapes are already what the batched kernel takes. */
+dt_status dt__kernel_mm(dt_op_call *call) {
+  return dt__cpu_matmul(call->inputs[0], call->inputs[1], NULL, 0.0, 1.0, call->outputs[0]);
+}
+
+/* ---- matmul -----------------------------------------------------------------------------------
+ */
+
+/* torch.matmul: a 1-D a is a row vector [1, k] and a 1-D b a column vector [k, 1], whose unit
+ * dim is dropped from the result; dims before the last two are batch dims that broadcast. */
+dt_status dt__infer_matmul(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *a = call->inputs[0], *b = call->inputs[1];
+  if (a->ndim == 0 || b->ndim == 0) {
+    char sa[160], sb[160];
+    return dt__error(DT_ERR_SHAPE, "%s: a %s and b %s: both operands need at least 1 dim",
+                     dt__op_name(call), dt__format_ints(sa, sizeof sa, a->ndim, a->shape),
+                     dt__format_ints(sb, sizeof sb, b->ndim, b->shape));
+  }
+  bool a1 = a->ndim == 1, b1 = b->ndim == 1;
+  int64_t ka = a->shape[a->ndim - 1], kb = b1 ? b->shape[0] : b->shape[b->ndim - 2];
+  if (ka != kb) return inner_mismatch(call, a, b, ka, kb);
+  int abd = a1 ? 0 : a->ndim - 2, bbd = b1 ? 0 : b->ndim - 2;
+  int bnd = abd > bbd ? abd : bbd;
+  dt_tensor_meta *m = &metas[0];
+  for (int i = 0; i < bnd; i++) {
+    int ia = abd - bnd + i, ib = bbd - bnd + i;
+    int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
+    if (sa != sb && sa != 1 && sb != 1) {
+      char ba[160], bb[160];
+      return dt__error(DT_ERR_SHAPE,
+                       "%s: a %s and b %s: batch dims do not broadcast (%" PRId64 " vs %" PRId64
+                       ")",
+                       dt__op_name(call), dt__format_ints(ba, sizeof ba, a->ndim, a->shape),
+                       dt__format_ints(bb, sizeof bb, b->ndim, b->shape), sa, sb);
+    }
+    m->shape[i] = sa == 1 ? sb : sa;
+  }
+  m->ndim = bnd;
+  if (!a1) m->shape[m->ndim++] = a->shape[a->ndim - 2];
+  if (!b1) m->shape[m->ndim++] = b->shape[b->ndim - 1];
+  return product_dtype(call, 2, (const dt_tensor *const[]){a, b}, &m->dtype);
+}
+
+/* Sees a 1-D operand as a one-row or one-column matrix, and out through the shape with the
+ * unit dims put back, so that every case is one batched product. */
+dt_status dt__kernel_matmul(dt_op_call *call) {
+  const dt_tensor *a = call->inputs[0], *b = call->inputs[1];
+  dt_tensor *out = call->outputs[0];
+  bool a1 = a->ndim == 1, b1 = b->ndim == 1;
+  if (!a1 && !b1) return dt__cpu_matmul(a, b, NULL, 0.0, 1.0, out);
+  dt_tensor a2, b2, out2;
+  if (a1) {
+    dt__tensor_alias(&a2, a, 2, (int64_t[]){1, a->shape[0]}, (int64_t[]){0, a->strides[0]},
+                     a->offset);
+    a = &a2;
+  }
+  if (b1) {
+    dt__tensor_alias(&b2, b, 2, (int64_t[]){b->shape[0], 1}, (int64_t[]){b->strides[0], 0},
+                     b->offset);
+    b = &b2;
+  }
+  int bnd = out->ndim - (a1 ? 0 : 1) - (b1 ? 0 : 1);
+  int64_t shape[DT_MAX_DIMS], strides[DT_MAX_DIMS];
+  for (int i = 0; i < bnd; i++) shape[i] = out->shape[i];
+  shape[bnd] = a1 ? 1 : out->shape[bnd];
+  shape[bnd + 1] = b1 ? 1 : out->shape[out->ndim - 1];
+  dt__contiguous_strides(bnd + 2, shape, strides);
+  dt__tensor_alias(&out2, out, bnd + 2, shape, strides, out->offset);
+  return dt__cpu_matmul(a, b, NULL, 0.0, 1.0, &out2);
+}
+
+/* ---- addmm -------------------------------------------------------------------------------------
+ */
+
+dt_status dt__infer_addmm(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *bias = call->inputs[0], *a = call->inputs[1], *b = call->inputs[2];
+  dt_status st = require_ndim(call, "a", a, 2, "2-D [n, k]");
+  if (!st) st = require_ndim(call, "b", b, 2, "2-D [k, m]");
+  if (st) return st;
+  if (a->shape[1] != b->shape[0]) return inner_mismatch(call, a, b, a->shape[1], b->shape[0]);
+  int64_t shape[2] = {a->shape[0], b->shape[1]};
+  st = check_bias(call, bias, 2, shape);
+  if (!st) st = product_dtype(call, 3, (const dt_tensor *const[]){bias, a, b}, &metas[0].dtype);
+  if (!st) st = check_integral_scalars(call, metas[0].dtype);
+  if (st) return st;
+  dt__meta_set(&metas[0], metas[0].dtype, 2, shape);
+  return DT_OK;
+}
+
+dt_status dt__kernel_addmm(dt_op_call *call) {
+  return dt__cpu_matmul(call->inputs[1], call->inputs[2], call->inputs[0], call->scalars[0],
+                        call->scalars[1], call->outputs[0]);
+}
+
+/* ---- linear ------------------------------------------------------------------------------------
+ */
+
+dt_status dt__infer_linear(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *x = call->inputs[0], *w = call->inputs[1], *bias = call->inputs[2];
+  dt_status st = require_ndim(call, "weight", w, 2, "2-D [out_features, in_features]");
+  if (st) return st;
+  if (x->ndim == 0 || x->shape[x->ndim - 1] != w->shape[1]) {
+    char sx[160], sw[160];
+    return dt__error(DT_ERR_SHAPE,
+                     "%s: x %s and weight %s: x's last dim must equal in_features %" PRId64,
+                     dt__op_name(call), dt__format_ints(sx, sizeof sx, x->ndim, x->shape),
+                     dt__format_ints(sw, sizeof sw, w->ndim, w->shape), w->shape[1]);
+  }
+  dt_tensor_meta *m = &metas[0];
+  dt__meta_set(m, x->dtype, x->ndim, x->shape);
+  m->shape[x->ndim - 1] = w->shape[0];
+  if (bias) {
+    st = check_bias(call, bias, m->ndim, m->shape);
+    if (st) return st;
+  }
+  return product_dtype(call, 3, (const dt_tensor *const[]){x, w, bias}, &m->dtype);
+}
+
+/* x [..., in] @ weight^T: weight^T is weight read with its strides swapped, which CBLAS
+ * takes as a transposed operand, so a contiguous weight is never copied; a contiguous x is
+ * folded into one GEMM over all its leading dims. */
+dt_status dt__kernel_linear(dt_op_call *call) {
+  const dt_tensor *x = call->inputs[0], *w = call->inputs[1], *bias = call->inputs[2];
+  dt_tensor *out = call->outputs[0];
+  dt_tensor wt, x2, out2;
+  dt__tensor_alias(&wt, w, 2, (int64_t[]){w->shape[1], w->shape[0]},
+                   (int64_t[]){w->strides[1], w->strides[0]}, w->offset);
+  if (x->ndim == 1) {
+    dt__tensor_alias(&x2, x, 2, (int64_t[]){1, x->shape[0]}, (int64_t[]){0, x->strides[0]},
+                     x->offset);
+    dt__tensor_alias(&out2, out, 2, (int64_t[]){1, out->shape[0]}, (int64_t[]){0, 1}, out->offset);
+    x = &x2;
+    out = &out2;
+  }
+  return dt__cpu_matmul(x, &wt, bias, 1.0, 1.0, out);
+}
+
+/* ---- Public functions
+ * ---------------------------------------------------------------------------- */
+
+static dt_status product(dt_op op, dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  dt_op_call call = {.op = op, .n_inputs = 2, .inputs = {a, b}, .n_outputs = 1, .outputs = out};
+  return dt__dispatch(&call);
+}
+
+dt_status dt_mm(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return product(DT_OP_MM, a, b, out);
+}
+dt_status dt_bmm(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return product(DT_OP_BMM, a, b, out);
+}
+dt_status dt_matmul(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return product(DT_OP_MATMUL, a, b, out);
+}
+
+dt_status dt_addmm(dt_tensor *bias, dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return dt_addmm_ex(bias, a, b, 1.0, 1.0, out);
+}
+
+dt_status dt_addmm_ex(dt_tensor *bias, dt_tensor *a, dt_tensor *b, double beta, double alpha,
+                      dt_tensor **out) {
+  dt_op_call call = {.op = DT_OP_ADDMM,
+                     .n_inputs = 3,
+                     .inputs = {bias, a, b},
+                     .scalars = {beta, alpha},
+                     .n_outputs = 1,
+                     .outputs = out};
+  return dt__dispatch(&call);
+}
+
+dt_status dt_linear(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, dt_tensor **out) {
+  dt_op_call call = {.op = DT_OP_LINEAR,
+                     .n_inputs = 3,
+                     .inputs = {x, weight, bias},
+                     .n_outputs = 1,
+                     .outputs = out};
+  return dt__dispatch(&call);
+}
