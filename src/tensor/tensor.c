@@ -97,7 +97,8 @@ dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tens
   s->nbytes = nbytes;
   t->dtype = dtype;
   t->ndim = ndim;
-  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  /* shape may be NULL for a 0-d tensor, and memcpy must not see NULL even for 0 bytes. */
+  if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
   dt__contiguous_strides(ndim, shape, t->strides);
   t->storage = s;
   *out = t;
