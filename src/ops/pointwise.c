@@ -1,12 +1,46 @@
-/* Pointwise ops: argument checks, output shapes and dtypes, and the public functions. */
+/*
+ * Binary pointwise ops (arithmetic and comparisons) in their Tensor, Scalar and in-place
+ * forms: argument checks, output shapes and dtypes, and the public functions.
+ */
+#include <math.h>
+
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/pointwise.h"
 #include "ops/op_impl.h"
 
 /* Which elementwise kernel op an op-table entry runs. */
 static dt_binary_op binary_op_of(dt_op op) {
   switch (op) {
   case DT_OP_ADD:
-  case DT_OP_ADD_: return DT_BINARY_ADD;
+  case DT_OP_ADD_:
+  case DT_OP_ADD_SCALAR:
+  case DT_OP_ADD_SCALAR_: return DT_BINARY_ADD;
+  case DT_OP_SUB:
+  case DT_OP_SUB_:
+  case DT_OP_SUB_SCALAR: return DT_BINARY_SUB;
+  case DT_OP_MUL:
+  case DT_OP_MUL_:
+  case DT_OP_MUL_SCALAR:
+  case DT_OP_MUL_SCALAR_: return DT_BINARY_MUL;
+  case DT_OP_DIV:
+  case DT_OP_DIV_:
+  case DT_OP_DIV_SCALAR: return DT_BINARY_DIV;
+  case DT_OP_MAXIMUM: return DT_BINARY_MAXIMUM;
+  case DT_OP_MINIMUM: return DT_BINARY_MINIMUM;
+  case DT_OP_POW:
+  case DT_OP_POW_SCALAR: return DT_BINARY_POW;
+  case DT_OP_EQ:
+  case DT_OP_EQ_SCALAR: return DT_BINARY_EQ;
+  case DT_OP_NE:
+  case DT_OP_NE_SCALAR: return DT_BINARY_NE;
+  case DT_OP_LT:
+  case DT_OP_LT_SCALAR: return DT_BINARY_LT;
+  case DT_OP_LE:
+  case DT_OP_LE_SCALAR: return DT_BINARY_LE;
+  case DT_OP_GT:
+  case DT_OP_GT_SCALAR: return DT_BINARY_GT;
+  case DT_OP_GE:
+  case DT_OP_GE_SCALAR: return DT_BINARY_GE;
   default: break;
   }
   DT_ASSERT(!"not a binary op");
@@ -14,6 +48,12 @@ static dt_binary_op binary_op_of(dt_op op) {
 }
 
 static bool is_comparison(dt_binary_op op) { return op >= DT_BINARY_EQ; }
+
+static bool is_integral(double s) { return isfinite(s) && floor(s) == s; }
+
+/* Dtype categories for PyTorch's in-place cast rule: a result may be written into a tensor
+ * of the same or a higher category only (float into int, or int into bool, is refused). */
+static int category(dt_dtype d) { return d == DT_BOOL ? 0 : dt_dtype_is_floating(d) ? 2 : 1; }
 
 /* The dtype a binary op produces from operands of dtypes a and b. */
 static dt_dtype binary_result_dtype(dt_binary_op op, dt_dtype a, dt_dtype b) {
@@ -23,26 +63,60 @@ static dt_dtype binary_result_dtype(dt_binary_op op, dt_dtype a, dt_dtype b) {
   return promoted;
 }
 
+/* Checks shared by every form: subtraction refuses bool (PyTorch points to logical_not or
+ * xor instead), and an integer result needs an integral alpha. */
+static dt_status check_operands(const dt_op_call *call, dt_binary_op op, dt_dtype a, dt_dtype b,
+                                dt_dtype result, double alpha) {
+  if (op == DT_BINARY_SUB && (a == DT_BOOL || b == DT_BOOL)) {
+    return dt__error(DT_ERR_DTYPE, "%s: subtraction with a bool operand is not supported",
+                     dt__op_name(call));
+  }
+  if ((op == DT_BINARY_ADD || op == DT_BINARY_SUB) && !dt_dtype_is_floating(result) &&
+      !is_integral(alpha)) {
+    return dt__error(DT_ERR_INVALID, "%s: alpha %g must be integral for a %s result",
+                     dt__op_name(call), alpha, dt_dtype_name(result));
+  }
+  return DT_OK;
+}
+
+/* In place, the result (of dtype result) is cast to self's dtype within its category. */
+static dt_status check_inplace_cast(const dt_op_call *call, dt_dtype result, dt_dtype self) {
+  if (category(result) > category(self)) {
+    return dt__error(DT_ERR_DTYPE,
+                     "%s: result type %s cannot be written in place into self of dtype %s",
+                     dt__op_name(call), dt_dtype_name(result), dt_dtype_name(self));
+  }
+  return DT_OK;
+}
+
+/* ---- Tensor forms -------------------------------------------------------------------------- */
+
 dt_status dt__infer_binary(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *a = call->inputs[0], *b = call->inputs[1];
   dt_binary_op op = binary_op_of(call->op);
   metas[0].dtype = binary_result_dtype(op, a->dtype, b->dtype);
+  dt_status st = check_operands(call, op, a->dtype, b->dtype, metas[0].dtype, call->scalars[0]);
+  if (DT_UNLIKELY(st)) return st;
   return dt__broadcast_shapes(dt__op_name(call), a->ndim, a->shape, b->ndim, b->shape,
                               &metas[0].ndim, metas[0].shape);
 }
 
 dt_status dt__kernel_binary(dt_op_call *call) {
-  return dt__cpu_binary(binary_op_of(call->op), call->scalars[0], call->inputs[0],
-                        call->inputs[1], call->outputs[0]);
+  return dt__cpu_binary(binary_op_of(call->op), call->scalars[0], call->inputs[0], call->inputs[1],
+                        call->outputs[0]);
 }
 
 /* In place: b must broadcast to a's shape exactly; the result is cast to a's dtype. */
 dt_status dt__infer_binary_inplace(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *a = call->inputs[0], *b = call->inputs[1];
+  dt_binary_op op = binary_op_of(call->op);
+  dt_dtype result = binary_result_dtype(op, a->dtype, b->dtype);
+  dt_status st = check_operands(call, op, a->dtype, b->dtype, result, call->scalars[0]);
+  if (!st) st = check_inplace_cast(call, result, a->dtype);
+  if (st) return st;
   int ndim;
   int64_t shape[DT_MAX_DIMS];
-  dt_status st = dt__broadcast_shapes(dt__op_name(call), a->ndim, a->shape, b->ndim, b->shape,
-                                      &ndim, shape);
+  st = dt__broadcast_shapes(dt__op_name(call), a->ndim, a->shape, b->ndim, b->shape, &ndim, shape);
   if (st) return st;
   if (ndim != a->ndim || memcmp(shape, a->shape, sizeof(int64_t) * (size_t)ndim) != 0) {
     char sa[160], sb[160];
@@ -54,9 +128,109 @@ dt_status dt__infer_binary_inplace(dt_op_call *call, dt_tensor_meta *metas) {
   return DT_OK;
 }
 
+/* True when b reads a's storage through a different layout than a's own, so that writing a
+ * element by element could change b's elements before they are read (a_.add_(a.t())). */
+static bool overlaps_differently(const dt_tensor *a, const dt_tensor *b) {
+  if (a->storage != b->storage) return false;
+  if (a == b) return false;
+  if (a->ndim != b->ndim || a->offset != b->offset) return true;
+  for (int i = 0; i < a->ndim; i++) {
+    if (a->shape[i] != b->shape[i] || (a->shape[i] > 1 && a->strides[i] != b->strides[i])) {
+      return true;
+    }
+  }
+  return false;
+}
+
 dt_status dt__kernel_binary_inplace(dt_op_call *call) {
+  dt_tensor *a = call->inputs[0], *b = call->inputs[1];
+  if (DT_UNLIKELY(overlaps_differently(a, b))) {
+    /* Rare: read b from a private copy. */
+    dt_tensor *copy = NULL;
+    dt_status st = dt__tensor_new(b->ndim, b->shape, b->dtype, &copy);
+    if (st) return st;
+    dt__cpu_copy(copy, b);
+    st = dt__cpu_binary(binary_op_of(call->op), call->scalars[0], a, copy, a);
+    dt_tensor_release(copy);
+    return st;
+  }
+  return dt__cpu_binary(binary_op_of(call->op), call->scalars[0], a, b, a);
+}
+
+/* ---- Scalar forms ----------------------------------------------------------------------- */
+
+/* PyTorch's rules for a tensor of dtype t with a Python scalar s: the scalar does not
+ * promote the tensor, except that a non-integral scalar with an integer or bool tensor gives
+ * float32 and an integral one with a bool tensor gives int64 (comparisons always give bool).
+ * *scalar_dtype is what the scalar is held in so the kernel computes like PyTorch: the
+ * tensor's float dtype (float32 for bf16/f16 arithmetic, PyTorch's "opmath"; the tensor's
+ * dtype for comparisons), int64 for exact integer math, float64 otherwise. */
+static dt_dtype scalar_result_dtype(dt_binary_op op, dt_dtype t, double s, dt_dtype *scalar_dtype) {
+  bool compare = is_comparison(op);
+  if (dt_dtype_is_floating(t)) {
+    *scalar_dtype = !compare && (t == DT_BF16 || t == DT_F16) ? DT_F32 : t;
+    return compare ? DT_BOOL : t;
+  }
+  bool integral = is_integral(s);
+  *scalar_dtype = integral ? DT_I64 : DT_F64;
+  if (compare) return DT_BOOL;
+  if (op == DT_BINARY_DIV || !integral) {
+    *scalar_dtype = DT_F64;
+    return DT_F32;
+  }
+  return t == DT_BOOL ? DT_I64 : t;
+}
+
+/* Validates a scalar-form call and returns its result dtype; records the scalar's dtype in
+ * call->dtype for the kernel. */
+static dt_status infer_scalar_dtype(dt_op_call *call, dt_dtype *result) {
+  const dt_tensor *a = call->inputs[0];
+  dt_binary_op op = binary_op_of(call->op);
+  double s = call->scalars[0];
+  dt_dtype scalar_dtype;
+  *result = scalar_result_dtype(op, a->dtype, s, &scalar_dtype);
+  call->dtype = scalar_dtype;
+  dt_status st = check_operands(call, op, a->dtype, scalar_dtype, *result, call->scalars[1]);
+  if (st) return st;
+  if (op == DT_BINARY_POW && !dt_dtype_is_floating(*result) && s < 0) {
+    return dt__error(DT_ERR_INVALID,
+                     "%s: integers to negative integer powers are not allowed "
+                     "(self %s, exponent %g)",
+                     dt__op_name(call), dt_dtype_name(a->dtype), s);
+  }
+  return DT_OK;
+}
+
+dt_status dt__infer_binary_scalar(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *a = call->inputs[0];
+  dt_dtype result;
+  dt_status st = infer_scalar_dtype(call, &result);
+  if (st) return st;
+  dt__meta_set(&metas[0], result, a->ndim, a->shape);
+  return DT_OK;
+}
+
+dt_status dt__kernel_binary_scalar(dt_op_call *call) {
+  dt__cpu_binary_scalar(binary_op_of(call->op), call->scalars[1], call->inputs[0], call->scalars[0],
+                        call->dtype, call->outputs[0]);
+  return DT_OK;
+}
+
+dt_status dt__infer_binary_scalar_inplace(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *a = call->inputs[0];
+  dt_dtype result;
+  dt_status st = infer_scalar_dtype(call, &result);
+  if (!st) st = check_inplace_cast(call, result, a->dtype);
+  if (st) return st;
+  dt__meta_set(&metas[0], a->dtype, a->ndim, a->shape);
+  return DT_OK;
+}
+
+dt_status dt__kernel_binary_scalar_inplace(dt_op_call *call) {
   dt_tensor *a = call->inputs[0];
-  return dt__cpu_binary(binary_op_of(call->op), call->scalars[0], a, call->inputs[1], a);
+  dt__cpu_binary_scalar(binary_op_of(call->op), call->scalars[1], a, call->scalars[0], call->dtype,
+                        a);
+  return DT_OK;
 }
 
 /* ---- Public functions ------------------------------------------------------------------- */
@@ -76,8 +250,105 @@ static dt_status binary_inplace(dt_op op, dt_tensor *a, dt_tensor *b, double alp
   return dt__dispatch(&call);
 }
 
-dt_status dt_add(dt_tensor *a, dt_tensor *b, dt_tensor **out) { return binary(DT_OP_ADD, a, b, 1.0, out); }
+static dt_status binary_scalar(dt_op op, dt_tensor *a, double s, dt_tensor **out) {
+  dt_op_call call = {
+      .op = op, .n_inputs = 1, .inputs = {a}, .scalars = {s, 1.0}, .n_outputs = 1, .outputs = out};
+  return dt__dispatch(&call);
+}
+
+static dt_status binary_scalar_inplace(dt_op op, dt_tensor *a, double s) {
+  dt_op_call call = {.op = op, .n_inputs = 1, .inputs = {a}, .scalars = {s, 1.0}};
+  return dt__dispatch(&call);
+}
+
+dt_status dt_add(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return binary(DT_OP_ADD, a, b, 1.0, out);
+}
 dt_status dt_add_ex(dt_tensor *a, dt_tensor *b, double alpha, dt_tensor **out) {
   return binary(DT_OP_ADD, a, b, alpha, out);
 }
+dt_status dt_sub(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return binary(DT_OP_SUB, a, b, 1.0, out);
+}
+dt_status dt_sub_ex(dt_tensor *a, dt_tensor *b, double alpha, dt_tensor **out) {
+  return binary(DT_OP_SUB, a, b, alpha, out);
+}
+dt_status dt_mul(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return binary(DT_OP_MUL, a, b, 1.0, out);
+}
+dt_status dt_div(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return binary(DT_OP_DIV, a, b, 1.0, out);
+}
+dt_status dt_maximum(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return binary(DT_OP_MAXIMUM, a, b, 1.0, out);
+}
+dt_status dt_minimum(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return binary(DT_OP_MINIMUM, a, b, 1.0, out);
+}
+dt_status dt_pow(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return binary(DT_OP_POW, a, b, 1.0, out);
+}
+
+dt_status dt_add_scalar(dt_tensor *a, double s, dt_tensor **out) {
+  return binary_scalar(DT_OP_ADD_SCALAR, a, s, out);
+}
+dt_status dt_sub_scalar(dt_tensor *a, double s, dt_tensor **out) {
+  return binary_scalar(DT_OP_SUB_SCALAR, a, s, out);
+}
+dt_status dt_mul_scalar(dt_tensor *a, double s, dt_tensor **out) {
+  return binary_scalar(DT_OP_MUL_SCALAR, a, s, out);
+}
+dt_status dt_div_scalar(dt_tensor *a, double s, dt_tensor **out) {
+  return binary_scalar(DT_OP_DIV_SCALAR, a, s, out);
+}
+dt_status dt_pow_scalar(dt_tensor *a, double s, dt_tensor **out) {
+  return binary_scalar(DT_OP_POW_SCALAR, a, s, out);
+}
+
 dt_status dt_add_(dt_tensor *a, dt_tensor *b) { return binary_inplace(DT_OP_ADD_, a, b, 1.0); }
+dt_status dt_sub_(dt_tensor *a, dt_tensor *b) { return binary_inplace(DT_OP_SUB_, a, b, 1.0); }
+dt_status dt_mul_(dt_tensor *a, dt_tensor *b) { return binary_inplace(DT_OP_MUL_, a, b, 1.0); }
+dt_status dt_div_(dt_tensor *a, dt_tensor *b) { return binary_inplace(DT_OP_DIV_, a, b, 1.0); }
+dt_status dt_add_scalar_(dt_tensor *a, double s) {
+  return binary_scalar_inplace(DT_OP_ADD_SCALAR_, a, s);
+}
+dt_status dt_mul_scalar_(dt_tensor *a, double s) {
+  return binary_scalar_inplace(DT_OP_MUL_SCALAR_, a, s);
+}
+
+dt_status dt_eq(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return binary(DT_OP_EQ, a, b, 1.0, out);
+}
+dt_status dt_ne(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return binary(DT_OP_NE, a, b, 1.0, out);
+}
+dt_status dt_lt(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return binary(DT_OP_LT, a, b, 1.0, out);
+}
+dt_status dt_le(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return binary(DT_OP_LE, a, b, 1.0, out);
+}
+dt_status dt_gt(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return binary(DT_OP_GT, a, b, 1.0, out);
+}
+dt_status dt_ge(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  return binary(DT_OP_GE, a, b, 1.0, out);
+}
+dt_status dt_eq_scalar(dt_tensor *a, double s, dt_tensor **out) {
+  return binary_scalar(DT_OP_EQ_SCALAR, a, s, out);
+}
+dt_status dt_ne_scalar(dt_tensor *a, double s, dt_tensor **out) {
+  return binary_scalar(DT_OP_NE_SCALAR, a, s, out);
+}
+dt_status dt_lt_scalar(dt_tensor *a, double s, dt_tensor **out) {
+  return binary_scalar(DT_OP_LT_SCALAR, a, s, out);
+}
+dt_status dt_le_scalar(dt_tensor *a, double s, dt_tensor **out) {
+  return binary_scalar(DT_OP_LE_SCALAR, a, s, out);
+}
+dt_status dt_gt_scalar(dt_tensor *a, double s, dt_tensor **out) {
+  return binary_scalar(DT_OP_GT_SCALAR, a, s, out);
+}
+dt_status dt_ge_scalar(dt_tensor *a, double s, dt_tensor **out) {
+  return binary_scalar(DT_OP_GE_SCALAR, a, s, out);
+}

@@ -1,6 +1,7 @@
 /*
- * Elementwise binary kernels. Fast paths: contiguous float32 (and float64) operands of the
- * same shape or with a broadcast scalar run a tight loop the compiler vectorizes. Every
+ * Elementwise binary kernels. Fast paths: contiguous float32 and float64 operands of the
+ * same shape or with a broadcast scalar (arithmetic, maximum/minimum, pow, comparisons) run
+ * a tight loop the compiler vectorizes. Every
  * other case runs the strided loop: integer results are computed in int64 (exact), floating
  * results in double, then stored in the output dtype.
  */
@@ -8,6 +9,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/loop.h"
+#include "kernels/cpu/pointwise.h"
 
 typedef struct binary_ctx {
   dt_binary_op op;
@@ -91,8 +93,8 @@ static void inner_generic(char **ptrs, const int64_t *strides, int64_t n, void *
   const binary_ctx *ctx = opaque;
   char *o = ptrs[0];
   const char *a = ptrs[1], *b = ptrs[2];
-  bool integer = !dt_dtype_is_floating(ctx->out_dtype) &&
-                 (ctx->out_dtype != DT_BOOL || ctx->compare_as_int);
+  bool integer =
+      !dt_dtype_is_floating(ctx->out_dtype) && (ctx->out_dtype != DT_BOOL || ctx->compare_as_int);
   if (integer) {
     int64_t alpha = (int64_t)ctx->alpha;
     for (int64_t i = 0; i < n; i++) {
@@ -114,19 +116,97 @@ static void inner_generic(char **ptrs, const int64_t *strides, int64_t n, void *
   }
 }
 
-/* Contiguous float32 loops; `b_step` is 1 for a full operand and 0 for a broadcast scalar. */
-#define DT_F32_LOOP(expr)                                                                      \
-  for (int64_t i = 0; i < n; i++) {                                                            \
-    float x = a[i], y = b[i * b_step];                                                         \
-    o[i] = (expr);                                                                             \
-  }
+/* Contiguous fast paths: a and out contiguous with out's shape, b either the same or a single
+ * element (`b_step` 1 or 0). The broadcast-scalar case hoists y out of the loop so both
+ * forms vectorize. maximum/minimum propagate NaN through selects, not branches. */
+#define DT_FAST_LOOP(T, OT, expr)                                                                  \
+  do {                                                                                             \
+    if (b_step) {                                                                                  \
+      for (int64_t i = 0; i < n; i++) {                                                            \
+        T x = a[i], y = b[i];                                                                      \
+        (void)y;                                                                                   \
+        o[i] = (OT)(expr);                                                                         \
+      }                                                                                            \
+    } else {                                                                                       \
+      const T y = b[0];                                                                            \
+      (void)y;                                                                                     \
+      for (int64_t i = 0; i < n; i++) {                                                            \
+        T x = a[i];                                                                                \
+        o[i] = (OT)(expr);                                                                         \
+      }                                                                                            \
+    }                                                                                              \
+  } while (0)
 
-static bool try_fast_f32(dt_binary_op op, float alpha, const dt_tensor *ta, const dt_tensor *tb,
-                         dt_tensor *tout) {
-  if (ta->dtype != DT_F32 || tb->dtype != DT_F32 || tout->dtype != DT_F32) return false;
+/* Arithmetic on contiguous floats of type T; false when op has no fast loop here. */
+#define DT_FAST_ARITH(T, POW)                                                                      \
+  do {                                                                                             \
+    T *o = (T *)dt__tensor_base(tout);                                                             \
+    const T *a = (const T *)dt__tensor_base(ta), *b = (const T *)dt__tensor_base(tb);              \
+    T alpha = (T)alpha_d;                                                                          \
+    switch (op) {                                                                                  \
+    case DT_BINARY_ADD:                                                                            \
+      if (alpha == 1)                                                                              \
+        DT_FAST_LOOP(T, T, x + y);                                                                 \
+      else                                                                                         \
+        DT_FAST_LOOP(T, T, x + alpha * y);                                                         \
+      return true;                                                                                 \
+    case DT_BINARY_SUB:                                                                            \
+      if (alpha == 1)                                                                              \
+        DT_FAST_LOOP(T, T, x - y);                                                                 \
+      else                                                                                         \
+        DT_FAST_LOOP(T, T, x - alpha * y);                                                         \
+      return true;                                                                                 \
+    case DT_BINARY_MUL: DT_FAST_LOOP(T, T, x *y); return true;                                     \
+    case DT_BINARY_DIV: DT_FAST_LOOP(T, T, x / y); return true;                                    \
+    case DT_BINARY_MAXIMUM:                                                                        \
+      DT_FAST_LOOP(T, T, x != x ? x : y != y ? y : x > y ? x : y);                                 \
+      return true;                                                                                 \
+    case DT_BINARY_MINIMUM:                                                                        \
+      DT_FAST_LOOP(T, T, x != x ? x : y != y ? y : x < y ? x : y);                                 \
+      return true;                                                                                 \
+    case DT_BINARY_POW:                                                                            \
+      /* Common exponents become multiplications, as PyTorch does. */                              \
+      if (!b_step && b[0] == 2)                                                                    \
+        DT_FAST_LOOP(T, T, x *x);                                                                  \
+      else if (!b_step && b[0] == 3)                                                               \
+        DT_FAST_LOOP(T, T, x *x *x);                                                               \
+      else if (!b_step && b[0] == 1)                                                               \
+        DT_FAST_LOOP(T, T, x);                                                                     \
+      else if (!b_step && b[0] == -1)                                                              \
+        DT_FAST_LOOP(T, T, 1 / x);                                                                 \
+      else                                                                                         \
+        DT_FAST_LOOP(T, T, POW(x, y));                                                             \
+      return true;                                                                                 \
+    default: return false;                                                                         \
+    }                                                                                              \
+  } while (0)
+
+/* Comparisons of contiguous floats of type T into bool. */
+#define DT_FAST_COMPARE(T)                                                                         \
+  do {                                                                                             \
+    uint8_t *o = (uint8_t *)dt__tensor_base(tout);                                                 \
+    const T *a = (const T *)dt__tensor_base(ta), *b = (const T *)dt__tensor_base(tb);              \
+    switch (op) {                                                                                  \
+    case DT_BINARY_EQ: DT_FAST_LOOP(T, uint8_t, x == y); return true;                              \
+    case DT_BINARY_NE: DT_FAST_LOOP(T, uint8_t, x != y); return true;                              \
+    case DT_BINARY_LT: DT_FAST_LOOP(T, uint8_t, x < y); return true;                               \
+    case DT_BINARY_LE: DT_FAST_LOOP(T, uint8_t, x <= y); return true;                              \
+    case DT_BINARY_GT: DT_FAST_LOOP(T, uint8_t, x > y); return true;                               \
+    case DT_BINARY_GE: DT_FAST_LOOP(T, uint8_t, x >= y); return true;                              \
+    default: return false;                                                                         \
+    }                                                                                              \
+  } while (0)
+
+static bool try_fast(dt_binary_op op, double alpha_d, const dt_tensor *ta, const dt_tensor *tb,
+                     dt_tensor *tout) {
+  dt_dtype dt = ta->dtype;
+  if ((dt != DT_F32 && dt != DT_F64) || tb->dtype != dt) return false;
+  bool compare = op >= DT_BINARY_EQ;
+  if (tout->dtype != (compare ? DT_BOOL : dt)) return false;
   int64_t n = dt__tensor_numel(tout);
   if (!dt__is_contiguous(tout->ndim, tout->shape, tout->strides)) return false;
-  if (dt__tensor_numel(ta) != n || !dt__is_contiguous(ta->ndim, ta->shape, ta->strides)) return false;
+  if (dt__tensor_numel(ta) != n || !dt__is_contiguous(ta->ndim, ta->shape, ta->strides))
+    return false;
   int64_t nb = dt__tensor_numel(tb);
   int64_t b_step;
   if (nb == n && ta->ndim == tb->ndim && dt__is_contiguous(tb->ndim, tb->shape, tb->strides) &&
@@ -137,33 +217,17 @@ static bool try_fast_f32(dt_binary_op op, float alpha, const dt_tensor *ta, cons
   } else {
     return false;
   }
-  const float *a = (const float *)dt__tensor_base(ta);
-  const float *b = (const float *)dt__tensor_base(tb);
-  float *o = (float *)dt__tensor_base(tout);
-  switch (op) {
-  case DT_BINARY_ADD:
-    if (alpha == 1.0f) {
-      DT_F32_LOOP(x + y)
-    } else {
-      DT_F32_LOOP(x + alpha * y)
-    }
-    return true;
-  case DT_BINARY_SUB:
-    if (alpha == 1.0f) {
-      DT_F32_LOOP(x - y)
-    } else {
-      DT_F32_LOOP(x - alpha * y)
-    }
-    return true;
-  case DT_BINARY_MUL: DT_F32_LOOP(x * y) return true;
-  case DT_BINARY_DIV: DT_F32_LOOP(x / y) return true;
-  default: return false;
+  if (dt == DT_F32) {
+    if (compare) DT_FAST_COMPARE(float);
+    DT_FAST_ARITH(float, powf);
   }
+  if (compare) DT_FAST_COMPARE(double);
+  DT_FAST_ARITH(double, pow);
 }
 
 dt_status dt__cpu_binary(dt_binary_op op, double alpha, const dt_tensor *a, const dt_tensor *b,
                          dt_tensor *out) {
-  if (try_fast_f32(op, (float)alpha, a, b, out)) return DT_OK;
+  if (try_fast(op, alpha, a, b, out)) return DT_OK;
   binary_ctx ctx = {
       .op = op,
       .alpha = alpha,
@@ -179,4 +243,20 @@ dt_status dt__cpu_binary(dt_binary_op op, double alpha, const dt_tensor *a, cons
   dt__loop_add(&loop, b);
   dt__loop_run(&loop, inner_generic, &ctx);
   return DT_OK;
+}
+
+void dt__cpu_binary_scalar(dt_binary_op op, double alpha, const dt_tensor *a, double s,
+                           dt_dtype scalar_dtype, dt_tensor *out) {
+  /* A 0-d tensor on the stack viewing the scalar: the fast paths and the strided loop then
+   * treat it as a broadcast operand, with no allocation. */
+  union {
+    double f64;
+    int64_t i64;
+    float f32;
+    uint16_t f16;
+  } value;
+  dt__store_from_double(scalar_dtype, &value, s);
+  dt_storage storage = {.owns_data = false, .data = &value, .nbytes = sizeof value};
+  dt_tensor scalar = {.dtype = scalar_dtype, .ndim = 0, .storage = &storage};
+  dt__cpu_binary(op, alpha, a, &scalar, out);
 }

@@ -1,0 +1,69 @@
+/* Unary pointwise ops: argument checks and the public functions. */
+#include "kernels/cpu/pointwise.h"
+#include "ops/op_impl.h"
+
+/* Which unary kernel an op-table entry runs; gelu picks its tanh form from the flags. */
+static dt_unary_op unary_op_of(const dt_op_call *call) {
+  switch (call->op) {
+  case DT_OP_NEG: return DT_UNARY_NEG;
+  case DT_OP_ABS: return DT_UNARY_ABS;
+  case DT_OP_RELU: return DT_UNARY_RELU;
+  case DT_OP_EXP: return DT_UNARY_EXP;
+  case DT_OP_LOG: return DT_UNARY_LOG;
+  case DT_OP_SQRT: return DT_UNARY_SQRT;
+  case DT_OP_RSQRT: return DT_UNARY_RSQRT;
+  case DT_OP_GELU: return call->flags & DT_OP_FLAG_GELU_TANH ? DT_UNARY_GELU_TANH : DT_UNARY_GELU;
+  case DT_OP_SILU: return DT_UNARY_SILU;
+  case DT_OP_TANH: return DT_UNARY_TANH;
+  case DT_OP_SIGMOID: return DT_UNARY_SIGMOID;
+  default: break;
+  }
+  DT_ASSERT(!"not a unary op");
+  return DT_UNARY_NEG;
+}
+
+/* Floating dtypes for every op; neg, abs and relu also keep integer dtypes. PyTorch would
+ * promote an integer input of exp, log, ... to float; we ask for an explicit conversion
+ * instead, and (like PyTorch) refuse bool for neg, abs and relu. */
+dt_status dt__infer_unary(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *a = call->inputs[0];
+  dt_unary_op op = unary_op_of(call);
+  if (!dt_dtype_is_floating(a->dtype)) {
+    if (a->dtype == DT_BOOL || !dt__unary_takes_integers(op)) {
+      return dt__error(DT_ERR_DTYPE, "%s: self has dtype %s; expected a floating dtype%s",
+                       dt__op_name(call), dt_dtype_name(a->dtype),
+                       dt__unary_takes_integers(op) ? " or an integer dtype other than bool"
+                                                    : " (convert with dt_to first)");
+    }
+  }
+  dt__meta_set(&metas[0], a->dtype, a->ndim, a->shape);
+  return DT_OK;
+}
+
+dt_status dt__kernel_unary(dt_op_call *call) {
+  dt__cpu_unary(unary_op_of(call), call->inputs[0], call->outputs[0]);
+  return DT_OK;
+}
+
+/* ---- Public functions ------------------------------------------------------------------- */
+
+static dt_status unary(dt_op op, int flags, dt_tensor *a, dt_tensor **out) {
+  dt_op_call call = {
+      .op = op, .n_inputs = 1, .inputs = {a}, .flags = flags, .n_outputs = 1, .outputs = out};
+  return dt__dispatch(&call);
+}
+
+dt_status dt_neg(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_NEG, 0, a, out); }
+dt_status dt_abs(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_ABS, 0, a, out); }
+dt_status dt_exp(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_EXP, 0, a, out); }
+dt_status dt_log(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_LOG, 0, a, out); }
+dt_status dt_sqrt(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_SQRT, 0, a, out); }
+dt_status dt_rsqrt(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_RSQRT, 0, a, out); }
+dt_status dt_relu(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_RELU, 0, a, out); }
+dt_status dt_gelu(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_GELU, 0, a, out); }
+dt_status dt_gelu_tanh(dt_tensor *a, dt_tensor **out) {
+  return unary(DT_OP_GELU, DT_OP_FLAG_GELU_TANH, a, out);
+}
+dt_status dt_silu(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_SILU, 0, a, out); }
+dt_status dt_tanh(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_TANH, 0, a, out); }
+dt_status dt_sigmoid(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_SIGMOID, 0, a, out); }
