@@ -118,9 +118,11 @@ static void inner_generic(char **ptrs, const int64_t *strides, int64_t n, void *
 
 /* Contiguous fast paths: a and out contiguous with out's shape, b either the same or a single
  * element (`b_step` 1 or 0). The broadcast-scalar case hoists y out of the loop so both
- * forms vectorize. maximum/minimum propagate NaN through selects, not branches. */
-#define DT_FAST_LOOP(T, OT, expr)                                                                  \
-  do {                                                                                             \
+ * forms vectorize. maximum/minimum propagate NaN through selects, not branches. Each loop is
+ * its own small function: inside one large function gcc 12 gives up vectorizing them. */
+#define DT_FAST_FN(name, T, OT, expr)                                                              \
+  static void name(OT *o, const T *a, const T *b, int64_t n, int64_t b_step, T alpha) {          \
+    (void)alpha;                                                                                   \
     if (b_step) {                                                                                  \
       for (int64_t i = 0; i < n; i++) {                                                            \
         T x = a[i], y = b[i];                                                                      \
@@ -135,66 +137,68 @@ static void inner_generic(char **ptrs, const int64_t *strides, int64_t n, void *
         o[i] = (OT)(expr);                                                                         \
       }                                                                                            \
     }                                                                                              \
-  } while (0)
+  }
 
-/* Arithmetic on contiguous floats of type T; false when op has no fast loop here. */
-#define DT_FAST_ARITH(T, POW)                                                                      \
+#define DT_FAST_FNS(T, sfx, POW)                                                                   \
+  DT_FAST_FN(add1_##sfx, T, T, x + y)                                                              \
+  DT_FAST_FN(add_##sfx, T, T, x + alpha * y)                                                       \
+  DT_FAST_FN(sub1_##sfx, T, T, x - y)                                                              \
+  DT_FAST_FN(sub_##sfx, T, T, x - alpha * y)                                                       \
+  DT_FAST_FN(mul_##sfx, T, T, x * y)                                                               \
+  DT_FAST_FN(div_##sfx, T, T, x / y)                                                               \
+  DT_FAST_FN(max_##sfx, T, T, x != x ? x : y != y ? y : x > y ? x : y)                             \
+  DT_FAST_FN(min_##sfx, T, T, x != x ? x : y != y ? y : x < y ? x : y)                             \
+  DT_FAST_FN(square_##sfx, T, T, x * x)                                                            \
+  DT_FAST_FN(cube_##sfx, T, T, x * x * x)                                                          \
+  DT_FAST_FN(ident_##sfx, T, T, x)                                                                 \
+  DT_FAST_FN(recip_##sfx, T, T, 1 / x)                                                             \
+  DT_FAST_FN(pow_##sfx, T, T, POW(x, y))                                                           \
+  DT_FAST_FN(eq_##sfx, T, uint8_t, x == y)                                                         \
+  DT_FAST_FN(ne_##sfx, T, uint8_t, x != y)                                                         \
+  DT_FAST_FN(lt_##sfx, T, uint8_t, x < y)                                                          \
+  DT_FAST_FN(le_##sfx, T, uint8_t, x <= y)                                                         \
+  DT_FAST_FN(gt_##sfx, T, uint8_t, x > y)                                                          \
+  DT_FAST_FN(ge_##sfx, T, uint8_t, x >= y)
+
+DT_FAST_FNS(float, f32, powf)
+DT_FAST_FNS(double, f64, pow)
+
+/* Runs the fast loop of op on contiguous T operands; false when op has none. */
+#define DT_FAST_DISPATCH(T, sfx)                                                                   \
   do {                                                                                             \
-    T *o = (T *)dt__tensor_base(tout);                                                             \
     const T *a = (const T *)dt__tensor_base(ta), *b = (const T *)dt__tensor_base(tb);              \
+    T *o = (T *)dt__tensor_base(tout);                                                             \
+    uint8_t *ob = (uint8_t *)dt__tensor_base(tout);                                                \
     T alpha = (T)alpha_d;                                                                          \
     switch (op) {                                                                                  \
-    case DT_BINARY_ADD:                                                                            \
-      if (alpha == 1)                                                                              \
-        DT_FAST_LOOP(T, T, x + y);                                                                 \
-      else                                                                                         \
-        DT_FAST_LOOP(T, T, x + alpha * y);                                                         \
-      return true;                                                                                 \
-    case DT_BINARY_SUB:                                                                            \
-      if (alpha == 1)                                                                              \
-        DT_FAST_LOOP(T, T, x - y);                                                                 \
-      else                                                                                         \
-        DT_FAST_LOOP(T, T, x - alpha * y);                                                         \
-      return true;                                                                                 \
-    case DT_BINARY_MUL: DT_FAST_LOOP(T, T, x *y); return true;                                     \
-    case DT_BINARY_DIV: DT_FAST_LOOP(T, T, x / y); return true;                                    \
-    case DT_BINARY_MAXIMUM:                                                                        \
-      DT_FAST_LOOP(T, T, x != x ? x : y != y ? y : x > y ? x : y);                                 \
-      return true;                                                                                 \
-    case DT_BINARY_MINIMUM:                                                                        \
-      DT_FAST_LOOP(T, T, x != x ? x : y != y ? y : x < y ? x : y);                                 \
-      return true;                                                                                 \
+    case DT_BINARY_ADD: (alpha == 1 ? add1_##sfx : add_##sfx)(o, a, b, n, b_step, alpha); break; \
+    case DT_BINARY_SUB: (alpha == 1 ? sub1_##sfx : sub_##sfx)(o, a, b, n, b_step, alpha); break; \
+    case DT_BINARY_MUL: mul_##sfx(o, a, b, n, b_step, alpha); break;                               \
+    case DT_BINARY_DIV: div_##sfx(o, a, b, n, b_step, alpha); break;                               \
+    case DT_BINARY_MAXIMUM: max_##sfx(o, a, b, n, b_step, alpha); break;                           \
+    case DT_BINARY_MINIMUM: min_##sfx(o, a, b, n, b_step, alpha); break;                           \
     case DT_BINARY_POW:                                                                            \
       /* Common exponents become multiplications, as PyTorch does. */                              \
       if (!b_step && b[0] == 2)                                                                    \
-        DT_FAST_LOOP(T, T, x *x);                                                                  \
+        square_##sfx(o, a, b, n, b_step, alpha);                                                   \
       else if (!b_step && b[0] == 3)                                                               \
-        DT_FAST_LOOP(T, T, x *x *x);                                                               \
+        cube_##sfx(o, a, b, n, b_step, alpha);                                                     \
       else if (!b_step && b[0] == 1)                                                               \
-        DT_FAST_LOOP(T, T, x);                                                                     \
+        ident_##sfx(o, a, b, n, b_step, alpha);                                                    \
       else if (!b_step && b[0] == -1)                                                              \
-        DT_FAST_LOOP(T, T, 1 / x);                                                                 \
+        recip_##sfx(o, a, b, n, b_step, alpha);                                                    \
       else                                                                                         \
-        DT_FAST_LOOP(T, T, POW(x, y));                                                             \
-      return true;                                                                                 \
+        pow_##sfx(o, a, b, n, b_step, alpha);                                                      \
+      break;                                                                                       \
+    case DT_BINARY_EQ: eq_##sfx(ob, a, b, n, b_step, alpha); break;                                \
+    case DT_BINARY_NE: ne_##sfx(ob, a, b, n, b_step, alpha); break;                                \
+    case DT_BINARY_LT: lt_##sfx(ob, a, b, n, b_step, alpha); break;                                \
+    case DT_BINARY_LE: le_##sfx(ob, a, b, n, b_step, alpha); break;                                \
+    case DT_BINARY_GT: gt_##sfx(ob, a, b, n, b_step, alpha); break;                                \
+    case DT_BINARY_GE: ge_##sfx(ob, a, b, n, b_step, alpha); break;                                \
     default: return false;                                                                         \
     }                                                                                              \
-  } while (0)
-
-/* Comparisons of contiguous floats of type T into bool. */
-#define DT_FAST_COMPARE(T)                                                                         \
-  do {                                                                                             \
-    uint8_t *o = (uint8_t *)dt__tensor_base(tout);                                                 \
-    const T *a = (const T *)dt__tensor_base(ta), *b = (const T *)dt__tensor_base(tb);              \
-    switch (op) {                                                                                  \
-    case DT_BINARY_EQ: DT_FAST_LOOP(T, uint8_t, x == y); return true;                              \
-    case DT_BINARY_NE: DT_FAST_LOOP(T, uint8_t, x != y); return true;                              \
-    case DT_BINARY_LT: DT_FAST_LOOP(T, uint8_t, x < y); return true;                               \
-    case DT_BINARY_LE: DT_FAST_LOOP(T, uint8_t, x <= y); return true;                              \
-    case DT_BINARY_GT: DT_FAST_LOOP(T, uint8_t, x > y); return true;                               \
-    case DT_BINARY_GE: DT_FAST_LOOP(T, uint8_t, x >= y); return true;                              \
-    default: return false;                                                                         \
-    }                                                                                              \
+    return true;                                                                                   \
   } while (0)
 
 static bool try_fast(dt_binary_op op, double alpha_d, const dt_tensor *ta, const dt_tensor *tb,
@@ -217,12 +221,8 @@ static bool try_fast(dt_binary_op op, double alpha_d, const dt_tensor *ta, const
   } else {
     return false;
   }
-  if (dt == DT_F32) {
-    if (compare) DT_FAST_COMPARE(float);
-    DT_FAST_ARITH(float, powf);
-  }
-  if (compare) DT_FAST_COMPARE(double);
-  DT_FAST_ARITH(double, pow);
+  if (dt == DT_F32) DT_FAST_DISPATCH(float, f32);
+  DT_FAST_DISPATCH(double, f64);
 }
 
 dt_status dt__cpu_binary(dt_binary_op op, double alpha, const dt_tensor *a, const dt_tensor *b,
