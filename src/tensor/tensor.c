@@ -23,8 +23,9 @@ void dt_tensor_release(dt_tensor *t) {
   if (!t) return;
   if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
   if (t->spec && dt__spec_release_hook) dt__spec_release_hook(t->spec);
-  storage_release(t->storage);
-  dt__free(t);
+  bool embedded = t->embedded;
+  storage_release(t->storage); /* may free t itself when embedded */
+  if (!embedded) dt__free(t);
 }
 
 dt_status dt__check_shape(const char *op, int ndim, const int64_t *shape) {
@@ -79,27 +80,33 @@ static dt_tensor *handle_alloc(void) {
 }
 
 dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out) {
+  _Static_assert(DT_EMBEDDED_HANDLE_OFFSET >= sizeof(dt_storage), "storage header too small");
+  _Static_assert(DT_EMBEDDED_DATA_OFFSET >= DT_EMBEDDED_HANDLE_OFFSET + sizeof(dt_tensor),
+                 "embedded handle does not fit");
   *out = NULL;
   int64_t numel = dt__numel(ndim, shape);
   size_t nbytes = (size_t)numel * dt__dtype_sizes[dtype];
-  dt_tensor *t = handle_alloc();
-  dt_storage *s = dt__alloc(DT_STORAGE_HEADER + nbytes);
-  if (!t || !s) {
-    dt__free(t);
-    dt__free(s);
+  char *block = dt__alloc(DT_EMBEDDED_DATA_OFFSET + nbytes);
+  if (!block) {
     char buf[160];
     return dt__error(DT_ERR_NOMEM, "cannot allocate %zu bytes for a %s tensor of shape %s", nbytes,
                      dt_dtype_name(dtype), dt__format_ints(buf, sizeof buf, ndim, shape));
   }
+  dt_storage *s = (dt_storage *)block;
+  dt_tensor *t = (dt_tensor *)(block + DT_EMBEDDED_HANDLE_OFFSET);
   atomic_init(&s->refcount, 1);
   s->owns_data = true;
-  s->data = (char *)s + DT_STORAGE_HEADER;
+  s->data = block + DT_EMBEDDED_DATA_OFFSET;
   s->nbytes = nbytes;
+  atomic_init(&t->refcount, 1);
   t->dtype = dtype;
   t->ndim = ndim;
   if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
   dt__contiguous_strides(ndim, shape, t->strides);
+  t->offset = 0;
   t->storage = s;
+  t->spec = NULL;
+  t->embedded = true;
   *out = t;
   return DT_OK;
 }

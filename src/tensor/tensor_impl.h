@@ -18,8 +18,12 @@ typedef struct dt_storage {
   size_t nbytes;
 } dt_storage;
 
-/* Owned data follows its header in one allocation, 64-byte aligned. */
+/* A tensor made by dt__tensor_new is one allocation: the storage header, then the tensor's
+ * own handle, then the data (64-byte aligned). The block is freed when the storage's last
+ * reference goes, whether that is the handle's or a view's. */
 #define DT_STORAGE_HEADER 64
+#define DT_EMBEDDED_HANDLE_OFFSET DT_STORAGE_HEADER
+#define DT_EMBEDDED_DATA_OFFSET 320
 
 /* Distributed-tensor spec; defined by the dist layer. NULL for a local tensor. */
 struct dt_dist_spec;
@@ -33,6 +37,7 @@ struct dt_tensor {
   int64_t offset;               /* in elements, from storage->data */
   dt_storage *storage;
   struct dt_dist_spec *spec; /* owned by the tensor; NULL when local */
+  bool embedded;             /* the handle lives inside its storage's allocation */
 };
 
 /* Hook the dist layer installs to free a spec when its tensor dies. */
