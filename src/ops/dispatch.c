@@ -90,6 +90,12 @@ dt_status dt__dispatch(dt_op_call *call) {
   const dt_op_def *def = &dt__op_table[call->op];
   dt_status st = check_call(def, call);
   if (DT_UNLIKELY(st)) return st;
+  if (DT_UNLIKELY(dt__modes_visible > 0)) return dt__dispatch_with_modes(call);
+  return dt__dispatch_inner(call);
+}
+
+dt_status dt__dispatch_inner(dt_op_call *call) {
+  const dt_op_def *def = &dt__op_table[call->op];
   if (DT_UNLIKELY(has_distributed_input(call))) {
     if (!dt__dist_dispatch_hook) {
       return dt__error(DT_ERR_UNSUPPORTED, "%s: distributed inputs need the dist layer", def->name);

@@ -93,6 +93,13 @@ DT_OP_LIST(DT_OP_PROTO)
 /* The single entry point of every op: modes, distributed dispatch, or the local path. */
 dt_status dt__dispatch(dt_op_call *call);
 
+/* Past the argument checks and the modes: the distributed hook or the local path. */
+dt_status dt__dispatch_inner(dt_op_call *call);
+
+/* Runs a call through the calling thread's dispatch modes (ops/mode.c). */
+dt_status dt__dispatch_with_modes(dt_op_call *call);
+extern _Thread_local int dt__modes_visible;
+
 /* The local path alone: validate, infer, allocate outputs, run the kernel. */
 dt_status dt__dispatch_local(dt_op_call *call);
 

@@ -1,0 +1,172 @@
+/*
+ * libdtensor — distributed tensors: placements, creation, conversion, redistribution.
+ *
+ * A distributed tensor is an ordinary dt_tensor handle that also carries a spec: the mesh
+ * it lies on, one placement per mesh dimension, and its global shape and dtype. Its
+ * geometry (dt_tensor_shape, dt_tensor_data, ...) describes this rank's local shard; the
+ * global shape is dt_dist_global_shape. Every op in ops.h accepts distributed tensors: the
+ * sharding propagator picks placements, inputs are redistributed with real collectives,
+ * the local kernel runs on the shards and the result is wrapped with the output spec.
+ *
+ * Placements, per mesh dimension (PyTorch's semantics):
+ *   Shard(d)     tensor dim d is split into mesh-size pieces with torch.chunk rules: every
+ *                piece has ceil(size / n) elements, trailing pieces fewer or none. When
+ *                several mesh dims shard the same tensor dim, they split it in mesh-dim
+ *                order (the first mesh dim's piece is split again by the next).
+ *   Replicate    every rank holds the whole (along that mesh dim).
+ *   Partial(op)  every rank holds a partial value; the tensor is their reduction by op
+ *                (sum, avg, max, min).
+ *
+ * Every function here is collective over the mesh (all ranks call it in the same order)
+ * unless it says otherwise, and returns the same status on every rank for the same bad
+ * input (arguments are checked before any communication).
+ *
+ * Ownership: results through `dt_tensor **out` are new references. A distributed tensor
+ * refers to its mesh without owning it: destroy the mesh only after its tensors.
+ */
+#ifndef DTENSOR_DIST_H
+#define DTENSOR_DIST_H
+
+#include "dtensor/comm.h"
+#include "dtensor/core.h"
+#include "dtensor/mesh.h"
+#include "dtensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Most mesh dimensions a distributed tensor may lie on. */
+#define DT_MAX_MESH_DIMS 4
+
+typedef enum dt_placement_kind {
+  DT_REPLICATE = 0,
+  DT_SHARD = 1,
+  DT_PARTIAL = 2,
+} dt_placement_kind;
+
+/* A placement is a small value: {DT_SHARD, dim}, {DT_REPLICATE}, {DT_PARTIAL, .op}. */
+typedef struct dt_placement {
+  dt_placement_kind kind;
+  int dim;         /* DT_SHARD: the tensor dim (negative counts from the end on input) */
+  dt_reduce_op op; /* DT_PARTIAL: sum, avg, max or min */
+} dt_placement;
+
+static inline dt_placement dt_shard(int dim) {
+  dt_placement p = {DT_SHARD, dim, DT_REDUCE_SUM};
+  return p;
+}
+static inline dt_placement dt_replicate(void) {
+  dt_placement p = {DT_REPLICATE, 0, DT_REDUCE_SUM};
+  return p;
+}
+static inline dt_placement dt_partial(dt_reduce_op op) {
+  dt_placement p = {DT_PARTIAL, 0, op};
+  return p;
+}
+
+/* Writes "S(0)", "R", "P(sum)" into buf. Not collective. */
+DT_API const char *dt_placement_format(dt_placement p, char *buf, size_t size);
+
+/* ---- Inspecting a distributed tensor (not collective) -------------------------------- */
+
+/* The mesh, NULL for a local tensor. */
+DT_API dt_mesh *dt_dist_mesh(const dt_tensor *t);
+/* Placements (mesh ndim entries), NULL for a local tensor. Borrowed. */
+DT_API const dt_placement *dt_dist_placements(const dt_tensor *t);
+/* The global shape and rank count: for a local tensor, its own shape. */
+DT_API int dt_dist_ndim(const dt_tensor *t);
+DT_API const int64_t *dt_dist_global_shape(const dt_tensor *t);
+
+/* ---- Creating and converting ------------------------------------------------------------- */
+
+/* Options of dt_from_local. Zero-initialise; NULL options mean all defaults. */
+typedef struct dt_from_local_options {
+  /* The global shape, for uneven shards; NULL: computed assuming every rank's shard has
+   * the shape this rank's has along sharded dims (even sharding), as PyTorch does. */
+  const int64_t *global_shape;
+  int global_ndim;
+  /* Verify across ranks that shard shapes fit the global shape and that replicas agree;
+   * DT_ERR_INVALID on every rank otherwise (costs collectives). */
+  bool run_check;
+} dt_from_local_options;
+
+/* Wraps this rank's local tensor as its shard of a distributed tensor with the given
+ * placements (mesh ndim of them). The local tensor is shared, not copied.
+ * Errors: DT_ERR_INVALID (NULL, placement count != mesh ndim, shard dim out of range,
+ * local shape inconsistent with the global shape, a distributed input), DT_ERR_NOMEM. */
+DT_API dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
+                               const dt_placement *placements,
+                               const dt_from_local_options *options, dt_tensor **out);
+
+/* Distributes a full tensor that every rank holds: each rank keeps (a contiguous copy of)
+ * its shard. Partial placements put the value on coordinate 0 and the reduction's identity
+ * elsewhere (zero for sum/avg's partial sum... see docs). Not communicating. */
+DT_API dt_status dt_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
+                                      const dt_placement *placements, dt_tensor **out);
+
+/* As dt_distribute_tensor, but only mesh rank `src` (its rank in the world group of the
+ * mesh) holds the tensor; it is broadcast/scattered from there. `full` is read on src only
+ * (others may pass NULL, and must pass global ndim/shape/dtype). */
+DT_API dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int ndim,
+                                           const int64_t *shape, dt_dtype dtype,
+                                           int n_placements, const dt_placement *placements,
+                                           dt_tensor **out);
+
+/* This rank's shard as a local tensor (a view: shares storage). Not collective. */
+DT_API dt_status dt_to_local(dt_tensor *t, dt_tensor **out);
+
+/* The whole tensor on every rank, as a local tensor (redistributes to Replicate). */
+DT_API dt_status dt_full_tensor(dt_tensor *t, dt_tensor **out);
+
+/* A distributed tensor equal to t with other placements, moved with the cheapest plan. */
+DT_API dt_status dt_redistribute(dt_tensor *t, int n_placements, const dt_placement *placements,
+                                 dt_tensor **out);
+
+/* The plan dt_redistribute would run, as readable text ("mesh dim 0: S(0) -> R via
+ * all_gather, 4096 bytes") with the total bytes moved by this rank. Not collective. */
+DT_API dt_status dt_redistribute_explain(const dt_tensor *t, int n_placements,
+                                         const dt_placement *placements, char *buf,
+                                         size_t size, int64_t *bytes);
+
+/* ---- Distributed factories ----------------------------------------------------------------- */
+/* A tensor of the global shape with the given placements, each rank creating only its shard.
+ * rand/randn: the global values depend only on the seed, never on the mesh or placements
+ * (element i of the global tensor is element i of dt_rand's stream). Partial placements
+ * are not allowed here (DT_ERR_INVALID). Not communicating. */
+DT_API dt_status dt_dist_full(dt_mesh *mesh, int ndim, const int64_t *shape, double value,
+                              dt_dtype dtype, int n_placements, const dt_placement *placements,
+                              dt_tensor **out);
+DT_API dt_status dt_dist_zeros(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
+                               int n_placements, const dt_placement *placements,
+                               dt_tensor **out);
+DT_API dt_status dt_dist_ones(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
+                              int n_placements, const dt_placement *placements,
+                              dt_tensor **out);
+DT_API dt_status dt_dist_rand(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
+                              uint64_t seed, int n_placements, const dt_placement *placements,
+                              dt_tensor **out);
+DT_API dt_status dt_dist_randn(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
+                               uint64_t seed, int n_placements, const dt_placement *placements,
+                               dt_tensor **out);
+
+/* Writes a text table of which ranks hold which block of a 1-D or 2-D distributed tensor.
+ * Not collective. Errors: DT_ERR_INVALID (local tensor, ndim > 2, NULL). */
+DT_API dt_status dt_visualize_sharding(const dt_tensor *t, char *buf, size_t size);
+
+/* ---- The sharding-propagation cache (per thread, i.e. per threads-backend rank) --------- */
+typedef struct dt_sharding_cache_stats {
+  uint64_t hits;
+  uint64_t misses;
+  uint64_t entries;
+  uint64_t fallbacks; /* ops run by replicating inputs because they have no sharding rule */
+} dt_sharding_cache_stats;
+
+DT_API void dt_sharding_cache_clear(void);
+DT_API void dt_sharding_cache_stats_get(dt_sharding_cache_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DTENSOR_DIST_H */

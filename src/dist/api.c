@@ -1,0 +1,345 @@
+/* Creating, converting and inspecting distributed tensors. */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "dist/redistribute_impl.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+void dt__mesh_info(const dt_mesh *mesh, dt_mesh_info *info) {
+  info->ndim = dt_mesh_ndim(mesh);
+  for (int m = 0; m < info->ndim; m++) {
+    info->size[m] = dt_mesh_size(mesh, m);
+    info->coord[m] = dt_mesh_coordinate(mesh, m);
+  }
+}
+
+static dt_status check_mesh(const char *op, const dt_mesh *mesh) {
+  if (!mesh) return dt__error(DT_ERR_INVALID, "%s: mesh is NULL", op);
+  if (dt_mesh_ndim(mesh) > DT_MAX_MESH_DIMS) {
+    return dt__error(DT_ERR_UNSUPPORTED, "%s: meshes of more than %d dims are not supported", op,
+                     DT_MAX_MESH_DIMS);
+  }
+  return DT_OK;
+}
+
+/* This rank's block of a global tensor: shape and offsets. */
+static void my_region(const dt_dist_spec *spec, int64_t *shape, int64_t *offset) {
+  dt_mesh_info mi;
+  dt__mesh_info(spec->mesh, &mi);
+  dt__local_region(spec->ndim, spec->shape, spec->mesh_ndim, mi.size, mi.coord, spec->placements,
+                   shape, offset);
+}
+
+/* A view of `full` restricted to a block. */
+static dt_status block_view(const dt_tensor *full, const int64_t *shape, const int64_t *offset,
+                            dt_tensor **out) {
+  int64_t start = full->offset;
+  for (int d = 0; d < full->ndim; d++) start += offset[d] * full->strides[d];
+  return dt__tensor_view(full, full->ndim, shape, full->strides, start, out);
+}
+
+static bool has_partial(int n, const dt_placement *p) {
+  for (int i = 0; i < n; i++) {
+    if (p[i].kind == DT_PARTIAL) return true;
+  }
+  return false;
+}
+
+dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
+                        const dt_placement *placements, const dt_from_local_options *options,
+                        dt_tensor **out) {
+  const char *op = "from_local";
+  if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
+  *out = NULL;
+  dt_status st = check_mesh(op, mesh);
+  if (st) return st;
+  if (!local) return dt__error(DT_ERR_INVALID, "%s: local tensor is NULL", op);
+  if (local->spec) return dt__error(DT_ERR_INVALID, "%s: the tensor is already distributed", op);
+  dt__dist_init();
+  dt_placement norm[DT_MAX_MESH_DIMS];
+  st = dt__check_placements(op, dt_mesh_ndim(mesh), local->ndim, n_placements, placements, norm);
+  if (st) return st;
+  dt_mesh_info mi;
+  dt__mesh_info(mesh, &mi);
+  int64_t global[DT_MAX_DIMS];
+  if (options && options->global_shape) {
+    if (options->global_ndim != local->ndim) {
+      return dt__error(DT_ERR_INVALID, "%s: global shape has %d dims but the local tensor has %d", op,
+                       options->global_ndim, local->ndim);
+    }
+    memcpy(global, options->global_shape, sizeof(int64_t) * (size_t)local->ndim);
+    st = dt__check_shape(op, local->ndim, global);
+    if (st) return st;
+  } else {
+    memcpy(global, local->shape, sizeof global);
+    for (int m = 0; m < mi.ndim; m++) {
+      if (norm[m].kind == DT_SHARD) global[norm[m].dim] *= mi.size[m];
+    }
+  }
+  int64_t expect[DT_MAX_DIMS], offset[DT_MAX_DIMS];
+  dt__local_region(local->ndim, global, mi.ndim, mi.size, mi.coord, norm, expect, offset);
+  if (memcmp(expect, local->shape, sizeof(int64_t) * (size_t)local->ndim) != 0) {
+    char a[160], b[160], g[160];
+    return dt__error(DT_ERR_INVALID, "%s: local shape %s does not fit global shape %s on this rank (expected %s)",
+                     op, dt__format_ints(a, sizeof a, local->ndim, local->shape),
+                     dt__format_ints(g, sizeof g, local->ndim, global),
+                     dt__format_ints(b, sizeof b, local->ndim, expect));
+  }
+  if (options && options->run_check) {
+    st = dt__from_local_check(mesh, local, norm, global);
+    if (st) return st;
+  }
+  dt_dist_spec *spec = NULL;
+  st = dt__spec_create(mesh, norm, local->ndim, global, local->dtype, &spec);
+  if (st) return st;
+  st = dt__dist_wrap(local, spec, out);
+  dt__spec_release(spec);
+  return st;
+}
+
+dt_status dt_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
+                               const dt_placement *placements, dt_tensor **out) {
+  const char *op = "distribute_tensor";
+  if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
+  *out = NULL;
+  dt_status st = check_mesh(op, mesh);
+  if (st) return st;
+  if (!full) return dt__error(DT_ERR_INVALID, "%s: tensor is NULL", op);
+  if (full->spec) return dt__error(DT_ERR_INVALID, "%s: the tensor is already distributed", op);
+  dt__dist_init();
+  dt_placement norm[DT_MAX_MESH_DIMS];
+  st = dt__check_placements(op, dt_mesh_ndim(mesh), full->ndim, n_placements, placements, norm);
+  if (st) return st;
+  if (has_partial(n_placements, norm)) {
+    return dt__error(DT_ERR_INVALID, "%s: Partial placements cannot be distributed (use Replicate, then redistribute)", op);
+  }
+  dt_dist_spec *spec = NULL;
+  st = dt__spec_create(mesh, norm, full->ndim, full->shape, full->dtype, &spec);
+  if (st) return st;
+  int64_t shape[DT_MAX_DIMS], offset[DT_MAX_DIMS];
+  my_region(spec, shape, offset);
+  dt_tensor *view = NULL, *local = NULL;
+  st = block_view(full, shape, offset, &view);
+  if (!st) st = dt__tensor_new(full->ndim, shape, full->dtype, &local);
+  if (!st) {
+    dt__cpu_copy(local, view);
+    st = dt__dist_wrap(local, spec, out);
+  }
+  dt_tensor_release(view);
+  dt_tensor_release(local);
+  dt__spec_release(spec);
+  return st;
+}
+
+dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int ndim,
+                                    const int64_t *shape, dt_dtype dtype, int n_placements,
+                                    const dt_placement *placements, dt_tensor **out) {
+  const char *op = "distribute_tensor_from";
+  if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
+  *out = NULL;
+  dt_status st = check_mesh(op, mesh);
+  if (st) return st;
+  dt_comm *world = dt_mesh_comm(mesh);
+  if (src < 0 || src >= dt_comm_size(world)) {
+    return dt__error(DT_ERR_INVALID, "%s: source rank %d is outside the mesh's %d ranks", op, src,
+                     dt_comm_size(world));
+  }
+  st = dt__check_shape(op, ndim, shape);
+  if (st) return st;
+  if (!dt__dtype_valid(dtype)) return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
+  bool is_src = dt_comm_rank(world) == src;
+  if (is_src) {
+    if (!full) return dt__error(DT_ERR_INVALID, "%s: tensor is NULL on the source rank", op);
+    if (full->ndim != ndim || full->dtype != dtype || memcmp(full->shape, shape, sizeof(int64_t) * (size_t)ndim)) {
+      char a[160], b[160];
+      return dt__error(DT_ERR_INVALID, "%s: source tensor %s %s differs from the declared %s %s", op,
+                       dt__format_ints(a, sizeof a, full->ndim, full->shape), dt_dtype_name(full->dtype),
+                       dt__format_ints(b, sizeof b, ndim, shape), dt_dtype_name(dtype));
+    }
+  }
+  /* Broadcast the whole tensor, then keep the local block: simple, and the bytes moved are
+   * what a scatter of replicated placements would move. */
+  dt_tensor *buffer = NULL;
+  st = dt__tensor_new(ndim, shape, dtype, &buffer);
+  if (st) return st;
+  if (is_src) dt__cpu_copy(buffer, full);
+  st = dt_broadcast(world, buffer, src);
+  if (!st) st = dt_distribute_tensor(mesh, buffer, n_placements, placements, out);
+  dt_tensor_release(buffer);
+  return st;
+}
+
+dt_status dt_to_local(dt_tensor *t, dt_tensor **out) {
+  if (!out) return dt__error(DT_ERR_INVALID, "to_local: out is NULL");
+  *out = NULL;
+  if (!t) return dt__error(DT_ERR_INVALID, "to_local: tensor is NULL");
+  return dt__local_view(t, out);
+}
+
+dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from, const dt_placement *to,
+                                 dt_tensor **out) {
+  if (dt__placements_equal(from->mesh_ndim, from->placements, to)) {
+    *out = dt_tensor_retain(local);
+    return DT_OK;
+  }
+  dt_redistribute_plan plan;
+  dt_status st = dt__redistribute_plan_cached(from, to, &plan);
+  if (st) return st;
+  return dt__redistribute_execute(local, from, &plan, out);
+}
+
+dt_status dt_redistribute(dt_tensor *t, int n_placements, const dt_placement *placements,
+                          dt_tensor **out) {
+  const char *op = "redistribute";
+  if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
+  *out = NULL;
+  if (!t || !t->spec) return dt__error(DT_ERR_INVALID, "%s: %s", op, t ? "the tensor is not distributed" : "tensor is NULL");
+  dt_placement norm[DT_MAX_MESH_DIMS];
+  dt_status st = dt__check_placements(op, t->spec->mesh_ndim, t->spec->ndim, n_placements, placements, norm);
+  if (st) return st;
+  dt_tensor *local = NULL;
+  st = dt__redistribute_local(t, t->spec, norm, &local);
+  if (st) return st;
+  dt_dist_spec *spec = NULL;
+  st = dt__spec_create(t->spec->mesh, norm, t->spec->ndim, t->spec->shape, t->spec->dtype, &spec);
+  if (!st) {
+    if (local == t) {
+      st = dt__dist_wrap(local, spec, out); /* a new handle with the new spec */
+    } else {
+      local->spec = dt__spec_retain(spec); /* fresh from the executor, or a view: ours */
+      *out = local;
+      local = NULL;
+    }
+  }
+  dt_tensor_release(local);
+  dt__spec_release(spec);
+  return st;
+}
+
+dt_status dt_full_tensor(dt_tensor *t, dt_tensor **out) {
+  const char *op = "full_tensor";
+  if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
+  *out = NULL;
+  if (!t) return dt__error(DT_ERR_INVALID, "%s: tensor is NULL", op);
+  if (!t->spec) return dt__local_view(t, out);
+  dt_placement replicated[DT_MAX_MESH_DIMS];
+  for (int m = 0; m < t->spec->mesh_ndim; m++) replicated[m] = dt_replicate();
+  dt_tensor *local = NULL;
+  dt_status st = dt__redistribute_local(t, t->spec, replicated, &local);
+  if (st) return st;
+  st = dt__local_view(local, out);
+  dt_tensor_release(local);
+  return st;
+}
+
+dt_status dt_redistribute_explain(const dt_tensor *t, int n_placements,
+                                  const dt_placement *placements, char *buf, size_t size,
+                                  int64_t *bytes) {
+  const char *op = "redistribute_explain";
+  if (!t || !t->spec || !buf || size == 0) {
+    return dt__error(DT_ERR_INVALID, "%s: needs a distributed tensor and a buffer", op);
+  }
+  dt_placement norm[DT_MAX_MESH_DIMS];
+  dt_status st = dt__check_placements(op, t->spec->mesh_ndim, t->spec->ndim, n_placements, placements, norm);
+  if (st) return st;
+  dt_redistribute_plan plan;
+  st = dt__redistribute_plan_cached(t->spec, norm, &plan);
+  if (st) return st;
+  dt__redistribute_plan_format(&plan, buf, size);
+  if (bytes) *bytes = plan.bytes;
+  return DT_OK;
+}
+
+/* ---- Factories ---------------------------------------------------------------------------- */
+
+typedef enum factory_kind { FACTORY_FULL, FACTORY_UNIFORM, FACTORY_NORMAL } factory_kind;
+
+static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int64_t *shape,
+                              dt_dtype dtype, factory_kind kind, double value, uint64_t seed,
+                              int n_placements, const dt_placement *placements, dt_tensor **out) {
+  if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
+  *out = NULL;
+  dt_status st = check_mesh(op, mesh);
+  if (!st) st = dt__check_shape(op, ndim, shape);
+  if (st) return st;
+  if (!dt__dtype_valid(dtype)) return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
+  if (kind != FACTORY_FULL && !dt_dtype_is_floating(dtype)) {
+    return dt__error(DT_ERR_DTYPE, "%s: needs a floating dtype, got %s", op, dt_dtype_name(dtype));
+  }
+  dt__dist_init();
+  dt_placement norm[DT_MAX_MESH_DIMS];
+  st = dt__check_placements(op, dt_mesh_ndim(mesh), ndim, n_placements, placements, norm);
+  if (st) return st;
+  if (has_partial(n_placements, norm)) {
+    return dt__error(DT_ERR_INVALID, "%s: factories take Shard or Replicate placements, not Partial", op);
+  }
+  dt_dist_spec *spec = NULL;
+  st = dt__spec_create(mesh, norm, ndim, shape, dtype, &spec);
+  if (st) return st;
+  int64_t lshape[DT_MAX_DIMS], offset[DT_MAX_DIMS];
+  my_region(spec, lshape, offset);
+  dt_tensor *local = NULL;
+  if (kind == FACTORY_FULL) {
+    st = dt_full(ndim, lshape, value, dtype, &local);
+  } else {
+    st = dt__tensor_new(ndim, lshape, dtype, &local);
+    /* Row by row: each local row is a contiguous run of the global flat index space. */
+    int64_t rows = 1, row_len = ndim ? lshape[ndim - 1] : 1;
+    for (int d = 0; d + 1 < ndim; d++) rows *= lshape[d];
+    size_t esize = dt__dtype_sizes[dtype];
+    int64_t index[DT_MAX_DIMS] = {0};
+    for (int64_t r = 0; r < rows && !st && row_len > 0; r++) {
+      uint64_t flat = 0;
+      for (int d = 0; d < ndim; d++) {
+        int64_t i = (d == ndim - 1 ? 0 : index[d]) + offset[d];
+        flat = flat * (uint64_t)shape[d] + (uint64_t)i;
+      }
+      dt_tensor *row = NULL;
+      st = dt_wrap((char *)dt__tensor_base(local) + (size_t)(r * row_len) * esize, 1, &row_len, NULL,
+                   dtype, &row);
+      if (!st) {
+        st = dt_random_fill(row, kind == FACTORY_UNIFORM ? DT_RANDOM_UNIFORM : DT_RANDOM_NORMAL, 0.0, 1.0,
+                            seed, flat);
+      }
+      dt_tensor_release(row);
+      for (int d = ndim - 2; d >= 0; d--) { /* next row's index */
+        if (++index[d] < lshape[d]) break;
+        index[d] = 0;
+      }
+    }
+  }
+  if (!st) {
+    local->spec = dt__spec_retain(spec);
+    *out = local;
+  } else {
+    dt_tensor_release(local);
+  }
+  dt__spec_release(spec);
+  return st;
+}
+
+dt_status dt_dist_full(dt_mesh *mesh, int ndim, const int64_t *shape, double value, dt_dtype dtype,
+                       int n_placements, const dt_placement *placements, dt_tensor **out) {
+  return dist_factory("dist_full", mesh, ndim, shape, dtype, FACTORY_FULL, value, 0, n_placements,
+                      placements, out);
+}
+dt_status dt_dist_zeros(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
+                        int n_placements, const dt_placement *placements, dt_tensor **out) {
+  return dist_factory("dist_zeros", mesh, ndim, shape, dtype, FACTORY_FULL, 0.0, 0, n_placements,
+                      placements, out);
+}
+dt_status dt_dist_ones(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
+                       int n_placements, const dt_placement *placements, dt_tensor **out) {
+  return dist_factory("dist_ones", mesh, ndim, shape, dtype, FACTORY_FULL, 1.0, 0, n_placements,
+                      placements, out);
+}
+dt_status dt_dist_rand(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype, uint64_t seed,
+                       int n_placements, const dt_placement *placements, dt_tensor **out) {
+  return dist_factory("dist_rand", mesh, ndim, shape, dtype, FACTORY_UNIFORM, 0.0, seed, n_placements,
+                      placements, out);
+}
+dt_status dt_dist_randn(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype, uint64_t seed,
+                        int n_placements, const dt_placement *placements, dt_tensor **out) {
+  return dist_factory("dist_randn", mesh, ndim, shape, dtype, FACTORY_NORMAL, 0.0, seed, n_placements,
+                      placements, out);
+}

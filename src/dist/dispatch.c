@@ -1,0 +1,428 @@
+/*
+ * The distributed path of dt__dispatch: sharding propagation (cached per thread), input
+ * redistribution, the local kernel on the shards, and wrapping the outputs.
+ *
+ *   key = hash(op, input specs, attributes)         -- no allocation, no formatting
+ *   plan = per-thread cache lookup, else propagate and insert
+ *   redistribute the inputs whose placements differ from the plan's
+ *   dt__dispatch_local on the local shards
+ *   outputs take the plan's (shared, refcounted) specs
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#include "dist/redistribute_impl.h"
+
+#define CACHE_SLOTS 1024 /* power of two */
+
+typedef struct op_plan {
+  dt_placement targets[DT_DIST_MAX_ARGS][DT_MAX_MESH_DIMS];
+  bool needs_redistribute[DT_DIST_MAX_ARGS];
+  int n_out;
+  dt_dist_spec *out_specs[DT_OP_MAX_META];
+  bool local_shape_override; /* view/reshape/expand take this rank's local shape */
+  int local_ndim;
+  int64_t local_shape[DT_MAX_DIMS];
+} op_plan;
+
+typedef struct cache_entry {
+  uint64_t key; /* 0: empty */
+  bool is_redistribute;
+  union {
+    op_plan *op;
+    dt_redistribute_plan *redistribute;
+  } plan;
+} cache_entry;
+
+typedef struct thread_cache {
+  cache_entry slots[CACHE_SLOTS];
+  uint64_t entries;
+  dt_sharding_cache_stats stats;
+} thread_cache;
+
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static _Thread_local thread_cache *tls_cache;
+static atomic_int fallback_logged[DT_OP_COUNT];
+
+static void free_entry(cache_entry *e) {
+  if (!e->key) return;
+  if (e->is_redistribute) {
+    dt__free(e->plan.redistribute);
+  } else {
+    for (int i = 0; i < e->plan.op->n_out; i++) dt__spec_release(e->plan.op->out_specs[i]);
+    dt__free(e->plan.op);
+  }
+  e->key = 0;
+}
+
+static void cache_destroy(void *p) {
+  thread_cache *c = p;
+  if (!c) return;
+  for (int i = 0; i < CACHE_SLOTS; i++) free_entry(&c->slots[i]);
+  dt__free(c);
+}
+
+static void make_cache_key(void) { pthread_key_create(&cache_key, cache_destroy); }
+
+static void spec_release_hook(struct dt_dist_spec *spec) { dt__spec_release(spec); }
+
+static dt_status dist_dispatch(dt_op_call *call);
+
+void dt__dist_init(void) {
+  pthread_once(&cache_once, make_cache_key);
+  dt__spec_release_hook = spec_release_hook;
+  dt__dist_dispatch_hook = dist_dispatch;
+}
+
+static thread_cache *get_cache(void) {
+  if (DT_LIKELY(tls_cache != NULL)) return tls_cache;
+  dt__dist_init();
+  tls_cache = dt__calloc(sizeof *tls_cache);
+  if (tls_cache) pthread_setspecific(cache_key, tls_cache);
+  return tls_cache;
+}
+
+void dt_sharding_cache_clear(void) {
+  thread_cache *c = tls_cache;
+  if (!c) return;
+  for (int i = 0; i < CACHE_SLOTS; i++) free_entry(&c->slots[i]);
+  c->entries = 0;
+  c->stats = (dt_sharding_cache_stats){0};
+}
+
+void dt_sharding_cache_stats_get(dt_sharding_cache_stats *stats) {
+  if (!stats) return;
+  thread_cache *c = tls_cache;
+  *stats = c ? c->stats : (dt_sharding_cache_stats){0};
+  stats->entries = c ? c->entries : 0;
+}
+
+static cache_entry *cache_find(thread_cache *c, uint64_t key) {
+  uint32_t i = (uint32_t)key & (CACHE_SLOTS - 1);
+  for (int probe = 0; probe < 8; probe++, i = (i + 1) & (CACHE_SLOTS - 1)) {
+    if (c->slots[i].key == key) return &c->slots[i];
+    if (c->slots[i].key == 0) return NULL;
+  }
+  return NULL;
+}
+
+/* A slot for a new key: the first empty one along the probe sequence, else the home slot
+ * is evicted (the cache is bounded). */
+static cache_entry *cache_slot(thread_cache *c, uint64_t key) {
+  uint32_t home = (uint32_t)key & (CACHE_SLOTS - 1), i = home;
+  for (int probe = 0; probe < 8; probe++, i = (i + 1) & (CACHE_SLOTS - 1)) {
+    if (c->slots[i].key == 0) {
+      c->entries++;
+      return &c->slots[i];
+    }
+  }
+  free_entry(&c->slots[home]);
+  return &c->slots[home];
+}
+
+/* ---- Redistribution plans, cached ------------------------------------------------------------- */
+
+dt_status dt__redistribute_plan_cached(const dt_dist_spec *from, const dt_placement *to,
+                                       dt_redistribute_plan *plan) {
+  uint64_t key = dt__hash_mix(from->hash, 0x7ed15757);
+  for (int m = 0; m < from->mesh_ndim; m++) {
+    key = dt__hash_mix(key, (uint64_t)to[m].kind | ((uint64_t)(uint32_t)to[m].dim << 8) | ((uint64_t)to[m].op << 40));
+  }
+  key |= 1;
+  thread_cache *c = get_cache();
+  cache_entry *e = c ? cache_find(c, key) : NULL;
+  if (e && e->is_redistribute) {
+    *plan = *e->plan.redistribute;
+    return DT_OK;
+  }
+  dt_mesh_info mi;
+  dt__mesh_info(from->mesh, &mi);
+  dt_redistribute_geometry g = {.mesh_ndim = from->mesh_ndim,
+                                .global_bytes = (double)dt__numel(from->ndim, from->shape) *
+                                                (double)dt__dtype_sizes[from->dtype]};
+  for (int m = 0; m < from->mesh_ndim; m++) g.mesh_size[m] = mi.size[m];
+  dt_status st = dt__redistribute_plan(&g, from->placements, to, plan);
+  if (st || !c) return st;
+  dt_redistribute_plan *copy = dt__alloc(sizeof *copy);
+  if (!copy) return DT_OK; /* not cached; the plan itself is fine */
+  *copy = *plan;
+  e = cache_slot(c, key);
+  e->key = key;
+  e->is_redistribute = true;
+  e->plan.redistribute = copy;
+  return DT_OK;
+}
+
+/* ---- Propagation ------------------------------------------------------------------------------- */
+
+typedef struct dist_args {
+  int n;
+  dt_tensor *t[DT_DIST_MAX_ARGS]; /* the call's tensors: inputs, then the list */
+  dt_tensor global[DT_DIST_MAX_ARGS]; /* global geometry of each (no storage) */
+  const dt_dist_spec *spec; /* the first distributed argument's spec: the mesh */
+} dist_args;
+
+static dt_status collect_args(const dt_op_call *call, dist_args *a) {
+  const char *op = dt__op_name(call);
+  a->n = 0;
+  a->spec = NULL;
+  if (call->n_inputs + call->n_input_list > DT_DIST_MAX_ARGS) {
+    return dt__error(DT_ERR_UNSUPPORTED, "%s: more than %d tensor arguments on distributed tensors", op,
+                     DT_DIST_MAX_ARGS);
+  }
+  for (int i = 0; i < call->n_inputs; i++) a->t[a->n++] = call->inputs[i];
+  for (int i = 0; i < call->n_input_list; i++) a->t[a->n++] = call->input_list[i];
+  for (int i = 0; i < a->n; i++) {
+    dt_tensor *t = a->t[i];
+    if (!t) continue;
+    if (t->spec) {
+      if (!a->spec) {
+        a->spec = t->spec;
+      } else if (t->spec->mesh_id != a->spec->mesh_id) {
+        return dt__error(DT_ERR_INVALID, "%s: argument %d lies on mesh %" PRIu64 " but argument 0 on mesh %" PRIu64
+                         " (all distributed arguments must share a mesh)",
+                         op, i, t->spec->mesh_id, a->spec->mesh_id);
+      }
+    } else if (t->ndim != 0) {
+      char buf[160];
+      return dt__error(DT_ERR_INVALID, "%s: argument %d is a local tensor of shape %s mixed with distributed "
+                       "tensors (only 0-d local tensors may be mixed in)",
+                       op, i, dt__format_ints(buf, sizeof buf, t->ndim, t->shape));
+    }
+  }
+  for (int i = 0; i < a->n; i++) {
+    dt_tensor *t = a->t[i];
+    if (!t) continue;
+    a->global[i] = *t;
+    if (t->spec) {
+      a->global[i].ndim = t->spec->ndim;
+      memcpy(a->global[i].shape, t->spec->shape, sizeof(int64_t) * (size_t)t->spec->ndim);
+      dt__contiguous_strides(t->spec->ndim, t->spec->shape, a->global[i].strides);
+      a->global[i].offset = 0;
+    }
+  }
+  return DT_OK;
+}
+
+static uint64_t call_key(const dt_op_call *call, const dist_args *a) {
+  uint64_t h = dt__hash_mix(0x0b5e55ed, (uint64_t)call->op | ((uint64_t)call->n_outputs << 16) |
+                                            ((uint64_t)call->flags << 32) | ((uint64_t)call->dtype << 48));
+  for (int i = 0; i < a->n; i++) {
+    const dt_tensor *t = a->t[i];
+    h = dt__hash_mix(h, !t ? 1 : t->spec ? t->spec->hash : (0x5ca1a7ull << 8 | (uint64_t)t->dtype));
+  }
+  for (int i = 0; i < call->n_ints && i < DT_OP_MAX_INTS; i++) h = dt__hash_mix(h, (uint64_t)call->ints[i]);
+  for (int i = 0; i < call->n_int_list; i++) h = dt__hash_mix(h, (uint64_t)call->int_list[i]);
+  for (int i = 0; i < 2; i++) {
+    uint64_t bits;
+    memcpy(&bits, &call->scalars[i], sizeof bits);
+    h = dt__hash_mix(h, bits);
+  }
+  h = dt__hash_mix(h, (uint64_t)call->n_ints << 32 | (uint64_t)call->n_int_list);
+  return h & ~1ull; /* op keys are even, redistribution keys odd */
+}
+
+static dt_placement current_placement(const dist_args *a, int i, int m) {
+  const dt_tensor *t = a->t[i];
+  return t && t->spec ? t->spec->placements[m] : dt_replicate();
+}
+
+/* Rough bytes moved to change one argument's placement on one mesh dim. */
+static double transition_cost(const dt_tensor *global, const dt_dist_spec *spec, int m, dt_placement from,
+                              dt_placement to, int64_t n) {
+  if (dt__placements_equal(1, &from, &to) || n == 1) return 0;
+  double bytes = (double)dt__tensor_numel(global) * (double)dt__dtype_sizes[global->dtype];
+  if (spec) {
+    dt_mesh_info mi;
+    dt__mesh_info(spec->mesh, &mi);
+    for (int j = 0; j < spec->mesh_ndim; j++) {
+      if (spec->placements[j].kind == DT_SHARD) bytes /= (double)mi.size[j];
+    }
+  }
+  (void)m;
+  if (to.kind == DT_PARTIAL && from.kind == DT_REPLICATE) return 1;
+  if (from.kind == DT_REPLICATE) return 1; /* R -> S: a local slice */
+  if (from.kind == DT_SHARD && to.kind == DT_REPLICATE) return bytes * (double)(n - 1) + 64;
+  if (from.kind == DT_SHARD && to.kind == DT_SHARD) return bytes + 64;
+  if (from.kind == DT_PARTIAL && to.kind == DT_REPLICATE) return 2 * bytes + 64;
+  if (from.kind == DT_PARTIAL && to.kind == DT_SHARD) return bytes + 64;
+  return bytes * (double)n + 128; /* through Replicate */
+}
+
+static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
+  const dt_op_def *def = &dt__op_table[call->op];
+  const dt_dist_spec *spec = a->spec;
+  /* Global shapes and argument checks: the op's own infer on global geometry. */
+  dt_op_call g = *call;
+  for (int i = 0; i < call->n_inputs; i++) g.inputs[i] = a->t[i] ? &a->global[i] : NULL;
+  dt_tensor *global_list[DT_DIST_MAX_ARGS];
+  for (int i = 0; i < call->n_input_list; i++) global_list[i] = &a->global[call->n_inputs + i];
+  g.input_list = global_list;
+  dt_tensor_meta metas[DT_OP_MAX_META];
+  dt_status st = def->infer(&g, metas);
+  if (st) return st;
+  int n_out = def->kind == DT_OP_KIND_INPLACE ? 0 : g.n_outputs;
+  if (n_out > DT_OP_MAX_META) {
+    return dt__error(DT_ERR_UNSUPPORTED, "%s: %d outputs on distributed tensors (at most %d)", def->name,
+                     n_out, DT_OP_MAX_META);
+  }
+  dt_mesh_info mi;
+  dt__mesh_info(spec->mesh, &mi);
+  dt_rule_ctx ctx = {.call = &g, .n_args = a->n, .n_out = n_out, .out = metas};
+  if (def->kind == DT_OP_KIND_INPLACE) {
+    ctx.n_out = 1;
+    metas[0].ndim = a->global[0].ndim;
+    metas[0].dtype = a->global[0].dtype;
+    memcpy(metas[0].shape, a->global[0].shape, sizeof metas[0].shape);
+  }
+  for (int i = 0; i < a->n; i++) ctx.args[i] = a->t[i] ? &a->global[i] : NULL;
+  dt_placement out_placements[DT_MAX_MESH_DIMS];
+  for (int m = 0; m < spec->mesh_ndim; m++) {
+    ctx.mesh_size = mi.size[m];
+    dt_placement cur[DT_DIST_MAX_ARGS];
+    for (int i = 0; i < a->n; i++) cur[i] = current_placement(a, i, m);
+    dt_strategies s;
+    bool has_rule = dt__sharding_rule(&ctx, cur, &s);
+    if (!has_rule) {
+      s.n = 0;
+      for (int i = 0; i < a->n; i++) s.in[0][i] = dt_replicate();
+      s.out[0] = dt_replicate();
+      s.n = 1;
+      thread_cache *c = get_cache();
+      if (c && m == 0) c->stats.fallbacks++;
+      if (m == 0 && atomic_exchange(&fallback_logged[call->op], 1) == 0) {
+        dt__log(DT_LOG_WARN, "%s has no sharding rule: its inputs are replicated", def->name);
+      }
+    }
+    int best = -1;
+    double best_cost = 0;
+    for (int k = 0; k < s.n; k++) {
+      if (def->kind == DT_OP_KIND_INPLACE) { /* self keeps its placement */
+        if (!dt__placements_equal(1, &s.in[k][0], &cur[0]) || !dt__placements_equal(1, &s.out[k], &cur[0])) continue;
+      }
+      double cost = 0;
+      for (int i = 0; i < a->n; i++) {
+        if (!a->t[i]) continue;
+        if (!a->t[i]->spec && s.in[k][i].kind != DT_REPLICATE) cost += 1e30; /* local scalars are replicas */
+        cost += transition_cost(&a->global[i], a->t[i]->spec, m, cur[i], s.in[k][i], mi.size[m]);
+      }
+      if (best < 0 || cost < best_cost) {
+        best = k;
+        best_cost = cost;
+      }
+    }
+    if (best < 0 || best_cost >= 1e30) {
+      char p[32];
+      return dt__error(DT_ERR_UNSUPPORTED, "%s: in place on a tensor placed %s on mesh dim %d would need "
+                       "its placement changed; redistribute it first",
+                       def->name, dt_placement_format(cur[0], p, sizeof p), m);
+    }
+    for (int i = 0; i < a->n; i++) plan->targets[i][m] = s.in[best][i];
+    out_placements[m] = s.out[best];
+  }
+  for (int i = 0; i < a->n; i++) {
+    plan->needs_redistribute[i] = a->t[i] && a->t[i]->spec &&
+                                  !dt__placements_equal(spec->mesh_ndim, a->t[i]->spec->placements, plan->targets[i]);
+  }
+  plan->n_out = 0;
+  for (int i = 0; i < n_out; i++) {
+    st = dt__spec_create(spec->mesh, out_placements, metas[i].ndim, metas[i].shape, metas[i].dtype,
+                         &plan->out_specs[i]);
+    if (st) return st;
+    plan->n_out++;
+  }
+  plan->local_shape_override = call->op == DT_OP_VIEW || call->op == DT_OP_RESHAPE || call->op == DT_OP_EXPAND;
+  if (plan->local_shape_override && n_out == 1) {
+    int64_t offset[DT_MAX_DIMS];
+    plan->local_ndim = metas[0].ndim;
+    dt__local_region(metas[0].ndim, metas[0].shape, spec->mesh_ndim, mi.size, mi.coord, out_placements,
+                     plan->local_shape, offset);
+  }
+  return DT_OK;
+}
+
+static void free_plan(op_plan *plan) {
+  for (int i = 0; i < plan->n_out; i++) dt__spec_release(plan->out_specs[i]);
+  dt__free(plan);
+}
+
+static dt_status dist_dispatch(dt_op_call *call) {
+  dist_args a;
+  dt_status st = collect_args(call, &a);
+  if (st) return st;
+  thread_cache *c = get_cache();
+  uint64_t key = call_key(call, &a);
+  cache_entry *e = c ? cache_find(c, key) : NULL;
+  op_plan *plan;
+  bool owned = false;
+  if (e && !e->is_redistribute) {
+    plan = e->plan.op;
+    c->stats.hits++;
+  } else {
+    plan = dt__calloc(sizeof *plan);
+    if (!plan) return dt__error(DT_ERR_NOMEM, "%s: cannot allocate a sharding plan", dt__op_name(call));
+    st = propagate(call, &a, plan);
+    if (st) {
+      free_plan(plan);
+      return st;
+    }
+    if (c) {
+      c->stats.misses++;
+      e = cache_slot(c, key);
+      e->key = key;
+      e->is_redistribute = false;
+      e->plan.op = plan;
+    } else {
+      owned = true;
+    }
+  }
+  /* Local arguments: redistributed shards where the plan says so, else the handles
+   * themselves (their geometry is the local shard). */
+  dt_tensor *local[DT_DIST_MAX_ARGS] = {0};
+  bool made[DT_DIST_MAX_ARGS] = {0};
+  for (int i = 0; i < a.n && !st; i++) {
+    local[i] = a.t[i];
+    if (plan->needs_redistribute[i]) {
+      st = dt__redistribute_local(a.t[i], a.t[i]->spec, plan->targets[i], &local[i]);
+      made[i] = !st;
+    }
+  }
+  if (!st) {
+    dt_op_call lc = *call;
+    for (int i = 0; i < call->n_inputs; i++) lc.inputs[i] = local[i];
+    lc.input_list = local + call->n_inputs;
+    if (plan->local_shape_override) {
+      lc.n_ints = plan->local_ndim;
+      memcpy(lc.ints, plan->local_shape, sizeof(int64_t) * (size_t)plan->local_ndim);
+      lc.int_list = plan->local_shape;
+      lc.n_int_list = plan->local_ndim;
+    }
+    st = dt__dispatch_local(&lc);
+    if (!st) {
+      for (int i = 0; i < plan->n_out && i < call->n_outputs; i++) {
+        dt_tensor *o = call->outputs[i];
+        if (o->spec) { /* an input handed back (contiguous of a contiguous shard): new handle */
+          dt_tensor *fresh = NULL;
+          st = dt__local_view(o, &fresh);
+          dt_tensor_release(o);
+          call->outputs[i] = o = fresh;
+          if (st) break;
+        }
+        o->spec = dt__spec_retain(plan->out_specs[i]);
+      }
+      if (st) {
+        for (int i = 0; i < call->n_outputs; i++) {
+          dt_tensor_release(call->outputs[i]);
+          call->outputs[i] = NULL;
+        }
+      }
+    }
+  }
+  for (int i = 0; i < a.n; i++) {
+    if (made[i]) dt_tensor_release(local[i]);
+  }
+  if (owned) free_plan(plan);
+  return st;
+}

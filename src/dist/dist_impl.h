@@ -1,0 +1,116 @@
+/* Private interface of the dist layer: specs, shard geometry, redistribution plans. */
+#ifndef DT_DIST_IMPL_H
+#define DT_DIST_IMPL_H
+
+#include <stdatomic.h>
+
+#include "dtensor/dist.h"
+#include "ops/op_impl.h"
+#include "tensor/tensor_impl.h"
+
+/* What a distributed tensor carries besides its local shard. Immutable once built and
+ * shared (refcounted) between tensors and cached plans. */
+struct dt_dist_spec {
+  atomic_int refcount;
+  dt_mesh *mesh;
+  uint64_t mesh_id;
+  int mesh_ndim;
+  dt_placement placements[DT_MAX_MESH_DIMS];
+  int ndim;
+  int64_t shape[DT_MAX_DIMS];
+  dt_dtype dtype;
+  uint64_t hash; /* of mesh id, placements, shape, dtype: the cache key part */
+};
+typedef struct dt_dist_spec dt_dist_spec;
+
+/* What the dist layer needs to know of a mesh, read once into a small value. */
+typedef struct dt_mesh_info {
+  int ndim;
+  int64_t size[DT_MAX_MESH_DIMS];
+  int64_t coord[DT_MAX_MESH_DIMS];
+} dt_mesh_info;
+
+void dt__mesh_info(const dt_mesh *mesh, dt_mesh_info *info);
+
+/* torch.chunk geometry: piece `index` of `n` pieces of a dim of `size`. */
+static inline void dt__chunk_range(int64_t size, int64_t n, int64_t index, int64_t *start,
+                                   int64_t *length) {
+  int64_t piece = n > 0 ? (size + n - 1) / n : size;
+  int64_t s = piece * index;
+  if (s > size) s = size;
+  int64_t l = size - s;
+  if (l > piece) l = piece;
+  *start = s;
+  *length = l;
+}
+
+/* The block of the global tensor a rank at `coord` holds under `placements`: its shape
+ * and offset per tensor dim. Sharded dims are split in mesh-dim order. */
+void dt__local_region(int ndim, const int64_t *global_shape, int mesh_ndim,
+                      const int64_t *mesh_size, const int64_t *coord,
+                      const dt_placement *placements, int64_t *local_shape, int64_t *offset);
+
+/* Checks placements against a mesh and a tensor rank, normalizing negative shard dims into
+ * `normalized`. `op` names the caller in the message. */
+dt_status dt__check_placements(const char *op, int mesh_ndim, int ndim, int n_placements,
+                               const dt_placement *placements, dt_placement *normalized);
+
+/* Builds a new spec (refcount 1). */
+dt_status dt__spec_create(dt_mesh *mesh, const dt_placement *placements, int ndim,
+                          const int64_t *shape, dt_dtype dtype, dt_dist_spec **out);
+dt_dist_spec *dt__spec_retain(dt_dist_spec *spec);
+void dt__spec_release(dt_dist_spec *spec);
+bool dt__placements_equal(int n, const dt_placement *a, const dt_placement *b);
+
+/* A new distributed handle: a view of `local` carrying `spec` (retained). */
+dt_status dt__dist_wrap(dt_tensor *local, dt_dist_spec *spec, dt_tensor **out);
+
+/* A local handle viewing a distributed tensor's shard (no spec). */
+dt_status dt__local_view(const dt_tensor *t, dt_tensor **out);
+
+/* Redistributes the local shard `local` of a tensor with spec `from` to placements `to`,
+ * returning the new local shard (a new tensor, or `local` retained when nothing moves). */
+dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from,
+                                 const dt_placement *to, dt_tensor **out);
+
+/* Installs the distributed dispatch hook and the spec release hook (idempotent). */
+void dt__dist_init(void);
+
+#endif /* DT_DIST_IMPL_H */
+
+/* from_local's run_check: every rank's shard fits, replicas agree (collective). */
+dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local, const dt_placement *placements,
+                               const int64_t *global_shape);
+
+/* ---- Sharding propagation -------------------------------------------------------------- */
+
+#define DT_DIST_MAX_ARGS 16
+#define DT_RULE_MAX_STRATEGIES 24
+
+/* What a sharding rule sees: the op with its attributes (normalized by a global infer), the
+ * tensor arguments as global shapes, the outputs' global metas. */
+typedef struct dt_rule_ctx {
+  const dt_op_call *call;
+  int n_args;
+  const dt_tensor *args[DT_DIST_MAX_ARGS]; /* global geometry; NULL for an absent optional */
+  int n_out;
+  const dt_tensor_meta *out; /* n_out metas (at most DT_OP_MAX_META) */
+  int64_t mesh_size;         /* of the mesh dim being decided */
+} dt_rule_ctx;
+
+/* Candidate strategies for one mesh dim: the placement each argument must have and the
+ * placement every output gets. */
+typedef struct dt_strategies {
+  int n;
+  dt_placement in[DT_RULE_MAX_STRATEGIES][DT_DIST_MAX_ARGS];
+  dt_placement out[DT_RULE_MAX_STRATEGIES];
+} dt_strategies;
+
+/* Proposes strategies for one mesh dim given the arguments' current placements on it.
+ * Returns false when the op has no rule (the caller replicates). */
+bool dt__sharding_rule(const dt_rule_ctx *ctx, const dt_placement *current, dt_strategies *s);
+
+/* A cached redistribution plan between two placement tuples of a spec. */
+struct dt_redistribute_plan;
+dt_status dt__redistribute_plan_cached(const dt_dist_spec *from, const dt_placement *to,
+                                       struct dt_redistribute_plan *plan);

@@ -1,0 +1,286 @@
+/*
+ * Executing a redistribution plan on this rank's shard. Collectives work on flat
+ * contiguous buffers along dim 0, so a step along tensor dim d first lays the shard out
+ * with d in front ("d-major"), moves the bytes, then restores the dim order.
+ */
+#include <inttypes.h>
+
+#include "dist/redistribute_impl.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+/* A view of t with dim d moved to the front. */
+static dt_status front_view(const dt_tensor *t, int d, dt_tensor **out) {
+  int64_t shape[DT_MAX_DIMS], strides[DT_MAX_DIMS];
+  int k = 0;
+  shape[k] = t->shape[d];
+  strides[k++] = t->strides[d];
+  for (int i = 0; i < t->ndim; i++) {
+    if (i == d) continue;
+    shape[k] = t->shape[i];
+    strides[k++] = t->strides[i];
+  }
+  return dt__tensor_view(t, t->ndim, shape, strides, t->offset, out);
+}
+
+/* A flat contiguous copy of t laid out d-major. */
+static dt_status pack_front(const dt_tensor *t, int d, dt_tensor **out) {
+  dt_tensor *v = NULL, *packed = NULL;
+  dt_status st = front_view(t, d, &v);
+  if (st) return st;
+  int64_t numel = dt__tensor_numel(t);
+  st = dt__tensor_new(v->ndim, v->shape, v->dtype, &packed);
+  if (!st) dt__cpu_copy(packed, v);
+  dt_tensor_release(v);
+  if (st) return st;
+  /* Reinterpret as 1-D (same storage, contiguous). */
+  st = dt__tensor_view(packed, 1, &numel, (int64_t[]){1}, packed->offset, out);
+  dt_tensor_release(packed);
+  return st;
+}
+
+/* A new tensor of `shape` whose d-major layout is the flat buffer `flat`. */
+static dt_status unpack_front(const dt_tensor *flat, int ndim, const int64_t *shape, int d,
+                              dt_tensor **out) {
+  dt_tensor *result = NULL, *result_front = NULL, *src = NULL;
+  dt_status st = dt__tensor_new(ndim, shape, flat->dtype, &result);
+  if (st) return st;
+  st = front_view(result, d, &result_front);
+  if (st) goto done;
+  int64_t strides[DT_MAX_DIMS];
+  dt__contiguous_strides(ndim, result_front->shape, strides);
+  st = dt__tensor_view(flat, ndim, result_front->shape, strides, flat->offset, &src);
+  if (st) goto done;
+  dt__cpu_copy(result_front, src);
+done:
+  dt_tensor_release(src);
+  dt_tensor_release(result_front);
+  if (st) {
+    dt_tensor_release(result);
+    return st;
+  }
+  *out = result;
+  return DT_OK;
+}
+
+/* Local shard shape under `state` for this rank. */
+static void shard_shape(const dt_dist_spec *spec, const dt_mesh_info *mi, const dt_placement *state,
+                        int64_t *shape) {
+  int64_t offset[DT_MAX_DIMS];
+  dt__local_region(spec->ndim, spec->shape, spec->mesh_ndim, mi->size, mi->coord, state, shape, offset);
+}
+
+/* The extent of tensor dim d that mesh dim m splits under `state` (m innermost for d): the
+ * local size of d with m's split removed. */
+static int64_t level_extent(const dt_dist_spec *spec, const dt_mesh_info *mi, const dt_placement *state,
+                            int m, int d) {
+  dt_placement without[DT_MAX_MESH_DIMS];
+  memcpy(without, state, sizeof(dt_placement) * (size_t)spec->mesh_ndim);
+  without[m] = dt_replicate();
+  int64_t shape[DT_MAX_DIMS];
+  shard_shape(spec, mi, without, shape);
+  return shape[d];
+}
+
+static dt_status step_all_gather(dt_comm *comm, dt_tensor *local, int d, int64_t extent, int n,
+                                 const int64_t *out_shape, int ndim, dt_tensor **out) {
+  int64_t inner = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (i != d) inner *= local->shape[i];
+  }
+  int64_t *cnt = dt__alloc(sizeof(int64_t) * (size_t)n);
+  if (!cnt) return dt__error(DT_ERR_NOMEM, "redistribute: cannot allocate counts");
+  int64_t total = 0;
+  for (int r = 0; r < n; r++) {
+    int64_t start, length;
+    dt__chunk_range(extent, n, r, &start, &length);
+    cnt[r] = length * inner;
+    total += cnt[r];
+  }
+  dt_tensor *packed = NULL, *gathered = NULL;
+  dt_status st = pack_front(local, d, &packed);
+  if (!st) st = dt__tensor_new(1, &total, local->dtype, &gathered);
+  if (!st) st = dt_all_gather_uneven(comm, packed, gathered, cnt);
+  if (!st) st = unpack_front(gathered, ndim, out_shape, d, out);
+  dt_tensor_release(packed);
+  dt_tensor_release(gathered);
+  dt__free(cnt);
+  return st;
+}
+
+static dt_status step_reduce_scatter(dt_comm *comm, dt_tensor *local, int d, int n, int coord,
+                                     dt_reduce_op op, const int64_t *out_shape, int ndim,
+                                     dt_tensor **out) {
+  int64_t extent = local->shape[d];
+  int64_t inner = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (i != d) inner *= local->shape[i];
+  }
+  int64_t *cnt = dt__alloc(sizeof(int64_t) * (size_t)n);
+  if (!cnt) return dt__error(DT_ERR_NOMEM, "redistribute: cannot allocate counts");
+  for (int r = 0; r < n; r++) {
+    int64_t start, length;
+    dt__chunk_range(extent, n, r, &start, &length);
+    cnt[r] = length * inner;
+  }
+  dt_tensor *packed = NULL, *scattered = NULL;
+  dt_status st = pack_front(local, d, &packed);
+  if (!st) st = dt__tensor_new(1, &cnt[coord], local->dtype, &scattered);
+  if (!st) st = dt_reduce_scatter_uneven(comm, packed, scattered, cnt, op);
+  if (!st) st = unpack_front(scattered, ndim, out_shape, d, out);
+  dt_tensor_release(packed);
+  dt_tensor_release(scattered);
+  dt__free(cnt);
+  return st;
+}
+
+static dt_status step_all_reduce(dt_comm *comm, dt_tensor *local, dt_reduce_op op, dt_tensor **out) {
+  dt_tensor *copy = NULL;
+  dt_status st = dt__tensor_new(local->ndim, local->shape, local->dtype, &copy);
+  if (st) return st;
+  dt__cpu_copy(copy, local);
+  int64_t numel = dt__tensor_numel(copy);
+  dt_tensor *flat = NULL;
+  st = dt__tensor_view(copy, 1, &numel, (int64_t[]){1}, 0, &flat);
+  if (!st) st = dt_all_reduce(comm, flat, op);
+  dt_tensor_release(flat);
+  if (st) {
+    dt_tensor_release(copy);
+    return st;
+  }
+  *out = copy;
+  return DT_OK;
+}
+
+/* S(d) -> S(e) on one mesh dim: block r of e goes to rank r; from rank r comes its piece of
+ * d with this rank's piece of e. Blocks travel d-major so received blocks stack along d. */
+static dt_status step_all_to_all(dt_comm *comm, dt_tensor *local, int d, int e, int64_t extent_d,
+                                 int n, int coord, const int64_t *out_shape, int ndim,
+                                 dt_tensor **out) {
+  int64_t extent_e = local->shape[e];
+  int64_t *send = dt__alloc(sizeof(int64_t) * (size_t)n * 2);
+  if (!send) return dt__error(DT_ERR_NOMEM, "redistribute: cannot allocate counts");
+  int64_t *recv = send + n;
+  int64_t send_total = 0, recv_total = 0;
+  int64_t other = 1; /* elements per (d, e) pair */
+  for (int i = 0; i < ndim; i++) {
+    if (i != d && i != e) other *= local->shape[i];
+  }
+  int64_t my_e_start, my_e_len;
+  dt__chunk_range(extent_e, n, coord, &my_e_start, &my_e_len);
+  for (int r = 0; r < n; r++) {
+    int64_t s, l;
+    dt__chunk_range(extent_e, n, r, &s, &l);
+    send[r] = local->shape[d] * l * other;
+    dt__chunk_range(extent_d, n, r, &s, &l);
+    recv[r] = l * my_e_len * other;
+    send_total += send[r];
+    recv_total += recv[r];
+  }
+  dt_tensor *sendbuf = NULL, *recvbuf = NULL;
+  dt_status st = dt__tensor_new(1, &send_total, local->dtype, &sendbuf);
+  if (!st) st = dt__tensor_new(1, &recv_total, local->dtype, &recvbuf);
+  int64_t pos = 0;
+  for (int r = 0; r < n && !st; r++) {
+    /* Block r: local narrowed to e-chunk r, laid out d-major, at sendbuf[pos..). */
+    int64_t s, l;
+    dt__chunk_range(extent_e, n, r, &s, &l);
+    int64_t shape[DT_MAX_DIMS];
+    memcpy(shape, local->shape, sizeof shape);
+    shape[e] = l;
+    dt_tensor *narrow = NULL, *narrow_front = NULL, *dst = NULL;
+    st = dt__tensor_view(local, ndim, shape, local->strides, local->offset + s * local->strides[e], &narrow);
+    if (!st) st = front_view(narrow, d, &narrow_front);
+    if (!st) {
+      int64_t strides[DT_MAX_DIMS];
+      dt__contiguous_strides(ndim, narrow_front->shape, strides);
+      st = dt__tensor_view(sendbuf, ndim, narrow_front->shape, strides, pos, &dst);
+    }
+    if (!st) dt__cpu_copy(dst, narrow_front);
+    dt_tensor_release(narrow);
+    dt_tensor_release(narrow_front);
+    dt_tensor_release(dst);
+    pos += send[r];
+  }
+  if (!st) st = dt_all_to_all(comm, sendbuf, recvbuf, send, recv);
+  if (!st) st = unpack_front(recvbuf, ndim, out_shape, d, out);
+  dt_tensor_release(sendbuf);
+  dt_tensor_release(recvbuf);
+  dt__free(send);
+  return st;
+}
+
+/* R -> S(d): this rank's chunk of d, as a view. */
+static dt_status step_slice(dt_tensor *local, int d, int n, int coord, dt_tensor **out) {
+  int64_t start, length;
+  dt__chunk_range(local->shape[d], n, coord, &start, &length);
+  int64_t shape[DT_MAX_DIMS];
+  memcpy(shape, local->shape, sizeof shape);
+  shape[d] = length;
+  return dt__tensor_view(local, local->ndim, shape, local->strides,
+                         local->offset + start * local->strides[d], out);
+}
+
+/* R -> P(op): sum keeps the value on coordinate 0 and zeros elsewhere (exact for every
+ * dtype); avg, max and min keep the value everywhere. */
+static dt_status step_to_partial(dt_tensor *local, dt_reduce_op op, int coord, dt_tensor **out) {
+  if (op == DT_REDUCE_SUM && coord != 0) {
+    dt_status st = dt__tensor_new(local->ndim, local->shape, local->dtype, out);
+    if (st) return st;
+    memset(dt__tensor_base(*out), 0, (size_t)dt__tensor_numel(local) * dt__dtype_sizes[local->dtype]);
+    return DT_OK;
+  }
+  *out = dt_tensor_retain(local);
+  return DT_OK;
+}
+
+dt_status dt__redistribute_execute(dt_tensor *local, const dt_dist_spec *from,
+                                   const dt_redistribute_plan *plan, dt_tensor **out) {
+  dt_mesh_info mi;
+  dt__mesh_info(from->mesh, &mi);
+  dt_placement state[DT_MAX_MESH_DIMS];
+  memcpy(state, from->placements, sizeof(dt_placement) * (size_t)from->mesh_ndim);
+  dt_tensor *current = dt_tensor_retain(local);
+  for (int i = 0; i < plan->n_steps; i++) {
+    const dt_redistribute_step *step = &plan->steps[i];
+    int m = step->mesh_dim;
+    int n = (int)mi.size[m];
+    int coord = (int)mi.coord[m];
+    dt_placement after[DT_MAX_MESH_DIMS];
+    memcpy(after, state, sizeof after);
+    after[m] = step->to;
+    int64_t out_shape[DT_MAX_DIMS];
+    shard_shape(from, &mi, after, out_shape);
+    dt_comm *comm = dt_mesh_group(from->mesh, m);
+    dt_tensor *next = NULL;
+    dt_status st = DT_OK;
+    if (n == 1 && step->kind != DT_STEP_TO_PARTIAL) {
+      next = dt_tensor_retain(current); /* one rank: every step keeps the data as it is */
+    } else {
+      switch (step->kind) {
+      case DT_STEP_ALL_GATHER:
+        st = step_all_gather(comm, current, step->from.dim, level_extent(from, &mi, state, m, step->from.dim),
+                             n, out_shape, from->ndim, &next);
+        break;
+      case DT_STEP_REDUCE_SCATTER:
+        st = step_reduce_scatter(comm, current, step->to.dim, n, coord, step->from.op, out_shape,
+                                 from->ndim, &next);
+        break;
+      case DT_STEP_ALL_REDUCE: st = step_all_reduce(comm, current, step->from.op, &next); break;
+      case DT_STEP_ALL_TO_ALL:
+        st = step_all_to_all(comm, current, step->from.dim, step->to.dim,
+                             level_extent(from, &mi, state, m, step->from.dim), n, coord, out_shape,
+                             from->ndim, &next);
+        break;
+      case DT_STEP_SLICE: st = step_slice(current, step->to.dim, n, coord, &next); break;
+      case DT_STEP_TO_PARTIAL: st = step_to_partial(current, step->to.op, coord, &next); break;
+      default: st = dt__error(DT_ERR_INTERNAL, "redistribute: invalid step"); break;
+      }
+    }
+    dt_tensor_release(current);
+    if (st) return st;
+    current = next;
+    memcpy(state, after, sizeof after);
+  }
+  *out = current;
+  return DT_OK;
+}

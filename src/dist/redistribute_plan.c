@@ -1,0 +1,254 @@
+/*
+ * The redistribution planner: the cheapest sequence of single-mesh-dim steps from one
+ * placement tuple to another, by Dijkstra over placement tuples with a bytes-moved cost
+ * model. Each step changes one mesh dim's placement with one collective (or none):
+ *
+ *   S(d) -> R      all_gather along d          S(d) -> S(e)   all_to_all
+ *   P    -> R      all_reduce                  P    -> S(d)   reduce_scatter along d
+ *   R    -> S(d)   local slice (no comm)       R    -> P      local (value on coord 0)
+ *
+ * A step that splits or unsplits tensor dim d on mesh dim m is only possible when m is the
+ * innermost mesh dim sharding d (no later mesh dim shards d), because shards nest in
+ * mesh-dim order. That rule is what makes e.g. (S(0), S(1)) -> (S(1), S(0)) go
+ * S(1)->R on dim 1, S(0)->S(1) on dim 0, R->S(0) on dim 1 — never through a full gather.
+ */
+#include <stdio.h>
+
+#include "dist/redistribute_impl.h"
+
+#define MAX_CODES 16
+
+/* The placements a plan may pass through, as small codes. */
+typedef struct code_book {
+  int count;
+  dt_placement placements[MAX_CODES];
+} code_book;
+
+static int code_of(const code_book *book, dt_placement p) {
+  for (int i = 0; i < book->count; i++) {
+    if (dt__placements_equal(1, &book->placements[i], &p)) return i;
+  }
+  return -1;
+}
+
+static void book_add(code_book *book, dt_placement p) {
+  if (code_of(book, p) < 0 && book->count < MAX_CODES) book->placements[book->count++] = p;
+}
+
+static bool shards_dim_after(const dt_placement *state, int mesh_ndim, int m, int d) {
+  for (int j = m + 1; j < mesh_ndim; j++) {
+    if (state[j].kind == DT_SHARD && state[j].dim == d) return true;
+  }
+  return false;
+}
+
+/* The collective a step from p to q on mesh dim m needs, or DT_STEP_INVALID. */
+static dt_step_kind step_kind(const dt_placement *state, int mesh_ndim, int m, dt_placement p,
+                              dt_placement q) {
+  if (p.kind == DT_SHARD && q.kind == DT_REPLICATE) {
+    return shards_dim_after(state, mesh_ndim, m, p.dim) ? DT_STEP_INVALID : DT_STEP_ALL_GATHER;
+  }
+  if (p.kind == DT_SHARD && q.kind == DT_SHARD) {
+    if (shards_dim_after(state, mesh_ndim, m, p.dim) || shards_dim_after(state, mesh_ndim, m, q.dim)) {
+      return DT_STEP_INVALID;
+    }
+    return DT_STEP_ALL_TO_ALL;
+  }
+  if (p.kind == DT_REPLICATE && q.kind == DT_SHARD) {
+    return shards_dim_after(state, mesh_ndim, m, q.dim) ? DT_STEP_INVALID : DT_STEP_SLICE;
+  }
+  if (p.kind == DT_PARTIAL && q.kind == DT_REPLICATE) return DT_STEP_ALL_REDUCE;
+  if (p.kind == DT_PARTIAL && q.kind == DT_SHARD) {
+    return shards_dim_after(state, mesh_ndim, m, q.dim) ? DT_STEP_INVALID : DT_STEP_REDUCE_SCATTER;
+  }
+  if (p.kind == DT_REPLICATE && q.kind == DT_PARTIAL) return DT_STEP_TO_PARTIAL;
+  return DT_STEP_INVALID; /* S -> P and P -> P' go through R */
+}
+
+/* Bytes this rank holds under a state, assuming even shards (the cost model's estimate). */
+static double local_bytes(const dt_redistribute_geometry *g, const dt_placement *state) {
+  double bytes = g->global_bytes;
+  for (int m = 0; m < g->mesh_ndim; m++) {
+    if (state[m].kind == DT_SHARD) bytes /= (double)g->mesh_size[m];
+  }
+  return bytes;
+}
+
+/* Bytes a step moves through this rank, plus a small per-step cost so that, at equal
+ * traffic, fewer steps win. */
+static double step_cost(const dt_redistribute_geometry *g, const dt_placement *before,
+                        const dt_placement *after, int m, dt_step_kind kind) {
+  double n = (double)g->mesh_size[m];
+  if (n <= 1 || kind == DT_STEP_SLICE || kind == DT_STEP_TO_PARTIAL) return 1.0;
+  double b = local_bytes(g, before), a = local_bytes(g, after);
+  switch (kind) {
+  case DT_STEP_ALL_GATHER: return a * (n - 1) / n + 64;
+  case DT_STEP_ALL_TO_ALL: return b * (n - 1) / n + 64;
+  case DT_STEP_ALL_REDUCE: return 2 * b * (n - 1) / n + 64;
+  case DT_STEP_REDUCE_SCATTER: return b * (n - 1) / n + 64;
+  default: return 64;
+  }
+}
+
+static int encode(const int *codes, int mesh_ndim, int base) {
+  int s = 0;
+  for (int m = mesh_ndim - 1; m >= 0; m--) s = s * base + codes[m];
+  return s;
+}
+
+static void decode(int s, int mesh_ndim, int base, int *codes) {
+  for (int m = 0; m < mesh_ndim; m++) {
+    codes[m] = s % base;
+    s /= base;
+  }
+}
+
+dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_placement *from,
+                                const dt_placement *to, dt_redistribute_plan *plan) {
+  int mesh_ndim = g->mesh_ndim;
+  code_book book = {0};
+  book_add(&book, dt_replicate());
+  for (int m = 0; m < mesh_ndim; m++) {
+    book_add(&book, from[m]);
+    book_add(&book, to[m]);
+  }
+  int count = book.count;
+  for (int i = 0; i < count; i++) { /* every shard dim may appear on every mesh dim */
+    if (book.placements[i].kind == DT_SHARD) continue;
+  }
+  int base = book.count;
+  int states = 1;
+  for (int m = 0; m < mesh_ndim; m++) states *= base;
+  double *dist = dt__alloc(sizeof(double) * (size_t)states);
+  int *prev = dt__alloc(sizeof(int) * (size_t)states);
+  bool *done = dt__calloc(sizeof(bool) * (size_t)states);
+  if (!dist || !prev || !done) {
+    dt__free(dist);
+    dt__free(prev);
+    dt__free(done);
+    return dt__error(DT_ERR_NOMEM, "redistribute: cannot allocate the planner's tables");
+  }
+  int start_codes[DT_MAX_MESH_DIMS], goal_codes[DT_MAX_MESH_DIMS];
+  for (int m = 0; m < mesh_ndim; m++) {
+    start_codes[m] = code_of(&book, from[m]);
+    goal_codes[m] = code_of(&book, to[m]);
+  }
+  int start = encode(start_codes, mesh_ndim, base), goal = encode(goal_codes, mesh_ndim, base);
+  for (int s = 0; s < states; s++) {
+    dist[s] = 1e300;
+    prev[s] = -1;
+  }
+  dist[start] = 0;
+  /* Dense Dijkstra: the state space is tiny (at most 16^4, usually a few dozen). */
+  for (;;) {
+    int best = -1;
+    for (int s = 0; s < states; s++) {
+      if (!done[s] && dist[s] < 1e299 && (best < 0 || dist[s] < dist[best])) best = s;
+    }
+    if (best < 0 || best == goal) break;
+    done[best] = true;
+    int codes[DT_MAX_MESH_DIMS];
+    dt_placement state[DT_MAX_MESH_DIMS];
+    decode(best, mesh_ndim, base, codes);
+    for (int m = 0; m < mesh_ndim; m++) state[m] = book.placements[codes[m]];
+    for (int m = 0; m < mesh_ndim; m++) {
+      for (int c = 0; c < base; c++) {
+        if (c == codes[m]) continue;
+        dt_step_kind kind = step_kind(state, mesh_ndim, m, state[m], book.placements[c]);
+        if (kind == DT_STEP_INVALID) continue;
+        dt_placement next_state[DT_MAX_MESH_DIMS];
+        memcpy(next_state, state, sizeof(dt_placement) * (size_t)mesh_ndim);
+        next_state[m] = book.placements[c];
+        int next_codes[DT_MAX_MESH_DIMS];
+        memcpy(next_codes, codes, sizeof(int) * (size_t)mesh_ndim);
+        next_codes[m] = c;
+        int next = encode(next_codes, mesh_ndim, base);
+        double d = dist[best] + step_cost(g, state, next_state, m, kind);
+        if (d < dist[next]) {
+          dist[next] = d;
+          prev[next] = best;
+        }
+      }
+    }
+  }
+  dt_status st = DT_OK;
+  if (dist[goal] >= 1e299) {
+    st = dt__error(DT_ERR_INTERNAL, "redistribute: no plan found");
+    goto done;
+  }
+  /* Walk back from the goal to list the steps in order. */
+  int path[64];
+  int length = 0;
+  for (int s = goal; s != start && length < 64; s = prev[s]) path[length++] = s;
+  plan->n_steps = 0;
+  plan->bytes = 0;
+  int cur = start;
+  for (int i = length - 1; i >= 0; i--) {
+    int a[DT_MAX_MESH_DIMS], b[DT_MAX_MESH_DIMS];
+    decode(cur, mesh_ndim, base, a);
+    decode(path[i], mesh_ndim, base, b);
+    dt_placement before[DT_MAX_MESH_DIMS];
+    for (int m = 0; m < mesh_ndim; m++) before[m] = book.placements[a[m]];
+    for (int m = 0; m < mesh_ndim; m++) {
+      if (a[m] == b[m]) continue;
+      dt_redistribute_step *step = &plan->steps[plan->n_steps++];
+      step->mesh_dim = m;
+      step->from = book.placements[a[m]];
+      step->to = book.placements[b[m]];
+      step->kind = step_kind(before, mesh_ndim, m, step->from, step->to);
+      dt_placement after[DT_MAX_MESH_DIMS];
+      memcpy(after, before, sizeof after);
+      after[m] = step->to;
+      step->bytes = 0;
+      if (g->mesh_size[m] > 1) {
+        double n = (double)g->mesh_size[m];
+        switch (step->kind) {
+        case DT_STEP_ALL_GATHER: step->bytes = (int64_t)(local_bytes(g, after) * (n - 1) / n); break;
+        case DT_STEP_ALL_TO_ALL:
+        case DT_STEP_REDUCE_SCATTER: step->bytes = (int64_t)(local_bytes(g, before) * (n - 1) / n); break;
+        case DT_STEP_ALL_REDUCE: step->bytes = (int64_t)(2 * local_bytes(g, before) * (n - 1) / n); break;
+        default: break;
+        }
+      }
+      plan->bytes += step->bytes;
+    }
+    cur = path[i];
+  }
+done:
+  dt__free(dist);
+  dt__free(prev);
+  dt__free(done);
+  return st;
+}
+
+static const char *step_name(dt_step_kind kind) {
+  switch (kind) {
+  case DT_STEP_ALL_GATHER: return "all_gather";
+  case DT_STEP_ALL_TO_ALL: return "all_to_all";
+  case DT_STEP_ALL_REDUCE: return "all_reduce";
+  case DT_STEP_REDUCE_SCATTER: return "reduce_scatter";
+  case DT_STEP_SLICE: return "local slice";
+  case DT_STEP_TO_PARTIAL: return "local partial";
+  default: return "invalid";
+  }
+}
+
+void dt__redistribute_plan_format(const dt_redistribute_plan *plan, char *buf, size_t size) {
+  size_t used = 0;
+  if (size == 0) return;
+  buf[0] = '\0';
+  if (plan->n_steps == 0) {
+    snprintf(buf, size, "nothing to move (0 bytes)");
+    return;
+  }
+  for (int i = 0; i < plan->n_steps && used < size; i++) {
+    const dt_redistribute_step *s = &plan->steps[i];
+    char a[32], b[32];
+    int n = snprintf(buf + used, size - used, "%smesh dim %d: %s -> %s via %s, %lld bytes",
+                     i ? "\n" : "", s->mesh_dim, dt_placement_format(s->from, a, sizeof a),
+                     dt_placement_format(s->to, b, sizeof b), step_name(s->kind), (long long)s->bytes);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+  if (used < size) snprintf(buf + used, size - used, "\ntotal: %lld bytes", (long long)plan->bytes);
+}

@@ -1,0 +1,421 @@
+/*
+ * Sharding rules: for one mesh dim, given the arguments' current placements, the candidate
+ * strategies (placement each argument must take, placement of the outputs). The
+ * propagator (dist/dispatch.c) prices each candidate by the redistribution it needs and
+ * takes the cheapest. Every rule also offers "all Replicate", which is always correct.
+ *
+ * Partial placements survive only where the op is linear in them: P(sum)+P(sum), P·R for
+ * mul, P/R for div, neg, views and copies, sum over anything, and matrix products with
+ * one Partial and one Replicate operand. Everything else reduces the Partial first.
+ */
+#include "dist/dist_impl.h"
+
+static dt_placement R(void) { return dt_replicate(); }
+static dt_placement S(int d) { return dt_shard(d); }
+
+static void push(dt_strategies *s, const dt_placement *in, int n_in, dt_placement out) {
+  if (s->n >= DT_RULE_MAX_STRATEGIES) return;
+  for (int i = 0; i < n_in; i++) s->in[s->n][i] = in[i];
+  s->out[s->n] = out;
+  s->n++;
+}
+
+static void push_replicated(dt_strategies *s, int n_args) {
+  dt_placement in[DT_DIST_MAX_ARGS];
+  for (int i = 0; i < n_args; i++) in[i] = R();
+  push(s, in, n_args, R());
+}
+
+static bool is_sum_partial(dt_placement p) {
+  return p.kind == DT_PARTIAL && (p.op == DT_REDUCE_SUM || p.op == DT_REDUCE_AVG);
+}
+
+/* ---- Pointwise ---------------------------------------------------------------------------- */
+
+/* Output dim k sharded: an argument takes S(its dim) where it spans k, else R (broadcast). */
+static bool pointwise_shard(const dt_rule_ctx *c, int k, dt_placement *in) {
+  int out_ndim = c->out[0].ndim;
+  for (int i = 0; i < c->n_args; i++) {
+    const dt_tensor *a = c->args[i];
+    if (!a) {
+      in[i] = R();
+      continue;
+    }
+    int d = k - (out_ndim - a->ndim);
+    if (d >= 0 && a->shape[d] == c->out[0].shape[k] && a->shape[d] != 1) {
+      in[i] = S(d);
+    } else {
+      in[i] = R();
+    }
+  }
+  return true;
+}
+
+typedef enum linearity { NONLINEAR, LINEAR_ALL, LINEAR_FIRST_ONLY } linearity;
+
+static linearity op_linearity(dt_op op) {
+  switch (op) {
+  case DT_OP_ADD:
+  case DT_OP_SUB:
+  case DT_OP_ADD_:
+  case DT_OP_SUB_:
+  case DT_OP_NEG:
+  case DT_OP_CLONE:
+  case DT_OP_CONTIGUOUS:
+  case DT_OP_DETACH:
+  case DT_OP_TO:
+  case DT_OP_MUL_SCALAR:
+  case DT_OP_DIV_SCALAR:
+  case DT_OP_MUL_SCALAR_:
+  case DT_OP_COPY_: return LINEAR_ALL;
+  case DT_OP_MUL:
+  case DT_OP_MUL_:
+  case DT_OP_DIV:
+  case DT_OP_DIV_: return LINEAR_FIRST_ONLY; /* P * R, P / R (and R * P for mul) */
+  default: return NONLINEAR;
+  }
+}
+
+static void rule_pointwise(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
+  dt_placement in[DT_DIST_MAX_ARGS];
+  /* Follow each argument's sharding. */
+  for (int i = 0; i < c->n_args; i++) {
+    if (cur[i].kind != DT_SHARD || !c->args[i]) continue;
+    int k = cur[i].dim + (c->out[0].ndim - c->args[i]->ndim);
+    if (c->args[i]->shape[cur[i].dim] != c->out[0].shape[k]) continue;
+    pointwise_shard(c, k, in);
+    push(s, in, c->n_args, S(k));
+  }
+  /* Partial where the op is linear. */
+  linearity lin = op_linearity(c->call->op);
+  bool inplace = dt__op_table[c->call->op].kind == DT_OP_KIND_INPLACE;
+  for (int i = 0; i < c->n_args && lin != NONLINEAR; i++) {
+    if (!is_sum_partial(cur[i])) continue;
+    if (lin == LINEAR_ALL) {
+      /* Every tensor argument takes the same Partial (others are scaled alike). */
+      for (int j = 0; j < c->n_args; j++) in[j] = c->args[j] ? cur[i] : R();
+      push(s, in, c->n_args, cur[i]);
+    } else if (i == 0 || (c->call->op == DT_OP_MUL && !inplace)) {
+      for (int j = 0; j < c->n_args; j++) in[j] = R();
+      in[i] = cur[i];
+      push(s, in, c->n_args, cur[i]);
+    }
+  }
+  push_replicated(s, c->n_args);
+}
+
+/* *_like: the output takes the input's layout without reading its values. */
+static void rule_like(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
+  dt_placement in[1] = {cur[0]};
+  push(s, in, 1, cur[0].kind == DT_PARTIAL ? R() : cur[0]);
+}
+
+/* ---- Reductions --------------------------------------------------------------------------- */
+
+static void rule_reduction(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
+  const dt_op_call *call = c->call;
+  const dt_tensor *a = c->args[0];
+  uint32_t reduced = 0;
+  bool all = call->op == DT_OP_SUM || call->op == DT_OP_MEAN || call->op == DT_OP_MAX ||
+             call->op == DT_OP_MIN || (call->op == DT_OP_ARGMAX && call->n_ints == 0);
+  if (all) {
+    reduced = (1u << a->ndim) - 1;
+  } else {
+    for (int i = 0; i < call->n_ints; i++) reduced |= 1u << call->ints[i];
+  }
+  bool keepdim = (call->flags & DT_OP_FLAG_KEEPDIM) != 0 && !all;
+  dt_placement in[1];
+  dt_placement p = cur[0];
+  if (p.kind == DT_SHARD) {
+    int d = p.dim;
+    in[0] = p;
+    if (reduced & (1u << d)) {
+      switch (call->op) {
+      case DT_OP_SUM:
+      case DT_OP_SUM_DIM: push(s, in, 1, dt_partial(DT_REDUCE_SUM)); break;
+      case DT_OP_AMAX:
+      case DT_OP_MAX: push(s, in, 1, dt_partial(DT_REDUCE_MAX)); break;
+      case DT_OP_AMIN:
+      case DT_OP_MIN: push(s, in, 1, dt_partial(DT_REDUCE_MIN)); break;
+      case DT_OP_MEAN:
+      case DT_OP_MEAN_DIM:
+        /* The mean of means is the mean only when every shard has the same size. */
+        if (a->shape[d] % c->mesh_size == 0) push(s, in, 1, dt_partial(DT_REDUCE_AVG));
+        break;
+      default: break; /* indices need the whole dim */
+      }
+    } else {
+      int k = d;
+      if (!keepdim) {
+        for (int j = 0; j < d; j++) k -= (reduced >> j) & 1u;
+      }
+      push(s, in, 1, S(k));
+    }
+  } else if (p.kind == DT_PARTIAL) {
+    in[0] = p;
+    bool linear = (call->op == DT_OP_SUM || call->op == DT_OP_SUM_DIM || call->op == DT_OP_MEAN ||
+                   call->op == DT_OP_MEAN_DIM) && is_sum_partial(p);
+    bool same = ((call->op == DT_OP_AMAX || call->op == DT_OP_MAX) && p.op == DT_REDUCE_MAX) ||
+                ((call->op == DT_OP_AMIN || call->op == DT_OP_MIN) && p.op == DT_REDUCE_MIN);
+    if (linear || same) push(s, in, 1, p);
+  }
+  push_replicated(s, 1);
+}
+
+/* ---- Matrix products ---------------------------------------------------------------------- */
+
+/* mm / bmm / matmul with 2-D (or batched, equal-rank) operands: a [.., n, k], b [.., k, m]. */
+static void rule_matmul(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
+  const dt_tensor *a = c->args[0], *b = c->args[1];
+  int na = a->ndim, nb = b->ndim, no = c->out[0].ndim;
+  dt_placement in[2];
+  if (na >= 2 && nb >= 2) {
+    in[0] = S(na - 2), in[1] = R(), push(s, in, 2, S(no - 2)); /* rows of a */
+    in[0] = R(), in[1] = S(nb - 1), push(s, in, 2, S(no - 1)); /* columns of b */
+    in[0] = S(na - 1), in[1] = S(nb - 2), push(s, in, 2, dt_partial(DT_REDUCE_SUM)); /* k */
+    if (na == nb) { /* batch dims, when neither side broadcasts them */
+      for (int d = 0; d < na - 2; d++) {
+        if (a->shape[d] == b->shape[d] && a->shape[d] != 1) in[0] = S(d), in[1] = S(d), push(s, in, 2, S(d));
+      }
+    } else if (nb == 2) { /* [.., n, k] @ [k, m]: batch dims of a */
+      for (int d = 0; d < na - 2; d++) in[0] = S(d), in[1] = R(), push(s, in, 2, S(d));
+    }
+  }
+  for (int i = 0; i < 2; i++) {
+    if (is_sum_partial(cur[i])) {
+      in[i] = cur[i];
+      in[1 - i] = R();
+      push(s, in, 2, cur[i]);
+    }
+  }
+  push_replicated(s, 2);
+}
+
+/* addmm(bias, a, b): mm's strategies with the bias following the output. */
+static void rule_addmm(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
+  const dt_tensor *bias = c->args[0];
+  int nb = bias->ndim;
+  dt_placement in[3];
+  /* rows */
+  in[0] = (nb == 2 && bias->shape[0] != 1) ? S(0) : R(), in[1] = S(0), in[2] = R();
+  push(s, in, 3, S(0));
+  /* columns */
+  in[0] = (nb >= 1 && bias->shape[nb - 1] != 1) ? S(nb - 1) : R(), in[1] = R(), in[2] = S(1);
+  push(s, in, 3, S(1));
+  /* contraction: the bias must be counted once, so it becomes a Partial too */
+  in[0] = dt_partial(DT_REDUCE_SUM), in[1] = S(1), in[2] = S(0);
+  push(s, in, 3, dt_partial(DT_REDUCE_SUM));
+  (void)cur;
+  push_replicated(s, 3);
+}
+
+/* linear(x [.., in], w [out, in], bias [out]?). */
+static void rule_linear(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
+  const dt_tensor *x = c->args[0];
+  bool has_bias = c->n_args > 2 && c->args[2];
+  int nx = x->ndim;
+  dt_placement in[3] = {R(), R(), R()};
+  /* colwise: weight rows -> output features */
+  in[0] = R(), in[1] = S(0), in[2] = has_bias ? S(c->args[2]->ndim - 1) : R();
+  if (has_bias && c->args[2]->shape[c->args[2]->ndim - 1] == 1) in[2] = R();
+  push(s, in, c->n_args, S(c->out[0].ndim - 1));
+  /* rowwise: contraction over in-features -> Partial(sum), bias counted once */
+  in[0] = S(nx - 1), in[1] = S(1), in[2] = has_bias ? dt_partial(DT_REDUCE_SUM) : R();
+  push(s, in, c->n_args, dt_partial(DT_REDUCE_SUM));
+  /* batch dims of x */
+  for (int d = 0; d < nx - 1; d++) {
+    in[0] = S(d), in[1] = R(), in[2] = R();
+    push(s, in, c->n_args, S(d));
+  }
+  if (is_sum_partial(cur[0]) && !has_bias) {
+    in[0] = cur[0], in[1] = R(), in[2] = R();
+    push(s, in, c->n_args, cur[0]);
+  }
+  push_replicated(s, c->n_args);
+}
+
+/* ---- NN ops ----------------------------------------------------------------------------------- */
+
+/* The op works along `busy` dims (a bit mask of input 0's dims); other dims may stay sharded;
+ * extra arguments (weights) are replicated. */
+static void rule_keep_free_dims(const dt_rule_ctx *c, const dt_placement *cur, uint32_t busy,
+                                dt_strategies *s) {
+  dt_placement in[DT_DIST_MAX_ARGS];
+  for (int i = 0; i < c->n_args; i++) in[i] = R();
+  if (cur[0].kind == DT_SHARD && !(busy & (1u << cur[0].dim))) {
+    in[0] = cur[0];
+    push(s, in, c->n_args, cur[0]);
+    in[0] = R();
+  }
+  push(s, in, c->n_args, R());
+}
+
+static void rule_embedding(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
+  const dt_tensor *idx = c->args[1];
+  dt_placement in[2];
+  in[0] = S(1), in[1] = R(); /* embedding dim sharded -> last output dim */
+  push(s, in, 2, S(idx->ndim));
+  if (cur[1].kind == DT_SHARD) { /* indices sharded -> output sharded alike */
+    in[0] = R(), in[1] = cur[1];
+    push(s, in, 2, cur[1]);
+  }
+  push_replicated(s, 2);
+}
+
+static void rule_cat(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s, bool stack) {
+  int dim = (int)c->call->ints[0];
+  dt_placement in[DT_DIST_MAX_ARGS];
+  if (cur[0].kind == DT_SHARD && (stack || cur[0].dim != dim)) {
+    int d = cur[0].dim;
+    bool ok = true;
+    for (int i = 0; i < c->n_args; i++) {
+      const dt_tensor *t = c->args[i];
+      if (t->ndim != c->args[0]->ndim || t->shape[d] != c->args[0]->shape[d]) ok = false;
+      in[i] = S(d);
+    }
+    if (ok) push(s, in, c->n_args, S(stack && d >= dim ? d + 1 : d));
+  }
+  push_replicated(s, c->n_args);
+}
+
+/* ---- Views -------------------------------------------------------------------------------- */
+
+/* Ops that map input dims to output dims one to one (or drop/insert some): map[d] is the
+ * output dim of input dim d, or -1 when d must be whole (replicated) for the op. */
+static void rule_dim_map(const dt_rule_ctx *c, const dt_placement *cur, const int *map,
+                         bool partial_ok, dt_strategies *s) {
+  dt_placement in[DT_DIST_MAX_ARGS];
+  for (int i = 0; i < c->n_args; i++) in[i] = R();
+  if (cur[0].kind == DT_SHARD && map[cur[0].dim] >= 0) {
+    in[0] = cur[0];
+    push(s, in, c->n_args, S(map[cur[0].dim]));
+  } else if (cur[0].kind == DT_PARTIAL && partial_ok) {
+    in[0] = cur[0];
+    push(s, in, c->n_args, cur[0]);
+  }
+  for (int i = 0; i < c->n_args; i++) in[i] = R();
+  push(s, in, c->n_args, R());
+}
+
+/* view/reshape/flatten: an input dim keeps its sharding when it maps to an output dim of the
+ * same size, or when it is the leading dim of a merge or split whose chunks line up (its
+ * size and the leading output dim's size divisible by the mesh size). */
+static int view_map_dim(const dt_tensor *a, const dt_tensor_meta *o, int d, int64_t n) {
+  int i = 0, j = 0;
+  while (i < a->ndim && j < o->ndim) {
+    /* Grow a group of input dims [gi, i) and output dims [gj, j) with equal products. */
+    int gi = i, gj = j;
+    int64_t pa = a->shape[i++], po = o->shape[j++];
+    while (pa != po) {
+      if (pa < po && i < a->ndim) pa *= a->shape[i++];
+      else if (po < pa && j < o->ndim) po *= o->shape[j++];
+      else return -1;
+    }
+    if (d < gi || d >= i) continue;
+    int first_in = gi, first_out = gj;
+    while (first_in < i - 1 && a->shape[first_in] == 1) first_in++;
+    while (first_out < j - 1 && o->shape[first_out] == 1) first_out++;
+    if (d != first_in) return -1;
+    if (a->shape[d] == o->shape[first_out]) return first_out;
+    /* A merge (d leads several output elements) or a split (the leading output dim is a
+     * block of d): shard chunks line up when both leading sizes divide evenly. */
+    if (a->shape[d] % n == 0 && o->shape[first_out] % n == 0) return first_out;
+    return -1;
+  }
+  return -1;
+}
+
+static void rule_view(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
+  const dt_tensor *a = c->args[0];
+  int map[DT_MAX_DIMS];
+  for (int d = 0; d < a->ndim; d++) map[d] = view_map_dim(a, &c->out[0], d, c->mesh_size);
+  rule_dim_map(c, cur, map, true, s);
+}
+
+bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
+  const dt_op_call *call = c->call;
+  const dt_tensor *a = c->args[0];
+  int map[DT_MAX_DIMS];
+  s->n = 0;
+  switch (call->op) {
+  case DT_OP_NEG: case DT_OP_ABS: case DT_OP_EXP: case DT_OP_LOG: case DT_OP_SQRT:
+  case DT_OP_RSQRT: case DT_OP_RELU: case DT_OP_GELU: case DT_OP_SILU: case DT_OP_TANH:
+  case DT_OP_SIGMOID: case DT_OP_ADD: case DT_OP_SUB: case DT_OP_MUL: case DT_OP_DIV:
+  case DT_OP_MAXIMUM: case DT_OP_MINIMUM: case DT_OP_POW: case DT_OP_ADD_SCALAR:
+  case DT_OP_SUB_SCALAR: case DT_OP_MUL_SCALAR: case DT_OP_DIV_SCALAR: case DT_OP_POW_SCALAR:
+  case DT_OP_EQ: case DT_OP_NE: case DT_OP_LT: case DT_OP_LE: case DT_OP_GT: case DT_OP_GE:
+  case DT_OP_EQ_SCALAR: case DT_OP_NE_SCALAR: case DT_OP_LT_SCALAR: case DT_OP_LE_SCALAR:
+  case DT_OP_GT_SCALAR: case DT_OP_GE_SCALAR: case DT_OP_WHERE: case DT_OP_MASKED_FILL:
+  case DT_OP_CLONE: case DT_OP_CONTIGUOUS: case DT_OP_DETACH: case DT_OP_TO:
+  case DT_OP_ADD_: case DT_OP_SUB_: case DT_OP_MUL_: case DT_OP_DIV_: case DT_OP_ADD_SCALAR_:
+  case DT_OP_MUL_SCALAR_: case DT_OP_FILL_: case DT_OP_COPY_:
+    rule_pointwise(c, cur, s);
+    return true;
+  case DT_OP_EMPTY_LIKE: case DT_OP_ZEROS_LIKE: case DT_OP_ONES_LIKE: case DT_OP_FULL_LIKE:
+    rule_like(c, cur, s);
+    return true;
+  case DT_OP_SUM: case DT_OP_SUM_DIM: case DT_OP_MEAN: case DT_OP_MEAN_DIM: case DT_OP_MAX:
+  case DT_OP_MIN: case DT_OP_MAX_DIM: case DT_OP_MIN_DIM: case DT_OP_AMAX: case DT_OP_AMIN:
+  case DT_OP_ARGMAX:
+    rule_reduction(c, cur, s);
+    return true;
+  case DT_OP_MM: case DT_OP_BMM: case DT_OP_MATMUL:
+    if (c->args[0]->ndim < 2 || c->args[1]->ndim < 2) break;
+    rule_matmul(c, cur, s);
+    return true;
+  case DT_OP_ADDMM: rule_addmm(c, cur, s); return true;
+  case DT_OP_LINEAR: rule_linear(c, cur, s); return true;
+  case DT_OP_SOFTMAX: case DT_OP_LOG_SOFTMAX:
+    rule_keep_free_dims(c, cur, 1u << call->ints[0], s);
+    return true;
+  case DT_OP_LAYER_NORM: {
+    uint32_t busy = 0;
+    for (int i = 0; i < call->n_ints; i++) busy |= 1u << (a->ndim - 1 - i);
+    rule_keep_free_dims(c, cur, busy, s);
+    return true;
+  }
+  case DT_OP_BATCH_NORM: rule_keep_free_dims(c, cur, 1u << 1, s); return true;
+  case DT_OP_EMBEDDING: rule_embedding(c, cur, s); return true;
+  case DT_OP_CAT: rule_cat(c, cur, s, false); return true;
+  case DT_OP_STACK: rule_cat(c, cur, s, true); return true;
+  case DT_OP_TRANSPOSE:
+    for (int d = 0; d < a->ndim; d++) map[d] = d;
+    if (a->ndim > 0) {
+      map[call->ints[0]] = (int)call->ints[1];
+      map[call->ints[1]] = (int)call->ints[0];
+    }
+    rule_dim_map(c, cur, map, true, s);
+    return true;
+  case DT_OP_PERMUTE:
+    for (int d = 0; d < a->ndim; d++) map[call->ints[d]] = d;
+    rule_dim_map(c, cur, map, true, s);
+    return true;
+  case DT_OP_UNSQUEEZE:
+    for (int d = 0; d < a->ndim; d++) map[d] = d >= call->ints[0] ? d + 1 : d;
+    rule_dim_map(c, cur, map, true, s);
+    return true;
+  case DT_OP_SQUEEZE: case DT_OP_SQUEEZE_DIM: case DT_OP_FLATTEN: case DT_OP_VIEW:
+  case DT_OP_RESHAPE:
+    rule_view(c, cur, s);
+    return true;
+  case DT_OP_SELECT:
+    for (int d = 0; d < a->ndim; d++) map[d] = d < call->ints[0] ? d : d - 1;
+    map[call->ints[0]] = -1;
+    rule_dim_map(c, cur, map, true, s);
+    return true;
+  case DT_OP_NARROW: case DT_OP_SLICE: case DT_OP_SPLIT: case DT_OP_SPLIT_WITH_SIZES:
+  case DT_OP_CHUNK:
+    for (int d = 0; d < a->ndim; d++) map[d] = d;
+    map[call->ints[0]] = -1;
+    rule_dim_map(c, cur, map, true, s);
+    return true;
+  case DT_OP_EXPAND: {
+    int lead = c->out[0].ndim - a->ndim;
+    for (int d = 0; d < a->ndim; d++) map[d] = a->shape[d] == c->out[0].shape[d + lead] ? d + lead : -1;
+    rule_dim_map(c, cur, map, false, s);
+    return true;
+  }
+  default: break;
+  }
+  return false;
+}

@@ -1,0 +1,144 @@
+/* Specs of distributed tensors, placements, and the geometry of shards. */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "dist/dist_impl.h"
+
+const char *dt_placement_format(dt_placement p, char *buf, size_t size) {
+  if (!buf || size == 0) return "";
+  switch (p.kind) {
+  case DT_REPLICATE: snprintf(buf, size, "R"); break;
+  case DT_SHARD: snprintf(buf, size, "S(%d)", p.dim); break;
+  case DT_PARTIAL: snprintf(buf, size, "P(%s)", dt_reduce_op_name(p.op)); break;
+  default: snprintf(buf, size, "invalid"); break;
+  }
+  return buf;
+}
+
+bool dt__placements_equal(int n, const dt_placement *a, const dt_placement *b) {
+  for (int i = 0; i < n; i++) {
+    if (a[i].kind != b[i].kind) return false;
+    if (a[i].kind == DT_SHARD && a[i].dim != b[i].dim) return false;
+    if (a[i].kind == DT_PARTIAL && a[i].op != b[i].op) return false;
+  }
+  return true;
+}
+
+dt_status dt__check_placements(const char *op, int mesh_ndim, int ndim, int n_placements,
+                               const dt_placement *placements, dt_placement *normalized) {
+  if (n_placements != mesh_ndim) {
+    return dt__error(DT_ERR_INVALID, "%s: %d placements given for a %d-d mesh (one per mesh dim expected)",
+                     op, n_placements, mesh_ndim);
+  }
+  if (n_placements > 0 && !placements) return dt__error(DT_ERR_INVALID, "%s: placements is NULL", op);
+  for (int i = 0; i < n_placements; i++) {
+    dt_placement p = placements[i];
+    switch (p.kind) {
+    case DT_REPLICATE: p.dim = 0; p.op = DT_REDUCE_SUM; break;
+    case DT_SHARD:
+      if (p.dim < -ndim || p.dim >= ndim || ndim == 0) {
+        return dt__error(DT_ERR_INVALID, "%s: placement %d is Shard(%d) but the tensor has %d dims",
+                         op, i, p.dim, ndim);
+      }
+      if (p.dim < 0) p.dim += ndim;
+      p.op = DT_REDUCE_SUM;
+      break;
+    case DT_PARTIAL:
+      if (p.op != DT_REDUCE_SUM && p.op != DT_REDUCE_AVG && p.op != DT_REDUCE_MAX &&
+          p.op != DT_REDUCE_MIN) {
+        return dt__error(DT_ERR_INVALID, "%s: placement %d is Partial with reduce op %d (sum, avg, max or min expected)",
+                         op, i, (int)p.op);
+      }
+      p.dim = 0;
+      break;
+    default:
+      return dt__error(DT_ERR_INVALID, "%s: placement %d has an invalid kind %d", op, i, (int)p.kind);
+    }
+    normalized[i] = p;
+  }
+  return DT_OK;
+}
+
+void dt__local_region(int ndim, const int64_t *global_shape, int mesh_ndim,
+                      const int64_t *mesh_size, const int64_t *coord,
+                      const dt_placement *placements, int64_t *local_shape, int64_t *offset) {
+  for (int d = 0; d < ndim; d++) {
+    local_shape[d] = global_shape[d];
+    offset[d] = 0;
+  }
+  for (int m = 0; m < mesh_ndim; m++) {
+    if (placements[m].kind != DT_SHARD) continue;
+    int d = placements[m].dim;
+    int64_t start, length;
+    dt__chunk_range(local_shape[d], mesh_size[m], coord[m], &start, &length);
+    offset[d] += start;
+    local_shape[d] = length;
+  }
+}
+
+static uint64_t spec_hash(const dt_dist_spec *s) {
+  uint64_t h = dt__hash_mix(0x5eed, s->mesh_id);
+  for (int i = 0; i < s->mesh_ndim; i++) {
+    h = dt__hash_mix(h, (uint64_t)s->placements[i].kind | ((uint64_t)(uint32_t)s->placements[i].dim << 8) |
+                            ((uint64_t)s->placements[i].op << 40));
+  }
+  h = dt__hash_mix(h, (uint64_t)s->dtype | ((uint64_t)s->ndim << 8));
+  for (int i = 0; i < s->ndim; i++) h = dt__hash_mix(h, (uint64_t)s->shape[i]);
+  return h;
+}
+
+dt_status dt__spec_create(dt_mesh *mesh, const dt_placement *placements, int ndim,
+                          const int64_t *shape, dt_dtype dtype, dt_dist_spec **out) {
+  dt_dist_spec *s = dt__alloc(sizeof *s);
+  if (!s) return dt__error(DT_ERR_NOMEM, "cannot allocate a distributed tensor spec");
+  memset(s, 0, sizeof *s);
+  atomic_init(&s->refcount, 1);
+  s->mesh = mesh;
+  s->mesh_id = dt_mesh_id(mesh);
+  s->mesh_ndim = dt_mesh_ndim(mesh);
+  memcpy(s->placements, placements, sizeof(dt_placement) * (size_t)s->mesh_ndim);
+  s->ndim = ndim;
+  if (ndim > 0) memcpy(s->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  s->dtype = dtype;
+  s->hash = spec_hash(s);
+  *out = s;
+  return DT_OK;
+}
+
+dt_dist_spec *dt__spec_retain(dt_dist_spec *spec) {
+  if (spec) atomic_fetch_add_explicit(&spec->refcount, 1, memory_order_relaxed);
+  return spec;
+}
+
+void dt__spec_release(dt_dist_spec *spec) {
+  if (spec && atomic_fetch_sub_explicit(&spec->refcount, 1, memory_order_acq_rel) == 1) dt__free(spec);
+}
+
+dt_status dt__dist_wrap(dt_tensor *local, dt_dist_spec *spec, dt_tensor **out) {
+  dt_status st = dt__tensor_view(local, local->ndim, local->shape, local->strides, local->offset, out);
+  if (st) return st;
+  (*out)->spec = dt__spec_retain(spec);
+  return DT_OK;
+}
+
+dt_status dt__local_view(const dt_tensor *t, dt_tensor **out) {
+  return dt__tensor_view(t, t->ndim, t->shape, t->strides, t->offset, out);
+}
+
+/* ---- Public inspection --------------------------------------------------------------------- */
+
+dt_mesh *dt_dist_mesh(const dt_tensor *t) { return t && t->spec ? t->spec->mesh : NULL; }
+
+const dt_placement *dt_dist_placements(const dt_tensor *t) {
+  return t && t->spec ? t->spec->placements : NULL;
+}
+
+int dt_dist_ndim(const dt_tensor *t) {
+  if (!t) return 0;
+  return t->spec ? t->spec->ndim : t->ndim;
+}
+
+const int64_t *dt_dist_global_shape(const dt_tensor *t) {
+  if (!t) return NULL;
+  return t->spec ? t->spec->shape : t->shape;
+}

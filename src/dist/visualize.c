@@ -1,0 +1,175 @@
+/* visualize_sharding and from_local's cross-rank check. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "dist/dist_impl.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+/* The global rank of mesh coordinates (row-major over the mesh shape). */
+static int64_t rank_of(const dt_mesh_info *mi, const int64_t *coord) {
+  int64_t r = 0;
+  for (int m = 0; m < mi->ndim; m++) r = r * mi->size[m] + coord[m];
+  return r;
+}
+
+DT_PRINTF(4, 5) static void append(char *buf, size_t size, size_t *used, const char *fmt, ...) {
+  if (*used + 1 >= size) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf + *used, size - *used, fmt, ap);
+  va_end(ap);
+  if (n > 0) *used = *used + (size_t)n < size ? *used + (size_t)n : size - 1;
+}
+
+dt_status dt_visualize_sharding(const dt_tensor *t, char *buf, size_t size) {
+  if (!t || !buf || size == 0) return dt__error(DT_ERR_INVALID, "visualize_sharding: NULL argument or empty buffer");
+  if (!t->spec) return dt__error(DT_ERR_INVALID, "visualize_sharding: the tensor is not distributed");
+  const dt_dist_spec *s = t->spec;
+  if (s->ndim < 1 || s->ndim > 2) {
+    return dt__error(DT_ERR_INVALID, "visualize_sharding: only 1-D and 2-D tensors can be shown (got %d dims)", s->ndim);
+  }
+  dt_mesh_info mi;
+  dt__mesh_info(s->mesh, &mi);
+  int64_t world = 1;
+  for (int m = 0; m < mi.ndim; m++) world *= mi.size[m];
+  /* Every rank's block; the distinct row and column boundaries make the grid. */
+  int64_t rows = s->shape[0], cols = s->ndim == 2 ? s->shape[1] : 1;
+  int64_t rcuts[66], ccuts[66];
+  int nr = 0, nc = 0;
+  rcuts[nr++] = 0, rcuts[nr++] = rows, ccuts[nc++] = 0, ccuts[nc++] = cols;
+  int64_t coord[DT_MAX_MESH_DIMS] = {0};
+  for (int64_t r = 0; r < world && r < 4096; r++) {
+    int64_t c = r;
+    for (int m = mi.ndim - 1; m >= 0; m--) {
+      coord[m] = c % mi.size[m];
+      c /= mi.size[m];
+    }
+    int64_t shape[DT_MAX_DIMS], off[DT_MAX_DIMS];
+    dt__local_region(s->ndim, s->shape, s->mesh_ndim, mi.size, coord, s->placements, shape, off);
+    int64_t cuts_r[2] = {off[0], off[0] + shape[0]};
+    for (int k = 0; k < 2 && nr < 64; k++) {
+      bool seen = false;
+      for (int i = 0; i < nr; i++) seen |= rcuts[i] == cuts_r[k];
+      if (!seen) rcuts[nr++] = cuts_r[k];
+    }
+    if (s->ndim == 2) {
+      int64_t cuts_c[2] = {off[1], off[1] + shape[1]};
+      for (int k = 0; k < 2 && nc < 64; k++) {
+        bool seen = false;
+        for (int i = 0; i < nc; i++) seen |= ccuts[i] == cuts_c[k];
+        if (!seen) ccuts[nc++] = cuts_c[k];
+      }
+    }
+  }
+  for (int i = 0; i < nr; i++) /* sort the cuts */
+    for (int j = i + 1; j < nr; j++)
+      if (rcuts[j] < rcuts[i]) { int64_t x = rcuts[i]; rcuts[i] = rcuts[j]; rcuts[j] = x; }
+  for (int i = 0; i < nc; i++)
+    for (int j = i + 1; j < nc; j++)
+      if (ccuts[j] < ccuts[i]) { int64_t x = ccuts[i]; ccuts[i] = ccuts[j]; ccuts[j] = x; }
+  size_t used = 0;
+  buf[0] = '\0';
+  char p[32];
+  append(buf, size, &used, "global shape [%" PRId64 "%s", rows, s->ndim == 2 ? ", " : "]");
+  if (s->ndim == 2) append(buf, size, &used, "%" PRId64 "]", cols);
+  append(buf, size, &used, ", placements (");
+  for (int m = 0; m < s->mesh_ndim; m++) append(buf, size, &used, "%s%s", m ? ", " : "", dt_placement_format(s->placements[m], p, sizeof p));
+  append(buf, size, &used, ")\n");
+  for (int i = 0; i + 1 < nr; i++) {
+    if (rcuts[i] == rcuts[i + 1] && nr > 2) continue;
+    for (int j = 0; j + 1 < nc; j++) {
+      if (ccuts[j] == ccuts[j + 1] && nc > 2) continue;
+      if (s->ndim == 2) {
+        append(buf, size, &used, "rows %" PRId64 ":%" PRId64 ", cols %" PRId64 ":%" PRId64 " -> ranks", rcuts[i],
+               rcuts[i + 1], ccuts[j], ccuts[j + 1]);
+      } else {
+        append(buf, size, &used, "%" PRId64 ":%" PRId64 " -> ranks", rcuts[i], rcuts[i + 1]);
+      }
+      int listed = 0;
+      for (int64_t r = 0; r < world && r < 4096; r++) {
+        int64_t c = r;
+        for (int m = mi.ndim - 1; m >= 0; m--) {
+          coord[m] = c % mi.size[m];
+          c /= mi.size[m];
+        }
+        int64_t shape[DT_MAX_DIMS], off[DT_MAX_DIMS];
+        dt__local_region(s->ndim, s->shape, s->mesh_ndim, mi.size, coord, s->placements, shape, off);
+        bool holds = off[0] <= rcuts[i] && rcuts[i] < off[0] + shape[0];
+        if (s->ndim == 2) holds = holds && off[1] <= ccuts[j] && ccuts[j] < off[1] + shape[1];
+        if (holds) {
+          append(buf, size, &used, "%s %" PRId64, listed ? "," : "", rank_of(&mi, coord));
+          listed++;
+        }
+      }
+      if (!listed) append(buf, size, &used, " (none)");
+      append(buf, size, &used, "\n");
+    }
+  }
+  return DT_OK;
+}
+
+/* What each rank reports for from_local's check. */
+typedef struct shard_report {
+  int32_t ok;
+  int32_t ndim;
+  int64_t shape[DT_MAX_DIMS];
+  int64_t offset[DT_MAX_DIMS];
+  uint64_t hash;
+} shard_report;
+
+static uint64_t hash_bytes(const unsigned char *p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local, const dt_placement *placements,
+                               const int64_t *global_shape) {
+  const char *op = "from_local(run_check)";
+  dt_mesh_info mi;
+  dt__mesh_info(mesh, &mi);
+  shard_report me = {0};
+  me.ndim = local->ndim;
+  int64_t expect[DT_MAX_DIMS];
+  dt__local_region(local->ndim, global_shape, mi.ndim, mi.size, mi.coord, placements, expect, me.offset);
+  memcpy(me.shape, local->shape, sizeof me.shape);
+  me.ok = memcmp(expect, local->shape, sizeof(int64_t) * (size_t)local->ndim) == 0;
+  dt_tensor *copy = NULL;
+  dt_status st = dt__tensor_new(local->ndim, local->shape, local->dtype, &copy);
+  if (st) return st;
+  dt__cpu_copy(copy, local);
+  me.hash = hash_bytes((const unsigned char *)dt__tensor_base(copy),
+                       (size_t)dt__tensor_numel(copy) * dt__dtype_sizes[copy->dtype]);
+  dt_tensor_release(copy);
+  dt_objects *all = NULL;
+  st = dt_all_gather_object(dt_mesh_comm(mesh), &me, sizeof me, &all);
+  if (st) return st;
+  bool partial = false;
+  for (int m = 0; m < mi.ndim; m++) partial |= placements[m].kind == DT_PARTIAL;
+  for (int r = 0; r < all->count && !st; r++) {
+    shard_report x;
+    if (all->lengths[r] != sizeof x) {
+      st = dt__error(DT_ERR_INVALID, "%s: rank %d sent a malformed report", op, r);
+      break;
+    }
+    memcpy(&x, all->data + all->offsets[r], sizeof x);
+    if (!x.ok || x.ndim != me.ndim) {
+      char a[160];
+      st = dt__error(DT_ERR_INVALID, "%s: rank %d's local shape %s does not fit the global shape", op, r,
+                     dt__format_ints(a, sizeof a, x.ndim, x.shape));
+      break;
+    }
+    for (int q = 0; q < r && !partial; q++) {
+      shard_report y;
+      memcpy(&y, all->data + all->offsets[q], sizeof y);
+      if (memcmp(x.offset, y.offset, sizeof x.offset) == 0 && memcmp(x.shape, y.shape, sizeof x.shape) == 0 &&
+          x.hash != y.hash) {
+        st = dt__error(DT_ERR_INVALID, "%s: ranks %d and %d hold the same replicated block with different values", op, q, r);
+        break;
+      }
+    }
+  }
+  dt_objects_free(all);
+  return st;
+}

@@ -1,0 +1,304 @@
+/*
+ * The op sweep: every op with sample inputs, for every combination of input placements
+ * (Replicate, Shard(d) for each dim, Partial(sum) for floating inputs) on meshes of 1, 2,
+ * 3, 4 ranks and 2x2, 2x3: full_tensor(op(distributed inputs)) must equal op(full inputs).
+ * Shapes are odd so shards are uneven. Ranks are threads (dt_spawn).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference.h"
+
+typedef dt_status (*op_fn)(dt_tensor **in, dt_tensor **out);
+
+typedef struct op_case {
+  const char *name;
+  op_fn fn;
+  int n_in;
+  int ndim[3];
+  int64_t shape[3][4];
+  dt_dtype dtype[3]; /* DT_F32 unless set (0 is DT_F32) */
+  double lo, hi;     /* value range of inputs */
+  bool exact;        /* integer results: compare exactly */
+} op_case;
+
+#define IN2(a, b) (dt_tensor *[]){a, b}
+
+static dt_status f_add(dt_tensor **i, dt_tensor **o) { return dt_add(i[0], i[1], o); }
+static dt_status f_sub(dt_tensor **i, dt_tensor **o) { return dt_sub_ex(i[0], i[1], 2, o); }
+static dt_status f_mul(dt_tensor **i, dt_tensor **o) { return dt_mul(i[0], i[1], o); }
+static dt_status f_div(dt_tensor **i, dt_tensor **o) { return dt_div(i[0], i[1], o); }
+static dt_status f_maximum(dt_tensor **i, dt_tensor **o) { return dt_maximum(i[0], i[1], o); }
+static dt_status f_relu(dt_tensor **i, dt_tensor **o) { return dt_relu(i[0], o); }
+static dt_status f_neg(dt_tensor **i, dt_tensor **o) { return dt_neg(i[0], o); }
+static dt_status f_exp(dt_tensor **i, dt_tensor **o) { return dt_exp(i[0], o); }
+static dt_status f_gelu(dt_tensor **i, dt_tensor **o) { return dt_gelu(i[0], o); }
+static dt_status f_mul_scalar(dt_tensor **i, dt_tensor **o) { return dt_mul_scalar(i[0], 3, o); }
+static dt_status f_add_scalar(dt_tensor **i, dt_tensor **o) { return dt_add_scalar(i[0], 3, o); }
+static dt_status f_gt(dt_tensor **i, dt_tensor **o) { return dt_gt(i[0], i[1], o); }
+static dt_status f_where(dt_tensor **i, dt_tensor **o) {
+  dt_tensor *c = NULL;
+  dt_status st = dt_gt_scalar(i[0], 0, &c);
+  if (!st) st = dt_where(c, i[0], i[1], o);
+  dt_tensor_release(c);
+  return st;
+}
+static dt_status f_masked_fill(dt_tensor **i, dt_tensor **o) {
+  dt_tensor *c = NULL;
+  dt_status st = dt_lt_scalar(i[1], 0, &c);
+  if (!st) st = dt_masked_fill(i[0], c, -7, o);
+  dt_tensor_release(c);
+  return st;
+}
+static dt_status f_sum(dt_tensor **i, dt_tensor **o) { return dt_sum(i[0], o); }
+static dt_status f_sum0(dt_tensor **i, dt_tensor **o) { return dt_sum_dims(i[0], 1, (int64_t[]){0}, false, o); }
+static dt_status f_sum1k(dt_tensor **i, dt_tensor **o) { return dt_sum_dims(i[0], 1, (int64_t[]){1}, true, o); }
+static dt_status f_mean1(dt_tensor **i, dt_tensor **o) { return dt_mean_dims(i[0], 1, (int64_t[]){-1}, false, o); }
+static dt_status f_mean(dt_tensor **i, dt_tensor **o) { return dt_mean(i[0], o); }
+static dt_status f_amax0(dt_tensor **i, dt_tensor **o) { return dt_amax(i[0], 1, (int64_t[]){0}, false, o); }
+static dt_status f_max(dt_tensor **i, dt_tensor **o) { return dt_max(i[0], o); }
+static dt_status f_argmax1(dt_tensor **i, dt_tensor **o) { return dt_argmax_dim(i[0], 1, false, o); }
+static dt_status f_softmax1(dt_tensor **i, dt_tensor **o) { return dt_softmax(i[0], 1, o); }
+static dt_status f_log_softmax0(dt_tensor **i, dt_tensor **o) { return dt_log_softmax(i[0], 0, o); }
+static dt_status f_layer_norm(dt_tensor **i, dt_tensor **o) {
+  int64_t ns[] = {7};
+  return dt_layer_norm(i[0], 1, ns, NULL, NULL, 1e-5, o);
+}
+static dt_status f_mm(dt_tensor **i, dt_tensor **o) { return dt_mm(i[0], i[1], o); }
+static dt_status f_bmm(dt_tensor **i, dt_tensor **o) { return dt_bmm(i[0], i[1], o); }
+static dt_status f_matmul(dt_tensor **i, dt_tensor **o) { return dt_matmul(i[0], i[1], o); }
+static dt_status f_addmm(dt_tensor **i, dt_tensor **o) { return dt_addmm(i[2], i[0], i[1], o); }
+static dt_status f_linear(dt_tensor **i, dt_tensor **o) { return dt_linear(i[0], i[1], i[2], o); }
+static dt_status f_linear_nobias(dt_tensor **i, dt_tensor **o) { return dt_linear(i[0], i[1], NULL, o); }
+static dt_status f_embedding(dt_tensor **i, dt_tensor **o) { return dt_embedding(i[0], i[1], o); }
+static dt_status f_cat0(dt_tensor **i, dt_tensor **o) { return dt_cat(2, i, 0, o); }
+static dt_status f_cat1(dt_tensor **i, dt_tensor **o) { return dt_cat(2, i, 1, o); }
+static dt_status f_stack1(dt_tensor **i, dt_tensor **o) { return dt_stack(2, i, 1, o); }
+static dt_status f_transpose(dt_tensor **i, dt_tensor **o) { return dt_transpose(i[0], 0, 1, o); }
+static dt_status f_permute(dt_tensor **i, dt_tensor **o) { return dt_permute(i[0], 3, (int64_t[]){2, 0, 1}, o); }
+static dt_status f_view(dt_tensor **i, dt_tensor **o) { return dt_view(i[0], 2, (int64_t[]){6, 5}, o); }
+static dt_status f_reshape(dt_tensor **i, dt_tensor **o) { return dt_reshape(i[0], 1, (int64_t[]){-1}, o); }
+static dt_status f_flatten(dt_tensor **i, dt_tensor **o) { return dt_flatten(i[0], 1, 2, o); }
+static dt_status f_unsqueeze(dt_tensor **i, dt_tensor **o) { return dt_unsqueeze(i[0], 1, o); }
+static dt_status f_select(dt_tensor **i, dt_tensor **o) { return dt_select(i[0], 0, 2, o); }
+static dt_status f_narrow(dt_tensor **i, dt_tensor **o) { return dt_narrow(i[0], 1, 1, 4, o); }
+static dt_status f_chunk(dt_tensor **i, dt_tensor **o) {
+  dt_tensor *pieces[4] = {0};
+  int n = 0;
+  dt_status st = dt_chunk(i[0], 3, 1, pieces, 4, &n);
+  if (st) return st;
+  *o = pieces[1];
+  for (int k = 0; k < n; k++) {
+    if (k != 1) dt_tensor_release(pieces[k]);
+  }
+  return DT_OK;
+}
+static dt_status f_expand(dt_tensor **i, dt_tensor **o) { return dt_expand(i[0], 3, (int64_t[]){3, 5, 7}, o); }
+static dt_status f_clone(dt_tensor **i, dt_tensor **o) { return dt_clone(i[0], o); }
+static dt_status f_detach(dt_tensor **i, dt_tensor **o) { return dt_detach(i[0], o); }
+static dt_status f_contiguous_t(dt_tensor **i, dt_tensor **o) {
+  dt_tensor *t = NULL;
+  dt_status st = dt_transpose(i[0], 0, 1, &t);
+  if (!st) st = dt_contiguous(t, o);
+  dt_tensor_release(t);
+  return st;
+}
+static dt_status f_to64(dt_tensor **i, dt_tensor **o) { return dt_to(i[0], DT_F64, o); }
+static dt_status f_ones_like(dt_tensor **i, dt_tensor **o) { return dt_ones_like(i[0], o); }
+static dt_status f_add_inplace(dt_tensor **i, dt_tensor **o) {
+  dt_tensor *c = NULL;
+  dt_status st = dt_clone(i[0], &c);
+  if (!st) st = dt_add_(c, i[1]);
+  if (st) {
+    dt_tensor_release(c);
+    return st;
+  }
+  *o = c;
+  return DT_OK;
+}
+
+#define S2(a, b) {a, b}
+static const op_case cases[] = {
+    {"add", f_add, 2, {2, 2}, {S2(5, 7), S2(5, 7)}},
+    {"add broadcast", f_add, 2, {2, 1}, {S2(5, 7), {7}}},
+    {"sub alpha", f_sub, 2, {2, 2}, {S2(5, 7), S2(1, 7)}},
+    {"mul", f_mul, 2, {2, 2}, {S2(5, 7), S2(5, 7)}},
+    {"div", f_div, 2, {2, 2}, {S2(5, 7), S2(5, 7)}, .lo = 1, .hi = 3},
+    {"maximum", f_maximum, 2, {2, 2}, {S2(5, 7), S2(5, 7)}},
+    {"gt", f_gt, 2, {2, 2}, {S2(5, 7), S2(5, 7)}, .exact = true},
+    {"where", f_where, 2, {2, 2}, {S2(5, 7), S2(5, 7)}},
+    {"masked_fill", f_masked_fill, 2, {2, 2}, {S2(5, 7), S2(5, 7)}},
+    {"relu", f_relu, 1, {2}, {S2(5, 7)}},
+    {"neg", f_neg, 1, {2}, {S2(5, 7)}},
+    {"exp", f_exp, 1, {2}, {S2(5, 7)}},
+    {"gelu", f_gelu, 1, {2}, {S2(5, 7)}},
+    {"mul.Scalar", f_mul_scalar, 1, {2}, {S2(5, 7)}},
+    {"add.Scalar", f_add_scalar, 1, {2}, {S2(5, 7)}},
+    {"add_", f_add_inplace, 2, {2, 2}, {S2(5, 7), S2(5, 7)}},
+    {"sum", f_sum, 1, {2}, {S2(5, 7)}},
+    {"sum dim 0", f_sum0, 1, {2}, {S2(5, 7)}},
+    {"sum dim 1 keepdim", f_sum1k, 1, {2}, {S2(5, 7)}},
+    {"mean dim -1", f_mean1, 1, {2}, {S2(5, 8)}},
+    {"mean", f_mean, 1, {2}, {S2(5, 7)}},
+    {"amax dim 0", f_amax0, 1, {2}, {S2(5, 7)}},
+    {"max", f_max, 1, {2}, {S2(5, 7)}},
+    {"argmax dim 1", f_argmax1, 1, {2}, {S2(5, 7)}, .exact = true},
+    {"softmax", f_softmax1, 1, {2}, {S2(5, 7)}},
+    {"log_softmax", f_log_softmax0, 1, {2}, {S2(5, 7)}},
+    {"layer_norm", f_layer_norm, 1, {2}, {S2(5, 7)}},
+    {"mm", f_mm, 2, {2, 2}, {S2(5, 6), S2(6, 7)}},
+    {"bmm", f_bmm, 2, {3, 3}, {{3, 5, 6}, {3, 6, 4}}},
+    {"matmul 3d@2d", f_matmul, 2, {3, 2}, {{3, 5, 6}, S2(6, 4)}},
+    {"addmm", f_addmm, 3, {2, 2, 1}, {S2(5, 6), S2(6, 7), {7}}},
+    {"linear", f_linear, 3, {2, 2, 1}, {S2(5, 6), S2(7, 6), {7}}},
+    {"linear no bias 3d", f_linear_nobias, 2, {3, 2}, {{3, 5, 6}, S2(7, 6)}},
+    {"embedding", f_embedding, 2, {2, 1}, {S2(10, 6), {5}}, {DT_F32, DT_I64}, .lo = 0, .hi = 10},
+    {"cat 0", f_cat0, 2, {2, 2}, {S2(5, 7), S2(3, 7)}},
+    {"cat 1", f_cat1, 2, {2, 2}, {S2(5, 7), S2(5, 2)}},
+    {"stack 1", f_stack1, 2, {2, 2}, {S2(5, 7), S2(5, 7)}},
+    {"transpose", f_transpose, 1, {2}, {S2(5, 7)}},
+    {"permute", f_permute, 1, {3}, {{3, 5, 7}}},
+    {"view 6x5", f_view, 1, {2}, {S2(10, 3)}},
+    {"reshape -1", f_reshape, 1, {2}, {S2(4, 7)}},
+    {"flatten 1..2", f_flatten, 1, {3}, {{3, 4, 5}}},
+    {"unsqueeze", f_unsqueeze, 1, {2}, {S2(5, 7)}},
+    {"select", f_select, 1, {2}, {S2(5, 7)}},
+    {"narrow", f_narrow, 1, {2}, {S2(5, 7)}},
+    {"chunk", f_chunk, 1, {2}, {S2(5, 7)}},
+    {"expand", f_expand, 1, {2}, {S2(1, 7)}},
+    {"clone", f_clone, 1, {2}, {S2(5, 7)}},
+    {"detach", f_detach, 1, {2}, {S2(5, 7)}},
+    {"contiguous of transpose", f_contiguous_t, 1, {2}, {S2(5, 7)}},
+    {"to float64", f_to64, 1, {2}, {S2(5, 7)}},
+    {"ones_like", f_ones_like, 1, {2}, {S2(5, 7)}},
+};
+#define N_CASES (sizeof cases / sizeof *cases)
+
+typedef struct sweep {
+  int mesh_ndim;
+  int64_t mesh_shape[2];
+  int max_combos; /* per case: cap the combinations tried (0: all) */
+} sweep;
+
+/* Placement choice k for a tensor of ndim dims: 0 = R, 1..ndim = S(k-1), ndim+1 = P(sum). */
+static dt_placement choice(int k, int ndim) {
+  if (k == 0) return dt_replicate();
+  if (k <= ndim) return dt_shard(k - 1);
+  return dt_partial(DT_REDUCE_SUM);
+}
+
+static dt_status fail(const char *what, const op_case *c, const char *combo) {
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", dt_last_error());
+  fprintf(stderr, "sweep: %s: %s [%s]: %s\n", c->name, what, combo, msg);
+  return DT_ERR_INTERNAL;
+}
+
+static dt_status run_case(dt_mesh *mesh, const sweep *sw, const op_case *c, uint64_t seed) {
+  dt_tensor *full[3] = {0};
+  dt_status st = DT_OK;
+  for (int i = 0; i < c->n_in; i++) {
+    dt_dtype dt = c->dtype[i];
+    double lo = c->lo, hi = c->hi;
+    if (lo == 0 && hi == 0) lo = -2, hi = 2;
+    full[i] = ref_random(c->ndim[i], c->shape[i], dt, lo, hi, seed + (uint64_t)i);
+  }
+  dt_tensor *expected = NULL;
+  if (c->fn(full, &expected)) {
+    st = fail("reference failed", c, "local");
+    goto done;
+  }
+  /* Enumerate combinations: per input, per mesh dim, a choice. */
+  int choices[3], total = 1;
+  for (int i = 0; i < c->n_in; i++) {
+    bool floating = dt_dtype_is_floating(c->dtype[i]);
+    choices[i] = 1 + c->ndim[i] + (floating ? 1 : 0);
+    for (int m = 0; m < sw->mesh_ndim; m++) total *= choices[i];
+  }
+  int step = 1;
+  if (sw->max_combos && total > sw->max_combos) step = total / sw->max_combos;
+  for (int combo = 0; combo < total; combo += step) {
+    int k = combo;
+    dt_placement pl[3][2];
+    char desc[128] = "";
+    for (int i = 0; i < c->n_in; i++) {
+      for (int m = 0; m < sw->mesh_ndim; m++) {
+        pl[i][m] = choice(k % choices[i], c->ndim[i]);
+        k /= choices[i];
+        char p[16];
+        strncat(desc, dt_placement_format(pl[i][m], p, sizeof p), sizeof desc - strlen(desc) - 2);
+        strncat(desc, m + 1 < sw->mesh_ndim ? "," : (i + 1 < c->n_in ? " | " : ""), sizeof desc - strlen(desc) - 1);
+      }
+    }
+    dt_tensor *dist[3] = {0}, *out = NULL, *gathered = NULL;
+    for (int i = 0; i < c->n_in && !st; i++) {
+      dt_placement rep[2] = {dt_replicate(), dt_replicate()};
+      dt_tensor *r = NULL;
+      st = dt_distribute_tensor(mesh, full[i], sw->mesh_ndim, rep, &r);
+      if (!st) st = dt_redistribute(r, sw->mesh_ndim, pl[i], &dist[i]);
+      dt_tensor_release(r);
+      if (st) st = fail("making the input", c, desc);
+    }
+    if (!st && c->fn(dist, &out)) st = fail("distributed op failed", c, desc);
+    if (!st && dt_full_tensor(out, &gathered)) st = fail("full_tensor failed", c, desc);
+    if (!st) {
+      int64_t n = dt_tensor_numel(expected);
+      bool same_shape = dt_tensor_ndim(gathered) == dt_tensor_ndim(expected) &&
+                        memcmp(dt_tensor_shape(gathered), dt_tensor_shape(expected),
+                               sizeof(int64_t) * (size_t)dt_tensor_ndim(expected)) == 0 &&
+                        dt_tensor_dtype(gathered) == dt_tensor_dtype(expected);
+      if (!same_shape) {
+        fprintf(stderr, "sweep: %s [%s]: result shape or dtype differs\n", c->name, desc);
+        st = DT_ERR_INTERNAL;
+      } else {
+        double *a = ref_values(gathered), *b = ref_values(expected);
+        for (int64_t j = 0; j < n; j++) {
+          double tol = c->exact ? 0 : 1e-4 + 1e-4 * fabs(b[j]);
+          if (!(fabs(a[j] - b[j]) <= tol) && !(isnan(a[j]) && isnan(b[j]))) {
+            fprintf(stderr, "sweep: %s [%s] mesh %lldx%lld: element %lld is %g, expected %g\n", c->name, desc,
+                    (long long)sw->mesh_shape[0], (long long)(sw->mesh_ndim > 1 ? sw->mesh_shape[1] : 1),
+                    (long long)j, a[j], b[j]);
+            st = DT_ERR_INTERNAL;
+            break;
+          }
+        }
+        free(a);
+        free(b);
+      }
+    }
+    for (int i = 0; i < c->n_in; i++) dt_tensor_release(dist[i]);
+    dt_tensor_release(out);
+    dt_tensor_release(gathered);
+    if (st) break;
+  }
+done:
+  for (int i = 0; i < c->n_in; i++) dt_tensor_release(full[i]);
+  dt_tensor_release(expected);
+  return st;
+}
+
+static dt_status sweep_rank(dt_comm *world, void *arg) {
+  const sweep *sw = arg;
+  dt_mesh *mesh = NULL;
+  dt_status st = dt_mesh_create(world, sw->mesh_ndim, sw->mesh_shape, NULL, &mesh);
+  if (st) return st;
+  for (size_t i = 0; i < N_CASES && !st; i++) st = run_case(mesh, sw, &cases[i], 100 + i);
+  dt_mesh_destroy(mesh);
+  return st;
+}
+
+static void run_sweep(int ndim, int64_t a, int64_t b, int max_combos) {
+  sweep sw = {ndim, {a, b}, max_combos};
+  int world = (int)(ndim == 1 ? a : a * b);
+  dt_status st = dt_spawn(world, sweep_rank, &sw);
+  cr_assert_eq(st, DT_OK, "sweep on mesh %lldx%lld failed: %s", (long long)a, (long long)b, dt_last_error());
+}
+
+Test(dist_sweep, mesh_1, .timeout = 120) { run_sweep(1, 1, 1, 0); }
+Test(dist_sweep, mesh_2, .timeout = 120) { run_sweep(1, 2, 1, 0); }
+Test(dist_sweep, mesh_3, .timeout = 120) { run_sweep(1, 3, 1, 0); }
+Test(dist_sweep, mesh_4, .timeout = 120) { run_sweep(1, 4, 1, 0); }
+Test(dist_sweep, mesh_2x2, .timeout = 240) { run_sweep(2, 2, 2, 40); }
+Test(dist_sweep, mesh_2x3, .timeout = 240) { run_sweep(2, 2, 3, 40); }
