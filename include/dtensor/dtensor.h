@@ -4,10 +4,12 @@
  *   core.h    status codes, dt_last_error(), allocator and log hooks
  *   tensor.h  dtypes, the dt_tensor handle, creation, random numbers, element access
  *   ops.h     every op (pointwise, reductions, matrix, nn, views), local or distributed
+ *   comm.h    process groups (threads, mpi, fake backends), collectives, async work handles
  */
 #ifndef DTENSOR_DTENSOR_H
 #define DTENSOR_DTENSOR_H
 
+#include "dtensor/comm.h"
 #include "dtensor/core.h"
 #include "dtensor/ops.h"
 #include "dtensor/tensor.h"

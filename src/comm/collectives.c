@@ -1,0 +1,667 @@
+/* The public collectives: every argument is validated on the calling rank before anything
+ * is communicated (so a bad call fails alone instead of hanging its peers), tensors become
+ * flat buffers (dt_coll_args), and the backend moves the bytes. Optional backend entries
+ * fall back here on the required ones. */
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "tensor/tensor_impl.h"
+
+/* ---- Argument checks ---------------------------------------------------------------------- */
+
+static dt_status check_comm(const char *op, const dt_comm *comm) {
+  if (DT_UNLIKELY(!comm)) return dt__error(DT_ERR_INVALID, "%s: comm is NULL", op);
+  return DT_OK;
+}
+
+static dt_status check_tensor(const char *op, const char *arg, const dt_tensor *t) {
+  if (DT_UNLIKELY(!t)) return dt__error(DT_ERR_INVALID, "%s: %s is NULL", op, arg);
+  if (DT_UNLIKELY(!dt__is_contiguous(t->ndim, t->shape, t->strides))) {
+    char shape[128], strides[128];
+    return dt__error(DT_ERR_INVALID,
+                     "%s: %s must be contiguous (shape %s, strides %s); call dt_contiguous first",
+                     op, arg, dt__format_ints(shape, sizeof shape, t->ndim, t->shape),
+                     dt__format_ints(strides, sizeof strides, t->ndim, t->strides));
+  }
+  return DT_OK;
+}
+
+static dt_status check_rows_tensor(const char *op, const char *arg, const dt_tensor *t) {
+  dt_status status = check_tensor(op, arg, t);
+  if (status != DT_OK) return status;
+  if (DT_UNLIKELY(t->ndim < 1)) {
+    return dt__error(DT_ERR_INVALID, "%s: %s is a 0-d tensor; it needs a dim 0 to split along", op,
+                     arg);
+  }
+  return DT_OK;
+}
+
+static int64_t row_numel(const dt_tensor *t) { return dt__numel(t->ndim - 1, t->shape + 1); }
+
+/* Checks that `b` has a's dtype and a's shape except dim 0, which must be `dim0`. */
+static dt_status check_like(const char *op, const char *a_name, const dt_tensor *a,
+                            const char *b_name, const dt_tensor *b, int64_t dim0, const char *why) {
+  if (DT_UNLIKELY(a->dtype != b->dtype)) {
+    return dt__error(DT_ERR_DTYPE, "%s: %s is %s but %s is %s; they must match", op, a_name,
+                     dt_dtype_name(a->dtype), b_name, dt_dtype_name(b->dtype));
+  }
+  bool ok = a->ndim == b->ndim && b->shape[0] == dim0;
+  for (int i = 1; ok && i < a->ndim; i++) ok = a->shape[i] == b->shape[i];
+  if (DT_LIKELY(ok)) return DT_OK;
+  int64_t expected[DT_MAX_DIMS];
+  memcpy(expected, a->shape, sizeof expected);
+  expected[0] = dim0;
+  char got[128], want[128], base[128];
+  return dt__error(DT_ERR_INVALID, "%s: %s has shape %s, expected %s (%s; %s has shape %s)", op,
+                   b_name, dt__format_ints(got, sizeof got, b->ndim, b->shape),
+                   dt__format_ints(want, sizeof want, a->ndim, expected), why, a_name,
+                   dt__format_ints(base, sizeof base, a->ndim, a->shape));
+}
+
+static dt_status check_root(const char *op, const dt_comm *comm, int root, const char *what) {
+  if (DT_UNLIKELY(root < 0 || root >= comm->size)) {
+    return dt__error(DT_ERR_INVALID, "%s: %s %d is out of range for a group of %d ranks", op, what,
+                     root, comm->size);
+  }
+  return DT_OK;
+}
+
+static dt_status check_op(const char *op, dt_reduce_op reduce, dt_dtype dtype) {
+  if (DT_UNLIKELY((int)reduce < DT_REDUCE_SUM || reduce > DT_REDUCE_PROD)) {
+    return dt__error(DT_ERR_INVALID, "%s: op %d is not a dt_reduce_op", op, (int)reduce);
+  }
+  if (DT_UNLIKELY(reduce == DT_REDUCE_AVG && !dt_dtype_is_floating(dtype))) {
+    return dt__error(DT_ERR_DTYPE, "%s: op avg needs a floating dtype, the tensor is %s", op,
+                     dt_dtype_name(dtype));
+  }
+  return DT_OK;
+}
+
+/* Validates per-rank row counts (size entries, each >= 0) and returns their sum. */
+static dt_status check_counts(const char *op, const char *arg, const dt_comm *comm,
+                              const int64_t *counts, int64_t *sum) {
+  if (!counts) return dt__error(DT_ERR_INVALID, "%s: %s is NULL", op, arg);
+  int64_t total = 0;
+  for (int r = 0; r < comm->size; r++) {
+    if (counts[r] < 0) {
+      return dt__error(DT_ERR_INVALID, "%s: %s[%d] is %lld, expected >= 0", op, arg, r,
+                       (long long)counts[r]);
+    }
+    total += counts[r];
+  }
+  *sum = total;
+  return DT_OK;
+}
+
+static bool bytes_overlap(const dt_tensor *a, const dt_tensor *b) {
+  const char *pa = dt__tensor_base(a), *pb = dt__tensor_base(b);
+  size_t na = (size_t)dt__tensor_numel(a) * dt__dtype_sizes[a->dtype];
+  size_t nb = (size_t)dt__tensor_numel(b) * dt__dtype_sizes[b->dtype];
+  return na && nb && pa < pb + nb && pb < pa + na;
+}
+
+/* `part` may be exactly the rows [first_row, +rows of part) of `whole` (in place), or not
+ * overlap it at all. */
+static dt_status check_in_place(const char *op, const char *part_name, const dt_tensor *part,
+                                const char *whole_name, const dt_tensor *whole, int64_t first_row) {
+  if (!bytes_overlap(part, whole)) return DT_OK;
+  const char *slice = dt__tensor_base(whole) +
+                      first_row * row_numel(whole) * (int64_t)dt__dtype_sizes[whole->dtype];
+  if (dt__tensor_base(part) == slice) return DT_OK;
+  return dt__error(DT_ERR_INVALID,
+                   "%s: %s overlaps %s without being this rank's slice (rows from %lld) of it", op,
+                   part_name, whole_name, (long long)first_row);
+}
+
+/* ---- Running a collective --------------------------------------------------------------- */
+
+static void work_init(dt_work *w, dt_comm *comm, const dt_coll_args *args, bool pooled) {
+  w->comm = comm;
+  w->args = *args;
+  w->seq = 0;
+  w->status = DT_OK;
+  w->done = false;
+  w->pooled = pooled;
+  w->backend_ptr[0] = w->backend_ptr[1] = NULL;
+  w->backend_int[0] = w->backend_int[1] = 0;
+  w->owned = NULL;
+}
+
+/* barrier as an all_reduce of one int. */
+static dt_status fallback_barrier(dt_comm *comm, dt_work *w) {
+  w->scratch[0] = 0;
+  w->args.kind = DT_COLL_ALL_REDUCE;
+  w->args.dtype = DT_I32;
+  w->args.op = DT_REDUCE_SUM;
+  w->args.send = w->args.recv = w->scratch;
+  w->args.count = 1;
+  w->seq = comm->seq++;
+  return comm->backend->start[DT_COLL_ALL_REDUCE](comm, w);
+}
+
+/* scatter and gather as an all_to_all where only the root sends (receives) anything. */
+static dt_status fallback_rooted(dt_comm *comm, dt_work *w) {
+  int size = comm->size, root = w->args.root;
+  bool scatter = w->args.kind == DT_COLL_SCATTER;
+  int64_t *counts = dt__calloc(sizeof *counts * 2 * (size_t)size);
+  if (!counts) return dt__error(DT_ERR_NOMEM, "%s: out of memory", w->args.op_name);
+  int64_t *send_counts = counts, *recv_counts = counts + size;
+  if (scatter) {
+    if (comm->rank == root) {
+      for (int d = 0; d < size; d++) send_counts[d] = w->args.count;
+    }
+    recv_counts[root] = w->args.count;
+  } else {
+    send_counts[root] = w->args.count;
+    if (comm->rank == root) {
+      for (int s = 0; s < size; s++) recv_counts[s] = w->args.count;
+    }
+  }
+  w->owned = counts;
+  /* A rank with nothing to send or receive still passes a valid (unused) pointer. */
+  if (!w->args.send) w->args.send = w->args.recv;
+  if (!w->args.recv) w->args.recv = (void *)w->args.send;
+  w->args.kind = DT_COLL_ALL_TO_ALL;
+  w->args.row_numel = 1;
+  w->args.send_counts = send_counts;
+  w->args.recv_counts = recv_counts;
+  w->seq = comm->seq++;
+  return comm->backend->start[DT_COLL_ALL_TO_ALL](comm, w);
+}
+
+static dt_status work_start(dt_comm *comm, dt_work *w) {
+  dt_coll_start_fn fn = comm->backend->start[w->args.kind];
+  if (DT_UNLIKELY(!fn)) {
+    switch (w->args.kind) {
+    case DT_COLL_BARRIER: return fallback_barrier(comm, w);
+    case DT_COLL_SCATTER:
+    case DT_COLL_GATHER: return fallback_rooted(comm, w);
+    default:
+      return dt__error(DT_ERR_UNSUPPORTED, "%s: the %s backend does not implement it",
+                       w->args.op_name, comm->backend->name);
+    }
+  }
+  if (w->args.kind != DT_COLL_SEND && w->args.kind != DT_COLL_RECV) w->seq = comm->seq++;
+  return fn(comm, w);
+}
+
+static dt_status run(dt_comm *comm, const dt_coll_args *args, dt_work **work_out) {
+  if (!work_out) {
+    dt_work w;
+    work_init(&w, comm, args, false);
+    dt_status status = work_start(comm, &w);
+    if (status == DT_OK && !w.done) {
+      status = comm->backend->wait(comm, &w);
+      if (!w.done) dt__work_finish(&w, status);
+    }
+    if (status == DT_OK && w.status != DT_OK) status = dt__error(w.status, "%s", w.message);
+    dt__free(w.owned);
+    return status;
+  }
+  *work_out = NULL;
+  dt_work *w = comm->free_works;
+  if (w) {
+    comm->free_works = w->next_free;
+  } else {
+    w = dt__alloc(sizeof *w);
+    if (!w) return dt__error(DT_ERR_NOMEM, "%s: out of memory for a work handle", args->op_name);
+  }
+  work_init(w, comm, args, true);
+  dt_status status = work_start(comm, w);
+  if (status != DT_OK) {
+    dt__free(w->owned);
+    w->owned = NULL;
+    w->next_free = comm->free_works;
+    comm->free_works = w;
+    return status;
+  }
+  *work_out = w;
+  return DT_OK;
+}
+
+#define CHECK(expr)                                                                                \
+  do {                                                                                             \
+    dt_status check_status_ = (expr);                                                              \
+    if (DT_UNLIKELY(check_status_ != DT_OK)) return check_status_;                                 \
+  } while (0)
+
+/* ---- all_reduce ------------------------------------------------------------------------- */
+
+static dt_status all_reduce(dt_comm *comm, dt_tensor *t, dt_reduce_op op, dt_work **work) {
+  static const char name[] = "all_reduce";
+  CHECK(check_comm(name, comm));
+  CHECK(check_tensor(name, "tensor", t));
+  CHECK(check_op(name, op, t->dtype));
+  void *data = dt__tensor_base(t);
+  dt_coll_args args = {.kind = DT_COLL_ALL_REDUCE,
+                       .dtype = t->dtype,
+                       .op = op,
+                       .send = data,
+                       .recv = data,
+                       .count = dt__tensor_numel(t),
+                       .row_numel = 1,
+                       .op_name = name};
+  return run(comm, &args, work);
+}
+
+dt_status dt_all_reduce(dt_comm *comm, dt_tensor *tensor, dt_reduce_op op) {
+  return all_reduce(comm, tensor, op, NULL);
+}
+
+dt_status dt_all_reduce_async(dt_comm *comm, dt_tensor *tensor, dt_reduce_op op, dt_work **work) {
+  if (!work) return dt__error(DT_ERR_INVALID, "all_reduce: work is NULL");
+  return all_reduce(comm, tensor, op, work);
+}
+
+/* ---- all_gather ------------------------------------------------------------------------- */
+
+static dt_status all_gather(const char *name, dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                            const int64_t *counts, dt_work **work) {
+  CHECK(check_comm(name, comm));
+  CHECK(check_rows_tensor(name, "in", in));
+  CHECK(check_rows_tensor(name, "out", out));
+  int64_t total = in->shape[0] * comm->size, first = in->shape[0] * comm->rank;
+  if (counts) {
+    CHECK(check_counts(name, "counts", comm, counts, &total));
+    if (in->shape[0] != counts[comm->rank]) {
+      return dt__error(DT_ERR_INVALID, "%s: in has %lld rows but counts[%d] is %lld", name,
+                       (long long)in->shape[0], comm->rank, (long long)counts[comm->rank]);
+    }
+    first = 0;
+    for (int r = 0; r < comm->rank; r++) first += counts[r];
+  }
+  CHECK(check_like(name, "in", in, "out", out, total,
+                   counts ? "dim 0 = sum of counts" : "dim 0 = group size x in dim 0"));
+  CHECK(check_in_place(name, "in", in, "out", out, first));
+  dt_coll_args args = {.kind = DT_COLL_ALL_GATHER,
+                       .dtype = in->dtype,
+                       .send = dt__tensor_base(in),
+                       .recv = dt__tensor_base(out),
+                       .count = dt__tensor_numel(in),
+                       .row_numel = row_numel(in),
+                       .counts = counts,
+                       .op_name = name};
+  return run(comm, &args, work);
+}
+
+dt_status dt_all_gather_into_tensor(dt_comm *comm, const dt_tensor *in, dt_tensor *out) {
+  return all_gather("all_gather_into_tensor", comm, in, out, NULL, NULL);
+}
+
+dt_status dt_all_gather_into_tensor_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                          dt_work **work) {
+  if (!work) return dt__error(DT_ERR_INVALID, "all_gather_into_tensor: work is NULL");
+  return all_gather("all_gather_into_tensor", comm, in, out, NULL, work);
+}
+
+dt_status dt_all_gather_uneven(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                               const int64_t *counts) {
+  if (!counts) return dt__error(DT_ERR_INVALID, "all_gather_uneven: counts is NULL");
+  return all_gather("all_gather_uneven", comm, in, out, counts, NULL);
+}
+
+dt_status dt_all_gather_uneven_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                     const int64_t *counts, dt_work **work) {
+  if (!work) return dt__error(DT_ERR_INVALID, "all_gather_uneven: work is NULL");
+  if (!counts) return dt__error(DT_ERR_INVALID, "all_gather_uneven: counts is NULL");
+  return all_gather("all_gather_uneven", comm, in, out, counts, work);
+}
+
+/* ---- reduce_scatter --------------------------------------------------------------------- */
+
+static dt_status reduce_scatter(const char *name, dt_comm *comm, const dt_tensor *in,
+                                dt_tensor *out, const int64_t *counts, dt_reduce_op op,
+                                dt_work **work) {
+  CHECK(check_comm(name, comm));
+  CHECK(check_rows_tensor(name, "in", in));
+  CHECK(check_rows_tensor(name, "out", out));
+  CHECK(check_op(name, op, in->dtype));
+  int64_t rows = out->shape[0], total = out->shape[0] * comm->size;
+  int64_t first = out->shape[0] * comm->rank;
+  if (counts) {
+    CHECK(check_counts(name, "counts", comm, counts, &total));
+    rows = counts[comm->rank];
+    first = 0;
+    for (int r = 0; r < comm->rank; r++) first += counts[r];
+  }
+  CHECK(check_like(name, "in", in, "in", in, total,
+                   counts ? "dim 0 = sum of counts" : "dim 0 = group size x out dim 0"));
+  CHECK(check_like(name, "in", in, "out", out, rows,
+                   counts ? "dim 0 = counts[rank]" : "dim 0 = in dim 0 / group size"));
+  CHECK(check_in_place(name, "out", out, "in", in, first));
+  dt_coll_args args = {.kind = DT_COLL_REDUCE_SCATTER,
+                       .dtype = in->dtype,
+                       .op = op,
+                       .send = dt__tensor_base(in),
+                       .recv = dt__tensor_base(out),
+                       .count = dt__tensor_numel(out),
+                       .row_numel = row_numel(in),
+                       .counts = counts,
+                       .op_name = name};
+  return run(comm, &args, work);
+}
+
+dt_status dt_reduce_scatter_tensor(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                   dt_reduce_op op) {
+  return reduce_scatter("reduce_scatter_tensor", comm, in, out, NULL, op, NULL);
+}
+
+dt_status dt_reduce_scatter_tensor_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                         dt_reduce_op op, dt_work **work) {
+  if (!work) return dt__error(DT_ERR_INVALID, "reduce_scatter_tensor: work is NULL");
+  return reduce_scatter("reduce_scatter_tensor", comm, in, out, NULL, op, work);
+}
+
+dt_status dt_reduce_scatter_uneven(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                   const int64_t *counts, dt_reduce_op op) {
+  if (!counts) return dt__error(DT_ERR_INVALID, "reduce_scatter_uneven: counts is NULL");
+  return reduce_scatter("reduce_scatter_uneven", comm, in, out, counts, op, NULL);
+}
+
+dt_status dt_reduce_scatter_uneven_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                         const int64_t *counts, dt_reduce_op op, dt_work **work) {
+  if (!work) return dt__error(DT_ERR_INVALID, "reduce_scatter_uneven: work is NULL");
+  if (!counts) return dt__error(DT_ERR_INVALID, "reduce_scatter_uneven: counts is NULL");
+  return reduce_scatter("reduce_scatter_uneven", comm, in, out, counts, op, work);
+}
+
+/* ---- all_to_all ------------------------------------------------------------------------- */
+
+static dt_status all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                            const int64_t *send_counts, const int64_t *recv_counts,
+                            dt_work **work) {
+  static const char name[] = "all_to_all";
+  CHECK(check_comm(name, comm));
+  CHECK(check_rows_tensor(name, "in", in));
+  CHECK(check_rows_tensor(name, "out", out));
+  if ((send_counts == NULL) != (recv_counts == NULL)) {
+    return dt__error(DT_ERR_INVALID, "%s: %s is NULL but %s is not; pass both or neither", name,
+                     send_counts ? "recv_counts" : "send_counts",
+                     send_counts ? "send_counts" : "recv_counts");
+  }
+  int64_t block = 0;
+  if (send_counts) {
+    int64_t sent = 0, received = 0;
+    CHECK(check_counts(name, "send_counts", comm, send_counts, &sent));
+    CHECK(check_counts(name, "recv_counts", comm, recv_counts, &received));
+    CHECK(check_like(name, "in", in, "in", in, sent, "dim 0 = sum of send_counts"));
+    CHECK(check_like(name, "in", in, "out", out, received, "dim 0 = sum of recv_counts"));
+  } else {
+    if (in->shape[0] % comm->size != 0) {
+      return dt__error(DT_ERR_INVALID,
+                       "%s: in dim 0 (%lld) is not divisible by the group size %d; pass "
+                       "send_counts and recv_counts for uneven splits",
+                       name, (long long)in->shape[0], comm->size);
+    }
+    CHECK(check_like(name, "in", in, "out", out, in->shape[0], "equal splits keep the shape"));
+    block = in->shape[0] / comm->size * row_numel(in);
+  }
+  if (bytes_overlap(in, out)) {
+    return dt__error(DT_ERR_INVALID, "%s: in and out overlap; all_to_all is not in place", name);
+  }
+  dt_coll_args args = {.kind = DT_COLL_ALL_TO_ALL,
+                       .dtype = in->dtype,
+                       .send = dt__tensor_base(in),
+                       .recv = dt__tensor_base(out),
+                       .count = block,
+                       .row_numel = row_numel(in),
+                       .send_counts = send_counts,
+                       .recv_counts = recv_counts,
+                       .op_name = name};
+  return run(comm, &args, work);
+}
+
+dt_status dt_all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                        const int64_t *send_counts, const int64_t *recv_counts) {
+  return all_to_all(comm, in, out, send_counts, recv_counts, NULL);
+}
+
+dt_status dt_all_to_all_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                              const int64_t *send_counts, const int64_t *recv_counts,
+                              dt_work **work) {
+  if (!work) return dt__error(DT_ERR_INVALID, "all_to_all: work is NULL");
+  return all_to_all(comm, in, out, send_counts, recv_counts, work);
+}
+
+/* ---- broadcast, scatter, gather --------------------------------------------------------- */
+
+static dt_status broadcast(dt_comm *comm, dt_tensor *t, int root, dt_work **work) {
+  static const char name[] = "broadcast";
+  CHECK(check_comm(name, comm));
+  CHECK(check_tensor(name, "tensor", t));
+  CHECK(check_root(name, comm, root, "root"));
+  void *data = dt__tensor_base(t);
+  dt_coll_args args = {.kind = DT_COLL_BROADCAST,
+                       .dtype = t->dtype,
+                       .root = root,
+                       .send = comm->rank == root ? data : NULL,
+                       .recv = data,
+                       .count = dt__tensor_numel(t),
+                       .row_numel = 1,
+                       .op_name = name};
+  return run(comm, &args, work);
+}
+
+dt_status dt_broadcast(dt_comm *comm, dt_tensor *tensor, int root) {
+  return broadcast(comm, tensor, root, NULL);
+}
+
+dt_status dt_broadcast_async(dt_comm *comm, dt_tensor *tensor, int root, dt_work **work) {
+  if (!work) return dt__error(DT_ERR_INVALID, "broadcast: work is NULL");
+  return broadcast(comm, tensor, root, work);
+}
+
+static dt_status scatter(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
+                         dt_work **work) {
+  static const char name[] = "scatter";
+  CHECK(check_comm(name, comm));
+  CHECK(check_root(name, comm, root, "root"));
+  CHECK(check_rows_tensor(name, "out", out));
+  const void *send = NULL;
+  if (comm->rank == root) {
+    CHECK(check_rows_tensor(name, "in (on the root)", in));
+    CHECK(check_like(name, "out", out, "in", in, out->shape[0] * comm->size,
+                     "dim 0 = group size x out dim 0"));
+    if (bytes_overlap(in, out)) {
+      return dt__error(DT_ERR_INVALID, "%s: in and out overlap on the root", name);
+    }
+    send = dt__tensor_base(in);
+  }
+  dt_coll_args args = {.kind = DT_COLL_SCATTER,
+                       .dtype = out->dtype,
+                       .root = root,
+                       .send = send,
+                       .recv = dt__tensor_base(out),
+                       .count = dt__tensor_numel(out),
+                       .row_numel = row_numel(out),
+                       .op_name = name};
+  return run(comm, &args, work);
+}
+
+dt_status dt_scatter(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root) {
+  return scatter(comm, in, out, root, NULL);
+}
+
+dt_status dt_scatter_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
+                           dt_work **work) {
+  if (!work) return dt__error(DT_ERR_INVALID, "scatter: work is NULL");
+  return scatter(comm, in, out, root, work);
+}
+
+static dt_status gather(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
+                        dt_work **work) {
+  static const char name[] = "gather";
+  CHECK(check_comm(name, comm));
+  CHECK(check_root(name, comm, root, "root"));
+  CHECK(check_rows_tensor(name, "in", in));
+  void *recv = NULL;
+  if (comm->rank == root) {
+    CHECK(check_rows_tensor(name, "out (on the root)", out));
+    CHECK(check_like(name, "in", in, "out", out, in->shape[0] * comm->size,
+                     "dim 0 = group size x in dim 0"));
+    if (bytes_overlap(in, out)) {
+      return dt__error(DT_ERR_INVALID, "%s: in and out overlap on the root", name);
+    }
+    recv = dt__tensor_base(out);
+  }
+  dt_coll_args args = {.kind = DT_COLL_GATHER,
+                       .dtype = in->dtype,
+                       .root = root,
+                       .send = dt__tensor_base(in),
+                       .recv = recv,
+                       .count = dt__tensor_numel(in),
+                       .row_numel = row_numel(in),
+                       .op_name = name};
+  return run(comm, &args, work);
+}
+
+dt_status dt_gather(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root) {
+  return gather(comm, in, out, root, NULL);
+}
+
+dt_status dt_gather_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
+                          dt_work **work) {
+  if (!work) return dt__error(DT_ERR_INVALID, "gather: work is NULL");
+  return gather(comm, in, out, root, work);
+}
+
+/* ---- barrier, send, recv ---------------------------------------------------------------- */
+
+dt_status dt_barrier(dt_comm *comm) {
+  CHECK(check_comm("barrier", comm));
+  dt_coll_args args = {.kind = DT_COLL_BARRIER, .dtype = DT_U8, .op_name = "barrier"};
+  return run(comm, &args, NULL);
+}
+
+dt_status dt_barrier_async(dt_comm *comm, dt_work **work) {
+  CHECK(check_comm("barrier", comm));
+  if (!work) return dt__error(DT_ERR_INVALID, "barrier: work is NULL");
+  dt_coll_args args = {.kind = DT_COLL_BARRIER, .dtype = DT_U8, .op_name = "barrier"};
+  return run(comm, &args, work);
+}
+
+static dt_status point_to_point(const char *name, dt_comm *comm, const dt_tensor *t, int peer,
+                                bool is_send, dt_work **work) {
+  CHECK(check_comm(name, comm));
+  CHECK(check_tensor(name, "tensor", t));
+  CHECK(check_root(name, comm, peer, is_send ? "dst" : "src"));
+  if (peer == comm->rank) {
+    return dt__error(DT_ERR_INVALID, "%s: rank %d cannot %s itself", name, peer,
+                     is_send ? "send to" : "receive from");
+  }
+  void *data = dt__tensor_base(t);
+  dt_coll_args args = {.kind = is_send ? DT_COLL_SEND : DT_COLL_RECV,
+                       .dtype = t->dtype,
+                       .root = peer,
+                       .send = is_send ? data : NULL,
+                       .recv = is_send ? NULL : data,
+                       .count = dt__tensor_numel(t),
+                       .row_numel = 1,
+                       .op_name = name};
+  return run(comm, &args, work);
+}
+
+dt_status dt_send(dt_comm *comm, const dt_tensor *tensor, int dst) {
+  return point_to_point("send", comm, tensor, dst, true, NULL);
+}
+
+dt_status dt_send_async(dt_comm *comm, const dt_tensor *tensor, int dst, dt_work **work) {
+  if (!work) return dt__error(DT_ERR_INVALID, "send: work is NULL");
+  return point_to_point("send", comm, tensor, dst, true, work);
+}
+
+dt_status dt_recv(dt_comm *comm, dt_tensor *tensor, int src) {
+  return point_to_point("recv", comm, tensor, src, false, NULL);
+}
+
+dt_status dt_recv_async(dt_comm *comm, dt_tensor *tensor, int src, dt_work **work) {
+  if (!work) return dt__error(DT_ERR_INVALID, "recv: work is NULL");
+  return point_to_point("recv", comm, tensor, src, false, work);
+}
+
+/* ---- all_gather_object ------------------------------------------------------------------ */
+
+/* One allocation: the header, lengths, offsets, then the bytes. */
+static dt_objects *objects_alloc(int count, size_t total) {
+  size_t header = sizeof(dt_objects) + 2 * sizeof(size_t) * (size_t)count;
+  dt_objects *objects = dt__alloc(header + total + 1);
+  if (!objects) return NULL;
+  size_t *lengths = (size_t *)(objects + 1);
+  objects->count = count;
+  objects->lengths = lengths;
+  objects->offsets = lengths + count;
+  objects->data = (unsigned char *)objects + header;
+  return objects;
+}
+
+/* Any backend: gather the lengths, then the bytes with an uneven all_gather. */
+static dt_status all_gather_object_fallback(dt_comm *comm, const void *data, size_t nbytes,
+                                            dt_objects **out) {
+  static const char name[] = "all_gather_object";
+  int size = comm->size;
+  int64_t *lengths = dt__alloc(sizeof *lengths * (size_t)size);
+  if (!lengths) return dt__error(DT_ERR_NOMEM, "%s: out of memory", name);
+  int64_t mine = (int64_t)nbytes;
+  dt_coll_args args = {.kind = DT_COLL_ALL_GATHER,
+                       .dtype = DT_I64,
+                       .send = &mine,
+                       .recv = lengths,
+                       .count = 1,
+                       .row_numel = 1,
+                       .op_name = name};
+  dt_status status = run(comm, &args, NULL);
+  if (status != DT_OK) {
+    dt__free(lengths);
+    return status;
+  }
+  size_t total = 0;
+  for (int r = 0; r < size; r++) total += (size_t)lengths[r];
+  dt_objects *objects = objects_alloc(size, total);
+  if (!objects) {
+    dt__free(lengths);
+    /* The peers go on to the second exchange: abort rather than leave them waiting. */
+    comm->backend->abort(comm, "all_gather_object: out of memory on one rank");
+    return dt__error(DT_ERR_NOMEM, "%s: out of memory for %zu bytes", name, total);
+  }
+  size_t *lens = (size_t *)objects->lengths, *offs = (size_t *)objects->offsets;
+  size_t offset = 0;
+  for (int r = 0; r < size; r++) {
+    lens[r] = (size_t)lengths[r];
+    offs[r] = offset;
+    offset += lens[r];
+  }
+  static const unsigned char empty = 0;
+  dt_coll_args bytes = {.kind = DT_COLL_ALL_GATHER,
+                        .dtype = DT_U8,
+                        .send = data ? data : &empty,
+                        .recv = (void *)objects->data,
+                        .count = mine,
+                        .row_numel = 1,
+                        .counts = lengths,
+                        .op_name = name};
+  status = run(comm, &bytes, NULL);
+  dt__free(lengths);
+  if (status != DT_OK) {
+    dt__free(objects);
+    return status;
+  }
+  *out = objects;
+  return DT_OK;
+}
+
+dt_status dt_all_gather_object(dt_comm *comm, const void *data, size_t nbytes, dt_objects **out) {
+  static const char name[] = "all_gather_object";
+  if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", name);
+  *out = NULL;
+  CHECK(check_comm(name, comm));
+  if (!data && nbytes > 0) return dt__error(DT_ERR_INVALID, "%s: data is NULL", name);
+  if (comm->backend->all_gather_object) {
+    return comm->backend->all_gather_object(comm, data, nbytes, out);
+  }
+  return all_gather_object_fallback(comm, data, nbytes, out);
+}
+
+void dt_objects_free(dt_objects *objects) { dt__free(objects); }
+
+dt_objects *dt__objects_alloc(int count, size_t total) { return objects_alloc(count, total); }

@@ -1,0 +1,184 @@
+/* Private layer of process groups: the backend interface every backend implements, the
+ * dt_comm and dt_work layouts, and helpers shared by the backends.
+ *
+ * The public wrappers in comm.c validate every argument on the calling rank, turn tensors
+ * into flat buffers and element counts (dt_coll_args), and hand them to the backend. A
+ * backend never sees a tensor, so it never needs to validate shapes; it only has to move
+ * bytes and, where it can, check that the ranks agree (see dt__coll_same_call). */
+#ifndef DT_COMM_IMPL_H
+#define DT_COMM_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/core_impl.h"
+#include "dtensor/comm.h"
+
+/* The collectives a backend implements. SPLIT is internal (dt_comm_split on backends that
+ * build it as a collective). */
+typedef enum dt_coll_kind {
+  DT_COLL_ALL_REDUCE,
+  DT_COLL_ALL_GATHER,
+  DT_COLL_REDUCE_SCATTER,
+  DT_COLL_ALL_TO_ALL,
+  DT_COLL_BROADCAST,
+  DT_COLL_SCATTER,
+  DT_COLL_GATHER,
+  DT_COLL_BARRIER,
+  DT_COLL_SEND,
+  DT_COLL_RECV,
+  DT_COLL_SPLIT,
+  DT_COLL_KIND_COUNT
+} dt_coll_kind;
+
+/* One collective, as flat buffers. Counts are in ELEMENTS unless said otherwise; the
+ * per-rank arrays are in ROWS of row_numel elements (so they stay small integers even for
+ * huge tensors). Pointers are borrowed from the caller and valid until the work completes.
+ *
+ *   kind            send (this rank)               recv (this rank)           count
+ *   ALL_REDUCE      count elements                 count elements (may = send) count
+ *   BROADCAST       = recv on root, else NULL      count elements             count
+ *   ALL_GATHER      count elements                 size*count, or sum(counts) per rank
+ *                   (counts: counts[rank] rows)    rows when counts != NULL
+ *   REDUCE_SCATTER  size*count, or sum(counts)     count elements             per rank
+ *                   rows                           (counts[rank] rows)
+ *   ALL_TO_ALL      send_counts rows per peer      recv_counts rows per peer  block size
+ *                   (NULL: count elements each)    (NULL: count elements each) when even
+ *   SCATTER         size*count on root, else NULL  count elements             per rank
+ *   GATHER          count elements                 size*count on root, else NULL
+ *   BARRIER         -                              -                          0
+ *   SEND / RECV     count elements (peer = root)   count elements (peer = root)
+ *   SPLIT           color in root, key in count (internal)
+ */
+typedef struct dt_coll_args {
+  dt_coll_kind kind;
+  dt_dtype dtype;
+  dt_reduce_op op;
+  int root;
+  const void *send;
+  void *recv;
+  int64_t count;
+  int64_t row_numel;
+  const int64_t *counts;
+  const int64_t *send_counts;
+  const int64_t *recv_counts;
+  const char *op_name; /* the public name, for messages ("all_gather_into_tensor") */
+} dt_coll_args;
+
+#define DT_WORK_MESSAGE 512
+
+/* An operation in flight. Sync collectives use one on the stack; async ones come from the
+ * comm's free list (no allocation once warm). */
+struct dt_work {
+  dt_comm *comm;
+  dt_coll_args args;
+  uint64_t seq; /* the group's sequence number of this collective */
+  dt_status status;
+  bool done;
+  bool pooled; /* false: on the caller's stack, release does nothing */
+  /* Backend-private per-operation state. */
+  void *backend_ptr[2];
+  int64_t backend_int[2];
+  /* Buffers a fallback owns for the duration of the operation (freed on release). */
+  void *owned;
+  int32_t scratch[2];
+  char message[DT_WORK_MESSAGE]; /* the failure message, replayed by a second wait */
+  dt_work *next_free;
+};
+
+/* When the caller of a split already knows the result (the device mesh does), it says so:
+ * backends that cannot learn it from the peers (fake) use it. size 0 means unknown. */
+typedef struct dt_split_hint {
+  int size;
+  int rank;
+} dt_split_hint;
+
+typedef dt_status (*dt_coll_start_fn)(dt_comm *comm, dt_work *work);
+
+/* A backend: data, filled with designated initializers.
+ *
+ * start[kind] begins a collective described by work->args (work->seq is already set for
+ * group collectives). It either completes it (sets work->done and work->status) or leaves
+ * it pending for wait/test. It returns an error only when nothing was started. Entries
+ * marked optional may be NULL: the public wrapper then builds the collective from others.
+ *   required: ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, SEND, RECV
+ *   optional: BARRIER (all_reduce of one int), SCATTER and GATHER (all_to_all with counts)
+ * wait: required unless start always completes; test: optional (reports work->done).
+ * all_gather_object: optional (two all_gathers: the lengths, then the bytes). */
+typedef struct dt_comm_backend {
+  const char *name;
+  dt_coll_start_fn start[DT_COLL_KIND_COUNT];
+  dt_status (*wait)(dt_comm *comm, dt_work *work);
+  dt_status (*test)(dt_comm *comm, dt_work *work, bool *done);
+  /* Required. Collective; sets *out (NULL for a negative color). */
+  dt_status (*split)(dt_comm *comm, int color, int key, const dt_split_hint *hint, dt_comm **out);
+  /* Required. Frees comm->state (the wrapper frees the handle). */
+  void (*destroy)(dt_comm *comm);
+  /* Required. Aborts the group's world; reason may be NULL. */
+  void (*abort)(dt_comm *comm, const char *reason);
+  dt_status (*all_gather_object)(dt_comm *comm, const void *data, size_t nbytes, dt_objects **out);
+} dt_comm_backend;
+
+/* A process group as seen by one rank. Used by one thread at a time. */
+struct dt_comm {
+  const dt_comm_backend *backend;
+  int rank;
+  int size;
+  uint64_t id;
+  uint64_t seq; /* group collectives this rank has started */
+  int64_t timeout_ms;
+  bool debug;          /* DT_DEBUG_COLLECTIVES=1: backends compare fingerprints */
+  bool owned_by_spawn; /* the dt_spawn world: dt_comm_destroy ignores it */
+  char name[64];
+  dt_work *free_works;
+  void *state; /* the backend's */
+};
+
+/* A new handle (timeout and debug flag from the environment, a fresh id unless id != 0).
+ * Returns NULL on allocation failure. */
+dt_comm *dt__comm_new(const dt_comm_backend *backend, int rank, int size, uint64_t id, void *state);
+/* Frees the handle and its free works (not the backend state). */
+void dt__comm_free(dt_comm *comm);
+
+/* A process-wide unique id for a new group. */
+uint64_t dt__comm_next_id(void);
+
+/* Splits with a hint (see dt_split_hint); dt_comm_split passes none. */
+dt_status dt__comm_split_ex(dt_comm *comm, int color, int key, const dt_split_hint *hint,
+                            dt_comm **out);
+
+/* Marks a work finished with `status`, saving the current error message if it failed. */
+void dt__work_finish(dt_work *work, dt_status status);
+
+/* "all_reduce(float32, 8 elements, op=sum)" — what a rank called, for mismatch messages. */
+char *dt__coll_describe(const dt_coll_args *args, int size, char *buf, size_t bufsize);
+
+/* True when two ranks' arguments describe the same collective (what must agree across
+ * the group: kind, dtype, op, root, counts). all_to_all's cross-rank counts are checked
+ * separately with dt__coll_check_all_to_all. */
+bool dt__coll_same_call(const dt_coll_args *a, const dt_coll_args *b, int size);
+
+/* For all_to_all: rank s's send_counts[d] must equal rank d's recv_counts[s] for every
+ * pair; args[r] is rank r's call. Returns true when they agree. */
+bool dt__coll_check_all_to_all(const dt_coll_args *const *args, int size, int *bad_src,
+                               int *bad_dst);
+
+/* Element-wise reduction of nsrc buffers of n elements into ndst buffers (every dst gets
+ * the result). Reads each block of all sources before writing any destination, so a
+ * destination may be a source (in place). avg divides by `world`. */
+void dt__reduce_buffers(dt_dtype dtype, dt_reduce_op op, int nsrc, const void *const *src, int ndst,
+                        void *const *dst, int64_t n, int world);
+
+/* A dt_objects of `count` strings and `total` bytes in one allocation (lengths and offsets
+ * left for the caller to fill). NULL when out of memory. */
+dt_objects *dt__objects_alloc(int count, size_t total);
+
+/* Backends. */
+extern const dt_comm_backend dt__threads_backend;
+extern const dt_comm_backend dt__fake_backend;
+
+/* Backend constructors used by dt_comm_init. */
+dt_status dt__threads_init_single(const dt_comm_options *opts, dt_comm **out);
+dt_status dt__fake_init(int rank, int world_size, dt_comm **out);
+
+#endif /* DT_COMM_IMPL_H */

@@ -1,0 +1,131 @@
+/* Threads backend: ranks are threads of one process and share their buffers.
+ *
+ * Shape of the shared state:
+ *   domain   one per dt_spawn world: abort flag and reason, the list of its groups (to wake
+ *            them all on abort), which ranks have returned, the first failure.
+ *   group    one per process group (the world and every split), shared by its members:
+ *            a ring of TH_SLOTS collective slots, lazily made point-to-point channels, and
+ *            the mutex/condvar its waiters block on.
+ *   ring     TH_SLOTS slots used round-robin by sequence number, each serving `nparties`
+ *            parties (the group's ranks, or the two ends of a channel).
+ *   slot     one collective in flight: what each party posted (buffers, counts), then a list
+ *            of tasks (piece x chunk) that ANY waiting party may claim and run. Reading the
+ *            peers' buffers directly is the zero copy; claiming by atomic counter means a
+ *            rank that started a collective asynchronously and went on with other work does
+ *            not hold up the others: they do its share.
+ *
+ * Lifecycle of a slot for sequence number s: parties post (arrived++); the last to arrive
+ * checks that the calls agree and publishes READY (or FAILED with a message); waiting
+ * parties claim tasks until tasks_done == ntasks; each party then releases the slot, and
+ * the last to release resets it for s + TH_SLOTS. A party that needs a slot its own older,
+ * unwaited work still holds completes that work first (bounded in-flight window). */
+#ifndef DT_THREADS_IMPL_H
+#define DT_THREADS_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comm/comm_impl.h"
+
+/* Collectives one group may have in flight at once (per rank: async ones not yet waited). */
+#define TH_SLOTS 16
+/* Bytes one task moves or reduces per destination. */
+#define TH_CHUNK_BYTES (256 * 1024)
+#define TH_MESSAGE 1024
+
+enum { TH_GATHERING = 0, TH_READY = 1, TH_FAILED = 2 };
+
+typedef struct th_group th_group;
+
+typedef struct th_post {
+  dt_coll_args args;
+  dt_work *work; /* the poster's work while it holds the slot; NULL once released */
+  /* dt_comm_split results, written by the task that builds the new groups. */
+  th_group *split_group;
+  int split_rank;
+} th_post;
+
+typedef struct th_slot {
+  _Atomic uint64_t seq; /* the sequence number this slot serves now */
+  atomic_int arrived;   /* parties that posted */
+  atomic_int state;     /* TH_GATHERING, TH_READY, TH_FAILED */
+  atomic_int_fast64_t next_task;
+  atomic_int_fast64_t tasks_done;
+  atomic_int active;   /* threads inside a task right now */
+  atomic_int released; /* parties done with the slot */
+  int64_t ntasks;      /* set by the last arriver before READY */
+  int64_t chunks_per_piece;
+  int64_t chunk_elems;
+  dt_status task_status;    /* a task's failure (split: out of memory) */
+  dt_status error;          /* FAILED: the status every party returns */
+  char message[TH_MESSAGE]; /* FAILED: the message */
+  _Atomic uint64_t *posted; /* [nparties]: seq + 1 once that party posted */
+  th_post *posts;           /* [nparties] */
+  int64_t *offsets;         /* [nparties + 1]: element offsets for uneven kinds */
+} th_slot;
+
+typedef struct th_ring {
+  int nparties;
+  const int *party_ranks; /* group rank of each party; NULL: party p is rank p */
+  int party_storage[2];
+  th_slot slots[TH_SLOTS];
+} th_ring;
+
+typedef struct th_domain {
+  atomic_int aborted;
+  pthread_mutex_t lock; /* guards everything below */
+  dt_status abort_status;
+  const th_ring *abort_ring; /* the ring and sequence number that timed out, if any */
+  uint64_t abort_seq;
+  char abort_message[TH_MESSAGE];
+  th_group *groups; /* every live group, for wake-ups */
+  int world_size;
+  atomic_int *exited; /* [world_size]: the rank's function has returned */
+  dt_status first_status;
+  int first_rank;
+  char first_message[TH_MESSAGE];
+} th_domain;
+
+struct th_group {
+  th_domain *domain;
+  uint64_t id;
+  int size;
+  int *world_ranks; /* [size] */
+  atomic_int refcount;
+  th_ring ring;
+  _Atomic(th_ring *) *channels; /* [size * size], src * size + dst, made on first use */
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  atomic_int waiters;
+  th_group *next, *prev; /* the domain's list */
+};
+
+/* One rank's backend state (dt_comm->state). */
+typedef struct th_comm {
+  th_group *group;
+  uint64_t *send_seq; /* [size]: sends started to each peer */
+  uint64_t *recv_seq; /* [size]: receives started from each peer */
+  bool owns_domain;   /* a one-rank world from dt_comm_init */
+} th_comm;
+
+/* threads_world.c */
+th_group *dt__th_group_create(th_domain *domain, int size, const int *world_ranks);
+void dt__th_group_release(th_group *group);
+void dt__th_abort(th_domain *domain, dt_status status, const th_ring *ring, uint64_t seq,
+                  const char *message);
+void dt__th_wake_all(th_domain *domain);
+dt_comm *dt__th_comm_new(th_group *group, int rank, bool owns_domain);
+dt_status dt__th_split_task(th_group *group, th_slot *slot);
+
+/* threads_sync.c */
+void dt__th_notify(th_group *group);
+dt_status dt__th_post(dt_comm *comm, th_ring *ring, int party, uint64_t seq, dt_work *work);
+dt_status dt__th_complete(dt_comm *comm, dt_work *work, bool blocking, bool *done);
+
+/* threads_tasks.c */
+bool dt__th_prepare(dt_comm *comm, th_ring *ring, th_slot *slot);
+void dt__th_run_task(th_group *group, th_ring *ring, th_slot *slot, int64_t task);
+
+#endif /* DT_THREADS_IMPL_H */
