@@ -11,6 +11,9 @@
 
 #include "dtensor/comm.h"
 #include "dtensor/core.h"
+#include "dtensor/dist.h"
+#include "dtensor/mesh.h"
+#include "dtensor/mode.h"
 #include "dtensor/ops.h"
 #include "dtensor/tensor.h"
 

@@ -281,6 +281,13 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
   dt_placement out_placements[DT_MAX_MESH_DIMS];
   for (int m = 0; m < spec->mesh_ndim; m++) {
     ctx.mesh_size = mi.size[m];
+    for (int d = 0; d < DT_MAX_DIMS; d++) ctx.split[d] = mi.size[m];
+    if (a->t[0] && a->t[0]->spec) {
+      for (int j = 0; j < spec->mesh_ndim; j++) {
+        dt_placement q = a->t[0]->spec->placements[j];
+        if (j != m && q.kind == DT_SHARD) ctx.split[q.dim] *= mi.size[j];
+      }
+    }
     dt_placement cur[DT_DIST_MAX_ARGS];
     for (int i = 0; i < a->n; i++) cur[i] = current_placement(a, i, m);
     dt_strategies s;

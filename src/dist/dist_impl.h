@@ -96,6 +96,10 @@ typedef struct dt_rule_ctx {
   int n_out;
   const dt_tensor_meta *out; /* n_out metas (at most DT_OP_MAX_META) */
   int64_t mesh_size;         /* of the mesh dim being decided */
+  /* For argument 0: how many pieces each of its dims is cut into when this mesh dim shards
+   * it together with the other mesh dims that already shard it (nested sharding). Rules
+   * whose validity depends on sizes (even splits, no empty shard) check against this. */
+  int64_t split[DT_MAX_DIMS];
 } dt_rule_ctx;
 
 /* Candidate strategies for one mesh dim: the placement each argument must have and the

@@ -112,6 +112,16 @@ static void rule_like(const dt_rule_ctx *c, const dt_placement *cur, dt_strategi
 
 /* ---- Reductions --------------------------------------------------------------------------- */
 
+/* max/min of an empty shard has no value, so Partial(max/min) needs every shard non-empty:
+ * guaranteed by an even split, or for a single level of sharding by the chunk sizes. */
+static bool no_empty_shard(const dt_rule_ctx *c, int d, int64_t size) {
+  int64_t n = c->split[d];
+  if (size % n == 0) return size > 0;
+  if (n != c->mesh_size) return false; /* nested: be conservative */
+  int64_t piece = (size + n - 1) / n;
+  return piece * (n - 1) < size;
+}
+
 static void rule_reduction(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
   const dt_op_call *call = c->call;
   const dt_tensor *a = c->args[0];
@@ -134,13 +144,17 @@ static void rule_reduction(const dt_rule_ctx *c, const dt_placement *cur, dt_str
       case DT_OP_SUM:
       case DT_OP_SUM_DIM: push(s, in, 1, dt_partial(DT_REDUCE_SUM)); break;
       case DT_OP_AMAX:
-      case DT_OP_MAX: push(s, in, 1, dt_partial(DT_REDUCE_MAX)); break;
+      case DT_OP_MAX:
+        if (no_empty_shard(c, d, a->shape[d])) push(s, in, 1, dt_partial(DT_REDUCE_MAX));
+        break;
       case DT_OP_AMIN:
-      case DT_OP_MIN: push(s, in, 1, dt_partial(DT_REDUCE_MIN)); break;
+      case DT_OP_MIN:
+        if (no_empty_shard(c, d, a->shape[d])) push(s, in, 1, dt_partial(DT_REDUCE_MIN));
+        break;
       case DT_OP_MEAN:
       case DT_OP_MEAN_DIM:
         /* The mean of means is the mean only when every shard has the same size. */
-        if (a->shape[d] % c->mesh_size == 0) push(s, in, 1, dt_partial(DT_REDUCE_AVG));
+        if (a->shape[d] % c->split[d] == 0) push(s, in, 1, dt_partial(DT_REDUCE_AVG));
         break;
       default: break; /* indices need the whole dim */
       }
@@ -301,6 +315,7 @@ static void rule_dim_map(const dt_rule_ctx *c, const dt_placement *cur, const in
  * same size, or when it is the leading dim of a merge or split whose chunks line up (its
  * size and the leading output dim's size divisible by the mesh size). */
 static int view_map_dim(const dt_tensor *a, const dt_tensor_meta *o, int d, int64_t n) {
+  /* n: pieces dim d is cut into (all levels of nesting); splits must be even at each. */
   int i = 0, j = 0;
   while (i < a->ndim && j < o->ndim) {
     /* Grow a group of input dims [gi, i) and output dims [gj, j) with equal products. */
@@ -328,7 +343,7 @@ static int view_map_dim(const dt_tensor *a, const dt_tensor_meta *o, int d, int6
 static void rule_view(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
   const dt_tensor *a = c->args[0];
   int map[DT_MAX_DIMS];
-  for (int d = 0; d < a->ndim; d++) map[d] = view_map_dim(a, &c->out[0], d, c->mesh_size);
+  for (int d = 0; d < a->ndim; d++) map[d] = view_map_dim(a, &c->out[0], d, c->split[d]);
   rule_dim_map(c, cur, map, true, s);
 }
 
