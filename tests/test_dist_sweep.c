@@ -298,7 +298,7 @@ static void run_sweep(int ndim, int64_t a, int64_t b, int max_combos) {
   sweep sw = {ndim, {a, b}, max_combos};
   int world = (int)(ndim == 1 ? a : a * b);
   dt_status st = dt_spawn(world, sweep_rank, &sw);
-  cr_log_info("mesh %lldx%lld: %ld placement combinations checked", (long long)a, (long long)b, (long)checks);
+  fprintf(stderr, "mesh %lldx%lld: %ld placement combinations checked\n", (long long)a, (long long)b, (long)checks);
   cr_assert_gt(checks, 0);
   cr_assert_eq(st, DT_OK, "sweep on mesh %lldx%lld failed: %s", (long long)a, (long long)b, dt_last_error());
 }

@@ -1,0 +1,393 @@
+/* Distributed tensors: redistribution, creation, caching, random invariance, bad input,
+ * dispatch modes. Ranks are threads (dt_spawn); each rank checks and returns a status. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference.h"
+
+#define CHECK(cond, ...)                                                                        \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, __VA_ARGS__);                                                            \
+      fprintf(stderr, " (%s:%d; last error: %s)\n", __FILE__, __LINE__, dt_last_error());      \
+      return DT_ERR_INTERNAL;                                                                  \
+    }                                                                                          \
+  } while (0)
+
+static bool equal_values(dt_tensor *a, dt_tensor *b) {
+  if (dt_tensor_numel(a) != dt_tensor_numel(b) || dt_tensor_ndim(a) != dt_tensor_ndim(b)) return false;
+  double *x = ref_values(a), *y = ref_values(b);
+  bool same = true;
+  for (int64_t i = 0; i < dt_tensor_numel(a); i++) same &= fabs(x[i] - y[i]) <= 1e-5 * (1 + fabs(y[i]));
+  free(x);
+  free(y);
+  return same;
+}
+
+typedef struct mesh_arg {
+  int ndim;
+  int64_t shape[2];
+} mesh_arg;
+
+static int world_of(const mesh_arg *m) { return (int)(m->ndim == 1 ? m->shape[0] : m->shape[0] * m->shape[1]); }
+
+/* ---- Redistribution sweep --------------------------------------------------------------------- */
+
+static dt_placement pick(int k) {
+  switch (k) {
+  case 0: return dt_replicate();
+  case 1: return dt_shard(0);
+  case 2: return dt_shard(1);
+  case 3: return dt_partial(DT_REDUCE_SUM);
+  default: return dt_partial(DT_REDUCE_MAX);
+  }
+}
+
+static dt_status redistribute_rank(dt_comm *world, void *arg) {
+  const mesh_arg *ma = arg;
+  dt_mesh *mesh = NULL;
+  dt_status st = dt_mesh_create(world, ma->ndim, ma->shape, NULL, &mesh);
+  if (st) return st;
+  int64_t shape[] = {5, 7};
+  dt_tensor *full = ref_random(2, shape, DT_F32, -3, 3, 11);
+  int choices = 5, total = 1;
+  for (int m = 0; m < ma->ndim; m++) total *= choices;
+  for (int from = 0; from < total && !st; from++) {
+    for (int to = 0; to < total && !st; to++) {
+      dt_placement pf[2], pt[2];
+      for (int m = 0, f = from, t = to; m < ma->ndim; m++, f /= choices, t /= choices) {
+        pf[m] = pick(f % choices);
+        pt[m] = pick(t % choices);
+      }
+      dt_placement rep[2] = {dt_replicate(), dt_replicate()};
+      dt_tensor *r = NULL, *a = NULL, *b = NULL, *back = NULL, *local = NULL;
+      st = dt_distribute_tensor(mesh, full, ma->ndim, rep, &r);
+      if (!st) st = dt_redistribute(r, ma->ndim, pf, &a);
+      if (!st) st = dt_redistribute(a, ma->ndim, pt, &b);
+      if (!st) st = dt_full_tensor(b, &back);
+      if (!st) st = dt_to_local(b, &local);
+      char pa[16], pb[16], pc[16], pd[16];
+      if (!st && !equal_values(back, full)) {
+        fprintf(stderr, "redistribute (%s,%s) -> (%s,%s) changed the values\n", dt_placement_format(pf[0], pa, 16),
+                ma->ndim > 1 ? dt_placement_format(pf[1], pb, 16) : "", dt_placement_format(pt[0], pc, 16),
+                ma->ndim > 1 ? dt_placement_format(pt[1], pd, 16) : "");
+        st = DT_ERR_INTERNAL;
+      }
+      /* The local shard has the chunk geometry of the target placements. */
+      if (!st) {
+        int64_t expect[2] = {5, 7};
+        for (int m = 0; m < ma->ndim; m++) {
+          if (pt[m].kind != DT_SHARD) continue;
+          int64_t n = dt_mesh_size(mesh, m), c = dt_mesh_coordinate(mesh, m);
+          int64_t piece = (expect[pt[m].dim] + n - 1) / n, start = piece * c;
+          if (start > expect[pt[m].dim]) start = expect[pt[m].dim];
+          int64_t len = expect[pt[m].dim] - start;
+          expect[pt[m].dim] = len < piece ? len : piece;
+        }
+        if (dt_tensor_shape(local)[0] != expect[0] || dt_tensor_shape(local)[1] != expect[1]) {
+          fprintf(stderr, "redistribute: local shape [%lld, %lld], expected [%lld, %lld]\n",
+                  (long long)dt_tensor_shape(local)[0], (long long)dt_tensor_shape(local)[1], (long long)expect[0],
+                  (long long)expect[1]);
+          st = DT_ERR_INTERNAL;
+        }
+      }
+      dt_tensor_release(r);
+      dt_tensor_release(a);
+      dt_tensor_release(b);
+      dt_tensor_release(back);
+      dt_tensor_release(local);
+    }
+  }
+  dt_tensor_release(full);
+  dt_mesh_destroy(mesh);
+  return st;
+}
+
+static void run_on(int ndim, int64_t a, int64_t b, dt_rank_fn fn) {
+  mesh_arg ma = {ndim, {a, b}};
+  dt_status st = dt_spawn(world_of(&ma), fn, &ma);
+  cr_assert_eq(st, DT_OK, "mesh %lldx%lld: %s", (long long)a, (long long)b, dt_last_error());
+}
+
+Test(redistribute, every_pair_1d) {
+  for (int n = 1; n <= 4; n++) run_on(1, n, 1, redistribute_rank);
+}
+Test(redistribute, every_pair_2x2) { run_on(2, 2, 2, redistribute_rank); }
+Test(redistribute, every_pair_2x3) { run_on(2, 2, 3, redistribute_rank); }
+
+/* (S0, S1) -> (S1, S0) must not gather the whole tensor anywhere: its plan moves fewer
+ * bytes than one full replica and uses an all_to_all. */
+static dt_status transpose_plan_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL;
+  dt_status st = dt_mesh_create(world, 2, (int64_t[]){2, 2}, NULL, &mesh);
+  if (st) return st;
+  dt_tensor *t = NULL;
+  st = dt_dist_rand(mesh, 2, (int64_t[]){64, 64}, DT_F32, 3, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, &t);
+  CHECK(!st, "dist_rand");
+  char text[1024];
+  int64_t bytes = 0;
+  st = dt_redistribute_explain(t, 2, (dt_placement[]){dt_shard(1), dt_shard(0)}, text, sizeof text, &bytes);
+  CHECK(!st, "explain");
+  CHECK(strstr(text, "all_to_all") != NULL, "plan has no all_to_all: %s", text);
+  CHECK(bytes < 64 * 64 * 4, "plan moves %lld bytes, a full replica is %d: %s", (long long)bytes, 64 * 64 * 4, text);
+  st = dt_redistribute_explain(t, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, text, sizeof text, &bytes);
+  CHECK(!st && bytes == 0 && strstr(text, "nothing"), "identity plan: %s", text);
+  dt_tensor_release(t);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+Test(redistribute, transposed_sharding_avoids_replicate) {
+  cr_assert_eq(dt_spawn(4, transpose_plan_rank, NULL), DT_OK, "%s", dt_last_error());
+}
+
+/* ---- Random tensors do not depend on the mesh ------------------------------------------------- */
+
+static dt_status rand_rank(dt_comm *world, void *arg) {
+  const mesh_arg *ma = arg;
+  dt_mesh *mesh = NULL;
+  dt_status st = dt_mesh_create(world, ma->ndim, ma->shape, NULL, &mesh);
+  if (st) return st;
+  int64_t shape[] = {9, 13};
+  dt_tensor *whole = NULL;
+  CHECK(!dt_randn(2, shape, DT_F32, 77, &whole), "randn");
+  for (int k = 0; k < 9 && !st; k++) {
+    dt_placement p[2] = {pick(k % 3), pick(k / 3)};
+    dt_tensor *d = NULL, *full = NULL;
+    st = dt_dist_randn(mesh, 2, shape, DT_F32, 77, ma->ndim, p, &d);
+    if (!st) st = dt_full_tensor(d, &full);
+    CHECK(!st, "dist_randn");
+    CHECK(equal_values(full, whole), "dist_randn with placements %d differs from randn", k);
+    dt_tensor_release(d);
+    dt_tensor_release(full);
+  }
+  dt_tensor_release(whole);
+  dt_mesh_destroy(mesh);
+  return st;
+}
+Test(dist_random, same_values_on_every_mesh) {
+  run_on(1, 1, 1, rand_rank);
+  run_on(1, 4, 1, rand_rank);
+  run_on(2, 2, 3, rand_rank);
+}
+
+/* ---- from_local, to_local, factories, visualize ------------------------------------------------- */
+
+static dt_status from_local_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  int rank = dt_comm_rank(world);
+  dt_mesh *mesh = NULL;
+  dt_status st = dt_mesh_create(world, 1, (int64_t[]){3}, (const char *[]){"tp"}, &mesh);
+  if (st) return st;
+  CHECK(dt_mesh_dim_by_name(mesh, "tp") == 0, "dim by name");
+  /* Even: each rank 2x4 -> global 6x4. */
+  dt_tensor *local = NULL, *d = NULL, *full = NULL;
+  CHECK(!dt_full(2, (int64_t[]){2, 4}, rank, DT_F32, &local), "full");
+  CHECK(!dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, NULL, &d), "from_local");
+  CHECK(dt_dist_global_shape(d)[0] == 6 && dt_dist_global_shape(d)[1] == 4, "global shape");
+  CHECK(dt_tensor_shares_storage(d, local), "from_local must not copy");
+  CHECK(!dt_full_tensor(d, &full), "full_tensor");
+  double v;
+  CHECK(!dt_tensor_get(full, (int64_t[]){5, 3}, &v) && v == 2, "row 5 comes from rank 2");
+  dt_tensor_release(full);
+  dt_tensor_release(d);
+  dt_tensor_release(local);
+  /* Uneven with an explicit global shape: 7 rows over 3 ranks = 3, 3, 1. */
+  int64_t rows = rank < 2 ? 3 : 1;
+  CHECK(!dt_full(1, &rows, rank + 1, DT_I64, &local), "full");
+  dt_from_local_options opts = {.global_shape = (int64_t[]){7}, .global_ndim = 1, .run_check = true};
+  CHECK(!dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &opts, &d), "uneven from_local");
+  dt_tensor *sum = NULL;
+  CHECK(!dt_sum(d, &sum) && !dt_full_tensor(sum, &full), "sum");
+  CHECK(!dt_tensor_get(full, NULL, &v) && v == 3 * 1 + 3 * 2 + 1 * 3, "sum of uneven shards is %g", v);
+  dt_tensor_release(full);
+  dt_tensor_release(sum);
+  char text[512];
+  CHECK(!dt_visualize_sharding(d, text, sizeof text), "visualize");
+  CHECK(strstr(text, "0:3 -> ranks 0") && strstr(text, "3:6 -> ranks 1") && strstr(text, "6:7 -> ranks 2"),
+        "visualize_sharding gave:\n%s", text);
+  dt_tensor_release(d);
+  /* run_check: a shard that does not fit fails on every rank. */
+  dt_tensor_release(local);
+  int64_t wrong = 2;
+  CHECK(!dt_full(1, &wrong, 1, DT_I64, &local), "full");
+  opts.run_check = true;
+  st = dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &opts, &d);
+  CHECK(st == DT_ERR_INVALID && d == NULL, "a misfit shard must fail (got %d)", st);
+  CHECK(strstr(dt_last_error(), "from_local"), "message names from_local");
+  /* Replicas that differ are caught by run_check on every rank. */
+  dt_tensor_release(local);
+  CHECK(!dt_full(1, (int64_t[]){4}, rank == 1 ? 9 : 1, DT_F32, &local), "full");
+  opts = (dt_from_local_options){.run_check = true};
+  st = dt_from_local(mesh, local, 1, (dt_placement[]){dt_replicate()}, &opts, &d);
+  CHECK(st == DT_ERR_INVALID, "differing replicas must fail (got %d)", st);
+  CHECK(strstr(dt_last_error(), "different values"), "message");
+  dt_tensor_release(local);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+Test(dist, from_local_to_local_visualize) {
+  cr_assert_eq(dt_spawn(3, from_local_rank, NULL), DT_OK, "%s", dt_last_error());
+}
+
+/* ---- Cache ----------------------------------------------------------------------------------- */
+
+static dt_status cache_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL;
+  dt_status st = dt_mesh_create(world, 1, (int64_t[]){2}, NULL, &mesh);
+  if (st) return st;
+  dt_tensor *a = NULL, *b = NULL, *c = NULL;
+  CHECK(!dt_dist_ones(mesh, 2, (int64_t[]){4, 4}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &a), "ones");
+  CHECK(!dt_dist_ones(mesh, 2, (int64_t[]){4, 4}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &b), "ones");
+  dt_sharding_cache_clear();
+  dt_sharding_cache_stats s;
+  for (int i = 0; i < 5; i++) {
+    CHECK(!dt_add(a, b, &c), "add");
+    dt_tensor_release(c);
+  }
+  dt_sharding_cache_stats_get(&s);
+  CHECK(s.misses == 1 && s.hits == 4 && s.entries >= 1, "5 adds: %llu misses, %llu hits", (unsigned long long)s.misses,
+        (unsigned long long)s.hits);
+  CHECK(!dt_mul(a, b, &c), "mul"); /* another op: another miss */
+  dt_tensor_release(c);
+  dt_sharding_cache_stats_get(&s);
+  CHECK(s.misses == 2, "mul is a new key");
+  dt_sharding_cache_clear();
+  dt_sharding_cache_stats_get(&s);
+  CHECK(s.entries == 0 && s.hits == 0 && s.misses == 0, "clear empties the cache");
+  dt_tensor_release(a);
+  dt_tensor_release(b);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+Test(dist, sharding_cache_hits_and_misses) { cr_assert_eq(dt_spawn(2, cache_rank, NULL), DT_OK, "%s", dt_last_error()); }
+
+/* ---- Bad input: a clear error on every rank, no hang --------------------------------------------- */
+
+static dt_status bad_input_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL, *other = NULL;
+  dt_status st = dt_mesh_create(world, 1, (int64_t[]){2}, NULL, &mesh);
+  if (!st) st = dt_mesh_create(world, 1, (int64_t[]){2}, NULL, &other);
+  if (st) return st;
+  dt_tensor *full = NULL, *d = NULL, *e = NULL, *out = (dt_tensor *)0x1;
+  CHECK(!dt_ones(2, (int64_t[]){4, 4}, DT_F32, &full), "ones");
+  st = dt_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_shard(2)}, &d);
+  CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "Shard(2)") && strstr(dt_last_error(), "2 dims"),
+        "shard dim out of range");
+  st = dt_distribute_tensor(mesh, full, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, &d);
+  CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "2 placements"), "placement count");
+  st = dt_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_partial(DT_REDUCE_SUM)}, &d);
+  CHECK(st == DT_ERR_INVALID, "distribute with Partial");
+  CHECK(!dt_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_shard(0)}, &d), "distribute");
+  CHECK(!dt_distribute_tensor(other, full, 1, (dt_placement[]){dt_shard(0)}, &e), "distribute");
+  st = dt_add(d, e, &out);
+  CHECK(st == DT_ERR_INVALID && out == NULL && strstr(dt_last_error(), "mesh"), "different meshes");
+  st = dt_add(d, full, &out);
+  CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "local tensor of shape [4, 4]"), "mixing local");
+  dt_tensor *bad_shape = NULL;
+  CHECK(!dt_dist_ones(mesh, 1, (int64_t[]){5}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &bad_shape), "ones");
+  st = dt_add(d, bad_shape, &out);
+  CHECK(st == DT_ERR_SHAPE && strstr(dt_last_error(), "[4, 4] and [5]"), "global shapes in errors: %s", dt_last_error());
+  st = dt_redistribute(d, 1, (dt_placement[]){dt_shard(-3)}, &out);
+  CHECK(st == DT_ERR_INVALID, "redistribute to a bad dim");
+  /* A 0-d local tensor mixes in as a replica. */
+  dt_tensor *scalar = NULL, *sum = NULL, *back = NULL;
+  CHECK(!dt_full(0, NULL, 2, DT_F32, &scalar), "scalar");
+  CHECK(!dt_mul(d, scalar, &sum) && !dt_full_tensor(sum, &back), "dist * scalar");
+  double v;
+  CHECK(!dt_tensor_get(back, (int64_t[]){3, 3}, &v) && v == 2, "value");
+  dt_tensor_release(scalar);
+  dt_tensor_release(sum);
+  dt_tensor_release(back);
+  dt_tensor_release(bad_shape);
+  dt_tensor_release(full);
+  dt_tensor_release(d);
+  dt_tensor_release(e);
+  dt_mesh_destroy(mesh);
+  dt_mesh_destroy(other);
+  return DT_OK;
+}
+Test(dist, bad_input_fails_on_every_rank) { cr_assert_eq(dt_spawn(2, bad_input_rank, NULL), DT_OK, "%s", dt_last_error()); }
+
+/* ---- Dispatch modes -------------------------------------------------------------------------------- */
+
+typedef struct counter {
+  int calls;
+  int runs;
+  char last[32];
+  char order[16];
+} counter;
+
+static dt_status repeat3(dt_invocation *inv, void *user) {
+  counter *c = user;
+  c->calls++;
+  strncat(c->order, "A", sizeof c->order - strlen(c->order) - 1);
+  snprintf(c->last, sizeof c->last, "%s", dt_invocation_op_name(inv));
+  dt_status st = DT_OK;
+  for (int i = 0; i < 3 && !st; i++) {
+    st = dt_invocation_run(inv);
+    c->runs++;
+  }
+  return st;
+}
+
+static dt_status outer(dt_invocation *inv, void *user) {
+  counter *c = user;
+  strncat(c->order, "B", sizeof c->order - strlen(c->order) - 1);
+  /* An op called from inside a mode is not seen by this mode again. */
+  dt_tensor *x = NULL;
+  dt_status st = dt_ones(1, (int64_t[]){1}, DT_F32, &x);
+  dt_tensor *y = NULL;
+  if (!st) st = dt_neg(x, &y);
+  dt_tensor_release(x);
+  dt_tensor_release(y);
+  if (st) return st;
+  return dt_invocation_run(inv);
+}
+
+Test(modes, stack_repeat_and_no_recursion) {
+  counter inner = {0}, out = {0};
+  dt_tensor *a = NULL, *b = NULL;
+  cr_assert_eq(dt_ones(1, (int64_t[]){3}, DT_F32, &a), DT_OK);
+  cr_assert_eq(dt_mode_push(repeat3, &inner), DT_OK);
+  cr_assert_eq(dt_add(a, a, &b), DT_OK);
+  cr_assert_eq(inner.calls, 1);
+  cr_assert_eq(inner.runs, 3);
+  cr_assert_str_eq(inner.last, "add.Tensor");
+  ref_assert_close(b, 1, (int64_t[]){3}, DT_F32, (double[]){2, 2, 2}, 0, 0);
+  dt_tensor_release(b);
+  cr_assert_eq(dt_mode_push(outer, &out), DT_OK);
+  cr_assert_eq(dt_mode_depth(), 2);
+  cr_assert_eq(dt_mul(a, a, &b), DT_OK);
+  /* outer (pushed last) sees mul first; its own neg goes to repeat3 only, then mul. */
+  cr_assert_str_eq(out.order, "B");
+  cr_assert_eq(inner.calls, 3, "neg and mul reach the inner mode (%d)", inner.calls);
+  cr_assert_str_eq(inner.last, "mul.Tensor");
+  dt_tensor_release(b);
+  cr_assert_eq(dt_mode_pop(), DT_OK);
+  cr_assert_eq(dt_mode_pop(), DT_OK);
+  cr_assert_eq(dt_mode_pop(), DT_ERR_INVALID);
+  cr_assert_eq(dt_mode_push(NULL, NULL), DT_ERR_INVALID);
+  dt_tensor_release(a);
+}
+
+static dt_status lazy(dt_invocation *inv, void *user) {
+  (void)inv;
+  (void)user;
+  return DT_OK; /* forgets to run the op */
+}
+
+Test(modes, a_mode_that_does_not_run_the_op_is_an_error) {
+  dt_tensor *a = NULL, *b = (dt_tensor *)0x1;
+  cr_assert_eq(dt_ones(1, (int64_t[]){3}, DT_F32, &a), DT_OK);
+  cr_assert_eq(dt_mode_push(lazy, NULL), DT_OK);
+  cr_assert_eq(dt_add(a, a, &b), DT_ERR_INVALID);
+  cr_assert_null(b);
+  ref_assert_error_mentions("add.Tensor", "without running");
+  cr_assert_eq(dt_mode_pop(), DT_OK);
+  dt_tensor_release(a);
+}
