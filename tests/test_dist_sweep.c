@@ -303,9 +303,9 @@ static void run_sweep(int ndim, int64_t a, int64_t b, int max_combos) {
   cr_assert_eq(st, DT_OK, "sweep on mesh %lldx%lld failed: %s", (long long)a, (long long)b, dt_last_error());
 }
 
-Test(dist_sweep, mesh_1, .timeout = 120) { run_sweep(1, 1, 1, 0); }
-Test(dist_sweep, mesh_2, .timeout = 120) { run_sweep(1, 2, 1, 0); }
-Test(dist_sweep, mesh_3, .timeout = 120) { run_sweep(1, 3, 1, 0); }
-Test(dist_sweep, mesh_4, .timeout = 120) { run_sweep(1, 4, 1, 0); }
-Test(dist_sweep, mesh_2x2, .timeout = 240) { run_sweep(2, 2, 2, 0); }
-Test(dist_sweep, mesh_2x3, .timeout = 240) { run_sweep(2, 2, 3, 0); }
+Test(dist_sweep, mesh_1) { run_sweep(1, 1, 1, 0); }
+Test(dist_sweep, mesh_2) { run_sweep(1, 2, 1, 0); }
+Test(dist_sweep, mesh_3) { run_sweep(1, 3, 1, 0); }
+Test(dist_sweep, mesh_4) { run_sweep(1, 4, 1, 0); }
+Test(dist_sweep, mesh_2x2) { run_sweep(2, 2, 2, 0); }
+Test(dist_sweep, mesh_2x3) { run_sweep(2, 2, 3, 0); }
