@@ -69,6 +69,8 @@ dt_status dt_invocation_run(dt_invocation *inv) {
   return run_level(inv->call, inv->level - 1);
 }
 
+dt_op_call *dt__invocation_call(dt_invocation *inv) { return inv ? inv->call : NULL; }
+
 const char *dt_invocation_op_name(const dt_invocation *inv) { return inv ? dt__op_name(inv->call) : NULL; }
 int dt_invocation_op(const dt_invocation *inv) { return inv ? (int)inv->call->op : -1; }
 

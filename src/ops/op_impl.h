@@ -96,6 +96,10 @@ dt_status dt__dispatch(dt_op_call *call);
 /* Past the argument checks and the modes: the distributed hook or the local path. */
 dt_status dt__dispatch_inner(dt_op_call *call);
 
+/* The op call behind a mode's invocation (for tracers that record attributes). */
+struct dt_invocation;
+dt_op_call *dt__invocation_call(struct dt_invocation *inv);
+
 /* Runs a call through the calling thread's dispatch modes (ops/mode.c). */
 dt_status dt__dispatch_with_modes(dt_op_call *call);
 extern _Thread_local int dt__modes_visible;
