@@ -391,3 +391,43 @@ Test(modes, a_mode_that_does_not_run_the_op_is_an_error) {
   cr_assert_eq(dt_mode_pop(), DT_OK);
   dt_tensor_release(a);
 }
+
+/* ---- uniform_ and is_same_size ------------------------------------------------------------------ */
+
+static dt_status uniform_rank(dt_comm *world, void *arg) {
+  const mesh_arg *ma = arg;
+  dt_mesh *mesh = NULL;
+  dt_status st = dt_mesh_create(world, ma->ndim, ma->shape, NULL, &mesh);
+  if (st) return st;
+  int64_t shape[] = {7, 5};
+  dt_tensor *whole = NULL, *d = NULL, *full = NULL;
+  CHECK(!dt_zeros(2, shape, DT_F32, &whole) && !dt_uniform_(whole, -1, 1, 9), "local uniform_");
+  for (int k = 0; k < 3; k++) {
+    dt_placement p[2] = {pick(k), pick(2 - k)};
+    CHECK(!dt_dist_zeros(mesh, 2, shape, DT_F32, ma->ndim, p, &d), "zeros");
+    CHECK(!dt_uniform_(d, -1, 1, 9), "dist uniform_");
+    CHECK(!dt_full_tensor(d, &full), "full_tensor");
+    CHECK(equal_values(full, whole), "uniform_ on placements %d differs from the local fill", k);
+    bool same = false;
+    CHECK(!dt_is_same_size(d, whole, &same) && same, "is_same_size compares global shapes");
+    dt_tensor_release(d);
+    dt_tensor_release(full);
+  }
+  double *v = ref_values(whole);
+  for (int i = 0; i < 35; i++) CHECK(v[i] >= -1 && v[i] < 1, "uniform_ range");
+  free(v);
+  bool same = true;
+  dt_tensor *other = NULL;
+  CHECK(!dt_zeros(1, (int64_t[]){35}, DT_F32, &other), "zeros");
+  CHECK(!dt_is_same_size(whole, other, &same) && !same, "different shapes");
+  CHECK(dt_is_same_size(NULL, other, &same) == DT_ERR_INVALID, "NULL");
+  CHECK(dt_uniform_(other, 1, 0, 1) == DT_ERR_INVALID, "empty range");
+  dt_tensor_release(other);
+  dt_tensor_release(whole);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+Test(dist_random, uniform_inplace_and_is_same_size) {
+  run_on(1, 3, 1, uniform_rank);
+  run_on(2, 2, 2, uniform_rank);
+}

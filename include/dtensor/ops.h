@@ -212,6 +212,18 @@ DT_API dt_status dt_zeros_like(dt_tensor *a, dt_tensor **out);
 DT_API dt_status dt_ones_like(dt_tensor *a, dt_tensor **out);
 DT_API dt_status dt_full_like(dt_tensor *a, double value, dt_tensor **out);
 
+/* ---- Random fills and cheap queries ------------------------------------------------------ */
+/* Fills a (floating) with uniform values in [lo, hi) from the counter-based generator keyed
+ * by seed: element i of the (global) tensor is element i of dt_rand's stream, so a
+ * distributed tensor gets the same values whatever its mesh and placements (a Partial
+ * tensor is refused). Errors: DT_ERR_DTYPE (not floating), DT_ERR_INVALID (hi < lo). */
+DT_API dt_status dt_uniform_(dt_tensor *a, double lo, double hi, uint64_t seed);
+
+/* Whether a and b have the same (global) shape. Answered from metadata alone, without the
+ * op table's propagation (PyTorch's DTensor treats is_same_size as a custom handler).
+ * Errors: DT_ERR_INVALID for NULL arguments. */
+DT_API dt_status dt_is_same_size(const dt_tensor *a, const dt_tensor *b, bool *same);
+
 /* ---- Introspection of the op table ---------------------------------------------------------- */
 /* Number of ops in the table, and the ATen-style name / schema of op i (NULL when out of
  * range). */

@@ -283,29 +283,9 @@ static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int
     st = dt_full(ndim, lshape, value, dtype, &local);
   } else {
     st = dt__tensor_new(ndim, lshape, dtype, &local);
-    /* Row by row: each local row is a contiguous run of the global flat index space. */
-    int64_t rows = 1, row_len = ndim ? lshape[ndim - 1] : 1;
-    for (int d = 0; d + 1 < ndim; d++) rows *= lshape[d];
-    size_t esize = dt__dtype_sizes[dtype];
-    int64_t index[DT_MAX_DIMS] = {0};
-    for (int64_t r = 0; r < rows && !st && row_len > 0; r++) {
-      uint64_t flat = 0;
-      for (int d = 0; d < ndim; d++) {
-        int64_t i = (d == ndim - 1 ? 0 : index[d]) + offset[d];
-        flat = flat * (uint64_t)shape[d] + (uint64_t)i;
-      }
-      dt_tensor *row = NULL;
-      st = dt_wrap((char *)dt__tensor_base(local) + (size_t)(r * row_len) * esize, 1, &row_len, NULL,
-                   dtype, &row);
-      if (!st) {
-        st = dt_random_fill(row, kind == FACTORY_UNIFORM ? DT_RANDOM_UNIFORM : DT_RANDOM_NORMAL, 0.0, 1.0,
-                            seed, flat);
-      }
-      dt_tensor_release(row);
-      for (int d = ndim - 2; d >= 0; d--) { /* next row's index */
-        if (++index[d] < lshape[d]) break;
-        index[d] = 0;
-      }
+    if (!st) {
+      st = dt__random_fill_block(local, kind == FACTORY_UNIFORM ? DT_RANDOM_UNIFORM : DT_RANDOM_NORMAL, 0.0,
+                                 1.0, seed, ndim, shape, offset);
     }
   }
   if (!st) {
@@ -342,4 +322,11 @@ dt_status dt_dist_randn(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype 
                         int n_placements, const dt_placement *placements, dt_tensor **out) {
   return dist_factory("dist_randn", mesh, ndim, shape, dtype, FACTORY_NORMAL, 0.0, seed, n_placements,
                       placements, out);
+}
+
+dt_status dt_is_same_size(const dt_tensor *a, const dt_tensor *b, bool *same) {
+  if (!a || !b || !same) return dt__error(DT_ERR_INVALID, "is_same_size: NULL argument");
+  int na = dt_dist_ndim(a), nb = dt_dist_ndim(b);
+  *same = na == nb && memcmp(dt_dist_global_shape(a), dt_dist_global_shape(b), sizeof(int64_t) * (size_t)na) == 0;
+  return DT_OK;
 }

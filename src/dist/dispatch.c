@@ -22,6 +22,8 @@ typedef struct op_plan {
   int n_out;
   dt_dist_spec *out_specs[DT_OP_MAX_META];
   bool local_shape_override; /* view/reshape/expand take this rank's local shape */
+  bool shard_geometry;       /* uniform_ takes the global shape and this shard's offset */
+  int64_t geometry[2 * DT_MAX_DIMS];
   int local_ndim;
   int64_t local_shape[DT_MAX_DIMS];
 } op_plan;
@@ -340,6 +342,14 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
     if (st) return st;
     plan->n_out++;
   }
+  plan->shard_geometry = call->op == DT_OP_UNIFORM_;
+  if (plan->shard_geometry) {
+    const dt_dist_spec *self = a->t[0]->spec;
+    int64_t shape[DT_MAX_DIMS];
+    dt__local_region(self->ndim, self->shape, self->mesh_ndim, mi.size, mi.coord, self->placements, shape,
+                     plan->geometry + self->ndim);
+    memcpy(plan->geometry, self->shape, sizeof(int64_t) * (size_t)self->ndim);
+  }
   plan->local_shape_override = call->op == DT_OP_VIEW || call->op == DT_OP_RESHAPE || call->op == DT_OP_EXPAND;
   if (plan->local_shape_override && n_out == 1) {
     int64_t offset[DT_MAX_DIMS];
@@ -405,6 +415,10 @@ static dt_status dist_dispatch(dt_op_call *call) {
       memcpy(lc.ints, plan->local_shape, sizeof(int64_t) * (size_t)plan->local_ndim);
       lc.int_list = plan->local_shape;
       lc.n_int_list = plan->local_ndim;
+    }
+    if (plan->shard_geometry) {
+      lc.int_list = plan->geometry;
+      lc.n_int_list = 2 * a.t[0]->spec->ndim;
     }
     st = dt__dispatch_local(&lc);
     if (!st) {

@@ -363,7 +363,7 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
   case DT_OP_GT_SCALAR: case DT_OP_GE_SCALAR: case DT_OP_WHERE: case DT_OP_MASKED_FILL:
   case DT_OP_CLONE: case DT_OP_CONTIGUOUS: case DT_OP_DETACH: case DT_OP_TO:
   case DT_OP_ADD_: case DT_OP_SUB_: case DT_OP_MUL_: case DT_OP_DIV_: case DT_OP_ADD_SCALAR_:
-  case DT_OP_MUL_SCALAR_: case DT_OP_FILL_: case DT_OP_COPY_:
+  case DT_OP_MUL_SCALAR_: case DT_OP_FILL_: case DT_OP_COPY_: case DT_OP_UNIFORM_:
     rule_pointwise(c, cur, s);
     return true;
   case DT_OP_EMPTY_LIKE: case DT_OP_ZEROS_LIKE: case DT_OP_ONES_LIKE: case DT_OP_FULL_LIKE:

@@ -216,7 +216,9 @@
   X(ONES_LIKE, "ones_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like,                  \
     "ones_like(Tensor self) -> Tensor")                                                        \
   X(FULL_LIKE, "full_like", COMPUTE, 1, dt__infer_full_like, dt__kernel_fill_like,             \
-    "full_like(Tensor self, Scalar fill_value) -> Tensor")
+    "full_like(Tensor self, Scalar fill_value) -> Tensor")                                     \
+  X(UNIFORM_, "uniform_", INPLACE, 1, dt__infer_uniform_, dt__kernel_uniform_,                 \
+    "uniform_(Tensor(a!) self, float from=0, float to=1, *, int seed) -> Tensor(a!)")
 
 #define DT_OP_LIST(X)                                                                          \
   DT_OPS_POINTWISE(X)                                                                          \

@@ -100,16 +100,49 @@ dt_status dt_random_fill(dt_tensor *t, dt_random_kind kind, double a, double b, 
   char *p = dt__tensor_base(t);
   size_t esize = dt__dtype_sizes[t->dtype];
   if (t->dtype == DT_F32 && kind == DT_RANDOM_UNIFORM) {
-    float *f = (float *)p;
-    float upper = (float)b;
-    for (int64_t i = 0; i < n; i++) {
-      float v = (float)random_value(kind, a, b, seed, first_index + (uint64_t)i);
-      f[i] = v < upper ? v : nextafterf(upper, (float)a); /* rounding must not reach b */
+    /* float32 uniforms take 24 bits each, four per Philox block: element i is word i % 4 of
+     * block i / 4 -- still a pure function of (seed, i). */
+    float *f = (float *)p, lo = (float)a, span = (float)(b - a), upper = (float)b;
+    uint64_t i = first_index;
+    for (int64_t k = 0; k < n;) {
+      philox_block r = block_for(seed, i >> 2);
+      for (unsigned w = (unsigned)(i & 3); w < 4 && k < n; w++, k++, i++) {
+        float v = lo + span * ((float)(r.v[w] >> 8) * (1.0f / 16777216.0f));
+        f[k] = v < upper ? v : nextafterf(upper, lo); /* rounding must not reach b */
+      }
     }
     return DT_OK;
   }
   for (int64_t i = 0; i < n; i++) {
     dt__store_from_double(t->dtype, p + i * (int64_t)esize, random_value(kind, a, b, seed, first_index + (uint64_t)i));
+  }
+  return DT_OK;
+}
+
+dt_status dt__random_fill_block(dt_tensor *t, dt_random_kind kind, double a, double b,
+                                uint64_t seed, int ndim, const int64_t *global_shape,
+                                const int64_t *offset) {
+  /* Row by row: each row of the block is a contiguous run of the global flat index. */
+  int64_t rows = 1, row_len = ndim ? t->shape[ndim - 1] : 1;
+  for (int d = 0; d + 1 < ndim; d++) rows *= t->shape[d];
+  int64_t index[DT_MAX_DIMS] = {0};
+  for (int64_t r = 0; r < rows && row_len > 0; r++) {
+    uint64_t flat = 0;
+    for (int d = 0; d < ndim; d++) {
+      int64_t i = (d == ndim - 1 ? 0 : index[d]) + offset[d];
+      flat = flat * (uint64_t)global_shape[d] + (uint64_t)i;
+    }
+    dt_tensor row = *t; /* a 1-D view of row r on the stack: no allocation */
+    row.ndim = 1;
+    row.shape[0] = row_len;
+    row.strides[0] = 1;
+    row.offset = t->offset + r * row_len;
+    dt_status st = dt_random_fill(&row, kind, a, b, seed, flat);
+    if (st) return st;
+    for (int d = ndim - 2; d >= 0; d--) {
+      if (++index[d] < t->shape[d]) break;
+      index[d] = 0;
+    }
   }
   return DT_OK;
 }

@@ -88,6 +88,12 @@ dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tens
 dt_status dt__tensor_view(const dt_tensor *base, int ndim, const int64_t *shape,
                           const int64_t *strides, int64_t offset, dt_tensor **out);
 
+/* Fills the contiguous tensor t, which is the block of a global tensor of `global_shape`
+ * starting at `offset` (ndim entries each), with the global tensor's random elements. */
+dt_status dt__random_fill_block(dt_tensor *t, dt_random_kind kind, double a, double b,
+                                uint64_t seed, int ndim, const int64_t *global_shape,
+                                const int64_t *offset);
+
 /* Element access converting through double (any dtype), used by generic kernels and tests.
  * `p` points at the element. */
 double dt__load_as_double(dt_dtype dtype, const void *p);
