@@ -19,6 +19,7 @@
 typedef struct op_plan {
   dt_placement targets[DT_DIST_MAX_ARGS][DT_MAX_MESH_DIMS];
   bool needs_redistribute[DT_DIST_MAX_ARGS];
+  bool any_redistribute;
   int n_out;
   dt_dist_spec *out_specs[DT_OP_MAX_META];
   bool local_shape_override; /* view/reshape/expand take this rank's local shape */
@@ -194,6 +195,11 @@ static dt_status collect_args(const dt_op_call *call, dist_args *a) {
                        op, i, dt__format_ints(buf, sizeof buf, t->ndim, t->shape));
     }
   }
+  return DT_OK;
+}
+
+/* The arguments' global geometry, for infer and the rules (cache misses only). */
+static void build_globals(dist_args *a) {
   for (int i = 0; i < a->n; i++) {
     dt_tensor *t = a->t[i];
     if (!t) continue;
@@ -205,25 +211,31 @@ static dt_status collect_args(const dt_op_call *call, dist_args *a) {
       a->global[i].offset = 0;
     }
   }
-  return DT_OK;
+}
+
+/* One multiply-xorshift step per word while hashing; dt__hash_mix's full avalanche once at
+ * the end. Cheap enough for the hit path, and the key only needs to spread well. */
+static inline uint64_t key_step(uint64_t h, uint64_t v) {
+  h = (h ^ v) * 0x9e3779b97f4a7c15ull;
+  return h ^ (h >> 32);
 }
 
 static uint64_t call_key(const dt_op_call *call, const dist_args *a) {
-  uint64_t h = dt__hash_mix(0x0b5e55ed, (uint64_t)call->op | ((uint64_t)call->n_outputs << 16) |
-                                            ((uint64_t)call->flags << 32) | ((uint64_t)call->dtype << 48));
+  uint64_t h = key_step(0x0b5e55ed, (uint64_t)call->op | ((uint64_t)call->n_outputs << 16) |
+                                        ((uint64_t)call->flags << 32) | ((uint64_t)call->dtype << 48));
+  h = key_step(h, (uint64_t)call->n_ints << 32 | (uint64_t)call->n_int_list);
   for (int i = 0; i < a->n; i++) {
     const dt_tensor *t = a->t[i];
-    h = dt__hash_mix(h, !t ? 1 : t->spec ? t->spec->hash : (0x5ca1a7ull << 8 | (uint64_t)t->dtype));
+    h = key_step(h, !t ? 1 : t->spec ? t->spec->hash : (0x5ca1a7ull << 8 | (uint64_t)t->dtype));
   }
-  for (int i = 0; i < call->n_ints && i < DT_OP_MAX_INTS; i++) h = dt__hash_mix(h, (uint64_t)call->ints[i]);
-  for (int i = 0; i < call->n_int_list; i++) h = dt__hash_mix(h, (uint64_t)call->int_list[i]);
-  for (int i = 0; i < 2; i++) {
-    uint64_t bits;
-    memcpy(&bits, &call->scalars[i], sizeof bits);
-    h = dt__hash_mix(h, bits);
+  for (int i = 0; i < call->n_ints && i < DT_OP_MAX_INTS; i++) h = key_step(h, (uint64_t)call->ints[i]);
+  for (int i = 0; i < call->n_int_list; i++) h = key_step(h, (uint64_t)call->int_list[i]);
+  if (call->scalars[0] != 0 || call->scalars[1] != 0) {
+    uint64_t bits[2];
+    memcpy(bits, call->scalars, sizeof bits);
+    h = key_step(key_step(h, bits[0]), bits[1]);
   }
-  h = dt__hash_mix(h, (uint64_t)call->n_ints << 32 | (uint64_t)call->n_int_list);
-  return h & ~1ull; /* op keys are even, redistribution keys odd */
+  return dt__hash_mix(h, 0) & ~1ull; /* op keys are even, redistribution keys odd */
 }
 
 static dt_placement current_placement(const dist_args *a, int i, int m) {
@@ -256,6 +268,7 @@ static double transition_cost(const dt_tensor *global, const dt_dist_spec *spec,
 static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
   const dt_op_def *def = &dt__op_table[call->op];
   const dt_dist_spec *spec = a->spec;
+  build_globals(a);
   /* Global shapes and argument checks: the op's own infer on global geometry. */
   dt_op_call g = *call;
   for (int i = 0; i < call->n_inputs; i++) g.inputs[i] = a->t[i] ? &a->global[i] : NULL;
@@ -334,6 +347,7 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
   for (int i = 0; i < a->n; i++) {
     plan->needs_redistribute[i] = a->t[i] && a->t[i]->spec &&
                                   !dt__placements_equal(spec->mesh_ndim, a->t[i]->spec->placements, plan->targets[i]);
+    plan->any_redistribute |= plan->needs_redistribute[i];
   }
   plan->n_out = 0;
   for (int i = 0; i < n_out; i++) {
@@ -397,30 +411,35 @@ static dt_status dist_dispatch(dt_op_call *call) {
   }
   /* Local arguments: redistributed shards where the plan says so, else the handles
    * themselves (their geometry is the local shard). */
-  dt_tensor *local[DT_DIST_MAX_ARGS] = {0};
+  dt_tensor *local[DT_DIST_MAX_ARGS];
   bool made[DT_DIST_MAX_ARGS] = {0};
   for (int i = 0; i < a.n && !st; i++) {
     local[i] = a.t[i];
+    made[i] = false;
     if (plan->needs_redistribute[i]) {
       st = dt__redistribute_local(a.t[i], a.t[i]->spec, plan->targets[i], &local[i]);
       made[i] = !st;
     }
   }
   if (!st) {
-    dt_op_call lc = *call;
-    for (int i = 0; i < call->n_inputs; i++) lc.inputs[i] = local[i];
-    lc.input_list = local + call->n_inputs;
-    if (plan->local_shape_override) {
-      lc.n_ints = plan->local_ndim;
-      memcpy(lc.ints, plan->local_shape, sizeof(int64_t) * (size_t)plan->local_ndim);
-      lc.int_list = plan->local_shape;
-      lc.n_int_list = plan->local_ndim;
+    if (plan->any_redistribute || plan->local_shape_override || plan->shard_geometry) {
+      dt_op_call lc = *call;
+      for (int i = 0; i < call->n_inputs; i++) lc.inputs[i] = local[i];
+      lc.input_list = local + call->n_inputs;
+      if (plan->local_shape_override) {
+        lc.n_ints = plan->local_ndim;
+        memcpy(lc.ints, plan->local_shape, sizeof(int64_t) * (size_t)plan->local_ndim);
+        lc.int_list = plan->local_shape;
+        lc.n_int_list = plan->local_ndim;
+      }
+      if (plan->shard_geometry) {
+        lc.int_list = plan->geometry;
+        lc.n_int_list = 2 * a.t[0]->spec->ndim;
+      }
+      st = dt__dispatch_local(&lc);
+    } else {
+      st = dt__dispatch_local(call); /* the shards are the arguments as they are */
     }
-    if (plan->shard_geometry) {
-      lc.int_list = plan->geometry;
-      lc.n_int_list = 2 * a.t[0]->spec->ndim;
-    }
-    st = dt__dispatch_local(&lc);
     if (!st) {
       for (int i = 0; i < plan->n_out && i < call->n_outputs; i++) {
         dt_tensor *o = call->outputs[i];

@@ -8,8 +8,24 @@
 #include "dist/redistribute_impl.h"
 #include "kernels/cpu/cpu_kernels.h"
 
-/* A view of t with dim d moved to the front. */
-static dt_status front_view(const dt_tensor *t, int d, dt_tensor **out) {
+/* Views used while packing live on the stack: they borrow the storage of a tensor that
+ * outlives them and are never retained or released, so packing allocates only the
+ * buffers it fills. */
+static dt_tensor stack_view(const dt_tensor *base, int ndim, const int64_t *shape,
+                            const int64_t *strides, int64_t offset) {
+  dt_tensor v = *base;
+  v.spec = NULL;
+  v.ndim = ndim;
+  for (int i = 0; i < ndim; i++) {
+    v.shape[i] = shape[i];
+    v.strides[i] = strides[i];
+  }
+  v.offset = offset;
+  return v;
+}
+
+/* t with dim d moved to the front. */
+static dt_tensor front_of(const dt_tensor *t, int d) {
   int64_t shape[DT_MAX_DIMS], strides[DT_MAX_DIMS];
   int k = 0;
   shape[k] = t->shape[d];
@@ -19,45 +35,38 @@ static dt_status front_view(const dt_tensor *t, int d, dt_tensor **out) {
     shape[k] = t->shape[i];
     strides[k++] = t->strides[i];
   }
-  return dt__tensor_view(t, t->ndim, shape, strides, t->offset, out);
+  return stack_view(t, t->ndim, shape, strides, t->offset);
+}
+
+/* Reinterprets a fresh contiguous tensor as 1-D (it is ours: no one else sees it). */
+static void flatten_in_place(dt_tensor *t) {
+  int64_t numel = dt__tensor_numel(t);
+  t->ndim = 1;
+  t->shape[0] = numel;
+  t->strides[0] = 1;
 }
 
 /* A flat contiguous copy of t laid out d-major. */
 static dt_status pack_front(const dt_tensor *t, int d, dt_tensor **out) {
-  dt_tensor *v = NULL, *packed = NULL;
-  dt_status st = front_view(t, d, &v);
+  dt_tensor v = front_of(t, d);
+  dt_status st = dt__tensor_new(v.ndim, v.shape, v.dtype, out);
   if (st) return st;
-  int64_t numel = dt__tensor_numel(t);
-  st = dt__tensor_new(v->ndim, v->shape, v->dtype, &packed);
-  if (!st) dt__cpu_copy(packed, v);
-  dt_tensor_release(v);
-  if (st) return st;
-  /* Reinterpret as 1-D (same storage, contiguous). */
-  st = dt__tensor_view(packed, 1, &numel, (int64_t[]){1}, packed->offset, out);
-  dt_tensor_release(packed);
-  return st;
+  dt__cpu_copy(*out, &v);
+  flatten_in_place(*out);
+  return DT_OK;
 }
 
 /* A new tensor of `shape` whose d-major layout is the flat buffer `flat`. */
 static dt_status unpack_front(const dt_tensor *flat, int ndim, const int64_t *shape, int d,
                               dt_tensor **out) {
-  dt_tensor *result = NULL, *result_front = NULL, *src = NULL;
+  dt_tensor *result = NULL;
   dt_status st = dt__tensor_new(ndim, shape, flat->dtype, &result);
   if (st) return st;
-  st = front_view(result, d, &result_front);
-  if (st) goto done;
+  dt_tensor result_front = front_of(result, d);
   int64_t strides[DT_MAX_DIMS];
-  dt__contiguous_strides(ndim, result_front->shape, strides);
-  st = dt__tensor_view(flat, ndim, result_front->shape, strides, flat->offset, &src);
-  if (st) goto done;
-  dt__cpu_copy(result_front, src);
-done:
-  dt_tensor_release(src);
-  dt_tensor_release(result_front);
-  if (st) {
-    dt_tensor_release(result);
-    return st;
-  }
+  dt__contiguous_strides(ndim, result_front.shape, strides);
+  dt_tensor src = stack_view(flat, ndim, result_front.shape, strides, flat->offset);
+  dt__cpu_copy(&result_front, &src);
   *out = result;
   return DT_OK;
 }
@@ -138,11 +147,8 @@ static dt_status step_all_reduce(dt_comm *comm, dt_tensor *local, dt_reduce_op o
   dt_status st = dt__tensor_new(local->ndim, local->shape, local->dtype, &copy);
   if (st) return st;
   dt__cpu_copy(copy, local);
-  int64_t numel = dt__tensor_numel(copy);
-  dt_tensor *flat = NULL;
-  st = dt__tensor_view(copy, 1, &numel, (int64_t[]){1}, 0, &flat);
-  if (!st) st = dt_all_reduce(comm, flat, op);
-  dt_tensor_release(flat);
+  dt_tensor flat = stack_view(copy, 1, (int64_t[]){dt__tensor_numel(copy)}, (int64_t[]){1}, 0);
+  st = dt_all_reduce(comm, &flat, op);
   if (st) {
     dt_tensor_release(copy);
     return st;
@@ -182,23 +188,17 @@ static dt_status step_all_to_all(dt_comm *comm, dt_tensor *local, int d, int e, 
   int64_t pos = 0;
   for (int r = 0; r < n && !st; r++) {
     /* Block r: local narrowed to e-chunk r, laid out d-major, at sendbuf[pos..). */
+    if (send[r] == 0) continue;
     int64_t s, l;
     dt__chunk_range(extent_e, n, r, &s, &l);
-    int64_t shape[DT_MAX_DIMS];
+    int64_t shape[DT_MAX_DIMS], strides[DT_MAX_DIMS];
     memcpy(shape, local->shape, sizeof shape);
     shape[e] = l;
-    dt_tensor *narrow = NULL, *narrow_front = NULL, *dst = NULL;
-    st = dt__tensor_view(local, ndim, shape, local->strides, local->offset + s * local->strides[e], &narrow);
-    if (!st) st = front_view(narrow, d, &narrow_front);
-    if (!st) {
-      int64_t strides[DT_MAX_DIMS];
-      dt__contiguous_strides(ndim, narrow_front->shape, strides);
-      st = dt__tensor_view(sendbuf, ndim, narrow_front->shape, strides, pos, &dst);
-    }
-    if (!st) dt__cpu_copy(dst, narrow_front);
-    dt_tensor_release(narrow);
-    dt_tensor_release(narrow_front);
-    dt_tensor_release(dst);
+    dt_tensor narrow = stack_view(local, ndim, shape, local->strides, local->offset + s * local->strides[e]);
+    dt_tensor narrow_front = front_of(&narrow, d);
+    dt__contiguous_strides(ndim, narrow_front.shape, strides);
+    dt_tensor dst = stack_view(sendbuf, ndim, narrow_front.shape, strides, pos);
+    dt__cpu_copy(&dst, &narrow_front);
     pos += send[r];
   }
   if (!st) st = dt_all_to_all(comm, sendbuf, recvbuf, send, recv);

@@ -54,6 +54,11 @@ static inline philox_block block_for(uint64_t seed, uint64_t index) {
                        (uint32_t)(seed >> 32));
 }
 
+/* Rounding lo + span * u in float can land on the upper bound; keep results below it. */
+static inline float clamp_below(float v, float upper, float lo) {
+  return DT_LIKELY(v < upper) ? v : nextafterf(upper, lo);
+}
+
 /* A double in [0, 1) from 53 random bits. */
 static inline double to_unit(uint32_t hi, uint32_t lo) {
   uint64_t bits = ((uint64_t)hi << 21) ^ (uint64_t)(lo >> 11);
@@ -103,13 +108,24 @@ dt_status dt_random_fill(dt_tensor *t, dt_random_kind kind, double a, double b, 
     /* float32 uniforms take 24 bits each, four per Philox block: element i is word i % 4 of
      * block i / 4 -- still a pure function of (seed, i). */
     float *f = (float *)p, lo = (float)a, span = (float)(b - a), upper = (float)b;
+    const float scale = 1.0f / 16777216.0f;
     uint64_t i = first_index;
-    for (int64_t k = 0; k < n;) {
+    int64_t k = 0;
+    while (k < n && (i & 3)) { /* up to the next block boundary */
       philox_block r = block_for(seed, i >> 2);
-      for (unsigned w = (unsigned)(i & 3); w < 4 && k < n; w++, k++, i++) {
-        float v = lo + span * ((float)(r.v[w] >> 8) * (1.0f / 16777216.0f));
-        f[k] = v < upper ? v : nextafterf(upper, lo); /* rounding must not reach b */
-      }
+      f[k++] = clamp_below(lo + span * ((float)(r.v[i & 3] >> 8) * scale), upper, lo);
+      i++;
+    }
+    for (; k + 4 <= n; k += 4, i += 4) { /* whole blocks: four elements each */
+      philox_block r = block_for(seed, i >> 2);
+      f[k] = clamp_below(lo + span * ((float)(r.v[0] >> 8) * scale), upper, lo);
+      f[k + 1] = clamp_below(lo + span * ((float)(r.v[1] >> 8) * scale), upper, lo);
+      f[k + 2] = clamp_below(lo + span * ((float)(r.v[2] >> 8) * scale), upper, lo);
+      f[k + 3] = clamp_below(lo + span * ((float)(r.v[3] >> 8) * scale), upper, lo);
+    }
+    if (k < n) { /* the tail of the last block */
+      philox_block r = block_for(seed, i >> 2);
+      for (int w = 0; k < n; w++, k++) f[k] = clamp_below(lo + span * ((float)(r.v[w] >> 8) * scale), upper, lo);
     }
     return DT_OK;
   }
@@ -122,24 +138,30 @@ dt_status dt_random_fill(dt_tensor *t, dt_random_kind kind, double a, double b, 
 dt_status dt__random_fill_block(dt_tensor *t, dt_random_kind kind, double a, double b,
                                 uint64_t seed, int ndim, const int64_t *global_shape,
                                 const int64_t *offset) {
-  /* Row by row: each row of the block is a contiguous run of the global flat index. */
-  int64_t rows = 1, row_len = ndim ? t->shape[ndim - 1] : 1;
-  for (int d = 0; d + 1 < ndim; d++) rows *= t->shape[d];
+  /* Runs: the trailing dims the block spans whole, times the innermost partial dim, are one
+   * contiguous stretch of the global flat index (a whole tensor is a single run). */
+  int k = ndim - 1;
+  while (k > 0 && t->shape[k] == global_shape[k] && offset[k] == 0) k--;
+  int64_t run = 1, runs = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    if (d >= k) run *= t->shape[d];
+    else runs *= t->shape[d];
+  }
   int64_t index[DT_MAX_DIMS] = {0};
-  for (int64_t r = 0; r < rows && row_len > 0; r++) {
+  for (int64_t r = 0; r < runs && run > 0; r++) {
     uint64_t flat = 0;
     for (int d = 0; d < ndim; d++) {
-      int64_t i = (d == ndim - 1 ? 0 : index[d]) + offset[d];
+      int64_t i = (d >= k ? 0 : index[d]) + offset[d];
       flat = flat * (uint64_t)global_shape[d] + (uint64_t)i;
     }
-    dt_tensor row = *t; /* a 1-D view of row r on the stack: no allocation */
-    row.ndim = 1;
-    row.shape[0] = row_len;
-    row.strides[0] = 1;
-    row.offset = t->offset + r * row_len;
-    dt_status st = dt_random_fill(&row, kind, a, b, seed, flat);
+    dt_tensor part = *t; /* a 1-D view of run r on the stack: no allocation */
+    part.ndim = 1;
+    part.shape[0] = run;
+    part.strides[0] = 1;
+    part.offset = t->offset + r * run;
+    dt_status st = dt_random_fill(&part, kind, a, b, seed, flat);
     if (st) return st;
-    for (int d = ndim - 2; d >= 0; d--) {
+    for (int d = k - 1; d >= 0; d--) {
       if (++index[d] < t->shape[d]) break;
       index[d] = 0;
     }

@@ -1,6 +1,7 @@
 /* The tensor handle: lifetime, geometry, views and element access. */
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 
 #include "tensor/tensor_impl.h"
@@ -14,6 +15,45 @@ static void storage_release(dt_storage *s) {
   if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) == 1) dt__free(s);
 }
 
+/* View handles are recycled through a small per-thread pool: creating and dropping views
+ * (detach, transpose, a distributed op's output handle) then costs no malloc/free. A handle
+ * released on another thread simply joins that thread's pool. */
+#define HANDLE_POOL_MAX 64
+
+typedef struct handle_pool {
+  int count;
+  dt_tensor *handles[HANDLE_POOL_MAX];
+} handle_pool;
+
+static _Thread_local handle_pool *pool;
+static pthread_key_t pool_key;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+static void pool_destroy(void *p) {
+  handle_pool *hp = p;
+  for (int i = 0; i < hp->count; i++) dt__free(hp->handles[i]);
+  dt__free(hp);
+}
+
+static void pool_key_create(void) { pthread_key_create(&pool_key, pool_destroy); }
+
+static handle_pool *thread_pool(void) {
+  if (DT_LIKELY(pool != NULL)) return pool;
+  pthread_once(&pool_once, pool_key_create);
+  pool = dt__calloc(sizeof *pool);
+  if (pool) pthread_setspecific(pool_key, pool);
+  return pool;
+}
+
+static void handle_free(dt_tensor *t) {
+  handle_pool *hp = thread_pool();
+  if (hp && hp->count < HANDLE_POOL_MAX) {
+    hp->handles[hp->count++] = t;
+  } else {
+    dt__free(t);
+  }
+}
+
 dt_tensor *dt_tensor_retain(dt_tensor *t) {
   if (t) atomic_fetch_add_explicit(&t->refcount, 1, memory_order_relaxed);
   return t;
@@ -25,7 +65,7 @@ void dt_tensor_release(dt_tensor *t) {
   if (t->spec && dt__spec_release_hook) dt__spec_release_hook(t->spec);
   bool embedded = t->embedded;
   storage_release(t->storage); /* may free t itself when embedded */
-  if (!embedded) dt__free(t);
+  if (!embedded) handle_free(t);
 }
 
 dt_status dt__check_shape(const char *op, int ndim, const int64_t *shape) {
@@ -72,9 +112,12 @@ bool dt__is_contiguous(int ndim, const int64_t *shape, const int64_t *strides) {
 }
 
 static dt_tensor *handle_alloc(void) {
-  dt_tensor *t = dt__alloc_aligned(sizeof *t, 64);
+  handle_pool *hp = thread_pool();
+  dt_tensor *t = hp && hp->count ? hp->handles[--hp->count] : dt__alloc_aligned(sizeof *t, 16);
   if (!t) return NULL;
-  memset(t, 0, sizeof *t);
+  t->spec = NULL;
+  t->embedded = false;
+  t->offset = 0;
   atomic_init(&t->refcount, 1);
   return t;
 }

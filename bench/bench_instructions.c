@@ -1,0 +1,239 @@
+/*
+ * dtensor bench instructions: user-space instructions of one distributed op dispatch,
+ * counted under valgrind's callgrind, as PyTorch's PR-time DTensor benchmarks count them.
+ *
+ * Setup (as PyTorch's): fake backend, world 256, a 1-D mesh named "dp", 10x10 float32
+ * tensors made with from_local and Replicate. Each case is warmed up once, then measured
+ * over 5 iterations (zeroed counters, collection toggled on around the iteration, a dump
+ * per iteration); the reported value is the minimum. The benchmark runs itself under
+ * valgrind and reads the dumps back.
+ *
+ * Output: CSV rows `name,instruction_count,value` appended to a results file (--results,
+ * default bench/results.csv is not touched unless given) and, with --json, JSON lines.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <valgrind/callgrind.h>
+
+#include "dtensor/dtensor.h"
+#include "tools.h"
+
+#define ITERATIONS 5
+#define WORLD 256
+
+typedef struct bench_state {
+  dt_mesh *mesh;
+  dt_tensor *local_a, *local_b;
+  dt_tensor *a, *b; /* Replicate over "dp" */
+} bench_state;
+
+typedef dt_status (*case_fn)(bench_state *s);
+
+static dt_status case_detach(bench_state *s) {
+  dt_tensor *o = NULL;
+  dt_status st = dt_detach(s->a, &o);
+  dt_tensor_release(o);
+  return st;
+}
+
+static dt_status case_view(bench_state *s) {
+  dt_tensor *o = NULL;
+  dt_status st = dt_view(s->a, 1, (int64_t[]){100}, &o);
+  dt_tensor_release(o);
+  return st;
+}
+
+static dt_status case_inplace(bench_state *s) { return dt_add_(s->a, s->b); }
+
+static dt_status case_to_from_local(bench_state *s) {
+  dt_tensor *d = NULL, *l = NULL;
+  dt_status st = dt_from_local(s->mesh, s->local_a, 1, (dt_placement[]){dt_replicate()}, NULL, &d);
+  if (!st) st = dt_to_local(d, &l);
+  dt_tensor_release(l);
+  dt_tensor_release(d);
+  return st;
+}
+
+static dt_status case_collectives(bench_state *s) {
+  /* Five redistributes: R -> S(0) -> R -> S(1) -> S(0) -> R. */
+  dt_placement seq[5] = {dt_shard(0), dt_replicate(), dt_shard(1), dt_shard(0), dt_replicate()};
+  dt_tensor *cur = dt_tensor_retain(s->a);
+  dt_status st = DT_OK;
+  for (int i = 0; i < 5 && !st; i++) {
+    dt_tensor *next = NULL;
+    st = dt_redistribute(cur, 1, &seq[i], &next);
+    dt_tensor_release(cur);
+    cur = next;
+  }
+  dt_tensor_release(cur);
+  return st;
+}
+
+static dt_status case_random(bench_state *s) { return dt_uniform_(s->a, 0, 1, 1234); }
+
+static dt_status case_custom_handler(bench_state *s) {
+  bool same;
+  return dt_is_same_size(s->a, s->b, &same);
+}
+
+typedef struct bench_case {
+  const char *name;
+  case_fn fn;
+  long pytorch; /* PyTorch's expected_results.csv figure */
+  long target;
+} bench_case;
+
+static const bench_case cases[] = {
+    {"dtensor_dispatch_detach", case_detach, 57510, 600},
+    {"dtensor_dispatch_view", case_view, 66300, 1500},
+    {"dtensor_dispatch_inplace", case_inplace, 57750, 1000},
+    {"dtensor_dispatch_to_from_local", case_to_from_local, 226900, 3000},
+    {"dtensor_dispatch_collectives", case_collectives, 29010000, 60000},
+    {"dtensor_dispatch_random", case_random, 592800, 4000},
+    {"dtensor_dispatch_custom_handler", case_custom_handler, 36120, 300},
+};
+#define N_CASES (int)(sizeof cases / sizeof *cases)
+
+/* The measured side, running under valgrind. */
+static int run_child(void) {
+  dt_comm_options opts = {.backend = "fake", .rank = 0, .world_size = WORLD};
+  dt_comm *world = NULL;
+  bench_state s = {0};
+  if (dt_comm_init(&opts, &world) ||
+      dt_mesh_create(world, 1, (int64_t[]){WORLD}, (const char *[]){"dp"}, &s.mesh) ||
+      dt_rand(2, (int64_t[]){10, 10}, DT_F32, 1, &s.local_a) ||
+      dt_rand(2, (int64_t[]){10, 10}, DT_F32, 2, &s.local_b) ||
+      dt_from_local(s.mesh, s.local_a, 1, (dt_placement[]){dt_replicate()}, NULL, &s.a) ||
+      dt_from_local(s.mesh, s.local_b, 1, (dt_placement[]){dt_replicate()}, NULL, &s.b)) {
+    fprintf(stderr, "bench instructions: setup failed: %s\n", dt_last_error());
+    return 1;
+  }
+  /* DT_BENCH_PROFILE=1 keeps collection on throughout (run under valgrind by hand with
+   * --collect-atstart=yes): the dumps then attribute costs to functions for
+   * callgrind_annotate, at the price of counting the client requests too. */
+  bool toggle = !getenv("DT_BENCH_PROFILE");
+  int rc = 0;
+  for (int c = 0; c < N_CASES && !rc; c++) {
+    if (cases[c].fn(&s)) rc = 1; /* warm-up: caches, pools */
+    for (int i = 0; i < ITERATIONS && !rc; i++) {
+      CALLGRIND_ZERO_STATS;
+      if (toggle) CALLGRIND_TOGGLE_COLLECT;
+      dt_status st = cases[c].fn(&s);
+      if (toggle) CALLGRIND_TOGGLE_COLLECT;
+      CALLGRIND_DUMP_STATS_AT(cases[c].name);
+      if (st) rc = 1;
+    }
+    if (rc) fprintf(stderr, "bench instructions: %s failed: %s\n", cases[c].name, dt_last_error());
+  }
+  dt_tensor_release(s.a);
+  dt_tensor_release(s.b);
+  dt_tensor_release(s.local_a);
+  dt_tensor_release(s.local_b);
+  dt_mesh_destroy(s.mesh);
+  dt_comm_destroy(world);
+  return rc;
+}
+
+/* Reads every callgrind dump in dir: the trigger label and the total instruction count. */
+static int collect(const char *dir, long *best) {
+  for (int c = 0; c < N_CASES; c++) best[c] = -1;
+  DIR *d = opendir(dir);
+  if (!d) return 1;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, "cg.out.", 7) != 0) continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    char line[512], label[256] = "";
+    long total = -1;
+    while (fgets(line, sizeof line, f)) {
+      if (sscanf(line, "desc: Trigger: Client Request: %255s", label) == 1) continue;
+      if (strncmp(line, "totals:", 7) == 0) total = atol(line + 7);
+    }
+    fclose(f);
+    for (int c = 0; c < N_CASES; c++) {
+      if (strcmp(label, cases[c].name) == 0 && total >= 0 && (best[c] < 0 || total < best[c])) best[c] = total;
+    }
+  }
+  closedir(d);
+  return 0;
+}
+
+int dt_bench_instructions(int argc, char **argv) {
+  if (dt_tool_has_flag(argc, argv, "--child")) return run_child();
+  bool json = dt_tool_has_flag(argc, argv, "--json");
+  const char *results = NULL;
+  for (int i = 1; i + 1 < argc; i++) {
+    if (strcmp(argv[i], "--results") == 0) results = argv[i + 1];
+  }
+  char dir[] = "/tmp/dtensor-callgrind-XXXXXX";
+  if (!mkdtemp(dir)) {
+    perror("bench instructions: mkdtemp");
+    return 1;
+  }
+  char out_file[600], self[1024];
+  snprintf(out_file, sizeof out_file, "--callgrind-out-file=%s/cg.out", dir);
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    perror("bench instructions: readlink");
+    return 1;
+  }
+  self[n] = '\0';
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null = open("/dev/null", 1);
+    if (null >= 0) dup2(null, 2); /* valgrind's banner */
+    execlp("valgrind", "valgrind", "--tool=callgrind", "--collect-atstart=no", out_file, self, "bench",
+           "instructions", "--child", (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  long best[N_CASES];
+  int rc = 0;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "bench instructions: the measured run failed (is valgrind installed?) status %d\n", status);
+    rc = 1;
+  } else {
+    collect(dir, best);
+  }
+  FILE *csv = results ? fopen(results, "a") : NULL;
+  for (int c = 0; c < N_CASES && !rc; c++) {
+    if (best[c] < 0) {
+      fprintf(stderr, "bench instructions: no count for %s\n", cases[c].name);
+      rc = 1;
+      break;
+    }
+    if (json) {
+      printf("{\"name\":\"%s\",\"metric\":\"instruction_count\",\"value\":%ld,\"pytorch\":%ld,\"target\":%ld,"
+             "\"ratio_vs_pytorch\":%.1f}\n",
+             cases[c].name, best[c], cases[c].pytorch, cases[c].target, (double)cases[c].pytorch / (double)best[c]);
+    } else {
+      printf("%-34s %9ld instructions (PyTorch %ld, %.0fx fewer; target <= %ld)\n", cases[c].name, best[c],
+             cases[c].pytorch, (double)cases[c].pytorch / (double)best[c], cases[c].target);
+    }
+    if (csv) fprintf(csv, "%s,instruction_count,%ld\n", cases[c].name, best[c]);
+  }
+  if (csv) fclose(csv);
+  /* Clean up the dumps. */
+  DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      if (e->d_name[0] == '.') continue;
+      char path[1024];
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+  }
+  return rc;
+}
