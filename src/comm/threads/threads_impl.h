@@ -75,6 +75,7 @@ typedef struct th_ring {
 
 typedef struct th_domain {
   atomic_int aborted;
+  atomic_uint epoch;    /* bumped when a rank exits: waiters re-check who they wait for */
   pthread_mutex_t lock; /* guards everything below */
   dt_status abort_status;
   const th_ring *abort_ring; /* the ring and sequence number that timed out, if any */
