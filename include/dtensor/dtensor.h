@@ -5,12 +5,14 @@
  *   tensor.h  dtypes, the dt_tensor handle, creation, random numbers, element access
  *   ops.h     every op (pointwise, reductions, matrix, nn, views), local or distributed
  *   comm.h    process groups (threads, mpi, fake backends), collectives, async work handles
+ *   mesh.h    device mesh: N-D grid of ranks, named dimensions, one group per dimension
  */
 #ifndef DTENSOR_DTENSOR_H
 #define DTENSOR_DTENSOR_H
 
 #include "dtensor/comm.h"
 #include "dtensor/core.h"
+#include "dtensor/mesh.h"
 #include "dtensor/ops.h"
 #include "dtensor/tensor.h"
 
