@@ -59,7 +59,7 @@ static dt_status skew_rank(dt_comm *comm, void *arg) {
   int rank = dt_comm_rank(comm);
   dt_tensor *big = NULL, *token = NULL;
   RANK_OK(dt_full(1, (int64_t[]){1 << 20}, rank + 1, DT_F32, &big));
-  RANK_OK(dt_zeros(0, NULL, DT_I32, &token));
+  RANK_OK(dt_zeros(0, (int64_t[]){1}, DT_I32, &token));
   if (rank == 0) {
     dt_work *work = NULL;
     RANK_OK(dt_all_reduce_async(comm, big, DT_REDUCE_SUM, &work));
