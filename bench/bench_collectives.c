@@ -67,28 +67,20 @@ static double memcpy_gbs(int64_t bytes) {
 static double bus_factor(int op, int world) {
   if (world <= 1) return op == OP_BROADCAST ? 1 : 0;
   switch (op) {
-  case OP_ALL_REDUCE:
-    return 2.0 * (world - 1) / world;
-  case OP_BROADCAST:
-    return 1;
-  default:
-    return (double)(world - 1) / world;
+  case OP_ALL_REDUCE: return 2.0 * (world - 1) / world;
+  case OP_BROADCAST: return 1;
+  default: return (double)(world - 1) / world;
   }
 }
 
 /* One collective call; big has `bytes`, small bytes / world. */
 static dt_status run_op(int op, dt_comm *comm, dt_tensor *big, dt_tensor *small, dt_tensor *big2) {
   switch (op) {
-  case OP_ALL_REDUCE:
-    return dt_all_reduce(comm, big, DT_REDUCE_SUM);
-  case OP_ALL_GATHER:
-    return dt_all_gather_into_tensor(comm, small, big);
-  case OP_REDUCE_SCATTER:
-    return dt_reduce_scatter_tensor(comm, big, small, DT_REDUCE_SUM);
-  case OP_BROADCAST:
-    return dt_broadcast(comm, big, 0);
-  default:
-    return dt_all_to_all(comm, big, big2, NULL, NULL);
+  case OP_ALL_REDUCE: return dt_all_reduce(comm, big, DT_REDUCE_SUM);
+  case OP_ALL_GATHER: return dt_all_gather_into_tensor(comm, small, big);
+  case OP_REDUCE_SCATTER: return dt_reduce_scatter_tensor(comm, big, small, DT_REDUCE_SUM);
+  case OP_BROADCAST: return dt_broadcast(comm, big, 0);
+  default: return dt_all_to_all(comm, big, big2, NULL, NULL);
   }
 }
 
@@ -130,7 +122,8 @@ static dt_status bench_rank(dt_comm *comm, void *arg) {
         for (int i = 0; i < 2 && status == DT_OK; i++) status = run_op(op, comm, big, small, big2);
         if (status == DT_OK) status = dt_barrier(comm);
         double start = now_us();
-        for (int i = 0; i < iters && status == DT_OK; i++) status = run_op(op, comm, big, small, big2);
+        for (int i = 0; i < iters && status == DT_OK; i++)
+          status = run_op(op, comm, big, small, big2);
         if (status == DT_OK && !fake) status = dt_barrier(comm);
         us = (now_us() - start) / iters;
       }
