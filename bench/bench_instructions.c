@@ -105,7 +105,7 @@ static int run_child(void) {
   dt_comm *world = NULL;
   bench_state s = {0};
   if (dt_comm_init(&opts, &world) ||
-      dt_mesh_create(world, 1, (int64_t[]){WORLD}, (const char *[]){"dp"}, &s.mesh) ||
+      dt_mesh_create(world, 1, (int[]){WORLD}, (const char *[]){"dp"}, &s.mesh) ||
       dt_rand(2, (int64_t[]){10, 10}, DT_F32, 1, &s.local_a) ||
       dt_rand(2, (int64_t[]){10, 10}, DT_F32, 2, &s.local_b) ||
       dt_from_local(s.mesh, s.local_a, 1, (dt_placement[]){dt_replicate()}, NULL, &s.a) ||

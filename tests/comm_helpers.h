@@ -28,8 +28,10 @@
   do {                                                                                             \
     dt_status rank_ok_status_ = (call);                                                            \
     if (rank_ok_status_ != DT_OK) {                                                                \
+      char rank_ok_msg_[1024];                                                                     \
+      snprintf(rank_ok_msg_, sizeof rank_ok_msg_, "%s", dt_last_error());                          \
       return dt__error(DT_ERR_INTERNAL, "%s:%d: %s returned %s: %s", __FILE__, __LINE__, #call,    \
-                       dt_status_string(rank_ok_status_), dt_last_error());                        \
+                       dt_status_string(rank_ok_status_), rank_ok_msg_);                           \
     }                                                                                              \
   } while (0)
 

@@ -28,7 +28,7 @@ static bool equal_values(dt_tensor *a, dt_tensor *b) {
 
 typedef struct mesh_arg {
   int ndim;
-  int64_t shape[2];
+  int shape[2];
 } mesh_arg;
 
 static int world_of(const mesh_arg *m) { return (int)(m->ndim == 1 ? m->shape[0] : m->shape[0] * m->shape[1]); }
@@ -122,7 +122,7 @@ Test(redistribute, every_pair_2x3) { run_on(2, 2, 3, redistribute_rank); }
 static dt_status transpose_plan_rank(dt_comm *world, void *arg) {
   (void)arg;
   dt_mesh *mesh = NULL;
-  dt_status st = dt_mesh_create(world, 2, (int64_t[]){2, 2}, NULL, &mesh);
+  dt_status st = dt_mesh_create(world, 2, (int[]){2, 2}, NULL, &mesh);
   if (st) return st;
   dt_tensor *t = NULL;
   st = dt_dist_rand(mesh, 2, (int64_t[]){64, 64}, DT_F32, 3, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, &t);
@@ -179,9 +179,10 @@ static dt_status from_local_rank(dt_comm *world, void *arg) {
   (void)arg;
   int rank = dt_comm_rank(world);
   dt_mesh *mesh = NULL;
-  dt_status st = dt_mesh_create(world, 1, (int64_t[]){3}, (const char *[]){"tp"}, &mesh);
+  dt_status st = dt_mesh_create(world, 1, (int[]){3}, (const char *[]){"tp"}, &mesh);
   if (st) return st;
-  CHECK(dt_mesh_dim_by_name(mesh, "tp") == 0, "dim by name");
+  int tp = -1;
+  CHECK(!dt_mesh_dim_by_name(mesh, "tp", &tp) && tp == 0, "dim by name");
   /* Even: each rank 2x4 -> global 6x4. */
   dt_tensor *local = NULL, *d = NULL, *full = NULL;
   CHECK(!dt_full(2, (int64_t[]){2, 4}, rank, DT_F32, &local), "full");
@@ -237,7 +238,7 @@ Test(dist, from_local_to_local_visualize) {
 static dt_status cache_rank(dt_comm *world, void *arg) {
   (void)arg;
   dt_mesh *mesh = NULL;
-  dt_status st = dt_mesh_create(world, 1, (int64_t[]){2}, NULL, &mesh);
+  dt_status st = dt_mesh_create(world, 1, (int[]){2}, NULL, &mesh);
   if (st) return st;
   dt_tensor *a = NULL, *b = NULL, *c = NULL;
   CHECK(!dt_dist_ones(mesh, 2, (int64_t[]){4, 4}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &a), "ones");
@@ -270,8 +271,8 @@ Test(dist, sharding_cache_hits_and_misses) { cr_assert_eq(dt_spawn(2, cache_rank
 static dt_status bad_input_rank(dt_comm *world, void *arg) {
   (void)arg;
   dt_mesh *mesh = NULL, *other = NULL;
-  dt_status st = dt_mesh_create(world, 1, (int64_t[]){2}, NULL, &mesh);
-  if (!st) st = dt_mesh_create(world, 1, (int64_t[]){2}, NULL, &other);
+  dt_status st = dt_mesh_create(world, 1, (int[]){2}, NULL, &mesh);
+  if (!st) st = dt_mesh_create(world, 1, (int[]){2}, NULL, &other);
   if (st) return st;
   dt_tensor *full = NULL, *d = NULL, *e = NULL, *out = (dt_tensor *)0x1;
   CHECK(!dt_ones(2, (int64_t[]){4, 4}, DT_F32, &full), "ones");

@@ -180,7 +180,7 @@ static const op_case cases[] = {
 
 typedef struct sweep {
   int mesh_ndim;
-  int64_t mesh_shape[2];
+  int mesh_shape[2];
   int max_combos; /* per case: cap the combinations tried (0: all) */
 } sweep;
 

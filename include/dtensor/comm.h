@@ -127,7 +127,8 @@ DT_API void dt_comm_destroy(dt_comm *comm);
 
 /* Aborts the group and every group of its world: pending and later collectives on every
  * rank return DT_ERR_ABORTED with a message carrying `reason` (may be NULL). On the MPI
- * backend this ends the job. NULL comm is ignored. */
+ * backend this ends the job; on the fake backend (no peers) it does nothing. NULL comm is
+ * ignored. */
 DT_API void dt_comm_abort(dt_comm *comm, const char *reason);
 
 /* This rank's number in the group, the group's size, the backend name ("threads", "fake",
@@ -136,8 +137,8 @@ DT_API int dt_comm_rank(const dt_comm *comm);
 DT_API int dt_comm_size(const dt_comm *comm);
 DT_API const char *dt_comm_backend_name(const dt_comm *comm);
 
-/* A number identifying the group, equal on all its ranks and unique within the process
- * (threads) or the job (other backends: derived from the split history). */
+/* A number identifying the group, unique within the process; on the threads backend it is
+ * equal on every rank of the group. */
 DT_API uint64_t dt_comm_id(const dt_comm *comm);
 
 /* A name used in error messages ("world", "mesh 1 dim 'tp'"); set it per rank (copied,

@@ -5,6 +5,9 @@
  *   tensor.h  dtypes, the dt_tensor handle, creation, random numbers, element access
  *   ops.h     every op (pointwise, reductions, matrix, nn, views), local or distributed
  *   comm.h    process groups (threads, mpi, fake backends), collectives, async work handles
+ *   mesh.h    device mesh: N-D grid of ranks, named dimensions, one group per dimension
+ *   dist.h    distributed tensors: placements, redistribution, distributed factories
+ *   mode.h    dispatch modes: callbacks around every op call
  */
 #ifndef DTENSOR_DTENSOR_H
 #define DTENSOR_DTENSOR_H

@@ -1,14 +1,20 @@
 /*
- * libdtensor — device meshes: an N-D grid over the ranks of a group, with named dims and
- * one sub-group per dim (the ranks that differ only in that coordinate).
+ * libdtensor — device mesh: an N-D grid of ranks with (optionally) named dimensions.
  *
- * Ranks of the group are laid out row-major over the mesh shape: rank r has coordinates
- * unravel(r, shape). Ownership: a mesh belongs to the rank that created it; destroy it with
- * dt_mesh_destroy after every distributed tensor on it. It borrows the group it was made
- * from, which must outlive it.
+ * The ranks of a group of W are laid out row-major over the mesh shape (rank r sits at the
+ * coordinates of r in a tensor of that shape, like torch.arange(W).reshape(shape)). Along
+ * each mesh dimension d the ranks that share every other coordinate form a sub-group: the
+ * group of dimension d, in which this rank's number is its coordinate d. A "dp" x "tp" mesh
+ * of 2 x 4 has, for rank 5 (coordinates [1, 1]), the "tp" group {4, 5, 6, 7} and the "dp"
+ * group {1, 5}.
+ *
+ * Ownership: the mesh borrows the group it is made from (which must outlive it) and owns its
+ * per-dimension groups; dt_mesh_group returns borrowed handles valid until dt_mesh_destroy.
  */
 #ifndef DTENSOR_MESH_H
 #define DTENSOR_MESH_H
+
+#include <stdint.h>
 
 #include "dtensor/comm.h"
 #include "dtensor/core.h"
@@ -17,39 +23,49 @@
 extern "C" {
 #endif
 
+/* Most dimensions a mesh may have, and the longest dimension name. */
+#define DT_MESH_MAX_DIMS 8
+#define DT_MESH_MAX_NAME 31
+
 typedef struct dt_mesh dt_mesh;
 
-/* Most dims of a mesh. */
-#define DT_MESH_MAX_DIMS 4
-
-/* Creates an ndim-dimensional mesh of shape `shape` over `group` (collective over the
- * group: it splits one sub-group per dim). The product of the shape must equal the group
- * size. dim_names may be NULL (names "dim0", "dim1", ...) or hold ndim names (copied,
- * distinct, at most 31 characters).
- * Errors: DT_ERR_INVALID (NULL group/out/shape, ndim outside 1..DT_MESH_MAX_DIMS, a size
- * < 1, product != group size — the message names both — duplicate names), DT_ERR_NOMEM,
- * and the collective errors of dt_comm_split. */
-DT_API dt_status dt_mesh_create(dt_comm *group, int ndim, const int64_t *shape,
+/* Builds a mesh over `world` (collective: every rank of world calls it, with the same
+ * arguments, in the same order relative to its other collectives on world). shape has ndim
+ * entries >= 1 whose product must equal the group size. dim_names is NULL or ndim distinct,
+ * non-empty names of at most DT_MESH_MAX_NAME characters (copied).
+ * Errors: DT_ERR_INVALID (NULL world/shape/out, ndim outside 1..DT_MESH_MAX_DIMS, a size < 1,
+ * product != group size — the message names both —, bad or repeated names), DT_ERR_NOMEM,
+ * and the errors of dt_comm_split. On failure *out is NULL. */
+DT_API dt_status dt_mesh_create(dt_comm *world, int ndim, const int *shape,
                                 const char *const *dim_names, dt_mesh **out);
-/* Destroys the mesh and its sub-groups (collective like dt_comm_destroy). NULL allowed. */
+
+/* Destroys the mesh and its per-dimension groups (not the world). NULL is allowed. */
 DT_API void dt_mesh_destroy(dt_mesh *mesh);
 
-DT_API int dt_mesh_ndim(const dt_mesh *mesh);
-/* Size of dim (-1 if out of range). */
-DT_API int dt_mesh_size(const dt_mesh *mesh, int dim);
-/* This rank's coordinate along dim (-1 if out of range). */
-DT_API int dt_mesh_coordinate(const dt_mesh *mesh, int dim);
-/* The dim called `name`, or -1. */
-DT_API int dt_mesh_dim_by_name(const dt_mesh *mesh, const char *name);
-DT_API const char *dt_mesh_dim_name(const dt_mesh *mesh, int dim);
-/* The group of the ranks sharing every coordinate but dim's (borrowed; NULL if out of
- * range). */
-DT_API dt_comm *dt_mesh_group(const dt_mesh *mesh, int dim);
-/* The whole mesh's group (borrowed). */
-DT_API dt_comm *dt_mesh_comm(const dt_mesh *mesh);
-/* A number unique to this mesh within the process, equal on its ranks when they create
- * their meshes in the same order (used in cache keys). */
+/* An id equal on every rank of the mesh and unique within the process (for caches). */
 DT_API uint64_t dt_mesh_id(const dt_mesh *mesh);
+
+DT_API int dt_mesh_ndim(const dt_mesh *mesh);
+/* The mesh shape (ndim entries). Borrowed. */
+DT_API const int *dt_mesh_shape(const dt_mesh *mesh);
+/* Size of dimension dim; -1 when dim is out of range. */
+DT_API int dt_mesh_size(const dt_mesh *mesh, int dim);
+/* This rank's coordinate along dim (= its rank in dt_mesh_group(mesh, dim)); -1 when dim is
+ * out of range. */
+DT_API int dt_mesh_coordinate(const dt_mesh *mesh, int dim);
+/* The group of ranks along dim that share this rank's other coordinates. Borrowed; NULL
+ * when dim is out of range. */
+DT_API dt_comm *dt_mesh_group(const dt_mesh *mesh, int dim);
+/* The group the mesh was made from. Borrowed. */
+DT_API dt_comm *dt_mesh_world(const dt_mesh *mesh);
+/* Rank in the world group of the rank at coords (ndim entries); -1 if out of range. */
+DT_API int dt_mesh_rank_at(const dt_mesh *mesh, const int *coords);
+
+/* The name of dimension dim, or NULL when unnamed or out of range. */
+DT_API const char *dt_mesh_dim_name(const dt_mesh *mesh, int dim);
+/* Looks a dimension up by name. Errors: DT_ERR_INVALID (NULL arguments, no such name; the
+ * message lists the mesh's names). */
+DT_API dt_status dt_mesh_dim_by_name(const dt_mesh *mesh, const char *name, int *dim);
 
 #ifdef __cplusplus
 }

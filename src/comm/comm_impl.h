@@ -125,7 +125,8 @@ struct dt_comm {
   int rank;
   int size;
   uint64_t id;
-  uint64_t seq; /* group collectives this rank has started */
+  uint64_t seq;            /* group collectives this rank has started */
+  uint64_t meshes_created; /* meshes made on this handle: their ids agree across ranks */
   int64_t timeout_ms;
   bool debug;          /* DT_DEBUG_COLLECTIVES=1: backends compare fingerprints */
   bool owned_by_spawn; /* the dt_spawn world: dt_comm_destroy ignores it */
@@ -165,9 +166,10 @@ bool dt__coll_check_all_to_all(const dt_coll_args *const *args, int size, int *b
 
 /* Element-wise reduction of nsrc buffers of n elements into ndst buffers (every dst gets
  * the result). Reads each block of all sources before writing any destination, so a
- * destination may be a source (in place). avg divides by `world`. */
+ * destination may be a source (in place). avg divides by `world`. `streaming` says the
+ * whole collective is larger than the caches: results may bypass them. */
 void dt__reduce_buffers(dt_dtype dtype, dt_reduce_op op, int nsrc, const void *const *src, int ndst,
-                        void *const *dst, int64_t n, int world);
+                        void *const *dst, int64_t n, int world, bool streaming);
 
 /* A dt_objects of `count` strings and `total` bytes in one allocation (lengths and offsets
  * left for the caller to fill). NULL when out of memory. */

@@ -139,7 +139,7 @@ dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int
   *out = NULL;
   dt_status st = check_mesh(op, mesh);
   if (st) return st;
-  dt_comm *world = dt_mesh_comm(mesh);
+  dt_comm *world = dt_mesh_world(mesh);
   if (src < 0 || src >= dt_comm_size(world)) {
     return dt__error(DT_ERR_INVALID, "%s: source rank %d is outside the mesh's %d ranks", op, src,
                      dt_comm_size(world));

@@ -34,6 +34,8 @@
 /* Bytes one task moves or reduces per destination. */
 #define TH_CHUNK_BYTES (256 * 1024)
 #define TH_MESSAGE 1024
+/* Collectives whose results total at least this many bytes bypass the caches. */
+#define TH_STREAMING_BYTES (32LL << 20)
 
 enum { TH_GATHERING = 0, TH_READY = 1, TH_FAILED = 2 };
 
@@ -75,6 +77,7 @@ typedef struct th_ring {
 
 typedef struct th_domain {
   atomic_int aborted;
+  atomic_uint epoch;    /* bumped when a rank exits: waiters re-check who they wait for */
   pthread_mutex_t lock; /* guards everything below */
   dt_status abort_status;
   const th_ring *abort_ring; /* the ring and sequence number that timed out, if any */

@@ -33,18 +33,25 @@ void dt__th_notify(th_group *g) {
 
 typedef bool (*th_pred)(const void *ctx);
 
-/* Waits until pred holds, the domain aborts, any broadcast on the group (a peer changed
- * something: the caller re-examines), or the deadline. Returns false only on the deadline. */
-static bool th_block(th_group *g, th_pred pred, const void *ctx, const struct timespec *deadline) {
+/* True when the domain aborted or a rank exited since the caller read `epoch`. */
+static bool domain_changed(const th_domain *d, unsigned epoch) {
+  return atomic_load(&d->aborted) || atomic_load(&d->epoch) != epoch;
+}
+
+/* Waits until pred holds, the domain changes (abort, a rank exits after the caller read
+ * `epoch`), any broadcast on the group (a peer changed something: the caller re-examines),
+ * or the deadline. Returns false only on the deadline. */
+static bool th_block(th_group *g, th_pred pred, const void *ctx, unsigned epoch,
+                     const struct timespec *deadline) {
   for (int i = 0; i < SPIN; i++) {
-    if (pred(ctx) || atomic_load(&g->domain->aborted)) return true;
+    if (pred(ctx) || domain_changed(g->domain, epoch)) return true;
     cpu_relax();
   }
   sched_yield();
   bool in_time = true;
   pthread_mutex_lock(&g->lock);
   atomic_fetch_add(&g->waiters, 1);
-  if (!pred(ctx) && !atomic_load(&g->domain->aborted)) {
+  if (!pred(ctx) && !domain_changed(g->domain, epoch)) {
     int rc = pthread_cond_timedwait(&g->cond, &g->lock, deadline);
     if (rc == ETIMEDOUT) in_time = pred(ctx) || atomic_load(&g->domain->aborted);
   }
@@ -81,7 +88,7 @@ static int missing_ranks(const th_ring *ring, th_slot *slot, uint64_t seq, int64
 
 /* The status and message a party returns once the domain is aborted. */
 static dt_status aborted_error(dt_comm *comm, const dt_work *work, const th_ring *ring,
-                               uint64_t seq) {
+                               uint64_t seq, bool waited) {
   th_group *g = group_of(comm);
   th_domain *d = g->domain;
   dt_status status;
@@ -95,7 +102,7 @@ static dt_status aborted_error(dt_comm *comm, const dt_work *work, const th_ring
   memcpy(reason, d->abort_message, sizeof reason);
   pthread_mutex_unlock(&d->lock);
   /* Every rank that waited in the collective that timed out reports the timeout itself. */
-  if (status == DT_ERR_TIMEOUT && at_ring == ring && at_seq == seq) {
+  if (waited && status == DT_ERR_TIMEOUT && at_ring == ring && at_seq == seq) {
     return dt__error(DT_ERR_TIMEOUT, "%s", reason);
   }
   return dt__error(DT_ERR_ABORTED, "%s: group '%s' (id %llu) is aborted: %s", work->args.op_name,
@@ -247,27 +254,31 @@ dt_status dt__th_complete(dt_comm *comm, dt_work *work, bool blocking, bool *don
     if (atomic_load(&g->domain->aborted)) {
       drain(slot);
       *done = true;
-      return aborted_error(comm, work, ring, seq);
+      return aborted_error(comm, work, ring, seq, true);
     }
     if (!blocking) return DT_OK;
     if (!armed) {
       deadline_after(comm->timeout_ms, &deadline);
       armed = true;
     }
+    unsigned epoch = atomic_load(&g->domain->epoch);
+    if (state == TH_GATHERING) abort_if_peer_exited(comm, work, ring, slot, seq);
     slot_watch watch = {slot, state, seq};
-    if (!th_block(g, slot_progressed, &watch, &deadline)) {
+    if (!th_block(g, slot_progressed, &watch, epoch, &deadline)) {
       if (atomic_load(&slot->state) == TH_GATHERING) {
         int64_t missing[64];
         int n = missing_ranks(ring, slot, seq, missing, 64);
         char list[512], waiting[600];
-        dt__format_ints(list, sizeof list, n, missing);
-        snprintf(waiting, sizeof waiting, "rank%s %s", n == 1 ? "" : "s", list);
+        if (n == 1) {
+          snprintf(waiting, sizeof waiting, "rank %lld", (long long)missing[0]);
+        } else {
+          snprintf(waiting, sizeof waiting, "ranks %s",
+                   dt__format_ints(list, sizeof list, n, missing));
+        }
         abort_on_timeout(comm, work, ring, slot, seq, waiting);
       } else {
         armed = false; /* peers are running the last tasks: they always finish */
       }
-    } else if (atomic_load(&slot->state) == TH_GATHERING) {
-      abort_if_peer_exited(comm, work, ring, slot, seq);
     }
   }
 }
@@ -288,8 +299,9 @@ static dt_status acquire_slot(dt_comm *comm, dt_work *work, th_ring *ring, th_sl
   deadline_after(comm->timeout_ms, &deadline);
   slot_watch watch = {slot, 0, seq};
   while (!slot_free(&watch)) {
-    if (atomic_load(&g->domain->aborted)) return aborted_error(comm, work, ring, seq);
-    if (!th_block(g, slot_free, &watch, &deadline) && !slot_free(&watch)) {
+    if (atomic_load(&g->domain->aborted)) return aborted_error(comm, work, ring, seq, false);
+    unsigned epoch = atomic_load(&g->domain->epoch);
+    if (!th_block(g, slot_free, &watch, epoch, &deadline) && !slot_free(&watch)) {
       char waiting[160];
       snprintf(waiting, sizeof waiting,
                "the group to finish the collective %d calls earlier (too many in flight)",
@@ -306,7 +318,7 @@ dt_status dt__th_post(dt_comm *comm, th_ring *ring, int party, uint64_t seq, dt_
   work->backend_ptr[0] = ring;
   work->backend_int[0] = party;
   work->backend_int[1] = (int64_t)seq;
-  if (atomic_load(&g->domain->aborted)) return aborted_error(comm, work, ring, seq);
+  if (atomic_load(&g->domain->aborted)) return aborted_error(comm, work, ring, seq, false);
   dt_status status = acquire_slot(comm, work, ring, slot, party, seq);
   if (status != DT_OK) return status;
 

@@ -151,7 +151,8 @@ void dt__th_run_task(th_group *g, th_ring *ring, th_slot *slot, int64_t task) {
       src[r] = byte_ptr(posts[r].args.send, lo, es);
       dst[r] = (char *)posts[r].args.recv + lo * (int64_t)es;
     }
-    dt__reduce_buffers(a->dtype, a->op, n, src, n, dst, m, n);
+    bool streaming = a->count * (int64_t)es * n >= TH_STREAMING_BYTES;
+    dt__reduce_buffers(a->dtype, a->op, n, src, n, dst, m, n, streaming);
     return;
   }
   case DT_COLL_REDUCE_SCATTER: {
@@ -159,7 +160,8 @@ void dt__th_run_task(th_group *g, th_ring *ring, th_slot *slot, int64_t task) {
     int64_t offset = (a->counts ? slot->offsets[piece] : piece * a->count) + lo;
     for (int r = 0; r < n; r++) src[r] = byte_ptr(posts[r].args.send, offset, es);
     void *dst = (char *)posts[piece].args.recv + lo * (int64_t)es;
-    dt__reduce_buffers(a->dtype, a->op, n, src, 1, &dst, m, n);
+    bool streaming = a->count * (int64_t)es * n >= TH_STREAMING_BYTES;
+    dt__reduce_buffers(a->dtype, a->op, n, src, 1, &dst, m, n, streaming);
     return;
   }
   case DT_COLL_ALL_GATHER: {

@@ -136,6 +136,7 @@ static th_domain *domain_create(int world_size) {
   }
   for (int r = 0; r < world_size; r++) atomic_init(&d->exited[r], 0);
   atomic_init(&d->aborted, 0);
+  atomic_init(&d->epoch, 0);
   pthread_mutex_init(&d->lock, NULL);
   d->world_size = world_size;
   return d;
@@ -383,6 +384,7 @@ static void run_rank(spawn_rank *r) {
     dt__th_abort(d, DT_ERR_ABORTED, NULL, 0, reason);
   }
   atomic_store(&d->exited[r->rank], 1);
+  atomic_fetch_add(&d->epoch, 1);
   dt__th_wake_all(d);
 }
 

@@ -1,0 +1,176 @@
+/* Device meshes: layout, per-dimension groups and their collectives (threads backend, 2x2
+ * and 2x3, plus 1-D and 3-D), names, and bad arguments; large meshes on the fake backend. */
+#include <criterion/criterion.h>
+
+#include "comm_helpers.h"
+
+typedef struct mesh_case {
+  int ndim;
+  int shape[3];
+} mesh_case;
+
+static dt_status mesh_rank(dt_comm *world, void *arg) {
+  const mesh_case *c = arg;
+  int rank = dt_comm_rank(world);
+  static const char *const names3[] = {"pp", "dp", "tp"};
+  const char *const *names = names3 + (3 - c->ndim);
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, c->ndim, c->shape, names, &mesh));
+  RANK_CHECK(dt_mesh_ndim(mesh) == c->ndim && dt_mesh_world(mesh) == world, "ndim");
+  /* Row-major coordinates. */
+  int coords[3], rest = rank;
+  for (int d = c->ndim - 1; d >= 0; d--) {
+    coords[d] = rest % c->shape[d];
+    rest /= c->shape[d];
+  }
+  RANK_CHECK(dt_mesh_rank_at(mesh, coords) == rank, "rank_at");
+  for (int d = 0; d < c->ndim; d++) {
+    RANK_CHECK(dt_mesh_coordinate(mesh, d) == coords[d], "coordinate %d", d);
+    RANK_CHECK(dt_mesh_size(mesh, d) == c->shape[d] && dt_mesh_shape(mesh)[d] == c->shape[d],
+               "size");
+    int found = -1;
+    RANK_OK(dt_mesh_dim_by_name(mesh, names[d], &found));
+    RANK_CHECK(found == d && strcmp(dt_mesh_dim_name(mesh, d), names[d]) == 0, "name %s", names[d]);
+    dt_comm *group = dt_mesh_group(mesh, d);
+    RANK_CHECK(dt_comm_size(group) == c->shape[d] && dt_comm_rank(group) == coords[d],
+               "group of dim %d: size %d rank %d", d, dt_comm_size(group), dt_comm_rank(group));
+    RANK_CHECK(strstr(dt_comm_name(group), names[d]) != NULL, "group name %s", dt_comm_name(group));
+    /* all_reduce of world ranks along d: the sum over the ranks sharing the other coords. */
+    dt_tensor *t = NULL;
+    RANK_OK(dt_full(1, (int64_t[]){5}, rank, DT_I64, &t));
+    RANK_OK(dt_all_reduce(group, t, DT_REDUCE_SUM));
+    int64_t expected = 0;
+    int other[3];
+    memcpy(other, coords, sizeof other);
+    for (int k = 0; k < c->shape[d]; k++) {
+      other[d] = k;
+      expected += dt_mesh_rank_at(mesh, other);
+    }
+    RANK_CHECK(((int64_t *)dt_tensor_data(t))[4] == expected, "dim %d sum %lld, expected %lld", d,
+               (long long)((int64_t *)dt_tensor_data(t))[4], (long long)expected);
+    /* all_gather along d lists the group's world ranks in coordinate order. */
+    dt_tensor *mine = NULL, *all = NULL;
+    RANK_OK(dt_full(1, (int64_t[]){1}, rank, DT_I32, &mine));
+    RANK_OK(dt_zeros(1, (int64_t[]){c->shape[d]}, DT_I32, &all));
+    RANK_OK(dt_all_gather_into_tensor(group, mine, all));
+    for (int k = 0; k < c->shape[d]; k++) {
+      other[d] = k;
+      RANK_CHECK(((int32_t *)dt_tensor_data(all))[k] == dt_mesh_rank_at(mesh, other), "gather");
+    }
+    dt_tensor_release(mine);
+    dt_tensor_release(all);
+    dt_tensor_release(t);
+  }
+  RANK_CHECK(dt_mesh_group(mesh, c->ndim) == NULL && dt_mesh_size(mesh, -1) == -1 &&
+                 dt_mesh_coordinate(mesh, 9) == -1 && dt_mesh_dim_name(mesh, 5) == NULL,
+             "out-of-range dims");
+  int found = 0;
+  dt_status status = dt_mesh_dim_by_name(mesh, "ep", &found);
+  RANK_CHECK(status == DT_ERR_INVALID && strstr(dt_last_error(), "\"ep\"") &&
+                 strstr(dt_last_error(), "\"tp\""),
+             "%s", dt_last_error());
+  /* Ids agree across ranks and differ between meshes. */
+  dt_mesh *second = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int[]){dt_comm_size(world)}, NULL, &second));
+  RANK_CHECK(dt_mesh_id(second) != dt_mesh_id(mesh), "distinct ids");
+  RANK_CHECK(dt_mesh_dim_name(second, 0) == NULL, "unnamed");
+  uint64_t id = dt_mesh_id(mesh);
+  dt_objects *ids = NULL;
+  RANK_OK(dt_all_gather_object(world, &id, sizeof id, &ids));
+  for (int r = 0; r < ids->count; r++) {
+    RANK_CHECK(memcmp(ids->data + ids->offsets[r], &id, sizeof id) == 0, "mesh id of rank %d", r);
+  }
+  dt_objects_free(ids);
+  dt_mesh_destroy(second);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(mesh, two_by_two) {
+  mesh_case c = {2, {2, 2}};
+  SPAWN_OK(4, mesh_rank, &c);
+}
+
+Test(mesh, two_by_three_and_three_by_two) {
+  mesh_case c = {2, {2, 3}};
+  SPAWN_OK(6, mesh_rank, &c);
+  mesh_case d = {2, {3, 2}};
+  SPAWN_OK(6, mesh_rank, &d);
+}
+
+Test(mesh, one_and_three_dims) {
+  mesh_case c = {1, {5}};
+  SPAWN_OK(5, mesh_rank, &c);
+  mesh_case d = {3, {2, 1, 3}};
+  SPAWN_OK(6, mesh_rank, &d);
+}
+
+static dt_status bad_mesh_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = (dt_mesh *)1;
+  dt_status status = dt_mesh_create(world, 2, (int[]){2, 3}, NULL, &mesh);
+  RANK_CHECK(status == DT_ERR_INVALID && mesh == NULL &&
+                 strstr(dt_last_error(), "[2, 3] holds 6 ranks but group 'world' has 4"),
+             "%s", dt_last_error());
+  status = dt_mesh_create(world, 2, (int[]){2, 2}, (const char *const[]){"dp", "dp"}, &mesh);
+  RANK_CHECK(status == DT_ERR_INVALID && strstr(dt_last_error(), "both \"dp\""), "%s",
+             dt_last_error());
+  status = dt_mesh_create(world, 2, (int[]){2, 2}, (const char *const[]){"dp", ""}, &mesh);
+  RANK_CHECK(status == DT_ERR_INVALID && strstr(dt_last_error(), "empty"), "%s", dt_last_error());
+  status = dt_mesh_create(world, 0, (int[]){4}, NULL, &mesh);
+  RANK_CHECK(status == DT_ERR_INVALID && strstr(dt_last_error(), "ndim is 0"), "%s",
+             dt_last_error());
+  status = dt_mesh_create(world, 2, (int[]){0, 4}, NULL, &mesh);
+  RANK_CHECK(status == DT_ERR_INVALID && strstr(dt_last_error(), "shape[0] is 0"), "%s",
+             dt_last_error());
+  status = dt_mesh_create(NULL, 1, (int[]){4}, NULL, &mesh);
+  RANK_CHECK(status == DT_ERR_INVALID && strstr(dt_last_error(), "world is NULL"), "%s",
+             dt_last_error());
+  status = dt_mesh_create(world, 1, NULL, NULL, &mesh);
+  RANK_CHECK(status == DT_ERR_INVALID && strstr(dt_last_error(), "shape is NULL"), "%s",
+             dt_last_error());
+  RANK_CHECK(dt_mesh_create(world, 1, (int[]){4}, NULL, NULL) == DT_ERR_INVALID, "NULL out");
+  /* Nothing above communicated: a valid mesh still builds in step. */
+  RANK_OK(dt_mesh_create(world, 2, (int[]){4, 1}, NULL, &mesh));
+  int dim = 0;
+  RANK_CHECK(dt_mesh_dim_by_name(mesh, "tp", &dim) == DT_ERR_INVALID &&
+                 strstr(dt_last_error(), "unnamed") && dim == -1,
+             "%s", dt_last_error());
+  RANK_CHECK(dt_mesh_dim_by_name(NULL, "tp", &dim) == DT_ERR_INVALID, "NULL mesh");
+  dt_mesh_destroy(mesh);
+  dt_mesh_destroy(NULL);
+  return DT_OK;
+}
+
+Test(mesh, bad_arguments) { SPAWN_OK(4, bad_mesh_rank, NULL); }
+
+Test(mesh, fake_backend_4096_ranks) {
+  dt_comm *world = NULL;
+  cr_assert_eq(
+      dt_comm_init(&(dt_comm_options){.backend = "fake", .rank = 1234, .world_size = 4096}, &world),
+      DT_OK, "%s", dt_last_error());
+  dt_mesh *mesh = NULL;
+  cr_assert_eq(
+      dt_mesh_create(world, 3, (int[]){16, 16, 16}, (const char *const[]){"pp", "dp", "tp"}, &mesh),
+      DT_OK, "%s", dt_last_error());
+  /* 1234 = 4*256 + 13*16 + 2 */
+  cr_assert_eq(dt_mesh_coordinate(mesh, 0), 4);
+  cr_assert_eq(dt_mesh_coordinate(mesh, 1), 13);
+  cr_assert_eq(dt_mesh_coordinate(mesh, 2), 2);
+  for (int d = 0; d < 3; d++) {
+    cr_assert_eq(dt_comm_size(dt_mesh_group(mesh, d)), 16);
+    cr_assert_eq(dt_comm_rank(dt_mesh_group(mesh, d)), dt_mesh_coordinate(mesh, d));
+    cr_assert_str_eq(dt_comm_backend_name(dt_mesh_group(mesh, d)), "fake");
+  }
+  dt_tensor *in = NULL, *out = NULL;
+  cr_assert_eq(dt_ones(1, (int64_t[]){3}, DT_F32, &in), DT_OK);
+  cr_assert_eq(dt_zeros(1, (int64_t[]){48}, DT_F32, &out), DT_OK);
+  cr_assert_eq(dt_all_gather_into_tensor(dt_mesh_group(mesh, 2), in, out), DT_OK, "%s",
+               dt_last_error());
+  cr_assert_eq(dt_all_gather_into_tensor(world, in, out), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "expected [12288]") != NULL, "%s", dt_last_error());
+  dt_tensor_release(in);
+  dt_tensor_release(out);
+  dt_mesh_destroy(mesh);
+  dt_comm_destroy(world);
+}
