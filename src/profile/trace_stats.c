@@ -91,7 +91,7 @@ static int compare_events(const void *a, const void *b) {
 }
 
 dt_status dt__trace_finish(dt_trace *t) {
-  qsort(t->events, t->n_events, sizeof *t->events, compare_events);
+  if (t->n_events > 1) qsort(t->events, t->n_events, sizeof *t->events, compare_events);
   size_t np = t->n_processes, nl = t->n_lanes;
   interval_union *per_process = dt__calloc(sizeof *per_process * (np ? np : 1));
   interval_union *per_lane = dt__calloc(sizeof *per_lane * (nl ? nl : 1));
