@@ -133,7 +133,7 @@ Test(trace_stats, user_annotations_do_not_count) {
 Test(trace_stats, comm_lane_and_overlap) {
   const char *text =
       "{\"traceEvents\":[" CPU9 ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":9,\"tid\":0,"
-                                "\"args\":{\"name\":\"compute\"}},"
+      "\"args\":{\"name\":\"compute\"}},"
       "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":9,\"tid\":1,\"args\":{\"name\":\"comm\"}}"
       "," EV("mm", 9, 0, 0, 10) "," EV("all_reduce", 9, 1, 5, 10) "," EV("add", 9, 0, 30, 10) "]}";
   dt_trace_stats s = stats_of(text, "CPU", 0);
