@@ -10,7 +10,8 @@ static void usage(FILE *f) {
           "usage: dtensor <command> [options]\n"
           "  demo                 run a few ops and print them\n"
           "  info [--ops] [--json]  version and the op table\n"
-          "  bench kernels [--json] local kernel benchmarks\n");
+          "  bench kernels [--json] local kernel benchmarks\n"
+          "  trace stats|plot FILE  utilization of a Chrome trace, or its timeline as SVG\n");
 }
 
 int main(int argc, char **argv) {
@@ -22,6 +23,7 @@ int main(int argc, char **argv) {
   if (strcmp(command, "demo") == 0) return dt_tool_demo(argc - 1, argv + 1);
   if (strcmp(command, "info") == 0) return dt_tool_info(argc - 1, argv + 1);
   if (strcmp(command, "bench") == 0) return dt_tool_bench(argc - 1, argv + 1);
+  if (strcmp(command, "trace") == 0) return dt_tool_trace(argc - 1, argv + 1);
   if (strcmp(command, "--help") == 0 || strcmp(command, "-h") == 0) {
     usage(stdout);
     return 0;

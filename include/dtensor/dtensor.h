@@ -8,6 +8,7 @@
  *   mesh.h    device mesh: N-D grid of ranks, named dimensions, one group per dimension
  *   dist.h    distributed tensors: placements, redistribution, distributed factories
  *   mode.h    dispatch modes: callbacks around every op call
+ *   profile.h profiler: Chrome traces of every rank, utilization analysis of any trace
  */
 #ifndef DTENSOR_DTENSOR_H
 #define DTENSOR_DTENSOR_H
@@ -18,6 +19,7 @@
 #include "dtensor/mesh.h"
 #include "dtensor/mode.h"
 #include "dtensor/ops.h"
+#include "dtensor/profile.h"
 #include "dtensor/tensor.h"
 
 #endif /* DTENSOR_DTENSOR_H */

@@ -1,0 +1,141 @@
+/*
+ * Private interface of the profiler: what other layers call to record events.
+ *
+ * The hot path, as the dispatcher would write it:
+ *
+ *   dt__profile_scope scope;
+ *   dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_OP, DT_PROFILE_LANE_COMPUTE);
+ *   st = ...;                                  // the work
+ *   dt__profile_end(&scope);                   // or dt__profile_end_shape / _bytes / _text
+ *
+ * With no profiler running, begin is one load and one predictable branch and end is one
+ * branch on the scope. With one running, begin reads the clock and end reads it again and
+ * appends a 64-byte event to the calling thread's chunked buffer: no lock, no malloc (but
+ * one per 4096 events), no formatting. Names must be static strings (op names, kernel names):
+ * only the pointer is kept and it is read at export time.
+ */
+#ifndef DT_PROFILE_IMPL_H
+#define DT_PROFILE_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/core_impl.h"
+#include "dtensor/profile.h"
+
+/* Event categories; their Chrome "cat" strings are in dt__profile_category_name. */
+typedef enum dt__profile_category {
+  DT__PROFILE_CAT_OP = 0,       /* "op": a dispatched op, local or distributed */
+  DT__PROFILE_CAT_KERNEL,       /* "kernel": the local kernel of an op */
+  DT__PROFILE_CAT_COLLECTIVE,   /* "collective": all_reduce, all_gather, ... */
+  DT__PROFILE_CAT_WAIT,         /* "wait": waiting on an async work handle */
+  DT__PROFILE_CAT_REDISTRIBUTE, /* "redistribute": a placement change of one tensor */
+  DT__PROFILE_CAT_USER,         /* "user_annotation": dt_profile_range_push/pop */
+  DT__PROFILE_CAT_COUNT
+} dt__profile_category;
+
+/* What an event's small argument payload holds. */
+typedef enum dt__profile_args_kind {
+  DT__PROFILE_ARGS_NONE = 0,
+  DT__PROFILE_ARGS_TEXT,  /* a short string, copied (≤ 31 bytes, longer is cut) */
+  DT__PROFILE_ARGS_SHAPE, /* up to 4 dims, exported as "shape":[...] ("ndim" if more) */
+  DT__PROFILE_ARGS_BYTES, /* ints[0] bytes, ints[1] group size: "bytes":N,"group_size":G */
+} dt__profile_args_kind;
+
+#define DT__PROFILE_TEXT_CAPACITY 32
+#define DT__PROFILE_SHAPE_CAPACITY 4
+
+/* One complete event: 64 bytes, one cache line. Times are clock ticks (see
+ * dt__profile_now). */
+typedef struct dt__profile_event {
+  const char *name;
+  uint64_t start;
+  uint64_t end;
+  uint8_t category;
+  uint8_t lane;
+  uint8_t args_kind;
+  uint8_t ndim; /* for SHAPE: the tensor's real ndim */
+  uint32_t reserved;
+  union {
+    char text[DT__PROFILE_TEXT_CAPACITY];
+    int64_t ints[DT__PROFILE_SHAPE_CAPACITY];
+  } args;
+} dt__profile_event;
+
+/* Nonzero while a profiler records. Read relaxed: it only gates recording. */
+extern atomic_int dt__profile_active;
+
+static inline bool dt__profile_enabled(void) {
+  return DT_UNLIKELY(atomic_load_explicit(&dt__profile_active, memory_order_relaxed) != 0);
+}
+
+/* The profiler clock: the TSC where it is invariant (x86-64), else CLOCK_MONOTONIC in ns.
+ * Ticks convert to microseconds at export. Never returns 0. */
+uint64_t dt__profile_now(void);
+
+/* Appends a complete event for the calling thread (no-op when not recording). */
+void dt__profile_record(const char *name, dt__profile_category category, dt_profile_lane lane,
+                        uint64_t start, uint64_t end);
+void dt__profile_record_text(const char *name, dt__profile_category category, dt_profile_lane lane,
+                             uint64_t start, uint64_t end, const char *text);
+void dt__profile_record_shape(const char *name, dt__profile_category category, dt_profile_lane lane,
+                              uint64_t start, uint64_t end, int ndim, const int64_t *shape);
+void dt__profile_record_bytes(const char *name, dt__profile_category category, dt_profile_lane lane,
+                              uint64_t start, uint64_t end, int64_t bytes, int64_t group_size);
+
+/* A begin/end pair on the stack. start == 0 means "not recording". */
+typedef struct dt__profile_scope {
+  const char *name;
+  uint64_t start;
+  uint8_t category;
+  uint8_t lane;
+} dt__profile_scope;
+
+static inline void dt__profile_begin(dt__profile_scope *scope, const char *name,
+                                     dt__profile_category category, dt_profile_lane lane) {
+  scope->start = 0;
+  if (dt__profile_enabled()) {
+    scope->name = name;
+    scope->category = (uint8_t)category;
+    scope->lane = (uint8_t)lane;
+    scope->start = dt__profile_now();
+  }
+}
+
+static inline void dt__profile_end(const dt__profile_scope *scope) {
+  if (DT_UNLIKELY(scope->start != 0)) {
+    dt__profile_record(scope->name, (dt__profile_category)scope->category,
+                       (dt_profile_lane)scope->lane, scope->start, dt__profile_now());
+  }
+}
+
+static inline void dt__profile_end_shape(const dt__profile_scope *scope, int ndim,
+                                         const int64_t *shape) {
+  if (DT_UNLIKELY(scope->start != 0)) {
+    dt__profile_record_shape(scope->name, (dt__profile_category)scope->category,
+                             (dt_profile_lane)scope->lane, scope->start, dt__profile_now(), ndim,
+                             shape);
+  }
+}
+
+static inline void dt__profile_end_bytes(const dt__profile_scope *scope, int64_t bytes,
+                                         int64_t group_size) {
+  if (DT_UNLIKELY(scope->start != 0)) {
+    dt__profile_record_bytes(scope->name, (dt__profile_category)scope->category,
+                             (dt_profile_lane)scope->lane, scope->start, dt__profile_now(), bytes,
+                             group_size);
+  }
+}
+
+static inline void dt__profile_end_text(const dt__profile_scope *scope, const char *text) {
+  if (DT_UNLIKELY(scope->start != 0)) {
+    dt__profile_record_text(scope->name, (dt__profile_category)scope->category,
+                            (dt_profile_lane)scope->lane, scope->start, dt__profile_now(), text);
+  }
+}
+
+/* Chrome "cat" string of a category. */
+const char *dt__profile_category_name(dt__profile_category category);
+
+#endif /* DT_PROFILE_IMPL_H */
