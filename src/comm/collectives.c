@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "profile/profile_impl.h"
 #include "tensor/tensor_impl.h"
 
 /* ---- Argument checks ---------------------------------------------------------------------- */
@@ -186,7 +187,39 @@ static dt_status work_start(dt_comm *comm, dt_work *w) {
   return fn(comm, w);
 }
 
+_Thread_local dt_comm_observer_fn dt__comm_observer;
+_Thread_local void *dt__comm_observer_user;
+
+int64_t dt__coll_bytes(const dt_comm *comm, const dt_coll_args *args) {
+  int64_t esize = (int64_t)dt_dtype_size(args->dtype), size = comm->size, rows = 0;
+  switch (args->kind) {
+  case DT_COLL_ALL_GATHER:
+  case DT_COLL_REDUCE_SCATTER:
+    if (!args->counts) return size * args->count * esize;
+    for (int r = 0; r < size; r++) rows += args->counts[r];
+    return rows * args->row_numel * esize;
+  case DT_COLL_ALL_TO_ALL:
+    if (!args->send_counts) return size * args->count * esize;
+    for (int r = 0; r < size; r++) rows += args->send_counts[r];
+    return rows * args->row_numel * esize;
+  case DT_COLL_SCATTER:
+  case DT_COLL_GATHER: return size * args->count * esize;
+  case DT_COLL_BARRIER: return 0;
+  default: return args->count * esize;
+  }
+}
+
+/* Tells the profiler and the comm observer about a collective that ran synchronously. */
+static void report(dt_comm *comm, const dt_coll_args *args, const dt__profile_scope *scope) {
+  if (DT_UNLIKELY(scope->start != 0)) dt__profile_end_bytes(scope, dt__coll_bytes(comm, args), comm->size);
+  if (DT_UNLIKELY(dt__comm_observer != NULL)) {
+    dt__comm_observer(args->op_name, dt__coll_bytes(comm, args), comm->size, dt__comm_observer_user);
+  }
+}
+
 static dt_status run(dt_comm *comm, const dt_coll_args *args, dt_work **work_out) {
+  dt__profile_scope scope;
+  dt__profile_begin(&scope, args->op_name, DT__PROFILE_CAT_COLLECTIVE, DT_PROFILE_LANE_COMM);
   if (!work_out) {
     dt_work w;
     work_init(&w, comm, args, false);
@@ -197,6 +230,7 @@ static dt_status run(dt_comm *comm, const dt_coll_args *args, dt_work **work_out
     }
     if (status == DT_OK && w.status != DT_OK) status = dt__error(w.status, "%s", w.message);
     dt__free(w.owned);
+    if (status == DT_OK) report(comm, args, &scope);
     return status;
   }
   *work_out = NULL;
@@ -216,6 +250,7 @@ static dt_status run(dt_comm *comm, const dt_coll_args *args, dt_work **work_out
     comm->free_works = w;
     return status;
   }
+  report(comm, args, &scope); /* the issue of an async collective */
   *work_out = w;
   return DT_OK;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "profile/profile_impl.h"
 #include "tensor/tensor_impl.h"
 
 const char *dt_reduce_op_name(dt_reduce_op op) {
@@ -165,8 +166,11 @@ void dt__work_finish(dt_work *work, dt_status status) {
 dt_status dt_work_wait(dt_work *work) {
   if (!work) return dt__error(DT_ERR_INVALID, "dt_work_wait: work is NULL");
   if (!work->done) {
+    dt__profile_scope scope;
+    dt__profile_begin(&scope, "wait", DT__PROFILE_CAT_WAIT, DT_PROFILE_LANE_COMM);
     dt_status status = work->comm->backend->wait(work->comm, work);
     if (!work->done) dt__work_finish(work, status);
+    dt__profile_end_text(&scope, work->args.op_name);
   }
   if (work->status != DT_OK) return dt__error(work->status, "%s", work->message);
   return DT_OK;

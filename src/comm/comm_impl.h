@@ -65,6 +65,16 @@ typedef struct dt_coll_args {
   const char *op_name; /* the public name, for messages ("all_gather_into_tensor") */
 } dt_coll_args;
 
+/* Observer of completed collectives on the calling thread (the dist layer's comm ledger):
+ * the collective's public name, the bytes of its larger buffer on this rank, and the
+ * group size. NULL when nobody listens. */
+typedef void (*dt_comm_observer_fn)(const char *op_name, int64_t bytes, int group_size, void *user);
+extern _Thread_local dt_comm_observer_fn dt__comm_observer;
+extern _Thread_local void *dt__comm_observer_user;
+
+/* Bytes of the larger of a collective's send and receive buffers on this rank. */
+int64_t dt__coll_bytes(const dt_comm *comm, const dt_coll_args *args);
+
 #define DT_WORK_MESSAGE 512
 
 /* An operation in flight. Sync collectives use one on the stack; async ones come from the

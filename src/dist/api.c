@@ -4,6 +4,7 @@
 
 #include "dist/redistribute_impl.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "profile/profile_impl.h"
 
 void dt__mesh_info(const dt_mesh *mesh, dt_mesh_info *info) {
   info->ndim = dt_mesh_ndim(mesh);
@@ -185,7 +186,23 @@ dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from, con
   dt_redistribute_plan plan;
   dt_status st = dt__redistribute_plan_cached(from, to, &plan);
   if (st) return st;
-  return dt__redistribute_execute(local, from, &plan, out);
+  dt__profile_scope scope;
+  dt__profile_begin(&scope, "redistribute", DT__PROFILE_CAT_REDISTRIBUTE, DT_PROFILE_LANE_COMM);
+  st = dt__redistribute_execute(local, from, &plan, out);
+  if (DT_UNLIKELY(scope.start != 0)) {
+    char text[96] = "", p[24];
+    size_t used = 0;
+    for (int m = 0; m < from->mesh_ndim && used < sizeof text; m++) {
+      used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", m ? "," : "",
+                               dt_placement_format(from->placements[m], p, sizeof p));
+    }
+    for (int m = 0; m < from->mesh_ndim && used < sizeof text; m++) {
+      used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", m ? "," : "->",
+                               dt_placement_format(to[m], p, sizeof p));
+    }
+    dt__profile_end_text(&scope, text);
+  }
+  return st;
 }
 
 dt_status dt_redistribute(dt_tensor *t, int n_placements, const dt_placement *placements,

@@ -379,6 +379,29 @@ static void free_plan(op_plan *plan) {
   dt__free(plan);
 }
 
+/* Gives the local outputs their distributed specs. On failure releases them all. */
+static dt_status wrap_outputs(dt_op_call *call, const op_plan *plan) {
+  dt_status st = DT_OK;
+  for (int i = 0; i < plan->n_out && i < call->n_outputs; i++) {
+    dt_tensor *o = call->outputs[i];
+    if (o->spec) { /* an input handed back (contiguous of a contiguous shard): new handle */
+      dt_tensor *fresh = NULL;
+      st = dt__local_view(o, &fresh);
+      dt_tensor_release(o);
+      call->outputs[i] = o = fresh;
+      if (st) break;
+    }
+    o->spec = dt__spec_retain(plan->out_specs[i]);
+  }
+  if (st) {
+    for (int i = 0; i < call->n_outputs; i++) {
+      dt_tensor_release(call->outputs[i]);
+      call->outputs[i] = NULL;
+    }
+  }
+  return st;
+}
+
 static dt_status dist_dispatch(dt_op_call *call) {
   dist_args a;
   dt_status st = collect_args(call, &a);
@@ -409,56 +432,40 @@ static dt_status dist_dispatch(dt_op_call *call) {
       owned = true;
     }
   }
+  if (!plan->any_redistribute && !plan->local_shape_override && !plan->shard_geometry) {
+    /* The common hit: the shards are the arguments as they are. */
+    st = dt__dispatch_local(call);
+    if (!st) st = wrap_outputs(call, plan);
+    if (owned) free_plan(plan);
+    return st;
+  }
   /* Local arguments: redistributed shards where the plan says so, else the handles
    * themselves (their geometry is the local shard). */
   dt_tensor *local[DT_DIST_MAX_ARGS];
   bool made[DT_DIST_MAX_ARGS] = {0};
   for (int i = 0; i < a.n && !st; i++) {
     local[i] = a.t[i];
-    made[i] = false;
     if (plan->needs_redistribute[i]) {
       st = dt__redistribute_local(a.t[i], a.t[i]->spec, plan->targets[i], &local[i]);
       made[i] = !st;
     }
   }
   if (!st) {
-    if (plan->any_redistribute || plan->local_shape_override || plan->shard_geometry) {
-      dt_op_call lc = *call;
-      for (int i = 0; i < call->n_inputs; i++) lc.inputs[i] = local[i];
-      lc.input_list = local + call->n_inputs;
-      if (plan->local_shape_override) {
-        lc.n_ints = plan->local_ndim;
-        memcpy(lc.ints, plan->local_shape, sizeof(int64_t) * (size_t)plan->local_ndim);
-        lc.int_list = plan->local_shape;
-        lc.n_int_list = plan->local_ndim;
-      }
-      if (plan->shard_geometry) {
-        lc.int_list = plan->geometry;
-        lc.n_int_list = 2 * a.t[0]->spec->ndim;
-      }
-      st = dt__dispatch_local(&lc);
-    } else {
-      st = dt__dispatch_local(call); /* the shards are the arguments as they are */
+    dt_op_call lc = *call;
+    for (int i = 0; i < call->n_inputs; i++) lc.inputs[i] = local[i];
+    lc.input_list = local + call->n_inputs;
+    if (plan->local_shape_override) {
+      lc.n_ints = plan->local_ndim;
+      memcpy(lc.ints, plan->local_shape, sizeof(int64_t) * (size_t)plan->local_ndim);
+      lc.int_list = plan->local_shape;
+      lc.n_int_list = plan->local_ndim;
     }
-    if (!st) {
-      for (int i = 0; i < plan->n_out && i < call->n_outputs; i++) {
-        dt_tensor *o = call->outputs[i];
-        if (o->spec) { /* an input handed back (contiguous of a contiguous shard): new handle */
-          dt_tensor *fresh = NULL;
-          st = dt__local_view(o, &fresh);
-          dt_tensor_release(o);
-          call->outputs[i] = o = fresh;
-          if (st) break;
-        }
-        o->spec = dt__spec_retain(plan->out_specs[i]);
-      }
-      if (st) {
-        for (int i = 0; i < call->n_outputs; i++) {
-          dt_tensor_release(call->outputs[i]);
-          call->outputs[i] = NULL;
-        }
-      }
+    if (plan->shard_geometry) {
+      lc.int_list = plan->geometry;
+      lc.n_int_list = 2 * a.t[0]->spec->ndim;
     }
+    st = dt__dispatch_local(&lc);
+    if (!st) st = wrap_outputs(call, plan);
   }
   for (int i = 0; i < a.n; i++) {
     if (made[i]) dt_tensor_release(local[i]);

@@ -2,6 +2,7 @@
 #include <inttypes.h>
 
 #include "ops/op_impl.h"
+#include "profile/profile_impl.h"
 
 const dt_op_def dt__op_table[DT_OP_COUNT] = {
 #define DT_OP_DEF(id, op_name, op_kind, required, infer_fn, kernel_fn, op_schema)              \
@@ -55,13 +56,22 @@ static bool has_distributed_input(const dt_op_call *call) {
   return false;
 }
 
+/* The local kernel, as a profiler event of its own (the op's ATen name, "kernel" category). */
+static dt_status run_kernel(const dt_op_def *def, dt_op_call *call) {
+  dt__profile_scope scope;
+  dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_KERNEL, DT_PROFILE_LANE_COMPUTE);
+  dt_status st = def->kernel(call);
+  dt__profile_end(&scope);
+  return st;
+}
+
 dt_status dt__dispatch_local(dt_op_call *call) {
   const dt_op_def *def = &dt__op_table[call->op];
   dt_tensor_meta metas[DT_OP_MAX_META];
   dt_status st = def->infer(call, metas);
   if (st) return st;
   if (def->kind != DT_OP_KIND_COMPUTE) {
-    st = def->kernel(call);
+    st = run_kernel(def, call);
     if (st && def->kind == DT_OP_KIND_VIEW) {
       for (int i = 0; i < call->n_outputs; i++) {
         dt_tensor_release(call->outputs[i]);
@@ -75,7 +85,7 @@ dt_status dt__dispatch_local(dt_op_call *call) {
     st = dt__tensor_new(metas[i].ndim, metas[i].shape, metas[i].dtype, &call->outputs[i]);
     if (st) goto fail;
   }
-  st = def->kernel(call);
+  st = run_kernel(def, call);
   if (st) goto fail;
   return DT_OK;
 fail:
@@ -90,9 +100,23 @@ dt_status dt__dispatch(dt_op_call *call) {
   const dt_op_def *def = &dt__op_table[call->op];
   dt_status st = check_call(def, call);
   if (DT_UNLIKELY(st)) return st;
-  if (DT_UNLIKELY(dt__modes_visible > 0)) return dt__dispatch_with_modes(call);
-  return dt__dispatch_inner(call);
+  dt__profile_scope scope;
+  dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_OP, DT_PROFILE_LANE_COMPUTE);
+  if (DT_UNLIKELY(dt__modes_visible > 0)) {
+    st = dt__dispatch_with_modes(call);
+  } else {
+    st = dt__dispatch_inner(call);
+  }
+  if (DT_UNLIKELY(scope.start != 0)) {
+    if (st == DT_OK && def->kind != DT_OP_KIND_INPLACE && call->n_outputs > 0 && call->outputs[0]) {
+      dt__profile_end_shape(&scope, call->outputs[0]->ndim, call->outputs[0]->shape);
+    } else {
+      dt__profile_end(&scope);
+    }
+  }
+  return st;
 }
+
 
 dt_status dt__dispatch_inner(dt_op_call *call) {
   const dt_op_def *def = &dt__op_table[call->op];

@@ -34,7 +34,7 @@ typedef enum dt_op_kind {
 } dt_op_kind;
 
 #define DT_OP_MAX_INPUTS 6
-#define DT_OP_MAX_INTS 16
+#define DT_OP_MAX_INTS DT_MAX_DIMS
 #define DT_OP_MAX_META 8
 
 /* Shape and dtype of an op's output, as infer computes it. */

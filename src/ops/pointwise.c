@@ -114,6 +114,12 @@ dt_status dt__infer_binary_inplace(dt_op_call *call, dt_tensor_meta *metas) {
   dt_status st = check_operands(call, op, a->dtype, b->dtype, result, call->scalars[0]);
   if (!st) st = check_inplace_cast(call, result, a->dtype);
   if (st) return st;
+  bool same_shape = a->ndim == b->ndim;
+  for (int i = 0; i < a->ndim && same_shape; i++) same_shape = a->shape[i] == b->shape[i];
+  if (same_shape) { /* the common case needs no broadcasting */
+    dt__meta_set(&metas[0], a->dtype, a->ndim, a->shape);
+    return DT_OK;
+  }
   int ndim;
   int64_t shape[DT_MAX_DIMS];
   st = dt__broadcast_shapes(dt__op_name(call), a->ndim, a->shape, b->ndim, b->shape, &ndim, shape);

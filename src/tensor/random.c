@@ -29,7 +29,7 @@ static inline void mulhilo(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo) {
 }
 
 /* Philox4x32 with 10 rounds on counter (c0..c3) and key (k0, k1). */
-static philox_block philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
+static inline __attribute__((always_inline)) philox_block philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
                                   uint32_t k0, uint32_t k1) {
   for (int round = 0; round < 10; round++) {
     uint32_t hi0, lo0, hi1, lo1;

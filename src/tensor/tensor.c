@@ -100,17 +100,6 @@ dt_status dt__normalize_dim(const char *op, int64_t dim, int ndim, int *out) {
   return DT_OK;
 }
 
-bool dt__is_contiguous(int ndim, const int64_t *shape, const int64_t *strides) {
-  int64_t expected = 1;
-  for (int i = ndim - 1; i >= 0; i--) {
-    if (shape[i] == 1) continue;
-    if (shape[i] == 0) return true;
-    if (strides[i] != expected) return false;
-    expected *= shape[i];
-  }
-  return true;
-}
-
 static dt_tensor *handle_alloc(void) {
   handle_pool *hp = thread_pool();
   dt_tensor *t = hp && hp->count ? hp->handles[--hp->count] : dt__alloc_aligned(sizeof *t, 16);
@@ -161,9 +150,9 @@ dt_status dt__tensor_view(const dt_tensor *base, int ndim, const int64_t *shape,
   if (!t) return dt__error(DT_ERR_NOMEM, "cannot allocate a tensor handle");
   t->dtype = base->dtype;
   t->ndim = ndim;
-  if (ndim > 0) {
-    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
-    memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+  for (int i = 0; i < ndim; i++) { /* ndim <= 8: a loop beats memcpy's call */
+    t->shape[i] = shape[i];
+    t->strides[i] = strides[i];
   }
   t->offset = offset;
   t->storage = base->storage;

@@ -71,7 +71,16 @@ static inline void dt__contiguous_strides(int ndim, const int64_t *shape, int64_
   }
 }
 
-bool dt__is_contiguous(int ndim, const int64_t *shape, const int64_t *strides);
+static inline bool dt__is_contiguous(int ndim, const int64_t *shape, const int64_t *strides) {
+  int64_t expected = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    if (shape[i] == 1) continue;
+    if (shape[i] == 0) return true;
+    if (strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
 
 /* Validates a user-given (ndim, shape); `op` names the caller in the error message. */
 dt_status dt__check_shape(const char *op, int ndim, const int64_t *shape);

@@ -209,12 +209,13 @@ static bool try_fast(dt_binary_op op, double alpha_d, const dt_tensor *ta, const
   if (tout->dtype != (compare ? DT_BOOL : dt)) return false;
   int64_t n = dt__tensor_numel(tout);
   if (!dt__is_contiguous(tout->ndim, tout->shape, tout->strides)) return false;
-  if (dt__tensor_numel(ta) != n || !dt__is_contiguous(ta->ndim, ta->shape, ta->strides))
+  if (ta != tout && (dt__tensor_numel(ta) != n || !dt__is_contiguous(ta->ndim, ta->shape, ta->strides)))
     return false;
   int64_t nb = dt__tensor_numel(tb);
   int64_t b_step;
-  if (nb == n && ta->ndim == tb->ndim && dt__is_contiguous(tb->ndim, tb->shape, tb->strides) &&
-      memcmp(ta->shape, tb->shape, sizeof(int64_t) * (size_t)ta->ndim) == 0) {
+  bool same_shape = ta->ndim == tb->ndim;
+  for (int i = 0; i < ta->ndim && same_shape; i++) same_shape = ta->shape[i] == tb->shape[i];
+  if (nb == n && same_shape && dt__is_contiguous(tb->ndim, tb->shape, tb->strides)) {
     b_step = 1;
   } else if (nb == 1) {
     b_step = 0;
