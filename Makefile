@@ -4,7 +4,7 @@ SANITIZE_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test test-sanitize bench format clean install-test
+.PHONY: all deps build run test test-sanitize bench bench-check format clean install-test
 
 all: build
 
@@ -34,6 +34,13 @@ test-sanitize: deps $(SANITIZE_BUILD)/CMakeCache.txt
 
 bench: build
 	./$(BUILD)/dtensor bench kernels
+	./$(BUILD)/dtensor bench instructions
+	./$(BUILD)/dtensor bench collectives --backend threads --world 2
+	./$(BUILD)/dtensor bench profile
+
+# Instruction counts against bench/expected_results.csv (+-10 %), as PyTorch's gate.
+bench-check: build
+	bash scripts/bench-check.sh $(BUILD)
 
 # Installs into a scratch prefix and builds a tiny outside project against it, through
 # find_package(dtensor) and through pkg-config.

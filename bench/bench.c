@@ -10,6 +10,7 @@ int dt_tool_bench(int argc, char **argv) {
     return 2;
   }
   if (strcmp(argv[1], "kernels") == 0) return dt_bench_kernels(argc - 1, argv + 1);
+  if (strcmp(argv[1], "dispatch") == 0) return dt_bench_dispatch(argc - 1, argv + 1);
   if (strcmp(argv[1], "instructions") == 0) return dt_bench_instructions(argc - 1, argv + 1);
   if (strcmp(argv[1], "collectives") == 0) return dt_bench_collectives(argc - 1, argv + 1);
   if (strcmp(argv[1], "profile") == 0) return dt_bench_profile(argc - 1, argv + 1);

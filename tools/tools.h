@@ -9,6 +9,7 @@ int dt_tool_demo(int argc, char **argv);
 int dt_tool_info(int argc, char **argv);
 int dt_tool_bench(int argc, char **argv);
 int dt_bench_kernels(int argc, char **argv);
+int dt_bench_dispatch(int argc, char **argv);
 int dt_bench_instructions(int argc, char **argv);
 int dt_bench_collectives(int argc, char **argv);
 int dt_tool_trace(int argc, char **argv);

@@ -106,10 +106,32 @@ static dt_status step_all_gather(dt_comm *comm, dt_tensor *local, int d, int64_t
     total += cnt[r];
   }
   dt_tensor *packed = NULL, *gathered = NULL;
-  dt_status st = pack_front(local, d, &packed);
+  dt_status st;
+  if (d == 0) {
+    /* Along dim 0 the d-major layout is the natural one: gather straight into the result,
+     * from the shard itself when it is contiguous. */
+    st = dt__tensor_new(ndim, out_shape, local->dtype, out);
+    if (st) goto done;
+    dt_tensor out_flat = stack_view(*out, 1, &total, (int64_t[]){1}, 0);
+    if (dt__is_contiguous(local->ndim, local->shape, local->strides)) {
+      dt_tensor in_flat = stack_view(local, 1, &cnt[0], (int64_t[]){1}, local->offset);
+      in_flat.shape[0] = dt__tensor_numel(local);
+      st = dt_all_gather_uneven(comm, &in_flat, &out_flat, cnt);
+    } else {
+      st = pack_front(local, 0, &packed);
+      if (!st) st = dt_all_gather_uneven(comm, packed, &out_flat, cnt);
+    }
+    if (st) {
+      dt_tensor_release(*out);
+      *out = NULL;
+    }
+    goto done;
+  }
+  st = pack_front(local, d, &packed);
   if (!st) st = dt__tensor_new(1, &total, local->dtype, &gathered);
   if (!st) st = dt_all_gather_uneven(comm, packed, gathered, cnt);
   if (!st) st = unpack_front(gathered, ndim, out_shape, d, out);
+done:
   dt_tensor_release(packed);
   dt_tensor_release(gathered);
   dt__free(cnt);

@@ -1,0 +1,243 @@
+/*
+ * dtensor bench dispatch: the time to dispatch one distributed op, as PyTorch's
+ * test_dtensor_dispatch_overhead measures it. World 4 (threads backend), a 512x512 rand
+ * tensor distributed Shard(0); each op runs under a timing dispatch mode that runs it 10
+ * times and times each run:
+ *   miss_us   the first run after dt_sharding_cache_clear() (sharding propagation included)
+ *   hit_us    the median of the other 9 runs (cache hits)
+ *   local_us  the same op on the local shards alone (no distributed dispatch), median of 10
+ *   overhead_us = hit_us - local_us
+ * Every rank's figures are gathered with all_gather_object; rank 0 prints one JSON line per
+ * rank and op, then the median over ranks.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "dtensor/dtensor.h"
+#include "tools.h"
+
+#define RUNS 10
+
+typedef struct timing_mode {
+  double us[RUNS];
+} timing_mode;
+
+/* The timing mode: runs the op RUNS times, timing each. */
+static dt_status time_runs(dt_invocation *inv, void *user) {
+  timing_mode *t = user;
+  dt_status st = DT_OK;
+  for (int i = 0; i < RUNS && !st; i++) {
+    double t0 = dt_bench_now_us();
+    st = dt_invocation_run(inv);
+    t->us[i] = dt_bench_now_us() - t0;
+  }
+  return st;
+}
+
+typedef struct op_inputs {
+  dt_tensor *dist[2];  /* distributed arguments */
+  dt_tensor *local[2]; /* their shards */
+  dt_mesh *mesh;
+} op_inputs;
+
+typedef dt_status (*op_fn)(dt_tensor **in, dt_mesh *mesh, dt_tensor **out);
+
+static dt_status op_add(dt_tensor **in, dt_mesh *mesh, dt_tensor **out) {
+  (void)mesh;
+  return dt_add(in[0], in[0], out);
+}
+static dt_status op_detach(dt_tensor **in, dt_mesh *mesh, dt_tensor **out) {
+  (void)mesh;
+  return dt_detach(in[0], out);
+}
+static dt_status op_view(dt_tensor **in, dt_mesh *mesh, dt_tensor **out) {
+  (void)mesh;
+  /* a [128, 512] shard (or the whole [512, 512]) viewed as [-1, 256, 2] */
+  return dt_view(in[0], 3, (int64_t[]){-1, 256, 2}, out);
+}
+static dt_status op_linear(dt_tensor **in, dt_mesh *mesh, dt_tensor **out) {
+  (void)mesh;
+  return dt_linear(in[0], in[1], NULL, out);
+}
+static dt_status op_embedding(dt_tensor **in, dt_mesh *mesh, dt_tensor **out) {
+  (void)mesh;
+  return dt_embedding(in[1], in[0], out);
+}
+
+typedef struct bench_op {
+  const char *name;
+  op_fn fn;
+} bench_op;
+
+/* Each rank's figures for one op. */
+typedef struct figures {
+  double miss_us, hit_us, local_us;
+} figures;
+
+typedef struct bench_args {
+  bool json;
+  int world;
+} bench_args;
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median_of(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Times fn on distributed inputs under the mode, and on local inputs directly. */
+static dt_status measure(dt_tensor **dist, dt_tensor **local, dt_mesh *mesh, op_fn fn, figures *f) {
+  timing_mode t;
+  dt_tensor *out = NULL;
+  /* Warm up (first-touch page faults, allocator caches), then measure a cold plan cache. */
+  dt_status warm = fn(dist, mesh, &out);
+  dt_tensor_release(out);
+  out = NULL;
+  if (warm) return warm;
+  dt_sharding_cache_clear();
+  dt_status st = dt_mode_push(time_runs, &t);
+  if (st) return st;
+  st = fn(dist, mesh, &out);
+  dt_mode_pop();
+  dt_tensor_release(out);
+  if (st) return st;
+  f->miss_us = t.us[0];
+  f->hit_us = median_of(t.us + 1, RUNS - 1);
+  double local_us[RUNS];
+  for (int i = 0; i < RUNS && !st; i++) {
+    double t0 = dt_bench_now_us();
+    st = fn(local, mesh, &out);
+    local_us[i] = dt_bench_now_us() - t0;
+    dt_tensor_release(out);
+    out = NULL;
+  }
+  f->local_us = local ? median_of(local_us, RUNS) : 0;
+  return st;
+}
+
+static void print(const bench_args *b, const char *name, int rank, const figures *f) {
+  char who[32] = "";
+  if (rank >= 0) snprintf(who, sizeof who, "\"rank\":%d,", rank);
+  if (b->json) {
+    printf("{\"name\":\"%s\",\"world\":%d,%s\"miss_us\":%.3f,\"hit_us\":%.3f,\"local_us\":%.3f,"
+           "\"overhead_us\":%.3f,\"miss_minus_hit_us\":%.3f}\n",
+           name, b->world, who, f->miss_us, f->hit_us, f->local_us, f->hit_us - f->local_us,
+           f->miss_us - f->hit_us);
+  } else {
+    printf("%-22s %-9s miss %8.2f us  hit %7.2f us  local %7.2f us  overhead %6.2f us\n", name,
+           rank >= 0 ? who : "median", f->miss_us, f->hit_us, f->local_us, f->hit_us - f->local_us);
+  }
+}
+
+static dt_status rank_fn(dt_comm *world, void *arg) {
+  const bench_args *b = arg;
+  int rank = dt_comm_rank(world), size = dt_comm_size(world);
+  dt_mesh *mesh = NULL;
+  dt_status st = dt_mesh_create(world, 1, (int[]){size}, (const char *[]){"dp"}, &mesh);
+  if (st) return st;
+  int64_t shape[] = {512, 512};
+  dt_tensor *x = NULL, *w = NULL, *table = NULL, *idx = NULL, *xs = NULL, *x_local = NULL, *w_local = NULL;
+  dt_tensor *table_local = NULL, *idx_local = NULL, *full_idx = NULL;
+  st = dt_dist_rand(mesh, 2, shape, DT_F32, 1, 1, (dt_placement[]){dt_shard(0)}, &x);
+  /* linear producing Partial(sum): x Shard(1) @ weight Shard(1)^T */
+  if (!st) st = dt_redistribute(x, 1, (dt_placement[]){dt_shard(1)}, &xs);
+  if (!st) st = dt_dist_rand(mesh, 2, (int64_t[]){256, 512}, DT_F32, 2, 1, (dt_placement[]){dt_shard(1)}, &w);
+  if (!st) st = dt_dist_rand(mesh, 2, (int64_t[]){1000, 64}, DT_F32, 3, 1, (dt_placement[]){dt_replicate()}, &table);
+  if (!st) st = dt_randint(0, 1000, 1, (int64_t[]){512}, DT_I64, 4, &full_idx);
+  if (!st) st = dt_distribute_tensor(mesh, full_idx, 1, (dt_placement[]){dt_shard(0)}, &idx);
+  if (!st) st = dt_to_local(x, &x_local);
+  if (!st) st = dt_to_local(w, &w_local);
+  if (!st) st = dt_to_local(table, &table_local);
+  if (!st) st = dt_to_local(idx, &idx_local);
+  dt_tensor *xs_local = NULL;
+  if (!st) st = dt_to_local(xs, &xs_local);
+  if (st) return st;
+  struct {
+    const char *name;
+    op_fn fn;
+    dt_tensor *dist[2], *local[2];
+  } cases[] = {
+      {"add.Tensor", op_add, {x, NULL}, {x_local, NULL}},
+      {"detach", op_detach, {x, NULL}, {x_local, NULL}},
+      {"view", op_view, {x, NULL}, {x_local, NULL}},
+      {"linear", op_linear, {xs, w}, {xs_local, w_local}},
+      {"embedding", op_embedding, {idx, table}, {idx_local, table_local}},
+  };
+  int n_cases = (int)(sizeof cases / sizeof *cases);
+  figures mine[8];
+  for (int c = 0; c < n_cases && !st; c++) st = measure(cases[c].dist, cases[c].local, mesh, cases[c].fn, &mine[c]);
+  /* redistribute Shard(0) -> Replicate: the miss is the first (planning) call. */
+  if (!st) {
+    figures *f = &mine[n_cases];
+    double us[RUNS];
+    dt_tensor *warm = NULL;
+    st = dt_redistribute(x, 1, (dt_placement[]){dt_replicate()}, &warm);
+    dt_tensor_release(warm);
+    dt_sharding_cache_clear();
+    for (int i = 0; i < RUNS && !st; i++) {
+      dt_tensor *r = NULL;
+      double t0 = dt_bench_now_us();
+      st = dt_redistribute(x, 1, (dt_placement[]){dt_replicate()}, &r);
+      us[i] = dt_bench_now_us() - t0;
+      dt_tensor_release(r);
+    }
+    f->miss_us = us[0];
+    f->hit_us = median_of(us + 1, RUNS - 1);
+    /* local: the same all_gather issued directly */
+    dt_tensor *full = NULL;
+    if (!st) st = dt_empty(2, shape, DT_F32, &full);
+    for (int i = 0; i < RUNS && !st; i++) {
+      double t0 = dt_bench_now_us();
+      st = dt_all_gather_into_tensor(world, x_local, full);
+      us[i] = dt_bench_now_us() - t0;
+    }
+    f->local_us = median_of(us, RUNS);
+    dt_tensor_release(full);
+  }
+  int n_all = n_cases + 1;
+  dt_objects *all = NULL;
+  if (!st) st = dt_all_gather_object(world, mine, sizeof(figures) * (size_t)n_all, &all);
+  if (!st && rank == 0) {
+    const char *names[8];
+    for (int c = 0; c < n_cases; c++) names[c] = cases[c].name;
+    names[n_cases] = "redistribute S(0)->R";
+    for (int c = 0; c < n_all; c++) {
+      double miss[1024], hit[1024], loc[1024];
+      for (int r = 0; r < all->count; r++) {
+        const figures *f = (const figures *)(all->data + all->offsets[r]) + c;
+        print(b, names[c], r, f);
+        miss[r] = f->miss_us, hit[r] = f->hit_us, loc[r] = f->local_us;
+      }
+      figures med = {median_of(miss, all->count), median_of(hit, all->count), median_of(loc, all->count)};
+      print(b, names[c], -1, &med);
+    }
+  }
+  dt_objects_free(all);
+  dt_tensor *rel[] = {x, xs, w, table, idx, x_local, xs_local, w_local, table_local, idx_local, full_idx};
+  for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) dt_tensor_release(rel[i]);
+  dt_mesh_destroy(mesh);
+  return st;
+}
+
+int dt_bench_dispatch(int argc, char **argv) {
+  bench_args b = {.json = dt_tool_has_flag(argc, argv, "--json"), .world = 4};
+  for (int i = 1; i + 1 < argc; i++) {
+    if (strcmp(argv[i], "--world") == 0) b.world = atoi(argv[i + 1]);
+  }
+  if (b.world < 1 || b.world > 1024) {
+    fprintf(stderr, "bench dispatch: --world must be 1..1024\n");
+    return 2;
+  }
+  dt_status st = dt_spawn(b.world, rank_fn, &b);
+  if (st) {
+    fprintf(stderr, "bench dispatch: %s\n", dt_last_error());
+    return 1;
+  }
+  return 0;
+}
