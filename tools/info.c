@@ -25,9 +25,10 @@ int dt_tool_info(int argc, char **argv) {
   }
   for (int i = 0; i < dt_op_count(); i++) {
     if (json) {
-      printf("{\"op\":\"%s\"}\n", dt_op_name(i));
+      printf("{\"op\":\"%s\",\"sharding_rule\":%s}\n", dt_op_name(i),
+             dt_op_has_sharding_rule(i) ? "true" : "false");
     } else {
-      printf("%s\n", dt_op_schema(i));
+      printf("%-100s sharding rule: %s\n", dt_op_schema(i), dt_op_has_sharding_rule(i) ? "yes" : "no");
     }
   }
   return 0;

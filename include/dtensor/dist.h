@@ -124,7 +124,8 @@ DT_API dt_status dt_redistribute(dt_tensor *t, int n_placements, const dt_placem
                                  dt_tensor **out);
 
 /* The plan dt_redistribute would run, as readable text ("mesh dim 0: S(0) -> R via
- * all_gather, 4096 bytes") with the total bytes moved by this rank. Not collective. */
+ * all_gather, 4096 bytes") with the bytes this rank's collectives handle (the larger buffer
+ * of each collective, which is what dt_comm_ledger counts). Not collective. */
 DT_API dt_status dt_redistribute_explain(const dt_tensor *t, int n_placements,
                                          const dt_placement *placements, char *buf,
                                          size_t size, int64_t *bytes);
@@ -153,6 +154,34 @@ DT_API dt_status dt_dist_randn(dt_mesh *mesh, int ndim, const int64_t *shape, dt
 /* Writes a text table of which ranks hold which block of a 1-D or 2-D distributed tensor.
  * Not collective. Errors: DT_ERR_INVALID (local tensor, ndim > 2, NULL). */
 DT_API dt_status dt_visualize_sharding(const dt_tensor *t, char *buf, size_t size);
+
+/* Whether op `op` (an index into the op table, see dt_op_name) has a sharding rule; ops
+ * without one run on distributed tensors by replicating their inputs. Not collective. */
+DT_API bool dt_op_has_sharding_rule(int op);
+
+/* ---- The comm ledger (PyTorch's CommDebugMode) ------------------------------------------------
+ * Counts the collectives the calling thread issues, by kind and bytes, and attributes each
+ * to the op being dispatched when it ran (redistributions an op needs count under that op;
+ * direct calls such as dt_redistribute count under "(no op)"). It is a dispatch mode: start
+ * pushes it on this thread's mode stack, stop pops it (stop the ledgers in reverse order of
+ * starting them, as modes stack). Bytes are those of the larger buffer of each collective
+ * on this rank. */
+typedef struct dt_comm_ledger dt_comm_ledger;
+
+/* Creates a ledger and starts recording. Errors: DT_ERR_INVALID (NULL out, too many modes,
+ * another ledger already recording on this thread), DT_ERR_NOMEM. */
+DT_API dt_status dt_comm_ledger_start(dt_comm_ledger **out);
+/* Stops recording (the counts stay readable). Errors: DT_ERR_INVALID (not the innermost mode
+ * or not recording). */
+DT_API dt_status dt_comm_ledger_stop(dt_comm_ledger *ledger);
+/* Calls and bytes of one collective kind ("all_reduce", "all_gather_uneven", ...), over all
+ * ops; or of every kind when collective is NULL. */
+DT_API int64_t dt_comm_ledger_count(const dt_comm_ledger *ledger, const char *collective);
+DT_API int64_t dt_comm_ledger_bytes(const dt_comm_ledger *ledger, const char *collective);
+/* Writes the table (op, collective, calls, bytes) into buf, truncated to size. */
+DT_API dt_status dt_comm_ledger_format(const dt_comm_ledger *ledger, char *buf, size_t size);
+/* Frees a stopped ledger (a recording one is stopped first). NULL is allowed. */
+DT_API void dt_comm_ledger_destroy(dt_comm_ledger *ledger);
 
 /* ---- The sharding-propagation cache (per thread, i.e. per threads-backend rank) --------- */
 typedef struct dt_sharding_cache_stats {

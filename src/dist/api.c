@@ -262,6 +262,7 @@ dt_status dt_redistribute_explain(const dt_tensor *t, int n_placements,
   dt_redistribute_plan plan;
   st = dt__redistribute_plan_cached(t->spec, norm, &plan);
   if (st) return st;
+  dt__redistribute_exact_bytes(t->spec, &plan);
   dt__redistribute_plan_format(&plan, buf, size);
   if (bytes) *bytes = plan.bytes;
   return DT_OK;

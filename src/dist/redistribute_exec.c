@@ -306,3 +306,37 @@ dt_status dt__redistribute_execute(dt_tensor *local, const dt_dist_spec *from,
   *out = current;
   return DT_OK;
 }
+
+void dt__redistribute_exact_bytes(const dt_dist_spec *from, dt_redistribute_plan *plan) {
+  dt_mesh_info mi;
+  dt__mesh_info(from->mesh, &mi);
+  dt_placement state[DT_MAX_MESH_DIMS];
+  memcpy(state, from->placements, sizeof(dt_placement) * (size_t)from->mesh_ndim);
+  int64_t esize = (int64_t)dt__dtype_sizes[from->dtype];
+  plan->bytes = 0;
+  for (int i = 0; i < plan->n_steps; i++) {
+    dt_redistribute_step *step = &plan->steps[i];
+    int m = step->mesh_dim;
+    dt_placement after[DT_MAX_MESH_DIMS];
+    memcpy(after, state, sizeof after);
+    after[m] = step->to;
+    int64_t before_shape[DT_MAX_DIMS], after_shape[DT_MAX_DIMS];
+    shard_shape(from, &mi, state, before_shape);
+    shard_shape(from, &mi, after, after_shape);
+    int64_t before = dt__numel(from->ndim, before_shape) * esize;
+    int64_t result = dt__numel(from->ndim, after_shape) * esize;
+    /* The larger buffer of the collective on this rank, as the comm ledger counts it. */
+    step->bytes = 0;
+    if (mi.size[m] > 1) {
+      switch (step->kind) {
+      case DT_STEP_ALL_GATHER: step->bytes = result; break;
+      case DT_STEP_REDUCE_SCATTER:
+      case DT_STEP_ALL_TO_ALL:
+      case DT_STEP_ALL_REDUCE: step->bytes = before; break;
+      default: break;
+      }
+    }
+    plan->bytes += step->bytes;
+    memcpy(state, after, sizeof after);
+  }
+}

@@ -40,6 +40,10 @@ dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_plac
                                 const dt_placement *to, dt_redistribute_plan *plan);
 void dt__redistribute_plan_format(const dt_redistribute_plan *plan, char *buf, size_t size);
 
+/* Replaces a plan's estimated bytes with what this rank's collectives will move (the larger
+ * buffer of each, as the comm ledger counts them), from the exact shard geometry. */
+void dt__redistribute_exact_bytes(const dt_dist_spec *from, dt_redistribute_plan *plan);
+
 /* Runs a plan on this rank's shard of a tensor with spec `from`. */
 dt_status dt__redistribute_execute(dt_tensor *local, const dt_dist_spec *from,
                                    const dt_redistribute_plan *plan, dt_tensor **out);

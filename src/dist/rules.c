@@ -347,12 +347,32 @@ static void rule_view(const dt_rule_ctx *c, const dt_placement *cur, dt_strategi
   rule_dim_map(c, cur, map, true, s);
 }
 
-bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
-  const dt_op_call *call = c->call;
-  const dt_tensor *a = c->args[0];
-  int map[DT_MAX_DIMS];
-  s->n = 0;
-  switch (call->op) {
+/* Which rule family an op belongs to. */
+typedef enum rule_family {
+  RULE_NONE = 0,
+  RULE_POINTWISE,
+  RULE_LIKE,
+  RULE_REDUCTION,
+  RULE_MATMUL,
+  RULE_ADDMM,
+  RULE_LINEAR,
+  RULE_SOFTMAX,
+  RULE_LAYER_NORM,
+  RULE_BATCH_NORM,
+  RULE_EMBEDDING,
+  RULE_CAT,
+  RULE_STACK,
+  RULE_TRANSPOSE,
+  RULE_PERMUTE,
+  RULE_UNSQUEEZE,
+  RULE_VIEW,
+  RULE_SELECT,
+  RULE_SLICE,
+  RULE_EXPAND,
+} rule_family;
+
+static rule_family family_of(dt_op op) {
+  switch (op) {
   case DT_OP_NEG: case DT_OP_ABS: case DT_OP_EXP: case DT_OP_LOG: case DT_OP_SQRT:
   case DT_OP_RSQRT: case DT_OP_RELU: case DT_OP_GELU: case DT_OP_SILU: case DT_OP_TANH:
   case DT_OP_SIGMOID: case DT_OP_ADD: case DT_OP_SUB: case DT_OP_MUL: case DT_OP_DIV:
@@ -364,36 +384,68 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
   case DT_OP_CLONE: case DT_OP_CONTIGUOUS: case DT_OP_DETACH: case DT_OP_TO:
   case DT_OP_ADD_: case DT_OP_SUB_: case DT_OP_MUL_: case DT_OP_DIV_: case DT_OP_ADD_SCALAR_:
   case DT_OP_MUL_SCALAR_: case DT_OP_FILL_: case DT_OP_COPY_: case DT_OP_UNIFORM_:
-    rule_pointwise(c, cur, s);
-    return true;
+    return RULE_POINTWISE;
   case DT_OP_EMPTY_LIKE: case DT_OP_ZEROS_LIKE: case DT_OP_ONES_LIKE: case DT_OP_FULL_LIKE:
-    rule_like(c, cur, s);
-    return true;
+    return RULE_LIKE;
   case DT_OP_SUM: case DT_OP_SUM_DIM: case DT_OP_MEAN: case DT_OP_MEAN_DIM: case DT_OP_MAX:
   case DT_OP_MIN: case DT_OP_MAX_DIM: case DT_OP_MIN_DIM: case DT_OP_AMAX: case DT_OP_AMIN:
   case DT_OP_ARGMAX:
-    rule_reduction(c, cur, s);
-    return true;
-  case DT_OP_MM: case DT_OP_BMM: case DT_OP_MATMUL:
-    if (c->args[0]->ndim < 2 || c->args[1]->ndim < 2) break;
+    return RULE_REDUCTION;
+  case DT_OP_MM: case DT_OP_BMM: case DT_OP_MATMUL: return RULE_MATMUL;
+  case DT_OP_ADDMM: return RULE_ADDMM;
+  case DT_OP_LINEAR: return RULE_LINEAR;
+  case DT_OP_SOFTMAX: case DT_OP_LOG_SOFTMAX: return RULE_SOFTMAX;
+  case DT_OP_LAYER_NORM: return RULE_LAYER_NORM;
+  case DT_OP_BATCH_NORM: return RULE_BATCH_NORM;
+  case DT_OP_EMBEDDING: return RULE_EMBEDDING;
+  case DT_OP_CAT: return RULE_CAT;
+  case DT_OP_STACK: return RULE_STACK;
+  case DT_OP_TRANSPOSE: return RULE_TRANSPOSE;
+  case DT_OP_PERMUTE: return RULE_PERMUTE;
+  case DT_OP_UNSQUEEZE: return RULE_UNSQUEEZE;
+  case DT_OP_SQUEEZE: case DT_OP_SQUEEZE_DIM: case DT_OP_FLATTEN: case DT_OP_VIEW:
+  case DT_OP_RESHAPE:
+    return RULE_VIEW;
+  case DT_OP_SELECT: return RULE_SELECT;
+  case DT_OP_NARROW: case DT_OP_SLICE: case DT_OP_SPLIT: case DT_OP_SPLIT_WITH_SIZES:
+  case DT_OP_CHUNK:
+    return RULE_SLICE;
+  case DT_OP_EXPAND: return RULE_EXPAND;
+  default: return RULE_NONE;
+  }
+}
+
+bool dt_op_has_sharding_rule(int op) {
+  return op >= 0 && op < DT_OP_COUNT && family_of((dt_op)op) != RULE_NONE;
+}
+
+bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
+  const dt_op_call *call = c->call;
+  const dt_tensor *a = c->args[0];
+  int map[DT_MAX_DIMS];
+  s->n = 0;
+  switch (family_of(call->op)) {
+  case RULE_POINTWISE: rule_pointwise(c, cur, s); return true;
+  case RULE_LIKE: rule_like(c, cur, s); return true;
+  case RULE_REDUCTION: rule_reduction(c, cur, s); return true;
+  case RULE_MATMUL:
+    if (c->args[0]->ndim < 2 || c->args[1]->ndim < 2) return false; /* 1-D operands: replicate */
     rule_matmul(c, cur, s);
     return true;
-  case DT_OP_ADDMM: rule_addmm(c, cur, s); return true;
-  case DT_OP_LINEAR: rule_linear(c, cur, s); return true;
-  case DT_OP_SOFTMAX: case DT_OP_LOG_SOFTMAX:
-    rule_keep_free_dims(c, cur, 1u << call->ints[0], s);
-    return true;
-  case DT_OP_LAYER_NORM: {
+  case RULE_ADDMM: rule_addmm(c, cur, s); return true;
+  case RULE_LINEAR: rule_linear(c, cur, s); return true;
+  case RULE_SOFTMAX: rule_keep_free_dims(c, cur, 1u << call->ints[0], s); return true;
+  case RULE_LAYER_NORM: {
     uint32_t busy = 0;
     for (int i = 0; i < call->n_ints; i++) busy |= 1u << (a->ndim - 1 - i);
     rule_keep_free_dims(c, cur, busy, s);
     return true;
   }
-  case DT_OP_BATCH_NORM: rule_keep_free_dims(c, cur, 1u << 1, s); return true;
-  case DT_OP_EMBEDDING: rule_embedding(c, cur, s); return true;
-  case DT_OP_CAT: rule_cat(c, cur, s, false); return true;
-  case DT_OP_STACK: rule_cat(c, cur, s, true); return true;
-  case DT_OP_TRANSPOSE:
+  case RULE_BATCH_NORM: rule_keep_free_dims(c, cur, 1u << 1, s); return true;
+  case RULE_EMBEDDING: rule_embedding(c, cur, s); return true;
+  case RULE_CAT: rule_cat(c, cur, s, false); return true;
+  case RULE_STACK: rule_cat(c, cur, s, true); return true;
+  case RULE_TRANSPOSE:
     for (int d = 0; d < a->ndim; d++) map[d] = d;
     if (a->ndim > 0) {
       map[call->ints[0]] = (int)call->ints[1];
@@ -401,36 +453,32 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
     }
     rule_dim_map(c, cur, map, true, s);
     return true;
-  case DT_OP_PERMUTE:
+  case RULE_PERMUTE:
     for (int d = 0; d < a->ndim; d++) map[call->ints[d]] = d;
     rule_dim_map(c, cur, map, true, s);
     return true;
-  case DT_OP_UNSQUEEZE:
+  case RULE_UNSQUEEZE:
     for (int d = 0; d < a->ndim; d++) map[d] = d >= call->ints[0] ? d + 1 : d;
     rule_dim_map(c, cur, map, true, s);
     return true;
-  case DT_OP_SQUEEZE: case DT_OP_SQUEEZE_DIM: case DT_OP_FLATTEN: case DT_OP_VIEW:
-  case DT_OP_RESHAPE:
-    rule_view(c, cur, s);
-    return true;
-  case DT_OP_SELECT:
+  case RULE_VIEW: rule_view(c, cur, s); return true;
+  case RULE_SELECT:
     for (int d = 0; d < a->ndim; d++) map[d] = d < call->ints[0] ? d : d - 1;
     map[call->ints[0]] = -1;
     rule_dim_map(c, cur, map, true, s);
     return true;
-  case DT_OP_NARROW: case DT_OP_SLICE: case DT_OP_SPLIT: case DT_OP_SPLIT_WITH_SIZES:
-  case DT_OP_CHUNK:
+  case RULE_SLICE:
     for (int d = 0; d < a->ndim; d++) map[d] = d;
     map[call->ints[0]] = -1;
     rule_dim_map(c, cur, map, true, s);
     return true;
-  case DT_OP_EXPAND: {
+  case RULE_EXPAND: {
     int lead = c->out[0].ndim - a->ndim;
     for (int d = 0; d < a->ndim; d++) map[d] = a->shape[d] == c->out[0].shape[d + lead] ? d + lead : -1;
     rule_dim_map(c, cur, map, false, s);
     return true;
   }
-  default: break;
+  case RULE_NONE: break;
   }
   return false;
 }
