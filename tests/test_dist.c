@@ -482,3 +482,40 @@ static dt_status ledger_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 Test(dist, comm_ledger_counts_and_plan_bytes) { cr_assert_eq(dt_spawn(4, ledger_rank, NULL), DT_OK, "%s", dt_last_error()); }
+
+/* ---- Vocabulary-parallel embedding ------------------------------------------------------------------ */
+
+static dt_status vocab_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL;
+  dt_status st = dt_mesh_create(world, 1, (int[]){3}, NULL, &mesh);
+  if (st) return st;
+  dt_tensor *full_w = ref_random(2, (int64_t[]){10, 4}, DT_F32, -1, 1, 5);
+  int64_t ids[] = {0, 9, 3, 3, 7, 5};
+  dt_tensor *idx = NULL, *w = NULL, *out = NULL, *gathered = NULL, *expected = NULL;
+  CHECK(!dt_from_data(ids, 1, (int64_t[]){6}, DT_I64, &idx), "indices");
+  CHECK(!dt_distribute_tensor(mesh, full_w, 1, (dt_placement[]){dt_shard(0)}, &w), "weight rows sharded");
+  dt_comm_ledger *ledger = NULL;
+  CHECK(!dt_comm_ledger_start(&ledger), "ledger");
+  dt_tensor *didx = NULL;
+  CHECK(!dt_distribute_tensor(mesh, idx, 1, (dt_placement[]){dt_replicate()}, &didx), "indices replicated");
+  CHECK(!dt_embedding(w, didx, &out), "embedding");
+  CHECK(dt_comm_ledger_count(ledger, NULL) == 0, "the lookup itself moves nothing");
+  CHECK(!dt_comm_ledger_stop(ledger), "stop");
+  dt_comm_ledger_destroy(ledger);
+  CHECK(dt_dist_placements(out)[0].kind == DT_PARTIAL, "vocabulary-parallel lookup gives Partial(sum)");
+  CHECK(!dt_full_tensor(out, &gathered) && !dt_embedding(full_w, idx, &expected), "full");
+  CHECK(equal_values(gathered, expected), "lookup values");
+  /* An index past the table fails on every rank, whichever shard holds the rows. */
+  int64_t bad[] = {2, 10};
+  dt_tensor *bidx = NULL, *dbad = NULL, *o2 = NULL;
+  CHECK(!dt_from_data(bad, 1, (int64_t[]){2}, DT_I64, &bidx), "indices");
+  CHECK(!dt_distribute_tensor(mesh, bidx, 1, (dt_placement[]){dt_replicate()}, &dbad), "bad indices");
+  st = dt_embedding(w, dbad, &o2);
+  CHECK(st == DT_ERR_INDEX && o2 == NULL && strstr(dt_last_error(), "index 10"), "bad index: %d", st);
+  dt_tensor *rel[] = {full_w, idx, w, out, gathered, expected, didx, bidx, dbad};
+  for (int i = 0; i < 9; i++) dt_tensor_release(rel[i]);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+Test(dist, vocabulary_parallel_embedding) { cr_assert_eq(dt_spawn(3, vocab_rank, NULL), DT_OK, "%s", dt_last_error()); }

@@ -24,6 +24,8 @@ typedef struct op_plan {
   dt_dist_spec *out_specs[DT_OP_MAX_META];
   bool local_shape_override; /* view/reshape/expand take this rank's local shape */
   bool shard_geometry;       /* uniform_ takes the global shape and this shard's offset */
+  bool row_window;           /* vocabulary-parallel embedding: {row offset, table rows} */
+  int64_t window[2];
   int64_t geometry[2 * DT_MAX_DIMS];
   int local_ndim;
   int64_t local_shape[DT_MAX_DIMS];
@@ -356,6 +358,21 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
     if (st) return st;
     plan->n_out++;
   }
+  if (call->op == DT_OP_EMBEDDING) {
+    /* Weight rows sharded on some mesh dim: pass this shard's row window to the kernel. */
+    bool rows_sharded = false;
+    for (int m = 0; m < spec->mesh_ndim; m++) {
+      rows_sharded |= plan->targets[0][m].kind == DT_SHARD && plan->targets[0][m].dim == 0;
+    }
+    if (rows_sharded) {
+      const dt_tensor *w = &a->global[0];
+      int64_t shape[DT_MAX_DIMS], offset[DT_MAX_DIMS];
+      dt__local_region(w->ndim, w->shape, spec->mesh_ndim, mi.size, mi.coord, plan->targets[0], shape, offset);
+      plan->row_window = true;
+      plan->window[0] = offset[0];
+      plan->window[1] = w->shape[0];
+    }
+  }
   plan->shard_geometry = call->op == DT_OP_UNIFORM_;
   if (plan->shard_geometry) {
     const dt_dist_spec *self = a->t[0]->spec;
@@ -432,7 +449,7 @@ static dt_status dist_dispatch(dt_op_call *call) {
       owned = true;
     }
   }
-  if (!plan->any_redistribute && !plan->local_shape_override && !plan->shard_geometry) {
+  if (!plan->any_redistribute && !plan->local_shape_override && !plan->shard_geometry && !plan->row_window) {
     /* The common hit: the shards are the arguments as they are. */
     st = dt__dispatch_local(call);
     if (!st) st = wrap_outputs(call, plan);
@@ -463,6 +480,11 @@ static dt_status dist_dispatch(dt_op_call *call) {
     if (plan->shard_geometry) {
       lc.int_list = plan->geometry;
       lc.n_int_list = 2 * a.t[0]->spec->ndim;
+    }
+    if (plan->row_window) {
+      lc.n_ints = 2;
+      lc.ints[0] = plan->window[0];
+      lc.ints[1] = plan->window[1];
     }
     st = dt__dispatch_local(&lc);
     if (!st) st = wrap_outputs(call, plan);

@@ -269,6 +269,10 @@ static void rule_embedding(const dt_rule_ctx *c, const dt_placement *cur, dt_str
   dt_placement in[2];
   in[0] = S(1), in[1] = R(); /* embedding dim sharded -> last output dim */
   push(s, in, 2, S(idx->ndim));
+  /* Vocabulary-parallel: rows sharded; each shard looks up the rows it holds (zeros for the
+   * others), so the output is a Partial(sum). The dist dispatcher passes the row window. */
+  in[0] = S(0), in[1] = R();
+  push(s, in, 2, dt_partial(DT_REDUCE_SUM));
   if (cur[1].kind == DT_SHARD) { /* indices sharded -> output sharded alike */
     in[0] = R(), in[1] = cur[1];
     push(s, in, 2, cur[1]);

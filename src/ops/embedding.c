@@ -1,4 +1,9 @@
-/* embedding: rows of a weight table picked by integer indices. */
+/* embedding: rows of a weight table picked by integer indices.
+ *
+ * Attributes: none for a plain lookup. The dist layer runs a vocabulary-parallel lookup
+ * (weight sharded by rows) with ints {row offset of this shard, rows of the whole table}:
+ * indices are checked against the whole table, rows outside this shard come out as zeros,
+ * and the sum over the shards is the full lookup (a Partial(sum) result). */
 #include "kernels/cpu/matrix.h"
 #include "ops/op_impl.h"
 
@@ -20,6 +25,11 @@ dt_status dt__infer_embedding(dt_op_call *call, dt_tensor_meta *metas) {
         "%s: indices of shape %s leave no room for the embedding dim (at most %d dims)", op,
         dt__format_ints(buf, sizeof buf, indices->ndim, indices->shape), DT_MAX_DIMS);
   }
+  if (call->n_ints != 0 && (call->n_ints != 2 || call->ints[0] < 0 ||
+                            call->ints[0] + weight->shape[0] > call->ints[1])) {
+    return dt__error(DT_ERR_INTERNAL, "%s: a row window of %d entries does not fit the table", op,
+                     call->n_ints);
+  }
   dt_tensor_meta *m = &metas[0];
   dt__meta_set(m, weight->dtype, indices->ndim, indices->shape);
   m->shape[m->ndim++] = weight->shape[1];
@@ -27,6 +37,10 @@ dt_status dt__infer_embedding(dt_op_call *call, dt_tensor_meta *metas) {
 }
 
 dt_status dt__kernel_embedding(dt_op_call *call) {
+  if (call->n_ints == 2) {
+    return dt__cpu_embedding_window(dt__op_name(call), call->inputs[0], call->inputs[1], call->ints[0],
+                                    call->ints[1], call->outputs[0]);
+  }
   return dt__cpu_embedding(dt__op_name(call), call->inputs[0], call->inputs[1], call->outputs[0]);
 }
 

@@ -76,6 +76,41 @@ dt_status dt__cpu_embedding(const char *op, const dt_tensor *weight, const dt_te
   return DT_OK;
 }
 
+dt_status dt__cpu_embedding_window(const char *op, const dt_tensor *weight,
+                                   const dt_tensor *indices, int64_t offset, int64_t total,
+                                   dt_tensor *out) {
+  int64_t rows = weight->shape[0], dim = weight->shape[1];
+  int64_t count = dt__tensor_numel(indices);
+  index_walk w;
+  index_walk_init(&w, indices);
+  for (int64_t r = 0; r < count; r++) {
+    int64_t idx = index_walk_get(&w, r);
+    if (idx < 0 || idx >= total) {
+      char buf[160];
+      return dt__error(DT_ERR_INDEX,
+                       "%s: index %" PRId64 " (element %" PRId64
+                       " of indices %s) is out of range for a weight of %" PRId64 " rows",
+                       op, idx, r, dt__format_ints(buf, sizeof buf, indices->ndim, indices->shape),
+                       total);
+    }
+  }
+  if (dim == 0) return DT_OK;
+  size_t es = dt__dtype_sizes[weight->dtype];
+  const char *wbase = dt__tensor_base(weight);
+  char *dst = dt__tensor_base(out);
+  index_walk_init(&w, indices);
+  for (int64_t r = 0; r < count; r++, dst += (size_t)dim * es) {
+    int64_t local = index_walk_get(&w, r) - offset;
+    if (local < 0 || local >= rows) {
+      memset(dst, 0, (size_t)dim * es); /* another shard holds this row */
+      continue;
+    }
+    const char *src = wbase + local * weight->strides[0] * (int64_t)es;
+    for (int64_t j = 0; j < dim; j++) memcpy(dst + j * (int64_t)es, src + j * weight->strides[1] * (int64_t)es, es);
+  }
+  return DT_OK;
+}
+
 /* ---- cat and stack -------------------------------------------------------------------------- */
 
 void dt__cpu_concat(int n, dt_tensor *const *tensors, int dim, bool stack, dt_tensor *out) {

@@ -49,6 +49,13 @@ dt_status dt__cpu_matmul(const dt_tensor *a, const dt_tensor *b, const dt_tensor
 dt_status dt__cpu_embedding(const char *op, const dt_tensor *weight, const dt_tensor *indices,
                             dt_tensor *out);
 
+/* The vocabulary-parallel lookup on one shard: weight holds rows [offset, offset + rows) of
+ * a table of `total` rows. Indices are checked against [0, total) first (DT_ERR_INDEX);
+ * an index outside this shard's rows gives a zero row. */
+dt_status dt__cpu_embedding_window(const char *op, const dt_tensor *weight,
+                                   const dt_tensor *indices, int64_t offset, int64_t total,
+                                   dt_tensor *out);
+
 /* Copies tensors[i] (converted to out's dtype) into out along dim, one after the other.
  * When `stack` is true each tensor fills index i of out's dim (the tensors lack that dim);
  * otherwise tensor i fills its own extent along dim. Tensors without elements contribute
