@@ -10,6 +10,7 @@
  * Every rank's figures are gathered with all_gather_object; rank 0 prints one JSON line per
  * rank and op, then the median over ranks.
  */
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +235,8 @@ int dt_bench_dispatch(int argc, char **argv) {
     fprintf(stderr, "bench dispatch: --world must be 1..1024\n");
     return 2;
   }
+  /* Ranks are threads on few cores: one BLAS thread each keeps linear's timings steady. */
+  openblas_set_num_threads(1);
   dt_status st = dt_spawn(b.world, rank_fn, &b);
   if (st) {
     fprintf(stderr, "bench dispatch: %s\n", dt_last_error());
