@@ -4,7 +4,7 @@ SANITIZE_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test test-sanitize bench bench-check format clean install-test
+.PHONY: all deps build run test test-sanitize test-tsan bench bench-check format clean install-test
 
 all: build
 
@@ -32,6 +32,14 @@ test-sanitize: deps $(SANITIZE_BUILD)/CMakeCache.txt
 	cd $(SANITIZE_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
 
+# ThreadSanitizer over the threads backend and the dist layer (a plain test program:
+# Criterion's runner cannot start under TSan).
+TSAN_BUILD ?= build-tsan
+test-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDT_TSAN=ON $(CMAKE_FLAGS)
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target tsan_threads
+	cd $(TSAN_BUILD) && ctest --output-on-failure
+
 bench: build
 	./$(BUILD)/dtensor bench kernels
 	./$(BUILD)/dtensor bench instructions
@@ -51,4 +59,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(SANITIZE_BUILD)
+	rm -rf $(BUILD) $(SANITIZE_BUILD) $(TSAN_BUILD)

@@ -49,6 +49,7 @@ typedef struct block_cache {
   void *raw[CLASS_COUNT][32];
 } block_cache;
 
+#ifndef DT_NO_ALLOC_CACHE
 static _Thread_local block_cache *cache;
 static pthread_key_t cache_key;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
@@ -70,6 +71,7 @@ static block_cache *thread_cache(void) {
   if (cache) pthread_setspecific(cache_key, cache);
   return cache;
 }
+#endif
 
 /* The class of a size (its index), or -1 when it is too large to cache. */
 static int size_class_of(size_t size) {

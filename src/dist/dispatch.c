@@ -69,17 +69,18 @@ static void cache_destroy(void *p) {
   dt__free(c);
 }
 
-static void make_cache_key(void) { pthread_key_create(&cache_key, cache_destroy); }
-
 static void spec_release_hook(struct dt_dist_spec *spec) { dt__spec_release(spec); }
 
 static dt_status dist_dispatch(dt_op_call *call);
 
-void dt__dist_init(void) {
-  pthread_once(&cache_once, make_cache_key);
+/* Once per process: the per-thread cache key, and the hooks the lower layers call. */
+static void init_once(void) {
+  pthread_key_create(&cache_key, cache_destroy);
   dt__spec_release_hook = spec_release_hook;
   dt__dist_dispatch_hook = dist_dispatch;
 }
+
+void dt__dist_init(void) { pthread_once(&cache_once, init_once); }
 
 static thread_cache *get_cache(void) {
   if (DT_LIKELY(tls_cache != NULL)) return tls_cache;
