@@ -37,26 +37,33 @@ static int64_t index_walk_get(index_walk *w, int64_t r) {
   return load_index(w->t->dtype, w->base + off * (int64_t)w->esize);
 }
 
-dt_status dt__cpu_embedding(const char *op, const dt_tensor *weight, const dt_tensor *indices,
-                            dt_tensor *out) {
-  int64_t num = weight->shape[0], dim = weight->shape[1];
+/* Every index is checked before the first row is written: a bad index never leaves a
+ * half-filled output behind, and nothing is read outside the table. */
+static dt_status check_indices(const char *op, const dt_tensor *indices, int64_t rows) {
   int64_t count = dt__tensor_numel(indices);
   index_walk w;
-  /* Every index is checked before the first row is written: a bad index never leaves a
-   * half-filled output behind, and nothing is read outside weight. */
   index_walk_init(&w, indices);
   for (int64_t r = 0; r < count; r++) {
     int64_t idx = index_walk_get(&w, r);
-    if (idx < 0 || idx >= num) {
+    if (idx < 0 || idx >= rows) {
       char buf[160];
       return dt__error(DT_ERR_INDEX,
                        "%s: index %" PRId64 " (element %" PRId64
                        " of indices %s) is out of range for a weight of %" PRId64 " rows",
                        op, idx, r, dt__format_ints(buf, sizeof buf, indices->ndim, indices->shape),
-                       num);
+                       rows);
     }
   }
-  if (dim == 0) return DT_OK;
+  return DT_OK;
+}
+
+dt_status dt__cpu_embedding(const char *op, const dt_tensor *weight, const dt_tensor *indices,
+                            dt_tensor *out) {
+  int64_t num = weight->shape[0], dim = weight->shape[1];
+  int64_t count = dt__tensor_numel(indices);
+  index_walk w;
+  dt_status st = check_indices(op, indices, num);
+  if (st || dim == 0) return st;
   size_t es = dt__dtype_sizes[weight->dtype];
   int64_t row_stride = weight->strides[0] * (int64_t)es,
           col_stride = weight->strides[1] * (int64_t)es;
@@ -82,19 +89,8 @@ dt_status dt__cpu_embedding_window(const char *op, const dt_tensor *weight,
   int64_t rows = weight->shape[0], dim = weight->shape[1];
   int64_t count = dt__tensor_numel(indices);
   index_walk w;
-  index_walk_init(&w, indices);
-  for (int64_t r = 0; r < count; r++) {
-    int64_t idx = index_walk_get(&w, r);
-    if (idx < 0 || idx >= total) {
-      char buf[160];
-      return dt__error(DT_ERR_INDEX,
-                       "%s: index %" PRId64 " (element %" PRId64
-                       " of indices %s) is out of range for a weight of %" PRId64 " rows",
-                       op, idx, r, dt__format_ints(buf, sizeof buf, indices->ndim, indices->shape),
-                       total);
-    }
-  }
-  if (dim == 0) return DT_OK;
+  dt_status st = check_indices(op, indices, total);
+  if (st || dim == 0) return st;
   size_t es = dt__dtype_sizes[weight->dtype];
   const char *wbase = dt__tensor_base(weight);
   char *dst = dt__tensor_base(out);
