@@ -5,6 +5,9 @@
  *   tensor.h  dtypes, the dt_tensor handle, creation, random numbers, element access
  *   ops.h     every op (pointwise, reductions, matrix, nn, views), local or distributed
  *   comm.h    process groups (threads, mpi, fake backends), collectives, async work handles
+ *   graph.h   models as graphs: IR, text format, interpreter, export by tracing
+ *   nn.h      modules (Linear, Sequential, LayerNorm, ...) with PyTorch FQNs
+ *   parallel.h tensor parallelism: plans, parallelize_module, the TP graph transformation
  */
 #ifndef DTENSOR_DTENSOR_H
 #define DTENSOR_DTENSOR_H
@@ -12,9 +15,12 @@
 #include "dtensor/comm.h"
 #include "dtensor/core.h"
 #include "dtensor/dist.h"
+#include "dtensor/graph.h"
 #include "dtensor/mesh.h"
 #include "dtensor/mode.h"
+#include "dtensor/nn.h"
 #include "dtensor/ops.h"
+#include "dtensor/parallel.h"
 #include "dtensor/tensor.h"
 
 #endif /* DTENSOR_DTENSOR_H */
