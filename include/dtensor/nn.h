@@ -114,9 +114,11 @@ DT_API dt_status dt_module_visit(dt_module *m, dt_module_visit_fn fn, void *user
 
 /* Functions run around m's forward: pre turns the input into what forward takes, post turns
  * forward's output into what the module returns. Each hands back a new reference. Passing
- * NULL removes a hook. `user` is passed to both and not owned. */
+ * NULL removes a hook. `user` is passed to both; the module calls release(user) (when not
+ * NULL) when the hooks are replaced or the module is destroyed. */
 typedef dt_status (*dt_hook_fn)(dt_module *m, dt_tensor *in, dt_tensor **out, void *user);
-DT_API void dt_module_set_hooks(dt_module *m, dt_hook_fn pre, dt_hook_fn post, void *user);
+DT_API void dt_module_set_hooks(dt_module *m, dt_hook_fn pre, dt_hook_fn post, void *user,
+                                void (*release)(void *user));
 
 #ifdef __cplusplus
 }

@@ -21,6 +21,7 @@ struct dt_module {
   bool is_buffer[MAX_PARTS];
   dt_hook_fn pre, post;
   void *hook_user;
+  void (*hook_release)(void *user);
   int64_t size; /* LayerNorm: normalized dim */
   double eps;
 };
@@ -47,6 +48,7 @@ void dt_module_destroy(dt_module *m) {
   if (!m) return;
   for (int i = 0; i < m->n_children; i++) dt_module_destroy(m->children[i]);
   for (int i = 0; i < m->n_tensors; i++) dt_tensor_release(m->tensors[i]);
+  if (m->hook_release) m->hook_release(m->hook_user);
   dt__free(m);
 }
 
@@ -237,8 +239,11 @@ dt_status dt_module_visit(dt_module *m, dt_module_visit_fn fn, void *user) {
   return visit_modules(m, prefix, 0, fn, user);
 }
 
-void dt_module_set_hooks(dt_module *m, dt_hook_fn pre, dt_hook_fn post, void *user) {
+void dt_module_set_hooks(dt_module *m, dt_hook_fn pre, dt_hook_fn post, void *user,
+                         void (*release)(void *user)) {
   if (!m) return;
+  if (m->hook_release) m->hook_release(m->hook_user);
+  m->hook_release = release;
   m->pre = pre;
   m->post = post;
   m->hook_user = user;

@@ -1,0 +1,210 @@
+/* Tensor parallelism: the seed scenarios of the TP transformation (counts of inserted
+ * communication asserted), the eager parallelize_module path, a 4-layer MLP over 1..8 ranks,
+ * and bad plans. Ranks are threads (dt_spawn); a rank reports a failed check through its
+ * status (RANK_CHECK). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_helpers.h"
+#include "reference.h"
+
+static double max_abs_diff(const dt_tensor *a, const dt_tensor *b) {
+  if (dt_tensor_numel(a) != dt_tensor_numel(b)) return INFINITY;
+  double *x = ref_values(a), *y = ref_values(b), m = 0;
+  for (int64_t i = 0; i < dt_tensor_numel(a); i++) m = fmax(m, fabs(x[i] - y[i]));
+  free(x);
+  free(y);
+  return m;
+}
+
+/* ---- The scenario models ----------------------------------------------------------------------
+ */
+
+/* Linear(3 -> 5) then BatchNorm1d(5). */
+static dt_status fc_bn_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
+  dt_tensor *h = NULL;
+  dt_status st = dt_module_forward(dt_module_find(m, "fc"), x, &h);
+  if (!st) st = dt_module_forward(dt_module_find(m, "bn"), h, out);
+  dt_tensor_release(h);
+  return st;
+}
+
+static dt_status make_fc_bn(dt_module **out) {
+  dt_module *m = NULL, *fc = NULL, *bn = NULL;
+  dt_status st = dt_module_create("LinearBN", fc_bn_forward, NULL, &m);
+  if (!st) st = dt_nn_linear(3, 5, true, 11, &fc);
+  if (!st) st = dt_module_add_child(m, "fc", fc);
+  if (!st) st = dt_nn_batch_norm1d(5, 1e-5, &bn);
+  if (!st) st = dt_module_add_child(m, "bn", bn);
+  if (!st) { /* running statistics that do something */
+    dt_tensor *mean = ref_random(1, (int64_t[]){5}, DT_F32, -1, 1, 3);
+    dt_tensor *var = ref_random(1, (int64_t[]){5}, DT_F32, 0.5, 2, 4);
+    st = dt_module_set_tensor(bn, "running_mean", mean);
+    if (!st) st = dt_module_set_tensor(bn, "running_var", var);
+    dt_tensor_release(mean);
+    dt_tensor_release(var);
+  }
+  if (st)
+    dt_module_destroy(m);
+  else
+    *out = m;
+  return st;
+}
+
+/* PyTorch's MLPListModule: x = chunk(x, 2, dim=1)[0]; x = mlp(x) for each; x + ones_like(x). */
+static dt_status mlp_list_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
+  dt_tensor *pieces[2] = {NULL, NULL}, *cur = NULL, *ones = NULL;
+  int n = 0;
+  dt_status st = dt_chunk(x, 2, 1, pieces, 2, &n);
+  if (st) return st;
+  cur = pieces[0];
+  dt_tensor_release(pieces[1]);
+  dt_module *list = dt_module_find(m, "mlps");
+  for (int i = 0; i < dt_module_child_count(list) && !st; i++) {
+    dt_tensor *next = NULL;
+    st = dt_module_forward(dt_module_child(list, i), cur, &next);
+    dt_tensor_release(cur);
+    cur = next;
+  }
+  if (!st) st = dt_ones_like(cur, &ones);
+  if (!st) st = dt_add(cur, ones, out);
+  dt_tensor_release(cur);
+  dt_tensor_release(ones);
+  return st;
+}
+
+static dt_status make_mlp_list(int n, bool bias, dt_module **out) {
+  dt_module *m = NULL, *list = NULL, *mlps[4] = {NULL};
+  dt_status st = dt_module_create("MLPListModule", mlp_list_forward, NULL, &m);
+  for (int i = 0; i < n && !st; i++)
+    st = dt_nn_mlp(6, 18, 6, bias, 100 + 10 * (uint64_t)i, &mlps[i]);
+  if (!st)
+    st = dt_nn_module_list(n, mlps, &list);
+  else
+    for (int i = 0; i < n; i++) dt_module_destroy(mlps[i]);
+  if (!st) st = dt_module_add_child(m, "mlps", list);
+  if (st)
+    dt_module_destroy(m);
+  else
+    *out = m;
+  return st;
+}
+
+/* ---- Running a scenario on every rank -----------------------------------------------------------
+ */
+
+typedef struct scenario {
+  int which; /* 1: Linear+BN, 2: two MLPs, 3: one MLP without bias */
+  int n_plan;
+  dt_tp_plan_entry plan[4];
+  int64_t input_shape[2];
+  /* Expected counts of inserted nodes. */
+  int all_gather, all_reduce, reduce_scatter, all_to_all, wait;
+} scenario;
+
+static dt_status make_model(const scenario *sc, dt_module **m) {
+  return sc->which == 1 ? make_fc_bn(m) : make_mlp_list(sc->which == 2 ? 2 : 1, sc->which == 2, m);
+}
+
+static dt_status scenario_rank(dt_comm *world, void *arg) {
+  const scenario *sc = arg;
+  int rank = dt_comm_rank(world), size = dt_comm_size(world);
+  dt_module *model = NULL;
+  dt_program *prog = NULL, *tp = NULL;
+  dt_tensor *x = ref_random(2, sc->input_shape, DT_F32, -2, 2, 77), *ref = NULL, *y = NULL,
+            *eager = NULL;
+  RANK_OK(make_model(sc, &model));
+  RANK_OK(dt_module_forward(model, x, &eager));
+  dt_export_options opt = {.dynamic_batch = true};
+  RANK_OK(dt_export(model, x, &opt, &prog));
+  RANK_OK(dt_program_run(prog, 1, &x, 1, &ref, NULL));
+  RANK_CHECK(max_abs_diff(ref, eager) == 0, "export changed the result");
+  dt_tp_plan plan = {sc->n_plan, sc->plan};
+  RANK_OK(dt_tp_transform(prog, rank, size, &plan, &tp));
+  const dt_graph *g = dt_program_graph(tp);
+  char *text = dt_graph_to_text(g);
+  /* The transformed graph round-trips through its text too. */
+  dt_graph *back = NULL;
+  RANK_OK(dt_graph_parse(text, &back));
+  char *again = dt_graph_to_text(back);
+  RANK_CHECK(strcmp(text, again) == 0, "round trip of the transformed graph differs");
+  dt_graph_text_free(again);
+  dt_graph_destroy(back);
+  int ag = dt_graph_count_target(g, "all_gather_into_tensor"),
+      ar = dt_graph_count_target(g, "all_reduce");
+  int rs = dt_graph_count_target(g, "reduce_scatter_tensor"),
+      a2a = dt_graph_count_target(g, "all_to_all");
+  int wt = dt_graph_count_target(g, "wait_tensor");
+  RANK_CHECK(ag == sc->all_gather && ar == sc->all_reduce && rs == sc->reduce_scatter &&
+                 a2a == sc->all_to_all && wt == sc->wait,
+             "scenario %d world %d rank %d: inserted all_gather %d, all_reduce %d, reduce_scatter "
+             "%d, all_to_all %d, "
+             "wait %d\n%s",
+             sc->which, size, rank, ag, ar, rs, a2a, wt, text);
+  if (getenv("TP_DEBUG") && rank == 1) fprintf(stderr, "%s\n", text);
+  dt_graph_text_free(text);
+  dt_run_stats stats = {0};
+  dt_run_options ro = {.comm = world, .stats = &stats};
+  RANK_OK(dt_program_run(tp, 1, &x, 1, &y, &ro));
+  double diff = max_abs_diff(y, ref);
+  RANK_CHECK(diff <= 1e-5, "scenario %d world %d: max abs diff %g", sc->which, size, diff);
+  RANK_CHECK(stats.comm_calls[0] == sc->all_gather && stats.comm_calls[1] == sc->all_reduce,
+             "run stats");
+  /* The eager path gives the same result. */
+  dt_mesh *mesh = NULL;
+  dt_tensor *y2 = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int64_t[]){size}, (const char *const[]){"tp"}, &mesh));
+  /* BatchNorm is not parallelized: the Linear before it hands it whole features. */
+  dt_tp_style_options to_replicate = {.set_output_layout = true, .output_layout = dt_replicate()};
+  RANK_OK(dt_parallelize_module(model, mesh, &plan, sc->which == 1 ? &to_replicate : NULL));
+  RANK_OK(dt_module_forward(model, x, &y2));
+  RANK_CHECK(!dt_tensor_is_distributed(y2), "the eager output is local");
+  diff = max_abs_diff(y2, ref);
+  RANK_CHECK(diff <= 1e-5, "scenario %d world %d eager: max abs diff %g", sc->which, size, diff);
+  dt_tensor_release(y2);
+  dt_module_destroy(model);
+  dt_mesh_destroy(mesh);
+  dt_tensor_release(x);
+  dt_tensor_release(ref);
+  dt_tensor_release(y);
+  dt_tensor_release(eager);
+  dt_program_destroy(tp);
+  dt_program_destroy(prog);
+  return DT_OK;
+}
+
+static void run_scenario(scenario sc) {
+  for (int world = 2; world <= 4; world++) SPAWN_OK(world, scenario_rank, &sc);
+}
+
+Test(tp_transform, linear_then_uncovered_batch_norm) {
+  run_scenario((scenario){.which = 1,
+                          .n_plan = 1,
+                          .plan = {{"fc", DT_TP_COLWISE}},
+                          .input_shape = {7, 3},
+                          .all_gather = 1,
+                          .wait = 1});
+}
+
+Test(tp_transform, two_mlps_colwise_rowwise) {
+  run_scenario((scenario){.which = 2,
+                          .n_plan = 4,
+                          .plan = {{"mlps.0.0", DT_TP_COLWISE},
+                                   {"mlps.0.2", DT_TP_ROWWISE},
+                                   {"mlps.1.0", DT_TP_COLWISE},
+                                   {"mlps.1.2", DT_TP_ROWWISE}},
+                          .input_shape = {10, 12},
+                          .all_reduce = 2,
+                          .wait = 2});
+}
+
+Test(tp_transform, one_mlp_without_bias) {
+  run_scenario((scenario){.which = 3,
+                          .n_plan = 2,
+                          .plan = {{"mlps.0.0", DT_TP_COLWISE}, {"mlps.0.2", DT_TP_ROWWISE}},
+                          .input_shape = {10, 12},
+                          .all_reduce = 1,
+                          .wait = 1});
+}
