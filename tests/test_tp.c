@@ -208,3 +208,186 @@ Test(tp_transform, one_mlp_without_bias) {
                           .all_reduce = 1,
                           .wait = 1});
 }
+
+/* ---- A 4-layer MLP of hidden 1024 over 1..8 ranks
+ * ------------------------------------------------ */
+
+typedef struct big_case {
+  const dt_program *prog;
+  const dt_tensor *x;
+  const dt_tensor *expect;
+} big_case;
+
+static const dt_tp_plan_entry big_plan[] = {
+    {"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}, {"4", DT_TP_COLWISE}, {"6", DT_TP_ROWWISE}};
+
+static dt_status big_rank(dt_comm *world, void *arg) {
+  const big_case *c = arg;
+  dt_tp_plan plan = {4, big_plan};
+  dt_program *tp = NULL;
+  dt_tensor *y = NULL, *x = (dt_tensor *)c->x;
+  RANK_OK(dt_tp_transform(c->prog, dt_comm_rank(world), dt_comm_size(world), &plan, &tp));
+  const dt_graph *g = dt_program_graph(tp);
+  int size = dt_comm_size(world);
+  /* Colwise -> rowwise pairs need one all_reduce each, and nothing else. */
+  RANK_CHECK(dt_graph_count_target(g, "all_reduce") == 2 &&
+                 dt_graph_count_target(g, "all_gather_into_tensor") == 0,
+             "unexpected communication");
+  dt_run_options ro = {.comm = world};
+  RANK_OK(dt_program_run(tp, 1, &x, 1, &y, &ro));
+  double diff = max_abs_diff(y, c->expect);
+  RANK_CHECK(diff <= 1e-4, "world %d: max abs diff %g", size, diff);
+  dt_tensor_release(y);
+  dt_program_destroy(tp);
+  return DT_OK;
+}
+
+Test(tp_transform, mlp_4_layers_hidden_1024_over_1_to_8_ranks) {
+  dt_module *layers[7] = {NULL}, *model = NULL;
+  for (int i = 0; i < 7; i++) {
+    if (i % 2)
+      cr_assert_eq(dt_nn_relu(&layers[i]), DT_OK);
+    else
+      cr_assert_eq(dt_nn_linear(1024, 1024, true, 1000 + (uint64_t)i, &layers[i]), DT_OK);
+  }
+  cr_assert_eq(dt_nn_sequential(7, layers, &model), DT_OK);
+  dt_tensor *x = ref_random(2, (int64_t[]){8, 1024}, DT_F32, -1, 1, 5), *y = NULL;
+  cr_assert_eq(dt_module_forward(model, x, &y), DT_OK);
+  dt_program *prog = NULL;
+  cr_assert_eq(dt_export(model, x, NULL, &prog), DT_OK, "%s", dt_last_error());
+  big_case c = {prog, x, y};
+  for (int world = 1; world <= 8; world++) SPAWN_OK(world, big_rank, &c);
+  dt_tensor_release(x);
+  dt_tensor_release(y);
+  dt_program_destroy(prog);
+  dt_module_destroy(model);
+}
+
+/* ---- Bad input ----------------------------------------------------------------------------------
+ */
+
+static dt_program *export_mlp_list(dt_module **model) {
+  cr_assert_eq(make_mlp_list(1, true, model), DT_OK);
+  dt_tensor *x = ref_random(2, (int64_t[]){4, 12}, DT_F32, -1, 1, 5);
+  dt_program *p = NULL;
+  cr_assert_eq(dt_export(*model, x, NULL, &p), DT_OK, "%s", dt_last_error());
+  dt_tensor_release(x);
+  return p;
+}
+
+static void expect_transform_error(const dt_program *p, int rank, int world, int n,
+                                   const dt_tp_plan_entry *entries, dt_status status, const char *a,
+                                   const char *b) {
+  dt_tp_plan plan = {n, entries};
+  dt_program *out = (dt_program *)&plan; /* must come back NULL */
+  cr_assert_eq(dt_tp_transform(p, rank, world, &plan, &out), status, "%s", dt_last_error());
+  cr_assert_null(out);
+  ref_assert_error_mentions(a, b);
+}
+
+Test(tp_transform, bad_plans) {
+  dt_module *model = NULL;
+  dt_program *p = export_mlp_list(&model);
+  expect_transform_error(p, 0, 2, 1, (dt_tp_plan_entry[]){{"mlps.0.5", DT_TP_COLWISE}},
+                         DT_ERR_INVALID, "mlps.0.5", "not a module");
+  expect_transform_error(p, 0, 2, 1, (dt_tp_plan_entry[]){{"mlps.0.1", DT_TP_ROWWISE}},
+                         DT_ERR_INVALID, "ReLU", "Linear");
+  expect_transform_error(p, 0, 2, 1, (dt_tp_plan_entry[]){{"mlps", DT_TP_ROWWISE}}, DT_ERR_INVALID,
+                         "ModuleList", "Linear");
+  expect_transform_error(
+      p, 0, 2, 2, (dt_tp_plan_entry[]){{"mlps.0.0", DT_TP_COLWISE}, {"mlps.0.0", DT_TP_ROWWISE}},
+      DT_ERR_INVALID, "mlps.0.0", "twice");
+  expect_transform_error(p, 0, 2, 1, (dt_tp_plan_entry[]){{"mlps.0.0", (dt_tp_style)7}},
+                         DT_ERR_INVALID, "mlps.0.0", "style");
+  expect_transform_error(p, 2, 2, 1, (dt_tp_plan_entry[]){{"mlps.0.0", DT_TP_COLWISE}},
+                         DT_ERR_INVALID, "rank 2", "world 2");
+  expect_transform_error(p, 0, 0, 1, (dt_tp_plan_entry[]){{"mlps.0.0", DT_TP_COLWISE}},
+                         DT_ERR_INVALID, "rank", "world 0");
+  /* A transformed program is not transformed again. */
+  dt_tp_plan plan = {1, (dt_tp_plan_entry[]){{"mlps.0.0", DT_TP_COLWISE}}};
+  dt_program *tp = NULL;
+  cr_assert_eq(dt_tp_transform(p, 0, 2, &plan, &tp), DT_OK);
+  expect_transform_error(tp, 0, 2, 1, plan.entries, DT_ERR_INVALID, "already", "transformed");
+  /* Running it without a group is an error, not a crash. */
+  dt_tensor *x = ref_random(2, (int64_t[]){4, 12}, DT_F32, -1, 1, 5), *y = NULL;
+  cr_assert_eq(dt_program_run(tp, 1, &x, 1, &y, NULL), DT_ERR_INVALID);
+  cr_assert_null(y);
+  ref_assert_error_mentions("program_run: node %all_reduce", "no group");
+  dt_tensor_release(x);
+  dt_program_destroy(tp);
+  dt_program_destroy(p);
+  dt_module_destroy(model);
+}
+
+/* A parsed program knows no module types: a style needs a 2-D "<fqn>.weight" parameter. */
+Test(tp_transform, parsed_program_unshardable_weight) {
+  const char *text = "graph() {\n"
+                     "  %fc.weight = parameter() : f32[4]\n"
+                     "  %x = placeholder() : f32[3, 4]\n"
+                     "  %mul = mul.Tensor(%x, %fc.weight) : f32[3, 4]\n"
+                     "  return (%mul)\n"
+                     "}\n";
+  dt_graph *g = NULL;
+  cr_assert_eq(dt_graph_parse(text, &g), DT_OK, "%s", dt_last_error());
+  dt_tensor *w = ref_random(1, (int64_t[]){4}, DT_F32, -1, 1, 1);
+  dt_program *p = NULL;
+  cr_assert_eq(dt_program_create(g, 1, (const char *const[]){"fc.weight"}, &w, &p), DT_OK, "%s",
+               dt_last_error());
+  expect_transform_error(p, 0, 2, 1, (dt_tp_plan_entry[]){{"fc", DT_TP_COLWISE}}, DT_ERR_INVALID,
+                         "fc", "not 2-D");
+  expect_transform_error(p, 0, 2, 1, (dt_tp_plan_entry[]){{"gc", DT_TP_COLWISE}}, DT_ERR_INVALID,
+                         "gc", "gc.weight");
+  /* A state dict that does not match the graph is refused. */
+  dt_program *q = (dt_program *)g;
+  cr_assert_eq(dt_program_create(g, 0, NULL, NULL, &q), DT_ERR_INVALID);
+  cr_assert_null(q);
+  ref_assert_error_mentions("fc.weight", "no state");
+  dt_tensor *w2 = ref_random(1, (int64_t[]){5}, DT_F32, -1, 1, 1);
+  cr_assert_eq(dt_program_create(g, 1, (const char *const[]){"fc.weight"}, &w2, &q),
+               DT_ERR_INVALID);
+  ref_assert_error_mentions("fc.weight", "f32[5]");
+  dt_tensor_release(w2);
+  dt_tensor_release(w);
+  dt_program_destroy(p);
+  dt_graph_destroy(g);
+}
+
+typedef struct eager_bad {
+  int step;
+} eager_bad;
+
+static dt_status eager_bad_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_module *model = NULL;
+  RANK_OK(make_mlp_list(1, true, &model));
+  dt_mesh *mesh = NULL, *mesh2 = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int64_t[]){2}, NULL, &mesh));
+  RANK_OK(dt_mesh_create(world, 2, (int64_t[]){1, 2}, NULL, &mesh2));
+  dt_tp_plan missing = {1, (dt_tp_plan_entry[]){{"mlps.0.9", DT_TP_COLWISE}}};
+  RANK_CHECK(dt_parallelize_module(model, mesh, &missing, NULL) == DT_ERR_INVALID, "missing FQN");
+  RANK_CHECK(strstr(dt_last_error(), "mlps.0.9") != NULL, "%s", dt_last_error());
+  dt_tp_plan relu = {1, (dt_tp_plan_entry[]){{"mlps.0.1", DT_TP_COLWISE}}};
+  RANK_CHECK(dt_parallelize_module(model, mesh, &relu, NULL) == DT_ERR_INVALID, "style on ReLU");
+  RANK_CHECK(strstr(dt_last_error(), "ReLU") != NULL, "%s", dt_last_error());
+  dt_tp_plan ok = {1, (dt_tp_plan_entry[]){{"mlps.0.0", DT_TP_COLWISE}}};
+  RANK_CHECK(dt_parallelize_module(model, mesh2, &ok, NULL) == DT_ERR_INVALID, "2-D mesh");
+  RANK_CHECK(strstr(dt_last_error(), "1-D mesh") != NULL, "%s", dt_last_error());
+  /* Nothing was changed by the failures. */
+  RANK_CHECK(!dt_tensor_is_distributed(dt_module_get_tensor(model, "mlps.0.0.weight")),
+             "half-built");
+  /* A layout sharding a dim the input lacks fails at forward time, clearly. */
+  dt_tp_style_options bad = {.set_input_layout = true, .input_layout = dt_shard(3)};
+  RANK_OK(dt_parallelize_module(model, mesh, &ok, &bad));
+  dt_tensor *x = ref_random(2, (int64_t[]){4, 6}, DT_F32, -1, 1, 5), *y = NULL;
+  dt_module *fc = dt_module_find(model, "mlps.0.0");
+  RANK_CHECK(dt_module_forward(fc, x, &y) == DT_ERR_INVALID && y == NULL, "S(3) of a 2-D input");
+  RANK_CHECK(strstr(dt_last_error(), "S(3)") != NULL, "%s", dt_last_error());
+  RANK_CHECK(dt_parallelize_module(model, mesh, &ok, NULL) == DT_ERR_INVALID, "parallelized twice");
+  dt_tensor_release(x);
+  dt_module_destroy(model);
+  dt_mesh_destroy(mesh2);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(parallelize_module, bad_input) { SPAWN_OK(2, eager_bad_rank, NULL); }

@@ -144,8 +144,7 @@ static dt_status run_nodes(run_state *s, const dt_program *prog, int n_inputs,
                           g->nodes[n->inputs[0]].kind != DT_NODE_BUFFER &&
                           g->nodes[n->inputs[0]].kind != DT_NODE_PLACEHOLDER;
         if (!comm) {
-          st = dt__error(DT_ERR_INVALID,
-                         "program_run: the graph communicates but no group was given");
+          st = dt__error(DT_ERR_INVALID, "the graph communicates but no group was given");
         } else {
           st = dt__comm_node_start(g, i, s->values[n->inputs[0]], consumable, s->symbols, comm,
                                    stats, &s->pending[i]);

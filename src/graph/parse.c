@@ -399,6 +399,8 @@ static dt_status check_call(parser *p, int i, const args *a, int declared_n) {
 static dt_status check_comm(parser *p, int i, const args *a) {
   dt_node *n = &p->g->nodes[i];
   const char *name = dt__comm_target_names[n->target];
+  if (p->g->world_size == 0)
+    return fail(p, "%s needs a transformed graph (world=N rank=R in the header)", name);
   if (a->n_inputs != 1 || a->inputs[0] < 0 || a->has_list || a->has_index) {
     return fail(p, "%s takes exactly one tensor", name);
   }

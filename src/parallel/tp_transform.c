@@ -272,11 +272,12 @@ static dt_status value_at(tp *s, int v, dt_placement to, int *out) {
  * HUGE_VAL when the change would shard a symbolic dim. */
 static double transition_cost(const tp *s, const dt_value_type *t, dt_placement from,
                               dt_placement to) {
-  if (same_placement(from, to) || s->world == 1) return 0;
+  if (same_placement(from, to)) return 0;
   if (to.kind == DT_SHARD && t->sym[to.dim] >= 0) return HUGE_VAL;
   double bytes = (double)dt_dtype_size(t->dtype);
   for (int d = 0; d < t->ndim; d++) bytes *= (double)t->shape[d];
-  double n = s->world;
+  /* One rank prices moves as two would, so that every world size gets the same graph. */
+  double n = s->world > 1 ? s->world : 2;
   if (from.kind == DT_REPLICATE) return 1;
   if (from.kind == DT_SHARD && to.kind == DT_REPLICATE) return bytes / n * (n - 1) + 64;
   if (from.kind == DT_SHARD && to.kind == DT_SHARD) return bytes / n + 64;
