@@ -8,7 +8,7 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: dtensor <command> [options]\n"
-          "  demo                 run a few ops and print them\n"
+          "  demo [--world N] [--json]  TP MLP: export, transform, run on N ranks\n"
           "  info [--ops] [--json]  version and the op table\n"
           "  bench kernels [--json] local kernel benchmarks\n");
 }
