@@ -6,10 +6,11 @@
 
 int dt_tool_bench(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: dtensor bench <kernels> [--json]\n");
+    fprintf(stderr, "usage: dtensor bench <kernels|tp> [--json]\n");
     return 2;
   }
   if (strcmp(argv[1], "kernels") == 0) return dt_bench_kernels(argc - 1, argv + 1);
+  if (strcmp(argv[1], "tp") == 0) return dt_bench_tp(argc - 1, argv + 1);
   fprintf(stderr, "dtensor bench: unknown suite '%s'\n", argv[1]);
   return 2;
 }

@@ -10,7 +10,8 @@ static void usage(FILE *f) {
           "usage: dtensor <command> [options]\n"
           "  demo [--world N] [--json]  TP MLP: export, transform, run on N ranks\n"
           "  info [--ops] [--json]  version and the op table\n"
-          "  bench kernels [--json] local kernel benchmarks\n");
+          "  bench kernels [--json] local kernel benchmarks\n"
+          "  bench tp [--json]      tensor-parallel MLP forward, 2 ranks vs 1\n");
 }
 
 int main(int argc, char **argv) {

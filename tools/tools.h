@@ -9,6 +9,7 @@ int dt_tool_demo(int argc, char **argv);
 int dt_tool_info(int argc, char **argv);
 int dt_tool_bench(int argc, char **argv);
 int dt_bench_kernels(int argc, char **argv);
+int dt_bench_tp(int argc, char **argv);
 
 /* True if flag appears among argv[1..argc). */
 bool dt_tool_has_flag(int argc, char **argv, const char *flag);
