@@ -391,3 +391,78 @@ static dt_status eager_bad_rank(dt_comm *world, void *arg) {
 }
 
 Test(parallelize_module, bad_input) { SPAWN_OK(2, eager_bad_rank, NULL); }
+
+/* ---- Communication nodes, run: every collective on uneven shards
+ * ---------------------------------- */
+
+static int64_t piece(int64_t size, int world, int r, int64_t *start) {
+  int64_t p = (size + world - 1) / world, s = p * r < size ? p * r : size;
+  *start = s;
+  return size - s < p ? size - s : p;
+}
+
+static dt_status comm_nodes_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  int rank = dt_comm_rank(world), size = dt_comm_size(world);
+  int64_t c0, r0, cols = piece(7, size, rank, &c0), rows = piece(5, size, rank, &r0);
+  char text[2048];
+  snprintf(text, sizeof text,
+           "graph() world=%d rank=%d {\n"
+           "  %%x = placeholder() : f32[5, %lld] S(1)\n"
+           "  %%ag = all_gather_into_tensor(%%x, dim=1) : f32[5, 7] R\n"
+           "  %%w1 = wait_tensor(%%ag) : f32[5, 7] R\n"
+           "  %%a2a = all_to_all(%%x, dim=1, new_dim=0) : f32[%lld, 7] S(0)\n"
+           "  %%w2 = wait_tensor(%%a2a) : f32[%lld, 7] S(0)\n"
+           "  %%rs = reduce_scatter_tensor(%%w1, dim=1, op=sum) : f32[5, %lld] S(1)\n"
+           "  %%w3 = wait_tensor(%%rs) : f32[5, %lld] S(1)\n"
+           "  %%ar = all_reduce(%%w1, op=max) : f32[5, 7] R\n"
+           "  %%w4 = wait_tensor(%%ar) : f32[5, 7] R\n"
+           "  return (%%w1, %%w2, %%w3, %%w4)\n"
+           "}\n",
+           size, rank, (long long)cols, (long long)rows, (long long)rows, (long long)cols,
+           (long long)cols);
+  dt_graph *g = NULL;
+  RANK_OK(dt_graph_parse(text, &g));
+  dt_program *p = NULL;
+  RANK_OK(dt_program_create(g, 0, NULL, NULL, &p));
+  dt_tensor *full = ref_random(2, (int64_t[]){5, 7}, DT_F32, -3, 3, 21), *x = NULL, *xc = NULL;
+  RANK_OK(dt_narrow(full, 1, c0, cols, &x));
+  RANK_OK(dt_contiguous(x, &xc));
+  dt_tensor *out[4] = {NULL};
+  dt_run_stats stats = {0};
+  dt_run_options ro = {.comm = world, .stats = &stats};
+  RANK_OK(dt_program_run(p, 1, &xc, 4, out, &ro));
+  double *f = ref_values(full), *o[4];
+  for (int k = 0; k < 4; k++) o[k] = ref_values(out[k]);
+  for (int i = 0; i < 5; i++) {
+    for (int j = 0; j < 7; j++) {
+      RANK_CHECK(o[0][i * 7 + j] == f[i * 7 + j], "all_gather (%d, %d)", i, j);
+      RANK_CHECK(o[3][i * 7 + j] == f[i * 7 + j], "all_reduce max (%d, %d)", i, j);
+      if (i >= r0 && i < r0 + rows)
+        RANK_CHECK(o[1][(i - r0) * 7 + j] == f[i * 7 + j], "all_to_all (%d, %d)", i, j);
+      if (j >= c0 && j < c0 + cols) {
+        double want = size * f[i * 7 + j], got = o[2][i * cols + (j - c0)];
+        RANK_CHECK(fabs(got - want) <= 1e-5 * (1 + fabs(want)), "reduce_scatter (%d, %d): %g vs %g",
+                   i, j, got, want);
+      }
+    }
+  }
+  RANK_CHECK(stats.comm_calls[0] == 1 && stats.comm_calls[1] == 1 && stats.comm_calls[2] == 1 &&
+                 stats.comm_calls[3] == 1,
+             "one call of each kind");
+  free(f);
+  for (int k = 0; k < 4; k++) {
+    free(o[k]);
+    dt_tensor_release(out[k]);
+  }
+  dt_tensor_release(full);
+  dt_tensor_release(x);
+  dt_tensor_release(xc);
+  dt_program_destroy(p);
+  dt_graph_destroy(g);
+  return DT_OK;
+}
+
+Test(interpreter, every_collective_on_uneven_shards) {
+  for (int world = 1; world <= 4; world++) SPAWN_OK(world, comm_nodes_rank, NULL);
+}
