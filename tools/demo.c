@@ -1,47 +1,182 @@
-/* dtensor demo: a short tour of the local tensor library. */
+/*
+ * dtensor demo — the main job: an MLP exported to a graph, rewritten for tensor parallelism
+ * on N ranks (threads), and run both ways.
+ *
+ *   1. build Sequential(Linear(32, 128), ReLU, Linear(128, 32)) and export it by tracing;
+ *   2. print its graph, then the graph rank 0 runs after the TP transformation with the plan
+ *      {"0": COLWISE, "2": ROWWISE} (local shapes, placements, explicit communication);
+ *   3. run the original on one rank and the transformed program on N ranks, print the largest
+ *      difference, the communication each rank did (by kind and bytes) and how one weight is
+ *      sharded.
+ *
+ * Options: --world N (default 4), --json (end with a one-line JSON summary).
+ */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "dtensor/dtensor.h"
 #include "tools.h"
 
-static int check(dt_status st, const char *what) {
-  if (st == DT_OK) return 0;
-  fprintf(stderr, "demo: %s failed: %s (%s)\n", what, dt_status_string(st), dt_last_error());
+#define BATCH 8
+#define IN 32
+#define HIDDEN 128
+
+typedef struct demo {
+  const dt_program *prog;
+  const dt_tensor *x, *expect;
+  int world;
+  double *max_diff;    /* per rank */
+  dt_run_stats *stats; /* per rank */
+  char *rank0_graph;   /* rank 0's transformed graph, for printing */
+  char sharding[2048]; /* visualize_sharding of one weight (rank 0) */
+  int inserted[5];     /* inserted node counts on rank 0, by comm kind (wait last) */
+} demo;
+
+static const dt_tp_plan_entry plan_entries[] = {{"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}};
+
+static double max_abs_diff(const dt_tensor *a, const dt_tensor *b) {
+  int64_t n = dt_tensor_numel(a);
+  if (n != dt_tensor_numel(b)) return INFINITY;
+  double *x = malloc(sizeof *x * (size_t)n), *y = malloc(sizeof *y * (size_t)n), m = 0;
+  if (!x || !y || dt_tensor_to_doubles(a, x, n) || dt_tensor_to_doubles(b, y, n)) m = INFINITY;
+  for (int64_t i = 0; m != INFINITY && i < n; i++) m = fmax(m, fabs(x[i] - y[i]));
+  free(x);
+  free(y);
+  return m;
+}
+
+static dt_status rank_main(dt_comm *world, void *arg) {
+  demo *d = arg;
+  int rank = dt_comm_rank(world);
+  dt_tp_plan plan = {2, plan_entries};
+  dt_program *tp = NULL;
+  dt_mesh *mesh = NULL;
+  dt_tensor *y = NULL, *shard = NULL;
+  dt_status st = dt_tp_transform(d->prog, rank, d->world, &plan, &tp);
+  if (!st) {
+    dt_run_options ro = {.comm = world, .stats = &d->stats[rank]};
+    st = dt_program_run(tp, 1, (dt_tensor *const *)&d->x, 1, &y, &ro);
+  }
+  if (!st) d->max_diff[rank] = max_abs_diff(y, d->expect);
+  /* The first weight as the distributed tensor its local shard is part of. */
+  if (!st) st = dt_mesh_create(world, 1, (int[]){d->world}, (const char *const[]){"tp"}, &mesh);
+  if (!st) {
+    dt_from_local_options fo = {.global_shape = (int64_t[]){HIDDEN, IN}, .global_ndim = 2};
+    st = dt_from_local(mesh, dt_program_state(tp, "0.weight"), 1, (dt_placement[]){dt_shard(0)},
+                       &fo, &shard);
+  }
+  if (!st && rank == 0) {
+    st = dt_visualize_sharding(shard, d->sharding, sizeof d->sharding);
+    const dt_graph *g = dt_program_graph(tp);
+    for (int k = 0; k < 4; k++) d->inserted[k] = dt_graph_count_target(g, dt_comm_node_name(k));
+    d->inserted[4] = dt_graph_count_target(g, "wait_tensor");
+    d->rank0_graph = dt_graph_to_text(g);
+  }
+  dt_tensor_release(shard);
+  dt_tensor_release(y);
+  dt_mesh_destroy(mesh);
+  dt_program_destroy(tp);
+  return st;
+}
+
+static int fail(const char *what) {
+  fprintf(stderr, "demo: %s failed: %s\n", what, dt_last_error());
   return 1;
 }
 
-static void show(const char *label, const dt_tensor *t) {
-  char buf[512];
-  dt_tensor_format(t, buf, sizeof buf);
-  printf("%-28s %s\n", label, buf);
-}
-
 int dt_tool_demo(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  int64_t shape[] = {2, 3};
-  dt_tensor *a = NULL, *b = NULL, *sum = NULL, *t = NULL;
+  int world = 4;
+  bool json = dt_tool_has_flag(argc, argv, "--json");
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--world") == 0 && i + 1 < argc) {
+      world = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
+      const char *backend = argv[++i];
+      if (strcmp(backend, "threads") != 0) {
+        fprintf(stderr, "demo: backend '%s' is not available in this build (use threads)\n",
+                backend);
+        return 2;
+      }
+    } else if (strcmp(argv[i], "--json") != 0) {
+      fprintf(stderr, "usage: dtensor demo [--world N] [--backend threads] [--json]\n");
+      return 2;
+    }
+  }
+  if (world < 1 || world > 64) {
+    fprintf(stderr, "demo: --world must be in 1..64\n");
+    return 2;
+  }
+  dt_module *model = NULL;
+  dt_program *prog = NULL;
+  dt_tensor *x = NULL, *expect = NULL;
   int rc = 0;
-  rc |= check(dt_arange(0, 6, 1, DT_F32, &a), "arange");
+  if (dt_nn_mlp(IN, HIDDEN, IN, true, 2024, &model)) return fail("building the model");
+  if (dt_randn(2, (int64_t[]){BATCH, IN}, DT_F32, 7, &x)) rc = fail("making the input");
+  dt_export_options eo = {.dynamic_batch = true};
+  if (!rc && dt_export(model, x, &eo, &prog)) rc = fail("export");
+  if (!rc && dt_program_run(prog, 1, &x, 1, &expect, NULL)) rc = fail("running the exported graph");
+  demo d = {.prog = prog, .x = x, .expect = expect, .world = world};
+  d.max_diff = calloc((size_t)world, sizeof *d.max_diff);
+  d.stats = calloc((size_t)world, sizeof *d.stats);
+  if (!rc && (!d.max_diff || !d.stats)) rc = fail("allocation");
+  if (!rc && dt_spawn(world, rank_main, &d)) rc = fail("the tensor-parallel run");
   if (!rc) {
-    dt_tensor *a2 = NULL;
-    rc |= check(dt_from_data((float[]){0, 1, 2, 3, 4, 5}, 2, shape, DT_F32, &a2), "from_data");
-    dt_tensor_release(a);
-    a = a2;
+    double diff = 0;
+    for (int r = 0; r < world; r++) diff = fmax(diff, d.max_diff[r]);
+    char *before = dt_graph_to_text(dt_program_graph(prog));
+    printf("libdtensor %s — tensor-parallel MLP on %d ranks (threads backend)\n\n",
+           dt_version_string(), world);
+    printf("== Model: Sequential(Linear(%d, %d), ReLU, Linear(%d, %d)), plan {\"0\": colwise, "
+           "\"2\": rowwise}\n\n",
+           IN, HIDDEN, HIDDEN, IN);
+    printf("== Exported graph (dt_export, batch symbolic as s0)\n%s\n",
+           before ? before : "(out of memory)\n");
+    printf("== After the TP transformation, rank 0 of %d (local shapes, placements, explicit "
+           "comm)\n%s\n",
+           world, d.rank0_graph ? d.rank0_graph : "(out of memory)\n");
+    printf("== Results\n");
+    printf("  max |single rank - %d ranks| = %.3g  (%s 1e-5)\n", world, diff,
+           diff <= 1e-5 ? "<=" : "EXCEEDS");
+    printf("  inserted per rank: %d all_gather_into_tensor, %d all_reduce, %d "
+           "reduce_scatter_tensor, %d all_to_all, "
+           "%d wait_tensor\n",
+           d.inserted[0], d.inserted[1], d.inserted[2], d.inserted[3], d.inserted[4]);
+    printf("  communication by kind (calls / bytes sent, summed over ranks):\n");
+    int64_t calls[4] = {0}, bytes[4] = {0};
+    double comm_s = 0;
+    for (int r = 0; r < world; r++) {
+      for (int k = 0; k < 4; k++)
+        calls[k] += d.stats[r].comm_calls[k], bytes[k] += d.stats[r].comm_bytes[k];
+      comm_s += d.stats[r].comm_seconds;
+    }
+    for (int k = 0; k < 4; k++) {
+      printf("    %-24s %4lld calls %10lld bytes\n", dt_comm_node_name(k), (long long)calls[k],
+             (long long)bytes[k]);
+    }
+    printf("    time in collectives: %.3f ms (all ranks)\n\n", comm_s * 1e3);
+    printf("== visualize_sharding(0.weight) [%d, %d], placed S(0)\n%s\n", HIDDEN, IN, d.sharding);
+    /* PROFILER HOOK: include/dtensor/profile.h is not in this build yet. When it lands, wrap
+     * the dt_spawn above in a profiler session, write the Chrome trace (e.g. dtensor_demo.json)
+     * and print its utilization summary here; the JSON "trace" field then names the file. */
+    printf("== Trace: the profiler is not part of this build; no Chrome trace written\n");
+    if (json) {
+      printf("{\"world\":%d,\"max_abs_diff\":%.9g,\"all_reduce\":%d,\"all_gather_into_tensor\":%d,"
+             "\"reduce_scatter_tensor\":%d,\"all_to_all\":%d,\"all_reduce_bytes\":%lld,"
+             "\"all_gather_into_tensor_bytes\":%lld,\"trace\":null}\n",
+             world, diff, d.inserted[1], d.inserted[0], d.inserted[2], d.inserted[3],
+             (long long)bytes[1], (long long)bytes[0]);
+    }
+    dt_graph_text_free(before);
+    if (diff > 1e-5) rc = 1;
   }
-  if (!rc) rc |= check(dt_rand(2, shape, DT_F32, 42, &b), "rand");
-  if (!rc) rc |= check(dt_add(a, b, &sum), "add");
-  if (!rc) rc |= check(dt_transpose(sum, 0, 1, &t), "transpose");
-  if (!rc) {
-    printf("libdtensor %s demo\n", dt_version_string());
-    show("a", a);
-    show("b = rand(seed=42)", b);
-    show("a + b", sum);
-    show("(a + b).transpose(0, 1)", t);
-  }
-  dt_tensor_release(a);
-  dt_tensor_release(b);
-  dt_tensor_release(sum);
-  dt_tensor_release(t);
+  dt_graph_text_free(d.rank0_graph);
+  free(d.max_diff);
+  free(d.stats);
+  dt_tensor_release(x);
+  dt_tensor_release(expect);
+  dt_program_destroy(prog);
+  dt_module_destroy(model);
   return rc;
 }

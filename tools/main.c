@@ -8,10 +8,12 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: dtensor <command> [options]\n"
-          "  demo                 run a few ops and print them\n"
+          "  demo [--world N] [--json]  TP MLP: export, transform, run on N ranks\n"
           "  info [--ops] [--json]  version and the op table\n"
           "  bench kernels [--json] local kernel benchmarks\n"
-          "  trace stats|plot FILE  utilization of a Chrome trace, or its timeline as SVG\n");
+          "  trace stats|plot FILE  utilization of a Chrome trace, or its timeline as SVG\n"
+
+          "  bench tp [--json]      tensor-parallel MLP forward, 2 ranks vs 1\n");
 }
 
 int main(int argc, char **argv) {

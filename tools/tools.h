@@ -14,6 +14,7 @@ int dt_bench_instructions(int argc, char **argv);
 int dt_bench_collectives(int argc, char **argv);
 int dt_tool_trace(int argc, char **argv);
 int dt_bench_profile(int argc, char **argv);
+int dt_bench_tp(int argc, char **argv);
 
 /* True if flag appears among argv[1..argc). */
 bool dt_tool_has_flag(int argc, char **argv, const char *flag);

@@ -9,6 +9,9 @@
  *   dist.h    distributed tensors: placements, redistribution, distributed factories
  *   mode.h    dispatch modes: callbacks around every op call
  *   profile.h profiler: Chrome traces of every rank, utilization analysis of any trace
+ *   graph.h   models as graphs: IR, text format, interpreter, export by tracing
+ *   nn.h      modules (Linear, Sequential, LayerNorm, ...) with PyTorch FQNs
+ *   parallel.h tensor parallelism: plans, parallelize_module, the TP graph transformation
  */
 #ifndef DTENSOR_DTENSOR_H
 #define DTENSOR_DTENSOR_H
@@ -16,10 +19,13 @@
 #include "dtensor/comm.h"
 #include "dtensor/core.h"
 #include "dtensor/dist.h"
+#include "dtensor/graph.h"
 #include "dtensor/mesh.h"
 #include "dtensor/mode.h"
+#include "dtensor/nn.h"
 #include "dtensor/ops.h"
 #include "dtensor/profile.h"
+#include "dtensor/parallel.h"
 #include "dtensor/tensor.h"
 
 #endif /* DTENSOR_DTENSOR_H */

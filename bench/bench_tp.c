@@ -1,0 +1,122 @@
+/*
+ * dtensor bench tp: forward of a tensor-parallel MLP (Linear(H, H), ReLU, Linear(H, H), H =
+ * 4096, batch 64, plan colwise/rowwise) on 2 ranks (threads) against the same exported graph
+ * on 1 rank, in the same run, each rank with one BLAS thread. Reports the speedup (1-rank
+ * time / 2-rank time, medians) and the fraction of the 2-rank time rank 0 spends in
+ * collectives.
+ *
+ * Options: --json, --iters N (default 7), --hidden H, --batch B.
+ */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "dtensor/dtensor.h"
+#include "tools.h"
+
+#define MAX_ITERS 64
+
+typedef struct tp_bench {
+  const dt_program *prog;
+  const dt_tensor *x;
+  int iters;
+  double times[MAX_ITERS]; /* rank 0, microseconds */
+  double comm_us[MAX_ITERS];
+} tp_bench;
+
+static const dt_tp_plan_entry plan_entries[] = {{"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}};
+
+static dt_status rank_main(dt_comm *world, void *arg) {
+  tp_bench *b = arg;
+  int rank = dt_comm_rank(world);
+  dt_tp_plan plan = {2, plan_entries};
+  dt_program *tp = NULL;
+  dt_status st = dt_tp_transform(b->prog, rank, dt_comm_size(world), &plan, &tp);
+  for (int it = -1; it < b->iters && !st; it++) { /* iteration -1 warms up */
+    dt_run_stats stats = {0};
+    dt_run_options ro = {.comm = world, .stats = &stats};
+    dt_tensor *y = NULL;
+    st = dt_barrier(world);
+    double t0 = dt_bench_now_us();
+    if (!st) st = dt_program_run(tp, 1, (dt_tensor *const *)&b->x, 1, &y, &ro);
+    double t1 = dt_bench_now_us();
+    dt_tensor_release(y);
+    if (!st && rank == 0 && it >= 0) {
+      b->times[it] = t1 - t0;
+      b->comm_us[it] = stats.comm_seconds * 1e6;
+    }
+  }
+  dt_program_destroy(tp);
+  return st;
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: dtensor bench tp [--json] [--iters N] [--hidden H] [--batch B]\n");
+  return 2;
+}
+
+int dt_bench_tp(int argc, char **argv) {
+  bool json = dt_tool_has_flag(argc, argv, "--json");
+  int iters = 7;
+  int64_t hidden = 4096, batch = 64;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0) continue;
+    if (i + 1 >= argc) return usage();
+    if (strcmp(argv[i], "--iters") == 0)
+      iters = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--hidden") == 0)
+      hidden = atoll(argv[++i]);
+    else if (strcmp(argv[i], "--batch") == 0)
+      batch = atoll(argv[++i]);
+    else
+      return usage();
+  }
+  if (iters < 1 || iters > MAX_ITERS || hidden < 2 || batch < 1) return usage();
+  openblas_set_num_threads(1);
+  dt_module *model = NULL;
+  dt_program *prog = NULL;
+  dt_tensor *x = NULL;
+  dt_status st = dt_nn_mlp(hidden, hidden, hidden, true, 4096, &model);
+  if (!st) st = dt_randn(2, (int64_t[]){batch, hidden}, DT_F32, 1, &x);
+  if (!st) st = dt_export(model, x, NULL, &prog);
+  /* One rank: the exported graph itself. */
+  double single[MAX_ITERS];
+  for (int it = -1; it < iters && !st; it++) {
+    dt_tensor *y = NULL;
+    double t0 = dt_bench_now_us();
+    st = dt_program_run(prog, 1, &x, 1, &y, NULL);
+    double t1 = dt_bench_now_us();
+    dt_tensor_release(y);
+    if (it >= 0) single[it] = t1 - t0;
+  }
+  tp_bench b = {.prog = prog, .x = x, .iters = iters};
+  if (!st) st = dt_spawn(2, rank_main, &b);
+  int rc = 0;
+  if (st) {
+    fprintf(stderr, "bench tp: %s\n", dt_last_error());
+    rc = 1;
+  } else {
+    double t1 = dt_bench_median(single, iters);
+    double comm_fraction[MAX_ITERS];
+    for (int it = 0; it < iters; it++) comm_fraction[it] = b.comm_us[it] / b.times[it];
+    double t2 = dt_bench_median(b.times, iters);
+    double frac = dt_bench_median(comm_fraction, iters);
+    if (json) {
+      printf("{\"name\":\"tp_mlp\",\"world\":2,\"hidden\":%lld,\"batch\":%lld,\"single_us\":%.1f,"
+             "\"tp_us\":%.1f,"
+             "\"speedup\":%.3f,\"comm_fraction\":%.4f}\n",
+             (long long)hidden, (long long)batch, t1, t2, t1 / t2, frac);
+    } else {
+      printf("tp_mlp hidden %lld batch %lld: 1 rank %.1f us, 2 ranks %.1f us, speedup %.2fx, comm "
+             "%.1f%% of the "
+             "2-rank time\n",
+             (long long)hidden, (long long)batch, t1, t2, t1 / t2, 100 * frac);
+    }
+  }
+  dt_tensor_release(x);
+  dt_program_destroy(prog);
+  dt_module_destroy(model);
+  return rc;
+}

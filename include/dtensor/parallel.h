@@ -1,0 +1,84 @@
+/*
+ * libdtensor — tensor parallelism: styles, the eager parallelize_module, and the
+ * tensor-parallel transformation of exported programs.
+ *
+ * A plan maps module FQNs to a style, on a 1-D mesh (or a group of world_size ranks):
+ *
+ *   COLWISE   Linear weight Shard(0), bias Shard(0): each rank computes a slice of the output
+ *             features. Input Replicate, output Shard(-1) (PyTorch's ColwiseParallel).
+ *   ROWWISE   Linear weight Shard(1), bias Replicate: each rank contracts a slice of the
+ *             input features. Input Shard(-1), output Replicate (PyTorch's RowwiseParallel).
+ *
+ * Everything the plan does not name is replicated. Sizes need not divide: shards follow
+ * torch.chunk (ranks at the end may hold fewer rows, or none).
+ */
+#ifndef DTENSOR_PARALLEL_H
+#define DTENSOR_PARALLEL_H
+
+#include "dtensor/core.h"
+#include "dtensor/dist.h"
+#include "dtensor/graph.h"
+#include "dtensor/mesh.h"
+#include "dtensor/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dt_tp_style {
+  DT_TP_COLWISE = 0,
+  DT_TP_ROWWISE = 1,
+} dt_tp_style;
+
+/* "colwise" / "rowwise". */
+DT_API const char *dt_tp_style_name(dt_tp_style style);
+
+typedef struct dt_tp_plan_entry {
+  const char *fqn; /* a Linear module: "mlps.0.0" */
+  dt_tp_style style;
+} dt_tp_plan_entry;
+
+typedef struct dt_tp_plan {
+  int n;
+  const dt_tp_plan_entry *entries;
+} dt_tp_plan;
+
+/* The tensor-parallel transformation (PyTorch's tensor_parallel_transformation): rewrites
+ * program for `rank` of `world_size` ranks. Parameters take the plan's placements and the new
+ * program's state dict holds this rank's shards only (copies); every value gets a placement
+ * from the op table's sharding rules, and where a consumer needs another placement than its
+ * input has, explicit communication nodes are inserted (all_gather_into_tensor, all_reduce,
+ * reduce_scatter_tensor, all_to_all, each followed by wait_tensor; going from Replicate to a
+ * shard or a partial sum is a local op). Graph outputs are Replicate. Run the result with
+ * dt_program_run and a group of world_size ranks in which this rank is `rank`.
+ * Not collective. Errors: DT_ERR_INVALID (NULL, rank outside the world, a plan FQN that is not
+ * a module of the program, a style on a module that is not a Linear, a FQN named twice),
+ * DT_ERR_UNSUPPORTED (a symbolic dim that would have to be sharded), DT_ERR_NOMEM. On failure
+ * *out is NULL. */
+DT_API dt_status dt_tp_transform(const dt_program *program, int rank, int world_size,
+                                 const dt_tp_plan *plan, dt_program **out);
+
+/* Options of a style in the eager path; NULL means PyTorch's defaults. */
+typedef struct dt_tp_style_options {
+  bool set_input_layout; /* input placement (default: COLWISE Replicate, ROWWISE Shard(-1)) */
+  dt_placement input_layout;
+  bool set_output_layout; /* output placement (default: COLWISE Shard(-1), ROWWISE Replicate) */
+  dt_placement output_layout;
+  bool keep_distributed_output; /* return the distributed tensor (use_local_output=False) */
+} dt_tp_style_options;
+
+/* The eager path (PyTorch's parallelize_module): on a 1-D mesh, replaces the parameters of
+ * every Linear the plan names by distributed tensors with the style's placements (each rank
+ * keeping its shard) and installs hooks that turn the module's local input into a distributed
+ * tensor with the input layout and its output into a local tensor with the output layout.
+ * `options` may be NULL or hold plan->n entries. Collective over the mesh.
+ * Errors: as dt_tp_transform, plus DT_ERR_INVALID for a mesh that is not 1-D or a layout that
+ * shards a dim the input does not have (at forward time). */
+DT_API dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_plan *plan,
+                                       const dt_tp_style_options *options);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DTENSOR_PARALLEL_H */

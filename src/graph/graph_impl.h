@@ -1,0 +1,166 @@
+/*
+ * Private interface of the graph layer: the IR (nodes in an arena per graph), shape
+ * inference over a graph, programs, and the module tree.
+ */
+#ifndef DT_GRAPH_IMPL_H
+#define DT_GRAPH_IMPL_H
+
+#include "dist/dist_impl.h"
+#include "dtensor/graph.h"
+#include "dtensor/nn.h"
+#include "ops/op_impl.h"
+
+/* ---- Arena: bump allocation in blocks, freed all at once with the graph ------------------ */
+
+typedef struct dt_arena_block dt_arena_block;
+typedef struct dt_arena {
+  dt_arena_block *head;
+  size_t used, capacity;
+} dt_arena;
+
+void *dt__arena_alloc(dt_arena *arena, size_t size); /* zeroed, 8-byte aligned; NULL on OOM */
+char *dt__arena_strdup(dt_arena *arena, const char *s);
+void dt__arena_free(dt_arena *arena);
+
+/* ---- Values and nodes ----------------------------------------------------------------------- */
+
+#define DT_GRAPH_MAX_SYMBOLS 16
+#define DT_NO_SYMBOL (-1)
+
+/* Type of a value: dtype and shape, where dim d is symbol sym[d] when sym[d] >= 0 (shape[d]
+ * then holds the size the symbol had when traced, its hint). */
+typedef struct dt_value_type {
+  dt_dtype dtype;
+  int ndim;
+  int64_t shape[DT_MAX_DIMS];
+  int8_t sym[DT_MAX_DIMS];
+} dt_value_type;
+
+typedef enum dt_node_kind {
+  DT_NODE_PLACEHOLDER = 0,
+  DT_NODE_PARAMETER,
+  DT_NODE_BUFFER,
+  DT_NODE_CALL,
+  DT_NODE_GETITEM,
+  DT_NODE_COMM,
+  DT_NODE_OUTPUT,
+} dt_node_kind;
+
+/* Communication node targets; the first four index dt_run_stats. */
+typedef enum dt_comm_target {
+  DT_COMM_ALL_GATHER = 0,
+  DT_COMM_ALL_REDUCE = 1,
+  DT_COMM_REDUCE_SCATTER = 2,
+  DT_COMM_ALL_TO_ALL = 3,
+  DT_COMM_WAIT = 4,
+  DT_COMM_TARGET_COUNT
+} dt_comm_target;
+
+extern const char *const dt__comm_target_names[DT_COMM_TARGET_COUNT];
+
+typedef struct dt_node {
+  dt_node_kind kind;
+  const char *name; /* unique in the graph; for parameters and buffers the FQN */
+  int target;       /* CALL: dt_op; COMM: dt_comm_target */
+  int n_inputs;
+  int inputs[DT_OP_MAX_INPUTS]; /* node indices; -1 for an absent optional input */
+  bool has_list;                /* CALL: the op takes a tensor list; OUTPUT: returned values */
+  int n_list;
+  int *list;
+  /* CALL attributes, as dt_op_call holds them before dispatch. GETITEM: ints[0] = index.
+   * COMM: ints[0] = dim (gather/scatter dim; all_to_all: the dim sharded before),
+   * ints[1] = all_to_all's new shard dim, reduce_op for all_reduce / reduce_scatter. */
+  int n_ints;
+  int64_t ints[DT_OP_MAX_INTS];
+  int n_int_list;
+  int64_t *int_list;
+  double scalars[2];
+  dt_dtype dtype;
+  int flags;
+  dt_reduce_op reduce_op;
+  /* Result: one value, or a tuple of n_out values (multi-output ops). */
+  bool is_tuple;
+  int n_out;
+  dt_value_type *types;
+  bool has_placement; /* transformed graphs */
+  dt_placement placement;
+} dt_node;
+
+struct dt_graph {
+  dt_arena arena;
+  dt_node *nodes;
+  int n_nodes, capacity;
+  int n_symbols;
+  int64_t symbol_hints[DT_GRAPH_MAX_SYMBOLS];
+  int world_size, rank; /* 0, 0 unless transformed */
+};
+
+/* True for ops that return a tuple (split, chunk, max.dim, ...). */
+bool dt__op_returns_tuple(int op);
+/* The op called name (ATen overload name) or -1. */
+int dt__op_by_name(const char *name, size_t len);
+
+dt_status dt__graph_create(dt_graph **out);
+/* Appends a zeroed node named `name` (made unique: name, name_1, ...) and returns its index,
+ * or -1 when out of memory. Pointers to nodes are invalidated by the next append. */
+int dt__graph_add_node(dt_graph *g, dt_node_kind kind, const char *name);
+/* Gives node i n_out types (zeroed) in the arena. */
+dt_status dt__graph_node_types(dt_graph *g, int i, int n_out);
+/* Copies a call record's attributes (not its tensors) into node i. */
+dt_status dt__graph_node_set_call(dt_graph *g, int i, const dt_op_call *call);
+int dt__graph_find(const dt_graph *g, const char *name);
+/* The node of the return node; -1 when the graph has none. */
+int dt__graph_output_node(const dt_graph *g);
+
+/* Value type helpers. */
+void dt__type_from_tensor(dt_value_type *t, const dt_tensor *x);
+bool dt__type_equal(const dt_value_type *a, const dt_value_type *b);
+char *dt__type_format(char *buf, size_t size, const dt_value_type *t);
+
+/* A tensor handle without storage carrying t's geometry (shape at the symbols' values), for
+ * running infer functions and sharding rules on metadata. */
+void dt__fake_tensor(dt_tensor *fake, const dt_value_type *t, const int64_t *symbol_values);
+
+/* Rebuilds a call record from node i: inputs from `values` (per node; NULL absent),
+ * attributes from the node, outputs into `outs` (capacity n_out). list_storage must hold
+ * node->n_list entries. */
+void dt__graph_build_call(const dt_graph *g, int i, dt_tensor *const *values,
+                          dt_tensor **list_storage, dt_tensor **outs, dt_op_call *call);
+
+/* Runs the op's infer on fake inputs of the types of node i's inputs (sizes at the symbol
+ * values) and writes the output metas; *n_out gets the output count. */
+dt_status dt__graph_infer_call(const dt_graph *g, int i, const int64_t *symbol_values,
+                               dt_tensor_meta *metas, int *n_out);
+
+/* The type of node j's value k (k = 0 unless j is a tuple). */
+static inline const dt_value_type *dt__value_type(const dt_graph *g, int j) {
+  return &g->nodes[j].types[0];
+}
+
+/* Text of a placement ("R", "S(1)", "P(sum)"). */
+const char *dt__placement_text(dt_placement p, char *buf, size_t size);
+
+/* ---- Programs ------------------------------------------------------------------------------ */
+
+typedef struct dt_module_info {
+  char *fqn;
+  char *type;
+} dt_module_info;
+
+struct dt_program {
+  dt_graph *graph;
+  int n_state;
+  char **state_names;
+  dt_tensor **state_tensors;
+  int n_modules;
+  dt_module_info *modules;
+};
+
+/* Makes a program that takes ownership of graph (destroyed on failure too). */
+dt_status dt__program_create_owned(dt_graph *graph, int n, const char *const *names,
+                                   dt_tensor *const *tensors, dt_program **out);
+/* Records the module table (copied). */
+dt_status dt__program_set_modules(dt_program *p, int n, const char *const *fqns,
+                                  const char *const *types);
+
+#endif /* DT_GRAPH_IMPL_H */

@@ -1,0 +1,167 @@
+/*
+ * The eager tensor-parallel path (PyTorch's parallelize_module with ColwiseParallel and
+ * RowwiseParallel): a Linear's parameters become distributed tensors and hooks convert its
+ * input and output between local tensors and the style's layouts. The distributed dispatch
+ * (sharding propagation + redistribution) does the rest.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "dtensor/parallel.h"
+#include "graph/graph_impl.h"
+
+typedef struct style_state {
+  dt_mesh *mesh;
+  dt_placement input_layout, output_layout;
+  bool keep_distributed;
+  int64_t in_features; /* the global size of the last input dim */
+} style_state;
+
+static void free_state(void *user) { dt__free(user); }
+
+static dt_status pre_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *user) {
+  style_state *s = user;
+  const char *op = dt_module_type(m);
+  if (in->spec) return dt_redistribute(in, 1, &s->input_layout, out);
+  dt_placement p = s->input_layout;
+  if (p.kind == DT_SHARD) {
+    int d = p.dim < 0 ? p.dim + in->ndim : p.dim;
+    if (d < 0 || d >= in->ndim) {
+      return dt__error(DT_ERR_INVALID, "%s: input layout S(%d) cannot shard an input of %d dims",
+                       op, p.dim, in->ndim);
+    }
+    p.dim = d;
+  } else if (p.kind == DT_PARTIAL) {
+    return dt__error(DT_ERR_INVALID, "%s: an input layout cannot be Partial", op);
+  }
+  /* The local input is this rank's piece; the last dim's global size is the Linear's
+   * in_features, so uneven shards are wrapped with the right global shape. */
+  int64_t global[DT_MAX_DIMS];
+  memcpy(global, in->shape, sizeof(int64_t) * (size_t)in->ndim);
+  dt_from_local_options opt = {.global_shape = global, .global_ndim = in->ndim};
+  bool known = p.kind != DT_SHARD || p.dim == in->ndim - 1;
+  if (p.kind == DT_SHARD && known) global[p.dim] = s->in_features;
+  return dt_from_local(s->mesh, in, 1, &p, known ? &opt : NULL, out);
+}
+
+static dt_status post_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *user) {
+  style_state *s = user;
+  (void)m;
+  dt_placement p = s->output_layout;
+  if (p.kind == DT_SHARD && p.dim < 0) p.dim += dt_dist_ndim(in);
+  dt_tensor *moved = NULL;
+  dt_status st = dt_redistribute(in, 1, &p, &moved);
+  if (st || s->keep_distributed) {
+    *out = moved;
+    return st;
+  }
+  st = dt_to_local(moved, out);
+  dt_tensor_release(moved);
+  return st;
+}
+
+typedef struct pending {
+  dt_module *module;
+  dt_tensor *weight, *bias;
+  style_state *state;
+} pending;
+
+static dt_status check_entry(dt_module *model, dt_mesh *mesh, const dt_tp_plan *plan, int k) {
+  const dt_tp_plan_entry *e = &plan->entries[k];
+  if (!e->fqn) return dt__error(DT_ERR_INVALID, "parallelize_module: plan entry %d has no FQN", k);
+  if (e->style != DT_TP_COLWISE && e->style != DT_TP_ROWWISE) {
+    return dt__error(DT_ERR_INVALID, "parallelize_module: plan entry '%s' has an unknown style %d",
+                     e->fqn, (int)e->style);
+  }
+  for (int j = 0; j < k; j++) {
+    if (strcmp(plan->entries[j].fqn, e->fqn) == 0) {
+      return dt__error(DT_ERR_INVALID, "parallelize_module: plan names '%s' twice", e->fqn);
+    }
+  }
+  dt_module *m = dt_module_find(model, e->fqn);
+  if (!m)
+    return dt__error(DT_ERR_INVALID,
+                     "parallelize_module: plan names '%s', which is not a module of the model",
+                     e->fqn);
+  if (strcmp(dt_module_type(m), "Linear") != 0) {
+    return dt__error(
+        DT_ERR_INVALID,
+        "parallelize_module: %s style on '%s', a %s (styles apply to Linear modules only)",
+        dt_tp_style_name(e->style), e->fqn, dt_module_type(m));
+  }
+  dt_tensor *w = dt_module_parameter(m, "weight");
+  if (!w || dt_tensor_ndim(w) != 2 || dt_tensor_is_distributed(w)) {
+    return dt__error(DT_ERR_INVALID,
+                     "parallelize_module: '%s' has no local 2-D weight (parallelized twice?)",
+                     e->fqn);
+  }
+  (void)mesh;
+  return DT_OK;
+}
+
+dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_plan *plan,
+                                const dt_tp_style_options *options) {
+  if (!model || !mesh || !plan || plan->n < 0 || (plan->n > 0 && !plan->entries)) {
+    return dt__error(DT_ERR_INVALID, "parallelize_module: NULL model, mesh or plan");
+  }
+  if (dt_mesh_ndim(mesh) != 1) {
+    return dt__error(DT_ERR_INVALID,
+                     "parallelize_module: tensor parallelism needs a 1-D mesh (got %d dims)",
+                     dt_mesh_ndim(mesh));
+  }
+  /* Check everything, then build every shard, then install: a failure changes nothing. */
+  for (int k = 0; k < plan->n; k++) {
+    dt_status st = check_entry(model, mesh, plan, k);
+    if (st) return st;
+  }
+  pending *todo = dt__calloc(sizeof *todo * (size_t)(plan->n ? plan->n : 1));
+  if (!todo) return dt__error(DT_ERR_NOMEM, "parallelize_module: out of memory");
+  dt_status st = DT_OK;
+  for (int k = 0; k < plan->n && !st; k++) {
+    const dt_tp_plan_entry *e = &plan->entries[k];
+    const dt_tp_style_options *o = options ? &options[k] : NULL;
+    bool colwise = e->style == DT_TP_COLWISE;
+    pending *t = &todo[k];
+    t->module = dt_module_find(model, e->fqn);
+    dt_tensor *w = dt_module_parameter(t->module, "weight"),
+              *b = dt_module_parameter(t->module, "bias");
+    dt_placement wp = dt_shard(colwise ? 0 : 1), bp = colwise ? dt_shard(0) : dt_replicate();
+    st = dt_distribute_tensor(mesh, w, 1, &wp, &t->weight);
+    if (!st && b) st = dt_distribute_tensor(mesh, b, 1, &bp, &t->bias);
+    if (st) break;
+    t->state = dt__calloc(sizeof *t->state);
+    if (!t->state) {
+      st = dt__error(DT_ERR_NOMEM, "parallelize_module: out of memory");
+      break;
+    }
+    t->state->mesh = mesh;
+    t->state->in_features = dt_tensor_shape(w)[1];
+    t->state->input_layout = o && o->set_input_layout ? o->input_layout
+                             : colwise                ? dt_replicate()
+                                                      : dt_shard(-1);
+    t->state->output_layout = o && o->set_output_layout ? o->output_layout
+                              : colwise                 ? dt_shard(-1)
+                                                        : dt_replicate();
+    t->state->keep_distributed = o && o->keep_distributed_output;
+    if (t->state->output_layout.kind == DT_PARTIAL && !t->state->keep_distributed) {
+      st = dt__error(
+          DT_ERR_INVALID,
+          "parallelize_module: '%s': a Partial output layout needs keep_distributed_output",
+          e->fqn);
+    }
+  }
+  for (int k = 0; k < plan->n; k++) {
+    pending *t = &todo[k];
+    if (!st) {
+      dt_module_set_tensor(t->module, "weight", t->weight);
+      if (t->bias) dt_module_set_tensor(t->module, "bias", t->bias);
+      dt_module_set_hooks(t->module, pre_hook, post_hook, t->state, free_state);
+    } else {
+      dt__free(t->state);
+    }
+    dt_tensor_release(t->weight);
+    dt_tensor_release(t->bias);
+  }
+  dt__free(todo);
+  return st;
+}

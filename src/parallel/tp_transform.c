@@ -1,0 +1,616 @@
+/*
+ * The tensor-parallel transformation of a program (PyTorch's tensor_parallel_transformation)
+ * for one rank of a 1-D mesh of world_size ranks.
+ *
+ * Parameters take the plan's placements (COLWISE: weight S(0), bias S(0); ROWWISE: weight
+ * S(1), bias R; the rest R) and the new state dict holds this rank's shards. Then every call
+ * node is placed with the op table's sharding rules (dt__sharding_rule, the same rules the
+ * eager distributed path uses): the candidates are priced by the bytes their input
+ * redistributions would move and the cheapest wins. Where an input's placement differs from
+ * the chosen one, the transition is made explicit:
+ *
+ *   R -> S(d)      narrow (local)           S(d) -> R     all_gather_into_tensor + wait_tensor
+ *   R -> P(sum)    zeros_like off rank 0    S(d) -> S(e)  all_to_all + wait_tensor
+ *   P -> R         all_reduce + wait_tensor P -> S(d)     reduce_scatter_tensor + wait_tensor
+ *
+ * Values of the new graph carry local shapes and placements; returned values are Replicate.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dtensor/parallel.h"
+#include "graph/graph_impl.h"
+
+#define CACHE_WAYS 4
+
+typedef struct tp_value {
+  int node; /* in the new graph: the value at its own placement */
+  dt_placement placement;
+  /* The same value moved to other placements, made once and reused by every consumer. */
+  int n_cached;
+  dt_placement cached_placement[CACHE_WAYS];
+  int cached_node[CACHE_WAYS];
+} tp_value;
+
+typedef struct tp {
+  const dt_graph *src;
+  dt_graph *g;
+  int rank, world;
+  tp_value *values; /* per source node */
+  int n_state;
+  char **state_names;
+  dt_tensor **state_tensors;
+} tp;
+
+const char *dt_tp_style_name(dt_tp_style style) {
+  return style == DT_TP_COLWISE ? "colwise" : style == DT_TP_ROWWISE ? "rowwise" : "invalid";
+}
+
+static int64_t chunk_len(int64_t size, int world, int r) {
+  int64_t start, len;
+  dt__chunk_range(size, world, r, &start, &len);
+  return len;
+}
+
+static int64_t chunk_start(int64_t size, int world, int r) {
+  int64_t start, len;
+  dt__chunk_range(size, world, r, &start, &len);
+  return start;
+}
+
+/* The local type of a value of global type t placed p on this rank. */
+static void local_type(const tp *s, const dt_value_type *t, dt_placement p, dt_value_type *out) {
+  *out = *t;
+  if (p.kind == DT_SHARD) {
+    out->shape[p.dim] = chunk_len(t->shape[p.dim], s->world, s->rank);
+    out->sym[p.dim] = DT_NO_SYMBOL;
+  }
+}
+
+static bool same_placement(dt_placement a, dt_placement b) {
+  return dt__placements_equal(1, &a, &b);
+}
+
+/* ---- Plan ------------------------------------------------------------------------------------ */
+
+static dt_status check_plan(const dt_program *prog, const dt_tp_plan *plan) {
+  for (int k = 0; k < plan->n; k++) {
+    const dt_tp_plan_entry *e = &plan->entries[k];
+    if (!e->fqn) return dt__error(DT_ERR_INVALID, "tp_transform: plan entry %d has no FQN", k);
+    if (e->style != DT_TP_COLWISE && e->style != DT_TP_ROWWISE) {
+      return dt__error(DT_ERR_INVALID, "tp_transform: plan entry '%s' has an unknown style %d",
+                       e->fqn, (int)e->style);
+    }
+    for (int j = 0; j < k; j++) {
+      if (strcmp(plan->entries[j].fqn, e->fqn) == 0) {
+        return dt__error(DT_ERR_INVALID, "tp_transform: plan names '%s' twice", e->fqn);
+      }
+    }
+    char weight[300];
+    snprintf(weight, sizeof weight, "%s%sweight", e->fqn, e->fqn[0] ? "." : "");
+    const char *type = dt_program_module_type(prog, e->fqn);
+    if (prog->n_modules > 0 && !type) {
+      return dt__error(DT_ERR_INVALID,
+                       "tp_transform: plan names '%s', which is not a module of the program",
+                       e->fqn);
+    }
+    if (type && strcmp(type, "Linear") != 0) {
+      return dt__error(DT_ERR_INVALID,
+                       "tp_transform: %s style on '%s', a %s (styles apply to Linear modules only)",
+                       dt_tp_style_name(e->style), e->fqn, type);
+    }
+    if (!type) { /* a parsed program: the FQN must own a 2-D weight */
+      int w = dt__graph_find(prog->graph, weight);
+      if (w < 0 || prog->graph->nodes[w].kind != DT_NODE_PARAMETER) {
+        return dt__error(DT_ERR_INVALID,
+                         "tp_transform: plan names '%s', which has no parameter '%s'", e->fqn,
+                         weight);
+      }
+      if (prog->graph->nodes[w].types[0].ndim != 2) {
+        return dt__error(DT_ERR_INVALID, "tp_transform: %s style on '%s', whose weight is not 2-D",
+                         dt_tp_style_name(e->style), e->fqn);
+      }
+    }
+  }
+  return DT_OK;
+}
+
+/* The placement the plan gives the state tensor `name` (Replicate when it names none). */
+static dt_placement plan_placement(const dt_tp_plan *plan, const char *name) {
+  for (int k = 0; k < plan->n; k++) {
+    const char *fqn = plan->entries[k].fqn;
+    size_t len = strlen(fqn);
+    const char *rest = name;
+    if (len) {
+      if (strncmp(name, fqn, len) != 0 || name[len] != '.') continue;
+      rest = name + len + 1;
+    }
+    bool colwise = plan->entries[k].style == DT_TP_COLWISE;
+    if (strcmp(rest, "weight") == 0) return dt_shard(colwise ? 0 : 1);
+    if (strcmp(rest, "bias") == 0) return colwise ? dt_shard(0) : dt_replicate();
+  }
+  return dt_replicate();
+}
+
+/* ---- Building the new graph --------------------------------------------------------------------
+ */
+
+static dt_status nomem(void) { return dt__error(DT_ERR_NOMEM, "tp_transform: out of memory"); }
+
+/* A new single-valued node of local type t and placement p. */
+static int add_node(tp *s, dt_node_kind kind, const char *name, const dt_value_type *t,
+                    dt_placement p) {
+  int i = dt__graph_add_node(s->g, kind, name);
+  if (i < 0 || dt__graph_node_types(s->g, i, 1)) return -1;
+  s->g->nodes[i].types[0] = *t;
+  s->g->nodes[i].has_placement = true;
+  s->g->nodes[i].placement = p;
+  return i;
+}
+
+static int add_comm(tp *s, dt_comm_target kind, int input, const dt_value_type *t, dt_placement p,
+                    int dim, int new_dim, dt_reduce_op op) {
+  int c = add_node(s, DT_NODE_COMM, dt__comm_target_names[kind], t, p);
+  if (c < 0) return -1;
+  dt_node *n = &s->g->nodes[c];
+  n->target = kind;
+  n->n_inputs = 1;
+  n->inputs[0] = input;
+  n->ints[0] = dim;
+  n->ints[1] = new_dim;
+  n->reduce_op = op;
+  int w = add_node(s, DT_NODE_COMM, "wait_tensor", t, p);
+  if (w < 0) return -1;
+  s->g->nodes[w].target = DT_COMM_WAIT;
+  s->g->nodes[w].n_inputs = 1;
+  s->g->nodes[w].inputs[0] = c;
+  return w;
+}
+
+/* A local op on one input with integer attributes (narrow, zeros_like). */
+static int add_local_op(tp *s, dt_op op, int input, int n_ints, const int64_t *ints,
+                        const dt_value_type *t, dt_placement p) {
+  char base[64];
+  snprintf(base, sizeof base, "%s", dt__op_table[op].name);
+  char *dot = strchr(base, '.');
+  if (dot) *dot = '\0';
+  int i = add_node(s, DT_NODE_CALL, base, t, p);
+  if (i < 0) return -1;
+  dt_node *n = &s->g->nodes[i];
+  n->target = op;
+  n->n_inputs = 1;
+  n->inputs[0] = input;
+  n->n_ints = n_ints;
+  for (int k = 0; k < n_ints; k++) n->ints[k] = ints[k];
+  return i;
+}
+
+/* Node of the new graph holding source value v at placement `to` (made on first request). */
+static dt_status value_at(tp *s, int v, dt_placement to, int *out) {
+  tp_value *tv = &s->values[v];
+  if (same_placement(tv->placement, to)) {
+    *out = tv->node;
+    return DT_OK;
+  }
+  for (int k = 0; k < tv->n_cached; k++) {
+    if (same_placement(tv->cached_placement[k], to)) {
+      *out = tv->cached_node[k];
+      return DT_OK;
+    }
+  }
+  const dt_value_type *global = dt__value_type(s->src, v);
+  dt_value_type lt;
+  local_type(s, global, to, &lt);
+  dt_placement from = tv->placement;
+  int node = -1;
+  char a[16], b[16];
+  if (from.kind == DT_REPLICATE && to.kind == DT_SHARD) {
+    int d = to.dim;
+    if (global->sym[d] >= 0) {
+      return dt__error(DT_ERR_UNSUPPORTED,
+                       "tp_transform: %%%s would be sharded along symbolic dim %d",
+                       s->src->nodes[v].name, d);
+    }
+    int64_t ints[4] = {d, chunk_start(global->shape[d], s->world, s->rank), lt.shape[d], 1};
+    node = add_local_op(s, DT_OP_NARROW, tv->node, 4, ints, &lt, to);
+  } else if (from.kind == DT_REPLICATE && to.kind == DT_PARTIAL) {
+    /* A replica becomes a partial sum by keeping it on rank 0 only; for avg, max and min
+     * every replica already is a valid partial value. */
+    if (to.op != DT_REDUCE_SUM || s->rank == 0) {
+      node = tv->node;
+    } else {
+      node = add_local_op(s, DT_OP_ZEROS_LIKE, tv->node, 0, NULL, &lt, to);
+    }
+  } else if (from.kind == DT_SHARD && to.kind == DT_REPLICATE) {
+    node = add_comm(s, DT_COMM_ALL_GATHER, tv->node, &lt, to, from.dim, 0, DT_REDUCE_SUM);
+  } else if (from.kind == DT_SHARD && to.kind == DT_SHARD) {
+    if (global->sym[to.dim] >= 0) {
+      return dt__error(DT_ERR_UNSUPPORTED,
+                       "tp_transform: %%%s would be sharded along symbolic dim %d",
+                       s->src->nodes[v].name, to.dim);
+    }
+    node = add_comm(s, DT_COMM_ALL_TO_ALL, tv->node, &lt, to, from.dim, to.dim, DT_REDUCE_SUM);
+  } else if (from.kind == DT_PARTIAL && to.kind == DT_REPLICATE) {
+    node = add_comm(s, DT_COMM_ALL_REDUCE, tv->node, &lt, to, 0, 0, from.op);
+  } else if (from.kind == DT_PARTIAL && to.kind == DT_SHARD) {
+    if (global->sym[to.dim] >= 0) {
+      return dt__error(DT_ERR_UNSUPPORTED,
+                       "tp_transform: %%%s would be sharded along symbolic dim %d",
+                       s->src->nodes[v].name, to.dim);
+    }
+    node = add_comm(s, DT_COMM_REDUCE_SCATTER, tv->node, &lt, to, to.dim, 0, from.op);
+  } else {
+    /* Shard or partial to partial, partial to another partial: through Replicate. */
+    int mid = -1;
+    dt_status st = value_at(s, v, dt_replicate(), &mid);
+    if (st) return st;
+    tp_value saved = *tv;
+    tv->node = mid;
+    tv->placement = dt_replicate();
+    st = value_at(s, v, to, &node);
+    *tv = saved;
+    tv = &s->values[v];
+    if (st) return st;
+  }
+  if (node < 0) {
+    return dt__error(DT_ERR_NOMEM, "tp_transform: out of memory moving %s to %s",
+                     dt__placement_text(from, a, sizeof a), dt__placement_text(to, b, sizeof b));
+  }
+  if (tv->n_cached < CACHE_WAYS) {
+    tv->cached_placement[tv->n_cached] = to;
+    tv->cached_node[tv->n_cached++] = node;
+  }
+  *out = node;
+  return DT_OK;
+}
+
+/* ---- Placing a call
+ * ------------------------------------------------------------------------------- */
+
+/* Bytes one rank moves to change a value's placement (0 for free, 1 for local ops), or
+ * HUGE_VAL when the change would shard a symbolic dim. */
+static double transition_cost(const tp *s, const dt_value_type *t, dt_placement from,
+                              dt_placement to) {
+  if (same_placement(from, to)) return 0;
+  if (to.kind == DT_SHARD && t->sym[to.dim] >= 0) return HUGE_VAL;
+  double bytes = (double)dt_dtype_size(t->dtype);
+  for (int d = 0; d < t->ndim; d++) bytes *= (double)t->shape[d];
+  /* One rank prices moves as two would, so that every world size gets the same graph. */
+  double n = s->world > 1 ? s->world : 2;
+  if (from.kind == DT_REPLICATE) return 1;
+  if (from.kind == DT_SHARD && to.kind == DT_REPLICATE) return bytes / n * (n - 1) + 64;
+  if (from.kind == DT_SHARD && to.kind == DT_SHARD) return bytes / n + 64;
+  if (from.kind == DT_PARTIAL && to.kind == DT_REPLICATE) return 2 * bytes + 64;
+  if (from.kind == DT_PARTIAL && to.kind == DT_SHARD) return bytes + 64;
+  return bytes * n + 128;
+}
+
+static dt_status place_call(tp *s, int i) {
+  const dt_graph *src = s->src;
+  const dt_node *n = &src->nodes[i];
+  const dt_op_def *def = &dt__op_table[n->target];
+  int n_args = n->n_inputs + n->n_list;
+  if (n_args > DT_DIST_MAX_ARGS) {
+    return dt__error(DT_ERR_UNSUPPORTED, "tp_transform: %%%s has more than %d tensor arguments",
+                     n->name, DT_DIST_MAX_ARGS);
+  }
+  int arg_node[DT_DIST_MAX_ARGS];
+  for (int k = 0; k < n->n_inputs; k++) arg_node[k] = n->inputs[k];
+  for (int k = 0; k < n->n_list; k++) arg_node[n->n_inputs + k] = n->list[k];
+  /* Global geometry: the op's infer on fake tensors normalizes the attributes, as the
+   * distributed dispatcher does before it asks the rule. */
+  dt_tensor fakes[DT_DIST_MAX_ARGS], *list[DT_DIST_MAX_ARGS], *outs[DT_OP_MAX_META];
+  dt_op_call call;
+  memset(&call, 0, sizeof call);
+  call.op = (dt_op)n->target;
+  call.n_inputs = n->n_inputs;
+  for (int k = 0; k < n_args; k++) {
+    if (arg_node[k] >= 0) dt__fake_tensor(&fakes[k], dt__value_type(src, arg_node[k]), NULL);
+  }
+  for (int k = 0; k < n->n_inputs; k++) call.inputs[k] = arg_node[k] >= 0 ? &fakes[k] : NULL;
+  for (int k = 0; k < n->n_list; k++) list[k] = &fakes[n->n_inputs + k];
+  call.input_list = list;
+  call.n_input_list = n->n_list;
+  call.n_ints = n->n_ints;
+  memcpy(call.ints, n->ints, sizeof call.ints);
+  call.int_list = n->int_list;
+  call.n_int_list = n->n_int_list;
+  call.scalars[0] = n->scalars[0];
+  call.scalars[1] = n->scalars[1];
+  call.dtype = n->dtype;
+  call.flags = n->flags;
+  call.n_outputs = def->kind == DT_OP_KIND_INPLACE ? 0 : n->n_out;
+  call.outputs = outs;
+  dt_tensor_meta metas[DT_OP_MAX_META];
+  dt_status st = def->infer(&call, metas);
+  if (st) return st;
+  int n_out = def->kind == DT_OP_KIND_INPLACE ? 1 : call.n_outputs;
+  if (def->kind == DT_OP_KIND_INPLACE)
+    dt__meta_set(&metas[0], fakes[0].dtype, fakes[0].ndim, fakes[0].shape);
+  dt_rule_ctx ctx = {
+      .call = &call, .n_args = n_args, .n_out = n_out, .out = metas, .mesh_size = s->world};
+  for (int d = 0; d < DT_MAX_DIMS; d++) ctx.split[d] = s->world;
+  dt_placement cur[DT_DIST_MAX_ARGS];
+  for (int k = 0; k < n_args; k++) {
+    ctx.args[k] = arg_node[k] >= 0 ? &fakes[k] : NULL;
+    cur[k] = arg_node[k] >= 0 ? s->values[arg_node[k]].placement : dt_replicate();
+  }
+  dt_strategies strat;
+  if (!dt__sharding_rule(&ctx, cur, &strat)) {
+    strat.n = 1; /* no rule: replicated inputs */
+    for (int k = 0; k < n_args; k++) strat.in[0][k] = dt_replicate();
+    strat.out[0] = dt_replicate();
+  }
+  const dt_value_type *out_type = &n->types[0];
+  int best = -1;
+  double best_cost = HUGE_VAL;
+  for (int c = 0; c < strat.n; c++) {
+    if (def->kind == DT_OP_KIND_INPLACE &&
+        (!same_placement(strat.in[c][0], cur[0]) || !same_placement(strat.out[c], cur[0]))) {
+      continue;
+    }
+    dt_placement o = strat.out[c];
+    if (o.kind == DT_SHARD && (o.dim >= out_type->ndim || out_type->sym[o.dim] >= 0)) continue;
+    double cost = 0;
+    for (int k = 0; k < n_args; k++) {
+      if (arg_node[k] < 0) continue;
+      cost += transition_cost(s, dt__value_type(src, arg_node[k]), cur[k], strat.in[c][k]);
+    }
+    if (cost < best_cost) {
+      best = c;
+      best_cost = cost;
+    }
+  }
+  if (best < 0) {
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "tp_transform: %%%s (%s) cannot be placed without sharding a symbolic dim or "
+                     "moving an in-place op's input",
+                     n->name, def->name);
+  }
+  /* Inputs at the chosen placements. */
+  int new_args[DT_DIST_MAX_ARGS];
+  for (int k = 0; k < n_args && !st; k++) {
+    new_args[k] = -1;
+    if (arg_node[k] >= 0) st = value_at(s, arg_node[k], strat.in[best][k], &new_args[k]);
+  }
+  if (st) return st;
+  int j = dt__graph_add_node(s->g, DT_NODE_CALL, n->name);
+  if (j < 0) return nomem();
+  dt_node *m = &s->g->nodes[j];
+  const char *name = m->name;
+  *m = *n;
+  m->name = name;
+  m->types = NULL;
+  m->list = NULL;
+  m->int_list = NULL;
+  for (int k = 0; k < n->n_inputs; k++) m->inputs[k] = new_args[k];
+  if (n->n_list) {
+    m->list = dt__arena_alloc(&s->g->arena, sizeof(int) * (size_t)n->n_list);
+    if (!m->list) return nomem();
+    memcpy(m->list, new_args + n->n_inputs, sizeof(int) * (size_t)n->n_list);
+  }
+  dt_placement out_p = strat.out[best];
+  /* Shapes written in attributes become this rank's local shape. */
+  bool shape_attr =
+      n->target == DT_OP_VIEW || n->target == DT_OP_RESHAPE || n->target == DT_OP_EXPAND;
+  if (shape_attr && out_p.kind == DT_SHARD) {
+    dt_value_type lt;
+    local_type(s, out_type, out_p, &lt);
+    int n_sym = 0;
+    for (int d = 0; d < lt.ndim; d++) n_sym += lt.sym[d] >= 0;
+    m->n_ints = lt.ndim;
+    m->n_int_list = lt.ndim;
+    m->int_list = dt__arena_alloc(&s->g->arena, sizeof(int64_t) * (size_t)(lt.ndim ? lt.ndim : 1));
+    if (!m->int_list) return nomem();
+    int lead = n->target == DT_OP_EXPAND ? lt.ndim - src->nodes[n->inputs[0]].types[0].ndim : 0;
+    for (int d = 0; d < lt.ndim; d++) {
+      m->ints[d] = lt.sym[d] >= 0 && (n_sym == 1 || n->target == DT_OP_EXPAND) && d >= lead
+                       ? -1
+                       : lt.shape[d];
+      m->int_list[d] = m->ints[d];
+    }
+  } else if (n->n_int_list) {
+    m->int_list = dt__arena_alloc(&s->g->arena, sizeof(int64_t) * (size_t)n->n_int_list);
+    if (!m->int_list) return nomem();
+    memcpy(m->int_list, n->int_list, sizeof(int64_t) * (size_t)n->n_int_list);
+  }
+  st = dt__graph_node_types(s->g, j, n->n_out);
+  if (st) return st;
+  m = &s->g->nodes[j];
+  m->has_placement = true;
+  m->placement = out_p;
+  /* Local types: what the op infers on the local inputs, checked against the shard geometry. */
+  int got = 0;
+  for (int k = 0; k < n->n_out; k++) local_type(s, &n->types[k], out_p, &m->types[k]);
+  st = dt__graph_infer_call(s->g, j, NULL, metas, &got);
+  if (st) return st;
+  for (int k = 0; k < got && k < n->n_out; k++) {
+    const dt_value_type *want = &m->types[k];
+    bool ok = metas[k].ndim == want->ndim && metas[k].dtype == want->dtype;
+    for (int d = 0; ok && d < want->ndim; d++) ok = metas[k].shape[d] == want->shape[d];
+    if (!ok || got != n->n_out) {
+      char p[16];
+      return dt__error(
+          DT_ERR_UNSUPPORTED,
+          "tp_transform: %%%s (%s) placed %s gives a local shape that is not its shard", n->name,
+          def->name, dt__placement_text(out_p, p, sizeof p));
+    }
+  }
+  s->values[i].node = j;
+  s->values[i].placement = out_p;
+  return DT_OK;
+}
+
+/* ---- The transformation
+ * ---------------------------------------------------------------------------- */
+
+static dt_status add_state_entry(tp *s, const char *name, dt_tensor *t) {
+  size_t len = strlen(name);
+  s->state_names[s->n_state] = dt__alloc(len + 1);
+  if (!s->state_names[s->n_state]) {
+    dt_tensor_release(t);
+    return nomem();
+  }
+  memcpy(s->state_names[s->n_state], name, len + 1);
+  s->state_tensors[s->n_state++] = t;
+  return DT_OK;
+}
+
+static dt_status place_state(tp *s, const dt_program *prog, const dt_tp_plan *plan, int i) {
+  const dt_node *n = &s->src->nodes[i];
+  dt_tensor *full = dt_program_state(prog, n->name);
+  if (!full) return dt__error(DT_ERR_INVALID, "tp_transform: no state entry '%s'", n->name);
+  if (full->spec)
+    return dt__error(DT_ERR_UNSUPPORTED, "tp_transform: state entry '%s' is already distributed",
+                     n->name);
+  dt_placement p = n->kind == DT_NODE_PARAMETER ? plan_placement(plan, n->name) : dt_replicate();
+  if (p.kind == DT_SHARD && p.dim >= n->types[0].ndim) {
+    return dt__error(DT_ERR_SHAPE, "tp_transform: cannot shard dim %d of '%s', which has %d dims",
+                     p.dim, n->name, n->types[0].ndim);
+  }
+  dt_value_type lt;
+  local_type(s, &n->types[0], p, &lt);
+  dt_tensor *local = NULL;
+  dt_status st = DT_OK;
+  if (p.kind == DT_SHARD) {
+    dt_tensor *view = NULL;
+    int64_t size = n->types[0].shape[p.dim];
+    st = dt_narrow(full, p.dim, chunk_start(size, s->world, s->rank), lt.shape[p.dim], &view);
+    if (!st) st = dt_clone(view, &local);
+    dt_tensor_release(view);
+    if (st) return st;
+  } else {
+    local = dt_tensor_retain(full);
+  }
+  st = add_state_entry(s, n->name, local);
+  if (st) return st;
+  int j = add_node(s, n->kind, n->name, &lt, p);
+  if (j < 0) return nomem();
+  s->values[i].node = j;
+  s->values[i].placement = p;
+  return DT_OK;
+}
+
+static dt_status transform(tp *s, const dt_program *prog, const dt_tp_plan *plan) {
+  const dt_graph *src = s->src;
+  dt_status st = DT_OK;
+  for (int i = 0; i < src->n_nodes && !st; i++) {
+    const dt_node *n = &src->nodes[i];
+    switch (n->kind) {
+    case DT_NODE_PARAMETER:
+    case DT_NODE_BUFFER: st = place_state(s, prog, plan, i); break;
+    case DT_NODE_PLACEHOLDER: {
+      int j = add_node(s, DT_NODE_PLACEHOLDER, n->name, &n->types[0], dt_replicate());
+      if (j < 0) return nomem();
+      s->values[i].node = j;
+      s->values[i].placement = dt_replicate();
+      break;
+    }
+    case DT_NODE_GETITEM: {
+      const tp_value *tuple = &s->values[n->inputs[0]];
+      dt_value_type lt;
+      local_type(s, &n->types[0], tuple->placement, &lt);
+      int j = add_node(s, DT_NODE_GETITEM, n->name, &lt, tuple->placement);
+      if (j < 0) return nomem();
+      s->g->nodes[j].n_inputs = 1;
+      s->g->nodes[j].inputs[0] = tuple->node;
+      s->g->nodes[j].ints[0] = n->ints[0];
+      s->g->nodes[j].n_ints = 1;
+      s->values[i].node = j;
+      s->values[i].placement = tuple->placement;
+      break;
+    }
+    case DT_NODE_CALL: st = place_call(s, i); break;
+    case DT_NODE_COMM:
+      st = dt__error(DT_ERR_INVALID, "tp_transform: the program already communicates (%%%s)",
+                     n->name);
+      break;
+    case DT_NODE_OUTPUT: {
+      int *list = dt__arena_alloc(&s->g->arena, sizeof(int) * (size_t)(n->n_list ? n->n_list : 1));
+      if (!list) return nomem();
+      for (int k = 0; k < n->n_list && !st; k++)
+        st = value_at(s, n->list[k], dt_replicate(), &list[k]);
+      if (st) return st;
+      int o = dt__graph_add_node(s->g, DT_NODE_OUTPUT, "output");
+      if (o < 0 || dt__graph_node_types(s->g, o, 0)) return nomem();
+      s->g->nodes[o].has_list = true;
+      s->g->nodes[o].n_list = n->n_list;
+      s->g->nodes[o].list = list;
+      break;
+    }
+    }
+    if (st && n->kind == DT_NODE_CALL) {
+      char prefix[200];
+      snprintf(prefix, sizeof prefix, "tp_transform: node %%%s", n->name);
+      if (strncmp(dt_last_error(), "tp_transform", 12) != 0) dt__error_prefix(prefix);
+    }
+  }
+  return st;
+}
+
+dt_status dt_tp_transform(const dt_program *program, int rank, int world_size,
+                          const dt_tp_plan *plan, dt_program **out) {
+  if (!out) return dt__error(DT_ERR_INVALID, "tp_transform: out is NULL");
+  *out = NULL;
+  if (!program || !plan || (plan->n > 0 && !plan->entries) || plan->n < 0) {
+    return dt__error(DT_ERR_INVALID, "tp_transform: NULL program or plan");
+  }
+  if (world_size < 1 || world_size > DT_COMM_MAX_WORLD || rank < 0 || rank >= world_size) {
+    return dt__error(DT_ERR_INVALID, "tp_transform: rank %d of world %d is not a rank", rank,
+                     world_size);
+  }
+  if (program->graph->world_size > 0) {
+    return dt__error(DT_ERR_INVALID, "tp_transform: the program is already transformed (world %d)",
+                     program->graph->world_size);
+  }
+  dt_status st = check_plan(program, plan);
+  if (st) return st;
+  const dt_graph *src = program->graph;
+  tp s = {.src = src, .rank = rank, .world = world_size};
+  size_t n = (size_t)src->n_nodes;
+  s.values = dt__calloc(sizeof *s.values * (n ? n : 1));
+  s.state_names = dt__calloc(sizeof *s.state_names * (n ? n : 1));
+  s.state_tensors = dt__calloc(sizeof *s.state_tensors * (n ? n : 1));
+  if (!s.values || !s.state_names || !s.state_tensors) st = nomem();
+  if (!st) st = dt__graph_create(&s.g);
+  if (!st) {
+    s.g->n_symbols = src->n_symbols;
+    memcpy(s.g->symbol_hints, src->symbol_hints, sizeof s.g->symbol_hints);
+    s.g->world_size = world_size;
+    s.g->rank = rank;
+    st = transform(&s, program, plan);
+  }
+  dt_program *p = NULL;
+  if (!st) {
+    st = dt__program_create_owned(s.g, s.n_state, (const char *const *)s.state_names,
+                                  s.state_tensors, &p);
+    s.g = NULL;
+  }
+  if (!st && program->n_modules) {
+    const char **fqns = dt__alloc(sizeof(char *) * (size_t)program->n_modules);
+    const char **types = dt__alloc(sizeof(char *) * (size_t)program->n_modules);
+    if (!fqns || !types) st = nomem();
+    for (int i = 0; !st && i < program->n_modules; i++) {
+      fqns[i] = program->modules[i].fqn;
+      types[i] = program->modules[i].type;
+    }
+    if (!st) st = dt__program_set_modules(p, program->n_modules, fqns, types);
+    dt__free(fqns);
+    dt__free(types);
+  }
+  for (int i = 0; i < s.n_state; i++) {
+    dt__free(s.state_names[i]);
+    dt_tensor_release(s.state_tensors[i]);
+  }
+  dt__free(s.state_names);
+  dt__free(s.state_tensors);
+  dt__free(s.values);
+  dt_graph_destroy(s.g);
+  if (st) {
+    dt_program_destroy(p);
+    return st;
+  }
+  *out = p;
+  return DT_OK;
+}
