@@ -12,6 +12,7 @@
  * Options: --world N (default 4), --json (end with a one-line JSON summary).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,13 @@ typedef struct demo {
   char *rank0_graph;   /* rank 0's transformed graph, for printing */
   char sharding[2048]; /* visualize_sharding of one weight (rank 0) */
   int inserted[5];     /* inserted node counts on rank 0, by comm kind (wait last) */
+  int64_t ledger_calls[4], ledger_bytes[4]; /* the comm ledger's counts, summed over ranks */
+  pthread_mutex_t lock;
 } demo;
+
+/* The comm kinds the transformation inserts, by the names the comm ledger counts. */
+static const char *const ledger_names[4] = {"all_gather_uneven", "all_reduce", "reduce_scatter_uneven",
+                                            "all_to_all"};
 
 static const dt_tp_plan_entry plan_entries[] = {{"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}};
 
@@ -55,9 +62,23 @@ static dt_status rank_main(dt_comm *world, void *arg) {
   dt_mesh *mesh = NULL;
   dt_tensor *y = NULL, *shard = NULL;
   dt_status st = dt_tp_transform(d->prog, rank, d->world, &plan, &tp);
+  dt_comm_ledger *ledger = NULL;
+  if (!st) st = dt_comm_ledger_start(&ledger);
   if (!st) {
     dt_run_options ro = {.comm = world, .stats = &d->stats[rank]};
-    st = dt_program_run(tp, 1, (dt_tensor *const *)&d->x, 1, &y, &ro);
+    st = dt_profile_range_push("tp_forward");
+    if (!st) st = dt_program_run(tp, 1, (dt_tensor *const *)&d->x, 1, &y, &ro);
+    dt_profile_range_pop();
+  }
+  if (ledger) {
+    dt_comm_ledger_stop(ledger);
+    pthread_mutex_lock(&d->lock);
+    for (int k = 0; k < 4; k++) {
+      d->ledger_calls[k] += dt_comm_ledger_count(ledger, ledger_names[k]);
+      d->ledger_bytes[k] += dt_comm_ledger_bytes(ledger, ledger_names[k]);
+    }
+    pthread_mutex_unlock(&d->lock);
+    dt_comm_ledger_destroy(ledger);
   }
   if (!st) d->max_diff[rank] = max_abs_diff(y, d->expect);
   /* The first weight as the distributed tensor its local shard is part of. */
@@ -117,11 +138,25 @@ int dt_tool_demo(int argc, char **argv) {
   dt_export_options eo = {.dynamic_batch = true};
   if (!rc && dt_export(model, x, &eo, &prog)) rc = fail("export");
   if (!rc && dt_program_run(prog, 1, &x, 1, &expect, NULL)) rc = fail("running the exported graph");
-  demo d = {.prog = prog, .x = x, .expect = expect, .world = world};
+  demo d = {.prog = prog, .x = x, .expect = expect, .world = world, .lock = PTHREAD_MUTEX_INITIALIZER};
+  dt_profiler *profiler = NULL;
+  const char *trace_path = "dtensor_demo_trace.json";
+  dt_trace_stats tstats = {0};
+  bool traced = false;
+  if (!rc && (dt_profiler_create(&profiler) || dt_profiler_start(profiler))) rc = fail("starting the profiler");
   d.max_diff = calloc((size_t)world, sizeof *d.max_diff);
   d.stats = calloc((size_t)world, sizeof *d.stats);
   if (!rc && (!d.max_diff || !d.stats)) rc = fail("allocation");
   if (!rc && dt_spawn(world, rank_main, &d)) rc = fail("the tensor-parallel run");
+  if (profiler) dt_profiler_stop(profiler);
+  if (!rc) {
+    dt_trace *trace = NULL;
+    traced = !dt_profiler_write_chrome_trace(profiler, trace_path) && !dt_trace_read_file(trace_path, &trace) &&
+             !dt_trace_compute_stats(trace, "CPU", 0, &tstats);
+    if (!traced) fprintf(stderr, "demo: no trace: %s\n", dt_last_error());
+    dt_trace_destroy(trace);
+  }
+  dt_profiler_destroy(profiler);
   if (!rc) {
     double diff = 0;
     for (int r = 0; r < world; r++) diff = fmax(diff, d.max_diff[r]);
@@ -143,30 +178,30 @@ int dt_tool_demo(int argc, char **argv) {
            "reduce_scatter_tensor, %d all_to_all, "
            "%d wait_tensor\n",
            d.inserted[0], d.inserted[1], d.inserted[2], d.inserted[3], d.inserted[4]);
-    printf("  communication by kind (calls / bytes sent, summed over ranks):\n");
-    int64_t calls[4] = {0}, bytes[4] = {0};
-    double comm_s = 0;
-    for (int r = 0; r < world; r++) {
-      for (int k = 0; k < 4; k++)
-        calls[k] += d.stats[r].comm_calls[k], bytes[k] += d.stats[r].comm_bytes[k];
-      comm_s += d.stats[r].comm_seconds;
-    }
+    printf("  communication by kind (comm ledger: calls / bytes, summed over ranks):\n");
     for (int k = 0; k < 4; k++) {
-      printf("    %-24s %4lld calls %10lld bytes\n", dt_comm_node_name(k), (long long)calls[k],
-             (long long)bytes[k]);
+      printf("    %-24s %4lld calls %10lld bytes\n", dt_comm_node_name(k), (long long)d.ledger_calls[k],
+             (long long)d.ledger_bytes[k]);
     }
+    double comm_s = 0;
+    for (int r = 0; r < world; r++) comm_s += d.stats[r].comm_seconds;
     printf("    time in collectives: %.3f ms (all ranks)\n\n", comm_s * 1e3);
     printf("== visualize_sharding(0.weight) [%d, %d], placed S(0)\n%s\n", HIDDEN, IN, d.sharding);
-    /* PROFILER HOOK: include/dtensor/profile.h is not in this build yet. When it lands, wrap
-     * the dt_spawn above in a profiler session, write the Chrome trace (e.g. dtensor_demo.json)
-     * and print its utilization summary here; the JSON "trace" field then names the file. */
-    printf("== Trace: the profiler is not part of this build; no Chrome trace written\n");
+    if (traced) {
+      printf("== Trace: %s (open in Perfetto or chrome://tracing)\n", trace_path);
+      printf("  %lld events on %d ranks; busy %.1f us of %.1f us: utilization %.1f %%, matrix %.1f %%, "
+             "comm %.1f %%\n\n",
+             (long long)tstats.events, tstats.processes, tstats.busy_us, tstats.total_us, 100 * tstats.utilization,
+             100 * tstats.mm_fraction, 100 * tstats.comm_fraction);
+    }
     if (json) {
       printf("{\"world\":%d,\"max_abs_diff\":%.9g,\"all_reduce\":%d,\"all_gather_into_tensor\":%d,"
              "\"reduce_scatter_tensor\":%d,\"all_to_all\":%d,\"all_reduce_bytes\":%lld,"
-             "\"all_gather_into_tensor_bytes\":%lld,\"trace\":null}\n",
+             "\"all_gather_into_tensor_bytes\":%lld,\"utilization\":%.4f,\"mm_fraction\":%.4f,"
+             "\"trace\":%s%s%s}\n",
              world, diff, d.inserted[1], d.inserted[0], d.inserted[2], d.inserted[3],
-             (long long)bytes[1], (long long)bytes[0]);
+             (long long)d.ledger_bytes[1], (long long)d.ledger_bytes[0], tstats.utilization, tstats.mm_fraction,
+             traced ? "\"" : "", traced ? trace_path : "null", traced ? "\"" : "");
     }
     dt_graph_text_free(before);
     if (diff > 1e-5) rc = 1;
