@@ -519,3 +519,27 @@ static dt_status vocab_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 Test(dist, vocabulary_parallel_embedding) { cr_assert_eq(dt_spawn(3, vocab_rank, NULL), DT_OK, "%s", dt_last_error()); }
+
+/* ---- An op without a rule for its arguments replicates them, counted and correct ---------------- */
+
+static dt_status fallback_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL;
+  dt_status st = dt_mesh_create(world, 1, (int[]){2}, NULL, &mesh);
+  if (st) return st;
+  dt_tensor *a = NULL, *b = NULL, *dot = NULL, *full = NULL;
+  CHECK(!dt_dist_ones(mesh, 1, (int64_t[]){5}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &a), "ones");
+  CHECK(!dt_dist_full(mesh, 1, (int64_t[]){5}, 2, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &b), "full");
+  dt_sharding_cache_clear();
+  CHECK(!dt_matmul(a, b, &dot), "1-D matmul (no rule: replicated)");
+  dt_sharding_cache_stats s;
+  dt_sharding_cache_stats_get(&s);
+  CHECK(s.fallbacks == 1, "one fallback counted (%llu)", (unsigned long long)s.fallbacks);
+  double v = 0;
+  CHECK(!dt_full_tensor(dot, &full) && !dt_tensor_get(full, NULL, &v) && v == 10, "dot = %g", v);
+  dt_tensor *rel[] = {a, b, dot, full};
+  for (int i = 0; i < 4; i++) dt_tensor_release(rel[i]);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+Test(dist, op_without_rule_replicates) { cr_assert_eq(dt_spawn(2, fallback_rank, NULL), DT_OK, "%s", dt_last_error()); }
