@@ -374,13 +374,14 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
       plan->window[1] = w->shape[0];
     }
   }
-  plan->shard_geometry = call->op == DT_OP_UNIFORM_;
-  if (plan->shard_geometry) {
+  if (call->op == DT_OP_UNIFORM_) {
+    /* A shard that is the whole tensor (every placement Replicate) needs no geometry. */
     const dt_dist_spec *self = a->t[0]->spec;
     int64_t shape[DT_MAX_DIMS];
     dt__local_region(self->ndim, self->shape, self->mesh_ndim, mi.size, mi.coord, self->placements, shape,
                      plan->geometry + self->ndim);
     memcpy(plan->geometry, self->shape, sizeof(int64_t) * (size_t)self->ndim);
+    plan->shard_geometry = memcmp(shape, self->shape, sizeof(int64_t) * (size_t)self->ndim) != 0;
   }
   plan->local_shape_override = call->op == DT_OP_VIEW || call->op == DT_OP_RESHAPE || call->op == DT_OP_EXPAND;
   if (plan->local_shape_override && n_out == 1) {

@@ -36,7 +36,8 @@ dt_status dt__kernel_uniform_(dt_op_call *call) {
     st = dt__random_fill_block(target, DT_RANDOM_UNIFORM, call->scalars[0], call->scalars[1], seed, a->ndim,
                                call->int_list, call->int_list + a->ndim);
   } else {
-    st = dt_random_fill(target, DT_RANDOM_UNIFORM, call->scalars[0], call->scalars[1], seed, 0);
+    dt__random_fill_checked(target, DT_RANDOM_UNIFORM, call->scalars[0], call->scalars[1], seed, 0);
+    st = DT_OK; /* infer checked the dtype and the range */
   }
   if (!contiguous) {
     if (!st) dt__cpu_copy(a, target);

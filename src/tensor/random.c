@@ -54,10 +54,20 @@ static inline philox_block block_for(uint64_t seed, uint64_t index) {
                        (uint32_t)(seed >> 32));
 }
 
-/* Rounding lo + span * u in float can land on the upper bound; keep results below it. */
-static inline float clamp_below(float v, float upper, float lo) {
-  return DT_LIKELY(v < upper) ? v : nextafterf(upper, lo);
+/* Slot s (0..4) of a block: 24 bits at bit 24 * s of the 128-bit output. */
+static inline uint32_t bits24(const philox_block *r, unsigned s) {
+  switch (s) {
+  case 0: return r->v[0] & 0xffffffu;
+  case 1: return (r->v[0] >> 24) | ((r->v[1] & 0xffffu) << 8);
+  case 2: return (r->v[1] >> 16) | ((r->v[2] & 0xffu) << 16);
+  case 3: return r->v[2] >> 8;
+  default: return r->v[3] & 0xffffffu;
+  }
 }
+
+/* Rounding lo + span * u in float can land on the upper bound: results are capped at the
+ * largest float below it (a branch-free min). */
+static inline float clamp_below(float v, float below) { return v < below ? v : below; }
 
 /* A double in [0, 1) from 53 random bits. */
 static inline double to_unit(uint32_t hi, uint32_t lo) {
@@ -101,38 +111,43 @@ dt_status dt_random_fill(dt_tensor *t, dt_random_kind kind, double a, double b, 
     return dt__error(DT_ERR_DTYPE, "random_fill: uniform and normal need a floating dtype, got %s",
                      dt_dtype_name(t->dtype));
   }
+  dt__random_fill_checked(t, kind, a, b, seed, first_index);
+  return DT_OK;
+}
+
+void dt__random_fill_checked(dt_tensor *t, dt_random_kind kind, double a, double b, uint64_t seed,
+                             uint64_t first_index) {
   int64_t n = dt__tensor_numel(t);
   char *p = dt__tensor_base(t);
   size_t esize = dt__dtype_sizes[t->dtype];
   if (t->dtype == DT_F32 && kind == DT_RANDOM_UNIFORM) {
-    /* float32 uniforms take 24 bits each, four per Philox block: element i is word i % 4 of
-     * block i / 4 -- still a pure function of (seed, i). */
-    float *f = (float *)p, lo = (float)a, span = (float)(b - a), upper = (float)b;
-    const float scale = 1.0f / 16777216.0f;
-    uint64_t i = first_index;
+    /* float32 uniforms take 24 bits each, five per 128-bit Philox block: element i is slot
+     * i % 5 of block i / 5 -- still a pure function of (seed, i). */
+    float *f = (float *)p, lo = (float)a, below = nextafterf((float)b, (float)a);
+    const float step = (float)(b - a) * (1.0f / 16777216.0f);
+    uint64_t blk = first_index / 5;
+    unsigned slot = (unsigned)(first_index % 5);
     int64_t k = 0;
-    while (k < n && (i & 3)) { /* up to the next block boundary */
-      philox_block r = block_for(seed, i >> 2);
-      f[k++] = clamp_below(lo + span * ((float)(r.v[i & 3] >> 8) * scale), upper, lo);
-      i++;
+    philox_block r;
+    if (slot != 0) { /* the rest of a block started before this range */
+      r = block_for(seed, blk++);
+      while (k < n && slot < 5) f[k++] = clamp_below(lo + step * (float)bits24(&r, slot++), below);
     }
-    for (; k + 4 <= n; k += 4, i += 4) { /* whole blocks: four elements each */
-      philox_block r = block_for(seed, i >> 2);
-      f[k] = clamp_below(lo + span * ((float)(r.v[0] >> 8) * scale), upper, lo);
-      f[k + 1] = clamp_below(lo + span * ((float)(r.v[1] >> 8) * scale), upper, lo);
-      f[k + 2] = clamp_below(lo + span * ((float)(r.v[2] >> 8) * scale), upper, lo);
-      f[k + 3] = clamp_below(lo + span * ((float)(r.v[3] >> 8) * scale), upper, lo);
+    for (; k + 5 <= n; k += 5) { /* whole blocks: five elements each */
+      r = block_for(seed, blk++);
+      f[k] = clamp_below(lo + step * (float)(r.v[0] & 0xffffffu), below);
+      f[k + 1] = clamp_below(lo + step * (float)((r.v[0] >> 24) | ((r.v[1] & 0xffffu) << 8)), below);
+      f[k + 2] = clamp_below(lo + step * (float)((r.v[1] >> 16) | ((r.v[2] & 0xffu) << 16)), below);
+      f[k + 3] = clamp_below(lo + step * (float)(r.v[2] >> 8), below);
+      f[k + 4] = clamp_below(lo + step * (float)(r.v[3] & 0xffffffu), below);
     }
-    if (k < n) { /* the tail of the last block */
-      philox_block r = block_for(seed, i >> 2);
-      for (int w = 0; k < n; w++, k++) f[k] = clamp_below(lo + span * ((float)(r.v[w] >> 8) * scale), upper, lo);
-    }
-    return DT_OK;
+    if (k < n) r = block_for(seed, blk); /* the head of the last block */
+    for (unsigned w = 0; k < n; w++) f[k++] = clamp_below(lo + step * (float)bits24(&r, w), below);
+    return;
   }
   for (int64_t i = 0; i < n; i++) {
     dt__store_from_double(t->dtype, p + i * (int64_t)esize, random_value(kind, a, b, seed, first_index + (uint64_t)i));
   }
-  return DT_OK;
 }
 
 dt_status dt__random_fill_block(dt_tensor *t, dt_random_kind kind, double a, double b,
@@ -159,8 +174,7 @@ dt_status dt__random_fill_block(dt_tensor *t, dt_random_kind kind, double a, dou
     part.shape[0] = run;
     part.strides[0] = 1;
     part.offset = t->offset + r * run;
-    dt_status st = dt_random_fill(&part, kind, a, b, seed, flat);
-    if (st) return st;
+    dt__random_fill_checked(&part, kind, a, b, seed, flat);
     for (int d = k - 1; d >= 0; d--) {
       if (++index[d] < t->shape[d]) break;
       index[d] = 0;

@@ -97,6 +97,11 @@ dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tens
 dt_status dt__tensor_view(const dt_tensor *base, int ndim, const int64_t *shape,
                           const int64_t *strides, int64_t offset, dt_tensor **out);
 
+/* dt_random_fill without its argument checks (t contiguous, kind valid, floating dtype for
+ * uniform and normal, a non-empty integral range for integers): for callers that checked. */
+void dt__random_fill_checked(dt_tensor *t, dt_random_kind kind, double a, double b, uint64_t seed,
+                             uint64_t first_index);
+
 /* Fills the contiguous tensor t, which is the block of a global tensor of `global_shape`
  * starting at `offset` (ndim entries each), with the global tensor's random elements. */
 dt_status dt__random_fill_block(dt_tensor *t, dt_random_kind kind, double a, double b,
