@@ -23,6 +23,7 @@
 #define BATCH 8
 #define IN 32
 #define HIDDEN 128
+#define DEMO_MAX_WORLD 64
 
 typedef struct demo {
   const dt_program *prog;
@@ -107,26 +108,71 @@ static int fail(const char *what) {
   return 1;
 }
 
+/* What each MPI process reports to rank 0. */
+typedef struct rank_report {
+  double max_diff, comm_seconds;
+  int64_t calls[4], bytes[4];
+} rank_report;
+
+/* Under mpirun: this process is one rank; run it, then gather every rank's figures. */
+static int run_mpi(demo *d, int *world_out, int *rank_out) {
+  dt_comm_options o = {.backend = "mpi"};
+  dt_comm *world = NULL;
+  if (dt_comm_init(&o, &world)) return fail("starting MPI");
+  int rank = dt_comm_rank(world), size = dt_comm_size(world);
+  if (size > DEMO_MAX_WORLD) {
+    dt_comm_destroy(world);
+    fprintf(stderr, "demo: at most %d ranks\n", DEMO_MAX_WORLD);
+    return 2;
+  }
+  d->world = size;
+  int rc = 0;
+  if (rank_main(world, d)) rc = fail("the tensor-parallel run");
+  rank_report mine = {d->max_diff[rank], d->stats[rank].comm_seconds, {0}, {0}};
+  memcpy(mine.calls, d->ledger_calls, sizeof mine.calls);
+  memcpy(mine.bytes, d->ledger_bytes, sizeof mine.bytes);
+  dt_objects *all = NULL;
+  if (!rc && dt_all_gather_object(world, &mine, sizeof mine, &all)) rc = fail("gathering the figures");
+  if (!rc) {
+    memset(d->ledger_calls, 0, sizeof d->ledger_calls);
+    memset(d->ledger_bytes, 0, sizeof d->ledger_bytes);
+    for (int r = 0; r < all->count; r++) {
+      rank_report rr;
+      memcpy(&rr, all->data + all->offsets[r], sizeof rr);
+      d->max_diff[r] = rr.max_diff;
+      d->stats[r].comm_seconds = rr.comm_seconds;
+      for (int k = 0; k < 4; k++) d->ledger_calls[k] += rr.calls[k], d->ledger_bytes[k] += rr.bytes[k];
+    }
+  }
+  dt_objects_free(all);
+  dt_comm_destroy(world);
+  *world_out = size;
+  *rank_out = rank;
+  return rc;
+}
+
 int dt_tool_demo(int argc, char **argv) {
   int world = 4;
+  bool use_mpi = false;
   bool json = dt_tool_has_flag(argc, argv, "--json");
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--world") == 0 && i + 1 < argc) {
       world = atoi(argv[++i]);
     } else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
       const char *backend = argv[++i];
-      if (strcmp(backend, "threads") != 0) {
-        fprintf(stderr, "demo: backend '%s' is not available in this build (use threads)\n",
-                backend);
+      if (strcmp(backend, "mpi") == 0) {
+        use_mpi = true;
+      } else if (strcmp(backend, "threads") != 0) {
+        fprintf(stderr, "demo: unknown backend '%s' (threads or mpi)\n", backend);
         return 2;
       }
     } else if (strcmp(argv[i], "--json") != 0) {
-      fprintf(stderr, "usage: dtensor demo [--world N] [--backend threads] [--json]\n");
+      fprintf(stderr, "usage: dtensor demo [--world N] [--backend threads|mpi] [--json]\n");
       return 2;
     }
   }
-  if (world < 1 || world > 64) {
-    fprintf(stderr, "demo: --world must be in 1..64\n");
+  if (world < 1 || world > DEMO_MAX_WORLD) {
+    fprintf(stderr, "demo: --world must be in 1..%d\n", DEMO_MAX_WORLD);
     return 2;
   }
   dt_module *model = NULL;
@@ -140,15 +186,22 @@ int dt_tool_demo(int argc, char **argv) {
   if (!rc && dt_program_run(prog, 1, &x, 1, &expect, NULL)) rc = fail("running the exported graph");
   demo d = {.prog = prog, .x = x, .expect = expect, .world = world, .lock = PTHREAD_MUTEX_INITIALIZER};
   dt_profiler *profiler = NULL;
-  const char *trace_path = "dtensor_demo_trace.json";
+  char trace_name[64] = "dtensor_demo_trace.json";
+  const char *trace_path = trace_name;
   dt_trace_stats tstats = {0};
   bool traced = false;
   if (!rc && (dt_profiler_create(&profiler) || dt_profiler_start(profiler))) rc = fail("starting the profiler");
-  d.max_diff = calloc((size_t)world, sizeof *d.max_diff);
-  d.stats = calloc((size_t)world, sizeof *d.stats);
+  d.max_diff = calloc(DEMO_MAX_WORLD, sizeof *d.max_diff);
+  d.stats = calloc(DEMO_MAX_WORLD, sizeof *d.stats);
   if (!rc && (!d.max_diff || !d.stats)) rc = fail("allocation");
-  if (!rc && dt_spawn(world, rank_main, &d)) rc = fail("the tensor-parallel run");
+  int my_rank = 0;
+  if (!rc && use_mpi) {
+    rc = run_mpi(&d, &world, &my_rank);
+  } else if (!rc && dt_spawn(world, rank_main, &d)) {
+    rc = fail("the tensor-parallel run");
+  }
   if (profiler) dt_profiler_stop(profiler);
+  if (use_mpi) snprintf(trace_name, sizeof trace_name, "dtensor_demo_trace.rank%d.json", my_rank);
   if (!rc) {
     dt_trace *trace = NULL;
     traced = !dt_profiler_write_chrome_trace(profiler, trace_path) && !dt_trace_read_file(trace_path, &trace) &&
@@ -157,12 +210,21 @@ int dt_tool_demo(int argc, char **argv) {
     dt_trace_destroy(trace);
   }
   dt_profiler_destroy(profiler);
+  if (!rc && my_rank != 0) { /* under MPI only rank 0 reports */
+    dt_program_destroy(prog);
+    free(d.max_diff);
+    free(d.stats);
+    dt_tensor_release(x);
+    dt_tensor_release(expect);
+    dt_module_destroy(model);
+    return 0;
+  }
   if (!rc) {
     double diff = 0;
     for (int r = 0; r < world; r++) diff = fmax(diff, d.max_diff[r]);
     char *before = dt_graph_to_text(dt_program_graph(prog));
-    printf("libdtensor %s — tensor-parallel MLP on %d ranks (threads backend)\n\n",
-           dt_version_string(), world);
+    printf("libdtensor %s — tensor-parallel MLP on %d ranks (%s backend)\n\n", dt_version_string(),
+           world, use_mpi ? "mpi" : "threads");
     printf("== Model: Sequential(Linear(%d, %d), ReLU, Linear(%d, %d)), plan {\"0\": colwise, "
            "\"2\": rowwise}\n\n",
            IN, HIDDEN, HIDDEN, IN);
