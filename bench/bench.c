@@ -6,7 +6,9 @@
 
 int dt_tool_bench(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: dtensor bench <kernels|dispatch|instructions|collectives|profile|tp> [--json]\n");
+    fprintf(
+        stderr,
+        "usage: dtensor bench <kernels|dispatch|instructions|collectives|profile|tp> [--json]\n");
     return 2;
   }
   if (strcmp(argv[1], "kernels") == 0) return dt_bench_kernels(argc - 1, argv + 1);

@@ -146,13 +146,18 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
   dt_status st = dt_mesh_create(world, 1, (int[]){size}, (const char *[]){"dp"}, &mesh);
   if (st) return st;
   int64_t shape[] = {512, 512};
-  dt_tensor *x = NULL, *w = NULL, *table = NULL, *idx = NULL, *xs = NULL, *x_local = NULL, *w_local = NULL;
+  dt_tensor *x = NULL, *w = NULL, *table = NULL, *idx = NULL, *xs = NULL, *x_local = NULL,
+            *w_local = NULL;
   dt_tensor *table_local = NULL, *idx_local = NULL, *full_idx = NULL;
   st = dt_dist_rand(mesh, 2, shape, DT_F32, 1, 1, (dt_placement[]){dt_shard(0)}, &x);
   /* linear producing Partial(sum): x Shard(1) @ weight Shard(1)^T */
   if (!st) st = dt_redistribute(x, 1, (dt_placement[]){dt_shard(1)}, &xs);
-  if (!st) st = dt_dist_rand(mesh, 2, (int64_t[]){256, 512}, DT_F32, 2, 1, (dt_placement[]){dt_shard(1)}, &w);
-  if (!st) st = dt_dist_rand(mesh, 2, (int64_t[]){1000, 64}, DT_F32, 3, 1, (dt_placement[]){dt_replicate()}, &table);
+  if (!st)
+    st = dt_dist_rand(mesh, 2, (int64_t[]){256, 512}, DT_F32, 2, 1, (dt_placement[]){dt_shard(1)},
+                      &w);
+  if (!st)
+    st = dt_dist_rand(mesh, 2, (int64_t[]){1000, 64}, DT_F32, 3, 1,
+                      (dt_placement[]){dt_replicate()}, &table);
   if (!st) st = dt_randint(0, 1000, 1, (int64_t[]){512}, DT_I64, 4, &full_idx);
   if (!st) st = dt_distribute_tensor(mesh, full_idx, 1, (dt_placement[]){dt_shard(0)}, &idx);
   if (!st) st = dt_to_local(x, &x_local);
@@ -175,7 +180,8 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
   };
   int n_cases = (int)(sizeof cases / sizeof *cases);
   figures mine[8] = {0};
-  for (int c = 0; c < n_cases && !st; c++) st = measure(cases[c].dist, cases[c].local, mesh, cases[c].fn, &mine[c]);
+  for (int c = 0; c < n_cases && !st; c++)
+    st = measure(cases[c].dist, cases[c].local, mesh, cases[c].fn, &mine[c]);
   /* redistribute Shard(0) -> Replicate: the miss is the first (planning) call. */
   if (!st) {
     figures *f = &mine[n_cases];
@@ -187,7 +193,8 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
     char text[256];
     dt_sharding_cache_clear();
     double p0 = dt_bench_now_us();
-    if (!st) st = dt_redistribute_explain(x, 1, (dt_placement[]){dt_replicate()}, text, sizeof text, NULL);
+    if (!st)
+      st = dt_redistribute_explain(x, 1, (dt_placement[]){dt_replicate()}, text, sizeof text, NULL);
     f->plan_us = dt_bench_now_us() - p0;
     dt_sharding_cache_clear();
     /* Line the ranks up, so the first (miss) call does not also time a late peer. */
@@ -227,14 +234,16 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
         miss[r] = f->miss_us, hit[r] = f->hit_us, loc[r] = f->local_us;
       }
       double plan[1024];
-      for (int r = 0; r < all->count; r++) plan[r] = ((const figures *)(all->data + all->offsets[r]) + c)->plan_us;
-      figures med = {median_of(miss, all->count), median_of(hit, all->count), median_of(loc, all->count),
-                     median_of(plan, all->count)};
+      for (int r = 0; r < all->count; r++)
+        plan[r] = ((const figures *)(all->data + all->offsets[r]) + c)->plan_us;
+      figures med = {median_of(miss, all->count), median_of(hit, all->count),
+                     median_of(loc, all->count), median_of(plan, all->count)};
       print(b, names[c], -1, &med);
     }
   }
   dt_objects_free(all);
-  dt_tensor *rel[] = {x, xs, w, table, idx, x_local, xs_local, w_local, table_local, idx_local, full_idx};
+  dt_tensor *rel[] = {x,        xs,      w,           table,     idx,     x_local,
+                      xs_local, w_local, table_local, idx_local, full_idx};
   for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) dt_tensor_release(rel[i]);
   dt_mesh_destroy(mesh);
   return st;

@@ -159,7 +159,8 @@ static int collect(const char *dir, long *best) {
     }
     fclose(f);
     for (int c = 0; c < N_CASES; c++) {
-      if (strcmp(label, cases[c].name) == 0 && total >= 0 && (best[c] < 0 || total < best[c])) best[c] = total;
+      if (strcmp(label, cases[c].name) == 0 && total >= 0 && (best[c] < 0 || total < best[c]))
+        best[c] = total;
     }
   }
   closedir(d);
@@ -190,8 +191,8 @@ int dt_bench_instructions(int argc, char **argv) {
   if (pid == 0) {
     int null = open("/dev/null", 1);
     if (null >= 0) dup2(null, 2); /* valgrind's banner */
-    execlp("valgrind", "valgrind", "--tool=callgrind", "--collect-atstart=no", out_file, self, "bench",
-           "instructions", "--child", (char *)NULL);
+    execlp("valgrind", "valgrind", "--tool=callgrind", "--collect-atstart=no", out_file, self,
+           "bench", "instructions", "--child", (char *)NULL);
     _exit(127);
   }
   int status = 0;
@@ -199,7 +200,9 @@ int dt_bench_instructions(int argc, char **argv) {
   long best[N_CASES];
   int rc = 0;
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fprintf(stderr, "bench instructions: the measured run failed (is valgrind installed?) status %d\n", status);
+    fprintf(stderr,
+            "bench instructions: the measured run failed (is valgrind installed?) status %d\n",
+            status);
     rc = 1;
   } else {
     collect(dir, best);
@@ -212,12 +215,15 @@ int dt_bench_instructions(int argc, char **argv) {
       break;
     }
     if (json) {
-      printf("{\"name\":\"%s\",\"metric\":\"instruction_count\",\"value\":%ld,\"pytorch\":%ld,\"target\":%ld,"
+      printf("{\"name\":\"%s\",\"metric\":\"instruction_count\",\"value\":%ld,\"pytorch\":%ld,"
+             "\"target\":%ld,"
              "\"ratio_vs_pytorch\":%.1f}\n",
-             cases[c].name, best[c], cases[c].pytorch, cases[c].target, (double)cases[c].pytorch / (double)best[c]);
+             cases[c].name, best[c], cases[c].pytorch, cases[c].target,
+             (double)cases[c].pytorch / (double)best[c]);
     } else {
-      printf("%-34s %9ld instructions (PyTorch %ld, %.0fx fewer; target <= %ld)\n", cases[c].name, best[c],
-             cases[c].pytorch, (double)cases[c].pytorch / (double)best[c], cases[c].target);
+      printf("%-34s %9ld instructions (PyTorch %ld, %.0fx fewer; target <= %ld)\n", cases[c].name,
+             best[c], cases[c].pytorch, (double)cases[c].pytorch / (double)best[c],
+             cases[c].target);
     }
     if (csv) fprintf(csv, "%s,instruction_count,%ld\n", cases[c].name, best[c]);
   }

@@ -35,8 +35,8 @@ static int bench_sgemm(bool json, int64_t n) {
   dt_tensor_release(c);
   for (int r = 0; r < REPS; r++) { /* interleaved so drift hits both alike */
     double t0 = dt_bench_now_us();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, pa,
-                (int)n, pb, (int)n, 0.0f, raw_c, (int)n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, pa, (int)n,
+                pb, (int)n, 0.0f, raw_c, (int)n);
     double t1 = dt_bench_now_us();
     if (dt_mm(a, b, &c)) return fail("mm");
     double t2 = dt_bench_now_us();
@@ -45,11 +45,13 @@ static int bench_sgemm(bool json, int64_t n) {
     ours[r] = t2 - t1;
   }
   double flops = 2.0 * (double)n * (double)n * (double)n;
-  double gf = flops / dt_bench_min(ours, REPS) / 1e3, blas_gf = flops / dt_bench_min(blas, REPS) / 1e3;
+  double gf = flops / dt_bench_min(ours, REPS) / 1e3,
+         blas_gf = flops / dt_bench_min(blas, REPS) / 1e3;
   if (json) {
-    printf("{\"name\":\"sgemm\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"gflops\":%.2f,\"blas_gflops\":%.2f,"
-           "\"ratio\":%.3f}\n",
-           (long long)n, (long long)n, (long long)n, gf, blas_gf, gf / blas_gf);
+    printf(
+        "{\"name\":\"sgemm\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"gflops\":%.2f,\"blas_gflops\":%.2f,"
+        "\"ratio\":%.3f}\n",
+        (long long)n, (long long)n, (long long)n, gf, blas_gf, gf / blas_gf);
   } else {
     printf("sgemm %lldx%lldx%lld: dt_mm %.1f GFLOP/s, cblas_sgemm %.1f GFLOP/s, ratio %.3f\n",
            (long long)n, (long long)n, (long long)n, gf, blas_gf, gf / blas_gf);
@@ -123,8 +125,9 @@ static int bench_dispatch(bool json) {
   }
   double ns = dt_bench_median(ours, REPS), kernel_ns = dt_bench_median(kernel, REPS);
   if (json) {
-    printf("{\"name\":\"local_dispatch\",\"call_ns\":%.1f,\"kernel_ns\":%.1f,\"overhead_ns\":%.1f}\n",
-           ns, kernel_ns, ns - kernel_ns);
+    printf(
+        "{\"name\":\"local_dispatch\",\"call_ns\":%.1f,\"kernel_ns\":%.1f,\"overhead_ns\":%.1f}\n",
+        ns, kernel_ns, ns - kernel_ns);
   } else {
     printf("local dispatch: 1-element dt_add %.1f ns, kernel alone %.1f ns, overhead %.1f ns\n", ns,
            kernel_ns, ns - kernel_ns);

@@ -5,8 +5,7 @@
 int main(void) {
   int64_t shape[] = {2, 3};
   dt_tensor *x = NULL, *w = NULL, *y = NULL;
-  if (dt_rand(2, shape, DT_F32, /*seed=*/42, &x) ||
-      dt_ones(2, (int64_t[]){4, 3}, DT_F32, &w) ||
+  if (dt_rand(2, shape, DT_F32, /*seed=*/42, &x) || dt_ones(2, (int64_t[]){4, 3}, DT_F32, &w) ||
       dt_linear(x, w, /*bias=*/NULL, &y)) { /* y = x @ w^T : [2, 4] */
     fprintf(stderr, "error: %s\n", dt_last_error());
     return 1;

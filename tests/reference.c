@@ -49,8 +49,8 @@ dt_tensor *ref_random(int ndim, const int64_t *shape, dt_dtype dtype, double lo,
   return t;
 }
 
-dt_tensor *ref_random_strided(int ndim, const int64_t *shape, dt_dtype dtype, double lo,
-                              double hi, uint64_t seed) {
+dt_tensor *ref_random_strided(int ndim, const int64_t *shape, dt_dtype dtype, double lo, double hi,
+                              uint64_t seed) {
   cr_assert_geq(ndim, 2);
   int64_t n = 1;
   for (int i = 0; i < ndim; i++) n *= shape[i];
@@ -115,8 +115,8 @@ void ref_assert_close(const dt_tensor *t, int ndim, const int64_t *shape, dt_dty
     cr_assert_eq(dt_tensor_shape(t)[i], shape[i], "dim %d: %lld, expected %lld", i,
                  (long long)dt_tensor_shape(t)[i], (long long)shape[i]);
   }
-  cr_assert_eq(dt_tensor_dtype(t), dtype, "dtype %s, expected %s", dt_dtype_name(dt_tensor_dtype(t)),
-               dt_dtype_name(dtype));
+  cr_assert_eq(dt_tensor_dtype(t), dtype, "dtype %s, expected %s",
+               dt_dtype_name(dt_tensor_dtype(t)), dt_dtype_name(dtype));
   double *v = ref_values(t);
   int64_t n = dt_tensor_numel(t);
   for (int64_t i = 0; i < n; i++) {
@@ -125,7 +125,8 @@ void ref_assert_close(const dt_tensor *t, int ndim, const int64_t *shape, dt_dty
       continue;
     }
     if (isinf(expected[i])) {
-      cr_assert_eq(v[i], expected[i], "element %lld: %g, expected %g", (long long)i, v[i], expected[i]);
+      cr_assert_eq(v[i], expected[i], "element %lld: %g, expected %g", (long long)i, v[i],
+                   expected[i]);
       continue;
     }
     double tol = atol + rtol * fabs(expected[i]);

@@ -18,8 +18,8 @@ dt_tensor *ref_random(int ndim, const int64_t *shape, dt_dtype dtype, double lo,
 /* A non-contiguous tensor with the same values as ref_random(shape): built transposed
  * (last two dims swapped) and transposed back through strides, so its strides are not
  * row-major. Needs ndim >= 2. */
-dt_tensor *ref_random_strided(int ndim, const int64_t *shape, dt_dtype dtype, double lo,
-                              double hi, uint64_t seed);
+dt_tensor *ref_random_strided(int ndim, const int64_t *shape, dt_dtype dtype, double lo, double hi,
+                              uint64_t seed);
 
 /* All elements as doubles (caller frees). */
 double *ref_values(const dt_tensor *t);

@@ -7,20 +7,22 @@
 
 #include "reference.h"
 
-#define CHECK(cond, ...)                                                                        \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      fprintf(stderr, __VA_ARGS__);                                                            \
-      fprintf(stderr, " (%s:%d; last error: %s)\n", __FILE__, __LINE__, dt_last_error());      \
-      return DT_ERR_INTERNAL;                                                                  \
-    }                                                                                          \
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fprintf(stderr, " (%s:%d; last error: %s)\n", __FILE__, __LINE__, dt_last_error());          \
+      return DT_ERR_INTERNAL;                                                                      \
+    }                                                                                              \
   } while (0)
 
 static bool equal_values(dt_tensor *a, dt_tensor *b) {
-  if (dt_tensor_numel(a) != dt_tensor_numel(b) || dt_tensor_ndim(a) != dt_tensor_ndim(b)) return false;
+  if (dt_tensor_numel(a) != dt_tensor_numel(b) || dt_tensor_ndim(a) != dt_tensor_ndim(b))
+    return false;
   double *x = ref_values(a), *y = ref_values(b);
   bool same = true;
-  for (int64_t i = 0; i < dt_tensor_numel(a); i++) same &= fabs(x[i] - y[i]) <= 1e-5 * (1 + fabs(y[i]));
+  for (int64_t i = 0; i < dt_tensor_numel(a); i++)
+    same &= fabs(x[i] - y[i]) <= 1e-5 * (1 + fabs(y[i]));
   free(x);
   free(y);
   return same;
@@ -31,9 +33,12 @@ typedef struct mesh_arg {
   int shape[2];
 } mesh_arg;
 
-static int world_of(const mesh_arg *m) { return (int)(m->ndim == 1 ? m->shape[0] : m->shape[0] * m->shape[1]); }
+static int world_of(const mesh_arg *m) {
+  return (int)(m->ndim == 1 ? m->shape[0] : m->shape[0] * m->shape[1]);
+}
 
-/* ---- Redistribution sweep --------------------------------------------------------------------- */
+/* ---- Redistribution sweep ---------------------------------------------------------------------
+ */
 
 static dt_placement pick(int k) {
   switch (k) {
@@ -70,8 +75,10 @@ static dt_status redistribute_rank(dt_comm *world, void *arg) {
       if (!st) st = dt_to_local(b, &local);
       char pa[16], pb[16], pc[16], pd[16];
       if (!st && !equal_values(back, full)) {
-        fprintf(stderr, "redistribute (%s,%s) -> (%s,%s) changed the values\n", dt_placement_format(pf[0], pa, 16),
-                ma->ndim > 1 ? dt_placement_format(pf[1], pb, 16) : "", dt_placement_format(pt[0], pc, 16),
+        fprintf(stderr, "redistribute (%s,%s) -> (%s,%s) changed the values\n",
+                dt_placement_format(pf[0], pa, 16),
+                ma->ndim > 1 ? dt_placement_format(pf[1], pb, 16) : "",
+                dt_placement_format(pt[0], pc, 16),
                 ma->ndim > 1 ? dt_placement_format(pt[1], pd, 16) : "");
         st = DT_ERR_INTERNAL;
       }
@@ -88,8 +95,8 @@ static dt_status redistribute_rank(dt_comm *world, void *arg) {
         }
         if (dt_tensor_shape(local)[0] != expect[0] || dt_tensor_shape(local)[1] != expect[1]) {
           fprintf(stderr, "redistribute: local shape [%lld, %lld], expected [%lld, %lld]\n",
-                  (long long)dt_tensor_shape(local)[0], (long long)dt_tensor_shape(local)[1], (long long)expect[0],
-                  (long long)expect[1]);
+                  (long long)dt_tensor_shape(local)[0], (long long)dt_tensor_shape(local)[1],
+                  (long long)expect[0], (long long)expect[1]);
           st = DT_ERR_INTERNAL;
         }
       }
@@ -125,21 +132,24 @@ static dt_status transpose_plan_rank(dt_comm *world, void *arg) {
   dt_status st = dt_mesh_create(world, 2, (int[]){2, 2}, NULL, &mesh);
   if (st) return st;
   dt_tensor *t = NULL;
-  st = dt_dist_rand(mesh, 2, (int64_t[]){64, 64}, DT_F32, 3, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, &t);
+  st = dt_dist_rand(mesh, 2, (int64_t[]){64, 64}, DT_F32, 3, 2,
+                    (dt_placement[]){dt_shard(0), dt_shard(1)}, &t);
   CHECK(!st, "dist_rand");
   char text[1024];
   int64_t bytes = 0;
-  st = dt_redistribute_explain(t, 2, (dt_placement[]){dt_shard(1), dt_shard(0)}, text, sizeof text, &bytes);
+  st = dt_redistribute_explain(t, 2, (dt_placement[]){dt_shard(1), dt_shard(0)}, text, sizeof text,
+                               &bytes);
   CHECK(!st, "explain");
   CHECK(strstr(text, "all_to_all") != NULL, "plan has no all_to_all: %s", text);
   /* No step handles a whole replica: every collective's buffer is at most half the tensor. */
   for (const char *p = strstr(text, "via "); p; p = strstr(p + 1, "via ")) {
     const char *comma = strchr(p, ',');
     long long step_bytes = comma ? atoll(comma + 1) : 0;
-    CHECK(step_bytes <= 64 * 64 * 4 / 2, "a step handles %lld bytes of a %d-byte tensor: %s", step_bytes,
-          64 * 64 * 4, text);
+    CHECK(step_bytes <= 64 * 64 * 4 / 2, "a step handles %lld bytes of a %d-byte tensor: %s",
+          step_bytes, 64 * 64 * 4, text);
   }
-  st = dt_redistribute_explain(t, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, text, sizeof text, &bytes);
+  st = dt_redistribute_explain(t, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, text, sizeof text,
+                               &bytes);
   CHECK(!st && bytes == 0 && strstr(text, "nothing"), "identity plan: %s", text);
   dt_tensor_release(t);
   dt_mesh_destroy(mesh);
@@ -149,7 +159,8 @@ Test(redistribute, transposed_sharding_avoids_replicate) {
   cr_assert_eq(dt_spawn(4, transpose_plan_rank, NULL), DT_OK, "%s", dt_last_error());
 }
 
-/* ---- Random tensors do not depend on the mesh ------------------------------------------------- */
+/* ---- Random tensors do not depend on the mesh -------------------------------------------------
+ */
 
 static dt_status rand_rank(dt_comm *world, void *arg) {
   const mesh_arg *ma = arg;
@@ -179,7 +190,8 @@ Test(dist_random, same_values_on_every_mesh) {
   run_on(2, 2, 3, rand_rank);
 }
 
-/* ---- from_local, to_local, factories, visualize ------------------------------------------------- */
+/* ---- from_local, to_local, factories, visualize -------------------------------------------------
+ */
 
 static dt_status from_local_rank(dt_comm *world, void *arg) {
   (void)arg;
@@ -204,16 +216,20 @@ static dt_status from_local_rank(dt_comm *world, void *arg) {
   /* Uneven with an explicit global shape: 7 rows over 3 ranks = 3, 3, 1. */
   int64_t rows = rank < 2 ? 3 : 1;
   CHECK(!dt_full(1, &rows, rank + 1, DT_I64, &local), "full");
-  dt_from_local_options opts = {.global_shape = (int64_t[]){7}, .global_ndim = 1, .run_check = true};
-  CHECK(!dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &opts, &d), "uneven from_local");
+  dt_from_local_options opts = {
+      .global_shape = (int64_t[]){7}, .global_ndim = 1, .run_check = true};
+  CHECK(!dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &opts, &d),
+        "uneven from_local");
   dt_tensor *sum = NULL;
   CHECK(!dt_sum(d, &sum) && !dt_full_tensor(sum, &full), "sum");
-  CHECK(!dt_tensor_get(full, NULL, &v) && v == 3 * 1 + 3 * 2 + 1 * 3, "sum of uneven shards is %g", v);
+  CHECK(!dt_tensor_get(full, NULL, &v) && v == 3 * 1 + 3 * 2 + 1 * 3, "sum of uneven shards is %g",
+        v);
   dt_tensor_release(full);
   dt_tensor_release(sum);
   char text[512];
   CHECK(!dt_visualize_sharding(d, text, sizeof text), "visualize");
-  CHECK(strstr(text, "0:3 -> ranks 0") && strstr(text, "3:6 -> ranks 1") && strstr(text, "6:7 -> ranks 2"),
+  CHECK(strstr(text, "0:3 -> ranks 0") && strstr(text, "3:6 -> ranks 1") &&
+            strstr(text, "6:7 -> ranks 2"),
         "visualize_sharding gave:\n%s", text);
   dt_tensor_release(d);
   /* run_check: a shard that does not fit fails on every rank. */
@@ -247,8 +263,10 @@ static dt_status cache_rank(dt_comm *world, void *arg) {
   dt_status st = dt_mesh_create(world, 1, (int[]){2}, NULL, &mesh);
   if (st) return st;
   dt_tensor *a = NULL, *b = NULL, *c = NULL;
-  CHECK(!dt_dist_ones(mesh, 2, (int64_t[]){4, 4}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &a), "ones");
-  CHECK(!dt_dist_ones(mesh, 2, (int64_t[]){4, 4}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &b), "ones");
+  CHECK(!dt_dist_ones(mesh, 2, (int64_t[]){4, 4}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &a),
+        "ones");
+  CHECK(!dt_dist_ones(mesh, 2, (int64_t[]){4, 4}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &b),
+        "ones");
   dt_sharding_cache_clear();
   dt_sharding_cache_stats s;
   for (int i = 0; i < 5; i++) {
@@ -256,8 +274,8 @@ static dt_status cache_rank(dt_comm *world, void *arg) {
     dt_tensor_release(c);
   }
   dt_sharding_cache_stats_get(&s);
-  CHECK(s.misses == 1 && s.hits == 4 && s.entries >= 1, "5 adds: %llu misses, %llu hits", (unsigned long long)s.misses,
-        (unsigned long long)s.hits);
+  CHECK(s.misses == 1 && s.hits == 4 && s.entries >= 1, "5 adds: %llu misses, %llu hits",
+        (unsigned long long)s.misses, (unsigned long long)s.hits);
   CHECK(!dt_mul(a, b, &c), "mul"); /* another op: another miss */
   dt_tensor_release(c);
   dt_sharding_cache_stats_get(&s);
@@ -270,9 +288,12 @@ static dt_status cache_rank(dt_comm *world, void *arg) {
   dt_mesh_destroy(mesh);
   return DT_OK;
 }
-Test(dist, sharding_cache_hits_and_misses) { cr_assert_eq(dt_spawn(2, cache_rank, NULL), DT_OK, "%s", dt_last_error()); }
+Test(dist, sharding_cache_hits_and_misses) {
+  cr_assert_eq(dt_spawn(2, cache_rank, NULL), DT_OK, "%s", dt_last_error());
+}
 
-/* ---- Bad input: a clear error on every rank, no hang --------------------------------------------- */
+/* ---- Bad input: a clear error on every rank, no hang
+ * --------------------------------------------- */
 
 static dt_status bad_input_rank(dt_comm *world, void *arg) {
   (void)arg;
@@ -283,7 +304,8 @@ static dt_status bad_input_rank(dt_comm *world, void *arg) {
   dt_tensor *full = NULL, *d = NULL, *e = NULL, *out = (dt_tensor *)0x1;
   CHECK(!dt_ones(2, (int64_t[]){4, 4}, DT_F32, &full), "ones");
   st = dt_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_shard(2)}, &d);
-  CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "Shard(2)") && strstr(dt_last_error(), "2 dims"),
+  CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "Shard(2)") &&
+            strstr(dt_last_error(), "2 dims"),
         "shard dim out of range");
   st = dt_distribute_tensor(mesh, full, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, &d);
   CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "2 placements"), "placement count");
@@ -294,11 +316,15 @@ static dt_status bad_input_rank(dt_comm *world, void *arg) {
   st = dt_add(d, e, &out);
   CHECK(st == DT_ERR_INVALID && out == NULL && strstr(dt_last_error(), "mesh"), "different meshes");
   st = dt_add(d, full, &out);
-  CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "local tensor of shape [4, 4]"), "mixing local");
+  CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "local tensor of shape [4, 4]"),
+        "mixing local");
   dt_tensor *bad_shape = NULL;
-  CHECK(!dt_dist_ones(mesh, 1, (int64_t[]){5}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &bad_shape), "ones");
+  CHECK(
+      !dt_dist_ones(mesh, 1, (int64_t[]){5}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &bad_shape),
+      "ones");
   st = dt_add(d, bad_shape, &out);
-  CHECK(st == DT_ERR_SHAPE && strstr(dt_last_error(), "[4, 4] and [5]"), "global shapes in errors: %s", dt_last_error());
+  CHECK(st == DT_ERR_SHAPE && strstr(dt_last_error(), "[4, 4] and [5]"),
+        "global shapes in errors: %s", dt_last_error());
   st = dt_redistribute(d, 1, (dt_placement[]){dt_shard(-3)}, &out);
   CHECK(st == DT_ERR_INVALID, "redistribute to a bad dim");
   /* A 0-d local tensor mixes in as a replica. */
@@ -318,9 +344,12 @@ static dt_status bad_input_rank(dt_comm *world, void *arg) {
   dt_mesh_destroy(other);
   return DT_OK;
 }
-Test(dist, bad_input_fails_on_every_rank) { cr_assert_eq(dt_spawn(2, bad_input_rank, NULL), DT_OK, "%s", dt_last_error()); }
+Test(dist, bad_input_fails_on_every_rank) {
+  cr_assert_eq(dt_spawn(2, bad_input_rank, NULL), DT_OK, "%s", dt_last_error());
+}
 
-/* ---- Dispatch modes -------------------------------------------------------------------------------- */
+/* ---- Dispatch modes
+ * -------------------------------------------------------------------------------- */
 
 typedef struct counter {
   int calls;
@@ -399,7 +428,8 @@ Test(modes, a_mode_that_does_not_run_the_op_is_an_error) {
   dt_tensor_release(a);
 }
 
-/* ---- uniform_ and is_same_size ------------------------------------------------------------------ */
+/* ---- uniform_ and is_same_size ------------------------------------------------------------------
+ */
 
 static dt_status uniform_rank(dt_comm *world, void *arg) {
   const mesh_arg *ma = arg;
@@ -439,7 +469,8 @@ Test(dist_random, uniform_inplace_and_is_same_size) {
   run_on(2, 2, 2, uniform_rank);
 }
 
-/* ---- The comm ledger: counts per op, and plans' bytes match what moved -------------------------- */
+/* ---- The comm ledger: counts per op, and plans' bytes match what moved --------------------------
+ */
 
 static dt_status ledger_rank(dt_comm *world, void *arg) {
   (void)arg;
@@ -447,16 +478,20 @@ static dt_status ledger_rank(dt_comm *world, void *arg) {
   dt_status st = dt_mesh_create(world, 2, (int[]){2, 2}, NULL, &mesh);
   if (st) return st;
   dt_tensor *a = NULL, *b = NULL, *c = NULL, *r = NULL;
-  CHECK(!dt_dist_rand(mesh, 2, (int64_t[]){9, 6}, DT_F32, 1, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, &a),
+  CHECK(!dt_dist_rand(mesh, 2, (int64_t[]){9, 6}, DT_F32, 1, 2,
+                      (dt_placement[]){dt_shard(0), dt_shard(1)}, &a),
         "rand");
-  CHECK(dt_dist_rand(mesh, 2, (int64_t[]){9, 6}, DT_F32, 2, 2, (dt_placement[]){dt_replicate(), dt_partial(DT_REDUCE_SUM)}, &b) ==
-            DT_ERR_INVALID,
+  CHECK(dt_dist_rand(mesh, 2, (int64_t[]){9, 6}, DT_F32, 2, 2,
+                     (dt_placement[]){dt_replicate(), dt_partial(DT_REDUCE_SUM)},
+                     &b) == DT_ERR_INVALID,
         "factories refuse Partial");
   /* b: Partial(sum) on mesh dim 1, made from a replica. */
   dt_tensor *rep = NULL;
-  CHECK(!dt_dist_rand(mesh, 2, (int64_t[]){9, 6}, DT_F32, 2, 2, (dt_placement[]){dt_replicate(), dt_replicate()}, &rep),
+  CHECK(!dt_dist_rand(mesh, 2, (int64_t[]){9, 6}, DT_F32, 2, 2,
+                      (dt_placement[]){dt_replicate(), dt_replicate()}, &rep),
         "rand");
-  CHECK(!dt_redistribute(rep, 2, (dt_placement[]){dt_replicate(), dt_partial(DT_REDUCE_SUM)}, &b), "to partial");
+  CHECK(!dt_redistribute(rep, 2, (dt_placement[]){dt_replicate(), dt_partial(DT_REDUCE_SUM)}, &b),
+        "to partial");
   dt_comm_ledger *ledger = NULL;
   CHECK(!dt_comm_ledger_start(&ledger), "ledger start");
   CHECK(!dt_add(a, b, &c), "add"); /* b must be reduced and sharded to match a */
@@ -469,21 +504,26 @@ static dt_status ledger_rank(dt_comm *world, void *arg) {
   CHECK(!dt_redistribute_explain(a, 2, target, text, sizeof text, &planned), "explain");
   CHECK(!dt_redistribute(a, 2, target, &r), "redistribute");
   int64_t moved = dt_comm_ledger_bytes(ledger, NULL) - before;
-  CHECK(moved == planned, "planned %lld bytes, moved %lld:\n%s", (long long)planned, (long long)moved, text);
+  CHECK(moved == planned, "planned %lld bytes, moved %lld:\n%s", (long long)planned,
+        (long long)moved, text);
   CHECK(!dt_comm_ledger_stop(ledger), "stop");
   CHECK(dt_comm_ledger_stop(ledger) == DT_ERR_INVALID, "stop twice");
   char table[2048];
   CHECK(!dt_comm_ledger_format(ledger, table, sizeof table), "format");
-  CHECK(strstr(table, "add.Tensor") && strstr(table, "(no op)") && strstr(table, "total"), "table:\n%s", table);
+  CHECK(strstr(table, "add.Tensor") && strstr(table, "(no op)") && strstr(table, "total"),
+        "table:\n%s", table);
   dt_comm_ledger_destroy(ledger);
   dt_tensor *rel[] = {a, b, c, r, rep};
   for (int i = 0; i < 5; i++) dt_tensor_release(rel[i]);
   dt_mesh_destroy(mesh);
   return DT_OK;
 }
-Test(dist, comm_ledger_counts_and_plan_bytes) { cr_assert_eq(dt_spawn(4, ledger_rank, NULL), DT_OK, "%s", dt_last_error()); }
+Test(dist, comm_ledger_counts_and_plan_bytes) {
+  cr_assert_eq(dt_spawn(4, ledger_rank, NULL), DT_OK, "%s", dt_last_error());
+}
 
-/* ---- Vocabulary-parallel embedding ------------------------------------------------------------------ */
+/* ---- Vocabulary-parallel embedding
+ * ------------------------------------------------------------------ */
 
 static dt_status vocab_rank(dt_comm *world, void *arg) {
   (void)arg;
@@ -494,33 +534,41 @@ static dt_status vocab_rank(dt_comm *world, void *arg) {
   int64_t ids[] = {0, 9, 3, 3, 7, 5};
   dt_tensor *idx = NULL, *w = NULL, *out = NULL, *gathered = NULL, *expected = NULL;
   CHECK(!dt_from_data(ids, 1, (int64_t[]){6}, DT_I64, &idx), "indices");
-  CHECK(!dt_distribute_tensor(mesh, full_w, 1, (dt_placement[]){dt_shard(0)}, &w), "weight rows sharded");
+  CHECK(!dt_distribute_tensor(mesh, full_w, 1, (dt_placement[]){dt_shard(0)}, &w),
+        "weight rows sharded");
   dt_comm_ledger *ledger = NULL;
   CHECK(!dt_comm_ledger_start(&ledger), "ledger");
   dt_tensor *didx = NULL;
-  CHECK(!dt_distribute_tensor(mesh, idx, 1, (dt_placement[]){dt_replicate()}, &didx), "indices replicated");
+  CHECK(!dt_distribute_tensor(mesh, idx, 1, (dt_placement[]){dt_replicate()}, &didx),
+        "indices replicated");
   CHECK(!dt_embedding(w, didx, &out), "embedding");
   CHECK(dt_comm_ledger_count(ledger, NULL) == 0, "the lookup itself moves nothing");
   CHECK(!dt_comm_ledger_stop(ledger), "stop");
   dt_comm_ledger_destroy(ledger);
-  CHECK(dt_dist_placements(out)[0].kind == DT_PARTIAL, "vocabulary-parallel lookup gives Partial(sum)");
+  CHECK(dt_dist_placements(out)[0].kind == DT_PARTIAL,
+        "vocabulary-parallel lookup gives Partial(sum)");
   CHECK(!dt_full_tensor(out, &gathered) && !dt_embedding(full_w, idx, &expected), "full");
   CHECK(equal_values(gathered, expected), "lookup values");
   /* An index past the table fails on every rank, whichever shard holds the rows. */
   int64_t bad[] = {2, 10};
   dt_tensor *bidx = NULL, *dbad = NULL, *o2 = NULL;
   CHECK(!dt_from_data(bad, 1, (int64_t[]){2}, DT_I64, &bidx), "indices");
-  CHECK(!dt_distribute_tensor(mesh, bidx, 1, (dt_placement[]){dt_replicate()}, &dbad), "bad indices");
+  CHECK(!dt_distribute_tensor(mesh, bidx, 1, (dt_placement[]){dt_replicate()}, &dbad),
+        "bad indices");
   st = dt_embedding(w, dbad, &o2);
-  CHECK(st == DT_ERR_INDEX && o2 == NULL && strstr(dt_last_error(), "index 10"), "bad index: %d", st);
+  CHECK(st == DT_ERR_INDEX && o2 == NULL && strstr(dt_last_error(), "index 10"), "bad index: %d",
+        st);
   dt_tensor *rel[] = {full_w, idx, w, out, gathered, expected, didx, bidx, dbad};
   for (int i = 0; i < 9; i++) dt_tensor_release(rel[i]);
   dt_mesh_destroy(mesh);
   return DT_OK;
 }
-Test(dist, vocabulary_parallel_embedding) { cr_assert_eq(dt_spawn(3, vocab_rank, NULL), DT_OK, "%s", dt_last_error()); }
+Test(dist, vocabulary_parallel_embedding) {
+  cr_assert_eq(dt_spawn(3, vocab_rank, NULL), DT_OK, "%s", dt_last_error());
+}
 
-/* ---- An op without a rule for its arguments replicates them, counted and correct ---------------- */
+/* ---- An op without a rule for its arguments replicates them, counted and correct ----------------
+ */
 
 static dt_status fallback_rank(dt_comm *world, void *arg) {
   (void)arg;
@@ -528,8 +576,10 @@ static dt_status fallback_rank(dt_comm *world, void *arg) {
   dt_status st = dt_mesh_create(world, 1, (int[]){2}, NULL, &mesh);
   if (st) return st;
   dt_tensor *a = NULL, *b = NULL, *dot = NULL, *full = NULL;
-  CHECK(!dt_dist_ones(mesh, 1, (int64_t[]){5}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &a), "ones");
-  CHECK(!dt_dist_full(mesh, 1, (int64_t[]){5}, 2, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &b), "full");
+  CHECK(!dt_dist_ones(mesh, 1, (int64_t[]){5}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &a),
+        "ones");
+  CHECK(!dt_dist_full(mesh, 1, (int64_t[]){5}, 2, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &b),
+        "full");
   dt_sharding_cache_clear();
   CHECK(!dt_matmul(a, b, &dot), "1-D matmul (no rule: replicated)");
   dt_sharding_cache_stats s;
@@ -542,4 +592,6 @@ static dt_status fallback_rank(dt_comm *world, void *arg) {
   dt_mesh_destroy(mesh);
   return DT_OK;
 }
-Test(dist, op_without_rule_replicates) { cr_assert_eq(dt_spawn(2, fallback_rank, NULL), DT_OK, "%s", dt_last_error()); }
+Test(dist, op_without_rule_replicates) {
+  cr_assert_eq(dt_spawn(2, fallback_rank, NULL), DT_OK, "%s", dt_last_error());
+}

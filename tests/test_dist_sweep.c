@@ -24,7 +24,8 @@ typedef struct op_case {
   bool exact;        /* integer results: compare exactly */
 } op_case;
 
-#define IN2(a, b) (dt_tensor *[]){a, b}
+#define IN2(a, b)                                                                                  \
+  (dt_tensor *[]) { a, b }
 
 static dt_status f_add(dt_tensor **i, dt_tensor **o) { return dt_add(i[0], i[1], o); }
 static dt_status f_sub(dt_tensor **i, dt_tensor **o) { return dt_sub_ex(i[0], i[1], 2, o); }
@@ -53,13 +54,23 @@ static dt_status f_masked_fill(dt_tensor **i, dt_tensor **o) {
   return st;
 }
 static dt_status f_sum(dt_tensor **i, dt_tensor **o) { return dt_sum(i[0], o); }
-static dt_status f_sum0(dt_tensor **i, dt_tensor **o) { return dt_sum_dims(i[0], 1, (int64_t[]){0}, false, o); }
-static dt_status f_sum1k(dt_tensor **i, dt_tensor **o) { return dt_sum_dims(i[0], 1, (int64_t[]){1}, true, o); }
-static dt_status f_mean1(dt_tensor **i, dt_tensor **o) { return dt_mean_dims(i[0], 1, (int64_t[]){-1}, false, o); }
+static dt_status f_sum0(dt_tensor **i, dt_tensor **o) {
+  return dt_sum_dims(i[0], 1, (int64_t[]){0}, false, o);
+}
+static dt_status f_sum1k(dt_tensor **i, dt_tensor **o) {
+  return dt_sum_dims(i[0], 1, (int64_t[]){1}, true, o);
+}
+static dt_status f_mean1(dt_tensor **i, dt_tensor **o) {
+  return dt_mean_dims(i[0], 1, (int64_t[]){-1}, false, o);
+}
 static dt_status f_mean(dt_tensor **i, dt_tensor **o) { return dt_mean(i[0], o); }
-static dt_status f_amax0(dt_tensor **i, dt_tensor **o) { return dt_amax(i[0], 1, (int64_t[]){0}, false, o); }
+static dt_status f_amax0(dt_tensor **i, dt_tensor **o) {
+  return dt_amax(i[0], 1, (int64_t[]){0}, false, o);
+}
 static dt_status f_max(dt_tensor **i, dt_tensor **o) { return dt_max(i[0], o); }
-static dt_status f_argmax1(dt_tensor **i, dt_tensor **o) { return dt_argmax_dim(i[0], 1, false, o); }
+static dt_status f_argmax1(dt_tensor **i, dt_tensor **o) {
+  return dt_argmax_dim(i[0], 1, false, o);
+}
 static dt_status f_softmax1(dt_tensor **i, dt_tensor **o) { return dt_softmax(i[0], 1, o); }
 static dt_status f_log_softmax0(dt_tensor **i, dt_tensor **o) { return dt_log_softmax(i[0], 0, o); }
 static dt_status f_layer_norm(dt_tensor **i, dt_tensor **o) {
@@ -71,15 +82,23 @@ static dt_status f_bmm(dt_tensor **i, dt_tensor **o) { return dt_bmm(i[0], i[1],
 static dt_status f_matmul(dt_tensor **i, dt_tensor **o) { return dt_matmul(i[0], i[1], o); }
 static dt_status f_addmm(dt_tensor **i, dt_tensor **o) { return dt_addmm(i[2], i[0], i[1], o); }
 static dt_status f_linear(dt_tensor **i, dt_tensor **o) { return dt_linear(i[0], i[1], i[2], o); }
-static dt_status f_linear_nobias(dt_tensor **i, dt_tensor **o) { return dt_linear(i[0], i[1], NULL, o); }
+static dt_status f_linear_nobias(dt_tensor **i, dt_tensor **o) {
+  return dt_linear(i[0], i[1], NULL, o);
+}
 static dt_status f_embedding(dt_tensor **i, dt_tensor **o) { return dt_embedding(i[0], i[1], o); }
 static dt_status f_cat0(dt_tensor **i, dt_tensor **o) { return dt_cat(2, i, 0, o); }
 static dt_status f_cat1(dt_tensor **i, dt_tensor **o) { return dt_cat(2, i, 1, o); }
 static dt_status f_stack1(dt_tensor **i, dt_tensor **o) { return dt_stack(2, i, 1, o); }
 static dt_status f_transpose(dt_tensor **i, dt_tensor **o) { return dt_transpose(i[0], 0, 1, o); }
-static dt_status f_permute(dt_tensor **i, dt_tensor **o) { return dt_permute(i[0], 3, (int64_t[]){2, 0, 1}, o); }
-static dt_status f_view(dt_tensor **i, dt_tensor **o) { return dt_view(i[0], 2, (int64_t[]){6, 5}, o); }
-static dt_status f_reshape(dt_tensor **i, dt_tensor **o) { return dt_reshape(i[0], 1, (int64_t[]){-1}, o); }
+static dt_status f_permute(dt_tensor **i, dt_tensor **o) {
+  return dt_permute(i[0], 3, (int64_t[]){2, 0, 1}, o);
+}
+static dt_status f_view(dt_tensor **i, dt_tensor **o) {
+  return dt_view(i[0], 2, (int64_t[]){6, 5}, o);
+}
+static dt_status f_reshape(dt_tensor **i, dt_tensor **o) {
+  return dt_reshape(i[0], 1, (int64_t[]){-1}, o);
+}
 static dt_status f_flatten(dt_tensor **i, dt_tensor **o) { return dt_flatten(i[0], 1, 2, o); }
 static dt_status f_unsqueeze(dt_tensor **i, dt_tensor **o) { return dt_unsqueeze(i[0], 1, o); }
 static dt_status f_select(dt_tensor **i, dt_tensor **o) { return dt_select(i[0], 0, 2, o); }
@@ -95,7 +114,9 @@ static dt_status f_chunk(dt_tensor **i, dt_tensor **o) {
   }
   return DT_OK;
 }
-static dt_status f_expand(dt_tensor **i, dt_tensor **o) { return dt_expand(i[0], 3, (int64_t[]){3, 5, 7}, o); }
+static dt_status f_expand(dt_tensor **i, dt_tensor **o) {
+  return dt_expand(i[0], 3, (int64_t[]){3, 5, 7}, o);
+}
 static dt_status f_clone(dt_tensor **i, dt_tensor **o) { return dt_clone(i[0], o); }
 static dt_status f_detach(dt_tensor **i, dt_tensor **o) { return dt_detach(i[0], o); }
 static dt_status f_contiguous_t(dt_tensor **i, dt_tensor **o) {
@@ -121,7 +142,8 @@ static dt_status f_add_inplace(dt_tensor **i, dt_tensor **o) {
 
 /* Table rows leave trailing fields (dtypes, ranges) to their zero defaults. */
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#define S2(a, b) {a, b}
+#define S2(a, b)                                                                                   \
+  { a, b }
 static const op_case cases[] = {
     {"add", f_add, 2, {2, 2}, {S2(5, 7), S2(5, 7)}},
     {"add broadcast", f_add, 2, {2, 1}, {S2(5, 7), {7}}},
@@ -234,7 +256,8 @@ static dt_status run_case(dt_mesh *mesh, const sweep *sw, const op_case *c, uint
         k /= choices[i];
         char p[16];
         strncat(desc, dt_placement_format(pl[i][m], p, sizeof p), sizeof desc - strlen(desc) - 2);
-        strncat(desc, m + 1 < sw->mesh_ndim ? "," : (i + 1 < c->n_in ? " | " : ""), sizeof desc - strlen(desc) - 1);
+        strncat(desc, m + 1 < sw->mesh_ndim ? "," : (i + 1 < c->n_in ? " | " : ""),
+                sizeof desc - strlen(desc) - 1);
       }
     }
     dt_tensor *dist[3] = {0}, *out = NULL, *gathered = NULL;
@@ -262,9 +285,10 @@ static dt_status run_case(dt_mesh *mesh, const sweep *sw, const op_case *c, uint
         for (int64_t j = 0; j < n; j++) {
           double tol = c->exact ? 0 : 1e-4 + 1e-4 * fabs(b[j]);
           if (!(fabs(a[j] - b[j]) <= tol) && !(isnan(a[j]) && isnan(b[j]))) {
-            fprintf(stderr, "sweep: %s [%s] mesh %lldx%lld: element %lld is %g, expected %g\n", c->name, desc,
-                    (long long)sw->mesh_shape[0], (long long)(sw->mesh_ndim > 1 ? sw->mesh_shape[1] : 1),
-                    (long long)j, a[j], b[j]);
+            fprintf(stderr, "sweep: %s [%s] mesh %lldx%lld: element %lld is %g, expected %g\n",
+                    c->name, desc, (long long)sw->mesh_shape[0],
+                    (long long)(sw->mesh_ndim > 1 ? sw->mesh_shape[1] : 1), (long long)j, a[j],
+                    b[j]);
             st = DT_ERR_INTERNAL;
             break;
           }
@@ -298,9 +322,11 @@ static void run_sweep(int ndim, int64_t a, int64_t b, int max_combos) {
   sweep sw = {ndim, {a, b}, max_combos};
   int world = (int)(ndim == 1 ? a : a * b);
   dt_status st = dt_spawn(world, sweep_rank, &sw);
-  fprintf(stderr, "mesh %lldx%lld: %ld placement combinations checked\n", (long long)a, (long long)b, (long)checks);
+  fprintf(stderr, "mesh %lldx%lld: %ld placement combinations checked\n", (long long)a,
+          (long long)b, (long)checks);
   cr_assert_gt(checks, 0);
-  cr_assert_eq(st, DT_OK, "sweep on mesh %lldx%lld failed: %s", (long long)a, (long long)b, dt_last_error());
+  cr_assert_eq(st, DT_OK, "sweep on mesh %lldx%lld failed: %s", (long long)a, (long long)b,
+               dt_last_error());
 }
 
 Test(dist_sweep, mesh_1) { run_sweep(1, 1, 1, 0); }

@@ -11,7 +11,8 @@ Test(tensor, zeros_ones_full_arange) {
   cr_assert_eq(dt_ones(2, shape, DT_I64, &o), DT_OK);
   cr_assert_eq(dt_full(2, shape, -2.5, DT_F64, &f), DT_OK);
   cr_assert_eq(dt_arange(1, 7, 2, DT_I32, &r), DT_OK);
-  double zeros[6] = {0}, ones[6] = {1, 1, 1, 1, 1, 1}, fulls[6] = {-2.5, -2.5, -2.5, -2.5, -2.5, -2.5};
+  double zeros[6] = {0}, ones[6] = {1, 1, 1, 1, 1, 1},
+         fulls[6] = {-2.5, -2.5, -2.5, -2.5, -2.5, -2.5};
   ref_assert_close(z, 2, shape, DT_F32, zeros, 0, 0);
   ref_assert_close(o, 2, shape, DT_I64, ones, 0, 0);
   ref_assert_close(f, 2, shape, DT_F64, fulls, 0, 0);
@@ -42,14 +43,14 @@ Test(tensor, half_precision_conversions) {
   cr_assert_eq(dt_f32_to_f16(1.0f), 0x3c00);
   cr_assert_eq(dt_f32_to_f16(-2.0f), 0xc000);
   cr_assert_eq(dt_f32_to_f16(65504.0f), 0x7bff);
-  cr_assert_eq(dt_f32_to_f16(1e6f), 0x7c00); /* overflow to inf */
+  cr_assert_eq(dt_f32_to_f16(1e6f), 0x7c00);              /* overflow to inf */
   cr_assert_eq(dt_f16_to_f32(0x0001), ldexpf(1.0f, -24)); /* smallest subnormal */
   cr_assert_eq(dt_f32_to_f16(ldexpf(1.0f, -24)), 0x0001);
   cr_assert(isnan(dt_f16_to_f32(dt_f32_to_f16(NAN))));
   /* Round to nearest even: 1 + 2^-11 is halfway between two f16 values. */
   cr_assert_eq(dt_f32_to_f16(1.0f + ldexpf(1.0f, -11)), 0x3c00);
   cr_assert_eq(dt_f32_to_bf16(1.00390625f), 0x3f80); /* halfway, rounds to even */
-  for (uint32_t h = 0; h < 0x7c00; h++) { /* every finite positive f16 round-trips */
+  for (uint32_t h = 0; h < 0x7c00; h++) {            /* every finite positive f16 round-trips */
     cr_assert_eq(dt_f32_to_f16(dt_f16_to_f32((uint16_t)h)), h, "f16 0x%x", h);
   }
 }

@@ -39,8 +39,8 @@ typedef struct demo {
 } demo;
 
 /* The comm kinds the transformation inserts, by the names the comm ledger counts. */
-static const char *const ledger_names[4] = {"all_gather_uneven", "all_reduce", "reduce_scatter_uneven",
-                                            "all_to_all"};
+static const char *const ledger_names[4] = {"all_gather_uneven", "all_reduce",
+                                            "reduce_scatter_uneven", "all_to_all"};
 
 static const dt_tp_plan_entry plan_entries[] = {{"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}};
 
@@ -132,7 +132,8 @@ static int run_mpi(demo *d, int *world_out, int *rank_out) {
   memcpy(mine.calls, d->ledger_calls, sizeof mine.calls);
   memcpy(mine.bytes, d->ledger_bytes, sizeof mine.bytes);
   dt_objects *all = NULL;
-  if (!rc && dt_all_gather_object(world, &mine, sizeof mine, &all)) rc = fail("gathering the figures");
+  if (!rc && dt_all_gather_object(world, &mine, sizeof mine, &all))
+    rc = fail("gathering the figures");
   if (!rc) {
     memset(d->ledger_calls, 0, sizeof d->ledger_calls);
     memset(d->ledger_bytes, 0, sizeof d->ledger_bytes);
@@ -141,7 +142,8 @@ static int run_mpi(demo *d, int *world_out, int *rank_out) {
       memcpy(&rr, all->data + all->offsets[r], sizeof rr);
       d->max_diff[r] = rr.max_diff;
       d->stats[r].comm_seconds = rr.comm_seconds;
-      for (int k = 0; k < 4; k++) d->ledger_calls[k] += rr.calls[k], d->ledger_bytes[k] += rr.bytes[k];
+      for (int k = 0; k < 4; k++)
+        d->ledger_calls[k] += rr.calls[k], d->ledger_bytes[k] += rr.bytes[k];
     }
   }
   dt_objects_free(all);
@@ -184,13 +186,15 @@ int dt_tool_demo(int argc, char **argv) {
   dt_export_options eo = {.dynamic_batch = true};
   if (!rc && dt_export(model, x, &eo, &prog)) rc = fail("export");
   if (!rc && dt_program_run(prog, 1, &x, 1, &expect, NULL)) rc = fail("running the exported graph");
-  demo d = {.prog = prog, .x = x, .expect = expect, .world = world, .lock = PTHREAD_MUTEX_INITIALIZER};
+  demo d = {
+      .prog = prog, .x = x, .expect = expect, .world = world, .lock = PTHREAD_MUTEX_INITIALIZER};
   dt_profiler *profiler = NULL;
   char trace_name[64] = "dtensor_demo_trace.json";
   const char *trace_path = trace_name;
   dt_trace_stats tstats = {0};
   bool traced = false;
-  if (!rc && (dt_profiler_create(&profiler) || dt_profiler_start(profiler))) rc = fail("starting the profiler");
+  if (!rc && (dt_profiler_create(&profiler) || dt_profiler_start(profiler)))
+    rc = fail("starting the profiler");
   d.max_diff = calloc(DEMO_MAX_WORLD, sizeof *d.max_diff);
   d.stats = calloc(DEMO_MAX_WORLD, sizeof *d.stats);
   if (!rc && (!d.max_diff || !d.stats)) rc = fail("allocation");
@@ -204,7 +208,8 @@ int dt_tool_demo(int argc, char **argv) {
   if (use_mpi) snprintf(trace_name, sizeof trace_name, "dtensor_demo_trace.rank%d.json", my_rank);
   if (!rc) {
     dt_trace *trace = NULL;
-    traced = !dt_profiler_write_chrome_trace(profiler, trace_path) && !dt_trace_read_file(trace_path, &trace) &&
+    traced = !dt_profiler_write_chrome_trace(profiler, trace_path) &&
+             !dt_trace_read_file(trace_path, &trace) &&
              !dt_trace_compute_stats(trace, "CPU", 0, &tstats);
     if (!traced) fprintf(stderr, "demo: no trace: %s\n", dt_last_error());
     dt_trace_destroy(trace);
@@ -242,8 +247,8 @@ int dt_tool_demo(int argc, char **argv) {
            d.inserted[0], d.inserted[1], d.inserted[2], d.inserted[3], d.inserted[4]);
     printf("  communication by kind (comm ledger: calls / bytes, summed over ranks):\n");
     for (int k = 0; k < 4; k++) {
-      printf("    %-24s %4lld calls %10lld bytes\n", dt_comm_node_name(k), (long long)d.ledger_calls[k],
-             (long long)d.ledger_bytes[k]);
+      printf("    %-24s %4lld calls %10lld bytes\n", dt_comm_node_name(k),
+             (long long)d.ledger_calls[k], (long long)d.ledger_bytes[k]);
     }
     double comm_s = 0;
     for (int r = 0; r < world; r++) comm_s += d.stats[r].comm_seconds;
@@ -251,10 +256,11 @@ int dt_tool_demo(int argc, char **argv) {
     printf("== visualize_sharding(0.weight) [%d, %d], placed S(0)\n%s\n", HIDDEN, IN, d.sharding);
     if (traced) {
       printf("== Trace: %s (open in Perfetto or chrome://tracing)\n", trace_path);
-      printf("  %lld events on %d ranks; busy %.1f us of %.1f us: utilization %.1f %%, matrix %.1f %%, "
+      printf("  %lld events on %d ranks; busy %.1f us of %.1f us: utilization %.1f %%, matrix %.1f "
+             "%%, "
              "comm %.1f %%\n\n",
-             (long long)tstats.events, tstats.processes, tstats.busy_us, tstats.total_us, 100 * tstats.utilization,
-             100 * tstats.mm_fraction, 100 * tstats.comm_fraction);
+             (long long)tstats.events, tstats.processes, tstats.busy_us, tstats.total_us,
+             100 * tstats.utilization, 100 * tstats.mm_fraction, 100 * tstats.comm_fraction);
     }
     if (json) {
       printf("{\"world\":%d,\"max_abs_diff\":%.9g,\"all_reduce\":%d,\"all_gather_into_tensor\":%d,"
@@ -262,8 +268,9 @@ int dt_tool_demo(int argc, char **argv) {
              "\"all_gather_into_tensor_bytes\":%lld,\"utilization\":%.4f,\"mm_fraction\":%.4f,"
              "\"trace\":%s%s%s}\n",
              world, diff, d.inserted[1], d.inserted[0], d.inserted[2], d.inserted[3],
-             (long long)d.ledger_bytes[1], (long long)d.ledger_bytes[0], tstats.utilization, tstats.mm_fraction,
-             traced ? "\"" : "", traced ? trace_path : "null", traced ? "\"" : "");
+             (long long)d.ledger_bytes[1], (long long)d.ledger_bytes[0], tstats.utilization,
+             tstats.mm_fraction, traced ? "\"" : "", traced ? trace_path : "null",
+             traced ? "\"" : "");
     }
     dt_graph_text_free(before);
     if (diff > 1e-5) rc = 1;

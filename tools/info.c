@@ -28,7 +28,8 @@ int dt_tool_info(int argc, char **argv) {
       printf("{\"op\":\"%s\",\"sharding_rule\":%s}\n", dt_op_name(i),
              dt_op_has_sharding_rule(i) ? "true" : "false");
     } else {
-      printf("%-100s sharding rule: %s\n", dt_op_schema(i), dt_op_has_sharding_rule(i) ? "yes" : "no");
+      printf("%-100s sharding rule: %s\n", dt_op_schema(i),
+             dt_op_has_sharding_rule(i) ? "yes" : "no");
     }
   }
   return 0;

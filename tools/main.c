@@ -6,14 +6,13 @@
 #include "tools.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: dtensor <command> [options]\n"
-          "  demo [--world N] [--json]  TP MLP: export, transform, run on N ranks\n"
-          "  info [--ops] [--json]  version and the op table\n"
-          "  bench kernels [--json] local kernel benchmarks\n"
-          "  trace stats|plot FILE  utilization of a Chrome trace, or its timeline as SVG\n"
+  fprintf(f, "usage: dtensor <command> [options]\n"
+             "  demo [--world N] [--json]  TP MLP: export, transform, run on N ranks\n"
+             "  info [--ops] [--json]  version and the op table\n"
+             "  bench kernels [--json] local kernel benchmarks\n"
+             "  trace stats|plot FILE  utilization of a Chrome trace, or its timeline as SVG\n"
 
-          "  bench tp [--json]      tensor-parallel MLP forward, 2 ranks vs 1\n");
+             "  bench tp [--json]      tensor-parallel MLP forward, 2 ranks vs 1\n");
 }
 
 int main(int argc, char **argv) {

@@ -27,19 +27,19 @@ extern "C" {
 #define DT_VERSION_PATCH 0
 
 /* Status codes. 0 is success, every error is negative. */
-#define DT_STATUS_MAP(X)                                                                       \
-  X(DT_OK, 0, "success")                                                                       \
-  X(DT_ERR_INVALID, -1, "invalid argument")                                                    \
-  X(DT_ERR_NOMEM, -2, "out of memory")                                                         \
-  X(DT_ERR_UNSUPPORTED, -3, "unsupported")                                                     \
-  X(DT_ERR_SHAPE, -4, "incompatible shapes")                                                   \
-  X(DT_ERR_DTYPE, -5, "unsupported or mismatched dtype")                                       \
-  X(DT_ERR_INDEX, -6, "index out of range")                                                    \
-  X(DT_ERR_TIMEOUT, -7, "timed out")                                                           \
-  X(DT_ERR_ABORTED, -8, "aborted by a peer")                                                   \
-  X(DT_ERR_MISMATCH, -9, "collective mismatch across ranks")                                   \
-  X(DT_ERR_COMM, -10, "communication error")                                                   \
-  X(DT_ERR_IO, -11, "input/output error")                                                      \
+#define DT_STATUS_MAP(X)                                                                           \
+  X(DT_OK, 0, "success")                                                                           \
+  X(DT_ERR_INVALID, -1, "invalid argument")                                                        \
+  X(DT_ERR_NOMEM, -2, "out of memory")                                                             \
+  X(DT_ERR_UNSUPPORTED, -3, "unsupported")                                                         \
+  X(DT_ERR_SHAPE, -4, "incompatible shapes")                                                       \
+  X(DT_ERR_DTYPE, -5, "unsupported or mismatched dtype")                                           \
+  X(DT_ERR_INDEX, -6, "index out of range")                                                        \
+  X(DT_ERR_TIMEOUT, -7, "timed out")                                                               \
+  X(DT_ERR_ABORTED, -8, "aborted by a peer")                                                       \
+  X(DT_ERR_MISMATCH, -9, "collective mismatch across ranks")                                       \
+  X(DT_ERR_COMM, -10, "communication error")                                                       \
+  X(DT_ERR_IO, -11, "input/output error")                                                          \
   X(DT_ERR_INTERNAL, -12, "internal error")
 
 typedef enum dt_status {

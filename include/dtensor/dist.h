@@ -96,8 +96,8 @@ typedef struct dt_from_local_options {
  * Errors: DT_ERR_INVALID (NULL, placement count != mesh ndim, shard dim out of range,
  * local shape inconsistent with the global shape, a distributed input), DT_ERR_NOMEM. */
 DT_API dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
-                               const dt_placement *placements,
-                               const dt_from_local_options *options, dt_tensor **out);
+                               const dt_placement *placements, const dt_from_local_options *options,
+                               dt_tensor **out);
 
 /* Distributes a full tensor that every rank holds: each rank keeps (a contiguous copy of)
  * its shard. Partial placements put the value on coordinate 0 and the reduction's identity
@@ -109,9 +109,8 @@ DT_API dt_status dt_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_plac
  * mesh) holds the tensor; it is broadcast/scattered from there. `full` is read on src only
  * (others may pass NULL, and must pass global ndim/shape/dtype). */
 DT_API dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int ndim,
-                                           const int64_t *shape, dt_dtype dtype,
-                                           int n_placements, const dt_placement *placements,
-                                           dt_tensor **out);
+                                           const int64_t *shape, dt_dtype dtype, int n_placements,
+                                           const dt_placement *placements, dt_tensor **out);
 
 /* This rank's shard as a local tensor (a view: shares storage). Not collective. */
 DT_API dt_status dt_to_local(dt_tensor *t, dt_tensor **out);
@@ -127,8 +126,8 @@ DT_API dt_status dt_redistribute(dt_tensor *t, int n_placements, const dt_placem
  * all_gather, 4096 bytes") with the bytes this rank's collectives handle (the larger buffer
  * of each collective, which is what dt_comm_ledger counts). Not collective. */
 DT_API dt_status dt_redistribute_explain(const dt_tensor *t, int n_placements,
-                                         const dt_placement *placements, char *buf,
-                                         size_t size, int64_t *bytes);
+                                         const dt_placement *placements, char *buf, size_t size,
+                                         int64_t *bytes);
 
 /* ---- Distributed factories ----------------------------------------------------------------- */
 /* A tensor of the global shape with the given placements, each rank creating only its shard.
@@ -139,11 +138,9 @@ DT_API dt_status dt_dist_full(dt_mesh *mesh, int ndim, const int64_t *shape, dou
                               dt_dtype dtype, int n_placements, const dt_placement *placements,
                               dt_tensor **out);
 DT_API dt_status dt_dist_zeros(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
-                               int n_placements, const dt_placement *placements,
-                               dt_tensor **out);
+                               int n_placements, const dt_placement *placements, dt_tensor **out);
 DT_API dt_status dt_dist_ones(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
-                              int n_placements, const dt_placement *placements,
-                              dt_tensor **out);
+                              int n_placements, const dt_placement *placements, dt_tensor **out);
 DT_API dt_status dt_dist_rand(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
                               uint64_t seed, int n_placements, const dt_placement *placements,
                               dt_tensor **out);

@@ -129,8 +129,8 @@ DT_API dt_status dt_bmm(dt_tensor *a, dt_tensor *b, dt_tensor **out);
 DT_API dt_status dt_matmul(dt_tensor *a, dt_tensor *b, dt_tensor **out);
 /* out = beta * bias + alpha * (a @ b); bias broadcasts to [n, m]. dt_addmm: beta = alpha = 1. */
 DT_API dt_status dt_addmm(dt_tensor *bias, dt_tensor *a, dt_tensor *b, dt_tensor **out);
-DT_API dt_status dt_addmm_ex(dt_tensor *bias, dt_tensor *a, dt_tensor *b, double beta,
-                             double alpha, dt_tensor **out);
+DT_API dt_status dt_addmm_ex(dt_tensor *bias, dt_tensor *a, dt_tensor *b, double beta, double alpha,
+                             dt_tensor **out);
 /* out = x @ weight^T + bias; weight is [out_features, in_features] as in PyTorch; bias may
  * be NULL. x may have any leading batch dims. */
 DT_API dt_status dt_linear(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, dt_tensor **out);
@@ -189,10 +189,10 @@ DT_API dt_status dt_flatten(dt_tensor *a, int64_t start_dim, int64_t end_dim, dt
  * pieces do not fit (nothing is returned then, and *n_out is 0). */
 DT_API dt_status dt_split(dt_tensor *a, int64_t split_size, int64_t dim, dt_tensor **outs,
                           int capacity, int *n_out);
-DT_API dt_status dt_split_with_sizes(dt_tensor *a, int n_sizes, const int64_t *sizes,
-                                     int64_t dim, dt_tensor **outs, int capacity, int *n_out);
-DT_API dt_status dt_chunk(dt_tensor *a, int64_t chunks, int64_t dim, dt_tensor **outs,
-                          int capacity, int *n_out);
+DT_API dt_status dt_split_with_sizes(dt_tensor *a, int n_sizes, const int64_t *sizes, int64_t dim,
+                                     dt_tensor **outs, int capacity, int *n_out);
+DT_API dt_status dt_chunk(dt_tensor *a, int64_t chunks, int64_t dim, dt_tensor **outs, int capacity,
+                          int *n_out);
 /* a itself (retained) if contiguous, else a contiguous copy. */
 DT_API dt_status dt_contiguous(dt_tensor *a, dt_tensor **out);
 /* A contiguous copy with its own storage. */

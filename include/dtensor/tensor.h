@@ -26,21 +26,21 @@ extern "C" {
 #define DT_MAX_DIMS 8
 
 /* Element types. bf16 and f16 are stored as 16-bit patterns and computed in f32. */
-#define DT_DTYPE_MAP(X)                                                                        \
-  X(DT_F32, "float32", 4)                                                                      \
-  X(DT_F64, "float64", 8)                                                                      \
-  X(DT_BF16, "bfloat16", 2)                                                                    \
-  X(DT_F16, "float16", 2)                                                                      \
-  X(DT_I64, "int64", 8)                                                                        \
-  X(DT_I32, "int32", 4)                                                                        \
-  X(DT_U8, "uint8", 1)                                                                         \
+#define DT_DTYPE_MAP(X)                                                                            \
+  X(DT_F32, "float32", 4)                                                                          \
+  X(DT_F64, "float64", 8)                                                                          \
+  X(DT_BF16, "bfloat16", 2)                                                                        \
+  X(DT_F16, "float16", 2)                                                                          \
+  X(DT_I64, "int64", 8)                                                                            \
+  X(DT_I32, "int32", 4)                                                                            \
+  X(DT_U8, "uint8", 1)                                                                             \
   X(DT_BOOL, "bool", 1)
 
 typedef enum dt_dtype {
 #define DT_DTYPE_ENUM(name, text, size) name,
   DT_DTYPE_MAP(DT_DTYPE_ENUM)
 #undef DT_DTYPE_ENUM
-  DT_DTYPE_COUNT
+      DT_DTYPE_COUNT
 } dt_dtype;
 
 /* "float32", "int64", ... ; "invalid" for an out-of-range value. */
@@ -81,8 +81,7 @@ DT_API dt_status dt_full(int ndim, const int64_t *shape, double value, dt_dtype 
                          dt_tensor **out);
 /* A 1-D tensor of start, start+step, ... below end (above, for a negative step).
  * DT_ERR_INVALID for step 0 or a non-finite bound. */
-DT_API dt_status dt_arange(double start, double end, double step, dt_dtype dtype,
-                           dt_tensor **out);
+DT_API dt_status dt_arange(double start, double end, double step, dt_dtype dtype, dt_tensor **out);
 /* Copies `data` (contiguous, row-major, ndim/shape elements of dtype) into a new tensor. */
 DT_API dt_status dt_from_data(const void *data, int ndim, const int64_t *shape, dt_dtype dtype,
                               dt_tensor **out);

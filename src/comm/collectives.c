@@ -211,9 +211,11 @@ int64_t dt__coll_bytes(const dt_comm *comm, const dt_coll_args *args) {
 
 /* Tells the profiler and the comm observer about a collective that ran synchronously. */
 static void report(dt_comm *comm, const dt_coll_args *args, const dt__profile_scope *scope) {
-  if (DT_UNLIKELY(scope->start != 0)) dt__profile_end_bytes(scope, dt__coll_bytes(comm, args), comm->size);
+  if (DT_UNLIKELY(scope->start != 0))
+    dt__profile_end_bytes(scope, dt__coll_bytes(comm, args), comm->size);
   if (DT_UNLIKELY(dt__comm_observer != NULL)) {
-    dt__comm_observer(args->op_name, dt__coll_bytes(comm, args), comm->size, dt__comm_observer_user);
+    dt__comm_observer(args->op_name, dt__coll_bytes(comm, args), comm->size,
+                      dt__comm_observer_user);
   }
 }
 

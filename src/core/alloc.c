@@ -108,7 +108,8 @@ static bool cache_put(int k, void *raw) {
 #endif
 }
 
-/* ---- Allocation ---------------------------------------------------------------------------------- */
+/* ---- Allocation
+ * ---------------------------------------------------------------------------------- */
 
 void *dt__alloc_aligned(size_t size, size_t alignment) {
   if (custom) return current.alloc(size, alignment, current.user);

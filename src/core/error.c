@@ -12,9 +12,8 @@ static _Thread_local char error_message[DT_ERROR_CAPACITY];
 
 const char *dt_status_string(dt_status status) {
   switch (status) {
-#define DT_STATUS_CASE(name, value, text)                                                      \
-  case name:                                                                                   \
-    return text;
+#define DT_STATUS_CASE(name, value, text)                                                          \
+  case name: return text;
     DT_STATUS_MAP(DT_STATUS_CASE)
 #undef DT_STATUS_CASE
   }

@@ -65,8 +65,8 @@ dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
   int64_t global[DT_MAX_DIMS];
   if (options && options->global_shape) {
     if (options->global_ndim != local->ndim) {
-      return dt__error(DT_ERR_INVALID, "%s: global shape has %d dims but the local tensor has %d", op,
-                       options->global_ndim, local->ndim);
+      return dt__error(DT_ERR_INVALID, "%s: global shape has %d dims but the local tensor has %d",
+                       op, options->global_ndim, local->ndim);
     }
     memcpy(global, options->global_shape, sizeof(int64_t) * (size_t)local->ndim);
     st = dt__check_shape(op, local->ndim, global);
@@ -81,7 +81,8 @@ dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
   dt__local_region(local->ndim, global, mi.ndim, mi.size, mi.coord, norm, expect, offset);
   if (memcmp(expect, local->shape, sizeof(int64_t) * (size_t)local->ndim) != 0) {
     char a[160], b[160], g[160];
-    return dt__error(DT_ERR_INVALID, "%s: local shape %s does not fit global shape %s on this rank (expected %s)",
+    return dt__error(DT_ERR_INVALID,
+                     "%s: local shape %s does not fit global shape %s on this rank (expected %s)",
                      op, dt__format_ints(a, sizeof a, local->ndim, local->shape),
                      dt__format_ints(g, sizeof g, local->ndim, global),
                      dt__format_ints(b, sizeof b, local->ndim, expect));
@@ -112,7 +113,9 @@ dt_status dt_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
   st = dt__check_placements(op, dt_mesh_ndim(mesh), full->ndim, n_placements, placements, norm);
   if (st) return st;
   if (has_partial(n_placements, norm)) {
-    return dt__error(DT_ERR_INVALID, "%s: Partial placements cannot be distributed (use Replicate, then redistribute)", op);
+    return dt__error(
+        DT_ERR_INVALID,
+        "%s: Partial placements cannot be distributed (use Replicate, then redistribute)", op);
   }
   dt_dist_spec *spec = NULL;
   st = dt__spec_create(mesh, norm, full->ndim, full->shape, full->dtype, &spec);
@@ -147,15 +150,18 @@ dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int
   }
   st = dt__check_shape(op, ndim, shape);
   if (st) return st;
-  if (!dt__dtype_valid(dtype)) return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
+  if (!dt__dtype_valid(dtype))
+    return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
   bool is_src = dt_comm_rank(world) == src;
   if (is_src) {
     if (!full) return dt__error(DT_ERR_INVALID, "%s: tensor is NULL on the source rank", op);
-    if (full->ndim != ndim || full->dtype != dtype || memcmp(full->shape, shape, sizeof(int64_t) * (size_t)ndim)) {
+    if (full->ndim != ndim || full->dtype != dtype ||
+        memcmp(full->shape, shape, sizeof(int64_t) * (size_t)ndim)) {
       char a[160], b[160];
-      return dt__error(DT_ERR_INVALID, "%s: source tensor %s %s differs from the declared %s %s", op,
-                       dt__format_ints(a, sizeof a, full->ndim, full->shape), dt_dtype_name(full->dtype),
-                       dt__format_ints(b, sizeof b, ndim, shape), dt_dtype_name(dtype));
+      return dt__error(DT_ERR_INVALID, "%s: source tensor %s %s differs from the declared %s %s",
+                       op, dt__format_ints(a, sizeof a, full->ndim, full->shape),
+                       dt_dtype_name(full->dtype), dt__format_ints(b, sizeof b, ndim, shape),
+                       dt_dtype_name(dtype));
     }
   }
   /* Broadcast the whole tensor, then keep the local block: simple, and the bytes moved are
@@ -210,9 +216,12 @@ dt_status dt_redistribute(dt_tensor *t, int n_placements, const dt_placement *pl
   const char *op = "redistribute";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
-  if (!t || !t->spec) return dt__error(DT_ERR_INVALID, "%s: %s", op, t ? "the tensor is not distributed" : "tensor is NULL");
+  if (!t || !t->spec)
+    return dt__error(DT_ERR_INVALID, "%s: %s", op,
+                     t ? "the tensor is not distributed" : "tensor is NULL");
   dt_placement norm[DT_MAX_MESH_DIMS];
-  dt_status st = dt__check_placements(op, t->spec->mesh_ndim, t->spec->ndim, n_placements, placements, norm);
+  dt_status st =
+      dt__check_placements(op, t->spec->mesh_ndim, t->spec->ndim, n_placements, placements, norm);
   if (st) return st;
   dt_tensor *local = NULL;
   st = dt__redistribute_local(t, t->spec, norm, &local);
@@ -257,7 +266,8 @@ dt_status dt_redistribute_explain(const dt_tensor *t, int n_placements,
     return dt__error(DT_ERR_INVALID, "%s: needs a distributed tensor and a buffer", op);
   }
   dt_placement norm[DT_MAX_MESH_DIMS];
-  dt_status st = dt__check_placements(op, t->spec->mesh_ndim, t->spec->ndim, n_placements, placements, norm);
+  dt_status st =
+      dt__check_placements(op, t->spec->mesh_ndim, t->spec->ndim, n_placements, placements, norm);
   if (st) return st;
   dt_redistribute_plan plan;
   st = dt__redistribute_plan_cached(t->spec, norm, &plan);
@@ -280,7 +290,8 @@ static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int
   dt_status st = check_mesh(op, mesh);
   if (!st) st = dt__check_shape(op, ndim, shape);
   if (st) return st;
-  if (!dt__dtype_valid(dtype)) return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
+  if (!dt__dtype_valid(dtype))
+    return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
   if (kind != FACTORY_FULL && !dt_dtype_is_floating(dtype)) {
     return dt__error(DT_ERR_DTYPE, "%s: needs a floating dtype, got %s", op, dt_dtype_name(dtype));
   }
@@ -289,7 +300,8 @@ static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int
   st = dt__check_placements(op, dt_mesh_ndim(mesh), ndim, n_placements, placements, norm);
   if (st) return st;
   if (has_partial(n_placements, norm)) {
-    return dt__error(DT_ERR_INVALID, "%s: factories take Shard or Replicate placements, not Partial", op);
+    return dt__error(DT_ERR_INVALID,
+                     "%s: factories take Shard or Replicate placements, not Partial", op);
   }
   dt_dist_spec *spec = NULL;
   st = dt__spec_create(mesh, norm, ndim, shape, dtype, &spec);
@@ -302,8 +314,9 @@ static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int
   } else {
     st = dt__tensor_new(ndim, lshape, dtype, &local);
     if (!st) {
-      st = dt__random_fill_block(local, kind == FACTORY_UNIFORM ? DT_RANDOM_UNIFORM : DT_RANDOM_NORMAL, 0.0,
-                                 1.0, seed, ndim, shape, offset);
+      st = dt__random_fill_block(local,
+                                 kind == FACTORY_UNIFORM ? DT_RANDOM_UNIFORM : DT_RANDOM_NORMAL,
+                                 0.0, 1.0, seed, ndim, shape, offset);
     }
   }
   if (!st) {
@@ -333,18 +346,20 @@ dt_status dt_dist_ones(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype d
 }
 dt_status dt_dist_rand(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype, uint64_t seed,
                        int n_placements, const dt_placement *placements, dt_tensor **out) {
-  return dist_factory("dist_rand", mesh, ndim, shape, dtype, FACTORY_UNIFORM, 0.0, seed, n_placements,
-                      placements, out);
+  return dist_factory("dist_rand", mesh, ndim, shape, dtype, FACTORY_UNIFORM, 0.0, seed,
+                      n_placements, placements, out);
 }
-dt_status dt_dist_randn(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype, uint64_t seed,
-                        int n_placements, const dt_placement *placements, dt_tensor **out) {
-  return dist_factory("dist_randn", mesh, ndim, shape, dtype, FACTORY_NORMAL, 0.0, seed, n_placements,
-                      placements, out);
+dt_status dt_dist_randn(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
+                        uint64_t seed, int n_placements, const dt_placement *placements,
+                        dt_tensor **out) {
+  return dist_factory("dist_randn", mesh, ndim, shape, dtype, FACTORY_NORMAL, 0.0, seed,
+                      n_placements, placements, out);
 }
 
 dt_status dt_is_same_size(const dt_tensor *a, const dt_tensor *b, bool *same) {
   if (!a || !b || !same) return dt__error(DT_ERR_INVALID, "is_same_size: NULL argument");
   int na = dt_dist_ndim(a), nb = dt_dist_ndim(b);
-  *same = na == nb && memcmp(dt_dist_global_shape(a), dt_dist_global_shape(b), sizeof(int64_t) * (size_t)na) == 0;
+  *same = na == nb && memcmp(dt_dist_global_shape(a), dt_dist_global_shape(b),
+                             sizeof(int64_t) * (size_t)na) == 0;
   return DT_OK;
 }

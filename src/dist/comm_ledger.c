@@ -56,7 +56,8 @@ dt_status dt_comm_ledger_start(dt_comm_ledger **out) {
   if (!out) return dt__error(DT_ERR_INVALID, "comm_ledger_start: out is NULL");
   *out = NULL;
   if (dt__comm_observer) {
-    return dt__error(DT_ERR_INVALID, "comm_ledger_start: another ledger is already recording on this thread");
+    return dt__error(DT_ERR_INVALID,
+                     "comm_ledger_start: another ledger is already recording on this thread");
   }
   dt_comm_ledger *l = dt__calloc(sizeof *l);
   if (!l) return dt__error(DT_ERR_NOMEM, "comm_ledger_start: out of memory");
@@ -73,7 +74,8 @@ dt_status dt_comm_ledger_start(dt_comm_ledger **out) {
 }
 
 dt_status dt_comm_ledger_stop(dt_comm_ledger *l) {
-  if (!l || !l->recording) return dt__error(DT_ERR_INVALID, "comm_ledger_stop: the ledger is not recording");
+  if (!l || !l->recording)
+    return dt__error(DT_ERR_INVALID, "comm_ledger_stop: the ledger is not recording");
   dt_status st = dt_mode_pop();
   if (st) return st;
   l->recording = false;
@@ -103,14 +105,15 @@ int64_t dt_comm_ledger_bytes(const dt_comm_ledger *l, const char *collective) {
 }
 
 dt_status dt_comm_ledger_format(const dt_comm_ledger *l, char *buf, size_t size) {
-  if (!l || !buf || size == 0) return dt__error(DT_ERR_INVALID, "comm_ledger_format: NULL argument or empty buffer");
+  if (!l || !buf || size == 0)
+    return dt__error(DT_ERR_INVALID, "comm_ledger_format: NULL argument or empty buffer");
   size_t used = 0;
   int n = snprintf(buf, size, "%-24s %-28s %8s %14s\n", "op", "collective", "calls", "bytes");
   used = n > 0 ? (size_t)n : 0;
   for (int i = 0; i < l->n_rows && used < size; i++) {
     const ledger_row *r = &l->rows[i];
-    n = snprintf(buf + used, size - used, "%-24s %-28s %8" PRId64 " %14" PRId64 "\n", r->op, r->collective,
-                 r->calls, r->bytes);
+    n = snprintf(buf + used, size - used, "%-24s %-28s %8" PRId64 " %14" PRId64 "\n", r->op,
+                 r->collective, r->calls, r->bytes);
     if (n < 0) break;
     used += (size_t)n;
   }

@@ -128,13 +128,15 @@ static cache_entry *cache_slot(thread_cache *c, uint64_t key) {
   return &c->slots[home];
 }
 
-/* ---- Redistribution plans, cached ------------------------------------------------------------- */
+/* ---- Redistribution plans, cached -------------------------------------------------------------
+ */
 
 dt_status dt__redistribute_plan_cached(const dt_dist_spec *from, const dt_placement *to,
                                        dt_redistribute_plan *plan) {
   uint64_t key = dt__hash_mix(from->hash, 0x7ed15757);
   for (int m = 0; m < from->mesh_ndim; m++) {
-    key = dt__hash_mix(key, (uint64_t)to[m].kind | ((uint64_t)(uint32_t)to[m].dim << 8) | ((uint64_t)to[m].op << 40));
+    key = dt__hash_mix(key, (uint64_t)to[m].kind | ((uint64_t)(uint32_t)to[m].dim << 8) |
+                                ((uint64_t)to[m].op << 40));
   }
   key |= 1;
   thread_cache *c = get_cache();
@@ -161,13 +163,14 @@ dt_status dt__redistribute_plan_cached(const dt_dist_spec *from, const dt_placem
   return DT_OK;
 }
 
-/* ---- Propagation ------------------------------------------------------------------------------- */
+/* ---- Propagation -------------------------------------------------------------------------------
+ */
 
 typedef struct dist_args {
   int n;
-  dt_tensor *t[DT_DIST_MAX_ARGS]; /* the call's tensors: inputs, then the list */
+  dt_tensor *t[DT_DIST_MAX_ARGS];     /* the call's tensors: inputs, then the list */
   dt_tensor global[DT_DIST_MAX_ARGS]; /* global geometry of each (no storage) */
-  const dt_dist_spec *spec; /* the first distributed argument's spec: the mesh */
+  const dt_dist_spec *spec;           /* the first distributed argument's spec: the mesh */
 } dist_args;
 
 static dt_status collect_args(const dt_op_call *call, dist_args *a) {
@@ -175,8 +178,8 @@ static dt_status collect_args(const dt_op_call *call, dist_args *a) {
   a->n = 0;
   a->spec = NULL;
   if (call->n_inputs + call->n_input_list > DT_DIST_MAX_ARGS) {
-    return dt__error(DT_ERR_UNSUPPORTED, "%s: more than %d tensor arguments on distributed tensors", op,
-                     DT_DIST_MAX_ARGS);
+    return dt__error(DT_ERR_UNSUPPORTED, "%s: more than %d tensor arguments on distributed tensors",
+                     op, DT_DIST_MAX_ARGS);
   }
   for (int i = 0; i < call->n_inputs; i++) a->t[a->n++] = call->inputs[i];
   for (int i = 0; i < call->n_input_list; i++) a->t[a->n++] = call->input_list[i];
@@ -187,13 +190,15 @@ static dt_status collect_args(const dt_op_call *call, dist_args *a) {
       if (!a->spec) {
         a->spec = t->spec;
       } else if (t->spec->mesh_id != a->spec->mesh_id) {
-        return dt__error(DT_ERR_INVALID, "%s: argument %d lies on mesh %" PRIu64 " but argument 0 on mesh %" PRIu64
+        return dt__error(DT_ERR_INVALID,
+                         "%s: argument %d lies on mesh %" PRIu64 " but argument 0 on mesh %" PRIu64
                          " (all distributed arguments must share a mesh)",
                          op, i, t->spec->mesh_id, a->spec->mesh_id);
       }
     } else if (t->ndim != 0) {
       char buf[160];
-      return dt__error(DT_ERR_INVALID, "%s: argument %d is a local tensor of shape %s mixed with distributed "
+      return dt__error(DT_ERR_INVALID,
+                       "%s: argument %d is a local tensor of shape %s mixed with distributed "
                        "tensors (only 0-d local tensors may be mixed in)",
                        op, i, dt__format_ints(buf, sizeof buf, t->ndim, t->shape));
     }
@@ -224,14 +229,16 @@ static inline uint64_t key_step(uint64_t h, uint64_t v) {
 }
 
 static uint64_t call_key(const dt_op_call *call, const dist_args *a) {
-  uint64_t h = key_step(0x0b5e55ed, (uint64_t)call->op | ((uint64_t)call->n_outputs << 16) |
-                                        ((uint64_t)call->flags << 32) | ((uint64_t)call->dtype << 48));
+  uint64_t h =
+      key_step(0x0b5e55ed, (uint64_t)call->op | ((uint64_t)call->n_outputs << 16) |
+                               ((uint64_t)call->flags << 32) | ((uint64_t)call->dtype << 48));
   h = key_step(h, (uint64_t)call->n_ints << 32 | (uint64_t)call->n_int_list);
   for (int i = 0; i < a->n; i++) {
     const dt_tensor *t = a->t[i];
     h = key_step(h, !t ? 1 : t->spec ? t->spec->hash : (0x5ca1a7ull << 8 | (uint64_t)t->dtype));
   }
-  for (int i = 0; i < call->n_ints && i < DT_OP_MAX_INTS; i++) h = key_step(h, (uint64_t)call->ints[i]);
+  for (int i = 0; i < call->n_ints && i < DT_OP_MAX_INTS; i++)
+    h = key_step(h, (uint64_t)call->ints[i]);
   for (int i = 0; i < call->n_int_list; i++) h = key_step(h, (uint64_t)call->int_list[i]);
   if (call->scalars[0] != 0 || call->scalars[1] != 0) {
     uint64_t bits[2];
@@ -247,8 +254,8 @@ static dt_placement current_placement(const dist_args *a, int i, int m) {
 }
 
 /* Rough bytes moved to change one argument's placement on one mesh dim. */
-static double transition_cost(const dt_tensor *global, const dt_dist_spec *spec, int m, dt_placement from,
-                              dt_placement to, int64_t n) {
+static double transition_cost(const dt_tensor *global, const dt_dist_spec *spec, int m,
+                              dt_placement from, dt_placement to, int64_t n) {
   if (dt__placements_equal(1, &from, &to) || n == 1) return 0;
   double bytes = (double)dt__tensor_numel(global) * (double)dt__dtype_sizes[global->dtype];
   if (spec) {
@@ -283,8 +290,8 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
   if (st) return st;
   int n_out = def->kind == DT_OP_KIND_INPLACE ? 0 : g.n_outputs;
   if (n_out > DT_OP_MAX_META) {
-    return dt__error(DT_ERR_UNSUPPORTED, "%s: %d outputs on distributed tensors (at most %d)", def->name,
-                     n_out, DT_OP_MAX_META);
+    return dt__error(DT_ERR_UNSUPPORTED, "%s: %d outputs on distributed tensors (at most %d)",
+                     def->name, n_out, DT_OP_MAX_META);
   }
   dt_mesh_info mi;
   dt__mesh_info(spec->mesh, &mi);
@@ -325,12 +332,15 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
     double best_cost = 0;
     for (int k = 0; k < s.n; k++) {
       if (def->kind == DT_OP_KIND_INPLACE) { /* self keeps its placement */
-        if (!dt__placements_equal(1, &s.in[k][0], &cur[0]) || !dt__placements_equal(1, &s.out[k], &cur[0])) continue;
+        if (!dt__placements_equal(1, &s.in[k][0], &cur[0]) ||
+            !dt__placements_equal(1, &s.out[k], &cur[0]))
+          continue;
       }
       double cost = 0;
       for (int i = 0; i < a->n; i++) {
         if (!a->t[i]) continue;
-        if (!a->t[i]->spec && s.in[k][i].kind != DT_REPLICATE) cost += 1e30; /* local scalars are replicas */
+        if (!a->t[i]->spec && s.in[k][i].kind != DT_REPLICATE)
+          cost += 1e30; /* local scalars are replicas */
         cost += transition_cost(&a->global[i], a->t[i]->spec, m, cur[i], s.in[k][i], mi.size[m]);
       }
       if (best < 0 || cost < best_cost) {
@@ -340,7 +350,8 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
     }
     if (best < 0 || best_cost >= 1e30) {
       char p[32];
-      return dt__error(DT_ERR_UNSUPPORTED, "%s: in place on a tensor placed %s on mesh dim %d would need "
+      return dt__error(DT_ERR_UNSUPPORTED,
+                       "%s: in place on a tensor placed %s on mesh dim %d would need "
                        "its placement changed; redistribute it first",
                        def->name, dt_placement_format(cur[0], p, sizeof p), m);
     }
@@ -348,8 +359,9 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
     out_placements[m] = s.out[best];
   }
   for (int i = 0; i < a->n; i++) {
-    plan->needs_redistribute[i] = a->t[i] && a->t[i]->spec &&
-                                  !dt__placements_equal(spec->mesh_ndim, a->t[i]->spec->placements, plan->targets[i]);
+    plan->needs_redistribute[i] =
+        a->t[i] && a->t[i]->spec &&
+        !dt__placements_equal(spec->mesh_ndim, a->t[i]->spec->placements, plan->targets[i]);
     plan->any_redistribute |= plan->needs_redistribute[i];
   }
   plan->n_out = 0;
@@ -368,7 +380,8 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
     if (rows_sharded) {
       const dt_tensor *w = &a->global[0];
       int64_t shape[DT_MAX_DIMS], offset[DT_MAX_DIMS];
-      dt__local_region(w->ndim, w->shape, spec->mesh_ndim, mi.size, mi.coord, plan->targets[0], shape, offset);
+      dt__local_region(w->ndim, w->shape, spec->mesh_ndim, mi.size, mi.coord, plan->targets[0],
+                       shape, offset);
       plan->row_window = true;
       plan->window[0] = offset[0];
       plan->window[1] = w->shape[0];
@@ -378,17 +391,18 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
     /* A shard that is the whole tensor (every placement Replicate) needs no geometry. */
     const dt_dist_spec *self = a->t[0]->spec;
     int64_t shape[DT_MAX_DIMS];
-    dt__local_region(self->ndim, self->shape, self->mesh_ndim, mi.size, mi.coord, self->placements, shape,
-                     plan->geometry + self->ndim);
+    dt__local_region(self->ndim, self->shape, self->mesh_ndim, mi.size, mi.coord, self->placements,
+                     shape, plan->geometry + self->ndim);
     memcpy(plan->geometry, self->shape, sizeof(int64_t) * (size_t)self->ndim);
     plan->shard_geometry = memcmp(shape, self->shape, sizeof(int64_t) * (size_t)self->ndim) != 0;
   }
-  plan->local_shape_override = call->op == DT_OP_VIEW || call->op == DT_OP_RESHAPE || call->op == DT_OP_EXPAND;
+  plan->local_shape_override =
+      call->op == DT_OP_VIEW || call->op == DT_OP_RESHAPE || call->op == DT_OP_EXPAND;
   if (plan->local_shape_override && n_out == 1) {
     int64_t offset[DT_MAX_DIMS];
     plan->local_ndim = metas[0].ndim;
-    dt__local_region(metas[0].ndim, metas[0].shape, spec->mesh_ndim, mi.size, mi.coord, out_placements,
-                     plan->local_shape, offset);
+    dt__local_region(metas[0].ndim, metas[0].shape, spec->mesh_ndim, mi.size, mi.coord,
+                     out_placements, plan->local_shape, offset);
   }
   return DT_OK;
 }
@@ -435,7 +449,8 @@ static dt_status dist_dispatch(dt_op_call *call) {
     c->stats.hits++;
   } else {
     plan = dt__calloc(sizeof *plan);
-    if (!plan) return dt__error(DT_ERR_NOMEM, "%s: cannot allocate a sharding plan", dt__op_name(call));
+    if (!plan)
+      return dt__error(DT_ERR_NOMEM, "%s: cannot allocate a sharding plan", dt__op_name(call));
     st = propagate(call, &a, plan);
     if (st) {
       free_plan(plan);
@@ -451,7 +466,8 @@ static dt_status dist_dispatch(dt_op_call *call) {
       owned = true;
     }
   }
-  if (!plan->any_redistribute && !plan->local_shape_override && !plan->shard_geometry && !plan->row_window) {
+  if (!plan->any_redistribute && !plan->local_shape_override && !plan->shard_geometry &&
+      !plan->row_window) {
     /* The common hit: the shards are the arguments as they are. */
     st = dt__dispatch_local(call);
     if (!st) st = wrap_outputs(call, plan);

@@ -70,8 +70,8 @@ dt_status dt__local_view(const dt_tensor *t, dt_tensor **out);
 
 /* Redistributes the local shard `local` of a tensor with spec `from` to placements `to`,
  * returning the new local shard (a new tensor, or `local` retained when nothing moves). */
-dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from,
-                                 const dt_placement *to, dt_tensor **out);
+dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from, const dt_placement *to,
+                                 dt_tensor **out);
 
 /* Installs the distributed dispatch hook and the spec release hook (idempotent). */
 void dt__dist_init(void);
@@ -79,8 +79,8 @@ void dt__dist_init(void);
 #endif /* DT_DIST_IMPL_H */
 
 /* from_local's run_check: every rank's shard fits, replicas agree (collective). */
-dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local, const dt_placement *placements,
-                               const int64_t *global_shape);
+dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local,
+                               const dt_placement *placements, const int64_t *global_shape);
 
 /* ---- Sharding propagation -------------------------------------------------------------- */
 

@@ -75,13 +75,14 @@ static dt_status unpack_front(const dt_tensor *flat, int ndim, const int64_t *sh
 static void shard_shape(const dt_dist_spec *spec, const dt_mesh_info *mi, const dt_placement *state,
                         int64_t *shape) {
   int64_t offset[DT_MAX_DIMS];
-  dt__local_region(spec->ndim, spec->shape, spec->mesh_ndim, mi->size, mi->coord, state, shape, offset);
+  dt__local_region(spec->ndim, spec->shape, spec->mesh_ndim, mi->size, mi->coord, state, shape,
+                   offset);
 }
 
 /* The extent of tensor dim d that mesh dim m splits under `state` (m innermost for d): the
  * local size of d with m's split removed. */
-static int64_t level_extent(const dt_dist_spec *spec, const dt_mesh_info *mi, const dt_placement *state,
-                            int m, int d) {
+static int64_t level_extent(const dt_dist_spec *spec, const dt_mesh_info *mi,
+                            const dt_placement *state, int m, int d) {
   dt_placement without[DT_MAX_MESH_DIMS];
   memcpy(without, state, sizeof(dt_placement) * (size_t)spec->mesh_ndim);
   without[m] = dt_replicate();
@@ -164,7 +165,8 @@ static dt_status step_reduce_scatter(dt_comm *comm, dt_tensor *local, int d, int
   return st;
 }
 
-static dt_status step_all_reduce(dt_comm *comm, dt_tensor *local, dt_reduce_op op, dt_tensor **out) {
+static dt_status step_all_reduce(dt_comm *comm, dt_tensor *local, dt_reduce_op op,
+                                 dt_tensor **out) {
   dt_tensor *copy = NULL;
   dt_status st = dt__tensor_new(local->ndim, local->shape, local->dtype, &copy);
   if (st) return st;
@@ -216,7 +218,8 @@ static dt_status step_all_to_all(dt_comm *comm, dt_tensor *local, int d, int e, 
     int64_t shape[DT_MAX_DIMS], strides[DT_MAX_DIMS];
     memcpy(shape, local->shape, sizeof shape);
     shape[e] = l;
-    dt_tensor narrow = stack_view(local, ndim, shape, local->strides, local->offset + s * local->strides[e]);
+    dt_tensor narrow =
+        stack_view(local, ndim, shape, local->strides, local->offset + s * local->strides[e]);
     dt_tensor narrow_front = front_of(&narrow, d);
     dt__contiguous_strides(ndim, narrow_front.shape, strides);
     dt_tensor dst = stack_view(sendbuf, ndim, narrow_front.shape, strides, pos);
@@ -248,7 +251,8 @@ static dt_status step_to_partial(dt_tensor *local, dt_reduce_op op, int coord, d
   if (op == DT_REDUCE_SUM && coord != 0) {
     dt_status st = dt__tensor_new(local->ndim, local->shape, local->dtype, out);
     if (st) return st;
-    memset(dt__tensor_base(*out), 0, (size_t)dt__tensor_numel(local) * dt__dtype_sizes[local->dtype]);
+    memset(dt__tensor_base(*out), 0,
+           (size_t)dt__tensor_numel(local) * dt__dtype_sizes[local->dtype]);
     return DT_OK;
   }
   *out = dt_tensor_retain(local);
@@ -280,8 +284,9 @@ dt_status dt__redistribute_execute(dt_tensor *local, const dt_dist_spec *from,
     } else {
       switch (step->kind) {
       case DT_STEP_ALL_GATHER:
-        st = step_all_gather(comm, current, step->from.dim, level_extent(from, &mi, state, m, step->from.dim),
-                             n, out_shape, from->ndim, &next);
+        st = step_all_gather(comm, current, step->from.dim,
+                             level_extent(from, &mi, state, m, step->from.dim), n, out_shape,
+                             from->ndim, &next);
         break;
       case DT_STEP_REDUCE_SCATTER:
         st = step_reduce_scatter(comm, current, step->to.dim, n, coord, step->from.op, out_shape,

@@ -49,7 +49,8 @@ static dt_step_kind step_kind(const dt_placement *state, int mesh_ndim, int m, d
     return shards_dim_after(state, mesh_ndim, m, p.dim) ? DT_STEP_INVALID : DT_STEP_ALL_GATHER;
   }
   if (p.kind == DT_SHARD && q.kind == DT_SHARD) {
-    if (shards_dim_after(state, mesh_ndim, m, p.dim) || shards_dim_after(state, mesh_ndim, m, q.dim)) {
+    if (shards_dim_after(state, mesh_ndim, m, p.dim) ||
+        shards_dim_after(state, mesh_ndim, m, q.dim)) {
       return DT_STEP_INVALID;
     }
     return DT_STEP_ALL_TO_ALL;
@@ -203,10 +204,16 @@ dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_plac
       if (g->mesh_size[m] > 1) {
         double n = (double)g->mesh_size[m];
         switch (step->kind) {
-        case DT_STEP_ALL_GATHER: step->bytes = (int64_t)(local_bytes(g, after) * (n - 1) / n); break;
+        case DT_STEP_ALL_GATHER:
+          step->bytes = (int64_t)(local_bytes(g, after) * (n - 1) / n);
+          break;
         case DT_STEP_ALL_TO_ALL:
-        case DT_STEP_REDUCE_SCATTER: step->bytes = (int64_t)(local_bytes(g, before) * (n - 1) / n); break;
-        case DT_STEP_ALL_REDUCE: step->bytes = (int64_t)(2 * local_bytes(g, before) * (n - 1) / n); break;
+        case DT_STEP_REDUCE_SCATTER:
+          step->bytes = (int64_t)(local_bytes(g, before) * (n - 1) / n);
+          break;
+        case DT_STEP_ALL_REDUCE:
+          step->bytes = (int64_t)(2 * local_bytes(g, before) * (n - 1) / n);
+          break;
         default: break;
         }
       }
@@ -244,9 +251,10 @@ void dt__redistribute_plan_format(const dt_redistribute_plan *plan, char *buf, s
   for (int i = 0; i < plan->n_steps && used < size; i++) {
     const dt_redistribute_step *s = &plan->steps[i];
     char a[32], b[32];
-    int n = snprintf(buf + used, size - used, "%smesh dim %d: %s -> %s via %s, %lld bytes",
-                     i ? "\n" : "", s->mesh_dim, dt_placement_format(s->from, a, sizeof a),
-                     dt_placement_format(s->to, b, sizeof b), step_name(s->kind), (long long)s->bytes);
+    int n =
+        snprintf(buf + used, size - used, "%smesh dim %d: %s -> %s via %s, %lld bytes",
+                 i ? "\n" : "", s->mesh_dim, dt_placement_format(s->from, a, sizeof a),
+                 dt_placement_format(s->to, b, sizeof b), step_name(s->kind), (long long)s->bytes);
     if (n < 0) break;
     used += (size_t)n;
   }

@@ -168,7 +168,8 @@ static void rule_reduction(const dt_rule_ctx *c, const dt_placement *cur, dt_str
   } else if (p.kind == DT_PARTIAL) {
     in[0] = p;
     bool linear = (call->op == DT_OP_SUM || call->op == DT_OP_SUM_DIM || call->op == DT_OP_MEAN ||
-                   call->op == DT_OP_MEAN_DIM) && is_sum_partial(p);
+                   call->op == DT_OP_MEAN_DIM) &&
+                  is_sum_partial(p);
     bool same = ((call->op == DT_OP_AMAX || call->op == DT_OP_MAX) && p.op == DT_REDUCE_MAX) ||
                 ((call->op == DT_OP_AMIN || call->op == DT_OP_MIN) && p.op == DT_REDUCE_MIN);
     if (linear || same) push(s, in, 1, p);
@@ -189,7 +190,8 @@ static void rule_matmul(const dt_rule_ctx *c, const dt_placement *cur, dt_strate
     in[0] = S(na - 1), in[1] = S(nb - 2), push(s, in, 2, dt_partial(DT_REDUCE_SUM)); /* k */
     if (na == nb) { /* batch dims, when neither side broadcasts them */
       for (int d = 0; d < na - 2; d++) {
-        if (a->shape[d] == b->shape[d] && a->shape[d] != 1) in[0] = S(d), in[1] = S(d), push(s, in, 2, S(d));
+        if (a->shape[d] == b->shape[d] && a->shape[d] != 1)
+          in[0] = S(d), in[1] = S(d), push(s, in, 2, S(d));
       }
     } else if (nb == 2) { /* [.., n, k] @ [k, m]: batch dims of a */
       for (int d = 0; d < na - 2; d++) in[0] = S(d), in[1] = R(), push(s, in, 2, S(d));
@@ -248,7 +250,8 @@ static void rule_linear(const dt_rule_ctx *c, const dt_placement *cur, dt_strate
   push_replicated(s, c->n_args);
 }
 
-/* ---- NN ops ----------------------------------------------------------------------------------- */
+/* ---- NN ops -----------------------------------------------------------------------------------
+ */
 
 /* The op works along `busy` dims (a bit mask of input 0's dims); other dims may stay sharded;
  * extra arguments (weights) are replicated. */
@@ -326,9 +329,12 @@ static int view_map_dim(const dt_tensor *a, const dt_tensor_meta *o, int d, int6
     int gi = i, gj = j;
     int64_t pa = a->shape[i++], po = o->shape[j++];
     while (pa != po) {
-      if (pa < po && i < a->ndim) pa *= a->shape[i++];
-      else if (po < pa && j < o->ndim) po *= o->shape[j++];
-      else return -1;
+      if (pa < po && i < a->ndim)
+        pa *= a->shape[i++];
+      else if (po < pa && j < o->ndim)
+        po *= o->shape[j++];
+      else
+        return -1;
     }
     if (d < gi || d >= i) continue;
     int first_in = gi, first_out = gj;
@@ -377,28 +383,78 @@ typedef enum rule_family {
 
 static rule_family family_of(dt_op op) {
   switch (op) {
-  case DT_OP_NEG: case DT_OP_ABS: case DT_OP_EXP: case DT_OP_LOG: case DT_OP_SQRT:
-  case DT_OP_RSQRT: case DT_OP_RELU: case DT_OP_GELU: case DT_OP_SILU: case DT_OP_TANH:
-  case DT_OP_SIGMOID: case DT_OP_ADD: case DT_OP_SUB: case DT_OP_MUL: case DT_OP_DIV:
-  case DT_OP_MAXIMUM: case DT_OP_MINIMUM: case DT_OP_POW: case DT_OP_ADD_SCALAR:
-  case DT_OP_SUB_SCALAR: case DT_OP_MUL_SCALAR: case DT_OP_DIV_SCALAR: case DT_OP_POW_SCALAR:
-  case DT_OP_EQ: case DT_OP_NE: case DT_OP_LT: case DT_OP_LE: case DT_OP_GT: case DT_OP_GE:
-  case DT_OP_EQ_SCALAR: case DT_OP_NE_SCALAR: case DT_OP_LT_SCALAR: case DT_OP_LE_SCALAR:
-  case DT_OP_GT_SCALAR: case DT_OP_GE_SCALAR: case DT_OP_WHERE: case DT_OP_MASKED_FILL:
-  case DT_OP_CLONE: case DT_OP_CONTIGUOUS: case DT_OP_DETACH: case DT_OP_TO:
-  case DT_OP_ADD_: case DT_OP_SUB_: case DT_OP_MUL_: case DT_OP_DIV_: case DT_OP_ADD_SCALAR_:
-  case DT_OP_MUL_SCALAR_: case DT_OP_FILL_: case DT_OP_COPY_: case DT_OP_UNIFORM_:
-    return RULE_POINTWISE;
-  case DT_OP_EMPTY_LIKE: case DT_OP_ZEROS_LIKE: case DT_OP_ONES_LIKE: case DT_OP_FULL_LIKE:
-    return RULE_LIKE;
-  case DT_OP_SUM: case DT_OP_SUM_DIM: case DT_OP_MEAN: case DT_OP_MEAN_DIM: case DT_OP_MAX:
-  case DT_OP_MIN: case DT_OP_MAX_DIM: case DT_OP_MIN_DIM: case DT_OP_AMAX: case DT_OP_AMIN:
-  case DT_OP_ARGMAX:
-    return RULE_REDUCTION;
-  case DT_OP_MM: case DT_OP_BMM: case DT_OP_MATMUL: return RULE_MATMUL;
+  case DT_OP_NEG:
+  case DT_OP_ABS:
+  case DT_OP_EXP:
+  case DT_OP_LOG:
+  case DT_OP_SQRT:
+  case DT_OP_RSQRT:
+  case DT_OP_RELU:
+  case DT_OP_GELU:
+  case DT_OP_SILU:
+  case DT_OP_TANH:
+  case DT_OP_SIGMOID:
+  case DT_OP_ADD:
+  case DT_OP_SUB:
+  case DT_OP_MUL:
+  case DT_OP_DIV:
+  case DT_OP_MAXIMUM:
+  case DT_OP_MINIMUM:
+  case DT_OP_POW:
+  case DT_OP_ADD_SCALAR:
+  case DT_OP_SUB_SCALAR:
+  case DT_OP_MUL_SCALAR:
+  case DT_OP_DIV_SCALAR:
+  case DT_OP_POW_SCALAR:
+  case DT_OP_EQ:
+  case DT_OP_NE:
+  case DT_OP_LT:
+  case DT_OP_LE:
+  case DT_OP_GT:
+  case DT_OP_GE:
+  case DT_OP_EQ_SCALAR:
+  case DT_OP_NE_SCALAR:
+  case DT_OP_LT_SCALAR:
+  case DT_OP_LE_SCALAR:
+  case DT_OP_GT_SCALAR:
+  case DT_OP_GE_SCALAR:
+  case DT_OP_WHERE:
+  case DT_OP_MASKED_FILL:
+  case DT_OP_CLONE:
+  case DT_OP_CONTIGUOUS:
+  case DT_OP_DETACH:
+  case DT_OP_TO:
+  case DT_OP_ADD_:
+  case DT_OP_SUB_:
+  case DT_OP_MUL_:
+  case DT_OP_DIV_:
+  case DT_OP_ADD_SCALAR_:
+  case DT_OP_MUL_SCALAR_:
+  case DT_OP_FILL_:
+  case DT_OP_COPY_:
+  case DT_OP_UNIFORM_: return RULE_POINTWISE;
+  case DT_OP_EMPTY_LIKE:
+  case DT_OP_ZEROS_LIKE:
+  case DT_OP_ONES_LIKE:
+  case DT_OP_FULL_LIKE: return RULE_LIKE;
+  case DT_OP_SUM:
+  case DT_OP_SUM_DIM:
+  case DT_OP_MEAN:
+  case DT_OP_MEAN_DIM:
+  case DT_OP_MAX:
+  case DT_OP_MIN:
+  case DT_OP_MAX_DIM:
+  case DT_OP_MIN_DIM:
+  case DT_OP_AMAX:
+  case DT_OP_AMIN:
+  case DT_OP_ARGMAX: return RULE_REDUCTION;
+  case DT_OP_MM:
+  case DT_OP_BMM:
+  case DT_OP_MATMUL: return RULE_MATMUL;
   case DT_OP_ADDMM: return RULE_ADDMM;
   case DT_OP_LINEAR: return RULE_LINEAR;
-  case DT_OP_SOFTMAX: case DT_OP_LOG_SOFTMAX: return RULE_SOFTMAX;
+  case DT_OP_SOFTMAX:
+  case DT_OP_LOG_SOFTMAX: return RULE_SOFTMAX;
   case DT_OP_LAYER_NORM: return RULE_LAYER_NORM;
   case DT_OP_BATCH_NORM: return RULE_BATCH_NORM;
   case DT_OP_EMBEDDING: return RULE_EMBEDDING;
@@ -407,13 +463,17 @@ static rule_family family_of(dt_op op) {
   case DT_OP_TRANSPOSE: return RULE_TRANSPOSE;
   case DT_OP_PERMUTE: return RULE_PERMUTE;
   case DT_OP_UNSQUEEZE: return RULE_UNSQUEEZE;
-  case DT_OP_SQUEEZE: case DT_OP_SQUEEZE_DIM: case DT_OP_FLATTEN: case DT_OP_VIEW:
-  case DT_OP_RESHAPE:
-    return RULE_VIEW;
+  case DT_OP_SQUEEZE:
+  case DT_OP_SQUEEZE_DIM:
+  case DT_OP_FLATTEN:
+  case DT_OP_VIEW:
+  case DT_OP_RESHAPE: return RULE_VIEW;
   case DT_OP_SELECT: return RULE_SELECT;
-  case DT_OP_NARROW: case DT_OP_SLICE: case DT_OP_SPLIT: case DT_OP_SPLIT_WITH_SIZES:
-  case DT_OP_CHUNK:
-    return RULE_SLICE;
+  case DT_OP_NARROW:
+  case DT_OP_SLICE:
+  case DT_OP_SPLIT:
+  case DT_OP_SPLIT_WITH_SIZES:
+  case DT_OP_CHUNK: return RULE_SLICE;
   case DT_OP_EXPAND: return RULE_EXPAND;
   default: return RULE_NONE;
   }
@@ -478,7 +538,8 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
     return true;
   case RULE_EXPAND: {
     int lead = c->out[0].ndim - a->ndim;
-    for (int d = 0; d < a->ndim; d++) map[d] = a->shape[d] == c->out[0].shape[d + lead] ? d + lead : -1;
+    for (int d = 0; d < a->ndim; d++)
+      map[d] = a->shape[d] == c->out[0].shape[d + lead] ? d + lead : -1;
     rule_dim_map(c, cur, map, false, s);
     return true;
   }

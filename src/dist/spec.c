@@ -27,14 +27,19 @@ bool dt__placements_equal(int n, const dt_placement *a, const dt_placement *b) {
 dt_status dt__check_placements(const char *op, int mesh_ndim, int ndim, int n_placements,
                                const dt_placement *placements, dt_placement *normalized) {
   if (n_placements != mesh_ndim) {
-    return dt__error(DT_ERR_INVALID, "%s: %d placements given for a %d-d mesh (one per mesh dim expected)",
-                     op, n_placements, mesh_ndim);
+    return dt__error(DT_ERR_INVALID,
+                     "%s: %d placements given for a %d-d mesh (one per mesh dim expected)", op,
+                     n_placements, mesh_ndim);
   }
-  if (n_placements > 0 && !placements) return dt__error(DT_ERR_INVALID, "%s: placements is NULL", op);
+  if (n_placements > 0 && !placements)
+    return dt__error(DT_ERR_INVALID, "%s: placements is NULL", op);
   for (int i = 0; i < n_placements; i++) {
     dt_placement p = placements[i];
     switch (p.kind) {
-    case DT_REPLICATE: p.dim = 0; p.op = DT_REDUCE_SUM; break;
+    case DT_REPLICATE:
+      p.dim = 0;
+      p.op = DT_REDUCE_SUM;
+      break;
     case DT_SHARD:
       if (p.dim < -ndim || p.dim >= ndim || ndim == 0) {
         return dt__error(DT_ERR_INVALID, "%s: placement %d is Shard(%d) but the tensor has %d dims",
@@ -46,13 +51,16 @@ dt_status dt__check_placements(const char *op, int mesh_ndim, int ndim, int n_pl
     case DT_PARTIAL:
       if (p.op != DT_REDUCE_SUM && p.op != DT_REDUCE_AVG && p.op != DT_REDUCE_MAX &&
           p.op != DT_REDUCE_MIN) {
-        return dt__error(DT_ERR_INVALID, "%s: placement %d is Partial with reduce op %d (sum, avg, max or min expected)",
-                         op, i, (int)p.op);
+        return dt__error(
+            DT_ERR_INVALID,
+            "%s: placement %d is Partial with reduce op %d (sum, avg, max or min expected)", op, i,
+            (int)p.op);
       }
       p.dim = 0;
       break;
     default:
-      return dt__error(DT_ERR_INVALID, "%s: placement %d has an invalid kind %d", op, i, (int)p.kind);
+      return dt__error(DT_ERR_INVALID, "%s: placement %d has an invalid kind %d", op, i,
+                       (int)p.kind);
     }
     normalized[i] = p;
   }
@@ -79,7 +87,8 @@ void dt__local_region(int ndim, const int64_t *global_shape, int mesh_ndim,
 static uint64_t spec_hash(const dt_dist_spec *s) {
   uint64_t h = dt__hash_mix(0x5eed, s->mesh_id);
   for (int i = 0; i < s->mesh_ndim; i++) {
-    h = dt__hash_mix(h, (uint64_t)s->placements[i].kind | ((uint64_t)(uint32_t)s->placements[i].dim << 8) |
+    h = dt__hash_mix(h, (uint64_t)s->placements[i].kind |
+                            ((uint64_t)(uint32_t)s->placements[i].dim << 8) |
                             ((uint64_t)s->placements[i].op << 40));
   }
   h = dt__hash_mix(h, (uint64_t)s->dtype | ((uint64_t)s->ndim << 8));
@@ -111,11 +120,13 @@ dt_dist_spec *dt__spec_retain(dt_dist_spec *spec) {
 }
 
 void dt__spec_release(dt_dist_spec *spec) {
-  if (spec && atomic_fetch_sub_explicit(&spec->refcount, 1, memory_order_acq_rel) == 1) dt__free(spec);
+  if (spec && atomic_fetch_sub_explicit(&spec->refcount, 1, memory_order_acq_rel) == 1)
+    dt__free(spec);
 }
 
 dt_status dt__dist_wrap(dt_tensor *local, dt_dist_spec *spec, dt_tensor **out) {
-  dt_status st = dt__tensor_view(local, local->ndim, local->shape, local->strides, local->offset, out);
+  dt_status st =
+      dt__tensor_view(local, local->ndim, local->shape, local->strides, local->offset, out);
   if (st) return st;
   (*out)->spec = dt__spec_retain(spec);
   return DT_OK;

@@ -23,11 +23,15 @@ DT_PRINTF(4, 5) static void append(char *buf, size_t size, size_t *used, const c
 }
 
 dt_status dt_visualize_sharding(const dt_tensor *t, char *buf, size_t size) {
-  if (!t || !buf || size == 0) return dt__error(DT_ERR_INVALID, "visualize_sharding: NULL argument or empty buffer");
-  if (!t->spec) return dt__error(DT_ERR_INVALID, "visualize_sharding: the tensor is not distributed");
+  if (!t || !buf || size == 0)
+    return dt__error(DT_ERR_INVALID, "visualize_sharding: NULL argument or empty buffer");
+  if (!t->spec)
+    return dt__error(DT_ERR_INVALID, "visualize_sharding: the tensor is not distributed");
   const dt_dist_spec *s = t->spec;
   if (s->ndim < 1 || s->ndim > 2) {
-    return dt__error(DT_ERR_INVALID, "visualize_sharding: only 1-D and 2-D tensors can be shown (got %d dims)", s->ndim);
+    return dt__error(DT_ERR_INVALID,
+                     "visualize_sharding: only 1-D and 2-D tensors can be shown (got %d dims)",
+                     s->ndim);
   }
   dt_mesh_info mi;
   dt__mesh_info(s->mesh, &mi);
@@ -64,24 +68,35 @@ dt_status dt_visualize_sharding(const dt_tensor *t, char *buf, size_t size) {
   }
   for (int i = 0; i < nr; i++) /* sort the cuts */
     for (int j = i + 1; j < nr; j++)
-      if (rcuts[j] < rcuts[i]) { int64_t x = rcuts[i]; rcuts[i] = rcuts[j]; rcuts[j] = x; }
+      if (rcuts[j] < rcuts[i]) {
+        int64_t x = rcuts[i];
+        rcuts[i] = rcuts[j];
+        rcuts[j] = x;
+      }
   for (int i = 0; i < nc; i++)
     for (int j = i + 1; j < nc; j++)
-      if (ccuts[j] < ccuts[i]) { int64_t x = ccuts[i]; ccuts[i] = ccuts[j]; ccuts[j] = x; }
+      if (ccuts[j] < ccuts[i]) {
+        int64_t x = ccuts[i];
+        ccuts[i] = ccuts[j];
+        ccuts[j] = x;
+      }
   size_t used = 0;
   buf[0] = '\0';
   char p[32];
   append(buf, size, &used, "global shape [%" PRId64 "%s", rows, s->ndim == 2 ? ", " : "]");
   if (s->ndim == 2) append(buf, size, &used, "%" PRId64 "]", cols);
   append(buf, size, &used, ", placements (");
-  for (int m = 0; m < s->mesh_ndim; m++) append(buf, size, &used, "%s%s", m ? ", " : "", dt_placement_format(s->placements[m], p, sizeof p));
+  for (int m = 0; m < s->mesh_ndim; m++)
+    append(buf, size, &used, "%s%s", m ? ", " : "",
+           dt_placement_format(s->placements[m], p, sizeof p));
   append(buf, size, &used, ")\n");
   for (int i = 0; i + 1 < nr; i++) {
     if (rcuts[i] == rcuts[i + 1] && nr > 2) continue;
     for (int j = 0; j + 1 < nc; j++) {
       if (ccuts[j] == ccuts[j + 1] && nc > 2) continue;
       if (s->ndim == 2) {
-        append(buf, size, &used, "rows %" PRId64 ":%" PRId64 ", cols %" PRId64 ":%" PRId64 " -> ranks", rcuts[i],
+        append(buf, size, &used,
+               "rows %" PRId64 ":%" PRId64 ", cols %" PRId64 ":%" PRId64 " -> ranks", rcuts[i],
                rcuts[i + 1], ccuts[j], ccuts[j + 1]);
       } else {
         append(buf, size, &used, "%" PRId64 ":%" PRId64 " -> ranks", rcuts[i], rcuts[i + 1]);
@@ -94,7 +109,8 @@ dt_status dt_visualize_sharding(const dt_tensor *t, char *buf, size_t size) {
           c /= mi.size[m];
         }
         int64_t shape[DT_MAX_DIMS], off[DT_MAX_DIMS];
-        dt__local_region(s->ndim, s->shape, s->mesh_ndim, mi.size, coord, s->placements, shape, off);
+        dt__local_region(s->ndim, s->shape, s->mesh_ndim, mi.size, coord, s->placements, shape,
+                         off);
         bool holds = off[0] <= rcuts[i] && rcuts[i] < off[0] + shape[0];
         if (s->ndim == 2) holds = holds && off[1] <= ccuts[j] && ccuts[j] < off[1] + shape[1];
         if (holds) {
@@ -124,15 +140,16 @@ static uint64_t hash_bytes(const unsigned char *p, size_t n) {
   return h;
 }
 
-dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local, const dt_placement *placements,
-                               const int64_t *global_shape) {
+dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local,
+                               const dt_placement *placements, const int64_t *global_shape) {
   const char *op = "from_local(run_check)";
   dt_mesh_info mi;
   dt__mesh_info(mesh, &mi);
   shard_report me = {0};
   me.ndim = local->ndim;
   int64_t expect[DT_MAX_DIMS];
-  dt__local_region(local->ndim, global_shape, mi.ndim, mi.size, mi.coord, placements, expect, me.offset);
+  dt__local_region(local->ndim, global_shape, mi.ndim, mi.size, mi.coord, placements, expect,
+                   me.offset);
   memcpy(me.shape, local->shape, sizeof me.shape);
   me.ok = memcmp(expect, local->shape, sizeof(int64_t) * (size_t)local->ndim) == 0;
   dt_tensor *copy = NULL;
@@ -156,16 +173,18 @@ dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local, const dt_p
     memcpy(&x, all->data + all->offsets[r], sizeof x);
     if (!x.ok || x.ndim != me.ndim) {
       char a[160];
-      st = dt__error(DT_ERR_INVALID, "%s: rank %d's local shape %s does not fit the global shape", op, r,
-                     dt__format_ints(a, sizeof a, x.ndim, x.shape));
+      st = dt__error(DT_ERR_INVALID, "%s: rank %d's local shape %s does not fit the global shape",
+                     op, r, dt__format_ints(a, sizeof a, x.ndim, x.shape));
       break;
     }
     for (int q = 0; q < r && !partial; q++) {
       shard_report y;
       memcpy(&y, all->data + all->offsets[q], sizeof y);
-      if (memcmp(x.offset, y.offset, sizeof x.offset) == 0 && memcmp(x.shape, y.shape, sizeof x.shape) == 0 &&
-          x.hash != y.hash) {
-        st = dt__error(DT_ERR_INVALID, "%s: ranks %d and %d hold the same replicated block with different values", op, q, r);
+      if (memcmp(x.offset, y.offset, sizeof x.offset) == 0 &&
+          memcmp(x.shape, y.shape, sizeof x.shape) == 0 && x.hash != y.hash) {
+        st = dt__error(DT_ERR_INVALID,
+                       "%s: ranks %d and %d hold the same replicated block with different values",
+                       op, q, r);
         break;
       }
     }

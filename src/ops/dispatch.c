@@ -5,12 +5,12 @@
 #include "profile/profile_impl.h"
 
 const dt_op_def dt__op_table[DT_OP_COUNT] = {
-#define DT_OP_DEF(id, op_name, op_kind, required, infer_fn, kernel_fn, op_schema)              \
-  [DT_OP_##id] = {.name = op_name,                                                             \
-                  .schema = op_schema,                                                         \
-                  .kind = DT_OP_KIND_##op_kind,                                                \
-                  .n_required = required,                                                      \
-                  .infer = infer_fn,                                                           \
+#define DT_OP_DEF(id, op_name, op_kind, required, infer_fn, kernel_fn, op_schema)                  \
+  [DT_OP_##id] = {.name = op_name,                                                                 \
+                  .schema = op_schema,                                                             \
+                  .kind = DT_OP_KIND_##op_kind,                                                    \
+                  .n_required = required,                                                          \
+                  .infer = infer_fn,                                                               \
                   .kernel = kernel_fn},
     DT_OP_LIST(DT_OP_DEF)
 #undef DT_OP_DEF
@@ -20,7 +20,9 @@ dt_status (*dt__dist_dispatch_hook)(dt_op_call *call);
 
 int dt_op_count(void) { return DT_OP_COUNT; }
 
-const char *dt_op_name(int op) { return op >= 0 && op < DT_OP_COUNT ? dt__op_table[op].name : NULL; }
+const char *dt_op_name(int op) {
+  return op >= 0 && op < DT_OP_COUNT ? dt__op_table[op].name : NULL;
+}
 
 const char *dt_op_schema(int op) {
   return op >= 0 && op < DT_OP_COUNT ? dt__op_table[op].schema : NULL;
@@ -117,7 +119,6 @@ dt_status dt__dispatch(dt_op_call *call) {
   return st;
 }
 
-
 dt_status dt__dispatch_inner(dt_op_call *call) {
   const dt_op_def *def = &dt__op_table[call->op];
   if (DT_UNLIKELY(has_distributed_input(call))) {
@@ -138,7 +139,9 @@ dt_status dt__broadcast_shapes(const char *op, int ndim_a, const int64_t *shape_
     int64_t sb = ib >= 0 ? shape_b[ib] : 1;
     if (sa != sb && sa != 1 && sb != 1) {
       char ba[160], bb[160];
-      return dt__error(DT_ERR_SHAPE, "%s: shapes %s and %s cannot be broadcast (dim %d: %" PRId64 " vs %" PRId64 ")",
+      return dt__error(DT_ERR_SHAPE,
+                       "%s: shapes %s and %s cannot be broadcast (dim %d: %" PRId64 " vs %" PRId64
+                       ")",
                        op, dt__format_ints(ba, sizeof ba, ndim_a, shape_a),
                        dt__format_ints(bb, sizeof bb, ndim_b, shape_b), i, sa, sb);
     }

@@ -38,8 +38,8 @@ dt_status dt__infer_embedding(dt_op_call *call, dt_tensor_meta *metas) {
 
 dt_status dt__kernel_embedding(dt_op_call *call) {
   if (call->n_ints == 2) {
-    return dt__cpu_embedding_window(dt__op_name(call), call->inputs[0], call->inputs[1], call->ints[0],
-                                    call->ints[1], call->outputs[0]);
+    return dt__cpu_embedding_window(dt__op_name(call), call->inputs[0], call->inputs[1],
+                                    call->ints[0], call->ints[1], call->outputs[0]);
   }
   return dt__cpu_embedding(dt__op_name(call), call->inputs[0], call->inputs[1], call->outputs[0]);
 }

@@ -21,15 +21,18 @@ _Thread_local int dt__modes_visible;
 
 dt_status dt_mode_push(dt_mode_fn fn, void *user) {
   if (!fn) return dt__error(DT_ERR_INVALID, "mode_push: fn is NULL");
-  if (dt__modes_visible != mode_count) return dt__error(DT_ERR_INVALID, "mode_push: called from inside a mode");
-  if (mode_count >= DT_MAX_MODES) return dt__error(DT_ERR_INVALID, "mode_push: more than %d modes", DT_MAX_MODES);
+  if (dt__modes_visible != mode_count)
+    return dt__error(DT_ERR_INVALID, "mode_push: called from inside a mode");
+  if (mode_count >= DT_MAX_MODES)
+    return dt__error(DT_ERR_INVALID, "mode_push: more than %d modes", DT_MAX_MODES);
   modes[mode_count++] = (mode_entry){fn, user};
   dt__modes_visible = mode_count;
   return DT_OK;
 }
 
 dt_status dt_mode_pop(void) {
-  if (dt__modes_visible != mode_count) return dt__error(DT_ERR_INVALID, "mode_pop: called from inside a mode");
+  if (dt__modes_visible != mode_count)
+    return dt__error(DT_ERR_INVALID, "mode_pop: called from inside a mode");
   if (mode_count == 0) return dt__error(DT_ERR_INVALID, "mode_pop: no mode is active");
   dt__modes_visible = --mode_count;
   return DT_OK;
@@ -54,13 +57,16 @@ static dt_status run_level(dt_op_call *call, int level) {
   dt_status st = modes[level].fn(&inv, modes[level].user);
   dt__modes_visible = saved;
   if (!st && !inv.ran) {
-    st = dt__error(DT_ERR_INVALID, "%s: a dispatch mode returned without running the op", dt__op_name(call));
+    st = dt__error(DT_ERR_INVALID, "%s: a dispatch mode returned without running the op",
+                   dt__op_name(call));
   }
   if (st) release_outputs(call);
   return st;
 }
 
-dt_status dt__dispatch_with_modes(dt_op_call *call) { return run_level(call, dt__modes_visible - 1); }
+dt_status dt__dispatch_with_modes(dt_op_call *call) {
+  return run_level(call, dt__modes_visible - 1);
+}
 
 dt_status dt_invocation_run(dt_invocation *inv) {
   if (!inv) return dt__error(DT_ERR_INVALID, "invocation_run: invocation is NULL");
@@ -71,7 +77,9 @@ dt_status dt_invocation_run(dt_invocation *inv) {
 
 dt_op_call *dt__invocation_call(dt_invocation *inv) { return inv ? inv->call : NULL; }
 
-const char *dt_invocation_op_name(const dt_invocation *inv) { return inv ? dt__op_name(inv->call) : NULL; }
+const char *dt_invocation_op_name(const dt_invocation *inv) {
+  return inv ? dt__op_name(inv->call) : NULL;
+}
 int dt_invocation_op(const dt_invocation *inv) { return inv ? (int)inv->call->op : -1; }
 
 int dt_invocation_n_inputs(const dt_invocation *inv) {

@@ -18,7 +18,7 @@ typedef enum dt_op {
 #define DT_OP_ENUM(id, name, kind, required, infer, kernel, schema) DT_OP_##id,
   DT_OP_LIST(DT_OP_ENUM)
 #undef DT_OP_ENUM
-  DT_OP_COUNT
+      DT_OP_COUNT
 } dt_op;
 
 /* How the dispatcher treats an op's outputs. */
@@ -73,10 +73,10 @@ typedef dt_status (*dt_op_infer_fn)(dt_op_call *call, dt_tensor_meta *metas);
 typedef dt_status (*dt_op_kernel_fn)(dt_op_call *call);
 
 typedef struct dt_op_def {
-  const char *name;    /* ATen-style: "add.Tensor" */
-  const char *schema;  /* "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor" */
+  const char *name;   /* ATen-style: "add.Tensor" */
+  const char *schema; /* "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor" */
   dt_op_kind kind;
-  int n_required;      /* inputs[0..n_required) must be non-NULL */
+  int n_required; /* inputs[0..n_required) must be non-NULL */
   dt_op_infer_fn infer;
   dt_op_kernel_fn kernel;
 } dt_op_def;
@@ -84,8 +84,8 @@ typedef struct dt_op_def {
 extern const dt_op_def dt__op_table[DT_OP_COUNT];
 
 /* Prototypes of every infer and kernel function named in the list. */
-#define DT_OP_PROTO(id, name, kind, required, infer, kernel, schema)                           \
-  dt_status infer(dt_op_call *call, dt_tensor_meta *metas);                                    \
+#define DT_OP_PROTO(id, name, kind, required, infer, kernel, schema)                               \
+  dt_status infer(dt_op_call *call, dt_tensor_meta *metas);                                        \
   dt_status kernel(dt_op_call *call);
 DT_OP_LIST(DT_OP_PROTO)
 #undef DT_OP_PROTO

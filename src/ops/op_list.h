@@ -108,124 +108,127 @@
  * borrowed in int_list and infer writes the normalized dims to ints (an empty list means
  * every dim); a single dim is ints[0]; argmax without a dim has n_ints == 0. The dtype=
  * attribute of sum/mean is not supported (always None). */
-#define DT_OPS_REDUCTION(X)                                                                    \
-  X(SUM, "sum", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                               \
-    "sum(Tensor self, *, ScalarType? dtype=None) -> Tensor")                                   \
-  X(SUM_DIM, "sum.dim_IntList", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,               \
-    "sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor") \
-  X(MEAN, "mean", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                             \
-    "mean(Tensor self, *, ScalarType? dtype=None) -> Tensor")                                  \
-  X(MEAN_DIM, "mean.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                     \
+#define DT_OPS_REDUCTION(X)                                                                        \
+  X(SUM, "sum", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                                   \
+    "sum(Tensor self, *, ScalarType? dtype=None) -> Tensor")                                       \
+  X(SUM_DIM, "sum.dim_IntList", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                   \
+    "sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> " \
+    "Tensor")                                                                                      \
+  X(MEAN, "mean", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                                 \
+    "mean(Tensor self, *, ScalarType? dtype=None) -> Tensor")                                      \
+  X(MEAN_DIM, "mean.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                         \
     "mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor") \
-  X(MAX, "max", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, "max(Tensor self) -> Tensor") \
-  X(MIN, "min", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, "min(Tensor self) -> Tensor") \
-  X(MAX_DIM, "max.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                       \
-    "max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")     \
-  X(MIN_DIM, "min.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                       \
-    "min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")     \
-  X(AMAX, "amax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                             \
-    "amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                          \
-  X(AMIN, "amin", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                             \
-    "amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                          \
-  X(ARGMAX, "argmax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                         \
+  X(MAX, "max", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, "max(Tensor self) -> Tensor")     \
+  X(MIN, "min", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, "min(Tensor self) -> Tensor")     \
+  X(MAX_DIM, "max.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                           \
+    "max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
+  X(MIN_DIM, "min.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                           \
+    "min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
+  X(AMAX, "amax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                                 \
+    "amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                              \
+  X(AMIN, "amin", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                                 \
+    "amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                              \
+  X(ARGMAX, "argmax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce,                             \
     "argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor")
 
 /* Matrix products through CBLAS. addmm: beta -> scalars[0], alpha -> scalars[1]; linear's
  * bias is inputs[2] and may be NULL. */
-#define DT_OPS_MATRIX(X)                                                                       \
-  X(MM, "mm", COMPUTE, 2, dt__infer_mm, dt__kernel_mm, "mm(Tensor self, Tensor mat2) -> Tensor") \
-  X(BMM, "bmm", COMPUTE, 2, dt__infer_bmm, dt__kernel_mm,                                       \
-    "bmm(Tensor self, Tensor mat2) -> Tensor")                                                 \
-  X(MATMUL, "matmul", COMPUTE, 2, dt__infer_matmul, dt__kernel_matmul,                         \
-    "matmul(Tensor self, Tensor other) -> Tensor")                                             \
-  X(ADDMM, "addmm", COMPUTE, 3, dt__infer_addmm, dt__kernel_addmm,                             \
-    "addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor") \
-  X(LINEAR, "linear", COMPUTE, 2, dt__infer_linear, dt__kernel_linear,                         \
+#define DT_OPS_MATRIX(X)                                                                           \
+  X(MM, "mm", COMPUTE, 2, dt__infer_mm, dt__kernel_mm, "mm(Tensor self, Tensor mat2) -> Tensor")   \
+  X(BMM, "bmm", COMPUTE, 2, dt__infer_bmm, dt__kernel_mm,                                          \
+    "bmm(Tensor self, Tensor mat2) -> Tensor")                                                     \
+  X(MATMUL, "matmul", COMPUTE, 2, dt__infer_matmul, dt__kernel_matmul,                             \
+    "matmul(Tensor self, Tensor other) -> Tensor")                                                 \
+  X(ADDMM, "addmm", COMPUTE, 3, dt__infer_addmm, dt__kernel_addmm,                                 \
+    "addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor")    \
+  X(LINEAR, "linear", COMPUTE, 2, dt__infer_linear, dt__kernel_linear,                             \
     "linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor")
 
 /* Neural-network ops: embedding, softmax, log_softmax, layer_norm, batch_norm, cat, stack.
  * softmax: dim in ints[0]. layer_norm: inputs {input, weight?, bias?}, normalized_shape
  * borrowed in int_list (copied to ints by infer), eps in scalars[0]. batch_norm (inference):
  * inputs {input, running_mean, running_var, weight?, bias?}, eps in scalars[0]. */
-#define DT_OPS_NN(X)                                                                           \
-  X(SOFTMAX, "softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax,                 \
-    "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")                     \
-  X(LOG_SOFTMAX, "log_softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax,         \
-    "log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")                 \
-  X(LAYER_NORM, "layer_norm", COMPUTE, 1, dt__infer_layer_norm, dt__kernel_layer_norm,         \
-    "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor") \
-  X(BATCH_NORM, "batch_norm", COMPUTE, 3, dt__infer_batch_norm, dt__kernel_batch_norm,         \
-    "batch_norm(Tensor input, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? bias, float eps) -> Tensor") \
-  X(EMBEDDING, "embedding", COMPUTE, 2, dt__infer_embedding, dt__kernel_embedding,             \
-    "embedding(Tensor weight, Tensor indices) -> Tensor")                                      \
-  X(CAT, "cat", COMPUTE, 0, dt__infer_cat, dt__kernel_cat,                                     \
-    "cat(Tensor[] tensors, int dim=0) -> Tensor")                                              \
-  X(STACK, "stack", COMPUTE, 0, dt__infer_stack, dt__kernel_stack,                             \
+#define DT_OPS_NN(X)                                                                               \
+  X(SOFTMAX, "softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax,                     \
+    "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")                         \
+  X(LOG_SOFTMAX, "log_softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax,             \
+    "log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")                     \
+  X(LAYER_NORM, "layer_norm", COMPUTE, 1, dt__infer_layer_norm, dt__kernel_layer_norm,             \
+    "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "    \
+    "float eps=1e-05) -> Tensor")                                                                  \
+  X(BATCH_NORM, "batch_norm", COMPUTE, 3, dt__infer_batch_norm, dt__kernel_batch_norm,             \
+    "batch_norm(Tensor input, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? "   \
+    "bias, float eps) -> Tensor")                                                                  \
+  X(EMBEDDING, "embedding", COMPUTE, 2, dt__infer_embedding, dt__kernel_embedding,                 \
+    "embedding(Tensor weight, Tensor indices) -> Tensor")                                          \
+  X(CAT, "cat", COMPUTE, 0, dt__infer_cat, dt__kernel_cat,                                         \
+    "cat(Tensor[] tensors, int dim=0) -> Tensor")                                                  \
+  X(STACK, "stack", COMPUTE, 0, dt__infer_stack, dt__kernel_stack,                                 \
     "stack(Tensor[] tensors, int dim=0) -> Tensor")
 
 /* Views, reshapes, copies and conversions. */
-#define DT_OPS_VIEW(X)                                                                         \
-  X(TRANSPOSE, "transpose.int", VIEW, 1, dt__infer_transpose, dt__kernel_transpose,           \
-    "transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)")                          \
-  X(DETACH, "detach", VIEW, 1, dt__infer_same, dt__kernel_detach,                              \
-    "detach(Tensor(a) self) -> Tensor(a)")                                                     \
-  X(CONTIGUOUS, "contiguous", VIEW, 1, dt__infer_same, dt__kernel_contiguous,                  \
-    "contiguous(Tensor(a) self) -> Tensor(a)")                                                 \
-  X(CLONE, "clone", COMPUTE, 1, dt__infer_same, dt__kernel_clone, "clone(Tensor self) -> Tensor") \
-  X(COPY_, "copy_", INPLACE, 2, dt__infer_copy_, dt__kernel_copy_,                             \
-    "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)")                                        \
-  X(VIEW, "view", VIEW, 1, dt__infer_view, dt__kernel_view,                                    \
-    "view(Tensor(a) self, SymInt[] size) -> Tensor(a)")                                        \
-  X(RESHAPE, "reshape", VIEW, 1, dt__infer_reshape, dt__kernel_reshape,                        \
-    "reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)")                                    \
-  X(FLATTEN, "flatten.using_ints", VIEW, 1, dt__infer_flatten, dt__kernel_reshape,             \
-    "flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)")        \
-  X(PERMUTE, "permute", VIEW, 1, dt__infer_permute, dt__kernel_permute,                        \
-    "permute(Tensor(a) self, int[] dims) -> Tensor(a)")                                        \
-  X(EXPAND, "expand", VIEW, 1, dt__infer_expand, dt__kernel_expand,                            \
-    "expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)")              \
-  X(SQUEEZE, "squeeze", VIEW, 1, dt__infer_squeeze, dt__kernel_squeeze,                        \
-    "squeeze(Tensor(a) self) -> Tensor(a)")                                                    \
-  X(SQUEEZE_DIM, "squeeze.dim", VIEW, 1, dt__infer_squeeze_dim, dt__kernel_squeeze,            \
-    "squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)")                                       \
-  X(UNSQUEEZE, "unsqueeze", VIEW, 1, dt__infer_unsqueeze, dt__kernel_unsqueeze,                \
-    "unsqueeze(Tensor(a) self, int dim) -> Tensor(a)")                                         \
-  X(NARROW, "narrow", VIEW, 1, dt__infer_narrow, dt__kernel_slice,                             \
-    "narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)")               \
-  X(SLICE, "slice.Tensor", VIEW, 1, dt__infer_slice, dt__kernel_slice,                         \
-    "slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, "           \
-    "SymInt step=1) -> Tensor(a)")                                                             \
-  X(SELECT, "select.int", VIEW, 1, dt__infer_select, dt__kernel_select,                        \
-    "select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)")                          \
-  X(SPLIT, "split.Tensor", VIEW, 1, dt__infer_split, dt__kernel_split,                         \
-    "split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]")          \
-  X(SPLIT_WITH_SIZES, "split_with_sizes", VIEW, 1, dt__infer_split_with_sizes, dt__kernel_split,\
-    "split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]")   \
-  X(CHUNK, "chunk", VIEW, 1, dt__infer_chunk, dt__kernel_split,                                \
-    "chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]")                        \
-  X(TO, "to.dtype", VIEW, 1, dt__infer_to, dt__kernel_to,                                      \
-    "to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "    \
+#define DT_OPS_VIEW(X)                                                                             \
+  X(TRANSPOSE, "transpose.int", VIEW, 1, dt__infer_transpose, dt__kernel_transpose,                \
+    "transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)")                              \
+  X(DETACH, "detach", VIEW, 1, dt__infer_same, dt__kernel_detach,                                  \
+    "detach(Tensor(a) self) -> Tensor(a)")                                                         \
+  X(CONTIGUOUS, "contiguous", VIEW, 1, dt__infer_same, dt__kernel_contiguous,                      \
+    "contiguous(Tensor(a) self) -> Tensor(a)")                                                     \
+  X(CLONE, "clone", COMPUTE, 1, dt__infer_same, dt__kernel_clone, "clone(Tensor self) -> Tensor")  \
+  X(COPY_, "copy_", INPLACE, 2, dt__infer_copy_, dt__kernel_copy_,                                 \
+    "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)")                                            \
+  X(VIEW, "view", VIEW, 1, dt__infer_view, dt__kernel_view,                                        \
+    "view(Tensor(a) self, SymInt[] size) -> Tensor(a)")                                            \
+  X(RESHAPE, "reshape", VIEW, 1, dt__infer_reshape, dt__kernel_reshape,                            \
+    "reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)")                                        \
+  X(FLATTEN, "flatten.using_ints", VIEW, 1, dt__infer_flatten, dt__kernel_reshape,                 \
+    "flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)")            \
+  X(PERMUTE, "permute", VIEW, 1, dt__infer_permute, dt__kernel_permute,                            \
+    "permute(Tensor(a) self, int[] dims) -> Tensor(a)")                                            \
+  X(EXPAND, "expand", VIEW, 1, dt__infer_expand, dt__kernel_expand,                                \
+    "expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)")                  \
+  X(SQUEEZE, "squeeze", VIEW, 1, dt__infer_squeeze, dt__kernel_squeeze,                            \
+    "squeeze(Tensor(a) self) -> Tensor(a)")                                                        \
+  X(SQUEEZE_DIM, "squeeze.dim", VIEW, 1, dt__infer_squeeze_dim, dt__kernel_squeeze,                \
+    "squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)")                                           \
+  X(UNSQUEEZE, "unsqueeze", VIEW, 1, dt__infer_unsqueeze, dt__kernel_unsqueeze,                    \
+    "unsqueeze(Tensor(a) self, int dim) -> Tensor(a)")                                             \
+  X(NARROW, "narrow", VIEW, 1, dt__infer_narrow, dt__kernel_slice,                                 \
+    "narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)")                   \
+  X(SLICE, "slice.Tensor", VIEW, 1, dt__infer_slice, dt__kernel_slice,                             \
+    "slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, "               \
+    "SymInt step=1) -> Tensor(a)")                                                                 \
+  X(SELECT, "select.int", VIEW, 1, dt__infer_select, dt__kernel_select,                            \
+    "select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)")                              \
+  X(SPLIT, "split.Tensor", VIEW, 1, dt__infer_split, dt__kernel_split,                             \
+    "split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]")              \
+  X(SPLIT_WITH_SIZES, "split_with_sizes", VIEW, 1, dt__infer_split_with_sizes, dt__kernel_split,   \
+    "split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]")       \
+  X(CHUNK, "chunk", VIEW, 1, dt__infer_chunk, dt__kernel_split,                                    \
+    "chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]")                            \
+  X(TO, "to.dtype", VIEW, 1, dt__infer_to, dt__kernel_to,                                          \
+    "to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "        \
     "MemoryFormat? memory_format=None) -> Tensor(a)")
 
 /* Factories that take a tensor's shape and dtype: *_like. */
-#define DT_OPS_FACTORY(X)                                                                      \
-  X(EMPTY_LIKE, "empty_like", COMPUTE, 1, dt__infer_same, dt__kernel_empty_like,               \
-    "empty_like(Tensor self) -> Tensor")                                                       \
-  X(ZEROS_LIKE, "zeros_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like,                \
-    "zeros_like(Tensor self) -> Tensor")                                                       \
-  X(ONES_LIKE, "ones_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like,                  \
-    "ones_like(Tensor self) -> Tensor")                                                        \
-  X(FULL_LIKE, "full_like", COMPUTE, 1, dt__infer_full_like, dt__kernel_fill_like,             \
-    "full_like(Tensor self, Scalar fill_value) -> Tensor")                                     \
-  X(UNIFORM_, "uniform_", INPLACE, 1, dt__infer_uniform_, dt__kernel_uniform_,                 \
+#define DT_OPS_FACTORY(X)                                                                          \
+  X(EMPTY_LIKE, "empty_like", COMPUTE, 1, dt__infer_same, dt__kernel_empty_like,                   \
+    "empty_like(Tensor self) -> Tensor")                                                           \
+  X(ZEROS_LIKE, "zeros_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like,                    \
+    "zeros_like(Tensor self) -> Tensor")                                                           \
+  X(ONES_LIKE, "ones_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like,                      \
+    "ones_like(Tensor self) -> Tensor")                                                            \
+  X(FULL_LIKE, "full_like", COMPUTE, 1, dt__infer_full_like, dt__kernel_fill_like,                 \
+    "full_like(Tensor self, Scalar fill_value) -> Tensor")                                         \
+  X(UNIFORM_, "uniform_", INPLACE, 1, dt__infer_uniform_, dt__kernel_uniform_,                     \
     "uniform_(Tensor(a!) self, float from=0, float to=1, *, int seed) -> Tensor(a!)")
 
-#define DT_OP_LIST(X)                                                                          \
-  DT_OPS_POINTWISE(X)                                                                          \
-  DT_OPS_REDUCTION(X)                                                                          \
-  DT_OPS_MATRIX(X)                                                                             \
-  DT_OPS_NN(X)                                                                                 \
-  DT_OPS_VIEW(X)                                                                               \
+#define DT_OP_LIST(X)                                                                              \
+  DT_OPS_POINTWISE(X)                                                                              \
+  DT_OPS_REDUCTION(X)                                                                              \
+  DT_OPS_MATRIX(X)                                                                                 \
+  DT_OPS_NN(X)                                                                                     \
+  DT_OPS_VIEW(X)                                                                                   \
   DT_OPS_FACTORY(X)
 
 #endif /* DT_OP_LIST_H */

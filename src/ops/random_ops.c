@@ -8,15 +8,16 @@
 dt_status dt__infer_uniform_(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *a = call->inputs[0];
   if (!dt_dtype_is_floating(a->dtype)) {
-    return dt__error(DT_ERR_DTYPE, "uniform_: needs a floating tensor, got %s", dt_dtype_name(a->dtype));
+    return dt__error(DT_ERR_DTYPE, "uniform_: needs a floating tensor, got %s",
+                     dt_dtype_name(a->dtype));
   }
   if (!(call->scalars[1] >= call->scalars[0])) {
-    return dt__error(DT_ERR_INVALID, "uniform_: range [%g, %g) is empty or not a number", call->scalars[0],
-                     call->scalars[1]);
+    return dt__error(DT_ERR_INVALID, "uniform_: range [%g, %g) is empty or not a number",
+                     call->scalars[0], call->scalars[1]);
   }
   if (call->n_int_list != 0 && call->n_int_list != 2 * a->ndim) {
-    return dt__error(DT_ERR_INTERNAL, "uniform_: shard geometry of %d entries for a %d-d tensor", call->n_int_list,
-                     a->ndim);
+    return dt__error(DT_ERR_INTERNAL, "uniform_: shard geometry of %d entries for a %d-d tensor",
+                     call->n_int_list, a->ndim);
   }
   dt__meta_set(&metas[0], a->dtype, a->ndim, a->shape);
   return DT_OK;
@@ -33,8 +34,8 @@ dt_status dt__kernel_uniform_(dt_op_call *call) {
   }
   dt_status st;
   if (call->n_int_list) {
-    st = dt__random_fill_block(target, DT_RANDOM_UNIFORM, call->scalars[0], call->scalars[1], seed, a->ndim,
-                               call->int_list, call->int_list + a->ndim);
+    st = dt__random_fill_block(target, DT_RANDOM_UNIFORM, call->scalars[0], call->scalars[1], seed,
+                               a->ndim, call->int_list, call->int_list + a->ndim);
   } else {
     dt__random_fill_checked(target, DT_RANDOM_UNIFORM, call->scalars[0], call->scalars[1], seed, 0);
     st = DT_OK; /* infer checked the dtype and the range */

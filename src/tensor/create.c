@@ -10,7 +10,8 @@ static dt_status check_create(const char *op, int ndim, const int64_t *shape, dt
   *out = NULL;
   dt_status st = dt__check_shape(op, ndim, shape);
   if (st) return st;
-  if (!dt__dtype_valid(dtype)) return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
+  if (!dt__dtype_valid(dtype))
+    return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
   return DT_OK;
 }
 
@@ -69,13 +70,16 @@ dt_status dt_ones(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **ou
 dt_status dt_arange(double start, double end, double step, dt_dtype dtype, dt_tensor **out) {
   if (!out) return dt__error(DT_ERR_INVALID, "arange: out is NULL");
   *out = NULL;
-  if (!dt__dtype_valid(dtype)) return dt__error(DT_ERR_DTYPE, "arange: invalid dtype %d", (int)dtype);
+  if (!dt__dtype_valid(dtype))
+    return dt__error(DT_ERR_DTYPE, "arange: invalid dtype %d", (int)dtype);
   if (step == 0.0 || !isfinite(start) || !isfinite(end) || !isfinite(step)) {
-    return dt__error(DT_ERR_INVALID, "arange: start %g, end %g, step %g must be finite with step != 0",
-                     start, end, step);
+    return dt__error(DT_ERR_INVALID,
+                     "arange: start %g, end %g, step %g must be finite with step != 0", start, end,
+                     step);
   }
   if ((step > 0 && end < start) || (step < 0 && end > start)) {
-    return dt__error(DT_ERR_INVALID, "arange: step %g does not lead from %g to %g", step, start, end);
+    return dt__error(DT_ERR_INVALID, "arange: step %g does not lead from %g to %g", step, start,
+                     end);
   }
   double count = ceil((end - start) / step);
   if (count > 1e15) return dt__error(DT_ERR_INVALID, "arange: %g elements is too many", count);
@@ -84,7 +88,8 @@ dt_status dt_arange(double start, double end, double step, dt_dtype dtype, dt_te
   if (st) return st;
   char *p = dt__tensor_base(*out);
   size_t esize = dt__dtype_sizes[dtype];
-  for (int64_t i = 0; i < n; i++) dt__store_from_double(dtype, p + i * (int64_t)esize, start + (double)i * step);
+  for (int64_t i = 0; i < n; i++)
+    dt__store_from_double(dtype, p + i * (int64_t)esize, start + (double)i * step);
   return DT_OK;
 }
 
@@ -93,7 +98,8 @@ dt_status dt_from_data(const void *data, int ndim, const int64_t *shape, dt_dtyp
   dt_status st = check_create("from_data", ndim, shape, dtype, out);
   if (st) return st;
   int64_t numel = dt__numel(ndim, shape);
-  if (!data && numel > 0) return dt__error(DT_ERR_INVALID, "from_data: data is NULL for %" PRId64 " elements", numel);
+  if (!data && numel > 0)
+    return dt__error(DT_ERR_INVALID, "from_data: data is NULL for %" PRId64 " elements", numel);
   st = dt__tensor_new(ndim, shape, dtype, out);
   if (st) return st;
   if (numel > 0) memcpy(dt__tensor_base(*out), data, (size_t)numel * dt__dtype_sizes[dtype]);

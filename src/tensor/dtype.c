@@ -67,10 +67,10 @@ uint16_t dt_f32_to_f16(float value) {
   memcpy(&x, &value, sizeof x);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);          /* NaN */
-  if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);         /* overflow to inf */
-  if (abs < 0x38800000u) {                                           /* subnormal or zero */
-    if (abs < 0x33000000u) return (uint16_t)sign;                    /* rounds to zero */
+  if (abs > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
+  if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow to inf */
+  if (abs < 0x38800000u) {                                   /* subnormal or zero */
+    if (abs < 0x33000000u) return (uint16_t)sign;            /* rounds to zero */
     uint32_t exponent = abs >> 23;
     uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
     uint32_t shift = 126 - exponent; /* 14 .. 24 */

@@ -29,8 +29,8 @@ static inline void mulhilo(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo) {
 }
 
 /* Philox4x32 with 10 rounds on counter (c0..c3) and key (k0, k1). */
-static inline __attribute__((always_inline)) philox_block philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
-                                  uint32_t k0, uint32_t k1) {
+static inline __attribute__((always_inline)) philox_block
+philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1) {
   for (int round = 0; round < 10; round++) {
     uint32_t hi0, lo0, hi1, lo1;
     mulhilo(PHILOX_M0, c0, &hi0, &lo0);
@@ -102,7 +102,8 @@ dt_status dt_random_fill(dt_tensor *t, dt_random_kind kind, double a, double b, 
   }
   if (kind == DT_RANDOM_INTEGER) {
     if (!(b > a) || a != floor(a) || b != floor(b)) {
-      return dt__error(DT_ERR_INVALID, "random_fill: integer range [%g, %g) is empty or not integral", a, b);
+      return dt__error(DT_ERR_INVALID,
+                       "random_fill: integer range [%g, %g) is empty or not integral", a, b);
     }
   } else if (kind != DT_RANDOM_UNIFORM && kind != DT_RANDOM_NORMAL) {
     return dt__error(DT_ERR_INVALID, "random_fill: unknown kind %d", (int)kind);
@@ -136,7 +137,8 @@ void dt__random_fill_checked(dt_tensor *t, dt_random_kind kind, double a, double
     for (; k + 5 <= n; k += 5) { /* whole blocks: five elements each */
       r = block_for(seed, blk++);
       f[k] = clamp_below(lo + step * (float)(r.v[0] & 0xffffffu), below);
-      f[k + 1] = clamp_below(lo + step * (float)((r.v[0] >> 24) | ((r.v[1] & 0xffffu) << 8)), below);
+      f[k + 1] =
+          clamp_below(lo + step * (float)((r.v[0] >> 24) | ((r.v[1] & 0xffffu) << 8)), below);
       f[k + 2] = clamp_below(lo + step * (float)((r.v[1] >> 16) | ((r.v[2] & 0xffu) << 16)), below);
       f[k + 3] = clamp_below(lo + step * (float)(r.v[2] >> 8), below);
       f[k + 4] = clamp_below(lo + step * (float)(r.v[3] & 0xffffffu), below);
@@ -146,7 +148,8 @@ void dt__random_fill_checked(dt_tensor *t, dt_random_kind kind, double a, double
     return;
   }
   for (int64_t i = 0; i < n; i++) {
-    dt__store_from_double(t->dtype, p + i * (int64_t)esize, random_value(kind, a, b, seed, first_index + (uint64_t)i));
+    dt__store_from_double(t->dtype, p + i * (int64_t)esize,
+                          random_value(kind, a, b, seed, first_index + (uint64_t)i));
   }
 }
 
@@ -159,8 +162,10 @@ dt_status dt__random_fill_block(dt_tensor *t, dt_random_kind kind, double a, dou
   while (k > 0 && t->shape[k] == global_shape[k] && offset[k] == 0) k--;
   int64_t run = 1, runs = 1;
   for (int d = ndim - 1; d >= 0; d--) {
-    if (d >= k) run *= t->shape[d];
-    else runs *= t->shape[d];
+    if (d >= k)
+      run *= t->shape[d];
+    else
+      runs *= t->shape[d];
   }
   int64_t index[DT_MAX_DIMS] = {0};
   for (int64_t r = 0; r < runs && run > 0; r++) {
@@ -184,12 +189,14 @@ dt_status dt__random_fill_block(dt_tensor *t, dt_random_kind kind, double a, dou
 }
 
 static dt_status random_create(const char *op, int ndim, const int64_t *shape, dt_dtype dtype,
-                               dt_random_kind kind, double a, double b, uint64_t seed, dt_tensor **out) {
+                               dt_random_kind kind, double a, double b, uint64_t seed,
+                               dt_tensor **out) {
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
   dt_status st = dt__check_shape(op, ndim, shape);
   if (st) return st;
-  if (!dt__dtype_valid(dtype)) return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
+  if (!dt__dtype_valid(dtype))
+    return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
   if (kind != DT_RANDOM_INTEGER && !dt_dtype_is_floating(dtype)) {
     return dt__error(DT_ERR_DTYPE, "%s: needs a floating dtype, got %s", op, dt_dtype_name(dtype));
   }

@@ -72,7 +72,8 @@ dt_status dt__check_shape(const char *op, int ndim, const int64_t *shape) {
   if (ndim < 0 || ndim > DT_MAX_DIMS) {
     return dt__error(DT_ERR_INVALID, "%s: ndim %d is outside 0..%d", op, ndim, DT_MAX_DIMS);
   }
-  if (ndim > 0 && !shape) return dt__error(DT_ERR_INVALID, "%s: shape is NULL with ndim %d", op, ndim);
+  if (ndim > 0 && !shape)
+    return dt__error(DT_ERR_INVALID, "%s: shape is NULL with ndim %d", op, ndim);
   int64_t total = 1;
   for (int i = 0; i < ndim; i++) {
     if (shape[i] < 0) {
@@ -93,7 +94,9 @@ dt_status dt__check_shape(const char *op, int ndim, const int64_t *shape) {
 dt_status dt__normalize_dim(const char *op, int64_t dim, int ndim, int *out) {
   int64_t n = ndim > 0 ? ndim : 1; /* a scalar accepts dims -1 and 0 */
   if (dim < -n || dim >= n) {
-    return dt__error(DT_ERR_INVALID, "%s: dim %" PRId64 " is out of range for a %d-d tensor (expected %" PRId64 "..%" PRId64 ")",
+    return dt__error(DT_ERR_INVALID,
+                     "%s: dim %" PRId64 " is out of range for a %d-d tensor (expected %" PRId64
+                     "..%" PRId64 ")",
                      op, dim, ndim, -n, n - 1);
   }
   *out = (int)(dim < 0 ? dim + n : dim);
@@ -169,10 +172,13 @@ dt_status dt_wrap(void *data, int ndim, const int64_t *shape, const int64_t *str
   if (st) return st;
   if (!dt__dtype_valid(dtype)) return dt__error(DT_ERR_DTYPE, "wrap: invalid dtype %d", (int)dtype);
   int64_t numel = dt__numel(ndim, shape);
-  if (!data && numel > 0) return dt__error(DT_ERR_INVALID, "wrap: data is NULL for %" PRId64 " elements", numel);
+  if (!data && numel > 0)
+    return dt__error(DT_ERR_INVALID, "wrap: data is NULL for %" PRId64 " elements", numel);
   int64_t extent = 0; /* largest element offset reachable */
   for (int i = 0; i < ndim && strides; i++) {
-    if (strides[i] < 0) return dt__error(DT_ERR_INVALID, "wrap: negative stride %" PRId64 " at dim %d", strides[i], i);
+    if (strides[i] < 0)
+      return dt__error(DT_ERR_INVALID, "wrap: negative stride %" PRId64 " at dim %d", strides[i],
+                       i);
     if (shape[i] > 0) extent += (shape[i] - 1) * strides[i];
   }
   dt_tensor *t = handle_alloc();
@@ -224,10 +230,12 @@ void *dt_tensor_data(const dt_tensor *t) { return t ? dt__tensor_base(t) : NULL;
 int dt_tensor_refcount(const dt_tensor *t) { return t ? atomic_load(&t->refcount) : 0; }
 
 dt_status dt_tensor_to_doubles(const dt_tensor *t, double *out, int64_t capacity) {
-  if (!t || !out) return dt__error(DT_ERR_INVALID, "tensor_to_doubles: %s is NULL", t ? "out" : "tensor");
+  if (!t || !out)
+    return dt__error(DT_ERR_INVALID, "tensor_to_doubles: %s is NULL", t ? "out" : "tensor");
   int64_t numel = dt__tensor_numel(t);
   if (capacity < numel) {
-    return dt__error(DT_ERR_INVALID, "tensor_to_doubles: capacity %" PRId64 " < numel %" PRId64, capacity, numel);
+    return dt__error(DT_ERR_INVALID, "tensor_to_doubles: capacity %" PRId64 " < numel %" PRId64,
+                     capacity, numel);
   }
   if (numel == 0) return DT_OK;
   size_t esize = dt__dtype_sizes[t->dtype];
@@ -261,7 +269,8 @@ dt_status dt_tensor_get(const dt_tensor *t, const int64_t *index, double *value)
   if (st) return st;
   if (!value) return dt__error(DT_ERR_INVALID, "tensor_get: value is NULL");
   int64_t off = dt__offset_of(index, t->strides, t->ndim);
-  *value = dt__load_as_double(t->dtype, dt__tensor_base(t) + off * (int64_t)dt__dtype_sizes[t->dtype]);
+  *value =
+      dt__load_as_double(t->dtype, dt__tensor_base(t) + off * (int64_t)dt__dtype_sizes[t->dtype]);
   return DT_OK;
 }
 
@@ -269,7 +278,8 @@ dt_status dt_tensor_set(dt_tensor *t, const int64_t *index, double value) {
   dt_status st = check_index("tensor_set", t, index);
   if (st) return st;
   int64_t off = dt__offset_of(index, t->strides, t->ndim);
-  dt__store_from_double(t->dtype, dt__tensor_base(t) + off * (int64_t)dt__dtype_sizes[t->dtype], value);
+  dt__store_from_double(t->dtype, dt__tensor_base(t) + off * (int64_t)dt__dtype_sizes[t->dtype],
+                        value);
   return DT_OK;
 }
 
@@ -280,10 +290,12 @@ static void append(char *buf, size_t size, size_t *used, const char *text) {
   if (n > 0) *used = *used + (size_t)n < size ? *used + (size_t)n : size - 1;
 }
 
-static void format_rec(const dt_tensor *t, int dim, int64_t off, char *buf, size_t size, size_t *used) {
+static void format_rec(const dt_tensor *t, int dim, int64_t off, char *buf, size_t size,
+                       size_t *used) {
   if (dim == t->ndim) {
     char num[40];
-    double v = dt__load_as_double(t->dtype, dt__tensor_base(t) + off * (int64_t)dt__dtype_sizes[t->dtype]);
+    double v =
+        dt__load_as_double(t->dtype, dt__tensor_base(t) + off * (int64_t)dt__dtype_sizes[t->dtype]);
     if (dt_dtype_is_floating(t->dtype)) {
       snprintf(num, sizeof num, "%.4g", v);
     } else {
@@ -306,7 +318,8 @@ static void format_rec(const dt_tensor *t, int dim, int64_t off, char *buf, size
 }
 
 dt_status dt_tensor_format(const dt_tensor *t, char *buf, size_t size) {
-  if (!t || !buf || size == 0) return dt__error(DT_ERR_INVALID, "tensor_format: NULL argument or empty buffer");
+  if (!t || !buf || size == 0)
+    return dt__error(DT_ERR_INVALID, "tensor_format: NULL argument or empty buffer");
   size_t used = 0;
   buf[0] = '\0';
   append(buf, size, &used, "tensor(");

@@ -14,14 +14,14 @@
 
 static _Atomic int passed, failed;
 
-#define EXPECT(cond, what)                                                                     \
-  do {                                                                                         \
-    if (cond) {                                                                                \
-      passed++;                                                                                \
-    } else {                                                                                   \
-      failed++;                                                                                \
-      fprintf(stderr, "rank %d: %s failed (%s)\n", rank, what, dt_last_error());              \
-    }                                                                                          \
+#define EXPECT(cond, what)                                                                         \
+  do {                                                                                             \
+    if (cond) {                                                                                    \
+      passed++;                                                                                    \
+    } else {                                                                                       \
+      failed++;                                                                                    \
+      fprintf(stderr, "rank %d: %s failed (%s)\n", rank, what, dt_last_error());                   \
+    }                                                                                              \
   } while (0)
 
 static double at(dt_tensor *t, int64_t i) {
@@ -45,7 +45,8 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
     dt_tensor *big = NULL;
     dt_full(1, (int64_t[]){24}, 1, DT_F32, &big);
     dt_work *w = NULL;
-    EXPECT(!dt_reduce_scatter_tensor_async(world, big, rs, DT_REDUCE_SUM, &w) && !dt_work_wait(w) && at(rs, 0) == 4,
+    EXPECT(!dt_reduce_scatter_tensor_async(world, big, rs, DT_REDUCE_SUM, &w) && !dt_work_wait(w) &&
+               at(rs, 0) == 4,
            "reduce_scatter async");
     dt_work_release(w);
     dt_empty(1, (int64_t[]){24}, DT_F32, &a2a);
@@ -60,8 +61,10 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
   if (!mesh) return DT_ERR_INTERNAL;
   for (int round = 0; round < 10; round++) {
     dt_tensor *x = NULL, *y = NULL, *z = NULL, *s = NULL, *full = NULL;
-    dt_dist_rand(mesh, 2, (int64_t[]){9, 7}, DT_F32, 1, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, &x);
-    dt_dist_rand(mesh, 2, (int64_t[]){7, 5}, DT_F32, 2, 2, (dt_placement[]){dt_shard(0), dt_replicate()}, &y);
+    dt_dist_rand(mesh, 2, (int64_t[]){9, 7}, DT_F32, 1, 2,
+                 (dt_placement[]){dt_shard(0), dt_shard(1)}, &x);
+    dt_dist_rand(mesh, 2, (int64_t[]){7, 5}, DT_F32, 2, 2,
+                 (dt_placement[]){dt_shard(0), dt_replicate()}, &y);
     EXPECT(!dt_mm(x, y, &z), "dist mm");
     EXPECT(!dt_sum(z, &s) && !dt_full_tensor(s, &full), "dist sum");
     dt_tensor *rel[] = {x, y, z, s, full};

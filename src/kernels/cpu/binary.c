@@ -121,7 +121,7 @@ static void inner_generic(char **ptrs, const int64_t *strides, int64_t n, void *
  * forms vectorize. maximum/minimum propagate NaN through selects, not branches. Each loop is
  * its own small function: inside one large function gcc 12 gives up vectorizing them. */
 #define DT_FAST_FN(name, T, OT, expr)                                                              \
-  static void name(OT *o, const T *a, const T *b, int64_t n, int64_t b_step, T alpha) {          \
+  static void name(OT *o, const T *a, const T *b, int64_t n, int64_t b_step, T alpha) {            \
     (void)alpha;                                                                                   \
     if (b_step) {                                                                                  \
       for (int64_t i = 0; i < n; i++) {                                                            \
@@ -144,12 +144,12 @@ static void inner_generic(char **ptrs, const int64_t *strides, int64_t n, void *
   DT_FAST_FN(add_##sfx, T, T, x + alpha * y)                                                       \
   DT_FAST_FN(sub1_##sfx, T, T, x - y)                                                              \
   DT_FAST_FN(sub_##sfx, T, T, x - alpha * y)                                                       \
-  DT_FAST_FN(mul_##sfx, T, T, x * y)                                                               \
+  DT_FAST_FN(mul_##sfx, T, T, x *y)                                                                \
   DT_FAST_FN(div_##sfx, T, T, x / y)                                                               \
   DT_FAST_FN(max_##sfx, T, T, x != x ? x : y != y ? y : x > y ? x : y)                             \
   DT_FAST_FN(min_##sfx, T, T, x != x ? x : y != y ? y : x < y ? x : y)                             \
-  DT_FAST_FN(square_##sfx, T, T, x * x)                                                            \
-  DT_FAST_FN(cube_##sfx, T, T, x * x * x)                                                          \
+  DT_FAST_FN(square_##sfx, T, T, x *x)                                                             \
+  DT_FAST_FN(cube_##sfx, T, T, x *x *x)                                                            \
   DT_FAST_FN(ident_##sfx, T, T, x)                                                                 \
   DT_FAST_FN(recip_##sfx, T, T, 1 / x)                                                             \
   DT_FAST_FN(pow_##sfx, T, T, POW(x, y))                                                           \
@@ -171,8 +171,8 @@ DT_FAST_FNS(double, f64, pow)
     uint8_t *ob = (uint8_t *)dt__tensor_base(tout);                                                \
     T alpha = (T)alpha_d;                                                                          \
     switch (op) {                                                                                  \
-    case DT_BINARY_ADD: (alpha == 1 ? add1_##sfx : add_##sfx)(o, a, b, n, b_step, alpha); break; \
-    case DT_BINARY_SUB: (alpha == 1 ? sub1_##sfx : sub_##sfx)(o, a, b, n, b_step, alpha); break; \
+    case DT_BINARY_ADD: (alpha == 1 ? add1_##sfx : add_##sfx)(o, a, b, n, b_step, alpha); break;   \
+    case DT_BINARY_SUB: (alpha == 1 ? sub1_##sfx : sub_##sfx)(o, a, b, n, b_step, alpha); break;   \
     case DT_BINARY_MUL: mul_##sfx(o, a, b, n, b_step, alpha); break;                               \
     case DT_BINARY_DIV: div_##sfx(o, a, b, n, b_step, alpha); break;                               \
     case DT_BINARY_MAXIMUM: max_##sfx(o, a, b, n, b_step, alpha); break;                           \
@@ -209,7 +209,8 @@ static bool try_fast(dt_binary_op op, double alpha_d, const dt_tensor *ta, const
   if (tout->dtype != (compare ? DT_BOOL : dt)) return false;
   int64_t n = dt__tensor_numel(tout);
   if (!dt__is_contiguous(tout->ndim, tout->shape, tout->strides)) return false;
-  if (ta != tout && (dt__tensor_numel(ta) != n || !dt__is_contiguous(ta->ndim, ta->shape, ta->strides)))
+  if (ta != tout &&
+      (dt__tensor_numel(ta) != n || !dt__is_contiguous(ta->ndim, ta->shape, ta->strides)))
     return false;
   int64_t nb = dt__tensor_numel(tb);
   int64_t b_step;

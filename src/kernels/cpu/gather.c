@@ -102,7 +102,8 @@ dt_status dt__cpu_embedding_window(const char *op, const dt_tensor *weight,
       continue;
     }
     const char *src = wbase + local * weight->strides[0] * (int64_t)es;
-    for (int64_t j = 0; j < dim; j++) memcpy(dst + j * (int64_t)es, src + j * weight->strides[1] * (int64_t)es, es);
+    for (int64_t j = 0; j < dim; j++)
+      memcpy(dst + j * (int64_t)es, src + j * weight->strides[1] * (int64_t)es, es);
   }
   return DT_OK;
 }
