@@ -137,7 +137,7 @@ static int status_error(int rc, const mp_op *op) {
  * collective) the job is aborted with a clear message. */
 static dt_status progress(dt_comm *comm, dt_work *w, mp_op *op, bool blocking, bool *done) {
   int64_t start = w->backend_int[0];
-  int64_t deadline = start + comm->timeout_ms * 1000000;
+  int64_t deadline = dt__mp_deadline(start, comm->timeout_ms);
   int64_t spin_until = 0;
   long sleep_ns = 2000;
   for (int round = 0;; round++) {

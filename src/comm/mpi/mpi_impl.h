@@ -101,6 +101,12 @@ _Noreturn void dt__mp_timeout(const dt_comm *comm, const dt_coll_args *args, uin
 /* Monotonic clock in nanoseconds. */
 int64_t dt__mp_now_ns(void);
 
+/* start + timeout, saturating (timeouts of years mean "never"). */
+static inline int64_t dt__mp_deadline(int64_t start_ns, int64_t timeout_ms) {
+  if (timeout_ms > (INT64_MAX - start_ns) / 1000000) return INT64_MAX;
+  return start_ns + timeout_ms * 1000000;
+}
+
 /* Brackets a blocking MPI call: the watchdog thread aborts the job if the call is still
  * running when the group's timeout passes. Not nestable within one thread. */
 void dt__mp_watch_begin(const dt_comm *comm, const char *op_name, uint64_t seq);

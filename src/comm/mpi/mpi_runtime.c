@@ -209,7 +209,7 @@ void dt__mp_watch_begin(const dt_comm *comm, const char *op_name, uint64_t seq) 
     pthread_cond_signal(&watchdog_cond);
     pthread_mutex_unlock(&watchdog_lock);
   }
-  atomic_store_explicit(&s->deadline_ns, dt__mp_now_ns() + comm->timeout_ms * 1000000,
+  atomic_store_explicit(&s->deadline_ns, dt__mp_deadline(dt__mp_now_ns(), comm->timeout_ms),
                         memory_order_release);
 }
 
