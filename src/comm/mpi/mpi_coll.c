@@ -232,6 +232,14 @@ static dt_status all_gather(ctx *x) {
   const dt_coll_args *a = x->a;
   int size = x->comm->size, me = x->comm->rank;
   MPI_Datatype type = dt__mp_move_type(a->dtype);
+  if (x->blocking && !a->counts && a->count * size <= x->max &&
+      a->send != AT(a->recv, a->count * me, x->elem)) {
+    /* The common synchronous case: straight into MPI, nothing allocated. */
+    int m = (int)a->count;
+    ISSUE(x, "MPI_Allgather", MPI_Allgather(a->send, m, type, a->recv, m, type, x->mc),
+          MPI_ERR_OTHER);
+    return finish(x);
+  }
   dt_status status = per_rank(x, 2);
   if (status != DT_OK) return status;
   int64_t *e = x->scratch, *off = x->scratch + size, total = 0, g = 0;
@@ -319,6 +327,14 @@ static dt_status reduce_scatter(ctx *x) {
   MPI_Datatype type;
   MPI_Op mop;
   dt__mp_reduce_types(a->dtype, a->op, &type, &mop);
+  if (x->blocking && !a->counts && !is_half(a->dtype) && a->count * size <= x->max &&
+      a->recv != AT(a->send, a->count * me, x->elem)) {
+    int m = (int)a->count;
+    ISSUE(x, "MPI_Reduce_scatter_block",
+          MPI_Reduce_scatter_block(a->send, a->recv, m, type, mop, x->mc), MPI_ERR_OTHER);
+    if (a->op == DT_REDUCE_AVG) dt__mp_divide(a->dtype, a->recv, a->count, size);
+    return finish(x);
+  }
   dt_status status = per_rank(x, 2);
   if (status != DT_OK) return status;
   int64_t *e = x->scratch, *off = x->scratch + size, total = 0;
@@ -388,6 +404,12 @@ static dt_status all_to_all(ctx *x) {
   const dt_coll_args *a = x->a;
   int size = x->comm->size, me = x->comm->rank;
   MPI_Datatype type = dt__mp_move_type(a->dtype);
+  if (x->blocking && !a->send_counts && a->count * size <= x->max) {
+    int m = (int)a->count;
+    ISSUE(x, "MPI_Alltoall", MPI_Alltoall(a->send, m, type, a->recv, m, type, x->mc),
+          MPI_ERR_OTHER);
+    return finish(x);
+  }
   dt_status status = per_rank(x, 4);
   if (status != DT_OK) return status;
   int64_t *sc = x->scratch, *rc = sc + size, *sd = rc + size, *rd = sd + size;
