@@ -6,7 +6,11 @@
  *
  *   "threads"  ranks are threads of one process (dt_spawn). Collectives read the peers'
  *              buffers directly (zero copy). The default, used by tests and the demo.
- *   "mpi"      one rank per process under mpirun (not built yet: DT_ERR_UNSUPPORTED).
+ *   "mpi"      one rank per process under mpirun (built when CMake finds an MPI, else
+ *              DT_ERR_UNSUPPORTED). Synchronous collectives are the blocking MPI calls;
+ *              async ones the MPI_I* forms. A timeout or dt_comm_abort ends the whole job
+ *              (MPI_Abort) with a clear message on stderr instead of hanging. See
+ *              docs/mpi_backend.md.
  *   "fake"     one process impersonating rank r of W (dt_comm_init): every collective
  *              validates its arguments and completes at once WITHOUT moving data. Output
  *              tensors are left exactly as they were (their shapes are the caller's).
@@ -106,7 +110,12 @@ typedef struct dt_comm_options {
  * caller (destroy with dt_comm_destroy). opts may be NULL (all defaults).
  *   "fake":    rank opts->rank of opts->world_size (1..DT_COMM_MAX_WORLD).
  *   "threads": a world of one rank (use dt_spawn for more; world_size > 1 is an error).
- *   "mpi":     DT_ERR_UNSUPPORTED until the MPI backend is built.
+ *   "mpi":     this process's rank of MPI_COMM_WORLD (a duplicate of it; opts->rank and
+ *              world_size are ignored). Initialises MPI on first use (MPI_THREAD_MULTIPLE
+ *              when offered; below that the backend serialises its MPI calls and the
+ *              program must not call MPI concurrently) and finalises it at exit if it did;
+ *              an MPI the program initialised itself is used as is. DT_ERR_UNSUPPORTED in a
+ *              build without MPI.
  * Errors: DT_ERR_INVALID (NULL out, unknown backend name, rank outside the world),
  * DT_ERR_UNSUPPORTED, DT_ERR_NOMEM. On failure *out is NULL. */
 DT_API dt_status dt_comm_init(const dt_comm_options *opts, dt_comm **out);

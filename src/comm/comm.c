@@ -87,9 +87,7 @@ dt_status dt_comm_init(const dt_comm_options *opts, dt_comm **out) {
   } else if (strcmp(backend, "threads") == 0) {
     status = dt__threads_init_single(opts, out);
   } else if (strcmp(backend, "mpi") == 0) {
-    return dt__error(DT_ERR_UNSUPPORTED,
-                     "dt_comm_init: backend \"mpi\" is not built into this libdtensor yet; use "
-                     "\"threads\" (dt_spawn) or \"fake\"");
+    status = dt__mpi_init(opts, out);
   } else {
     return dt__error(DT_ERR_INVALID,
                      "dt_comm_init: unknown backend \"%s\" (from %s); expected \"threads\", "

@@ -192,5 +192,7 @@ extern const dt_comm_backend dt__fake_backend;
 /* Backend constructors used by dt_comm_init. */
 dt_status dt__threads_init_single(const dt_comm_options *opts, dt_comm **out);
 dt_status dt__fake_init(int rank, int world_size, dt_comm **out);
+/* The MPI world (src/comm/mpi/); DT_ERR_UNSUPPORTED when built without MPI. */
+dt_status dt__mpi_init(const dt_comm_options *opts, dt_comm **out);
 
 #endif /* DT_COMM_IMPL_H */

@@ -1,0 +1,480 @@
+/* MPI backend: the backend table, the world (dt_comm_init), splits, destroy, abort, the
+ * completion of operations in flight (wait/test with a timeout) and the debug fingerprints.
+ */
+#ifdef DT_HAVE_MPI
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/mpi/mpi_impl.h"
+#include "tensor/tensor_impl.h"
+
+/* ---- Operations in flight ------------------------------------------------------------- */
+
+mp_op *dt__mp_op_new(int64_t nreq, bool statuses, int64_t nints, const char *op_name) {
+  if (nreq > INT_MAX / 2) {
+    dt__error(DT_ERR_UNSUPPORTED, "%s: %lld MPI messages needed; too many for one operation",
+              op_name, (long long)nreq);
+    return NULL;
+  }
+  size_t bytes = sizeof(mp_op) + sizeof(MPI_Request) * (size_t)nreq;
+  if (statuses) bytes += sizeof(MPI_Status) * (size_t)nreq;
+  bytes += sizeof(int) * (size_t)nints;
+  mp_op *op = dt__calloc(bytes);
+  if (!op) {
+    dt__error(DT_ERR_NOMEM, "%s: out of memory for %lld MPI requests", op_name, (long long)nreq);
+    return NULL;
+  }
+  op->cap = (int)nreq;
+  op->reqs = (MPI_Request *)(op + 1);
+  for (int i = 0; i < op->cap; i++) op->reqs[i] = MPI_REQUEST_NULL;
+  char *next = (char *)(op->reqs + nreq);
+  if (statuses) {
+    op->statuses = (MPI_Status *)next;
+    next += sizeof(MPI_Status) * (size_t)nreq;
+  }
+  op->ints = (int *)next;
+  op->post = MP_POST_NONE;
+  return op;
+}
+
+void dt__mp_op_free(mp_op *op) {
+  if (!op) return;
+  dt__free(op->tmp);
+  dt__free(op);
+}
+
+void dt__mp_divide(dt_dtype dtype, void *data, int64_t n, int world) {
+  if (dtype == DT_F64) {
+    double *d = data;
+    for (int64_t i = 0; i < n; i++) d[i] /= (double)world;
+  } else {
+    float *f = data;
+    for (int64_t i = 0; i < n; i++) f[i] /= (float)world;
+  }
+}
+
+/* A recv completed: did the sender send what this rank expected? */
+static dt_status check_recv(dt_comm *comm, const dt_work *w, const mp_op *op) {
+  const dt_coll_args *a = &w->args;
+  char mine[256];
+  if (op->has_header) {
+    if (op->header.dtype != (int32_t)a->dtype || op->header.count != a->count) {
+      char theirs[sizeof op->header.call + 1];
+      memcpy(theirs, op->header.call, sizeof op->header.call);
+      theirs[sizeof op->header.call] = '\0';
+      return dt__error(DT_ERR_MISMATCH,
+                       "send/recv mismatch between rank %d and rank %d of group '%s': rank %d "
+                       "called %s; rank %d called %s",
+                       op->peer, comm->rank, comm->name, op->peer, theirs, comm->rank,
+                       dt__coll_describe(a, comm->size, mine, sizeof mine));
+    }
+  }
+  MPI_Datatype type = dt__mp_move_type(a->dtype);
+  int first = op->has_header ? 1 : 0;
+  int64_t received = 0;
+  bool whole = true;
+  for (int i = first; i < op->nreq; i++) {
+    int got = 0;
+    MPI_Get_count(&op->statuses[i], type, &got);
+    int64_t expected = a->count - (int64_t)(i - first) * op->chunk;
+    if (expected > op->chunk) expected = op->chunk;
+    if (got == MPI_UNDEFINED) got = 0;
+    if (got != expected) whole = false;
+    received += got;
+  }
+  if (whole) return DT_OK;
+  return dt__error(DT_ERR_MISMATCH,
+                   "send/recv mismatch between rank %d and rank %d of group '%s': rank %d "
+                   "called %s but rank %d sent %lld elements",
+                   op->peer, comm->rank, comm->name, comm->rank,
+                   dt__coll_describe(a, comm->size, mine, sizeof mine), op->peer,
+                   (long long)received);
+}
+
+/* Runs the post step of a completed op. */
+static dt_status op_post(dt_comm *comm, const dt_work *w, mp_op *op) {
+  switch (op->post) {
+  case MP_POST_NARROW: {
+    float *src = op->results;
+    if (op->divide) dt__mp_divide(DT_F32, src, op->n, op->world);
+    uint16_t *dst = op->dst;
+    if (op->dtype == DT_BF16) {
+      for (int64_t i = 0; i < op->n; i++) dst[i] = dt_f32_to_bf16(src[i]);
+    } else {
+      for (int64_t i = 0; i < op->n; i++) dst[i] = dt_f32_to_f16(src[i]);
+    }
+    return DT_OK;
+  }
+  case MP_POST_COPY:
+    memcpy(op->dst, op->results, (size_t)op->n * dt__dtype_sizes[op->dtype]);
+    if (op->divide) dt__mp_divide(op->dtype, op->dst, op->n, op->world);
+    return DT_OK;
+  case MP_POST_RECV: return check_recv(comm, w, op);
+  case MP_POST_NONE:
+    if (op->divide) dt__mp_divide(op->dtype, op->dst, op->n, op->world);
+    return DT_OK;
+  }
+  return DT_OK;
+}
+
+/* The first error among the statuses of a failed MPI_Testall. */
+static int status_error(int rc, const mp_op *op) {
+  if (rc != MPI_ERR_IN_STATUS || !op->statuses) return rc;
+  for (int i = 0; i < op->nreq; i++) {
+    int e = op->statuses[i].MPI_ERROR;
+    if (e != MPI_SUCCESS && e != MPI_ERR_PENDING) return e;
+  }
+  return rc;
+}
+
+/* Tests (and with `blocking`, waits for) the op of work w. A wait spins on MPI_Testall for
+ * a while, then sleeps in growing steps up to 1 ms, so oversubscribed ranks leave the CPU
+ * to the peers they wait for. Past the group's timeout (counted from the start of the
+ * collective) the job is aborted with a clear message. */
+static dt_status progress(dt_comm *comm, dt_work *w, mp_op *op, bool blocking, bool *done) {
+  int64_t start = w->backend_int[0];
+  int64_t deadline = dt__mp_deadline(start, comm->timeout_ms);
+  int64_t spin_until = 0;
+  long sleep_ns = 2000;
+  for (int round = 0;; round++) {
+    int flag = 0;
+    dt__mp_lock();
+    int rc =
+        MPI_Testall(op->nreq, op->reqs, &flag, op->statuses ? op->statuses : MPI_STATUSES_IGNORE);
+    dt__mp_unlock();
+    if (rc != MPI_SUCCESS) {
+      *done = true;
+      return dt__mp_fail(status_error(rc, op), comm, w->args.op_name, "MPI_Testall");
+    }
+    if (flag) {
+      *done = true;
+      return op_post(comm, w, op);
+    }
+    if (!blocking) {
+      *done = false;
+      return DT_OK;
+    }
+    if ((round & 63) != 0) continue;
+    int64_t now = dt__mp_now_ns();
+    if (now > deadline) dt__mp_timeout(comm, &w->args, w->seq);
+    if (spin_until == 0) spin_until = now + 50000; /* 50 us of spinning first */
+    if (now < spin_until) continue;
+    struct timespec nap = {0, sleep_ns};
+    nanosleep(&nap, NULL);
+    if (sleep_ns < 1000000) sleep_ns *= 2;
+  }
+}
+
+dt_status dt__mp_op_finish_blocking(dt_comm *comm, dt_work *w, mp_op *op) {
+  dt_status status = DT_OK;
+  if (op->nreq > 0) {
+    /* A synchronous call: block in MPI (as fast as it gets) under the watchdog. */
+    dt__mp_watch_begin(comm, w->args.op_name, w->seq);
+    dt__mp_lock();
+    int rc = MPI_Waitall(op->nreq, op->reqs, op->statuses ? op->statuses : MPI_STATUSES_IGNORE);
+    dt__mp_unlock();
+    dt__mp_watch_end();
+    if (rc != MPI_SUCCESS) {
+      status = dt__mp_fail(status_error(rc, op), comm, w->args.op_name, "MPI_Waitall");
+    }
+  }
+  if (status == DT_OK) status = op_post(comm, w, op);
+  dt__mp_op_free(op);
+  if (status == DT_OK) {
+    w->done = true;
+    w->status = DT_OK;
+  }
+  return status;
+}
+
+static dt_status mp_wait(dt_comm *comm, dt_work *w) {
+  mp_op *op = w->backend_ptr[0];
+  if (!op) return w->status;
+  bool done = false;
+  dt_status status = progress(comm, w, op, true, &done);
+  dt__mp_op_free(op);
+  w->backend_ptr[0] = NULL;
+  return status;
+}
+
+static dt_status mp_test(dt_comm *comm, dt_work *w, bool *done) {
+  mp_op *op = w->backend_ptr[0];
+  if (!op) {
+    *done = true;
+    return w->status;
+  }
+  dt_status status = progress(comm, w, op, false, done);
+  if (*done) {
+    dt__mp_op_free(op);
+    w->backend_ptr[0] = NULL;
+  }
+  return status;
+}
+
+/* ---- Debug fingerprints ----------------------------------------------------------------- */
+
+/* What must agree across the group, normalised as dt__coll_same_call compares it, and how
+ * the rank describes its call. */
+typedef struct mp_fingerprint {
+  int32_t kind, dtype, op, root;
+  int64_t count, row_numel;
+  uint64_t counts_hash;
+  uint64_t seq;
+  int32_t has_counts, pad;
+  char call[192];
+} mp_fingerprint;
+
+#define FINGERPRINT_KEY offsetof(mp_fingerprint, call)
+
+static void fingerprint(const dt_comm *comm, const dt_coll_args *a, uint64_t seq,
+                        mp_fingerprint *fp) {
+  memset(fp, 0, sizeof *fp);
+  fp->kind = (int32_t)a->kind;
+  fp->seq = seq;
+  dt__coll_describe(a, comm->size, fp->call, sizeof fp->call);
+  if (a->kind == DT_COLL_BARRIER || a->kind == DT_COLL_SPLIT) return;
+  fp->dtype = (int32_t)a->dtype;
+  const int64_t *counts = a->counts;
+  switch (a->kind) {
+  case DT_COLL_ALL_REDUCE: fp->op = (int32_t)a->op; break;
+  case DT_COLL_REDUCE_SCATTER: fp->op = (int32_t)a->op; break;
+  case DT_COLL_BROADCAST:
+  case DT_COLL_SCATTER:
+  case DT_COLL_GATHER: fp->root = a->root; break;
+  case DT_COLL_ALL_TO_ALL:
+    /* Per-rank split sizes legitimately differ; they are cross-checked separately. */
+    counts = NULL;
+    fp->has_counts = a->send_counts != NULL;
+    if (a->send_counts)
+      fp->row_numel = a->row_numel;
+    else
+      fp->count = a->count;
+    return;
+  default: break;
+  }
+  if (counts) {
+    fp->has_counts = 1;
+    fp->row_numel = a->row_numel;
+    uint64_t h = 0x5eed;
+    for (int r = 0; r < comm->size; r++) h = dt__hash_mix(h, (uint64_t)counts[r]);
+    fp->counts_hash = h;
+  } else {
+    fp->count = a->count;
+  }
+}
+
+static dt_status gather_blocking(dt_comm *comm, const char *op_name, uint64_t seq, const void *send,
+                                 void *recv, int bytes) {
+  MPI_Comm mc = ((mp_comm *)comm->state)->comm;
+  dt__mp_watch_begin(comm, op_name, seq);
+  dt__mp_lock();
+  int rc = MPI_Allgather(send, bytes, MPI_BYTE, recv, bytes, MPI_BYTE, mc);
+  dt__mp_unlock();
+  dt__mp_watch_end();
+  if (rc != MPI_SUCCESS) return dt__mp_fail(rc, comm, op_name, "MPI_Allgather (fingerprints)");
+  return DT_OK;
+}
+
+/* all_to_all: rank s's send_counts[d] must equal rank d's recv_counts[s]. Every rank learns
+ * the first bad pair any rank saw, so every rank fails alike. */
+static dt_status check_all_to_all(dt_comm *comm, const dt_coll_args *a, uint64_t seq) {
+  int size = comm->size;
+  MPI_Comm mc = ((mp_comm *)comm->state)->comm;
+  int64_t *incoming = dt__alloc(sizeof *incoming * (size_t)size);
+  int64_t *reports = dt__alloc(sizeof *reports * 4 * (size_t)size);
+  if (!incoming || !reports) {
+    dt__free(incoming);
+    dt__free(reports);
+    dt__mp_abort_job("all_to_all: out of memory while checking fingerprints");
+  }
+  dt__mp_watch_begin(comm, a->op_name, seq);
+  dt__mp_lock();
+  int rc = MPI_Alltoall(a->send_counts, 1, MPI_INT64_T, incoming, 1, MPI_INT64_T, mc);
+  dt__mp_unlock();
+  dt__mp_watch_end();
+  dt_status status = DT_OK;
+  if (rc != MPI_SUCCESS) {
+    status = dt__mp_fail(rc, comm, a->op_name, "MPI_Alltoall (fingerprints)");
+    goto done;
+  }
+  int64_t mine[4] = {-1, -1, 0, 0};
+  for (int s = 0; s < size; s++) {
+    if (incoming[s] != a->recv_counts[s]) {
+      mine[0] = s;
+      mine[1] = comm->rank;
+      mine[2] = incoming[s];
+      mine[3] = a->recv_counts[s];
+      break;
+    }
+  }
+  status = gather_blocking(comm, a->op_name, seq, mine, reports, (int)sizeof mine);
+  if (status != DT_OK) goto done;
+  for (int r = 0; r < size; r++) {
+    const int64_t *rep = reports + 4 * r;
+    if (rep[0] >= 0) {
+      status = dt__error(DT_ERR_MISMATCH,
+                         "collective mismatch in group '%s' at sequence number %llu: all_to_all: "
+                         "rank %lld sends %lld rows to rank %lld, which expects %lld from it",
+                         comm->name, (unsigned long long)seq, (long long)rep[0], (long long)rep[2],
+                         (long long)rep[1], (long long)rep[3]);
+      break;
+    }
+  }
+done:
+  dt__free(incoming);
+  dt__free(reports);
+  return status;
+}
+
+dt_status dt__mp_check_fingerprints(dt_comm *comm, const dt_coll_args *a, uint64_t seq) {
+  int size = comm->size;
+  mp_fingerprint mine;
+  fingerprint(comm, a, seq, &mine);
+  mp_fingerprint *all = dt__alloc(sizeof *all * (size_t)size);
+  if (!all) {
+    /* The peers are about to exchange fingerprints with this rank: do not leave them. */
+    dt__mp_abort_job("out of memory while checking collective fingerprints");
+  }
+  dt_status status = gather_blocking(comm, a->op_name, seq, &mine, all, (int)sizeof mine);
+  bool same = true;
+  for (int r = 0; status == DT_OK && r < size && same; r++) {
+    same = memcmp(&all[r], &all[0], FINGERPRINT_KEY) == 0;
+  }
+  if (status == DT_OK && !same) {
+    char message[1000];
+    size_t used =
+        (size_t)snprintf(message, sizeof message,
+                         "collective mismatch in group '%s' (id %llu) at sequence "
+                         "number %llu:",
+                         comm->name, (unsigned long long)comm->id, (unsigned long long)seq);
+    for (int r = 0; r < size && used < sizeof message; r++) {
+      all[r].call[sizeof all[r].call - 1] = '\0';
+      used += (size_t)snprintf(message + used, sizeof message - used, "%s rank %d called %s",
+                               r ? ";" : "", r, all[r].call);
+    }
+    status = dt__error(DT_ERR_MISMATCH, "%s", message);
+  }
+  dt__free(all);
+  if (status == DT_OK && a->kind == DT_COLL_ALL_TO_ALL && a->send_counts) {
+    status = check_all_to_all(comm, a, seq);
+  }
+  return status;
+}
+
+/* ---- Groups ------------------------------------------------------------------------------ */
+
+static dt_status wrap_comm(MPI_Comm mc, const char *what, dt_comm **out);
+
+static dt_status mp_split(dt_comm *comm, int color, int key, const dt_split_hint *hint,
+                          dt_comm **out) {
+  (void)hint; /* MPI learns the groups from the peers */
+  static const char name[] = "dt_comm_split";
+  uint64_t seq = comm->seq++;
+  if (comm->debug) {
+    dt_coll_args args = {.kind = DT_COLL_SPLIT, .root = color, .count = key, .op_name = name};
+    dt_status status = dt__mp_check_fingerprints(comm, &args, seq);
+    if (status != DT_OK) return status;
+  }
+  MPI_Comm mc = ((mp_comm *)comm->state)->comm, fresh = MPI_COMM_NULL;
+  dt__mp_watch_begin(comm, name, seq);
+  dt__mp_lock();
+  int rc = MPI_Comm_split(mc, color < 0 ? MPI_UNDEFINED : color, key, &fresh);
+  dt__mp_unlock();
+  dt__mp_watch_end();
+  if (rc != MPI_SUCCESS) return dt__mp_fail(rc, comm, name, "MPI_Comm_split");
+  if (fresh == MPI_COMM_NULL) return DT_OK;
+  return wrap_comm(fresh, name, out);
+}
+
+static void mp_destroy(dt_comm *comm) {
+  mp_comm *mc = comm->state;
+  if (!mc) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && mc->comm != MPI_COMM_NULL) {
+    dt__mp_lock();
+    MPI_Comm_free(&mc->comm);
+    dt__mp_unlock();
+  }
+  dt__free(mc);
+  comm->state = NULL;
+}
+
+static void mp_abort(dt_comm *comm, const char *reason) {
+  char message[1024];
+  snprintf(message, sizeof message,
+           "DT_ERR_ABORTED: rank %d of group '%s' called dt_comm_abort: %s; aborting the MPI job",
+           comm->rank, comm->name, reason ? reason : "no reason given");
+  dt__mp_abort_job(message);
+}
+
+const dt_comm_backend dt__mpi_backend = {
+    .name = "mpi",
+    .start =
+        {
+            [DT_COLL_ALL_REDUCE] = dt__mp_start,
+            [DT_COLL_ALL_GATHER] = dt__mp_start,
+            [DT_COLL_REDUCE_SCATTER] = dt__mp_start,
+            [DT_COLL_ALL_TO_ALL] = dt__mp_start,
+            [DT_COLL_BROADCAST] = dt__mp_start,
+            [DT_COLL_SCATTER] = dt__mp_start,
+            [DT_COLL_GATHER] = dt__mp_start,
+            [DT_COLL_BARRIER] = dt__mp_start,
+            [DT_COLL_SEND] = dt__mp_start,
+            [DT_COLL_RECV] = dt__mp_start,
+        },
+    .wait = mp_wait,
+    .test = mp_test,
+    .split = mp_split,
+    .destroy = mp_destroy,
+    .abort = mp_abort,
+    .all_gather_object = NULL, /* the generic two-step exchange */
+};
+
+/* A dt_comm owning `mc` (errors returned, not fatal). Frees mc on failure. */
+static dt_status wrap_comm(MPI_Comm mc, const char *what, dt_comm **out) {
+  int rank = 0, size = 1;
+  dt__mp_lock();
+  MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(mc, &rank);
+  MPI_Comm_size(mc, &size);
+  dt__mp_unlock();
+  mp_comm *state = dt__calloc(sizeof *state);
+  dt_comm *comm = state ? dt__comm_new(&dt__mpi_backend, rank, size, 0, state) : NULL;
+  if (!comm) {
+    dt__free(state);
+    dt__mp_lock();
+    MPI_Comm_free(&mc);
+    dt__mp_unlock();
+    return dt__error(DT_ERR_NOMEM, "%s: out of memory", what);
+  }
+  state->comm = mc;
+  *out = comm;
+  return DT_OK;
+}
+
+dt_status dt__mpi_init(const dt_comm_options *opts, dt_comm **out) {
+  (void)opts; /* rank and world size come from mpirun */
+  dt_status status = dt__mp_runtime_init();
+  if (status != DT_OK) return status;
+  MPI_Comm mc = MPI_COMM_NULL;
+  dt__mp_lock();
+  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &mc);
+  dt__mp_unlock();
+  if (rc != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    text[len] = '\0';
+    return dt__error(DT_ERR_COMM, "dt_comm_init: MPI_Comm_dup(MPI_COMM_WORLD) failed: %s", text);
+  }
+  return wrap_comm(mc, "dt_comm_init", out);
+}
+
+#else
+typedef int dt__mpi_backend_unused;
+#endif /* DT_HAVE_MPI */

@@ -1,0 +1,145 @@
+/* MPI backend: one rank per process under mpirun. Private layer shared by its files.
+ *
+ *   mpi_runtime.c   MPI_Init_thread / MPI_Finalize (at exit), the serialising lock used when
+ *                   MPI gives less than MPI_THREAD_MULTIPLE, error strings, dtype mapping,
+ *                   the NaN-propagating max/min operators, the timeout watchdog.
+ *   mpi_backend.c   the backend table: init, split, destroy, abort, wait/test, fingerprints.
+ *   mpi_coll.c      one start function per collective, with the paths for counts beyond
+ *                   what an MPI int can hold.
+ *
+ * Synchronous collectives call the blocking MPI function (as fast as raw MPI: libnbc's
+ * nonblocking collectives are several times slower on shared memory) under the watchdog,
+ * which aborts the job with a clear message when the group's timeout passes. Asynchronous
+ * ones use the MPI_I* forms; their requests live in an mp_op that dt_work_wait/test drive
+ * with MPI_Testall and short sleeps, checking the timeout themselves. */
+#ifndef DT_MPI_IMPL_H
+#define DT_MPI_IMPL_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comm/comm_impl.h"
+
+/* Tags on a group's communicator: user send/recv data, their debug headers, and the
+ * point-to-point pieces of collectives too large for one MPI call. Distinct tags keep the
+ * three streams from matching each other; each stays FIFO per pair of ranks. */
+enum { MP_TAG_DATA = 0, MP_TAG_HEADER = 1, MP_TAG_COLL = 2 };
+
+/* One rank's state of one group (dt_comm->state). */
+typedef struct mp_comm {
+  MPI_Comm comm;
+} mp_comm;
+
+/* What happens when the MPI calls of an operation complete. */
+typedef enum mp_post {
+  MP_POST_NONE,
+  MP_POST_NARROW, /* tmp holds f32 results: (divide, then) round into dst's bf16/f16 */
+  MP_POST_COPY,   /* tmp holds the results in dst's dtype: copy, then divide for avg */
+  MP_POST_RECV,   /* a recv: check what arrived against what was expected */
+} mp_post;
+
+/* A p2p message's debug header: what the sender called. */
+typedef struct mp_header {
+  int32_t dtype;
+  int32_t pad;
+  int64_t count;
+  char call[192];
+} mp_header;
+
+/* The MPI side of one operation in flight (work->backend_ptr[0]); freed when it completes.
+ * One allocation holds the struct, the requests and the statuses. */
+typedef struct mp_op {
+  int nreq, cap;
+  MPI_Request *reqs;
+  MPI_Status *statuses; /* recv only */
+  int *ints;            /* counts and displacements of v-collectives (live until done) */
+  mp_post post;
+  bool divide; /* avg: divide the results by `world` */
+  int world;
+  dt_dtype dtype;
+  void *tmp;     /* dt__alloc'd scratch (widened or displaced results), or NULL */
+  void *results; /* NARROW and COPY: where in tmp the results are */
+  void *dst;     /* where the results go */
+  int64_t n;     /* elements of dst */
+  int64_t chunk; /* recv: elements per message */
+  int peer;
+  bool has_header; /* recv in debug mode: reqs[0] receives `header` */
+  mp_header header;
+} mp_op;
+
+/* ---- mpi_runtime.c ------------------------------------------------------------------- */
+
+/* Initialises MPI once per process (or adopts an MPI the program initialised). */
+dt_status dt__mp_runtime_init(void);
+
+/* The largest count one MPI call is given; INT_MAX unless DT_MPI_MAX_COUNT (a test hook)
+ * says less, so that the large-count paths can be exercised with small buffers. */
+extern int64_t dt__mp_max_count;
+
+/* Below MPI_THREAD_MULTIPLE every MPI call of the backend holds this lock. */
+extern bool dt__mp_serialize;
+extern pthread_mutex_t dt__mp_mutex;
+static inline void dt__mp_lock(void) {
+  if (dt__mp_serialize) pthread_mutex_lock(&dt__mp_mutex);
+}
+static inline void dt__mp_unlock(void) {
+  if (dt__mp_serialize) pthread_mutex_unlock(&dt__mp_mutex);
+}
+
+/* Sets dt_last_error to "<op>: <call> failed on group ...: <MPI's error string>" and returns
+ * DT_ERR_MISMATCH for a truncated message, DT_ERR_COMM otherwise. */
+dt_status dt__mp_fail(int rc, const dt_comm *comm, const char *op, const char *call);
+
+/* Prints `message` to stderr and ends the whole job with MPI_Abort. */
+_Noreturn void dt__mp_abort_job(const char *message);
+
+/* Aborts the job for a collective that did not finish within the group's timeout. */
+_Noreturn void dt__mp_timeout(const dt_comm *comm, const dt_coll_args *args, uint64_t seq);
+
+/* Monotonic clock in nanoseconds. */
+int64_t dt__mp_now_ns(void);
+
+/* start + timeout, saturating (timeouts of years mean "never"). */
+static inline int64_t dt__mp_deadline(int64_t start_ns, int64_t timeout_ms) {
+  if (timeout_ms > (INT64_MAX - start_ns) / 1000000) return INT64_MAX;
+  return start_ns + timeout_ms * 1000000;
+}
+
+/* Brackets a blocking MPI call: the watchdog thread aborts the job if the call is still
+ * running when the group's timeout passes. Not nestable within one thread. */
+void dt__mp_watch_begin(const dt_comm *comm, const char *op_name, uint64_t seq);
+void dt__mp_watch_end(void);
+
+/* The MPI datatype that moves elements of `dtype` (bf16/f16 as 16-bit integers). */
+MPI_Datatype dt__mp_move_type(dt_dtype dtype);
+
+/* The datatype and operator reducing `dtype` with `op` (avg as sum); bf16/f16 must be
+ * widened to f32 first. Integer sum/prod run unsigned so they wrap; float max/min use
+ * operators that propagate NaN as the other backends do. */
+void dt__mp_reduce_types(dt_dtype dtype, dt_reduce_op op, MPI_Datatype *type, MPI_Op *mpi_op);
+
+/* ---- mpi_backend.c ------------------------------------------------------------------- */
+
+/* A new op with room for `nreq` requests (and statuses when `statuses`) and `nints` ints;
+ * NULL when out of memory (error set, naming `op_name`). */
+mp_op *dt__mp_op_new(int64_t nreq, bool statuses, int64_t nints, const char *op_name);
+void dt__mp_op_free(mp_op *op);
+
+/* data[i] /= world for n f32 or f64 elements (avg). */
+void dt__mp_divide(dt_dtype dtype, void *data, int64_t n, int world);
+
+/* Completes `op` for a work started in blocking mode (waits for its requests, if any, then
+ * runs the post step) and frees it. */
+dt_status dt__mp_op_finish_blocking(dt_comm *comm, dt_work *work, mp_op *op);
+
+/* DT_DEBUG_COLLECTIVES: compares this rank's call with every other rank's (a blocking
+ * MPI_Allgather of fingerprints); DT_ERR_MISMATCH on every rank when they differ. */
+dt_status dt__mp_check_fingerprints(dt_comm *comm, const dt_coll_args *args, uint64_t seq);
+
+/* ---- mpi_coll.c ----------------------------------------------------------------------- */
+
+dt_status dt__mp_start(dt_comm *comm, dt_work *work);
+
+#endif /* DT_MPI_IMPL_H */

@@ -1,0 +1,361 @@
+/* MPI backend: the process-wide runtime. MPI is initialised once (MPI_THREAD_MULTIPLE when
+ * the library offers it, else whatever it gives, with every backend MPI call serialised by
+ * a lock) and finalised at exit when this library initialised it. Also the error strings,
+ * dtype mapping, reduction operators and the timeout watchdog. */
+#ifdef DT_HAVE_MPI
+
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/mpi/mpi_impl.h"
+
+int64_t dt__mp_max_count = INT_MAX;
+bool dt__mp_serialize = false;
+pthread_mutex_t dt__mp_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool runtime_ready = false;
+static bool we_initialized = false;
+static MPI_Op op_fmax = MPI_OP_NULL, op_fmin = MPI_OP_NULL;
+
+int64_t dt__mp_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- Reduction operators ---------------------------------------------------------------- */
+
+/* inout = max(inout, in), NaN from either side winning (as dt__reduce_buffers does). */
+#define FMAX(a, b) (((b) > (a) || (b) != (b)) ? (b) : (a))
+#define FMIN(a, b) (((b) < (a) || (b) != (b)) ? (b) : (a))
+
+static void fmax_fn(void *in, void *inout, int *len, MPI_Datatype *type) {
+  if (*type == MPI_DOUBLE) {
+    const double *a = in;
+    double *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = FMAX(b[i], a[i]);
+  } else {
+    const float *a = in;
+    float *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = FMAX(b[i], a[i]);
+  }
+}
+
+static void fmin_fn(void *in, void *inout, int *len, MPI_Datatype *type) {
+  if (*type == MPI_DOUBLE) {
+    const double *a = in;
+    double *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = FMIN(b[i], a[i]);
+  } else {
+    const float *a = in;
+    float *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = FMIN(b[i], a[i]);
+  }
+}
+
+MPI_Datatype dt__mp_move_type(dt_dtype dtype) {
+  switch (dtype) {
+  case DT_F32: return MPI_FLOAT;
+  case DT_F64: return MPI_DOUBLE;
+  case DT_BF16:
+  case DT_F16: return MPI_UINT16_T;
+  case DT_I64: return MPI_INT64_T;
+  case DT_I32: return MPI_INT32_T;
+  case DT_U8:
+  case DT_BOOL:
+  case DT_DTYPE_COUNT: break;
+  }
+  return MPI_UINT8_T;
+}
+
+void dt__mp_reduce_types(dt_dtype dtype, dt_reduce_op op, MPI_Datatype *type, MPI_Op *mpi_op) {
+  bool sum = op == DT_REDUCE_SUM || op == DT_REDUCE_AVG;
+  switch (dtype) {
+  case DT_F32:
+  case DT_F64:
+  case DT_BF16: /* widened to f32 by the caller */
+  case DT_F16:
+    *type = dtype == DT_F64 ? MPI_DOUBLE : MPI_FLOAT;
+    *mpi_op = sum                    ? MPI_SUM
+              : op == DT_REDUCE_PROD ? MPI_PROD
+              : op == DT_REDUCE_MAX  ? op_fmax
+                                     : op_fmin;
+    return;
+  case DT_I64:
+  case DT_I32:
+    /* Two's complement sums and products are the same bits signed or unsigned; unsigned
+     * makes the wrap-around defined. max/min need the signed order. */
+    if (sum || op == DT_REDUCE_PROD) {
+      *type = dtype == DT_I64 ? MPI_UINT64_T : MPI_UINT32_T;
+      *mpi_op = sum ? MPI_SUM : MPI_PROD;
+    } else {
+      *type = dtype == DT_I64 ? MPI_INT64_T : MPI_INT32_T;
+      *mpi_op = op == DT_REDUCE_MAX ? MPI_MAX : MPI_MIN;
+    }
+    return;
+  case DT_U8:
+    *type = MPI_UINT8_T;
+    *mpi_op = sum                    ? MPI_SUM
+              : op == DT_REDUCE_PROD ? MPI_PROD
+              : op == DT_REDUCE_MAX  ? MPI_MAX
+                                     : MPI_MIN;
+    return;
+  case DT_BOOL:
+  case DT_DTYPE_COUNT: break;
+  }
+  /* bool: sum and max are "or", prod and min "and" (logical ops read any nonzero byte as
+   * true and write 0 or 1). */
+  *type = MPI_UINT8_T;
+  *mpi_op = sum || op == DT_REDUCE_MAX ? MPI_LOR : MPI_LAND;
+}
+
+/* ---- Errors and aborts ------------------------------------------------------------------ */
+
+dt_status dt__mp_fail(int rc, const dt_comm *comm, const char *op, const char *call) {
+  char text[MPI_MAX_ERROR_STRING + 1];
+  int len = 0, error_class = MPI_ERR_OTHER;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) {
+    snprintf(text, sizeof text, "MPI error code %d", rc);
+  } else {
+    text[len] = '\0';
+  }
+  MPI_Error_class(rc, &error_class);
+  dt_status status = error_class == MPI_ERR_TRUNCATE ? DT_ERR_MISMATCH : DT_ERR_COMM;
+  return dt__error(status, "%s: %s failed on group '%s' (rank %d of %d): %s", op, call, comm->name,
+                   comm->rank, comm->size, text);
+}
+
+_Noreturn void dt__mp_abort_job(const char *message) {
+  int world_rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  fprintf(stderr, "dtensor [MPI rank %d]: %s\n", world_rank, message);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  /* MPI_Abort does not return; if an implementation does, do not carry on regardless. */
+  abort();
+}
+
+static void timeout_message(char *buf, size_t size, const char *call, const char *group, int rank,
+                            int group_size, uint64_t seq, int64_t timeout_ms) {
+  snprintf(buf, size,
+           "DT_ERR_TIMEOUT: %s on group '%s' (rank %d of %d, sequence number %llu) did not "
+           "complete "
+           "within the group's timeout of %lld ms; some peer never arrived. Aborting the MPI "
+           "job rather than hanging (set DT_COMM_TIMEOUT_MS or dt_comm_set_timeout to change "
+           "the timeout)",
+           call, group, rank, group_size, (unsigned long long)seq, (long long)timeout_ms);
+}
+
+_Noreturn void dt__mp_timeout(const dt_comm *comm, const dt_coll_args *args, uint64_t seq) {
+  char call[256], message[768];
+  dt__coll_describe(args, comm->size, call, sizeof call);
+  timeout_message(message, sizeof message, call, comm->name, comm->rank, comm->size, seq,
+                  comm->timeout_ms);
+  dt__error(DT_ERR_TIMEOUT, "%s", message);
+  dt__mp_abort_job(message);
+}
+
+/* ---- The watchdog ----------------------------------------------------------------------
+ * Each thread that makes blocking MPI calls owns one slot. Registering a call writes the
+ * slot's fields and then its deadline (release); the watchdog reads the deadline (acquire),
+ * copies the fields and re-reads the generation to be sure they belong together. */
+
+#define WATCH_SLOTS 256
+
+typedef struct watch_slot {
+  atomic_int_fast64_t deadline_ns; /* 0: no call in progress */
+  atomic_uint gen;
+  const char *op_name; /* static strings */
+  uint64_t seq;
+  int rank, size;
+  int64_t timeout_ms;
+  char group[64];
+} watch_slot;
+
+static watch_slot slots[WATCH_SLOTS];
+static atomic_int slots_used;
+static _Thread_local int my_slot = -1;
+static atomic_int_fast64_t shortest_timeout_ms = INT64_MAX;
+static pthread_t watchdog_thread;
+static bool watchdog_running;
+static pthread_mutex_t watchdog_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t watchdog_cond;
+static bool watchdog_stop;
+
+void dt__mp_watch_begin(const dt_comm *comm, const char *op_name, uint64_t seq) {
+  if (DT_UNLIKELY(my_slot < 0)) {
+    int slot = atomic_fetch_add(&slots_used, 1);
+    /* More threads than slots: the extra ones go unwatched rather than fail. */
+    if (slot >= WATCH_SLOTS) return;
+    my_slot = slot;
+  }
+  if (my_slot >= WATCH_SLOTS) return;
+  watch_slot *s = &slots[my_slot];
+  atomic_fetch_add_explicit(&s->gen, 1, memory_order_relaxed);
+  s->op_name = op_name;
+  s->seq = seq;
+  s->rank = comm->rank;
+  s->size = comm->size;
+  s->timeout_ms = comm->timeout_ms;
+  memcpy(s->group, comm->name, sizeof s->group);
+  if (comm->timeout_ms < atomic_load_explicit(&shortest_timeout_ms, memory_order_relaxed)) {
+    atomic_store(&shortest_timeout_ms, comm->timeout_ms);
+    pthread_mutex_lock(&watchdog_lock);
+    pthread_cond_signal(&watchdog_cond);
+    pthread_mutex_unlock(&watchdog_lock);
+  }
+  atomic_store_explicit(&s->deadline_ns, dt__mp_deadline(dt__mp_now_ns(), comm->timeout_ms),
+                        memory_order_release);
+}
+
+void dt__mp_watch_end(void) {
+  if (my_slot >= 0 && my_slot < WATCH_SLOTS) {
+    atomic_store_explicit(&slots[my_slot].deadline_ns, 0, memory_order_relaxed);
+  }
+}
+
+static void watchdog_check(void) {
+  int used = atomic_load(&slots_used);
+  if (used > WATCH_SLOTS) used = WATCH_SLOTS;
+  int64_t now = dt__mp_now_ns();
+  for (int i = 0; i < used; i++) {
+    watch_slot *s = &slots[i];
+    unsigned gen = atomic_load(&s->gen);
+    int64_t deadline = atomic_load_explicit(&s->deadline_ns, memory_order_acquire);
+    if (deadline == 0 || now < deadline) continue;
+    char group[64], call[96], message[768];
+    memcpy(group, s->group, sizeof group);
+    group[sizeof group - 1] = '\0';
+    snprintf(call, sizeof call, "%s", s->op_name ? s->op_name : "collective");
+    uint64_t seq = s->seq;
+    int rank = s->rank, size = s->size;
+    int64_t timeout_ms = s->timeout_ms;
+    if (atomic_load(&s->gen) != gen || atomic_load(&s->deadline_ns) != deadline) continue;
+    timeout_message(message, sizeof message, call, group, rank, size, seq, timeout_ms);
+    dt__mp_abort_job(message);
+  }
+}
+
+static void *watchdog_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&watchdog_lock);
+  while (!watchdog_stop) {
+    /* Wake often enough to catch a timeout within about a quarter of it. */
+    int64_t interval_ms = atomic_load(&shortest_timeout_ms) / 4;
+    if (interval_ms < 2) interval_ms = 2;
+    if (interval_ms > 100) interval_ms = 100;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += (long)(interval_ms % 1000) * 1000000;
+    until.tv_sec += (time_t)(interval_ms / 1000) + until.tv_nsec / 1000000000;
+    until.tv_nsec %= 1000000000;
+    pthread_cond_timedwait(&watchdog_cond, &watchdog_lock, &until);
+    if (watchdog_stop) break;
+    pthread_mutex_unlock(&watchdog_lock);
+    watchdog_check();
+    pthread_mutex_lock(&watchdog_lock);
+  }
+  pthread_mutex_unlock(&watchdog_lock);
+  return NULL;
+}
+
+/* ---- Initialisation and finalisation ----------------------------------------------------- */
+
+static void runtime_finalize(void) {
+  if (watchdog_running) {
+    pthread_mutex_lock(&watchdog_lock);
+    watchdog_stop = true;
+    pthread_cond_signal(&watchdog_cond);
+    pthread_mutex_unlock(&watchdog_lock);
+    pthread_join(watchdog_thread, NULL);
+    watchdog_running = false;
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (op_fmax != MPI_OP_NULL) MPI_Op_free(&op_fmax);
+  if (op_fmin != MPI_OP_NULL) MPI_Op_free(&op_fmin);
+  if (we_initialized) MPI_Finalize();
+}
+
+static const char *thread_level_name(int level) {
+  switch (level) {
+  case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+  case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+  case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+  default: return "MPI_THREAD_MULTIPLE";
+  }
+}
+
+static dt_status runtime_init_locked(void) {
+  int finalized = 0, initialized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_comm_init: MPI has already been finalized in this process and cannot "
+                     "be initialised again");
+  }
+  MPI_Initialized(&initialized);
+  int provided = MPI_THREAD_SINGLE;
+  if (initialized) {
+    MPI_Query_thread(&provided);
+  } else {
+    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS) {
+      char text[MPI_MAX_ERROR_STRING + 1];
+      int len = 0;
+      MPI_Error_string(rc, text, &len);
+      text[len] = '\0';
+      return dt__error(DT_ERR_COMM, "dt_comm_init: MPI_Init_thread failed: %s", text);
+    }
+    we_initialized = true;
+  }
+  /* Below MPI_THREAD_MULTIPLE the library may not be entered by two threads at once: the
+   * backend serialises its own calls (the program must not call MPI concurrently). */
+  dt__mp_serialize = provided < MPI_THREAD_MULTIPLE;
+  if (dt__mp_serialize) {
+    dt__log(DT_LOG_INFO,
+            "MPI backend: MPI provides %s, not MPI_THREAD_MULTIPLE; its calls are "
+            "serialised by a lock",
+            thread_level_name(provided));
+  }
+  const char *limit = getenv("DT_MPI_MAX_COUNT");
+  if (limit && *limit) {
+    long long value = strtoll(limit, NULL, 10);
+    if (value >= 1 && value <= INT_MAX) dt__mp_max_count = value;
+  }
+  MPI_Op_create(fmax_fn, 1, &op_fmax);
+  MPI_Op_create(fmin_fn, 1, &op_fmin);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&watchdog_cond, &attr);
+  pthread_condattr_destroy(&attr);
+  watchdog_running = pthread_create(&watchdog_thread, NULL, watchdog_main, NULL) == 0;
+  if (!watchdog_running) {
+    dt__log(DT_LOG_WARN, "MPI backend: no watchdog thread; blocking collectives cannot time "
+                         "out");
+  }
+  /* Finalise at exit rather than when the last world handle goes, so a program may make
+   * and destroy worlds as often as it likes (MPI cannot be initialised twice). */
+  atexit(runtime_finalize);
+  runtime_ready = true;
+  return DT_OK;
+}
+
+dt_status dt__mp_runtime_init(void) {
+  pthread_mutex_lock(&init_lock);
+  dt_status status = runtime_ready ? DT_OK : runtime_init_locked();
+  pthread_mutex_unlock(&init_lock);
+  return status;
+}
+
+#else
+/* Without MPI this translation unit is empty; ISO C wants at least one declaration. */
+typedef int dt__mpi_runtime_unused;
+#endif /* DT_HAVE_MPI */
