@@ -341,6 +341,7 @@ dt_status dt_all_gather_uneven(dt_comm *comm, const dt_tensor *in, dt_tensor *ou
 dt_status dt_all_gather_uneven_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                                      const int64_t *counts, dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "all_gather_uneven: work is NULL");
+  *work = NULL;
   if (!counts) return dt__error(DT_ERR_INVALID, "all_gather_uneven: counts is NULL");
   return all_gather("all_gather_uneven", comm, in, out, counts, work);
 }
@@ -399,6 +400,7 @@ dt_status dt_reduce_scatter_uneven(dt_comm *comm, const dt_tensor *in, dt_tensor
 dt_status dt_reduce_scatter_uneven_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                                          const int64_t *counts, dt_reduce_op op, dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "reduce_scatter_uneven: work is NULL");
+  *work = NULL;
   if (!counts) return dt__error(DT_ERR_INVALID, "reduce_scatter_uneven: counts is NULL");
   return reduce_scatter("reduce_scatter_uneven", comm, in, out, counts, op, work);
 }
