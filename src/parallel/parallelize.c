@@ -114,14 +114,14 @@ dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_pla
     dt_status st = check_entry(model, mesh, plan, k);
     if (st) return st;
   }
-  pending *todo = dt__calloc(sizeof *todo * (size_t)(plan->n ? plan->n : 1));
-  if (!todo) return dt__error(DT_ERR_NOMEM, "parallelize_module: out of memory");
+  pending *work_list = dt__calloc(sizeof *work_list * (size_t)(plan->n ? plan->n : 1));
+  if (!work_list) return dt__error(DT_ERR_NOMEM, "parallelize_module: out of memory");
   dt_status st = DT_OK;
   for (int k = 0; k < plan->n && !st; k++) {
     const dt_tp_plan_entry *e = &plan->entries[k];
     const dt_tp_style_options *o = options ? &options[k] : NULL;
     bool colwise = e->style == DT_TP_COLWISE;
-    pending *t = &todo[k];
+    pending *t = &work_list[k];
     t->module = dt_module_find(model, e->fqn);
     dt_tensor *w = dt_module_parameter(t->module, "weight"),
               *b = dt_module_parameter(t->module, "bias");
@@ -151,7 +151,7 @@ dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_pla
     }
   }
   for (int k = 0; k < plan->n; k++) {
-    pending *t = &todo[k];
+    pending *t = &work_list[k];
     if (!st) {
       dt_module_set_tensor(t->module, "weight", t->weight);
       if (t->bias) dt_module_set_tensor(t->module, "bias", t->bias);
@@ -162,6 +162,6 @@ dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_pla
     dt_tensor_release(t->weight);
     dt_tensor_release(t->bias);
   }
-  dt__free(todo);
+  dt__free(work_list);
   return st;
 }
