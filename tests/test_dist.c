@@ -595,3 +595,31 @@ static dt_status fallback_rank(dt_comm *world, void *arg) {
 Test(dist, op_without_rule_replicates) {
   cr_assert_eq(dt_spawn(2, fallback_rank, NULL), DT_OK, "%s", dt_last_error());
 }
+
+/* ---- The cache stays bounded: more distinct calls than slots evict old plans ---------------- */
+
+static dt_status bounded_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL;
+  dt_status st = dt_mesh_create(world, 1, (int[]){2}, NULL, &mesh);
+  if (st) return st;
+  dt_sharding_cache_clear();
+  for (int64_t n = 1; n <= 1500 && !st; n++) {
+    dt_tensor *a = NULL, *b = NULL, *s = NULL, *full = NULL;
+    st = dt_dist_ones(mesh, 1, &n, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &a);
+    if (!st) st = dt_add(a, a, &b);
+    if (!st) st = dt_sum(b, &s);
+    if (!st) st = dt_full_tensor(s, &full);
+    double v = 0;
+    if (!st) dt_tensor_get(full, NULL, &v);
+    CHECK(!st && v == 2.0 * (double)n, "sum of 2s over %lld elements is %g", (long long)n, v);
+    dt_tensor *rel[] = {a, b, s, full};
+    for (int i = 0; i < 4; i++) dt_tensor_release(rel[i]);
+  }
+  dt_sharding_cache_stats stats;
+  dt_sharding_cache_stats_get(&stats);
+  CHECK(stats.entries <= 1024 + 256, "the cache holds %llu entries", (unsigned long long)stats.entries);
+  dt_mesh_destroy(mesh);
+  return st;
+}
+Test(dist, sharding_cache_is_bounded) { cr_assert_eq(dt_spawn(2, bounded_rank, NULL), DT_OK, "%s", dt_last_error()); }

@@ -147,6 +147,9 @@ static dt_status f_add_inplace(dt_tensor **i, dt_tensor **o) {
 static const op_case cases[] = {
     {"add", f_add, 2, {2, 2}, {S2(5, 7), S2(5, 7)}},
     {"add broadcast", f_add, 2, {2, 1}, {S2(5, 7), {7}}},
+    {"add size-1 dims", f_add, 2, {2, 2}, {S2(1, 7), S2(1, 7)}},
+    {"mul size-1 vs broadcast", f_mul, 2, {2, 2}, {S2(1, 7), S2(3, 1)}},
+    {"sum of 1 element", f_sum, 1, {1}, {{1}}},
     {"sub alpha", f_sub, 2, {2, 2}, {S2(5, 7), S2(1, 7)}},
     {"mul", f_mul, 2, {2, 2}, {S2(5, 7), S2(5, 7)}},
     {"div", f_div, 2, {2, 2}, {S2(5, 7), S2(5, 7)}, .lo = 1, .hi = 3},

@@ -40,8 +40,12 @@ typedef struct cache_entry {
   } plan;
 } cache_entry;
 
+/* Op plans and redistribution plans live in separate tables: an op's execution looks up
+ * redistribution plans while it holds its own plan, and an insertion that evicted that plan
+ * would pull it from under the caller. */
 typedef struct thread_cache {
-  cache_entry slots[CACHE_SLOTS];
+  cache_entry slots[CACHE_SLOTS];                 /* op plans */
+  cache_entry redistribute_slots[CACHE_SLOTS / 4]; /* redistribution plans */
   uint64_t entries;
   dt_sharding_cache_stats stats;
 } thread_cache;
@@ -66,6 +70,7 @@ static void cache_destroy(void *p) {
   thread_cache *c = p;
   if (!c) return;
   for (int i = 0; i < CACHE_SLOTS; i++) free_entry(&c->slots[i]);
+  for (int i = 0; i < CACHE_SLOTS / 4; i++) free_entry(&c->redistribute_slots[i]);
   dt__free(c);
 }
 
@@ -94,6 +99,7 @@ void dt_sharding_cache_clear(void) {
   thread_cache *c = tls_cache;
   if (!c) return;
   for (int i = 0; i < CACHE_SLOTS; i++) free_entry(&c->slots[i]);
+  for (int i = 0; i < CACHE_SLOTS / 4; i++) free_entry(&c->redistribute_slots[i]);
   c->entries = 0;
   c->stats = (dt_sharding_cache_stats){0};
 }
@@ -105,11 +111,19 @@ void dt_sharding_cache_stats_get(dt_sharding_cache_stats *stats) {
   stats->entries = c ? c->entries : 0;
 }
 
+static cache_entry *table_of(thread_cache *c, uint64_t key, uint32_t *mask) {
+  bool redistribute = key & 1; /* op keys are even, redistribution keys odd */
+  *mask = (redistribute ? CACHE_SLOTS / 4 : CACHE_SLOTS) - 1;
+  return redistribute ? c->redistribute_slots : c->slots;
+}
+
 static cache_entry *cache_find(thread_cache *c, uint64_t key) {
-  uint32_t i = (uint32_t)key & (CACHE_SLOTS - 1);
-  for (int probe = 0; probe < 8; probe++, i = (i + 1) & (CACHE_SLOTS - 1)) {
-    if (c->slots[i].key == key) return &c->slots[i];
-    if (c->slots[i].key == 0) return NULL;
+  uint32_t mask;
+  cache_entry *slots = table_of(c, key, &mask);
+  uint32_t i = (uint32_t)key & mask;
+  for (int probe = 0; probe < 8; probe++, i = (i + 1) & mask) {
+    if (slots[i].key == key) return &slots[i];
+    if (slots[i].key == 0) return NULL;
   }
   return NULL;
 }
@@ -117,15 +131,17 @@ static cache_entry *cache_find(thread_cache *c, uint64_t key) {
 /* A slot for a new key: the first empty one along the probe sequence, else the home slot
  * is evicted (the cache is bounded). */
 static cache_entry *cache_slot(thread_cache *c, uint64_t key) {
-  uint32_t home = (uint32_t)key & (CACHE_SLOTS - 1), i = home;
-  for (int probe = 0; probe < 8; probe++, i = (i + 1) & (CACHE_SLOTS - 1)) {
-    if (c->slots[i].key == 0) {
+  uint32_t mask;
+  cache_entry *slots = table_of(c, key, &mask);
+  uint32_t home = (uint32_t)key & mask, i = home;
+  for (int probe = 0; probe < 8; probe++, i = (i + 1) & mask) {
+    if (slots[i].key == 0) {
       c->entries++;
-      return &c->slots[i];
+      return &slots[i];
     }
   }
-  free_entry(&c->slots[home]);
-  return &c->slots[home];
+  free_entry(&slots[home]);
+  return &slots[home];
 }
 
 /* ---- Redistribution plans, cached -------------------------------------------------------------

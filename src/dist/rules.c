@@ -42,7 +42,7 @@ static bool pointwise_shard(const dt_rule_ctx *c, int k, dt_placement *in) {
       continue;
     }
     int d = k - (out_ndim - a->ndim);
-    if (d >= 0 && a->shape[d] == c->out[0].shape[k] && a->shape[d] != 1) {
+    if (d >= 0 && a->shape[d] == c->out[0].shape[k]) {
       in[i] = S(d);
     } else {
       in[i] = R();
