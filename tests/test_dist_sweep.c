@@ -338,3 +338,87 @@ Test(dist_sweep, mesh_3) { run_sweep(1, 3, 1, 0); }
 Test(dist_sweep, mesh_4) { run_sweep(1, 4, 1, 0); }
 Test(dist_sweep, mesh_2x2) { run_sweep(2, 2, 2, 0); }
 Test(dist_sweep, mesh_2x3) { run_sweep(2, 2, 3, 0); }
+
+/* ---- Chains: a small model-like sequence of ops, with random placements at every input ---- */
+
+static dt_placement random_placement(uint64_t *state, int ndim, bool partial_ok) {
+  *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+  int k = (int)((*state >> 33) % (uint64_t)(ndim + (partial_ok ? 2 : 1)));
+  return choice(k, ndim);
+}
+
+/* y = sum_dim0(softmax(relu(x + b) @ w, dim=1)) * 3, then layer_norm-free mean. */
+static dt_status chain(dt_tensor *x, dt_tensor *b, dt_tensor *w, dt_tensor **out) {
+  dt_tensor *t1 = NULL, *t2 = NULL, *t3 = NULL, *t4 = NULL, *t5 = NULL;
+  dt_status st = dt_add(x, b, &t1);
+  if (!st) st = dt_relu(t1, &t2);
+  if (!st) st = dt_mm(t2, w, &t3);
+  if (!st) st = dt_softmax(t3, 1, &t4);
+  if (!st) st = dt_sum_dims(t4, 1, (int64_t[]){0}, false, &t5);
+  if (!st) st = dt_mul_scalar(t5, 3, out);
+  dt_tensor *rel[] = {t1, t2, t3, t4, t5};
+  for (int i = 0; i < 5; i++) dt_tensor_release(rel[i]);
+  return st;
+}
+
+static dt_status chain_rank(dt_comm *world, void *arg) {
+  const sweep *sw = arg;
+  dt_mesh *mesh = NULL;
+  dt_status st = dt_mesh_create(world, sw->mesh_ndim, sw->mesh_shape, NULL, &mesh);
+  if (st) return st;
+  dt_tensor *x = ref_random(2, (int64_t[]){7, 5}, DT_F32, -1, 1, 1);
+  dt_tensor *b = ref_random(1, (int64_t[]){5}, DT_F32, -1, 1, 2);
+  dt_tensor *w = ref_random(2, (int64_t[]){5, 6}, DT_F32, -1, 1, 3);
+  dt_tensor *expected = NULL;
+  st = chain(x, b, w, &expected);
+  uint64_t state = 12345;
+  for (int trial = 0; trial < 60 && !st; trial++) {
+    dt_tensor *full[3] = {x, b, w}, *dist[3] = {0}, *out = NULL, *got = NULL;
+    char desc[96] = "";
+    for (int i = 0; i < 3 && !st; i++) {
+      dt_placement p[2], rep[2] = {dt_replicate(), dt_replicate()};
+      for (int m = 0; m < sw->mesh_ndim; m++) {
+        p[m] = random_placement(&state, dt_tensor_ndim(full[i]), true);
+        char s[16];
+        strncat(desc, dt_placement_format(p[m], s, sizeof s), sizeof desc - strlen(desc) - 2);
+        strncat(desc, " ", sizeof desc - strlen(desc) - 1);
+      }
+      dt_tensor *r = NULL;
+      st = dt_distribute_tensor(mesh, full[i], sw->mesh_ndim, rep, &r);
+      if (!st) st = dt_redistribute(r, sw->mesh_ndim, p, &dist[i]);
+      dt_tensor_release(r);
+    }
+    if (!st) st = chain(dist[0], dist[1], dist[2], &out);
+    if (!st) st = dt_full_tensor(out, &got);
+    if (!st) {
+      double *g = ref_values(got), *e = ref_values(expected);
+      for (int64_t j = 0; j < dt_tensor_numel(expected); j++) {
+        if (fabs(g[j] - e[j]) > 1e-4 * (1 + fabs(e[j]))) {
+          fprintf(stderr, "chain [%s]: element %lld is %g, expected %g\n", desc, (long long)j, g[j], e[j]);
+          st = DT_ERR_INTERNAL;
+          break;
+        }
+      }
+      free(g);
+      free(e);
+    } else {
+      fprintf(stderr, "chain [%s] failed: %s\n", desc, dt_last_error());
+    }
+    for (int i = 0; i < 3; i++) dt_tensor_release(dist[i]);
+    dt_tensor_release(out);
+    dt_tensor_release(got);
+  }
+  dt_tensor *rel[] = {x, b, w, expected};
+  for (int i = 0; i < 4; i++) dt_tensor_release(rel[i]);
+  dt_mesh_destroy(mesh);
+  return st;
+}
+
+static void run_chains(int ndim, int a, int b) {
+  sweep sw = {ndim, {a, b}, 0};
+  cr_assert_eq(dt_spawn(ndim == 1 ? a : a * b, chain_rank, &sw), DT_OK, "%s", dt_last_error());
+}
+
+Test(dist_chain, mesh_3) { run_chains(1, 3, 1); }
+Test(dist_chain, mesh_4) { run_chains(1, 4, 1); }
+Test(dist_chain, mesh_2x3) { run_chains(2, 2, 3); }
