@@ -23,6 +23,7 @@ typedef struct op_plan {
   int n_out;
   dt_dist_spec *out_specs[DT_OP_MAX_META];
   bool local_shape_override; /* view/reshape/expand take this rank's local shape */
+  dt_op local_op;            /* the op run on the shards (squeeze and flatten run as reshape) */
   bool shard_geometry;       /* uniform_ takes the global shape and this shard's offset */
   bool row_window;           /* vocabulary-parallel embedding: {row offset, table rows} */
   int64_t window[2];
@@ -412,8 +413,13 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
     memcpy(plan->geometry, self->shape, sizeof(int64_t) * (size_t)self->ndim);
     plan->shard_geometry = memcmp(shape, self->shape, sizeof(int64_t) * (size_t)self->ndim) != 0;
   }
+  /* Shape-changing views run on the shard with this rank's output shape: their own attributes
+   * (a shape, or "every size-1 dim") describe the global tensor, not the shard. squeeze and
+   * flatten then run as a reshape to that shape. */
+  bool squeezing = call->op == DT_OP_SQUEEZE || call->op == DT_OP_SQUEEZE_DIM || call->op == DT_OP_FLATTEN;
   plan->local_shape_override =
-      call->op == DT_OP_VIEW || call->op == DT_OP_RESHAPE || call->op == DT_OP_EXPAND;
+      call->op == DT_OP_VIEW || call->op == DT_OP_RESHAPE || call->op == DT_OP_EXPAND || squeezing;
+  plan->local_op = squeezing ? DT_OP_RESHAPE : call->op;
   if (plan->local_shape_override && n_out == 1) {
     int64_t offset[DT_MAX_DIMS];
     plan->local_ndim = metas[0].ndim;
@@ -506,6 +512,7 @@ static dt_status dist_dispatch(dt_op_call *call) {
     for (int i = 0; i < call->n_inputs; i++) lc.inputs[i] = local[i];
     lc.input_list = local + call->n_inputs;
     if (plan->local_shape_override) {
+      lc.op = plan->local_op;
       lc.n_ints = plan->local_ndim;
       memcpy(lc.ints, plan->local_shape, sizeof(int64_t) * (size_t)plan->local_ndim);
       lc.int_list = plan->local_shape;
@@ -521,6 +528,7 @@ static dt_status dist_dispatch(dt_op_call *call) {
       lc.ints[1] = plan->window[1];
     }
     st = dt__dispatch_local(&lc);
+    call->n_outputs = lc.n_outputs; /* multi-output ops report how many pieces they made */
     if (!st) st = wrap_outputs(call, plan);
   }
   for (int i = 0; i < a.n; i++) {

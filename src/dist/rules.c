@@ -86,8 +86,10 @@ static void rule_pointwise(const dt_rule_ctx *c, const dt_placement *cur, dt_str
     pointwise_shard(c, k, in);
     push(s, in, c->n_args, S(k));
   }
-  /* Partial where the op is linear. */
+  /* Partial where the op is linear. A cast into an integer or bool dtype is not (rounding
+   * each partial value is not rounding their sum). */
   linearity lin = op_linearity(c->call->op);
+  if (!dt_dtype_is_floating(c->out[0].dtype)) lin = NONLINEAR;
   bool inplace = dt__op_table[c->call->op].kind == DT_OP_KIND_INPLACE;
   for (int i = 0; i < c->n_args && lin != NONLINEAR; i++) {
     if (!is_sum_partial(cur[i])) continue;

@@ -6,23 +6,11 @@
 #include "kernels/cpu/factory.h"
 #include "ops/op_impl.h"
 
-/* Like PyTorch, refuse a fill value the dtype cannot hold rather than wrap it silently;
- * floating dtypes take anything (overflowing to inf), bool takes anything (nonzero is true),
- * and integers truncate a fractional value toward zero. */
+/* Like PyTorch, refuse a fill value the dtype cannot hold (dt__check_fill_value). */
 dt_status dt__infer_full_like(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *a = call->inputs[0];
-  double v = call->scalars[0];
-  double lo = 0, hi = 0;
-  switch (a->dtype) {
-  case DT_I64: lo = -9223372036854775808.0, hi = 9223372036854775808.0; break;
-  case DT_I32: lo = -2147483648.0, hi = 2147483648.0; break;
-  case DT_U8: lo = 0, hi = 256; break;
-  default: break;
-  }
-  if (lo != hi && !(trunc(v) >= lo && trunc(v) < hi)) {
-    return dt__error(DT_ERR_INVALID, "%s: value %g cannot be converted to %s without overflow",
-                     dt__op_name(call), v, dt_dtype_name(a->dtype));
-  }
+  dt_status st = dt__check_fill_value(dt__op_name(call), call->scalars[0], a->dtype);
+  if (st) return st;
   dt__meta_set(&metas[0], a->dtype, a->ndim, a->shape);
   return DT_OK;
 }

@@ -65,6 +65,8 @@ dt_status dt__kernel_masked_fill(dt_op_call *call) {
 /* Any dtype; the value converts like dt_tensor_set (truncation toward zero for integers). */
 dt_status dt__infer_fill_(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *a = call->inputs[0];
+  dt_status st = dt__check_fill_value(dt__op_name(call), call->scalars[0], a->dtype);
+  if (st) return st;
   dt__meta_set(&metas[0], a->dtype, a->ndim, a->shape);
   return DT_OK;
 }

@@ -44,6 +44,21 @@ static void fill_contiguous(dt_tensor *t, double value) {
   }
 }
 
+dt_status dt__check_fill_value(const char *op, double v, dt_dtype dtype) {
+  double lo = 0, hi = 0;
+  switch (dtype) {
+  case DT_I64: lo = -9223372036854775808.0, hi = 9223372036854775808.0; break;
+  case DT_I32: lo = -2147483648.0, hi = 2147483648.0; break;
+  case DT_U8: lo = 0, hi = 256; break;
+  default: return DT_OK;
+  }
+  if (!(trunc(v) >= lo && trunc(v) < hi)) {
+    return dt__error(DT_ERR_INVALID, "%s: value %g cannot be converted to %s without overflow", op, v,
+                     dt_dtype_name(dtype));
+  }
+  return DT_OK;
+}
+
 dt_status dt_empty(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out) {
   dt_status st = check_create("empty", ndim, shape, dtype, out);
   if (st) return st;
@@ -52,6 +67,7 @@ dt_status dt_empty(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **o
 
 dt_status dt_full(int ndim, const int64_t *shape, double value, dt_dtype dtype, dt_tensor **out) {
   dt_status st = check_create("full", ndim, shape, dtype, out);
+  if (!st) st = dt__check_fill_value("full", value, dtype);
   if (st) return st;
   st = dt__tensor_new(ndim, shape, dtype, out);
   if (st) return st;

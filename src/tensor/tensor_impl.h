@@ -108,6 +108,12 @@ dt_status dt__random_fill_block(dt_tensor *t, dt_random_kind kind, double a, dou
                                 uint64_t seed, int ndim, const int64_t *global_shape,
                                 const int64_t *offset);
 
+/* Refuses a fill value an integer dtype cannot hold (NaN, inf, out of range), as PyTorch
+ * does, rather than store garbage: DT_ERR_INVALID naming op. Floating dtypes take anything
+ * (overflowing to inf), bool takes anything (nonzero is true), and integers truncate a
+ * fractional value toward zero. */
+dt_status dt__check_fill_value(const char *op, double value, dt_dtype dtype);
+
 /* Element access converting through double (any dtype), used by generic kernels and tests.
  * `p` points at the element. */
 double dt__load_as_double(dt_dtype dtype, const void *p);
