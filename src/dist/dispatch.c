@@ -492,6 +492,7 @@ static dt_status dist_dispatch(dt_op_call *call) {
       !plan->row_window) {
     /* The common hit: the shards are the arguments as they are. */
     st = dt__dispatch_local(call);
+    if (st) dt__error_prefix("on this rank's shard"); /* value errors: shapes are local */
     if (!st) st = wrap_outputs(call, plan);
     if (owned) free_plan(plan);
     return st;
@@ -528,6 +529,7 @@ static dt_status dist_dispatch(dt_op_call *call) {
       lc.ints[1] = plan->window[1];
     }
     st = dt__dispatch_local(&lc);
+    if (st) dt__error_prefix("on this rank's shard"); /* value errors: shapes are local */
     call->n_outputs = lc.n_outputs; /* multi-output ops report how many pieces they made */
     if (!st) st = wrap_outputs(call, plan);
   }
