@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "profile/output_file.h"
 #include "profile/recorder_impl.h"
 
 /* Writes s as a JSON string: quotes, backslashes and control characters escaped; bytes that
@@ -150,7 +151,8 @@ static dt_status write_trace(const char *fn, const dt_profiler *profiler, int ra
   n = k;
   qsort(threads, n, sizeof *threads, compare_threads);
 
-  FILE *f = fopen(path, "w");
+  dt__output_file out;
+  FILE *f = dt__output_open(&out, path);
   if (!f) {
     int err = errno;
     dt__free(threads);
@@ -184,17 +186,9 @@ static dt_status write_trace(const char *fn, const dt_profiler *profiler, int ra
           "\"clock\":\"%s\",\"dropped_events\":%" PRId64 "}}\n",
           dt_version_string(), dt__profile_clock_name(), dt_profiler_dropped_count(profiler));
   dt__free(threads);
-  bool failed = ferror(f) != 0;
-  int err = errno;
-  if (fclose(f) != 0) {
-    failed = true;
-    err = errno;
-  }
+  int err = dt__output_close(&out, f, false); /* never leaves half a trace behind */
   dt__free(buffer);
-  if (failed) {
-    remove(path); /* never leave half a trace behind */
-    return dt__error(DT_ERR_IO, "%s: writing '%s' failed: %s", fn, path, strerror(err));
-  }
+  if (err) return dt__error(DT_ERR_IO, "%s: writing '%s' failed: %s", fn, path, strerror(err));
   return DT_OK;
 }
 

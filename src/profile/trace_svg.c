@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "profile/output_file.h"
 #include "profile/trace_impl.h"
 
 #define WIDTH 1200.0
@@ -56,7 +57,8 @@ dt_status dt_trace_write_svg(const dt_trace *t, const char *device_label, double
 
   row_state *rows = dt__calloc(sizeof *rows * (t->n_lanes ? t->n_lanes : 1));
   if (!rows) return dt__error(DT_ERR_NOMEM, "dt_trace_write_svg: out of memory");
-  FILE *f = fopen(path, "w");
+  dt__output_file out;
+  FILE *f = dt__output_open(&out, path);
   if (!f) {
     int err = errno;
     dt__free(rows);
@@ -131,11 +133,7 @@ dt_status dt_trace_write_svg(const dt_trace *t, const char *device_label, double
   }
   fputs("</svg>\n", f);
   dt__free(rows);
-  bool failed = ferror(f) != 0;
-  if (fclose(f) != 0) failed = true;
-  if (failed) {
-    remove(path);
-    return dt__error(DT_ERR_IO, "dt_trace_write_svg: writing '%s' failed", path);
-  }
+  int err = dt__output_close(&out, f, false);
+  if (err) return dt__error(DT_ERR_IO, "dt_trace_write_svg: writing '%s' failed: %s", path, strerror(err));
   return DT_OK;
 }
