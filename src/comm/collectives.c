@@ -89,6 +89,10 @@ static dt_status check_counts(const char *op, const char *arg, const dt_comm *co
       return dt__error(DT_ERR_INVALID, "%s: %s[%d] is %lld, expected >= 0", op, arg, r,
                        (long long)counts[r]);
     }
+    if (counts[r] > INT64_MAX / 2 - total) { /* no sum may wrap around into a valid size */
+      return dt__error(DT_ERR_INVALID, "%s: %s sums past %lld rows at entry %d", op, arg,
+                       (long long)(INT64_MAX / 2), r);
+    }
     total += counts[r];
   }
   *sum = total;
@@ -288,6 +292,7 @@ dt_status dt_all_reduce(dt_comm *comm, dt_tensor *tensor, dt_reduce_op op) {
 
 dt_status dt_all_reduce_async(dt_comm *comm, dt_tensor *tensor, dt_reduce_op op, dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "all_reduce: work is NULL");
+  *work = NULL; /* documented: NULL on every failure */
   return all_reduce(comm, tensor, op, work);
 }
 
@@ -329,6 +334,7 @@ dt_status dt_all_gather_into_tensor(dt_comm *comm, const dt_tensor *in, dt_tenso
 dt_status dt_all_gather_into_tensor_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                                           dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "all_gather_into_tensor: work is NULL");
+  *work = NULL; /* documented: NULL on every failure */
   return all_gather("all_gather_into_tensor", comm, in, out, NULL, work);
 }
 
@@ -388,6 +394,7 @@ dt_status dt_reduce_scatter_tensor(dt_comm *comm, const dt_tensor *in, dt_tensor
 dt_status dt_reduce_scatter_tensor_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                                          dt_reduce_op op, dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "reduce_scatter_tensor: work is NULL");
+  *work = NULL; /* documented: NULL on every failure */
   return reduce_scatter("reduce_scatter_tensor", comm, in, out, NULL, op, work);
 }
 
@@ -460,6 +467,7 @@ dt_status dt_all_to_all_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out
                               const int64_t *send_counts, const int64_t *recv_counts,
                               dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "all_to_all: work is NULL");
+  *work = NULL; /* documented: NULL on every failure */
   return all_to_all(comm, in, out, send_counts, recv_counts, work);
 }
 
@@ -488,6 +496,7 @@ dt_status dt_broadcast(dt_comm *comm, dt_tensor *tensor, int root) {
 
 dt_status dt_broadcast_async(dt_comm *comm, dt_tensor *tensor, int root, dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "broadcast: work is NULL");
+  *work = NULL; /* documented: NULL on every failure */
   return broadcast(comm, tensor, root, work);
 }
 
@@ -525,6 +534,7 @@ dt_status dt_scatter(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int roo
 dt_status dt_scatter_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
                            dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "scatter: work is NULL");
+  *work = NULL; /* documented: NULL on every failure */
   return scatter(comm, in, out, root, work);
 }
 
@@ -562,6 +572,7 @@ dt_status dt_gather(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root
 dt_status dt_gather_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
                           dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "gather: work is NULL");
+  *work = NULL; /* documented: NULL on every failure */
   return gather(comm, in, out, root, work);
 }
 
@@ -574,8 +585,9 @@ dt_status dt_barrier(dt_comm *comm) {
 }
 
 dt_status dt_barrier_async(dt_comm *comm, dt_work **work) {
-  CHECK(check_comm("barrier", comm));
   if (!work) return dt__error(DT_ERR_INVALID, "barrier: work is NULL");
+  *work = NULL; /* documented: NULL on every failure */
+  CHECK(check_comm("barrier", comm));
   dt_coll_args args = {.kind = DT_COLL_BARRIER, .dtype = DT_U8, .op_name = "barrier"};
   return run(comm, &args, work);
 }
@@ -607,6 +619,7 @@ dt_status dt_send(dt_comm *comm, const dt_tensor *tensor, int dst) {
 
 dt_status dt_send_async(dt_comm *comm, const dt_tensor *tensor, int dst, dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "send: work is NULL");
+  *work = NULL; /* documented: NULL on every failure */
   return point_to_point("send", comm, tensor, dst, true, work);
 }
 
@@ -616,6 +629,7 @@ dt_status dt_recv(dt_comm *comm, dt_tensor *tensor, int src) {
 
 dt_status dt_recv_async(dt_comm *comm, dt_tensor *tensor, int src, dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "recv: work is NULL");
+  *work = NULL; /* documented: NULL on every failure */
   return point_to_point("recv", comm, tensor, src, false, work);
 }
 

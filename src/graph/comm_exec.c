@@ -7,6 +7,7 @@
  */
 #include <time.h>
 
+#include "tensor/tensor_impl.h"
 #include "graph/graph_exec.h"
 
 struct dt_pending_comm {
@@ -78,7 +79,10 @@ static dt_status start(const dt_graph *g, int i, dt_tensor *x, bool consumable,
   dt_status st = DT_OK;
   switch (n->target) {
   case DT_COMM_ALL_REDUCE:
-    if (consumable && dt_tensor_is_contiguous(x) && dt_tensor_refcount(x) == 1) {
+    /* In place only on a value nobody else can see: its handle AND its storage are this
+     * value's alone (a fresh view of an input or a parameter shares their storage). */
+    if (consumable && dt_tensor_is_contiguous(x) && dt_tensor_refcount(x) == 1 &&
+        atomic_load(&x->storage->refcount) == 1 && x->storage->owns_data) {
       p->result = dt_tensor_retain(x);
     } else {
       st = dt_clone(x, &p->result);
