@@ -267,6 +267,18 @@ Test(graph_text, malformed) {
                      "  %r = all_gather_into_tensor(%x, dim=5) : f32[2, 3] R\n  return (%r)\n}",
                      "out of range");
   expect_parse_error("graph(s1=3) {\n", "expected s0");
+  /* A collective's value is in flight until a wait_tensor takes it. */
+  expect_parse_error("graph() world=2 rank=0 { %x = placeholder() : f32[4] P(sum) "
+                     "%a = all_reduce(%x, op=sum) : f32[4] R return (%a) }",
+                     "in flight");
+  expect_parse_error("graph() world=2 rank=0 { %x = placeholder() : f32[4] S(0) "
+                     "%a = all_gather_into_tensor(%x, dim=0) : f32[8] R %r = relu(%a) : f32[8] R "
+                     "%w = wait_tensor(%a) : f32[8] R return (%w) }",
+                     "in flight");
+  expect_parse_error("graph() world=2 rank=0 { %x = placeholder() : f32[4] S(0) "
+                     "%a = all_gather_into_tensor(%x, dim=0) : f32[8] R "
+                     "%w = wait_tensor(%a) : f32[8] S(0) return (%w) }",
+                     "placement must be its collective's");
 }
 
 Test(graph_text, comm_nodes_round_trip) {

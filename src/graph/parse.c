@@ -344,15 +344,22 @@ static bool any_keyword(const args *a) {
          a->has_dim || a->has_new_dim || a->has_op;
 }
 
-/* Values a node takes must be single values (tuples are taken apart by getitem). */
-static dt_status check_single(parser *p, int ref) {
+/* Values a node takes must be single values (tuples are taken apart by getitem), and a
+ * collective's value is in flight until a wait_tensor takes it: only a wait may use it. */
+static dt_status check_value(parser *p, int ref, bool is_wait) {
   if (ref >= 0 && p->g->nodes[ref].is_tuple) {
     return fail(p, "'%%%s' is a tuple; take an element with getitem", p->g->nodes[ref].name);
   }
   if (ref >= 0 && p->g->nodes[ref].kind == DT_NODE_OUTPUT)
     return fail(p, "the return node has no value");
+  const dt_node *src = ref >= 0 ? &p->g->nodes[ref] : NULL;
+  if (src && !is_wait && src->kind == DT_NODE_COMM && src->target != DT_COMM_WAIT) {
+    return fail(p, "'%%%s' is a collective in flight: only wait_tensor may take its value", src->name);
+  }
   return DT_OK;
 }
+
+static dt_status check_single(parser *p, int ref) { return check_value(p, ref, false); }
 
 static dt_status check_call(parser *p, int i, const args *a, int declared_n) {
   dt_graph *g = p->g;
@@ -407,7 +414,7 @@ static dt_status check_comm(parser *p, int i, const args *a) {
   if (a->has_ints || a->has_int_list || a->has_scalars || a->has_dtype || a->has_flags) {
     return fail(p, "%s: attribute not allowed on a communication node", name);
   }
-  dt_status st = check_single(p, a->inputs[0]);
+  dt_status st = check_value(p, a->inputs[0], n->target == DT_COMM_WAIT);
   if (st) return st;
   bool wants_dim = n->target == DT_COMM_ALL_GATHER || n->target == DT_COMM_REDUCE_SCATTER ||
                    n->target == DT_COMM_ALL_TO_ALL;
@@ -436,6 +443,12 @@ static dt_status check_comm(parser *p, int i, const args *a) {
   }
   if ((n->target == DT_COMM_WAIT || n->target == DT_COMM_ALL_REDUCE) && !dt__type_equal(t, in)) {
     return fail(p, "%s: its type must equal its input's", name);
+  }
+  const dt_placement *pw = &n->placement, *pc = &p->g->nodes[a->inputs[0]].placement;
+  if (n->target == DT_COMM_WAIT && n->has_placement && p->g->nodes[a->inputs[0]].has_placement &&
+      (pw->kind != pc->kind || (pw->kind == DT_SHARD && pw->dim != pc->dim) ||
+       (pw->kind == DT_PARTIAL && pw->op != pc->op))) {
+    return fail(p, "wait_tensor: its placement must be its collective's");
   }
   for (int d = 0; d < in->ndim; d++) {
     bool moved = wants_dim && (d == a->dim || (wants_new && d == a->new_dim));
