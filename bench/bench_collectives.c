@@ -210,8 +210,13 @@ int dt_bench_collectives(int argc, char **argv) {
       char list[256];
       snprintf(list, sizeof list, "%s", argv[++i]);
       for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        bool known = false;
         for (int op = 0; op < OP_COUNT; op++) {
-          if (strcmp(tok, op_names[op]) == 0) c.ops[op] = any_op = true;
+          if (strcmp(tok, op_names[op]) == 0) c.ops[op] = any_op = known = true;
+        }
+        if (!known) {
+          fprintf(stderr, "dtensor bench collectives: unknown op '%s'\n", tok);
+          return 2;
         }
       }
     } else {
@@ -226,6 +231,10 @@ int dt_bench_collectives(int argc, char **argv) {
     for (int op = 0; op < OP_COUNT; op++) c.ops[op] = true;
   }
   if (c.min_bytes < 4) c.min_bytes = 4;
+  if (c.world < 1 || c.max_bytes < c.min_bytes) {
+    fprintf(stderr, "dtensor bench collectives: need --world >= 1 and --max-bytes >= --min-bytes (>= 4)\n");
+    return 2;
+  }
   dt_status status;
   if (strcmp(c.backend, "threads") == 0) {
     status = dt_spawn(c.world, bench_rank, &c);

@@ -140,8 +140,15 @@ static int bench_dispatch(bool json) {
 int dt_bench_kernels(int argc, char **argv) {
   bool json = dt_tool_has_flag(argc, argv, "--json");
   int64_t n = 1024;
-  for (int i = 1; i + 1 < argc; i++) {
-    if (strcmp(argv[i], "--gemm-size") == 0) n = atoll(argv[i + 1]);
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--gemm-size") == 0 && i + 1 < argc) {
+      char *end = NULL;
+      n = strtoll(argv[++i], &end, 10);
+      if (!end || *end) n = -1;
+    } else if (strcmp(argv[i], "--json") != 0) {
+      fprintf(stderr, "bench kernels: unknown option '%s' (usage: [--json] [--gemm-size N])\n", argv[i]);
+      return 2;
+    }
   }
   if (n <= 0) {
     fprintf(stderr, "bench kernels: --gemm-size must be positive\n");

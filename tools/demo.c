@@ -159,7 +159,9 @@ int dt_tool_demo(int argc, char **argv) {
   bool json = dt_tool_has_flag(argc, argv, "--json");
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--world") == 0 && i + 1 < argc) {
-      world = atoi(argv[++i]);
+      char *end = NULL;
+      long w = strtol(argv[++i], &end, 10);
+      world = end && *end == '\0' && w > 0 && w <= DEMO_MAX_WORLD ? (int)w : 0;
     } else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
       const char *backend = argv[++i];
       if (strcmp(backend, "mpi") == 0) {
