@@ -346,6 +346,10 @@ Test(tp_transform, parsed_program_unshardable_weight) {
   cr_assert_eq(dt_program_create(g, 1, (const char *const[]){"fc.weight"}, &w2, &q),
                DT_ERR_INVALID);
   ref_assert_error_mentions("fc.weight", "f32[5]");
+  dt_tensor *twice[2] = {w, w};
+  cr_assert_eq(dt_program_create(g, 2, (const char *const[]){"fc.weight", "fc.weight"}, twice, &q),
+               DT_ERR_INVALID);
+  ref_assert_error_mentions("fc.weight", "appears twice");
   dt_tensor_release(w2);
   dt_tensor_release(w);
   dt_program_destroy(p);
