@@ -232,7 +232,8 @@ int dt_bench_collectives(int argc, char **argv) {
   }
   if (c.min_bytes < 4) c.min_bytes = 4;
   if (c.world < 1 || c.max_bytes < c.min_bytes) {
-    fprintf(stderr, "dtensor bench collectives: need --world >= 1 and --max-bytes >= --min-bytes (>= 4)\n");
+    fprintf(stderr,
+            "dtensor bench collectives: need --world >= 1 and --max-bytes >= --min-bytes (>= 4)\n");
     return 2;
   }
   dt_status status;

@@ -146,7 +146,8 @@ int dt_bench_kernels(int argc, char **argv) {
       n = strtoll(argv[++i], &end, 10);
       if (!end || *end) n = -1;
     } else if (strcmp(argv[i], "--json") != 0) {
-      fprintf(stderr, "bench kernels: unknown option '%s' (usage: [--json] [--gemm-size N])\n", argv[i]);
+      fprintf(stderr, "bench kernels: unknown option '%s' (usage: [--json] [--gemm-size N])\n",
+              argv[i]);
       return 2;
     }
   }

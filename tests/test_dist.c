@@ -618,11 +618,14 @@ static dt_status bounded_rank(dt_comm *world, void *arg) {
   }
   dt_sharding_cache_stats stats;
   dt_sharding_cache_stats_get(&stats);
-  CHECK(stats.entries <= 1024 + 256, "the cache holds %llu entries", (unsigned long long)stats.entries);
+  CHECK(stats.entries <= 1024 + 256, "the cache holds %llu entries",
+        (unsigned long long)stats.entries);
   dt_mesh_destroy(mesh);
   return st;
 }
-Test(dist, sharding_cache_is_bounded) { cr_assert_eq(dt_spawn(2, bounded_rank, NULL), DT_OK, "%s", dt_last_error()); }
+Test(dist, sharding_cache_is_bounded) {
+  cr_assert_eq(dt_spawn(2, bounded_rank, NULL), DT_OK, "%s", dt_last_error());
+}
 
 /* ---- Regressions found in review: squeeze on shards, split counts, casts of Partials --------- */
 
@@ -634,18 +637,26 @@ static dt_status review_rank(dt_comm *world, void *arg) {
   if (st) return st;
   /* squeeze drops dims by the global size: [4, 1, 3] S(2) has local [4, 1, 1]. */
   dt_tensor *x = NULL, *sq = NULL, *full = NULL, *sqd = NULL;
-  CHECK(!dt_dist_rand(mesh, 3, (int64_t[]){4, 1, 3}, DT_F32, 1, 1, (dt_placement[]){dt_shard(2)}, &x), "rand");
-  CHECK(!dt_squeeze(x, &sq) && dt_dist_ndim(sq) == 2 && dt_tensor_ndim(sq) == 2, "squeeze keeps the sharded dim");
-  CHECK(!dt_full_tensor(sq, &full) && dt_tensor_shape(full)[0] == 4 && dt_tensor_shape(full)[1] == 3, "full");
-  CHECK(!dt_squeeze_dim(x, -1, &sqd) && dt_dist_ndim(sqd) == 3, "squeeze_dim of a global size-3 dim is a no-op");
+  CHECK(
+      !dt_dist_rand(mesh, 3, (int64_t[]){4, 1, 3}, DT_F32, 1, 1, (dt_placement[]){dt_shard(2)}, &x),
+      "rand");
+  CHECK(!dt_squeeze(x, &sq) && dt_dist_ndim(sq) == 2 && dt_tensor_ndim(sq) == 2,
+        "squeeze keeps the sharded dim");
+  CHECK(!dt_full_tensor(sq, &full) && dt_tensor_shape(full)[0] == 4 &&
+            dt_tensor_shape(full)[1] == 3,
+        "full");
+  CHECK(!dt_squeeze_dim(x, -1, &sqd) && dt_dist_ndim(sqd) == 3,
+        "squeeze_dim of a global size-3 dim is a no-op");
   dt_tensor_release(sq);
   dt_tensor_release(sqd);
   dt_tensor_release(full);
   /* split / chunk report the piece count when the split dim had to be gathered first. */
   dt_tensor *y = NULL, *pieces[8] = {0};
   int n = -1;
-  CHECK(!dt_dist_rand(mesh, 2, (int64_t[]){5, 3}, DT_F32, 2, 1, (dt_placement[]){dt_shard(0)}, &y), "rand");
-  CHECK(!dt_split(y, 2, 0, pieces, 8, &n) && n == 3, "split of a sharded dim gives 3 pieces (got %d)", n);
+  CHECK(!dt_dist_rand(mesh, 2, (int64_t[]){5, 3}, DT_F32, 2, 1, (dt_placement[]){dt_shard(0)}, &y),
+        "rand");
+  CHECK(!dt_split(y, 2, 0, pieces, 8, &n) && n == 3,
+        "split of a sharded dim gives 3 pieces (got %d)", n);
   for (int i = 0; i < 8; i++) {
     CHECK((i < n) == (pieces[i] != NULL), "piece %d", i);
     dt_tensor_release(pieces[i]);
@@ -655,14 +666,22 @@ static dt_status review_rank(dt_comm *world, void *arg) {
   for (int i = 0; i < n; i++) dt_tensor_release(pieces[i]);
   /* A cast into an integer dtype reduces a Partial first. */
   dt_tensor *local = NULL, *p = NULL, *c = NULL, *cf = NULL;
-  CHECK(!dt_full(1, (int64_t[]){2}, rank == 0 ? 0.6 : rank == 1 ? 0.6 : 0.0, DT_F32, &local), "full");
-  CHECK(!dt_from_local(mesh, local, 1, (dt_placement[]){dt_partial(DT_REDUCE_SUM)}, NULL, &p), "partial");
+  CHECK(!dt_full(1, (int64_t[]){2},
+                 rank == 0   ? 0.6
+                 : rank == 1 ? 0.6
+                             : 0.0,
+                 DT_F32, &local),
+        "full");
+  CHECK(!dt_from_local(mesh, local, 1, (dt_placement[]){dt_partial(DT_REDUCE_SUM)}, NULL, &p),
+        "partial");
   double v = 0;
-  CHECK(!dt_to(p, DT_I32, &c) && !dt_full_tensor(c, &cf) && !dt_tensor_get(cf, (int64_t[]){0}, &v) && v == 1,
+  CHECK(!dt_to(p, DT_I32, &c) && !dt_full_tensor(c, &cf) &&
+            !dt_tensor_get(cf, (int64_t[]){0}, &v) && v == 1,
         "to(int32) of P(sum) 0.6 + 0.6 is 1 (got %g)", v);
   /* Fill values an integer dtype cannot hold are refused. */
   dt_tensor *bad = (dt_tensor *)0x1;
-  CHECK(dt_dist_full(mesh, 1, (int64_t[]){3}, 1e20, DT_I32, 1, (dt_placement[]){dt_shard(0)}, &bad) == DT_ERR_INVALID &&
+  CHECK(dt_dist_full(mesh, 1, (int64_t[]){3}, 1e20, DT_I32, 1, (dt_placement[]){dt_shard(0)},
+                     &bad) == DT_ERR_INVALID &&
             bad == NULL,
         "dist_full overflow");
   dt_tensor *rel[] = {x, y, local, p, c, cf};
@@ -670,7 +689,9 @@ static dt_status review_rank(dt_comm *world, void *arg) {
   dt_mesh_destroy(mesh);
   return DT_OK;
 }
-Test(dist, review_regressions) { cr_assert_eq(dt_spawn(3, review_rank, NULL), DT_OK, "%s", dt_last_error()); }
+Test(dist, review_regressions) {
+  cr_assert_eq(dt_spawn(3, review_rank, NULL), DT_OK, "%s", dt_last_error());
+}
 
 Test(tensor, fill_values_that_do_not_fit_are_refused) {
   dt_tensor *t = (dt_tensor *)0x1;

@@ -394,7 +394,8 @@ static dt_status chain_rank(dt_comm *world, void *arg) {
       double *g = ref_values(got), *e = ref_values(expected);
       for (int64_t j = 0; j < dt_tensor_numel(expected); j++) {
         if (fabs(g[j] - e[j]) > 1e-4 * (1 + fabs(e[j]))) {
-          fprintf(stderr, "chain [%s]: element %lld is %g, expected %g\n", desc, (long long)j, g[j], e[j]);
+          fprintf(stderr, "chain [%s]: element %lld is %g, expected %g\n", desc, (long long)j, g[j],
+                  e[j]);
           st = DT_ERR_INTERNAL;
           break;
         }

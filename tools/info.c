@@ -15,7 +15,8 @@ bool dt_tool_has_flag(int argc, char **argv, const char *flag) {
 int dt_tool_info(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--json") != 0 && strcmp(argv[i], "--ops") != 0) {
-      fprintf(stderr, "dtensor info: unknown option '%s' (usage: dtensor info [--ops] [--json])\n", argv[i]);
+      fprintf(stderr, "dtensor info: unknown option '%s' (usage: dtensor info [--ops] [--json])\n",
+              argv[i]);
       return 2;
     }
   }

@@ -6,13 +6,14 @@
 #include "tools.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: dtensor <command> [options]\n"
-             "  demo [--world N] [--backend threads|mpi] [--json]\n"
-             "                          the main job: a TP MLP exported, transformed, run on N ranks\n"
-             "  info [--ops] [--json]   version, the op table and its sharding rules\n"
-             "  bench kernels|dispatch|instructions|collectives|profile|tp [--json] [options]\n"
-             "                          benchmarks against baselines measured in the same run\n"
-             "  trace stats|plot FILE   utilization of a Chrome trace, or its timeline as SVG\n");
+  fprintf(f,
+          "usage: dtensor <command> [options]\n"
+          "  demo [--world N] [--backend threads|mpi] [--json]\n"
+          "                          the main job: a TP MLP exported, transformed, run on N ranks\n"
+          "  info [--ops] [--json]   version, the op table and its sharding rules\n"
+          "  bench kernels|dispatch|instructions|collectives|profile|tp [--json] [options]\n"
+          "                          benchmarks against baselines measured in the same run\n"
+          "  trace stats|plot FILE   utilization of a Chrome trace, or its timeline as SVG\n");
 }
 
 int main(int argc, char **argv) {

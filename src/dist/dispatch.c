@@ -45,7 +45,7 @@ typedef struct cache_entry {
  * redistribution plans while it holds its own plan, and an insertion that evicted that plan
  * would pull it from under the caller. */
 typedef struct thread_cache {
-  cache_entry slots[CACHE_SLOTS];                 /* op plans */
+  cache_entry slots[CACHE_SLOTS];                  /* op plans */
   cache_entry redistribute_slots[CACHE_SLOTS / 4]; /* redistribution plans */
   uint64_t entries;
   dt_sharding_cache_stats stats;
@@ -416,7 +416,8 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
   /* Shape-changing views run on the shard with this rank's output shape: their own attributes
    * (a shape, or "every size-1 dim") describe the global tensor, not the shard. squeeze and
    * flatten then run as a reshape to that shape. */
-  bool squeezing = call->op == DT_OP_SQUEEZE || call->op == DT_OP_SQUEEZE_DIM || call->op == DT_OP_FLATTEN;
+  bool squeezing =
+      call->op == DT_OP_SQUEEZE || call->op == DT_OP_SQUEEZE_DIM || call->op == DT_OP_FLATTEN;
   plan->local_shape_override =
       call->op == DT_OP_VIEW || call->op == DT_OP_RESHAPE || call->op == DT_OP_EXPAND || squeezing;
   plan->local_op = squeezing ? DT_OP_RESHAPE : call->op;

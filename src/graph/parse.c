@@ -354,7 +354,8 @@ static dt_status check_value(parser *p, int ref, bool is_wait) {
     return fail(p, "the return node has no value");
   const dt_node *src = ref >= 0 ? &p->g->nodes[ref] : NULL;
   if (src && !is_wait && src->kind == DT_NODE_COMM && src->target != DT_COMM_WAIT) {
-    return fail(p, "'%%%s' is a collective in flight: only wait_tensor may take its value", src->name);
+    return fail(p, "'%%%s' is a collective in flight: only wait_tensor may take its value",
+                src->name);
   }
   return DT_OK;
 }

@@ -103,7 +103,8 @@ dt_status dt_program_create(const dt_graph *graph, int n, const char *const *nam
   for (int i = 0; i < n; i++) {
     for (int j = 0; j < i; j++) {
       if (names[i] && names[j] && strcmp(names[i], names[j]) == 0) {
-        return dt__error(DT_ERR_INVALID, "program_create: state dict name '%s' appears twice (entries %d and %d)",
+        return dt__error(DT_ERR_INVALID,
+                         "program_create: state dict name '%s' appears twice (entries %d and %d)",
                          names[i], j, i);
       }
     }

@@ -53,8 +53,8 @@ dt_status dt__check_fill_value(const char *op, double v, dt_dtype dtype) {
   default: return DT_OK;
   }
   if (!(trunc(v) >= lo && trunc(v) < hi)) {
-    return dt__error(DT_ERR_INVALID, "%s: value %g cannot be converted to %s without overflow", op, v,
-                     dt_dtype_name(dtype));
+    return dt__error(DT_ERR_INVALID, "%s: value %g cannot be converted to %s without overflow", op,
+                     v, dt_dtype_name(dtype));
   }
   return DT_OK;
 }
