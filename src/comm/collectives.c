@@ -84,14 +84,13 @@ static dt_status check_counts(const char *op, const char *arg, const dt_comm *co
                               const int64_t *counts, int64_t *sum) {
   if (!counts) return dt__error(DT_ERR_INVALID, "%s: %s is NULL", op, arg);
   int64_t total = 0;
+  /* One unsigned compare per entry catches negative counts and counts so large that a sum
+   * over the largest world could wrap around into a valid-looking size. */
+  const uint64_t max_rows = (uint64_t)INT64_MAX / 2 / DT_COMM_MAX_WORLD;
   for (int r = 0; r < comm->size; r++) {
-    if (counts[r] < 0) {
-      return dt__error(DT_ERR_INVALID, "%s: %s[%d] is %lld, expected >= 0", op, arg, r,
-                       (long long)counts[r]);
-    }
-    if (counts[r] > INT64_MAX / 2 - total) { /* no sum may wrap around into a valid size */
-      return dt__error(DT_ERR_INVALID, "%s: %s sums past %lld rows at entry %d", op, arg,
-                       (long long)(INT64_MAX / 2), r);
+    if (DT_UNLIKELY((uint64_t)counts[r] > max_rows)) {
+      return dt__error(DT_ERR_INVALID, "%s: %s[%d] is %lld, expected 0..%llu", op, arg, r,
+                       (long long)counts[r], (unsigned long long)max_rows);
     }
     total += counts[r];
   }
