@@ -13,7 +13,21 @@ mkdir -p "$work/app"
 cat > "$work/app/main.c" <<'C'
 #include <dtensor/dtensor.h>
 #include <stdio.h>
+/* Two in-process ranks all-reduce a tensor: pulls the comm layer (and MPI when built with
+ * it) into a static link. */
+static dt_status rank_main(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_tensor *t = NULL;
+  dt_status st = dt_ones(1, (int64_t[]){3}, DT_F32, &t);
+  if (!st) st = dt_all_reduce(world, t, DT_REDUCE_SUM);
+  dt_tensor_release(t);
+  return st;
+}
 int main(void) {
+  if (dt_spawn(2, rank_main, NULL)) {
+    fprintf(stderr, "%s\n", dt_last_error());
+    return 1;
+  }
   int64_t shape[] = {2, 2};
   dt_tensor *a = NULL, *b = NULL;
   if (dt_ones(2, shape, DT_F32, &a) || dt_add(a, a, &b)) {
