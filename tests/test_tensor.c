@@ -103,7 +103,7 @@ Test(tensor, bad_creation_arguments) {
   int64_t bad[] = {2, -1};
   cr_assert_eq(dt_zeros(2, bad, DT_F32, &t), DT_ERR_INVALID);
   cr_assert_null(t);
-  ref_assert_error_mentions("full", "[2, -1]");
+  ref_assert_error_mentions("zeros", "[2, -1]");
   cr_assert_eq(dt_zeros(9, bad, DT_F32, &t), DT_ERR_INVALID);
   ref_assert_error_mentions("ndim 9", NULL);
   cr_assert_eq(dt_zeros(1, NULL, DT_F32, &t), DT_ERR_INVALID);

@@ -109,6 +109,7 @@ dt_status dt__kernel_binary(dt_op_call *call) {
 /* In place: b must broadcast to a's shape exactly; the result is cast to a's dtype. */
 dt_status dt__infer_binary_inplace(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *a = call->inputs[0], *b = call->inputs[1];
+  if (dt__has_internal_overlap(a)) return dt__error_internal_overlap(dt__op_name(call));
   dt_binary_op op = binary_op_of(call->op);
   dt_dtype result = binary_result_dtype(op, a->dtype, b->dtype);
   dt_status st = check_operands(call, op, a->dtype, b->dtype, result, call->scalars[0]);
@@ -134,23 +135,9 @@ dt_status dt__infer_binary_inplace(dt_op_call *call, dt_tensor_meta *metas) {
   return DT_OK;
 }
 
-/* True when b reads a's storage through a different layout than a's own, so that writing a
- * element by element could change b's elements before they are read (a_.add_(a.t())). */
-static bool overlaps_differently(const dt_tensor *a, const dt_tensor *b) {
-  if (a->storage != b->storage) return false;
-  if (a == b) return false;
-  if (a->ndim != b->ndim || a->offset != b->offset) return true;
-  for (int i = 0; i < a->ndim; i++) {
-    if (a->shape[i] != b->shape[i] || (a->shape[i] > 1 && a->strides[i] != b->strides[i])) {
-      return true;
-    }
-  }
-  return false;
-}
-
 dt_status dt__kernel_binary_inplace(dt_op_call *call) {
   dt_tensor *a = call->inputs[0], *b = call->inputs[1];
-  if (DT_UNLIKELY(overlaps_differently(a, b))) {
+  if (DT_UNLIKELY(dt__overlaps_differently(a, b))) {
     /* Rare: read b from a private copy. */
     dt_tensor *copy = NULL;
     dt_status st = dt__tensor_new(b->ndim, b->shape, b->dtype, &copy);
@@ -223,6 +210,8 @@ dt_status dt__kernel_binary_scalar(dt_op_call *call) {
 }
 
 dt_status dt__infer_binary_scalar_inplace(dt_op_call *call, dt_tensor_meta *metas) {
+  if (dt__has_internal_overlap(call->inputs[0]))
+    return dt__error_internal_overlap(dt__op_name(call));
   const dt_tensor *a = call->inputs[0];
   dt_dtype result;
   dt_status st = infer_scalar_dtype(call, &result);

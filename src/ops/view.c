@@ -71,6 +71,7 @@ dt_status dt__kernel_contiguous(dt_op_call *call) {
 
 dt_status dt__infer_copy_(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *dst = call->inputs[0], *src = call->inputs[1];
+  if (dt__has_internal_overlap(dst)) return dt__error_internal_overlap("copy_");
   int ndim;
   int64_t shape[DT_MAX_DIMS];
   dt_status st =
@@ -87,7 +88,18 @@ dt_status dt__infer_copy_(dt_op_call *call, dt_tensor_meta *metas) {
 }
 
 dt_status dt__kernel_copy_(dt_op_call *call) {
-  dt__cpu_copy(call->inputs[0], call->inputs[1]);
+  dt_tensor *dst = call->inputs[0], *src = call->inputs[1];
+  if (DT_UNLIKELY(dt__overlaps_differently(dst, src))) {
+    /* src reads dst's memory through another layout (x.copy_(x.t())): copy it aside first. */
+    dt_tensor *copy = NULL;
+    dt_status st = dt__tensor_new(src->ndim, src->shape, src->dtype, &copy);
+    if (st) return st;
+    dt__cpu_copy(copy, src);
+    dt__cpu_copy(dst, copy);
+    dt_tensor_release(copy);
+    return DT_OK;
+  }
+  dt__cpu_copy(dst, src);
   return DT_OK;
 }
 

@@ -41,6 +41,7 @@ dt_status dt__kernel_where(dt_op_call *call) {
 dt_status dt__infer_masked_fill(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *a = call->inputs[0], *mask = call->inputs[1];
   dt_status st = check_bool(call, "mask", mask);
+  if (!st) st = dt__check_fill_value(dt__op_name(call), call->scalars[0], a->dtype);
   if (st) return st;
   int ndim;
   int64_t shape[DT_MAX_DIMS];

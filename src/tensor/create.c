@@ -65,22 +65,26 @@ dt_status dt_empty(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **o
   return dt__tensor_new(ndim, shape, dtype, out);
 }
 
-dt_status dt_full(int ndim, const int64_t *shape, double value, dt_dtype dtype, dt_tensor **out) {
-  dt_status st = check_create("full", ndim, shape, dtype, out);
-  if (!st) st = dt__check_fill_value("full", value, dtype);
-  if (st) return st;
-  st = dt__tensor_new(ndim, shape, dtype, out);
+static dt_status full_named(const char *op, int ndim, const int64_t *shape, double value,
+                            dt_dtype dtype, dt_tensor **out) {
+  dt_status st = check_create(op, ndim, shape, dtype, out);
+  if (!st) st = dt__check_fill_value(op, value, dtype);
+  if (!st) st = dt__tensor_new(ndim, shape, dtype, out);
   if (st) return st;
   fill_contiguous(*out, value);
   return DT_OK;
 }
 
+dt_status dt_full(int ndim, const int64_t *shape, double value, dt_dtype dtype, dt_tensor **out) {
+  return full_named("full", ndim, shape, value, dtype, out);
+}
+
 dt_status dt_zeros(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out) {
-  return dt_full(ndim, shape, 0.0, dtype, out);
+  return full_named("zeros", ndim, shape, 0.0, dtype, out);
 }
 
 dt_status dt_ones(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out) {
-  return dt_full(ndim, shape, 1.0, dtype, out);
+  return full_named("ones", ndim, shape, 1.0, dtype, out);
 }
 
 dt_status dt_arange(double start, double end, double step, dt_dtype dtype, dt_tensor **out) {

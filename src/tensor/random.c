@@ -54,6 +54,52 @@ static inline philox_block block_for(uint64_t seed, uint64_t index) {
                        (uint32_t)(seed >> 32));
 }
 
+/* An integer range [a, b) must be non-empty, integral, exactly representable (|a|, |b| <=
+ * 2^53: values travel as doubles) and within the dtype, or values would wrap. */
+static dt_status check_integer_range(const char *op, double a, double b, dt_dtype dtype) {
+  const double exact = 9007199254740992.0; /* 2^53 */
+  if (!(b > a) || a != floor(a) || b != floor(b) || a < -exact || b > exact) {
+    return dt__error(DT_ERR_INVALID,
+                     "%s: integer range [%g, %g) must be non-empty, integral and within +-2^53", op,
+                     a, b);
+  }
+  double lo = -exact, hi = exact;
+  switch (dtype) {
+  case DT_I32: lo = -2147483648.0, hi = 2147483648.0; break;
+  case DT_U8: lo = 0, hi = 256; break;
+  case DT_BOOL: lo = 0, hi = 2; break;
+  default: break; /* int64 and the floating dtypes hold every integer up to 2^53 */
+  }
+  if (dtype == DT_BF16 || dtype == DT_F16 || dtype == DT_F32) hi = exact; /* rounded, not wrapped */
+  if (a < lo || b > hi) {
+    return dt__error(DT_ERR_INVALID, "%s: integer range [%g, %g) does not fit %s", op, a, b,
+                     dt_dtype_name(dtype));
+  }
+  return DT_OK;
+}
+
+/* Stores the largest value of dtype below b (toward a): what a uniform draw that rounded up
+ * to b becomes. */
+static void store_below(dt_dtype dtype, char *e, double b, double a) {
+  if (dtype == DT_F64) {
+    *(double *)e = nextafter(b, a);
+  } else if (dtype == DT_F32) {
+    *(float *)e = nextafterf((float)b, (float)a);
+  } else { /* bf16 / f16: step the bit pattern of b toward a */
+    dt__store_from_double(dtype, e, b);
+    uint16_t bits;
+    memcpy(&bits, e, sizeof bits);
+    if (bits == 0x0000u || bits == 0x8000u) {
+      bits = 0x8001u; /* below +-0: the smallest negative value */
+    } else if (bits & 0x8000u) {
+      bits++; /* negative: a larger magnitude is smaller */
+    } else {
+      bits--;
+    }
+    memcpy(e, &bits, sizeof bits);
+  }
+}
+
 /* Slot s (0..4) of a block: 24 bits at bit 24 * s of the 128-bit output. */
 static inline uint32_t bits24(const philox_block *r, unsigned s) {
   switch (s) {
@@ -101,10 +147,8 @@ dt_status dt_random_fill(dt_tensor *t, dt_random_kind kind, double a, double b, 
     return dt__error(DT_ERR_INVALID, "random_fill: tensor must be contiguous");
   }
   if (kind == DT_RANDOM_INTEGER) {
-    if (!(b > a) || a != floor(a) || b != floor(b)) {
-      return dt__error(DT_ERR_INVALID,
-                       "random_fill: integer range [%g, %g) is empty or not integral", a, b);
-    }
+    dt_status st = check_integer_range("random_fill", a, b, t->dtype);
+    if (st) return st;
   } else if (kind != DT_RANDOM_UNIFORM && kind != DT_RANDOM_NORMAL) {
     return dt__error(DT_ERR_INVALID, "random_fill: unknown kind %d", (int)kind);
   }
@@ -148,8 +192,11 @@ void dt__random_fill_checked(dt_tensor *t, dt_random_kind kind, double a, double
     return;
   }
   for (int64_t i = 0; i < n; i++) {
-    dt__store_from_double(t->dtype, p + i * (int64_t)esize,
-                          random_value(kind, a, b, seed, first_index + (uint64_t)i));
+    char *e = p + i * (int64_t)esize;
+    dt__store_from_double(t->dtype, e, random_value(kind, a, b, seed, first_index + (uint64_t)i));
+    if (kind == DT_RANDOM_UNIFORM && b > a && dt__load_as_double(t->dtype, e) >= b) {
+      store_below(t->dtype, e, b, a); /* rounding to the dtype reached the upper bound */
+    }
   }
 }
 
@@ -200,8 +247,9 @@ static dt_status random_create(const char *op, int ndim, const int64_t *shape, d
   if (kind != DT_RANDOM_INTEGER && !dt_dtype_is_floating(dtype)) {
     return dt__error(DT_ERR_DTYPE, "%s: needs a floating dtype, got %s", op, dt_dtype_name(dtype));
   }
-  if (kind == DT_RANDOM_INTEGER && !(b > a)) {
-    return dt__error(DT_ERR_INVALID, "%s: range [%g, %g) is empty", op, a, b);
+  if (kind == DT_RANDOM_INTEGER) {
+    st = check_integer_range(op, a, b, dtype);
+    if (st) return st;
   }
   st = dt__tensor_new(ndim, shape, dtype, out);
   if (st) return st;

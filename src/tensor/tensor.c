@@ -119,13 +119,24 @@ dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tens
   _Static_assert(DT_EMBEDDED_DATA_OFFSET >= DT_EMBEDDED_HANDLE_OFFSET + sizeof(dt_tensor),
                  "embedded handle does not fit");
   *out = NULL;
-  int64_t numel = dt__numel(ndim, shape);
-  size_t nbytes = (size_t)numel * dt__dtype_sizes[dtype];
-  char *block = dt__alloc(DT_EMBEDDED_DATA_OFFSET + nbytes);
+  /* Output shapes come from ops (broadcasting, matmul, expand): their sizes are checked
+   * here, where the bytes are counted, so no product can wrap into a small allocation. */
+  uint64_t numel = 1, nbytes = 0;
+  bool overflow = false;
+  for (int i = 0; i < ndim; i++)
+    overflow |= __builtin_mul_overflow(numel, (uint64_t)shape[i], &numel);
+  overflow |= __builtin_mul_overflow(numel, (uint64_t)dt__dtype_sizes[dtype], &nbytes);
+  if (overflow || nbytes > ((uint64_t)1 << 60)) {
+    char buf[160];
+    return dt__error(DT_ERR_INVALID, "a %s tensor of shape %s has too many elements to allocate",
+                     dt_dtype_name(dtype), dt__format_ints(buf, sizeof buf, ndim, shape));
+  }
+  char *block = dt__alloc(DT_EMBEDDED_DATA_OFFSET + (size_t)nbytes);
   if (!block) {
     char buf[160];
-    return dt__error(DT_ERR_NOMEM, "cannot allocate %zu bytes for a %s tensor of shape %s", nbytes,
-                     dt_dtype_name(dtype), dt__format_ints(buf, sizeof buf, ndim, shape));
+    return dt__error(DT_ERR_NOMEM, "cannot allocate %llu bytes for a %s tensor of shape %s",
+                     (unsigned long long)nbytes, dt_dtype_name(dtype),
+                     dt__format_ints(buf, sizeof buf, ndim, shape));
   }
   dt_storage *s = (dt_storage *)block;
   dt_tensor *t = (dt_tensor *)(block + DT_EMBEDDED_HANDLE_OFFSET);
@@ -328,4 +339,23 @@ dt_status dt_tensor_format(const dt_tensor *t, char *buf, size_t size) {
   append(buf, size, &used, dt_dtype_name(t->dtype));
   append(buf, size, &used, ")");
   return DT_OK;
+}
+
+bool dt__overlaps_differently(const dt_tensor *a, const dt_tensor *b) {
+  if (a->storage != b->storage) return false;
+  if (a == b) return false;
+  if (a->ndim != b->ndim || a->offset != b->offset) return true;
+  for (int i = 0; i < a->ndim; i++) {
+    if (a->shape[i] != b->shape[i] || (a->shape[i] > 1 && a->strides[i] != b->strides[i])) {
+      return true;
+    }
+  }
+  return false;
+}
+
+dt_status dt__error_internal_overlap(const char *op) {
+  return dt__error(DT_ERR_INVALID,
+                   "%s: self has elements that share one memory location (an expanded view); "
+                   "clone it before writing in place",
+                   op);
 }

@@ -108,6 +108,20 @@ dt_status dt__random_fill_block(dt_tensor *t, dt_random_kind kind, double a, dou
                                 uint64_t seed, int ndim, const int64_t *global_shape,
                                 const int64_t *offset);
 
+/* True when b reads a's storage through a different layout than a's own, so that writing a
+ * element by element could change b's elements before they are read (a.add_(a.t())). */
+bool dt__overlaps_differently(const dt_tensor *a, const dt_tensor *b);
+
+/* True when several elements of t are one memory location (a stride-0 dim of size > 1, as
+ * expand makes): writing t in place would be ill-defined, as PyTorch also refuses. */
+static inline bool dt__has_internal_overlap(const dt_tensor *t) {
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->strides[i] == 0 && t->shape[i] > 1) return true;
+  }
+  return false;
+}
+dt_status dt__error_internal_overlap(const char *op);
+
 /* Refuses a fill value an integer dtype cannot hold (NaN, inf, out of range), as PyTorch
  * does, rather than store garbage: DT_ERR_INVALID naming op. Floating dtypes take anything
  * (overflowing to inf), bool takes anything (nonzero is true), and integers truncate a
