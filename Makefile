@@ -42,9 +42,11 @@ test-tsan: deps
 
 bench: build
 	./$(BUILD)/dtensor bench kernels
+	./$(BUILD)/dtensor bench dispatch
 	./$(BUILD)/dtensor bench instructions
 	./$(BUILD)/dtensor bench collectives --backend threads --world 2
 	./$(BUILD)/dtensor bench profile
+	./$(BUILD)/dtensor bench tp
 
 # Instruction counts against bench/expected_results.csv (+-10 %), as PyTorch's gate.
 bench-check: build

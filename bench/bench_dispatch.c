@@ -134,8 +134,12 @@ static void print(const bench_args *b, const char *name, int rank, const figures
            name, b->world, who, f->miss_us, f->hit_us, f->local_us, f->hit_us - f->local_us,
            f->miss_us - f->hit_us, plan);
   } else {
-    printf("%-22s %-9s miss %8.2f us  hit %7.2f us  local %7.2f us  overhead %6.2f us\n", name,
-           rank >= 0 ? who : "median", f->miss_us, f->hit_us, f->local_us, f->hit_us - f->local_us);
+    char label[16] = "median";
+    if (rank >= 0) snprintf(label, sizeof label, "rank %d", rank);
+    printf("%-22s %-8s miss %8.2f us  hit %7.2f us  local %7.2f us  overhead %6.2f us", name, label,
+           f->miss_us, f->hit_us, f->local_us, f->hit_us - f->local_us);
+    if (f->plan_us > 0) printf("  plan %5.2f us", f->plan_us);
+    printf("\n");
   }
 }
 

@@ -145,7 +145,7 @@ struct dt_module;
 
 /* Options of dt_export. Zero-initialise. */
 typedef struct dt_export_options {
-  /* Dim 0 of every input is symbolic (the batch size): s0 for input 0, s1 for input 1... */
+  /* Dim 0 of the input is symbolic (the batch size), written s0. */
   bool dynamic_batch;
 } dt_export_options;
 

@@ -28,6 +28,10 @@ FILE *dt__output_open(dt__output_file *out, const char *path) {
   }
   int fd = mkstemp(out->tmp);
   if (fd < 0) return NULL;
+  /* mkstemp makes the file 0600; give it the mode a plain fopen would (0666 less umask). */
+  mode_t mask = umask(0);
+  umask(mask);
+  fchmod(fd, 0666 & ~mask);
   FILE *f = fdopen(fd, "w");
   if (!f) {
     int err = errno;

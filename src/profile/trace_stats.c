@@ -190,13 +190,20 @@ dt_status dt_trace_compute_stats(const dt_trace *t, const char *device_label, do
     labels[0] = '\0';
     for (size_t p = 0; p < t->n_processes && used + 1 < sizeof labels; p++) {
       if (!t->processes[p].labels) continue;
+      bool seen = false; /* each distinct label once */
+      for (size_t q = 0; q < p && !seen; q++) {
+        seen =
+            t->processes[q].labels && strcmp(t->processes[q].labels, t->processes[p].labels) == 0;
+      }
+      if (seen) continue;
       used += (size_t)snprintf(labels + used, sizeof labels - used, "%s'%s'", used ? ", " : "",
                                t->processes[p].labels);
     }
     if (used >= sizeof labels) used = sizeof labels - 1;
     return dt__error(DT_ERR_INVALID,
                      "dt_trace_compute_stats: no complete events in processes labelled '%s' "
-                     "(%zu events in %zu processes; labels present: %s)",
+                     "(%zu events in %zu processes; labels present: %s; --device-label picks "
+                     "another)",
                      label, t->n_events, t->n_processes, used ? labels : "none");
   }
   out->busy_us = union_total(&all);
