@@ -704,3 +704,23 @@ Test(tensor, fill_values_that_do_not_fit_are_refused) {
   ref_assert_error_mentions("fill_", "int32");
   dt_tensor_release(t);
 }
+
+/* run_check compares replicas even when the rank's allocator hands back dirty blocks. */
+static dt_status run_check_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  int rank = dt_comm_rank(world);
+  dt_mesh *mesh = NULL;
+  dt_status st = dt_mesh_create(world, 1, (int[]){2}, NULL, &mesh);
+  if (st) return st;
+  dt_tensor *dirty = NULL, *local = NULL, *d = NULL;
+  CHECK(!dt_ones(8, (int64_t[]){1, 1, 1, 1, 1, 1, 1, rank + 2}, DT_F32, &dirty), "ones");
+  dt_tensor_release(dirty);
+  CHECK(!dt_full(1, (int64_t[]){4}, rank, DT_F32, &local), "full");
+  dt_from_local_options o = {.run_check = true};
+  st = dt_from_local(mesh, local, 1, (dt_placement[]){dt_replicate()}, &o, &d);
+  CHECK(st == DT_ERR_INVALID && d == NULL, "differing replicas must be caught (got %d)", st);
+  dt_tensor_release(local);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+Test(dist, run_check_with_reused_memory) { cr_assert_eq(dt_spawn(2, run_check_rank, NULL), DT_OK, "%s", dt_last_error()); }

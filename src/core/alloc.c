@@ -51,11 +51,17 @@ typedef struct block_cache {
 
 #ifndef DT_NO_ALLOC_CACHE
 static _Thread_local block_cache *cache;
+/* Set once this thread's cache is destroyed: other thread-exit destructors (the tensor
+ * handle pool, the sharding-plan cache) still free blocks afterwards, and those must go
+ * straight back to malloc rather than into a freed cache or a new one nobody frees. */
+static _Thread_local bool cache_dead;
 static pthread_key_t cache_key;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 
 static void cache_destroy(void *p) {
   block_cache *c = p;
+  cache = NULL;
+  cache_dead = true;
   for (int k = 0; k < CLASS_COUNT; k++) {
     for (int i = 0; i < c->count[k]; i++) free(c->raw[k][i]);
   }
@@ -66,6 +72,7 @@ static void cache_key_create(void) { pthread_key_create(&cache_key, cache_destro
 
 static block_cache *thread_cache(void) {
   if (DT_LIKELY(cache != NULL)) return cache;
+  if (cache_dead) return NULL;
   pthread_once(&cache_once, cache_key_create);
   cache = calloc(1, sizeof *cache);
   if (cache) pthread_setspecific(cache_key, cache);

@@ -54,6 +54,7 @@ typedef struct thread_cache {
 static pthread_key_t cache_key;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 static _Thread_local thread_cache *tls_cache;
+static _Thread_local bool tls_cache_dead; /* destroyed at thread exit: plan without caching */
 static atomic_int fallback_logged[DT_OP_COUNT];
 
 static void free_entry(cache_entry *e) {
@@ -69,6 +70,8 @@ static void free_entry(cache_entry *e) {
 
 static void cache_destroy(void *p) {
   thread_cache *c = p;
+  tls_cache = NULL;
+  tls_cache_dead = true;
   if (!c) return;
   for (int i = 0; i < CACHE_SLOTS; i++) free_entry(&c->slots[i]);
   for (int i = 0; i < CACHE_SLOTS / 4; i++) free_entry(&c->redistribute_slots[i]);
@@ -90,6 +93,7 @@ void dt__dist_init(void) { pthread_once(&cache_once, init_once); }
 
 static thread_cache *get_cache(void) {
   if (DT_LIKELY(tls_cache != NULL)) return tls_cache;
+  if (tls_cache_dead) return NULL;
   dt__dist_init();
   tls_cache = dt__calloc(sizeof *tls_cache);
   if (tls_cache) pthread_setspecific(cache_key, tls_cache);

@@ -150,7 +150,7 @@ dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local,
   int64_t expect[DT_MAX_DIMS];
   dt__local_region(local->ndim, global_shape, mi.ndim, mi.size, mi.coord, placements, expect,
                    me.offset);
-  memcpy(me.shape, local->shape, sizeof me.shape);
+  memcpy(me.shape, local->shape, sizeof(int64_t) * (size_t)local->ndim); /* the rest stay 0 */
   me.ok = memcmp(expect, local->shape, sizeof(int64_t) * (size_t)local->ndim) == 0;
   dt_tensor *copy = NULL;
   dt_status st = dt__tensor_new(local->ndim, local->shape, local->dtype, &copy);

@@ -26,11 +26,14 @@ typedef struct handle_pool {
 } handle_pool;
 
 static _Thread_local handle_pool *pool;
+static _Thread_local bool pool_dead; /* destroyed at thread exit: free handles directly */
 static pthread_key_t pool_key;
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 
 static void pool_destroy(void *p) {
   handle_pool *hp = p;
+  pool = NULL;
+  pool_dead = true;
   for (int i = 0; i < hp->count; i++) dt__free(hp->handles[i]);
   dt__free(hp);
 }
@@ -39,6 +42,7 @@ static void pool_key_create(void) { pthread_key_create(&pool_key, pool_destroy);
 
 static handle_pool *thread_pool(void) {
   if (DT_LIKELY(pool != NULL)) return pool;
+  if (pool_dead) return NULL;
   pthread_once(&pool_once, pool_key_create);
   pool = dt__calloc(sizeof *pool);
   if (pool) pthread_setspecific(pool_key, pool);
