@@ -4,7 +4,7 @@ SANITIZE_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test test-sanitize test-tsan bench bench-check format clean install-test
+.PHONY: all deps build run test test-sanitize test-tsan test-valgrind bench bench-check format clean install-test
 
 all: build
 
@@ -39,6 +39,12 @@ test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDT_TSAN=ON $(CMAKE_FLAGS)
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target tsan_threads
 	cd $(TSAN_BUILD) && ctest --output-on-failure
+
+# valgrind memcheck with the allocator caches ON (the sanitizer builds turn them off): the
+# demo and the distributed tests, threads backend.
+test-valgrind: build
+	valgrind --error-exitcode=9 -q ./$(BUILD)/dtensor demo > /dev/null
+	cd $(BUILD) && valgrind --error-exitcode=9 -q --trace-children=yes ./tests/test_dist --jobs 1
 
 bench: build
 	./$(BUILD)/dtensor bench kernels
