@@ -32,7 +32,9 @@
  *   - Each collective has an `_async` form that starts it and hands back a dt_work. Until
  *     the work completes, the tensors AND the count arrays passed to it must stay alive
  *     and untouched (as with MPI's nonblocking calls). The synchronous form is the async
- *     form followed by dt_work_wait. A dt_comm handle (and its works) belongs to one
+ *     form followed by dt_work_wait. On the MPI backend every rank must issue a given
+ *     collective in the same form (all sync or all async): MPI matches a blocking
+ *     collective only with blocking ones (DT_DEBUG_COLLECTIVES=1 reports a mix). A dt_comm handle (and its works) belongs to one
  *     thread at a time: the rank that uses it.
  *
  * Reduction dtypes: every dtype. bf16 and f16 accumulate in f32. Integer sum and prod wrap

@@ -79,17 +79,19 @@ dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
   }
   int64_t expect[DT_MAX_DIMS], offset[DT_MAX_DIMS];
   dt__local_region(local->ndim, global, mi.ndim, mi.size, mi.coord, norm, expect, offset);
-  if (memcmp(expect, local->shape, sizeof(int64_t) * (size_t)local->ndim) != 0) {
+  bool fits = memcmp(expect, local->shape, sizeof(int64_t) * (size_t)local->ndim) == 0;
+  if (options && options->run_check) {
+    /* Every rank takes part in the check, a misfit one too, so all fail together. */
+    st = dt__from_local_check(mesh, local, norm, global, fits);
+    if (st) return st;
+  }
+  if (!fits) {
     char a[160], b[160], g[160];
     return dt__error(DT_ERR_INVALID,
                      "%s: local shape %s does not fit global shape %s on this rank (expected %s)",
                      op, dt__format_ints(a, sizeof a, local->ndim, local->shape),
                      dt__format_ints(g, sizeof g, local->ndim, global),
                      dt__format_ints(b, sizeof b, local->ndim, expect));
-  }
-  if (options && options->run_check) {
-    st = dt__from_local_check(mesh, local, norm, global);
-    if (st) return st;
   }
   dt_dist_spec *spec = NULL;
   st = dt__spec_create(mesh, norm, local->ndim, global, local->dtype, &spec);
@@ -153,16 +155,37 @@ dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int
   if (!dt__dtype_valid(dtype))
     return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
   bool is_src = dt_comm_rank(world) == src;
+  /* The source checks its tensor, then tells everyone: a bad tensor on the source fails
+   * every rank together instead of leaving the others waiting for its data. */
+  int32_t source_ok = 1;
+  char reason[256] = "";
   if (is_src) {
-    if (!full) return dt__error(DT_ERR_INVALID, "%s: tensor is NULL on the source rank", op);
-    if (full->ndim != ndim || full->dtype != dtype ||
-        memcmp(full->shape, shape, sizeof(int64_t) * (size_t)ndim)) {
+    if (!full) {
+      source_ok = 0;
+      snprintf(reason, sizeof reason, "tensor is NULL on the source rank");
+    } else if (full->ndim != ndim || full->dtype != dtype ||
+               memcmp(full->shape, shape, sizeof(int64_t) * (size_t)ndim)) {
       char a[160], b[160];
-      return dt__error(DT_ERR_INVALID, "%s: source tensor %s %s differs from the declared %s %s",
-                       op, dt__format_ints(a, sizeof a, full->ndim, full->shape),
-                       dt_dtype_name(full->dtype), dt__format_ints(b, sizeof b, ndim, shape),
-                       dt_dtype_name(dtype));
+      source_ok = 0;
+      snprintf(reason, sizeof reason, "source tensor %s %s differs from the declared %s %s",
+               dt__format_ints(a, sizeof a, full->ndim, full->shape), dt_dtype_name(full->dtype),
+               dt__format_ints(b, sizeof b, ndim, shape), dt_dtype_name(dtype));
     }
+  }
+  dt_tensor flag = {0}; /* a 1-element view of source_ok on the stack */
+  dt_storage flag_storage = {.owns_data = false, .data = &source_ok, .nbytes = sizeof source_ok};
+  atomic_init(&flag_storage.refcount, 1);
+  atomic_init(&flag.refcount, 1);
+  flag.dtype = DT_I32;
+  flag.ndim = 1;
+  flag.shape[0] = 1;
+  flag.strides[0] = 1;
+  flag.storage = &flag_storage;
+  st = dt_broadcast(world, &flag, src);
+  if (st) return st;
+  if (!source_ok) {
+    return dt__error(DT_ERR_INVALID, "%s: source rank %d: %s", op, src,
+                     is_src ? reason : "its tensor does not match the declared shape and dtype");
   }
   /* Broadcast the whole tensor, then keep the local block: simple, and the bytes moved are
    * what a scatter of replicated placements would move. */

@@ -78,9 +78,11 @@ void dt__dist_init(void);
 
 #endif /* DT_DIST_IMPL_H */
 
-/* from_local's run_check: every rank's shard fits, replicas agree (collective). */
+/* from_local's run_check (collective): every rank's shard fits (`fits` is this rank's own
+ * verdict), every rank declares the same global shape and dtype, replicas agree. */
 dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local,
-                               const dt_placement *placements, const int64_t *global_shape);
+                               const dt_placement *placements, const int64_t *global_shape,
+                               bool fits);
 
 /* ---- Sharding propagation -------------------------------------------------------------- */
 

@@ -129,6 +129,9 @@ dt_status dt_visualize_sharding(const dt_tensor *t, char *buf, size_t size) {
 typedef struct shard_report {
   int32_t ok;
   int32_t ndim;
+  int32_t dtype;
+  int32_t pad;
+  int64_t global[DT_MAX_DIMS];
   int64_t shape[DT_MAX_DIMS];
   int64_t offset[DT_MAX_DIMS];
   uint64_t hash;
@@ -140,18 +143,19 @@ static uint64_t hash_bytes(const unsigned char *p, size_t n) {
   return h;
 }
 
-dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local,
-                               const dt_placement *placements, const int64_t *global_shape) {
+dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local, const dt_placement *placements,
+                               const int64_t *global_shape, bool fits) {
   const char *op = "from_local(run_check)";
   dt_mesh_info mi;
   dt__mesh_info(mesh, &mi);
   shard_report me = {0};
   me.ndim = local->ndim;
+  me.dtype = (int32_t)local->dtype;
   int64_t expect[DT_MAX_DIMS];
-  dt__local_region(local->ndim, global_shape, mi.ndim, mi.size, mi.coord, placements, expect,
-                   me.offset);
+  dt__local_region(local->ndim, global_shape, mi.ndim, mi.size, mi.coord, placements, expect, me.offset);
   memcpy(me.shape, local->shape, sizeof(int64_t) * (size_t)local->ndim); /* the rest stay 0 */
-  me.ok = memcmp(expect, local->shape, sizeof(int64_t) * (size_t)local->ndim) == 0;
+  memcpy(me.global, global_shape, sizeof(int64_t) * (size_t)local->ndim);
+  me.ok = fits;
   dt_tensor *copy = NULL;
   dt_status st = dt__tensor_new(local->ndim, local->shape, local->dtype, &copy);
   if (st) return st;
@@ -171,6 +175,17 @@ dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local,
       break;
     }
     memcpy(&x, all->data + all->offsets[r], sizeof x);
+    shard_report first;
+    memcpy(&first, all->data + all->offsets[0], sizeof first);
+    if (x.ndim != first.ndim || x.dtype != first.dtype ||
+        memcmp(x.global, first.global, sizeof x.global) != 0) {
+      char a[160], b[160];
+      st = dt__error(DT_ERR_INVALID, "%s: rank %d declares %s %s but rank 0 declares %s %s", op, r,
+                     dt__format_ints(a, sizeof a, x.ndim, x.global), dt_dtype_name((dt_dtype)x.dtype),
+                     dt__format_ints(b, sizeof b, first.ndim, first.global),
+                     dt_dtype_name((dt_dtype)first.dtype));
+      break;
+    }
     if (!x.ok || x.ndim != me.ndim) {
       char a[160];
       st = dt__error(DT_ERR_INVALID, "%s: rank %d's local shape %s does not fit the global shape",

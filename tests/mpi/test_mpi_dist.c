@@ -127,6 +127,32 @@ static void run_mesh(dt_comm *world, int ndim, const int *shape) {
   dt_mesh_destroy(mesh);
 }
 
+/* Bad input on one rank fails every rank together (no rank is left waiting). */
+static void one_bad_rank(dt_comm *world) {
+  int rank = dt_comm_rank(world), size = dt_comm_size(world);
+  dt_mesh *mesh = NULL;
+  CHECK_OK(dt_mesh_create(world, 1, (int[]){size}, NULL, &mesh));
+  /* from_local with run_check: the last rank's shard is one row short. */
+  int64_t rows = (int64_t)(rank == size - 1 ? 1 : 2);
+  dt_tensor *local = NULL, *d = NULL;
+  CHECK_OK(dt_full(2, (int64_t[]){rows, 3}, 1, DT_F32, &local));
+  dt_from_local_options o = {.global_shape = (int64_t[]){2 * (int64_t)size, 3}, .global_ndim = 2,
+                             .run_check = true};
+  dt_status st = dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &o, &d);
+  CHECK(st == DT_ERR_INVALID && d == NULL, "from_local(run_check) with a misfit rank: %s",
+        dt_status_string(st));
+  dt_tensor_release(local);
+  /* distribute_tensor_from whose source tensor does not match the declaration. */
+  dt_tensor *src = NULL;
+  if (rank == 0) CHECK_OK(dt_zeros(2, (int64_t[]){4, 4}, DT_F32, &src));
+  st = dt_distribute_tensor_from(mesh, src, 0, 2, (int64_t[]){4, 3}, DT_F32, 1,
+                                 (dt_placement[]){dt_shard(0)}, &d);
+  CHECK(st == DT_ERR_INVALID && d == NULL, "distribute_tensor_from with a bad source: %s",
+        dt_status_string(st));
+  dt_tensor_release(src);
+  dt_mesh_destroy(mesh);
+}
+
 int main(void) {
   dt_comm *world = NULL;
   if (dt_comm_init(&(dt_comm_options){.backend = "mpi"}, &world) != DT_OK) {
@@ -137,6 +163,7 @@ int main(void) {
   mpi_rank_for_messages = dt_comm_rank(world);
   run_mesh(world, 1, (int[]){size});
   if (size % 2 == 0 && size > 2) run_mesh(world, 2, (int[]){2, size / 2});
+  one_bad_rank(world);
   int code = mpi_check_finish(world);
   dt_comm_destroy(world);
   return code;

@@ -133,11 +133,11 @@ static int status_error(int rc, const mp_op *op) {
 
 /* Tests (and with `blocking`, waits for) the op of work w. A wait spins on MPI_Testall for
  * a while, then sleeps in growing steps up to 1 ms, so oversubscribed ranks leave the CPU
- * to the peers they wait for. Past the group's timeout (counted from the start of the
- * collective) the job is aborted with a clear message. */
+ * to the peers they wait for. Past the group's timeout (counted from the start of the wait,
+ * as on the threads backend: compute overlapped with an async collective does not count)
+ * the job is aborted with a clear message. */
 static dt_status progress(dt_comm *comm, dt_work *w, mp_op *op, bool blocking, bool *done) {
-  int64_t start = w->backend_int[0];
-  int64_t deadline = dt__mp_deadline(start, comm->timeout_ms);
+  int64_t deadline = dt__mp_deadline(dt__mp_now_ns(), comm->timeout_ms);
   int64_t spin_until = 0;
   long sleep_ns = 2000;
   for (int round = 0;; round++) {
@@ -224,18 +224,23 @@ typedef struct mp_fingerprint {
   int64_t count, row_numel;
   uint64_t counts_hash;
   uint64_t seq;
-  int32_t has_counts, pad;
+  int32_t has_counts, async;
   char call[192];
 } mp_fingerprint;
 
 #define FINGERPRINT_KEY offsetof(mp_fingerprint, call)
 
-static void fingerprint(const dt_comm *comm, const dt_coll_args *a, uint64_t seq,
+static void fingerprint(const dt_comm *comm, const dt_coll_args *a, uint64_t seq, bool async,
                         mp_fingerprint *fp) {
   memset(fp, 0, sizeof *fp);
   fp->kind = (int32_t)a->kind;
   fp->seq = seq;
+  fp->async = async;
   dt__coll_describe(a, comm->size, fp->call, sizeof fp->call);
+  if (async) { /* tell the forms apart in the mismatch message */
+    size_t used = strlen(fp->call);
+    snprintf(fp->call + used, sizeof fp->call - used, " [async]");
+  }
   if (a->kind == DT_COLL_BARRIER || a->kind == DT_COLL_SPLIT) return;
   fp->dtype = (int32_t)a->dtype;
   const int64_t *counts = a->counts;
@@ -330,10 +335,11 @@ done:
   return status;
 }
 
-dt_status dt__mp_check_fingerprints(dt_comm *comm, const dt_coll_args *a, uint64_t seq) {
+dt_status dt__mp_check_fingerprints(dt_comm *comm, const dt_coll_args *a, uint64_t seq,
+                                    bool async) {
   int size = comm->size;
   mp_fingerprint mine;
-  fingerprint(comm, a, seq, &mine);
+  fingerprint(comm, a, seq, async, &mine);
   mp_fingerprint *all = dt__alloc(sizeof *all * (size_t)size);
   if (!all) {
     /* The peers are about to exchange fingerprints with this rank: do not leave them. */
@@ -376,7 +382,7 @@ static dt_status mp_split(dt_comm *comm, int color, int key, const dt_split_hint
   uint64_t seq = comm->seq++;
   if (comm->debug) {
     dt_coll_args args = {.kind = DT_COLL_SPLIT, .root = color, .count = key, .op_name = name};
-    dt_status status = dt__mp_check_fingerprints(comm, &args, seq);
+    dt_status status = dt__mp_check_fingerprints(comm, &args, seq, false);
     if (status != DT_OK) return status;
   }
   MPI_Comm mc = ((mp_comm *)comm->state)->comm, fresh = MPI_COMM_NULL;

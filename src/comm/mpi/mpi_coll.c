@@ -579,7 +579,7 @@ dt_status dt__mp_start(dt_comm *comm, dt_work *w) {
   dt_coll_kind kind = w->args.kind;
   dt_status status = DT_OK;
   if (comm->debug && kind != DT_COLL_SEND && kind != DT_COLL_RECV) {
-    status = dt__mp_check_fingerprints(comm, &w->args, w->seq);
+    status = dt__mp_check_fingerprints(comm, &w->args, w->seq, w->pooled);
     if (status != DT_OK) return status;
   }
   switch (kind) {

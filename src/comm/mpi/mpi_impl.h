@@ -136,7 +136,10 @@ dt_status dt__mp_op_finish_blocking(dt_comm *comm, dt_work *work, mp_op *op);
 
 /* DT_DEBUG_COLLECTIVES: compares this rank's call with every other rank's (a blocking
  * MPI_Allgather of fingerprints); DT_ERR_MISMATCH on every rank when they differ. */
-dt_status dt__mp_check_fingerprints(dt_comm *comm, const dt_coll_args *args, uint64_t seq);
+/* `async` is part of the fingerprint: MPI does not match a blocking collective with a
+ * nonblocking one, so ranks must issue a collective in the same form. */
+dt_status dt__mp_check_fingerprints(dt_comm *comm, const dt_coll_args *args, uint64_t seq,
+                                    bool async);
 
 /* ---- mpi_coll.c ----------------------------------------------------------------------- */
 
