@@ -255,8 +255,18 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
 
 int dt_bench_dispatch(int argc, char **argv) {
   bench_args b = {.json = dt_tool_has_flag(argc, argv, "--json"), .world = 4};
-  for (int i = 1; i + 1 < argc; i++) {
-    if (strcmp(argv[i], "--world") == 0) b.world = atoi(argv[i + 1]);
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--world") == 0 && i + 1 < argc) {
+      char *end = NULL;
+      long w = strtol(argv[++i], &end, 10);
+      b.world = end && *end == '\0' ? (int)w : 0;
+    } else if (strcmp(argv[i], "--json") != 0) {
+      fprintf(stderr,
+              "bench dispatch: unknown option '%s' (usage: [--world N] [--json]; threads "
+              "backend)\n",
+              argv[i]);
+      return 2;
+    }
   }
   if (b.world < 1 || b.world > 1024) {
     fprintf(stderr, "bench dispatch: --world must be 1..1024\n");

@@ -723,4 +723,6 @@ static dt_status run_check_rank(dt_comm *world, void *arg) {
   dt_mesh_destroy(mesh);
   return DT_OK;
 }
-Test(dist, run_check_with_reused_memory) { cr_assert_eq(dt_spawn(2, run_check_rank, NULL), DT_OK, "%s", dt_last_error()); }
+Test(dist, run_check_with_reused_memory) {
+  cr_assert_eq(dt_spawn(2, run_check_rank, NULL), DT_OK, "%s", dt_last_error());
+}

@@ -34,8 +34,8 @@
  *     and untouched (as with MPI's nonblocking calls). The synchronous form is the async
  *     form followed by dt_work_wait. On the MPI backend every rank must issue a given
  *     collective in the same form (all sync or all async): MPI matches a blocking
- *     collective only with blocking ones (DT_DEBUG_COLLECTIVES=1 reports a mix). A dt_comm handle (and its works) belongs to one
- *     thread at a time: the rank that uses it.
+ *     collective only with blocking ones (DT_DEBUG_COLLECTIVES=1 reports a mix). A dt_comm handle
+ * (and its works) belongs to one thread at a time: the rank that uses it.
  *
  * Reduction dtypes: every dtype. bf16 and f16 accumulate in f32. Integer sum and prod wrap
  * around. For bool, sum and max are logical or, prod and min logical and. avg needs a

@@ -143,8 +143,9 @@ static uint64_t hash_bytes(const unsigned char *p, size_t n) {
   return h;
 }
 
-dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local, const dt_placement *placements,
-                               const int64_t *global_shape, bool fits) {
+dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local,
+                               const dt_placement *placements, const int64_t *global_shape,
+                               bool fits) {
   const char *op = "from_local(run_check)";
   dt_mesh_info mi;
   dt__mesh_info(mesh, &mi);
@@ -152,7 +153,8 @@ dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local, const dt_p
   me.ndim = local->ndim;
   me.dtype = (int32_t)local->dtype;
   int64_t expect[DT_MAX_DIMS];
-  dt__local_region(local->ndim, global_shape, mi.ndim, mi.size, mi.coord, placements, expect, me.offset);
+  dt__local_region(local->ndim, global_shape, mi.ndim, mi.size, mi.coord, placements, expect,
+                   me.offset);
   memcpy(me.shape, local->shape, sizeof(int64_t) * (size_t)local->ndim); /* the rest stay 0 */
   memcpy(me.global, global_shape, sizeof(int64_t) * (size_t)local->ndim);
   me.ok = fits;
@@ -181,7 +183,8 @@ dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local, const dt_p
         memcmp(x.global, first.global, sizeof x.global) != 0) {
       char a[160], b[160];
       st = dt__error(DT_ERR_INVALID, "%s: rank %d declares %s %s but rank 0 declares %s %s", op, r,
-                     dt__format_ints(a, sizeof a, x.ndim, x.global), dt_dtype_name((dt_dtype)x.dtype),
+                     dt__format_ints(a, sizeof a, x.ndim, x.global),
+                     dt_dtype_name((dt_dtype)x.dtype),
                      dt__format_ints(b, sizeof b, first.ndim, first.global),
                      dt_dtype_name((dt_dtype)first.dtype));
       break;

@@ -136,8 +136,8 @@ static void one_bad_rank(dt_comm *world) {
   int64_t rows = (int64_t)(rank == size - 1 ? 1 : 2);
   dt_tensor *local = NULL, *d = NULL;
   CHECK_OK(dt_full(2, (int64_t[]){rows, 3}, 1, DT_F32, &local));
-  dt_from_local_options o = {.global_shape = (int64_t[]){2 * (int64_t)size, 3}, .global_ndim = 2,
-                             .run_check = true};
+  dt_from_local_options o = {
+      .global_shape = (int64_t[]){2 * (int64_t)size, 3}, .global_ndim = 2, .run_check = true};
   dt_status st = dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &o, &d);
   CHECK(st == DT_ERR_INVALID && d == NULL, "from_local(run_check) with a misfit rank: %s",
         dt_status_string(st));
