@@ -224,7 +224,8 @@ DT_API dt_status dt_reduce_scatter_uneven_async(dt_comm *comm, const dt_tensor *
 /* Personalised exchange along dim 0: this rank sends rows [sum(send_counts[0..d)), +
  * send_counts[d]) of `in` to rank d and receives recv_counts[s] rows from rank s into
  * `out` in rank order. send_counts[d] on rank s must equal recv_counts[s] on rank d
- * (DT_ERR_MISMATCH otherwise). NULL counts mean equal splits (dim 0 divisible by size).
+ * (DT_ERR_MISMATCH otherwise). Both counts NULL mean equal splits (dim 0 divisible by size);
+ * one NULL and one not is DT_ERR_INVALID.
  * in and out must not overlap. */
 DT_API dt_status dt_all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                                const int64_t *send_counts, const int64_t *recv_counts);

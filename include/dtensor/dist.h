@@ -74,7 +74,8 @@ DT_API const char *dt_placement_format(dt_placement p, char *buf, size_t size);
 DT_API dt_mesh *dt_dist_mesh(const dt_tensor *t);
 /* Placements (mesh ndim entries), NULL for a local tensor. Borrowed. */
 DT_API const dt_placement *dt_dist_placements(const dt_tensor *t);
-/* The global shape and rank count: for a local tensor, its own shape. */
+/* The global number of dims and the global shape (borrowed, valid while t lives); for a
+ * local tensor, its own ndim and shape. 0 / NULL for NULL. */
 DT_API int dt_dist_ndim(const dt_tensor *t);
 DT_API const int64_t *dt_dist_global_shape(const dt_tensor *t);
 
@@ -99,9 +100,11 @@ DT_API dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements
                                const dt_placement *placements, const dt_from_local_options *options,
                                dt_tensor **out);
 
-/* Distributes a full tensor that every rank holds: each rank keeps (a contiguous copy of)
- * its shard. Partial placements put the value on coordinate 0 and the reduction's identity
- * elsewhere (zero for sum/avg's partial sum... see docs). Not communicating. */
+/* Distributes a full tensor that every rank holds: each rank keeps a contiguous copy of its
+ * shard. Partial placements are refused (DT_ERR_INVALID): distribute as Replicate, then
+ * dt_redistribute to a Partial. Not communicating.
+ * Errors: DT_ERR_INVALID (NULL, placement count != mesh ndim, a bad shard dim, an already
+ * distributed tensor), DT_ERR_NOMEM. */
 DT_API dt_status dt_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
                                       const dt_placement *placements, dt_tensor **out);
 
@@ -124,7 +127,8 @@ DT_API dt_status dt_redistribute(dt_tensor *t, int n_placements, const dt_placem
 
 /* The plan dt_redistribute would run, as readable text ("mesh dim 0: S(0) -> R via
  * all_gather, 4096 bytes") with the bytes this rank's collectives handle (the larger buffer
- * of each collective, which is what dt_comm_ledger counts). Not collective. */
+ * of each collective, which is what dt_comm_ledger counts). Not collective. bytes may be NULL.
+ * Errors: DT_ERR_INVALID (a local tensor, NULL buf or size 0, bad placements). */
 DT_API dt_status dt_redistribute_explain(const dt_tensor *t, int n_placements,
                                          const dt_placement *placements, char *buf, size_t size,
                                          int64_t *bytes);
@@ -188,7 +192,10 @@ typedef struct dt_sharding_cache_stats {
   uint64_t fallbacks; /* ops run by replicating inputs because they have no sharding rule */
 } dt_sharding_cache_stats;
 
+/* Empties the calling thread's cache of sharding and redistribution plans (and zeroes its
+ * stats): the next call of each op plans again. Not collective. */
 DT_API void dt_sharding_cache_clear(void);
+/* Copies the calling thread's cache stats into *stats (NULL is ignored). Not collective. */
 DT_API void dt_sharding_cache_stats_get(dt_sharding_cache_stats *stats);
 
 #ifdef __cplusplus

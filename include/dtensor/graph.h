@@ -68,6 +68,7 @@ DT_API void dt_graph_text_free(char *text);
 /* A deep copy. Errors: DT_ERR_INVALID, DT_ERR_NOMEM. */
 DT_API dt_status dt_graph_clone(const dt_graph *graph, dt_graph **out);
 
+/* Frees a graph and everything in its arena. NULL is allowed. */
 DT_API void dt_graph_destroy(dt_graph *graph);
 
 /* Number of nodes (including the return node). */

@@ -45,6 +45,7 @@ DT_API void dt_mesh_destroy(dt_mesh *mesh);
 /* An id equal on every rank of the mesh and unique within the process (for caches). */
 DT_API uint64_t dt_mesh_id(const dt_mesh *mesh);
 
+/* Number of mesh dims (0 for NULL). */
 DT_API int dt_mesh_ndim(const dt_mesh *mesh);
 /* The mesh shape (ndim entries). Borrowed. */
 DT_API const int *dt_mesh_shape(const dt_mesh *mesh);

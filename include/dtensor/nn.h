@@ -73,6 +73,8 @@ DT_API dt_status dt_module_add_child(dt_module *parent, const char *name, dt_mod
 DT_API dt_status dt_module_add_parameter(dt_module *m, const char *name, dt_tensor *t);
 DT_API dt_status dt_module_add_buffer(dt_module *m, const char *name, dt_tensor *t);
 
+/* Frees the module, its children and its parameters and buffers (tensors are released; a
+ * tensor the caller still holds stays alive). NULL is allowed. */
 DT_API void dt_module_destroy(dt_module *m);
 
 /* ---- Running and inspecting -------------------------------------------------------------------
@@ -82,6 +84,8 @@ DT_API void dt_module_destroy(dt_module *m);
  * as ModuleList), and the forward's own errors. */
 DT_API dt_status dt_module_forward(dt_module *m, dt_tensor *input, dt_tensor **out);
 
+/* The module's type name ("Linear", ...) and the user data of a custom module; borrowed,
+ * valid while the module lives; NULL for NULL. */
 DT_API const char *dt_module_type(const dt_module *m);
 DT_API void *dt_module_user(const dt_module *m);
 /* Child i (in insertion order) and its name; NULL when out of range. */

@@ -107,6 +107,7 @@ DT_API dt_status dt_trace_read_file(const char *path, dt_trace **out);
 /* The same from memory (size bytes, need not be NUL-terminated; the data is not kept). */
 DT_API dt_status dt_trace_read_memory(const char *data, size_t size, dt_trace **out);
 
+/* Frees a trace read by dt_trace_read_file/_memory. NULL is allowed. */
 DT_API void dt_trace_destroy(dt_trace *trace);
 
 /* Utilization figures of the complete events in processes whose process_labels contain the

@@ -93,8 +93,12 @@ DT_API dt_status dt_wrap(void *data, int ndim, const int64_t *shape, const int64
 /* ---- Random numbers (counter-based, Philox4x32-10) ---------------------------------------
  * Element i of the result (row-major index in the full tensor) depends only on (seed, i),
  * never on how or where the tensor is made: the slice [a, b) of a random tensor can be
- * generated alone with dt_rand_fill_range and equals the same slice of the whole tensor.
- * rand: uniform in [0, 1); randn: standard normal; randint: uniform integers in [low, high). */
+ * generated alone with dt_random_fill and equals the same slice of the whole tensor.
+ * rand: uniform in [0, 1); randn: standard normal; randint: uniform integers in [low, high).
+ * float32 uniforms use 24 random bits each (five per Philox block), other dtypes 53 bits.
+ * Errors: those of dt_empty; DT_ERR_DTYPE (rand/randn of a non-floating dtype);
+ * DT_ERR_INVALID (randint: an empty range, bounds beyond +-2^53, or values the dtype cannot
+ * hold). */
 
 DT_API dt_status dt_rand(int ndim, const int64_t *shape, dt_dtype dtype, uint64_t seed,
                          dt_tensor **out);
@@ -110,13 +114,16 @@ typedef enum dt_random_kind {
 } dt_random_kind;
 
 /* Fills the contiguous tensor t in place with elements first_index, first_index+1, ... of
- * the random stream (seed, kind, a, b). Used to generate one shard of a larger tensor. */
+ * the random stream (seed, kind, a, b). Used to generate one shard of a larger tensor.
+ * Errors: DT_ERR_INVALID (NULL, non-contiguous t, an unknown kind, an empty range),
+ * DT_ERR_DTYPE (uniform/normal into a non-floating dtype). */
 DT_API dt_status dt_random_fill(dt_tensor *t, dt_random_kind kind, double a, double b,
                                 uint64_t seed, uint64_t first_index);
 
 /* ---- Inspection ---------------------------------------------------------------------- */
-/* These accessors take a valid tensor; for a distributed tensor they describe the local
- * shard (the global shape is in its spec). */
+/* For a distributed tensor these describe the local shard (the global shape is in its spec:
+ * dt_dist_global_shape). Arrays returned are borrowed and valid while t lives. A NULL tensor
+ * gives 0, NULL, false, or DT_DTYPE_COUNT for the dtype. */
 
 DT_API int dt_tensor_ndim(const dt_tensor *t);
 /* Size of dimension dim (negative counts from the end); -1 if dim is out of range. */
@@ -140,13 +147,14 @@ DT_API int dt_tensor_refcount(const dt_tensor *t);
 /* Copies t's elements, row-major, converted to double, into out[0..capacity). Handles any
  * strides. DT_ERR_INVALID if capacity < numel. */
 DT_API dt_status dt_tensor_to_doubles(const dt_tensor *t, double *out, int64_t capacity);
-/* Reads one element at a multi-index (ndim entries) as double. */
+/* Reads one element at a multi-index (ndim entries) as double.
+ * Errors: DT_ERR_INVALID (NULL t, index or value), DT_ERR_INDEX (index out of range). */
 DT_API dt_status dt_tensor_get(const dt_tensor *t, const int64_t *index, double *value);
-/* Writes one element at a multi-index, converting from double. */
+/* Writes one element at a multi-index, converting from double. Errors as dt_tensor_get. */
 DT_API dt_status dt_tensor_set(dt_tensor *t, const int64_t *index, double value);
 
 /* Writes a short human-readable rendering of t ("tensor([[1, 2], [3, 4]], dtype=float32)")
- * into buf, truncated to size. Returns DT_ERR_INVALID for NULL arguments. */
+ * into buf, truncated to size. Returns DT_ERR_INVALID for NULL arguments or size 0. */
 DT_API dt_status dt_tensor_format(const dt_tensor *t, char *buf, size_t size);
 
 #ifdef __cplusplus

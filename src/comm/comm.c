@@ -131,11 +131,12 @@ void dt_comm_abort(dt_comm *comm, const char *reason) {
   if (comm) comm->backend->abort(comm, reason);
 }
 
-int dt_comm_rank(const dt_comm *comm) { return comm->rank; }
-int dt_comm_size(const dt_comm *comm) { return comm->size; }
-const char *dt_comm_backend_name(const dt_comm *comm) { return comm->backend->name; }
-uint64_t dt_comm_id(const dt_comm *comm) { return comm->id; }
-const char *dt_comm_name(const dt_comm *comm) { return comm->name; }
+/* Getters answer -1 / 0 / NULL for a NULL group rather than crash. */
+int dt_comm_rank(const dt_comm *comm) { return comm ? comm->rank : -1; }
+int dt_comm_size(const dt_comm *comm) { return comm ? comm->size : 0; }
+const char *dt_comm_backend_name(const dt_comm *comm) { return comm ? comm->backend->name : NULL; }
+uint64_t dt_comm_id(const dt_comm *comm) { return comm ? comm->id : 0; }
+const char *dt_comm_name(const dt_comm *comm) { return comm ? comm->name : NULL; }
 
 void dt_comm_set_name(dt_comm *comm, const char *name) {
   if (comm) snprintf(comm->name, sizeof comm->name, "%s", name ? name : "");
@@ -151,7 +152,7 @@ dt_status dt_comm_set_timeout(dt_comm *comm, int64_t timeout_ms) {
   return DT_OK;
 }
 
-int64_t dt_comm_timeout(const dt_comm *comm) { return comm->timeout_ms; }
+int64_t dt_comm_timeout(const dt_comm *comm) { return comm ? comm->timeout_ms : 0; }
 
 /* ---- Work handles ----------------------------------------------------------------------- */
 

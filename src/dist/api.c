@@ -154,6 +154,14 @@ dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int
   if (st) return st;
   if (!dt__dtype_valid(dtype))
     return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
+  dt_placement norm[DT_MAX_MESH_DIMS];
+  st = dt__check_placements(op, dt_mesh_ndim(mesh), ndim, n_placements, placements, norm);
+  if (st) return st;
+  if (has_partial(n_placements, norm)) {
+    return dt__error(
+        DT_ERR_INVALID,
+        "%s: Partial placements cannot be distributed (use Replicate, then redistribute)", op);
+  }
   bool is_src = dt_comm_rank(world) == src;
   /* The source checks its tensor, then tells everyone: a bad tensor on the source fails
    * every rank together instead of leaving the others waiting for its data. */

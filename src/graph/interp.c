@@ -178,11 +178,13 @@ dt_status dt_program_run(const dt_program *program, int n_inputs, dt_tensor *con
   if (!program) return dt__error(DT_ERR_INVALID, "program_run: program is NULL");
   const dt_graph *g = program->graph;
   int want_in = dt_graph_input_count(g), want_out = dt_graph_output_count(g);
-  if (n_inputs != want_in || (n_inputs > 0 && !inputs)) {
+  if (n_inputs > 0 && !inputs) return dt__error(DT_ERR_INVALID, "program_run: inputs is NULL");
+  if (n_outputs > 0 && !outputs) return dt__error(DT_ERR_INVALID, "program_run: outputs is NULL");
+  if (n_inputs != want_in) {
     return dt__error(DT_ERR_INVALID, "program_run: %d inputs given, the graph takes %d", n_inputs,
                      want_in);
   }
-  if (n_outputs != want_out || (n_outputs > 0 && !outputs)) {
+  if (n_outputs != want_out) {
     return dt__error(DT_ERR_INVALID, "program_run: room for %d outputs, the graph returns %d",
                      n_outputs, want_out);
   }

@@ -117,10 +117,11 @@ void dt_mesh_destroy(dt_mesh *mesh) {
   dt__free(mesh);
 }
 
-uint64_t dt_mesh_id(const dt_mesh *mesh) { return mesh->id; }
-int dt_mesh_ndim(const dt_mesh *mesh) { return mesh->ndim; }
-const int *dt_mesh_shape(const dt_mesh *mesh) { return mesh->shape; }
-dt_comm *dt_mesh_world(const dt_mesh *mesh) { return mesh->world; }
+/* Getters answer 0 / NULL for a NULL mesh rather than crash. */
+uint64_t dt_mesh_id(const dt_mesh *mesh) { return mesh ? mesh->id : 0; }
+int dt_mesh_ndim(const dt_mesh *mesh) { return mesh ? mesh->ndim : 0; }
+const int *dt_mesh_shape(const dt_mesh *mesh) { return mesh ? mesh->shape : NULL; }
+dt_comm *dt_mesh_world(const dt_mesh *mesh) { return mesh ? mesh->world : NULL; }
 
 static bool dim_ok(const dt_mesh *mesh, int dim) { return mesh && dim >= 0 && dim < mesh->ndim; }
 

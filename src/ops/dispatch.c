@@ -1,5 +1,7 @@
 /* The op table and dt__dispatch, the one entry point of every op. */
 #include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "ops/op_impl.h"
 #include "profile/profile_impl.h"
@@ -28,6 +30,25 @@ const char *dt_op_schema(int op) {
   return op >= 0 && op < DT_OP_COUNT ? dt__op_table[op].schema : NULL;
 }
 
+/* The name of the i-th Tensor argument in an ATen-style schema ("addmm(Tensor self, Tensor
+ * mat1, ...)" -> "mat1"), for error messages; "?" if it cannot be found. */
+static const char *schema_arg_name(const char *schema, int i, char *buf, size_t size) {
+  const char *p = schema ? strchr(schema, '(') : NULL;
+  snprintf(buf, size, "?");
+  for (int k = 0; p && *p && *p != ')'; p++) {
+    if (strncmp(p, "Tensor", 6) != 0) continue;
+    p += 6;
+    while (*p && *p != ' ' && *p != ',' && *p != ')') p++; /* (a!), ?, [] */
+    while (*p == ' ') p++;
+    size_t n = strcspn(p, " ,)=");
+    if (k++ == i) {
+      snprintf(buf, size, "%.*s", (int)(n < size - 1 ? n : size - 1), p);
+      break;
+    }
+  }
+  return buf;
+}
+
 /* Checks what every op needs: an output slot, required inputs present, list entries
  * present. Clears the outputs so that no failure leaves a stale pointer behind. */
 static dt_status check_call(const dt_op_def *def, dt_op_call *call) {
@@ -37,11 +58,17 @@ static dt_status check_call(const dt_op_def *def, dt_op_call *call) {
   }
   for (int i = 0; i < def->n_required; i++) {
     if (DT_UNLIKELY(!call->inputs[i])) {
-      return dt__error(DT_ERR_INVALID, "%s: input %d is NULL", def->name, i);
+      char arg[32];
+      return dt__error(DT_ERR_INVALID, "%s: input %d (%s) is NULL", def->name, i,
+                       schema_arg_name(def->schema, i, arg, sizeof arg));
     }
   }
+  if (call->n_input_list > 0 && !call->input_list) {
+    return dt__error(DT_ERR_INVALID, "%s: the tensor list is NULL (%d tensors)", def->name,
+                     call->n_input_list);
+  }
   for (int i = 0; i < call->n_input_list; i++) {
-    if (!call->input_list || !call->input_list[i]) {
+    if (!call->input_list[i]) {
       return dt__error(DT_ERR_INVALID, "%s: tensor %d of the list is NULL", def->name, i);
     }
   }

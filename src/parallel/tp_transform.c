@@ -24,6 +24,19 @@
 
 #define CACHE_WAYS 4
 
+static bool has_symbolic(const dt_value_type *t) {
+  for (int d = 0; d < t->ndim; d++) {
+    if (t->sym[d] >= 0) return true;
+  }
+  return false;
+}
+
+/* Whether torch.chunk of `size` into `world` pieces leaves some piece empty. */
+static bool has_empty_chunk(int64_t size, int world) {
+  int64_t piece = (size + world - 1) / world;
+  return piece * (world - 1) >= size;
+}
+
 typedef struct tp_value {
   int node; /* in the new graph: the value at its own placement */
   dt_placement placement;
@@ -352,6 +365,20 @@ static dt_status place_call(tp *s, int i) {
     }
     dt_placement o = strat.out[c];
     if (o.kind == DT_SHARD && (o.dim >= out_type->ndim || out_type->sym[o.dim] >= 0)) continue;
+    /* Vocabulary-parallel embedding (weight rows sharded) needs each shard's row window at
+     * run time, which a graph node does not carry: the eager path only. */
+    if (n->target == DT_OP_EMBEDDING && strat.in[c][0].kind == DT_SHARD &&
+        strat.in[c][0].dim == 0) {
+      continue;
+    }
+    /* A view with a symbolic dim is rewritten with -1 for it; if some rank's shard of the
+     * output is empty, its -1 is ambiguous there. Decided from global sizes, so every rank
+     * makes the same choice. */
+    if (o.kind == DT_SHARD && has_symbolic(out_type) &&
+        (n->target == DT_OP_VIEW || n->target == DT_OP_RESHAPE || n->target == DT_OP_FLATTEN) &&
+        has_empty_chunk(out_type->shape[o.dim], s->world)) {
+      continue;
+    }
     double cost = 0;
     for (int k = 0; k < n_args; k++) {
       if (arg_node[k] < 0) continue;

@@ -149,6 +149,8 @@ dt_status dt_random_fill(dt_tensor *t, dt_random_kind kind, double a, double b, 
   if (kind == DT_RANDOM_INTEGER) {
     dt_status st = check_integer_range("random_fill", a, b, t->dtype);
     if (st) return st;
+  } else if (kind == DT_RANDOM_UNIFORM && !(b >= a)) {
+    return dt__error(DT_ERR_INVALID, "random_fill: uniform range [%g, %g) is empty", a, b);
   } else if (kind != DT_RANDOM_UNIFORM && kind != DT_RANDOM_NORMAL) {
     return dt__error(DT_ERR_INVALID, "random_fill: unknown kind %d", (int)kind);
   }
