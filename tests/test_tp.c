@@ -470,3 +470,94 @@ static dt_status comm_nodes_rank(dt_comm *world, void *arg) {
 Test(interpreter, every_collective_on_uneven_shards) {
   for (int world = 1; world <= 4; world++) SPAWN_OK(world, comm_nodes_rank, NULL);
 }
+
+/* ---- Review regressions: tied embedding weights, symbolic views with empty shards -------- */
+
+static dt_status tied_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
+  dt_tensor *h = NULL;
+  dt_status st = dt_module_forward(dt_module_find(m, "emb"), x, &h);
+  if (!st) st = dt_module_forward(dt_module_find(m, "lm_head"), h, out);
+  dt_tensor_release(h);
+  return st;
+}
+
+typedef struct tied_case {
+  dt_program *prog;
+  dt_tensor *x, *ref;
+  const char *plan_fqn;
+} tied_case;
+
+static dt_status tied_rank(dt_comm *w, void *arg) {
+  tied_case *c = arg;
+  dt_tp_plan plan = {1, (dt_tp_plan_entry[]){{c->plan_fqn, DT_TP_COLWISE}}};
+  dt_program *tp = NULL;
+  dt_tensor *y = NULL;
+  dt_status st = dt_tp_transform(c->prog, dt_comm_rank(w), dt_comm_size(w), &plan, &tp);
+  dt_run_options ro = {.comm = w};
+  if (!st) st = dt_program_run(tp, 1, &c->x, 1, &y, &ro);
+  if (!st && max_abs_diff(y, c->ref) > 1e-5) {
+    st = DT_ERR_INTERNAL;
+    fprintf(stderr, "tied weights: rank %d differs by %g\n", dt_comm_rank(w),
+            max_abs_diff(y, c->ref));
+  }
+  dt_tensor_release(y);
+  dt_program_destroy(tp);
+  return st;
+}
+
+Test(tp_review, tied_embedding_weight_stays_correct) {
+  /* lm_head registered first, so export names the shared table "lm_head.weight"; a colwise
+   * plan on it shards the table by rows, which the embedding must not read as a vocabulary-
+   * parallel shard with global indices. */
+  dt_module *m = NULL, *emb = NULL, *lm = NULL;
+  cr_assert_eq(dt_module_create("Tied", tied_forward, NULL, &m), DT_OK);
+  cr_assert_eq(dt_nn_linear(4, 8, false, 9, &lm), DT_OK);
+  cr_assert_eq(dt_nn_embedding(8, 4, 3, &emb), DT_OK);
+  cr_assert_eq(dt_module_set_tensor(lm, "weight", dt_module_parameter(emb, "weight")), DT_OK);
+  cr_assert_eq(dt_module_add_child(m, "lm_head", lm), DT_OK);
+  cr_assert_eq(dt_module_add_child(m, "emb", emb), DT_OK);
+  tied_case c = {.plan_fqn = "lm_head"};
+  int64_t idx[] = {0, 1, 2, 7};
+  cr_assert_eq(dt_from_data(idx, 1, (int64_t[]){4}, DT_I64, &c.x), DT_OK);
+  cr_assert_eq(dt_module_forward(m, c.x, &c.ref), DT_OK);
+  cr_assert_eq(dt_export(m, c.x, NULL, &c.prog), DT_OK, "%s", dt_last_error());
+  for (int world = 2; world <= 3; world++) {
+    cr_assert_eq(dt_spawn(world, tied_rank, &c), DT_OK, "world %d: %s", world, dt_last_error());
+  }
+  dt_program_destroy(c.prog);
+  dt_tensor_release(c.x);
+  dt_tensor_release(c.ref);
+  dt_module_destroy(m);
+}
+
+static dt_status heads_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
+  dt_tensor *h = NULL, *r = NULL;
+  dt_status st = dt_module_forward(dt_module_find(m, "fc"), x, &h);
+  if (!st) st = dt_reshape(h, 3, (int64_t[]){-1, 2, 1}, &r); /* two heads of size 1 */
+  if (!st) st = dt_relu(r, out);
+  dt_tensor_release(h);
+  dt_tensor_release(r);
+  return st;
+}
+
+static dt_status heads_rank(dt_comm *w, void *arg) {
+  tied_case *c = arg;
+  return tied_rank(w, c);
+}
+
+Test(tp_review, symbolic_view_with_an_empty_shard_transforms_on_every_rank) {
+  dt_module *m = NULL, *fc = NULL;
+  cr_assert_eq(dt_module_create("Heads", heads_forward, NULL, &m), DT_OK);
+  cr_assert_eq(dt_nn_linear(4, 2, true, 1, &fc), DT_OK);
+  cr_assert_eq(dt_module_add_child(m, "fc", fc), DT_OK);
+  tied_case c = {.plan_fqn = "fc"};
+  cr_assert_eq(dt_randn(2, (int64_t[]){3, 4}, DT_F32, 1, &c.x), DT_OK);
+  cr_assert_eq(dt_module_forward(m, c.x, &c.ref), DT_OK);
+  dt_export_options o = {.dynamic_batch = true};
+  cr_assert_eq(dt_export(m, c.x, &o, &c.prog), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_spawn(3, heads_rank, &c), DT_OK, "%s", dt_last_error()); /* 2 features, 3 ranks */
+  dt_program_destroy(c.prog);
+  dt_tensor_release(c.x);
+  dt_tensor_release(c.ref);
+  dt_module_destroy(m);
+}
