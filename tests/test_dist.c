@@ -30,7 +30,7 @@ static bool equal_values(dt_tensor *a, dt_tensor *b) {
 
 typedef struct mesh_arg {
   int ndim;
-  int shape[2];
+  int shape[3];
 } mesh_arg;
 
 static int world_of(const mesh_arg *m) {
@@ -57,16 +57,17 @@ static dt_status redistribute_rank(dt_comm *world, void *arg) {
   if (st) return st;
   int64_t shape[] = {5, 7};
   dt_tensor *full = ref_random(2, shape, DT_F32, -3, 3, 11);
-  int choices = 5, total = 1;
+  int choices = 5, total = 1, checked = 0;
   for (int m = 0; m < ma->ndim; m++) total *= choices;
   for (int from = 0; from < total && !st; from++) {
     for (int to = 0; to < total && !st; to++) {
-      dt_placement pf[2], pt[2];
+      checked++;
+      dt_placement pf[3], pt[3];
       for (int m = 0, f = from, t = to; m < ma->ndim; m++, f /= choices, t /= choices) {
         pf[m] = pick(f % choices);
         pt[m] = pick(t % choices);
       }
-      dt_placement rep[2] = {dt_replicate(), dt_replicate()};
+      dt_placement rep[3] = {dt_replicate(), dt_replicate(), dt_replicate()};
       dt_tensor *r = NULL, *a = NULL, *b = NULL, *back = NULL, *local = NULL;
       st = dt_distribute_tensor(mesh, full, ma->ndim, rep, &r);
       if (!st) st = dt_redistribute(r, ma->ndim, pf, &a);
@@ -107,6 +108,8 @@ static dt_status redistribute_rank(dt_comm *world, void *arg) {
       dt_tensor_release(local);
     }
   }
+  if (ma->ndim == 3 && dt_comm_rank(world) == 0)
+    fprintf(stderr, "2x2x2: %d pairs checked\n", checked);
   dt_tensor_release(full);
   dt_mesh_destroy(mesh);
   return st;
@@ -123,6 +126,10 @@ Test(redistribute, every_pair_1d) {
 }
 Test(redistribute, every_pair_2x2) { run_on(2, 2, 2, redistribute_rank); }
 Test(redistribute, every_pair_2x3) { run_on(2, 2, 3, redistribute_rank); }
+Test(redistribute, every_pair_2x2x2) {
+  mesh_arg ma = {3, {2, 2, 2}};
+  cr_assert_eq(dt_spawn(8, redistribute_rank, &ma), DT_OK, "mesh 2x2x2: %s", dt_last_error());
+}
 
 /* (S0, S1) -> (S1, S0) must not gather the whole tensor anywhere: its plan moves fewer
  * bytes than one full replica and uses an all_to_all. */

@@ -205,7 +205,7 @@ static const op_case cases[] = {
 
 typedef struct sweep {
   int mesh_ndim;
-  int mesh_shape[2];
+  int mesh_shape[3];
   int max_combos; /* per case: cap the combinations tried (0: all) */
 } sweep;
 
@@ -251,7 +251,7 @@ static dt_status run_case(dt_mesh *mesh, const sweep *sw, const op_case *c, uint
   for (int combo = 0; combo < total; combo += step) {
     checks++;
     int k = combo;
-    dt_placement pl[3][2];
+    dt_placement pl[3][3];
     char desc[128] = "";
     for (int i = 0; i < c->n_in; i++) {
       for (int m = 0; m < sw->mesh_ndim; m++) {
@@ -265,7 +265,7 @@ static dt_status run_case(dt_mesh *mesh, const sweep *sw, const op_case *c, uint
     }
     dt_tensor *dist[3] = {0}, *out = NULL, *gathered = NULL;
     for (int i = 0; i < c->n_in && !st; i++) {
-      dt_placement rep[2] = {dt_replicate(), dt_replicate()};
+      dt_placement rep[3] = {dt_replicate(), dt_replicate(), dt_replicate()};
       dt_tensor *r = NULL;
       st = dt_distribute_tensor(mesh, full[i], sw->mesh_ndim, rep, &r);
       if (!st) st = dt_redistribute(r, sw->mesh_ndim, pl[i], &dist[i]);
@@ -338,6 +338,13 @@ Test(dist_sweep, mesh_3) { run_sweep(1, 3, 1, 0); }
 Test(dist_sweep, mesh_4) { run_sweep(1, 4, 1, 0); }
 Test(dist_sweep, mesh_2x2) { run_sweep(2, 2, 2, 0); }
 Test(dist_sweep, mesh_2x3) { run_sweep(2, 2, 3, 0); }
+Test(dist_sweep, mesh_2x2x2) {
+  /* A 3-D mesh: a spread sample of up to 600 placement combinations per op. */
+  sweep sw = {3, {2, 2, 2}, 600};
+  dt_status st = dt_spawn(8, sweep_rank, &sw);
+  fprintf(stderr, "mesh 2x2x2: %ld placement combinations checked\n", (long)checks);
+  cr_assert_eq(st, DT_OK, "sweep on mesh 2x2x2 failed: %s", dt_last_error());
+}
 
 /* ---- Chains: a small model-like sequence of ops, with random placements at every input ---- */
 
