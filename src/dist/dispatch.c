@@ -392,7 +392,7 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
     if (st) return st;
     plan->n_out++;
   }
-  if (call->op == DT_OP_EMBEDDING) {
+  if (dt__op_has_trait(call->op, DT_TRAIT_ROW_WINDOW)) {
     /* Weight rows sharded on some mesh dim: pass this shard's row window to the kernel. */
     bool rows_sharded = false;
     for (int m = 0; m < spec->mesh_ndim; m++) {
@@ -408,7 +408,7 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
       plan->window[1] = w->shape[0];
     }
   }
-  if (call->op == DT_OP_UNIFORM_) {
+  if (dt__op_has_trait(call->op, DT_TRAIT_RANDOM)) {
     /* A shard that is the whole tensor (every placement Replicate) needs no geometry. */
     const dt_dist_spec *self = a->t[0]->spec;
     int64_t shape[DT_MAX_DIMS];
@@ -420,10 +420,8 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
   /* Shape-changing views run on the shard with this rank's output shape: their own attributes
    * (a shape, or "every size-1 dim") describe the global tensor, not the shard. squeeze and
    * flatten then run as a reshape to that shape. */
-  bool squeezing =
-      call->op == DT_OP_SQUEEZE || call->op == DT_OP_SQUEEZE_DIM || call->op == DT_OP_FLATTEN;
-  plan->local_shape_override =
-      call->op == DT_OP_VIEW || call->op == DT_OP_RESHAPE || call->op == DT_OP_EXPAND || squeezing;
+  bool squeezing = dt__op_has_trait(call->op, DT_TRAIT_RUNS_AS_RESHAPE);
+  plan->local_shape_override = dt__op_has_trait(call->op, DT_TRAIT_GLOBAL_SHAPE_ATTR);
   plan->local_op = squeezing ? DT_OP_RESHAPE : call->op;
   if (plan->local_shape_override && n_out == 1) {
     int64_t offset[DT_MAX_DIMS];

@@ -51,31 +51,6 @@ static bool pointwise_shard(const dt_rule_ctx *c, int k, dt_placement *in) {
   return true;
 }
 
-typedef enum linearity { NONLINEAR, LINEAR_ALL, LINEAR_FIRST_ONLY } linearity;
-
-static linearity op_linearity(dt_op op) {
-  switch (op) {
-  case DT_OP_ADD:
-  case DT_OP_SUB:
-  case DT_OP_ADD_:
-  case DT_OP_SUB_:
-  case DT_OP_NEG:
-  case DT_OP_CLONE:
-  case DT_OP_CONTIGUOUS:
-  case DT_OP_DETACH:
-  case DT_OP_TO:
-  case DT_OP_MUL_SCALAR:
-  case DT_OP_DIV_SCALAR:
-  case DT_OP_MUL_SCALAR_:
-  case DT_OP_COPY_: return LINEAR_ALL;
-  case DT_OP_MUL:
-  case DT_OP_MUL_:
-  case DT_OP_DIV:
-  case DT_OP_DIV_: return LINEAR_FIRST_ONLY; /* P * R, P / R (and R * P for mul) */
-  default: return NONLINEAR;
-  }
-}
-
 static void rule_pointwise(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
   dt_placement in[DT_DIST_MAX_ARGS];
   /* Follow each argument's sharding. */
@@ -88,16 +63,16 @@ static void rule_pointwise(const dt_rule_ctx *c, const dt_placement *cur, dt_str
   }
   /* Partial where the op is linear. A cast into an integer or bool dtype is not (rounding
    * each partial value is not rounding their sum). */
-  linearity lin = op_linearity(c->call->op);
-  if (!dt_dtype_is_floating(c->out[0].dtype)) lin = NONLINEAR;
-  bool inplace = dt__op_table[c->call->op].kind == DT_OP_KIND_INPLACE;
-  for (int i = 0; i < c->n_args && lin != NONLINEAR; i++) {
+  unsigned lin = dt__op_table[c->call->op].traits &
+                 (DT_TRAIT_LINEAR | DT_TRAIT_LINEAR_FIRST | DT_TRAIT_LINEAR_EACH);
+  if (!dt_dtype_is_floating(c->out[0].dtype)) lin = 0;
+  for (int i = 0; i < c->n_args && lin; i++) {
     if (!is_sum_partial(cur[i])) continue;
-    if (lin == LINEAR_ALL) {
+    if (lin & DT_TRAIT_LINEAR) {
       /* Every tensor argument takes the same Partial (others are scaled alike). */
       for (int j = 0; j < c->n_args; j++) in[j] = c->args[j] ? cur[i] : R();
       push(s, in, c->n_args, cur[i]);
-    } else if (i == 0 || (c->call->op == DT_OP_MUL && !inplace)) {
+    } else if (i == 0 || (lin & DT_TRAIT_LINEAR_EACH)) {
       for (int j = 0; j < c->n_args; j++) in[j] = R();
       in[i] = cur[i];
       push(s, in, c->n_args, cur[i]);
@@ -359,130 +334,8 @@ static void rule_view(const dt_rule_ctx *c, const dt_placement *cur, dt_strategi
   rule_dim_map(c, cur, map, true, s);
 }
 
-/* Which rule family an op belongs to. */
-typedef enum rule_family {
-  RULE_NONE = 0,
-  RULE_POINTWISE,
-  RULE_LIKE,
-  RULE_REDUCTION,
-  RULE_MATMUL,
-  RULE_ADDMM,
-  RULE_LINEAR,
-  RULE_SOFTMAX,
-  RULE_LAYER_NORM,
-  RULE_BATCH_NORM,
-  RULE_EMBEDDING,
-  RULE_CAT,
-  RULE_STACK,
-  RULE_TRANSPOSE,
-  RULE_PERMUTE,
-  RULE_UNSQUEEZE,
-  RULE_VIEW,
-  RULE_SELECT,
-  RULE_SLICE,
-  RULE_EXPAND,
-} rule_family;
-
-static rule_family family_of(dt_op op) {
-  switch (op) {
-  case DT_OP_NEG:
-  case DT_OP_ABS:
-  case DT_OP_EXP:
-  case DT_OP_LOG:
-  case DT_OP_SQRT:
-  case DT_OP_RSQRT:
-  case DT_OP_RELU:
-  case DT_OP_GELU:
-  case DT_OP_SILU:
-  case DT_OP_TANH:
-  case DT_OP_SIGMOID:
-  case DT_OP_ADD:
-  case DT_OP_SUB:
-  case DT_OP_MUL:
-  case DT_OP_DIV:
-  case DT_OP_MAXIMUM:
-  case DT_OP_MINIMUM:
-  case DT_OP_POW:
-  case DT_OP_ADD_SCALAR:
-  case DT_OP_SUB_SCALAR:
-  case DT_OP_MUL_SCALAR:
-  case DT_OP_DIV_SCALAR:
-  case DT_OP_POW_SCALAR:
-  case DT_OP_EQ:
-  case DT_OP_NE:
-  case DT_OP_LT:
-  case DT_OP_LE:
-  case DT_OP_GT:
-  case DT_OP_GE:
-  case DT_OP_EQ_SCALAR:
-  case DT_OP_NE_SCALAR:
-  case DT_OP_LT_SCALAR:
-  case DT_OP_LE_SCALAR:
-  case DT_OP_GT_SCALAR:
-  case DT_OP_GE_SCALAR:
-  case DT_OP_WHERE:
-  case DT_OP_MASKED_FILL:
-  case DT_OP_CLONE:
-  case DT_OP_CONTIGUOUS:
-  case DT_OP_DETACH:
-  case DT_OP_TO:
-  case DT_OP_ADD_:
-  case DT_OP_SUB_:
-  case DT_OP_MUL_:
-  case DT_OP_DIV_:
-  case DT_OP_ADD_SCALAR_:
-  case DT_OP_MUL_SCALAR_:
-  case DT_OP_FILL_:
-  case DT_OP_COPY_:
-  case DT_OP_UNIFORM_: return RULE_POINTWISE;
-  case DT_OP_EMPTY_LIKE:
-  case DT_OP_ZEROS_LIKE:
-  case DT_OP_ONES_LIKE:
-  case DT_OP_FULL_LIKE: return RULE_LIKE;
-  case DT_OP_SUM:
-  case DT_OP_SUM_DIM:
-  case DT_OP_MEAN:
-  case DT_OP_MEAN_DIM:
-  case DT_OP_MAX:
-  case DT_OP_MIN:
-  case DT_OP_MAX_DIM:
-  case DT_OP_MIN_DIM:
-  case DT_OP_AMAX:
-  case DT_OP_AMIN:
-  case DT_OP_ARGMAX: return RULE_REDUCTION;
-  case DT_OP_MM:
-  case DT_OP_BMM:
-  case DT_OP_MATMUL: return RULE_MATMUL;
-  case DT_OP_ADDMM: return RULE_ADDMM;
-  case DT_OP_LINEAR: return RULE_LINEAR;
-  case DT_OP_SOFTMAX:
-  case DT_OP_LOG_SOFTMAX: return RULE_SOFTMAX;
-  case DT_OP_LAYER_NORM: return RULE_LAYER_NORM;
-  case DT_OP_BATCH_NORM: return RULE_BATCH_NORM;
-  case DT_OP_EMBEDDING: return RULE_EMBEDDING;
-  case DT_OP_CAT: return RULE_CAT;
-  case DT_OP_STACK: return RULE_STACK;
-  case DT_OP_TRANSPOSE: return RULE_TRANSPOSE;
-  case DT_OP_PERMUTE: return RULE_PERMUTE;
-  case DT_OP_UNSQUEEZE: return RULE_UNSQUEEZE;
-  case DT_OP_SQUEEZE:
-  case DT_OP_SQUEEZE_DIM:
-  case DT_OP_FLATTEN:
-  case DT_OP_VIEW:
-  case DT_OP_RESHAPE: return RULE_VIEW;
-  case DT_OP_SELECT: return RULE_SELECT;
-  case DT_OP_NARROW:
-  case DT_OP_SLICE:
-  case DT_OP_SPLIT:
-  case DT_OP_SPLIT_WITH_SIZES:
-  case DT_OP_CHUNK: return RULE_SLICE;
-  case DT_OP_EXPAND: return RULE_EXPAND;
-  default: return RULE_NONE;
-  }
-}
-
 bool dt_op_has_sharding_rule(int op) {
-  return op >= 0 && op < DT_OP_COUNT && family_of((dt_op)op) != RULE_NONE;
+  return op >= 0 && op < DT_OP_COUNT && dt__op_table[op].rule != DT_RULE_REPLICATE;
 }
 
 bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
@@ -490,28 +343,28 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
   const dt_tensor *a = c->args[0];
   int map[DT_MAX_DIMS];
   s->n = 0;
-  switch (family_of(call->op)) {
-  case RULE_POINTWISE: rule_pointwise(c, cur, s); return true;
-  case RULE_LIKE: rule_like(c, cur, s); return true;
-  case RULE_REDUCTION: rule_reduction(c, cur, s); return true;
-  case RULE_MATMUL:
+  switch (dt__op_table[call->op].rule) {
+  case DT_RULE_POINTWISE: rule_pointwise(c, cur, s); return true;
+  case DT_RULE_LIKE: rule_like(c, cur, s); return true;
+  case DT_RULE_REDUCTION: rule_reduction(c, cur, s); return true;
+  case DT_RULE_MATMUL:
     if (c->args[0]->ndim < 2 || c->args[1]->ndim < 2) return false; /* 1-D operands: replicate */
     rule_matmul(c, cur, s);
     return true;
-  case RULE_ADDMM: rule_addmm(c, cur, s); return true;
-  case RULE_LINEAR: rule_linear(c, cur, s); return true;
-  case RULE_SOFTMAX: rule_keep_free_dims(c, cur, 1u << call->ints[0], s); return true;
-  case RULE_LAYER_NORM: {
+  case DT_RULE_ADDMM: rule_addmm(c, cur, s); return true;
+  case DT_RULE_LINEAR: rule_linear(c, cur, s); return true;
+  case DT_RULE_SOFTMAX: rule_keep_free_dims(c, cur, 1u << call->ints[0], s); return true;
+  case DT_RULE_LAYER_NORM: {
     uint32_t busy = 0;
     for (int i = 0; i < call->n_ints; i++) busy |= 1u << (a->ndim - 1 - i);
     rule_keep_free_dims(c, cur, busy, s);
     return true;
   }
-  case RULE_BATCH_NORM: rule_keep_free_dims(c, cur, 1u << 1, s); return true;
-  case RULE_EMBEDDING: rule_embedding(c, cur, s); return true;
-  case RULE_CAT: rule_cat(c, cur, s, false); return true;
-  case RULE_STACK: rule_cat(c, cur, s, true); return true;
-  case RULE_TRANSPOSE:
+  case DT_RULE_BATCH_NORM: rule_keep_free_dims(c, cur, 1u << 1, s); return true;
+  case DT_RULE_EMBEDDING: rule_embedding(c, cur, s); return true;
+  case DT_RULE_CAT: rule_cat(c, cur, s, false); return true;
+  case DT_RULE_STACK: rule_cat(c, cur, s, true); return true;
+  case DT_RULE_TRANSPOSE:
     for (int d = 0; d < a->ndim; d++) map[d] = d;
     if (a->ndim > 0) {
       map[call->ints[0]] = (int)call->ints[1];
@@ -519,33 +372,33 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
     }
     rule_dim_map(c, cur, map, true, s);
     return true;
-  case RULE_PERMUTE:
+  case DT_RULE_PERMUTE:
     for (int d = 0; d < a->ndim; d++) map[call->ints[d]] = d;
     rule_dim_map(c, cur, map, true, s);
     return true;
-  case RULE_UNSQUEEZE:
+  case DT_RULE_UNSQUEEZE:
     for (int d = 0; d < a->ndim; d++) map[d] = d >= call->ints[0] ? d + 1 : d;
     rule_dim_map(c, cur, map, true, s);
     return true;
-  case RULE_VIEW: rule_view(c, cur, s); return true;
-  case RULE_SELECT:
+  case DT_RULE_VIEW: rule_view(c, cur, s); return true;
+  case DT_RULE_SELECT:
     for (int d = 0; d < a->ndim; d++) map[d] = d < call->ints[0] ? d : d - 1;
     map[call->ints[0]] = -1;
     rule_dim_map(c, cur, map, true, s);
     return true;
-  case RULE_SLICE:
+  case DT_RULE_SLICE:
     for (int d = 0; d < a->ndim; d++) map[d] = d;
     map[call->ints[0]] = -1;
     rule_dim_map(c, cur, map, true, s);
     return true;
-  case RULE_EXPAND: {
+  case DT_RULE_EXPAND: {
     int lead = c->out[0].ndim - a->ndim;
     for (int d = 0; d < a->ndim; d++)
       map[d] = a->shape[d] == c->out[0].shape[d + lead] ? d + lead : -1;
     rule_dim_map(c, cur, map, false, s);
     return true;
   }
-  case RULE_NONE: break;
+  case DT_RULE_REPLICATE: break;
   }
   return false;
 }

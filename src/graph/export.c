@@ -160,7 +160,7 @@ static dt_status record(tracer *tr, const dt_op_call *snap, const dt_op_call *do
   dt_node *n = &tr->g->nodes[i];
   n->n_inputs = snap->n_inputs;
   memcpy(n->inputs, inputs, sizeof(int) * (size_t)snap->n_inputs);
-  n->has_list = snap->op == DT_OP_CAT || snap->op == DT_OP_STACK;
+  n->has_list = dt__op_has_trait(snap->op, DT_TRAIT_TENSOR_LIST);
   n->n_list = snap->n_input_list;
   n->list = list;
   bool inplace = def->kind == DT_OP_KIND_INPLACE;

@@ -60,16 +60,7 @@ void dt__arena_free(dt_arena *arena) {
 
 /* ---- Ops ------------------------------------------------------------------------------------- */
 
-bool dt__op_returns_tuple(int op) {
-  switch (op) {
-  case DT_OP_SPLIT:
-  case DT_OP_SPLIT_WITH_SIZES:
-  case DT_OP_CHUNK:
-  case DT_OP_MAX_DIM:
-  case DT_OP_MIN_DIM: return true;
-  default: return false;
-  }
-}
+bool dt__op_returns_tuple(int op) { return dt__op_has_trait(op, DT_TRAIT_TUPLE); }
 
 int dt__op_by_name(const char *name, size_t len) {
   for (int i = 0; i < DT_OP_COUNT; i++) {

@@ -368,7 +368,7 @@ static dt_status check_call(parser *p, int i, const args *a, int declared_n) {
   const dt_op_def *def = &dt__op_table[n->target];
   if (a->has_index || a->has_dim || a->has_new_dim || a->has_op)
     return fail(p, "%s: attribute not allowed on an op call", def->name);
-  if (a->has_list != (n->target == DT_OP_CAT || n->target == DT_OP_STACK)) {
+  if (a->has_list != dt__op_has_trait(n->target, DT_TRAIT_TENSOR_LIST)) {
     return fail(p, "%s: %s", def->name,
                 a->has_list ? "takes no tensor list" : "takes a tensor list [...]");
   }

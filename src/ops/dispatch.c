@@ -7,13 +7,16 @@
 #include "profile/profile_impl.h"
 
 const dt_op_def dt__op_table[DT_OP_COUNT] = {
-#define DT_OP_DEF(id, op_name, op_kind, required, infer_fn, kernel_fn, op_schema)                  \
+#define DT_OP_DEF(id, op_name, op_kind, required, infer_fn, kernel_fn, rule_family, op_traits,     \
+                  op_schema)                                                                       \
   [DT_OP_##id] = {.name = op_name,                                                                 \
                   .schema = op_schema,                                                             \
                   .kind = DT_OP_KIND_##op_kind,                                                    \
                   .n_required = required,                                                          \
                   .infer = infer_fn,                                                               \
-                  .kernel = kernel_fn},
+                  .kernel = kernel_fn,                                                             \
+                  .rule = DT_RULE_##rule_family,                                                   \
+                  .traits = op_traits},
     DT_OP_LIST(DT_OP_DEF)
 #undef DT_OP_DEF
 };

@@ -15,7 +15,7 @@
 
 /* The op enum, generated from the list. */
 typedef enum dt_op {
-#define DT_OP_ENUM(id, name, kind, required, infer, kernel, schema) DT_OP_##id,
+#define DT_OP_ENUM(id, name, kind, required, infer, kernel, rule, traits, schema) DT_OP_##id,
   DT_OP_LIST(DT_OP_ENUM)
 #undef DT_OP_ENUM
       DT_OP_COUNT
@@ -32,6 +32,58 @@ typedef enum dt_op_kind {
   /* The kernel mutates inputs[0]; there are no outputs. */
   DT_OP_KIND_INPLACE = 2,
 } dt_op_kind;
+
+/* The sharding-rule family of an op (the list's rule column): which rule of
+ * src/dist/rules.c propagates placements through it. Pure data, so a new op cannot fall into
+ * a rule silently: the list names one for every op. */
+typedef enum dt_rule_family {
+  DT_RULE_REPLICATE = 0, /* no sharding rule: inputs are replicated, the output too */
+  DT_RULE_POINTWISE,     /* elementwise with broadcasting: follow any input's shard */
+  DT_RULE_LIKE,          /* *_like factories: the output takes the input's layout */
+  DT_RULE_REDUCTION,     /* reduced dims become Partial, others keep their shard */
+  DT_RULE_MATMUL,        /* mm, bmm, matmul: rows, columns, contraction, batch dims */
+  DT_RULE_ADDMM,
+  DT_RULE_LINEAR,
+  DT_RULE_SOFTMAX,    /* any shard but the softmax dim */
+  DT_RULE_LAYER_NORM, /* any shard but the normalized dims */
+  DT_RULE_BATCH_NORM, /* any shard but the channel dim */
+  DT_RULE_EMBEDDING,
+  DT_RULE_CAT,
+  DT_RULE_STACK,
+  DT_RULE_TRANSPOSE, /* views that map input dims to output dims one to one */
+  DT_RULE_PERMUTE,
+  DT_RULE_UNSQUEEZE,
+  DT_RULE_VIEW, /* view, reshape, flatten, squeeze: dims merged or split */
+  DT_RULE_SELECT,
+  DT_RULE_SLICE, /* narrow, slice, split, chunk: the sliced dim must be whole */
+  DT_RULE_EXPAND,
+} dt_rule_family;
+
+/* Facts about an op (the list's traits column), as bits. */
+enum {
+  /* Linear in all its tensor arguments together: Partial(sum) inputs give a Partial(sum)
+   * output when every tensor argument carries the same Partial. */
+  DT_TRAIT_LINEAR = 1 << 0,
+  /* Linear in its first argument alone (P / R): the others must be replicated. */
+  DT_TRAIT_LINEAR_FIRST = 1 << 1,
+  /* Linear in each argument separately (P * R and R * P), not in both at once. */
+  DT_TRAIT_LINEAR_EACH = 1 << 2,
+  /* Returns a tuple of tensors (split, chunk, max.dim): graphs address them by index. */
+  DT_TRAIT_TUPLE = 1 << 3,
+  /* Takes a Tensor[] argument (cat, stack). */
+  DT_TRAIT_TENSOR_LIST = 1 << 4,
+  /* On a weight sharded by rows, the local kernel needs the shard's row window
+   * (vocabulary-parallel embedding). */
+  DT_TRAIT_ROW_WINDOW = 1 << 5,
+  /* Fills with counter-based random numbers: the local kernel needs the shard's place in
+   * the global tensor so that every shard draws the numbers of the whole. */
+  DT_TRAIT_RANDOM = 1 << 6,
+  /* Its shape attributes describe the global tensor: on a shard it runs with this rank's
+   * output shape instead. */
+  DT_TRAIT_GLOBAL_SHAPE_ATTR = 1 << 7,
+  /* On a shard it runs as a reshape to the local output shape (squeeze, flatten). */
+  DT_TRAIT_RUNS_AS_RESHAPE = 1 << 8,
+};
 
 #define DT_OP_MAX_INPUTS 6
 #define DT_OP_MAX_INTS DT_MAX_DIMS
@@ -79,12 +131,14 @@ typedef struct dt_op_def {
   int n_required; /* inputs[0..n_required) must be non-NULL */
   dt_op_infer_fn infer;
   dt_op_kernel_fn kernel;
+  dt_rule_family rule;
+  unsigned traits; /* DT_TRAIT_* */
 } dt_op_def;
 
 extern const dt_op_def dt__op_table[DT_OP_COUNT];
 
 /* Prototypes of every infer and kernel function named in the list. */
-#define DT_OP_PROTO(id, name, kind, required, infer, kernel, schema)                               \
+#define DT_OP_PROTO(id, name, kind, required, infer, kernel, rule, traits, schema)                 \
   dt_status infer(dt_op_call *call, dt_tensor_meta *metas);                                        \
   dt_status kernel(dt_op_call *call);
 DT_OP_LIST(DT_OP_PROTO)
@@ -119,6 +173,10 @@ dt_status dt__broadcast_shapes(const char *op, int ndim_a, const int64_t *shape_
 
 /* Strides of t seen through the broadcast shape (ndim, shape): 0 on broadcast dims. */
 void dt__broadcast_strides(const dt_tensor *t, int ndim, const int64_t *shape, int64_t *strides);
+
+static inline bool dt__op_has_trait(int op, unsigned trait) {
+  return (dt__op_table[op].traits & trait) != 0;
+}
 
 static inline const char *dt__op_name(const dt_op_call *call) {
   return dt__op_table[call->op].name;
