@@ -156,7 +156,8 @@ static dt_status write_trace(const char *fn, const dt_profiler *profiler, int ra
   if (!f) {
     int err = errno;
     dt__free(threads);
-    return dt__error(DT_ERR_IO, "%s: cannot open '%s' for writing: %s", fn, path, strerror(err));
+    return dt__error(DT_ERR_IO, "%s: cannot open '%s' for writing: %s", fn, path,
+                     dt__output_strerror(&out, err));
   }
   char *buffer = dt__alloc(1 << 20);
   if (buffer) setvbuf(f, buffer, _IOFBF, 1 << 20);

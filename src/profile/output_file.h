@@ -3,20 +3,29 @@
 #define DT_PROFILE_OUTPUT_FILE_H
 
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 
 typedef struct dt__output_file {
   const char *path;
-  bool in_place; /* an existing non-regular file: written directly, never removed */
+  bool in_place;         /* an existing non-regular file: written directly, never removed */
+  bool restore_mask;     /* SIGXFSZ was blocked by dt__output_open and must be unblocked */
+  sigset_t old_mask;     /* the thread's signal mask before dt__output_open */
+  const char *problem;   /* why opening failed when errno alone would mislead, else NULL */
+  char target[PATH_MAX]; /* the file put in place: path, or the target of a symbolic link */
   char tmp[PATH_MAX];
 } dt__output_file;
 
-/* Opens the stream to write `path` through; NULL with errno set on failure. */
+/* Opens the stream to write `path` through; NULL with errno set on failure (then
+ * dt__output_strerror explains it). */
 FILE *dt__output_open(dt__output_file *out, const char *path);
 
 /* Closes the stream and, for a regular file, puts it in place; `failed` says the writer
  * saw an error. Returns 0 or an errno value (the temporary is removed then). */
 int dt__output_close(dt__output_file *out, FILE *f, bool failed);
+
+/* The reason for error `err` of dt__output_open, as a phrase for a message. */
+const char *dt__output_strerror(const dt__output_file *out, int err);
 
 #endif

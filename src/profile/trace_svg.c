@@ -63,7 +63,7 @@ dt_status dt_trace_write_svg(const dt_trace *t, const char *device_label, double
     int err = errno;
     dt__free(rows);
     return dt__error(DT_ERR_IO, "dt_trace_write_svg: cannot open '%s' for writing: %s", path,
-                     strerror(err));
+                     dt__output_strerror(&out, err));
   }
   double height = TOP + (double)t->n_lanes * (ROW + GAP) + 40;
   fprintf(f,
