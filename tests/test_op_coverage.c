@@ -1,0 +1,118 @@
+/*
+ * Every op of the table, walked one by one (as ggml's test-backend-ops does):
+ * - the op list gives it every fact (a sharding-rule family, or REPLICATE with a reason
+ *   listed here), and its traits agree with its schema;
+ * - the op sweep (tests/sweep_cases.h, run distributed by tests/test_dist_sweep.c) reaches
+ *   it. A coverage table is printed; an op no case reaches fails the test unless it is
+ *   listed below with a reason.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/op_impl.h"
+#include "sweep_cases.h"
+
+/* Ops that run replicated on purpose, with the reason. Empty today: every op has a rule. */
+static const struct {
+  dt_op op;
+  const char *reason;
+} replicate_only[] = {{DT_OP_COUNT, NULL}};
+
+/* Ops the sweep does not reach, with the reason. Empty today. */
+static const struct {
+  dt_op op;
+  const char *reason;
+} not_swept[] = {{DT_OP_COUNT, NULL}};
+
+static bool listed_replicate_only(int op) {
+  for (size_t i = 0; i < sizeof replicate_only / sizeof *replicate_only; i++) {
+    if ((int)replicate_only[i].op == op) return true;
+  }
+  return false;
+}
+
+static bool listed_not_swept(int op) {
+  for (size_t i = 0; i < sizeof not_swept / sizeof *not_swept; i++) {
+    if ((int)not_swept[i].op == op) return true;
+  }
+  return false;
+}
+
+Test(op_list, every_op_has_its_facts) {
+  for (int op = 0; op < DT_OP_COUNT; op++) {
+    const dt_op_def *def = &dt__op_table[op];
+    cr_assert(def->name && def->schema && def->infer && def->kernel, "op %d lacks a column", op);
+    cr_assert(strncmp(def->schema, def->name, strlen(def->name)) == 0 &&
+                  def->schema[strlen(def->name)] == '(',
+              "%s: the schema names another op: %s", def->name, def->schema);
+    if (def->rule == DT_RULE_REPLICATE) {
+      cr_assert(listed_replicate_only(op),
+                "%s has no sharding rule and is not listed as "
+                "replicate-only with a reason",
+                def->name);
+    }
+    /* The traits say what the schema says. */
+    const char *ret = strstr(def->schema, ") -> ");
+    cr_assert(ret, "%s: schema without a return type", def->name);
+    bool tuple = ret[5] == '(' || strstr(ret, "[]") != NULL;
+    cr_assert_eq(tuple, dt__op_has_trait(op, DT_TRAIT_TUPLE),
+                 "%s: the tuple trait disagrees "
+                 "with the schema",
+                 def->name);
+    bool list = strstr(def->schema, "Tensor[]") != NULL &&
+                strstr(def->schema, "Tensor[] ") == strstr(def->schema, "Tensor[]");
+    cr_assert_eq(list, dt__op_has_trait(op, DT_TRAIT_TENSOR_LIST),
+                 "%s: the tensor-list trait disagrees with the schema", def->name);
+    bool mutates = strstr(def->schema, "(a!)") != NULL;
+    cr_assert_eq(mutates, def->kind == DT_OP_KIND_INPLACE, "%s: kind disagrees with the schema",
+                 def->name);
+    int linear_bits = dt__op_has_trait(op, DT_TRAIT_LINEAR) +
+                      dt__op_has_trait(op, DT_TRAIT_LINEAR_FIRST) +
+                      dt__op_has_trait(op, DT_TRAIT_LINEAR_EACH);
+    cr_assert(linear_bits <= 1, "%s: more than one linearity trait", def->name);
+    if (linear_bits) {
+      cr_assert_eq(def->rule, DT_RULE_POINTWISE, "%s: linearity is a pointwise fact", def->name);
+    }
+  }
+}
+
+/* Records which ops a call reaches. */
+static dt_status record(dt_invocation *inv, void *user) {
+  bool *seen = user;
+  int op = dt_invocation_op(inv);
+  if (op >= 0 && op < DT_OP_COUNT) seen[op] = true;
+  return dt_invocation_run(inv);
+}
+
+Test(op_list, the_sweep_covers_every_op) {
+  bool seen[DT_OP_COUNT] = {0};
+  const char *by[DT_OP_COUNT] = {0};
+  for (size_t c = 0; c < N_CASES; c++) {
+    dt_tensor *in[3] = {0}, *out = NULL;
+    for (int i = 0; i < cases[c].n_in; i++) {
+      double lo = cases[c].lo, hi = cases[c].hi;
+      if (lo == 0 && hi == 0) lo = -2, hi = 2;
+      in[i] = ref_random(cases[c].ndim[i], cases[c].shape[i], cases[c].dtype[i], lo, hi, 7 + i);
+    }
+    bool now[DT_OP_COUNT] = {0};
+    cr_assert_eq(dt_mode_push(record, now), DT_OK);
+    dt_status st = cases[c].fn(in, &out);
+    cr_assert_eq(dt_mode_pop(), DT_OK);
+    cr_assert_eq(st, DT_OK, "case %s: %s", cases[c].name, dt_last_error());
+    for (int op = 0; op < DT_OP_COUNT; op++) {
+      if (now[op] && !seen[op]) seen[op] = true, by[op] = cases[c].name;
+    }
+    for (int i = 0; i < cases[c].n_in; i++) dt_tensor_release(in[i]);
+    dt_tensor_release(out);
+  }
+  int covered = 0, missing = 0;
+  printf("%-22s %-12s %s\n", "op", "rule", "swept by");
+  for (int op = 0; op < DT_OP_COUNT; op++) {
+    const char *how = seen[op] ? by[op] : listed_not_swept(op) ? "(listed: not swept)" : "MISSING";
+    printf("%-22s %-12d %s\n", dt__op_table[op].name, (int)dt__op_table[op].rule, how);
+    covered += seen[op];
+    if (!seen[op] && !listed_not_swept(op)) missing++;
+  }
+  printf("%d of %d ops swept\n", covered, DT_OP_COUNT);
+  cr_assert_eq(missing, 0, "%d ops are reached by no sweep case (see the table)", missing);
+}
