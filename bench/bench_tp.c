@@ -78,7 +78,7 @@ int dt_bench_tp(int argc, char **argv) {
   dt_module *model = NULL;
   dt_program *prog = NULL;
   dt_tensor *x = NULL;
-  dt_status st = dt_nn_mlp(hidden, hidden, hidden, true, 4096, &model);
+  dt_status st = dt_nn_mlp(hidden, hidden, hidden, true, true, 4096, &model);
   if (!st) st = dt_randn(2, (int64_t[]){batch, hidden}, DT_F32, 1, &x);
   if (!st) st = dt_export(model, x, NULL, &prog);
   /* One rank: the exported graph itself. */

@@ -42,8 +42,8 @@ static dt_status visit_count(const char *fqn, dt_tensor *t, bool is_buffer, void
 
 Test(modules, fqns_and_layout) {
   dt_module *mlps[2] = {NULL, NULL};
-  cr_assert_eq(dt_nn_mlp(6, 18, 6, true, 1, &mlps[0]), DT_OK);
-  cr_assert_eq(dt_nn_mlp(6, 18, 6, true, 3, &mlps[1]), DT_OK);
+  cr_assert_eq(dt_nn_mlp(6, 18, 6, true, true, 1, &mlps[0]), DT_OK);
+  cr_assert_eq(dt_nn_mlp(6, 18, 6, true, true, 3, &mlps[1]), DT_OK);
   dt_module *list = NULL, *root = NULL, *bn = NULL;
   cr_assert_eq(dt_nn_module_list(2, mlps, &list), DT_OK);
   cr_assert_eq(dt_module_create("Model", NULL, NULL, &root), DT_OK);
@@ -96,7 +96,7 @@ Test(modules, bad_sizes) {
 
 Test(export, mlp_graph_runs_like_forward) {
   dt_module *m = NULL;
-  cr_assert_eq(dt_nn_mlp(3, 8, 5, true, 7, &m), DT_OK);
+  cr_assert_eq(dt_nn_mlp(3, 8, 5, true, true, 7, &m), DT_OK);
   dt_tensor *x = ref_random(2, (int64_t[]){4, 3}, DT_F32, -1, 1, 9), *y = NULL, *z = NULL;
   cr_assert_eq(dt_module_forward(m, x, &y), DT_OK);
   dt_program *p = NULL;
@@ -353,7 +353,7 @@ static dt_status dist_rank(dt_comm *world, void *arg) {
 
 Test(interpreter, runs_on_distributed_tensors) {
   dt_module *m = NULL;
-  cr_assert_eq(dt_nn_mlp(3, 8, 5, true, 7, &m), DT_OK);
+  cr_assert_eq(dt_nn_mlp(3, 8, 5, true, true, 7, &m), DT_OK);
   dt_tensor *x = ref_random(2, (int64_t[]){7, 3}, DT_F32, -1, 1, 9);
   dt_program *p = NULL;
   dt_export_options opt = {.dynamic_batch = true};

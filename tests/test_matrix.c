@@ -100,8 +100,9 @@ static dt_tensor *make_matrix(int64_t r, int64_t c, dt_dtype d, layout l, uint64
   }
   *keep = rnd(1, (int64_t[]){extent}, d, seed);
   dt_tensor *v = NULL;
-  cr_assert_eq(dt_wrap(dt_tensor_data(*keep), 2, shape, strides, d, &v), DT_OK, "%s",
-               dt_last_error());
+  cr_assert_eq(
+      dt_wrap(dt_tensor_data(*keep), (size_t)extent * dt_dtype_size(d), 2, shape, strides, d, &v),
+      DT_OK, "%s", dt_last_error());
   return v;
 }
 
@@ -281,16 +282,16 @@ Test(bmm, hand_computed_and_random) {
 Test(bmm, stride_zero_batch_and_stepped) {
   /* b is one [5, 4] matrix repeated over a batch of 3 through a 0 batch stride. */
   dt_tensor *keep = rnd(1, (int64_t[]){20}, DT_F32, 3), *b = NULL;
-  cr_assert_eq(
-      dt_wrap(dt_tensor_data(keep), 3, (int64_t[]){3, 5, 4}, (int64_t[]){0, 4, 1}, DT_F32, &b),
-      DT_OK);
+  cr_assert_eq(dt_wrap(dt_tensor_data(keep), 20 * sizeof(float), 3, (int64_t[]){3, 5, 4},
+                       (int64_t[]){0, 4, 1}, DT_F32, &b),
+               DT_OK);
   dt_tensor *a = rnd(3, (int64_t[]){3, 6, 5}, DT_F32, 4);
   check_product(1, a, b);
   /* a with batch stride not a multiple of its matrix: matrices overlap, still correct. */
   dt_tensor *keep2 = rnd(1, (int64_t[]){64}, DT_F32, 5), *a2 = NULL;
-  cr_assert_eq(
-      dt_wrap(dt_tensor_data(keep2), 3, (int64_t[]){3, 6, 5}, (int64_t[]){7, 5, 1}, DT_F32, &a2),
-      DT_OK);
+  cr_assert_eq(dt_wrap(dt_tensor_data(keep2), 64 * sizeof(float), 3, (int64_t[]){3, 6, 5},
+                       (int64_t[]){7, 5, 1}, DT_F32, &a2),
+               DT_OK);
   check_product(1, a2, b);
   check_product(2, a2, b);
   dt_tensor_release(a2);
@@ -389,9 +390,9 @@ Test(matmul, broadcasting_and_vectors) {
 Test(matmul, permuted_batch_cannot_fold) {
   /* a: [3, 4, 5] whose batch dim is innermost in memory: rows do not fold into one run. */
   dt_tensor *keep = rnd(1, (int64_t[]){60}, DT_F32, 9), *a = NULL;
-  cr_assert_eq(
-      dt_wrap(dt_tensor_data(keep), 3, (int64_t[]){3, 4, 5}, (int64_t[]){1, 15, 3}, DT_F32, &a),
-      DT_OK);
+  cr_assert_eq(dt_wrap(dt_tensor_data(keep), 60 * sizeof(float), 3, (int64_t[]){3, 4, 5},
+                       (int64_t[]){1, 15, 3}, DT_F32, &a),
+               DT_OK);
   dt_tensor *b = rnd(2, (int64_t[]){5, 6}, DT_F32, 10);
   check_product(2, a, b);
   dt_tensor_release(a);

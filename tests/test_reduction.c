@@ -407,13 +407,15 @@ Test(reduction, broadcast_view_and_offset_view) {
    * both wrapped over caller memory. */
   float row[6] = {2.5f, -1, 7, 7, -3, 0.5f};
   dt_tensor *e = NULL;
-  cr_assert_eq(dt_wrap(row, 3, (int64_t[]){4, 5, 6}, (int64_t[]){0, 0, 1}, DT_F32, &e), DT_OK);
+  cr_assert_eq(dt_wrap(row, sizeof row, 3, (int64_t[]){4, 5, 6}, (int64_t[]){0, 0, 1}, DT_F32, &e),
+               DT_OK);
   for (unsigned mask = 1; mask < 8; mask++) check_dims(e, mask, mask & 2u);
   check_full(e);
   dt_tensor_release(e);
   double big[4 * 9 * 5];
   for (int i = 0; i < 4 * 9 * 5; i++) big[i] = (double)((i * 37) % 23) - 11.5;
-  cr_assert_eq(dt_wrap(big + 10, 3, (int64_t[]){4, 5, 5}, (int64_t[]){45, 5, 1}, DT_F64, &e),
+  cr_assert_eq(dt_wrap(big + 10, sizeof big - 10 * sizeof big[0], 3, (int64_t[]){4, 5, 5},
+                       (int64_t[]){45, 5, 1}, DT_F64, &e),
                DT_OK);
   for (unsigned mask = 1; mask < 8; mask++) check_dims(e, mask, false);
   check_full(e);
@@ -437,7 +439,8 @@ Test(reduction, million_f32_sum_is_accurate) {
   cr_assert(fabs(got - exact / (double)n) <= 6e-8 * exact / (double)n);
   dt_tensor_release(out);
   /* The same through the strided path: the data seen as a transposed [1000, 1000]. */
-  cr_assert_eq(dt_wrap((void *)p, 2, (int64_t[]){1000, 1000}, (int64_t[]){1, 1000}, DT_F32, &t),
+  cr_assert_eq(dt_wrap((void *)p, (size_t)n * sizeof *p, 2, (int64_t[]){1000, 1000},
+                       (int64_t[]){1, 1000}, DT_F32, &t),
                DT_OK);
   cr_assert_eq(dt_sum_dims(t, 0, NULL, false, &out), DT_OK);
   got = *(const float *)dt_tensor_data(out);

@@ -68,7 +68,7 @@ Test(tensor, wrap_borrows_and_from_data_copies) {
   float data[6] = {1, 2, 3, 4, 5, 6};
   int64_t shape[] = {2, 3};
   dt_tensor *w = NULL, *c = NULL;
-  cr_assert_eq(dt_wrap(data, 2, shape, NULL, DT_F32, &w), DT_OK);
+  cr_assert_eq(dt_wrap(data, sizeof data, 2, shape, NULL, DT_F32, &w), DT_OK);
   cr_assert_eq(dt_from_data(data, 2, shape, DT_F32, &c), DT_OK);
   data[0] = 42;
   double v;

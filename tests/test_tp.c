@@ -79,7 +79,7 @@ static dt_status make_mlp_list(int n, bool bias, dt_module **out) {
   dt_module *m = NULL, *list = NULL, *mlps[4] = {NULL};
   dt_status st = dt_module_create("MLPListModule", mlp_list_forward, NULL, &m);
   for (int i = 0; i < n && !st; i++)
-    st = dt_nn_mlp(6, 18, 6, bias, 100 + 10 * (uint64_t)i, &mlps[i]);
+    st = dt_nn_mlp(6, 18, 6, bias, bias, 100 + 10 * (uint64_t)i, &mlps[i]);
   if (!st)
     st = dt_nn_module_list(n, mlps, &list);
   else

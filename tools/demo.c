@@ -183,7 +183,7 @@ int dt_tool_demo(int argc, char **argv) {
   dt_program *prog = NULL;
   dt_tensor *x = NULL, *expect = NULL;
   int rc = 0;
-  if (dt_nn_mlp(IN, HIDDEN, IN, true, 2024, &model)) return fail("building the model");
+  if (dt_nn_mlp(IN, HIDDEN, IN, true, true, 2024, &model)) return fail("building the model");
   if (dt_randn(2, (int64_t[]){BATCH, IN}, DT_F32, 7, &x)) rc = fail("making the input");
   dt_export_options eo = {.dynamic_batch = true};
   if (!rc && dt_export(model, x, &eo, &prog)) rc = fail("export");

@@ -56,9 +56,13 @@ DT_API dt_status dt_nn_embedding(int64_t num_embeddings, int64_t embedding_dim, 
 DT_API dt_status dt_nn_layer_norm(int64_t normalized_dim, double eps, dt_module **out);
 DT_API dt_status dt_nn_batch_norm1d(int64_t num_features, double eps, dt_module **out);
 
-/* An MLP as Sequential(Linear(in, hidden), ReLU, Linear(hidden, out)). */
-DT_API dt_status dt_nn_mlp(int64_t in_features, int64_t hidden, int64_t out_features, bool bias,
-                           uint64_t seed, dt_module **out);
+/* An MLP as Sequential(Linear(in, hidden, hidden_bias), ReLU, Linear(hidden, out,
+ * output_bias)): parameters "0.weight", "0.bias" (when hidden_bias), "2.weight", "2.bias"
+ * (when output_bias). Each layer has its own flag because the PyTorch models this mirrors
+ * often drop only the second bias (a rowwise-parallel output layer without bias needs no
+ * extra reduction). The first Linear is seeded with seed, the second with seed + 1. */
+DT_API dt_status dt_nn_mlp(int64_t in_features, int64_t hidden, int64_t out_features,
+                           bool hidden_bias, bool output_bias, uint64_t seed, dt_module **out);
 
 /* ---- Custom modules ----------------------------------------------------------------------- */
 

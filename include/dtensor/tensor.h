@@ -85,10 +85,15 @@ DT_API dt_status dt_arange(double start, double end, double step, dt_dtype dtype
 /* Copies `data` (contiguous, row-major, ndim/shape elements of dtype) into a new tensor. */
 DT_API dt_status dt_from_data(const void *data, int ndim, const int64_t *shape, dt_dtype dtype,
                               dt_tensor **out);
-/* Wraps caller memory without copying: the tensor borrows `data`, which must outlive every
- * handle and view made from it. `strides` (in elements) may be NULL for contiguous. */
-DT_API dt_status dt_wrap(void *data, int ndim, const int64_t *shape, const int64_t *strides,
-                         dt_dtype dtype, dt_tensor **out);
+/* Wraps caller memory without copying: the tensor borrows `data`, a buffer of `nbytes` bytes
+ * which must outlive every handle and view made from it. `strides` (in elements, >= 0) may be
+ * NULL for contiguous. The buffer must hold the largest element offset the geometry reaches,
+ * sum over dims of (size - 1) * stride, plus one element; an empty shape needs no bytes (data
+ * may then be NULL). Errors: DT_ERR_INVALID (NULL out, bad shape, NULL data for a non-empty
+ * shape, a negative stride, strides whose sum of size * stride passes 2^59 elements, nbytes
+ * too small), DT_ERR_DTYPE, DT_ERR_NOMEM. */
+DT_API dt_status dt_wrap(void *data, size_t nbytes, int ndim, const int64_t *shape,
+                         const int64_t *strides, dt_dtype dtype, dt_tensor **out);
 
 /* ---- Random numbers (counter-based, Philox4x32-10) ---------------------------------------
  * Element i of the result (row-major index in the full tensor) depends only on (seed, i),

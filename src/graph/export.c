@@ -4,6 +4,9 @@
  * recognized by identity: the model's parameters and buffers become parameter/buffer nodes
  * named by FQN, the input a placeholder, and each op's outputs map to its node. The tracer
  * holds a reference to every tensor it has seen, so no address is reused during the trace.
+ * The conversions between local and distributed tensors (from_local, redistribute, ...) are
+ * not op-table calls, so a graph cannot record them: converting a traced value is refused
+ * (guard_conversion) rather than letting its result become a constant.
  */
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +29,7 @@ typedef struct tracer {
   dt_tensor **state_tensors; /* borrowed: the map holds them */
   int n_constants;
   dt_status error;
+  const char *refused; /* the conversion guard_conversion refused, if any */
 } tracer;
 
 static void type_of(dt_value_type *t, const dt_tensor *x) {
@@ -190,6 +194,25 @@ static dt_status trace_mode(dt_invocation *inv, void *user) {
   return DT_OK;
 }
 
+/* The dist layer's conversion guard while the forward runs. A conversion's result is a
+ * tensor the trace has not seen, so it would become a constant holding this trace's values:
+ * when its input is a value the trace holds (the input, a parameter or buffer, or anything
+ * computed from them) the program would ignore its input, or the state dict, silently. That
+ * conversion is refused. A tensor the trace has never seen (dt_ones, ...) converts freely:
+ * its result really is a constant. */
+static dt_status guard_conversion(void *user, const char *call, const dt_tensor *input) {
+  tracer *tr = user;
+  const trace_entry *e = lookup(tr, input);
+  if (!e) return DT_OK;
+  tr->refused = call;
+  return dt__error(DT_ERR_UNSUPPORTED,
+                   "export: %s of the traced value %%%s inside the forward: a graph "
+                   "cannot record %s (not an op-table call) and its result would be a "
+                   "constant that ignores the input; export the model before "
+                   "parallelize_module and use dt_tp_transform for tensor parallelism",
+                   call, tr->g->nodes[e->node].name, call);
+}
+
 static dt_status visit_state(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
   tracer *tr = user;
   if (lookup(tr, t)) return DT_OK; /* a tied tensor: its first name wins */
@@ -296,9 +319,19 @@ static dt_status trace(tracer *tr, dt_module *model, dt_tensor *input,
   if (st) return st;
   st = dt_mode_push(trace_mode, tr);
   if (st) return st;
+  dt__dist_convert_guard outer = dt__dist_guard; /* an export inside a traced forward */
+  dt__dist_guard = (dt__dist_convert_guard){guard_conversion, tr};
   dt_tensor *y = NULL;
   st = dt_module_forward(model, input, &y);
+  dt__dist_guard = outer;
   dt_mode_pop();
+  if (!st && tr->refused) {
+    /* The forward went on after a refused conversion: the refusal still stands. */
+    st = dt__error(DT_ERR_UNSUPPORTED,
+                   "export: the forward succeeded without the %s of a traced value that export "
+                   "refused; the graph would not be the forward",
+                   tr->refused);
+  }
   if (!st) st = tr->error;
   int result = -1;
   if (!st) st = value_of(tr, y, &result);

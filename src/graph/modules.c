@@ -480,14 +480,14 @@ dt_status dt_nn_batch_norm1d(int64_t num_features, double eps, dt_module **out) 
   return finish(m, st, out);
 }
 
-dt_status dt_nn_mlp(int64_t in_features, int64_t hidden, int64_t out_features, bool bias,
-                    uint64_t seed, dt_module **out) {
+dt_status dt_nn_mlp(int64_t in_features, int64_t hidden, int64_t out_features, bool hidden_bias,
+                    bool output_bias, uint64_t seed, dt_module **out) {
   if (!out) return dt__error(DT_ERR_INVALID, "MLP: out is NULL");
   *out = NULL;
   dt_module *parts[3] = {NULL, NULL, NULL};
-  dt_status st = dt_nn_linear(in_features, hidden, bias, seed, &parts[0]);
+  dt_status st = dt_nn_linear(in_features, hidden, hidden_bias, seed, &parts[0]);
   if (!st) st = dt_nn_relu(&parts[1]);
-  if (!st) st = dt_nn_linear(hidden, out_features, bias, seed + 1, &parts[2]);
+  if (!st) st = dt_nn_linear(hidden, out_features, output_bias, seed + 1, &parts[2]);
   if (st) {
     for (int i = 0; i < 3; i++) dt_module_destroy(parts[i]);
     return st;

@@ -70,7 +70,11 @@ dt_status dt__infer_cat(dt_op_call *call, dt_tensor_meta *metas) {
         return mismatch(call, i, t, r, ref, rule);
       }
     }
-    m->shape[dim] += t->shape[dim];
+    /* Many large empty inputs could wrap the sum before dt__check_shape sees it. */
+    if (__builtin_add_overflow(m->shape[dim], t->shape[dim], &m->shape[dim])) {
+      return dt__error(DT_ERR_INVALID, "%s: the sizes of dim %d of the %d tensors overflow int64",
+                       op, dim, n);
+    }
   }
   return dt__check_shape(op, m->ndim, m->shape);
 }

@@ -65,7 +65,9 @@ static dt_status resolve_shape(const dt_op_call *call, const dt_tensor *a, int n
                      dt__format_ints(ss, sizeof ss, ndim, shape),
                      dt__format_ints(sa, sizeof sa, a->ndim, a->shape), numel);
   }
-  return DT_OK;
+  /* An empty input matches any shape with a 0 in it, even [0, 2^62, 2^62], whose contiguous
+   * strides would overflow: the target must pass the same bound as a created shape. */
+  return dt__check_shape(op, ndim, shape);
 }
 
 /*

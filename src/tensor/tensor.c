@@ -72,26 +72,53 @@ void dt_tensor_release(dt_tensor *t) {
   if (!embedded) handle_free(t);
 }
 
+/* The product of a shape's sizes with zero sizes counted as 1: the element count of a
+ * non-empty shape, and what the contiguous strides and view offsets of any shape reach. False
+ * when it overflows uint64. Sizes must be >= 0. */
+static bool shape_span(int ndim, const int64_t *shape, uint64_t *span, bool *empty) {
+  uint64_t p = 1;
+  bool overflow = false;
+  *empty = false;
+  for (int i = 0; i < ndim; i++) {
+    *empty |= shape[i] == 0;
+    overflow |= __builtin_mul_overflow(p, shape[i] > 1 ? (uint64_t)shape[i] : 1u, &p);
+  }
+  *span = p;
+  return !overflow;
+}
+
+/* The error for a shape whose span passes DT_MAX_NUMEL: a non-empty one has too many
+ * elements; an empty one would overflow its strides. */
+static dt_status span_error(const char *op, int ndim, const int64_t *shape, bool empty) {
+  char buf[160];
+  dt__format_ints(buf, sizeof buf, ndim, shape);
+  if (empty) {
+    return dt__error(DT_ERR_INVALID,
+                     "%s: shape %s has no elements but its nonzero sizes multiply past %" PRId64
+                     ", so its strides would overflow",
+                     op, buf, (int64_t)DT_MAX_NUMEL);
+  }
+  return dt__error(DT_ERR_INVALID, "%s: shape %s has too many elements (more than %" PRId64 ")", op,
+                   buf, (int64_t)DT_MAX_NUMEL);
+}
+
 dt_status dt__check_shape(const char *op, int ndim, const int64_t *shape) {
   if (ndim < 0 || ndim > DT_MAX_DIMS) {
     return dt__error(DT_ERR_INVALID, "%s: ndim %d is outside 0..%d", op, ndim, DT_MAX_DIMS);
   }
   if (ndim > 0 && !shape)
     return dt__error(DT_ERR_INVALID, "%s: shape is NULL with ndim %d", op, ndim);
-  int64_t total = 1;
   for (int i = 0; i < ndim; i++) {
     if (shape[i] < 0) {
       char buf[160];
       return dt__error(DT_ERR_INVALID, "%s: negative size %" PRId64 " at dim %d of shape %s", op,
                        shape[i], i, dt__format_ints(buf, sizeof buf, ndim, shape));
     }
-    if (shape[i] > 0 && total > INT64_MAX / 16 / shape[i]) {
-      char buf[160];
-      return dt__error(DT_ERR_INVALID, "%s: shape %s has too many elements", op,
-                       dt__format_ints(buf, sizeof buf, ndim, shape));
-    }
-    total *= shape[i];
   }
+  uint64_t span;
+  bool empty;
+  if (!shape_span(ndim, shape, &span, &empty) || span > (uint64_t)DT_MAX_NUMEL)
+    return span_error(op, ndim, shape, empty);
   return DT_OK;
 }
 
@@ -123,18 +150,21 @@ dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tens
   _Static_assert(DT_EMBEDDED_DATA_OFFSET >= DT_EMBEDDED_HANDLE_OFFSET + sizeof(dt_tensor),
                  "embedded handle does not fit");
   *out = NULL;
-  /* Output shapes come from ops (broadcasting, matmul, expand): their sizes are checked
-   * here, where the bytes are counted, so no product can wrap into a small allocation. */
-  uint64_t numel = 1, nbytes = 0;
-  bool overflow = false;
-  for (int i = 0; i < ndim; i++)
-    overflow |= __builtin_mul_overflow(numel, (uint64_t)shape[i], &numel);
-  overflow |= __builtin_mul_overflow(numel, (uint64_t)dt__dtype_sizes[dtype], &nbytes);
-  if (overflow || nbytes > ((uint64_t)1 << 60)) {
+  /* Output shapes come from ops (broadcasting, matmul, expand, cat): their sizes are checked
+   * here, where the bytes are counted, so no product can wrap into a small allocation, and an
+   * empty shape whose other sizes multiply past DT_MAX_NUMEL cannot overflow its strides. */
+  uint64_t span;
+  bool empty;
+  if (!shape_span(ndim, shape, &span, &empty) || span > (uint64_t)DT_MAX_NUMEL) {
     char buf[160];
-    return dt__error(DT_ERR_INVALID, "a %s tensor of shape %s has too many elements to allocate",
-                     dt_dtype_name(dtype), dt__format_ints(buf, sizeof buf, ndim, shape));
+    return dt__error(DT_ERR_INVALID,
+                     "a %s tensor of shape %s has too many elements to allocate (its sizes, "
+                     "zeros counted as 1, multiply past %" PRId64 ")",
+                     dt_dtype_name(dtype), dt__format_ints(buf, sizeof buf, ndim, shape),
+                     (int64_t)DT_MAX_NUMEL);
   }
+  /* span <= 2^59 and an element has at most 8 bytes: no overflow. */
+  uint64_t nbytes = (empty ? 0 : span) * (uint64_t)dt__dtype_sizes[dtype];
   char *block = dt__alloc(DT_EMBEDDED_DATA_OFFSET + (size_t)nbytes);
   if (!block) {
     char buf[160];
@@ -179,7 +209,7 @@ dt_status dt__tensor_view(const dt_tensor *base, int ndim, const int64_t *shape,
   return DT_OK;
 }
 
-dt_status dt_wrap(void *data, int ndim, const int64_t *shape, const int64_t *strides,
+dt_status dt_wrap(void *data, size_t nbytes, int ndim, const int64_t *shape, const int64_t *strides,
                   dt_dtype dtype, dt_tensor **out) {
   if (!out) return dt__error(DT_ERR_INVALID, "wrap: out is NULL");
   *out = NULL;
@@ -189,12 +219,45 @@ dt_status dt_wrap(void *data, int ndim, const int64_t *shape, const int64_t *str
   int64_t numel = dt__numel(ndim, shape);
   if (!data && numel > 0)
     return dt__error(DT_ERR_INVALID, "wrap: data is NULL for %" PRId64 " elements", numel);
-  int64_t extent = 0; /* largest element offset reachable */
-  for (int i = 0; i < ndim && strides; i++) {
-    if (strides[i] < 0)
-      return dt__error(DT_ERR_INVALID, "wrap: negative stride %" PRId64 " at dim %d", strides[i],
-                       i);
-    if (shape[i] > 0) extent += (shape[i] - 1) * strides[i];
+  /* reach bounds every offset a view can compute (narrow's start * stride, unsqueeze's
+   * size * stride): the sum of size * stride. last is the largest element offset read: the
+   * sum of (size - 1) * stride, at most reach. An empty tensor reads nothing. */
+  uint64_t reach = 0, last = numel > 0 ? (uint64_t)numel - 1 : 0;
+  if (strides) {
+    bool overflow = false;
+    last = 0;
+    for (int i = 0; i < ndim; i++) {
+      if (strides[i] < 0) {
+        char sb[160];
+        return dt__error(DT_ERR_INVALID,
+                         "wrap: negative stride %" PRId64
+                         " at dim %d of strides %s (not supported)",
+                         strides[i], i, dt__format_ints(sb, sizeof sb, ndim, strides));
+      }
+      uint64_t term;
+      overflow |= __builtin_mul_overflow((uint64_t)shape[i], (uint64_t)strides[i], &term);
+      overflow |= __builtin_add_overflow(reach, term, &reach);
+      if (shape[i] > 0) last += (uint64_t)(shape[i] - 1) * (uint64_t)strides[i];
+    }
+    if (overflow || reach > (uint64_t)DT_MAX_NUMEL) {
+      char sa[160], sb[160];
+      return dt__error(DT_ERR_INVALID,
+                       "wrap: strides %s with shape %s reach element offsets past %" PRId64
+                       " (the sum of size * stride overflows)",
+                       dt__format_ints(sb, sizeof sb, ndim, strides),
+                       dt__format_ints(sa, sizeof sa, ndim, shape), (int64_t)DT_MAX_NUMEL);
+    }
+  }
+  /* last + 1 <= 2^59 elements of at most 8 bytes: no overflow. */
+  uint64_t needed = numel > 0 ? (last + 1) * (uint64_t)dt__dtype_sizes[dtype] : 0;
+  if (needed > nbytes) {
+    char sa[160], sb[160];
+    return dt__error(DT_ERR_INVALID,
+                     "wrap: nbytes %zu is too small: a %s tensor of shape %s and strides %s reads "
+                     "up to element %" PRIu64 ", which needs %" PRIu64 " bytes",
+                     nbytes, dt_dtype_name(dtype), dt__format_ints(sa, sizeof sa, ndim, shape),
+                     strides ? dt__format_ints(sb, sizeof sb, ndim, strides) : "(contiguous)", last,
+                     needed);
   }
   dt_tensor *t = handle_alloc();
   dt_storage *s = dt__alloc(sizeof *s);
@@ -206,7 +269,7 @@ dt_status dt_wrap(void *data, int ndim, const int64_t *shape, const int64_t *str
   atomic_init(&s->refcount, 1);
   s->owns_data = false;
   s->data = data;
-  s->nbytes = (size_t)(strides ? extent + 1 : numel) * dt__dtype_sizes[dtype];
+  s->nbytes = nbytes;
   t->dtype = dtype;
   t->ndim = ndim;
   if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);

@@ -62,7 +62,14 @@ static inline char *dt__tensor_base(const dt_tensor *t) {
   return (char *)t->storage->data + t->offset * (int64_t)dt__dtype_sizes[t->dtype];
 }
 
-/* Row-major contiguous strides for a shape. */
+/* The largest element count, and the largest product of a shape's sizes with its zero sizes
+ * counted as 1 (what contiguous strides and view offsets reach), that a tensor may have.
+ * dt__check_shape and dt__tensor_new enforce it, so that no product of sizes and strides
+ * computed by a view can overflow int64 and element offsets times an element size still fit. */
+#define DT_MAX_NUMEL (INT64_MAX / 16)
+
+/* Row-major contiguous strides for a shape. The shape must have passed dt__check_shape or
+ * dt__tensor_new (the strides then cannot overflow, even when a size is 0). */
 static inline void dt__contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
   int64_t s = 1;
   for (int i = ndim - 1; i >= 0; i--) {
@@ -82,7 +89,10 @@ static inline bool dt__is_contiguous(int ndim, const int64_t *shape, const int64
   return true;
 }
 
-/* Validates a user-given (ndim, shape); `op` names the caller in the error message. */
+/* Validates a user-given (ndim, shape): sizes >= 0, at most DT_MAX_NUMEL elements, and the
+ * product of its sizes with zeros counted as 1 at most DT_MAX_NUMEL, so that its contiguous
+ * strides fit in int64 ([0, 2^62, 2^62] has no elements but a stride of 2^124). `op` names
+ * the caller in the error message (DT_ERR_INVALID). */
 dt_status dt__check_shape(const char *op, int ndim, const int64_t *shape);
 
 /* Normalizes a possibly negative dim against ndim (a scalar accepts -1 and 0 when
