@@ -22,7 +22,20 @@
  * input (arguments are checked before any communication).
  *
  * Ownership: results through `dt_tensor **out` are new references. A distributed tensor
- * refers to its mesh without owning it: destroy the mesh only after its tensors.
+ * holds a reference to its mesh: dt_mesh_destroy may come before the tensors are released
+ * (the mesh is freed with the last of them; see mesh.h for what must outlive what).
+ *
+ * Memory — copy or share (read this before distributing large weights):
+ *   dt_distribute_tensor COPIES: every rank allocates its own contiguous shard, so a
+ *     Replicate placement costs one full copy PER RANK, also when the ranks are threads of
+ *     one process (threads backend): a 207 MB weight on 2 ranks adds about 400 MB.
+ *   dt_from_local SHARES: the distributed tensor is a view of the tensor you pass (no copy).
+ *     For in-process ranks that should share one read-only replicated weight, create it
+ *     once and dt_from_local it on every rank with Replicate placements; nothing may then
+ *     write to it (in-place ops on one rank would change every rank's replica).
+ *   Zero-copy Replicate inside dt_distribute_tensor is not done: the library cannot prove
+ *   the caller's tensor stays unwritten, and in-place ops on a shared replica would be
+ *   silently wrong.
  */
 #ifndef DTENSOR_DIST_H
 #define DTENSOR_DIST_H
@@ -93,18 +106,22 @@ typedef struct dt_from_local_options {
 } dt_from_local_options;
 
 /* Wraps this rank's local tensor as its shard of a distributed tensor with the given
- * placements (mesh ndim of them). The local tensor is shared, not copied.
+ * placements (mesh ndim of them). The local tensor is shared, not copied (see "Memory"
+ * above): writes through either handle are seen by the other.
  * Errors: DT_ERR_INVALID (NULL, placement count != mesh ndim, shard dim out of range,
- * local shape inconsistent with the global shape, a distributed input), DT_ERR_NOMEM. */
+ * Partial(avg) on an integer or bool dtype, local shape inconsistent with the global shape
+ * — without options->global_shape the message says the shape was inferred from even
+ * shards —, a distributed input), DT_ERR_NOMEM. */
 DT_API dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
                                const dt_placement *placements, const dt_from_local_options *options,
                                dt_tensor **out);
 
-/* Distributes a full tensor that every rank holds: each rank keeps a contiguous copy of its
- * shard. Partial placements are refused (DT_ERR_INVALID): distribute as Replicate, then
- * dt_redistribute to a Partial. Not communicating.
- * Errors: DT_ERR_INVALID (NULL, placement count != mesh ndim, a bad shard dim, an already
- * distributed tensor), DT_ERR_NOMEM. */
+/* Distributes a full tensor that every rank holds: each rank keeps a contiguous COPY of its
+ * shard (a Replicate placement copies the whole tensor on every rank, threads included; use
+ * dt_from_local to share, see "Memory" above). Partial placements are refused (DT_ERR_INVALID):
+ * distribute as Replicate, then dt_redistribute to a Partial. Not communicating. Errors:
+ * DT_ERR_INVALID (NULL, placement count != mesh ndim, a bad shard dim, an already distributed
+ * tensor), DT_ERR_NOMEM. */
 DT_API dt_status dt_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
                                       const dt_placement *placements, dt_tensor **out);
 
@@ -115,13 +132,20 @@ DT_API dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int s
                                            const int64_t *shape, dt_dtype dtype, int n_placements,
                                            const dt_placement *placements, dt_tensor **out);
 
-/* This rank's shard as a local tensor (a view: shares storage). Not collective. */
+/* This rank's shard as a local tensor (a view: shares storage). Not collective.
+ * Errors: DT_ERR_INVALID (NULL; a local tensor: "to_local: the tensor is not distributed" —
+ * deliberately not an identity, as PyTorch has no to_local on a plain tensor). */
 DT_API dt_status dt_to_local(dt_tensor *t, dt_tensor **out);
 
-/* The whole tensor on every rank, as a local tensor (redistributes to Replicate). */
+/* The whole tensor on every rank, as a local tensor (redistributes to Replicate).
+ * Errors: DT_ERR_INVALID (NULL; a local tensor: "full_tensor: the tensor is not
+ * distributed"), the errors of dt_redistribute. */
 DT_API dt_status dt_full_tensor(dt_tensor *t, dt_tensor **out);
 
-/* A distributed tensor equal to t with other placements, moved with the cheapest plan. */
+/* A distributed tensor equal to t with other placements, moved with the cheapest plan.
+ * Errors: DT_ERR_INVALID (NULL, a local tensor, bad placements, Partial(avg) on an integer
+ * or bool dtype: an average of integers is not representable, so it is refused here rather
+ * than at the next reduction), the collective errors. */
 DT_API dt_status dt_redistribute(dt_tensor *t, int n_placements, const dt_placement *placements,
                                  dt_tensor **out);
 

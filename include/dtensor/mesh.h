@@ -8,12 +8,28 @@
  * of 2 x 4 has, for rank 5 (coordinates [1, 1]), the "tp" group {4, 5, 6, 7} and the "dp"
  * group {1, 5}.
  *
- * Ownership: the mesh borrows the group it is made from (which must outlive it) and owns its
- * per-dimension groups; dt_mesh_group returns borrowed handles valid until dt_mesh_destroy.
+ * Ownership and lifetime: the mesh owns its per-dimension groups and borrows the group it is
+ * made from (the world). dt_mesh_destroy drops the caller's reference only: every
+ * distributed tensor made on the mesh holds a reference too, and the mesh (with its
+ * groups) is freed when the last of them is released. So destroying the mesh before its
+ * tensors is legal, and those tensors keep working (ops, redistribute, full_tensor).
+ * What must still hold:
+ *   - The world must outlive the mesh and every tensor on it: dt_mesh_world hands it out
+ *     and dt_distribute_tensor_from / dt_visualize_sharding communicate on it. (On the
+ *     threads backend a one-rank world from dt_comm_init owns every group of its domain:
+ *     destroying it first frees the mesh's groups under its tensors.)
+ *   - On the threads backend, release a rank's meshes and distributed tensors before its
+ *     rank function returns, like any sub-group (dt_spawn frees the groups after).
+ *   - dt_mesh_group handles are valid while the mesh is (until its last reference goes);
+ *     after dt_mesh_destroy, use them only through the surviving tensors.
+ *   - A mesh referenced from another thread's sharding cache (ops on its tensors run on a
+ *     thread other than the one that called dt_mesh_destroy) lives until that thread calls
+ *     dt_sharding_cache_clear or exits.
  */
 #ifndef DTENSOR_MESH_H
 #define DTENSOR_MESH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dtensor/comm.h"
@@ -39,8 +55,15 @@ typedef struct dt_mesh dt_mesh;
 DT_API dt_status dt_mesh_create(dt_comm *world, int ndim, const int *shape,
                                 const char *const *dim_names, dt_mesh **out);
 
-/* Destroys the mesh and its per-dimension groups (not the world). NULL is allowed. */
+/* Drops the caller's reference (not collective). The mesh and its per-dimension groups (not
+ * the world) are freed now if no distributed tensor refers to it, else when the last one is
+ * released. Call it once per dt_mesh_create. NULL is allowed. */
 DT_API void dt_mesh_destroy(dt_mesh *mesh);
+
+/* Writes "mesh (dp=2, tp=2)" (named dims) or "mesh (2, 2)" into buf, truncated to size, and
+ * returns buf ("" when buf is NULL or size is 0). Error messages name meshes this way. Not
+ * collective. */
+DT_API const char *dt_mesh_format(const dt_mesh *mesh, char *buf, size_t size);
 
 /* An id equal on every rank of the mesh and unique within the process (for caches). */
 DT_API uint64_t dt_mesh_id(const dt_mesh *mesh);

@@ -39,12 +39,15 @@ static dt_status block_view(const dt_tensor *full, const int64_t *shape, const i
   return dt__tensor_view(full, full->ndim, shape, full->strides, start, out);
 }
 
-_Thread_local dt__dist_convert_guard dt__dist_guard;
+/* The hint added to errors of tensors whose global shape from_local inferred. */
+static const char inferred_hint[] =
+    "; no options.global_shape was given, so the global shape was inferred assuming even "
+    "shards: pass global_shape for uneven ones";
 
-/* Export's guard (dist_impl.h): nothing unless a trace runs on this thread. */
-static dt_status check_guard(const char *op, const dt_tensor *t) {
-  if (!dt__dist_guard.check || !t) return DT_OK;
-  return dt__dist_guard.check(dt__dist_guard.user, op, t);
+static dt_status add_inferred_hint(dt_status st) {
+  char previous[768];
+  snprintf(previous, sizeof previous, "%s", dt_last_error());
+  return dt__error(st, "%s%s", previous, inferred_hint);
 }
 
 static bool has_partial(int n, const dt_placement *p) {
@@ -52,6 +55,21 @@ static bool has_partial(int n, const dt_placement *p) {
     if (p[i].kind == DT_PARTIAL) return true;
   }
   return false;
+}
+
+/* Partial(avg) on an integer dtype would divide with truncation at the reduction; PyTorch
+ * cannot represent it either. Refused where the placement is given, not at the reduction. */
+static dt_status check_partial_avg(const char *op, int n, const dt_placement *p, dt_dtype dtype) {
+  if (dt_dtype_is_floating(dtype)) return DT_OK;
+  for (int i = 0; i < n; i++) {
+    if (p[i].kind == DT_PARTIAL && p[i].op == DT_REDUCE_AVG) {
+      return dt__error(DT_ERR_INVALID,
+                       "%s: placement %d is Partial(avg) but the tensor's dtype is %s (an average "
+                       "needs a floating dtype; use Partial(sum) and divide, or convert first)",
+                       op, i, dt_dtype_name(dtype));
+    }
+  }
+  return DT_OK;
 }
 
 dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
@@ -67,6 +85,7 @@ dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
   dt__dist_init();
   dt_placement norm[DT_MAX_MESH_DIMS];
   st = dt__check_placements(op, dt_mesh_ndim(mesh), local->ndim, n_placements, placements, norm);
+  if (!st) st = check_partial_avg(op, n_placements, norm, local->dtype);
   if (st) return st;
   dt_mesh_info mi;
   dt__mesh_info(mesh, &mi);
@@ -88,24 +107,27 @@ dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
   int64_t expect[DT_MAX_DIMS], offset[DT_MAX_DIMS];
   dt__local_region(local->ndim, global, mi.ndim, mi.size, mi.coord, norm, expect, offset);
   bool fits = memcmp(expect, local->shape, sizeof(int64_t) * (size_t)local->ndim) == 0;
-  st = check_guard(op, local);
-  if (st) return st;
   if (options && options->run_check) {
     /* Every rank takes part in the check, a misfit one too, so all fail together. */
     st = dt__from_local_check(mesh, local, norm, global, fits);
+    if (st && !(options && options->global_shape)) return add_inferred_hint(st);
     if (st) return st;
   }
   if (!fits) {
     char a[160], b[160], g[160];
+    bool given = options && options->global_shape;
+    /* Without global_shape the global shape is a guess (even shards): say so, since uneven
+     * shards are the usual cause and the option is the cure. */
     return dt__error(DT_ERR_INVALID,
-                     "%s: local shape %s does not fit global shape %s on this rank (expected %s)",
+                     "%s: local shape %s does not fit global shape %s on this rank (expected %s)%s",
                      op, dt__format_ints(a, sizeof a, local->ndim, local->shape),
                      dt__format_ints(g, sizeof g, local->ndim, global),
-                     dt__format_ints(b, sizeof b, local->ndim, expect));
+                     dt__format_ints(b, sizeof b, local->ndim, expect), given ? "" : inferred_hint);
   }
   dt_dist_spec *spec = NULL;
   st = dt__spec_create(mesh, norm, local->ndim, global, local->dtype, &spec);
   if (st) return st;
+  spec->shape_inferred = !(options && options->global_shape);
   st = dt__dist_wrap(local, spec, out);
   dt__spec_release(spec);
   return st;
@@ -129,8 +151,6 @@ dt_status dt_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
         DT_ERR_INVALID,
         "%s: Partial placements cannot be distributed (use Replicate, then redistribute)", op);
   }
-  st = check_guard(op, full);
-  if (st) return st;
   dt_dist_spec *spec = NULL;
   st = dt__spec_create(mesh, norm, full->ndim, full->shape, full->dtype, &spec);
   if (st) return st;
@@ -176,8 +196,7 @@ dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int
   }
   bool is_src = dt_comm_rank(world) == src;
   /* The source checks its tensor, then tells everyone: a bad tensor on the source fails
-   * every rank together instead of leaving the others waiting for its data. source_ok is 1
-   * for a good tensor, 0 for a bad one, 2 when a trace on the source refuses it. */
+   * every rank together instead of leaving the others waiting for its data. */
   int32_t source_ok = 1;
   char reason[256] = "";
   if (is_src) {
@@ -191,9 +210,6 @@ dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int
       snprintf(reason, sizeof reason, "source tensor %s %s differs from the declared %s %s",
                dt__format_ints(a, sizeof a, full->ndim, full->shape), dt_dtype_name(full->dtype),
                dt__format_ints(b, sizeof b, ndim, shape), dt_dtype_name(dtype));
-    } else if (check_guard(op, full)) {
-      source_ok = 2;
-      snprintf(reason, sizeof reason, "%s", dt_last_error());
     }
   }
   dt_tensor flag = {0}; /* a 1-element view of source_ok on the stack */
@@ -207,10 +223,6 @@ dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int
   flag.storage = &flag_storage;
   st = dt_broadcast(world, &flag, src);
   if (st) return st;
-  if (source_ok == 2) {
-    return dt__error(DT_ERR_UNSUPPORTED, "%s: source rank %d: %s", op, src,
-                     is_src ? reason : "export refused to trace the conversion of a traced value");
-  }
   if (!source_ok) {
     return dt__error(DT_ERR_INVALID, "%s: source rank %d: %s", op, src,
                      is_src ? reason : "its tensor does not match the declared shape and dtype");
@@ -231,8 +243,9 @@ dt_status dt_to_local(dt_tensor *t, dt_tensor **out) {
   if (!out) return dt__error(DT_ERR_INVALID, "to_local: out is NULL");
   *out = NULL;
   if (!t) return dt__error(DT_ERR_INVALID, "to_local: tensor is NULL");
-  dt_status st = check_guard("to_local", t);
-  if (st) return st;
+  /* A local tensor here is almost always a mix-up (PyTorch has no to_local on a plain
+   * tensor): say so rather than hand back a view that hides it. */
+  if (!t->spec) return dt__error(DT_ERR_INVALID, "to_local: the tensor is not distributed");
   return dt__local_view(t, out);
 }
 
@@ -248,6 +261,8 @@ dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from, con
   dt__profile_scope scope;
   dt__profile_begin(&scope, "redistribute", DT__PROFILE_CAT_REDISTRIBUTE, DT_PROFILE_LANE_COMM);
   st = dt__redistribute_execute(local, from, &plan, out);
+  /* Ranks that guessed different global shapes call mismatched collectives. */
+  if (st == DT_ERR_MISMATCH && from->shape_inferred) st = add_inferred_hint(st);
   if (DT_UNLIKELY(scope.start != 0)) {
     char text[96] = "", p[24];
     size_t used = 0;
@@ -275,14 +290,14 @@ dt_status dt_redistribute(dt_tensor *t, int n_placements, const dt_placement *pl
   dt_placement norm[DT_MAX_MESH_DIMS];
   dt_status st =
       dt__check_placements(op, t->spec->mesh_ndim, t->spec->ndim, n_placements, placements, norm);
-  if (st) return st;
-  st = check_guard(op, t);
+  if (!st) st = check_partial_avg(op, n_placements, norm, t->spec->dtype);
   if (st) return st;
   dt_tensor *local = NULL;
   st = dt__redistribute_local(t, t->spec, norm, &local);
   if (st) return st;
   dt_dist_spec *spec = NULL;
   st = dt__spec_create(t->spec->mesh, norm, t->spec->ndim, t->spec->shape, t->spec->dtype, &spec);
+  if (!st) spec->shape_inferred = t->spec->shape_inferred;
   if (!st) {
     if (local == t) {
       st = dt__dist_wrap(local, spec, out); /* a new handle with the new spec */
@@ -302,13 +317,11 @@ dt_status dt_full_tensor(dt_tensor *t, dt_tensor **out) {
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
   if (!t) return dt__error(DT_ERR_INVALID, "%s: tensor is NULL", op);
-  dt_status st = check_guard(op, t);
-  if (st) return st;
-  if (!t->spec) return dt__local_view(t, out);
+  if (!t->spec) return dt__error(DT_ERR_INVALID, "%s: the tensor is not distributed", op);
   dt_placement replicated[DT_MAX_MESH_DIMS];
   for (int m = 0; m < t->spec->mesh_ndim; m++) replicated[m] = dt_replicate();
   dt_tensor *local = NULL;
-  st = dt__redistribute_local(t, t->spec, replicated, &local);
+  dt_status st = dt__redistribute_local(t, t->spec, replicated, &local);
   if (st) return st;
   st = dt__local_view(local, out);
   dt_tensor_release(local);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "dist/redistribute_impl.h"
+#include "mesh/mesh_impl.h"
 
 #define CACHE_SLOTS 1024 /* power of two */
 
@@ -80,12 +81,31 @@ static void cache_destroy(void *p) {
 
 static void spec_release_hook(struct dt_dist_spec *spec) { dt__spec_release(spec); }
 
+/* dt_mesh_destroy on this thread: its op plans on the mesh hold specs, so references to
+ * the mesh; dropping them lets the mesh go with its last tensor. Redistribution plans hold
+ * no spec (their keys carry the mesh id, which is never reused), so they stay. An emptied
+ * slot may cut a probe sequence: a later key behind it then misses and is planned again,
+ * which costs time, never correctness. */
+static void mesh_destroy_hook(const dt_mesh *mesh) {
+  thread_cache *c = tls_cache;
+  if (!c) return;
+  uint64_t id = dt_mesh_id(mesh);
+  for (int i = 0; i < CACHE_SLOTS; i++) {
+    cache_entry *e = &c->slots[i];
+    if (!e->key || e->is_redistribute || e->plan.op->n_out == 0) continue;
+    if (e->plan.op->out_specs[0]->mesh_id != id) continue;
+    free_entry(e);
+    c->entries--;
+  }
+}
+
 static dt_status dist_dispatch(dt_op_call *call);
 
 /* Once per process: the per-thread cache key, and the hooks the lower layers call. */
 static void init_once(void) {
   pthread_key_create(&cache_key, cache_destroy);
   dt__spec_release_hook = spec_release_hook;
+  dt__mesh_destroy_hook = mesh_destroy_hook;
   dt__dist_dispatch_hook = dist_dispatch;
 }
 
@@ -204,17 +224,25 @@ static dt_status collect_args(const dt_op_call *call, dist_args *a) {
   }
   for (int i = 0; i < call->n_inputs; i++) a->t[a->n++] = call->inputs[i];
   for (int i = 0; i < call->n_input_list; i++) a->t[a->n++] = call->input_list[i];
+  int first = -1; /* the first distributed argument */
   for (int i = 0; i < a->n; i++) {
     dt_tensor *t = a->t[i];
     if (!t) continue;
     if (t->spec) {
       if (!a->spec) {
         a->spec = t->spec;
+        first = i;
       } else if (t->spec->mesh_id != a->spec->mesh_id) {
+        char mine[160], theirs[160];
+        dt_mesh_format(t->spec->mesh, mine, sizeof mine);
+        dt_mesh_format(a->spec->mesh, theirs, sizeof theirs);
+        /* Two meshes of one shape would read alike: say that they are distinct objects. */
+        bool alike = strcmp(mine, theirs) == 0;
         return dt__error(DT_ERR_INVALID,
-                         "%s: argument %d lies on mesh %" PRIu64 " but argument 0 on mesh %" PRIu64
-                         " (all distributed arguments must share a mesh)",
-                         op, i, t->spec->mesh_id, a->spec->mesh_id);
+                         "%s: argument %d lies on %s%s but argument %d on %s (all distributed "
+                         "arguments must share one mesh object)",
+                         op, i, mine, alike ? " (another mesh object of the same shape)" : "",
+                         first, theirs);
       }
     } else if (t->ndim != 0) {
       char buf[160];
@@ -481,7 +509,9 @@ static dt_status dist_dispatch(dt_op_call *call) {
       free_plan(plan);
       return st;
     }
-    if (c) {
+    /* A mesh its user destroyed lives only for its tensors: a cached plan would keep it
+     * alive past them, so plan each call afresh. */
+    if (c && !dt__mesh_user_destroyed(a.spec->mesh)) {
       c->stats.misses++;
       e = cache_slot(c, key);
       e->key = key;

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "dist/dist_impl.h"
+#include "mesh/mesh_impl.h"
 
 const char *dt_placement_format(dt_placement p, char *buf, size_t size) {
   if (!buf || size == 0) return "";
@@ -102,7 +103,7 @@ dt_status dt__spec_create(dt_mesh *mesh, const dt_placement *placements, int ndi
   if (!s) return dt__error(DT_ERR_NOMEM, "cannot allocate a distributed tensor spec");
   memset(s, 0, sizeof *s);
   atomic_init(&s->refcount, 1);
-  s->mesh = mesh;
+  s->mesh = dt__mesh_retain(mesh); /* tensors keep their mesh alive (see mesh_impl.h) */
   s->mesh_id = dt_mesh_id(mesh);
   s->mesh_ndim = dt_mesh_ndim(mesh);
   memcpy(s->placements, placements, sizeof(dt_placement) * (size_t)s->mesh_ndim);
@@ -120,8 +121,10 @@ dt_dist_spec *dt__spec_retain(dt_dist_spec *spec) {
 }
 
 void dt__spec_release(dt_dist_spec *spec) {
-  if (spec && atomic_fetch_sub_explicit(&spec->refcount, 1, memory_order_acq_rel) == 1)
+  if (spec && atomic_fetch_sub_explicit(&spec->refcount, 1, memory_order_acq_rel) == 1) {
+    dt__mesh_release(spec->mesh);
     dt__free(spec);
+  }
 }
 
 dt_status dt__dist_wrap(dt_tensor *local, dt_dist_spec *spec, dt_tensor **out) {

@@ -1,13 +1,18 @@
 /* Device mesh: row-major layout of a group's ranks over an N-D shape, one sub-group per
  * dimension made with dt_comm_split (color: the rank with that coordinate zeroed, key: the
  * coordinate), so any backend that can split can build a mesh. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "comm/comm_impl.h"
-#include "dtensor/mesh.h"
+#include "mesh/mesh_impl.h"
+
+void (*dt__mesh_destroy_hook)(const dt_mesh *mesh);
 
 struct dt_mesh {
+  atomic_int refcount;        /* the user's reference plus one per distributed tensor spec */
+  atomic_bool user_destroyed; /* dt_mesh_destroy was called */
   uint64_t id;
   int ndim;
   int shape[DT_MESH_MAX_DIMS];
@@ -18,6 +23,12 @@ struct dt_mesh {
   dt_comm *world;
   dt_comm *groups[DT_MESH_MAX_DIMS];
 };
+
+/* Frees the mesh and its groups; the world is borrowed. */
+static void mesh_free(dt_mesh *mesh) {
+  for (int d = 0; d < mesh->ndim; d++) dt_comm_destroy(mesh->groups[d]);
+  dt__free(mesh);
+}
 
 static char *format_shape(char *buf, size_t size, int ndim, const int *shape) {
   int64_t wide[DT_MESH_MAX_DIMS];
@@ -78,6 +89,8 @@ dt_status dt_mesh_create(dt_comm *world, int ndim, const int *shape, const char 
   dt_mesh *mesh = dt__calloc(sizeof *mesh);
   if (!mesh) return dt__error(DT_ERR_NOMEM, "dt_mesh_create: out of memory");
   /* Equal on every rank: the world's id and how many meshes this rank made on it. */
+  atomic_init(&mesh->refcount, 1);
+  atomic_init(&mesh->user_destroyed, false);
   mesh->id = (world->id << 24) | (++world->meshes_created & 0xffffff);
   mesh->ndim = ndim;
   mesh->world = world;
@@ -95,26 +108,70 @@ dt_status dt_mesh_create(dt_comm *world, int ndim, const int *shape, const char 
     dt_split_hint hint = {.size = shape[d], .rank = mesh->coords[d]};
     status = dt__comm_split_ex(world, color, mesh->coords[d], &hint, &mesh->groups[d]);
     if (status != DT_OK) {
-      dt__error_prefix("dt_mesh_create");
-      dt_mesh_destroy(mesh);
+      /* The split's message names dt_comm_split; say which call and dimension it was. */
+      char prefix[48];
+      snprintf(prefix, sizeof prefix, "dt_mesh_create: dimension %d", d);
+      dt__error_prefix(prefix);
+      mesh_free(mesh);
       return status;
     }
+  }
+  /* Group names carry the mesh's shape so timeouts and mismatches say which mesh. */
+  char described[160];
+  dt_mesh_format(mesh, described, sizeof described);
+  for (int d = 0; d < ndim; d++) {
     if (dim_names) {
-      snprintf(mesh->groups[d]->name, sizeof mesh->groups[d]->name, "mesh %llu dim '%s'",
-               (unsigned long long)mesh->id, dim_names[d]);
+      snprintf(mesh->groups[d]->name, sizeof mesh->groups[d]->name, "%.40s dim '%s'", described,
+               dim_names[d]);
     } else {
-      snprintf(mesh->groups[d]->name, sizeof mesh->groups[d]->name, "mesh %llu dim %d",
-               (unsigned long long)mesh->id, d);
+      snprintf(mesh->groups[d]->name, sizeof mesh->groups[d]->name, "%.40s dim %d", described, d);
     }
   }
   *out = mesh;
   return DT_OK;
 }
 
+dt_mesh *dt__mesh_retain(dt_mesh *mesh) {
+  if (mesh) atomic_fetch_add_explicit(&mesh->refcount, 1, memory_order_relaxed);
+  return mesh;
+}
+
+void dt__mesh_release(dt_mesh *mesh) {
+  if (mesh && atomic_fetch_sub_explicit(&mesh->refcount, 1, memory_order_acq_rel) == 1) {
+    mesh_free(mesh);
+  }
+}
+
+bool dt__mesh_user_destroyed(const dt_mesh *mesh) {
+  return mesh && atomic_load_explicit(&mesh->user_destroyed, memory_order_relaxed);
+}
+
 void dt_mesh_destroy(dt_mesh *mesh) {
   if (!mesh) return;
-  for (int d = 0; d < mesh->ndim; d++) dt_comm_destroy(mesh->groups[d]);
-  dt__free(mesh);
+  atomic_store(&mesh->user_destroyed, true);
+  /* This thread's cached plans hold specs on the mesh: drop them so the mesh is freed as
+   * soon as its last tensor is, not when the thread exits. */
+  if (dt__mesh_destroy_hook) dt__mesh_destroy_hook(mesh);
+  dt__mesh_release(mesh);
+}
+
+const char *dt_mesh_format(const dt_mesh *mesh, char *buf, size_t size) {
+  if (!buf || size == 0) return "";
+  if (!mesh) {
+    snprintf(buf, size, "mesh (null)");
+    return buf;
+  }
+  size_t used = (size_t)snprintf(buf, size, "mesh (");
+  for (int d = 0; d < mesh->ndim && used < size; d++) {
+    if (mesh->named) {
+      used += (size_t)snprintf(buf + used, size - used, "%s%s=%d", d ? ", " : "", mesh->names[d],
+                               mesh->shape[d]);
+    } else {
+      used += (size_t)snprintf(buf + used, size - used, "%s%d", d ? ", " : "", mesh->shape[d]);
+    }
+  }
+  if (used < size) snprintf(buf + used, size - used, ")");
+  return buf;
 }
 
 /* Getters answer 0 / NULL for a NULL mesh rather than crash. */
@@ -169,8 +226,9 @@ dt_status dt_mesh_dim_by_name(const dt_mesh *mesh, const char *name, int *dim) {
     used += (size_t)snprintf(list + used, sizeof list - used, "%s\"%s\"", d ? ", " : "",
                              mesh->names[d]);
   }
-  return dt__error(DT_ERR_INVALID, "%s: mesh %llu has no dimension named \"%s\" (%s%s)", op,
-                   (unsigned long long)mesh->id, name,
+  char described[160];
+  return dt__error(DT_ERR_INVALID, "%s: %s has no dimension named \"%s\" (%s%s)", op,
+                   dt_mesh_format(mesh, described, sizeof described), name,
                    mesh->named ? "its dimensions are " : "its dimensions are unnamed",
                    mesh->named ? list : "");
 }

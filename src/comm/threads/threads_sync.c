@@ -127,16 +127,27 @@ static void describe_seq(const th_ring *ring, const th_group *g, uint64_t seq, c
   }
 }
 
+/* The message names the waiting rank and what it waited for separately: every rank that
+ * waited in the collective reports this one message, so "rank R of N" alone was read as
+ * the missing rank. Ranks are group ranks; the world rank follows when it differs. */
 static void abort_on_timeout(dt_comm *comm, const dt_work *work, const th_ring *ring, th_slot *slot,
                              uint64_t seq, const char *waiting_for) {
   th_group *g = group_of(comm);
-  char where[96], message[TH_MESSAGE];
+  char where[96], waited[48], world[40] = "", message[TH_MESSAGE];
   describe_seq(ring, g, seq, where, sizeof where);
+  long long ms = (long long)comm->timeout_ms;
+  if (ms >= 1000 && ms % 1000 == 0) {
+    snprintf(waited, sizeof waited, "%lld s", ms / 1000);
+  } else {
+    snprintf(waited, sizeof waited, "%lld ms", ms);
+  }
+  int world_rank = g->world_ranks[comm->rank];
+  if (world_rank != comm->rank) snprintf(world, sizeof world, " (world rank %d)", world_rank);
   snprintf(message, sizeof message,
-           "%s: timed out after %lld ms in group '%s' (id %llu, threads backend, rank %d of %d) "
-           "at %s waiting for %s",
-           work->args.op_name, (long long)comm->timeout_ms, comm->name, (unsigned long long)g->id,
-           comm->rank, comm->size, where, waiting_for);
+           "%s: timed out: rank %d%s waited %s in %s for %s (group '%s' of %d ranks, id %llu, "
+           "threads backend, %s)",
+           work->args.op_name, comm->rank, world, waited, work->args.op_name, waiting_for,
+           comm->name, comm->size, (unsigned long long)g->id, where);
   (void)slot;
   dt__th_abort(g->domain, DT_ERR_TIMEOUT, ring, seq, message);
 }
@@ -270,9 +281,10 @@ dt_status dt__th_complete(dt_comm *comm, dt_work *work, bool blocking, bool *don
         int n = missing_ranks(ring, slot, seq, missing, 64);
         char list[512], waiting[600];
         if (n == 1) {
-          snprintf(waiting, sizeof waiting, "rank %lld", (long long)missing[0]);
+          snprintf(waiting, sizeof waiting, "rank %lld, which never arrived",
+                   (long long)missing[0]);
         } else {
-          snprintf(waiting, sizeof waiting, "ranks %s",
+          snprintf(waiting, sizeof waiting, "ranks %s, which never arrived",
                    dt__format_ints(list, sizeof list, n, missing));
         }
         abort_on_timeout(comm, work, ring, slot, seq, waiting);

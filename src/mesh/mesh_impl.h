@@ -1,0 +1,28 @@
+/* Private interface of the device mesh: its reference count and the hook the dist layer
+ * installs to drop the cache entries of a mesh the user destroys.
+ *
+ * A mesh is referenced by its user (dt_mesh_create's result, dropped by dt_mesh_destroy)
+ * and by every distributed tensor spec made on it (dt__spec_create retains, the spec's
+ * release releases). It is freed, with its per-dimension groups, when the last reference
+ * goes, so tensors may outlive the user's handle. */
+#ifndef DT_MESH_IMPL_H
+#define DT_MESH_IMPL_H
+
+#include <stdbool.h>
+
+#include "dtensor/mesh.h"
+
+/* Adds a reference (NULL is ignored) and returns mesh. */
+dt_mesh *dt__mesh_retain(dt_mesh *mesh);
+/* Drops a reference; the last one frees the mesh and destroys its groups. NULL is ignored. */
+void dt__mesh_release(dt_mesh *mesh);
+/* True once the user called dt_mesh_destroy: the mesh lives on only for its tensors, and
+ * caches must not take new references to it (they would keep it alive). */
+bool dt__mesh_user_destroyed(const dt_mesh *mesh);
+
+/* Called by dt_mesh_destroy on the calling thread before it drops the user's reference, so
+ * the dist layer can drop this thread's cached plans on the mesh (installed by
+ * dt__dist_init; NULL before). */
+extern void (*dt__mesh_destroy_hook)(const dt_mesh *mesh);
+
+#endif /* DT_MESH_IMPL_H */
