@@ -84,7 +84,13 @@ DT_API int64_t dt_profiler_dropped_count(const dt_profiler *profiler);
 
 /* Writes every rank's events into one Chrome trace file (the merged trace). The profiler may
  * be running or stopped (it must not be recorded into while writing). On failure no file is
- * left behind. Errors: DT_ERR_INVALID (NULL arguments), DT_ERR_IO (cannot write the file). */
+ * left behind. Output files (these and dt_trace_write_svg) are written to a temporary beside
+ * the path and renamed over it: a new file gets mode 0666 less the umask (which is never
+ * changed, so concurrent writers are safe), a replaced file keeps its permission bits, a
+ * symbolic link is followed and its target replaced (a link whose target does not exist is
+ * refused), an existing device or FIFO is written in place. A write beyond RLIMIT_FSIZE fails
+ * with DT_ERR_IO ("File too large") instead of killing the process with SIGXFSZ. Errors:
+ * DT_ERR_INVALID (NULL arguments), DT_ERR_IO (cannot write the file). */
 DT_API dt_status dt_profiler_write_chrome_trace(const dt_profiler *profiler, const char *path);
 
 /* Writes one rank's events into a Chrome trace file of its own (for one file per rank).
@@ -96,13 +102,27 @@ DT_API dt_status dt_profiler_write_chrome_trace_rank(const dt_profiler *profiler
 
 typedef struct dt_trace dt_trace;
 
+/* The largest trace dt_trace_read_file reads: 4 GiB (the whole file is held in memory). */
+#define DT_TRACE_DEFAULT_MAX_BYTES (4ull << 30)
+
+/* Complete events must start and end within +-1e18 microseconds (31,000 years; PyTorch's
+ * epoch-based timestamps are near 1.7e15), so that every span, sum and ratio the analysis
+ * computes is finite. */
+#define DT_TRACE_MAX_TIME_US 1e18
+
 /* Reads a Chrome trace: `{"traceEvents":[...], ...}` or a bare `[...]` array (whose closing
  * bracket may be missing, as the format allows). Unknown keys and events other than complete
- * ("X") and metadata ("M") are skipped. Errors: DT_ERR_IO (cannot read the file),
- * DT_ERR_INVALID (malformed JSON, a field of the wrong type, a complete event without
- * ts/dur/pid, a number out of range, nesting deeper than 512) with a message naming the
- * byte offset; DT_ERR_NOMEM. On failure *out is NULL. */
+ * ("X") and metadata ("M") are skipped. The file may be a pipe or a device; at most
+ * DT_TRACE_DEFAULT_MAX_BYTES are read, and input whose first byte cannot start a trace stops
+ * being read there (so /dev/zero fails at once). Errors: DT_ERR_IO (cannot read the file),
+ * DT_ERR_INVALID (larger than the limit; malformed JSON, a field of the wrong type, a
+ * complete event without ts/dur/pid, a number or an event time out of range (see
+ * DT_TRACE_MAX_TIME_US), nesting deeper than 512, with a message naming the byte offset);
+ * DT_ERR_NOMEM. On failure *out is NULL. */
 DT_API dt_status dt_trace_read_file(const char *path, dt_trace **out);
+
+/* dt_trace_read_file reading at most max_bytes (0: DT_TRACE_DEFAULT_MAX_BYTES). */
+DT_API dt_status dt_trace_read_file_ex(const char *path, uint64_t max_bytes, dt_trace **out);
 
 /* The same from memory (size bytes, need not be NUL-terminated; the data is not kept). */
 DT_API dt_status dt_trace_read_memory(const char *data, size_t size, dt_trace **out);
@@ -132,8 +152,8 @@ typedef struct dt_trace_stats {
 
 /* Computes the stats. device_label NULL means "GPU" (PyTorch's); our traces say "CPU".
  * total_us <= 0 means the span of the counted events. Errors: DT_ERR_INVALID for NULL
- * arguments, or when no event counts and total_us <= 0 (the message lists the labels the
- * trace has, since a wrong --device-label is the usual cause). */
+ * arguments, a total_us that is not finite, or when no event counts and total_us <= 0 (the
+ * message lists the labels the trace has, since a wrong --device-label is the usual cause). */
 DT_API dt_status dt_trace_compute_stats(const dt_trace *trace, const char *device_label,
                                         double total_us, dt_trace_stats *out);
 
@@ -172,8 +192,9 @@ DT_API dt_status dt_trace_get_lane(const dt_trace *trace, int process, int lane,
                                    dt_trace_lane *out);
 
 /* Draws the trace as an SVG timeline: a row per process and lane, busy intervals as bars,
- * utilization for device_label (NULL: "GPU") over total_us (<= 0: span) in the title.
- * Errors: DT_ERR_INVALID, DT_ERR_IO. */
+ * utilization for device_label (NULL: "GPU") over total_us (<= 0: span) in the title. The
+ * file is written as dt_profiler_write_chrome_trace writes its own. Errors: DT_ERR_INVALID
+ * (NULL arguments, a total_us that is not finite), DT_ERR_IO. */
 DT_API dt_status dt_trace_write_svg(const dt_trace *trace, const char *device_label,
                                     double total_us, const char *path);
 

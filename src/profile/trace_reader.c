@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "profile/trace_impl.h"
 
@@ -689,8 +690,16 @@ static dt_status add_complete(reader *r, const fields *f, const char *at) {
   if (!f->has_dur) return fail(r, at, "complete event (ph \"X\") has no \"dur\"");
   if (!f->pid.present) return fail(r, at, "complete event (ph \"X\") has no \"pid\"");
   if (f->dur < 0) return fail(r, at, "complete event has a negative \"dur\" (%g)", f->dur);
+  /* Bounded times keep every difference and union the analysis computes finite: unbounded,
+   * ts -1e308 with dur 1e308 and another event at 1e308 make the span infinite and the
+   * utilization NaN. */
   double end = f->ts + f->dur;
-  if (!isfinite(end)) return fail(r, at, "\"ts\" + \"dur\" is out of range");
+  if (!(fabs(f->ts) <= DT_TRACE_MAX_TIME_US && fabs(end) <= DT_TRACE_MAX_TIME_US)) {
+    return fail(r, at,
+                "complete event time out of range: \"ts\" %g, \"ts\" + \"dur\" %g (both must be "
+                "within +-%g us)",
+                f->ts, end, DT_TRACE_MAX_TIME_US);
+  }
   dt_trace *t = r->trace;
   uint32_t process, lane;
   dt_status st = process_index(r, &f->pid, &process);
@@ -891,44 +900,92 @@ dt_status dt_trace_read_memory(const char *data, size_t size, dt_trace **out) {
   return DT_OK;
 }
 
-dt_status dt_trace_read_file(const char *path, dt_trace **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "dt_trace_read_file: out is NULL");
+/* True once the bytes read so far show that the input cannot be a trace: its first byte
+ * after a BOM and whitespace is neither '{' nor '['. The parser's error for that byte does
+ * not depend on what follows, so reading can stop there (an endless /dev/zero fails at once).
+ * *scanned keeps the whitespace already skipped between calls. */
+static bool cannot_be_a_trace(const char *data, size_t n, size_t *scanned) {
+  if (n < 3) return false; /* a BOM may still be arriving */
+  size_t i = *scanned;
+  if (i == 0 && memcmp(data, "\xef\xbb\xbf", 3) == 0) i = 3;
+  while (i < n && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t')) i++;
+  *scanned = i;
+  return i < n && data[i] != '{' && data[i] != '[';
+}
+
+/* dt_trace_read_file and _ex; fn names the public function in messages. */
+static dt_status read_file(const char *fn, const char *path, uint64_t max_bytes, dt_trace **out) {
+  if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", fn);
   *out = NULL;
-  if (!path) return dt__error(DT_ERR_INVALID, "dt_trace_read_file: path is NULL");
+  if (!path) return dt__error(DT_ERR_INVALID, "%s: path is NULL", fn);
+  if (max_bytes == 0) max_bytes = DT_TRACE_DEFAULT_MAX_BYTES;
+  if (max_bytes > SIZE_MAX / 2) max_bytes = SIZE_MAX / 2;
+  size_t limit = (size_t)max_bytes;
   FILE *f = fopen(path, "rb");
   if (!f) {
-    return dt__error(DT_ERR_IO, "dt_trace_read_file: cannot open '%s': %s", path, strerror(errno));
+    return dt__error(DT_ERR_IO, "%s: cannot open '%s': %s", fn, path, strerror(errno));
   }
-  /* Read in growing blocks rather than trusting a seek: the path may be a pipe. */
-  size_t cap = 1 << 20, n = 0;
+  /* A regular file's size is known: one allocation, and a file over the limit is refused
+   * before reading. Pipes and devices are read in growing blocks up to the limit. */
+  size_t cap = 1 << 20;
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)) {
+    if ((uint64_t)st.st_size > limit) {
+      fclose(f);
+      return dt__error(DT_ERR_INVALID,
+                       "%s: '%s' is %lld bytes, more than the limit of %zu "
+                       "(max_bytes)",
+                       fn, path, (long long)st.st_size, limit);
+    }
+    /* One more byte sees the end without growing; files that report size 0 (procfs) grow. */
+    cap = (size_t)st.st_size + 1 > 4096 ? (size_t)st.st_size + 1 : 4096;
+  }
+  if (cap > limit + 1) cap = limit + 1;
+  size_t n = 0, scanned = 0;
   char *data = dt__alloc(cap);
-  dt_status st = DT_OK;
+  dt_status st_read = DT_OK;
   while (data) {
     if (n == cap) {
-      if (!dt__trace_grow((void **)&data, &cap, cap + 1, 1)) {
-        dt__free(data);
-        data = NULL;
-        break;
-      }
+      if (n > limit) break;
+      size_t grown = cap > (limit + 1) / 2 ? limit + 1 : cap * 2;
+      char *bigger = dt__alloc(grown);
+      if (bigger) memcpy(bigger, data, n);
+      dt__free(data);
+      data = bigger;
+      cap = grown;
+      if (!data) break;
     }
     size_t got = fread(data + n, 1, cap - n, f);
     n += got;
-    if (got == 0) break;
+    if (got == 0 || cannot_be_a_trace(data, n, &scanned)) break;
   }
   if (!data) {
-    st = dt__error(DT_ERR_NOMEM, "dt_trace_read_file: '%s': out of memory", path);
+    st_read = dt__error(DT_ERR_NOMEM, "%s: '%s': out of memory", fn, path);
   } else if (ferror(f)) {
-    st = dt__error(DT_ERR_IO, "dt_trace_read_file: reading '%s' failed", path);
+    st_read = dt__error(DT_ERR_IO, "%s: reading '%s' failed", fn, path);
+  } else if (n > limit) {
+    st_read = dt__error(DT_ERR_INVALID,
+                        "%s: '%s' holds more than the limit of %zu bytes "
+                        "(max_bytes)",
+                        fn, path, limit);
   }
   fclose(f);
-  if (!st) {
-    st = dt_trace_read_memory(data, n, out);
-    if (st) {
+  if (!st_read) {
+    st_read = dt_trace_read_memory(data, n, out);
+    if (st_read) {
       char prefix[600];
-      snprintf(prefix, sizeof prefix, "dt_trace_read_file: '%s'", path);
+      snprintf(prefix, sizeof prefix, "%s: '%s'", fn, path);
       dt__error_prefix(prefix);
     }
   }
   dt__free(data);
-  return st;
+  return st_read;
+}
+
+dt_status dt_trace_read_file_ex(const char *path, uint64_t max_bytes, dt_trace **out) {
+  return read_file("dt_trace_read_file_ex", path, max_bytes, out);
+}
+
+dt_status dt_trace_read_file(const char *path, dt_trace **out) {
+  return read_file("dt_trace_read_file", path, 0, out);
 }

@@ -1,5 +1,6 @@
 /* Analysis of a parsed trace: interval unions, utilization, matrix and comm shares, and the
  * accessors of processes and lanes. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +155,10 @@ dt_status dt_trace_compute_stats(const dt_trace *t, const char *device_label, do
                                  dt_trace_stats *out) {
   if (!t || !out) return dt__error(DT_ERR_INVALID, "dt_trace_compute_stats: trace or out is NULL");
   memset(out, 0, sizeof *out);
+  if (!isfinite(total_us)) {
+    return dt__error(DT_ERR_INVALID, "dt_trace_compute_stats: total_us %g is not a finite number",
+                     total_us);
+  }
   const char *label = device_label ? device_label : "GPU";
   bool *counted = dt__calloc(sizeof *counted * (t->n_processes ? t->n_processes : 1));
   bool *comm = dt__calloc(sizeof *comm * (t->n_lanes ? t->n_lanes : 1));

@@ -1,5 +1,6 @@
 /* SVG timeline of a parsed trace: a row per process and lane, busy intervals as bars. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,6 +47,10 @@ static void flush(FILE *f, row_state *row) {
 dt_status dt_trace_write_svg(const dt_trace *t, const char *device_label, double total_us,
                              const char *path) {
   if (!t || !path) return dt__error(DT_ERR_INVALID, "dt_trace_write_svg: trace or path is NULL");
+  if (!isfinite(total_us)) {
+    return dt__error(DT_ERR_INVALID, "dt_trace_write_svg: total_us %g is not a finite number",
+                     total_us);
+  }
   const char *label = device_label ? device_label : "GPU";
   dt_trace_stats stats;
   bool have_stats = dt_trace_compute_stats(t, label, total_us, &stats) == DT_OK;
