@@ -39,6 +39,14 @@ static dt_status block_view(const dt_tensor *full, const int64_t *shape, const i
   return dt__tensor_view(full, full->ndim, shape, full->strides, start, out);
 }
 
+_Thread_local dt__dist_convert_guard dt__dist_guard;
+
+/* Export's guard (dist_impl.h): nothing unless a trace runs on this thread. */
+static dt_status check_guard(const char *op, const dt_tensor *t) {
+  if (!dt__dist_guard.check || !t) return DT_OK;
+  return dt__dist_guard.check(dt__dist_guard.user, op, t);
+}
+
 /* The hint added to errors of tensors whose global shape from_local inferred. */
 static const char inferred_hint[] =
     "; no options.global_shape was given, so the global shape was inferred assuming even "
@@ -107,6 +115,8 @@ dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
   int64_t expect[DT_MAX_DIMS], offset[DT_MAX_DIMS];
   dt__local_region(local->ndim, global, mi.ndim, mi.size, mi.coord, norm, expect, offset);
   bool fits = memcmp(expect, local->shape, sizeof(int64_t) * (size_t)local->ndim) == 0;
+  st = check_guard(op, local);
+  if (st) return st;
   if (options && options->run_check) {
     /* Every rank takes part in the check, a misfit one too, so all fail together. */
     st = dt__from_local_check(mesh, local, norm, global, fits);
@@ -151,6 +161,8 @@ dt_status dt_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
         DT_ERR_INVALID,
         "%s: Partial placements cannot be distributed (use Replicate, then redistribute)", op);
   }
+  st = check_guard(op, full);
+  if (st) return st;
   dt_dist_spec *spec = NULL;
   st = dt__spec_create(mesh, norm, full->ndim, full->shape, full->dtype, &spec);
   if (st) return st;
@@ -196,7 +208,8 @@ dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int
   }
   bool is_src = dt_comm_rank(world) == src;
   /* The source checks its tensor, then tells everyone: a bad tensor on the source fails
-   * every rank together instead of leaving the others waiting for its data. */
+   * every rank together instead of leaving the others waiting for its data. source_ok is 1
+   * for a good tensor, 0 for a bad one, 2 when a trace on the source refuses it. */
   int32_t source_ok = 1;
   char reason[256] = "";
   if (is_src) {
@@ -210,6 +223,9 @@ dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int
       snprintf(reason, sizeof reason, "source tensor %s %s differs from the declared %s %s",
                dt__format_ints(a, sizeof a, full->ndim, full->shape), dt_dtype_name(full->dtype),
                dt__format_ints(b, sizeof b, ndim, shape), dt_dtype_name(dtype));
+    } else if (check_guard(op, full)) {
+      source_ok = 2;
+      snprintf(reason, sizeof reason, "%s", dt_last_error());
     }
   }
   dt_tensor flag = {0}; /* a 1-element view of source_ok on the stack */
@@ -223,6 +239,10 @@ dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int
   flag.storage = &flag_storage;
   st = dt_broadcast(world, &flag, src);
   if (st) return st;
+  if (source_ok == 2) {
+    return dt__error(DT_ERR_UNSUPPORTED, "%s: source rank %d: %s", op, src,
+                     is_src ? reason : "export refused to trace the conversion of a traced value");
+  }
   if (!source_ok) {
     return dt__error(DT_ERR_INVALID, "%s: source rank %d: %s", op, src,
                      is_src ? reason : "its tensor does not match the declared shape and dtype");
@@ -246,6 +266,8 @@ dt_status dt_to_local(dt_tensor *t, dt_tensor **out) {
   /* A local tensor here is almost always a mix-up (PyTorch has no to_local on a plain
    * tensor): say so rather than hand back a view that hides it. */
   if (!t->spec) return dt__error(DT_ERR_INVALID, "to_local: the tensor is not distributed");
+  dt_status st = check_guard("to_local", t);
+  if (st) return st;
   return dt__local_view(t, out);
 }
 
@@ -292,6 +314,8 @@ dt_status dt_redistribute(dt_tensor *t, int n_placements, const dt_placement *pl
       dt__check_placements(op, t->spec->mesh_ndim, t->spec->ndim, n_placements, placements, norm);
   if (!st) st = check_partial_avg(op, n_placements, norm, t->spec->dtype);
   if (st) return st;
+  st = check_guard(op, t);
+  if (st) return st;
   dt_tensor *local = NULL;
   st = dt__redistribute_local(t, t->spec, norm, &local);
   if (st) return st;
@@ -318,10 +342,12 @@ dt_status dt_full_tensor(dt_tensor *t, dt_tensor **out) {
   *out = NULL;
   if (!t) return dt__error(DT_ERR_INVALID, "%s: tensor is NULL", op);
   if (!t->spec) return dt__error(DT_ERR_INVALID, "%s: the tensor is not distributed", op);
+  dt_status st = check_guard(op, t);
+  if (st) return st;
   dt_placement replicated[DT_MAX_MESH_DIMS];
   for (int m = 0; m < t->spec->mesh_ndim; m++) replicated[m] = dt_replicate();
   dt_tensor *local = NULL;
-  dt_status st = dt__redistribute_local(t, t->spec, replicated, &local);
+  st = dt__redistribute_local(t, t->spec, replicated, &local);
   if (st) return st;
   st = dt__local_view(local, out);
   dt_tensor_release(local);

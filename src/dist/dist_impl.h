@@ -76,6 +76,21 @@ dt_status dt__local_view(const dt_tensor *t, dt_tensor **out);
 dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from, const dt_placement *to,
                                  dt_tensor **out);
 
+/* A guard over the public calls that convert between local and distributed tensors
+ * (from_local, to_local, redistribute, full_tensor, distribute_tensor,
+ * distribute_tensor_from). They run outside the op table, so a tracing dispatch mode never
+ * sees them: export installs this guard on its thread while it traces (and only there) to
+ * refuse a conversion of a value the trace holds, whose result would otherwise become a
+ * constant of the graph. `check` runs after the call's own argument checks and before it
+ * communicates; a nonzero status (with its message set) is what the call returns. Per
+ * thread; check == NULL when nothing traces. */
+typedef struct dt__dist_convert_guard {
+  dt_status (*check)(void *user, const char *call, const dt_tensor *input);
+  void *user;
+} dt__dist_convert_guard;
+
+extern _Thread_local dt__dist_convert_guard dt__dist_guard;
+
 /* Installs the distributed dispatch hook and the spec release hook (idempotent). */
 void dt__dist_init(void);
 

@@ -137,10 +137,9 @@ static int status_error(int rc, const mp_op *op) {
  * as on the threads backend: compute overlapped with an async collective does not count)
  * the job is aborted with a clear message. */
 static dt_status progress(dt_comm *comm, dt_work *w, mp_op *op, bool blocking, bool *done) {
-  int64_t deadline = dt__mp_deadline(dt__mp_now_ns(), comm->timeout_ms);
-  int64_t spin_until = 0;
-  long sleep_ns = 2000;
-  for (int round = 0;; round++) {
+  mp_backoff backoff;
+  dt__mp_backoff_init(&backoff, comm);
+  for (;;) {
     int flag = 0;
     dt__mp_lock();
     int rc =
@@ -158,14 +157,7 @@ static dt_status progress(dt_comm *comm, dt_work *w, mp_op *op, bool blocking, b
       *done = false;
       return DT_OK;
     }
-    if ((round & 63) != 0) continue;
-    int64_t now = dt__mp_now_ns();
-    if (now > deadline) dt__mp_timeout(comm, &w->args, w->seq);
-    if (spin_until == 0) spin_until = now + 50000; /* 50 us of spinning first */
-    if (now < spin_until) continue;
-    struct timespec nap = {0, sleep_ns};
-    nanosleep(&nap, NULL);
-    if (sleep_ns < 1000000) sleep_ns *= 2;
+    dt__mp_backoff_step(&backoff, comm, &w->args, w->seq);
   }
 }
 
@@ -230,17 +222,13 @@ typedef struct mp_fingerprint {
 
 #define FINGERPRINT_KEY offsetof(mp_fingerprint, call)
 
-static void fingerprint(const dt_comm *comm, const dt_coll_args *a, uint64_t seq, bool async,
-                        mp_fingerprint *fp) {
+/* The key part of the fingerprint (everything before `call`); cheap, no text. */
+static void fingerprint_key(const dt_comm *comm, const dt_coll_args *a, uint64_t seq, bool async,
+                            mp_fingerprint *fp) {
   memset(fp, 0, sizeof *fp);
   fp->kind = (int32_t)a->kind;
   fp->seq = seq;
   fp->async = async;
-  dt__coll_describe(a, comm->size, fp->call, sizeof fp->call);
-  if (async) { /* tell the forms apart in the mismatch message */
-    size_t used = strlen(fp->call);
-    snprintf(fp->call + used, sizeof fp->call - used, " [async]");
-  }
   if (a->kind == DT_COLL_BARRIER || a->kind == DT_COLL_SPLIT) return;
   fp->dtype = (int32_t)a->dtype;
   const int64_t *counts = a->counts;
@@ -269,6 +257,16 @@ static void fingerprint(const dt_comm *comm, const dt_coll_args *a, uint64_t seq
     fp->counts_hash = h;
   } else {
     fp->count = a->count;
+  }
+}
+
+static void fingerprint(const dt_comm *comm, const dt_coll_args *a, uint64_t seq, bool async,
+                        mp_fingerprint *fp) {
+  fingerprint_key(comm, a, seq, async, fp);
+  dt__coll_describe(a, comm->size, fp->call, sizeof fp->call);
+  if (async) { /* tell the forms apart in the mismatch message */
+    size_t used = strlen(fp->call);
+    snprintf(fp->call + used, sizeof fp->call - used, " [async]");
   }
 }
 
@@ -371,6 +369,48 @@ dt_status dt__mp_check_fingerprints(dt_comm *comm, const dt_coll_args *a, uint64
   return status;
 }
 
+_Static_assert(FINGERPRINT_KEY % sizeof(uint64_t) == 0, "the key is hashed in 64-bit words");
+
+dt_status dt__mp_check_agreement(dt_comm *comm, const dt_coll_args *a, uint64_t seq, bool async) {
+  mp_fingerprint fp;
+  fingerprint_key(comm, a, seq, async, &fp);
+  uint64_t words[FINGERPRINT_KEY / sizeof(uint64_t)];
+  memcpy(words, &fp, sizeof words);
+  uint64_t h = 0x6d70692d6b6579;
+  for (size_t i = 0; i < sizeof words / sizeof *words; i++) h = dt__hash_mix(h, words[i]);
+  /* AND over the ranks of h and of ~h: a bit where two ranks differ is 0 in both, so the
+   * ranks agree exactly when the two ANDs cover every bit. Every rank gets the same two
+   * words, hence the same verdict. The message has the same size on every rank whatever
+   * the arguments, so MPI never sees a size disagreement here. */
+  uint64_t mine[2] = {h, ~h}, all[2] = {0, 0};
+  MPI_Comm mc = ((mp_comm *)comm->state)->comm;
+  MPI_Request request = MPI_REQUEST_NULL;
+  dt__mp_lock();
+  int rc = MPI_Iallreduce(mine, all, 2, MPI_UINT64_T, MPI_BAND, mc, &request);
+  dt__mp_unlock();
+  if (rc != MPI_SUCCESS) return dt__mp_fail(rc, comm, a->op_name, "MPI_Iallreduce (agreement)");
+  mp_backoff backoff;
+  dt__mp_backoff_init(&backoff, comm);
+  for (;;) {
+    int flag = 0;
+    dt__mp_lock();
+    rc = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+    dt__mp_unlock();
+    if (rc != MPI_SUCCESS) return dt__mp_fail(rc, comm, a->op_name, "MPI_Test (agreement)");
+    if (flag) break;
+    dt__mp_backoff_step(&backoff, comm, a, seq);
+  }
+  if ((all[0] | all[1]) == UINT64_MAX) return DT_OK;
+  /* Every rank saw the disagreement: all of them exchange the full fingerprints so that the
+   * message names what each rank called. */
+  dt_status status = dt__mp_check_fingerprints(comm, a, seq, async);
+  if (status != DT_OK) return status;
+  return dt__error(DT_ERR_MISMATCH,
+                   "collective mismatch in group '%s' at sequence number %llu: %s: the ranks' "
+                   "call fingerprints differ",
+                   comm->name, (unsigned long long)seq, a->op_name);
+}
+
 /* ---- Groups ------------------------------------------------------------------------------ */
 
 static dt_status wrap_comm(MPI_Comm mc, const char *what, dt_comm **out);
@@ -408,6 +448,7 @@ static void mp_destroy(dt_comm *comm) {
   }
   dt__free(mc);
   comm->state = NULL;
+  atomic_fetch_sub(&dt__mp_live_groups, 1);
 }
 
 static void mp_abort(dt_comm *comm, const char *reason) {
@@ -459,6 +500,7 @@ static dt_status wrap_comm(MPI_Comm mc, const char *what, dt_comm **out) {
     return dt__error(DT_ERR_NOMEM, "%s: out of memory", what);
   }
   state->comm = mc;
+  atomic_fetch_add(&dt__mp_live_groups, 1);
   *out = comm;
   return DT_OK;
 }

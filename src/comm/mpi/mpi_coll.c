@@ -578,9 +578,20 @@ dt_status dt__mp_start(dt_comm *comm, dt_work *w) {
            .max = dt__mp_max_count};
   dt_coll_kind kind = w->args.kind;
   dt_status status = DT_OK;
-  if (comm->debug && kind != DT_COLL_SEND && kind != DT_COLL_RECV) {
-    status = dt__mp_check_fingerprints(comm, &w->args, w->seq, w->pooled);
+  if (kind != DT_COLL_SEND && kind != DT_COLL_RECV) {
+    /* No data moves before the ranks agree on the call (see dt__mp_check_agreement):
+     * Open MPI writes past a receive buffer when sizes disagree. Point-to-point needs no
+     * check: a receive's own count bounds what MPI writes. */
+    dt__mp_note_collective(comm, w->args.op_name, w->seq);
+    status = comm->debug ? dt__mp_check_fingerprints(comm, &w->args, w->seq, w->pooled)
+                         : dt__mp_check_agreement(comm, &w->args, w->seq, w->pooled);
     if (status != DT_OK) return status;
+    /* The agreement exchange is itself a barrier. */
+    if (kind == DT_COLL_BARRIER && !comm->debug) {
+      w->done = true;
+      w->status = DT_OK;
+      return DT_OK;
+    }
   }
   switch (kind) {
   case DT_COLL_ALL_REDUCE: status = all_reduce(&x); break;

@@ -17,6 +17,7 @@
 
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -107,6 +108,27 @@ static inline int64_t dt__mp_deadline(int64_t start_ns, int64_t timeout_ms) {
   return start_ns + timeout_ms * 1000000;
 }
 
+/* Polling a request: spin for 50 us, then sleep in steps growing to 1 ms so that a rank
+ * waiting for a late (or dead) peer leaves the CPU to the others; past the group's timeout
+ * (counted from init) the job is aborted with a message naming the collective. */
+typedef struct mp_backoff {
+  int64_t deadline_ns;
+  int64_t spin_until_ns; /* 0 until the first clock reading */
+  long sleep_ns;
+  unsigned round;
+} mp_backoff;
+void dt__mp_backoff_init(mp_backoff *backoff, const dt_comm *comm);
+/* Call after each unsuccessful test. */
+void dt__mp_backoff_step(mp_backoff *backoff, const dt_comm *comm, const dt_coll_args *args,
+                         uint64_t seq);
+
+/* Groups (dt_comm handles) of this process not yet destroyed. A process that exits while
+ * this is nonzero may be leaving peers inside a collective (see runtime_finalize). */
+extern atomic_int dt__mp_live_groups;
+
+/* Records the calling thread's latest collective, named when the process leaves mid-job. */
+void dt__mp_note_collective(const dt_comm *comm, const char *op_name, uint64_t seq);
+
 /* Brackets a blocking MPI call: the watchdog thread aborts the job if the call is still
  * running when the group's timeout passes. Not nestable within one thread. */
 void dt__mp_watch_begin(const dt_comm *comm, const char *op_name, uint64_t seq);
@@ -140,6 +162,14 @@ dt_status dt__mp_op_finish_blocking(dt_comm *comm, dt_work *work, mp_op *op);
  * nonblocking one, so ranks must issue a collective in the same form. */
 dt_status dt__mp_check_fingerprints(dt_comm *comm, const dt_coll_args *args, uint64_t seq,
                                     bool async);
+
+/* Always on: every rank of the group checks, with one fixed-size MPI_Iallreduce (a 64-bit
+ * hash of the fingerprint and its complement, MPI_BAND), that all ranks called the same
+ * collective with the same sizes, dtype, op and root before any data moves, so that a
+ * disagreement can never make MPI write past a buffer. Waits with mp_backoff (a late peer
+ * costs no CPU). On a mismatch every rank exchanges full fingerprints and returns
+ * DT_ERR_MISMATCH naming each rank's call. */
+dt_status dt__mp_check_agreement(dt_comm *comm, const dt_coll_args *args, uint64_t seq, bool async);
 
 /* ---- mpi_coll.c ----------------------------------------------------------------------- */
 

@@ -21,11 +21,51 @@ static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool runtime_ready = false;
 static bool we_initialized = false;
 static MPI_Op op_fmax = MPI_OP_NULL, op_fmin = MPI_OP_NULL;
+/* A duplicate of MPI_COMM_WORLD used only by the exit handshake, so that it cannot match
+ * anything a group does. */
+static MPI_Comm exit_comm = MPI_COMM_NULL;
+atomic_int dt__mp_live_groups;
+
+/* The calling thread's latest collective (the exit handler runs on the exiting thread). */
+static _Thread_local struct {
+  const char *op_name; /* static strings */
+  uint64_t seq;
+  int rank, size;
+  char group[64];
+} last_collective;
+
+void dt__mp_note_collective(const dt_comm *comm, const char *op_name, uint64_t seq) {
+  last_collective.op_name = op_name;
+  last_collective.seq = seq;
+  last_collective.rank = comm->rank;
+  last_collective.size = comm->size;
+  memcpy(last_collective.group, comm->name, sizeof last_collective.group);
+}
 
 int64_t dt__mp_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void dt__mp_backoff_init(mp_backoff *backoff, const dt_comm *comm) {
+  backoff->deadline_ns = dt__mp_deadline(dt__mp_now_ns(), comm->timeout_ms);
+  backoff->spin_until_ns = 0;
+  backoff->sleep_ns = 2000;
+  backoff->round = 0;
+}
+
+void dt__mp_backoff_step(mp_backoff *backoff, const dt_comm *comm, const dt_coll_args *args,
+                         uint64_t seq) {
+  /* Read the clock once every 64 tests: a test is far cheaper than clock_gettime. */
+  if ((backoff->round++ & 63) != 0) return;
+  int64_t now = dt__mp_now_ns();
+  if (now > backoff->deadline_ns) dt__mp_timeout(comm, args, seq);
+  if (backoff->spin_until_ns == 0) backoff->spin_until_ns = now + 50000;
+  if (now < backoff->spin_until_ns) return;
+  struct timespec nap = {0, backoff->sleep_ns};
+  nanosleep(&nap, NULL);
+  if (backoff->sleep_ns < 1000000) backoff->sleep_ns *= 2;
 }
 
 /* ---- Reduction operators ---------------------------------------------------------------- */
@@ -266,6 +306,62 @@ static void *watchdog_main(void *arg) {
 
 /* ---- Initialisation and finalisation ----------------------------------------------------- */
 
+/* How long an exiting process that still holds groups waits for its peers to exit too. */
+static int64_t exit_grace_ms(void) {
+  const char *text = getenv("DT_MPI_EXIT_GRACE_MS");
+  if (text && *text) {
+    long long value = strtoll(text, NULL, 10);
+    if (value >= 0 && value <= 600000) return value;
+  }
+  return 1000;
+}
+
+/* True when every process reaches this handshake within `grace_ms`: the whole job is
+ * exiting, so MPI_Finalize will not wait on anyone. */
+static bool peers_exit_too(int64_t grace_ms) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(exit_comm, &request) != MPI_SUCCESS) return false;
+  int64_t deadline = dt__mp_now_ns() + grace_ms * 1000000;
+  long sleep_ns = 2000;
+  for (;;) {
+    int flag = 0;
+    if (MPI_Test(&request, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (flag) return true;
+    if (dt__mp_now_ns() > deadline) return false;
+    struct timespec nap = {0, sleep_ns};
+    nanosleep(&nap, NULL);
+    if (sleep_ns < 1000000) sleep_ns *= 2;
+  }
+}
+
+/* The process is leaving (exit() or a return from main) while some of its groups are alive
+ * and its peers are not leaving with it: they may be waiting for it inside a collective,
+ * and MPI_Finalize would block behind them until their timeout. End the job now. */
+_Noreturn static void abort_leaving(int live, int64_t grace_ms) {
+  char message[768];
+  char group[sizeof last_collective.group];
+  memcpy(group, last_collective.group, sizeof group);
+  group[sizeof group - 1] = '\0';
+  if (last_collective.op_name) {
+    snprintf(message, sizeof message,
+             "DT_ERR_ABORTED: the process is exiting (exit() or a return from main) with %d "
+             "group(s) not destroyed, and its peers did not exit within %lld ms; its last "
+             "collective was %s on group '%s' (rank %d of %d, sequence number %llu). Aborting "
+             "the MPI job so that peers waiting for this rank do not hang (destroy every group "
+             "before exiting to finish normally; DT_MPI_EXIT_GRACE_MS sets the wait)",
+             live, (long long)grace_ms, last_collective.op_name, group, last_collective.rank,
+             last_collective.size, (unsigned long long)last_collective.seq);
+  } else {
+    snprintf(message, sizeof message,
+             "DT_ERR_ABORTED: the process is exiting (exit() or a return from main) with %d "
+             "group(s) not destroyed, and its peers did not exit within %lld ms; it made no "
+             "collective call. Aborting the MPI job so that peers waiting for this rank do "
+             "not hang (destroy every group before exiting to finish normally)",
+             live, (long long)grace_ms);
+  }
+  dt__mp_abort_job(message);
+}
+
 static void runtime_finalize(void) {
   if (watchdog_running) {
     pthread_mutex_lock(&watchdog_lock);
@@ -278,8 +374,14 @@ static void runtime_finalize(void) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
+  int live = atomic_load(&dt__mp_live_groups);
+  if (we_initialized && live > 0 && exit_comm != MPI_COMM_NULL) {
+    int64_t grace_ms = exit_grace_ms();
+    if (!peers_exit_too(grace_ms)) abort_leaving(live, grace_ms);
+  }
   if (op_fmax != MPI_OP_NULL) MPI_Op_free(&op_fmax);
   if (op_fmin != MPI_OP_NULL) MPI_Op_free(&op_fmin);
+  if (exit_comm != MPI_COMM_NULL) MPI_Comm_free(&exit_comm);
   if (we_initialized) MPI_Finalize();
 }
 
@@ -328,6 +430,11 @@ static dt_status runtime_init_locked(void) {
   if (limit && *limit) {
     long long value = strtoll(limit, NULL, 10);
     if (value >= 1 && value <= INT_MAX) dt__mp_max_count = value;
+  }
+  if (we_initialized && MPI_Comm_dup(MPI_COMM_WORLD, &exit_comm) == MPI_SUCCESS) {
+    MPI_Comm_set_errhandler(exit_comm, MPI_ERRORS_RETURN);
+  } else {
+    exit_comm = MPI_COMM_NULL;
   }
   MPI_Op_create(fmax_fn, 1, &op_fmax);
   MPI_Op_create(fmin_fn, 1, &op_fmin);
