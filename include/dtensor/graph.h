@@ -155,7 +155,12 @@ typedef struct dt_export_options {
  * by tensor identity, named by FQN such as "mlps.0.0.weight") and a state dict sharing the
  * model's tensors. Tensors the forward made outside the op table (dt_ones, dt_from_data...)
  * become constants "_tensor_constant<N>" of the state dict. options may be NULL.
- * Errors: DT_ERR_INVALID (NULL, a model without forward), the forward's own errors, DT_ERR_NOMEM.
+ * A conversion between local and distributed tensors (from_local, to_local, redistribute,
+ * full_tensor, distribute_tensor...) of a traced value cannot be recorded: the call fails
+ * inside the forward and export with it (so a model after dt_parallelize_module does not
+ * export; export the local model and use dt_tp_transform).
+ * Errors: DT_ERR_INVALID (NULL, a model without forward), DT_ERR_UNSUPPORTED (such a
+ * conversion, named in the message), the forward's own errors, DT_ERR_NOMEM.
  */
 DT_API dt_status dt_export(struct dt_module *model, dt_tensor *input,
                            const dt_export_options *options, dt_program **out);

@@ -16,6 +16,7 @@ typedef struct style_state {
   dt_placement input_layout, output_layout;
   bool keep_distributed;
   int64_t in_features; /* the global size of the last input dim */
+  char fqn[];          /* the module's, for error messages */
 } style_state;
 
 static void free_state(void *user) {
@@ -24,8 +25,16 @@ static void free_state(void *user) {
   dt__free(s);
 }
 
-static dt_status pre_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *user) {
-  style_state *s = user;
+/* A hook's error names the hook and the module: the conversions fail inside some model's
+ * forward (or an export's trace of it), far from the parallelize_module call. */
+static dt_status hook_failed(dt_status st, const style_state *s, const char *which) {
+  char prefix[300];
+  snprintf(prefix, sizeof prefix, "parallelize_module: %s hook of '%s'", which, s->fqn);
+  dt__error_prefix(prefix);
+  return st;
+}
+
+static dt_status convert_input(dt_module *m, dt_tensor *in, dt_tensor **out, const style_state *s) {
   const char *op = dt_module_type(m);
   if (in->spec) return dt_redistribute(in, 1, &s->input_layout, out);
   dt_placement p = s->input_layout;
@@ -49,9 +58,12 @@ static dt_status pre_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *us
   return dt_from_local(s->mesh, in, 1, &p, known ? &opt : NULL, out);
 }
 
-static dt_status post_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *user) {
-  style_state *s = user;
-  (void)m;
+static dt_status pre_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *user) {
+  dt_status st = convert_input(m, in, out, user);
+  return st ? hook_failed(st, user, "input") : DT_OK;
+}
+
+static dt_status convert_output(dt_tensor *in, dt_tensor **out, const style_state *s) {
   dt_placement p = s->output_layout;
   if (p.kind == DT_SHARD && p.dim < 0) p.dim += dt_dist_ndim(in);
   dt_tensor *moved = NULL;
@@ -63,6 +75,12 @@ static dt_status post_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *u
   st = dt_to_local(moved, out);
   dt_tensor_release(moved);
   return st;
+}
+
+static dt_status post_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *user) {
+  (void)m;
+  dt_status st = convert_output(in, out, user);
+  return st ? hook_failed(st, user, "output") : DT_OK;
 }
 
 typedef struct pending {
@@ -134,12 +152,14 @@ dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_pla
     st = dt_distribute_tensor(mesh, w, 1, &wp, &t->weight);
     if (!st && b) st = dt_distribute_tensor(mesh, b, 1, &bp, &t->bias);
     if (st) break;
-    t->state = dt__calloc(sizeof *t->state);
+    size_t fqn_len = strlen(e->fqn);
+    t->state = dt__calloc(sizeof *t->state + fqn_len + 1);
     if (!t->state) {
       st = dt__error(DT_ERR_NOMEM, "parallelize_module: out of memory");
       break;
     }
     t->state->mesh = dt__mesh_retain(mesh);
+    memcpy(t->state->fqn, e->fqn, fqn_len + 1);
     t->state->in_features = dt_tensor_shape(w)[1];
     t->state->input_layout = o && o->set_input_layout ? o->input_layout
                              : colwise                ? dt_replicate()
