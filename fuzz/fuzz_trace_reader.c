@@ -4,6 +4,7 @@
  * trace; never a crash, a leak, a hang or undefined behaviour (built with ASan + UBSan).
  * Build and run with fuzz/run.sh.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (stats.busy_us < 0 || stats.mm_us > stats.busy_us + 1e-6 * (1 + stats.busy_us) ||
           stats.overlap_us < 0) {
         abort();
+      }
+      /* Bounded event times keep every figure finite (the JSON output prints them all). */
+      const double figures[] = {stats.start_us,    stats.end_us,      stats.total_us,
+                                stats.busy_us,     stats.utilization, stats.mm_us,
+                                stats.mm_fraction, stats.comm_us,     stats.comm_fraction,
+                                stats.compute_us,  stats.overlap_us,  stats.overlap_fraction};
+      for (size_t k = 0; k < sizeof figures / sizeof *figures; k++) {
+        if (!isfinite(figures[k])) abort();
       }
     }
   }
