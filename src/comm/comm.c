@@ -25,8 +25,7 @@ uint64_t dt__comm_next_id(void) {
   return (uint64_t)atomic_fetch_add(&next_id, 1);
 }
 
-/* A positive integer from the environment, or `fallback` when unset or malformed. */
-static int64_t env_positive(const char *name, int64_t fallback) {
+int64_t dt__env_positive(const char *name, int64_t fallback) {
   const char *text = getenv(name);
   if (!text || !*text) return fallback;
   char *end = NULL;
@@ -43,7 +42,7 @@ dt_comm *dt__comm_new(const dt_comm_backend *backend, int rank, int size, uint64
   comm->rank = rank;
   comm->size = size;
   comm->id = id ? id : dt__comm_next_id();
-  comm->timeout_ms = env_positive("DT_COMM_TIMEOUT_MS", DT_COMM_DEFAULT_TIMEOUT_MS);
+  comm->timeout_ms = dt__env_positive("DT_COMM_TIMEOUT_MS", DT_COMM_DEFAULT_TIMEOUT_MS);
   const char *debug = getenv("DT_DEBUG_COLLECTIVES");
   comm->debug = debug && strcmp(debug, "0") != 0 && *debug;
   snprintf(comm->name, sizeof comm->name, "world");
@@ -75,25 +74,22 @@ dt_status dt_comm_init(const dt_comm_options *opts, dt_comm **out) {
                      (long long)opts->timeout_ms);
   }
 
-  dt_status status;
-  if (strcmp(backend, "fake") == 0) {
-    int rank = opts->rank, world = opts->world_size;
-    if (world == 0) {
-      world = (int)env_positive("DT_FAKE_WORLD", 1);
-      const char *r = getenv("DT_FAKE_RANK");
-      rank = r && *r ? atoi(r) : opts->rank;
-    }
-    status = dt__fake_init(rank, world, out);
-  } else if (strcmp(backend, "threads") == 0) {
-    status = dt__threads_init_single(opts, out);
-  } else if (strcmp(backend, "mpi") == 0) {
-    status = dt__mpi_init(opts, out);
-  } else {
-    return dt__error(DT_ERR_INVALID,
-                     "dt_comm_init: unknown backend \"%s\" (from %s); expected \"threads\", "
-                     "\"mpi\" or \"fake\"",
-                     backend, opts->backend ? "options" : "DT_BACKEND");
+  bool unbuilt = false;
+  char names[64];
+  dt__comm_backend_names(names, sizeof names);
+  dt_comm_backend_init_fn init = dt__comm_backend_find(backend, &unbuilt);
+  if (!init && unbuilt) {
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_comm_init: backend \"%s\" is not built into this libdtensor (CMake "
+                     "found no MPI, or DT_WITH_MPI=OFF); install an MPI (e.g. Open MPI) and "
+                     "reconfigure, or use one of %s",
+                     backend, names);
   }
+  if (!init) {
+    return dt__error(DT_ERR_INVALID, "dt_comm_init: unknown backend \"%s\" (from %s); expected %s",
+                     backend, opts->backend ? "options" : "DT_BACKEND", names);
+  }
+  dt_status status = init(opts, out);
   if (status != DT_OK) return status;
   if (opts->timeout_ms > 0) (*out)->timeout_ms = opts->timeout_ms;
   return DT_OK;

@@ -189,10 +189,21 @@ dt_objects *dt__objects_alloc(int count, size_t total);
 extern const dt_comm_backend dt__threads_backend;
 extern const dt_comm_backend dt__fake_backend;
 
-/* Backend constructors used by dt_comm_init. */
+/* A positive integer from the environment, or `fallback` when unset or malformed. */
+int64_t dt__env_positive(const char *name, int64_t fallback);
+
+/* Backend constructors: each makes the world group of its backend from dt_comm_init's
+ * options. dt_comm_init finds them by name in the registry (comm/registry.c). */
+typedef dt_status (*dt_comm_backend_init_fn)(const dt_comm_options *opts, dt_comm **out);
 dt_status dt__threads_init_single(const dt_comm_options *opts, dt_comm **out);
-dt_status dt__fake_init(int rank, int world_size, dt_comm **out);
-/* The MPI world (src/comm/mpi/); DT_ERR_UNSUPPORTED when built without MPI. */
-dt_status dt__mpi_init(const dt_comm_options *opts, dt_comm **out);
+dt_status dt__fake_init(const dt_comm_options *opts, dt_comm **out);
+dt_status dt__mpi_init(const dt_comm_options *opts, dt_comm **out); /* only with DT_HAVE_MPI */
+
+/* The registered backend called `name`, or NULL. `*known_unbuilt` is set when the name is a
+ * backend this build leaves out (mpi without an MPI). */
+dt_comm_backend_init_fn dt__comm_backend_find(const char *name, bool *known_unbuilt);
+
+/* The registered backends' names for messages: "threads", "fake" or "mpi". */
+void dt__comm_backend_names(char *buf, size_t size);
 
 #endif /* DT_COMM_IMPL_H */

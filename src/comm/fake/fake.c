@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "comm/comm_impl.h"
 
 static dt_status fake_start(dt_comm *comm, dt_work *work) {
@@ -88,7 +90,15 @@ const dt_comm_backend dt__fake_backend = {
     .all_gather_object = fake_all_gather_object,
 };
 
-dt_status dt__fake_init(int rank, int world_size, dt_comm **out) {
+/* The fake world: rank and size from the options, or from DT_FAKE_RANK / DT_FAKE_WORLD when
+ * the options leave world_size 0. */
+dt_status dt__fake_init(const dt_comm_options *opts, dt_comm **out) {
+  int rank = opts->rank, world_size = opts->world_size;
+  if (world_size == 0) {
+    world_size = (int)dt__env_positive("DT_FAKE_WORLD", 1);
+    const char *r = getenv("DT_FAKE_RANK");
+    rank = r && *r ? atoi(r) : opts->rank;
+  }
   if (world_size < 1 || world_size > DT_COMM_MAX_WORLD) {
     return dt__error(DT_ERR_INVALID, "dt_comm_init: fake world_size is %d, expected 1..%d",
                      world_size, DT_COMM_MAX_WORLD);
