@@ -186,6 +186,15 @@ Test(trace_output, replacing_keeps_the_mode) {
   }
   cr_assert_eq(count_entries(dir, NULL), 1);
   remove_tree(dir);
+  /* An empty path names nothing and leaves nothing in the working directory. */
+  char cwd[64];
+  make_dir(cwd, sizeof cwd);
+  cr_assert_eq(chdir(cwd), 0);
+  cr_assert_eq(dt_trace_write_svg(trace, "GPU", 0, ""), DT_ERR_IO);
+  ref_assert_error_mentions("dt_trace_write_svg", "''");
+  cr_assert_eq(count_entries(cwd, NULL), 0);
+  cr_assert_eq(chdir("/"), 0);
+  remove_tree(cwd);
   dt_trace_destroy(trace);
 }
 

@@ -123,6 +123,10 @@ FILE *dt__output_open(dt__output_file *out, const char *path) {
   out->in_place = false;
   out->problem = NULL;
   out->tmp[0] = '\0';
+  if (!path[0]) {
+    errno = ENOENT; /* "" names nothing; the temporary would land in the working directory */
+    return NULL;
+  }
   block_file_size_signal(out);
   int err = 0;
   struct stat link_st, st;
