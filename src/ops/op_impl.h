@@ -34,7 +34,7 @@ typedef enum dt_op_kind {
 } dt_op_kind;
 
 /* The sharding-rule family of an op (the list's rule column): which rule of
- * src/dist/rules.c propagates placements through it. Pure data, so a new op cannot fall into
+ * src/distributed/rules.c propagates placements through it. Pure data, so a new op cannot fall into
  * a rule silently: the list names one for every op. */
 typedef enum dt_rule_family {
   DT_RULE_REPLICATE = 0, /* no sharding rule: inputs are replicated, the output too */

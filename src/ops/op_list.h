@@ -11,7 +11,7 @@
  *   required  how many leading inputs must be non-NULL
  *   infer     dt_status infer(dt_op_call *, dt_tensor_meta *): validate, compute out metas
  *   kernel    dt_status kernel(dt_op_call *): compute
- *   rule      the sharding-rule family (DT_RULE_<rule>, src/dist/rules.c): how placements
+ *   rule      the sharding-rule family (DT_RULE_<rule>, src/distributed/rules.c): how placements
  *             propagate through the op on distributed tensors. REPLICATE says, explicitly,
  *             that the op runs only on replicated inputs.
  *   traits    DT_TRAIT_* bits (ops/op_impl.h): linearity (which Partial(sum) inputs pass

@@ -371,6 +371,50 @@ dt_status dt__mp_check_fingerprints(dt_comm *comm, const dt_coll_args *a, uint64
 
 _Static_assert(FINGERPRINT_KEY % sizeof(uint64_t) == 0, "the key is hashed in 64-bit words");
 
+/* value = AND of every rank's value, by dissemination: in round k each rank sends what it
+ * has to rank + 2^k and ANDs in what rank - 2^k sends; after ceil(log2 size) rounds each
+ * holds the AND of all (AND is idempotent, so ranks counted twice do no harm). Point to
+ * point rather than MPI_Iallreduce, whose libnbc schedule costs microseconds; one tag per
+ * round keeps rounds of consecutive checks from matching each other (FIFO per tag and
+ * pair). Every message is 16 bytes on every rank. */
+static dt_status and_over_group(dt_comm *comm, const dt_coll_args *a, uint64_t seq,
+                                uint64_t value[2]) {
+  MPI_Comm mc = ((mp_comm *)comm->state)->comm;
+  int size = comm->size, me = comm->rank;
+  mp_backoff backoff;
+  dt__mp_backoff_init(&backoff, comm);
+  for (int round = 0, step = 1; step < size; round++, step *= 2) {
+    uint64_t out[2] = {value[0], value[1]}, in[2] = {0, 0};
+    MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int tag = MP_TAG_CHECK + round;
+    dt__mp_lock();
+    int rc = MPI_Irecv(in, 2, MPI_UINT64_T, (me - step + size) % size, tag, mc, &reqs[0]);
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Isend(out, 2, MPI_UINT64_T, (me + step) % size, tag, mc, &reqs[1]);
+    dt__mp_unlock();
+    if (rc != MPI_SUCCESS) {
+      /* A request already posted points at this frame: there is no clean way back. */
+      dt__mp_fail(rc, comm, a->op_name, "MPI_Isend/MPI_Irecv (agreement)");
+      dt__mp_abort_job(dt_last_error());
+    }
+    for (;;) {
+      int flag = 0;
+      dt__mp_lock();
+      rc = MPI_Testall(2, reqs, &flag, MPI_STATUSES_IGNORE);
+      dt__mp_unlock();
+      if (rc != MPI_SUCCESS) {
+        dt__mp_fail(rc, comm, a->op_name, "MPI_Testall (agreement)");
+        dt__mp_abort_job(dt_last_error());
+      }
+      if (flag) break;
+      dt__mp_backoff_step(&backoff, comm, a, seq);
+    }
+    value[0] &= in[0];
+    value[1] &= in[1];
+  }
+  return DT_OK;
+}
+
 dt_status dt__mp_check_agreement(dt_comm *comm, const dt_coll_args *a, uint64_t seq, bool async) {
   mp_fingerprint fp;
   fingerprint_key(comm, a, seq, async, &fp);
@@ -382,28 +426,13 @@ dt_status dt__mp_check_agreement(dt_comm *comm, const dt_coll_args *a, uint64_t 
    * ranks agree exactly when the two ANDs cover every bit. Every rank gets the same two
    * words, hence the same verdict. The message has the same size on every rank whatever
    * the arguments, so MPI never sees a size disagreement here. */
-  uint64_t mine[2] = {h, ~h}, all[2] = {0, 0};
-  MPI_Comm mc = ((mp_comm *)comm->state)->comm;
-  MPI_Request request = MPI_REQUEST_NULL;
-  dt__mp_lock();
-  int rc = MPI_Iallreduce(mine, all, 2, MPI_UINT64_T, MPI_BAND, mc, &request);
-  dt__mp_unlock();
-  if (rc != MPI_SUCCESS) return dt__mp_fail(rc, comm, a->op_name, "MPI_Iallreduce (agreement)");
-  mp_backoff backoff;
-  dt__mp_backoff_init(&backoff, comm);
-  for (;;) {
-    int flag = 0;
-    dt__mp_lock();
-    rc = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
-    dt__mp_unlock();
-    if (rc != MPI_SUCCESS) return dt__mp_fail(rc, comm, a->op_name, "MPI_Test (agreement)");
-    if (flag) break;
-    dt__mp_backoff_step(&backoff, comm, a, seq);
-  }
+  uint64_t all[2] = {h, ~h};
+  dt_status status = and_over_group(comm, a, seq, all);
+  if (status != DT_OK) return status;
   if ((all[0] | all[1]) == UINT64_MAX) return DT_OK;
   /* Every rank saw the disagreement: all of them exchange the full fingerprints so that the
    * message names what each rank called. */
-  dt_status status = dt__mp_check_fingerprints(comm, a, seq, async);
+  status = dt__mp_check_fingerprints(comm, a, seq, async);
   if (status != DT_OK) return status;
   return dt__error(DT_ERR_MISMATCH,
                    "collective mismatch in group '%s' at sequence number %llu: %s: the ranks' "

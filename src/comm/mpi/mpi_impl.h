@@ -23,10 +23,12 @@
 
 #include "comm/comm_impl.h"
 
-/* Tags on a group's communicator: user send/recv data, their debug headers, and the
- * point-to-point pieces of collectives too large for one MPI call. Distinct tags keep the
- * three streams from matching each other; each stays FIFO per pair of ranks. */
-enum { MP_TAG_DATA = 0, MP_TAG_HEADER = 1, MP_TAG_COLL = 2 };
+/* Tags on a group's communicator: user send/recv data, their debug headers, the
+ * point-to-point pieces of collectives too large for one MPI call, and the rounds of the
+ * agreement check. Distinct tags keep the streams from matching each other; each stays
+ * FIFO per pair of ranks. */
+enum { MP_TAG_DATA = 0, MP_TAG_HEADER = 1, MP_TAG_COLL = 2, MP_TAG_CHECK = 16 };
+/* MP_TAG_CHECK + k (k < 32): round k of the agreement check (dt__mp_check_agreement). */
 
 /* One rank's state of one group (dt_comm->state). */
 typedef struct mp_comm {
@@ -163,9 +165,9 @@ dt_status dt__mp_op_finish_blocking(dt_comm *comm, dt_work *work, mp_op *op);
 dt_status dt__mp_check_fingerprints(dt_comm *comm, const dt_coll_args *args, uint64_t seq,
                                     bool async);
 
-/* Always on: every rank of the group checks, with one fixed-size MPI_Iallreduce (a 64-bit
- * hash of the fingerprint and its complement, MPI_BAND), that all ranks called the same
- * collective with the same sizes, dtype, op and root before any data moves, so that a
+/* Always on: every rank of the group checks, with fixed-size point-to-point messages (an AND
+ * over the group of a 64-bit hash of the fingerprint and of its complement), that all ranks called
+ * the same collective with the same sizes, dtype, op and root before any data moves, so that a
  * disagreement can never make MPI write past a buffer. Waits with mp_backoff (a late peer
  * costs no CPU). On a mismatch every rank exchanges full fingerprints and returns
  * DT_ERR_MISMATCH naming each rank's call. */

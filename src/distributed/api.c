@@ -2,7 +2,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "dist/redistribute_impl.h"
+#include "distributed/redistribute_impl.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "profile/profile_impl.h"
 

@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "dist/redistribute_impl.h"
+#include "distributed/redistribute_impl.h"
 #include "mesh/mesh_impl.h"
 
 #define CACHE_SLOTS 1024 /* power of two */

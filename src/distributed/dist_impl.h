@@ -94,8 +94,6 @@ extern _Thread_local dt__dist_convert_guard dt__dist_guard;
 /* Installs the distributed dispatch hook and the spec release hook (idempotent). */
 void dt__dist_init(void);
 
-#endif /* DT_DIST_IMPL_H */
-
 /* from_local's run_check (collective): every rank's shard fits (`fits` is this rank's own
  * verdict), every rank declares the same global shape and dtype, replicas agree. */
 dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local,
@@ -138,3 +136,5 @@ bool dt__sharding_rule(const dt_rule_ctx *ctx, const dt_placement *current, dt_s
 struct dt_redistribute_plan;
 dt_status dt__redistribute_plan_cached(const dt_dist_spec *from, const dt_placement *to,
                                        struct dt_redistribute_plan *plan);
+
+#endif /* DT_DIST_IMPL_H */

@@ -2,7 +2,7 @@
 #ifndef DT_REDISTRIBUTE_IMPL_H
 #define DT_REDISTRIBUTE_IMPL_H
 
-#include "dist/dist_impl.h"
+#include "distributed/dist_impl.h"
 
 typedef enum dt_step_kind {
   DT_STEP_INVALID = 0,

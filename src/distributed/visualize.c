@@ -3,7 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "dist/dist_impl.h"
+#include "distributed/dist_impl.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 /* The global rank of mesh coordinates (row-major over the mesh shape). */

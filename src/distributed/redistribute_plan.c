@@ -14,7 +14,7 @@
  */
 #include <stdio.h>
 
-#include "dist/redistribute_impl.h"
+#include "distributed/redistribute_impl.h"
 
 #define MAX_CODES 16
 

@@ -3,7 +3,7 @@
 #include <stdio.h>
 
 #include "comm/comm_impl.h"
-#include "dist/dist_impl.h"
+#include "distributed/dist_impl.h"
 #include "dtensor/mode.h"
 
 #define LEDGER_ROWS 64

@@ -2,7 +2,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "dist/dist_impl.h"
+#include "distributed/dist_impl.h"
 #include "mesh/mesh_impl.h"
 
 const char *dt_placement_format(dt_placement p, char *buf, size_t size) {

@@ -8,7 +8,7 @@
  * mul, P/R for div, neg, views and copies, sum over anything, and matrix products with
  * one Partial and one Replicate operand. Everything else reduces the Partial first.
  */
-#include "dist/dist_impl.h"
+#include "distributed/dist_impl.h"
 
 static dt_placement R(void) { return dt_replicate(); }
 static dt_placement S(int d) { return dt_shard(d); }

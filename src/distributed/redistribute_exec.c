@@ -5,7 +5,7 @@
  */
 #include <inttypes.h>
 
-#include "dist/redistribute_impl.h"
+#include "distributed/redistribute_impl.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 /* Views used while packing live on the stack: they borrow the storage of a tensor that
