@@ -51,8 +51,10 @@ typedef struct dt_program dt_program;
 
 /* Parses the text format. Every reference, op name, attribute, arity and declared type is
  * checked (a call's declared type must be what the op infers from its inputs), so a parsed
- * graph is always runnable. Errors: DT_ERR_INVALID with "graph_parse: line L, column C:
- * ..." (nothing is returned then), DT_ERR_NOMEM. */
+ * graph is always runnable. Arity and omitted scalars follow the op's ATen schema
+ * (`add.Tensor(%x, %y)` has alpha = 1). Time is linear in the text; a graph holds at most
+ * 4,194,304 nodes (docs/graph.md). Errors: DT_ERR_INVALID with "graph_parse: line L,
+ * column C: ..." (nothing is returned then), DT_ERR_NOMEM. */
 DT_API dt_status dt_graph_parse(const char *text, dt_graph **out);
 
 /* Writes the text form into buf (always NUL-terminated when size > 0) and the length the

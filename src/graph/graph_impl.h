@@ -5,7 +5,7 @@
 #ifndef DT_GRAPH_IMPL_H
 #define DT_GRAPH_IMPL_H
 
-#include "dist/dist_impl.h"
+#include "distributed/dist_impl.h"
 #include "dtensor/graph.h"
 #include "dtensor/nn.h"
 #include "ops/op_impl.h"
@@ -86,14 +86,38 @@ typedef struct dt_node {
   dt_placement placement;
 } dt_node;
 
+/* The most nodes a graph holds, its return node included. Nodes are addressed by int and
+ * parsing holds every node in memory (a few hundred bytes each), so this bounds both. */
+#define DT_GRAPH_MAX_NODES (1 << 22)
+
 struct dt_graph {
   dt_arena arena;
   dt_node *nodes;
   int n_nodes, capacity;
+  /* Name index: open addressing, at most half full, so that finding a node by name does not
+   * scan the graph. A slot keeps the name's hash so that probing past other names does not
+   * touch their nodes. */
+  struct dt_name_slot *name_slots;
+  size_t n_name_slots; /* 0 or a power of two */
   int n_symbols;
   int64_t symbol_hints[DT_GRAPH_MAX_SYMBOLS];
   int world_size, rank; /* 0, 0 unless transformed */
 };
+
+/* What a call node of an op may hold, read from the op's ATen schema (src/graph/schema.c):
+ * the positional tensor arguments (Tensor and Tensor? parameters; a Tensor[] is the list)
+ * and the Scalar / float parameters, which fill scalars[] in schema order, with their
+ * defaults. Slots past n_scalars are not the schema's (the binary ops keep an unused alpha
+ * there). */
+typedef struct dt_op_signature {
+  int max_inputs;
+  int n_scalars;
+  bool scalar_has_default[2];
+  double scalar_default[2];
+  char scalar_name[2][24];
+} dt_op_signature;
+
+void dt__op_signature(int op, dt_op_signature *sig);
 
 /* True for ops that return a tuple (split, chunk, max.dim, ...). */
 bool dt__op_returns_tuple(int op);
@@ -102,12 +126,14 @@ int dt__op_by_name(const char *name, size_t len);
 
 dt_status dt__graph_create(dt_graph **out);
 /* Appends a zeroed node named `name` (made unique: name, name_1, ...) and returns its index,
- * or -1 when out of memory. Pointers to nodes are invalidated by the next append. */
+ * or -1 when out of memory or the graph already holds DT_GRAPH_MAX_NODES nodes. Pointers to
+ * nodes are invalidated by the next append. */
 int dt__graph_add_node(dt_graph *g, dt_node_kind kind, const char *name);
 /* Gives node i n_out types (zeroed) in the arena. */
 dt_status dt__graph_node_types(dt_graph *g, int i, int n_out);
 /* Copies a call record's attributes (not its tensors) into node i. */
 dt_status dt__graph_node_set_call(dt_graph *g, int i, const dt_op_call *call);
+/* The index of the node called name, or -1 (a hash lookup). */
 int dt__graph_find(const dt_graph *g, const char *name);
 /* The node of the return node; -1 when the graph has none. */
 int dt__graph_output_node(const dt_graph *g);

@@ -83,18 +83,71 @@ dt_status dt__graph_create(dt_graph **out) {
 void dt_graph_destroy(dt_graph *graph) {
   if (!graph) return;
   dt__free(graph->nodes);
+  dt__free(graph->name_slots);
   dt__arena_free(&graph->arena);
   dt__free(graph);
 }
 
-int dt__graph_find(const dt_graph *g, const char *name) {
-  for (int i = 0; i < g->n_nodes; i++) {
-    if (strcmp(g->nodes[i].name, name) == 0) return i;
+/* ---- Name index ---------------------------------------------------------------------------- */
+
+struct dt_name_slot {
+  int node; /* -1: empty */
+  uint32_t hash;
+};
+
+/* The name's bytes taken 8 at a time through the core's hash mix. */
+static uint32_t name_hash(const char *name) {
+  size_t len = strlen(name);
+  uint64_t h = len;
+  for (size_t i = 0; i < len; i += 8) {
+    uint64_t word = 0;
+    memcpy(&word, name + i, len - i < 8 ? len - i : 8);
+    h = dt__hash_mix(h, word);
+  }
+  return (uint32_t)(dt__hash_mix(h, 0) >> 32);
+}
+
+/* Puts node i with this hash into a slot array of n_slots (a power of two, with room). */
+static void index_insert(struct dt_name_slot *slots, size_t n_slots, int i, uint32_t hash) {
+  size_t k = hash & (n_slots - 1);
+  while (slots[k].node >= 0) k = (k + 1) & (n_slots - 1);
+  slots[k].node = i;
+  slots[k].hash = hash;
+}
+
+/* Makes room in the index for one more node, keeping it at most half full. */
+static bool index_reserve(dt_graph *g) {
+  if ((size_t)(g->n_nodes + 1) * 2 <= g->n_name_slots) return true;
+  size_t n_slots = g->n_name_slots ? g->n_name_slots * 2 : 64;
+  struct dt_name_slot *slots = dt__alloc(sizeof *slots * n_slots);
+  if (!slots) return false;
+  for (size_t k = 0; k < n_slots; k++) slots[k].node = -1;
+  for (size_t k = 0; k < g->n_name_slots; k++) {
+    const struct dt_name_slot *old = &g->name_slots[k];
+    if (old->node >= 0) index_insert(slots, n_slots, old->node, old->hash);
+  }
+  dt__free(g->name_slots);
+  g->name_slots = slots;
+  g->n_name_slots = n_slots;
+  return true;
+}
+
+static int find_hashed(const dt_graph *g, const char *name, uint32_t hash) {
+  if (g->n_name_slots == 0) return -1;
+  size_t mask = g->n_name_slots - 1;
+  for (size_t k = hash & mask; g->name_slots[k].node >= 0; k = (k + 1) & mask) {
+    const struct dt_name_slot *slot = &g->name_slots[k];
+    if (slot->hash == hash && strcmp(g->nodes[slot->node].name, name) == 0) return slot->node;
   }
   return -1;
 }
 
+int dt__graph_find(const dt_graph *g, const char *name) {
+  return find_hashed(g, name, name_hash(name));
+}
+
 int dt__graph_add_node(dt_graph *g, dt_node_kind kind, const char *name) {
+  if (g->n_nodes >= DT_GRAPH_MAX_NODES || !index_reserve(g)) return -1;
   if (g->n_nodes == g->capacity) {
     int cap = g->capacity ? g->capacity * 2 : 32;
     dt_node *nodes = dt__alloc(sizeof *nodes * (size_t)cap);
@@ -106,8 +159,11 @@ int dt__graph_add_node(dt_graph *g, dt_node_kind kind, const char *name) {
   }
   char unique[160];
   snprintf(unique, sizeof unique, "%s", name);
-  for (int k = 1; dt__graph_find(g, unique) >= 0; k++)
+  uint32_t hash = name_hash(unique);
+  for (int k = 1; find_hashed(g, unique, hash) >= 0; k++) {
     snprintf(unique, sizeof unique, "%s_%d", name, k);
+    hash = name_hash(unique);
+  }
   char *copy = dt__arena_strdup(&g->arena, unique);
   if (!copy) return -1;
   dt_node *n = &g->nodes[g->n_nodes];
@@ -115,6 +171,7 @@ int dt__graph_add_node(dt_graph *g, dt_node_kind kind, const char *name) {
   n->kind = kind;
   n->name = copy;
   for (int k = 0; k < DT_OP_MAX_INPUTS; k++) n->inputs[k] = -1;
+  index_insert(g->name_slots, g->n_name_slots, g->n_nodes, hash);
   return g->n_nodes++;
 }
 

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +20,18 @@
 #define MAX_NUMEL (INT64_C(1) << 50)
 #define MAX_ATTR (INT64_C(1) << 40)
 
+typedef struct args args;
+
 typedef struct parser {
   const char *s;
   size_t pos;
   dt_graph *g;
+  size_t args_pos; /* where the current node's argument list starts, for errors about it */
+  /* Scratch kept for the whole parse, so that a node costs no allocation: the argument list
+   * being read, and each op's signature, read from its schema on first use. */
+  args *a;
+  dt_op_signature *signatures;
+  bool *have_signature;
 } parser;
 
 DT_PRINTF(2, 3) static dt_status fail(const parser *p, const char *fmt, ...) {
@@ -232,23 +241,33 @@ static dt_status parse_placement(parser *p, dt_placement *out) {
 }
 
 /* What the argument list of a node holds before it is checked against the node's kind. */
-typedef struct args {
+struct args {
   int n_inputs;
   int inputs[DT_OP_MAX_INPUTS];
   bool has_list;
   int n_list;
-  int list[MAX_LIST];
   bool has_index;
   int64_t index;
   bool has_ints, has_int_list, has_scalars, has_dtype, has_flags, has_dim, has_new_dim, has_op;
   int n_ints, n_int_list, n_scalars;
   int64_t ints[DT_OP_MAX_INTS];
-  int64_t int_list[64];
   double scalars[2];
   dt_dtype dtype;
   int64_t flags, dim, new_dim;
   dt_reduce_op op;
-} args;
+  /* The lists last: only their first n_int_list / n_list entries are read, so a new node
+   * clears just what comes before them. */
+  int64_t int_list[64];
+  int list[MAX_LIST];
+};
+
+static const dt_op_signature *op_signature(parser *p, int op) {
+  if (!p->have_signature[op]) {
+    dt__op_signature(op, &p->signatures[op]);
+    p->have_signature[op] = true;
+  }
+  return &p->signatures[op];
+}
 
 static dt_status parse_keyword(parser *p, const char *key, args *a) {
   dt_status st = DT_OK;
@@ -298,7 +317,7 @@ static dt_status parse_keyword(parser *p, const char *key, args *a) {
 }
 
 static dt_status parse_args(parser *p, args *a) {
-  memset(a, 0, sizeof *a);
+  memset(a, 0, offsetof(args, int_list));
   dt_status st = expect(p, '(');
   if (st || accept(p, ')')) return st;
   bool keywords = false;
@@ -371,6 +390,32 @@ static dt_status check_call(parser *p, int i, const args *a, int declared_n) {
   if (a->has_list != dt__op_has_trait(n->target, DT_TRAIT_TENSOR_LIST)) {
     return fail(p, "%s: %s", def->name,
                 a->has_list ? "takes no tensor list" : "takes a tensor list [...]");
+  }
+  /* Arity and defaults come from the op's schema. Too few tensors is left to the check below
+   * that names the absent input. */
+  const dt_op_signature *sig = op_signature(p, n->target);
+  parser at_args = *p;
+  at_args.pos = p->args_pos;
+  if (a->n_inputs > sig->max_inputs) {
+    char expected[32];
+    if (def->n_required == sig->max_inputs)
+      snprintf(expected, sizeof expected, "%d", sig->max_inputs);
+    else
+      snprintf(expected, sizeof expected, "%d to %d", def->n_required, sig->max_inputs);
+    return fail(&at_args, "%s takes %s tensor argument%s, %d given", def->name, expected,
+                sig->max_inputs == 1 ? "" : "s", a->n_inputs);
+  }
+  for (int k = 0; k < 2; k++) {
+    if (k < a->n_scalars) {
+      n->scalars[k] = a->scalars[k];
+    } else if (k < sig->n_scalars && sig->scalar_has_default[k]) {
+      n->scalars[k] = sig->scalar_default[k];
+    } else if (k < sig->n_scalars) {
+      return fail(&at_args, "%s: '%s' has no default: give it in scalars=[...] (position %d)",
+                  def->name, sig->scalar_name[k], k);
+    } else {
+      n->scalars[k] = 0; /* not a schema argument: no op reads it */
+    }
   }
   for (int k = 0; k < a->n_inputs; k++) {
     dt_status st = check_single(p, a->inputs[k]);
@@ -474,6 +519,10 @@ static dt_status parse_node(parser *p) {
   if (!st) st = parse_name(p, name);
   if (st) return st;
   if (dt__graph_find(g, name) >= 0) return fail(p, "'%%%s' is defined twice", name);
+  if (g->n_nodes >= DT_GRAPH_MAX_NODES - 1) {
+    return fail(p, "more than %d nodes (a graph holds at most %d nodes, its return included)",
+                DT_GRAPH_MAX_NODES - 1, DT_GRAPH_MAX_NODES);
+  }
   size_t target_pos = p->pos;
   st = expect(p, '=');
   if (!st) st = parse_name(p, target);
@@ -500,8 +549,8 @@ static dt_status parse_node(parser *p) {
       }
     }
   }
-  args *a = dt__alloc(sizeof *a);
-  if (!a) return dt__error(DT_ERR_NOMEM, "graph_parse: out of memory");
+  args *a = p->a;
+  p->args_pos = p->pos;
   st = parse_args(p, a);
   if (!st) st = expect(p, ':');
   /* Declared type(s). */
@@ -603,15 +652,12 @@ static dt_status parse_node(parser *p) {
           memcpy(n->int_list, a->int_list, sizeof(int64_t) * (size_t)a->n_int_list);
         n->n_int_list = a->n_int_list;
       }
-      n->scalars[0] = a->scalars[0];
-      n->scalars[1] = a->n_scalars > 1 ? a->scalars[1] : 0;
       n->dtype = a->dtype;
       n->flags = (int)a->flags;
       if (!st) st = check_call(p, i, a, n_types);
       break;
     }
   }
-  dt__free(a);
   return st;
 }
 
@@ -686,8 +732,16 @@ dt_status dt_graph_parse(const char *text, dt_graph **out) {
   dt_graph *g = NULL;
   dt_status st = dt__graph_create(&g);
   if (st) return st;
-  parser p = {text, 0, g};
-  st = parse_graph(&p);
+  parser p = {.s = text, .g = g};
+  p.a = dt__alloc(sizeof *p.a);
+  p.signatures = dt__alloc(sizeof *p.signatures * DT_OP_COUNT);
+  p.have_signature = dt__calloc(sizeof *p.have_signature * DT_OP_COUNT);
+  if (!p.a || !p.signatures || !p.have_signature)
+    st = dt__error(DT_ERR_NOMEM, "graph_parse: out of memory");
+  if (!st) st = parse_graph(&p);
+  dt__free(p.a);
+  dt__free(p.signatures);
+  dt__free(p.have_signature);
   if (st) {
     dt_graph_destroy(g);
     return st;

@@ -98,15 +98,24 @@ static void print_node(out_buf *o, const dt_graph *g, const dt_node *n) {
       put(o, "%sint_list=", SEP());
       put_ints(o, n->n_int_list, n->int_list);
     }
-    if (n->scalars[0] != 0 || n->scalars[1] != 0 || signbit(n->scalars[0]) ||
-        signbit(n->scalars[1])) {
-      put(o, "%sscalars=[", SEP());
-      put_double(o, n->scalars[0]);
-      if (n->scalars[1] != 0 || signbit(n->scalars[1])) {
-        put(o, ", ");
-        put_double(o, n->scalars[1]);
+    /* Every Scalar of the schema is printed, defaults too, so the text states each value;
+     * a slot past the schema's (an unused alpha) only when it is not zero, as the parser
+     * reads an absent one. */
+    {
+      dt_op_signature sig;
+      dt__op_signature(n->target, &sig);
+      int count = sig.n_scalars < 2 ? sig.n_scalars : 2;
+      for (int k = count; k < 2; k++) {
+        if (n->scalars[k] != 0 || signbit(n->scalars[k])) count = k + 1;
       }
-      put(o, "]");
+      if (count > 0) {
+        put(o, "%sscalars=[", SEP());
+        for (int k = 0; k < count; k++) {
+          if (k) put(o, ", ");
+          put_double(o, n->scalars[k]);
+        }
+        put(o, "]");
+      }
     }
     if (n->dtype != 0) put(o, "%sdtype=%s", SEP(), dtype_short[n->dtype]);
     if (n->flags) put(o, "%sflags=%d", SEP(), n->flags);
