@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "distributed/redistribute_impl.h"
+#include "distributed/propagate_impl.h"
 #include "mesh/mesh_impl.h"
 
 #define CACHE_SLOTS 1024 /* power of two */
@@ -297,33 +297,6 @@ static uint64_t call_key(const dt_op_call *call, const dist_args *a) {
   return dt__hash_mix(h, 0) & ~1ull; /* op keys are even, redistribution keys odd */
 }
 
-static dt_placement current_placement(const dist_args *a, int i, int m) {
-  const dt_tensor *t = a->t[i];
-  return t && t->spec ? t->spec->placements[m] : dt_replicate();
-}
-
-/* Rough bytes moved to change one argument's placement on one mesh dim. */
-static double transition_cost(const dt_tensor *global, const dt_dist_spec *spec, int m,
-                              dt_placement from, dt_placement to, int64_t n) {
-  if (dt__placements_equal(1, &from, &to) || n == 1) return 0;
-  double bytes = (double)dt__tensor_numel(global) * (double)dt__dtype_sizes[global->dtype];
-  if (spec) {
-    dt_mesh_info mi;
-    dt__mesh_info(spec->mesh, &mi);
-    for (int j = 0; j < spec->mesh_ndim; j++) {
-      if (spec->placements[j].kind == DT_SHARD) bytes /= (double)mi.size[j];
-    }
-  }
-  (void)m;
-  if (to.kind == DT_PARTIAL && from.kind == DT_REPLICATE) return 1;
-  if (from.kind == DT_REPLICATE) return 1; /* R -> S: a local slice */
-  if (from.kind == DT_SHARD && to.kind == DT_REPLICATE) return bytes * (double)(n - 1) + 64;
-  if (from.kind == DT_SHARD && to.kind == DT_SHARD) return bytes + 64;
-  if (from.kind == DT_PARTIAL && to.kind == DT_REPLICATE) return 2 * bytes + 64;
-  if (from.kind == DT_PARTIAL && to.kind == DT_SHARD) return bytes + 64;
-  return bytes * (double)n + 128; /* through Replicate */
-}
-
 static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
   const dt_op_def *def = &dt__op_table[call->op];
   const dt_dist_spec *spec = a->spec;
@@ -344,69 +317,40 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
   }
   dt_mesh_info mi;
   dt__mesh_info(spec->mesh, &mi);
-  dt_rule_ctx ctx = {.call = &g, .n_args = a->n, .n_out = n_out, .out = metas};
+  dt_propagation prop = {
+      .call = &g, .n_args = a->n, .n_out = n_out, .out = metas, .mesh_ndim = spec->mesh_ndim};
+  memcpy(prop.mesh_size, mi.size, sizeof prop.mesh_size);
   if (def->kind == DT_OP_KIND_INPLACE) {
-    ctx.n_out = 1;
+    prop.n_out = 1;
     metas[0].ndim = a->global[0].ndim;
     metas[0].dtype = a->global[0].dtype;
     memcpy(metas[0].shape, a->global[0].shape, sizeof metas[0].shape);
   }
-  for (int i = 0; i < a->n; i++) ctx.args[i] = a->t[i] ? &a->global[i] : NULL;
-  dt_placement out_placements[DT_MAX_MESH_DIMS];
-  for (int m = 0; m < spec->mesh_ndim; m++) {
-    ctx.mesh_size = mi.size[m];
-    for (int d = 0; d < DT_MAX_DIMS; d++) ctx.split[d] = mi.size[m];
-    if (a->t[0] && a->t[0]->spec) {
-      for (int j = 0; j < spec->mesh_ndim; j++) {
-        dt_placement q = a->t[0]->spec->placements[j];
-        if (j != m && q.kind == DT_SHARD) ctx.split[q.dim] *= mi.size[j];
-      }
-    }
-    dt_placement cur[DT_DIST_MAX_ARGS];
-    for (int i = 0; i < a->n; i++) cur[i] = current_placement(a, i, m);
-    dt_strategies s;
-    bool has_rule = dt__sharding_rule(&ctx, cur, &s);
-    if (!has_rule) {
-      s.n = 0;
-      for (int i = 0; i < a->n; i++) s.in[0][i] = dt_replicate();
-      s.out[0] = dt_replicate();
-      s.n = 1;
-      thread_cache *c = get_cache();
-      if (c && m == 0) c->stats.fallbacks++;
-      if (m == 0 && atomic_exchange(&fallback_logged[call->op], 1) == 0) {
-        dt__log(DT_LOG_WARN, "%s has no sharding rule: its inputs are replicated", def->name);
-      }
-    }
-    int best = -1;
-    double best_cost = 0;
-    for (int k = 0; k < s.n; k++) {
-      if (def->kind == DT_OP_KIND_INPLACE) { /* self keeps its placement */
-        if (!dt__placements_equal(1, &s.in[k][0], &cur[0]) ||
-            !dt__placements_equal(1, &s.out[k], &cur[0]))
-          continue;
-      }
-      double cost = 0;
-      for (int i = 0; i < a->n; i++) {
-        if (!a->t[i]) continue;
-        if (!a->t[i]->spec && s.in[k][i].kind != DT_REPLICATE)
-          cost += 1e30; /* local scalars are replicas */
-        cost += transition_cost(&a->global[i], a->t[i]->spec, m, cur[i], s.in[k][i], mi.size[m]);
-      }
-      if (best < 0 || cost < best_cost) {
-        best = k;
-        best_cost = cost;
-      }
-    }
-    if (best < 0 || best_cost >= 1e30) {
-      char p[32];
-      return dt__error(DT_ERR_UNSUPPORTED,
-                       "%s: in place on a tensor placed %s on mesh dim %d would need "
-                       "its placement changed; redistribute it first",
-                       def->name, dt_placement_format(cur[0], p, sizeof p), m);
-    }
-    for (int i = 0; i < a->n; i++) plan->targets[i][m] = s.in[best][i];
-    out_placements[m] = s.out[best];
+  for (int i = 0; i < a->n; i++) {
+    const dt_tensor *t = a->t[i];
+    prop.args[i] = t ? &a->global[i] : NULL;
+    prop.fixed_replica[i] = t && !t->spec; /* local scalars are replicas */
+    for (int m = 0; m < spec->mesh_ndim; m++)
+      prop.current[i][m] = t && t->spec ? t->spec->placements[m] : dt_replicate();
   }
+  dt_propagation_result chosen;
+  if (dt__propagate(&prop, &chosen)) {
+    char p[32];
+    int m = chosen.failed_mesh_dim;
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "%s: in place on a tensor placed %s on mesh dim %d would need "
+                     "its placement changed; redistribute it first",
+                     def->name, dt_placement_format(prop.current[0][m], p, sizeof p), m);
+  }
+  if (chosen.fallback) {
+    thread_cache *c = get_cache();
+    if (c) c->stats.fallbacks++;
+    if (atomic_exchange(&fallback_logged[call->op], 1) == 0) {
+      dt__log(DT_LOG_WARN, "%s has no sharding rule: its inputs are replicated", def->name);
+    }
+  }
+  memcpy(plan->targets, chosen.targets, sizeof(chosen.targets[0]) * (size_t)a->n);
+  dt_placement *out_placements = chosen.out;
   for (int i = 0; i < a->n; i++) {
     plan->needs_redistribute[i] =
         a->t[i] && a->t[i]->spec &&

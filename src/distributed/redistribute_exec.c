@@ -330,17 +330,8 @@ void dt__redistribute_exact_bytes(const dt_dist_spec *from, dt_redistribute_plan
     shard_shape(from, &mi, after, after_shape);
     int64_t before = dt__numel(from->ndim, before_shape) * esize;
     int64_t result = dt__numel(from->ndim, after_shape) * esize;
-    /* The larger buffer of the collective on this rank, as the comm ledger counts it. */
-    step->bytes = 0;
-    if (mi.size[m] > 1) {
-      switch (step->kind) {
-      case DT_STEP_ALL_GATHER: step->bytes = result; break;
-      case DT_STEP_REDUCE_SCATTER:
-      case DT_STEP_ALL_TO_ALL:
-      case DT_STEP_ALL_REDUCE: step->bytes = before; break;
-      default: break;
-      }
-    }
+    /* The cost model's bytes on the exact shard geometry of this rank. */
+    step->bytes = dt__step_bytes(step->kind, mi.size[m], before, result);
     plan->bytes += step->bytes;
     memcpy(state, after, sizeof after);
   }

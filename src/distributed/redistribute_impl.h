@@ -36,6 +36,37 @@ typedef struct dt_redistribute_geometry {
   double global_bytes;
 } dt_redistribute_geometry;
 
+/* ---- The cost model ----------------------------------------------------------------------
+ * The one place that says what a transition costs. Everything that prices or reports
+ * communication (the planner, dt_redistribute_explain, the propagator ranking strategies in
+ * eager dispatch and in the TP transformation) goes through these functions, and their
+ * byte counts are what the comm ledger measures: the larger buffer of the collective on this
+ * rank (an all_gather's gathered result; the input of an all_reduce, reduce_scatter or
+ * all_to_all). Local steps (a slice, making a partial) move nothing. */
+
+/* The collective a step from p to q on mesh dim m needs, given the whole placement tuple
+ * `state`, or DT_STEP_INVALID (S -> P, P -> P', or a split that nesting forbids). */
+dt_step_kind dt__step_kind(const dt_placement *state, int mesh_ndim, int m, dt_placement p,
+                           dt_placement q);
+
+/* Bytes one rank's collective moves for a step of `kind` on a mesh dim of mesh_size ranks,
+ * from its local bytes before and after the step. */
+int64_t dt__step_bytes(dt_step_kind kind, int64_t mesh_size, int64_t before, int64_t after);
+
+/* The price a plan or a strategy pays for a step: its bytes plus 64 per collective, 1 for a
+ * local step (so that, at equal traffic, fewer and local steps win). */
+double dt__step_cost(dt_step_kind kind, int64_t mesh_size, double before, double after);
+
+/* Bytes this rank holds under `state` assuming even shards (the ranking estimate; exact
+ * byte counts come from dt__redistribute_exact_bytes). */
+double dt__local_bytes_estimate(const dt_redistribute_geometry *g, const dt_placement *state);
+
+/* The price of changing mesh dim m of a tensor placed `state` to `to`: one step, or two
+ * through Replicate (S -> P, P -> P'). A step that nesting forbids is priced as if it were
+ * allowed; the planner then finds the real path. 0 when nothing changes. */
+double dt__transition_cost(const dt_redistribute_geometry *g, const dt_placement *state, int m,
+                           dt_placement to);
+
 dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_placement *from,
                                 const dt_placement *to, dt_redistribute_plan *plan);
 void dt__redistribute_plan_format(const dt_redistribute_plan *plan, char *buf, size_t size);

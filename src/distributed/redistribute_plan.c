@@ -42,9 +42,8 @@ static bool shards_dim_after(const dt_placement *state, int mesh_ndim, int m, in
   return false;
 }
 
-/* The collective a step from p to q on mesh dim m needs, or DT_STEP_INVALID. */
-static dt_step_kind step_kind(const dt_placement *state, int mesh_ndim, int m, dt_placement p,
-                              dt_placement q) {
+dt_step_kind dt__step_kind(const dt_placement *state, int mesh_ndim, int m, dt_placement p,
+                           dt_placement q) {
   if (p.kind == DT_SHARD && q.kind == DT_REPLICATE) {
     return shards_dim_after(state, mesh_ndim, m, p.dim) ? DT_STEP_INVALID : DT_STEP_ALL_GATHER;
   }
@@ -66,8 +65,31 @@ static dt_step_kind step_kind(const dt_placement *state, int mesh_ndim, int m, d
   return DT_STEP_INVALID; /* S -> P and P -> P' go through R */
 }
 
-/* Bytes this rank holds under a state, assuming even shards (the cost model's estimate). */
-static double local_bytes(const dt_redistribute_geometry *g, const dt_placement *state) {
+/* ---- The cost model ---------------------------------------------------------------------- */
+
+int64_t dt__step_bytes(dt_step_kind kind, int64_t mesh_size, int64_t before, int64_t after) {
+  if (mesh_size <= 1) return 0; /* one rank: every step keeps the data where it is */
+  switch (kind) {
+  case DT_STEP_ALL_GATHER: return after; /* the gathered buffer */
+  case DT_STEP_ALL_TO_ALL:
+  case DT_STEP_ALL_REDUCE:
+  case DT_STEP_REDUCE_SCATTER: return before; /* the buffer sent or reduced */
+  default: return 0;                          /* local: a slice, or zeros off coordinate 0 */
+  }
+}
+
+double dt__step_cost(dt_step_kind kind, int64_t mesh_size, double before, double after) {
+  if (mesh_size <= 1 || kind == DT_STEP_SLICE || kind == DT_STEP_TO_PARTIAL) return 1.0;
+  switch (kind) {
+  case DT_STEP_ALL_GATHER: return after + 64;
+  case DT_STEP_ALL_TO_ALL:
+  case DT_STEP_ALL_REDUCE:
+  case DT_STEP_REDUCE_SCATTER: return before + 64;
+  default: return 64;
+  }
+}
+
+double dt__local_bytes_estimate(const dt_redistribute_geometry *g, const dt_placement *state) {
   double bytes = g->global_bytes;
   for (int m = 0; m < g->mesh_ndim; m++) {
     if (state[m].kind == DT_SHARD) bytes /= (double)g->mesh_size[m];
@@ -75,20 +97,29 @@ static double local_bytes(const dt_redistribute_geometry *g, const dt_placement 
   return bytes;
 }
 
-/* Bytes a step moves through this rank, plus a small per-step cost so that, at equal
- * traffic, fewer steps win. */
-static double step_cost(const dt_redistribute_geometry *g, const dt_placement *before,
-                        const dt_placement *after, int m, dt_step_kind kind) {
-  double n = (double)g->mesh_size[m];
-  if (n <= 1 || kind == DT_STEP_SLICE || kind == DT_STEP_TO_PARTIAL) return 1.0;
-  double b = local_bytes(g, before), a = local_bytes(g, after);
-  switch (kind) {
-  case DT_STEP_ALL_GATHER: return a * (n - 1) / n + 64;
-  case DT_STEP_ALL_TO_ALL: return b * (n - 1) / n + 64;
-  case DT_STEP_ALL_REDUCE: return 2 * b * (n - 1) / n + 64;
-  case DT_STEP_REDUCE_SCATTER: return b * (n - 1) / n + 64;
-  default: return 64;
-  }
+/* The price of one step on mesh dim m from `state`, the nesting rule set aside. */
+static double one_step_cost(const dt_redistribute_geometry *g, const dt_placement *state, int m,
+                            dt_placement to) {
+  dt_step_kind kind = dt__step_kind(state, g->mesh_ndim, m, state[m], to);
+  if (kind == DT_STEP_INVALID) kind = dt__step_kind(&state[m], 1, 0, state[m], to);
+  dt_placement after[DT_MAX_MESH_DIMS];
+  memcpy(after, state, sizeof(dt_placement) * (size_t)g->mesh_ndim);
+  after[m] = to;
+  return dt__step_cost(kind, g->mesh_size[m], dt__local_bytes_estimate(g, state),
+                       dt__local_bytes_estimate(g, after));
+}
+
+double dt__transition_cost(const dt_redistribute_geometry *g, const dt_placement *state, int m,
+                           dt_placement to) {
+  dt_placement from = state[m];
+  if (dt__placements_equal(1, &from, &to)) return 0;
+  if (dt__step_kind(&from, 1, 0, from, to) != DT_STEP_INVALID)
+    return one_step_cost(g, state, m, to);
+  /* S -> P and P -> P' pass through Replicate. */
+  dt_placement mid[DT_MAX_MESH_DIMS];
+  memcpy(mid, state, sizeof(dt_placement) * (size_t)g->mesh_ndim);
+  mid[m] = dt_replicate();
+  return one_step_cost(g, state, m, dt_replicate()) + one_step_cost(g, mid, m, to);
 }
 
 static int encode(const int *codes, int mesh_ndim, int base) {
@@ -155,7 +186,7 @@ dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_plac
     for (int m = 0; m < mesh_ndim; m++) {
       for (int c = 0; c < base; c++) {
         if (c == codes[m]) continue;
-        dt_step_kind kind = step_kind(state, mesh_ndim, m, state[m], book.placements[c]);
+        dt_step_kind kind = dt__step_kind(state, mesh_ndim, m, state[m], book.placements[c]);
         if (kind == DT_STEP_INVALID) continue;
         dt_placement next_state[DT_MAX_MESH_DIMS];
         memcpy(next_state, state, sizeof(dt_placement) * (size_t)mesh_ndim);
@@ -164,7 +195,9 @@ dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_plac
         memcpy(next_codes, codes, sizeof(int) * (size_t)mesh_ndim);
         next_codes[m] = c;
         int next = encode(next_codes, mesh_ndim, base);
-        double d = dist[best] + step_cost(g, state, next_state, m, kind);
+        double d =
+            dist[best] + dt__step_cost(kind, g->mesh_size[m], dt__local_bytes_estimate(g, state),
+                                       dt__local_bytes_estimate(g, next_state));
         if (d < dist[next]) {
           dist[next] = d;
           prev[next] = best;
@@ -196,27 +229,14 @@ dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_plac
       step->mesh_dim = m;
       step->from = book.placements[a[m]];
       step->to = book.placements[b[m]];
-      step->kind = step_kind(before, mesh_ndim, m, step->from, step->to);
+      step->kind = dt__step_kind(before, mesh_ndim, m, step->from, step->to);
       dt_placement after[DT_MAX_MESH_DIMS];
       memcpy(after, before, sizeof after);
       after[m] = step->to;
-      step->bytes = 0;
-      if (g->mesh_size[m] > 1) {
-        double n = (double)g->mesh_size[m];
-        switch (step->kind) {
-        case DT_STEP_ALL_GATHER:
-          step->bytes = (int64_t)(local_bytes(g, after) * (n - 1) / n);
-          break;
-        case DT_STEP_ALL_TO_ALL:
-        case DT_STEP_REDUCE_SCATTER:
-          step->bytes = (int64_t)(local_bytes(g, before) * (n - 1) / n);
-          break;
-        case DT_STEP_ALL_REDUCE:
-          step->bytes = (int64_t)(2 * local_bytes(g, before) * (n - 1) / n);
-          break;
-        default: break;
-        }
-      }
+      /* Even-shard estimate; dt__redistribute_exact_bytes replaces it with this rank's. */
+      step->bytes =
+          dt__step_bytes(step->kind, g->mesh_size[m], (int64_t)dt__local_bytes_estimate(g, before),
+                         (int64_t)dt__local_bytes_estimate(g, after));
       plan->bytes += step->bytes;
     }
     cur = path[i];

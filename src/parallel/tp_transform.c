@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "dtensor/parallel.h"
+#include "distributed/propagate_impl.h"
 #include "graph/graph_impl.h"
 
 #define CACHE_WAYS 4
@@ -281,22 +282,49 @@ static dt_status value_at(tp *s, int v, dt_placement to, int *out) {
 /* ---- Placing a call
  * ------------------------------------------------------------------------------- */
 
-/* Bytes one rank moves to change a value's placement (0 for free, 1 for local ops), or
- * HUGE_VAL when the change would shard a symbolic dim. */
-static double transition_cost(const tp *s, const dt_value_type *t, dt_placement from,
-                              dt_placement to) {
-  if (same_placement(from, to)) return 0;
+/* What the propagator's callbacks need to know of the node being placed. */
+typedef struct tp_call {
+  const tp *s;
+  const dt_node *node;
+  const int *arg_node;
+} tp_call;
+
+/* The cost model's price for one argument's move, with one rank pricing moves as two
+ * would, so that every world size gets the same graph; sharding a symbolic dim is
+ * forbidden. */
+static double tp_cost(void *user, int arg, const dt_redistribute_geometry *g,
+                      const dt_placement *state, int m, dt_placement to) {
+  const tp_call *c = user;
+  const dt_value_type *t = dt__value_type(c->s->src, c->arg_node[arg]);
   if (to.kind == DT_SHARD && t->sym[to.dim] >= 0) return HUGE_VAL;
-  double bytes = (double)dt_dtype_size(t->dtype);
-  for (int d = 0; d < t->ndim; d++) bytes *= (double)t->shape[d];
-  /* One rank prices moves as two would, so that every world size gets the same graph. */
-  double n = s->world > 1 ? s->world : 2;
-  if (from.kind == DT_REPLICATE) return 1;
-  if (from.kind == DT_SHARD && to.kind == DT_REPLICATE) return bytes / n * (n - 1) + 64;
-  if (from.kind == DT_SHARD && to.kind == DT_SHARD) return bytes / n + 64;
-  if (from.kind == DT_PARTIAL && to.kind == DT_REPLICATE) return 2 * bytes + 64;
-  if (from.kind == DT_PARTIAL && to.kind == DT_SHARD) return bytes + 64;
-  return bytes * n + 128;
+  dt_redistribute_geometry priced = *g;
+  if (priced.mesh_size[m] < 2) priced.mesh_size[m] = 2;
+  return dt__transition_cost(&priced, state, m, to);
+}
+
+/* What a graph node cannot express: an output sharded on a symbolic or missing dim, the
+ * vocabulary-parallel embedding, a view whose -1 would be ambiguous on an empty shard. */
+static bool tp_accept(void *user, int m, const dt_placement *in, dt_placement o) {
+  (void)m;
+  const tp_call *c = user;
+  const dt_node *n = c->node;
+  const dt_value_type *out_type = &n->types[0];
+  if (o.kind == DT_SHARD && (o.dim >= out_type->ndim || out_type->sym[o.dim] >= 0)) return false;
+  /* Vocabulary-parallel embedding (weight rows sharded) needs each shard's row window at
+   * run time, which a graph node does not carry: the eager path only. */
+  if (dt__op_has_trait(n->target, DT_TRAIT_ROW_WINDOW) && in[0].kind == DT_SHARD &&
+      in[0].dim == 0) {
+    return false;
+  }
+  /* A view with a symbolic dim is rewritten with -1 for it; if some rank's shard of the
+   * output is empty, its -1 is ambiguous there. Decided from global sizes, so every rank
+   * makes the same choice. */
+  if (o.kind == DT_SHARD && has_symbolic(out_type) &&
+      (n->target == DT_OP_VIEW || n->target == DT_OP_RESHAPE || n->target == DT_OP_FLATTEN) &&
+      has_empty_chunk(out_type->shape[o.dim], c->s->world)) {
+    return false;
+  }
+  return true;
 }
 
 static dt_status place_call(tp *s, int i) {
@@ -341,65 +369,33 @@ static dt_status place_call(tp *s, int i) {
   int n_out = def->kind == DT_OP_KIND_INPLACE ? 1 : call.n_outputs;
   if (def->kind == DT_OP_KIND_INPLACE)
     dt__meta_set(&metas[0], fakes[0].dtype, fakes[0].ndim, fakes[0].shape);
-  dt_rule_ctx ctx = {
-      .call = &call, .n_args = n_args, .n_out = n_out, .out = metas, .mesh_size = s->world};
-  for (int d = 0; d < DT_MAX_DIMS; d++) ctx.split[d] = s->world;
-  dt_placement cur[DT_DIST_MAX_ARGS];
+  tp_call user = {.s = s, .node = n, .arg_node = arg_node};
+  dt_propagation prop = {.call = &call,
+                         .n_args = n_args,
+                         .n_out = n_out,
+                         .out = metas,
+                         .mesh_ndim = 1,
+                         .mesh_size = {s->world},
+                         .cost = tp_cost,
+                         .accept = tp_accept,
+                         .user = &user};
   for (int k = 0; k < n_args; k++) {
-    ctx.args[k] = arg_node[k] >= 0 ? &fakes[k] : NULL;
-    cur[k] = arg_node[k] >= 0 ? s->values[arg_node[k]].placement : dt_replicate();
+    prop.args[k] = arg_node[k] >= 0 ? &fakes[k] : NULL;
+    prop.current[k][0] = arg_node[k] >= 0 ? s->values[arg_node[k]].placement : dt_replicate();
   }
-  dt_strategies strat;
-  if (!dt__sharding_rule(&ctx, cur, &strat)) {
-    strat.n = 1; /* no rule: replicated inputs */
-    for (int k = 0; k < n_args; k++) strat.in[0][k] = dt_replicate();
-    strat.out[0] = dt_replicate();
-  }
-  const dt_value_type *out_type = &n->types[0];
-  int best = -1;
-  double best_cost = HUGE_VAL;
-  for (int c = 0; c < strat.n; c++) {
-    if (def->kind == DT_OP_KIND_INPLACE &&
-        (!same_placement(strat.in[c][0], cur[0]) || !same_placement(strat.out[c], cur[0]))) {
-      continue;
-    }
-    dt_placement o = strat.out[c];
-    if (o.kind == DT_SHARD && (o.dim >= out_type->ndim || out_type->sym[o.dim] >= 0)) continue;
-    /* Vocabulary-parallel embedding (weight rows sharded) needs each shard's row window at
-     * run time, which a graph node does not carry: the eager path only. */
-    if (n->target == DT_OP_EMBEDDING && strat.in[c][0].kind == DT_SHARD &&
-        strat.in[c][0].dim == 0) {
-      continue;
-    }
-    /* A view with a symbolic dim is rewritten with -1 for it; if some rank's shard of the
-     * output is empty, its -1 is ambiguous there. Decided from global sizes, so every rank
-     * makes the same choice. */
-    if (o.kind == DT_SHARD && has_symbolic(out_type) &&
-        (n->target == DT_OP_VIEW || n->target == DT_OP_RESHAPE || n->target == DT_OP_FLATTEN) &&
-        has_empty_chunk(out_type->shape[o.dim], s->world)) {
-      continue;
-    }
-    double cost = 0;
-    for (int k = 0; k < n_args; k++) {
-      if (arg_node[k] < 0) continue;
-      cost += transition_cost(s, dt__value_type(src, arg_node[k]), cur[k], strat.in[c][k]);
-    }
-    if (cost < best_cost) {
-      best = c;
-      best_cost = cost;
-    }
-  }
-  if (best < 0) {
+  dt_propagation_result chosen;
+  if (dt__propagate(&prop, &chosen)) {
     return dt__error(DT_ERR_UNSUPPORTED,
                      "tp_transform: %%%s (%s) cannot be placed without sharding a symbolic dim or "
                      "moving an in-place op's input",
                      n->name, def->name);
   }
+  const dt_value_type *out_type = &n->types[0];
   /* Inputs at the chosen placements. */
   int new_args[DT_DIST_MAX_ARGS];
   for (int k = 0; k < n_args && !st; k++) {
     new_args[k] = -1;
-    if (arg_node[k] >= 0) st = value_at(s, arg_node[k], strat.in[best][k], &new_args[k]);
+    if (arg_node[k] >= 0) st = value_at(s, arg_node[k], chosen.targets[k][0], &new_args[k]);
   }
   if (st) return st;
   int j = dt__graph_add_node(s->g, DT_NODE_CALL, n->name);
@@ -417,7 +413,7 @@ static dt_status place_call(tp *s, int i) {
     if (!m->list) return nomem();
     memcpy(m->list, new_args + n->n_inputs, sizeof(int) * (size_t)n->n_list);
   }
-  dt_placement out_p = strat.out[best];
+  dt_placement out_p = chosen.out[0];
   /* Shapes written in attributes become this rank's local shape. */
   bool shape_attr =
       n->target == DT_OP_VIEW || n->target == DT_OP_RESHAPE || n->target == DT_OP_EXPAND;

@@ -1,0 +1,52 @@
+/* The sharding propagator: one strategy choice for a call, shared by eager dispatch
+ * (distributed/dispatch.c) and the TP transformation (parallel/tp_transform.c). */
+#ifndef DT_PROPAGATE_IMPL_H
+#define DT_PROPAGATE_IMPL_H
+
+#include "distributed/redistribute_impl.h"
+
+/* The price of moving argument `arg`, placed `state` (one placement per mesh dim), to `to`
+ * on mesh dim m. g describes the argument's global bytes and the mesh. HUGE_VAL forbids the
+ * move. The default (a NULL cost function) is dt__transition_cost. */
+typedef double (*dt_propagate_cost_fn)(void *user, int arg, const dt_redistribute_geometry *g,
+                                       const dt_placement *state, int m, dt_placement to);
+
+/* Whether a candidate strategy for mesh dim m (placements `in` of the arguments, `out` of
+ * the outputs) can be used; a NULL function accepts every candidate. */
+typedef bool (*dt_propagate_accept_fn)(void *user, int m, const dt_placement *in, dt_placement out);
+
+/* One call to place: the op with attributes normalized by its infer on global geometry,
+ * the arguments' global geometry and current placements, the mesh, and the pricing. */
+typedef struct dt_propagation {
+  const dt_op_call *call;
+  int n_args;
+  const dt_tensor *args[DT_DIST_MAX_ARGS]; /* global geometry; NULL for an absent optional */
+  dt_placement current[DT_DIST_MAX_ARGS][DT_MAX_MESH_DIMS];
+  /* A 0-d local tensor mixed in: a replica that cannot be moved to another placement. */
+  bool fixed_replica[DT_DIST_MAX_ARGS];
+  int n_out;
+  const dt_tensor_meta *out; /* n_out global metas */
+  int mesh_ndim;
+  int64_t mesh_size[DT_MAX_MESH_DIMS];
+  dt_propagate_cost_fn cost;
+  dt_propagate_accept_fn accept;
+  void *user;
+} dt_propagation;
+
+/* The chosen strategy. */
+typedef struct dt_propagation_result {
+  dt_placement targets[DT_DIST_MAX_ARGS][DT_MAX_MESH_DIMS]; /* each argument's placements */
+  dt_placement out[DT_MAX_MESH_DIMS];                       /* every output's placements */
+  double cost;         /* sum of the chosen transitions' prices */
+  bool fallback;       /* the op has no sharding rule: everything replicated */
+  int failed_mesh_dim; /* -1, or the mesh dim where no candidate was acceptable */
+} dt_propagation_result;
+
+/* Chooses a strategy mesh dim by mesh dim: the op's sharding rule proposes candidates (all
+ * Replicate when it has none), in-place ops keep self's placement, `accept` filters, and
+ * the cheapest by the cost function wins (the first on ties). Returns DT_OK, or
+ * DT_ERR_UNSUPPORTED without a message when some mesh dim has no acceptable candidate
+ * (r->failed_mesh_dim says which): the caller words the error. */
+dt_status dt__propagate(const dt_propagation *p, dt_propagation_result *r);
+
+#endif /* DT_PROPAGATE_IMPL_H */
