@@ -147,35 +147,22 @@ static dt_status record(tracer *tr, const dt_op_call *snap, const dt_op_call *do
     if (snap->inputs[k]) st = value_of(tr, snap->inputs[k], &inputs[k]);
   }
   if (!st && snap->n_input_list > 0) {
-    list = dt__arena_alloc(&tr->g->arena, sizeof(int) * (size_t)snap->n_input_list);
+    list = dt__alloc(sizeof(int) * (size_t)snap->n_input_list);
     if (!list) st = dt__error(DT_ERR_NOMEM, "export: out of memory");
     for (int k = 0; k < snap->n_input_list && !st; k++)
       st = value_of(tr, snap->input_list[k], &list[k]);
   }
-  if (st) return st;
-  char base[64];
-  snprintf(base, sizeof base, "%s", def->name);
-  char *dot = strchr(base, '.');
-  if (dot) *dot = '\0';
-  int i = dt__graph_add_node(tr->g, DT_NODE_CALL, base);
-  if (i < 0) return dt__error(DT_ERR_NOMEM, "export: out of memory");
-  st = dt__graph_node_set_call(tr->g, i, snap);
-  if (st) return st;
-  dt_node *n = &tr->g->nodes[i];
-  n->n_inputs = snap->n_inputs;
-  memcpy(n->inputs, inputs, sizeof(int) * (size_t)snap->n_inputs);
-  n->has_list = dt__op_has_trait(snap->op, DT_TRAIT_TENSOR_LIST);
-  n->n_list = snap->n_input_list;
-  n->list = list;
   bool inplace = def->kind == DT_OP_KIND_INPLACE;
   int n_out = inplace ? 1 : done->n_outputs;
-  if (n_out > DT_OP_MAX_META) {
-    return dt__error(DT_ERR_UNSUPPORTED, "export: %s gave %d results; graphs hold at most %d",
-                     def->name, n_out, DT_OP_MAX_META);
+  if (!st && n_out > DT_OP_MAX_META) {
+    st = dt__error(DT_ERR_UNSUPPORTED, "export: %s gave %d results; graphs hold at most %d",
+                   def->name, n_out, DT_OP_MAX_META);
   }
-  st = dt__graph_node_types(tr->g, i, n_out);
+  int i = -1;
+  if (!st) st = dt__graph_add_call(tr->g, NULL, snap, inputs, snap->n_input_list, list, n_out, &i);
+  dt__free(list);
   if (st) return st;
-  n = &tr->g->nodes[i];
+  dt_node *n = &tr->g->nodes[i];
   for (int k = 0; k < n_out && !st; k++) {
     dt_tensor *x = inplace ? snap->inputs[0] : done->outputs[k];
     type_of(&n->types[k], x);

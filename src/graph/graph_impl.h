@@ -138,6 +138,22 @@ int dt__graph_find(const dt_graph *g, const char *name);
 /* The node of the return node; -1 when the graph has none. */
 int dt__graph_output_node(const dt_graph *g);
 
+/* ---- The builder (src/graph/builder.c): export and the TP transformation append nodes
+ * through it. ------------------------------------------------------------------------------ */
+
+/* Appends a call node of call->op with the call's attributes (not its tensors), inputs
+ * inputs[0..call->n_inputs) (node indices, -1 for an absent optional), the tensor list
+ * list[0..n_list) (copied) and n_out zeroed types. name NULL: the op's ATen name without
+ * its overload. *out gets the node's index. */
+dt_status dt__graph_add_call(dt_graph *g, const char *name, const dt_op_call *call,
+                             const int *inputs, int n_list, const int *list, int n_out, int *out);
+
+/* Appends a collective of `kind` on node `input` (dim: the gather / scatter dim or the dim
+ * all_to_all shards before, new_dim: all_to_all's new shard dim, op: the reduction) and the
+ * wait_tensor that completes it, both of type t; *out gets the wait node's index. */
+dt_status dt__graph_add_comm(dt_graph *g, dt_comm_target kind, int input, int dim, int new_dim,
+                             dt_reduce_op op, const dt_value_type *t, int *out);
+
 /* Value type helpers. */
 void dt__type_from_tensor(dt_value_type *t, const dt_tensor *x);
 bool dt__type_equal(const dt_value_type *a, const dt_value_type *b);

@@ -163,40 +163,32 @@ static int add_node(tp *s, dt_node_kind kind, const char *name, const dt_value_t
   return i;
 }
 
+/* Gives node i of the new graph the placement of its value. */
+static void set_placement(tp *s, int i, dt_placement p) {
+  s->g->nodes[i].has_placement = true;
+  s->g->nodes[i].placement = p;
+}
+
+/* A collective and its wait through the graph builder; the wait's index, or -1. */
 static int add_comm(tp *s, dt_comm_target kind, int input, const dt_value_type *t, dt_placement p,
                     int dim, int new_dim, dt_reduce_op op) {
-  int c = add_node(s, DT_NODE_COMM, dt__comm_target_names[kind], t, p);
-  if (c < 0) return -1;
-  dt_node *n = &s->g->nodes[c];
-  n->target = kind;
-  n->n_inputs = 1;
-  n->inputs[0] = input;
-  n->ints[0] = dim;
-  n->ints[1] = new_dim;
-  n->reduce_op = op;
-  int w = add_node(s, DT_NODE_COMM, "wait_tensor", t, p);
-  if (w < 0) return -1;
-  s->g->nodes[w].target = DT_COMM_WAIT;
-  s->g->nodes[w].n_inputs = 1;
-  s->g->nodes[w].inputs[0] = c;
+  int w = -1;
+  if (dt__graph_add_comm(s->g, kind, input, dim, new_dim, op, t, &w)) return -1;
+  set_placement(s, w - 1, p); /* the collective, appended just before its wait */
+  set_placement(s, w, p);
   return w;
 }
 
-/* A local op on one input with integer attributes (narrow, zeros_like). */
+/* A local op on one input with integer attributes (narrow, zeros_like), through the graph
+ * builder; its index, or -1. */
 static int add_local_op(tp *s, dt_op op, int input, int n_ints, const int64_t *ints,
                         const dt_value_type *t, dt_placement p) {
-  char base[64];
-  snprintf(base, sizeof base, "%s", dt__op_table[op].name);
-  char *dot = strchr(base, '.');
-  if (dot) *dot = '\0';
-  int i = add_node(s, DT_NODE_CALL, base, t, p);
-  if (i < 0) return -1;
-  dt_node *n = &s->g->nodes[i];
-  n->target = op;
-  n->n_inputs = 1;
-  n->inputs[0] = input;
-  n->n_ints = n_ints;
-  for (int k = 0; k < n_ints; k++) n->ints[k] = ints[k];
+  dt_op_call call = {.op = op, .n_inputs = 1, .n_ints = n_ints};
+  for (int k = 0; k < n_ints; k++) call.ints[k] = ints[k];
+  int i = -1;
+  if (dt__graph_add_call(s->g, NULL, &call, &input, 0, NULL, 1, &i)) return -1;
+  s->g->nodes[i].types[0] = *t;
+  set_placement(s, i, p);
   return i;
 }
 
@@ -398,21 +390,21 @@ static dt_status place_call(tp *s, int i) {
     if (arg_node[k] >= 0) st = value_at(s, arg_node[k], chosen.targets[k][0], &new_args[k]);
   }
   if (st) return st;
-  int j = dt__graph_add_node(s->g, DT_NODE_CALL, n->name);
-  if (j < 0) return nomem();
+  /* The node as the source holds it (attributes before any infer), with the new inputs. */
+  dt_op_call attrs = {.op = (dt_op)n->target,
+                      .n_inputs = n->n_inputs,
+                      .n_ints = n->n_ints,
+                      .int_list = n->int_list,
+                      .n_int_list = n->n_int_list,
+                      .scalars = {n->scalars[0], n->scalars[1]},
+                      .dtype = n->dtype,
+                      .flags = n->flags};
+  memcpy(attrs.ints, n->ints, sizeof attrs.ints);
+  int j = -1;
+  st = dt__graph_add_call(s->g, n->name, &attrs, new_args, n->n_list, new_args + n->n_inputs,
+                          n->n_out, &j);
+  if (st) return st;
   dt_node *m = &s->g->nodes[j];
-  const char *name = m->name;
-  *m = *n;
-  m->name = name;
-  m->types = NULL;
-  m->list = NULL;
-  m->int_list = NULL;
-  for (int k = 0; k < n->n_inputs; k++) m->inputs[k] = new_args[k];
-  if (n->n_list) {
-    m->list = dt__arena_alloc(&s->g->arena, sizeof(int) * (size_t)n->n_list);
-    if (!m->list) return nomem();
-    memcpy(m->list, new_args + n->n_inputs, sizeof(int) * (size_t)n->n_list);
-  }
   dt_placement out_p = chosen.out[0];
   /* Shapes written in attributes become this rank's local shape. */
   bool shape_attr =
@@ -433,16 +425,8 @@ static dt_status place_call(tp *s, int i) {
                        : lt.shape[d];
       m->int_list[d] = m->ints[d];
     }
-  } else if (n->n_int_list) {
-    m->int_list = dt__arena_alloc(&s->g->arena, sizeof(int64_t) * (size_t)n->n_int_list);
-    if (!m->int_list) return nomem();
-    memcpy(m->int_list, n->int_list, sizeof(int64_t) * (size_t)n->n_int_list);
   }
-  st = dt__graph_node_types(s->g, j, n->n_out);
-  if (st) return st;
-  m = &s->g->nodes[j];
-  m->has_placement = true;
-  m->placement = out_p;
+  set_placement(s, j, out_p);
   /* Local types: what the op infers on the local inputs, checked against the shard geometry. */
   int got = 0;
   for (int k = 0; k < n->n_out; k++) local_type(s, &n->types[k], out_p, &m->types[k]);
