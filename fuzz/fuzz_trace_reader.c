@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtensor/profile.h"
+#include "dtensor/trace.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

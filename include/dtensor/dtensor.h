@@ -8,7 +8,8 @@
  *   mesh.h    device mesh: N-D grid of ranks, named dimensions, one group per dimension
  *   dist.h    distributed tensors: placements, redistribution, distributed factories
  *   mode.h    dispatch modes: callbacks around every op call
- *   profile.h profiler: Chrome traces of every rank, utilization analysis of any trace
+ *   profile.h profiler: per-rank event recording, Chrome trace export
+ *   trace.h   trace analysis: read any Chrome trace, utilization, SVG timeline
  *   graph.h   models as graphs: IR, text format, interpreter, export by tracing
  *   nn.h      modules (Linear, Sequential, LayerNorm, ...) with PyTorch FQNs
  *   parallel.h tensor parallelism: plans, parallelize_module, the TP graph transformation
@@ -25,6 +26,7 @@
 #include "dtensor/nn.h"
 #include "dtensor/ops.h"
 #include "dtensor/profile.h"
+#include "dtensor/trace.h"
 #include "dtensor/parallel.h"
 #include "dtensor/tensor.h"
 

@@ -53,4 +53,13 @@ static inline uint64_t dt__hash_mix(uint64_t h, uint64_t v) {
   return h;
 }
 
+/* 64-bit hash of n bytes (FNV-1a, finished with dt__hash_mix so that nearby strings spread
+ * over every bit of a power-of-two table index). */
+static inline uint64_t dt__hash_bytes(const void *data, size_t n) {
+  const unsigned char *p = data;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return dt__hash_mix(h, n);
+}
+
 #endif /* DT_CORE_IMPL_H */

@@ -138,4 +138,11 @@ static inline void dt__profile_end_text(const dt__profile_scope *scope, const ch
 /* Chrome "cat" string of a category. */
 const char *dt__profile_category_name(dt__profile_category category);
 
+/* The benchmark helper behind dt_dump_chrome_trace: warm up, time `runs` calls of fn
+ * without the profiler (*time_us), time them again while recording (*profiled_us, may be
+ * NULL) and write the trace to path. `what` names the public function in messages. Trace
+ * analysis (dt_benchmark_utilization) builds on it. */
+dt_status dt__benchmark_dump(const char *what, dt_benchmark_fn fn, void *arg, const char *path,
+                             int runs, double *time_us, double *profiled_us);
+
 #endif /* DT_PROFILE_IMPL_H */

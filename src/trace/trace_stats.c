@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "profile/trace_impl.h"
+#include "trace/trace_impl.h"
 
 bool dt__trace_grow(void **array, size_t *cap, size_t need, size_t size) {
   if (need <= *cap) return true;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "profile/output_file.h"
-#include "profile/trace_impl.h"
+#include "trace/trace_impl.h"
 
 #define WIDTH 1200.0
 #define LEFT 260.0

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "core/core_impl.h"
-#include "dtensor/profile.h"
+#include "dtensor/trace.h"
 
 /* Event flags decided from the name and category while reading. */
 #define DT__TRACE_MATRIX 1u /* dt_trace_is_matrix_name */
@@ -42,7 +42,7 @@ typedef struct dt__trace_lane {
 } dt__trace_lane;
 
 /* Open-addressing map from (key, aux) to an index; aux separates numeric from string ids and
- * lanes of different processes. String ids are keyed by a 64-bit FNV-1a hash. */
+ * lanes of different processes. String ids are keyed by core's dt__hash_bytes. */
 typedef struct dt__trace_map_entry {
   uint64_t key;
   uint64_t aux;
