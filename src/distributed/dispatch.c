@@ -516,3 +516,25 @@ static dt_status dist_dispatch(dt_op_call *call) {
   if (owned) free_plan(plan);
   return st;
 }
+
+dt_status dt__dist_predict_bytes(dt_op_call *call, int64_t *bytes) {
+  *bytes = 0;
+  dist_args a;
+  dt_status st = collect_args(call, &a);
+  if (st) return st;
+  if (!a.spec) return dt__error(DT_ERR_INVALID, "%s: no distributed argument", dt__op_name(call));
+  op_plan *plan = dt__calloc(sizeof *plan);
+  if (!plan)
+    return dt__error(DT_ERR_NOMEM, "%s: cannot allocate a sharding plan", dt__op_name(call));
+  st = propagate(call, &a, plan);
+  for (int i = 0; i < a.n && !st; i++) {
+    if (!plan->needs_redistribute[i]) continue;
+    dt_redistribute_plan moves;
+    st = dt__redistribute_plan_cached(a.t[i]->spec, plan->targets[i], &moves);
+    if (st) break;
+    dt__redistribute_exact_bytes(a.t[i]->spec, &moves);
+    *bytes += moves.bytes;
+  }
+  free_plan(plan);
+  return st;
+}

@@ -49,4 +49,10 @@ typedef struct dt_propagation_result {
  * (r->failed_mesh_dim says which): the caller words the error. */
 dt_status dt__propagate(const dt_propagation *p, dt_propagation_result *r);
 
+/* The bytes this rank's collectives will move when eager dispatch runs `call` (a call on
+ * distributed tensors, as the op wrappers build it): the propagator's choice for it, each
+ * input's redistribution priced by the cost model on this rank's exact shards. Moves
+ * nothing; for tests and tools that compare it with the comm ledger. */
+dt_status dt__dist_predict_bytes(dt_op_call *call, int64_t *bytes);
+
 #endif /* DT_PROPAGATE_IMPL_H */

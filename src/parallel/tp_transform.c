@@ -21,7 +21,7 @@
 
 #include "dtensor/parallel.h"
 #include "distributed/propagate_impl.h"
-#include "graph/graph_impl.h"
+#include "parallel/parallel_impl.h"
 
 #define CACHE_WAYS 4
 
@@ -620,4 +620,27 @@ dt_status dt_tp_transform(const dt_program *program, int rank, int world_size,
   }
   *out = p;
   return DT_OK;
+}
+
+static int64_t type_bytes(const dt_value_type *t) {
+  int64_t n = (int64_t)dt_dtype_size(t->dtype);
+  for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+  return n;
+}
+
+int64_t dt__tp_predicted_comm_bytes(const dt_graph *g) {
+  static const dt_step_kind kinds[] = {
+      [DT_COMM_ALL_GATHER] = DT_STEP_ALL_GATHER,
+      [DT_COMM_ALL_REDUCE] = DT_STEP_ALL_REDUCE,
+      [DT_COMM_REDUCE_SCATTER] = DT_STEP_REDUCE_SCATTER,
+      [DT_COMM_ALL_TO_ALL] = DT_STEP_ALL_TO_ALL,
+  };
+  int64_t bytes = 0;
+  for (int i = 0; g && i < g->n_nodes; i++) {
+    const dt_node *n = &g->nodes[i];
+    if (n->kind != DT_NODE_COMM || n->target == DT_COMM_WAIT || n->inputs[0] < 0) continue;
+    bytes += dt__step_bytes(kinds[n->target], g->world_size,
+                            type_bytes(dt__value_type(g, n->inputs[0])), type_bytes(&n->types[0]));
+  }
+  return bytes;
 }
