@@ -1,7 +1,7 @@
 /*
  * Sharding rules: for one mesh dim, given the arguments' current placements, the candidate
  * strategies (placement each argument must take, placement of the outputs). The
- * propagator (dist/dispatch.c) prices each candidate by the redistribution it needs and
+ * propagator (distributed/propagate.c) prices each candidate with the cost model and
  * takes the cheapest. Every rule also offers "all Replicate", which is always correct.
  *
  * Partial placements survive only where the op is linear in them: P(sum)+P(sum), P·R for

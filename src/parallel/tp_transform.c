@@ -4,10 +4,10 @@
  *
  * Parameters take the plan's placements (COLWISE: weight S(0), bias S(0); ROWWISE: weight
  * S(1), bias R; the rest R) and the new state dict holds this rank's shards. Then every call
- * node is placed with the op table's sharding rules (dt__sharding_rule, the same rules the
- * eager distributed path uses): the candidates are priced by the bytes their input
- * redistributions would move and the cheapest wins. Where an input's placement differs from
- * the chosen one, the transition is made explicit:
+ * node is placed by the sharding propagator (dt__propagate, the one eager dispatch uses):
+ * the op's rule proposes candidates, the cost model prices their input transitions and the
+ * cheapest wins. Where an input's placement differs from the chosen one, the transition is
+ * made explicit, with nodes appended through the graph builder:
  *
  *   R -> S(d)      narrow (local)           S(d) -> R     all_gather_into_tensor + wait_tensor
  *   R -> P(sum)    zeros_like off rank 0    S(d) -> S(e)  all_to_all + wait_tensor
