@@ -62,4 +62,19 @@ static inline uint64_t dt__hash_bytes(const void *data, size_t n) {
   return dt__hash_mix(h, n);
 }
 
+/* Arenas (arena.c): bump allocation in 8 KiB blocks (larger requests get a block of their
+ * own), freed all at once. A zeroed dt__arena is empty. */
+typedef struct dt__arena_block dt__arena_block;
+typedef struct dt__arena {
+  dt__arena_block *head;
+  size_t used, capacity;
+} dt__arena;
+
+/* Zeroed, 8-byte aligned memory that lives until dt__arena_free; NULL when out of memory. */
+void *dt__arena_alloc(dt__arena *arena, size_t size);
+/* A copy of s in the arena; NULL when out of memory. */
+char *dt__arena_strdup(dt__arena *arena, const char *s);
+/* Frees every block; the arena is empty and reusable afterwards. */
+void dt__arena_free(dt__arena *arena);
+
 #endif /* DT_CORE_IMPL_H */

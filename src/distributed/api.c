@@ -6,14 +6,6 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "profile/profile_impl.h"
 
-void dt__mesh_info(const dt_mesh *mesh, dt_mesh_info *info) {
-  info->ndim = dt_mesh_ndim(mesh);
-  for (int m = 0; m < info->ndim; m++) {
-    info->size[m] = dt_mesh_size(mesh, m);
-    info->coord[m] = dt_mesh_coordinate(mesh, m);
-  }
-}
-
 static dt_status check_mesh(const char *op, const dt_mesh *mesh) {
   if (!mesh) return dt__error(DT_ERR_INVALID, "%s: mesh is NULL", op);
   if (dt_mesh_ndim(mesh) > DT_MAX_MESH_DIMS) {

@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 
 #include "dtensor/dist.h"
+#include "mesh/mesh_impl.h"
 #include "ops/op_impl.h"
 #include "tensor/tensor_impl.h"
 
@@ -25,15 +26,6 @@ struct dt_dist_spec {
   bool shape_inferred;
 };
 typedef struct dt_dist_spec dt_dist_spec;
-
-/* What the dist layer needs to know of a mesh, read once into a small value. */
-typedef struct dt_mesh_info {
-  int ndim;
-  int64_t size[DT_MAX_MESH_DIMS];
-  int64_t coord[DT_MAX_MESH_DIMS];
-} dt_mesh_info;
-
-void dt__mesh_info(const dt_mesh *mesh, dt_mesh_info *info);
 
 /* torch.chunk geometry: piece `index` of `n` pieces of a dim of `size`. */
 static inline void dt__chunk_range(int64_t size, int64_t n, int64_t index, int64_t *start,

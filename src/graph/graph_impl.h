@@ -10,18 +10,6 @@
 #include "dtensor/nn.h"
 #include "ops/op_impl.h"
 
-/* ---- Arena: bump allocation in blocks, freed all at once with the graph ------------------ */
-
-typedef struct dt_arena_block dt_arena_block;
-typedef struct dt_arena {
-  dt_arena_block *head;
-  size_t used, capacity;
-} dt_arena;
-
-void *dt__arena_alloc(dt_arena *arena, size_t size); /* zeroed, 8-byte aligned; NULL on OOM */
-char *dt__arena_strdup(dt_arena *arena, const char *s);
-void dt__arena_free(dt_arena *arena);
-
 /* ---- Values and nodes ----------------------------------------------------------------------- */
 
 #define DT_GRAPH_MAX_SYMBOLS 16
@@ -91,7 +79,7 @@ typedef struct dt_node {
 #define DT_GRAPH_MAX_NODES (1 << 22)
 
 struct dt_graph {
-  dt_arena arena;
+  dt__arena arena; /* nodes, names and types: freed with the graph */
   dt_node *nodes;
   int n_nodes, capacity;
   /* Name index: open addressing, at most half full, so that finding a node by name does not

@@ -1,4 +1,4 @@
-/* The graph IR: arena, nodes, value types, and inference of a call node's output types. */
+/* The graph IR: nodes, value types, and inference of a call node's output types. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,52 +10,6 @@ const char *const dt__comm_target_names[DT_COMM_TARGET_COUNT] = {
 
 const char *dt_comm_node_name(int kind) {
   return kind >= 0 && kind < DT_COMM_WAIT ? dt__comm_target_names[kind] : NULL;
-}
-
-/* ---- Arena --------------------------------------------------------------------------------- */
-
-struct dt_arena_block {
-  dt_arena_block *next;
-  size_t size;
-  /* data follows, 8-byte aligned (the header is 16 bytes) */
-};
-
-#define ARENA_BLOCK 8192
-
-void *dt__arena_alloc(dt_arena *arena, size_t size) {
-  size = (size + 7) & ~(size_t)7;
-  if (!arena->head || arena->used + size > arena->capacity) {
-    size_t cap = size > ARENA_BLOCK ? size : ARENA_BLOCK;
-    dt_arena_block *b = dt__alloc(sizeof *b + cap);
-    if (!b) return NULL;
-    b->next = arena->head;
-    b->size = cap;
-    arena->head = b;
-    arena->used = 0;
-    arena->capacity = cap;
-  }
-  char *p = (char *)(arena->head + 1) + arena->used;
-  arena->used += size;
-  memset(p, 0, size);
-  return p;
-}
-
-char *dt__arena_strdup(dt_arena *arena, const char *s) {
-  size_t n = strlen(s);
-  char *p = dt__arena_alloc(arena, n + 1);
-  if (p) memcpy(p, s, n + 1);
-  return p;
-}
-
-void dt__arena_free(dt_arena *arena) {
-  dt_arena_block *b = arena->head;
-  while (b) {
-    dt_arena_block *next = b->next;
-    dt__free(b);
-    b = next;
-  }
-  arena->head = NULL;
-  arena->used = arena->capacity = 0;
 }
 
 /* ---- Ops ------------------------------------------------------------------------------------- */

@@ -188,6 +188,14 @@ int dt_mesh_coordinate(const dt_mesh *mesh, int dim) {
   return dim_ok(mesh, dim) ? mesh->coords[dim] : -1;
 }
 
+void dt__mesh_info(const dt_mesh *mesh, dt_mesh_info *info) {
+  info->ndim = dt_mesh_ndim(mesh);
+  for (int m = 0; m < info->ndim; m++) {
+    info->size[m] = mesh->shape[m];
+    info->coord[m] = mesh->coords[m];
+  }
+}
+
 dt_comm *dt_mesh_group(const dt_mesh *mesh, int dim) {
   return dim_ok(mesh, dim) ? mesh->groups[dim] : NULL;
 }

@@ -9,6 +9,7 @@
 #define DT_MESH_IMPL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "dtensor/mesh.h"
 
@@ -19,6 +20,17 @@ void dt__mesh_release(dt_mesh *mesh);
 /* True once the user called dt_mesh_destroy: the mesh lives on only for its tensors, and
  * caches must not take new references to it (they would keep it alive). */
 bool dt__mesh_user_destroyed(const dt_mesh *mesh);
+
+/* What the layers above need to know of a mesh (its shape and this rank's coordinates),
+ * read once into a small value on the stack: the dispatch hot path reads it per call. */
+typedef struct dt_mesh_info {
+  int ndim;
+  int64_t size[DT_MESH_MAX_DIMS];
+  int64_t coord[DT_MESH_MAX_DIMS];
+} dt_mesh_info;
+
+/* Fills info from mesh (ndim 0 for NULL). */
+void dt__mesh_info(const dt_mesh *mesh, dt_mesh_info *info);
 
 /* Called by dt_mesh_destroy on the calling thread before it drops the user's reference, so
  * the dist layer can drop this thread's cached plans on the mesh (installed by

@@ -1,9 +1,13 @@
-/* Modules: a tree of named parts with PyTorch's parameter layout; forward calls the op API. */
+/* Modules (dtensor/nn.h): a tree of named parts with PyTorch's parameter layout; forward
+ * calls the public op API, so modules sit above ops and distributed tensors and below the
+ * graph layer, whose exporter walks them. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "graph/graph_impl.h"
+#include "core/core_impl.h"
+#include "dtensor/nn.h"
+#include "dtensor/ops.h"
 
 #define MAX_PARTS 64
 #define MAX_NAME 64
