@@ -1,0 +1,44 @@
+/* Private layout of an open safetensors file, shared by the header parser and the loader. */
+#ifndef DT_CHECKPOINT_IMPL_H
+#define DT_CHECKPOINT_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtensor/checkpoint.h"
+
+/* The reference library refuses headers above 100 MB; so do we, before allocating. */
+#define DT_SAFETENSORS_MAX_HEADER 100000000ull
+
+struct dt_safetensors {
+  const char *label;    /* the path, or "(memory)", for messages */
+  char *path_copy;      /* owned copy of the path */
+  int fd;               /* -1 for a memory image */
+  const uint8_t *image; /* the whole file: the read-only map or the caller's memory */
+  size_t image_size;
+  bool mapped;         /* image is our mmap and must be unmapped */
+  uint64_t data_start; /* 8 + header length */
+  char *strings;       /* owned: every name, key and value, NUL-terminated */
+  dt_safetensors_entry *entries;
+  int count;
+  const char **meta_keys;
+  const char **meta_values;
+  int n_meta;
+  dt_tensor **borrowed; /* handles retained for BORROW tensors, to see if any outlives us */
+  int n_borrowed, cap_borrowed;
+  atomic_uint_fast64_t bytes_read;
+};
+
+/* Parses and validates the header text (length bytes, not NUL-terminated) against a data
+ * section of data_size bytes, filling file's entries, metadata and strings. `op` names the
+ * public function in messages. */
+dt_status dt__safetensors_parse_header(dt_safetensors *file, const char *op, const char *text,
+                                       size_t length, uint64_t data_size);
+
+/* The safetensors name of a dtype ("F32") and back (DT_DTYPE_COUNT when unknown). */
+const char *dt__safetensors_dtype_name(dt_dtype dtype);
+dt_dtype dt__safetensors_dtype_parse(const char *name);
+
+#endif
