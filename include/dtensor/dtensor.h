@@ -13,10 +13,12 @@
  *   graph.h   models as graphs: IR, text format, interpreter, export by tracing
  *   nn.h      modules (Linear, Sequential, LayerNorm, ...) with PyTorch FQNs
  *   parallel.h tensor parallelism: plans, parallelize_module, the TP graph transformation
+ *   checkpoint.h safetensors files: read, write, memory map, load one rank's shard
  */
 #ifndef DTENSOR_DTENSOR_H
 #define DTENSOR_DTENSOR_H
 
+#include "dtensor/checkpoint.h"
 #include "dtensor/comm.h"
 #include "dtensor/core.h"
 #include "dtensor/dist.h"
