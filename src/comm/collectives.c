@@ -141,7 +141,7 @@ static dt_status fallback_barrier(dt_comm *comm, dt_work *w) {
   w->args.send = w->args.recv = w->scratch;
   w->args.count = 1;
   w->seq = comm->seq++;
-  return comm->backend->start[DT_COLL_ALL_REDUCE](comm, w);
+  return comm->backend->start(comm, w);
 }
 
 /* scatter and gather as an all_to_all where only the root sends (receives) anything. */
@@ -171,23 +171,29 @@ static dt_status fallback_rooted(dt_comm *comm, dt_work *w) {
   w->args.send_counts = send_counts;
   w->args.recv_counts = recv_counts;
   w->seq = comm->seq++;
-  return comm->backend->start[DT_COLL_ALL_TO_ALL](comm, w);
+  return comm->backend->start(comm, w);
 }
 
 static dt_status work_start(dt_comm *comm, dt_work *w) {
-  dt_coll_start_fn fn = comm->backend->start[w->args.kind];
-  if (DT_UNLIKELY(!fn)) {
+  const dt_comm_backend *backend = comm->backend;
+  if (DT_UNLIKELY(!(backend->supports & DT_COLL_BIT(w->args.kind)))) {
+    /* A fallback needs the kind it is built from; a backend missing a required kind is a
+     * bug in that backend, reported rather than called through. */
     switch (w->args.kind) {
-    case DT_COLL_BARRIER: return fallback_barrier(comm, w);
+    case DT_COLL_BARRIER:
+      if (backend->supports & DT_COLL_BIT(DT_COLL_ALL_REDUCE)) return fallback_barrier(comm, w);
+      break;
     case DT_COLL_SCATTER:
-    case DT_COLL_GATHER: return fallback_rooted(comm, w);
-    default:
-      return dt__error(DT_ERR_UNSUPPORTED, "%s: the %s backend does not implement it",
-                       w->args.op_name, comm->backend->name);
+    case DT_COLL_GATHER:
+      if (backend->supports & DT_COLL_BIT(DT_COLL_ALL_TO_ALL)) return fallback_rooted(comm, w);
+      break;
+    default: break;
     }
+    return dt__error(DT_ERR_UNSUPPORTED, "%s: the %s backend does not implement it",
+                     w->args.op_name, backend->name);
   }
   if (w->args.kind != DT_COLL_SEND && w->args.kind != DT_COLL_RECV) w->seq = comm->seq++;
-  return fn(comm, w);
+  return backend->start(comm, w);
 }
 
 _Thread_local dt_comm_observer_fn dt__comm_observer;

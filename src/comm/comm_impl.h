@@ -105,19 +105,39 @@ typedef struct dt_split_hint {
 
 typedef dt_status (*dt_coll_start_fn)(dt_comm *comm, dt_work *work);
 
+/* The bit of a collective kind in a backend's `supports` mask. */
+#define DT_COLL_BIT(kind) (1u << (unsigned)(kind))
+
+/* The kinds every backend must support: the public wrapper builds the others from these. */
+#define DT_COLL_REQUIRED                                                                           \
+  (DT_COLL_BIT(DT_COLL_ALL_REDUCE) | DT_COLL_BIT(DT_COLL_ALL_GATHER) |                             \
+   DT_COLL_BIT(DT_COLL_REDUCE_SCATTER) | DT_COLL_BIT(DT_COLL_ALL_TO_ALL) |                         \
+   DT_COLL_BIT(DT_COLL_BROADCAST) | DT_COLL_BIT(DT_COLL_SEND) | DT_COLL_BIT(DT_COLL_RECV))
+
+/* Every kind a public collective can ask for (SPLIT goes through the split entry). */
+#define DT_COLL_ALL                                                                                \
+  (DT_COLL_REQUIRED | DT_COLL_BIT(DT_COLL_BARRIER) | DT_COLL_BIT(DT_COLL_SCATTER) |                \
+   DT_COLL_BIT(DT_COLL_GATHER))
+
 /* A backend: data, filled with designated initializers.
  *
- * start[kind] begins a collective described by work->args (work->seq is already set for
- * group collectives). It either completes it (sets work->done and work->status) or leaves
- * it pending for wait/test. It returns an error only when nothing was started. Entries
- * marked optional may be NULL: the public wrapper then builds the collective from others.
- *   required: ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, SEND, RECV
- *   optional: BARRIER (all_reduce of one int), SCATTER and GATHER (all_to_all with counts)
+ * start begins a collective described by work->args (work->seq is already set for group
+ * collectives); it is only called with a kind whose DT_COLL_BIT is in `supports`. It either
+ * completes it (sets work->done and work->status) or leaves it pending for wait/test. It
+ * returns an error only when nothing was started. One entry serves every kind because each
+ * backend moves the bytes of all kinds through one queue or one request; the mask says
+ * which kinds it implements, and the public wrapper (comm/collectives.c) builds the others:
+ *   required (DT_COLL_REQUIRED): ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL,
+ *     BROADCAST, SEND, RECV
+ *   optional: BARRIER (an all_reduce of one int), SCATTER and GATHER (an all_to_all with
+ *     counts where only the root sends or receives)
+ * tests/test_comm_fallback.c runs every fallback through a backend that leaves them out.
  * wait: required unless start always completes; test: optional (reports work->done).
  * all_gather_object: optional (two all_gathers: the lengths, then the bytes). */
 typedef struct dt_comm_backend {
   const char *name;
-  dt_coll_start_fn start[DT_COLL_KIND_COUNT];
+  uint32_t supports; /* DT_COLL_BIT of every kind start implements */
+  dt_coll_start_fn start;
   dt_status (*wait)(dt_comm *comm, dt_work *work);
   dt_status (*test)(dt_comm *comm, dt_work *work, bool *done);
   /* Required. Collective; sets *out (NULL for a negative color). */

@@ -69,19 +69,8 @@ static dt_status fake_all_gather_object(dt_comm *comm, const void *data, size_t 
 
 const dt_comm_backend dt__fake_backend = {
     .name = "fake",
-    .start =
-        {
-            [DT_COLL_ALL_REDUCE] = fake_start,
-            [DT_COLL_ALL_GATHER] = fake_start,
-            [DT_COLL_REDUCE_SCATTER] = fake_start,
-            [DT_COLL_ALL_TO_ALL] = fake_start,
-            [DT_COLL_BROADCAST] = fake_start,
-            [DT_COLL_SCATTER] = fake_start,
-            [DT_COLL_GATHER] = fake_start,
-            [DT_COLL_BARRIER] = fake_start,
-            [DT_COLL_SEND] = fake_start,
-            [DT_COLL_RECV] = fake_start,
-        },
+    .supports = DT_COLL_ALL,
+    .start = fake_start,
     .wait = fake_wait,
     .test = NULL,
     .split = fake_split,

@@ -490,19 +490,8 @@ static void mp_abort(dt_comm *comm, const char *reason) {
 
 const dt_comm_backend dt__mpi_backend = {
     .name = "mpi",
-    .start =
-        {
-            [DT_COLL_ALL_REDUCE] = dt__mp_start,
-            [DT_COLL_ALL_GATHER] = dt__mp_start,
-            [DT_COLL_REDUCE_SCATTER] = dt__mp_start,
-            [DT_COLL_ALL_TO_ALL] = dt__mp_start,
-            [DT_COLL_BROADCAST] = dt__mp_start,
-            [DT_COLL_SCATTER] = dt__mp_start,
-            [DT_COLL_GATHER] = dt__mp_start,
-            [DT_COLL_BARRIER] = dt__mp_start,
-            [DT_COLL_SEND] = dt__mp_start,
-            [DT_COLL_RECV] = dt__mp_start,
-        },
+    .supports = DT_COLL_ALL,
+    .start = dt__mp_start,
     .wait = mp_wait,
     .test = mp_test,
     .split = mp_split,

@@ -313,19 +313,8 @@ static void th_abort(dt_comm *comm, const char *reason) {
 
 const dt_comm_backend dt__threads_backend = {
     .name = "threads",
-    .start =
-        {
-            [DT_COLL_ALL_REDUCE] = th_start,
-            [DT_COLL_ALL_GATHER] = th_start,
-            [DT_COLL_REDUCE_SCATTER] = th_start,
-            [DT_COLL_ALL_TO_ALL] = th_start,
-            [DT_COLL_BROADCAST] = th_start,
-            [DT_COLL_SCATTER] = th_start,
-            [DT_COLL_GATHER] = th_start,
-            [DT_COLL_BARRIER] = th_start,
-            [DT_COLL_SEND] = th_start,
-            [DT_COLL_RECV] = th_start,
-        },
+    .supports = DT_COLL_ALL,
+    .start = th_start,
     .wait = th_wait,
     .test = th_test,
     .split = th_split,
