@@ -4,7 +4,7 @@ SANITIZE_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test test-sanitize test-tsan test-valgrind bench bench-check format clean install-test
+.PHONY: all deps build tool run test test-sanitize test-tsan test-valgrind bench bench-check format clean install-test
 
 all: build
 
@@ -17,8 +17,13 @@ $(BUILD)/CMakeCache.txt:
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The dtensor tool alone (the library and the command; no tests, no examples): what the main
+# job and the benchmarks need, so `make run` does not wait for the test suite to compile.
+tool: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target dtensor_cli
+
 # The main job: the dtensor demo.
-run: build
+run: tool
 	./$(BUILD)/dtensor demo
 
 test: build
@@ -46,7 +51,7 @@ test-valgrind: build
 	valgrind --error-exitcode=9 -q ./$(BUILD)/dtensor demo > /dev/null
 	cd $(BUILD) && valgrind --error-exitcode=9 -q --trace-children=yes ./tests/test_dist --jobs 1
 
-bench: build
+bench: tool
 	./$(BUILD)/dtensor bench kernels
 	./$(BUILD)/dtensor bench dispatch
 	./$(BUILD)/dtensor bench instructions
@@ -55,7 +60,7 @@ bench: build
 	./$(BUILD)/dtensor bench tp
 
 # Instruction counts against bench/expected_results.csv (+-10 %), as PyTorch's gate.
-bench-check: build
+bench-check: tool
 	bash scripts/bench-check.sh $(BUILD)
 
 # Installs into a scratch prefix and builds a tiny outside project against it, through

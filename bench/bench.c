@@ -1,22 +1,36 @@
-/* dtensor bench: dispatches to the benchmark suites. */
-#include <stdio.h>
-#include <string.h>
-
+/* dtensor bench: the table of benchmark suites (tools/command.c dispatches to them). */
 #include "tools.h"
 
-int dt_tool_bench(int argc, char **argv) {
-  if (argc < 2) {
-    fprintf(
-        stderr,
-        "usage: dtensor bench <kernels|dispatch|instructions|collectives|profile|tp> [--json]\n");
-    return 2;
-  }
-  if (strcmp(argv[1], "kernels") == 0) return dt_bench_kernels(argc - 1, argv + 1);
-  if (strcmp(argv[1], "dispatch") == 0) return dt_bench_dispatch(argc - 1, argv + 1);
-  if (strcmp(argv[1], "instructions") == 0) return dt_bench_instructions(argc - 1, argv + 1);
-  if (strcmp(argv[1], "collectives") == 0) return dt_bench_collectives(argc - 1, argv + 1);
-  if (strcmp(argv[1], "profile") == 0) return dt_bench_profile(argc - 1, argv + 1);
-  if (strcmp(argv[1], "tp") == 0) return dt_bench_tp(argc - 1, argv + 1);
-  fprintf(stderr, "dtensor bench: unknown suite '%s'\n", argv[1]);
-  return 2;
-}
+const tool_command tool_bench_suites[] = {
+    {.name = "kernels",
+     .summary = "local GEMM, add and op dispatch against raw CBLAS and plain loops",
+     .usage = "[--json] [--gemm-size N]",
+     .run = bench_suite_kernels},
+    {.name = "dispatch",
+     .summary = "time to dispatch one distributed op (cache miss, hit, local op)",
+     .usage = "[--world N] [--json]",
+     .details = "Ranks are threads (default world 4).",
+     .run = bench_suite_dispatch},
+    {.name = "instructions",
+     .summary = "instructions of one distributed op dispatch, counted under callgrind",
+     .usage = "[--json] [--results FILE.csv]",
+     .details = "Needs valgrind. --results appends CSV rows name,instruction_count,value.",
+     .run = bench_suite_instructions},
+    {.name = "collectives",
+     .summary = "time and bandwidth of each collective over doubling sizes (nccl-tests style)",
+     .usage = "[--backend threads|fake|mpi] [--world W] [--json] [--min-bytes N] "
+              "[--max-bytes N]\n       [--ops all_reduce,all_gather,reduce_scatter,broadcast,"
+              "all_to_all]",
+     .details = "Sizes take K, M and G suffixes. With --backend mpi the world is mpirun's.",
+     .run = bench_suite_collectives},
+    {.name = "profile",
+     .summary = "cost of recording profiler events and of analysing a trace",
+     .usage = "[--json] [--keep] [--events N]",
+     .details = "--events: the generated trace's events (default 1000000); --keep keeps it.",
+     .run = bench_suite_profile},
+    {.name = "tp",
+     .summary = "a tensor-parallel MLP on 2 ranks against the same graph on 1 rank",
+     .usage = "[--json] [--iters N] [--hidden H] [--batch B]",
+     .run = bench_suite_tp},
+    {0},
+};

@@ -24,7 +24,7 @@
 #include <mpi.h>
 #endif
 
-int dt_bench_collectives(int argc, char **argv);
+int bench_suite_collectives(int argc, char **argv);
 
 enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_BROADCAST, OP_ALL_TO_ALL, OP_COUNT };
 static const char *const op_names[OP_COUNT] = {"all_reduce", "all_gather", "reduce_scatter",
@@ -191,7 +191,7 @@ static int64_t parse_bytes(const char *text) {
   return (int64_t)value;
 }
 
-int dt_bench_collectives(int argc, char **argv) {
+int bench_suite_collectives(int argc, char **argv) {
   bench_config c = {.backend = "threads", .world = 2, .min_bytes = 8, .max_bytes = 256LL << 20};
   bool any_op = false;
   for (int i = 1; i < argc; i++) {
@@ -221,9 +221,9 @@ int dt_bench_collectives(int argc, char **argv) {
       }
     } else {
       fprintf(stderr,
-              "usage: dtensor bench collectives [--backend threads|fake|mpi] [--world W] [--json] "
-              "[--min-bytes N] [--max-bytes N] [--ops all_reduce,all_gather,reduce_scatter,"
-              "broadcast,all_to_all]\n");
+              "dtensor bench collectives: unknown or incomplete option '%s' (see 'dtensor bench "
+              "collectives --help')\n",
+              a);
       return 2;
     }
   }

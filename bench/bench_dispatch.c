@@ -30,9 +30,9 @@ static dt_status time_runs(dt_invocation *inv, void *user) {
   timing_mode *t = user;
   dt_status st = DT_OK;
   for (int i = 0; i < RUNS && !st; i++) {
-    double t0 = dt_bench_now_us();
+    double t0 = bench_now_us();
     st = dt_invocation_run(inv);
-    t->us[i] = dt_bench_now_us() - t0;
+    t->us[i] = bench_now_us() - t0;
   }
   return st;
 }
@@ -113,9 +113,9 @@ static dt_status measure(dt_tensor **dist, dt_tensor **local, dt_mesh *mesh, op_
   f->hit_us = median_of(t.us + 1, RUNS - 1);
   double local_us[RUNS];
   for (int i = 0; i < RUNS && !st; i++) {
-    double t0 = dt_bench_now_us();
+    double t0 = bench_now_us();
     st = fn(local, mesh, &out);
-    local_us[i] = dt_bench_now_us() - t0;
+    local_us[i] = bench_now_us() - t0;
     dt_tensor_release(out);
     out = NULL;
   }
@@ -196,18 +196,18 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
     /* Planning alone (no collective), from a cold cache. */
     char text[256];
     dt_sharding_cache_clear();
-    double p0 = dt_bench_now_us();
+    double p0 = bench_now_us();
     if (!st)
       st = dt_redistribute_explain(x, 1, (dt_placement[]){dt_replicate()}, text, sizeof text, NULL);
-    f->plan_us = dt_bench_now_us() - p0;
+    f->plan_us = bench_now_us() - p0;
     dt_sharding_cache_clear();
     /* Line the ranks up, so the first (miss) call does not also time a late peer. */
     if (!st) st = dt_barrier(world);
     for (int i = 0; i < RUNS && !st; i++) {
       dt_tensor *r = NULL;
-      double t0 = dt_bench_now_us();
+      double t0 = bench_now_us();
       st = dt_redistribute(x, 1, (dt_placement[]){dt_replicate()}, &r);
-      us[i] = dt_bench_now_us() - t0;
+      us[i] = bench_now_us() - t0;
       dt_tensor_release(r);
     }
     f->miss_us = us[0];
@@ -216,9 +216,9 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
     dt_tensor *full = NULL;
     if (!st) st = dt_empty(2, shape, DT_F32, &full);
     for (int i = 0; i < RUNS && !st; i++) {
-      double t0 = dt_bench_now_us();
+      double t0 = bench_now_us();
       st = dt_all_gather_into_tensor(world, x_local, full);
-      us[i] = dt_bench_now_us() - t0;
+      us[i] = bench_now_us() - t0;
     }
     f->local_us = median_of(us, RUNS);
     dt_tensor_release(full);
@@ -253,17 +253,15 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
   return st;
 }
 
-int dt_bench_dispatch(int argc, char **argv) {
-  bench_args b = {.json = dt_tool_has_flag(argc, argv, "--json"), .world = 4};
+int bench_suite_dispatch(int argc, char **argv) {
+  bench_args b = {.json = tool_has_flag(argc, argv, "--json"), .world = 4};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--world") == 0 && i + 1 < argc) {
       char *end = NULL;
       long w = strtol(argv[++i], &end, 10);
       b.world = end && *end == '\0' ? (int)w : 0;
     } else if (strcmp(argv[i], "--json") != 0) {
-      fprintf(stderr,
-              "bench dispatch: unknown option '%s' (usage: [--world N] [--json]; threads "
-              "backend)\n",
+      fprintf(stderr, "bench dispatch: unknown option '%s' (see 'dtensor bench dispatch --help')\n",
               argv[i]);
       return 2;
     }

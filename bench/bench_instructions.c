@@ -167,9 +167,9 @@ static int collect(const char *dir, long *best) {
   return 0;
 }
 
-int dt_bench_instructions(int argc, char **argv) {
-  if (dt_tool_has_flag(argc, argv, "--child")) return run_child();
-  bool json = dt_tool_has_flag(argc, argv, "--json");
+int bench_suite_instructions(int argc, char **argv) {
+  if (tool_has_flag(argc, argv, "--child")) return run_child();
+  bool json = tool_has_flag(argc, argv, "--json");
   const char *results = NULL;
   for (int i = 1; i + 1 < argc; i++) {
     if (strcmp(argv[i], "--results") == 0) results = argv[i + 1];

@@ -34,19 +34,18 @@ static int bench_sgemm(bool json, int64_t n) {
   if (dt_mm(a, b, &c)) return fail("mm");
   dt_tensor_release(c);
   for (int r = 0; r < REPS; r++) { /* interleaved so drift hits both alike */
-    double t0 = dt_bench_now_us();
+    double t0 = bench_now_us();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, pa, (int)n,
                 pb, (int)n, 0.0f, raw_c, (int)n);
-    double t1 = dt_bench_now_us();
+    double t1 = bench_now_us();
     if (dt_mm(a, b, &c)) return fail("mm");
-    double t2 = dt_bench_now_us();
+    double t2 = bench_now_us();
     dt_tensor_release(c);
     blas[r] = t1 - t0;
     ours[r] = t2 - t1;
   }
   double flops = 2.0 * (double)n * (double)n * (double)n;
-  double gf = flops / dt_bench_min(ours, REPS) / 1e3,
-         blas_gf = flops / dt_bench_min(blas, REPS) / 1e3;
+  double gf = flops / bench_min(ours, REPS) / 1e3, blas_gf = flops / bench_min(blas, REPS) / 1e3;
   if (json) {
     printf(
         "{\"name\":\"sgemm\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"gflops\":%.2f,\"blas_gflops\":%.2f,"
@@ -72,21 +71,21 @@ static int bench_add(bool json) {
   enum { REPS = 201, INNER = 10 };
   double ours[REPS], loop[REPS];
   for (int r = 0; r < REPS; r++) {
-    double t0 = dt_bench_now_us();
+    double t0 = bench_now_us();
     for (int i = 0; i < INNER; i++) {
       for (int64_t j = 0; j < numel; j++) pc[j] = pa[j] + pb[j];
       __asm__ volatile("" : : "r"(pc) : "memory"); /* keep the loop */
     }
-    double t1 = dt_bench_now_us();
+    double t1 = bench_now_us();
     for (int i = 0; i < INNER; i++) {
       if (dt_add(a, b, &c)) return fail("add");
       dt_tensor_release(c);
     }
-    double t2 = dt_bench_now_us();
+    double t2 = bench_now_us();
     loop[r] = (t1 - t0) / INNER;
     ours[r] = (t2 - t1) / INNER;
   }
-  double us = dt_bench_median(ours, REPS), loop_us = dt_bench_median(loop, REPS);
+  double us = bench_median(ours, REPS), loop_us = bench_median(loop, REPS);
   if (json) {
     printf("{\"name\":\"add_512x512\",\"us\":%.3f,\"loop_us\":%.3f,\"ratio\":%.3f}\n", us, loop_us,
            us / loop_us);
@@ -108,22 +107,22 @@ static int bench_dispatch(bool json) {
   double ours[REPS], kernel[REPS];
   float x = 1.0f, y = 2.0f, z = 0.0f;
   for (int r = 0; r < REPS; r++) {
-    double t0 = dt_bench_now_us();
+    double t0 = bench_now_us();
     for (int i = 0; i < INNER; i++) {
       __asm__ volatile("" : "+r"(x), "+r"(y));
       z = x + y;
       __asm__ volatile("" : : "r"(z) : "memory");
     }
-    double t1 = dt_bench_now_us();
+    double t1 = bench_now_us();
     for (int i = 0; i < INNER; i++) {
       if (dt_add(a, b, &c)) return fail("add");
       dt_tensor_release(c);
     }
-    double t2 = dt_bench_now_us();
+    double t2 = bench_now_us();
     kernel[r] = (t1 - t0) * 1e3 / INNER;
     ours[r] = (t2 - t1) * 1e3 / INNER;
   }
-  double ns = dt_bench_median(ours, REPS), kernel_ns = dt_bench_median(kernel, REPS);
+  double ns = bench_median(ours, REPS), kernel_ns = bench_median(kernel, REPS);
   if (json) {
     printf(
         "{\"name\":\"local_dispatch\",\"call_ns\":%.1f,\"kernel_ns\":%.1f,\"overhead_ns\":%.1f}\n",
@@ -137,8 +136,8 @@ static int bench_dispatch(bool json) {
   return 0;
 }
 
-int dt_bench_kernels(int argc, char **argv) {
-  bool json = dt_tool_has_flag(argc, argv, "--json");
+int bench_suite_kernels(int argc, char **argv) {
+  bool json = tool_has_flag(argc, argv, "--json");
   int64_t n = 1024;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--gemm-size") == 0 && i + 1 < argc) {
@@ -146,7 +145,7 @@ int dt_bench_kernels(int argc, char **argv) {
       n = strtoll(argv[++i], &end, 10);
       if (!end || *end) n = -1;
     } else if (strcmp(argv[i], "--json") != 0) {
-      fprintf(stderr, "bench kernels: unknown option '%s' (usage: [--json] [--gemm-size N])\n",
+      fprintf(stderr, "bench kernels: unknown option '%s' (see 'dtensor bench kernels --help')\n",
               argv[i]);
       return 2;
     }

@@ -29,16 +29,16 @@ static int fail(const char *what) {
 static double off_ns(void) {
   double samples[REPS];
   for (int r = 0; r < REPS; r++) {
-    double t0 = dt_bench_now_us();
+    double t0 = bench_now_us();
     for (int i = 0; i < OFF_PAIRS; i++) {
       dt__profile_scope scope;
       dt__profile_begin(&scope, "add", DT__PROFILE_CAT_OP, DT_PROFILE_LANE_COMPUTE);
       __asm__ volatile("" : : "r"(&scope) : "memory");
       dt__profile_end(&scope);
     }
-    samples[r] = (dt_bench_now_us() - t0) * 1e3 / OFF_PAIRS;
+    samples[r] = (bench_now_us() - t0) * 1e3 / OFF_PAIRS;
   }
-  return dt_bench_median(samples, REPS);
+  return bench_median(samples, REPS);
 }
 
 /* Recorded pairs, a fresh profiler per repetition. reserved: memory prepared with
@@ -52,7 +52,7 @@ static int on_ns(bool with_clock, bool reserved, double *out) {
     if (reserved && dt_profile_reserve(PAIRS)) return fail("reserve");
     if (dt_profiler_create(&p) || dt_profiler_start(p)) return fail("profiler");
     uint64_t now = dt__profile_now();
-    double t0 = dt_bench_now_us();
+    double t0 = bench_now_us();
     if (with_clock) {
       for (int i = 0; i < PAIRS; i++) {
         dt__profile_scope scope;
@@ -64,7 +64,7 @@ static int on_ns(bool with_clock, bool reserved, double *out) {
         dt__profile_record("add", DT__PROFILE_CAT_OP, DT_PROFILE_LANE_COMPUTE, now, now + 1);
       }
     }
-    samples[r] = (dt_bench_now_us() - t0) * 1e3 / PAIRS;
+    samples[r] = (bench_now_us() - t0) * 1e3 / PAIRS;
     if (dt_profiler_event_count(p, -1, -1) != PAIRS) {
       dt_profiler_destroy(p);
       fprintf(stderr, "bench profile: events lost\n");
@@ -73,7 +73,7 @@ static int on_ns(bool with_clock, bool reserved, double *out) {
     dt_profiler_stop(p);
     dt_profiler_destroy(p);
   }
-  *out = dt_bench_median(samples, REPS);
+  *out = bench_median(samples, REPS);
   return 0;
 }
 
@@ -112,9 +112,9 @@ static int generate(const char *path, long events) {
   return fclose(f) != 0;
 }
 
-int dt_bench_profile(int argc, char **argv) {
-  bool json = dt_tool_has_flag(argc, argv, "--json");
-  bool keep = dt_tool_has_flag(argc, argv, "--keep");
+int bench_suite_profile(int argc, char **argv) {
+  bool json = tool_has_flag(argc, argv, "--json");
+  bool keep = tool_has_flag(argc, argv, "--keep");
   long events = 1000000;
   for (int i = 1; i + 1 < argc; i++) {
     if (strcmp(argv[i], "--events") == 0) events = strtol(argv[i + 1], NULL, 10);
@@ -135,16 +135,16 @@ int dt_bench_profile(int argc, char **argv) {
     fprintf(stderr, "bench profile: cannot write %s\n", path);
     return 1;
   }
-  double t0 = dt_bench_now_us();
+  double t0 = bench_now_us();
   dt_trace *trace = NULL;
   if (dt_trace_read_file(path, &trace)) {
     remove(path);
     return fail("read");
   }
-  double t1 = dt_bench_now_us();
+  double t1 = bench_now_us();
   dt_trace_stats stats;
   dt_status st = dt_trace_compute_stats(trace, "GPU", 0, &stats);
-  double t2 = dt_bench_now_us();
+  double t2 = bench_now_us();
   dt_trace_destroy(trace);
   if (!keep) remove(path);
   if (st) return fail("stats");

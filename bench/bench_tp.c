@@ -39,9 +39,9 @@ static dt_status rank_main(dt_comm *world, void *arg) {
     dt_run_options ro = {.comm = world, .stats = &stats};
     dt_tensor *y = NULL;
     st = dt_barrier(world);
-    double t0 = dt_bench_now_us();
+    double t0 = bench_now_us();
     if (!st) st = dt_program_run(tp, 1, (dt_tensor *const *)&b->x, 1, &y, &ro);
-    double t1 = dt_bench_now_us();
+    double t1 = bench_now_us();
     dt_tensor_release(y);
     if (!st && rank == 0 && it >= 0) {
       b->times[it] = t1 - t0;
@@ -53,12 +53,12 @@ static dt_status rank_main(dt_comm *world, void *arg) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: dtensor bench tp [--json] [--iters N] [--hidden H] [--batch B]\n");
+  fprintf(stderr, "bench tp: bad or incomplete option (see 'dtensor bench tp --help')\n");
   return 2;
 }
 
-int dt_bench_tp(int argc, char **argv) {
-  bool json = dt_tool_has_flag(argc, argv, "--json");
+int bench_suite_tp(int argc, char **argv) {
+  bool json = tool_has_flag(argc, argv, "--json");
   int iters = 7;
   int64_t hidden = 4096, batch = 64;
   for (int i = 1; i < argc; i++) {
@@ -85,9 +85,9 @@ int dt_bench_tp(int argc, char **argv) {
   double single[MAX_ITERS];
   for (int it = -1; it < iters && !st; it++) {
     dt_tensor *y = NULL;
-    double t0 = dt_bench_now_us();
+    double t0 = bench_now_us();
     st = dt_program_run(prog, 1, &x, 1, &y, NULL);
-    double t1 = dt_bench_now_us();
+    double t1 = bench_now_us();
     dt_tensor_release(y);
     if (it >= 0) single[it] = t1 - t0;
   }
@@ -98,11 +98,11 @@ int dt_bench_tp(int argc, char **argv) {
     fprintf(stderr, "bench tp: %s\n", dt_last_error());
     rc = 1;
   } else {
-    double t1 = dt_bench_median(single, iters);
+    double t1 = bench_median(single, iters);
     double comm_fraction[MAX_ITERS];
     for (int it = 0; it < iters; it++) comm_fraction[it] = b.comm_us[it] / b.times[it];
-    double t2 = dt_bench_median(b.times, iters);
-    double frac = dt_bench_median(comm_fraction, iters);
+    double t2 = bench_median(b.times, iters);
+    double frac = bench_median(comm_fraction, iters);
     if (json) {
       printf("{\"name\":\"tp_mlp\",\"world\":2,\"hidden\":%lld,\"batch\":%lld,\"single_us\":%.1f,"
              "\"tp_us\":%.1f,"

@@ -1,30 +1,30 @@
 /* Timing helpers shared by the benchmarks. */
-#ifndef DT_BENCH_UTIL_H
-#define DT_BENCH_UTIL_H
+#ifndef BENCH_UTIL_H
+#define BENCH_UTIL_H
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
-static inline double dt_bench_now_us(void) {
+static inline double bench_now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static int dt_bench_cmp_double(const void *a, const void *b) {
+static int bench_cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
 
 /* Median of n samples (sorts them in place). */
-static inline double dt_bench_median(double *samples, int n) {
-  qsort(samples, (size_t)n, sizeof *samples, dt_bench_cmp_double);
+static inline double bench_median(double *samples, int n) {
+  qsort(samples, (size_t)n, sizeof *samples, bench_cmp_double);
   return n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
 }
 
 /* Smallest of n samples. */
-static inline double dt_bench_min(const double *samples, int n) {
+static inline double bench_min(const double *samples, int n) {
   double m = samples[0];
   for (int i = 1; i < n; i++) m = samples[i] < m ? samples[i] : m;
   return m;

@@ -14,8 +14,10 @@
 
 #include "reference.h"
 
-/* The tool's trace subcommand is compiled into this test so that its output can be checked
- * without the dtensor executable (the tests link only the library). */
+/* The tool's trace subcommand and the command tables' dispatcher are compiled into this test
+ * so that its output can be checked without the dtensor executable (the tests link only the
+ * library). */
+#include "../tools/command.c"
 #include "../tools/trace.c"
 
 #define GPU0 "{\"name\":\"process_labels\",\"ph\":\"M\",\"pid\":0,\"args\":{\"labels\":\"GPU 0\"}}"
@@ -61,7 +63,7 @@ static int run_tool(char **out, char **err, int argc, const char **argv) {
   cr_assert(saved_out >= 0 && saved_err >= 0 && out_fd >= 0 && err_fd >= 0);
   dup2(out_fd, 1);
   dup2(err_fd, 2);
-  int rc = dt_tool_trace(argc, (char **)argv);
+  int rc = tool_dispatch("dtensor trace", tool_trace_commands, "command", argc, (char **)argv);
   fflush(stdout);
   fflush(stderr);
   dup2(saved_out, 1);

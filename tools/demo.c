@@ -153,10 +153,10 @@ static int run_mpi(demo *d, int *world_out, int *rank_out) {
   return rc;
 }
 
-int dt_tool_demo(int argc, char **argv) {
+int tool_demo(int argc, char **argv) {
   int world = 4;
   bool use_mpi = false;
-  bool json = dt_tool_has_flag(argc, argv, "--json");
+  bool json = tool_has_flag(argc, argv, "--json");
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--world") == 0 && i + 1 < argc) {
       char *end = NULL;
@@ -171,7 +171,7 @@ int dt_tool_demo(int argc, char **argv) {
         return 2;
       }
     } else if (strcmp(argv[i], "--json") != 0) {
-      fprintf(stderr, "usage: dtensor demo [--world N] [--backend threads|mpi] [--json]\n");
+      fprintf(stderr, "demo: unknown option '%s' (see 'dtensor demo --help')\n", argv[i]);
       return 2;
     }
   }

@@ -5,23 +5,15 @@
 #include "dtensor/dtensor.h"
 #include "tools.h"
 
-bool dt_tool_has_flag(int argc, char **argv, const char *flag) {
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], flag) == 0) return true;
-  }
-  return false;
-}
-
-int dt_tool_info(int argc, char **argv) {
+int tool_info(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--json") != 0 && strcmp(argv[i], "--ops") != 0) {
-      fprintf(stderr, "dtensor info: unknown option '%s' (usage: dtensor info [--ops] [--json])\n",
-              argv[i]);
+      fprintf(stderr, "dtensor info: unknown option '%s' (see 'dtensor info --help')\n", argv[i]);
       return 2;
     }
   }
-  bool json = dt_tool_has_flag(argc, argv, "--json");
-  bool ops = dt_tool_has_flag(argc, argv, "--ops");
+  bool json = tool_has_flag(argc, argv, "--json");
+  bool ops = tool_has_flag(argc, argv, "--ops");
   if (!ops) {
     if (json) {
       printf("{\"version\":\"%s\",\"ops\":%d}\n", dt_version_string(), dt_op_count());

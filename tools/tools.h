@@ -1,22 +1,48 @@
-/* Subcommands of the dtensor tool. Each takes argv starting at its own name and returns the
- * process exit code. */
-#ifndef DT_TOOLS_H
-#define DT_TOOLS_H
+/* The dtensor tool's commands, as tables. Each command is a row {name, summary, usage, run};
+ * a command with subcommands (bench, trace) points at its own table instead of a function.
+ * tool_dispatch walks the tables, so every command and suite answers --help the same way.
+ *
+ * Tool code is not the library: its names use tool_ and bench_, never the library's dt_. */
+#ifndef TOOLS_H
+#define TOOLS_H
 
 #include <stdbool.h>
 
-int dt_tool_demo(int argc, char **argv);
-int dt_tool_info(int argc, char **argv);
-int dt_tool_bench(int argc, char **argv);
-int dt_bench_kernels(int argc, char **argv);
-int dt_bench_dispatch(int argc, char **argv);
-int dt_bench_instructions(int argc, char **argv);
-int dt_bench_collectives(int argc, char **argv);
-int dt_tool_trace(int argc, char **argv);
-int dt_bench_profile(int argc, char **argv);
-int dt_bench_tp(int argc, char **argv);
+typedef int (*tool_run_fn)(int argc, char **argv);
+
+typedef struct tool_command {
+  const char *name;
+  const char *summary;                    /* one line, for the list of its table */
+  const char *usage;                      /* the arguments after the command's name */
+  const char *details;                    /* more text for --help, or NULL */
+  tool_run_fn run;                        /* argv[0] is the command's name; NULL for a group */
+  const struct tool_command *subcommands; /* a group's table, ended by a row with NULL name */
+  const char *noun;                       /* what a group's rows are called: "suite", "command" */
+} tool_command;
+
+/* Runs the row of `table` named argv[1]. `path` is the command line so far ("dtensor",
+ * "dtensor bench"), for usage and messages. --help or -h prints usage on stdout and returns
+ * 0; no or an unknown name prints usage on stderr and returns 2. */
+int tool_dispatch(const char *path, const tool_command *table, const char *noun, int argc,
+                  char **argv);
+
+/* The tables of the command groups. */
+extern const tool_command tool_bench_suites[];
+extern const tool_command tool_trace_commands[];
+
+/* The commands and suites. */
+int tool_demo(int argc, char **argv);
+int tool_info(int argc, char **argv);
+int tool_trace_stats(int argc, char **argv);
+int tool_trace_plot(int argc, char **argv);
+int bench_suite_kernels(int argc, char **argv);
+int bench_suite_dispatch(int argc, char **argv);
+int bench_suite_instructions(int argc, char **argv);
+int bench_suite_collectives(int argc, char **argv);
+int bench_suite_profile(int argc, char **argv);
+int bench_suite_tp(int argc, char **argv);
 
 /* True if flag appears among argv[1..argc). */
-bool dt_tool_has_flag(int argc, char **argv, const char *flag);
+bool tool_has_flag(int argc, char **argv, const char *flag);
 
 #endif

@@ -14,14 +14,14 @@
 #include "dtensor/dtensor.h"
 #include "tools.h"
 
-static void trace_usage(FILE *f) {
-  fprintf(f, "usage: dtensor trace stats FILE.json [--total-us T] [--device-label L] "
-             "[--max-bytes N] [--json]\n"
-             "       dtensor trace plot FILE.json -o FILE.svg [--total-us T] [--device-label L] "
-             "[--max-bytes N]\n"
-             "Counts complete events in processes whose process_labels contain L (default GPU,\n"
-             "as PyTorch's traces; our own traces say CPU). Total time is T microseconds, or the\n"
-             "span of the counted events. Reads at most N bytes of FILE (default 4 GiB).\n");
+/* What --help adds for both subcommands. */
+#define TRACE_DETAILS                                                                              \
+  "Counts complete events in processes whose process_labels contain L (default GPU,\n"             \
+  "as PyTorch's traces; our own traces say CPU). Total time is T microseconds, or the\n"           \
+  "span of the counted events. Reads at most N bytes of FILE (default 4 GiB)."
+
+static void trace_usage(FILE *f, bool plot) {
+  fprintf(f, "Run 'dtensor trace %s --help' for its usage.\n", plot ? "plot" : "stats");
 }
 
 /* The length (1 to 4) of the valid UTF-8 character at s and its code point, or 0 if s[0]
@@ -132,7 +132,7 @@ static int parse_args(int argc, char **argv, bool plot, trace_args *a) {
       a->output = argv[++i];
     } else if (arg[0] == '-' && arg[1]) {
       fprintf(stderr, "dtensor trace: unknown or incomplete option '%s'\n", arg);
-      trace_usage(stderr);
+      trace_usage(stderr, plot);
       return 2;
     } else if (!a->file) {
       a->file = arg;
@@ -142,7 +142,7 @@ static int parse_args(int argc, char **argv, bool plot, trace_args *a) {
     }
   }
   if (!a->file || (plot && !a->output)) {
-    trace_usage(stderr);
+    trace_usage(stderr, plot);
     return 2;
   }
   return 0;
@@ -235,7 +235,7 @@ static void print_text(const char *file, const dt_trace *trace, const dt_trace_s
   }
 }
 
-static int trace_stats(int argc, char **argv) {
+int tool_trace_stats(int argc, char **argv) {
   trace_args a;
   int rc = parse_args(argc, argv, false, &a);
   if (rc) return rc;
@@ -259,7 +259,7 @@ static int trace_stats(int argc, char **argv) {
   return 0;
 }
 
-static int trace_plot(int argc, char **argv) {
+int tool_trace_plot(int argc, char **argv) {
   trace_args a;
   int rc = parse_args(argc, argv, true, &a);
   if (rc) return rc;
@@ -277,18 +277,16 @@ static int trace_plot(int argc, char **argv) {
   return 0;
 }
 
-int dt_tool_trace(int argc, char **argv) {
-  if (argc < 2) {
-    trace_usage(stderr);
-    return 2;
-  }
-  if (strcmp(argv[1], "stats") == 0) return trace_stats(argc - 1, argv + 1);
-  if (strcmp(argv[1], "plot") == 0) return trace_plot(argc - 1, argv + 1);
-  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-    trace_usage(stdout);
-    return 0;
-  }
-  fprintf(stderr, "dtensor trace: unknown subcommand '%s'\n", argv[1]);
-  trace_usage(stderr);
-  return 2;
-}
+const tool_command tool_trace_commands[] = {
+    {.name = "stats",
+     .summary = "utilization of a Chrome trace (ours or PyTorch's), as text or JSON",
+     .usage = "FILE.json [--total-us T] [--device-label L] [--max-bytes N] [--json]",
+     .details = TRACE_DETAILS,
+     .run = tool_trace_stats},
+    {.name = "plot",
+     .summary = "the timeline of a Chrome trace as SVG",
+     .usage = "FILE.json -o FILE.svg [--total-us T] [--device-label L] [--max-bytes N]",
+     .details = TRACE_DETAILS,
+     .run = tool_trace_plot},
+    {0},
+};
