@@ -46,6 +46,7 @@ static void file_free(dt_safetensors *f) {
 
 /* Reads n bytes at offset: pread for a file (looping over short reads), memcpy for an image. */
 static dt_status read_at(dt_safetensors *f, const char *op, uint64_t offset, void *buf, size_t n) {
+  if (n == 0) return DT_OK; /* an empty tensor's buffer may be NULL: memcpy must not see it */
   if (f->fd < 0) {
     memcpy(buf, f->image + offset, n);
   } else {
