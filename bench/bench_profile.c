@@ -16,6 +16,7 @@
 
 #include "bench_util.h"
 #include "dtensor/dtensor.h"
+#include "profile/profile_impl.h"
 #include "profile/recorder_impl.h"
 #include "tools.h"
 

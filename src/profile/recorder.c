@@ -12,6 +12,12 @@
 
 atomic_int dt__profile_active;
 
+/* dt__profile_enabled of profile_impl.h, which this file does not include (that header's
+ * inline fast path calls into this file). */
+static inline bool recording(void) {
+  return DT_UNLIKELY(atomic_load_explicit(&dt__profile_active, memory_order_relaxed) != 0);
+}
+
 /* The running (or last started, not yet destroyed) profiler's session id; a thread whose
  * cached session differs registers anew. 0 means none. */
 static atomic_uint_least64_t current_session;
@@ -277,7 +283,7 @@ static bool grow(dt__profile_thread *t) {
 
 /* A slot for one more event of the calling thread, or NULL (not recording, out of memory). */
 static inline dt__profile_event *next_slot(void) {
-  if (!dt__profile_enabled()) return NULL;
+  if (!recording()) return NULL;
   dt__profile_thread *t = current_thread();
   if (DT_UNLIKELY(!t)) return NULL;
   if (DT_UNLIKELY(t->cursor == t->limit) && !grow(t)) {
@@ -398,7 +404,7 @@ dt_status dt_profile_range_push(const char *name) {
   }
   open_range *r = &tls_ranges[tls_range_depth++];
   r->name = NULL;
-  if (dt__profile_enabled()) {
+  if (recording()) {
     dt__profile_thread *t = current_thread();
     if (t) {
       r->name = intern_name(t, name);
@@ -414,7 +420,7 @@ dt_status dt_profile_range_pop(void) {
     return dt__error(DT_ERR_INVALID, "dt_profile_range_pop: no open range on this thread");
   }
   open_range *r = &tls_ranges[--tls_range_depth];
-  if (r->name && dt__profile_enabled() && r->session == tls_session) {
+  if (r->name && recording() && r->session == tls_session) {
     dt__profile_record(r->name, DT__PROFILE_CAT_USER, DT_PROFILE_LANE_COMPUTE, r->start,
                        dt__profile_now());
   }

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "profile/profile_impl.h"
+#include "profile/profile_event.h"
 
 /* Events per chunk: 4096 x 64 bytes = 256 KiB, so a malloc every 4096 events at most. */
 #define DT__PROFILE_CHUNK_EVENTS 4096
