@@ -640,19 +640,6 @@ dt_status dt_recv_async(dt_comm *comm, dt_tensor *tensor, int src, dt_work **wor
 
 /* ---- all_gather_object ------------------------------------------------------------------ */
 
-/* One allocation: the header, lengths, offsets, then the bytes. */
-static dt_objects *objects_alloc(int count, size_t total) {
-  size_t header = sizeof(dt_objects) + 2 * sizeof(size_t) * (size_t)count;
-  dt_objects *objects = dt__alloc(header + total + 1);
-  if (!objects) return NULL;
-  size_t *lengths = (size_t *)(objects + 1);
-  objects->count = count;
-  objects->lengths = lengths;
-  objects->offsets = lengths + count;
-  objects->data = (unsigned char *)objects + header;
-  return objects;
-}
-
 /* Any backend: gather the lengths, then the bytes with an uneven all_gather. */
 static dt_status all_gather_object_fallback(dt_comm *comm, const void *data, size_t nbytes,
                                             dt_objects **out) {
@@ -675,7 +662,7 @@ static dt_status all_gather_object_fallback(dt_comm *comm, const void *data, siz
   }
   size_t total = 0;
   for (int r = 0; r < size; r++) total += (size_t)lengths[r];
-  dt_objects *objects = objects_alloc(size, total);
+  dt_objects *objects = dt__objects_alloc(size, total);
   if (!objects) {
     dt__free(lengths);
     /* The peers go on to the second exchange: abort rather than leave them waiting. */
@@ -721,5 +708,3 @@ dt_status dt_all_gather_object(dt_comm *comm, const void *data, size_t nbytes, d
 }
 
 void dt_objects_free(dt_objects *objects) { dt__free(objects); }
-
-dt_objects *dt__objects_alloc(int count, size_t total) { return objects_alloc(count, total); }

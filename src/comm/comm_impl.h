@@ -165,6 +165,8 @@ struct dt_comm {
   void *state; /* the backend's */
 };
 
+/* ---- group.c: handles, works and results, below the wrappers and the backends ------------ */
+
 /* A new handle (timeout and debug flag from the environment, a fresh id unless id != 0).
  * Returns NULL on allocation failure. */
 dt_comm *dt__comm_new(const dt_comm_backend *backend, int rank, int size, uint64_t id, void *state);
@@ -174,12 +176,20 @@ void dt__comm_free(dt_comm *comm);
 /* A process-wide unique id for a new group. */
 uint64_t dt__comm_next_id(void);
 
+/* Marks a work finished with `status`, saving the current error message if it failed. */
+void dt__work_finish(dt_work *work, dt_status status);
+
+/* A dt_objects of `count` strings and `total` bytes in one allocation (lengths and offsets
+ * left for the caller to fill). NULL when out of memory. */
+dt_objects *dt__objects_alloc(int count, size_t total);
+
+/* ---- comm.c ------------------------------------------------------------------------------ */
+
 /* Splits with a hint (see dt_split_hint); dt_comm_split passes none. */
 dt_status dt__comm_split_ex(dt_comm *comm, int color, int key, const dt_split_hint *hint,
                             dt_comm **out);
 
-/* Marks a work finished with `status`, saving the current error message if it failed. */
-void dt__work_finish(dt_work *work, dt_status status);
+/* ---- coll_args.c: what a rank called, compared across ranks ------------------------------ */
 
 /* "all_reduce(float32, 8 elements, op=sum)" — what a rank called, for mismatch messages. */
 char *dt__coll_describe(const dt_coll_args *args, int size, char *buf, size_t bufsize);
@@ -194,16 +204,14 @@ bool dt__coll_same_call(const dt_coll_args *a, const dt_coll_args *b, int size);
 bool dt__coll_check_all_to_all(const dt_coll_args *const *args, int size, int *bad_src,
                                int *bad_dst);
 
+/* ---- reduce.c ---------------------------------------------------------------------------- */
+
 /* Element-wise reduction of nsrc buffers of n elements into ndst buffers (every dst gets
  * the result). Reads each block of all sources before writing any destination, so a
  * destination may be a source (in place). avg divides by `world`. `streaming` says the
  * whole collective is larger than the caches: results may bypass them. */
 void dt__reduce_buffers(dt_dtype dtype, dt_reduce_op op, int nsrc, const void *const *src, int ndst,
                         void *const *dst, int64_t n, int world, bool streaming);
-
-/* A dt_objects of `count` strings and `total` bytes in one allocation (lengths and offsets
- * left for the caller to fill). NULL when out of memory. */
-dt_objects *dt__objects_alloc(int count, size_t total);
 
 /* Backends. */
 extern const dt_comm_backend dt__threads_backend;

@@ -1,0 +1,78 @@
+/* Calls go down (issue 11 §1): scripts/check-includes.sh prints the cycles between files of
+ * src/, and the ones removed must stay removed. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The script's output for this source tree (found from this file's path). */
+static void cycles(char *out, size_t size) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", __FILE__);
+  char *slash = strrchr(dir, '/');
+  cr_assert_not_null(slash, "__FILE__ %s has no folder", __FILE__);
+  *slash = '\0'; /* .../tests */
+  char command[8400];
+  snprintf(command, sizeof command, "bash '%s/../scripts/check-includes.sh' '%s/../src' 2>&1", dir,
+           dir);
+  FILE *p = popen(command, "r");
+  cr_assert_not_null(p);
+  size_t n = fread(out, 1, size - 1, p);
+  out[n] = '\0';
+  pclose(p);
+  cr_assert(strstr(out, "cycle") || strstr(out, "no cycles"), "unexpected output: %s", out);
+}
+
+/* The file names on the script's "cycle N: a b c" lines. */
+static bool in_a_cycle(const char *out, const char *file) {
+  for (const char *line = out; line && *line;
+       line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+    if (strncmp(line, "cycle ", 6) != 0) continue;
+    const char *end = strchr(line, '\n');
+    size_t n = end ? (size_t)(end - line) : strlen(line);
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%.*s ", (int)n, line);
+    char want[256];
+    snprintf(want, sizeof want, " %s ", file);
+    if (strstr(buf, want)) return true;
+  }
+  return false;
+}
+
+Test(layering, removed_cycles_stay_removed) {
+  static char out[1 << 16];
+  cycles(out, sizeof out);
+  /* comm.c <-> every backend: the backends call group.c, below comm.c and the registry. */
+  cr_assert(!in_a_cycle(out, "comm/comm.c"), "%s", out);
+  cr_assert(!in_a_cycle(out, "comm/registry.c"), "%s", out);
+  cr_assert(!in_a_cycle(out, "comm/fake/fake.c"), "%s", out);
+  /* profile_impl.h <-> recorder.c: recorder.c includes profile_event.h only. */
+  cr_assert(!in_a_cycle(out, "profile/recorder.c"), "%s", out);
+  cr_assert(!in_a_cycle(out, "profile/profile_impl.h"), "%s", out);
+}
+
+/* The script finds a cycle through a header's inline function, and none without it. */
+Test(layering, script_sees_inline_calls) {
+  char dir[] = "/tmp/dt_layering_XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  char command[8400];
+  snprintf(command, sizeof command,
+           "mkdir -p %s/a %s/b && printf '#include \"b/b.h\"\\nvoid dt__a(void) { dt__b(); }\\n' > "
+           "%s/a/a.c && printf 'void dt__b(void);\\nvoid dt__a(void);\\nstatic inline void "
+           "dt__c(void) { dt__a(); }\\n' > %s/b/b.h && printf '#include \"b/b.h\"\\nvoid "
+           "dt__b(void) {}\\n' > %s/b/b.c",
+           dir, dir, dir, dir, dir);
+  cr_assert_eq(system(command), 0);
+  char dir_here[4096];
+  snprintf(dir_here, sizeof dir_here, "%s", __FILE__);
+  *strrchr(dir_here, '/') = '\0';
+  snprintf(command, sizeof command, "bash '%s/../scripts/check-includes.sh' %s >/dev/null",
+           dir_here, dir);
+  cr_assert_neq(system(command), 0, "a.c -> b.h -> a.c is a cycle");
+  snprintf(command, sizeof command, "printf 'void dt__b(void);\\n' > %s/b/b.h", dir);
+  cr_assert_eq(system(command), 0);
+  snprintf(command, sizeof command, "bash '%s/../scripts/check-includes.sh' %s >/dev/null",
+           dir_here, dir);
+  cr_assert_eq(system(command), 0, "no cycle once the inline call is gone");
+  snprintf(command, sizeof command, "rm -rf %s", dir);
+  (void)system(command);
+}
