@@ -18,6 +18,7 @@
 #ifndef DTENSOR_DTENSOR_H
 #define DTENSOR_DTENSOR_H
 
+#include "dtensor/autograd.h"
 #include "dtensor/checkpoint.h"
 #include "dtensor/comm.h"
 #include "dtensor/core.h"

@@ -8,7 +8,7 @@
 
 const dt_op_def dt__op_table[DT_OP_COUNT] = {
 #define DT_OP_DEF(id, op_name, op_kind, required, infer_fn, kernel_fn, rule_family, op_traits,     \
-                  op_schema)                                                                       \
+                  op_backward, op_schema)                                                          \
   [DT_OP_##id] = {.name = op_name,                                                                 \
                   .schema = op_schema,                                                             \
                   .kind = DT_OP_KIND_##op_kind,                                                    \
@@ -16,12 +16,12 @@ const dt_op_def dt__op_table[DT_OP_COUNT] = {
                   .infer = infer_fn,                                                               \
                   .kernel = kernel_fn,                                                             \
                   .rule = DT_RULE_##rule_family,                                                   \
-                  .traits = op_traits},
+                  .traits = op_traits,                                                             \
+                  .backward = DT_BACKWARD_FN_##op_backward},
     DT_OP_LIST(DT_OP_DEF)
 #undef DT_OP_DEF
 };
 
-dt_status (*dt__dist_dispatch_hook)(dt_op_call *call);
 
 int dt_op_count(void) { return DT_OP_COUNT; }
 
@@ -134,8 +134,11 @@ dt_status dt__dispatch(dt_op_call *call) {
   if (DT_UNLIKELY(st)) return st;
   dt__profile_scope scope;
   dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_OP, DT_PROFILE_LANE_COMPUTE);
-  if (DT_UNLIKELY(dt__modes_visible > 0)) {
-    st = dt__dispatch_with_modes(call);
+  /* Modes and autograd share one predictable branch: neither is in use on the hot path. */
+  int autograd_live = atomic_load_explicit(&dt__autograd_live, memory_order_relaxed);
+  if (DT_UNLIKELY((autograd_live | dt__modes_visible) != 0)) {
+    /* Autograd runs the modes itself, around its recording. */
+    st = autograd_live ? dt__autograd_dispatch(call) : dt__dispatch_with_modes(call);
   } else {
     st = dt__dispatch_inner(call);
   }
@@ -152,10 +155,10 @@ dt_status dt__dispatch(dt_op_call *call) {
 dt_status dt__dispatch_inner(dt_op_call *call) {
   const dt_op_def *def = &dt__op_table[call->op];
   if (DT_UNLIKELY(has_distributed_input(call))) {
-    if (!dt__dist_dispatch_hook) {
+    if (!dt__upcall.dist_dispatch) {
       return dt__error(DT_ERR_UNSUPPORTED, "%s: distributed inputs need the dist layer", def->name);
     }
-    return dt__dist_dispatch_hook(call);
+    return dt__upcall.dist_dispatch(call);
   }
   return dt__dispatch_local(call);
 }

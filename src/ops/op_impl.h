@@ -15,7 +15,8 @@
 
 /* The op enum, generated from the list. */
 typedef enum dt_op {
-#define DT_OP_ENUM(id, name, kind, required, infer, kernel, rule, traits, schema) DT_OP_##id,
+#define DT_OP_ENUM(id, name, kind, required, infer, kernel, rule, traits, backward, schema)        \
+  DT_OP_##id,
   DT_OP_LIST(DT_OP_ENUM)
 #undef DT_OP_ENUM
       DT_OP_COUNT
@@ -83,6 +84,9 @@ enum {
   DT_TRAIT_GLOBAL_SHAPE_ATTR = 1 << 7,
   /* On a shard it runs as a reshape to the local output shape (squeeze, flatten). */
   DT_TRAIT_RUNS_AS_RESHAPE = 1 << 8,
+  /* Autograd never records it and its outputs never require grad: detach, comparisons,
+   * argmax, the *_like factories, uniform_. */
+  DT_TRAIT_NOT_DIFFERENTIABLE = 1 << 9,
 };
 
 #define DT_OP_MAX_INPUTS 6
@@ -124,6 +128,29 @@ typedef struct dt_op_call {
 typedef dt_status (*dt_op_infer_fn)(dt_op_call *call, dt_tensor_meta *metas);
 typedef dt_status (*dt_op_kernel_fn)(dt_op_call *call);
 
+/*
+ * What a backward formula sees of a recorded call. Tensor arguments are numbered as slots:
+ * inputs[0..n_inputs), then the tensor list.
+ *   call          the call as recorded: attributes, call->inputs[i] (and input_list) are the
+ *                 saved inputs, call->outputs[k] detached aliases of the outputs
+ *   input_metas   each slot's global shape and dtype (a distributed tensor's, not its shard's)
+ *   output_metas  each output's global shape and dtype
+ *   needs_grad    which slots want a gradient (a formula may skip the others)
+ */
+typedef struct dt_backward_ctx {
+  const dt_op_call *call;
+  const dt_tensor_meta *input_metas;
+  const dt_tensor_meta *output_metas;
+  const bool *needs_grad;
+} dt_backward_ctx;
+
+/* A backward formula: from the gradients of the outputs (grad_outputs[k] may be NULL when
+ * output k received none: treat it as zeros) computes grad_inputs[slot] (new references,
+ * left NULL for no gradient) with the global shape and dtype of input_metas[slot]. Written
+ * with public ops only; on failure it releases what it made and leaves grad_inputs NULL. */
+typedef dt_status (*dt_op_backward_fn)(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                                       dt_tensor **grad_inputs);
+
 typedef struct dt_op_def {
   const char *name;   /* ATen-style: "add.Tensor" */
   const char *schema; /* "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor" */
@@ -132,15 +159,27 @@ typedef struct dt_op_def {
   dt_op_infer_fn infer;
   dt_op_kernel_fn kernel;
   dt_rule_family rule;
-  unsigned traits; /* DT_TRAIT_* */
+  unsigned traits;            /* DT_TRAIT_* */
+  dt_op_backward_fn backward; /* NULL: no formula yet (NO_BACKWARD) */
 } dt_op_def;
 
 extern const dt_op_def dt__op_table[DT_OP_COUNT];
 
-/* Prototypes of every infer and kernel function named in the list. */
-#define DT_OP_PROTO(id, name, kind, required, infer, kernel, rule, traits, schema)                 \
+/* The backward column: BACKWARD(x) names dt__backward_x, NO_BACKWARD is NULL. The column
+ * token is pasted onto a prefix, so these expand it without BACKWARD being a macro. */
+#define DT_BACKWARD_PROTO_BACKWARD(x)                                                              \
+  dt_status dt__backward_##x(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,           \
+                             dt_tensor **grad_inputs);
+#define DT_BACKWARD_PROTO_NO_BACKWARD
+#define DT_BACKWARD_FN_BACKWARD(x) dt__backward_##x
+#define DT_BACKWARD_FN_NO_BACKWARD NULL
+
+/* Prototypes of every infer, kernel and backward function named in the list (a formula
+ * shared by several ops is declared again: harmless). */
+#define DT_OP_PROTO(id, name, kind, required, infer, kernel, rule, traits, backward, schema)       \
   dt_status infer(dt_op_call *call, dt_tensor_meta *metas);                                        \
-  dt_status kernel(dt_op_call *call);
+  dt_status kernel(dt_op_call *call);                                                              \
+  DT_BACKWARD_PROTO_##backward
 DT_OP_LIST(DT_OP_PROTO)
 #undef DT_OP_PROTO
 
@@ -161,8 +200,14 @@ extern _Thread_local int dt__modes_visible;
 /* The local path alone: validate, infer, allocate outputs, run the kernel. */
 dt_status dt__dispatch_local(dt_op_call *call);
 
-/* Installed by the dist layer: runs an op that has a distributed input. */
-extern dt_status (*dt__dist_dispatch_hook)(dt_op_call *call);
+/* An op with a distributed input runs through dt__upcall.dist_dispatch (core/core_impl.h). */
+
+/* Autograd (src/autograd/record.c), which dispatch calls directly: the number of live
+ * autograd metas (while it is zero no tensor requires grad and no tensor is saved for a
+ * backward, so dispatch skips autograd with one branch), and the dispatch path that records
+ * (or refuses in-place ops on tensors that require grad, and bumps storage versions). */
+extern atomic_int dt__autograd_live;
+dt_status dt__autograd_dispatch(dt_op_call *call);
 
 /* ---- Helpers shared by infer functions ---------------------------------------------- */
 

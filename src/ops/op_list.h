@@ -3,7 +3,7 @@
  * the dispatch table, so they cannot drift apart. The list is split into families only to
  * keep it readable; DT_OP_LIST concatenates them.
  *
- * X(id, name, kind, required, infer, kernel, rule, traits, schema)
+ * X(id, name, kind, required, infer, kernel, rule, traits, backward, schema)
  *   id        enum suffix: DT_OP_<id>
  *   name      ATen-style overload name, as traces and benchmarks print it
  *   kind      COMPUTE (dispatcher allocates outputs), VIEW (kernel makes outputs),
@@ -16,8 +16,11 @@
  *             that the op runs only on replicated inputs.
  *   traits    DT_TRAIT_* bits (ops/op_impl.h): linearity (which Partial(sum) inputs pass
  *             through), tuple output, a Tensor[] argument, and the facts the distributed
- *             path needs (row window, shard geometry, shape attributes of the global tensor).
- *             Autograd adds its backward column beside these.
+ *             path needs (row window, shard geometry, shape attributes of the global tensor),
+ *             and NOT_DIFFERENTIABLE (autograd never records it: detach, comparisons, ...).
+ *   backward  BACKWARD(x): the op's gradient formula dt__backward_x (src/autograd/backward_*.c,
+ *             written with ops, so that it runs distributed like any op); NO_BACKWARD: none
+ *             yet, and a backward that reaches the op fails naming it.
  *   schema    the op's signature in ATen's schema language; attributes map to dt_op_call:
  *             Scalar alpha/other/value -> scalars[0]; int dim(s) -> ints; bool keepdim ->
  *             flags & DT_OP_FLAG_KEEPDIM; ScalarType dtype -> dtype.
@@ -31,143 +34,161 @@
  * approximate='tanh' -> flags & DT_OP_FLAG_GELU_TANH. */
 #define DT_OPS_POINTWISE(X)                                                                        \
   X(NEG, "neg", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, DT_TRAIT_LINEAR,         \
-    "neg(Tensor self) -> Tensor")                                                                  \
-  X(ABS, "abs", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0,                       \
+    BACKWARD(neg), "neg(Tensor self) -> Tensor")                                                   \
+  X(ABS, "abs", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, NO_BACKWARD,          \
     "abs(Tensor self) -> Tensor")                                                                  \
-  X(EXP, "exp", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0,                       \
+  X(EXP, "exp", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(exp),        \
     "exp(Tensor self) -> Tensor")                                                                  \
-  X(LOG, "log", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0,                       \
+  X(LOG, "log", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(log),        \
     "log(Tensor self) -> Tensor")                                                                  \
-  X(SQRT, "sqrt", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0,                     \
+  X(SQRT, "sqrt", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, NO_BACKWARD,        \
     "sqrt(Tensor self) -> Tensor")                                                                 \
-  X(RSQRT, "rsqrt", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0,                   \
+  X(RSQRT, "rsqrt", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, NO_BACKWARD,      \
     "rsqrt(Tensor self) -> Tensor")                                                                \
-  X(RELU, "relu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0,                     \
+  X(RELU, "relu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(relu),     \
     "relu(Tensor self) -> Tensor")                                                                 \
-  X(GELU, "gelu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0,                     \
+  X(GELU, "gelu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, NO_BACKWARD,        \
     "gelu(Tensor self, *, str approximate='none') -> Tensor")                                      \
-  X(SILU, "silu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0,                     \
+  X(SILU, "silu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, NO_BACKWARD,        \
     "silu(Tensor self) -> Tensor")                                                                 \
-  X(TANH, "tanh", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0,                     \
+  X(TANH, "tanh", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, NO_BACKWARD,        \
     "tanh(Tensor self) -> Tensor")                                                                 \
-  X(SIGMOID, "sigmoid", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0,               \
+  X(SIGMOID, "sigmoid", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, NO_BACKWARD,  \
     "sigmoid(Tensor self) -> Tensor")                                                              \
   X(ADD, "add.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                 \
-    DT_TRAIT_LINEAR, "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")         \
+    DT_TRAIT_LINEAR, BACKWARD(add),                                                                \
+    "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")                          \
   X(SUB, "sub.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                 \
-    DT_TRAIT_LINEAR, "sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")         \
+    DT_TRAIT_LINEAR, BACKWARD(sub),                                                                \
+    "sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")                          \
   X(MUL, "mul.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                 \
-    DT_TRAIT_LINEAR_EACH, "mul.Tensor(Tensor self, Tensor other) -> Tensor")                       \
+    DT_TRAIT_LINEAR_EACH, BACKWARD(mul), "mul.Tensor(Tensor self, Tensor other) -> Tensor")        \
   X(DIV, "div.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                 \
-    DT_TRAIT_LINEAR_FIRST, "div.Tensor(Tensor self, Tensor other) -> Tensor")                      \
+    DT_TRAIT_LINEAR_FIRST, BACKWARD(div), "div.Tensor(Tensor self, Tensor other) -> Tensor")       \
   X(MAXIMUM, "maximum", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,             \
-    "maximum(Tensor self, Tensor other) -> Tensor")                                                \
+    NO_BACKWARD, "maximum(Tensor self, Tensor other) -> Tensor")                                   \
   X(MINIMUM, "minimum", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,             \
-    "minimum(Tensor self, Tensor other) -> Tensor")                                                \
+    NO_BACKWARD, "minimum(Tensor self, Tensor other) -> Tensor")                                   \
   X(POW, "pow.Tensor_Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,       \
-    "pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor")                                   \
+    NO_BACKWARD, "pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor")                      \
   X(ADD_SCALAR, "add.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,       \
-    POINTWISE, 0, "add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor")               \
+    POINTWISE, 0, BACKWARD(shift_scalar),                                                          \
+    "add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor")                             \
   X(SUB_SCALAR, "sub.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,       \
-    POINTWISE, 0, "sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor")               \
+    POINTWISE, 0, BACKWARD(shift_scalar),                                                          \
+    "sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor")                             \
   X(MUL_SCALAR, "mul.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,       \
-    POINTWISE, DT_TRAIT_LINEAR, "mul.Scalar(Tensor self, Scalar other) -> Tensor")                 \
+    POINTWISE, DT_TRAIT_LINEAR, BACKWARD(mul_scalar),                                              \
+    "mul.Scalar(Tensor self, Scalar other) -> Tensor")                                             \
   X(DIV_SCALAR, "div.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,       \
-    POINTWISE, DT_TRAIT_LINEAR, "div.Scalar(Tensor self, Scalar other) -> Tensor")                 \
+    POINTWISE, DT_TRAIT_LINEAR, BACKWARD(div_scalar),                                              \
+    "div.Scalar(Tensor self, Scalar other) -> Tensor")                                             \
   X(POW_SCALAR, "pow.Tensor_Scalar", COMPUTE, 1, dt__infer_binary_scalar,                          \
-    dt__kernel_binary_scalar, POINTWISE, 0,                                                        \
+    dt__kernel_binary_scalar, POINTWISE, 0, BACKWARD(pow_scalar),                                  \
     "pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor")                                   \
   X(ADD_, "add_.Tensor", INPLACE, 2, dt__infer_binary_inplace, dt__kernel_binary_inplace,          \
-    POINTWISE, DT_TRAIT_LINEAR,                                                                    \
+    POINTWISE, DT_TRAIT_LINEAR, NO_BACKWARD,                                                       \
     "add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)")                 \
   X(SUB_, "sub_.Tensor", INPLACE, 2, dt__infer_binary_inplace, dt__kernel_binary_inplace,          \
-    POINTWISE, DT_TRAIT_LINEAR,                                                                    \
+    POINTWISE, DT_TRAIT_LINEAR, NO_BACKWARD,                                                       \
     "sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)")                 \
   X(MUL_, "mul_.Tensor", INPLACE, 2, dt__infer_binary_inplace, dt__kernel_binary_inplace,          \
-    POINTWISE, DT_TRAIT_LINEAR_FIRST, "mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)")  \
+    POINTWISE, DT_TRAIT_LINEAR_FIRST, NO_BACKWARD,                                                 \
+    "mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)")                                    \
   X(DIV_, "div_.Tensor", INPLACE, 2, dt__infer_binary_inplace, dt__kernel_binary_inplace,          \
-    POINTWISE, DT_TRAIT_LINEAR_FIRST, "div_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)")  \
+    POINTWISE, DT_TRAIT_LINEAR_FIRST, NO_BACKWARD,                                                 \
+    "div_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)")                                    \
   X(ADD_SCALAR_, "add_.Scalar", INPLACE, 1, dt__infer_binary_scalar_inplace,                       \
-    dt__kernel_binary_scalar_inplace, POINTWISE, 0,                                                \
+    dt__kernel_binary_scalar_inplace, POINTWISE, 0, NO_BACKWARD,                                   \
     "add_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)")                    \
   X(MUL_SCALAR_, "mul_.Scalar", INPLACE, 1, dt__infer_binary_scalar_inplace,                       \
-    dt__kernel_binary_scalar_inplace, POINTWISE, DT_TRAIT_LINEAR,                                  \
+    dt__kernel_binary_scalar_inplace, POINTWISE, DT_TRAIT_LINEAR, NO_BACKWARD,                     \
     "mul_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)")                                    \
   X(FILL_, "fill_.Scalar", INPLACE, 1, dt__infer_fill_, dt__kernel_fill_, POINTWISE, 0,            \
-    "fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)")                                   \
-  X(EQ, "eq.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,                \
-    "eq.Tensor(Tensor self, Tensor other) -> Tensor")                                              \
-  X(NE, "ne.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,                \
-    "ne.Tensor(Tensor self, Tensor other) -> Tensor")                                              \
-  X(LT, "lt.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,                \
-    "lt.Tensor(Tensor self, Tensor other) -> Tensor")                                              \
-  X(LE, "le.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,                \
-    "le.Tensor(Tensor self, Tensor other) -> Tensor")                                              \
-  X(GT, "gt.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,                \
-    "gt.Tensor(Tensor self, Tensor other) -> Tensor")                                              \
-  X(GE, "ge.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,                \
-    "ge.Tensor(Tensor self, Tensor other) -> Tensor")                                              \
+    NO_BACKWARD, "fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)")                      \
+  X(EQ, "eq.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                   \
+    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "eq.Tensor(Tensor self, Tensor other) -> Tensor")    \
+  X(NE, "ne.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                   \
+    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "ne.Tensor(Tensor self, Tensor other) -> Tensor")    \
+  X(LT, "lt.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                   \
+    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "lt.Tensor(Tensor self, Tensor other) -> Tensor")    \
+  X(LE, "le.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                   \
+    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "le.Tensor(Tensor self, Tensor other) -> Tensor")    \
+  X(GT, "gt.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                   \
+    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "gt.Tensor(Tensor self, Tensor other) -> Tensor")    \
+  X(GE, "ge.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                   \
+    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "ge.Tensor(Tensor self, Tensor other) -> Tensor")    \
   X(EQ_SCALAR, "eq.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,         \
-    POINTWISE, 0, "eq.Scalar(Tensor self, Scalar other) -> Tensor")                                \
+    POINTWISE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                           \
+    "eq.Scalar(Tensor self, Scalar other) -> Tensor")                                              \
   X(NE_SCALAR, "ne.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,         \
-    POINTWISE, 0, "ne.Scalar(Tensor self, Scalar other) -> Tensor")                                \
+    POINTWISE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                           \
+    "ne.Scalar(Tensor self, Scalar other) -> Tensor")                                              \
   X(LT_SCALAR, "lt.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,         \
-    POINTWISE, 0, "lt.Scalar(Tensor self, Scalar other) -> Tensor")                                \
+    POINTWISE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                           \
+    "lt.Scalar(Tensor self, Scalar other) -> Tensor")                                              \
   X(LE_SCALAR, "le.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,         \
-    POINTWISE, 0, "le.Scalar(Tensor self, Scalar other) -> Tensor")                                \
+    POINTWISE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                           \
+    "le.Scalar(Tensor self, Scalar other) -> Tensor")                                              \
   X(GT_SCALAR, "gt.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,         \
-    POINTWISE, 0, "gt.Scalar(Tensor self, Scalar other) -> Tensor")                                \
+    POINTWISE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                           \
+    "gt.Scalar(Tensor self, Scalar other) -> Tensor")                                              \
   X(GE_SCALAR, "ge.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,         \
-    POINTWISE, 0, "ge.Scalar(Tensor self, Scalar other) -> Tensor")                                \
-  X(WHERE, "where.self", COMPUTE, 3, dt__infer_where, dt__kernel_where, POINTWISE, 0,              \
+    POINTWISE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                           \
+    "ge.Scalar(Tensor self, Scalar other) -> Tensor")                                              \
+  X(WHERE, "where.self", COMPUTE, 3, dt__infer_where, dt__kernel_where, POINTWISE, 0, NO_BACKWARD, \
     "where.self(Tensor condition, Tensor self, Tensor other) -> Tensor")                           \
   X(MASKED_FILL, "masked_fill.Scalar", COMPUTE, 2, dt__infer_masked_fill, dt__kernel_masked_fill,  \
-    POINTWISE, 0, "masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor")
+    POINTWISE, 0, NO_BACKWARD,                                                                     \
+    "masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor")
 
 /* Reductions: sum, mean, max, min, amax, amin, argmax. A dim list (int[1]? dim) arrives
  * borrowed in int_list and infer writes the normalized dims to ints (an empty list means
  * every dim); a single dim is ints[0]; argmax without a dim has n_ints == 0. The dtype=
  * attribute of sum/mean is not supported (always None). */
 #define DT_OPS_REDUCTION(X)                                                                        \
-  X(SUM, "sum", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,                     \
+  X(SUM, "sum", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0, BACKWARD(sum),      \
     "sum(Tensor self, *, ScalarType? dtype=None) -> Tensor")                                       \
   X(SUM_DIM, "sum.dim_IntList", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,     \
+    BACKWARD(sum_dim),                                                                             \
     "sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> " \
     "Tensor")                                                                                      \
-  X(MEAN, "mean", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,                   \
+  X(MEAN, "mean", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0, BACKWARD(mean),   \
     "mean(Tensor self, *, ScalarType? dtype=None) -> Tensor")                                      \
   X(MEAN_DIM, "mean.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,           \
+    BACKWARD(mean_dim),                                                                            \
     "mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor") \
-  X(MAX, "max", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,                     \
+  X(MAX, "max", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0, NO_BACKWARD,        \
     "max(Tensor self) -> Tensor")                                                                  \
-  X(MIN, "min", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,                     \
+  X(MIN, "min", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0, NO_BACKWARD,        \
     "min(Tensor self) -> Tensor")                                                                  \
   X(MAX_DIM, "max.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION,                \
-    DT_TRAIT_TUPLE,                                                                                \
+    DT_TRAIT_TUPLE, NO_BACKWARD,                                                                   \
     "max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
   X(MIN_DIM, "min.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION,                \
-    DT_TRAIT_TUPLE,                                                                                \
+    DT_TRAIT_TUPLE, NO_BACKWARD,                                                                   \
     "min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
-  X(AMAX, "amax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,                   \
+  X(AMAX, "amax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0, NO_BACKWARD,      \
     "amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                              \
-  X(AMIN, "amin", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,                   \
+  X(AMIN, "amin", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0, NO_BACKWARD,      \
     "amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                              \
-  X(ARGMAX, "argmax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,               \
+  X(ARGMAX, "argmax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION,                  \
+    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                                      \
     "argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor")
 
 /* Matrix products through CBLAS. addmm: beta -> scalars[0], alpha -> scalars[1]; linear's
  * bias is inputs[2] and may be NULL. */
 #define DT_OPS_MATRIX(X)                                                                           \
-  X(MM, "mm", COMPUTE, 2, dt__infer_mm, dt__kernel_mm, MATMUL, 0,                                  \
+  X(MM, "mm", COMPUTE, 2, dt__infer_mm, dt__kernel_mm, MATMUL, 0, BACKWARD(mm),                    \
     "mm(Tensor self, Tensor mat2) -> Tensor")                                                      \
-  X(BMM, "bmm", COMPUTE, 2, dt__infer_bmm, dt__kernel_mm, MATMUL, 0,                               \
+  X(BMM, "bmm", COMPUTE, 2, dt__infer_bmm, dt__kernel_mm, MATMUL, 0, BACKWARD(matmul),             \
     "bmm(Tensor self, Tensor mat2) -> Tensor")                                                     \
   X(MATMUL, "matmul", COMPUTE, 2, dt__infer_matmul, dt__kernel_matmul, MATMUL, 0,                  \
-    "matmul(Tensor self, Tensor other) -> Tensor")                                                 \
-  X(ADDMM, "addmm", COMPUTE, 3, dt__infer_addmm, dt__kernel_addmm, ADDMM, 0,                       \
+    BACKWARD(matmul), "matmul(Tensor self, Tensor other) -> Tensor")                               \
+  X(ADDMM, "addmm", COMPUTE, 3, dt__infer_addmm, dt__kernel_addmm, ADDMM, 0, BACKWARD(addmm),      \
     "addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor")    \
   X(LINEAR, "linear", COMPUTE, 2, dt__infer_linear, dt__kernel_linear, LINEAR, 0,                  \
-    "linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor")
+    BACKWARD(linear), "linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor")
 
 /* Neural-network ops: embedding, softmax, log_softmax, layer_norm, batch_norm, cat, stack.
  * softmax: dim in ints[0]. layer_norm: inputs {input, weight?, bias?}, normalized_shape
@@ -175,85 +196,90 @@
  * inputs {input, running_mean, running_var, weight?, bias?}, eps in scalars[0]. */
 #define DT_OPS_NN(X)                                                                               \
   X(SOFTMAX, "softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax, SOFTMAX, 0,         \
-    "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")                         \
+    NO_BACKWARD, "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")            \
   X(LOG_SOFTMAX, "log_softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax, SOFTMAX, 0, \
-    "log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")                     \
+    NO_BACKWARD, "log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")        \
   X(LAYER_NORM, "layer_norm", COMPUTE, 1, dt__infer_layer_norm, dt__kernel_layer_norm, LAYER_NORM, \
-    0,                                                                                             \
+    0, NO_BACKWARD,                                                                                \
     "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "    \
     "float eps=1e-05) -> Tensor")                                                                  \
   X(BATCH_NORM, "batch_norm", COMPUTE, 3, dt__infer_batch_norm, dt__kernel_batch_norm, BATCH_NORM, \
-    0,                                                                                             \
+    0, NO_BACKWARD,                                                                                \
     "batch_norm(Tensor input, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? "   \
     "bias, float eps) -> Tensor")                                                                  \
   X(EMBEDDING, "embedding", COMPUTE, 2, dt__infer_embedding, dt__kernel_embedding, EMBEDDING,      \
-    DT_TRAIT_ROW_WINDOW, "embedding(Tensor weight, Tensor indices) -> Tensor")                     \
-  X(CAT, "cat", COMPUTE, 0, dt__infer_cat, dt__kernel_cat, CAT, DT_TRAIT_TENSOR_LIST,              \
+    DT_TRAIT_ROW_WINDOW, NO_BACKWARD, "embedding(Tensor weight, Tensor indices) -> Tensor")        \
+  X(CAT, "cat", COMPUTE, 0, dt__infer_cat, dt__kernel_cat, CAT, DT_TRAIT_TENSOR_LIST, NO_BACKWARD, \
     "cat(Tensor[] tensors, int dim=0) -> Tensor")                                                  \
   X(STACK, "stack", COMPUTE, 0, dt__infer_stack, dt__kernel_stack, STACK, DT_TRAIT_TENSOR_LIST,    \
-    "stack(Tensor[] tensors, int dim=0) -> Tensor")
+    NO_BACKWARD, "stack(Tensor[] tensors, int dim=0) -> Tensor")
 
 /* Views, reshapes, copies and conversions. */
 #define DT_OPS_VIEW(X)                                                                             \
   X(TRANSPOSE, "transpose.int", VIEW, 1, dt__infer_transpose, dt__kernel_transpose, TRANSPOSE, 0,  \
-    "transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)")                              \
-  X(DETACH, "detach", VIEW, 1, dt__infer_same, dt__kernel_detach, POINTWISE, DT_TRAIT_LINEAR,      \
+    BACKWARD(transpose), "transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)")         \
+  X(DETACH, "detach", VIEW, 1, dt__infer_same, dt__kernel_detach, POINTWISE,                       \
+    DT_TRAIT_LINEAR | DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                    \
     "detach(Tensor(a) self) -> Tensor(a)")                                                         \
   X(CONTIGUOUS, "contiguous", VIEW, 1, dt__infer_same, dt__kernel_contiguous, POINTWISE,           \
-    DT_TRAIT_LINEAR, "contiguous(Tensor(a) self) -> Tensor(a)")                                    \
+    DT_TRAIT_LINEAR, BACKWARD(identity), "contiguous(Tensor(a) self) -> Tensor(a)")                \
   X(CLONE, "clone", COMPUTE, 1, dt__infer_same, dt__kernel_clone, POINTWISE, DT_TRAIT_LINEAR,      \
-    "clone(Tensor self) -> Tensor")                                                                \
+    BACKWARD(identity), "clone(Tensor self) -> Tensor")                                            \
   X(COPY_, "copy_", INPLACE, 2, dt__infer_copy_, dt__kernel_copy_, POINTWISE, DT_TRAIT_LINEAR,     \
-    "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)")                                            \
+    NO_BACKWARD, "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)")                               \
   X(VIEW, "view", VIEW, 1, dt__infer_view, dt__kernel_view, VIEW, DT_TRAIT_GLOBAL_SHAPE_ATTR,      \
-    "view(Tensor(a) self, SymInt[] size) -> Tensor(a)")                                            \
+    BACKWARD(reshape_back), "view(Tensor(a) self, SymInt[] size) -> Tensor(a)")                    \
   X(RESHAPE, "reshape", VIEW, 1, dt__infer_reshape, dt__kernel_reshape, VIEW,                      \
-    DT_TRAIT_GLOBAL_SHAPE_ATTR, "reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)")            \
+    DT_TRAIT_GLOBAL_SHAPE_ATTR, BACKWARD(reshape_back),                                            \
+    "reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)")                                        \
   X(FLATTEN, "flatten.using_ints", VIEW, 1, dt__infer_flatten, dt__kernel_reshape, VIEW,           \
-    DT_TRAIT_GLOBAL_SHAPE_ATTR | DT_TRAIT_RUNS_AS_RESHAPE,                                         \
+    DT_TRAIT_GLOBAL_SHAPE_ATTR | DT_TRAIT_RUNS_AS_RESHAPE, BACKWARD(reshape_back),                 \
     "flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)")            \
   X(PERMUTE, "permute", VIEW, 1, dt__infer_permute, dt__kernel_permute, PERMUTE, 0,                \
-    "permute(Tensor(a) self, int[] dims) -> Tensor(a)")                                            \
+    BACKWARD(permute), "permute(Tensor(a) self, int[] dims) -> Tensor(a)")                         \
   X(EXPAND, "expand", VIEW, 1, dt__infer_expand, dt__kernel_expand, EXPAND,                        \
-    DT_TRAIT_GLOBAL_SHAPE_ATTR,                                                                    \
+    DT_TRAIT_GLOBAL_SHAPE_ATTR, BACKWARD(expand),                                                  \
     "expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)")                  \
   X(SQUEEZE, "squeeze", VIEW, 1, dt__infer_squeeze, dt__kernel_squeeze, VIEW,                      \
-    DT_TRAIT_GLOBAL_SHAPE_ATTR | DT_TRAIT_RUNS_AS_RESHAPE, "squeeze(Tensor(a) self) -> Tensor(a)") \
+    DT_TRAIT_GLOBAL_SHAPE_ATTR | DT_TRAIT_RUNS_AS_RESHAPE, BACKWARD(reshape_back),                 \
+    "squeeze(Tensor(a) self) -> Tensor(a)")                                                        \
   X(SQUEEZE_DIM, "squeeze.dim", VIEW, 1, dt__infer_squeeze_dim, dt__kernel_squeeze, VIEW,          \
-    DT_TRAIT_GLOBAL_SHAPE_ATTR | DT_TRAIT_RUNS_AS_RESHAPE,                                         \
+    DT_TRAIT_GLOBAL_SHAPE_ATTR | DT_TRAIT_RUNS_AS_RESHAPE, BACKWARD(reshape_back),                 \
     "squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)")                                           \
   X(UNSQUEEZE, "unsqueeze", VIEW, 1, dt__infer_unsqueeze, dt__kernel_unsqueeze, UNSQUEEZE, 0,      \
-    "unsqueeze(Tensor(a) self, int dim) -> Tensor(a)")                                             \
-  X(NARROW, "narrow", VIEW, 1, dt__infer_narrow, dt__kernel_slice, SLICE, 0,                       \
+    BACKWARD(reshape_back), "unsqueeze(Tensor(a) self, int dim) -> Tensor(a)")                     \
+  X(NARROW, "narrow", VIEW, 1, dt__infer_narrow, dt__kernel_slice, SLICE, 0, NO_BACKWARD,          \
     "narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)")                   \
-  X(SLICE, "slice.Tensor", VIEW, 1, dt__infer_slice, dt__kernel_slice, SLICE, 0,                   \
+  X(SLICE, "slice.Tensor", VIEW, 1, dt__infer_slice, dt__kernel_slice, SLICE, 0, NO_BACKWARD,      \
     "slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, "               \
     "SymInt step=1) -> Tensor(a)")                                                                 \
-  X(SELECT, "select.int", VIEW, 1, dt__infer_select, dt__kernel_select, SELECT, 0,                 \
+  X(SELECT, "select.int", VIEW, 1, dt__infer_select, dt__kernel_select, SELECT, 0, NO_BACKWARD,    \
     "select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)")                              \
   X(SPLIT, "split.Tensor", VIEW, 1, dt__infer_split, dt__kernel_split, SLICE, DT_TRAIT_TUPLE,      \
-    "split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]")              \
+    NO_BACKWARD, "split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]") \
   X(SPLIT_WITH_SIZES, "split_with_sizes", VIEW, 1, dt__infer_split_with_sizes, dt__kernel_split,   \
-    SLICE, DT_TRAIT_TUPLE,                                                                         \
+    SLICE, DT_TRAIT_TUPLE, NO_BACKWARD,                                                            \
     "split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]")       \
   X(CHUNK, "chunk", VIEW, 1, dt__infer_chunk, dt__kernel_split, SLICE, DT_TRAIT_TUPLE,             \
-    "chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]")                            \
+    NO_BACKWARD, "chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]")               \
   X(TO, "to.dtype", VIEW, 1, dt__infer_to, dt__kernel_to, POINTWISE, DT_TRAIT_LINEAR,              \
+    BACKWARD(to),                                                                                  \
     "to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "        \
     "MemoryFormat? memory_format=None) -> Tensor(a)")
 
 /* Factories that take a tensor's shape and dtype: *_like. */
 #define DT_OPS_FACTORY(X)                                                                          \
-  X(EMPTY_LIKE, "empty_like", COMPUTE, 1, dt__infer_same, dt__kernel_empty_like, LIKE, 0,          \
-    "empty_like(Tensor self) -> Tensor")                                                           \
-  X(ZEROS_LIKE, "zeros_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like, LIKE, 0,           \
-    "zeros_like(Tensor self) -> Tensor")                                                           \
-  X(ONES_LIKE, "ones_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like, LIKE, 0,             \
-    "ones_like(Tensor self) -> Tensor")                                                            \
-  X(FULL_LIKE, "full_like", COMPUTE, 1, dt__infer_full_like, dt__kernel_fill_like, LIKE, 0,        \
+  X(EMPTY_LIKE, "empty_like", COMPUTE, 1, dt__infer_same, dt__kernel_empty_like, LIKE,             \
+    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "empty_like(Tensor self) -> Tensor")                 \
+  X(ZEROS_LIKE, "zeros_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like, LIKE,              \
+    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "zeros_like(Tensor self) -> Tensor")                 \
+  X(ONES_LIKE, "ones_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like, LIKE,                \
+    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "ones_like(Tensor self) -> Tensor")                  \
+  X(FULL_LIKE, "full_like", COMPUTE, 1, dt__infer_full_like, dt__kernel_fill_like, LIKE,           \
+    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                                      \
     "full_like(Tensor self, Scalar fill_value) -> Tensor")                                         \
   X(UNIFORM_, "uniform_", INPLACE, 1, dt__infer_uniform_, dt__kernel_uniform_, POINTWISE,          \
-    DT_TRAIT_RANDOM,                                                                               \
+    DT_TRAIT_RANDOM | DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                    \
     "uniform_(Tensor(a!) self, float from=0, float to=1, *, int seed) -> Tensor(a!)")
 
 #define DT_OP_LIST(X)                                                                              \

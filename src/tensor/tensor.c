@@ -6,7 +6,6 @@
 
 #include "tensor/tensor_impl.h"
 
-void (*dt__spec_release_hook)(struct dt_dist_spec *spec);
 
 /* Owned data lives in the same allocation as its storage header (one malloc per tensor);
  * borrowed data (dt_wrap) is never freed here. Either way one free releases the storage. */
@@ -66,7 +65,11 @@ dt_tensor *dt_tensor_retain(dt_tensor *t) {
 void dt_tensor_release(dt_tensor *t) {
   if (!t) return;
   if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
-  if (t->spec && dt__spec_release_hook) dt__spec_release_hook(t->spec);
+  if (t->spec && dt__upcall.spec_release) dt__upcall.spec_release(t->spec);
+  if (DT_UNLIKELY(t->autograd != NULL)) {
+    t->autograd->destroy(t->autograd);
+    t->autograd = NULL; /* a pooled handle comes back without autograd state */
+  }
   bool embedded = t->embedded;
   storage_release(t->storage); /* may free t itself when embedded */
   if (!embedded) handle_free(t);
@@ -136,8 +139,14 @@ dt_status dt__normalize_dim(const char *op, int64_t dim, int ndim, int *out) {
 
 static dt_tensor *handle_alloc(void) {
   handle_pool *hp = thread_pool();
-  dt_tensor *t = hp && hp->count ? hp->handles[--hp->count] : dt__alloc_aligned(sizeof *t, 16);
-  if (!t) return NULL;
+  dt_tensor *t;
+  if (hp && hp->count) {
+    t = hp->handles[--hp->count]; /* released handles keep autograd NULL */
+  } else {
+    t = dt__alloc_aligned(sizeof *t, 16);
+    if (!t) return NULL;
+    t->autograd = NULL;
+  }
   t->spec = NULL;
   t->embedded = false;
   t->offset = 0;
@@ -178,6 +187,7 @@ dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tens
   s->owns_data = true;
   s->data = block + DT_EMBEDDED_DATA_OFFSET;
   s->nbytes = nbytes;
+  s->version = 0;
   atomic_init(&t->refcount, 1);
   t->dtype = dtype;
   t->ndim = ndim;
@@ -187,6 +197,7 @@ dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tens
   t->storage = s;
   t->spec = NULL;
   t->embedded = true;
+  t->autograd = NULL;
   *out = t;
   return DT_OK;
 }
@@ -270,6 +281,7 @@ dt_status dt_wrap(void *data, size_t nbytes, int ndim, const int64_t *shape, con
   s->owns_data = false;
   s->data = data;
   s->nbytes = nbytes;
+  s->version = 0;
   t->dtype = dtype;
   t->ndim = ndim;
   if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
@@ -356,6 +368,7 @@ dt_status dt_tensor_set(dt_tensor *t, const int64_t *index, double value) {
   dt_status st = check_index("tensor_set", t, index);
   if (st) return st;
   int64_t off = dt__offset_of(index, t->strides, t->ndim);
+  t->storage->version++; /* an in-place write, as autograd's saved tensors see it */
   dt__store_from_double(t->dtype, dt__tensor_base(t) + off * (int64_t)dt__dtype_sizes[t->dtype],
                         value);
   return DT_OK;

@@ -16,6 +16,9 @@ typedef struct dt_storage {
   bool owns_data; /* false for dt_wrap: caller memory, never freed here */
   void *data;     /* owned data starts DT_STORAGE_HEADER bytes after the header */
   size_t nbytes;
+  /* Bumped by every in-place op while autograd is in use: a tensor saved for backward
+   * remembers the version it had, and backward refuses to read a modified one. */
+  uint32_t version;
 } dt_storage;
 
 /* A tensor made by dt__tensor_new is one allocation: the storage header, then the tensor's
@@ -28,6 +31,12 @@ typedef struct dt_storage {
 /* Distributed-tensor spec; defined by the dist layer. NULL for a local tensor. */
 struct dt_dist_spec;
 
+/* State a layer above attaches to a tensor (autograd's meta, src/autograd). It carries the
+ * function that frees it, so that the tensor layer releases it without knowing that layer. */
+typedef struct dt_tensor_ext {
+  void (*destroy)(struct dt_tensor_ext *ext);
+} dt_tensor_ext;
+
 struct dt_tensor {
   atomic_int refcount;
   dt_dtype dtype;
@@ -38,10 +47,10 @@ struct dt_tensor {
   dt_storage *storage;
   struct dt_dist_spec *spec; /* owned by the tensor; NULL when local */
   bool embedded;             /* the handle lives inside its storage's allocation */
+  dt_tensor_ext *autograd;   /* owned; NULL unless autograd touched the tensor */
 };
 
-/* Hook the dist layer installs to free a spec when its tensor dies. */
-extern void (*dt__spec_release_hook)(struct dt_dist_spec *spec);
+/* A tensor's spec is released through dt__upcall.spec_release (core/core_impl.h). */
 
 /* Element size table, indexed by dtype (no bounds check: dtype must be valid). */
 extern const size_t dt__dtype_sizes[DT_DTYPE_COUNT];

@@ -1,0 +1,89 @@
+/*
+ * Private state of autograd: the per-tensor meta, the recorded node, and helpers shared by
+ * the backward formulas (src/autograd/backward_*.c).
+ *
+ * Ownership (no cycles): a tensor's meta retains its grad_fn node; a node retains the
+ * nodes its inputs came from, the input tensors it saved, and detached aliases of its
+ * outputs (handles without meta), never the output handles themselves.
+ */
+#ifndef DT_AUTOGRAD_IMPL_H
+#define DT_AUTOGRAD_IMPL_H
+
+#include <stdatomic.h>
+
+#include "dtensor/autograd.h"
+#include "ops/op_impl.h"
+
+typedef struct dt_autograd_node dt_autograd_node;
+
+/* A tensor's autograd state; allocated only for tensors autograd touches. */
+typedef struct dt_autograd_meta {
+  dt_tensor_ext ext; /* first: the tensor layer frees the meta through ext.destroy */
+  bool requires_grad;
+  bool retains_grad;         /* a non-leaf whose gradient dt_backward keeps */
+  dt_tensor *grad;           /* owned; NULL until a backward reaches the tensor */
+  dt_autograd_node *grad_fn; /* owned reference; NULL for a leaf */
+  int output_nr;             /* which output of grad_fn this tensor is */
+} dt_autograd_meta;
+
+/* Where the gradient of one input slot goes: the node that produced the input, or the leaf
+ * itself (the saved input), or nowhere. */
+typedef struct dt_autograd_edge {
+  dt_autograd_node *node; /* owned reference, or NULL */
+  int output_nr;
+  bool to_leaf; /* accumulate into the saved input's .grad */
+} dt_autograd_edge;
+
+struct dt_autograd_node {
+  atomic_int refcount;
+  uint64_t sequence; /* recording order: later nodes run first */
+  dt_op_call call;   /* inputs/input_list/outputs point at the saved tensors below */
+  int n_slots;       /* n_inputs + n_input_list: the tensor arguments in order */
+  dt_tensor **saved; /* [n_slots] saved inputs (retained), NULL where absent */
+  uint32_t *saved_versions;
+  dt_tensor_meta *input_metas; /* [n_slots] global shape and dtype */
+  bool *needs_grad;            /* [n_slots] */
+  dt_autograd_edge *edges;     /* [n_slots] */
+  int64_t *int_list;           /* owned copy of call.int_list */
+  int n_outputs;
+  dt_tensor *outputs[DT_OP_MAX_META]; /* detached aliases (no meta), retained */
+  uint32_t output_versions[DT_OP_MAX_META];
+  dt_tensor_meta output_metas[DT_OP_MAX_META];
+  dt_autograd_meta *retain_meta[DT_OP_MAX_META]; /* weak: metas asking for retain_grad */
+  bool freed; /* saved tensors released by a backward without retain_graph */
+  /* Engine scratch, valid during one backward. */
+  int dependencies;
+  dt_tensor *grads[DT_OP_MAX_META];
+};
+
+/* Live metas in the process: dt__dispatch takes autograd's path only while it is nonzero. */
+extern atomic_int dt__autograd_live;
+
+/* The calling thread's grad mode (true by default). */
+extern _Thread_local bool dt__grad_disabled;
+
+/* The meta of t, created if missing. NULL with DT_ERR_NOMEM set on failure. */
+dt_autograd_meta *dt__autograd_meta_get(dt_tensor *t);
+
+void dt__autograd_node_retain(dt_autograd_node *node);
+void dt__autograd_node_release(dt_autograd_node *node);
+/* Releases a node's saved tensors (after a backward without retain_graph). */
+void dt__autograd_node_free_saved(dt_autograd_node *node);
+
+/* The global (for distributed tensors) shape and dtype of t. */
+void dt__autograd_meta_of(const dt_tensor *t, dt_tensor_meta *meta);
+
+/* ---- Helpers for backward formulas ------------------------------------------------------- */
+
+/* Sums grad down to the shape of meta (undoes broadcasting): leading extra dims and dims
+ * where meta has size 1 are summed, then the result is viewed as meta's shape. A grad that
+ * already has the shape is returned retained. */
+dt_status dt__grad_sum_to(dt_tensor *grad, const dt_tensor_meta *meta, dt_tensor **out);
+
+/* Casts grad to meta's dtype when they differ (retained otherwise). */
+dt_status dt__grad_cast_to(dt_tensor *grad, const dt_tensor_meta *meta, dt_tensor **out);
+
+/* Sum-to then cast: the gradient of a broadcasting, promoting pointwise input. */
+dt_status dt__grad_reduce_to(dt_tensor *grad, const dt_tensor_meta *meta, dt_tensor **out);
+
+#endif /* DT_AUTOGRAD_IMPL_H */

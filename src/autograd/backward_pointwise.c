@@ -1,0 +1,180 @@
+/* Backward formulas of pointwise ops, written with ops. Binary ops broadcast and promote:
+ * each input's gradient is summed back to its shape and cast back to its dtype. */
+#include "autograd/autograd_impl.h"
+#include "dtensor/ops.h"
+
+/* grad_inputs[slot] = reduce_to(t): consumes t. */
+static dt_status give(const dt_backward_ctx *ctx, int slot, dt_tensor *t, dt_status st,
+                      dt_tensor **grad_inputs) {
+  if (!st) st = dt__grad_reduce_to(t, &ctx->input_metas[slot], &grad_inputs[slot]);
+  dt_tensor_release(t);
+  return st;
+}
+
+dt_status dt__backward_neg(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                           dt_tensor **grad_inputs) {
+  if (!grad_outputs[0]) return DT_OK;
+  dt_tensor *t = NULL;
+  dt_status st = dt_neg(grad_outputs[0], &t);
+  return give(ctx, 0, t, st, grad_inputs);
+}
+
+/* d exp(x) = exp(x) dx: the saved output. */
+dt_status dt__backward_exp(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                           dt_tensor **grad_inputs) {
+  if (!grad_outputs[0]) return DT_OK;
+  dt_tensor *t = NULL;
+  dt_status st = dt_mul(grad_outputs[0], ctx->call->outputs[0], &t);
+  return give(ctx, 0, t, st, grad_inputs);
+}
+
+dt_status dt__backward_log(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                           dt_tensor **grad_inputs) {
+  if (!grad_outputs[0]) return DT_OK;
+  dt_tensor *t = NULL;
+  dt_status st = dt_div(grad_outputs[0], ctx->call->inputs[0], &t);
+  return give(ctx, 0, t, st, grad_inputs);
+}
+
+/* The gradient flows where the output is positive (PyTorch: 0 at x == 0). */
+dt_status dt__backward_relu(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                            dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  dt_tensor *mask = NULL, *fmask = NULL, *t = NULL;
+  dt_status st = dt_gt_scalar(ctx->call->outputs[0], 0.0, &mask);
+  if (!st) st = dt_to(mask, g->dtype, &fmask);
+  if (!st) st = dt_mul(g, fmask, &t);
+  dt_tensor_release(mask);
+  dt_tensor_release(fmask);
+  return give(ctx, 0, t, st, grad_inputs);
+}
+
+/* add/sub: out = a +- alpha * b. */
+static dt_status add_sub(const dt_backward_ctx *ctx, dt_tensor *g, double sign,
+                         dt_tensor **grad_inputs) {
+  if (!g) return DT_OK;
+  dt_status st = DT_OK;
+  if (ctx->needs_grad[0]) st = give(ctx, 0, dt_tensor_retain(g), DT_OK, grad_inputs);
+  if (!st && ctx->needs_grad[1]) {
+    double scale = sign * ctx->call->scalars[0];
+    dt_tensor *t = NULL;
+    if (scale == 1.0) {
+      t = dt_tensor_retain(g);
+    } else {
+      st = dt_mul_scalar(g, scale, &t);
+    }
+    st = give(ctx, 1, t, st, grad_inputs);
+  }
+  return st;
+}
+
+dt_status dt__backward_add(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                           dt_tensor **grad_inputs) {
+  return add_sub(ctx, grad_outputs[0], 1.0, grad_inputs);
+}
+
+dt_status dt__backward_sub(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                           dt_tensor **grad_inputs) {
+  return add_sub(ctx, grad_outputs[0], -1.0, grad_inputs);
+}
+
+dt_status dt__backward_mul(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                           dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  dt_tensor *a = ctx->call->inputs[0], *b = ctx->call->inputs[1];
+  dt_status st = DT_OK;
+  if (ctx->needs_grad[0]) {
+    dt_tensor *t = NULL;
+    st = dt_mul(g, b, &t);
+    st = give(ctx, 0, t, st, grad_inputs);
+  }
+  if (!st && ctx->needs_grad[1]) {
+    dt_tensor *t = NULL;
+    st = dt_mul(g, a, &t);
+    st = give(ctx, 1, t, st, grad_inputs);
+  }
+  return st;
+}
+
+/* out = a / b: da = g / b, db = -g * out / b. */
+dt_status dt__backward_div(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                           dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  dt_tensor *b = ctx->call->inputs[1];
+  dt_status st = DT_OK;
+  if (ctx->needs_grad[0]) {
+    dt_tensor *t = NULL;
+    st = dt_div(g, b, &t);
+    st = give(ctx, 0, t, st, grad_inputs);
+  }
+  if (!st && ctx->needs_grad[1]) {
+    dt_tensor *go = NULL, *q = NULL, *t = NULL;
+    st = dt_mul(g, ctx->call->outputs[0], &go);
+    if (!st) st = dt_div(go, b, &q);
+    if (!st) st = dt_neg(q, &t);
+    dt_tensor_release(go);
+    dt_tensor_release(q);
+    st = give(ctx, 1, t, st, grad_inputs);
+  }
+  return st;
+}
+
+/* add.Scalar, sub.Scalar: the tensor's gradient is the output's (cast back). */
+dt_status dt__backward_shift_scalar(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                                    dt_tensor **grad_inputs) {
+  if (!grad_outputs[0]) return DT_OK;
+  return give(ctx, 0, dt_tensor_retain(grad_outputs[0]), DT_OK, grad_inputs);
+}
+
+dt_status dt__backward_mul_scalar(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                                  dt_tensor **grad_inputs) {
+  if (!grad_outputs[0]) return DT_OK;
+  dt_tensor *t = NULL;
+  dt_status st = dt_mul_scalar(grad_outputs[0], ctx->call->scalars[0], &t);
+  return give(ctx, 0, t, st, grad_inputs);
+}
+
+dt_status dt__backward_div_scalar(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                                  dt_tensor **grad_inputs) {
+  if (!grad_outputs[0]) return DT_OK;
+  dt_tensor *t = NULL;
+  dt_status st = dt_div_scalar(grad_outputs[0], ctx->call->scalars[0], &t);
+  return give(ctx, 0, t, st, grad_inputs);
+}
+
+/* d x^s = s * x^(s-1) dx (zero for s == 0, as PyTorch). */
+dt_status dt__backward_pow_scalar(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                                  dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  double s = ctx->call->scalars[0];
+  dt_tensor *p = NULL, *ps = NULL, *t = NULL;
+  dt_status st;
+  if (s == 0.0) {
+    st = dt_zeros_like(g, &t);
+  } else {
+    st = dt_pow_scalar(ctx->call->inputs[0], s - 1.0, &p);
+    if (!st) st = dt_mul_scalar(p, s, &ps);
+    if (!st) st = dt_mul(g, ps, &t);
+  }
+  dt_tensor_release(p);
+  dt_tensor_release(ps);
+  return give(ctx, 0, t, st, grad_inputs);
+}
+
+/* to.dtype: the gradient is cast back to the input's dtype (give does it). */
+dt_status dt__backward_to(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                          dt_tensor **grad_inputs) {
+  if (!grad_outputs[0]) return DT_OK;
+  return give(ctx, 0, dt_tensor_retain(grad_outputs[0]), DT_OK, grad_inputs);
+}
+
+/* clone, contiguous: the gradient passes unchanged. */
+dt_status dt__backward_identity(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                                dt_tensor **grad_inputs) {
+  if (!grad_outputs[0]) return DT_OK;
+  return give(ctx, 0, dt_tensor_retain(grad_outputs[0]), DT_OK, grad_inputs);
+}

@@ -1,0 +1,49 @@
+/* Helpers of the backward formulas: undoing broadcasting and dtype promotion with ops. */
+#include "autograd/autograd_impl.h"
+#include "dtensor/ops.h"
+
+dt_status dt__grad_sum_to(dt_tensor *grad, const dt_tensor_meta *meta, dt_tensor **out) {
+  *out = NULL;
+  dt_tensor_meta gm;
+  dt__autograd_meta_of(grad, &gm);
+  int lead = gm.ndim - meta->ndim;
+  if (lead < 0) {
+    return dt__error(DT_ERR_INTERNAL, "backward: a gradient of %d dims cannot sum to %d dims",
+                     gm.ndim, meta->ndim);
+  }
+  int64_t dims[DT_MAX_DIMS];
+  int n = 0;
+  for (int i = 0; i < gm.ndim; i++) {
+    if (i < lead || (meta->shape[i - lead] == 1 && gm.shape[i] != 1)) dims[n++] = i;
+  }
+  if (n == 0 && lead == 0) {
+    *out = dt_tensor_retain(grad);
+    return DT_OK;
+  }
+  dt_tensor *summed = NULL;
+  dt_status st = dt_sum_dims(grad, n, dims, true, &summed);
+  if (st) return st;
+  st = dt_reshape(summed, meta->ndim, meta->shape, out);
+  dt_tensor_release(summed);
+  return st;
+}
+
+dt_status dt__grad_cast_to(dt_tensor *grad, const dt_tensor_meta *meta, dt_tensor **out) {
+  if (grad->dtype == meta->dtype) {
+    *out = dt_tensor_retain(grad);
+    return DT_OK;
+  }
+  return dt_to(grad, meta->dtype, out);
+}
+
+dt_status dt__grad_reduce_to(dt_tensor *grad, const dt_tensor_meta *meta, dt_tensor **out) {
+  dt_tensor *summed = NULL;
+  dt_status st = dt__grad_sum_to(grad, meta, &summed);
+  if (st) {
+    *out = NULL;
+    return st;
+  }
+  st = dt__grad_cast_to(summed, meta, out);
+  dt_tensor_release(summed);
+  return st;
+}

@@ -1,0 +1,217 @@
+/*
+ * Recording: dt__dispatch comes here instead of its plain path while any autograd meta is
+ * alive (dt__autograd_live != 0). Under no_grad, or when no input requires grad, the op
+ * runs unrecorded; otherwise a node saves what the op's backward formula may read.
+ */
+#include <inttypes.h>
+
+#include "autograd/autograd_impl.h"
+#include "dtensor/ops.h"
+
+static atomic_llong live_nodes;
+static atomic_ullong next_sequence;
+
+int64_t dt_autograd_live_nodes(void) { return (int64_t)atomic_load(&live_nodes); }
+
+void dt__autograd_node_retain(dt_autograd_node *node) {
+  if (node) atomic_fetch_add_explicit(&node->refcount, 1, memory_order_relaxed);
+}
+
+void dt__autograd_node_free_saved(dt_autograd_node *node) {
+  for (int i = 0; i < node->n_slots; i++) {
+    dt_tensor_release(node->saved[i]);
+    node->saved[i] = NULL;
+  }
+  for (int k = 0; k < node->n_outputs; k++) {
+    dt_tensor_release(node->outputs[k]);
+    node->outputs[k] = NULL;
+  }
+  node->freed = true;
+}
+
+void dt__autograd_node_release(dt_autograd_node *node) {
+  if (!node) return;
+  if (atomic_fetch_sub_explicit(&node->refcount, 1, memory_order_acq_rel) != 1) return;
+  dt__autograd_node_free_saved(node);
+  for (int i = 0; i < node->n_slots; i++) dt__autograd_node_release(node->edges[i].node);
+  for (int k = 0; k < DT_OP_MAX_META; k++) dt_tensor_release(node->grads[k]);
+  dt__free(node->saved);
+  dt__free(node->int_list);
+  dt__free(node);
+  atomic_fetch_sub_explicit(&live_nodes, 1, memory_order_relaxed);
+}
+
+static dt_autograd_meta *meta_of(const dt_tensor *t) {
+  return t ? (dt_autograd_meta *)t->autograd : NULL;
+}
+
+static bool requires_grad(const dt_tensor *t) {
+  const dt_autograd_meta *meta = meta_of(t);
+  return meta && meta->requires_grad;
+}
+
+static dt_tensor *slot_tensor(const dt_op_call *call, int i) {
+  return i < call->n_inputs ? call->inputs[i] : call->input_list[i - call->n_inputs];
+}
+
+static bool any_input_requires_grad(const dt_op_call *call) {
+  for (int i = 0; i < call->n_inputs + call->n_input_list; i++) {
+    if (requires_grad(slot_tensor(call, i))) return true;
+  }
+  return false;
+}
+
+/* A handle on the output's storage without autograd meta, so that a node can keep its
+ * output without the output's meta pointing back at the node (a reference cycle). */
+static dt_status detached_alias(dt_tensor *t, dt_tensor **out) {
+  if (!t->spec) return dt__tensor_view(t, t->ndim, t->shape, t->strides, t->offset, out);
+  return dt_detach(t, out); /* grad mode is off here: not recorded */
+}
+
+/* The node of a successful call whose inputs require grad. The slots' layout: one per
+ * tensor argument, inputs first, then the tensor list. */
+static dt_status record(dt_op_call *call) {
+  const dt_op_def *def = &dt__op_table[call->op];
+  int n_slots = call->n_inputs + call->n_input_list;
+  int n_out = def->kind == DT_OP_KIND_INPLACE ? 0 : call->n_outputs;
+  bool any_float_output = false;
+  for (int k = 0; k < n_out; k++) {
+    any_float_output |= call->outputs[k] && dt_dtype_is_floating(call->outputs[k]->dtype);
+  }
+  if (!any_float_output) return DT_OK; /* integer and bool results are not differentiable */
+  if (n_out > DT_OP_MAX_META) {
+    return dt__error(DT_ERR_INTERNAL, "%s: autograd records at most %d outputs", def->name,
+                     DT_OP_MAX_META);
+  }
+
+  /* One block for the node's per-slot arrays. */
+  size_t per_slot = sizeof(dt_tensor *) * 2 + sizeof(uint32_t) + sizeof(dt_tensor_meta) +
+                    sizeof(bool) + sizeof(dt_autograd_edge);
+  dt_autograd_node *node = dt__calloc(sizeof *node);
+  char *block = dt__calloc(per_slot * (size_t)(n_slots > 0 ? n_slots : 1) + 64);
+  int64_t *int_list = NULL;
+  if (call->n_int_list > 0 && call->int_list) {
+    int_list = dt__alloc(sizeof(int64_t) * (size_t)call->n_int_list);
+  }
+  if (!node || !block || (call->n_int_list > 0 && call->int_list && !int_list)) {
+    dt__free(node);
+    dt__free(block);
+    dt__free(int_list);
+    return dt__error(DT_ERR_NOMEM, "%s: cannot allocate its autograd node", def->name);
+  }
+  atomic_init(&node->refcount, 1);
+  atomic_fetch_add_explicit(&live_nodes, 1, memory_order_relaxed);
+  node->sequence = atomic_fetch_add_explicit(&next_sequence, 1, memory_order_relaxed);
+  node->n_slots = n_slots;
+  /* Carve the block: pointers first, then the 8-byte aligned metas, then the rest. */
+  node->saved = (dt_tensor **)block;
+  dt_tensor **list = node->saved + n_slots;
+  node->input_metas = (dt_tensor_meta *)(list + n_slots);
+  node->edges = (dt_autograd_edge *)(node->input_metas + n_slots);
+  node->saved_versions = (uint32_t *)(node->edges + n_slots);
+  node->needs_grad = (bool *)(node->saved_versions + n_slots);
+
+  node->call = *call;
+  node->call.outputs = node->outputs;
+  node->call.input_list = list;
+  node->int_list = int_list;
+  if (int_list) {
+    for (int i = 0; i < call->n_int_list; i++) int_list[i] = call->int_list[i];
+  }
+  node->call.int_list = int_list;
+
+  for (int i = 0; i < n_slots; i++) {
+    dt_tensor *t = slot_tensor(call, i);
+    if (!t) continue;
+    node->saved[i] = dt_tensor_retain(t);
+    node->saved_versions[i] = t->storage->version;
+    dt__autograd_meta_of(t, &node->input_metas[i]);
+    if (i < call->n_inputs) {
+      node->call.inputs[i] = t;
+    } else {
+      list[i - call->n_inputs] = t;
+    }
+    dt_autograd_meta *meta = meta_of(t);
+    if (!meta || !meta->requires_grad) continue;
+    node->needs_grad[i] = true;
+    if (meta->grad_fn) {
+      node->edges[i].node = meta->grad_fn;
+      node->edges[i].output_nr = meta->output_nr;
+      dt__autograd_node_retain(meta->grad_fn);
+    } else {
+      node->edges[i].to_leaf = true;
+    }
+  }
+
+  node->n_outputs = n_out;
+  dt_status st = DT_OK;
+  for (int k = 0; k < n_out && !st; k++) {
+    dt_tensor *out = call->outputs[k];
+    if (!out) continue;
+    dt__autograd_meta_of(out, &node->output_metas[k]);
+    node->output_versions[k] = out->storage->version;
+    st = detached_alias(out, &node->outputs[k]);
+  }
+  /* The outputs point at the node last, once nothing can fail. */
+  for (int k = 0; k < n_out && !st; k++) {
+    dt_tensor *out = call->outputs[k];
+    if (!out || !dt_dtype_is_floating(out->dtype)) continue;
+    if (!dt__autograd_meta_get(out)) st = DT_ERR_NOMEM;
+  }
+  if (st) {
+    dt__autograd_node_release(node);
+    return st;
+  }
+  for (int k = 0; k < n_out; k++) {
+    dt_tensor *out = call->outputs[k];
+    if (!out || !dt_dtype_is_floating(out->dtype)) continue;
+    dt_autograd_meta *meta = meta_of(out);
+    meta->requires_grad = true;
+    meta->grad_fn = node;
+    meta->output_nr = k;
+    dt__autograd_node_retain(node);
+  }
+  dt__autograd_node_release(node); /* the outputs hold it now */
+  return DT_OK;
+}
+
+dt_status dt__autograd_dispatch(dt_op_call *call) {
+  const dt_op_def *def = &dt__op_table[call->op];
+  bool recording = !dt__grad_disabled && !dt__op_has_trait(call->op, DT_TRAIT_NOT_DIFFERENTIABLE) &&
+                   any_input_requires_grad(call);
+  if (recording && def->kind == DT_OP_KIND_INPLACE) {
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "%s: in-place op on a tensor that requires grad (or with an argument that "
+                     "does): autograd does not record in-place ops yet; use the out-of-place "
+                     "form, or run it under no_grad (dt_grad_mode_set(false))",
+                     def->name);
+  }
+  if (!recording && def->kind == DT_OP_KIND_INPLACE && !dt__grad_disabled &&
+      requires_grad(call->inputs[0])) {
+    /* A NOT_DIFFERENTIABLE in-place op (uniform_) on a tensor that requires grad. */
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "%s: in-place op on a tensor that requires grad; run it under no_grad "
+                     "(dt_grad_mode_set(false))",
+                     def->name);
+  }
+  dt_status st =
+      DT_UNLIKELY(dt__modes_visible > 0) ? dt__dispatch_with_modes(call) : dt__dispatch_inner(call);
+  if (st) return st;
+  if (def->kind == DT_OP_KIND_INPLACE) {
+    /* Tensors saved for backward remember the version they had; a write bumps it. */
+    call->inputs[0]->storage->version++;
+    return DT_OK;
+  }
+  if (!recording) return DT_OK;
+  /* Saving a detached alias must not itself be recorded. */
+  dt__grad_disabled = true;
+  st = record(call);
+  dt__grad_disabled = false;
+  if (st) {
+    for (int k = 0; k < call->n_outputs; k++) {
+      dt_tensor_release(call->outputs[k]);
+      call->outputs[k] = NULL;
+    }
+  }
+  return st;
+}
