@@ -52,6 +52,7 @@ struct dt_autograd_node {
   dt_autograd_meta *retain_meta[DT_OP_MAX_META]; /* weak: metas asking for retain_grad */
   bool freed; /* saved tensors released by a backward without retain_graph */
   /* Engine scratch, valid during one backward. */
+  uint64_t visited_by; /* the id of the last backward that collected the node */
   int dependencies;
   dt_tensor *grads[DT_OP_MAX_META];
 };

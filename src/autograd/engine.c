@@ -107,6 +107,9 @@ static dt_status add_pending(engine *e, dt_tensor *target, dt_autograd_meta *met
 /* Collects every node reachable from root and counts, for each, the edges that reach it
  * from other reachable nodes. Iterative: graphs can be deep. */
 static dt_status collect(engine *e, dt_autograd_node *root) {
+  static atomic_ullong backward_ids;
+  uint64_t id = atomic_fetch_add_explicit(&backward_ids, 1, memory_order_relaxed) + 1;
+  root->visited_by = id;
   dt__autograd_node_retain(root);
   dt_status st = vec_push(&e->nodes, root);
   if (st) {
@@ -119,11 +122,8 @@ static dt_status collect(engine *e, dt_autograd_node *root) {
     for (int s = 0; s < n->n_slots; s++) {
       dt_autograd_node *next = n->edges[s].node;
       if (!next) continue;
-      /* A node seen for the first time has dependencies 0 and is not yet in the list; a
-       * mark in the high bit would do too, but a linear scan keeps the node simple. */
-      bool seen = false;
-      for (int j = 0; j < e->nodes.count && !seen; j++) seen = e->nodes.items[j] == next;
-      if (!seen) {
+      if (next->visited_by != id) { /* first seen: collect it */
+        next->visited_by = id;
         dt__autograd_node_retain(next);
         st = vec_push(&e->nodes, next);
         if (st) {
