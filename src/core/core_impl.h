@@ -77,4 +77,31 @@ char *dt__arena_strdup(dt__arena *arena, const char *s);
 /* Frees every block; the arena is empty and reusable afterwards. */
 void dt__arena_free(dt__arena *arena);
 
+/* ---- Upcalls ------------------------------------------------------------------------------
+ *
+ * Calls go down: a file calls only layers below it. Three facts of the distributed layer are
+ * needed by layers below it, which cannot name it; the distributed layer installs them here,
+ * in one place (dt__dist_init, called by every entry point that makes a distributed tensor,
+ * before the first one exists). Before that they are NULL and no distributed tensor exists,
+ * so the lower layers skip them. Nothing else may call up. */
+struct dt_dist_spec;
+struct dt_op_call;
+struct dt_mesh;
+
+typedef struct dt__upcalls {
+  /* tensor -> distributed: a tensor that dies drops its reference to its spec. Specs are
+   * refcounted by the distributed layer (they hold a mesh reference), and the tensor layer
+   * must free them without knowing their layout. */
+  void (*spec_release)(struct dt_dist_spec *spec);
+  /* ops -> distributed: dt__dispatch found a distributed argument. The op table and the
+   * local path live in ops; sharding propagation, redistribution and wrapping live above. */
+  dt_status (*dist_dispatch)(struct dt_op_call *call);
+  /* mesh -> distributed: dt_mesh_destroy on this thread. The distributed layer's per-thread
+   * plan cache holds specs, so mesh references; dropping them lets the mesh go with its
+   * last tensor. */
+  void (*mesh_destroyed)(const struct dt_mesh *mesh);
+} dt__upcalls;
+
+extern dt__upcalls dt__upcall;
+
 #endif /* DT_CORE_IMPL_H */

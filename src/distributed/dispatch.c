@@ -101,12 +101,13 @@ static void mesh_destroy_hook(const dt_mesh *mesh) {
 
 static dt_status dist_dispatch(dt_op_call *call);
 
-/* Once per process: the per-thread cache key, and the hooks the lower layers call. */
+/* Once per process: the per-thread cache key, and the upcalls of the lower layers (the one
+ * place they are installed; see dt__upcalls in core/core_impl.h). */
 static void init_once(void) {
   pthread_key_create(&cache_key, cache_destroy);
-  dt__spec_release_hook = spec_release_hook;
-  dt__mesh_destroy_hook = mesh_destroy_hook;
-  dt__dist_dispatch_hook = dist_dispatch;
+  dt__upcall = (dt__upcalls){.spec_release = spec_release_hook,
+                             .dist_dispatch = dist_dispatch,
+                             .mesh_destroyed = mesh_destroy_hook};
 }
 
 void dt__dist_init(void) { pthread_once(&cache_once, init_once); }

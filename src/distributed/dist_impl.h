@@ -75,7 +75,8 @@ dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from, con
  * refuse a conversion of a value the trace holds, whose result would otherwise become a
  * constant of the graph. `check` runs after the call's own argument checks and before it
  * communicates; a nonzero status (with its message set) is what the call returns. Per
- * thread; check == NULL when nothing traces. */
+ * thread; check == NULL when nothing traces. It is the one upcall not in dt__upcalls
+ * (core/core_impl.h): it is per thread and scoped to one export, not installed once. */
 typedef struct dt__dist_convert_guard {
   dt_status (*check)(void *user, const char *call, const dt_tensor *input);
   void *user;
@@ -83,7 +84,8 @@ typedef struct dt__dist_convert_guard {
 
 extern _Thread_local dt__dist_convert_guard dt__dist_guard;
 
-/* Installs the distributed dispatch hook and the spec release hook (idempotent). */
+/* Installs the lower layers' upcalls into this layer (dt__upcall, core/core_impl.h);
+ * idempotent. */
 void dt__dist_init(void);
 
 /* from_local's run_check (collective): every rank's shard fits (`fits` is this rank's own

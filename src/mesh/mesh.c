@@ -8,8 +8,6 @@
 #include "comm/comm_impl.h"
 #include "mesh/mesh_impl.h"
 
-void (*dt__mesh_destroy_hook)(const dt_mesh *mesh);
-
 struct dt_mesh {
   atomic_int refcount;        /* the user's reference plus one per distributed tensor spec */
   atomic_bool user_destroyed; /* dt_mesh_destroy was called */
@@ -151,7 +149,7 @@ void dt_mesh_destroy(dt_mesh *mesh) {
   atomic_store(&mesh->user_destroyed, true);
   /* This thread's cached plans hold specs on the mesh: drop them so the mesh is freed as
    * soon as its last tensor is, not when the thread exits. */
-  if (dt__mesh_destroy_hook) dt__mesh_destroy_hook(mesh);
+  if (dt__upcall.mesh_destroyed) dt__upcall.mesh_destroyed(mesh);
   dt__mesh_release(mesh);
 }
 

@@ -1,5 +1,5 @@
-/* Private interface of the device mesh: its reference count and the hook the dist layer
- * installs to drop the cache entries of a mesh the user destroys.
+/* Private interface of the device mesh: its reference count and what the layers above read
+ * of a mesh.
  *
  * A mesh is referenced by its user (dt_mesh_create's result, dropped by dt_mesh_destroy)
  * and by every distributed tensor spec made on it (dt__spec_create retains, the spec's
@@ -32,9 +32,7 @@ typedef struct dt_mesh_info {
 /* Fills info from mesh (ndim 0 for NULL). */
 void dt__mesh_info(const dt_mesh *mesh, dt_mesh_info *info);
 
-/* Called by dt_mesh_destroy on the calling thread before it drops the user's reference, so
- * the dist layer can drop this thread's cached plans on the mesh (installed by
- * dt__dist_init; NULL before). */
-extern void (*dt__mesh_destroy_hook)(const dt_mesh *mesh);
+/* dt_mesh_destroy calls dt__upcall.mesh_destroyed (core/core_impl.h) on the calling thread
+ * before it drops the user's reference. */
 
 #endif /* DT_MESH_IMPL_H */
