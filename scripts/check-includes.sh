@@ -46,10 +46,18 @@ awk '
       next
     }
     line = strip($0)
-    if (is_c && line ~ /^[A-Za-z_]/ && line !~ /^(static|typedef|extern|struct [A-Za-z_0-9]+ \{|#)/ &&
-        line !~ /;[ \t]*$/ || (is_c && line ~ /^[A-Za-z_].*[ *](dt__[A-Za-z0-9_]+)(\[[^]]*\])?( = .*)?;$/ && line !~ /^(static|typedef|extern)/ && line !~ /\(/)) {
-      if (match(line, /dt_[A-Za-z0-9_]+[ \t]*\(/) || match(line, /dt__[A-Za-z0-9_]+/)) {
+    # Definitions in a .c file, at column 0 and not static: a function (the first dt_ name
+    # followed by "(" on a line that is not a prototype) or a variable (the name before an
+    # optional [size] and = value and the closing ";", or an initializer that opens "{").
+    if (is_c && line ~ /^[A-Za-z_]/ && line !~ /^(static|typedef|extern|#)/) {
+      name = ""
+      if (line !~ /;[ \t]*$/ && match(line, /dt_[A-Za-z0-9_]+[ \t]*\(/)) {
         name = substr(line, RSTART, RLENGTH); sub(/[ \t]*\($/, "", name)
+      } else if (line !~ /\(/ && (match(line, /dt__[A-Za-z0-9_]+[ \t]*(\[[^]]*\])?[ \t]*(=.*)?;[ \t]*$/) ||
+                                     match(line, /dt__[A-Za-z0-9_]+[ \t]*(\[[^]]*\])?[ \t]*=[ \t]*\{[ \t]*$/))) {
+        name = substr(line, RSTART, RLENGTH); sub(/[^A-Za-z0-9_].*$/, "", name)
+      }
+      if (name != "") {
         if (!(name in definer)) definer[name] = file
         defined_here[file, name] = 1
       }

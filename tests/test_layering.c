@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/core_impl.h"
+#include "distributed/dist_impl.h"
+
 /* The script's output for this source tree (found from this file's path). */
 static void cycles(char *out, size_t size) {
   char dir[4096];
@@ -48,6 +51,24 @@ Test(layering, removed_cycles_stay_removed) {
   /* profile_impl.h <-> recorder.c: recorder.c includes profile_event.h only. */
   cr_assert(!in_a_cycle(out, "profile/recorder.c"), "%s", out);
   cr_assert(!in_a_cycle(out, "profile/profile_impl.h"), "%s", out);
+  /* tensor_impl.h <-> dtype.c: dtype.c includes dtype_impl.h only. */
+  cr_assert(!in_a_cycle(out, "tensor/dtype.c"), "%s", out);
+  cr_assert(!in_a_cycle(out, "tensor/tensor_impl.h"), "%s", out);
+  /* Upcalls are data in core, installed from above: no file of core calls up. */
+  cr_assert(!in_a_cycle(out, "core/core_impl.h"), "%s", out);
+  cr_assert(!in_a_cycle(out, "core/upcalls.c"), "%s", out);
+}
+
+/* The lower layers' upcalls are NULL until the distributed layer installs all of them, in one
+ * place (dt__dist_init). */
+Test(layering, upcalls_installed_together) {
+  cr_assert_null(dt__upcall.dist_dispatch);
+  cr_assert_null(dt__upcall.spec_release);
+  cr_assert_null(dt__upcall.mesh_destroyed);
+  dt__dist_init();
+  cr_assert_not_null(dt__upcall.dist_dispatch);
+  cr_assert_not_null(dt__upcall.spec_release);
+  cr_assert_not_null(dt__upcall.mesh_destroyed);
 }
 
 /* The script finds a cycle through a header's inline function, and none without it. */

@@ -2,7 +2,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "tensor/tensor_impl.h"
+#include "core/core_impl.h"
+#include "tensor/dtype_impl.h"
 
 const size_t dt__dtype_sizes[DT_DTYPE_COUNT] = {
 #define DT_DTYPE_SIZE(name, text, size) [name] = size,

@@ -9,6 +9,7 @@
 
 #include "core/core_impl.h"
 #include "dtensor/tensor.h"
+#include "tensor/dtype_impl.h"
 
 /* Storage: one refcounted buffer shared by a tensor and all its views. */
 typedef struct dt_storage {
@@ -51,13 +52,6 @@ struct dt_tensor {
 };
 
 /* A tensor's spec is released through dt__upcall.spec_release (core/core_impl.h). */
-
-/* Element size table, indexed by dtype (no bounds check: dtype must be valid). */
-extern const size_t dt__dtype_sizes[DT_DTYPE_COUNT];
-
-static inline bool dt__dtype_valid(dt_dtype dtype) {
-  return (int)dtype >= 0 && dtype < DT_DTYPE_COUNT;
-}
 
 static inline int64_t dt__numel(int ndim, const int64_t *shape) {
   int64_t n = 1;
@@ -146,11 +140,6 @@ dt_status dt__error_internal_overlap(const char *op);
  * (overflowing to inf), bool takes anything (nonzero is true), and integers truncate a
  * fractional value toward zero. */
 dt_status dt__check_fill_value(const char *op, double value, dt_dtype dtype);
-
-/* Element access converting through double (any dtype), used by generic kernels and tests.
- * `p` points at the element. */
-double dt__load_as_double(dt_dtype dtype, const void *p);
-void dt__store_from_double(dt_dtype dtype, void *p, double value);
 
 /* Strided element iteration: calls advance over a multi-index in row-major order. */
 typedef struct dt_index_iter {
