@@ -44,7 +44,7 @@ int tool_dispatch(const char *path, const tool_command *table, const char *noun,
     return 2;
   }
   if (c->subcommands) {
-    char sub_path[128];
+    char sub_path[256];
     snprintf(sub_path, sizeof sub_path, "%s %s", path, c->name);
     return tool_dispatch(sub_path, c->subcommands, c->noun, argc - 1, argv + 1);
   }

@@ -266,7 +266,7 @@ dt_status dt_safetensors_get(dt_safetensors *file, const char *name, dt_safetens
     return dt__error(DT_ERR_INVALID, "%s: %s is NULL", op, !file ? "file" : "name");
   if (mode != DT_SAFETENSORS_COPY && mode != DT_SAFETENSORS_BORROW)
     return dt__error(DT_ERR_INVALID, "%s: mode %d is neither COPY nor BORROW", op, (int)mode);
-  const dt_safetensors_entry *e;
+  const dt_safetensors_entry *e = NULL;
   dt_status st = lookup(file, op, name, &e);
   if (st) return st;
   if (mode == DT_SAFETENSORS_BORROW) return borrow(file, op, e, out);
@@ -306,7 +306,7 @@ dt_status dt_safetensors_load_distributed(dt_safetensors *file, const char *name
                      : !name ? "name"
                      : !mesh ? "mesh"
                              : "placements");
-  const dt_safetensors_entry *e;
+  const dt_safetensors_entry *e = NULL;
   dt_status st = lookup(file, op, name, &e);
   if (st) return st;
   int mesh_ndim = dt_mesh_ndim(mesh);
