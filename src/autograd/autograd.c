@@ -5,44 +5,16 @@
 #include "dtensor/dist.h"
 #include "dtensor/ops.h"
 
-atomic_int dt__autograd_live;
-_Thread_local bool dt__grad_disabled;
-
-static void meta_destroy(dt_tensor_ext *ext) {
-  dt_autograd_meta *meta = (dt_autograd_meta *)ext;
-  /* A node that was asked to keep this tensor's gradient must forget it. */
-  if (meta->grad_fn && meta->output_nr < DT_OP_MAX_META &&
-      meta->grad_fn->retain_meta[meta->output_nr] == meta) {
-    meta->grad_fn->retain_meta[meta->output_nr] = NULL;
-  }
-  dt_tensor_release(meta->grad);
-  dt__autograd_node_release(meta->grad_fn);
-  dt__free(meta);
-  atomic_fetch_sub_explicit(&dt__autograd_live, 1, memory_order_relaxed);
-}
-
-dt_autograd_meta *dt__autograd_meta_get(dt_tensor *t) {
-  if (t->autograd) return (dt_autograd_meta *)t->autograd;
-  dt_autograd_meta *meta = dt__calloc(sizeof *meta);
-  if (!meta) {
-    dt__error(DT_ERR_NOMEM, "autograd: cannot allocate a tensor's autograd state");
-    return NULL;
-  }
-  meta->ext.destroy = meta_destroy;
-  atomic_fetch_add_explicit(&dt__autograd_live, 1, memory_order_relaxed);
-  t->autograd = &meta->ext;
-  return meta;
-}
-
 static dt_autograd_meta *meta_of(const dt_tensor *t) {
   return t ? (dt_autograd_meta *)t->autograd : NULL;
 }
 
-void dt__autograd_meta_of(const dt_tensor *t, dt_tensor_meta *meta) {
-  meta->dtype = t->dtype;
-  meta->ndim = t->spec ? dt_dist_ndim(t) : t->ndim;
-  const int64_t *shape = t->spec ? dt_dist_global_shape(t) : t->shape;
-  for (int i = 0; i < meta->ndim; i++) meta->shape[i] = shape[i];
+/* The meta of t, created if missing, with autograd's dispatch installed first: the public
+ * calls here are where tensors first get autograd state, so dispatch never sees a live meta
+ * without it (the one entry of dt__upcalls that autograd owns). */
+static dt_autograd_meta *meta_create(dt_tensor *t) {
+  dt__upcall.autograd_dispatch = dt__autograd_dispatch;
+  return dt__autograd_meta_get(t);
 }
 
 dt_status dt_tensor_set_requires_grad(dt_tensor *t, bool requires_grad) {
@@ -64,7 +36,7 @@ dt_status dt_tensor_set_requires_grad(dt_tensor *t, bool requires_grad) {
                      "dtypes have gradients)",
                      dt_dtype_name(t->dtype));
   }
-  meta = dt__autograd_meta_get(t);
+  meta = meta_create(t);
   if (!meta) return DT_ERR_NOMEM;
   meta->requires_grad = true;
   return DT_OK;
@@ -110,7 +82,7 @@ dt_status dt_tensor_set_grad(dt_tensor *t, dt_tensor *grad) {
   }
   dt_autograd_meta *meta = meta_of(t);
   if (!meta && !grad) return DT_OK;
-  if (!meta && !(meta = dt__autograd_meta_get(t))) return DT_ERR_NOMEM;
+  if (!meta && !(meta = meta_create(t))) return DT_ERR_NOMEM;
   dt_tensor *old = meta->grad;
   meta->grad = dt_tensor_retain(grad);
   dt_tensor_release(old);

@@ -57,8 +57,9 @@ struct dt_autograd_node {
   dt_tensor *grads[DT_OP_MAX_META];
 };
 
-/* Live metas in the process: dt__dispatch takes autograd's path only while it is nonzero. */
-extern atomic_int dt__autograd_live;
+/* dt__dispatch's path while any meta is alive (dt__autograd_live, ops/op_impl.h): runs the
+ * op through the modes or the distributed/local path, then records it. */
+dt_status dt__autograd_dispatch(dt_op_call *call);
 
 /* The calling thread's grad mode (true by default). */
 extern _Thread_local bool dt__grad_disabled;
@@ -66,6 +67,8 @@ extern _Thread_local bool dt__grad_disabled;
 /* The meta of t, created if missing. NULL with DT_ERR_NOMEM set on failure. */
 dt_autograd_meta *dt__autograd_meta_get(dt_tensor *t);
 
+/* Counts a new node alive and returns its sequence number (recording order). */
+uint64_t dt__autograd_node_born(void);
 void dt__autograd_node_retain(dt_autograd_node *node);
 void dt__autograd_node_release(dt_autograd_node *node);
 /* Releases a node's saved tensors (after a backward without retain_graph). */

@@ -1,45 +1,13 @@
 /*
- * Recording: dt__dispatch comes here instead of its plain path while any autograd meta is
- * alive (dt__autograd_live != 0). Under no_grad, or when no input requires grad, the op
- * runs unrecorded; otherwise a node saves what the op's backward formula may read.
+ * Recording: dt__dispatch comes here (dt__upcall.autograd_dispatch) instead of its plain
+ * path while any autograd meta is alive (dt__autograd_live != 0). Under no_grad, or when no input
+ * requires grad, the op runs unrecorded; otherwise a node saves what the op's backward formula may
+ * read.
  */
 #include <inttypes.h>
 
 #include "autograd/autograd_impl.h"
 #include "dtensor/ops.h"
-
-static atomic_llong live_nodes;
-static atomic_ullong next_sequence;
-
-int64_t dt_autograd_live_nodes(void) { return (int64_t)atomic_load(&live_nodes); }
-
-void dt__autograd_node_retain(dt_autograd_node *node) {
-  if (node) atomic_fetch_add_explicit(&node->refcount, 1, memory_order_relaxed);
-}
-
-void dt__autograd_node_free_saved(dt_autograd_node *node) {
-  for (int i = 0; i < node->n_slots; i++) {
-    dt_tensor_release(node->saved[i]);
-    node->saved[i] = NULL;
-  }
-  for (int k = 0; k < node->n_outputs; k++) {
-    dt_tensor_release(node->outputs[k]);
-    node->outputs[k] = NULL;
-  }
-  node->freed = true;
-}
-
-void dt__autograd_node_release(dt_autograd_node *node) {
-  if (!node) return;
-  if (atomic_fetch_sub_explicit(&node->refcount, 1, memory_order_acq_rel) != 1) return;
-  dt__autograd_node_free_saved(node);
-  for (int i = 0; i < node->n_slots; i++) dt__autograd_node_release(node->edges[i].node);
-  for (int k = 0; k < DT_OP_MAX_META; k++) dt_tensor_release(node->grads[k]);
-  dt__free(node->saved);
-  dt__free(node->int_list);
-  dt__free(node);
-  atomic_fetch_sub_explicit(&live_nodes, 1, memory_order_relaxed);
-}
 
 static dt_autograd_meta *meta_of(const dt_tensor *t) {
   return t ? (dt_autograd_meta *)t->autograd : NULL;
@@ -100,8 +68,7 @@ static dt_status record(dt_op_call *call) {
     return dt__error(DT_ERR_NOMEM, "%s: cannot allocate its autograd node", def->name);
   }
   atomic_init(&node->refcount, 1);
-  atomic_fetch_add_explicit(&live_nodes, 1, memory_order_relaxed);
-  node->sequence = atomic_fetch_add_explicit(&next_sequence, 1, memory_order_relaxed);
+  node->sequence = dt__autograd_node_born();
   node->n_slots = n_slots;
   /* Carve the block: pointers first, then the 8-byte aligned metas, then the rest. */
   node->saved = (dt_tensor **)block;

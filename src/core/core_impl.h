@@ -100,6 +100,12 @@ typedef struct dt__upcalls {
    * plan cache holds specs, so mesh references; dropping them lets the mesh go with its
    * last tensor. */
   void (*mesh_destroyed)(const struct dt_mesh *mesh);
+  /* ops -> autograd: dt__dispatch while some tensor carries autograd state
+   * (dt__autograd_live != 0, ops/op_impl.h): records the op for backward, refuses in-place
+   * ops on tensors that require grad, bumps storage versions. Installed by autograd itself
+   * when it attaches state to a tensor (before that nothing requires grad), so the
+   * distributed layer must install its own entries one by one, not the whole struct. */
+  dt_status (*autograd_dispatch)(struct dt_op_call *call);
 } dt__upcalls;
 
 extern dt__upcalls dt__upcall;

@@ -105,9 +105,10 @@ static dt_status dist_dispatch(dt_op_call *call);
  * place they are installed; see dt__upcalls in core/core_impl.h). */
 static void init_once(void) {
   pthread_key_create(&cache_key, cache_destroy);
-  dt__upcall = (dt__upcalls){.spec_release = spec_release_hook,
-                             .dist_dispatch = dist_dispatch,
-                             .mesh_destroyed = mesh_destroy_hook};
+  /* Entry by entry: autograd installs its own entry (core_impl.h). */
+  dt__upcall.spec_release = spec_release_hook;
+  dt__upcall.dist_dispatch = dist_dispatch;
+  dt__upcall.mesh_destroyed = mesh_destroy_hook;
 }
 
 void dt__dist_init(void) { pthread_once(&cache_once, init_once); }

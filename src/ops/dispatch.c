@@ -22,6 +22,7 @@ const dt_op_def dt__op_table[DT_OP_COUNT] = {
 #undef DT_OP_DEF
 };
 
+atomic_int dt__autograd_live;
 
 int dt_op_count(void) { return DT_OP_COUNT; }
 
@@ -138,7 +139,8 @@ dt_status dt__dispatch(dt_op_call *call) {
   int autograd_live = atomic_load_explicit(&dt__autograd_live, memory_order_relaxed);
   if (DT_UNLIKELY((autograd_live | dt__modes_visible) != 0)) {
     /* Autograd runs the modes itself, around its recording. */
-    st = autograd_live ? dt__autograd_dispatch(call) : dt__dispatch_with_modes(call);
+    st = autograd_live && dt__upcall.autograd_dispatch ? dt__upcall.autograd_dispatch(call)
+                                                       : dt__dispatch_with_modes(call);
   } else {
     st = dt__dispatch_inner(call);
   }

@@ -202,12 +202,10 @@ dt_status dt__dispatch_local(dt_op_call *call);
 
 /* An op with a distributed input runs through dt__upcall.dist_dispatch (core/core_impl.h). */
 
-/* Autograd (src/autograd/record.c), which dispatch calls directly: the number of live
- * autograd metas (while it is zero no tensor requires grad and no tensor is saved for a
- * backward, so dispatch skips autograd with one branch), and the dispatch path that records
- * (or refuses in-place ops on tensors that require grad, and bumps storage versions). */
+/* How many tensors carry autograd state (src/autograd counts them). While it is zero no
+ * tensor requires grad and none is saved for a backward, so dt__dispatch skips autograd with
+ * one branch; otherwise it goes through dt__upcall.autograd_dispatch (core/core_impl.h). */
 extern atomic_int dt__autograd_live;
-dt_status dt__autograd_dispatch(dt_op_call *call);
 
 /* ---- Helpers shared by infer functions ---------------------------------------------- */
 

@@ -1,0 +1,77 @@
+/* Autograd's state: the per-thread grad mode, the per-tensor meta and the lifetime of
+ * recorded nodes. Below record.c, engine.c and the public API (autograd.c). */
+#include "autograd/autograd_impl.h"
+#include "dtensor/dist.h"
+
+_Thread_local bool dt__grad_disabled;
+
+static void meta_destroy(dt_tensor_ext *ext) {
+  dt_autograd_meta *meta = (dt_autograd_meta *)ext;
+  /* A node that was asked to keep this tensor's gradient must forget it. */
+  if (meta->grad_fn && meta->output_nr < DT_OP_MAX_META &&
+      meta->grad_fn->retain_meta[meta->output_nr] == meta) {
+    meta->grad_fn->retain_meta[meta->output_nr] = NULL;
+  }
+  dt_tensor_release(meta->grad);
+  dt__autograd_node_release(meta->grad_fn);
+  dt__free(meta);
+  atomic_fetch_sub_explicit(&dt__autograd_live, 1, memory_order_relaxed);
+}
+
+dt_autograd_meta *dt__autograd_meta_get(dt_tensor *t) {
+  if (t->autograd) return (dt_autograd_meta *)t->autograd;
+  dt_autograd_meta *meta = dt__calloc(sizeof *meta);
+  if (!meta) {
+    dt__error(DT_ERR_NOMEM, "autograd: cannot allocate a tensor's autograd state");
+    return NULL;
+  }
+  meta->ext.destroy = meta_destroy;
+  atomic_fetch_add_explicit(&dt__autograd_live, 1, memory_order_release);
+  t->autograd = &meta->ext;
+  return meta;
+}
+
+void dt__autograd_meta_of(const dt_tensor *t, dt_tensor_meta *meta) {
+  meta->dtype = t->dtype;
+  meta->ndim = t->spec ? dt_dist_ndim(t) : t->ndim;
+  const int64_t *shape = t->spec ? dt_dist_global_shape(t) : t->shape;
+  for (int i = 0; i < meta->ndim; i++) meta->shape[i] = shape[i];
+}
+
+static atomic_llong live_nodes;
+static atomic_ullong next_sequence;
+
+int64_t dt_autograd_live_nodes(void) { return (int64_t)atomic_load(&live_nodes); }
+
+uint64_t dt__autograd_node_born(void) {
+  atomic_fetch_add_explicit(&live_nodes, 1, memory_order_relaxed);
+  return atomic_fetch_add_explicit(&next_sequence, 1, memory_order_relaxed);
+}
+
+void dt__autograd_node_retain(dt_autograd_node *node) {
+  if (node) atomic_fetch_add_explicit(&node->refcount, 1, memory_order_relaxed);
+}
+
+void dt__autograd_node_free_saved(dt_autograd_node *node) {
+  for (int i = 0; i < node->n_slots; i++) {
+    dt_tensor_release(node->saved[i]);
+    node->saved[i] = NULL;
+  }
+  for (int k = 0; k < node->n_outputs; k++) {
+    dt_tensor_release(node->outputs[k]);
+    node->outputs[k] = NULL;
+  }
+  node->freed = true;
+}
+
+void dt__autograd_node_release(dt_autograd_node *node) {
+  if (!node) return;
+  if (atomic_fetch_sub_explicit(&node->refcount, 1, memory_order_acq_rel) != 1) return;
+  dt__autograd_node_free_saved(node);
+  for (int i = 0; i < node->n_slots; i++) dt__autograd_node_release(node->edges[i].node);
+  for (int k = 0; k < DT_OP_MAX_META; k++) dt_tensor_release(node->grads[k]);
+  dt__free(node->saved);
+  dt__free(node->int_list);
+  dt__free(node);
+  atomic_fetch_sub_explicit(&live_nodes, 1, memory_order_relaxed);
+}
