@@ -4,7 +4,7 @@ SANITIZE_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build tool run test test-sanitize test-tsan test-valgrind bench bench-check format clean install-test
+.PHONY: fuzz-build all deps build tool run test test-sanitize test-tsan test-valgrind bench bench-check format clean install-test
 
 all: build
 
@@ -73,3 +73,7 @@ format:
 
 clean:
 	rm -rf $(BUILD) $(SANITIZE_BUILD) $(TSAN_BUILD)
+
+# Builds every libFuzzer target without running it (fuzz/run.sh TARGET [SECONDS] runs one).
+fuzz-build: deps
+	for t in trace_reader graph_parser safetensors; do sh fuzz/run.sh $$t 0 || exit 1; done

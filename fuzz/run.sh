@@ -1,17 +1,40 @@
 #!/bin/sh
-# Builds the trace reader fuzzer outside CMake and runs it.
-#   fuzz/run.sh [SECONDS]   (default 600; one job; corpus and crashes under fuzz/build/)
+# Builds one libFuzzer target (clang, ASan + UBSan) outside CMake and runs it.
+#   fuzz/run.sh TARGET [SECONDS]
+#     TARGET   trace_reader | graph_parser | safetensors
+#     SECONDS  default 600; 0 only builds (CI keeps every target building this way)
+# One job; corpus and crashes under fuzz/build/TARGET/. The corpus starts from the target's
+# seeds (and, for safetensors, the reference library's files in the shared fixtures).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
-out="$here/build"
+target=${1:-}
+seconds=${2:-600}
+case "$target" in
+trace_reader) seeds="$here/seeds" dict="$here/trace.dict" ;;
+graph_parser) seeds="$here/seeds_graph" dict="$here/graph.dict" ;;
+safetensors) seeds="" dict="$here/safetensors.dict" ;;
+*)
+  echo "usage: fuzz/run.sh trace_reader|graph_parser|safetensors [SECONDS]" >&2
+  exit 2
+  ;;
+esac
+out="$here/build/$target"
 mkdir -p "$out/corpus" "$out/crashes"
+# The whole library but the MPI backend (the fuzzers need no MPI).
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -DDT_BUILDING_LIBRARY -g -O1 \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$root/include" -I"$root/src" \
-  "$here/fuzz_trace_reader.c" "$root"/src/core/*.c "$root"/src/profile/*.c \
-  -lpthread -lm -o "$out/fuzz_trace_reader"
-cp -n "$here"/seeds/* "$out/corpus/" 2>/dev/null || true
-exec "$out/fuzz_trace_reader" "$out/corpus" -dict="$here/trace.dict" \
-  -max_total_time="${1:-600}" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+  "$here/fuzz_$target.c" $(find "$root/src" -name '*.c' ! -path '*/comm/mpi/*') \
+  $(pkg-config --cflags --libs openblas) -lpthread -lm -o "$out/fuzz_$target"
+if [ "$seconds" = 0 ]; then exit 0; fi
+if [ -n "$seeds" ]; then cp -n "$seeds"/* "$out/corpus/" 2>/dev/null || true; fi
+if [ "$target" = safetensors ]; then
+  fixtures="${DT_FIXTURES_DIR:-$root/../shared/fixtures}"
+  for f in "$fixtures"/safetensors/*.safetensors; do
+    if [ -f "$f" ]; then cp -n "$f" "$out/corpus/" 2>/dev/null || true; fi
+  done
+fi
+exec "$out/fuzz_$target" "$out/corpus" -dict="$dict" \
+  -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
   -artifact_prefix="$out/crashes/" -print_final_stats=1

@@ -10,6 +10,7 @@ packages=(
   libcjson-dev
   libcriterion-dev
   valgrind
+  clang libclang-rt-14-dev
 )
 
 missing=()
