@@ -44,7 +44,7 @@ struct dt_autograd_node {
   dt_tensor_meta *input_metas; /* [n_slots] global shape and dtype */
   bool *needs_grad;            /* [n_slots] */
   dt_autograd_edge *edges;     /* [n_slots] */
-  int64_t *int_list;           /* owned copy of call.int_list */
+  int64_t *int_list;           /* copy of call.int_list (in the node's block) */
   int n_outputs;
   dt_tensor *outputs[DT_OP_MAX_META]; /* detached aliases (no meta), retained */
   uint32_t output_versions[DT_OP_MAX_META];

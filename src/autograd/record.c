@@ -52,21 +52,17 @@ static dt_status record(dt_op_call *call) {
                      DT_OP_MAX_META);
   }
 
-  /* One block for the node's per-slot arrays. */
+  /* One allocation: the node, then its per-slot arrays, then the copied int list (one
+   * malloc per recorded op keeps recording cheap). */
   size_t per_slot = sizeof(dt_tensor *) * 2 + sizeof(uint32_t) + sizeof(dt_tensor_meta) +
                     sizeof(bool) + sizeof(dt_autograd_edge);
-  dt_autograd_node *node = dt__calloc(sizeof *node);
-  char *block = dt__calloc(per_slot * (size_t)(n_slots > 0 ? n_slots : 1) + 64);
-  int64_t *int_list = NULL;
-  if (call->n_int_list > 0 && call->int_list) {
-    int_list = dt__alloc(sizeof(int64_t) * (size_t)call->n_int_list);
-  }
-  if (!node || !block || (call->n_int_list > 0 && call->int_list && !int_list)) {
-    dt__free(node);
-    dt__free(block);
-    dt__free(int_list);
-    return dt__error(DT_ERR_NOMEM, "%s: cannot allocate its autograd node", def->name);
-  }
+  size_t n_ints = call->n_int_list > 0 && call->int_list ? (size_t)call->n_int_list : 0;
+  size_t head = (sizeof(dt_autograd_node) + 15) & ~(size_t)15;
+  size_t slots_bytes = (per_slot * (size_t)n_slots + 15) & ~(size_t)15;
+  dt_autograd_node *node = dt__calloc(head + slots_bytes + sizeof(int64_t) * n_ints);
+  if (!node) return dt__error(DT_ERR_NOMEM, "%s: cannot allocate its autograd node", def->name);
+  char *block = (char *)node + head;
+  int64_t *int_list = n_ints ? (int64_t *)(block + slots_bytes) : NULL;
   atomic_init(&node->refcount, 1);
   node->sequence = dt__autograd_node_born();
   node->n_slots = n_slots;

@@ -70,8 +70,6 @@ void dt__autograd_node_release(dt_autograd_node *node) {
   dt__autograd_node_free_saved(node);
   for (int i = 0; i < node->n_slots; i++) dt__autograd_node_release(node->edges[i].node);
   for (int k = 0; k < DT_OP_MAX_META; k++) dt_tensor_release(node->grads[k]);
-  dt__free(node->saved);
-  dt__free(node->int_list);
-  dt__free(node);
+  dt__free(node); /* the per-slot arrays and the int list live in the same block */
   atomic_fetch_sub_explicit(&live_nodes, 1, memory_order_relaxed);
 }
