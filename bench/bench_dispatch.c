@@ -3,7 +3,7 @@
  * test_dtensor_dispatch_overhead measures it. World 4 (threads backend), a 512x512 rand
  * tensor distributed Shard(0); each op runs under a timing dispatch mode that runs it 10
  * times and times each run:
- *   miss_us   the first run after dt_sharding_cache_clear() (sharding propagation included)
+ *   miss_us   the first run after dt_dist_sharding_cache_clear() (sharding propagation included)
  *   hit_us    the median of the other 9 runs (cache hits)
  *   local_us  the same op on the local shards alone (no distributed dispatch), median of 10
  *   overhead_us = hit_us - local_us
@@ -102,7 +102,7 @@ static dt_status measure(dt_tensor **dist, dt_tensor **local, dt_mesh *mesh, op_
   dt_tensor_release(out);
   out = NULL;
   if (warm) return warm;
-  dt_sharding_cache_clear();
+  dt_dist_sharding_cache_clear();
   dt_status st = dt_mode_push(time_runs, &t);
   if (st) return st;
   st = fn(dist, mesh, &out);
@@ -155,7 +155,7 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
   dt_tensor *table_local = NULL, *idx_local = NULL, *full_idx = NULL;
   st = dt_dist_rand(mesh, 2, shape, DT_F32, 1, 1, (dt_placement[]){dt_shard(0)}, &x);
   /* linear producing Partial(sum): x Shard(1) @ weight Shard(1)^T */
-  if (!st) st = dt_redistribute(x, 1, (dt_placement[]){dt_shard(1)}, &xs);
+  if (!st) st = dt_dist_redistribute(x, 1, (dt_placement[]){dt_shard(1)}, &xs);
   if (!st)
     st = dt_dist_rand(mesh, 2, (int64_t[]){256, 512}, DT_F32, 2, 1, (dt_placement[]){dt_shard(1)},
                       &w);
@@ -163,13 +163,13 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
     st = dt_dist_rand(mesh, 2, (int64_t[]){1000, 64}, DT_F32, 3, 1,
                       (dt_placement[]){dt_replicate()}, &table);
   if (!st) st = dt_randint(0, 1000, 1, (int64_t[]){512}, DT_I64, 4, &full_idx);
-  if (!st) st = dt_distribute_tensor(mesh, full_idx, 1, (dt_placement[]){dt_shard(0)}, &idx);
-  if (!st) st = dt_to_local(x, &x_local);
-  if (!st) st = dt_to_local(w, &w_local);
-  if (!st) st = dt_to_local(table, &table_local);
-  if (!st) st = dt_to_local(idx, &idx_local);
+  if (!st) st = dt_dist_distribute_tensor(mesh, full_idx, 1, (dt_placement[]){dt_shard(0)}, &idx);
+  if (!st) st = dt_dist_to_local(x, &x_local);
+  if (!st) st = dt_dist_to_local(w, &w_local);
+  if (!st) st = dt_dist_to_local(table, &table_local);
+  if (!st) st = dt_dist_to_local(idx, &idx_local);
   dt_tensor *xs_local = NULL;
-  if (!st) st = dt_to_local(xs, &xs_local);
+  if (!st) st = dt_dist_to_local(xs, &xs_local);
   if (st) return st;
   struct {
     const char *name;
@@ -191,22 +191,22 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
     figures *f = &mine[n_cases];
     double us[RUNS];
     dt_tensor *warm = NULL;
-    st = dt_redistribute(x, 1, (dt_placement[]){dt_replicate()}, &warm);
+    st = dt_dist_redistribute(x, 1, (dt_placement[]){dt_replicate()}, &warm);
     dt_tensor_release(warm);
     /* Planning alone (no collective), from a cold cache. */
     char text[256];
-    dt_sharding_cache_clear();
+    dt_dist_sharding_cache_clear();
     double p0 = bench_now_us();
     if (!st)
-      st = dt_redistribute_explain(x, 1, (dt_placement[]){dt_replicate()}, text, sizeof text, NULL);
+      st = dt_dist_redistribute_explain(x, 1, (dt_placement[]){dt_replicate()}, text, sizeof text, NULL);
     f->plan_us = bench_now_us() - p0;
-    dt_sharding_cache_clear();
+    dt_dist_sharding_cache_clear();
     /* Line the ranks up, so the first (miss) call does not also time a late peer. */
     if (!st) st = dt_barrier(world);
     for (int i = 0; i < RUNS && !st; i++) {
       dt_tensor *r = NULL;
       double t0 = bench_now_us();
-      st = dt_redistribute(x, 1, (dt_placement[]){dt_replicate()}, &r);
+      st = dt_dist_redistribute(x, 1, (dt_placement[]){dt_replicate()}, &r);
       us[i] = bench_now_us() - t0;
       dt_tensor_release(r);
     }

@@ -52,8 +52,8 @@ static dt_status case_inplace(bench_state *s) { return dt_add_(s->a, s->b); }
 
 static dt_status case_to_from_local(bench_state *s) {
   dt_tensor *d = NULL, *l = NULL;
-  dt_status st = dt_from_local(s->mesh, s->local_a, 1, (dt_placement[]){dt_replicate()}, NULL, &d);
-  if (!st) st = dt_to_local(d, &l);
+  dt_status st = dt_dist_from_local(s->mesh, s->local_a, 1, (dt_placement[]){dt_replicate()}, NULL, &d);
+  if (!st) st = dt_dist_to_local(d, &l);
   dt_tensor_release(l);
   dt_tensor_release(d);
   return st;
@@ -66,7 +66,7 @@ static dt_status case_collectives(bench_state *s) {
   dt_status st = DT_OK;
   for (int i = 0; i < 5 && !st; i++) {
     dt_tensor *next = NULL;
-    st = dt_redistribute(cur, 1, &seq[i], &next);
+    st = dt_dist_redistribute(cur, 1, &seq[i], &next);
     dt_tensor_release(cur);
     cur = next;
   }
@@ -108,8 +108,8 @@ static int run_child(void) {
       dt_mesh_create(world, 1, (int[]){WORLD}, (const char *[]){"dp"}, &s.mesh) ||
       dt_rand(2, (int64_t[]){10, 10}, DT_F32, 1, &s.local_a) ||
       dt_rand(2, (int64_t[]){10, 10}, DT_F32, 2, &s.local_b) ||
-      dt_from_local(s.mesh, s.local_a, 1, (dt_placement[]){dt_replicate()}, NULL, &s.a) ||
-      dt_from_local(s.mesh, s.local_b, 1, (dt_placement[]){dt_replicate()}, NULL, &s.b)) {
+      dt_dist_from_local(s.mesh, s.local_a, 1, (dt_placement[]){dt_replicate()}, NULL, &s.a) ||
+      dt_dist_from_local(s.mesh, s.local_b, 1, (dt_placement[]){dt_replicate()}, NULL, &s.b)) {
     fprintf(stderr, "bench instructions: setup failed: %s\n", dt_last_error());
     return 1;
   }

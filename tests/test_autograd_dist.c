@@ -1,6 +1,6 @@
 /* Autograd on distributed tensors (threads backend): a linear layer and a sum loss with the
  * input, weight and bias under Shard/Replicate placements on 2 and 4 ranks. The gradients,
- * gathered with dt_full_tensor, must equal the gradients of the full tensors computed
+ * gathered with dt_dist_full_tensor, must equal the gradients of the full tensors computed
  * locally; a Replicate weight used with a sharded input gets a Partial(sum) gradient. */
 #include <criterion/criterion.h>
 
@@ -41,7 +41,7 @@ static dt_status compare_grads(const char *what, dt_tensor *dist_grad, dt_tensor
   dt_tensor *full = NULL;
   RANK_CHECK(dist_grad != NULL, "%s: no gradient", what);
   RANK_CHECK(dt_tensor_is_distributed(dist_grad), "%s: gradient is not distributed", what);
-  RANK_OK(dt_full_tensor(dist_grad, &full));
+  RANK_OK(dt_dist_full_tensor(dist_grad, &full));
   int64_t n = dt_tensor_numel(local_grad);
   RANK_CHECK(dt_tensor_numel(full) == n, "%s: sizes differ", what);
   double a[64], b[64];
@@ -75,9 +75,9 @@ static dt_status rank_main(dt_comm *world, void *varg) {
   dt_tensor_release(loss);
   /* Distributed. */
   dt_tensor *dx = NULL, *dw = NULL, *db = NULL;
-  RANK_OK(dt_distribute_tensor(mesh, x, 1, &l->x, &dx));
-  RANK_OK(dt_distribute_tensor(mesh, w, 1, &l->w, &dw));
-  RANK_OK(dt_distribute_tensor(mesh, b, 1, &l->b, &db));
+  RANK_OK(dt_dist_distribute_tensor(mesh, x, 1, &l->x, &dx));
+  RANK_OK(dt_dist_distribute_tensor(mesh, w, 1, &l->w, &dw));
+  RANK_OK(dt_dist_distribute_tensor(mesh, b, 1, &l->b, &db));
   RANK_OK(dt_tensor_set_requires_grad(dx, true));
   RANK_OK(dt_tensor_set_requires_grad(dw, true));
   RANK_OK(dt_tensor_set_requires_grad(db, true));

@@ -71,10 +71,10 @@ static dt_status placed(dt_mesh *mesh, int mesh_ndim, const int64_t *shape,
   for (int m = 0; m < mesh_ndim; m++)
     first[m] = placements[m].kind == DT_PARTIAL ? dt_replicate() : placements[m];
   dt_tensor *full = ref_random(2, shape, DT_F32, -2, 2, 7), *t = NULL;
-  dt_status st = dt_distribute_tensor(mesh, full, mesh_ndim, first, &t);
+  dt_status st = dt_dist_distribute_tensor(mesh, full, mesh_ndim, first, &t);
   dt_tensor_release(full);
   if (st) return st;
-  st = dt_redistribute(t, mesh_ndim, placements, out);
+  st = dt_dist_redistribute(t, mesh_ndim, placements, out);
   dt_tensor_release(t);
   return st;
 }
@@ -88,10 +88,10 @@ static dt_status transition_rank(dt_comm *world, void *arg) {
   RANK_OK(placed(mesh, c->mesh_ndim, c->shape, c->from, &t));
   char text[1024];
   int64_t planned = -1;
-  RANK_OK(dt_redistribute_explain(t, c->mesh_ndim, c->to, text, sizeof text, &planned));
+  RANK_OK(dt_dist_redistribute_explain(t, c->mesh_ndim, c->to, text, sizeof text, &planned));
   dt_comm_ledger *ledger = NULL;
   RANK_OK(dt_comm_ledger_start(&ledger));
-  RANK_OK(dt_redistribute(t, c->mesh_ndim, c->to, &moved));
+  RANK_OK(dt_dist_redistribute(t, c->mesh_ndim, c->to, &moved));
   RANK_OK(dt_comm_ledger_stop(ledger));
   int64_t measured = dt_comm_ledger_bytes(ledger, NULL);
   dt_comm_ledger_destroy(ledger);
@@ -113,7 +113,7 @@ static dt_status transition_rank(dt_comm *world, void *arg) {
                rank, (long long)plan.bytes, (long long)measured);
   }
   /* The values survive the move: a Partial(sum) source made from a replica sums to it. */
-  RANK_OK(dt_full_tensor(moved, &full));
+  RANK_OK(dt_dist_full_tensor(moved, &full));
   dt_tensor *src = ref_random(2, c->shape, DT_F32, -2, 2, 7);
   bool partial_target = false;
   for (int m = 0; m < c->mesh_ndim; m++) partial_target |= c->to[m].kind == DT_PARTIAL;

@@ -69,11 +69,11 @@ static dt_status redistribute_rank(dt_comm *world, void *arg) {
       }
       dt_placement rep[3] = {dt_replicate(), dt_replicate(), dt_replicate()};
       dt_tensor *r = NULL, *a = NULL, *b = NULL, *back = NULL, *local = NULL;
-      st = dt_distribute_tensor(mesh, full, ma->ndim, rep, &r);
-      if (!st) st = dt_redistribute(r, ma->ndim, pf, &a);
-      if (!st) st = dt_redistribute(a, ma->ndim, pt, &b);
-      if (!st) st = dt_full_tensor(b, &back);
-      if (!st) st = dt_to_local(b, &local);
+      st = dt_dist_distribute_tensor(mesh, full, ma->ndim, rep, &r);
+      if (!st) st = dt_dist_redistribute(r, ma->ndim, pf, &a);
+      if (!st) st = dt_dist_redistribute(a, ma->ndim, pt, &b);
+      if (!st) st = dt_dist_full_tensor(b, &back);
+      if (!st) st = dt_dist_to_local(b, &local);
       char pa[16], pb[16], pc[16], pd[16];
       if (!st && !equal_values(back, full)) {
         fprintf(stderr, "redistribute (%s,%s) -> (%s,%s) changed the values\n",
@@ -144,7 +144,7 @@ static dt_status transpose_plan_rank(dt_comm *world, void *arg) {
   CHECK(!st, "dist_rand");
   char text[1024];
   int64_t bytes = 0;
-  st = dt_redistribute_explain(t, 2, (dt_placement[]){dt_shard(1), dt_shard(0)}, text, sizeof text,
+  st = dt_dist_redistribute_explain(t, 2, (dt_placement[]){dt_shard(1), dt_shard(0)}, text, sizeof text,
                                &bytes);
   CHECK(!st, "explain");
   CHECK(strstr(text, "all_to_all") != NULL, "plan has no all_to_all: %s", text);
@@ -155,7 +155,7 @@ static dt_status transpose_plan_rank(dt_comm *world, void *arg) {
     CHECK(step_bytes <= 64 * 64 * 4 / 2, "a step handles %lld bytes of a %d-byte tensor: %s",
           step_bytes, 64 * 64 * 4, text);
   }
-  st = dt_redistribute_explain(t, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, text, sizeof text,
+  st = dt_dist_redistribute_explain(t, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, text, sizeof text,
                                &bytes);
   CHECK(!st && bytes == 0 && strstr(text, "nothing"), "identity plan: %s", text);
   dt_tensor_release(t);
@@ -181,7 +181,7 @@ static dt_status rand_rank(dt_comm *world, void *arg) {
     dt_placement p[2] = {pick(k % 3), pick(k / 3)};
     dt_tensor *d = NULL, *full = NULL;
     st = dt_dist_randn(mesh, 2, shape, DT_F32, 77, ma->ndim, p, &d);
-    if (!st) st = dt_full_tensor(d, &full);
+    if (!st) st = dt_dist_full_tensor(d, &full);
     CHECK(!st, "dist_randn");
     CHECK(equal_values(full, whole), "dist_randn with placements %d differs from randn", k);
     dt_tensor_release(d);
@@ -211,10 +211,10 @@ static dt_status from_local_rank(dt_comm *world, void *arg) {
   /* Even: each rank 2x4 -> global 6x4. */
   dt_tensor *local = NULL, *d = NULL, *full = NULL;
   CHECK(!dt_full(2, (int64_t[]){2, 4}, rank, DT_F32, &local), "full");
-  CHECK(!dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, NULL, &d), "from_local");
+  CHECK(!dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, NULL, &d), "from_local");
   CHECK(dt_dist_global_shape(d)[0] == 6 && dt_dist_global_shape(d)[1] == 4, "global shape");
   CHECK(dt_tensor_shares_storage(d, local), "from_local must not copy");
-  CHECK(!dt_full_tensor(d, &full), "full_tensor");
+  CHECK(!dt_dist_full_tensor(d, &full), "full_tensor");
   double v;
   CHECK(!dt_tensor_get(full, (int64_t[]){5, 3}, &v) && v == 2, "row 5 comes from rank 2");
   dt_tensor_release(full);
@@ -223,18 +223,18 @@ static dt_status from_local_rank(dt_comm *world, void *arg) {
   /* Uneven with an explicit global shape: 7 rows over 3 ranks = 3, 3, 1. */
   int64_t rows = rank < 2 ? 3 : 1;
   CHECK(!dt_full(1, &rows, rank + 1, DT_I64, &local), "full");
-  dt_from_local_options opts = {
+  dt_dist_from_local_options opts = {
       .global_shape = (int64_t[]){7}, .global_ndim = 1, .run_check = true};
-  CHECK(!dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &opts, &d),
+  CHECK(!dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &opts, &d),
         "uneven from_local");
   dt_tensor *sum = NULL;
-  CHECK(!dt_sum(d, &sum) && !dt_full_tensor(sum, &full), "sum");
+  CHECK(!dt_sum(d, &sum) && !dt_dist_full_tensor(sum, &full), "sum");
   CHECK(!dt_tensor_get(full, NULL, &v) && v == 3 * 1 + 3 * 2 + 1 * 3, "sum of uneven shards is %g",
         v);
   dt_tensor_release(full);
   dt_tensor_release(sum);
   char text[512];
-  CHECK(!dt_visualize_sharding(d, text, sizeof text), "visualize");
+  CHECK(!dt_dist_visualize_sharding(d, text, sizeof text), "visualize");
   CHECK(strstr(text, "0:3 -> ranks 0") && strstr(text, "3:6 -> ranks 1") &&
             strstr(text, "6:7 -> ranks 2"),
         "visualize_sharding gave:\n%s", text);
@@ -244,14 +244,14 @@ static dt_status from_local_rank(dt_comm *world, void *arg) {
   int64_t wrong = 2;
   CHECK(!dt_full(1, &wrong, 1, DT_I64, &local), "full");
   opts.run_check = true;
-  st = dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &opts, &d);
+  st = dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &opts, &d);
   CHECK(st == DT_ERR_INVALID && d == NULL, "a misfit shard must fail (got %d)", st);
   CHECK(strstr(dt_last_error(), "from_local"), "message names from_local");
   /* Replicas that differ are caught by run_check on every rank. */
   dt_tensor_release(local);
   CHECK(!dt_full(1, (int64_t[]){4}, rank == 1 ? 9 : 1, DT_F32, &local), "full");
-  opts = (dt_from_local_options){.run_check = true};
-  st = dt_from_local(mesh, local, 1, (dt_placement[]){dt_replicate()}, &opts, &d);
+  opts = (dt_dist_from_local_options){.run_check = true};
+  st = dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_replicate()}, &opts, &d);
   CHECK(st == DT_ERR_INVALID, "differing replicas must fail (got %d)", st);
   CHECK(strstr(dt_last_error(), "different values"), "message");
   dt_tensor_release(local);
@@ -274,21 +274,21 @@ static dt_status cache_rank(dt_comm *world, void *arg) {
         "ones");
   CHECK(!dt_dist_ones(mesh, 2, (int64_t[]){4, 4}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &b),
         "ones");
-  dt_sharding_cache_clear();
-  dt_sharding_cache_stats s;
+  dt_dist_sharding_cache_clear();
+  dt_dist_sharding_cache_info s;
   for (int i = 0; i < 5; i++) {
     CHECK(!dt_add(a, b, &c), "add");
     dt_tensor_release(c);
   }
-  dt_sharding_cache_stats_get(&s);
+  dt_dist_sharding_cache_stats(&s);
   CHECK(s.misses == 1 && s.hits == 4 && s.entries >= 1, "5 adds: %llu misses, %llu hits",
         (unsigned long long)s.misses, (unsigned long long)s.hits);
   CHECK(!dt_mul(a, b, &c), "mul"); /* another op: another miss */
   dt_tensor_release(c);
-  dt_sharding_cache_stats_get(&s);
+  dt_dist_sharding_cache_stats(&s);
   CHECK(s.misses == 2, "mul is a new key");
-  dt_sharding_cache_clear();
-  dt_sharding_cache_stats_get(&s);
+  dt_dist_sharding_cache_clear();
+  dt_dist_sharding_cache_stats(&s);
   CHECK(s.entries == 0 && s.hits == 0 && s.misses == 0, "clear empties the cache");
   dt_tensor_release(a);
   dt_tensor_release(b);
@@ -310,16 +310,16 @@ static dt_status bad_input_rank(dt_comm *world, void *arg) {
   if (st) return st;
   dt_tensor *full = NULL, *d = NULL, *e = NULL, *out = (dt_tensor *)0x1;
   CHECK(!dt_ones(2, (int64_t[]){4, 4}, DT_F32, &full), "ones");
-  st = dt_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_shard(2)}, &d);
+  st = dt_dist_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_shard(2)}, &d);
   CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "Shard(2)") &&
             strstr(dt_last_error(), "2 dims"),
         "shard dim out of range");
-  st = dt_distribute_tensor(mesh, full, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, &d);
+  st = dt_dist_distribute_tensor(mesh, full, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, &d);
   CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "2 placements"), "placement count");
-  st = dt_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_partial(DT_REDUCE_SUM)}, &d);
+  st = dt_dist_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_partial(DT_REDUCE_SUM)}, &d);
   CHECK(st == DT_ERR_INVALID, "distribute with Partial");
-  CHECK(!dt_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_shard(0)}, &d), "distribute");
-  CHECK(!dt_distribute_tensor(other, full, 1, (dt_placement[]){dt_shard(0)}, &e), "distribute");
+  CHECK(!dt_dist_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_shard(0)}, &d), "distribute");
+  CHECK(!dt_dist_distribute_tensor(other, full, 1, (dt_placement[]){dt_shard(0)}, &e), "distribute");
   st = dt_add(d, e, &out);
   CHECK(st == DT_ERR_INVALID && out == NULL && strstr(dt_last_error(), "mesh"), "different meshes");
   st = dt_add(d, full, &out);
@@ -332,12 +332,12 @@ static dt_status bad_input_rank(dt_comm *world, void *arg) {
   st = dt_add(d, bad_shape, &out);
   CHECK(st == DT_ERR_SHAPE && strstr(dt_last_error(), "[4, 4] and [5]"),
         "global shapes in errors: %s", dt_last_error());
-  st = dt_redistribute(d, 1, (dt_placement[]){dt_shard(-3)}, &out);
+  st = dt_dist_redistribute(d, 1, (dt_placement[]){dt_shard(-3)}, &out);
   CHECK(st == DT_ERR_INVALID, "redistribute to a bad dim");
   /* A 0-d local tensor mixes in as a replica. */
   dt_tensor *scalar = NULL, *sum = NULL, *back = NULL;
   CHECK(!dt_full(0, NULL, 2, DT_F32, &scalar), "scalar");
-  CHECK(!dt_mul(d, scalar, &sum) && !dt_full_tensor(sum, &back), "dist * scalar");
+  CHECK(!dt_mul(d, scalar, &sum) && !dt_dist_full_tensor(sum, &back), "dist * scalar");
   double v;
   CHECK(!dt_tensor_get(back, (int64_t[]){3, 3}, &v) && v == 2, "value");
   dt_tensor_release(scalar);
@@ -450,7 +450,7 @@ static dt_status uniform_rank(dt_comm *world, void *arg) {
     dt_placement p[2] = {pick(k), pick(2 - k)};
     CHECK(!dt_dist_zeros(mesh, 2, shape, DT_F32, ma->ndim, p, &d), "zeros");
     CHECK(!dt_uniform_(d, -1, 1, 9), "dist uniform_");
-    CHECK(!dt_full_tensor(d, &full), "full_tensor");
+    CHECK(!dt_dist_full_tensor(d, &full), "full_tensor");
     CHECK(equal_values(full, whole), "uniform_ on placements %d differs from the local fill", k);
     bool same = false;
     CHECK(!dt_is_same_size(d, whole, &same) && same, "is_same_size compares global shapes");
@@ -497,7 +497,7 @@ static dt_status ledger_rank(dt_comm *world, void *arg) {
   CHECK(!dt_dist_rand(mesh, 2, (int64_t[]){9, 6}, DT_F32, 2, 2,
                       (dt_placement[]){dt_replicate(), dt_replicate()}, &rep),
         "rand");
-  CHECK(!dt_redistribute(rep, 2, (dt_placement[]){dt_replicate(), dt_partial(DT_REDUCE_SUM)}, &b),
+  CHECK(!dt_dist_redistribute(rep, 2, (dt_placement[]){dt_replicate(), dt_partial(DT_REDUCE_SUM)}, &b),
         "to partial");
   dt_comm_ledger *ledger = NULL;
   CHECK(!dt_comm_ledger_start(&ledger), "ledger start");
@@ -508,8 +508,8 @@ static dt_status ledger_rank(dt_comm *world, void *arg) {
   char text[1024];
   int64_t planned = 0;
   dt_placement target[2] = {dt_replicate(), dt_replicate()};
-  CHECK(!dt_redistribute_explain(a, 2, target, text, sizeof text, &planned), "explain");
-  CHECK(!dt_redistribute(a, 2, target, &r), "redistribute");
+  CHECK(!dt_dist_redistribute_explain(a, 2, target, text, sizeof text, &planned), "explain");
+  CHECK(!dt_dist_redistribute(a, 2, target, &r), "redistribute");
   int64_t moved = dt_comm_ledger_bytes(ledger, NULL) - before;
   CHECK(moved == planned, "planned %lld bytes, moved %lld:\n%s", (long long)planned,
         (long long)moved, text);
@@ -541,12 +541,12 @@ static dt_status vocab_rank(dt_comm *world, void *arg) {
   int64_t ids[] = {0, 9, 3, 3, 7, 5};
   dt_tensor *idx = NULL, *w = NULL, *out = NULL, *gathered = NULL, *expected = NULL;
   CHECK(!dt_from_data(ids, 1, (int64_t[]){6}, DT_I64, &idx), "indices");
-  CHECK(!dt_distribute_tensor(mesh, full_w, 1, (dt_placement[]){dt_shard(0)}, &w),
+  CHECK(!dt_dist_distribute_tensor(mesh, full_w, 1, (dt_placement[]){dt_shard(0)}, &w),
         "weight rows sharded");
   dt_comm_ledger *ledger = NULL;
   CHECK(!dt_comm_ledger_start(&ledger), "ledger");
   dt_tensor *didx = NULL;
-  CHECK(!dt_distribute_tensor(mesh, idx, 1, (dt_placement[]){dt_replicate()}, &didx),
+  CHECK(!dt_dist_distribute_tensor(mesh, idx, 1, (dt_placement[]){dt_replicate()}, &didx),
         "indices replicated");
   CHECK(!dt_embedding(w, didx, &out), "embedding");
   CHECK(dt_comm_ledger_count(ledger, NULL) == 0, "the lookup itself moves nothing");
@@ -554,13 +554,13 @@ static dt_status vocab_rank(dt_comm *world, void *arg) {
   dt_comm_ledger_destroy(ledger);
   CHECK(dt_dist_placements(out)[0].kind == DT_PARTIAL,
         "vocabulary-parallel lookup gives Partial(sum)");
-  CHECK(!dt_full_tensor(out, &gathered) && !dt_embedding(full_w, idx, &expected), "full");
+  CHECK(!dt_dist_full_tensor(out, &gathered) && !dt_embedding(full_w, idx, &expected), "full");
   CHECK(equal_values(gathered, expected), "lookup values");
   /* An index past the table fails on every rank, whichever shard holds the rows. */
   int64_t bad[] = {2, 10};
   dt_tensor *bidx = NULL, *dbad = NULL, *o2 = NULL;
   CHECK(!dt_from_data(bad, 1, (int64_t[]){2}, DT_I64, &bidx), "indices");
-  CHECK(!dt_distribute_tensor(mesh, bidx, 1, (dt_placement[]){dt_replicate()}, &dbad),
+  CHECK(!dt_dist_distribute_tensor(mesh, bidx, 1, (dt_placement[]){dt_replicate()}, &dbad),
         "bad indices");
   st = dt_embedding(w, dbad, &o2);
   CHECK(st == DT_ERR_INDEX && o2 == NULL && strstr(dt_last_error(), "index 10"), "bad index: %d",
@@ -587,13 +587,13 @@ static dt_status fallback_rank(dt_comm *world, void *arg) {
         "ones");
   CHECK(!dt_dist_full(mesh, 1, (int64_t[]){5}, 2, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &b),
         "full");
-  dt_sharding_cache_clear();
+  dt_dist_sharding_cache_clear();
   CHECK(!dt_matmul(a, b, &dot), "1-D matmul (no rule: replicated)");
-  dt_sharding_cache_stats s;
-  dt_sharding_cache_stats_get(&s);
+  dt_dist_sharding_cache_info s;
+  dt_dist_sharding_cache_stats(&s);
   CHECK(s.fallbacks == 1, "one fallback counted (%llu)", (unsigned long long)s.fallbacks);
   double v = 0;
-  CHECK(!dt_full_tensor(dot, &full) && !dt_tensor_get(full, NULL, &v) && v == 10, "dot = %g", v);
+  CHECK(!dt_dist_full_tensor(dot, &full) && !dt_tensor_get(full, NULL, &v) && v == 10, "dot = %g", v);
   dt_tensor *rel[] = {a, b, dot, full};
   for (int i = 0; i < 4; i++) dt_tensor_release(rel[i]);
   dt_mesh_destroy(mesh);
@@ -610,21 +610,21 @@ static dt_status bounded_rank(dt_comm *world, void *arg) {
   dt_mesh *mesh = NULL;
   dt_status st = dt_mesh_create(world, 1, (int[]){2}, NULL, &mesh);
   if (st) return st;
-  dt_sharding_cache_clear();
+  dt_dist_sharding_cache_clear();
   for (int64_t n = 1; n <= 1500 && !st; n++) {
     dt_tensor *a = NULL, *b = NULL, *s = NULL, *full = NULL;
     st = dt_dist_ones(mesh, 1, &n, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &a);
     if (!st) st = dt_add(a, a, &b);
     if (!st) st = dt_sum(b, &s);
-    if (!st) st = dt_full_tensor(s, &full);
+    if (!st) st = dt_dist_full_tensor(s, &full);
     double v = 0;
     if (!st) dt_tensor_get(full, NULL, &v);
     CHECK(!st && v == 2.0 * (double)n, "sum of 2s over %lld elements is %g", (long long)n, v);
     dt_tensor *rel[] = {a, b, s, full};
     for (int i = 0; i < 4; i++) dt_tensor_release(rel[i]);
   }
-  dt_sharding_cache_stats stats;
-  dt_sharding_cache_stats_get(&stats);
+  dt_dist_sharding_cache_info stats;
+  dt_dist_sharding_cache_stats(&stats);
   CHECK(stats.entries <= 1024 + 256, "the cache holds %llu entries",
         (unsigned long long)stats.entries);
   dt_mesh_destroy(mesh);
@@ -649,7 +649,7 @@ static dt_status review_rank(dt_comm *world, void *arg) {
       "rand");
   CHECK(!dt_squeeze(x, &sq) && dt_dist_ndim(sq) == 2 && dt_tensor_ndim(sq) == 2,
         "squeeze keeps the sharded dim");
-  CHECK(!dt_full_tensor(sq, &full) && dt_tensor_shape(full)[0] == 4 &&
+  CHECK(!dt_dist_full_tensor(sq, &full) && dt_tensor_shape(full)[0] == 4 &&
             dt_tensor_shape(full)[1] == 3,
         "full");
   CHECK(!dt_squeeze_dim(x, -1, &sqd) && dt_dist_ndim(sqd) == 3,
@@ -679,10 +679,10 @@ static dt_status review_rank(dt_comm *world, void *arg) {
                              : 0.0,
                  DT_F32, &local),
         "full");
-  CHECK(!dt_from_local(mesh, local, 1, (dt_placement[]){dt_partial(DT_REDUCE_SUM)}, NULL, &p),
+  CHECK(!dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_partial(DT_REDUCE_SUM)}, NULL, &p),
         "partial");
   double v = 0;
-  CHECK(!dt_to(p, DT_I32, &c) && !dt_full_tensor(c, &cf) &&
+  CHECK(!dt_to(p, DT_I32, &c) && !dt_dist_full_tensor(c, &cf) &&
             !dt_tensor_get(cf, (int64_t[]){0}, &v) && v == 1,
         "to(int32) of P(sum) 0.6 + 0.6 is 1 (got %g)", v);
   /* Fill values an integer dtype cannot hold are refused. */
@@ -723,8 +723,8 @@ static dt_status run_check_rank(dt_comm *world, void *arg) {
   CHECK(!dt_ones(8, (int64_t[]){1, 1, 1, 1, 1, 1, 1, rank + 2}, DT_F32, &dirty), "ones");
   dt_tensor_release(dirty);
   CHECK(!dt_full(1, (int64_t[]){4}, rank, DT_F32, &local), "full");
-  dt_from_local_options o = {.run_check = true};
-  st = dt_from_local(mesh, local, 1, (dt_placement[]){dt_replicate()}, &o, &d);
+  dt_dist_from_local_options o = {.run_check = true};
+  st = dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_replicate()}, &o, &d);
   CHECK(st == DT_ERR_INVALID && d == NULL, "differing replicas must be caught (got %d)", st);
   dt_tensor_release(local);
   dt_mesh_destroy(mesh);

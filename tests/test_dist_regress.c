@@ -28,8 +28,8 @@ static dt_status destroy_mesh_first_rank(dt_comm *world, void *arg) {
   dt_tensor *full = iota_2d(6, 4);
   RANK_CHECK(full != NULL, "iota");
   dt_tensor *x = NULL, *y = NULL, *sum = NULL, *moved = NULL, *gathered = NULL;
-  RANK_OK(dt_distribute_tensor(mesh, full, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, &x));
-  RANK_OK(dt_distribute_tensor(mesh, full, 2, (dt_placement[]){dt_replicate(), dt_shard(0)}, &y));
+  RANK_OK(dt_dist_distribute_tensor(mesh, full, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, &x));
+  RANK_OK(dt_dist_distribute_tensor(mesh, full, 2, (dt_placement[]){dt_replicate(), dt_shard(0)}, &y));
   /* Warm this thread's sharding cache with plans on the mesh, then drop the user's mesh. */
   RANK_OK(dt_add(x, y, &sum));
   dt_tensor_release(sum);
@@ -39,8 +39,8 @@ static dt_status destroy_mesh_first_rank(dt_comm *world, void *arg) {
   /* Everything still works: ops (cached plans were dropped, new ones are not cached),
    * redistribution over the mesh's groups, full_tensor. */
   RANK_OK(dt_add(x, y, &sum));
-  RANK_OK(dt_redistribute(sum, 2, (dt_placement[]){dt_shard(1), dt_replicate()}, &moved));
-  RANK_OK(dt_full_tensor(moved, &gathered));
+  RANK_OK(dt_dist_redistribute(sum, 2, (dt_placement[]){dt_shard(1), dt_replicate()}, &moved));
+  RANK_OK(dt_dist_full_tensor(moved, &gathered));
   RANK_CHECK(dt_tensor_numel(gathered) == 24, "numel %lld", (long long)dt_tensor_numel(gathered));
   const float *g = dt_tensor_data(gathered);
   for (int64_t i = 0; i < 24; i++) {
@@ -74,11 +74,11 @@ Test(dist_regress, mesh_destroyed_before_its_tensors_fake) {
   cr_assert_eq(dt_mesh_create(world, 1, (int[]){4}, (const char *[]){"tp"}, &mesh), DT_OK, "%s",
                dt_last_error());
   dt_tensor *full = iota_2d(8, 3), *x = NULL, *sum = NULL, *local = NULL, *moved = NULL;
-  cr_assert_eq(dt_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_shard(0)}, &x), DT_OK, "%s",
+  cr_assert_eq(dt_dist_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_shard(0)}, &x), DT_OK, "%s",
                dt_last_error());
   dt_mesh_destroy(mesh);
   cr_assert_eq(dt_add(x, x, &sum), DT_OK, "%s", dt_last_error());
-  cr_assert_eq(dt_to_local(sum, &local), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_dist_to_local(sum, &local), DT_OK, "%s", dt_last_error());
   /* Rank 1 of 4 holds rows 2 and 3. */
   const float *p = dt_tensor_data(local);
   cr_assert_eq(dt_tensor_shape(local)[0], 2);
@@ -88,7 +88,7 @@ Test(dist_regress, mesh_destroyed_before_its_tensors_fake) {
                  (double)expect);
   }
   /* A collective on the mesh's group after the user's destroy (fake moves no data). */
-  cr_assert_eq(dt_redistribute(sum, 1, (dt_placement[]){dt_replicate()}, &moved), DT_OK, "%s",
+  cr_assert_eq(dt_dist_redistribute(sum, 1, (dt_placement[]){dt_replicate()}, &moved), DT_OK, "%s",
                dt_last_error());
   cr_assert_eq(dt_dist_global_shape(moved)[0], 8);
   dt_tensor_release(moved);
@@ -107,25 +107,25 @@ static dt_status int_avg_rank(dt_comm *world, void *arg) {
   RANK_OK(dt_mesh_create(world, 1, (int[]){2}, NULL, &mesh));
   dt_tensor *full = NULL, *x = NULL, *p = NULL, *local = NULL, *wrapped = NULL;
   RANK_OK(dt_full(1, (int64_t[]){4}, 3.0, DT_I64, &full));
-  RANK_OK(dt_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_replicate()}, &x));
-  dt_status st = dt_redistribute(x, 1, (dt_placement[]){dt_partial(DT_REDUCE_AVG)}, &p);
+  RANK_OK(dt_dist_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_replicate()}, &x));
+  dt_status st = dt_dist_redistribute(x, 1, (dt_placement[]){dt_partial(DT_REDUCE_AVG)}, &p);
   RANK_CHECK(st == DT_ERR_INVALID && p == NULL, "redistribute to P(avg) on int64: %s",
              dt_status_string(st));
   RANK_CHECK(mentions(dt_last_error(), "redistribute") && mentions(dt_last_error(), "avg") &&
                  mentions(dt_last_error(), "int64"),
              "message: %s", dt_last_error());
   /* Partial(sum) of the same tensor is fine, and from_local with Partial(avg) is refused. */
-  RANK_OK(dt_redistribute(x, 1, (dt_placement[]){dt_partial(DT_REDUCE_SUM)}, &p));
-  RANK_OK(dt_to_local(x, &local));
-  st = dt_from_local(mesh, local, 1, (dt_placement[]){dt_partial(DT_REDUCE_AVG)}, NULL, &wrapped);
+  RANK_OK(dt_dist_redistribute(x, 1, (dt_placement[]){dt_partial(DT_REDUCE_SUM)}, &p));
+  RANK_OK(dt_dist_to_local(x, &local));
+  st = dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_partial(DT_REDUCE_AVG)}, NULL, &wrapped);
   RANK_CHECK(st == DT_ERR_INVALID && wrapped == NULL && mentions(dt_last_error(), "from_local") &&
                  mentions(dt_last_error(), "Partial(avg)"),
              "from_local P(avg) int64: %s", dt_last_error());
   /* A floating Partial(avg) stays accepted. */
   dt_tensor *f = NULL, *fx = NULL, *favg = NULL, *fall = NULL;
   RANK_OK(dt_full(1, (int64_t[]){4}, 2.0, DT_F32, &f));
-  RANK_OK(dt_from_local(mesh, f, 1, (dt_placement[]){dt_partial(DT_REDUCE_AVG)}, NULL, &favg));
-  RANK_OK(dt_full_tensor(favg, &fall));
+  RANK_OK(dt_dist_from_local(mesh, f, 1, (dt_placement[]){dt_partial(DT_REDUCE_AVG)}, NULL, &favg));
+  RANK_OK(dt_dist_full_tensor(favg, &fall));
   RANK_CHECK(((float *)dt_tensor_data(fall))[3] == 2.0f, "avg of 2 and 2");
   (void)fx;
   dt_tensor_release(fall);
@@ -144,12 +144,12 @@ Test(dist_regress, partial_avg_refused_for_integers) { SPAWN_OK(2, int_avg_rank,
 Test(dist_regress, to_local_and_full_tensor_refuse_local_tensors) {
   dt_tensor *t = NULL, *out = (dt_tensor *)1;
   cr_assert_eq(dt_ones(1, (int64_t[]){3}, DT_F32, &t), DT_OK);
-  cr_assert_eq(dt_to_local(t, &out), DT_ERR_INVALID);
+  cr_assert_eq(dt_dist_to_local(t, &out), DT_ERR_INVALID);
   cr_assert_null(out);
   cr_assert(mentions(dt_last_error(), "to_local") && mentions(dt_last_error(), "not distributed"),
             "%s", dt_last_error());
   out = (dt_tensor *)1;
-  cr_assert_eq(dt_full_tensor(t, &out), DT_ERR_INVALID);
+  cr_assert_eq(dt_dist_full_tensor(t, &out), DT_ERR_INVALID);
   cr_assert_null(out);
   cr_assert(mentions(dt_last_error(), "full_tensor") &&
                 mentions(dt_last_error(), "not distributed"),
@@ -166,26 +166,26 @@ static dt_status uneven_rank(dt_comm *world, void *arg) {
    * message must point at the option. */
   int rank = dt_comm_rank(world);
   dt_tensor *local = iota_2d(rank == 0 ? 3 : 2, 2), *x = NULL, *whole = NULL;
-  RANK_OK(dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, NULL, &x));
-  dt_status st = dt_full_tensor(x, &whole);
+  RANK_OK(dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, NULL, &x));
+  dt_status st = dt_dist_full_tensor(x, &whole);
   RANK_CHECK(st == DT_ERR_MISMATCH && whole == NULL, "full_tensor of uneven guesses: %s",
              dt_status_string(st));
   RANK_CHECK(mentions(dt_last_error(), "global_shape"), "message: %s", dt_last_error());
   dt_tensor_release(x);
   x = NULL;
   /* run_check finds the differing guesses at once, and says the same. */
-  dt_from_local_options check = {.run_check = true};
-  st = dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &check, &x);
+  dt_dist_from_local_options check = {.run_check = true};
+  st = dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &check, &x);
   RANK_CHECK(st == DT_ERR_INVALID && x == NULL && mentions(dt_last_error(), "global_shape"),
              "run_check: %s", dt_last_error());
   /* With it, the same shards are accepted. */
-  dt_from_local_options opt = {.global_shape = (int64_t[]){5, 2}, .global_ndim = 2};
-  RANK_OK(dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &opt, &x));
+  dt_dist_from_local_options opt = {.global_shape = (int64_t[]){5, 2}, .global_ndim = 2};
+  RANK_OK(dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &opt, &x));
   RANK_CHECK(dt_dist_global_shape(x)[0] == 5, "global rows");
   /* A misfit despite global_shape does not blame the missing option. */
   dt_tensor *y = NULL;
   opt.global_shape = (int64_t[]){7, 2};
-  st = dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &opt, &y);
+  st = dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &opt, &y);
   RANK_CHECK(st == DT_ERR_INVALID && !mentions(dt_last_error(), "no options.global_shape"), "%s",
              dt_last_error());
   dt_tensor_release(x);

@@ -75,13 +75,13 @@ static dt_status run_case(dt_mesh *mesh, const sweep *sw, const op_case *c, uint
     for (int i = 0; i < c->n_in && !st; i++) {
       dt_placement rep[3] = {dt_replicate(), dt_replicate(), dt_replicate()};
       dt_tensor *r = NULL;
-      st = dt_distribute_tensor(mesh, full[i], sw->mesh_ndim, rep, &r);
-      if (!st) st = dt_redistribute(r, sw->mesh_ndim, pl[i], &dist[i]);
+      st = dt_dist_distribute_tensor(mesh, full[i], sw->mesh_ndim, rep, &r);
+      if (!st) st = dt_dist_redistribute(r, sw->mesh_ndim, pl[i], &dist[i]);
       dt_tensor_release(r);
       if (st) st = fail("making the input", c, desc);
     }
     if (!st && c->fn(dist, &out)) st = fail("distributed op failed", c, desc);
-    if (!st && dt_full_tensor(out, &gathered)) st = fail("full_tensor failed", c, desc);
+    if (!st && dt_dist_full_tensor(out, &gathered)) st = fail("full_tensor failed", c, desc);
     if (!st) {
       int64_t n = dt_tensor_numel(expected);
       bool same_shape = dt_tensor_ndim(gathered) == dt_tensor_ndim(expected) &&
@@ -199,12 +199,12 @@ static dt_status chain_rank(dt_comm *world, void *arg) {
         strncat(desc, " ", sizeof desc - strlen(desc) - 1);
       }
       dt_tensor *r = NULL;
-      st = dt_distribute_tensor(mesh, full[i], sw->mesh_ndim, rep, &r);
-      if (!st) st = dt_redistribute(r, sw->mesh_ndim, p, &dist[i]);
+      st = dt_dist_distribute_tensor(mesh, full[i], sw->mesh_ndim, rep, &r);
+      if (!st) st = dt_dist_redistribute(r, sw->mesh_ndim, p, &dist[i]);
       dt_tensor_release(r);
     }
     if (!st) st = chain(dist[0], dist[1], dist[2], &out);
-    if (!st) st = dt_full_tensor(out, &got);
+    if (!st) st = dt_dist_full_tensor(out, &got);
     if (!st) {
       double *g = ref_values(got), *e = ref_values(expected);
       for (int64_t j = 0; j < dt_tensor_numel(expected); j++) {

@@ -27,7 +27,7 @@ static double max_abs_diff(const dt_tensor *a, const dt_tensor *b) {
 
 /* A local copy of the whole of t (t itself when it is local). */
 static dt_status whole(dt_tensor *t, dt_tensor **out) {
-  if (dt_tensor_is_distributed(t)) return dt_full_tensor(t, out);
+  if (dt_tensor_is_distributed(t)) return dt_dist_full_tensor(t, out);
   *out = dt_tensor_retain(t);
   return DT_OK;
 }
@@ -121,25 +121,25 @@ static dt_status convert_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
   dt_status st = dt_relu(x, &h);
   switch (u->which) {
   case CALL_FROM_LOCAL:
-    if (!st) st = dt_from_local(u->mesh, h, 1, &r, NULL, &y);
+    if (!st) st = dt_dist_from_local(u->mesh, h, 1, &r, NULL, &y);
     break;
   case CALL_REDISTRIBUTE:
-    if (!st) st = dt_redistribute(h, 1, &r, &y);
+    if (!st) st = dt_dist_redistribute(h, 1, &r, &y);
     break;
   case CALL_FULL_TENSOR:
-    if (!st) st = dt_full_tensor(h, &y);
+    if (!st) st = dt_dist_full_tensor(h, &y);
     break;
   case CALL_TO_LOCAL:
-    if (!st) st = dt_to_local(h, &y);
+    if (!st) st = dt_dist_to_local(h, &y);
     break;
   case CALL_DISTRIBUTE_TENSOR:
-    if (!st) st = dt_distribute_tensor(u->mesh, h, 1, &s0, &y);
+    if (!st) st = dt_dist_distribute_tensor(u->mesh, h, 1, &s0, &y);
     break;
   case CALL_CONSTANT_FROM_LOCAL:
     /* ones -> from_local -> add: the conversion's input is not traced, so its result is
      * rightly a constant of the graph. */
     if (!st) st = dt_ones(dt_tensor_ndim(x), dt_tensor_shape(x), DT_F32, &c);
-    if (!st) st = dt_from_local(u->mesh, c, 1, &r, NULL, &d);
+    if (!st) st = dt_dist_from_local(u->mesh, c, 1, &r, NULL, &d);
     if (!st) st = dt_add(h, d, &y);
     break;
   default: st = DT_ERR_INTERNAL;
@@ -164,7 +164,7 @@ static dt_status make_input(dt_mesh *mesh, which_call which, uint64_t seed, dt_t
     return DT_OK;
   }
   dt_placement p = which == CALL_CONSTANT_FROM_LOCAL ? dt_replicate() : dt_shard(0);
-  dt_status st = dt_distribute_tensor(mesh, local, 1, &p, out);
+  dt_status st = dt_dist_distribute_tensor(mesh, local, 1, &p, out);
   dt_tensor_release(local);
   return st;
 }
@@ -258,10 +258,10 @@ static dt_status inner_rank(dt_comm *world, void *arg) {
   dt_tensor *l1 = ref_random(2, shape, DT_F32, -2, 2, 9),
             *l2 = ref_random(2, shape, DT_F32, -2, 2, 10);
   dt_tensor *x1 = NULL, *x2 = NULL;
-  RANK_OK(dt_distribute_tensor(mesh, p, 1, &s1, &pd));
+  RANK_OK(dt_dist_distribute_tensor(mesh, p, 1, &s1, &pd));
   RANK_OK(dt_module_add_parameter(model, "p", pd));
-  RANK_OK(dt_distribute_tensor(mesh, l1, 1, &s0, &x1));
-  RANK_OK(dt_distribute_tensor(mesh, l2, 1, &s0, &x2));
+  RANK_OK(dt_dist_distribute_tensor(mesh, l1, 1, &s0, &x1));
+  RANK_OK(dt_dist_distribute_tensor(mesh, l2, 1, &s0, &x2));
   RANK_OK(expect_export_runs(model, x1, x2));
   dt_tensor_release(p);
   dt_tensor_release(pd);

@@ -327,17 +327,17 @@ static dt_status dist_rank(dt_comm *world, void *arg) {
   dt_tensor *state[16] = {NULL};
   for (int i = 0; i < n; i++) {
     names[i] = dt_program_state_name(local, i);
-    RANK_OK(dt_distribute_tensor(mesh, dt_program_state_tensor(local, i), 1,
+    RANK_OK(dt_dist_distribute_tensor(mesh, dt_program_state_tensor(local, i), 1,
                                  (dt_placement[]){dt_replicate()}, &state[i]));
   }
   dt_program *p = NULL;
   RANK_OK(dt_program_create(dt_program_graph(local), n, names, state, &p));
   dt_tensor *x = ref_random(2, (int64_t[]){7, 3}, DT_F32, -1, 1, 9), *dx = NULL, *dy = NULL,
             *full = NULL, *y = NULL;
-  RANK_OK(dt_distribute_tensor(mesh, x, 1, (dt_placement[]){dt_shard(0)}, &dx));
+  RANK_OK(dt_dist_distribute_tensor(mesh, x, 1, (dt_placement[]){dt_shard(0)}, &dx));
   RANK_OK(dt_program_run(p, 1, &dx, 1, &dy, NULL));
   RANK_CHECK(dt_tensor_is_distributed(dy), "distributed in, distributed out");
-  RANK_OK(dt_full_tensor(dy, &full));
+  RANK_OK(dt_dist_full_tensor(dy, &full));
   RANK_OK(dt_program_run(local, 1, &x, 1, &y, NULL));
   RANK_CHECK(max_abs_diff(full, y) <= 1e-6, "distributed run differs");
   for (int i = 0; i < n; i++) dt_tensor_release(state[i]);

@@ -428,7 +428,7 @@ static dt_status load_shard_rank(dt_comm *world, void *arg) {
   const int64_t *global = dt_dist_global_shape(dist);
   RANK_CHECK(global[0] == 1000 && global[1] == 64, "global shape");
   /* The gathered tensor equals the whole file's tensor: every rank's block is right. */
-  RANK_OK(dt_full_tensor(dist, &full));
+  RANK_OK(dt_dist_full_tensor(dist, &full));
   RANK_OK(dt_safetensors_get(f, "tok_embeddings.weight", DT_SAFETENSORS_BORROW, &local));
   RANK_CHECK(memcmp(dt_tensor_data(full), dt_tensor_data(local), 256000) == 0,
              "rank %d: gathered values differ from the file", dt_comm_rank(world));
@@ -471,7 +471,7 @@ static dt_status load_uneven_rank(dt_comm *world, void *arg) {
   uint64_t rows = r < 2 ? 334 : 332;
   RANK_CHECK(dt_safetensors_bytes_read(f) == rows * 256, "rank %d read %llu", r,
              (unsigned long long)dt_safetensors_bytes_read(f));
-  RANK_OK(dt_full_tensor(dist, &full));
+  RANK_OK(dt_dist_full_tensor(dist, &full));
   RANK_OK(dt_safetensors_get(f, "tok_embeddings.weight", DT_SAFETENSORS_COPY, &local));
   RANK_CHECK(memcmp(dt_tensor_data(full), dt_tensor_data(local), 256000) == 0, "values");
   dt_tensor_release(local);

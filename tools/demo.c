@@ -85,12 +85,12 @@ static dt_status rank_main(dt_comm *world, void *arg) {
   /* The first weight as the distributed tensor its local shard is part of. */
   if (!st) st = dt_mesh_create(world, 1, (int[]){d->world}, (const char *const[]){"tp"}, &mesh);
   if (!st) {
-    dt_from_local_options fo = {.global_shape = (int64_t[]){HIDDEN, IN}, .global_ndim = 2};
-    st = dt_from_local(mesh, dt_program_state(tp, "0.weight"), 1, (dt_placement[]){dt_shard(0)},
+    dt_dist_from_local_options fo = {.global_shape = (int64_t[]){HIDDEN, IN}, .global_ndim = 2};
+    st = dt_dist_from_local(mesh, dt_program_state(tp, "0.weight"), 1, (dt_placement[]){dt_shard(0)},
                        &fo, &shard);
   }
   if (!st && rank == 0) {
-    st = dt_visualize_sharding(shard, d->sharding, sizeof d->sharding);
+    st = dt_dist_visualize_sharding(shard, d->sharding, sizeof d->sharding);
     const dt_graph *g = dt_program_graph(tp);
     for (int k = 0; k < 4; k++) d->inserted[k] = dt_graph_count_target(g, dt_comm_node_name(k));
     d->inserted[4] = dt_graph_count_target(g, "wait_tensor");

@@ -99,7 +99,7 @@ DT_API uint64_t dt_safetensors_bytes_read(const dt_safetensors *file);
  * a multiple of 8. The file is written to a temporary beside `path`, fsynced and renamed over
  * it, so a reader sees the old file or the new one; a new file's mode is 0666 & ~umask.
  * Errors: DT_ERR_INVALID (NULL arguments, duplicate or reserved names, a distributed tensor:
- * gather it with dt_full_tensor first), DT_ERR_IO (the message names the path and errno's
+ * gather it with dt_dist_full_tensor first), DT_ERR_IO (the message names the path and errno's
  * reason), DT_ERR_NOMEM. */
 DT_API dt_status dt_safetensors_save(const char *path, int count, const char *const *names,
                                      dt_tensor *const *tensors, int n_metadata,

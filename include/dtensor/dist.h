@@ -26,14 +26,14 @@
  * (the mesh is freed with the last of them; see mesh.h for what must outlive what).
  *
  * Memory — copy or share (read this before distributing large weights):
- *   dt_distribute_tensor COPIES: every rank allocates its own contiguous shard, so a
+ *   dt_dist_distribute_tensor COPIES: every rank allocates its own contiguous shard, so a
  *     Replicate placement costs one full copy PER RANK, also when the ranks are threads of
  *     one process (threads backend): a 207 MB weight on 2 ranks adds about 400 MB.
- *   dt_from_local SHARES: the distributed tensor is a view of the tensor you pass (no copy).
+ *   dt_dist_from_local SHARES: the distributed tensor is a view of the tensor you pass (no copy).
  *     For in-process ranks that should share one read-only replicated weight, create it
- *     once and dt_from_local it on every rank with Replicate placements; nothing may then
+ *     once and dt_dist_from_local it on every rank with Replicate placements; nothing may then
  *     write to it (in-place ops on one rank would change every rank's replica).
- *   Zero-copy Replicate inside dt_distribute_tensor is not done: the library cannot prove
+ *   Zero-copy Replicate inside dt_dist_distribute_tensor is not done: the library cannot prove
  *   the caller's tensor stays unwritten, and in-place ops on a shared replica would be
  *   silently wrong.
  */
@@ -94,8 +94,8 @@ DT_API const int64_t *dt_dist_global_shape(const dt_tensor *t);
 
 /* ---- Creating and converting ------------------------------------------------------------- */
 
-/* Options of dt_from_local. Zero-initialise; NULL options mean all defaults. */
-typedef struct dt_from_local_options {
+/* Options of dt_dist_from_local. Zero-initialise; NULL options mean all defaults. */
+typedef struct dt_dist_from_local_options {
   /* The global shape, for uneven shards; NULL: computed assuming every rank's shard has
    * the shape this rank's has along sharded dims (even sharding), as PyTorch does. */
   const int64_t *global_shape;
@@ -103,7 +103,7 @@ typedef struct dt_from_local_options {
   /* Verify across ranks that shard shapes fit the global shape and that replicas agree;
    * DT_ERR_INVALID on every rank otherwise (costs collectives). */
   bool run_check;
-} dt_from_local_options;
+} dt_dist_from_local_options;
 
 /* Wraps this rank's local tensor as its shard of a distributed tensor with the given
  * placements (mesh ndim of them). The local tensor is shared, not copied (see "Memory"
@@ -112,48 +112,48 @@ typedef struct dt_from_local_options {
  * Partial(avg) on an integer or bool dtype, local shape inconsistent with the global shape
  * — without options->global_shape the message says the shape was inferred from even
  * shards —, a distributed input), DT_ERR_NOMEM. */
-DT_API dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
-                               const dt_placement *placements, const dt_from_local_options *options,
+DT_API dt_status dt_dist_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
+                               const dt_placement *placements, const dt_dist_from_local_options *options,
                                dt_tensor **out);
 
 /* Distributes a full tensor that every rank holds: each rank keeps a contiguous COPY of its
  * shard (a Replicate placement copies the whole tensor on every rank, threads included; use
- * dt_from_local to share, see "Memory" above). Partial placements are refused (DT_ERR_INVALID):
- * distribute as Replicate, then dt_redistribute to a Partial. Not communicating. Errors:
+ * dt_dist_from_local to share, see "Memory" above). Partial placements are refused (DT_ERR_INVALID):
+ * distribute as Replicate, then dt_dist_redistribute to a Partial. Not communicating. Errors:
  * DT_ERR_INVALID (NULL, placement count != mesh ndim, a bad shard dim, an already distributed
  * tensor), DT_ERR_NOMEM. */
-DT_API dt_status dt_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
+DT_API dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
                                       const dt_placement *placements, dt_tensor **out);
 
-/* As dt_distribute_tensor, but only mesh rank `src` (its rank in the world group of the
+/* As dt_dist_distribute_tensor, but only mesh rank `src` (its rank in the world group of the
  * mesh) holds the tensor; it is broadcast/scattered from there. `full` is read on src only
  * (others may pass NULL, and must pass global ndim/shape/dtype). */
-DT_API dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int ndim,
+DT_API dt_status dt_dist_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int ndim,
                                            const int64_t *shape, dt_dtype dtype, int n_placements,
                                            const dt_placement *placements, dt_tensor **out);
 
 /* This rank's shard as a local tensor (a view: shares storage). Not collective.
  * Errors: DT_ERR_INVALID (NULL; a local tensor: "to_local: the tensor is not distributed" —
  * deliberately not an identity, as PyTorch has no to_local on a plain tensor). */
-DT_API dt_status dt_to_local(dt_tensor *t, dt_tensor **out);
+DT_API dt_status dt_dist_to_local(dt_tensor *t, dt_tensor **out);
 
 /* The whole tensor on every rank, as a local tensor (redistributes to Replicate).
  * Errors: DT_ERR_INVALID (NULL; a local tensor: "full_tensor: the tensor is not
- * distributed"), the errors of dt_redistribute. */
-DT_API dt_status dt_full_tensor(dt_tensor *t, dt_tensor **out);
+ * distributed"), the errors of dt_dist_redistribute. */
+DT_API dt_status dt_dist_full_tensor(dt_tensor *t, dt_tensor **out);
 
 /* A distributed tensor equal to t with other placements, moved with the cheapest plan.
  * Errors: DT_ERR_INVALID (NULL, a local tensor, bad placements, Partial(avg) on an integer
  * or bool dtype: an average of integers is not representable, so it is refused here rather
  * than at the next reduction), the collective errors. */
-DT_API dt_status dt_redistribute(dt_tensor *t, int n_placements, const dt_placement *placements,
+DT_API dt_status dt_dist_redistribute(dt_tensor *t, int n_placements, const dt_placement *placements,
                                  dt_tensor **out);
 
-/* The plan dt_redistribute would run, as readable text ("mesh dim 0: S(0) -> R via
+/* The plan dt_dist_redistribute would run, as readable text ("mesh dim 0: S(0) -> R via
  * all_gather, 4096 bytes") with the bytes this rank's collectives handle (the larger buffer
  * of each collective, which is what dt_comm_ledger counts). Not collective. bytes may be NULL.
  * Errors: DT_ERR_INVALID (a local tensor, NULL buf or size 0, bad placements). */
-DT_API dt_status dt_redistribute_explain(const dt_tensor *t, int n_placements,
+DT_API dt_status dt_dist_redistribute_explain(const dt_tensor *t, int n_placements,
                                          const dt_placement *placements, char *buf, size_t size,
                                          int64_t *bytes);
 
@@ -178,7 +178,7 @@ DT_API dt_status dt_dist_randn(dt_mesh *mesh, int ndim, const int64_t *shape, dt
 
 /* Writes a text table of which ranks hold which block of a 1-D or 2-D distributed tensor.
  * Not collective. Errors: DT_ERR_INVALID (local tensor, ndim > 2, NULL). */
-DT_API dt_status dt_visualize_sharding(const dt_tensor *t, char *buf, size_t size);
+DT_API dt_status dt_dist_visualize_sharding(const dt_tensor *t, char *buf, size_t size);
 
 /* Whether op `op` (an index into the op table, see dt_op_name) has a sharding rule; ops
  * without one run on distributed tensors by replicating their inputs. Not collective. */
@@ -187,7 +187,7 @@ DT_API bool dt_op_has_sharding_rule(int op);
 /* ---- The comm ledger (PyTorch's CommDebugMode) ------------------------------------------------
  * Counts the collectives the calling thread issues, by kind and bytes, and attributes each
  * to the op being dispatched when it ran (redistributions an op needs count under that op;
- * direct calls such as dt_redistribute count under "(no op)"). It is a dispatch mode: start
+ * direct calls such as dt_dist_redistribute count under "(no op)"). It is a dispatch mode: start
  * pushes it on this thread's mode stack, stop pops it (stop the ledgers in reverse order of
  * starting them, as modes stack). Bytes are those of the larger buffer of each collective
  * on this rank. */
@@ -209,18 +209,18 @@ DT_API dt_status dt_comm_ledger_format(const dt_comm_ledger *ledger, char *buf, 
 DT_API void dt_comm_ledger_destroy(dt_comm_ledger *ledger);
 
 /* ---- The sharding-propagation cache (per thread, i.e. per threads-backend rank) --------- */
-typedef struct dt_sharding_cache_stats {
+typedef struct dt_dist_sharding_cache_info {
   uint64_t hits;
   uint64_t misses;
   uint64_t entries;
   uint64_t fallbacks; /* ops run by replicating inputs because they have no sharding rule */
-} dt_sharding_cache_stats;
+} dt_dist_sharding_cache_info;
 
 /* Empties the calling thread's cache of sharding and redistribution plans (and zeroes its
  * stats): the next call of each op plans again. Not collective. */
-DT_API void dt_sharding_cache_clear(void);
+DT_API void dt_dist_sharding_cache_clear(void);
 /* Copies the calling thread's cache stats into *stats (NULL is ignored). Not collective. */
-DT_API void dt_sharding_cache_stats_get(dt_sharding_cache_stats *stats);
+DT_API void dt_dist_sharding_cache_stats(dt_dist_sharding_cache_info *stats);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,7 @@
  * tensors is legal, and those tensors keep working (ops, redistribute, full_tensor).
  * What must still hold:
  *   - The world must outlive the mesh and every tensor on it: dt_mesh_world hands it out
- *     and dt_distribute_tensor_from / dt_visualize_sharding communicate on it. (On the
+ *     and dt_dist_distribute_tensor_from / dt_dist_visualize_sharding communicate on it. (On the
  *     threads backend a one-rank world from dt_comm_init owns every group of its domain:
  *     destroying it first frees the mesh's groups under its tensors.)
  *   - On the threads backend, release a rank's meshes and distributed tensors before its
@@ -24,7 +24,7 @@
  *     after dt_mesh_destroy, use them only through the surviving tensors.
  *   - A mesh referenced from another thread's sharding cache (ops on its tensors run on a
  *     thread other than the one that called dt_mesh_destroy) lives until that thread calls
- *     dt_sharding_cache_clear or exits.
+ *     dt_dist_sharding_cache_clear or exits.
  */
 #ifndef DTENSOR_MESH_H
 #define DTENSOR_MESH_H

@@ -367,8 +367,8 @@ dt_status dt_safetensors_load_distributed(dt_safetensors *file, const char *name
     st = read_at(file, op, file->data_start + e->data_begin, dt_tensor_data(block), elem);
   }
   if (!st) {
-    dt_from_local_options options = {.global_shape = e->shape, .global_ndim = e->ndim};
-    st = dt_from_local(mesh, block, n_placements, placements, &options, out);
+    dt_dist_from_local_options options = {.global_shape = e->shape, .global_ndim = e->ndim};
+    st = dt_dist_from_local(mesh, block, n_placements, placements, &options, out);
   }
   dt_tensor_release(block);
   return st;
@@ -489,7 +489,7 @@ dt_status dt_safetensors_save(const char *path, int count, const char *const *na
                        op, i);
     if (dt_tensor_is_distributed(tensors[i]))
       return dt__error(DT_ERR_INVALID,
-                       "%s: tensor `%s` is distributed: gather it with dt_full_tensor first", op,
+                       "%s: tensor `%s` is distributed: gather it with dt_dist_full_tensor first", op,
                        names[i]);
     if (dtype_rank(dt_tensor_dtype(tensors[i])) < 0)
       return dt__error(DT_ERR_DTYPE, "%s: tensor `%s` has an unknown dtype %d", op, names[i],

@@ -72,8 +72,8 @@ static dt_status check_partial_avg(const char *op, int n, const dt_placement *p,
   return DT_OK;
 }
 
-dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
-                        const dt_placement *placements, const dt_from_local_options *options,
+dt_status dt_dist_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
+                        const dt_placement *placements, const dt_dist_from_local_options *options,
                         dt_tensor **out) {
   const char *op = "from_local";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
@@ -135,7 +135,7 @@ dt_status dt_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
   return st;
 }
 
-dt_status dt_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
+dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
                                const dt_placement *placements, dt_tensor **out) {
   const char *op = "distribute_tensor";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
@@ -173,7 +173,7 @@ dt_status dt_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
   return st;
 }
 
-dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int ndim,
+dt_status dt_dist_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int ndim,
                                     const int64_t *shape, dt_dtype dtype, int n_placements,
                                     const dt_placement *placements, dt_tensor **out) {
   const char *op = "distribute_tensor_from";
@@ -246,12 +246,12 @@ dt_status dt_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int
   if (st) return st;
   if (is_src) dt__cpu_copy(buffer, full);
   st = dt_broadcast(world, buffer, src);
-  if (!st) st = dt_distribute_tensor(mesh, buffer, n_placements, placements, out);
+  if (!st) st = dt_dist_distribute_tensor(mesh, buffer, n_placements, placements, out);
   dt_tensor_release(buffer);
   return st;
 }
 
-dt_status dt_to_local(dt_tensor *t, dt_tensor **out) {
+dt_status dt_dist_to_local(dt_tensor *t, dt_tensor **out) {
   if (!out) return dt__error(DT_ERR_INVALID, "to_local: out is NULL");
   *out = NULL;
   if (!t) return dt__error(DT_ERR_INVALID, "to_local: tensor is NULL");
@@ -293,7 +293,7 @@ dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from, con
   return st;
 }
 
-dt_status dt_redistribute(dt_tensor *t, int n_placements, const dt_placement *placements,
+dt_status dt_dist_redistribute(dt_tensor *t, int n_placements, const dt_placement *placements,
                           dt_tensor **out) {
   const char *op = "redistribute";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
@@ -328,7 +328,7 @@ dt_status dt_redistribute(dt_tensor *t, int n_placements, const dt_placement *pl
   return st;
 }
 
-dt_status dt_full_tensor(dt_tensor *t, dt_tensor **out) {
+dt_status dt_dist_full_tensor(dt_tensor *t, dt_tensor **out) {
   const char *op = "full_tensor";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
@@ -346,7 +346,7 @@ dt_status dt_full_tensor(dt_tensor *t, dt_tensor **out) {
   return st;
 }
 
-dt_status dt_redistribute_explain(const dt_tensor *t, int n_placements,
+dt_status dt_dist_redistribute_explain(const dt_tensor *t, int n_placements,
                                   const dt_placement *placements, char *buf, size_t size,
                                   int64_t *bytes) {
   const char *op = "redistribute_explain";

@@ -49,7 +49,7 @@ typedef struct thread_cache {
   cache_entry slots[CACHE_SLOTS];                  /* op plans */
   cache_entry redistribute_slots[CACHE_SLOTS / 4]; /* redistribution plans */
   uint64_t entries;
-  dt_sharding_cache_stats stats;
+  dt_dist_sharding_cache_info stats;
 } thread_cache;
 
 static pthread_key_t cache_key;
@@ -122,19 +122,19 @@ static thread_cache *get_cache(void) {
   return tls_cache;
 }
 
-void dt_sharding_cache_clear(void) {
+void dt_dist_sharding_cache_clear(void) {
   thread_cache *c = tls_cache;
   if (!c) return;
   for (int i = 0; i < CACHE_SLOTS; i++) free_entry(&c->slots[i]);
   for (int i = 0; i < CACHE_SLOTS / 4; i++) free_entry(&c->redistribute_slots[i]);
   c->entries = 0;
-  c->stats = (dt_sharding_cache_stats){0};
+  c->stats = (dt_dist_sharding_cache_info){0};
 }
 
-void dt_sharding_cache_stats_get(dt_sharding_cache_stats *stats) {
+void dt_dist_sharding_cache_stats(dt_dist_sharding_cache_info *stats) {
   if (!stats) return;
   thread_cache *c = tls_cache;
-  *stats = c ? c->stats : (dt_sharding_cache_stats){0};
+  *stats = c ? c->stats : (dt_dist_sharding_cache_info){0};
   stats->entries = c ? c->entries : 0;
 }
 

@@ -38,7 +38,7 @@ typedef struct dt_redistribute_geometry {
 
 /* ---- The cost model ----------------------------------------------------------------------
  * The one place that says what a transition costs. Everything that prices or reports
- * communication (the planner, dt_redistribute_explain, the propagator ranking strategies in
+ * communication (the planner, dt_dist_redistribute_explain, the propagator ranking strategies in
  * eager dispatch and in the TP transformation) goes through these functions, and their
  * byte counts are what the comm ledger measures: the larger buffer of the collective on this
  * rank (an all_gather's gathered result; the input of an all_reduce, reduce_scatter or

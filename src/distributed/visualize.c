@@ -22,7 +22,7 @@ DT_PRINTF(4, 5) static void append(char *buf, size_t size, size_t *used, const c
   if (n > 0) *used = *used + (size_t)n < size ? *used + (size_t)n : size - 1;
 }
 
-dt_status dt_visualize_sharding(const dt_tensor *t, char *buf, size_t size) {
+dt_status dt_dist_visualize_sharding(const dt_tensor *t, char *buf, size_t size) {
   if (!t || !buf || size == 0)
     return dt__error(DT_ERR_INVALID, "visualize_sharding: NULL argument or empty buffer");
   if (!t->spec)

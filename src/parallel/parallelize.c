@@ -36,7 +36,7 @@ static dt_status hook_failed(dt_status st, const style_state *s, const char *whi
 
 static dt_status convert_input(dt_module *m, dt_tensor *in, dt_tensor **out, const style_state *s) {
   const char *op = dt_module_type(m);
-  if (in->spec) return dt_redistribute(in, 1, &s->input_layout, out);
+  if (in->spec) return dt_dist_redistribute(in, 1, &s->input_layout, out);
   dt_placement p = s->input_layout;
   if (p.kind == DT_SHARD) {
     int d = p.dim < 0 ? p.dim + in->ndim : p.dim;
@@ -52,10 +52,10 @@ static dt_status convert_input(dt_module *m, dt_tensor *in, dt_tensor **out, con
    * in_features, so uneven shards are wrapped with the right global shape. */
   int64_t global[DT_MAX_DIMS];
   memcpy(global, in->shape, sizeof(int64_t) * (size_t)in->ndim);
-  dt_from_local_options opt = {.global_shape = global, .global_ndim = in->ndim};
+  dt_dist_from_local_options opt = {.global_shape = global, .global_ndim = in->ndim};
   bool known = p.kind != DT_SHARD || p.dim == in->ndim - 1;
   if (p.kind == DT_SHARD && known) global[p.dim] = s->in_features;
-  return dt_from_local(s->mesh, in, 1, &p, known ? &opt : NULL, out);
+  return dt_dist_from_local(s->mesh, in, 1, &p, known ? &opt : NULL, out);
 }
 
 static dt_status pre_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *user) {
@@ -67,12 +67,12 @@ static dt_status convert_output(dt_tensor *in, dt_tensor **out, const style_stat
   dt_placement p = s->output_layout;
   if (p.kind == DT_SHARD && p.dim < 0) p.dim += dt_dist_ndim(in);
   dt_tensor *moved = NULL;
-  dt_status st = dt_redistribute(in, 1, &p, &moved);
+  dt_status st = dt_dist_redistribute(in, 1, &p, &moved);
   if (st || s->keep_distributed) {
     *out = moved;
     return st;
   }
-  st = dt_to_local(moved, out);
+  st = dt_dist_to_local(moved, out);
   dt_tensor_release(moved);
   return st;
 }
@@ -149,8 +149,8 @@ dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_pla
     dt_tensor *w = dt_module_parameter(t->module, "weight"),
               *b = dt_module_parameter(t->module, "bias");
     dt_placement wp = dt_shard(colwise ? 0 : 1), bp = colwise ? dt_shard(0) : dt_replicate();
-    st = dt_distribute_tensor(mesh, w, 1, &wp, &t->weight);
-    if (!st && b) st = dt_distribute_tensor(mesh, b, 1, &bp, &t->bias);
+    st = dt_dist_distribute_tensor(mesh, w, 1, &wp, &t->weight);
+    if (!st && b) st = dt_dist_distribute_tensor(mesh, b, 1, &bp, &t->bias);
     if (st) break;
     size_t fqn_len = strlen(e->fqn);
     t->state = dt__calloc(sizeof *t->state + fqn_len + 1);

@@ -2,7 +2,7 @@
  * The distributed-tensor layer over the MPI backend: on a 1-D mesh of every rank and (for an
  * even world) a 2 x W/2 mesh, full tensors are distributed with several placements, dt_add,
  * dt_mm and dt_sum run on the distributed tensors (their redistributions and partial
- * reductions become MPI collectives), and dt_full_tensor of each result must equal the op
+ * reductions become MPI collectives), and dt_dist_full_tensor of each result must equal the op
  * on the full tensors computed locally. Odd shapes make the shards uneven.
  *
  * Prints "N passed, N failed" (summed over the ranks) and exits 1 on any failure.
@@ -74,8 +74,8 @@ static dt_status distribute(dt_mesh *mesh, dt_tensor *full, int ndim, const dt_p
                             dt_tensor **out) {
   dt_placement rep[2] = {dt_replicate(), dt_replicate()};
   dt_tensor *r = NULL;
-  dt_status st = dt_distribute_tensor(mesh, full, ndim, rep, &r);
-  if (st == DT_OK) st = dt_redistribute(r, ndim, p, out);
+  dt_status st = dt_dist_distribute_tensor(mesh, full, ndim, rep, &r);
+  if (st == DT_OK) st = dt_dist_redistribute(r, ndim, p, out);
   dt_tensor_release(r);
   return st;
 }
@@ -104,7 +104,7 @@ static void run_mesh(dt_comm *world, int ndim, const int *shape) {
         dt_status st = distribute(mesh, a, ndim, pa, &da);
         if (st == DT_OK) st = distribute(mesh, b, ndim, pb, &db);
         if (st == DT_OK) st = oc->fn(da, db, &dout);
-        if (st == DT_OK) st = dt_full_tensor(dout, &full);
+        if (st == DT_OK) st = dt_dist_full_tensor(dout, &full);
         char why[160] = "";
         bool ok = st == DT_OK && same_values(full, want, why, sizeof why);
         char p0[16], p1[16], q0[16], q1[16];
@@ -136,16 +136,16 @@ static void one_bad_rank(dt_comm *world) {
   int64_t rows = (int64_t)(rank == size - 1 ? 1 : 2);
   dt_tensor *local = NULL, *d = NULL;
   CHECK_OK(dt_full(2, (int64_t[]){rows, 3}, 1, DT_F32, &local));
-  dt_from_local_options o = {
+  dt_dist_from_local_options o = {
       .global_shape = (int64_t[]){2 * (int64_t)size, 3}, .global_ndim = 2, .run_check = true};
-  dt_status st = dt_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &o, &d);
+  dt_status st = dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_shard(0)}, &o, &d);
   CHECK(st == DT_ERR_INVALID && d == NULL, "from_local(run_check) with a misfit rank: %s",
         dt_status_string(st));
   dt_tensor_release(local);
   /* distribute_tensor_from whose source tensor does not match the declaration. */
   dt_tensor *src = NULL;
   if (rank == 0) CHECK_OK(dt_zeros(2, (int64_t[]){4, 4}, DT_F32, &src));
-  st = dt_distribute_tensor_from(mesh, src, 0, 2, (int64_t[]){4, 3}, DT_F32, 1,
+  st = dt_dist_distribute_tensor_from(mesh, src, 0, 2, (int64_t[]){4, 3}, DT_F32, 1,
                                  (dt_placement[]){dt_shard(0)}, &d);
   CHECK(st == DT_ERR_INVALID && d == NULL, "distribute_tensor_from with a bad source: %s",
         dt_status_string(st));

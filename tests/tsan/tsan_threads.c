@@ -66,7 +66,7 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
     dt_dist_rand(mesh, 2, (int64_t[]){7, 5}, DT_F32, 2, 2,
                  (dt_placement[]){dt_shard(0), dt_replicate()}, &y);
     EXPECT(!dt_mm(x, y, &z), "dist mm");
-    EXPECT(!dt_sum(z, &s) && !dt_full_tensor(s, &full), "dist sum");
+    EXPECT(!dt_sum(z, &s) && !dt_dist_full_tensor(s, &full), "dist sum");
     dt_tensor *rel[] = {x, y, z, s, full};
     for (int i = 0; i < 5; i++) dt_tensor_release(rel[i]);
   }
