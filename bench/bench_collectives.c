@@ -86,11 +86,11 @@ static double bus_factor(int op, int world) {
 /* One collective call; big has `bytes`, small bytes / world. */
 static dt_status run_op(int op, dt_comm *comm, dt_tensor *big, dt_tensor *small, dt_tensor *big2) {
   switch (op) {
-  case OP_ALL_REDUCE: return dt_all_reduce(comm, big, DT_REDUCE_SUM);
-  case OP_ALL_GATHER: return dt_all_gather_into_tensor(comm, small, big);
-  case OP_REDUCE_SCATTER: return dt_reduce_scatter_tensor(comm, big, small, DT_REDUCE_SUM);
-  case OP_BROADCAST: return dt_broadcast(comm, big, 0);
-  default: return dt_all_to_all(comm, big, big2, NULL, NULL);
+  case OP_ALL_REDUCE: return dt_comm_all_reduce(comm, big, DT_REDUCE_SUM);
+  case OP_ALL_GATHER: return dt_comm_all_gather_into_tensor(comm, small, big);
+  case OP_REDUCE_SCATTER: return dt_comm_reduce_scatter_tensor(comm, big, small, DT_REDUCE_SUM);
+  case OP_BROADCAST: return dt_comm_broadcast(comm, big, 0);
+  default: return dt_comm_all_to_all(comm, big, big2, NULL, NULL);
   }
 }
 
@@ -153,11 +153,11 @@ static dt_status bench_rank(dt_comm *comm, void *arg) {
         /* MPI: alternate library and raw rounds, keep the best of each. */
         int rounds = mpi ? 5 : 1;
         for (int round = 0; round < rounds && status == DT_OK; round++) {
-          status = dt_barrier(comm);
+          status = dt_comm_barrier(comm);
           double start = now_us();
           for (int i = 0; i < iters && status == DT_OK; i++)
             status = run_op(op, comm, big, small, big2);
-          if (status == DT_OK && !fake) status = dt_barrier(comm);
+          if (status == DT_OK && !fake) status = dt_comm_barrier(comm);
           double t = (now_us() - start) / iters;
           if (round == 0 || t < us) us = t;
 #ifdef DT_HAVE_MPI
@@ -238,7 +238,7 @@ int bench_suite_collectives(int argc, char **argv) {
   }
   dt_status status;
   if (strcmp(c.backend, "threads") == 0) {
-    status = dt_spawn(c.world, bench_rank, &c);
+    status = dt_comm_spawn(c.world, bench_rank, &c);
   } else {
     dt_comm *comm = NULL;
     status = dt_comm_init(

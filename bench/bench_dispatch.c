@@ -198,11 +198,12 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
     dt_dist_sharding_cache_clear();
     double p0 = bench_now_us();
     if (!st)
-      st = dt_dist_redistribute_explain(x, 1, (dt_placement[]){dt_replicate()}, text, sizeof text, NULL);
+      st = dt_dist_redistribute_explain(x, 1, (dt_placement[]){dt_replicate()}, text, sizeof text,
+                                        NULL);
     f->plan_us = bench_now_us() - p0;
     dt_dist_sharding_cache_clear();
     /* Line the ranks up, so the first (miss) call does not also time a late peer. */
-    if (!st) st = dt_barrier(world);
+    if (!st) st = dt_comm_barrier(world);
     for (int i = 0; i < RUNS && !st; i++) {
       dt_tensor *r = NULL;
       double t0 = bench_now_us();
@@ -217,7 +218,7 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
     if (!st) st = dt_empty(2, shape, DT_F32, &full);
     for (int i = 0; i < RUNS && !st; i++) {
       double t0 = bench_now_us();
-      st = dt_all_gather_into_tensor(world, x_local, full);
+      st = dt_comm_all_gather_into_tensor(world, x_local, full);
       us[i] = bench_now_us() - t0;
     }
     f->local_us = median_of(us, RUNS);
@@ -225,7 +226,7 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
   }
   int n_all = n_cases + 1;
   dt_objects *all = NULL;
-  if (!st) st = dt_all_gather_object(world, mine, sizeof(figures) * (size_t)n_all, &all);
+  if (!st) st = dt_comm_all_gather_object(world, mine, sizeof(figures) * (size_t)n_all, &all);
   if (!st && rank == 0) {
     const char *names[8];
     for (int c = 0; c < n_cases; c++) names[c] = cases[c].name;
@@ -272,7 +273,7 @@ int bench_suite_dispatch(int argc, char **argv) {
   }
   /* Ranks are threads on few cores: one BLAS thread each keeps linear's timings steady. */
   openblas_set_num_threads(1);
-  dt_status st = dt_spawn(b.world, rank_fn, &b);
+  dt_status st = dt_comm_spawn(b.world, rank_fn, &b);
   if (st) {
     fprintf(stderr, "bench dispatch: %s\n", dt_last_error());
     return 1;

@@ -52,7 +52,8 @@ static dt_status case_inplace(bench_state *s) { return dt_add_(s->a, s->b); }
 
 static dt_status case_to_from_local(bench_state *s) {
   dt_tensor *d = NULL, *l = NULL;
-  dt_status st = dt_dist_from_local(s->mesh, s->local_a, 1, (dt_placement[]){dt_replicate()}, NULL, &d);
+  dt_status st =
+      dt_dist_from_local(s->mesh, s->local_a, 1, (dt_placement[]){dt_replicate()}, NULL, &d);
   if (!st) st = dt_dist_to_local(d, &l);
   dt_tensor_release(l);
   dt_tensor_release(d);

@@ -38,7 +38,7 @@ static dt_status rank_main(dt_comm *world, void *arg) {
     dt_run_stats stats = {0};
     dt_run_options ro = {.comm = world, .stats = &stats};
     dt_tensor *y = NULL;
-    st = dt_barrier(world);
+    st = dt_comm_barrier(world);
     double t0 = bench_now_us();
     if (!st) st = dt_program_run(tp, 1, (dt_tensor *const *)&b->x, 1, &y, &ro);
     double t1 = bench_now_us();
@@ -92,7 +92,7 @@ int bench_suite_tp(int argc, char **argv) {
     if (it >= 0) single[it] = t1 - t0;
   }
   tp_bench b = {.prog = prog, .x = x, .iters = iters};
-  if (!st) st = dt_spawn(2, rank_main, &b);
+  if (!st) st = dt_comm_spawn(2, rank_main, &b);
   int rc = 0;
   if (st) {
     fprintf(stderr, "bench tp: %s\n", dt_last_error());

@@ -11,9 +11,9 @@ static dt_status rank_main(dt_comm *world, void *arg) {
                       &x);
   if (!st)
     st = dt_dist_ones(mesh, 2, (int64_t[]){4, 3}, DT_F32, 1, (dt_placement[]){dt_shard(0)},
-                      &w);                 /* colwise */
-  if (!st) st = dt_linear(x, w, NULL, &y); /* y: Shard(1), no communication */
-  if (!st) st = dt_dist_full_tensor(y, &full);  /* all_gather -> [8, 4] everywhere */
+                      &w);                     /* colwise */
+  if (!st) st = dt_linear(x, w, NULL, &y);     /* y: Shard(1), no communication */
+  if (!st) st = dt_dist_full_tensor(y, &full); /* all_gather -> [8, 4] everywhere */
   if (!st && dt_comm_rank(world) == 0) {
     char b[512];
     dt_tensor_format(full, b, sizeof b);
@@ -29,7 +29,7 @@ static dt_status rank_main(dt_comm *world, void *arg) {
   return st;
 }
 int main(void) {
-  dt_status st = dt_spawn(4, rank_main, NULL);
+  dt_status st = dt_comm_spawn(4, rank_main, NULL);
   if (st) printf("%s\n", dt_last_error());
   return st != 0;
 }

@@ -19,12 +19,12 @@ static dt_status rank_main(dt_comm *world, void *arg) {
   (void)arg;
   dt_tensor *t = NULL;
   dt_status st = dt_ones(1, (int64_t[]){3}, DT_F32, &t);
-  if (!st) st = dt_all_reduce(world, t, DT_REDUCE_SUM);
+  if (!st) st = dt_comm_all_reduce(world, t, DT_REDUCE_SUM);
   dt_tensor_release(t);
   return st;
 }
 int main(void) {
-  if (dt_spawn(2, rank_main, NULL)) {
+  if (dt_comm_spawn(2, rank_main, NULL)) {
     fprintf(stderr, "%s\n", dt_last_error());
     return 1;
   }

@@ -1,6 +1,6 @@
 /* Helpers for the multi-rank tests. Criterion's asserts must not run on a rank's thread, so
  * a rank reports a failed check by returning DT_ERR_INTERNAL with a message (RANK_CHECK);
- * the test body asserts on dt_spawn's status, whose message names the failing rank. */
+ * the test body asserts on dt_comm_spawn's status, whose message names the failing rank. */
 #ifndef DT_TESTS_COMM_HELPERS_H
 #define DT_TESTS_COMM_HELPERS_H
 
@@ -37,7 +37,7 @@
 
 #define SPAWN_OK(world, fn, arg)                                                                   \
   do {                                                                                             \
-    dt_status spawn_status_ = dt_spawn((world), (fn), (arg));                                      \
+    dt_status spawn_status_ = dt_comm_spawn((world), (fn), (arg));                                 \
     cr_assert_eq(spawn_status_, DT_OK, "world %d: %s", (int)(world), dt_last_error());             \
   } while (0)
 

@@ -146,7 +146,7 @@ static const layout layouts[] = {
 static void run_all(int ranks) {
   for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
     dist_arg arg = {&layouts[i]};
-    dt_status st = dt_spawn(ranks, rank_main, &arg);
+    dt_status st = dt_comm_spawn(ranks, rank_main, &arg);
     cr_assert_eq(st, DT_OK, "%d ranks, %s: %s", ranks, layouts[i].name, dt_last_error());
   }
 }

@@ -26,24 +26,24 @@ static void every_collective(dt_comm *comm) {
   sends[(rank + 1) % world] = 2;
   recvs[(rank + world - 1) % world] = 2;
 
-  cr_assert_eq(dt_all_reduce(comm, t, DT_REDUCE_SUM), DT_OK, "%s", dt_last_error());
-  cr_assert_eq(dt_all_gather_into_tensor(comm, in, big), DT_OK, "%s", dt_last_error());
-  cr_assert_eq(dt_all_gather_uneven(comm, in, out, counts), DT_OK, "%s", dt_last_error());
-  cr_assert_eq(dt_reduce_scatter_tensor(comm, big, out, DT_REDUCE_AVG), DT_OK, "%s",
+  cr_assert_eq(dt_comm_all_reduce(comm, t, DT_REDUCE_SUM), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_all_gather_into_tensor(comm, in, big), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_all_gather_uneven(comm, in, out, counts), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_reduce_scatter_tensor(comm, big, out, DT_REDUCE_AVG), DT_OK, "%s",
                dt_last_error());
-  cr_assert_eq(dt_reduce_scatter_uneven(comm, in, out, counts, DT_REDUCE_MAX), DT_OK, "%s",
+  cr_assert_eq(dt_comm_reduce_scatter_uneven(comm, in, out, counts, DT_REDUCE_MAX), DT_OK, "%s",
                dt_last_error());
-  cr_assert_eq(dt_all_to_all(comm, in, out, sends, recvs), DT_OK, "%s", dt_last_error());
-  cr_assert_eq(dt_broadcast(comm, t, world - 1), DT_OK, "%s", dt_last_error());
-  cr_assert_eq(dt_scatter(comm, big, out, 0), DT_OK, "%s", dt_last_error());
-  cr_assert_eq(dt_gather(comm, in, big, 0), DT_OK, "%s", dt_last_error());
-  cr_assert_eq(dt_barrier(comm), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_all_to_all(comm, in, out, sends, recvs), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_broadcast(comm, t, world - 1), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_scatter(comm, big, out, 0), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_gather(comm, in, big, 0), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_barrier(comm), DT_OK, "%s", dt_last_error());
   if (world > 1) {
-    cr_assert_eq(dt_send(comm, t, (rank + 1) % world), DT_OK, "%s", dt_last_error());
-    cr_assert_eq(dt_recv(comm, t, (rank + 1) % world), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_comm_send(comm, t, (rank + 1) % world), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_comm_recv(comm, t, (rank + 1) % world), DT_OK, "%s", dt_last_error());
   }
   dt_work *work = NULL;
-  cr_assert_eq(dt_all_reduce_async(comm, t, DT_REDUCE_PROD, &work), DT_OK);
+  cr_assert_eq(dt_comm_all_reduce_async(comm, t, DT_REDUCE_PROD, &work), DT_OK);
   bool done = false;
   cr_assert_eq(dt_work_test(work, &done), DT_OK);
   cr_assert(done);
@@ -55,12 +55,12 @@ static void every_collective(dt_comm *comm) {
   cr_assert_eq(dt_bf16_to_f32(((uint16_t *)dt_tensor_data(t))[0]), 7);
 
   /* Validation still applies against the simulated world. */
-  cr_assert_eq(dt_all_gather_into_tensor(comm, in, out), world == 1 ? DT_OK : DT_ERR_INVALID);
-  cr_assert_eq(dt_broadcast(comm, t, world), DT_ERR_INVALID);
+  cr_assert_eq(dt_comm_all_gather_into_tensor(comm, in, out), world == 1 ? DT_OK : DT_ERR_INVALID);
+  cr_assert_eq(dt_comm_broadcast(comm, t, world), DT_ERR_INVALID);
   cr_assert(strstr(dt_last_error(), "out of range") != NULL, "%s", dt_last_error());
 
   dt_objects *objects = NULL;
-  cr_assert_eq(dt_all_gather_object(comm, "abc", 3, &objects), DT_OK);
+  cr_assert_eq(dt_comm_all_gather_object(comm, "abc", 3, &objects), DT_OK);
   cr_assert_eq(objects->count, world);
   cr_assert_eq(objects->lengths[world - 1], 3);
   cr_assert(memcmp(objects->data + objects->offsets[world - 1], "abc", 3) == 0);
@@ -133,12 +133,12 @@ Test(fake, no_allocation_per_call) {
   dt_tensor *t = NULL;
   cr_assert_eq(dt_zeros(1, (int64_t[]){1024}, DT_F32, &t), DT_OK);
   dt_work *work = NULL;
-  cr_assert_eq(dt_all_reduce_async(comm, t, DT_REDUCE_SUM, &work), DT_OK);
+  cr_assert_eq(dt_comm_all_reduce_async(comm, t, DT_REDUCE_SUM, &work), DT_OK);
   dt_work_release(work);
   int before = allocations;
   for (int i = 0; i < 10000; i++) {
-    cr_assert_eq(dt_all_reduce(comm, t, DT_REDUCE_SUM), DT_OK);
-    cr_assert_eq(dt_all_reduce_async(comm, t, DT_REDUCE_SUM, &work), DT_OK);
+    cr_assert_eq(dt_comm_all_reduce(comm, t, DT_REDUCE_SUM), DT_OK);
+    cr_assert_eq(dt_comm_all_reduce_async(comm, t, DT_REDUCE_SUM, &work), DT_OK);
     dt_work_release(work);
   }
   cr_assert_eq(allocations, before);

@@ -51,11 +51,11 @@ static dt_status rooted(dt_comm *comm, bool scatter, bool async, int root, dt_dt
   }
   dt_work *work = NULL;
   if (scatter) {
-    st = async ? dt_scatter_async(comm, whole, part, root, &work)
-               : dt_scatter(comm, whole, part, root);
+    st = async ? dt_comm_scatter_async(comm, whole, part, root, &work)
+               : dt_comm_scatter(comm, whole, part, root);
   } else {
-    st = async ? dt_gather_async(comm, part, whole, root, &work)
-               : dt_gather(comm, part, whole, root);
+    st = async ? dt_comm_gather_async(comm, part, whole, root, &work)
+               : dt_comm_gather(comm, part, whole, root);
   }
   if (st == DT_OK && async) {
     st = dt_work_wait(work);
@@ -129,13 +129,13 @@ static dt_status fallback_rank(dt_comm *world, void *arg) {
     dt_status st;
     if (round % 2) {
       dt_work *work = NULL;
-      st = dt_barrier_async(world, &work);
+      st = dt_comm_barrier_async(world, &work);
       if (st == DT_OK) {
         st = dt_work_wait(work);
         dt_work_release(work);
       }
     } else {
-      st = dt_barrier(world);
+      st = dt_comm_barrier(world);
     }
     int arrived = atomic_load(&barrier_arrived[round]);
     if (st != DT_OK || arrived != WORLD) {
@@ -152,7 +152,7 @@ static dt_status fallback_rank(dt_comm *world, void *arg) {
   dt_tensor *out = test_tensor(2, shape, DT_F32, DT_REDUCE_SUM, rank);
   dt_tensor *in =
       rank == 0 ? test_tensor(2, (int64_t[]){2 * WORLD, 3}, DT_F32, DT_REDUCE_SUM, 0) : NULL;
-  dt_status st = dt_scatter(world, in, out, 0);
+  dt_status st = dt_comm_scatter(world, in, out, 0);
   world->backend = real;
   dt_tensor_release(in);
   dt_tensor_release(out);
@@ -161,7 +161,7 @@ static dt_status fallback_rank(dt_comm *world, void *arg) {
   RANK_CHECK(strstr(dt_last_error(), "scatter") &&
                  strstr(dt_last_error(), "threads-without-all-to-all"),
              "message: %s", dt_last_error());
-  RANK_OK(dt_barrier(world));
+  RANK_OK(dt_comm_barrier(world));
   return DT_OK;
 }
 

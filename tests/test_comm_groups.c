@@ -11,14 +11,14 @@ static dt_status async_rank(dt_comm *comm, void *arg) {
   dt_work *w[N];
   for (int i = 0; i < N; i++) {
     RANK_OK(dt_full(1, (int64_t[]){5 + i}, rank + i, DT_F32, &t[i]));
-    RANK_OK(dt_all_reduce_async(comm, t[i], DT_REDUCE_SUM, &w[i]));
+    RANK_OK(dt_comm_all_reduce_async(comm, t[i], DT_REDUCE_SUM, &w[i]));
   }
   /* Gather asynchronously too, then wait in reverse order, polling some with test first. */
   dt_tensor *in = NULL, *out = NULL;
   RANK_OK(dt_full(1, (int64_t[]){2}, rank, DT_I64, &in));
   RANK_OK(dt_zeros(1, (int64_t[]){2 * world}, DT_I64, &out));
   dt_work *gather = NULL;
-  RANK_OK(dt_all_gather_into_tensor_async(comm, in, out, &gather));
+  RANK_OK(dt_comm_all_gather_into_tensor_async(comm, in, out, &gather));
   bool done = false;
   while (!done) RANK_OK(dt_work_test(gather, &done));
   RANK_OK(dt_work_wait(gather));
@@ -39,7 +39,7 @@ static dt_status async_rank(dt_comm *comm, void *arg) {
   }
   /* Released without a wait: release waits. */
   dt_work *unwaited = NULL;
-  RANK_OK(dt_barrier_async(comm, &unwaited));
+  RANK_OK(dt_comm_barrier_async(comm, &unwaited));
   dt_work_release(unwaited);
   dt_tensor_release(in);
   dt_tensor_release(out);
@@ -62,13 +62,13 @@ static dt_status skew_rank(dt_comm *comm, void *arg) {
   RANK_OK(dt_zeros(0, (int64_t[]){1}, DT_I32, &token));
   if (rank == 0) {
     dt_work *work = NULL;
-    RANK_OK(dt_all_reduce_async(comm, big, DT_REDUCE_SUM, &work));
-    RANK_OK(dt_recv(comm, token, 1));
+    RANK_OK(dt_comm_all_reduce_async(comm, big, DT_REDUCE_SUM, &work));
+    RANK_OK(dt_comm_recv(comm, token, 1));
     RANK_OK(dt_work_wait(work));
     dt_work_release(work);
   } else {
-    RANK_OK(dt_all_reduce(comm, big, DT_REDUCE_SUM));
-    RANK_OK(dt_send(comm, token, 0));
+    RANK_OK(dt_comm_all_reduce(comm, big, DT_REDUCE_SUM));
+    RANK_OK(dt_comm_send(comm, token, 0));
   }
   float *p = dt_tensor_data(big);
   RANK_CHECK(p[0] == 3 && p[(1 << 20) - 1] == 3, "sum %g", p[0]);
@@ -105,7 +105,7 @@ static dt_status split_rank(dt_comm *comm, void *arg) {
     /* The group works and only sums its own members. */
     dt_tensor *t = NULL;
     RANK_OK(dt_full(1, (int64_t[]){3}, rank, DT_I64, &t));
-    RANK_OK(dt_all_reduce(sub, t, DT_REDUCE_SUM));
+    RANK_OK(dt_comm_all_reduce(sub, t, DT_REDUCE_SUM));
     int64_t expected = 0;
     for (int r = 0; r < world; r++) {
       if (r != 3 && r % 2 == color) expected += r;
@@ -115,23 +115,23 @@ static dt_status split_rank(dt_comm *comm, void *arg) {
     dt_comm *single = NULL;
     RANK_OK(dt_comm_split(sub, dt_comm_rank(sub), 0, &single));
     RANK_CHECK(dt_comm_size(single) == 1, "singleton");
-    RANK_OK(dt_all_reduce(single, t, DT_REDUCE_SUM));
+    RANK_OK(dt_comm_all_reduce(single, t, DT_REDUCE_SUM));
     dt_comm_destroy(single);
     dt_tensor_release(t);
   }
-  RANK_OK(dt_barrier(comm));
+  RANK_OK(dt_comm_barrier(comm));
   if (sub) {
     /* Ids agree across members: gather them. */
     uint64_t id = dt_comm_id(sub);
     dt_objects *ids = NULL;
-    RANK_OK(dt_all_gather_object(sub, &id, sizeof id, &ids));
+    RANK_OK(dt_comm_all_gather_object(sub, &id, sizeof id, &ids));
     for (int r = 0; r < ids->count; r++) {
       RANK_CHECK(memcmp(ids->data + ids->offsets[r], &id, sizeof id) == 0, "same id");
     }
     dt_objects_free(ids);
   }
   dt_comm_destroy(sub);
-  dt_comm_destroy(comm); /* ignored: dt_spawn owns the world */
+  dt_comm_destroy(comm); /* ignored: dt_comm_spawn owns the world */
   return DT_OK;
 }
 
@@ -148,8 +148,8 @@ static dt_status same_color_rank(dt_comm *comm, void *arg) {
   RANK_CHECK(dt_comm_size(copy) == dt_comm_size(comm) && dt_comm_rank(copy) == dt_comm_rank(comm),
              "same layout");
   dt_work *a = NULL, *b = NULL;
-  RANK_OK(dt_barrier_async(copy, &a));
-  RANK_OK(dt_barrier_async(comm, &b));
+  RANK_OK(dt_comm_barrier_async(copy, &a));
+  RANK_OK(dt_comm_barrier_async(comm, &b));
   RANK_OK(dt_work_wait(b));
   RANK_OK(dt_work_wait(a));
   dt_work_release(a);
@@ -172,10 +172,10 @@ Test(init, threads_single_rank_world) {
   cr_assert_str_eq(dt_comm_name(comm), "solo");
   dt_tensor *t = NULL;
   cr_assert_eq(dt_full(1, (int64_t[]){3}, 2, DT_F32, &t), DT_OK);
-  cr_assert_eq(dt_all_reduce(comm, t, DT_REDUCE_AVG), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_all_reduce(comm, t, DT_REDUCE_AVG), DT_OK, "%s", dt_last_error());
   cr_assert_eq(((float *)dt_tensor_data(t))[1], 2);
   dt_work *work = NULL;
-  cr_assert_eq(dt_broadcast_async(comm, t, 0, &work), DT_OK);
+  cr_assert_eq(dt_comm_broadcast_async(comm, t, 0, &work), DT_OK);
   cr_assert_eq(dt_work_wait(work), DT_OK);
   dt_work_release(work);
   dt_comm *copy = NULL;

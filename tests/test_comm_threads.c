@@ -42,7 +42,7 @@ static dt_status all_reduce_rank(dt_comm *comm, void *arg) {
       if (op == DT_REDUCE_AVG && !dt_dtype_is_floating(dtype)) continue;
       int64_t shape[] = {numel};
       dt_tensor *t = test_tensor(1, shape, dtype, op, rank);
-      dt_status status = dt_all_reduce(comm, t, op);
+      dt_status status = dt_comm_all_reduce(comm, t, op);
       for (int64_t i = 0; i < numel; i++) expected[i] = reduced(dtype, op, world, i);
       if (status == DT_OK) status = compare(t, expected, numel, dt_reduce_op_name(op));
       dt_tensor_release(t);
@@ -70,14 +70,14 @@ static dt_status all_reduce_scalar_rank(dt_comm *comm, void *arg) {
   (void)arg;
   dt_tensor *t = NULL;
   RANK_OK(dt_full(0, (int64_t[]){1}, dt_comm_rank(comm) + 1, DT_F64, &t));
-  RANK_OK(dt_all_reduce(comm, t, DT_REDUCE_SUM));
+  RANK_OK(dt_comm_all_reduce(comm, t, DT_REDUCE_SUM));
   int w = dt_comm_size(comm);
   double v = *(double *)dt_tensor_data(t);
   dt_tensor_release(t);
   RANK_CHECK(v == w * (w + 1) / 2.0, "scalar sum %g", v);
   /* Empty tensors complete like a barrier. */
   RANK_OK(dt_zeros(1, (int64_t[]){0}, DT_F32, &t));
-  RANK_OK(dt_all_reduce(comm, t, DT_REDUCE_MAX));
+  RANK_OK(dt_comm_all_reduce(comm, t, DT_REDUCE_MAX));
   dt_tensor_release(t);
   return DT_OK;
 }
@@ -96,7 +96,7 @@ static dt_status all_gather_rank(dt_comm *comm, void *arg) {
     int64_t in_shape[] = {3, 5}, out_shape[] = {3 * world, 5};
     dt_tensor *in = test_tensor(2, in_shape, dtype, DT_REDUCE_SUM, rank), *out = NULL;
     RANK_OK(dt_zeros(2, out_shape, dtype, &out));
-    RANK_OK(dt_all_gather_into_tensor(comm, in, out));
+    RANK_OK(dt_comm_all_gather_into_tensor(comm, in, out));
     double *expected = malloc(sizeof *expected * 15 * (size_t)world);
     for (int r = 0; r < world; r++) {
       for (int64_t i = 0; i < 15; i++)
@@ -109,7 +109,7 @@ static dt_status all_gather_rank(dt_comm *comm, void *arg) {
       RANK_OK(dt_zeros(2, out_shape, dtype, &out2));
       dt_tensor *mine = narrow_rows(out2, 3 * rank, 3);
       copy_bytes(mine, in);
-      RANK_OK(dt_all_gather_into_tensor(comm, mine, out2));
+      RANK_OK(dt_comm_all_gather_into_tensor(comm, mine, out2));
       status = compare(out2, expected, 15 * world, "in-place all_gather_into_tensor");
       dt_tensor_release(mine);
       dt_tensor_release(out2);
@@ -140,7 +140,7 @@ static dt_status all_gather_uneven_rank(dt_comm *comm, void *arg) {
     dt_tensor *in = test_tensor(2, (int64_t[]){counts[rank], 2}, dtype, DT_REDUCE_SUM, rank);
     dt_tensor *out = NULL;
     RANK_OK(dt_zeros(2, (int64_t[]){total, 2}, dtype, &out));
-    RANK_OK(dt_all_gather_uneven(comm, in, out, counts));
+    RANK_OK(dt_comm_all_gather_uneven(comm, in, out, counts));
     double expected[64];
     int64_t k = 0;
     for (int r = 0; r < world; r++) {
@@ -173,7 +173,7 @@ static dt_status reduce_scatter_rank(dt_comm *comm, void *arg) {
       dt_tensor *in = test_tensor(2, (int64_t[]){rows * world, cols}, dtype, op, rank);
       dt_tensor *out = NULL;
       RANK_OK(dt_zeros(2, (int64_t[]){rows, cols}, dtype, &out));
-      RANK_OK(dt_reduce_scatter_tensor(comm, in, out, op));
+      RANK_OK(dt_comm_reduce_scatter_tensor(comm, in, out, op));
       double expected[6];
       for (int64_t i = 0; i < rows * cols; i++)
         expected[i] = reduced(dtype, op, world, rank * rows * cols + i);
@@ -184,7 +184,7 @@ static dt_status reduce_scatter_rank(dt_comm *comm, void *arg) {
         dt_tensor *fresh = test_tensor(2, (int64_t[]){rows * world, cols}, dtype, op, rank);
         copy_bytes(in, fresh);
         dt_tensor_release(fresh);
-        RANK_OK(dt_reduce_scatter_tensor(comm, in, mine, op));
+        RANK_OK(dt_comm_reduce_scatter_tensor(comm, in, mine, op));
         status = compare(mine, expected, rows * cols, "in-place reduce_scatter_tensor");
         dt_tensor_release(mine);
       }
@@ -215,7 +215,7 @@ static dt_status reduce_scatter_uneven_rank(dt_comm *comm, void *arg) {
     dt_tensor *in = test_tensor(2, (int64_t[]){total, 4}, dtype, DT_REDUCE_SUM, rank);
     dt_tensor *out = NULL;
     RANK_OK(dt_zeros(2, (int64_t[]){counts[rank], 4}, dtype, &out));
-    RANK_OK(dt_reduce_scatter_uneven(comm, in, out, counts, DT_REDUCE_SUM));
+    RANK_OK(dt_comm_reduce_scatter_uneven(comm, in, out, counts, DT_REDUCE_SUM));
     double expected[16];
     for (int64_t i = 0; i < counts[rank] * 4; i++)
       expected[i] = reduced(dtype, DT_REDUCE_SUM, world, first * 4 + i);
@@ -259,7 +259,8 @@ static dt_status all_to_all_rank(dt_comm *comm, void *arg) {
     RANK_OK(dt_empty(1, (int64_t[]){sent}, dtypes[di], &in));
     for (int64_t i = 0; i < sent; i++) RANK_OK(dt_tensor_set(in, (int64_t[]){i}, values[i]));
     RANK_OK(dt_zeros(1, (int64_t[]){received}, dtypes[di], &out));
-    RANK_OK(dt_all_to_all(comm, in, out, uneven ? send_counts : NULL, uneven ? recv_counts : NULL));
+    RANK_OK(dt_comm_all_to_all(comm, in, out, uneven ? send_counts : NULL,
+                               uneven ? recv_counts : NULL));
     dt_status status = compare(out, expected, received, "all_to_all");
     dt_tensor_release(in);
     dt_tensor_release(out);
@@ -286,7 +287,7 @@ static dt_status rooted_rank(dt_comm *comm, void *arg) {
       dt_dtype dtype = all_dtypes[di];
       /* broadcast: root's values everywhere */
       dt_tensor *t = test_tensor(2, (int64_t[]){4, 3}, dtype, DT_REDUCE_SUM, rank);
-      RANK_OK(dt_broadcast(comm, t, root));
+      RANK_OK(dt_comm_broadcast(comm, t, root));
       double expected[96];
       for (int64_t i = 0; i < 12; i++) expected[i] = test_value(dtype, DT_REDUCE_SUM, root, i);
       dt_status status = compare(t, expected, 12, "broadcast");
@@ -297,7 +298,7 @@ static dt_status rooted_rank(dt_comm *comm, void *arg) {
       dt_tensor *all = test_tensor(2, (int64_t[]){2 * world, 3}, dtype, DT_REDUCE_SUM, rank);
       dt_tensor *part = NULL;
       RANK_OK(dt_zeros(2, (int64_t[]){2, 3}, dtype, &part));
-      RANK_OK(dt_scatter(comm, rank == root ? all : NULL, part, root));
+      RANK_OK(dt_comm_scatter(comm, rank == root ? all : NULL, part, root));
       for (int64_t i = 0; i < 6; i++)
         expected[i] = test_value(dtype, DT_REDUCE_SUM, root, rank * 6 + i);
       status = compare(part, expected, 6, "scatter");
@@ -306,7 +307,7 @@ static dt_status rooted_rank(dt_comm *comm, void *arg) {
       /* gather: root gets every rank's `part` (now rank-specific) in order */
       dt_tensor *gathered = NULL;
       RANK_OK(dt_zeros(2, (int64_t[]){2 * world, 3}, dtype, &gathered));
-      RANK_OK(dt_gather(comm, part, rank == root ? gathered : NULL, root));
+      RANK_OK(dt_comm_gather(comm, part, rank == root ? gathered : NULL, root));
       if (rank == root) {
         for (int64_t i = 0; i < 6 * world; i++)
           expected[i] = test_value(dtype, DT_REDUCE_SUM, root, i);
@@ -318,7 +319,7 @@ static dt_status rooted_rank(dt_comm *comm, void *arg) {
       if (status != DT_OK) return status;
     }
   }
-  RANK_OK(dt_barrier(comm));
+  RANK_OK(dt_comm_barrier(comm));
   return DT_OK;
 }
 
@@ -338,8 +339,8 @@ static dt_status ring_rank(dt_comm *comm, void *arg) {
     RANK_OK(dt_full(1, (int64_t[]){100000}, rank * 10 + round, DT_F32, &mine));
     RANK_OK(dt_zeros(1, (int64_t[]){100000}, DT_F32, &theirs));
     dt_work *sent = NULL;
-    RANK_OK(dt_send_async(comm, mine, next, &sent));
-    RANK_OK(dt_recv(comm, theirs, prev));
+    RANK_OK(dt_comm_send_async(comm, mine, next, &sent));
+    RANK_OK(dt_comm_recv(comm, theirs, prev));
     RANK_OK(dt_work_wait(sent));
     dt_work_release(sent);
     float *p = dt_tensor_data(theirs);
@@ -353,14 +354,14 @@ static dt_status ring_rank(dt_comm *comm, void *arg) {
     dt_tensor *t = NULL;
     RANK_OK(dt_full(2, (int64_t[]){2, 2}, rank, DT_I64, &t));
     if (rank % 2 == 0) {
-      RANK_OK(dt_send(comm, t, partner));
-      RANK_OK(dt_recv(comm, t, partner));
+      RANK_OK(dt_comm_send(comm, t, partner));
+      RANK_OK(dt_comm_recv(comm, t, partner));
     } else {
       dt_tensor *got = NULL;
       RANK_OK(dt_zeros(2, (int64_t[]){2, 2}, DT_I64, &got));
-      RANK_OK(dt_recv(comm, got, partner));
+      RANK_OK(dt_comm_recv(comm, got, partner));
       RANK_CHECK(((int64_t *)dt_tensor_data(got))[3] == partner, "pair value");
-      RANK_OK(dt_send(comm, t, partner));
+      RANK_OK(dt_comm_send(comm, t, partner));
       dt_tensor_release(got);
     }
     if (rank % 2 == 0) RANK_CHECK(((int64_t *)dt_tensor_data(t))[0] == partner, "pair reply");
@@ -382,7 +383,7 @@ static dt_status object_rank(dt_comm *comm, void *arg) {
   int len =
       rank == 1 ? 0 : snprintf(text, sizeof text, "rank %d says %.*s", rank, rank, "hello!!!");
   dt_objects *objects = NULL;
-  RANK_OK(dt_all_gather_object(comm, len ? text : NULL, (size_t)len, &objects));
+  RANK_OK(dt_comm_all_gather_object(comm, len ? text : NULL, (size_t)len, &objects));
   RANK_CHECK(objects->count == world, "count %d", objects->count);
   for (int r = 0; r < world; r++) {
     char want[64];
@@ -406,7 +407,7 @@ static dt_status streaming_rank(dt_comm *comm, void *arg) {
   int64_t n = (int64_t)(9 << 20) / world + 3;
   dt_tensor *t = NULL;
   RANK_OK(dt_full(1, (int64_t[]){n}, rank + 0.5, DT_F32, &t));
-  RANK_OK(dt_all_reduce(comm, t, DT_REDUCE_SUM));
+  RANK_OK(dt_comm_all_reduce(comm, t, DT_REDUCE_SUM));
   float expected = (float)(world * world / 2.0), *p = dt_tensor_data(t);
   for (int64_t i = 0; i < n; i++) {
     RANK_CHECK(p[i] == expected, "element %lld is %g, expected %g", (long long)i, p[i], expected);

@@ -1,7 +1,7 @@
 /* The cost model: the bytes the planner and the propagator predict for a transition are the
  * bytes the comm ledger measures when it runs, for redistributions on 1-D and 2-D meshes
  * (even and uneven shapes), for eager dispatch of ops whose inputs must move, and for the
- * collectives a TP transformation inserts. Ranks are threads (dt_spawn). */
+ * collectives a TP transformation inserts. Ranks are threads (dt_comm_spawn). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,7 +136,7 @@ Test(cost_model, planner_bytes_equal_ledger_bytes) {
   for (int k = 0; k < N_TRANSITIONS; k++) {
     const transition *c = &transitions[k];
     int world = c->mesh_ndim == 1 ? c->mesh[0] : c->mesh[0] * c->mesh[1];
-    cr_assert_eq(dt_spawn(world, transition_rank, (void *)c), DT_OK, "case %d: %s", k,
+    cr_assert_eq(dt_comm_spawn(world, transition_rank, (void *)c), DT_OK, "case %d: %s", k,
                  dt_last_error());
   }
 }
@@ -200,7 +200,8 @@ Test(cost_model, eager_dispatch_predicted_bytes_equal_ledger_bytes) {
   for (int k = 0; k < N_OP_CASES; k++) {
     const op_case *c = &op_cases[k];
     int world = c->mesh_ndim == 1 ? c->mesh[0] : c->mesh[0] * c->mesh[1];
-    cr_assert_eq(dt_spawn(world, op_rank, (void *)c), DT_OK, "case %d: %s", k, dt_last_error());
+    cr_assert_eq(dt_comm_spawn(world, op_rank, (void *)c), DT_OK, "case %d: %s", k,
+                 dt_last_error());
   }
 }
 
@@ -269,8 +270,8 @@ Test(cost_model, tp_transformed_mlp_predicted_bytes_equal_ledger_bytes) {
                      {prog, x, y, 1, rowwise_only, -1}};
   for (int k = 0; k < 3; k++) {
     for (int world = 2; world <= 4; world++) {
-      cr_assert_eq(dt_spawn(world, tp_rank, &cases[k]), DT_OK, "plan %d world %d: %s", k, world,
-                   dt_last_error());
+      cr_assert_eq(dt_comm_spawn(world, tp_rank, &cases[k]), DT_OK, "plan %d world %d: %s", k,
+                   world, dt_last_error());
     }
   }
   dt_tensor_release(x);

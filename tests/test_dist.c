@@ -1,5 +1,5 @@
 /* Distributed tensors: redistribution, creation, caching, random invariance, bad input,
- * dispatch modes. Ranks are threads (dt_spawn); each rank checks and returns a status. */
+ * dispatch modes. Ranks are threads (dt_comm_spawn); each rank checks and returns a status. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,7 +117,7 @@ static dt_status redistribute_rank(dt_comm *world, void *arg) {
 
 static void run_on(int ndim, int64_t a, int64_t b, dt_rank_fn fn) {
   mesh_arg ma = {ndim, {a, b}};
-  dt_status st = dt_spawn(world_of(&ma), fn, &ma);
+  dt_status st = dt_comm_spawn(world_of(&ma), fn, &ma);
   cr_assert_eq(st, DT_OK, "mesh %lldx%lld: %s", (long long)a, (long long)b, dt_last_error());
 }
 
@@ -128,7 +128,7 @@ Test(redistribute, every_pair_2x2) { run_on(2, 2, 2, redistribute_rank); }
 Test(redistribute, every_pair_2x3) { run_on(2, 2, 3, redistribute_rank); }
 Test(redistribute, every_pair_2x2x2) {
   mesh_arg ma = {3, {2, 2, 2}};
-  cr_assert_eq(dt_spawn(8, redistribute_rank, &ma), DT_OK, "mesh 2x2x2: %s", dt_last_error());
+  cr_assert_eq(dt_comm_spawn(8, redistribute_rank, &ma), DT_OK, "mesh 2x2x2: %s", dt_last_error());
 }
 
 /* (S0, S1) -> (S1, S0) must not gather the whole tensor anywhere: its plan moves fewer
@@ -144,8 +144,8 @@ static dt_status transpose_plan_rank(dt_comm *world, void *arg) {
   CHECK(!st, "dist_rand");
   char text[1024];
   int64_t bytes = 0;
-  st = dt_dist_redistribute_explain(t, 2, (dt_placement[]){dt_shard(1), dt_shard(0)}, text, sizeof text,
-                               &bytes);
+  st = dt_dist_redistribute_explain(t, 2, (dt_placement[]){dt_shard(1), dt_shard(0)}, text,
+                                    sizeof text, &bytes);
   CHECK(!st, "explain");
   CHECK(strstr(text, "all_to_all") != NULL, "plan has no all_to_all: %s", text);
   /* No step handles a whole replica: every collective's buffer is at most half the tensor. */
@@ -155,15 +155,15 @@ static dt_status transpose_plan_rank(dt_comm *world, void *arg) {
     CHECK(step_bytes <= 64 * 64 * 4 / 2, "a step handles %lld bytes of a %d-byte tensor: %s",
           step_bytes, 64 * 64 * 4, text);
   }
-  st = dt_dist_redistribute_explain(t, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, text, sizeof text,
-                               &bytes);
+  st = dt_dist_redistribute_explain(t, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, text,
+                                    sizeof text, &bytes);
   CHECK(!st && bytes == 0 && strstr(text, "nothing"), "identity plan: %s", text);
   dt_tensor_release(t);
   dt_mesh_destroy(mesh);
   return DT_OK;
 }
 Test(redistribute, transposed_sharding_avoids_replicate) {
-  cr_assert_eq(dt_spawn(4, transpose_plan_rank, NULL), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_spawn(4, transpose_plan_rank, NULL), DT_OK, "%s", dt_last_error());
 }
 
 /* ---- Random tensors do not depend on the mesh -------------------------------------------------
@@ -259,7 +259,7 @@ static dt_status from_local_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 Test(dist, from_local_to_local_visualize) {
-  cr_assert_eq(dt_spawn(3, from_local_rank, NULL), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_spawn(3, from_local_rank, NULL), DT_OK, "%s", dt_last_error());
 }
 
 /* ---- Cache ----------------------------------------------------------------------------------- */
@@ -296,7 +296,7 @@ static dt_status cache_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 Test(dist, sharding_cache_hits_and_misses) {
-  cr_assert_eq(dt_spawn(2, cache_rank, NULL), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_spawn(2, cache_rank, NULL), DT_OK, "%s", dt_last_error());
 }
 
 /* ---- Bad input: a clear error on every rank, no hang
@@ -319,7 +319,8 @@ static dt_status bad_input_rank(dt_comm *world, void *arg) {
   st = dt_dist_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_partial(DT_REDUCE_SUM)}, &d);
   CHECK(st == DT_ERR_INVALID, "distribute with Partial");
   CHECK(!dt_dist_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_shard(0)}, &d), "distribute");
-  CHECK(!dt_dist_distribute_tensor(other, full, 1, (dt_placement[]){dt_shard(0)}, &e), "distribute");
+  CHECK(!dt_dist_distribute_tensor(other, full, 1, (dt_placement[]){dt_shard(0)}, &e),
+        "distribute");
   st = dt_add(d, e, &out);
   CHECK(st == DT_ERR_INVALID && out == NULL && strstr(dt_last_error(), "mesh"), "different meshes");
   st = dt_add(d, full, &out);
@@ -352,7 +353,7 @@ static dt_status bad_input_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 Test(dist, bad_input_fails_on_every_rank) {
-  cr_assert_eq(dt_spawn(2, bad_input_rank, NULL), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_spawn(2, bad_input_rank, NULL), DT_OK, "%s", dt_last_error());
 }
 
 /* ---- Dispatch modes
@@ -497,7 +498,8 @@ static dt_status ledger_rank(dt_comm *world, void *arg) {
   CHECK(!dt_dist_rand(mesh, 2, (int64_t[]){9, 6}, DT_F32, 2, 2,
                       (dt_placement[]){dt_replicate(), dt_replicate()}, &rep),
         "rand");
-  CHECK(!dt_dist_redistribute(rep, 2, (dt_placement[]){dt_replicate(), dt_partial(DT_REDUCE_SUM)}, &b),
+  CHECK(!dt_dist_redistribute(rep, 2, (dt_placement[]){dt_replicate(), dt_partial(DT_REDUCE_SUM)},
+                              &b),
         "to partial");
   dt_comm_ledger *ledger = NULL;
   CHECK(!dt_comm_ledger_start(&ledger), "ledger start");
@@ -526,7 +528,7 @@ static dt_status ledger_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 Test(dist, comm_ledger_counts_and_plan_bytes) {
-  cr_assert_eq(dt_spawn(4, ledger_rank, NULL), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_spawn(4, ledger_rank, NULL), DT_OK, "%s", dt_last_error());
 }
 
 /* ---- Vocabulary-parallel embedding
@@ -571,7 +573,7 @@ static dt_status vocab_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 Test(dist, vocabulary_parallel_embedding) {
-  cr_assert_eq(dt_spawn(3, vocab_rank, NULL), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_spawn(3, vocab_rank, NULL), DT_OK, "%s", dt_last_error());
 }
 
 /* ---- An op without a rule for its arguments replicates them, counted and correct ----------------
@@ -593,14 +595,15 @@ static dt_status fallback_rank(dt_comm *world, void *arg) {
   dt_dist_sharding_cache_stats(&s);
   CHECK(s.fallbacks == 1, "one fallback counted (%llu)", (unsigned long long)s.fallbacks);
   double v = 0;
-  CHECK(!dt_dist_full_tensor(dot, &full) && !dt_tensor_get(full, NULL, &v) && v == 10, "dot = %g", v);
+  CHECK(!dt_dist_full_tensor(dot, &full) && !dt_tensor_get(full, NULL, &v) && v == 10, "dot = %g",
+        v);
   dt_tensor *rel[] = {a, b, dot, full};
   for (int i = 0; i < 4; i++) dt_tensor_release(rel[i]);
   dt_mesh_destroy(mesh);
   return DT_OK;
 }
 Test(dist, op_without_rule_replicates) {
-  cr_assert_eq(dt_spawn(2, fallback_rank, NULL), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_spawn(2, fallback_rank, NULL), DT_OK, "%s", dt_last_error());
 }
 
 /* ---- The cache stays bounded: more distinct calls than slots evict old plans ---------------- */
@@ -631,7 +634,7 @@ static dt_status bounded_rank(dt_comm *world, void *arg) {
   return st;
 }
 Test(dist, sharding_cache_is_bounded) {
-  cr_assert_eq(dt_spawn(2, bounded_rank, NULL), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_spawn(2, bounded_rank, NULL), DT_OK, "%s", dt_last_error());
 }
 
 /* ---- Regressions found in review: squeeze on shards, split counts, casts of Partials --------- */
@@ -697,7 +700,7 @@ static dt_status review_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 Test(dist, review_regressions) {
-  cr_assert_eq(dt_spawn(3, review_rank, NULL), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_spawn(3, review_rank, NULL), DT_OK, "%s", dt_last_error());
 }
 
 Test(tensor, fill_values_that_do_not_fit_are_refused) {
@@ -731,5 +734,5 @@ static dt_status run_check_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 Test(dist, run_check_with_reused_memory) {
-  cr_assert_eq(dt_spawn(2, run_check_rank, NULL), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_spawn(2, run_check_rank, NULL), DT_OK, "%s", dt_last_error());
 }

@@ -29,7 +29,8 @@ static dt_status destroy_mesh_first_rank(dt_comm *world, void *arg) {
   RANK_CHECK(full != NULL, "iota");
   dt_tensor *x = NULL, *y = NULL, *sum = NULL, *moved = NULL, *gathered = NULL;
   RANK_OK(dt_dist_distribute_tensor(mesh, full, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, &x));
-  RANK_OK(dt_dist_distribute_tensor(mesh, full, 2, (dt_placement[]){dt_replicate(), dt_shard(0)}, &y));
+  RANK_OK(
+      dt_dist_distribute_tensor(mesh, full, 2, (dt_placement[]){dt_replicate(), dt_shard(0)}, &y));
   /* Warm this thread's sharding cache with plans on the mesh, then drop the user's mesh. */
   RANK_OK(dt_add(x, y, &sum));
   dt_tensor_release(sum);
@@ -74,8 +75,8 @@ Test(dist_regress, mesh_destroyed_before_its_tensors_fake) {
   cr_assert_eq(dt_mesh_create(world, 1, (int[]){4}, (const char *[]){"tp"}, &mesh), DT_OK, "%s",
                dt_last_error());
   dt_tensor *full = iota_2d(8, 3), *x = NULL, *sum = NULL, *local = NULL, *moved = NULL;
-  cr_assert_eq(dt_dist_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_shard(0)}, &x), DT_OK, "%s",
-               dt_last_error());
+  cr_assert_eq(dt_dist_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_shard(0)}, &x), DT_OK,
+               "%s", dt_last_error());
   dt_mesh_destroy(mesh);
   cr_assert_eq(dt_add(x, x, &sum), DT_OK, "%s", dt_last_error());
   cr_assert_eq(dt_dist_to_local(sum, &local), DT_OK, "%s", dt_last_error());
@@ -117,7 +118,8 @@ static dt_status int_avg_rank(dt_comm *world, void *arg) {
   /* Partial(sum) of the same tensor is fine, and from_local with Partial(avg) is refused. */
   RANK_OK(dt_dist_redistribute(x, 1, (dt_placement[]){dt_partial(DT_REDUCE_SUM)}, &p));
   RANK_OK(dt_dist_to_local(x, &local));
-  st = dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_partial(DT_REDUCE_AVG)}, NULL, &wrapped);
+  st = dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_partial(DT_REDUCE_AVG)}, NULL,
+                          &wrapped);
   RANK_CHECK(st == DT_ERR_INVALID && wrapped == NULL && mentions(dt_last_error(), "from_local") &&
                  mentions(dt_last_error(), "Partial(avg)"),
              "from_local P(avg) int64: %s", dt_last_error());
@@ -256,12 +258,12 @@ static dt_status late_rank(dt_comm *world, void *arg) {
   RANK_OK(dt_ones(1, (int64_t[]){4}, DT_F32, &t));
   if (rank == 3) {
     sleep_ms(500);
-    dt_status st = dt_all_reduce(world, t, DT_REDUCE_SUM);
+    dt_status st = dt_comm_all_reduce(world, t, DT_REDUCE_SUM);
     dt_tensor_release(t);
     RANK_CHECK(st == DT_ERR_ABORTED, "late rank got %s", dt_status_string(st));
     return DT_OK;
   }
-  dt_status st = dt_all_reduce(world, t, DT_REDUCE_SUM);
+  dt_status st = dt_comm_all_reduce(world, t, DT_REDUCE_SUM);
   dt_tensor_release(t);
   const char *msg = dt_last_error();
   RANK_CHECK(st == DT_ERR_TIMEOUT, "got %s: %s", dt_status_string(st), msg);

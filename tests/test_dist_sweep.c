@@ -2,7 +2,7 @@
  * The op sweep: every op with sample inputs, for every combination of input placements
  * (Replicate, Shard(d) for each dim, Partial(sum) for floating inputs) on meshes of 1, 2,
  * 3, 4 ranks and 2x2, 2x3: full_tensor(op(distributed inputs)) must equal op(full inputs).
- * Shapes are odd so shards are uneven. Ranks are threads (dt_spawn).
+ * Shapes are odd so shards are uneven. Ranks are threads (dt_comm_spawn).
  */
 #include <math.h>
 #include <stdio.h>
@@ -132,7 +132,7 @@ static dt_status sweep_rank(dt_comm *world, void *arg) {
 static void run_sweep(int ndim, int64_t a, int64_t b, int max_combos) {
   sweep sw = {ndim, {a, b}, max_combos};
   int world = (int)(ndim == 1 ? a : a * b);
-  dt_status st = dt_spawn(world, sweep_rank, &sw);
+  dt_status st = dt_comm_spawn(world, sweep_rank, &sw);
   fprintf(stderr, "mesh %lldx%lld: %ld placement combinations checked\n", (long long)a,
           (long long)b, (long)checks);
   cr_assert_gt(checks, 0);
@@ -149,7 +149,7 @@ Test(dist_sweep, mesh_2x3) { run_sweep(2, 2, 3, 0); }
 Test(dist_sweep, mesh_2x2x2) {
   /* A 3-D mesh: a spread sample of up to 600 placement combinations per op. */
   sweep sw = {3, {2, 2, 2}, 600};
-  dt_status st = dt_spawn(8, sweep_rank, &sw);
+  dt_status st = dt_comm_spawn(8, sweep_rank, &sw);
   fprintf(stderr, "mesh 2x2x2: %ld placement combinations checked\n", (long)checks);
   cr_assert_eq(st, DT_OK, "sweep on mesh 2x2x2 failed: %s", dt_last_error());
 }
@@ -232,7 +232,7 @@ static dt_status chain_rank(dt_comm *world, void *arg) {
 
 static void run_chains(int ndim, int a, int b) {
   sweep sw = {ndim, {a, b}, 0};
-  cr_assert_eq(dt_spawn(ndim == 1 ? a : a * b, chain_rank, &sw), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_spawn(ndim == 1 ? a : a * b, chain_rank, &sw), DT_OK, "%s", dt_last_error());
 }
 
 Test(dist_chain, mesh_3) { run_chains(1, 3, 1); }

@@ -5,7 +5,7 @@
  * output for any new input. A conversion of a traced value must now make dt_export fail with
  * DT_ERR_UNSUPPORTED naming the call, while conversions of values that do not depend on the
  * trace (and redistributions inside a distributed op) still export and run correctly on a
- * second input. Ranks are threads (dt_spawn). */
+ * second input. Ranks are threads (dt_comm_spawn). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -328,7 +328,7 @@ static dt_status dist_rank(dt_comm *world, void *arg) {
   for (int i = 0; i < n; i++) {
     names[i] = dt_program_state_name(local, i);
     RANK_OK(dt_dist_distribute_tensor(mesh, dt_program_state_tensor(local, i), 1,
-                                 (dt_placement[]){dt_replicate()}, &state[i]));
+                                      (dt_placement[]){dt_replicate()}, &state[i]));
   }
   dt_program *p = NULL;
   RANK_OK(dt_program_create(dt_program_graph(local), n, names, state, &p));

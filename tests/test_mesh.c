@@ -38,7 +38,7 @@ static dt_status mesh_rank(dt_comm *world, void *arg) {
     /* all_reduce of world ranks along d: the sum over the ranks sharing the other coords. */
     dt_tensor *t = NULL;
     RANK_OK(dt_full(1, (int64_t[]){5}, rank, DT_I64, &t));
-    RANK_OK(dt_all_reduce(group, t, DT_REDUCE_SUM));
+    RANK_OK(dt_comm_all_reduce(group, t, DT_REDUCE_SUM));
     int64_t expected = 0;
     int other[3];
     memcpy(other, coords, sizeof other);
@@ -52,7 +52,7 @@ static dt_status mesh_rank(dt_comm *world, void *arg) {
     dt_tensor *mine = NULL, *all = NULL;
     RANK_OK(dt_full(1, (int64_t[]){1}, rank, DT_I32, &mine));
     RANK_OK(dt_zeros(1, (int64_t[]){c->shape[d]}, DT_I32, &all));
-    RANK_OK(dt_all_gather_into_tensor(group, mine, all));
+    RANK_OK(dt_comm_all_gather_into_tensor(group, mine, all));
     for (int k = 0; k < c->shape[d]; k++) {
       other[d] = k;
       RANK_CHECK(((int32_t *)dt_tensor_data(all))[k] == dt_mesh_rank_at(mesh, other), "gather");
@@ -76,7 +76,7 @@ static dt_status mesh_rank(dt_comm *world, void *arg) {
   RANK_CHECK(dt_mesh_dim_name(second, 0) == NULL, "unnamed");
   uint64_t id = dt_mesh_id(mesh);
   dt_objects *ids = NULL;
-  RANK_OK(dt_all_gather_object(world, &id, sizeof id, &ids));
+  RANK_OK(dt_comm_all_gather_object(world, &id, sizeof id, &ids));
   for (int r = 0; r < ids->count; r++) {
     RANK_CHECK(memcmp(ids->data + ids->offsets[r], &id, sizeof id) == 0, "mesh id of rank %d", r);
   }
@@ -165,9 +165,9 @@ Test(mesh, fake_backend_4096_ranks) {
   dt_tensor *in = NULL, *out = NULL;
   cr_assert_eq(dt_ones(1, (int64_t[]){3}, DT_F32, &in), DT_OK);
   cr_assert_eq(dt_zeros(1, (int64_t[]){48}, DT_F32, &out), DT_OK);
-  cr_assert_eq(dt_all_gather_into_tensor(dt_mesh_group(mesh, 2), in, out), DT_OK, "%s",
+  cr_assert_eq(dt_comm_all_gather_into_tensor(dt_mesh_group(mesh, 2), in, out), DT_OK, "%s",
                dt_last_error());
-  cr_assert_eq(dt_all_gather_into_tensor(world, in, out), DT_ERR_INVALID);
+  cr_assert_eq(dt_comm_all_gather_into_tensor(world, in, out), DT_ERR_INVALID);
   cr_assert(strstr(dt_last_error(), "expected [12288]") != NULL, "%s", dt_last_error());
   dt_tensor_release(in);
   dt_tensor_release(out);

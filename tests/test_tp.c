@@ -1,6 +1,6 @@
 /* Tensor parallelism: the seed scenarios of the TP transformation (counts of inserted
  * communication asserted), the eager parallelize_module path, a 4-layer MLP over 1..8 ranks,
- * and bad plans. Ranks are threads (dt_spawn); a rank reports a failed check through its
+ * and bad plans. Ranks are threads (dt_comm_spawn); a rank reports a failed check through its
  * status (RANK_CHECK). */
 #include <math.h>
 #include <stdio.h>
@@ -522,7 +522,8 @@ Test(tp_review, tied_embedding_weight_stays_correct) {
   cr_assert_eq(dt_module_forward(m, c.x, &c.ref), DT_OK);
   cr_assert_eq(dt_export(m, c.x, NULL, &c.prog), DT_OK, "%s", dt_last_error());
   for (int world = 2; world <= 3; world++) {
-    cr_assert_eq(dt_spawn(world, tied_rank, &c), DT_OK, "world %d: %s", world, dt_last_error());
+    cr_assert_eq(dt_comm_spawn(world, tied_rank, &c), DT_OK, "world %d: %s", world,
+                 dt_last_error());
   }
   dt_program_destroy(c.prog);
   dt_tensor_release(c.x);
@@ -555,7 +556,8 @@ Test(tp_review, symbolic_view_with_an_empty_shard_transforms_on_every_rank) {
   cr_assert_eq(dt_module_forward(m, c.x, &c.ref), DT_OK);
   dt_export_options o = {.dynamic_batch = true};
   cr_assert_eq(dt_export(m, c.x, &o, &c.prog), DT_OK, "%s", dt_last_error());
-  cr_assert_eq(dt_spawn(3, heads_rank, &c), DT_OK, "%s", dt_last_error()); /* 2 features, 3 ranks */
+  cr_assert_eq(dt_comm_spawn(3, heads_rank, &c), DT_OK, "%s",
+               dt_last_error()); /* 2 features, 3 ranks */
   dt_program_destroy(c.prog);
   dt_tensor_release(c.x);
   dt_tensor_release(c.ref);

@@ -86,8 +86,8 @@ static dt_status rank_main(dt_comm *world, void *arg) {
   if (!st) st = dt_mesh_create(world, 1, (int[]){d->world}, (const char *const[]){"tp"}, &mesh);
   if (!st) {
     dt_dist_from_local_options fo = {.global_shape = (int64_t[]){HIDDEN, IN}, .global_ndim = 2};
-    st = dt_dist_from_local(mesh, dt_program_state(tp, "0.weight"), 1, (dt_placement[]){dt_shard(0)},
-                       &fo, &shard);
+    st = dt_dist_from_local(mesh, dt_program_state(tp, "0.weight"), 1,
+                            (dt_placement[]){dt_shard(0)}, &fo, &shard);
   }
   if (!st && rank == 0) {
     st = dt_dist_visualize_sharding(shard, d->sharding, sizeof d->sharding);
@@ -132,7 +132,7 @@ static int run_mpi(demo *d, int *world_out, int *rank_out) {
   memcpy(mine.calls, d->ledger_calls, sizeof mine.calls);
   memcpy(mine.bytes, d->ledger_bytes, sizeof mine.bytes);
   dt_objects *all = NULL;
-  if (!rc && dt_all_gather_object(world, &mine, sizeof mine, &all))
+  if (!rc && dt_comm_all_gather_object(world, &mine, sizeof mine, &all))
     rc = fail("gathering the figures");
   if (!rc) {
     memset(d->ledger_calls, 0, sizeof d->ledger_calls);
@@ -203,7 +203,7 @@ int tool_demo(int argc, char **argv) {
   int my_rank = 0;
   if (!rc && use_mpi) {
     rc = run_mpi(&d, &world, &my_rank);
-  } else if (!rc && dt_spawn(world, rank_main, &d)) {
+  } else if (!rc && dt_comm_spawn(world, rank_main, &d)) {
     rc = fail("the tensor-parallel run");
   }
   if (profiler) dt_profiler_stop(profiler);

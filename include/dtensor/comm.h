@@ -4,7 +4,7 @@
  * A dt_comm is a process group: this rank's view of a set of `size` ranks numbered
  * 0..size-1. Three backends implement it behind one interface:
  *
- *   "threads"  ranks are threads of one process (dt_spawn). Collectives read the peers'
+ *   "threads"  ranks are threads of one process (dt_comm_spawn). Collectives read the peers'
  *              buffers directly (zero copy). The default, used by tests and the demo.
  *   "mpi"      one rank per process under mpirun (built when CMake finds an MPI, else
  *              DT_ERR_UNSUPPORTED). Synchronous collectives are the blocking MPI calls;
@@ -27,7 +27,7 @@
  *     hang the group; the message names the collective and the argument.
  *   - A collective whose peers do not arrive within the group's timeout returns
  *     DT_ERR_TIMEOUT (message: op, group, sequence number, missing ranks) and aborts the
- *     group. After an abort (dt_comm_abort, a failing rank under dt_spawn, a timeout)
+ *     group. After an abort (dt_comm_abort, a failing rank under dt_comm_spawn, a timeout)
  *     pending and later collectives return DT_ERR_ABORTED instead of hanging.
  *   - Each collective has an `_async` form that starts it and hands back a dt_work. Until
  *     the work completes, the tensors AND the count arrays passed to it must stay alive
@@ -79,8 +79,8 @@ DT_API const char *dt_reduce_op_name(dt_reduce_op op);
 
 /* ---- Creating groups ------------------------------------------------------------------ */
 
-/* The function each rank runs under dt_spawn. `world` is this rank's handle to the whole
- * group; it is owned by dt_spawn and valid until fn returns (dt_comm_destroy on it does
+/* The function each rank runs under dt_comm_spawn. `world` is this rank's handle to the whole
+ * group; it is owned by dt_comm_spawn and valid until fn returns (dt_comm_destroy on it does
  * nothing). Return DT_OK, or an error status to fail the run. */
 typedef dt_status (*dt_rank_fn)(dt_comm *world, void *arg);
 
@@ -93,7 +93,7 @@ typedef dt_status (*dt_rank_fn)(dt_comm *world, void *arg);
  * dt_comm_split must be destroyed before fn returns.
  * Errors: DT_ERR_INVALID (world_size outside 1..DT_COMM_MAX_THREADS, NULL fn),
  * DT_ERR_NOMEM, DT_ERR_INTERNAL (thread creation failed). */
-DT_API dt_status dt_spawn(int world_size, dt_rank_fn fn, void *arg);
+DT_API dt_status dt_comm_spawn(int world_size, dt_rank_fn fn, void *arg);
 
 /* Options of dt_comm_init. Zero-initialise (`dt_comm_options o = {0};`) and set what you
  * need: zero / NULL fields mean "default". */
@@ -111,7 +111,7 @@ typedef struct dt_comm_options {
 /* Creates the world group of this process for a process backend and hands it to the
  * caller (destroy with dt_comm_destroy). opts may be NULL (all defaults).
  *   "fake":    rank opts->rank of opts->world_size (1..DT_COMM_MAX_WORLD).
- *   "threads": a world of one rank (use dt_spawn for more; world_size > 1 is an error).
+ *   "threads": a world of one rank (use dt_comm_spawn for more; world_size > 1 is an error).
  *   "mpi":     this process's rank of MPI_COMM_WORLD (a duplicate of it; opts->rank and
  *              world_size are ignored). Initialises MPI on first use (MPI_THREAD_MULTIPLE
  *              when offered; below that the backend serialises its MPI calls and the
@@ -133,7 +133,7 @@ DT_API dt_status dt_comm_split(dt_comm *comm, int color, int key, dt_comm **out)
 
 /* Releases this rank's handle. Sub-group state shared between ranks lives until its last
  * member destroys its handle. Pending works must be waited or released first. NULL is
- * allowed; the world handle given by dt_spawn is ignored (dt_spawn owns it). */
+ * allowed; the world handle given by dt_comm_spawn is ignored (dt_comm_spawn owns it). */
 DT_API void dt_comm_destroy(dt_comm *comm);
 
 /* Aborts the group and every group of its world: pending and later collectives on every
@@ -184,42 +184,43 @@ DT_API void dt_work_release(dt_work *work);
 /* Reduces `tensor` element-wise over all ranks, in place: afterwards every rank holds the
  * result. Errors: DT_ERR_INVALID (NULL, non-contiguous, bad op), DT_ERR_DTYPE (avg on a
  * non-floating dtype). */
-DT_API dt_status dt_all_reduce(dt_comm *comm, dt_tensor *tensor, dt_reduce_op op);
-DT_API dt_status dt_all_reduce_async(dt_comm *comm, dt_tensor *tensor, dt_reduce_op op,
-                                     dt_work **work);
+DT_API dt_status dt_comm_all_reduce(dt_comm *comm, dt_tensor *tensor, dt_reduce_op op);
+DT_API dt_status dt_comm_all_reduce_async(dt_comm *comm, dt_tensor *tensor, dt_reduce_op op,
+                                          dt_work **work);
 
 /* Concatenates every rank's `in` along dim 0 into `out` (rank order):
  * out dim 0 = size * in dim 0, other dims and dtype equal. In place when `in` is exactly
  * this rank's slice of `out` (a dt_narrow view of it); any other overlap is an error.
  * Errors: DT_ERR_INVALID (NULL, shapes), DT_ERR_DTYPE (dtypes differ). */
-DT_API dt_status dt_all_gather_into_tensor(dt_comm *comm, const dt_tensor *in, dt_tensor *out);
-DT_API dt_status dt_all_gather_into_tensor_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                                                 dt_work **work);
+DT_API dt_status dt_comm_all_gather_into_tensor(dt_comm *comm, const dt_tensor *in, dt_tensor *out);
+DT_API dt_status dt_comm_all_gather_into_tensor_async(dt_comm *comm, const dt_tensor *in,
+                                                      dt_tensor *out, dt_work **work);
 
 /* Uneven all_gather: rank r contributes counts[r] rows (in dim 0 must be counts[rank]);
  * out dim 0 = sum(counts), rank r's rows start at counts[0] + ... + counts[r-1]. counts has
- * size entries, equal on every rank. In place as for dt_all_gather_into_tensor. */
-DT_API dt_status dt_all_gather_uneven(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                                      const int64_t *counts);
-DT_API dt_status dt_all_gather_uneven_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                                            const int64_t *counts, dt_work **work);
+ * size entries, equal on every rank. In place as for dt_comm_all_gather_into_tensor. */
+DT_API dt_status dt_comm_all_gather_uneven(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                           const int64_t *counts);
+DT_API dt_status dt_comm_all_gather_uneven_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                                 const int64_t *counts, dt_work **work);
 
 /* Reduces every rank's `in` element-wise and leaves slice `rank` of the result (along dim
  * 0) in `out`: in dim 0 = size * out dim 0. In place when `out` is exactly this rank's
  * slice of `in`. */
-DT_API dt_status dt_reduce_scatter_tensor(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                                          dt_reduce_op op);
-DT_API dt_status dt_reduce_scatter_tensor_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                                                dt_reduce_op op, dt_work **work);
+DT_API dt_status dt_comm_reduce_scatter_tensor(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                               dt_reduce_op op);
+DT_API dt_status dt_comm_reduce_scatter_tensor_async(dt_comm *comm, const dt_tensor *in,
+                                                     dt_tensor *out, dt_reduce_op op,
+                                                     dt_work **work);
 
 /* Uneven reduce_scatter: in dim 0 = sum(counts), out dim 0 = counts[rank]; rank r gets
  * rows [counts[0] + ... + counts[r-1], + counts[r]) of the reduction. counts equal on
  * every rank. */
-DT_API dt_status dt_reduce_scatter_uneven(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                                          const int64_t *counts, dt_reduce_op op);
-DT_API dt_status dt_reduce_scatter_uneven_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                                                const int64_t *counts, dt_reduce_op op,
-                                                dt_work **work);
+DT_API dt_status dt_comm_reduce_scatter_uneven(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                               const int64_t *counts, dt_reduce_op op);
+DT_API dt_status dt_comm_reduce_scatter_uneven_async(dt_comm *comm, const dt_tensor *in,
+                                                     dt_tensor *out, const int64_t *counts,
+                                                     dt_reduce_op op, dt_work **work);
 
 /* Personalised exchange along dim 0: this rank sends rows [sum(send_counts[0..d)), +
  * send_counts[d]) of `in` to rank d and receives recv_counts[s] rows from rank s into
@@ -227,44 +228,46 @@ DT_API dt_status dt_reduce_scatter_uneven_async(dt_comm *comm, const dt_tensor *
  * (DT_ERR_MISMATCH otherwise). Both counts NULL mean equal splits (dim 0 divisible by size);
  * one NULL and one not is DT_ERR_INVALID.
  * in and out must not overlap. */
-DT_API dt_status dt_all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                               const int64_t *send_counts, const int64_t *recv_counts);
-DT_API dt_status dt_all_to_all_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                                     const int64_t *send_counts, const int64_t *recv_counts,
-                                     dt_work **work);
+DT_API dt_status dt_comm_all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                    const int64_t *send_counts, const int64_t *recv_counts);
+DT_API dt_status dt_comm_all_to_all_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                          const int64_t *send_counts, const int64_t *recv_counts,
+                                          dt_work **work);
 
 /* Copies root's `tensor` into every other rank's `tensor` (same shape and dtype). */
-DT_API dt_status dt_broadcast(dt_comm *comm, dt_tensor *tensor, int root);
-DT_API dt_status dt_broadcast_async(dt_comm *comm, dt_tensor *tensor, int root, dt_work **work);
+DT_API dt_status dt_comm_broadcast(dt_comm *comm, dt_tensor *tensor, int root);
+DT_API dt_status dt_comm_broadcast_async(dt_comm *comm, dt_tensor *tensor, int root,
+                                         dt_work **work);
 
 /* Rank r receives slice r (along dim 0) of root's `in` into `out`: in dim 0 = size * out
  * dim 0. `in` is read on root only; other ranks may pass NULL. */
-DT_API dt_status dt_scatter(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root);
-DT_API dt_status dt_scatter_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
-                                  dt_work **work);
+DT_API dt_status dt_comm_scatter(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root);
+DT_API dt_status dt_comm_scatter_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
+                                       dt_work **work);
 
 /* Root receives every rank's `in` concatenated along dim 0 into `out` (dim 0 = size * in
  * dim 0). `out` is written on root only; other ranks may pass NULL. */
-DT_API dt_status dt_gather(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root);
-DT_API dt_status dt_gather_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
-                                 dt_work **work);
+DT_API dt_status dt_comm_gather(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root);
+DT_API dt_status dt_comm_gather_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
+                                      dt_work **work);
 
 /* Returns once every rank of the group has entered the barrier. */
-DT_API dt_status dt_barrier(dt_comm *comm);
-DT_API dt_status dt_barrier_async(dt_comm *comm, dt_work **work);
+DT_API dt_status dt_comm_barrier(dt_comm *comm);
+DT_API dt_status dt_comm_barrier_async(dt_comm *comm, dt_work **work);
 
 /* Point to point. The k-th send from rank s to rank d matches the k-th recv on d from s
  * (FIFO per ordered pair, no tags); dtype and element count must match (DT_ERR_MISMATCH
  * on both ranks otherwise). send/recv do not count as group collectives (they do not
  * advance the group's sequence number). Sending to oneself is an error. */
-DT_API dt_status dt_send(dt_comm *comm, const dt_tensor *tensor, int dst);
-DT_API dt_status dt_send_async(dt_comm *comm, const dt_tensor *tensor, int dst, dt_work **work);
-DT_API dt_status dt_recv(dt_comm *comm, dt_tensor *tensor, int src);
-DT_API dt_status dt_recv_async(dt_comm *comm, dt_tensor *tensor, int src, dt_work **work);
+DT_API dt_status dt_comm_send(dt_comm *comm, const dt_tensor *tensor, int dst);
+DT_API dt_status dt_comm_send_async(dt_comm *comm, const dt_tensor *tensor, int dst,
+                                    dt_work **work);
+DT_API dt_status dt_comm_recv(dt_comm *comm, dt_tensor *tensor, int src);
+DT_API dt_status dt_comm_recv_async(dt_comm *comm, dt_tensor *tensor, int src, dt_work **work);
 
 /* ---- Gathering byte strings ---------------------------------------------------------- */
 
-/* What dt_all_gather_object returns: `count` (= group size) byte strings; string r starts
+/* What dt_comm_all_gather_object returns: `count` (= group size) byte strings; string r starts
  * at data + offsets[r] and has lengths[r] bytes. One allocation; free with
  * dt_objects_free. */
 typedef struct dt_objects {
@@ -279,9 +282,9 @@ typedef struct dt_objects {
  * only: the result's size is known only after a first exchange. On the fake backend every
  * entry is a copy of this rank's bytes. Errors: DT_ERR_INVALID (NULL out, NULL data with
  * nbytes > 0), DT_ERR_NOMEM and the collective errors. On failure *out is NULL. */
-DT_API dt_status dt_all_gather_object(dt_comm *comm, const void *data, size_t nbytes,
-                                      dt_objects **out);
-/* Frees what dt_all_gather_object returned. NULL is allowed. */
+DT_API dt_status dt_comm_all_gather_object(dt_comm *comm, const void *data, size_t nbytes,
+                                           dt_objects **out);
+/* Frees what dt_comm_all_gather_object returned. NULL is allowed. */
 DT_API void dt_objects_free(dt_objects *objects);
 
 #ifdef __cplusplus

@@ -113,24 +113,25 @@ typedef struct dt_dist_from_local_options {
  * — without options->global_shape the message says the shape was inferred from even
  * shards —, a distributed input), DT_ERR_NOMEM. */
 DT_API dt_status dt_dist_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
-                               const dt_placement *placements, const dt_dist_from_local_options *options,
-                               dt_tensor **out);
+                                    const dt_placement *placements,
+                                    const dt_dist_from_local_options *options, dt_tensor **out);
 
 /* Distributes a full tensor that every rank holds: each rank keeps a contiguous COPY of its
  * shard (a Replicate placement copies the whole tensor on every rank, threads included; use
- * dt_dist_from_local to share, see "Memory" above). Partial placements are refused (DT_ERR_INVALID):
- * distribute as Replicate, then dt_dist_redistribute to a Partial. Not communicating. Errors:
- * DT_ERR_INVALID (NULL, placement count != mesh ndim, a bad shard dim, an already distributed
- * tensor), DT_ERR_NOMEM. */
+ * dt_dist_from_local to share, see "Memory" above). Partial placements are refused
+ * (DT_ERR_INVALID): distribute as Replicate, then dt_dist_redistribute to a Partial. Not
+ * communicating. Errors: DT_ERR_INVALID (NULL, placement count != mesh ndim, a bad shard dim, an
+ * already distributed tensor), DT_ERR_NOMEM. */
 DT_API dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
-                                      const dt_placement *placements, dt_tensor **out);
+                                           const dt_placement *placements, dt_tensor **out);
 
 /* As dt_dist_distribute_tensor, but only mesh rank `src` (its rank in the world group of the
  * mesh) holds the tensor; it is broadcast/scattered from there. `full` is read on src only
  * (others may pass NULL, and must pass global ndim/shape/dtype). */
 DT_API dt_status dt_dist_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int ndim,
-                                           const int64_t *shape, dt_dtype dtype, int n_placements,
-                                           const dt_placement *placements, dt_tensor **out);
+                                                const int64_t *shape, dt_dtype dtype,
+                                                int n_placements, const dt_placement *placements,
+                                                dt_tensor **out);
 
 /* This rank's shard as a local tensor (a view: shares storage). Not collective.
  * Errors: DT_ERR_INVALID (NULL; a local tensor: "to_local: the tensor is not distributed" —
@@ -146,16 +147,16 @@ DT_API dt_status dt_dist_full_tensor(dt_tensor *t, dt_tensor **out);
  * Errors: DT_ERR_INVALID (NULL, a local tensor, bad placements, Partial(avg) on an integer
  * or bool dtype: an average of integers is not representable, so it is refused here rather
  * than at the next reduction), the collective errors. */
-DT_API dt_status dt_dist_redistribute(dt_tensor *t, int n_placements, const dt_placement *placements,
-                                 dt_tensor **out);
+DT_API dt_status dt_dist_redistribute(dt_tensor *t, int n_placements,
+                                      const dt_placement *placements, dt_tensor **out);
 
 /* The plan dt_dist_redistribute would run, as readable text ("mesh dim 0: S(0) -> R via
  * all_gather, 4096 bytes") with the bytes this rank's collectives handle (the larger buffer
  * of each collective, which is what dt_comm_ledger counts). Not collective. bytes may be NULL.
  * Errors: DT_ERR_INVALID (a local tensor, NULL buf or size 0, bad placements). */
 DT_API dt_status dt_dist_redistribute_explain(const dt_tensor *t, int n_placements,
-                                         const dt_placement *placements, char *buf, size_t size,
-                                         int64_t *bytes);
+                                              const dt_placement *placements, char *buf,
+                                              size_t size, int64_t *bytes);
 
 /* ---- Distributed factories ----------------------------------------------------------------- */
 /* A tensor of the global shape with the given placements, each rank creating only its shard.

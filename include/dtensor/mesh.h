@@ -19,7 +19,7 @@
  *     threads backend a one-rank world from dt_comm_init owns every group of its domain:
  *     destroying it first frees the mesh's groups under its tensors.)
  *   - On the threads backend, release a rank's meshes and distributed tensors before its
- *     rank function returns, like any sub-group (dt_spawn frees the groups after).
+ *     rank function returns, like any sub-group (dt_comm_spawn frees the groups after).
  *   - dt_mesh_group handles are valid while the mesh is (until its last reference goes);
  *     after dt_mesh_destroy, use them only through the surviving tensors.
  *   - A mesh referenced from another thread's sharding cache (ops on its tensors run on a

@@ -65,6 +65,16 @@ static dt_status read_at(dt_safetensors *f, const char *op, uint64_t offset, voi
   return DT_OK;
 }
 
+dt_status dt__safetensors_read(dt_safetensors *file, const char *op, uint64_t offset, void *buf,
+                               size_t n) {
+  if (offset > file->image_size || n > file->image_size - offset)
+    return dt__error(DT_ERR_INVALID,
+                     "%s: %s: %zu bytes at offset %" PRIu64 " lie past the end of the file (%zu "
+                     "bytes)",
+                     op, file->label, n, offset, file->image_size);
+  return read_at(file, op, offset, buf, n);
+}
+
 /* Validates the 8-byte length and the header of a file of `size` bytes whose first bytes
  * (up to 8 + header length) `head` reads. */
 static dt_status open_common(dt_safetensors *f, const char *op, uint64_t size) {
@@ -489,8 +499,8 @@ dt_status dt_safetensors_save(const char *path, int count, const char *const *na
                        op, i);
     if (dt_tensor_is_distributed(tensors[i]))
       return dt__error(DT_ERR_INVALID,
-                       "%s: tensor `%s` is distributed: gather it with dt_dist_full_tensor first", op,
-                       names[i]);
+                       "%s: tensor `%s` is distributed: gather it with dt_dist_full_tensor first",
+                       op, names[i]);
     if (dtype_rank(dt_tensor_dtype(tensors[i])) < 0)
       return dt__error(DT_ERR_DTYPE, "%s: tensor `%s` has an unknown dtype %d", op, names[i],
                        (int)dt_tensor_dtype(tensors[i]));

@@ -291,11 +291,12 @@ static dt_status all_reduce(dt_comm *comm, dt_tensor *t, dt_reduce_op op, dt_wor
   return run(comm, &args, work);
 }
 
-dt_status dt_all_reduce(dt_comm *comm, dt_tensor *tensor, dt_reduce_op op) {
+dt_status dt_comm_all_reduce(dt_comm *comm, dt_tensor *tensor, dt_reduce_op op) {
   return all_reduce(comm, tensor, op, NULL);
 }
 
-dt_status dt_all_reduce_async(dt_comm *comm, dt_tensor *tensor, dt_reduce_op op, dt_work **work) {
+dt_status dt_comm_all_reduce_async(dt_comm *comm, dt_tensor *tensor, dt_reduce_op op,
+                                   dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "all_reduce: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return all_reduce(comm, tensor, op, work);
@@ -332,25 +333,25 @@ static dt_status all_gather(const char *name, dt_comm *comm, const dt_tensor *in
   return run(comm, &args, work);
 }
 
-dt_status dt_all_gather_into_tensor(dt_comm *comm, const dt_tensor *in, dt_tensor *out) {
+dt_status dt_comm_all_gather_into_tensor(dt_comm *comm, const dt_tensor *in, dt_tensor *out) {
   return all_gather("all_gather_into_tensor", comm, in, out, NULL, NULL);
 }
 
-dt_status dt_all_gather_into_tensor_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                                          dt_work **work) {
+dt_status dt_comm_all_gather_into_tensor_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                               dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "all_gather_into_tensor: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return all_gather("all_gather_into_tensor", comm, in, out, NULL, work);
 }
 
-dt_status dt_all_gather_uneven(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                               const int64_t *counts) {
+dt_status dt_comm_all_gather_uneven(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                    const int64_t *counts) {
   if (!counts) return dt__error(DT_ERR_INVALID, "all_gather_uneven: counts is NULL");
   return all_gather("all_gather_uneven", comm, in, out, counts, NULL);
 }
 
-dt_status dt_all_gather_uneven_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                                     const int64_t *counts, dt_work **work) {
+dt_status dt_comm_all_gather_uneven_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                          const int64_t *counts, dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "all_gather_uneven: work is NULL");
   *work = NULL;
   if (!counts) return dt__error(DT_ERR_INVALID, "all_gather_uneven: counts is NULL");
@@ -391,26 +392,27 @@ static dt_status reduce_scatter(const char *name, dt_comm *comm, const dt_tensor
   return run(comm, &args, work);
 }
 
-dt_status dt_reduce_scatter_tensor(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                                   dt_reduce_op op) {
+dt_status dt_comm_reduce_scatter_tensor(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                        dt_reduce_op op) {
   return reduce_scatter("reduce_scatter_tensor", comm, in, out, NULL, op, NULL);
 }
 
-dt_status dt_reduce_scatter_tensor_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                                         dt_reduce_op op, dt_work **work) {
+dt_status dt_comm_reduce_scatter_tensor_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                              dt_reduce_op op, dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "reduce_scatter_tensor: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return reduce_scatter("reduce_scatter_tensor", comm, in, out, NULL, op, work);
 }
 
-dt_status dt_reduce_scatter_uneven(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                                   const int64_t *counts, dt_reduce_op op) {
+dt_status dt_comm_reduce_scatter_uneven(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                        const int64_t *counts, dt_reduce_op op) {
   if (!counts) return dt__error(DT_ERR_INVALID, "reduce_scatter_uneven: counts is NULL");
   return reduce_scatter("reduce_scatter_uneven", comm, in, out, counts, op, NULL);
 }
 
-dt_status dt_reduce_scatter_uneven_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                                         const int64_t *counts, dt_reduce_op op, dt_work **work) {
+dt_status dt_comm_reduce_scatter_uneven_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                              const int64_t *counts, dt_reduce_op op,
+                                              dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "reduce_scatter_uneven: work is NULL");
   *work = NULL;
   if (!counts) return dt__error(DT_ERR_INVALID, "reduce_scatter_uneven: counts is NULL");
@@ -463,14 +465,14 @@ static dt_status all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
   return run(comm, &args, work);
 }
 
-dt_status dt_all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                        const int64_t *send_counts, const int64_t *recv_counts) {
+dt_status dt_comm_all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                             const int64_t *send_counts, const int64_t *recv_counts) {
   return all_to_all(comm, in, out, send_counts, recv_counts, NULL);
 }
 
-dt_status dt_all_to_all_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                              const int64_t *send_counts, const int64_t *recv_counts,
-                              dt_work **work) {
+dt_status dt_comm_all_to_all_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                                   const int64_t *send_counts, const int64_t *recv_counts,
+                                   dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "all_to_all: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return all_to_all(comm, in, out, send_counts, recv_counts, work);
@@ -495,11 +497,11 @@ static dt_status broadcast(dt_comm *comm, dt_tensor *t, int root, dt_work **work
   return run(comm, &args, work);
 }
 
-dt_status dt_broadcast(dt_comm *comm, dt_tensor *tensor, int root) {
+dt_status dt_comm_broadcast(dt_comm *comm, dt_tensor *tensor, int root) {
   return broadcast(comm, tensor, root, NULL);
 }
 
-dt_status dt_broadcast_async(dt_comm *comm, dt_tensor *tensor, int root, dt_work **work) {
+dt_status dt_comm_broadcast_async(dt_comm *comm, dt_tensor *tensor, int root, dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "broadcast: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return broadcast(comm, tensor, root, work);
@@ -532,12 +534,12 @@ static dt_status scatter(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int
   return run(comm, &args, work);
 }
 
-dt_status dt_scatter(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root) {
+dt_status dt_comm_scatter(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root) {
   return scatter(comm, in, out, root, NULL);
 }
 
-dt_status dt_scatter_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
-                           dt_work **work) {
+dt_status dt_comm_scatter_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
+                                dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "scatter: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return scatter(comm, in, out, root, work);
@@ -570,12 +572,12 @@ static dt_status gather(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int 
   return run(comm, &args, work);
 }
 
-dt_status dt_gather(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root) {
+dt_status dt_comm_gather(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root) {
   return gather(comm, in, out, root, NULL);
 }
 
-dt_status dt_gather_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
-                          dt_work **work) {
+dt_status dt_comm_gather_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
+                               dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "gather: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return gather(comm, in, out, root, work);
@@ -583,13 +585,13 @@ dt_status dt_gather_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, in
 
 /* ---- barrier, send, recv ---------------------------------------------------------------- */
 
-dt_status dt_barrier(dt_comm *comm) {
+dt_status dt_comm_barrier(dt_comm *comm) {
   CHECK(check_comm("barrier", comm));
   dt_coll_args args = {.kind = DT_COLL_BARRIER, .dtype = DT_U8, .op_name = "barrier"};
   return run(comm, &args, NULL);
 }
 
-dt_status dt_barrier_async(dt_comm *comm, dt_work **work) {
+dt_status dt_comm_barrier_async(dt_comm *comm, dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "barrier: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   CHECK(check_comm("barrier", comm));
@@ -618,21 +620,21 @@ static dt_status point_to_point(const char *name, dt_comm *comm, const dt_tensor
   return run(comm, &args, work);
 }
 
-dt_status dt_send(dt_comm *comm, const dt_tensor *tensor, int dst) {
+dt_status dt_comm_send(dt_comm *comm, const dt_tensor *tensor, int dst) {
   return point_to_point("send", comm, tensor, dst, true, NULL);
 }
 
-dt_status dt_send_async(dt_comm *comm, const dt_tensor *tensor, int dst, dt_work **work) {
+dt_status dt_comm_send_async(dt_comm *comm, const dt_tensor *tensor, int dst, dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "send: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return point_to_point("send", comm, tensor, dst, true, work);
 }
 
-dt_status dt_recv(dt_comm *comm, dt_tensor *tensor, int src) {
+dt_status dt_comm_recv(dt_comm *comm, dt_tensor *tensor, int src) {
   return point_to_point("recv", comm, tensor, src, false, NULL);
 }
 
-dt_status dt_recv_async(dt_comm *comm, dt_tensor *tensor, int src, dt_work **work) {
+dt_status dt_comm_recv_async(dt_comm *comm, dt_tensor *tensor, int src, dt_work **work) {
   if (!work) return dt__error(DT_ERR_INVALID, "recv: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return point_to_point("recv", comm, tensor, src, false, work);
@@ -695,7 +697,8 @@ static dt_status all_gather_object_fallback(dt_comm *comm, const void *data, siz
   return DT_OK;
 }
 
-dt_status dt_all_gather_object(dt_comm *comm, const void *data, size_t nbytes, dt_objects **out) {
+dt_status dt_comm_all_gather_object(dt_comm *comm, const void *data, size_t nbytes,
+                                    dt_objects **out) {
   static const char name[] = "all_gather_object";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", name);
   *out = NULL;

@@ -159,7 +159,7 @@ struct dt_comm {
   uint64_t meshes_created; /* meshes made on this handle: their ids agree across ranks */
   int64_t timeout_ms;
   bool debug;          /* DT_DEBUG_COLLECTIVES=1: backends compare fingerprints */
-  bool owned_by_spawn; /* the dt_spawn world: dt_comm_destroy ignores it */
+  bool owned_by_spawn; /* the dt_comm_spawn world: dt_comm_destroy ignores it */
   char name[64];
   dt_work *free_works;
   void *state; /* the backend's */

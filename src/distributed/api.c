@@ -73,8 +73,8 @@ static dt_status check_partial_avg(const char *op, int n, const dt_placement *p,
 }
 
 dt_status dt_dist_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
-                        const dt_placement *placements, const dt_dist_from_local_options *options,
-                        dt_tensor **out) {
+                             const dt_placement *placements,
+                             const dt_dist_from_local_options *options, dt_tensor **out) {
   const char *op = "from_local";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
@@ -136,7 +136,7 @@ dt_status dt_dist_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
 }
 
 dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
-                               const dt_placement *placements, dt_tensor **out) {
+                                    const dt_placement *placements, dt_tensor **out) {
   const char *op = "distribute_tensor";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
@@ -174,8 +174,8 @@ dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placem
 }
 
 dt_status dt_dist_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int ndim,
-                                    const int64_t *shape, dt_dtype dtype, int n_placements,
-                                    const dt_placement *placements, dt_tensor **out) {
+                                         const int64_t *shape, dt_dtype dtype, int n_placements,
+                                         const dt_placement *placements, dt_tensor **out) {
   const char *op = "distribute_tensor_from";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
@@ -229,7 +229,7 @@ dt_status dt_dist_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src
   flag.shape[0] = 1;
   flag.strides[0] = 1;
   flag.storage = &flag_storage;
-  st = dt_broadcast(world, &flag, src);
+  st = dt_comm_broadcast(world, &flag, src);
   if (st) return st;
   if (source_ok == 2) {
     return dt__error(DT_ERR_UNSUPPORTED, "%s: source rank %d: %s", op, src,
@@ -245,7 +245,7 @@ dt_status dt_dist_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src
   st = dt__tensor_new(ndim, shape, dtype, &buffer);
   if (st) return st;
   if (is_src) dt__cpu_copy(buffer, full);
-  st = dt_broadcast(world, buffer, src);
+  st = dt_comm_broadcast(world, buffer, src);
   if (!st) st = dt_dist_distribute_tensor(mesh, buffer, n_placements, placements, out);
   dt_tensor_release(buffer);
   return st;
@@ -294,7 +294,7 @@ dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from, con
 }
 
 dt_status dt_dist_redistribute(dt_tensor *t, int n_placements, const dt_placement *placements,
-                          dt_tensor **out) {
+                               dt_tensor **out) {
   const char *op = "redistribute";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
@@ -347,8 +347,8 @@ dt_status dt_dist_full_tensor(dt_tensor *t, dt_tensor **out) {
 }
 
 dt_status dt_dist_redistribute_explain(const dt_tensor *t, int n_placements,
-                                  const dt_placement *placements, char *buf, size_t size,
-                                  int64_t *bytes) {
+                                       const dt_placement *placements, char *buf, size_t size,
+                                       int64_t *bytes) {
   const char *op = "redistribute_explain";
   if (!t || !t->spec || !buf || size == 0) {
     return dt__error(DT_ERR_INVALID, "%s: needs a distributed tensor and a buffer", op);

@@ -117,10 +117,10 @@ static dt_status step_all_gather(dt_comm *comm, dt_tensor *local, int d, int64_t
     if (dt__is_contiguous(local->ndim, local->shape, local->strides)) {
       dt_tensor in_flat = stack_view(local, 1, &cnt[0], (int64_t[]){1}, local->offset);
       in_flat.shape[0] = dt__tensor_numel(local);
-      st = dt_all_gather_uneven(comm, &in_flat, &out_flat, cnt);
+      st = dt_comm_all_gather_uneven(comm, &in_flat, &out_flat, cnt);
     } else {
       st = pack_front(local, 0, &packed);
-      if (!st) st = dt_all_gather_uneven(comm, packed, &out_flat, cnt);
+      if (!st) st = dt_comm_all_gather_uneven(comm, packed, &out_flat, cnt);
     }
     if (st) {
       dt_tensor_release(*out);
@@ -130,7 +130,7 @@ static dt_status step_all_gather(dt_comm *comm, dt_tensor *local, int d, int64_t
   }
   st = pack_front(local, d, &packed);
   if (!st) st = dt__tensor_new(1, &total, local->dtype, &gathered);
-  if (!st) st = dt_all_gather_uneven(comm, packed, gathered, cnt);
+  if (!st) st = dt_comm_all_gather_uneven(comm, packed, gathered, cnt);
   if (!st) st = unpack_front(gathered, ndim, out_shape, d, out);
 done:
   dt_tensor_release(packed);
@@ -157,7 +157,7 @@ static dt_status step_reduce_scatter(dt_comm *comm, dt_tensor *local, int d, int
   dt_tensor *packed = NULL, *scattered = NULL;
   dt_status st = pack_front(local, d, &packed);
   if (!st) st = dt__tensor_new(1, &cnt[coord], local->dtype, &scattered);
-  if (!st) st = dt_reduce_scatter_uneven(comm, packed, scattered, cnt, op);
+  if (!st) st = dt_comm_reduce_scatter_uneven(comm, packed, scattered, cnt, op);
   if (!st) st = unpack_front(scattered, ndim, out_shape, d, out);
   dt_tensor_release(packed);
   dt_tensor_release(scattered);
@@ -172,7 +172,7 @@ static dt_status step_all_reduce(dt_comm *comm, dt_tensor *local, dt_reduce_op o
   if (st) return st;
   dt__cpu_copy(copy, local);
   dt_tensor flat = stack_view(copy, 1, (int64_t[]){dt__tensor_numel(copy)}, (int64_t[]){1}, 0);
-  st = dt_all_reduce(comm, &flat, op);
+  st = dt_comm_all_reduce(comm, &flat, op);
   if (st) {
     dt_tensor_release(copy);
     return st;
@@ -226,7 +226,7 @@ static dt_status step_all_to_all(dt_comm *comm, dt_tensor *local, int d, int e, 
     dt__cpu_copy(&dst, &narrow_front);
     pos += send[r];
   }
-  if (!st) st = dt_all_to_all(comm, sendbuf, recvbuf, send, recv);
+  if (!st) st = dt_comm_all_to_all(comm, sendbuf, recvbuf, send, recv);
   if (!st) st = unpack_front(recvbuf, ndim, out_shape, d, out);
   dt_tensor_release(sendbuf);
   dt_tensor_release(recvbuf);

@@ -166,7 +166,7 @@ dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local,
                        (size_t)dt__tensor_numel(copy) * dt__dtype_sizes[copy->dtype]);
   dt_tensor_release(copy);
   dt_objects *all = NULL;
-  st = dt_all_gather_object(dt_mesh_world(mesh), &me, sizeof me, &all);
+  st = dt_comm_all_gather_object(dt_mesh_world(mesh), &me, sizeof me, &all);
   if (st) return st;
   bool partial = false;
   for (int m = 0; m < mi.ndim; m++) partial |= placements[m].kind == DT_PARTIAL;

@@ -87,7 +87,7 @@ static dt_status start(const dt_graph *g, int i, dt_tensor *x, bool consumable,
     } else {
       st = dt_clone(x, &p->result);
     }
-    if (!st) st = dt_all_reduce_async(comm, p->result, n->reduce_op, &p->work);
+    if (!st) st = dt_comm_all_reduce_async(comm, p->result, n->reduce_op, &p->work);
     if (stats) stats->comm_bytes[DT_COMM_ALL_REDUCE] += dt_tensor_numel(x) * esize;
     break;
   case DT_COMM_ALL_GATHER: {
@@ -106,7 +106,7 @@ static dt_status start(const dt_graph *g, int i, dt_tensor *x, bool consumable,
       shape[0] = full;
       st = dt_empty(x->ndim, shape, x->dtype, &p->result);
     }
-    if (!st) st = dt_all_gather_uneven_async(comm, p->send, p->result, p->counts, &p->work);
+    if (!st) st = dt_comm_all_gather_uneven_async(comm, p->send, p->result, p->counts, &p->work);
     if (stats) stats->comm_bytes[DT_COMM_ALL_GATHER] += dt_tensor_numel(x) * esize;
     break;
   }
@@ -121,8 +121,8 @@ static dt_status start(const dt_graph *g, int i, dt_tensor *x, bool consumable,
       st = dt_empty(x->ndim, shape, x->dtype, &p->result);
     }
     if (!st)
-      st = dt_reduce_scatter_uneven_async(comm, p->send, p->result, p->counts, n->reduce_op,
-                                          &p->work);
+      st = dt_comm_reduce_scatter_uneven_async(comm, p->send, p->result, p->counts, n->reduce_op,
+                                               &p->work);
     if (stats) stats->comm_bytes[DT_COMM_REDUCE_SCATTER] += dt_tensor_numel(x) * esize;
     break;
   }
@@ -165,7 +165,8 @@ static dt_status start(const dt_graph *g, int i, dt_tensor *x, bool consumable,
       offset += send_counts[r];
       start_new += len;
     }
-    if (!st) st = dt_all_to_all_async(comm, p->send, p->result, send_counts, recv_counts, &p->work);
+    if (!st)
+      st = dt_comm_all_to_all_async(comm, p->send, p->result, send_counts, recv_counts, &p->work);
     if (stats) stats->comm_bytes[DT_COMM_ALL_TO_ALL] += send_total * esize;
     break;
   }

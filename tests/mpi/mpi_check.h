@@ -40,7 +40,7 @@ static int mpi_check_finish(dt_comm *world) {
   int64_t counts[2] = {mpi_passed, mpi_failed};
   dt_tensor *t = NULL;
   if (dt_from_data(counts, 1, (int64_t[]){2}, DT_I64, &t) != DT_OK ||
-      dt_all_reduce(world, t, DT_REDUCE_SUM) != DT_OK) {
+      dt_comm_all_reduce(world, t, DT_REDUCE_SUM) != DT_OK) {
     fprintf(stderr, "[rank %d] could not sum the results: %s\n", mpi_rank_for_messages,
             dt_last_error());
     dt_tensor_release(t);

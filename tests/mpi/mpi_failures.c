@@ -3,7 +3,7 @@
  *   clean          worlds made and destroyed twice; the job must exit 0.
  *   timeout        rank 1 never joins a synchronous all_reduce: rank 0's watchdog aborts the
  *                  job after the 300 ms group timeout with a DT_ERR_TIMEOUT message.
- *   async_timeout  the same through dt_all_reduce_async + dt_work_wait.
+ *   async_timeout  the same through dt_comm_all_reduce_async + dt_work_wait.
  *   abort          rank 1 calls dt_comm_abort while rank 0 waits in a barrier.
  *   exit_mid_job   rank 1 calls exit(0) with its world alive while rank 0 waits in an
  *                  all_reduce: the exit handler must end the whole job within seconds
@@ -43,12 +43,12 @@ static int mismatch_cases(dt_comm *world, int rank) {
                           "all_gather counts", "broadcast counts",  "reduce_scatter counts"};
   dt_status results[6];
   int count = 0;
-  results[count++] = dt_all_reduce(world, a, DT_REDUCE_SUM);
-  results[count++] = dt_all_reduce(world, b, DT_REDUCE_SUM);
-  results[count++] = dt_all_reduce(world, in, rank ? DT_REDUCE_MAX : DT_REDUCE_SUM);
-  results[count++] = dt_all_gather_into_tensor(world, a, out);
-  results[count++] = dt_broadcast(world, a, 0);
-  results[count++] = dt_reduce_scatter_tensor(world, in, wide, DT_REDUCE_SUM);
+  results[count++] = dt_comm_all_reduce(world, a, DT_REDUCE_SUM);
+  results[count++] = dt_comm_all_reduce(world, b, DT_REDUCE_SUM);
+  results[count++] = dt_comm_all_reduce(world, in, rank ? DT_REDUCE_MAX : DT_REDUCE_SUM);
+  results[count++] = dt_comm_all_gather_into_tensor(world, a, out);
+  results[count++] = dt_comm_broadcast(world, a, 0);
+  results[count++] = dt_comm_reduce_scatter_tensor(world, in, wide, DT_REDUCE_SUM);
   for (int i = 0; i < count; i++) {
     if (results[i] != DT_ERR_MISMATCH) {
       fprintf(stderr, "[rank %d] %s returned %s\n", rank, names[i], dt_status_string(results[i]));
@@ -64,13 +64,13 @@ static int mismatch_cases(dt_comm *world, int rank) {
   /* The group still works, and the message of a fresh mismatch names both ranks' calls. */
   dt_tensor *one = NULL;
   dt_ones(1, (int64_t[]){1}, DT_F32, &one);
-  if (dt_all_reduce(world, one, DT_REDUCE_SUM) != DT_OK ||
+  if (dt_comm_all_reduce(world, one, DT_REDUCE_SUM) != DT_OK ||
       ((const float *)dt_tensor_data(one))[0] != (float)dt_comm_size(world)) {
     fprintf(stderr, "[rank %d] all_reduce after the mismatches failed: %s\n", rank,
             dt_last_error());
     failed++;
   }
-  dt_status st = dt_all_reduce(world, a, DT_REDUCE_SUM);
+  dt_status st = dt_comm_all_reduce(world, a, DT_REDUCE_SUM);
   if (st != DT_ERR_MISMATCH ||
       !strstr(dt_last_error(), "rank 0 called all_reduce(float32, count=512") ||
       !strstr(dt_last_error(), "rank 1 called all_reduce(float32, count=2048")) {
@@ -98,12 +98,12 @@ int main(int argc, char **argv) {
   dt_ones(1, (int64_t[]){4}, DT_F32, &t);
   int code = 0;
   if (strcmp(mode, "clean") == 0) {
-    code = dt_all_reduce(world, t, DT_REDUCE_SUM) != DT_OK;
+    code = dt_comm_all_reduce(world, t, DT_REDUCE_SUM) != DT_OK;
     dt_comm_destroy(world);
     /* A new world after the last one was destroyed: MPI stays up until exit. */
     world = NULL;
     if (dt_comm_init(&(dt_comm_options){.backend = "mpi"}, &world) != DT_OK ||
-        dt_barrier(world) != DT_OK) {
+        dt_comm_barrier(world) != DT_OK) {
       fprintf(stderr, "second world: %s\n", dt_last_error());
       code = 1;
     }
@@ -112,10 +112,10 @@ int main(int argc, char **argv) {
     dt_comm_set_timeout(world, 300);
     if (rank == 0) {
       if (strcmp(mode, "timeout") == 0) {
-        dt_all_reduce(world, t, DT_REDUCE_SUM);
+        dt_comm_all_reduce(world, t, DT_REDUCE_SUM);
       } else {
         dt_work *w = NULL;
-        dt_all_reduce_async(world, t, DT_REDUCE_SUM, &w);
+        dt_comm_all_reduce_async(world, t, DT_REDUCE_SUM, &w);
         dt_work_wait(w);
       }
       fprintf(stderr, "rank 0 came back from a collective its peer never joined\n");
@@ -125,18 +125,18 @@ int main(int argc, char **argv) {
     code = 1;
   } else if (strcmp(mode, "abort") == 0) {
     if (rank == 1) dt_comm_abort(world, "rank 1 gives up");
-    dt_barrier(world);
+    dt_comm_barrier(world);
     if (size > 1) nap(60);
     code = 1;
   } else if (strcmp(mode, "exit_mid_job") == 0) {
     /* One collective both ranks finish, then rank 1 leaves while rank 0 waits in the next. */
-    dt_all_reduce(world, t, DT_REDUCE_SUM);
+    dt_comm_all_reduce(world, t, DT_REDUCE_SUM);
     if (rank == 1) exit(0);
-    dt_all_reduce(world, t, DT_REDUCE_SUM);
+    dt_comm_all_reduce(world, t, DT_REDUCE_SUM);
     fprintf(stderr, "rank 0 came back from an all_reduce its peer left\n");
     code = 1;
   } else if (strcmp(mode, "idle_exit") == 0) {
-    code = dt_all_reduce(world, t, DT_REDUCE_SUM) != DT_OK;
+    code = dt_comm_all_reduce(world, t, DT_REDUCE_SUM) != DT_OK;
     if (rank == 0 && code == 0) printf("idle_exit: %d ranks OK\n", size);
     dt_tensor_release(t);
     return code; /* the world is left alive on purpose */

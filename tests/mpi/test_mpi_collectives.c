@@ -155,9 +155,9 @@ static void test_all_reduce(dt_dtype dtype) {
         fill(t[k], R, 0, op == DT_REDUCE_PROD);
       }
       dt_work *w1 = NULL, *w2 = NULL;
-      CHECK_OK(dt_all_reduce(g_world, t[0], op));
-      CHECK_OK(dt_all_reduce_async(g_world, t[1], op, &w1));
-      CHECK_OK(dt_all_reduce_async(g_world, t[2], op, &w2));
+      CHECK_OK(dt_comm_all_reduce(g_world, t[0], op));
+      CHECK_OK(dt_comm_all_reduce_async(g_world, t[1], op, &w1));
+      CHECK_OK(dt_comm_all_reduce_async(g_world, t[2], op, &w2));
       CHECK_OK(finish_work(w2, s));
       CHECK_OK(finish_work(w1, s + 1));
       for (int k = 0; k < 3; k++) {
@@ -195,12 +195,12 @@ static void test_all_gather(dt_dtype dtype) {
       dt_status st;
       if (async) {
         dt_work *w = NULL;
-        st = uneven ? dt_all_gather_uneven_async(g_world, in, out, counts, &w)
-                    : dt_all_gather_into_tensor_async(g_world, in, out, &w);
+        st = uneven ? dt_comm_all_gather_uneven_async(g_world, in, out, counts, &w)
+                    : dt_comm_all_gather_into_tensor_async(g_world, in, out, &w);
         if (st == DT_OK) st = finish_work(w, variant + in_place);
       } else {
-        st = uneven ? dt_all_gather_uneven(g_world, in, out, counts)
-                    : dt_all_gather_into_tensor(g_world, in, out);
+        st = uneven ? dt_comm_all_gather_uneven(g_world, in, out, counts)
+                    : dt_comm_all_gather_into_tensor(g_world, in, out);
       }
       CHECK(st == DT_OK, "all_gather %s variant %d in_place %d: %s", dt_dtype_name(dtype), variant,
             in_place, dt_status_string(st));
@@ -243,12 +243,12 @@ static void test_reduce_scatter(dt_dtype dtype) {
         dt_status st;
         if (async) {
           dt_work *w = NULL;
-          st = uneven ? dt_reduce_scatter_uneven_async(g_world, in, out, counts, op, &w)
-                      : dt_reduce_scatter_tensor_async(g_world, in, out, op, &w);
+          st = uneven ? dt_comm_reduce_scatter_uneven_async(g_world, in, out, counts, op, &w)
+                      : dt_comm_reduce_scatter_tensor_async(g_world, in, out, op, &w);
           if (st == DT_OK) st = finish_work(w, o + variant);
         } else {
-          st = uneven ? dt_reduce_scatter_uneven(g_world, in, out, counts, op)
-                      : dt_reduce_scatter_tensor(g_world, in, out, op);
+          st = uneven ? dt_comm_reduce_scatter_uneven(g_world, in, out, counts, op)
+                      : dt_comm_reduce_scatter_tensor(g_world, in, out, op);
         }
         CHECK(st == DT_OK, "reduce_scatter %s %s variant %d: %s", dt_dtype_name(dtype),
               dt_reduce_op_name(op), variant, dt_status_string(st));
@@ -289,10 +289,10 @@ static void test_all_to_all(dt_dtype dtype) {
     const int64_t *sc = uneven ? send_counts : NULL, *rc = uneven ? recv_counts : NULL;
     if (async) {
       dt_work *w = NULL;
-      st = dt_all_to_all_async(g_world, in, out, sc, rc, &w);
+      st = dt_comm_all_to_all_async(g_world, in, out, sc, rc, &w);
       if (st == DT_OK) st = finish_work(w, variant);
     } else {
-      st = dt_all_to_all(g_world, in, out, sc, rc);
+      st = dt_comm_all_to_all(g_world, in, out, sc, rc);
     }
     CHECK(st == DT_OK, "all_to_all %s variant %d: %s", dt_dtype_name(dtype), variant,
           dt_status_string(st));
@@ -323,10 +323,10 @@ static void test_rooted(dt_dtype dtype) {
     dt_status st;
     if (async) {
       dt_work *w = NULL;
-      st = dt_broadcast_async(g_world, t, root, &w);
+      st = dt_comm_broadcast_async(g_world, t, root, &w);
       if (st == DT_OK) st = finish_work(w, variant);
     } else {
-      st = dt_broadcast(g_world, t, root);
+      st = dt_comm_broadcast(g_world, t, root);
     }
     CHECK(st == DT_OK, "broadcast %s root %d: %s", dt_dtype_name(dtype), root,
           dt_status_string(st));
@@ -342,10 +342,10 @@ static void test_rooted(dt_dtype dtype) {
     if (whole) fill(whole, root, 0, false);
     if (async) {
       dt_work *w = NULL;
-      st = dt_scatter_async(g_world, whole, part, root, &w);
+      st = dt_comm_scatter_async(g_world, whole, part, root, &w);
       if (st == DT_OK) st = finish_work(w, variant + 1);
     } else {
-      st = dt_scatter(g_world, whole, part, root);
+      st = dt_comm_scatter(g_world, whole, part, root);
     }
     CHECK(st == DT_OK, "scatter %s root %d: %s", dt_dtype_name(dtype), root, dt_status_string(st));
     FIRST_BAD(part, rows * cols, value(root, R * rows * cols + i, dtype, false), bad);
@@ -356,10 +356,10 @@ static void test_rooted(dt_dtype dtype) {
     fill(part, R, R * rows * cols, false);
     if (async) {
       dt_work *w = NULL;
-      st = dt_gather_async(g_world, part, whole, root, &w);
+      st = dt_comm_gather_async(g_world, part, whole, root, &w);
       if (st == DT_OK) st = finish_work(w, variant);
     } else {
-      st = dt_gather(g_world, part, whole, root);
+      st = dt_comm_gather(g_world, part, whole, root);
     }
     CHECK(st == DT_OK, "gather %s root %d: %s", dt_dtype_name(dtype), root, dt_status_string(st));
     if (whole) {
@@ -379,8 +379,8 @@ static void test_send_recv(dt_dtype dtype) {
     dt_tensor *out = make(dtype, 1, n), *in = make(dtype, 1, n);
     fill(out, R, 0, false);
     dt_work *w = NULL;
-    CHECK_OK(dt_send_async(g_world, out, next, &w));
-    CHECK_OK(dt_recv(g_world, in, prev));
+    CHECK_OK(dt_comm_send_async(g_world, out, next, &w));
+    CHECK_OK(dt_comm_recv(g_world, in, prev));
     CHECK_OK(finish_work(w, (int)n));
     int64_t bad;
     FIRST_BAD(in, n, value(prev, i, dtype, false), bad);
@@ -392,10 +392,10 @@ static void test_send_recv(dt_dtype dtype) {
     fill(a, R, 100, false);
     fill(b, R, 200, false);
     dt_work *wa = NULL, *wb = NULL, *wra = NULL;
-    CHECK_OK(dt_send_async(g_world, a, next, &wa));
-    CHECK_OK(dt_send_async(g_world, b, next, &wb));
-    CHECK_OK(dt_recv_async(g_world, ra, prev, &wra));
-    CHECK_OK(dt_recv(g_world, rb, prev));
+    CHECK_OK(dt_comm_send_async(g_world, a, next, &wa));
+    CHECK_OK(dt_comm_send_async(g_world, b, next, &wb));
+    CHECK_OK(dt_comm_recv_async(g_world, ra, prev, &wra));
+    CHECK_OK(dt_comm_recv(g_world, rb, prev));
     CHECK_OK(finish_work(wra, 1));
     CHECK_OK(finish_work(wa, 0));
     CHECK_OK(finish_work(wb, 1));
@@ -420,7 +420,7 @@ static void test_objects(void) {
   char mine[64];
   int len = R % 3 == 1 ? 0 : snprintf(mine, sizeof mine, "rank %d says %s", R, R ? "hi" : "hello");
   dt_objects *objects = NULL;
-  CHECK_OK(dt_all_gather_object(g_world, mine, (size_t)len, &objects));
+  CHECK_OK(dt_comm_all_gather_object(g_world, mine, (size_t)len, &objects));
   if (!objects) return;
   CHECK(objects->count == W, "all_gather_object count %d", objects->count);
   for (int r = 0; r < W && r < objects->count; r++) {
@@ -435,9 +435,9 @@ static void test_objects(void) {
 }
 
 static void test_barrier(void) {
-  CHECK_OK(dt_barrier(g_world));
+  CHECK_OK(dt_comm_barrier(g_world));
   dt_work *w = NULL;
-  CHECK_OK(dt_barrier_async(g_world, &w));
+  CHECK_OK(dt_comm_barrier_async(g_world, &w));
   CHECK_OK(finish_work(w, 1));
 }
 
@@ -449,24 +449,24 @@ static void test_bad_arguments(void) {
     dt_tensor *big = make(DT_F32, 4 * W + 1, 3), *tr = NULL;
     CHECK_OK(dt_transpose(f, 0, 1, &tr));
     dt_work *w = (dt_work *)&w;
-    CHECK(dt_all_reduce(g_world, NULL, DT_REDUCE_SUM) == DT_ERR_INVALID, "NULL tensor");
+    CHECK(dt_comm_all_reduce(g_world, NULL, DT_REDUCE_SUM) == DT_ERR_INVALID, "NULL tensor");
     CHECK(strstr(dt_last_error(), "all_reduce") != NULL, "message names the op: %s",
           dt_last_error());
-    CHECK(dt_all_reduce(g_world, i, DT_REDUCE_AVG) == DT_ERR_DTYPE, "avg of int");
-    CHECK(dt_all_reduce(g_world, tr, DT_REDUCE_SUM) == DT_ERR_INVALID, "non-contiguous");
-    CHECK(dt_all_reduce(g_world, f, (dt_reduce_op)42) == DT_ERR_INVALID, "bad op");
-    CHECK(dt_all_reduce_async(g_world, f, DT_REDUCE_SUM, NULL) == DT_ERR_INVALID, "NULL work");
-    CHECK(dt_broadcast(g_world, f, W) == DT_ERR_INVALID, "root out of range");
-    CHECK(dt_broadcast(g_world, f, -1) == DT_ERR_INVALID, "negative root");
-    CHECK(dt_all_gather_into_tensor(g_world, f, i) == DT_ERR_DTYPE, "all_gather dtypes");
-    CHECK(dt_all_gather_into_tensor(g_world, f, big) == DT_ERR_INVALID, "all_gather size");
-    CHECK(dt_reduce_scatter_tensor(g_world, big, small, DT_REDUCE_SUM) == DT_ERR_INVALID,
+    CHECK(dt_comm_all_reduce(g_world, i, DT_REDUCE_AVG) == DT_ERR_DTYPE, "avg of int");
+    CHECK(dt_comm_all_reduce(g_world, tr, DT_REDUCE_SUM) == DT_ERR_INVALID, "non-contiguous");
+    CHECK(dt_comm_all_reduce(g_world, f, (dt_reduce_op)42) == DT_ERR_INVALID, "bad op");
+    CHECK(dt_comm_all_reduce_async(g_world, f, DT_REDUCE_SUM, NULL) == DT_ERR_INVALID, "NULL work");
+    CHECK(dt_comm_broadcast(g_world, f, W) == DT_ERR_INVALID, "root out of range");
+    CHECK(dt_comm_broadcast(g_world, f, -1) == DT_ERR_INVALID, "negative root");
+    CHECK(dt_comm_all_gather_into_tensor(g_world, f, i) == DT_ERR_DTYPE, "all_gather dtypes");
+    CHECK(dt_comm_all_gather_into_tensor(g_world, f, big) == DT_ERR_INVALID, "all_gather size");
+    CHECK(dt_comm_reduce_scatter_tensor(g_world, big, small, DT_REDUCE_SUM) == DT_ERR_INVALID,
           "reduce_scatter size");
-    CHECK(dt_all_to_all(g_world, big, big, NULL, NULL) == DT_ERR_INVALID, "all_to_all shape");
-    CHECK(dt_send(g_world, f, R) == DT_ERR_INVALID, "send to self");
-    CHECK(dt_recv(g_world, f, W + 3) == DT_ERR_INVALID, "recv from out of range");
-    CHECK(dt_scatter(g_world, NULL, f, 0) == DT_ERR_INVALID, "scatter NULL in on root");
-    CHECK(dt_all_gather_uneven_async(g_world, f, big, NULL, &w) == DT_ERR_INVALID,
+    CHECK(dt_comm_all_to_all(g_world, big, big, NULL, NULL) == DT_ERR_INVALID, "all_to_all shape");
+    CHECK(dt_comm_send(g_world, f, R) == DT_ERR_INVALID, "send to self");
+    CHECK(dt_comm_recv(g_world, f, W + 3) == DT_ERR_INVALID, "recv from out of range");
+    CHECK(dt_comm_scatter(g_world, NULL, f, 0) == DT_ERR_INVALID, "scatter NULL in on root");
+    CHECK(dt_comm_all_gather_uneven_async(g_world, f, big, NULL, &w) == DT_ERR_INVALID,
           "uneven NULL counts");
     dt_tensor_release(f);
     dt_tensor_release(i);
@@ -474,7 +474,7 @@ static void test_bad_arguments(void) {
     dt_tensor_release(big);
     dt_tensor_release(tr);
   }
-  CHECK_OK(dt_barrier(g_world));
+  CHECK_OK(dt_comm_barrier(g_world));
 }
 
 static void test_split(void) {
@@ -491,7 +491,7 @@ static void test_split(void) {
   CHECK(strcmp(dt_comm_backend_name(half), "mpi") == 0, "split backend name");
   dt_tensor *t = make(DT_I64, 1, 1);
   set(t, 0, R);
-  CHECK_OK(dt_all_reduce(half, t, DT_REDUCE_SUM));
+  CHECK_OK(dt_comm_all_reduce(half, t, DT_REDUCE_SUM));
   int64_t want = 0;
   for (int r = R % 2; r < W; r += 2) want += r;
   CHECK(get(t, 0) == (double)want, "split all_reduce %g, expected %lld", get(t, 0),
@@ -521,21 +521,21 @@ static void test_mesh(void) {
   /* Along "dp" the group is {tp, W/2 + tp}; along "tp" it is {dp * W/2 + k}. */
   dt_tensor *t = make(DT_F32, 1, 1);
   set(t, 0, R);
-  CHECK_OK(dt_all_reduce(dt_mesh_group(mesh, 0), t, DT_REDUCE_SUM));
+  CHECK_OK(dt_comm_all_reduce(dt_mesh_group(mesh, 0), t, DT_REDUCE_SUM));
   CHECK(get(t, 0) == 2 * tp + W / 2, "dp all_reduce %g", get(t, 0));
   set(t, 0, R);
-  CHECK_OK(dt_all_reduce(dt_mesh_group(mesh, 1), t, DT_REDUCE_MAX));
+  CHECK_OK(dt_comm_all_reduce(dt_mesh_group(mesh, 1), t, DT_REDUCE_MAX));
   CHECK(get(t, 0) == dp * (W / 2) + W / 2 - 1, "tp all_reduce max %g", get(t, 0));
   dt_tensor *row = make(DT_I32, 1, 2), *rows = make(DT_I32, W / 2, 2);
   set(row, 0, R);
   set(row, 1, -R);
-  CHECK_OK(dt_all_gather_into_tensor(dt_mesh_group(mesh, 1), row, rows));
+  CHECK_OK(dt_comm_all_gather_into_tensor(dt_mesh_group(mesh, 1), row, rows));
   bool ok = true;
   for (int k = 0; k < W / 2; k++) ok = ok && get(rows, 2 * k) == dp * (W / 2) + k;
   CHECK(ok, "tp all_gather");
   dt_work *w = NULL;
   dt_tensor *pair = make(DT_I32, 2, 2);
-  CHECK_OK(dt_all_gather_into_tensor_async(dt_mesh_group(mesh, 0), row, pair, &w));
+  CHECK_OK(dt_comm_all_gather_into_tensor_async(dt_mesh_group(mesh, 0), row, pair, &w));
   CHECK_OK(finish_work(w, 0));
   CHECK(get(pair, 0) == tp && get(pair, 2) == W / 2 + tp, "dp all_gather async");
   dt_tensor_release(t);
@@ -549,7 +549,7 @@ static void test_mesh(void) {
  * naming what each rank called, instead of corrupting data or hanging. */
 static void test_mismatch(void) {
   dt_tensor *t = make(DT_F32, 2, 3);
-  dt_status st = dt_all_reduce(g_world, t, R == 0 ? DT_REDUCE_SUM : DT_REDUCE_MAX);
+  dt_status st = dt_comm_all_reduce(g_world, t, R == 0 ? DT_REDUCE_SUM : DT_REDUCE_MAX);
   CHECK(W == 1 || st == DT_ERR_MISMATCH, "op mismatch gives %s", dt_status_string(st));
   if (W > 1) {
     CHECK(strstr(dt_last_error(), "rank 0 called all_reduce") != NULL &&
@@ -557,7 +557,7 @@ static void test_mismatch(void) {
           "mismatch message: %s", dt_last_error());
   }
   dt_tensor *u = make(DT_F32, R == 0 ? 3 : 2, 3);
-  st = dt_broadcast(g_world, u, 0);
+  st = dt_comm_broadcast(g_world, u, 0);
   CHECK(W == 1 || st == DT_ERR_MISMATCH, "size mismatch gives %s", dt_status_string(st));
   /* all_to_all whose counts disagree between sender and receiver. */
   int64_t sc[64], rc[64], sent = 0, received = 0;
@@ -568,13 +568,13 @@ static void test_mismatch(void) {
     received += rc[r];
   }
   dt_tensor *in = make(DT_F32, sent, 1), *out = make(DT_F32, received, 1);
-  st = dt_all_to_all(g_world, in, out, sc, rc);
+  st = dt_comm_all_to_all(g_world, in, out, sc, rc);
   CHECK(W == 1 || st == DT_ERR_MISMATCH, "all_to_all counts mismatch gives %s",
         dt_status_string(st));
   /* send/recv with different dtypes: the receiver reports both calls. */
   if (W > 1 && R < 2) {
     dt_tensor *msg = make(R == 0 ? DT_F32 : DT_I32, 1, 5);
-    st = R == 0 ? dt_send(g_world, msg, 1) : dt_recv(g_world, msg, 0);
+    st = R == 0 ? dt_comm_send(g_world, msg, 1) : dt_comm_recv(g_world, msg, 0);
     if (R == 1) {
       CHECK(st == DT_ERR_MISMATCH && strstr(dt_last_error(), "float32") != NULL,
             "send/recv dtype mismatch: %s", dt_last_error());
@@ -582,7 +582,7 @@ static void test_mismatch(void) {
     dt_tensor_release(msg);
   }
   /* The group still works afterwards. */
-  CHECK_OK(dt_all_reduce(g_world, t, DT_REDUCE_SUM));
+  CHECK_OK(dt_comm_all_reduce(g_world, t, DT_REDUCE_SUM));
   dt_tensor_release(t);
   dt_tensor_release(u);
   dt_tensor_release(in);
@@ -626,7 +626,7 @@ int main(void) {
   CHECK_OK(dt_comm_init(NULL, &again));
   if (again) {
     CHECK(dt_comm_size(again) == W && dt_comm_rank(again) == R, "second world");
-    CHECK_OK(dt_barrier(again));
+    CHECK_OK(dt_comm_barrier(again));
     dt_comm_destroy(again);
   }
   int code = mpi_check_finish(g_world);

@@ -146,7 +146,7 @@ static void one_bad_rank(dt_comm *world) {
   dt_tensor *src = NULL;
   if (rank == 0) CHECK_OK(dt_zeros(2, (int64_t[]){4, 4}, DT_F32, &src));
   st = dt_dist_distribute_tensor_from(mesh, src, 0, 2, (int64_t[]){4, 3}, DT_F32, 1,
-                                 (dt_placement[]){dt_shard(0)}, &d);
+                                      (dt_placement[]){dt_shard(0)}, &d);
   CHECK(st == DT_ERR_INVALID && d == NULL, "distribute_tensor_from with a bad source: %s",
         dt_status_string(st));
   dt_tensor_release(src);

@@ -36,23 +36,23 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
   for (int round = 0; round < 20; round++) {
     dt_tensor *t = NULL, *g = NULL, *rs = NULL, *a2a = NULL;
     dt_full(1, (int64_t[]){6}, rank + 1, DT_F32, &t);
-    EXPECT(!dt_all_reduce(world, t, DT_REDUCE_SUM) && at(t, 0) == 10, "all_reduce");
+    EXPECT(!dt_comm_all_reduce(world, t, DT_REDUCE_SUM) && at(t, 0) == 10, "all_reduce");
     dt_empty(1, (int64_t[]){24}, DT_F32, &g);
     dt_tensor *mine = NULL;
     dt_full(1, (int64_t[]){6}, rank, DT_F32, &mine);
-    EXPECT(!dt_all_gather_into_tensor(world, mine, g) && at(g, 23) == 3, "all_gather");
+    EXPECT(!dt_comm_all_gather_into_tensor(world, mine, g) && at(g, 23) == 3, "all_gather");
     dt_empty(1, (int64_t[]){6}, DT_F32, &rs);
     dt_tensor *big = NULL;
     dt_full(1, (int64_t[]){24}, 1, DT_F32, &big);
     dt_work *w = NULL;
-    EXPECT(!dt_reduce_scatter_tensor_async(world, big, rs, DT_REDUCE_SUM, &w) && !dt_work_wait(w) &&
-               at(rs, 0) == 4,
+    EXPECT(!dt_comm_reduce_scatter_tensor_async(world, big, rs, DT_REDUCE_SUM, &w) &&
+               !dt_work_wait(w) && at(rs, 0) == 4,
            "reduce_scatter async");
     dt_work_release(w);
     dt_empty(1, (int64_t[]){24}, DT_F32, &a2a);
-    EXPECT(!dt_all_to_all(world, g, a2a, NULL, NULL), "all_to_all");
-    EXPECT(!dt_broadcast(world, mine, 2) && at(mine, 0) == 2, "broadcast");
-    EXPECT(!dt_barrier(world), "barrier");
+    EXPECT(!dt_comm_all_to_all(world, g, a2a, NULL, NULL), "all_to_all");
+    EXPECT(!dt_comm_broadcast(world, mine, 2) && at(mine, 0) == 2, "broadcast");
+    EXPECT(!dt_comm_barrier(world), "barrier");
     dt_tensor *rel[] = {t, g, rs, a2a, mine, big};
     for (int i = 0; i < 6; i++) dt_tensor_release(rel[i]);
   }
@@ -75,7 +75,7 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
 }
 
 int main(void) {
-  dt_status st = dt_spawn(WORLD, rank_fn, NULL);
+  dt_status st = dt_comm_spawn(WORLD, rank_fn, NULL);
   if (st) {
     fprintf(stderr, "spawn: %s\n", dt_last_error());
     failed++;

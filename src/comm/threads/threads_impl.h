@@ -1,7 +1,7 @@
 /* Threads backend: ranks are threads of one process and share their buffers.
  *
  * Shape of the shared state:
- *   domain   one per dt_spawn world: abort flag and reason, the list of its groups (to wake
+ *   domain   one per dt_comm_spawn world: abort flag and reason, the list of its groups (to wake
  *            them all on abort), which ranks have returned, the first failure.
  *   group    one per process group (the world and every split), shared by its members:
  *            a ring of TH_SLOTS collective slots, lazily made point-to-point channels, and

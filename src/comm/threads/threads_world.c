@@ -1,4 +1,4 @@
-/* Threads backend: worlds (dt_spawn), groups and their splits, aborts, and the backend
+/* Threads backend: worlds (dt_comm_spawn), groups and their splits, aborts, and the backend
  * table. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -329,7 +329,7 @@ dt_status dt__threads_init_single(const dt_comm_options *opts, dt_comm **out) {
   if (opts->world_size > 1 || opts->rank != 0) {
     return dt__error(DT_ERR_INVALID,
                      "dt_comm_init: the threads backend makes a one-rank world here (rank %d of "
-                     "%d asked); use dt_spawn for several ranks",
+                     "%d asked); use dt_comm_spawn for several ranks",
                      opts->rank, opts->world_size);
   }
   th_domain *d = domain_create(1);
@@ -384,40 +384,41 @@ static void *rank_main(void *arg) {
   return NULL;
 }
 
-dt_status dt_spawn(int world_size, dt_rank_fn fn, void *arg) {
+dt_status dt_comm_spawn(int world_size, dt_rank_fn fn, void *arg) {
   if (world_size < 1 || world_size > DT_COMM_MAX_THREADS) {
-    return dt__error(DT_ERR_INVALID, "dt_spawn: world_size is %d, expected 1..%d", world_size,
+    return dt__error(DT_ERR_INVALID, "dt_comm_spawn: world_size is %d, expected 1..%d", world_size,
                      DT_COMM_MAX_THREADS);
   }
-  if (!fn) return dt__error(DT_ERR_INVALID, "dt_spawn: fn is NULL");
+  if (!fn) return dt__error(DT_ERR_INVALID, "dt_comm_spawn: fn is NULL");
   th_domain *d = domain_create(world_size);
   spawn_rank *ranks = dt__calloc(sizeof *ranks * (size_t)world_size);
   int *identity = dt__alloc(sizeof *identity * (size_t)world_size);
   th_group *world = NULL;
   dt_status status = DT_OK;
   if (!d || !ranks || !identity) {
-    status = dt__error(DT_ERR_NOMEM, "dt_spawn: out of memory");
+    status = dt__error(DT_ERR_NOMEM, "dt_comm_spawn: out of memory");
     goto done;
   }
   for (int r = 0; r < world_size; r++) identity[r] = r;
   world = dt__th_group_create(d, world_size, identity);
   if (!world) {
-    status = dt__error(DT_ERR_NOMEM, "dt_spawn: out of memory");
+    status = dt__error(DT_ERR_NOMEM, "dt_comm_spawn: out of memory");
     goto done;
   }
   for (int r = 0; r < world_size; r++) {
     ranks[r] = (spawn_rank){.domain = d, .fn = fn, .arg = arg, .rank = r};
     ranks[r].comm = dt__th_comm_new(world, r, false);
     if (!ranks[r].comm) {
-      status = dt__error(DT_ERR_NOMEM, "dt_spawn: out of memory");
+      status = dt__error(DT_ERR_NOMEM, "dt_comm_spawn: out of memory");
       goto done;
     }
     ranks[r].comm->owned_by_spawn = true;
   }
   for (int r = 1; r < world_size; r++) {
     if (pthread_create(&ranks[r].thread, NULL, rank_main, &ranks[r]) != 0) {
-      dt__th_abort(d, DT_ERR_ABORTED, NULL, 0, "dt_spawn could not start every rank's thread");
-      status = dt__error(DT_ERR_INTERNAL, "dt_spawn: could not create the thread of rank %d", r);
+      dt__th_abort(d, DT_ERR_ABORTED, NULL, 0, "dt_comm_spawn could not start every rank's thread");
+      status =
+          dt__error(DT_ERR_INTERNAL, "dt_comm_spawn: could not create the thread of rank %d", r);
       break;
     }
     ranks[r].started = true;
