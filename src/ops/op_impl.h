@@ -87,6 +87,11 @@ enum {
   /* Autograd never records it and its outputs never require grad: detach, comparisons,
    * argmax, the *_like factories, uniform_. */
   DT_TRAIT_NOT_DIFFERENTIABLE = 1 << 9,
+  /* Non-decreasing in its first argument with the others fixed (exp, relu, sigmoid, tanh,
+   * adding a replica, copies): a Partial(max|min) first argument with the others replicated
+   * gives the same Partial. log and sqrt are left out: a partial value outside their domain
+   * gives NaN, which the max reduction propagates even where the maximum is in the domain. */
+  DT_TRAIT_MONOTONE = 1 << 10,
 };
 
 #define DT_OP_MAX_INPUTS 6
