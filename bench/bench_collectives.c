@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_machine.h"
 #include "dtensor/dtensor.h"
 
 #ifdef DT_HAVE_MPI
@@ -135,6 +136,7 @@ static dt_status bench_rank(dt_comm *comm, void *arg) {
   const bench_config *c = arg;
   bool fake = strcmp(c->backend, "fake") == 0, mpi = strcmp(c->backend, "mpi") == 0;
   int world = dt_comm_size(comm);
+  if (dt_comm_rank(comm) == 0) bench_machine_print(c->json);
   for (int op = 0; op < OP_COUNT; op++) {
     if (!c->ops[op]) continue;
     for (int64_t bytes = c->min_bytes; bytes <= c->max_bytes; bytes *= 2) {

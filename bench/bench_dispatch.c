@@ -10,12 +10,13 @@
  * Every rank's figures are gathered with all_gather_object; rank 0 prints one JSON line per
  * rank and op, then the median over ranks.
  */
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_machine.h"
 #include "bench_util.h"
+#include "kernels/cpu/blas.h"
 #include "dtensor/dtensor.h"
 #include "tools.h"
 
@@ -272,7 +273,8 @@ int bench_suite_dispatch(int argc, char **argv) {
     return 2;
   }
   /* Ranks are threads on few cores: one BLAS thread each keeps linear's timings steady. */
-  openblas_set_num_threads(1);
+  bench_machine_print(b.json);
+  dt__blas_set_threads(1);
   dt_status st = dt_comm_spawn(b.world, rank_fn, &b);
   if (st) {
     fprintf(stderr, "bench dispatch: %s\n", dt_last_error());

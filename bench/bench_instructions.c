@@ -21,6 +21,7 @@
 #include <valgrind/callgrind.h>
 
 #include "dtensor/dtensor.h"
+#include "bench_machine.h"
 #include "tools.h"
 
 #define ITERATIONS 5
@@ -171,6 +172,7 @@ static int collect(const char *dir, long *best) {
 int bench_suite_instructions(int argc, char **argv) {
   if (tool_has_flag(argc, argv, "--child")) return run_child();
   bool json = tool_has_flag(argc, argv, "--json");
+  bench_machine_print(json);
   const char *results = NULL;
   for (int i = 1; i + 1 < argc; i++) {
     if (strcmp(argv[i], "--results") == 0) results = argv[i + 1];

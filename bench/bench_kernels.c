@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bench_machine.h"
 #include "bench_util.h"
+#include "kernels/cpu/blas.h"
 #include "dtensor/dtensor.h"
 #include "tools.h"
 
@@ -154,6 +156,7 @@ int bench_suite_kernels(int argc, char **argv) {
     fprintf(stderr, "bench kernels: --gemm-size must be positive\n");
     return 2;
   }
+  bench_machine_print(json);
   int rc = bench_sgemm(json, n);
   rc |= bench_add(json);
   rc |= bench_dispatch(json);

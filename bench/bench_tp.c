@@ -1,18 +1,21 @@
 /*
  * dtensor bench tp: forward of a tensor-parallel MLP (Linear(H, H), ReLU, Linear(H, H), H =
  * 4096, batch 64, plan colwise/rowwise) on 2 ranks (threads) against the same exported graph
- * on 1 rank, in the same run, each rank with one BLAS thread. Reports the speedup (1-rank
- * time / 2-rank time, medians) and the fraction of the 2-rank time rank 0 spends in
- * collectives.
+ * on 1 rank, in the same run, each rank with one BLAS thread. The two alternate (1 rank, 2
+ * ranks, 1 rank, ...: the 1-rank run is rank 0 of the same world while rank 1 waits at a
+ * barrier), so drift in the machine's load hits both alike. Reports the median and spread
+ * (min..max) of each, the speedup (1-rank median / 2-rank median) and the fraction of the
+ * 2-rank time rank 0 spends in collectives.
  *
  * Options: --json, --iters N (default 7), --hidden H, --batch B.
  */
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_machine.h"
 #include "bench_util.h"
+#include "kernels/cpu/blas.h"
 #include "dtensor/dtensor.h"
 #include "tools.h"
 
@@ -22,7 +25,8 @@ typedef struct tp_bench {
   const dt_program *prog;
   const dt_tensor *x;
   int iters;
-  double times[MAX_ITERS]; /* rank 0, microseconds */
+  double single[MAX_ITERS]; /* the 1-rank graph on rank 0, microseconds */
+  double times[MAX_ITERS];  /* the 2-rank graph, rank 0, microseconds */
   double comm_us[MAX_ITERS];
 } tp_bench;
 
@@ -35,10 +39,21 @@ static dt_status rank_main(dt_comm *world, void *arg) {
   dt_program *tp = NULL;
   dt_status st = dt_tp_transform(b->prog, rank, dt_comm_size(world), &plan, &tp);
   for (int it = -1; it < b->iters && !st; it++) { /* iteration -1 warms up */
+    /* A: the exported graph on rank 0 alone; rank 1 waits at the barriers. */
+    st = dt_comm_barrier(world);
+    if (!st && rank == 0) {
+      dt_tensor *y = NULL;
+      double t0 = bench_now_us();
+      st = dt_program_run(b->prog, 1, (dt_tensor *const *)&b->x, 1, &y, NULL);
+      double t1 = bench_now_us();
+      dt_tensor_release(y);
+      if (it >= 0) b->single[it] = t1 - t0;
+    }
+    /* B: the transformed graph on both ranks. */
     dt_run_stats stats = {0};
     dt_run_options ro = {.comm = world, .stats = &stats};
     dt_tensor *y = NULL;
-    st = dt_comm_barrier(world);
+    if (!st) st = dt_comm_barrier(world);
     double t0 = bench_now_us();
     if (!st) st = dt_program_run(tp, 1, (dt_tensor *const *)&b->x, 1, &y, &ro);
     double t1 = bench_now_us();
@@ -74,23 +89,14 @@ int bench_suite_tp(int argc, char **argv) {
       return usage();
   }
   if (iters < 1 || iters > MAX_ITERS || hidden < 2 || batch < 1) return usage();
-  openblas_set_num_threads(1);
+  bench_machine_print(json);
+  dt__blas_set_threads(1);
   dt_module *model = NULL;
   dt_program *prog = NULL;
   dt_tensor *x = NULL;
   dt_status st = dt_nn_mlp(hidden, hidden, hidden, true, true, 4096, &model);
   if (!st) st = dt_randn(2, (int64_t[]){batch, hidden}, DT_F32, 1, &x);
   if (!st) st = dt_export(model, x, NULL, &prog);
-  /* One rank: the exported graph itself. */
-  double single[MAX_ITERS];
-  for (int it = -1; it < iters && !st; it++) {
-    dt_tensor *y = NULL;
-    double t0 = bench_now_us();
-    st = dt_program_run(prog, 1, &x, 1, &y, NULL);
-    double t1 = bench_now_us();
-    dt_tensor_release(y);
-    if (it >= 0) single[it] = t1 - t0;
-  }
   tp_bench b = {.prog = prog, .x = x, .iters = iters};
   if (!st) st = dt_comm_spawn(2, rank_main, &b);
   int rc = 0;
@@ -98,21 +104,22 @@ int bench_suite_tp(int argc, char **argv) {
     fprintf(stderr, "bench tp: %s\n", dt_last_error());
     rc = 1;
   } else {
-    double t1 = bench_median(single, iters);
     double comm_fraction[MAX_ITERS];
     for (int it = 0; it < iters; it++) comm_fraction[it] = b.comm_us[it] / b.times[it];
-    double t2 = bench_median(b.times, iters);
+    bench_stats one = bench_stats_of(b.single, iters), two = bench_stats_of(b.times, iters);
     double frac = bench_median(comm_fraction, iters);
     if (json) {
-      printf("{\"name\":\"tp_mlp\",\"world\":2,\"hidden\":%lld,\"batch\":%lld,\"single_us\":%.1f,"
-             "\"tp_us\":%.1f,"
+      printf("{\"name\":\"tp_mlp\",\"world\":2,\"hidden\":%lld,\"batch\":%lld,\"iters\":%d,"
+             "\"single_us\":%.1f,\"single_min_us\":%.1f,\"single_max_us\":%.1f,"
+             "\"tp_us\":%.1f,\"tp_min_us\":%.1f,\"tp_max_us\":%.1f,"
              "\"speedup\":%.3f,\"comm_fraction\":%.4f}\n",
-             (long long)hidden, (long long)batch, t1, t2, t1 / t2, frac);
+             (long long)hidden, (long long)batch, iters, one.median, one.min, one.max, two.median,
+             two.min, two.max, one.median / two.median, frac);
     } else {
-      printf("tp_mlp hidden %lld batch %lld: 1 rank %.1f us, 2 ranks %.1f us, speedup %.2fx, comm "
-             "%.1f%% of the "
-             "2-rank time\n",
-             (long long)hidden, (long long)batch, t1, t2, t1 / t2, 100 * frac);
+      printf("tp_mlp hidden %lld batch %lld, %d alternating runs: 1 rank %.1f us (%.1f..%.1f), "
+             "2 ranks %.1f us (%.1f..%.1f), speedup %.2fx, comm %.1f%% of the 2-rank time\n",
+             (long long)hidden, (long long)batch, iters, one.median, one.min, one.max, two.median,
+             two.min, two.max, one.median / two.median, 100 * frac);
     }
   }
   dt_tensor_release(x);

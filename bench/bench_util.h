@@ -23,6 +23,20 @@ static inline double bench_median(double *samples, int n) {
   return n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
 }
 
+/* Median and spread of n samples, for reports that must show how noisy a figure is. */
+typedef struct bench_stats {
+  double median, min, max;
+} bench_stats;
+
+/* Sorts the samples in place. */
+static inline bench_stats bench_stats_of(double *samples, int n) {
+  bench_stats s;
+  s.median = bench_median(samples, n);
+  s.min = samples[0];
+  s.max = samples[n - 1];
+  return s;
+}
+
 /* Smallest of n samples. */
 static inline double bench_min(const double *samples, int n) {
   double m = samples[0];

@@ -1,0 +1,114 @@
+/* The machine header of every benchmark (see bench_machine.h). */
+#include "bench_machine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "kernels/cpu/blas.h"
+
+double bench_memcpy_gbs(long long bytes, int reps) {
+  char *a = malloc((size_t)bytes), *b = malloc((size_t)bytes);
+  if (!a || !b) {
+    free(a);
+    free(b);
+    return 0;
+  }
+  /* Touch both buffers first so page faults are not timed. */
+  memset(a, 1, (size_t)bytes);
+  memset(b, 2, (size_t)bytes);
+  double best = 0;
+  for (int r = 0; r < reps; r++) {
+    a[r % bytes] = (char)r;
+    double t0 = bench_now_us();
+    memcpy(b, a, (size_t)bytes);
+    double t1 = bench_now_us();
+    __asm__ volatile("" : : "r"(b) : "memory");
+    double gbs = (double)bytes / ((t1 - t0) * 1e3);
+    if (gbs > best) best = gbs;
+  }
+  free(a);
+  free(b);
+  return best;
+}
+
+/* The value after "key\t: " on the first line of /proc/cpuinfo that starts with key. */
+static bool cpuinfo_field(const char *key, char *out, size_t size) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return false;
+  char line[4096];
+  bool found = false;
+  size_t n = strlen(key);
+  while (!found && fgets(line, sizeof line, f)) {
+    char *colon = strchr(line, ':');
+    if (strncmp(line, key, n) != 0 || !colon) continue;
+    char *v = colon + 1;
+    while (*v == ' ') v++;
+    v[strcspn(v, "\n")] = '\0';
+    snprintf(out, size, "%s", v);
+    found = true;
+  }
+  fclose(f);
+  return found;
+}
+
+static bool cpu_has_flag(const char *flags, const char *flag) {
+  size_t n = strlen(flag);
+  for (const char *p = strstr(flags, flag); p; p = strstr(p + 1, flag)) {
+    if ((p == flags || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
+  }
+  return false;
+}
+
+const bench_machine *bench_machine_get(void) {
+  static bench_machine m;
+  static bool done;
+  if (done) return &m;
+  done = true;
+  if (!cpuinfo_field("model name", m.cpu, sizeof m.cpu)) snprintf(m.cpu, sizeof m.cpu, "unknown");
+  char text[64] = "0", flags[4096] = "";
+  cpuinfo_field("cpu MHz", text, sizeof text);
+  m.mhz = atof(text);
+  cpuinfo_field("flags", flags, sizeof flags);
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  m.cores = online > 0 ? (int)online : 1;
+  /* Two FMA pipes per core on every AVX2 core since Haswell and Zen 2 (Zen 1 splits its
+   * 256-bit ops, so this is an upper bound there); a flop is counted per lane, 2 per FMA. */
+  if (cpu_has_flag(flags, "avx512f")) {
+    m.flops_per_cycle = 2 * 16 * 2;
+    snprintf(m.simd, sizeof m.simd, "AVX-512 FMA: 2 pipes x 16 f32 lanes x 2");
+  } else if (cpu_has_flag(flags, "avx2") && cpu_has_flag(flags, "fma")) {
+    m.flops_per_cycle = 2 * 8 * 2;
+    snprintf(m.simd, sizeof m.simd, "AVX2 FMA: 2 pipes x 8 f32 lanes x 2");
+  } else if (cpu_has_flag(flags, "avx")) {
+    m.flops_per_cycle = 2 * 8;
+    snprintf(m.simd, sizeof m.simd, "AVX: 1 add + 1 mul x 8 f32 lanes");
+  } else {
+    m.flops_per_cycle = 2 * 4;
+    snprintf(m.simd, sizeof m.simd, "SSE: 1 add + 1 mul x 4 f32 lanes");
+  }
+  m.peak_core_gflops = m.mhz * m.flops_per_cycle / 1e3;
+  m.blas = dt__blas_name();
+  m.memcpy_gbs = bench_memcpy_gbs(64LL << 20, 5);
+  return &m;
+}
+
+void bench_machine_print(bool json) {
+  const bench_machine *m = bench_machine_get();
+  if (json) {
+    printf("{\"name\":\"machine\",\"cpu\":\"%s\",\"cores\":%d,\"mhz\":%.1f,"
+           "\"flops_per_cycle\":%d,\"peak_core_gflops\":%.1f,\"peak_gflops\":%.1f,"
+           "\"blas\":\"%s\",\"memcpy_gbs\":%.2f}\n",
+           m->cpu, m->cores, m->mhz, m->flops_per_cycle, m->peak_core_gflops,
+           m->peak_core_gflops * m->cores, m->blas, m->memcpy_gbs);
+  } else {
+    printf("# machine: %s, %d cores, %.0f MHz; BLAS %s\n", m->cpu, m->cores, m->mhz, m->blas);
+    printf("# peak f32: %.1f GFLOP/s per core (%.0f MHz x %d flop/cycle, %s), %.1f for %d "
+           "cores; memcpy 64 MiB %.2f GB/s\n",
+           m->peak_core_gflops, m->mhz, m->flops_per_cycle, m->simd, m->peak_core_gflops * m->cores,
+           m->cores, m->memcpy_gbs);
+  }
+  fflush(stdout);
+}
