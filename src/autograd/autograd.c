@@ -24,7 +24,7 @@ dt_status dt_tensor_set_requires_grad(dt_tensor *t, bool requires_grad) {
     return dt__error(DT_ERR_INVALID,
                      "tensor_set_requires_grad: t is not a leaf (it is output %d of a recorded "
                      "%s); dt_detach it to make a leaf",
-                     meta->output_nr, dt__op_table[meta->grad_fn->call.op].name);
+                     meta->output_nr, dt__autograd_node_name(meta->grad_fn));
   }
   if (!requires_grad) {
     if (meta) meta->requires_grad = false;

@@ -16,6 +16,21 @@
 
 typedef struct dt_autograd_node dt_autograd_node;
 
+/*
+ * A recorded function that is not an op of the table: the distributed layer's conversions
+ * (redistribute, from_local, to_local, full_tensor, distribute_tensor) record themselves with
+ * dt__autograd_record_function. The distributed layer sits above autograd, so it calls down
+ * into this API; the engine calls back through these pointers as it calls an op's formula.
+ */
+typedef struct dt_autograd_function {
+  const char *name; /* in error messages: "redistribute" */
+  /* The gradient of the one input from the gradient of the one output (never NULL), with
+   * recording off: a new reference in *grad_input with the input's global shape. */
+  dt_status (*backward)(void *state, dt_tensor *grad_output, dt_tensor **grad_input);
+  /* Frees state when the node dies (NULL: nothing to free). */
+  void (*release)(void *state);
+} dt_autograd_function;
+
 /* A tensor's autograd state; allocated only for tensors autograd touches. */
 typedef struct dt_autograd_meta {
   dt_tensor_ext ext; /* first: the tensor layer frees the meta through ext.destroy */
@@ -51,6 +66,9 @@ struct dt_autograd_node {
   dt_tensor_meta output_metas[DT_OP_MAX_META];
   dt_autograd_meta *retain_meta[DT_OP_MAX_META]; /* weak: metas asking for retain_grad */
   bool freed; /* saved tensors released by a backward without retain_graph */
+  const dt_autograd_function *function; /* NULL: call.op names the op and its formula */
+  void *function_state;                 /* owned: released with function->release */
+  dt_autograd_node *release_next;       /* the thread's list of nodes waiting to be freed */
   /* Engine scratch, valid during one backward. */
   uint64_t visited_by; /* the id of the last backward that collected the node */
   int dependencies;
@@ -60,6 +78,20 @@ struct dt_autograd_node {
 /* dt__dispatch's path while any meta is alive (dt__autograd_live, ops/op_impl.h): runs the
  * op through the modes or the distributed/local path, then records it. */
 dt_status dt__autograd_dispatch(dt_op_call *call);
+
+/* True when an op or conversion taking `input` must be recorded now: grad mode on and input
+ * requires grad. One load of a counter while autograd is unused. */
+bool dt__autograd_should_record(const dt_tensor *input);
+
+/* Records fn as the node that made output from input (both already made; output is a fresh
+ * handle without autograd state): output then requires grad and points at the node. The node
+ * takes state (released with fn->release, also on failure). Keeps input only when it is a
+ * leaf (its `.grad` is the gradient's destination). Errors: DT_ERR_NOMEM. */
+dt_status dt__autograd_record_function(const dt_autograd_function *fn, void *state,
+                                       dt_tensor *input, dt_tensor *output);
+
+/* The name of a node's op or function, for messages. */
+const char *dt__autograd_node_name(const dt_autograd_node *node);
 
 /* The calling thread's grad mode (true by default). */
 extern _Thread_local bool dt__grad_disabled;

@@ -139,7 +139,7 @@ static dt_status collect(engine *e, dt_autograd_node *root) {
 }
 
 static dt_status check_saved(const dt_autograd_node *n) {
-  const char *op = dt__op_table[n->call.op].name;
+  const char *op = dt__autograd_node_name(n);
   if (n->freed) {
     return dt__error(DT_ERR_INVALID,
                      "backward: trying to go through the graph a second time (the saved tensors "
@@ -147,6 +147,9 @@ static dt_status check_saved(const dt_autograd_node *n) {
                      "dt_backward_ex the first time",
                      op);
   }
+  /* A function node keeps only a leaf input, as the destination of its gradient: its backward
+   * reads no saved value, so an in-place update of that leaf does not matter. */
+  if (n->function) return DT_OK;
   for (int i = 0; i < n->n_slots; i++) {
     const dt_tensor *t = n->saved[i];
     if (t && t->storage->version != n->saved_versions[i]) {
@@ -178,7 +181,6 @@ static bool same_shape(const dt_tensor_meta *a, const dt_tensor_meta *b) {
 
 /* Runs one node: its formula, then routes each input gradient along its edge. */
 static dt_status run_node(engine *e, dt_autograd_node *n, bool retain_graph) {
-  const dt_op_def *def = &dt__op_table[n->call.op];
   /* Gradients of non-leaves that asked to keep them: the summed gradient of the output. */
   for (int k = 0; k < n->n_outputs; k++) {
     dt_autograd_meta *meta = n->retain_meta[k];
@@ -186,11 +188,13 @@ static dt_status run_node(engine *e, dt_autograd_node *n, bool retain_graph) {
     dt_status st = add_pending(e, NULL, meta, dt_tensor_retain(n->grads[k]), true);
     if (st) return st;
   }
-  if (!def->backward) {
+  const char *name = dt__autograd_node_name(n);
+  const dt_op_backward_fn formula = n->function ? NULL : dt__op_table[n->call.op].backward;
+  if (!n->function && !formula) {
     return dt__error(DT_ERR_UNSUPPORTED,
                      "backward: %s has no backward formula yet (its op list entry says "
                      "NO_BACKWARD)",
-                     def->name);
+                     name);
   }
   dt_status st = check_saved(n);
   if (st) return st;
@@ -206,7 +210,11 @@ static dt_status run_node(engine *e, dt_autograd_node *n, bool retain_graph) {
                          .input_metas = n->input_metas,
                          .output_metas = n->output_metas,
                          .needs_grad = n->needs_grad};
-  st = def->backward(&ctx, n->grads, gi);
+  if (!n->function) {
+    st = formula(&ctx, n->grads, gi);
+  } else if (n->grads[0]) {
+    st = n->function->backward(n->function_state, n->grads[0], &gi[0]);
+  }
   for (int i = 0; i < n_slots && !st; i++) {
     if (!gi[i]) continue;
     dt_tensor *g = gi[i];
@@ -222,7 +230,7 @@ static dt_status run_node(engine *e, dt_autograd_node *n, bool retain_graph) {
       st = dt__error(DT_ERR_INTERNAL,
                      "backward: the formula of %s gave input %d a gradient of shape %s, expected "
                      "%s",
-                     def->name, i, dt__format_ints(a, sizeof a, gm.ndim, gm.shape),
+                     name, i, dt__format_ints(a, sizeof a, gm.ndim, gm.shape),
                      dt__format_ints(b, sizeof b, n->input_metas[i].ndim, n->input_metas[i].shape));
       dt_tensor_release(g);
       break;

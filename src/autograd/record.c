@@ -36,6 +36,40 @@ static dt_status detached_alias(dt_tensor *t, dt_tensor **out) {
   return dt_detach(t, out); /* grad mode is off here: not recorded */
 }
 
+/* A node with its per-slot arrays and room for n_ints attributes, in one allocation (one
+ * malloc per recorded op keeps recording cheap): the node, then the per-slot arrays, then
+ * the int list. Slots hold saved inputs, then (for ops) the call's tensor list. */
+static dt_autograd_node *node_alloc(int n_slots, size_t n_ints) {
+  size_t per_slot = sizeof(dt_tensor *) * 2 + sizeof(uint32_t) + sizeof(dt_tensor_meta) +
+                    sizeof(bool) + sizeof(dt_autograd_edge);
+  size_t head = (sizeof(dt_autograd_node) + 15) & ~(size_t)15;
+  size_t slots_bytes = (per_slot * (size_t)n_slots + 15) & ~(size_t)15;
+  dt_autograd_node *node = dt__calloc(head + slots_bytes + sizeof(int64_t) * n_ints);
+  if (!node) return NULL;
+  char *block = (char *)node + head;
+  atomic_init(&node->refcount, 1);
+  node->sequence = dt__autograd_node_born();
+  node->n_slots = n_slots;
+  /* Carve the block: pointers first, then the 8-byte aligned metas, then the rest. */
+  node->saved = (dt_tensor **)block;
+  dt_tensor **list = node->saved + n_slots;
+  node->input_metas = (dt_tensor_meta *)(list + n_slots);
+  node->edges = (dt_autograd_edge *)(node->input_metas + n_slots);
+  node->saved_versions = (uint32_t *)(node->edges + n_slots);
+  node->needs_grad = (bool *)(node->saved_versions + n_slots);
+  node->int_list = n_ints ? (int64_t *)(block + slots_bytes) : NULL;
+  return node;
+}
+
+/* Points output at node (as output 0) once nothing else can fail. */
+static void attach_output(dt_autograd_node *node, dt_tensor *output, int output_nr) {
+  dt_autograd_meta *meta = meta_of(output);
+  meta->requires_grad = true;
+  meta->grad_fn = node;
+  meta->output_nr = output_nr;
+  dt__autograd_node_retain(node);
+}
+
 /* The node of a successful call whose inputs require grad. The slots' layout: one per
  * tensor argument, inputs first, then the tensor list. */
 static dt_status record(dt_op_call *call) {
@@ -52,32 +86,14 @@ static dt_status record(dt_op_call *call) {
                      DT_OP_MAX_META);
   }
 
-  /* One allocation: the node, then its per-slot arrays, then the copied int list (one
-   * malloc per recorded op keeps recording cheap). */
-  size_t per_slot = sizeof(dt_tensor *) * 2 + sizeof(uint32_t) + sizeof(dt_tensor_meta) +
-                    sizeof(bool) + sizeof(dt_autograd_edge);
   size_t n_ints = call->n_int_list > 0 && call->int_list ? (size_t)call->n_int_list : 0;
-  size_t head = (sizeof(dt_autograd_node) + 15) & ~(size_t)15;
-  size_t slots_bytes = (per_slot * (size_t)n_slots + 15) & ~(size_t)15;
-  dt_autograd_node *node = dt__calloc(head + slots_bytes + sizeof(int64_t) * n_ints);
+  dt_autograd_node *node = node_alloc(n_slots, n_ints);
   if (!node) return dt__error(DT_ERR_NOMEM, "%s: cannot allocate its autograd node", def->name);
-  char *block = (char *)node + head;
-  int64_t *int_list = n_ints ? (int64_t *)(block + slots_bytes) : NULL;
-  atomic_init(&node->refcount, 1);
-  node->sequence = dt__autograd_node_born();
-  node->n_slots = n_slots;
-  /* Carve the block: pointers first, then the 8-byte aligned metas, then the rest. */
-  node->saved = (dt_tensor **)block;
   dt_tensor **list = node->saved + n_slots;
-  node->input_metas = (dt_tensor_meta *)(list + n_slots);
-  node->edges = (dt_autograd_edge *)(node->input_metas + n_slots);
-  node->saved_versions = (uint32_t *)(node->edges + n_slots);
-  node->needs_grad = (bool *)(node->saved_versions + n_slots);
-
+  int64_t *int_list = node->int_list;
   node->call = *call;
   node->call.outputs = node->outputs;
   node->call.input_list = list;
-  node->int_list = int_list;
   if (int_list) {
     for (int i = 0; i < call->n_int_list; i++) int_list[i] = call->int_list[i];
   }
@@ -128,13 +144,48 @@ static dt_status record(dt_op_call *call) {
   for (int k = 0; k < n_out; k++) {
     dt_tensor *out = call->outputs[k];
     if (!out || !dt_dtype_is_floating(out->dtype)) continue;
-    dt_autograd_meta *meta = meta_of(out);
-    meta->requires_grad = true;
-    meta->grad_fn = node;
-    meta->output_nr = k;
-    dt__autograd_node_retain(node);
+    attach_output(node, out, k);
   }
   dt__autograd_node_release(node); /* the outputs hold it now */
+  return DT_OK;
+}
+
+bool dt__autograd_should_record(const dt_tensor *input) {
+  if (atomic_load_explicit(&dt__autograd_live, memory_order_relaxed) == 0) return false;
+  return !dt__grad_disabled && requires_grad(input);
+}
+
+dt_status dt__autograd_record_function(const dt_autograd_function *fn, void *state,
+                                       dt_tensor *input, dt_tensor *output) {
+  dt_autograd_node *node = node_alloc(1, 0);
+  if (!node) {
+    if (fn->release) fn->release(state);
+    return dt__error(DT_ERR_NOMEM, "%s: cannot allocate its autograd node", fn->name);
+  }
+  node->function = fn;
+  node->function_state = state;
+  dt__autograd_meta_of(input, &node->input_metas[0]);
+  dt__autograd_meta_of(output, &node->output_metas[0]);
+  node->needs_grad[0] = true;
+  dt_autograd_meta *in_meta = meta_of(input);
+  if (in_meta->grad_fn) {
+    /* The backward reads no saved value (only the layouts in state), so a non-leaf input is
+     * not kept: its storage can go as soon as the forward drops it. */
+    node->edges[0].node = in_meta->grad_fn;
+    node->edges[0].output_nr = in_meta->output_nr;
+    dt__autograd_node_retain(in_meta->grad_fn);
+  } else {
+    node->edges[0].to_leaf = true;
+    node->saved[0] = dt_tensor_retain(input);
+    node->saved_versions[0] = input->storage->version;
+  }
+  node->n_outputs = 1;
+  if (!dt__autograd_meta_get(output)) {
+    dt__autograd_node_release(node);
+    return DT_ERR_NOMEM;
+  }
+  attach_output(node, output, 0);
+  dt__autograd_node_release(node); /* the output holds it now */
   return DT_OK;
 }
 

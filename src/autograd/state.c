@@ -64,12 +64,38 @@ void dt__autograd_node_free_saved(dt_autograd_node *node) {
   node->freed = true;
 }
 
-void dt__autograd_node_release(dt_autograd_node *node) {
-  if (!node) return;
-  if (atomic_fetch_sub_explicit(&node->refcount, 1, memory_order_acq_rel) != 1) return;
+/* Nodes whose last reference went while this thread was already freeing nodes. Freeing a
+ * node releases its input nodes and saved tensors, whose metas release their nodes in turn:
+ * done recursively, a chain of 100,000 recorded ops would need 100,000 stack frames (a rank
+ * thread's stack overflows). So only the outermost release frees; nested ones queue their
+ * node here, and the outermost loop drains the queue. */
+static _Thread_local dt_autograd_node *release_queue;
+static _Thread_local bool releasing;
+
+static void node_free(dt_autograd_node *node) {
   dt__autograd_node_free_saved(node);
   for (int i = 0; i < node->n_slots; i++) dt__autograd_node_release(node->edges[i].node);
   for (int k = 0; k < DT_OP_MAX_META; k++) dt_tensor_release(node->grads[k]);
+  if (node->function && node->function->release) node->function->release(node->function_state);
   dt__free(node); /* the per-slot arrays and the int list live in the same block */
   atomic_fetch_sub_explicit(&live_nodes, 1, memory_order_relaxed);
+}
+
+void dt__autograd_node_release(dt_autograd_node *node) {
+  if (!node) return;
+  if (atomic_fetch_sub_explicit(&node->refcount, 1, memory_order_acq_rel) != 1) return;
+  node->release_next = release_queue;
+  release_queue = node;
+  if (releasing) return; /* the outermost release below frees it */
+  releasing = true;
+  while (release_queue) {
+    dt_autograd_node *next = release_queue;
+    release_queue = next->release_next;
+    node_free(next);
+  }
+  releasing = false;
+}
+
+const char *dt__autograd_node_name(const dt_autograd_node *node) {
+  return node->function ? node->function->name : dt__op_table[node->call.op].name;
 }

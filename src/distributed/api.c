@@ -2,6 +2,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "autograd/autograd_impl.h"
 #include "distributed/redistribute_impl.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "profile/profile_impl.h"
@@ -72,6 +73,99 @@ static dt_status check_partial_avg(const char *op, int n, const dt_placement *p,
   return DT_OK;
 }
 
+/* ---- Autograd of the conversions ----------------------------------------------------------
+ *
+ * The conversions are not ops of the table, so they record themselves as autograd function
+ * nodes (autograd/autograd_impl.h; autograd sits below this layer, so these are calls down).
+ * Each node keeps one spec (retained) that says where the gradient goes back to; the rules
+ * are PyTorch's, listed in docs/autograd.md. */
+
+static void spec_state_release(void *state) { dt__spec_release(state); }
+
+/* Where the gradient of a tensor with these placements goes: the same placements, except
+ * that a Partial tensor's gradient is Replicate (as in PyTorch: the gradient of each
+ * partial term is the whole gradient). */
+static void grad_placements(const dt_dist_spec *spec, dt_placement *out) {
+  for (int m = 0; m < spec->mesh_ndim; m++) {
+    out[m] = spec->placements[m].kind == DT_PARTIAL ? dt_replicate() : spec->placements[m];
+  }
+}
+
+/* redistribute: the gradient goes back to the input's placements. */
+static dt_status redistribute_backward(void *state, dt_tensor *grad, dt_tensor **out) {
+  const dt_dist_spec *input = state;
+  dt_placement p[DT_MAX_MESH_DIMS];
+  grad_placements(input, p);
+  return dt_dist_redistribute(grad, input->mesh_ndim, p, out);
+}
+
+/* from_local: the gradient is redistributed to the placements given to from_local (the
+ * forward's, Partial included: PyTorch's FromLocal), then this rank's shard is the local
+ * tensor's gradient. */
+static dt_status from_local_backward(void *state, dt_tensor *grad, dt_tensor **out) {
+  dt_dist_spec *output = state;
+  dt_tensor *moved = NULL;
+  dt_status st = dt_dist_redistribute(grad, output->mesh_ndim, output->placements, &moved);
+  if (!st) st = dt_dist_to_local(moved, out);
+  dt_tensor_release(moved);
+  return st;
+}
+
+/* to_local: the local gradient is this rank's shard of a gradient with the forward's
+ * placements and global shape (PyTorch's grad_placements default). */
+static dt_status to_local_backward(void *state, dt_tensor *grad, dt_tensor **out) {
+  dt_dist_spec *input = state;
+  dt_dist_from_local_options options = {.global_shape = input->shape, .global_ndim = input->ndim};
+  return dt_dist_from_local(input->mesh, grad, input->mesh_ndim, input->placements, &options, out);
+}
+
+/* full_tensor (redistribute to Replicate, then to_local): the local gradient is a Replicate
+ * gradient, which goes back to the input's placements (a Shard input takes its chunk, a
+ * Partial one gets it Replicate). */
+static dt_status full_tensor_backward(void *state, dt_tensor *grad, dt_tensor **out) {
+  dt_dist_spec *input = state;
+  dt_placement replicated[DT_MAX_MESH_DIMS], p[DT_MAX_MESH_DIMS];
+  for (int m = 0; m < input->mesh_ndim; m++) replicated[m] = dt_replicate();
+  grad_placements(input, p);
+  dt_dist_from_local_options options = {.global_shape = input->shape, .global_ndim = input->ndim};
+  dt_tensor *whole = NULL;
+  dt_status st =
+      dt_dist_from_local(input->mesh, grad, input->mesh_ndim, replicated, &options, &whole);
+  if (!st) st = dt_dist_redistribute(whole, input->mesh_ndim, p, out);
+  dt_tensor_release(whole);
+  return st;
+}
+
+/* distribute_tensor: the full tensor's gradient is the distributed gradient made whole. */
+static dt_status distribute_tensor_backward(void *state, dt_tensor *grad, dt_tensor **out) {
+  (void)state;
+  return dt_dist_full_tensor(grad, out);
+}
+
+static const dt_autograd_function redistribute_function = {
+    "dt_dist_redistribute", redistribute_backward, spec_state_release};
+static const dt_autograd_function from_local_function = {"dt_dist_from_local", from_local_backward,
+                                                         spec_state_release};
+static const dt_autograd_function to_local_function = {"dt_dist_to_local", to_local_backward,
+                                                       spec_state_release};
+static const dt_autograd_function full_tensor_function = {"dt_dist_full_tensor",
+                                                          full_tensor_backward, spec_state_release};
+static const dt_autograd_function distribute_tensor_function = {
+    "dt_dist_distribute_tensor", distribute_tensor_backward, spec_state_release};
+
+/* After a conversion made *out from input (st is its status): records it when input requires
+ * grad and grad mode is on. A failure releases *out, so the caller returns the status. */
+static dt_status record_conversion(dt_status st, const dt_autograd_function *fn, dt_dist_spec *spec,
+                                   dt_tensor *input, dt_tensor **out) {
+  if (st || !dt__autograd_should_record(input)) return st;
+  st = dt__autograd_record_function(fn, dt__spec_retain(spec), input, *out);
+  if (st) {
+    dt_tensor_release(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
 dt_status dt_dist_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
                              const dt_placement *placements,
                              const dt_dist_from_local_options *options, dt_tensor **out) {
@@ -131,6 +225,7 @@ dt_status dt_dist_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
   if (st) return st;
   spec->shape_inferred = !(options && options->global_shape);
   st = dt__dist_wrap(local, spec, out);
+  st = record_conversion(st, &from_local_function, spec, local, out);
   dt__spec_release(spec);
   return st;
 }
@@ -166,6 +261,7 @@ dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placem
   if (!st) {
     dt__cpu_copy(local, view);
     st = dt__dist_wrap(local, spec, out);
+    st = record_conversion(st, &distribute_tensor_function, spec, full, out);
   }
   dt_tensor_release(view);
   dt_tensor_release(local);
@@ -260,7 +356,8 @@ dt_status dt_dist_to_local(dt_tensor *t, dt_tensor **out) {
   if (!t->spec) return dt__error(DT_ERR_INVALID, "to_local: the tensor is not distributed");
   dt_status st = check_guard("to_local", t);
   if (st) return st;
-  return dt__local_view(t, out);
+  st = dt__local_view(t, out);
+  return record_conversion(st, &to_local_function, t->spec, t, out);
 }
 
 dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from, const dt_placement *to,
@@ -273,7 +370,7 @@ dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from, con
   dt_status st = dt__redistribute_plan_cached(from, to, &plan);
   if (st) return st;
   dt__profile_scope scope;
-  dt__profile_begin(&scope, "redistribute", DT__PROFILE_CAT_REDISTRIBUTE, DT_PROFILE_LANE_COMM);
+  dt__profile_begin(&scope, "redistribute", DT__PROFILE_CAT_REDISTRIBUTE, DT_PROFILER_LANE_COMM);
   st = dt__redistribute_execute(local, from, &plan, out);
   /* Ranks that guessed different global shapes call mismatched collectives. */
   if (st == DT_ERR_MISMATCH && from->shape_inferred) st = add_inferred_hint(st);
@@ -325,7 +422,7 @@ dt_status dt_dist_redistribute(dt_tensor *t, int n_placements, const dt_placemen
   }
   dt_tensor_release(local);
   dt__spec_release(spec);
-  return st;
+  return record_conversion(st, &redistribute_function, t->spec, t, out);
 }
 
 dt_status dt_dist_full_tensor(dt_tensor *t, dt_tensor **out) {
@@ -343,7 +440,7 @@ dt_status dt_dist_full_tensor(dt_tensor *t, dt_tensor **out) {
   if (st) return st;
   st = dt__local_view(local, out);
   dt_tensor_release(local);
-  return st;
+  return record_conversion(st, &full_tensor_function, t->spec, t, out);
 }
 
 dt_status dt_dist_redistribute_explain(const dt_tensor *t, int n_placements,
