@@ -2,7 +2,7 @@
  * dtensor bench profile: what recording and analysis cost.
  *   off_ns        a begin/end pair with no profiler running (target: about 1 ns, one branch)
  *   event_ns      a begin/end pair recorded: two clock reads and a 64-byte append, into memory
- *                 prepared by dt_profile_reserve (target <= 50)
+ *                 prepared by dt_profiler_reserve (target <= 50)
  *   record_ns     the append alone (dt__profile_record with given times)
  *   event_fresh_memory_ns  event_ns without reserving: first-touch page faults included
  *   analysis_s    read + stats of a generated trace of --events N complete events (default
@@ -33,7 +33,7 @@ static double off_ns(void) {
     double t0 = bench_now_us();
     for (int i = 0; i < OFF_PAIRS; i++) {
       dt__profile_scope scope;
-      dt__profile_begin(&scope, "add", DT__PROFILE_CAT_OP, DT_PROFILE_LANE_COMPUTE);
+      dt__profile_begin(&scope, "add", DT__PROFILE_CAT_OP, DT_PROFILER_LANE_COMPUTE);
       __asm__ volatile("" : : "r"(&scope) : "memory");
       dt__profile_end(&scope);
     }
@@ -43,26 +43,26 @@ static double off_ns(void) {
 }
 
 /* Recorded pairs, a fresh profiler per repetition. reserved: memory prepared with
- * dt_profile_reserve beforehand; otherwise the pool is emptied first, so every run pays its
+ * dt_profiler_reserve beforehand; otherwise the pool is emptied first, so every run pays its
  * chunk allocations and first-touch page faults. */
 static int on_ns(bool with_clock, bool reserved, double *out) {
   double samples[REPS];
   for (int r = 0; r < REPS; r++) {
     dt_profiler *p = NULL;
-    dt_profile_release_memory();
-    if (reserved && dt_profile_reserve(PAIRS)) return fail("reserve");
+    dt_profiler_release_memory();
+    if (reserved && dt_profiler_reserve(PAIRS)) return fail("reserve");
     if (dt_profiler_create(&p) || dt_profiler_start(p)) return fail("profiler");
     uint64_t now = dt__profile_now();
     double t0 = bench_now_us();
     if (with_clock) {
       for (int i = 0; i < PAIRS; i++) {
         dt__profile_scope scope;
-        dt__profile_begin(&scope, "add", DT__PROFILE_CAT_OP, DT_PROFILE_LANE_COMPUTE);
+        dt__profile_begin(&scope, "add", DT__PROFILE_CAT_OP, DT_PROFILER_LANE_COMPUTE);
         dt__profile_end(&scope);
       }
     } else {
       for (int i = 0; i < PAIRS; i++) {
-        dt__profile_record("add", DT__PROFILE_CAT_OP, DT_PROFILE_LANE_COMPUTE, now, now + 1);
+        dt__profile_record("add", DT__PROFILE_CAT_OP, DT_PROFILER_LANE_COMPUTE, now, now + 1);
       }
     }
     samples[r] = (bench_now_us() - t0) * 1e3 / PAIRS;
@@ -125,7 +125,7 @@ int bench_suite_profile(int argc, char **argv) {
   if (on_ns(true, true, &event) || on_ns(false, true, &record) || on_ns(true, false, &fresh)) {
     return 1;
   }
-  dt_profile_release_memory();
+  dt_profiler_release_memory();
 
   char path[] = "/tmp/dtensor_bench_trace_XXXXXX";
   int fd = mkstemp(path);

@@ -26,16 +26,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   uint64_t covered = 0;
   for (int i = 0; i < dt_safetensors_count(file); i++) {
-    dt_safetensors_entry entry;
-    if (dt_safetensors_entry_get(file, i, &entry) != DT_OK) abort();
+    dt_safetensors_entry_info entry;
+    if (dt_safetensors_entry(file, i, &entry) != DT_OK) abort();
     if (dt_safetensors_find(file, entry.name) != i) abort(); /* names are unique */
     covered += entry.data_end - entry.data_begin;
     dt_tensor *copy = NULL, *borrowed = NULL;
-    if (dt_safetensors_get(file, entry.name, DT_SAFETENSORS_COPY, &copy) != DT_OK) abort();
+    if (dt_safetensors_load(file, entry.name, DT_SAFETENSORS_COPY, &copy) != DT_OK) abort();
     size_t bytes = (size_t)dt_tensor_numel(copy) * dt_dtype_size(entry.dtype);
     if (bytes != entry.data_end - entry.data_begin) abort();
     /* A borrow may be refused only for misalignment; when given, its bytes equal the copy's. */
-    if (dt_safetensors_get(file, entry.name, DT_SAFETENSORS_BORROW, &borrowed) == DT_OK) {
+    if (dt_safetensors_load(file, entry.name, DT_SAFETENSORS_BORROW, &borrowed) == DT_OK) {
       if (bytes && memcmp(dt_tensor_data(copy), dt_tensor_data(borrowed), bytes) != 0) abort();
       dt_tensor_release(borrowed);
     }
@@ -43,11 +43,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   for (int i = 0; i < dt_safetensors_metadata_count(file); i++) {
     const char *key, *value;
-    if (dt_safetensors_metadata_get(file, i, &key, &value) != DT_OK) abort();
+    if (dt_safetensors_metadata(file, i, &key, &value) != DT_OK) abort();
     if (dt_safetensors_metadata_find(file, key) != value) abort(); /* keys are unique */
   }
   if (dt_safetensors_bytes_read(file) != covered) abort(); /* every data byte read once */
-  dt_safetensors_close(file);
+  dt_safetensors_destroy(file);
   free(image);
   return 0;
 }

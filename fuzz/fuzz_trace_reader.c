@@ -42,11 +42,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   int64_t total = 0;
   for (int p = 0; p < dt_trace_process_count(trace); p++) {
-    dt_trace_process process;
-    if (dt_trace_get_process(trace, p, &process)) abort();
+    dt_trace_process_info process;
+    if (dt_trace_process(trace, p, &process)) abort();
     for (int l = 0; l < process.lanes; l++) {
-      dt_trace_lane lane;
-      if (dt_trace_get_lane(trace, p, l, &lane)) abort();
+      dt_trace_lane_info lane;
+      if (dt_trace_lane(trace, p, l, &lane)) abort();
       total += lane.events;
       if (strlen(lane.name) > size || strlen(lane.tid) > size + 1) abort();
     }

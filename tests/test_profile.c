@@ -23,42 +23,42 @@ static dt_trace *read_back(const char *path) {
 }
 
 /* The lane of `trace` with this process pid and tid, or fails. */
-static dt_trace_lane find_lane(const dt_trace *trace, int64_t pid, int64_t tid) {
+static dt_trace_lane_info find_lane(const dt_trace *trace, int64_t pid, int64_t tid) {
   for (int p = 0; p < dt_trace_process_count(trace); p++) {
-    dt_trace_process info;
-    cr_assert_eq(dt_trace_get_process(trace, p, &info), DT_OK);
+    dt_trace_process_info info;
+    cr_assert_eq(dt_trace_process(trace, p, &info), DT_OK);
     if (info.pid_number != pid) continue;
     for (int l = 0; l < info.lanes; l++) {
-      dt_trace_lane lane;
-      cr_assert_eq(dt_trace_get_lane(trace, p, l, &lane), DT_OK);
+      dt_trace_lane_info lane;
+      cr_assert_eq(dt_trace_lane(trace, p, l, &lane), DT_OK);
       if (lane.tid_number == tid) return lane;
     }
   }
   cr_assert_fail("no lane pid %lld tid %lld", (long long)pid, (long long)tid);
-  return (dt_trace_lane){0};
+  return (dt_trace_lane_info){0};
 }
 
-static void record_op(const char *name, dt_profile_lane lane) {
+static void record_op(const char *name, dt_profiler_lane lane) {
   dt__profile_scope scope;
   dt__profile_begin(&scope, name,
-                    lane == DT_PROFILE_LANE_COMM ? DT__PROFILE_CAT_COLLECTIVE : DT__PROFILE_CAT_OP,
+                    lane == DT_PROFILER_LANE_COMM ? DT__PROFILE_CAT_COLLECTIVE : DT__PROFILE_CAT_OP,
                     lane);
   dt__profile_end(&scope);
 }
 
 Test(profiler, off_records_nothing_and_ranges_still_nest) {
   cr_assert_not(dt__profile_enabled());
-  record_op("add", DT_PROFILE_LANE_COMPUTE);
-  cr_assert_eq(dt_profile_range_push("idle"), DT_OK);
-  cr_assert_eq(dt_profile_range_pop(), DT_OK);
-  cr_assert_eq(dt_profile_range_pop(), DT_ERR_INVALID);
-  ref_assert_error_mentions("dt_profile_range_pop", "no open range");
-  cr_assert_eq(dt_profile_range_push(NULL), DT_ERR_INVALID);
-  for (int i = 0; i < 64; i++) cr_assert_eq(dt_profile_range_push("deep"), DT_OK);
-  cr_assert_eq(dt_profile_range_push("too deep"), DT_ERR_INVALID);
+  record_op("add", DT_PROFILER_LANE_COMPUTE);
+  cr_assert_eq(dt_profiler_range_push("idle"), DT_OK);
+  cr_assert_eq(dt_profiler_range_pop(), DT_OK);
+  cr_assert_eq(dt_profiler_range_pop(), DT_ERR_INVALID);
+  ref_assert_error_mentions("dt_profiler_range_pop", "no open range");
+  cr_assert_eq(dt_profiler_range_push(NULL), DT_ERR_INVALID);
+  for (int i = 0; i < 64; i++) cr_assert_eq(dt_profiler_range_push("deep"), DT_OK);
+  cr_assert_eq(dt_profiler_range_push("too deep"), DT_ERR_INVALID);
   ref_assert_error_mentions("deeper than 64", "too deep");
-  for (int i = 0; i < 64; i++) cr_assert_eq(dt_profile_range_pop(), DT_OK);
-  cr_assert_eq(dt_profile_set_rank(-1), DT_ERR_INVALID);
+  for (int i = 0; i < 64; i++) cr_assert_eq(dt_profiler_range_pop(), DT_OK);
+  cr_assert_eq(dt_profiler_set_rank(-1), DT_ERR_INVALID);
 }
 
 Test(profiler, lifetime_errors) {
@@ -72,18 +72,18 @@ Test(profiler, lifetime_errors) {
   cr_assert_eq(dt_profiler_start(a), DT_ERR_INVALID);
   cr_assert_eq(dt_profiler_start(b), DT_ERR_INVALID);
   ref_assert_error_mentions("dt_profiler_start", "another profiler");
-  record_op("add", DT_PROFILE_LANE_COMPUTE);
+  record_op("add", DT_PROFILER_LANE_COMPUTE);
   cr_assert_eq(dt_profiler_stop(a), DT_OK);
-  record_op("add", DT_PROFILE_LANE_COMPUTE); /* stopped: not recorded */
+  record_op("add", DT_PROFILER_LANE_COMPUTE); /* stopped: not recorded */
   cr_assert_eq(dt_profiler_start(b), DT_OK);
-  record_op("mul", DT_PROFILE_LANE_COMPUTE);
-  record_op("all_reduce", DT_PROFILE_LANE_COMM);
+  record_op("mul", DT_PROFILER_LANE_COMPUTE);
+  record_op("all_reduce", DT_PROFILER_LANE_COMM);
   cr_assert_eq(dt_profiler_stop(b), DT_OK);
   cr_assert_eq(dt_profiler_start(a), DT_OK); /* restart appends */
-  record_op("sub", DT_PROFILE_LANE_COMPUTE);
+  record_op("sub", DT_PROFILER_LANE_COMPUTE);
   cr_assert_eq(dt_profiler_event_count(a, -1, -1), 2);
   cr_assert_eq(dt_profiler_event_count(b, 0, -1), 2);
-  cr_assert_eq(dt_profiler_event_count(b, 0, DT_PROFILE_LANE_COMM), 1);
+  cr_assert_eq(dt_profiler_event_count(b, 0, DT_PROFILER_LANE_COMM), 1);
   cr_assert_eq(dt_profiler_event_count(b, 1, -1), 0);
   cr_assert_eq(dt_profiler_dropped_count(a), 0);
   dt_profiler_destroy(a); /* destroying a running profiler stops it */
@@ -91,9 +91,9 @@ Test(profiler, lifetime_errors) {
   dt_profiler_destroy(b);
   dt_profiler_destroy(NULL);
   cr_assert_eq(dt_profiler_start(NULL), DT_ERR_INVALID);
-  cr_assert_eq(dt_profile_reserve(-1), DT_ERR_INVALID);
-  cr_assert_eq(dt_profile_reserve(10000), DT_OK);
-  dt_profile_release_memory();
+  cr_assert_eq(dt_profiler_reserve(-1), DT_ERR_INVALID);
+  cr_assert_eq(dt_profiler_reserve(10000), DT_OK);
+  dt_profiler_release_memory();
 }
 
 Test(profiler, export_is_valid_chrome_json) {
@@ -101,15 +101,15 @@ Test(profiler, export_is_valid_chrome_json) {
   cr_assert_eq(dt_profiler_create(&p), DT_OK);
   cr_assert_eq(dt_profiler_start(p), DT_OK);
   /* A name with a quote, a backslash, a control character and an invalid UTF-8 byte. */
-  cr_assert_eq(dt_profile_range_push("step \"1\" \\ \x01 \xff é"), DT_OK);
+  cr_assert_eq(dt_profiler_range_push("step \"1\" \\ \x01 \xff é"), DT_OK);
   dt__profile_scope scope;
-  dt__profile_begin(&scope, "mm", DT__PROFILE_CAT_OP, DT_PROFILE_LANE_COMPUTE);
+  dt__profile_begin(&scope, "mm", DT__PROFILE_CAT_OP, DT_PROFILER_LANE_COMPUTE);
   dt__profile_end_shape(&scope, 6, (const int64_t[]){2, 3, 4, 5, 6, 7});
-  dt__profile_begin(&scope, "all_gather", DT__PROFILE_CAT_COLLECTIVE, DT_PROFILE_LANE_COMM);
+  dt__profile_begin(&scope, "all_gather", DT__PROFILE_CAT_COLLECTIVE, DT_PROFILER_LANE_COMM);
   dt__profile_end_bytes(&scope, 4096, 4);
-  dt__profile_begin(&scope, "redistribute", DT__PROFILE_CAT_REDISTRIBUTE, DT_PROFILE_LANE_COMM);
+  dt__profile_begin(&scope, "redistribute", DT__PROFILE_CAT_REDISTRIBUTE, DT_PROFILER_LANE_COMM);
   dt__profile_end_text(&scope, "S(0)->R \"q\" and a text longer than thirty-one bytes");
-  cr_assert_eq(dt_profile_range_pop(), DT_OK);
+  cr_assert_eq(dt_profiler_range_pop(), DT_OK);
   cr_assert_eq(dt_profiler_stop(p), DT_OK);
   char path[128];
   temp_path(path, sizeof path, "export");
@@ -131,7 +131,7 @@ Test(profiler, export_is_valid_chrome_json) {
   cr_assert(strstr(text, "\"cat\":\"user_annotation\",\"ph\":\"X\",\"ts\":"), "%s", text);
   dt_trace *trace = read_back(path);
   cr_assert_eq(dt_trace_event_count(trace), 4);
-  dt_trace_lane compute = find_lane(trace, 0, 0), comm = find_lane(trace, 0, 1);
+  dt_trace_lane_info compute = find_lane(trace, 0, 0), comm = find_lane(trace, 0, 1);
   cr_assert_str_eq(compute.name, "compute");
   cr_assert_str_eq(comm.name, "comm");
   cr_assert_eq(compute.events, 2);
@@ -156,20 +156,21 @@ typedef struct rank_arg {
 /* Rank r records r+1 ops (and rank 3 enough to span chunks), 2 collectives and a user range. */
 static void *rank_main(void *p) {
   int rank = ((rank_arg *)p)->rank;
-  dt_profile_set_rank(rank);
-  dt_profile_range_push("forward");
+  dt_profiler_set_rank(rank);
+  dt_profiler_range_push("forward");
   int ops = rank == 3 ? BIG : rank + 1;
   for (int i = 0; i < ops; i++) {
     dt__profile_scope scope;
-    dt__profile_begin(&scope, i % 2 ? "addmm" : "add", DT__PROFILE_CAT_OP, DT_PROFILE_LANE_COMPUTE);
+    dt__profile_begin(&scope, i % 2 ? "addmm" : "add", DT__PROFILE_CAT_OP,
+                      DT_PROFILER_LANE_COMPUTE);
     dt__profile_end_shape(&scope, 2, (const int64_t[]){rank, i});
   }
   for (int i = 0; i < 2; i++) {
     dt__profile_scope scope;
-    dt__profile_begin(&scope, "all_reduce", DT__PROFILE_CAT_COLLECTIVE, DT_PROFILE_LANE_COMM);
+    dt__profile_begin(&scope, "all_reduce", DT__PROFILE_CAT_COLLECTIVE, DT_PROFILER_LANE_COMM);
     dt__profile_end_bytes(&scope, 1024, RANKS);
   }
-  dt_profile_range_pop();
+  dt_profiler_range_pop();
   return NULL;
 }
 
@@ -188,8 +189,8 @@ Test(profiler, four_rank_round_trip) {
   for (int r = 0; r < RANKS; r++) pthread_join(threads[r], NULL);
   cr_assert_eq(dt_profiler_stop(p), DT_OK);
   for (int r = 0; r < RANKS; r++) {
-    cr_assert_eq(dt_profiler_event_count(p, r, DT_PROFILE_LANE_COMPUTE), compute_events(r));
-    cr_assert_eq(dt_profiler_event_count(p, r, DT_PROFILE_LANE_COMM), 2);
+    cr_assert_eq(dt_profiler_event_count(p, r, DT_PROFILER_LANE_COMPUTE), compute_events(r));
+    cr_assert_eq(dt_profiler_event_count(p, r, DT_PROFILER_LANE_COMM), 2);
   }
 
   /* Merged: one process per rank, labelled CPU, two lanes each. */
@@ -200,15 +201,15 @@ Test(profiler, four_rank_round_trip) {
   cr_assert_eq(dt_trace_process_count(trace), RANKS);
   int64_t all = 0;
   for (int r = 0; r < RANKS; r++) {
-    dt_trace_process info;
-    cr_assert_eq(dt_trace_get_process(trace, r, &info), DT_OK);
+    dt_trace_process_info info;
+    cr_assert_eq(dt_trace_process(trace, r, &info), DT_OK);
     cr_assert_eq(info.pid_number, r);
     char name[16];
     snprintf(name, sizeof name, "rank %d", r);
     cr_assert_str_eq(info.name, name);
     cr_assert_str_eq(info.labels, "CPU");
     cr_assert_eq(info.lanes, 2);
-    dt_trace_lane compute = find_lane(trace, r, 0), comm = find_lane(trace, r, 1);
+    dt_trace_lane_info compute = find_lane(trace, r, 0), comm = find_lane(trace, r, 1);
     cr_assert_eq(compute.events, compute_events(r), "rank %d", r);
     cr_assert_eq(comm.events, 2, "rank %d", r);
     all += compute.events + comm.events;
@@ -231,8 +232,8 @@ Test(profiler, four_rank_round_trip) {
     cr_assert_eq(dt_trace_process_count(trace), 1);
     int64_t expected = r < RANKS ? compute_events(r) + 2 : 0; /* rank 4 never recorded */
     cr_assert_eq(dt_trace_event_count(trace), expected, "rank %d", r);
-    dt_trace_process info;
-    cr_assert_eq(dt_trace_get_process(trace, 0, &info), DT_OK);
+    dt_trace_process_info info;
+    cr_assert_eq(dt_trace_process(trace, 0, &info), DT_OK);
     cr_assert_eq(info.pid_number, r);
     dt_trace_destroy(trace);
   }
@@ -255,8 +256,8 @@ Test(profiler, two_threads_of_one_rank_get_their_own_lanes) {
   temp_path(path, sizeof path, "threads");
   cr_assert_eq(dt_profiler_write_chrome_trace(p, path), DT_OK);
   dt_trace *trace = read_back(path);
-  dt_trace_process info;
-  cr_assert_eq(dt_trace_get_process(trace, 0, &info), DT_OK);
+  dt_trace_process_info info;
+  cr_assert_eq(dt_trace_process(trace, 0, &info), DT_OK);
   cr_assert_eq(info.lanes, 4);
   cr_assert_str_eq(find_lane(trace, 1, 2).name, "compute (thread 1)");
   cr_assert_eq(find_lane(trace, 1, 3).events, 2);
@@ -280,7 +281,7 @@ static dt_status fake_step(void *p) {
   const char *names[] = {"mm", "add"};
   for (int k = 0; k < 2; k++) {
     dt__profile_scope scope;
-    dt__profile_begin(&scope, names[k], DT__PROFILE_CAT_KERNEL, DT_PROFILE_LANE_COMPUTE);
+    dt__profile_begin(&scope, names[k], DT__PROFILE_CAT_KERNEL, DT_PROFILER_LANE_COMPUTE);
     volatile double x = 0;
     for (int i = 0; i < 2000; i++) x += i;
     dt__profile_end(&scope);
@@ -309,7 +310,7 @@ Test(benchmark, utilization_of_a_profiled_function) {
   dt_trace_destroy(trace);
 
   double time_us = -1;
-  cr_assert_eq(dt_dump_chrome_trace(fake_step, &w, path, 2, &time_us), DT_OK);
+  cr_assert_eq(dt_benchmark_write_chrome_trace(fake_step, &w, path, 2, &time_us), DT_OK);
   cr_assert(time_us > 0);
   remove(path);
   snprintf(path, sizeof path, "/tmp/dt_test_bench_%d/nested/dir", (int)getpid());
@@ -340,12 +341,12 @@ Test(benchmark, errors) {
   ref_assert_error_mentions("runs 0", "< 1");
   cr_assert_eq(dt_benchmark_utilization(no_events, NULL, "/proc/no/such", "x", 1, &result),
                DT_ERR_IO);
-  cr_assert_eq(dt_dump_chrome_trace(no_events, NULL, NULL, 1, NULL), DT_ERR_INVALID);
+  cr_assert_eq(dt_benchmark_write_chrome_trace(no_events, NULL, NULL, 1, NULL), DT_ERR_INVALID);
   /* A profiler already running is reported, not hijacked. */
   dt_profiler *p = NULL;
   cr_assert_eq(dt_profiler_create(&p), DT_OK);
   cr_assert_eq(dt_profiler_start(p), DT_OK);
-  cr_assert_eq(dt_dump_chrome_trace(no_events, NULL, "/tmp/dt_test_x.json", 1, NULL),
+  cr_assert_eq(dt_benchmark_write_chrome_trace(no_events, NULL, "/tmp/dt_test_x.json", 1, NULL),
                DT_ERR_INVALID);
   ref_assert_error_mentions("dt_profiler_start", "another profiler");
   dt_profiler_destroy(p);

@@ -106,7 +106,7 @@ Test(safetensors, mixed_fixture_values) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     for (int mode = 0; mode < 2; mode++) {
       dt_tensor *t = NULL;
-      cr_assert_eq(dt_safetensors_get(f, cases[c].name, (dt_safetensors_mode)mode, &t), DT_OK,
+      cr_assert_eq(dt_safetensors_load(f, cases[c].name, (dt_safetensors_mode)mode, &t), DT_OK,
                    "%s: %s", cases[c].name, dt_last_error());
       cr_assert_eq(dt_tensor_dtype(t), cases[c].dtype, "%s", cases[c].name);
       cr_assert_eq(dt_tensor_ndim(t), cases[c].ndim, "%s", cases[c].name);
@@ -123,9 +123,9 @@ Test(safetensors, mixed_fixture_values) {
   }
   cr_assert_eq(dt_safetensors_find(f, "missing"), -1);
   dt_tensor *t = NULL;
-  cr_assert_eq(dt_safetensors_get(f, "missing", DT_SAFETENSORS_COPY, &t), DT_ERR_INVALID);
+  cr_assert_eq(dt_safetensors_load(f, "missing", DT_SAFETENSORS_COPY, &t), DT_ERR_INVALID);
   cr_assert(strstr(dt_last_error(), "no tensor named `missing`"), "%s", dt_last_error());
-  dt_safetensors_close(f);
+  dt_safetensors_destroy(f);
   free(json);
 }
 
@@ -136,12 +136,13 @@ Test(safetensors, borrow_outlives_close) {
   dt_safetensors *f = NULL;
   dt_tensor *borrowed = NULL, *copied = NULL;
   cr_assert_eq(dt_safetensors_open(path, &f), DT_OK, "%s", dt_last_error());
-  cr_assert_eq(dt_safetensors_get(f, "tok_embeddings.weight", DT_SAFETENSORS_BORROW, &borrowed),
+  cr_assert_eq(dt_safetensors_load(f, "tok_embeddings.weight", DT_SAFETENSORS_BORROW, &borrowed),
                DT_OK, "%s", dt_last_error());
   cr_assert_eq(dt_safetensors_bytes_read(f), 0, "a borrow reads nothing through pread");
-  cr_assert_eq(dt_safetensors_get(f, "tok_embeddings.weight", DT_SAFETENSORS_COPY, &copied), DT_OK);
+  cr_assert_eq(dt_safetensors_load(f, "tok_embeddings.weight", DT_SAFETENSORS_COPY, &copied),
+               DT_OK);
   cr_assert_eq(dt_safetensors_bytes_read(f), 256000);
-  dt_safetensors_close(f);
+  dt_safetensors_destroy(f);
   cr_assert_eq(memcmp(dt_tensor_data(borrowed), dt_tensor_data(copied), 256000), 0);
   dt_tensor_release(borrowed);
   dt_tensor_release(copied);
@@ -157,12 +158,12 @@ Test(safetensors, mlp_fixture_gives_pytorch_output) {
   cr_assert_eq(dt_safetensors_open(path, &f), DT_OK, "%s", dt_last_error());
   cr_assert_eq(dt_safetensors_open(io_path, &io), DT_OK, "%s", dt_last_error());
   dt_tensor *w0, *b0, *w2, *b2, *x, *y;
-  cr_assert_eq(dt_safetensors_get(f, "0.weight", DT_SAFETENSORS_COPY, &w0), DT_OK);
-  cr_assert_eq(dt_safetensors_get(f, "0.bias", DT_SAFETENSORS_COPY, &b0), DT_OK);
-  cr_assert_eq(dt_safetensors_get(f, "2.weight", DT_SAFETENSORS_COPY, &w2), DT_OK);
-  cr_assert_eq(dt_safetensors_get(f, "2.bias", DT_SAFETENSORS_COPY, &b2), DT_OK);
-  cr_assert_eq(dt_safetensors_get(io, "x", DT_SAFETENSORS_BORROW, &x), DT_OK);
-  cr_assert_eq(dt_safetensors_get(io, "y", DT_SAFETENSORS_BORROW, &y), DT_OK);
+  cr_assert_eq(dt_safetensors_load(f, "0.weight", DT_SAFETENSORS_COPY, &w0), DT_OK);
+  cr_assert_eq(dt_safetensors_load(f, "0.bias", DT_SAFETENSORS_COPY, &b0), DT_OK);
+  cr_assert_eq(dt_safetensors_load(f, "2.weight", DT_SAFETENSORS_COPY, &w2), DT_OK);
+  cr_assert_eq(dt_safetensors_load(f, "2.bias", DT_SAFETENSORS_COPY, &b2), DT_OK);
+  cr_assert_eq(dt_safetensors_load(io, "x", DT_SAFETENSORS_BORROW, &x), DT_OK);
+  cr_assert_eq(dt_safetensors_load(io, "y", DT_SAFETENSORS_BORROW, &y), DT_OK);
   const float *W0 = dt_tensor_data(w0), *B0 = dt_tensor_data(b0), *W2 = dt_tensor_data(w2),
               *B2 = dt_tensor_data(b2), *X = dt_tensor_data(x), *Y = dt_tensor_data(y);
   for (int r = 0; r < 10; r++) {
@@ -180,8 +181,8 @@ Test(safetensors, mlp_fixture_gives_pytorch_output) {
   }
   dt_tensor *all[] = {w0, b0, w2, b2, x, y};
   for (int i = 0; i < 6; i++) dt_tensor_release(all[i]);
-  dt_safetensors_close(f);
-  dt_safetensors_close(io);
+  dt_safetensors_destroy(f);
+  dt_safetensors_destroy(io);
 }
 
 /* Every file the reference library refuses is refused, with a message saying why, both from
@@ -240,7 +241,7 @@ static dt_status open_header(const char *header, size_t data_size) {
   memcpy(image + 8, header, n);
   dt_safetensors *f = NULL;
   dt_status st = dt_safetensors_open_memory(image, size, &f);
-  dt_safetensors_close(f);
+  dt_safetensors_destroy(f);
   free(image);
   return st;
 }
@@ -290,12 +291,12 @@ static void check_byte_identical(const char *fixture) {
   const char *names[16], *keys[4], *values[4];
   dt_tensor *tensors[16];
   for (int i = 0; i < n; i++) {
-    dt_safetensors_entry e;
-    cr_assert_eq(dt_safetensors_entry_get(f, i, &e), DT_OK);
+    dt_safetensors_entry_info e;
+    cr_assert_eq(dt_safetensors_entry(f, i, &e), DT_OK);
     names[i] = e.name;
-    cr_assert_eq(dt_safetensors_get(f, e.name, DT_SAFETENSORS_COPY, &tensors[i]), DT_OK);
+    cr_assert_eq(dt_safetensors_load(f, e.name, DT_SAFETENSORS_COPY, &tensors[i]), DT_OK);
   }
-  for (int i = 0; i < m; i++) dt_safetensors_metadata_get(f, i, &keys[i], &values[i]);
+  for (int i = 0; i < m; i++) dt_safetensors_metadata(f, i, &keys[i], &values[i]);
   char out[] = "/tmp/dt_st_identicalXXXXXX";
   int fd = mkstemp(out);
   close(fd);
@@ -309,7 +310,7 @@ static void check_byte_identical(const char *fixture) {
   free(got);
   unlink(out);
   for (int i = 0; i < n; i++) dt_tensor_release(tensors[i]);
-  dt_safetensors_close(f);
+  dt_safetensors_destroy(f);
 }
 
 Test(safetensors, writer_byte_identical_to_reference) {
@@ -350,7 +351,7 @@ Test(safetensors, round_trip_every_dtype) {
   cr_assert_str_eq(dt_safetensors_metadata_find(f, "z"), "last");
   for (int i = 0; i < count; i++) {
     dt_tensor *t = NULL;
-    cr_assert_eq(dt_safetensors_get(f, names[i], DT_SAFETENSORS_COPY, &t), DT_OK, "%s: %s",
+    cr_assert_eq(dt_safetensors_load(f, names[i], DT_SAFETENSORS_COPY, &t), DT_OK, "%s: %s",
                  names[i], dt_last_error());
     cr_assert_eq(dt_tensor_dtype(t), dt_tensor_dtype(tensors[i]));
     cr_assert_eq(dt_tensor_ndim(t), dt_tensor_ndim(tensors[i]));
@@ -364,7 +365,7 @@ Test(safetensors, round_trip_every_dtype) {
     free(b);
     dt_tensor_release(t);
   }
-  dt_safetensors_close(f);
+  dt_safetensors_destroy(f);
   /* A new file's mode is 0666 minus the umask (read from /proc, never set). */
   unlink(out);
   cr_assert_eq(dt_safetensors_save(out, 1, names, tensors, 0, NULL, NULL), DT_OK);
@@ -429,13 +430,13 @@ static dt_status load_shard_rank(dt_comm *world, void *arg) {
   RANK_CHECK(global[0] == 1000 && global[1] == 64, "global shape");
   /* The gathered tensor equals the whole file's tensor: every rank's block is right. */
   RANK_OK(dt_dist_full_tensor(dist, &full));
-  RANK_OK(dt_safetensors_get(f, "tok_embeddings.weight", DT_SAFETENSORS_BORROW, &local));
+  RANK_OK(dt_safetensors_load(f, "tok_embeddings.weight", DT_SAFETENSORS_BORROW, &local));
   RANK_CHECK(memcmp(dt_tensor_data(full), dt_tensor_data(local), 256000) == 0,
              "rank %d: gathered values differ from the file", dt_comm_rank(world));
   dt_tensor_release(local);
   dt_tensor_release(full);
   dt_tensor_release(dist);
-  dt_safetensors_close(f);
+  dt_safetensors_destroy(f);
   dt_mesh_destroy(mesh);
   return DT_OK;
 }
@@ -472,12 +473,12 @@ static dt_status load_uneven_rank(dt_comm *world, void *arg) {
   RANK_CHECK(dt_safetensors_bytes_read(f) == rows * 256, "rank %d read %llu", r,
              (unsigned long long)dt_safetensors_bytes_read(f));
   RANK_OK(dt_dist_full_tensor(dist, &full));
-  RANK_OK(dt_safetensors_get(f, "tok_embeddings.weight", DT_SAFETENSORS_COPY, &local));
+  RANK_OK(dt_safetensors_load(f, "tok_embeddings.weight", DT_SAFETENSORS_COPY, &local));
   RANK_CHECK(memcmp(dt_tensor_data(full), dt_tensor_data(local), 256000) == 0, "values");
   dt_tensor_release(local);
   dt_tensor_release(full);
   dt_tensor_release(dist);
-  dt_safetensors_close(f);
+  dt_safetensors_destroy(f);
   dt_mesh_destroy(mesh);
   return DT_OK;
 }

@@ -82,19 +82,19 @@ Test(trace_stats, several_processes_and_labels) {
   dt_trace *trace = read_text(text);
   cr_assert_eq(dt_trace_event_count(trace), 4);
   cr_assert_eq(dt_trace_process_count(trace), 4);
-  dt_trace_process p;
-  cr_assert_eq(dt_trace_get_process(trace, 2, &p), DT_OK);
+  dt_trace_process_info p;
+  cr_assert_eq(dt_trace_process(trace, 2, &p), DT_OK);
   cr_assert_str_eq(p.pid, "9");
   cr_assert_eq(p.pid_number, 9);
   cr_assert_str_eq(p.labels, "CPU");
   cr_assert_eq(p.events, 1);
   assert_near(p.busy_us, 50, "process busy");
-  cr_assert_eq(dt_trace_get_process(trace, 3, &p), DT_OK);
+  cr_assert_eq(dt_trace_process(trace, 3, &p), DT_OK);
   cr_assert_str_eq(p.labels, "");
-  cr_assert_eq(dt_trace_get_process(trace, 4, &p), DT_ERR_INDEX);
-  dt_trace_lane lane;
-  cr_assert_eq(dt_trace_get_lane(trace, 0, 1, &lane), DT_ERR_INDEX);
-  cr_assert_eq(dt_trace_get_lane(trace, -1, 0, &lane), DT_ERR_INDEX);
+  cr_assert_eq(dt_trace_process(trace, 4, &p), DT_ERR_INDEX);
+  dt_trace_lane_info lane;
+  cr_assert_eq(dt_trace_lane(trace, 0, 1, &lane), DT_ERR_INDEX);
+  cr_assert_eq(dt_trace_lane(trace, -1, 0, &lane), DT_ERR_INDEX);
   dt_trace_destroy(trace);
 }
 
@@ -169,14 +169,14 @@ Test(trace_read, pytorch_shapes_strings_and_extra_fields) {
   dt_trace *trace = read_text(text);
   cr_assert_eq(dt_trace_event_count(trace), 2);
   cr_assert_eq(dt_trace_process_count(trace), 2);
-  dt_trace_process p;
-  cr_assert_eq(dt_trace_get_process(trace, 0, &p), DT_OK);
+  dt_trace_process_info p;
+  cr_assert_eq(dt_trace_process(trace, 0, &p), DT_OK);
   cr_assert_str_eq(p.labels, "GPU 0,x\"y");
-  cr_assert_eq(dt_trace_get_process(trace, 1, &p), DT_OK);
+  cr_assert_eq(dt_trace_process(trace, 1, &p), DT_OK);
   cr_assert_str_eq(p.pid, "Spans");
   cr_assert_str_eq(p.name, "spans");
-  dt_trace_lane lane;
-  cr_assert_eq(dt_trace_get_lane(trace, 0, 0, &lane), DT_OK);
+  dt_trace_lane_info lane;
+  cr_assert_eq(dt_trace_lane(trace, 0, 0, &lane), DT_OK);
   cr_assert_str_eq(lane.tid, "stream 7");
   dt_trace_stats s;
   cr_assert_eq(dt_trace_compute_stats(trace, "GPU", 0, &s), DT_OK);

@@ -18,9 +18,9 @@ Test(trace_module, string_ids_stay_apart) {
   cr_assert_eq(dt_trace_read_memory(text, strlen(text), &trace), DT_OK, "%s", dt_last_error());
   cr_assert_eq(dt_trace_event_count(trace), 4);
   cr_assert_eq(dt_trace_process_count(trace), 2);
-  dt_trace_process a, b;
-  cr_assert_eq(dt_trace_get_process(trace, 0, &a), DT_OK);
-  cr_assert_eq(dt_trace_get_process(trace, 1, &b), DT_OK);
+  dt_trace_process_info a, b;
+  cr_assert_eq(dt_trace_process(trace, 0, &a), DT_OK);
+  cr_assert_eq(dt_trace_process(trace, 1, &b), DT_OK);
   cr_assert_str_eq(a.pid, "a");
   cr_assert_str_eq(b.pid, "b");
   cr_assert_str_eq(b.name, "B");
@@ -29,8 +29,8 @@ Test(trace_module, string_ids_stay_apart) {
   cr_assert_float_eq(a.busy_us, 4.0, 1e-9);
   cr_assert_eq(b.lanes, 1);
   cr_assert_float_eq(b.busy_us, 3.0, 1e-9);
-  dt_trace_lane lane;
-  cr_assert_eq(dt_trace_get_lane(trace, 0, 1, &lane), DT_OK);
+  dt_trace_lane_info lane;
+  cr_assert_eq(dt_trace_lane(trace, 0, 1, &lane), DT_OK);
   cr_assert_str_eq(lane.tid, "y");
   cr_assert_eq(lane.events, 1);
   dt_trace_destroy(trace);

@@ -67,9 +67,9 @@ static dt_status rank_main(dt_comm *world, void *arg) {
   if (!st) st = dt_comm_ledger_start(&ledger);
   if (!st) {
     dt_run_options ro = {.comm = world, .stats = &d->stats[rank]};
-    st = dt_profile_range_push("tp_forward");
+    st = dt_profiler_range_push("tp_forward");
     if (!st) st = dt_program_run(tp, 1, (dt_tensor *const *)&d->x, 1, &y, &ro);
-    dt_profile_range_pop();
+    dt_profiler_range_pop();
   }
   if (ledger) {
     dt_comm_ledger_stop(ledger);

@@ -183,8 +183,8 @@ static void print_json(const dt_trace *trace, const dt_trace_stats *s, const cha
   printf(",\"device_processes\":%d,\"all_events\":%lld,\"processes\":[", s->processes,
          (long long)dt_trace_event_count(trace));
   for (int p = 0; p < dt_trace_process_count(trace); p++) {
-    dt_trace_process info;
-    if (dt_trace_get_process(trace, p, &info)) break;
+    dt_trace_process_info info;
+    if (dt_trace_process(trace, p, &info)) break;
     printf(p ? ",{\"pid\":" : "{\"pid\":");
     print_json_string(info.pid);
     printf(",\"name\":");
@@ -194,8 +194,8 @@ static void print_json(const dt_trace *trace, const dt_trace_stats *s, const cha
     printf(",\"device\":%s,\"events\":%lld,\"busy_us\":%.3f,\"lanes\":[",
            strstr(info.labels, label) ? "true" : "false", (long long)info.events, info.busy_us);
     for (int l = 0; l < info.lanes; l++) {
-      dt_trace_lane lane;
-      if (dt_trace_get_lane(trace, p, l, &lane)) break;
+      dt_trace_lane_info lane;
+      if (dt_trace_lane(trace, p, l, &lane)) break;
       printf(l ? ",{\"tid\":" : "{\"tid\":");
       print_json_string(lane.tid);
       printf(",\"name\":");
@@ -223,8 +223,8 @@ static void print_text(const char *file, const dt_trace *trace, const dt_trace_s
          s->comm_us, 100 * s->comm_fraction, 100 * s->overlap_fraction);
   printf("  %-8s %-24s %-12s %10s %14s\n", "pid", "name", "labels", "events", "busy us");
   for (int p = 0; p < dt_trace_process_count(trace); p++) {
-    dt_trace_process info;
-    if (dt_trace_get_process(trace, p, &info)) break;
+    dt_trace_process_info info;
+    if (dt_trace_process(trace, p, &info)) break;
     fputs("  ", stdout);
     write_escaped(stdout, info.pid, 8);
     fputc(' ', stdout);

@@ -28,16 +28,16 @@ extern "C" {
 typedef struct dt_safetensors dt_safetensors;
 
 /* One tensor entry of a file, as the header describes it. */
-typedef struct dt_safetensors_entry {
+typedef struct dt_safetensors_entry_info {
   const char *name; /* borrowed from the handle */
   dt_dtype dtype;
   int ndim;
   int64_t shape[DT_MAX_DIMS];
   uint64_t data_begin; /* byte offsets within the data section */
   uint64_t data_end;
-} dt_safetensors_entry;
+} dt_safetensors_entry_info;
 
-/* How dt_safetensors_get makes its tensor. */
+/* How dt_safetensors_load makes its tensor. */
 typedef enum dt_safetensors_mode {
   DT_SAFETENSORS_COPY = 0,   /* a new tensor owning a copy of the bytes (read with pread) */
   DT_SAFETENSORS_BORROW = 1, /* zero copy: a view of the read-only memory map */
@@ -57,34 +57,34 @@ DT_API dt_status dt_safetensors_open_memory(const void *data, size_t size, dt_sa
 /* Closes the handle. Tensors borrowed from it (DT_SAFETENSORS_BORROW) stay valid: when one
  * of them is still referenced, the memory map is left in place (until process exit) rather
  * than unmapped under it. NULL is ignored. */
-DT_API void dt_safetensors_close(dt_safetensors *file);
+DT_API void dt_safetensors_destroy(dt_safetensors *file);
 
 /* Number of tensors, and entry `index` (0 <= index < count, in header order). */
 DT_API int dt_safetensors_count(const dt_safetensors *file);
-DT_API dt_status dt_safetensors_entry_get(const dt_safetensors *file, int index,
-                                          dt_safetensors_entry *entry);
+DT_API dt_status dt_safetensors_entry(const dt_safetensors *file, int index,
+                                      dt_safetensors_entry_info *entry);
 /* The index of tensor `name`, or -1 when absent (or on NULL arguments). */
 DT_API int dt_safetensors_find(const dt_safetensors *file, const char *name);
 
 /* The __metadata__ pairs (in header order) and the value for a key (NULL when absent).
  * Strings are borrowed from the handle. */
 DT_API int dt_safetensors_metadata_count(const dt_safetensors *file);
-DT_API dt_status dt_safetensors_metadata_get(const dt_safetensors *file, int index,
-                                             const char **key, const char **value);
+DT_API dt_status dt_safetensors_metadata(const dt_safetensors *file, int index, const char **key,
+                                         const char **value);
 DT_API const char *dt_safetensors_metadata_find(const dt_safetensors *file, const char *key);
 
 /* Tensor `name` as a local contiguous tensor. COPY reads the bytes with pread (counted by
  * dt_safetensors_bytes_read); BORROW returns a view of the read-only map (writing through it
  * faults; copy first to modify). Errors: DT_ERR_INVALID (NULL, unknown name, a BORROW of a
  * tensor whose bytes are not aligned to its element size), DT_ERR_IO, DT_ERR_NOMEM. */
-DT_API dt_status dt_safetensors_get(dt_safetensors *file, const char *name,
-                                    dt_safetensors_mode mode, dt_tensor **out);
+DT_API dt_status dt_safetensors_load(dt_safetensors *file, const char *name,
+                                     dt_safetensors_mode mode, dt_tensor **out);
 
 /* Tensor `name` as a distributed tensor on `mesh` with `placements` (mesh ndim of them,
  * Shard and Replicate; torch.chunk sizes for uneven shards). Each rank reads only its own
  * block's bytes: one contiguous range when the block is a run of whole rows, else one pread
  * per run. Not collective (every rank opens the file itself). Errors: those of
- * dt_safetensors_get; DT_ERR_INVALID (a Partial placement, a bad shard dim, a count of
+ * dt_safetensors_load; DT_ERR_INVALID (a Partial placement, a bad shard dim, a count of
  * placements other than the mesh's ndim). */
 DT_API dt_status dt_safetensors_load_distributed(dt_safetensors *file, const char *name,
                                                  dt_mesh *mesh, int n_placements,

@@ -7,7 +7,7 @@
  * Recording. One profiler is active at a time. While it runs, the library records what it
  * does (dispatched ops, kernels, collectives, redistributions) and the user's ranges into
  * per-thread buffers; a threads-backend rank is a thread and says which rank it is with
- * dt_profile_set_rank(). Recording costs one predictable branch when no profiler runs.
+ * dt_profiler_set_rank(). Recording costs one predictable branch when no profiler runs.
  * Start, stop, export and destroy must not race with threads that are still recording:
  * call them when the ranks are joined or between barriers.
  *
@@ -36,10 +36,10 @@ extern "C" {
 typedef struct dt_profiler dt_profiler;
 
 /* The two lanes (Chrome trace threads) of a rank. */
-typedef enum dt_profile_lane {
-  DT_PROFILE_LANE_COMPUTE = 0,
-  DT_PROFILE_LANE_COMM = 1,
-} dt_profile_lane;
+typedef enum dt_profiler_lane {
+  DT_PROFILER_LANE_COMPUTE = 0,
+  DT_PROFILER_LANE_COMM = 1,
+} dt_profiler_lane;
 
 /* Creates a stopped profiler. Errors: DT_ERR_INVALID (out NULL), DT_ERR_NOMEM. */
 DT_API dt_status dt_profiler_create(dt_profiler **out);
@@ -57,22 +57,22 @@ DT_API dt_status dt_profiler_stop(dt_profiler *profiler);
 /* Says which rank the calling thread is, for the events it records from now on (default 0).
  * The threads backend calls it at the start of every rank thread. Errors: DT_ERR_INVALID for
  * a negative rank. */
-DT_API dt_status dt_profile_set_rank(int rank);
+DT_API dt_status dt_profiler_set_rank(int rank);
 
 /* User ranges: push opens a named range on the calling thread, pop closes the innermost one
  * and records it (category "user_annotation", compute lane) if a profiler ran when it was
  * opened and still runs. The name is copied. Ranges nest up to 64 deep. Both cost almost
  * nothing when no profiler runs. Errors: DT_ERR_INVALID for a NULL name, nesting deeper than
  * 64, or a pop with no open range. */
-DT_API dt_status dt_profile_range_push(const char *name);
-DT_API dt_status dt_profile_range_pop(void);
+DT_API dt_status dt_profiler_range_push(const char *name);
+DT_API dt_status dt_profiler_range_pop(void);
 
 /* Prepares memory for `events` more events (64 bytes each), touched now, so that recording
  * them costs no page faults. Memory of destroyed profilers is kept for the next one (up to
- * 16 MiB) as well; dt_profile_release_memory frees all of it. Errors: DT_ERR_INVALID for a
+ * 16 MiB) as well; dt_profiler_release_memory frees all of it. Errors: DT_ERR_INVALID for a
  * negative count, DT_ERR_NOMEM. */
-DT_API dt_status dt_profile_reserve(int64_t events);
-DT_API void dt_profile_release_memory(void);
+DT_API dt_status dt_profiler_reserve(int64_t events);
+DT_API void dt_profiler_release_memory(void);
 
 /* Events recorded so far for one rank (rank < 0: all ranks) on one lane (lane < 0: both),
  * and events dropped because memory ran out. */
@@ -101,10 +101,10 @@ DT_API dt_status dt_profiler_write_chrome_trace_rank(const dt_profiler *profiler
 typedef dt_status (*dt_benchmark_fn)(void *arg);
 
 /* Runs fn 5 times to warm up, `runs` times timed without the profiler, then `runs` times
- * under a profiler whose trace goes to path (dt_dump_chrome_trace). Writes time_us, the
+ * under a profiler whose trace goes to path (dt_benchmark_write_chrome_trace). Writes time_us, the
  * unprofiled wall time of the timed runs. Errors: fn's, DT_ERR_INVALID, DT_ERR_IO. */
-DT_API dt_status dt_dump_chrome_trace(dt_benchmark_fn fn, void *arg, const char *path, int runs,
-                                      double *time_us);
+DT_API dt_status dt_benchmark_write_chrome_trace(dt_benchmark_fn fn, void *arg, const char *path,
+                                                 int runs, double *time_us);
 
 #ifdef __cplusplus
 }

@@ -97,7 +97,7 @@ DT_API bool dt_trace_is_matrix_name(const char *name);
 DT_API int64_t dt_trace_event_count(const dt_trace *trace);
 DT_API int dt_trace_process_count(const dt_trace *trace);
 
-typedef struct dt_trace_process {
+typedef struct dt_trace_process_info {
   const char *pid;    /* the pid as written: "3" or "Spans" */
   int64_t pid_number; /* the numeric pid (0 when the pid is a string) */
   const char *name;   /* process_name metadata, "" if none */
@@ -105,21 +105,21 @@ typedef struct dt_trace_process {
   int lanes;          /* threads (tids) seen */
   int64_t events;     /* complete events */
   double busy_us;     /* union of its complete events, user annotations excluded */
-} dt_trace_process;
+} dt_trace_process_info;
 
-typedef struct dt_trace_lane {
+typedef struct dt_trace_lane_info {
   const char *tid;    /* the tid as written */
   int64_t tid_number; /* numeric tid (0 when a string) */
   const char *name;   /* thread_name metadata, "" if none */
   int64_t events;
   double busy_us;
-} dt_trace_lane;
+} dt_trace_lane_info;
 
 /* Processes are indexed 0..count-1 in order of first appearance; lanes likewise within their
  * process. Errors: DT_ERR_INDEX for an index out of range, DT_ERR_INVALID for NULL. */
-DT_API dt_status dt_trace_get_process(const dt_trace *trace, int index, dt_trace_process *out);
-DT_API dt_status dt_trace_get_lane(const dt_trace *trace, int process, int lane,
-                                   dt_trace_lane *out);
+DT_API dt_status dt_trace_process(const dt_trace *trace, int index, dt_trace_process_info *out);
+DT_API dt_status dt_trace_lane(const dt_trace *trace, int process, int lane,
+                               dt_trace_lane_info *out);
 
 /* Draws the trace as an SVG timeline: a row per process and lane, busy intervals as bars,
  * utilization for device_label (NULL: "GPU") over total_us (<= 0: span) in the title. The
@@ -140,10 +140,10 @@ typedef struct dt_benchmark_result {
   int64_t events; /* counted events in the trace */
 } dt_benchmark_result;
 
-/* dt_dump_chrome_trace into trace_dir/trace_name.json (trace_dir is created if missing), then
- * the trace's utilization and matrix share (device label "CPU") against the unprofiled time,
- * as PyTorch's benchmark_utilization. Errors as dt_dump_chrome_trace, and DT_ERR_INVALID when
- * the trace has no events (nothing in fn reached the recorder). */
+/* dt_benchmark_write_chrome_trace into trace_dir/trace_name.json (trace_dir is created if missing),
+ * then the trace's utilization and matrix share (device label "CPU") against the unprofiled time,
+ * as PyTorch's benchmark_utilization. Errors as dt_benchmark_write_chrome_trace, and DT_ERR_INVALID
+ * when the trace has no events (nothing in fn reached the recorder). */
 DT_API dt_status dt_benchmark_utilization(dt_benchmark_fn fn, void *arg, const char *trace_dir,
                                           const char *trace_name, int runs,
                                           dt_benchmark_result *result);

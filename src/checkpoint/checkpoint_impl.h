@@ -21,7 +21,7 @@ struct dt_safetensors {
   bool mapped;         /* image is our mmap and must be unmapped */
   uint64_t data_start; /* 8 + header length */
   char *strings;       /* owned: every name, key and value, NUL-terminated */
-  dt_safetensors_entry *entries;
+  dt_safetensors_entry_info *entries;
   int count;
   const char **meta_keys;
   const char **meta_values;

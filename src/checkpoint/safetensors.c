@@ -171,19 +171,18 @@ dt_status dt_safetensors_open_memory(const void *data, size_t size, dt_safetenso
   return DT_OK;
 }
 
-void dt_safetensors_close(dt_safetensors *file) { file_free(file); }
+void dt_safetensors_destroy(dt_safetensors *file) { file_free(file); }
 
 /* ---- Inspecting --------------------------------------------------------------------------- */
 
 int dt_safetensors_count(const dt_safetensors *file) { return file ? file->count : 0; }
 
-dt_status dt_safetensors_entry_get(const dt_safetensors *file, int index,
-                                   dt_safetensors_entry *entry) {
+dt_status dt_safetensors_entry(const dt_safetensors *file, int index,
+                               dt_safetensors_entry_info *entry) {
   if (!file || !entry)
-    return dt__error(DT_ERR_INVALID, "dt_safetensors_entry_get: %s is NULL",
-                     !file ? "file" : "entry");
+    return dt__error(DT_ERR_INVALID, "dt_safetensors_entry: %s is NULL", !file ? "file" : "entry");
   if (index < 0 || index >= file->count)
-    return dt__error(DT_ERR_INDEX, "dt_safetensors_entry_get: index %d outside [0, %d)", index,
+    return dt__error(DT_ERR_INDEX, "dt_safetensors_entry: index %d outside [0, %d)", index,
                      file->count);
   *entry = file->entries[index];
   return DT_OK;
@@ -199,15 +198,15 @@ int dt_safetensors_find(const dt_safetensors *file, const char *name) {
 
 int dt_safetensors_metadata_count(const dt_safetensors *file) { return file ? file->n_meta : 0; }
 
-dt_status dt_safetensors_metadata_get(const dt_safetensors *file, int index, const char **key,
-                                      const char **value) {
+dt_status dt_safetensors_metadata(const dt_safetensors *file, int index, const char **key,
+                                  const char **value) {
   if (!file || !key || !value)
-    return dt__error(DT_ERR_INVALID, "dt_safetensors_metadata_get: %s is NULL",
+    return dt__error(DT_ERR_INVALID, "dt_safetensors_metadata: %s is NULL",
                      !file  ? "file"
                      : !key ? "key"
                             : "value");
   if (index < 0 || index >= file->n_meta)
-    return dt__error(DT_ERR_INDEX, "dt_safetensors_metadata_get: index %d outside [0, %d)", index,
+    return dt__error(DT_ERR_INDEX, "dt_safetensors_metadata: index %d outside [0, %d)", index,
                      file->n_meta);
   *key = file->meta_keys[index];
   *value = file->meta_values[index];
@@ -229,7 +228,7 @@ uint64_t dt_safetensors_bytes_read(const dt_safetensors *file) {
 /* ---- Reading tensors ---------------------------------------------------------------------- */
 
 static dt_status lookup(const dt_safetensors *file, const char *op, const char *name,
-                        const dt_safetensors_entry **out) {
+                        const dt_safetensors_entry_info **out) {
   int i = dt_safetensors_find(file, name);
   if (i < 0)
     return dt__error(DT_ERR_INVALID, "%s: %s has no tensor named `%s` (%d tensors)", op,
@@ -238,7 +237,7 @@ static dt_status lookup(const dt_safetensors *file, const char *op, const char *
   return DT_OK;
 }
 
-static dt_status borrow(dt_safetensors *file, const char *op, const dt_safetensors_entry *e,
+static dt_status borrow(dt_safetensors *file, const char *op, const dt_safetensors_entry_info *e,
                         dt_tensor **out) {
   const uint8_t *data = file->image + file->data_start + e->data_begin;
   size_t size = dt_dtype_size(e->dtype);
@@ -267,16 +266,16 @@ static dt_status borrow(dt_safetensors *file, const char *op, const dt_safetenso
   return DT_OK;
 }
 
-dt_status dt_safetensors_get(dt_safetensors *file, const char *name, dt_safetensors_mode mode,
-                             dt_tensor **out) {
-  static const char op[] = "dt_safetensors_get";
+dt_status dt_safetensors_load(dt_safetensors *file, const char *name, dt_safetensors_mode mode,
+                              dt_tensor **out) {
+  static const char op[] = "dt_safetensors_load";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
   if (!file || !name)
     return dt__error(DT_ERR_INVALID, "%s: %s is NULL", op, !file ? "file" : "name");
   if (mode != DT_SAFETENSORS_COPY && mode != DT_SAFETENSORS_BORROW)
     return dt__error(DT_ERR_INVALID, "%s: mode %d is neither COPY nor BORROW", op, (int)mode);
-  const dt_safetensors_entry *e = NULL;
+  const dt_safetensors_entry_info *e = NULL;
   dt_status st = lookup(file, op, name, &e);
   if (st) return st;
   if (mode == DT_SAFETENSORS_BORROW) return borrow(file, op, e, out);
@@ -316,7 +315,7 @@ dt_status dt_safetensors_load_distributed(dt_safetensors *file, const char *name
                      : !name ? "name"
                      : !mesh ? "mesh"
                              : "placements");
-  const dt_safetensors_entry *e = NULL;
+  const dt_safetensors_entry_info *e = NULL;
   dt_status st = lookup(file, op, name, &e);
   if (st) return st;
   int mesh_ndim = dt_mesh_ndim(mesh);

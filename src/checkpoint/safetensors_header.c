@@ -278,7 +278,7 @@ static dt_status parse_metadata(parser *ps, dt_safetensors *file) {
   }
 }
 
-static dt_status parse_tensor(parser *ps, const char *name, dt_safetensors_entry *entry) {
+static dt_status parse_tensor(parser *ps, const char *name, dt_safetensors_entry_info *entry) {
   bool have_dtype = false, have_shape = false, have_offsets = false;
   memset(entry, 0, sizeof *entry);
   entry->name = name;
@@ -367,14 +367,14 @@ static dt_status parse_tensor(parser *ps, const char *name, dt_safetensors_entry
 }
 
 static int compare_names(const void *a, const void *b) {
-  const dt_safetensors_entry *x = *(const dt_safetensors_entry *const *)a;
-  const dt_safetensors_entry *y = *(const dt_safetensors_entry *const *)b;
+  const dt_safetensors_entry_info *x = *(const dt_safetensors_entry_info *const *)a;
+  const dt_safetensors_entry_info *y = *(const dt_safetensors_entry_info *const *)b;
   return strcmp(x->name, y->name);
 }
 
 static int compare_offsets(const void *a, const void *b) {
-  const dt_safetensors_entry *x = *(const dt_safetensors_entry *const *)a;
-  const dt_safetensors_entry *y = *(const dt_safetensors_entry *const *)b;
+  const dt_safetensors_entry_info *x = *(const dt_safetensors_entry_info *const *)a;
+  const dt_safetensors_entry_info *y = *(const dt_safetensors_entry_info *const *)b;
   if (x->data_begin != y->data_begin) return x->data_begin < y->data_begin ? -1 : 1;
   if (x->data_end != y->data_end) return x->data_end < y->data_end ? -1 : 1;
   return strcmp(x->name, y->name);
@@ -382,7 +382,7 @@ static int compare_offsets(const void *a, const void *b) {
 
 /* Each entry alone: ordered offsets, and shape x element size = byte length without overflow
  * and within what a tensor may hold. */
-static dt_status check_entry(const parser *ps, const dt_safetensors_entry *e) {
+static dt_status check_entry(const parser *ps, const dt_safetensors_entry_info *e) {
   char sa[200];
   /* span: the product of sizes with zeros counted as 1, which strides reach (see
    * DT_MAX_NUMEL); bytes: the real byte length. */
@@ -420,7 +420,7 @@ static dt_status check_layout(const parser *ps, dt_safetensors *file, uint64_t d
                        ps->op, ps->label, data_size);
     return DT_OK;
   }
-  dt_safetensors_entry **order = dt__alloc(sizeof *order * (size_t)file->count);
+  dt_safetensors_entry_info **order = dt__alloc(sizeof *order * (size_t)file->count);
   if (!order) return dt__error(DT_ERR_NOMEM, "%s: cannot allocate %d entries", ps->op, file->count);
   for (int i = 0; i < file->count; i++) order[i] = &file->entries[i];
   dt_status st = DT_OK;
@@ -433,7 +433,7 @@ static dt_status check_layout(const parser *ps, dt_safetensors *file, uint64_t d
   if (!st) qsort(order, (size_t)file->count, sizeof *order, compare_offsets);
   uint64_t expected = 0;
   for (int i = 0; i < file->count && !st; i++) {
-    const dt_safetensors_entry *e = order[i];
+    const dt_safetensors_entry_info *e = order[i];
     if (e->data_begin < expected) {
       st = dt__error(DT_ERR_INVALID,
                      "%s: %s: tensor `%s`: data_offsets [%" PRIu64 ", %" PRIu64
@@ -517,7 +517,7 @@ dt_status dt__safetensors_parse_header(dt_safetensors *file, const char *op, con
   /* Offsets first, as the reference does: two tensors on one range is reported as an
    * overlap rather than as the second one's size mismatch. */
   for (int i = 0; i < file->count; i++) {
-    const dt_safetensors_entry *e = &file->entries[i];
+    const dt_safetensors_entry_info *e = &file->entries[i];
     if (e->data_end < e->data_begin)
       return dt__error(DT_ERR_INVALID,
                        "%s: %s: tensor `%s`: data_offsets [%" PRIu64 ", %" PRIu64

@@ -230,7 +230,7 @@ static void report(dt_comm *comm, const dt_coll_args *args, const dt__profile_sc
 
 static dt_status run(dt_comm *comm, const dt_coll_args *args, dt_work **work_out) {
   dt__profile_scope scope;
-  dt__profile_begin(&scope, args->op_name, DT__PROFILE_CAT_COLLECTIVE, DT_PROFILE_LANE_COMM);
+  dt__profile_begin(&scope, args->op_name, DT__PROFILE_CAT_COLLECTIVE, DT_PROFILER_LANE_COMM);
   if (!work_out) {
     dt_work w;
     work_init(&w, comm, args, false);

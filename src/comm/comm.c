@@ -107,7 +107,7 @@ dt_status dt_work_wait(dt_work *work) {
   if (!work) return dt__error(DT_ERR_INVALID, "dt_work_wait: work is NULL");
   if (!work->done) {
     dt__profile_scope scope;
-    dt__profile_begin(&scope, "wait", DT__PROFILE_CAT_WAIT, DT_PROFILE_LANE_COMM);
+    dt__profile_begin(&scope, "wait", DT__PROFILE_CAT_WAIT, DT_PROFILER_LANE_COMM);
     dt_status status = work->comm->backend->wait(work->comm, work);
     if (!work->done) dt__work_finish(work, status);
     dt__profile_end_text(&scope, work->args.op_name);

@@ -92,7 +92,7 @@ static bool has_distributed_input(const dt_op_call *call) {
 /* The local kernel, as a profiler event of its own (the op's ATen name, "kernel" category). */
 static dt_status run_kernel(const dt_op_def *def, dt_op_call *call) {
   dt__profile_scope scope;
-  dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_KERNEL, DT_PROFILE_LANE_COMPUTE);
+  dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_KERNEL, DT_PROFILER_LANE_COMPUTE);
   dt_status st = def->kernel(call);
   dt__profile_end(&scope);
   return st;
@@ -134,7 +134,7 @@ dt_status dt__dispatch(dt_op_call *call) {
   dt_status st = check_call(def, call);
   if (DT_UNLIKELY(st)) return st;
   dt__profile_scope scope;
-  dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_OP, DT_PROFILE_LANE_COMPUTE);
+  dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_OP, DT_PROFILER_LANE_COMPUTE);
   /* Modes and autograd share one predictable branch: neither is in use on the hot path. */
   int autograd_live = atomic_load_explicit(&dt__autograd_live, memory_order_relaxed);
   if (DT_UNLIKELY((autograd_live | dt__modes_visible) != 0)) {

@@ -48,7 +48,7 @@ dt_status dt__benchmark_dump(const char *what, dt_benchmark_fn fn, void *arg, co
   return DT_OK;
 }
 
-dt_status dt_dump_chrome_trace(dt_benchmark_fn fn, void *arg, const char *path, int runs,
-                               double *time_us) {
-  return dt__benchmark_dump("dt_dump_chrome_trace", fn, arg, path, runs, time_us, NULL);
+dt_status dt_benchmark_write_chrome_trace(dt_benchmark_fn fn, void *arg, const char *path, int runs,
+                                          double *time_us) {
+  return dt__benchmark_dump("dt_benchmark_write_chrome_trace", fn, arg, path, runs, time_us, NULL);
 }

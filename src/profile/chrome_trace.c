@@ -85,7 +85,7 @@ static void write_rank_metadata(writer *w, int rank, int n_threads) {
   write_sort_index(w, "process_sort_index", rank, 0, rank);
   for (int k = 0; k < (n_threads > 0 ? n_threads : 1); k++) {
     for (int lane = 0; lane < 2; lane++) {
-      const char *base = lane == DT_PROFILE_LANE_COMPUTE ? "compute" : "comm";
+      const char *base = lane == DT_PROFILER_LANE_COMPUTE ? "compute" : "comm";
       if (k == 0) {
         snprintf(buf, sizeof buf, "%s", base);
       } else {

@@ -20,7 +20,7 @@ typedef enum dt__profile_category {
   DT__PROFILE_CAT_COLLECTIVE,   /* "collective": all_reduce, all_gather, ... */
   DT__PROFILE_CAT_WAIT,         /* "wait": waiting on an async work handle */
   DT__PROFILE_CAT_REDISTRIBUTE, /* "redistribute": a placement change of one tensor */
-  DT__PROFILE_CAT_USER,         /* "user_annotation": dt_profile_range_push/pop */
+  DT__PROFILE_CAT_USER,         /* "user_annotation": dt_profiler_range_push/pop */
   DT__PROFILE_CAT_COUNT
 } dt__profile_category;
 
@@ -60,19 +60,21 @@ extern atomic_int dt__profile_active;
 uint64_t dt__profile_now(void);
 
 /* Appends a complete event for the calling thread (no-op when not recording). */
-void dt__profile_record(const char *name, dt__profile_category category, dt_profile_lane lane,
+void dt__profile_record(const char *name, dt__profile_category category, dt_profiler_lane lane,
                         uint64_t start, uint64_t end);
-void dt__profile_record_text(const char *name, dt__profile_category category, dt_profile_lane lane,
+void dt__profile_record_text(const char *name, dt__profile_category category, dt_profiler_lane lane,
                              uint64_t start, uint64_t end, const char *text);
-void dt__profile_record_shape(const char *name, dt__profile_category category, dt_profile_lane lane,
-                              uint64_t start, uint64_t end, int ndim, const int64_t *shape);
-void dt__profile_record_bytes(const char *name, dt__profile_category category, dt_profile_lane lane,
-                              uint64_t start, uint64_t end, int64_t bytes, int64_t group_size);
+void dt__profile_record_shape(const char *name, dt__profile_category category,
+                              dt_profiler_lane lane, uint64_t start, uint64_t end, int ndim,
+                              const int64_t *shape);
+void dt__profile_record_bytes(const char *name, dt__profile_category category,
+                              dt_profiler_lane lane, uint64_t start, uint64_t end, int64_t bytes,
+                              int64_t group_size);
 
 /* Chrome "cat" string of a category. */
 const char *dt__profile_category_name(dt__profile_category category);
 
-/* The benchmark helper behind dt_dump_chrome_trace: warm up, time `runs` calls of fn
+/* The benchmark helper behind dt_benchmark_write_chrome_trace: warm up, time `runs` calls of fn
  * without the profiler (*time_us), time them again while recording (*profiled_us, may be
  * NULL) and write the trace to path. `what` names the public function in messages. Trace
  * analysis (dt_benchmark_utilization) builds on it. */

@@ -4,7 +4,7 @@
  * The hot path, as the dispatcher would write it:
  *
  *   dt__profile_scope scope;
- *   dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_OP, DT_PROFILE_LANE_COMPUTE);
+ *   dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_OP, DT_PROFILER_LANE_COMPUTE);
  *   st = ...;                                  // the work
  *   dt__profile_end(&scope);                   // or dt__profile_end_shape / _bytes / _text
  *
@@ -36,7 +36,7 @@ typedef struct dt__profile_scope {
 } dt__profile_scope;
 
 static inline void dt__profile_begin(dt__profile_scope *scope, const char *name,
-                                     dt__profile_category category, dt_profile_lane lane) {
+                                     dt__profile_category category, dt_profiler_lane lane) {
   scope->start = 0;
   if (dt__profile_enabled()) {
     scope->name = name;
@@ -49,7 +49,7 @@ static inline void dt__profile_begin(dt__profile_scope *scope, const char *name,
 static inline void dt__profile_end(const dt__profile_scope *scope) {
   if (DT_UNLIKELY(scope->start != 0)) {
     dt__profile_record(scope->name, (dt__profile_category)scope->category,
-                       (dt_profile_lane)scope->lane, scope->start, dt__profile_now());
+                       (dt_profiler_lane)scope->lane, scope->start, dt__profile_now());
   }
 }
 
@@ -57,7 +57,7 @@ static inline void dt__profile_end_shape(const dt__profile_scope *scope, int ndi
                                          const int64_t *shape) {
   if (DT_UNLIKELY(scope->start != 0)) {
     dt__profile_record_shape(scope->name, (dt__profile_category)scope->category,
-                             (dt_profile_lane)scope->lane, scope->start, dt__profile_now(), ndim,
+                             (dt_profiler_lane)scope->lane, scope->start, dt__profile_now(), ndim,
                              shape);
   }
 }
@@ -66,7 +66,7 @@ static inline void dt__profile_end_bytes(const dt__profile_scope *scope, int64_t
                                          int64_t group_size) {
   if (DT_UNLIKELY(scope->start != 0)) {
     dt__profile_record_bytes(scope->name, (dt__profile_category)scope->category,
-                             (dt_profile_lane)scope->lane, scope->start, dt__profile_now(), bytes,
+                             (dt_profiler_lane)scope->lane, scope->start, dt__profile_now(), bytes,
                              group_size);
   }
 }
@@ -74,7 +74,7 @@ static inline void dt__profile_end_bytes(const dt__profile_scope *scope, int64_t
 static inline void dt__profile_end_text(const dt__profile_scope *scope, const char *text) {
   if (DT_UNLIKELY(scope->start != 0)) {
     dt__profile_record_text(scope->name, (dt__profile_category)scope->category,
-                            (dt_profile_lane)scope->lane, scope->start, dt__profile_now(), text);
+                            (dt_profiler_lane)scope->lane, scope->start, dt__profile_now(), text);
   }
 }
 

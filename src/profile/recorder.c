@@ -103,7 +103,7 @@ dt_status dt_profiler_create(dt_profiler **out) {
 /* ---- Chunk pool ---------------------------------------------------------------------------
  * Touching fresh memory costs more than recording (on this VM a page fault per 64 events adds
  * ~20 ns an event), so chunks of destroyed profilers are kept for the next one (up to
- * POOL_KEEP), and dt_profile_reserve fills the pool with touched chunks up front. */
+ * POOL_KEEP), and dt_profiler_reserve fills the pool with touched chunks up front. */
 
 #define POOL_KEEP 64 /* 16 MiB */
 
@@ -140,9 +140,9 @@ static void chunks_give(dt__profile_chunk *c, int64_t keep) {
   }
 }
 
-dt_status dt_profile_reserve(int64_t events) {
+dt_status dt_profiler_reserve(int64_t events) {
   if (events < 0)
-    return dt__error(DT_ERR_INVALID, "dt_profile_reserve: events %lld < 0", (long long)events);
+    return dt__error(DT_ERR_INVALID, "dt_profiler_reserve: events %lld < 0", (long long)events);
   int64_t want = (events + DT__PROFILE_CHUNK_EVENTS - 1) / DT__PROFILE_CHUNK_EVENTS;
   pthread_mutex_lock(&pool_lock);
   int64_t have = pool_count;
@@ -150,7 +150,7 @@ dt_status dt_profile_reserve(int64_t events) {
   for (int64_t i = have; i < want; i++) {
     dt__profile_chunk *c = dt__alloc(sizeof *c);
     if (!c)
-      return dt__error(DT_ERR_NOMEM, "dt_profile_reserve: out of memory after %lld events",
+      return dt__error(DT_ERR_NOMEM, "dt_profiler_reserve: out of memory after %lld events",
                        (long long)(i * DT__PROFILE_CHUNK_EVENTS));
     memset(c, 0, sizeof *c); /* touch every page now, not while recording */
     c->next = NULL;
@@ -159,7 +159,7 @@ dt_status dt_profile_reserve(int64_t events) {
   return DT_OK;
 }
 
-void dt_profile_release_memory(void) {
+void dt_profiler_release_memory(void) {
   pthread_mutex_lock(&pool_lock);
   dt__profile_chunk *c = pool;
   pool = NULL;
@@ -294,7 +294,7 @@ static inline dt__profile_event *next_slot(void) {
 }
 
 static inline dt__profile_event *fill(const char *name, dt__profile_category category,
-                                      dt_profile_lane lane, uint64_t start, uint64_t end,
+                                      dt_profiler_lane lane, uint64_t start, uint64_t end,
                                       dt__profile_args_kind kind) {
   dt__profile_event *e = next_slot();
   if (!e) return NULL;
@@ -308,12 +308,12 @@ static inline dt__profile_event *fill(const char *name, dt__profile_category cat
   return e;
 }
 
-void dt__profile_record(const char *name, dt__profile_category category, dt_profile_lane lane,
+void dt__profile_record(const char *name, dt__profile_category category, dt_profiler_lane lane,
                         uint64_t start, uint64_t end) {
   fill(name, category, lane, start, end, DT__PROFILE_ARGS_NONE);
 }
 
-void dt__profile_record_text(const char *name, dt__profile_category category, dt_profile_lane lane,
+void dt__profile_record_text(const char *name, dt__profile_category category, dt_profiler_lane lane,
                              uint64_t start, uint64_t end, const char *text) {
   dt__profile_event *e = fill(name, category, lane, start, end, DT__PROFILE_ARGS_TEXT);
   if (!e) return;
@@ -325,8 +325,9 @@ void dt__profile_record_text(const char *name, dt__profile_category category, dt
   e->args.text[n] = '\0';
 }
 
-void dt__profile_record_shape(const char *name, dt__profile_category category, dt_profile_lane lane,
-                              uint64_t start, uint64_t end, int ndim, const int64_t *shape) {
+void dt__profile_record_shape(const char *name, dt__profile_category category,
+                              dt_profiler_lane lane, uint64_t start, uint64_t end, int ndim,
+                              const int64_t *shape) {
   dt__profile_event *e = fill(name, category, lane, start, end, DT__PROFILE_ARGS_SHAPE);
   if (!e) return;
   if (ndim < 0 || !shape) ndim = 0;
@@ -334,8 +335,9 @@ void dt__profile_record_shape(const char *name, dt__profile_category category, d
   for (int i = 0; i < ndim && i < DT__PROFILE_SHAPE_CAPACITY; i++) e->args.ints[i] = shape[i];
 }
 
-void dt__profile_record_bytes(const char *name, dt__profile_category category, dt_profile_lane lane,
-                              uint64_t start, uint64_t end, int64_t bytes, int64_t group_size) {
+void dt__profile_record_bytes(const char *name, dt__profile_category category,
+                              dt_profiler_lane lane, uint64_t start, uint64_t end, int64_t bytes,
+                              int64_t group_size) {
   dt__profile_event *e = fill(name, category, lane, start, end, DT__PROFILE_ARGS_BYTES);
   if (!e) return;
   e->args.ints[0] = bytes;
@@ -356,8 +358,8 @@ const char *dt__profile_category_name(dt__profile_category category) {
 
 /* ---- Ranks and user ranges --------------------------------------------------------------- */
 
-dt_status dt_profile_set_rank(int rank) {
-  if (rank < 0) return dt__error(DT_ERR_INVALID, "dt_profile_set_rank: rank %d < 0", rank);
+dt_status dt_profiler_set_rank(int rank) {
+  if (rank < 0) return dt__error(DT_ERR_INVALID, "dt_profiler_set_rank: rank %d < 0", rank);
   if (rank != tls_rank) {
     tls_rank = rank;
     tls_session = 0; /* the next event registers a buffer for the new rank */
@@ -396,10 +398,10 @@ static const char *intern_name(dt__profile_thread *t, const char *name) {
   return copy;
 }
 
-dt_status dt_profile_range_push(const char *name) {
-  if (!name) return dt__error(DT_ERR_INVALID, "dt_profile_range_push: name is NULL");
+dt_status dt_profiler_range_push(const char *name) {
+  if (!name) return dt__error(DT_ERR_INVALID, "dt_profiler_range_push: name is NULL");
   if (tls_range_depth >= DT_PROFILE_MAX_RANGES) {
-    return dt__error(DT_ERR_INVALID, "dt_profile_range_push: ranges nest deeper than %d ('%s')",
+    return dt__error(DT_ERR_INVALID, "dt_profiler_range_push: ranges nest deeper than %d ('%s')",
                      DT_PROFILE_MAX_RANGES, name);
   }
   open_range *r = &tls_ranges[tls_range_depth++];
@@ -415,13 +417,13 @@ dt_status dt_profile_range_push(const char *name) {
   return DT_OK;
 }
 
-dt_status dt_profile_range_pop(void) {
+dt_status dt_profiler_range_pop(void) {
   if (tls_range_depth == 0) {
-    return dt__error(DT_ERR_INVALID, "dt_profile_range_pop: no open range on this thread");
+    return dt__error(DT_ERR_INVALID, "dt_profiler_range_pop: no open range on this thread");
   }
   open_range *r = &tls_ranges[--tls_range_depth];
   if (r->name && recording() && r->session == tls_session) {
-    dt__profile_record(r->name, DT__PROFILE_CAT_USER, DT_PROFILE_LANE_COMPUTE, r->start,
+    dt__profile_record(r->name, DT__PROFILE_CAT_USER, DT_PROFILER_LANE_COMPUTE, r->start,
                        dt__profile_now());
   }
   return DT_OK;

@@ -234,39 +234,39 @@ int64_t dt_trace_event_count(const dt_trace *t) { return t ? (int64_t)t->n_event
 
 int dt_trace_process_count(const dt_trace *t) { return t ? (int)t->n_processes : 0; }
 
-dt_status dt_trace_get_process(const dt_trace *t, int index, dt_trace_process *out) {
-  if (!t || !out) return dt__error(DT_ERR_INVALID, "dt_trace_get_process: trace or out is NULL");
+dt_status dt_trace_process(const dt_trace *t, int index, dt_trace_process_info *out) {
+  if (!t || !out) return dt__error(DT_ERR_INVALID, "dt_trace_process: trace or out is NULL");
   if (index < 0 || (size_t)index >= t->n_processes) {
-    return dt__error(DT_ERR_INDEX, "dt_trace_get_process: index %d not in [0, %zu)", index,
+    return dt__error(DT_ERR_INDEX, "dt_trace_process: index %d not in [0, %zu)", index,
                      t->n_processes);
   }
   const dt__trace_process *p = &t->processes[index];
-  *out = (dt_trace_process){.pid = p->pid_text,
-                            .pid_number = p->pid_number,
-                            .name = dt__trace_text(p->name),
-                            .labels = dt__trace_text(p->labels),
-                            .lanes = p->n_lanes,
-                            .events = p->events,
-                            .busy_us = p->busy_us};
+  *out = (dt_trace_process_info){.pid = p->pid_text,
+                                 .pid_number = p->pid_number,
+                                 .name = dt__trace_text(p->name),
+                                 .labels = dt__trace_text(p->labels),
+                                 .lanes = p->n_lanes,
+                                 .events = p->events,
+                                 .busy_us = p->busy_us};
   return DT_OK;
 }
 
-dt_status dt_trace_get_lane(const dt_trace *t, int process, int lane, dt_trace_lane *out) {
-  if (!t || !out) return dt__error(DT_ERR_INVALID, "dt_trace_get_lane: trace or out is NULL");
+dt_status dt_trace_lane(const dt_trace *t, int process, int lane, dt_trace_lane_info *out) {
+  if (!t || !out) return dt__error(DT_ERR_INVALID, "dt_trace_lane: trace or out is NULL");
   if (process < 0 || (size_t)process >= t->n_processes) {
-    return dt__error(DT_ERR_INDEX, "dt_trace_get_lane: process %d not in [0, %zu)", process,
+    return dt__error(DT_ERR_INDEX, "dt_trace_lane: process %d not in [0, %zu)", process,
                      t->n_processes);
   }
   size_t first = t->process_lane_start[process], count = t->process_lane_start[process + 1] - first;
   if (lane < 0 || (size_t)lane >= count) {
-    return dt__error(DT_ERR_INDEX, "dt_trace_get_lane: lane %d not in [0, %zu) of process %d", lane,
+    return dt__error(DT_ERR_INDEX, "dt_trace_lane: lane %d not in [0, %zu) of process %d", lane,
                      count, process);
   }
   const dt__trace_lane *l = &t->lanes[t->process_lanes[first + (size_t)lane]];
-  *out = (dt_trace_lane){.tid = l->tid_text,
-                         .tid_number = l->tid_number,
-                         .name = dt__trace_text(l->name),
-                         .events = l->events,
-                         .busy_us = l->busy_us};
+  *out = (dt_trace_lane_info){.tid = l->tid_text,
+                              .tid_number = l->tid_number,
+                              .name = dt__trace_text(l->name),
+                              .events = l->events,
+                              .busy_us = l->busy_us};
   return DT_OK;
 }

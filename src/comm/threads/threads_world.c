@@ -357,7 +357,7 @@ typedef struct spawn_rank {
 static void run_rank(spawn_rank *r) {
   th_domain *d = r->domain;
   dt_clear_error();
-  dt_profile_set_rank(r->rank); /* this thread's events belong to its rank */
+  dt_profiler_set_rank(r->rank); /* this thread's events belong to its rank */
   dt_status status = r->fn(r->comm, r->arg);
   if (status != DT_OK) {
     char message[TH_MESSAGE];
