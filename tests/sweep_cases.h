@@ -84,6 +84,9 @@ static dt_status f_linear_nobias(dt_tensor **i, dt_tensor **o) {
   return dt_linear(i[0], i[1], NULL, o);
 }
 static dt_status f_embedding(dt_tensor **i, dt_tensor **o) { return dt_embedding(i[0], i[1], o); }
+static dt_status f_scatter_add(dt_tensor **i, dt_tensor **o) {
+  return dt_scatter_add(i[0], 0, i[1], i[2], o);
+}
 static dt_status f_cat0(dt_tensor **i, dt_tensor **o) { return dt_cat(2, i, 0, o); }
 static dt_status f_cat1(dt_tensor **i, dt_tensor **o) { return dt_cat(2, i, 1, o); }
 static dt_status f_stack1(dt_tensor **i, dt_tensor **o) { return dt_stack(2, i, 1, o); }
@@ -301,6 +304,14 @@ static const op_case cases[] = {
     {"linear", f_linear, 3, {2, 2, 1}, {S2(5, 6), S2(7, 6), {7}}},
     {"linear no bias 3d", f_linear_nobias, 2, {3, 2}, {{3, 5, 6}, S2(7, 6)}},
     {"embedding", f_embedding, 2, {2, 1}, {S2(10, 6), {5}}, {DT_F32, DT_I64}, .lo = 0, .hi = 10},
+    {"scatter_add dim 0",
+     f_scatter_add,
+     3,
+     {2, 2, 2},
+     {S2(5, 7), S2(3, 7), S2(3, 7)},
+     {DT_F32, DT_I64, DT_F32},
+     .lo = 0,
+     .hi = 5},
     {"cat 0", f_cat0, 2, {2, 2}, {S2(5, 7), S2(3, 7)}},
     {"cat 1", f_cat1, 2, {2, 2}, {S2(5, 7), S2(5, 2)}},
     {"stack 1", f_stack1, 2, {2, 2}, {S2(5, 7), S2(5, 7)}},

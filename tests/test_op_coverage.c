@@ -12,11 +12,14 @@
 #include "ops/op_impl.h"
 #include "sweep_cases.h"
 
-/* Ops that run replicated on purpose, with the reason. Empty today: every op has a rule. */
+/* Ops that run replicated on purpose, with the reason. */
 static const struct {
   dt_op op;
   const char *reason;
-} replicate_only[] = {{DT_OP_COUNT, NULL}};
+} replicate_only[] = {
+    {DT_OP_SCATTER_ADD, "a helper of backward formulas (embedding, max.dim): positions are "
+                        "data, so no dim of the output follows a shard of the index"},
+};
 
 /* Ops the sweep does not reach, with the reason. Empty today. */
 static const struct {

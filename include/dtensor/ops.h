@@ -139,6 +139,14 @@ DT_API dt_status dt_linear(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, dt_
 /* Rows of weight [num, dim] picked by indices (int64 or int32, any shape) -> [..., dim].
  * An index outside [0, num) is DT_ERR_INDEX, checked before anything is written. */
 DT_API dt_status dt_embedding(dt_tensor *weight, dt_tensor *indices, dt_tensor **out);
+/* PyTorch's scatter_add: a copy of self with src[i] added at position index[i] along dim,
+ * for every position i of index (int64 or int32; self, index and src have the same number
+ * of dims, index no larger than src in any dim nor than self outside dim; self and src one
+ * dtype). The backward formulas of embedding and max.dim use it. Errors: DT_ERR_INVALID
+ * (NULL argument), DT_ERR_DTYPE, DT_ERR_SHAPE, DT_ERR_INDEX (an index outside
+ * [0, self's size along dim), checked before anything is written). */
+DT_API dt_status dt_scatter_add(dt_tensor *self, int64_t dim, dt_tensor *index, dt_tensor *src,
+                                dt_tensor **out);
 DT_API dt_status dt_softmax(dt_tensor *a, int64_t dim, dt_tensor **out);
 DT_API dt_status dt_log_softmax(dt_tensor *a, int64_t dim, dt_tensor **out);
 /* Normalizes over the last ndims dims, which must equal normalized_shape; weight and bias

@@ -35,26 +35,26 @@
 #define DT_OPS_POINTWISE(X)                                                                        \
   X(NEG, "neg", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, DT_TRAIT_LINEAR,         \
     BACKWARD(neg), "neg(Tensor self) -> Tensor")                                                   \
-  X(ABS, "abs", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, NO_BACKWARD,          \
+  X(ABS, "abs", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(abs),        \
     "abs(Tensor self) -> Tensor")                                                                  \
   X(EXP, "exp", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(exp),        \
     "exp(Tensor self) -> Tensor")                                                                  \
   X(LOG, "log", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(log),        \
     "log(Tensor self) -> Tensor")                                                                  \
-  X(SQRT, "sqrt", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, NO_BACKWARD,        \
+  X(SQRT, "sqrt", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(sqrt),     \
     "sqrt(Tensor self) -> Tensor")                                                                 \
-  X(RSQRT, "rsqrt", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, NO_BACKWARD,      \
+  X(RSQRT, "rsqrt", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(rsqrt),  \
     "rsqrt(Tensor self) -> Tensor")                                                                \
   X(RELU, "relu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(relu),     \
     "relu(Tensor self) -> Tensor")                                                                 \
-  X(GELU, "gelu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, NO_BACKWARD,        \
+  X(GELU, "gelu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(gelu),     \
     "gelu(Tensor self, *, str approximate='none') -> Tensor")                                      \
-  X(SILU, "silu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, NO_BACKWARD,        \
+  X(SILU, "silu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(silu),     \
     "silu(Tensor self) -> Tensor")                                                                 \
-  X(TANH, "tanh", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, NO_BACKWARD,        \
+  X(TANH, "tanh", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(tanh),     \
     "tanh(Tensor self) -> Tensor")                                                                 \
-  X(SIGMOID, "sigmoid", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, NO_BACKWARD,  \
-    "sigmoid(Tensor self) -> Tensor")                                                              \
+  X(SIGMOID, "sigmoid", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0,               \
+    BACKWARD(sigmoid), "sigmoid(Tensor self) -> Tensor")                                           \
   X(ADD, "add.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                 \
     DT_TRAIT_LINEAR, BACKWARD(add),                                                                \
     "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")                          \
@@ -66,11 +66,11 @@
   X(DIV, "div.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                 \
     DT_TRAIT_LINEAR_FIRST, BACKWARD(div), "div.Tensor(Tensor self, Tensor other) -> Tensor")       \
   X(MAXIMUM, "maximum", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,             \
-    NO_BACKWARD, "maximum(Tensor self, Tensor other) -> Tensor")                                   \
+    BACKWARD(maximum), "maximum(Tensor self, Tensor other) -> Tensor")                             \
   X(MINIMUM, "minimum", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,             \
-    NO_BACKWARD, "minimum(Tensor self, Tensor other) -> Tensor")                                   \
+    BACKWARD(minimum), "minimum(Tensor self, Tensor other) -> Tensor")                             \
   X(POW, "pow.Tensor_Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,       \
-    NO_BACKWARD, "pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor")                      \
+    BACKWARD(pow), "pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor")                    \
   X(ADD_SCALAR, "add.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,       \
     POINTWISE, 0, BACKWARD(shift_scalar),                                                          \
     "add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor")                             \
@@ -136,10 +136,10 @@
   X(GE_SCALAR, "ge.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,         \
     POINTWISE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                           \
     "ge.Scalar(Tensor self, Scalar other) -> Tensor")                                              \
-  X(WHERE, "where.self", COMPUTE, 3, dt__infer_where, dt__kernel_where, POINTWISE, 0, NO_BACKWARD, \
-    "where.self(Tensor condition, Tensor self, Tensor other) -> Tensor")                           \
+  X(WHERE, "where.self", COMPUTE, 3, dt__infer_where, dt__kernel_where, POINTWISE, 0,              \
+    BACKWARD(where), "where.self(Tensor condition, Tensor self, Tensor other) -> Tensor")          \
   X(MASKED_FILL, "masked_fill.Scalar", COMPUTE, 2, dt__infer_masked_fill, dt__kernel_masked_fill,  \
-    POINTWISE, 0, NO_BACKWARD,                                                                     \
+    POINTWISE, 0, BACKWARD(masked_fill),                                                           \
     "masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor")
 
 /* Reductions: sum, mean, max, min, amax, amin, argmax. A dim list (int[1]? dim) arrives
@@ -158,20 +158,20 @@
   X(MEAN_DIM, "mean.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,           \
     BACKWARD(mean_dim),                                                                            \
     "mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor") \
-  X(MAX, "max", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0, NO_BACKWARD,        \
-    "max(Tensor self) -> Tensor")                                                                  \
-  X(MIN, "min", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0, NO_BACKWARD,        \
-    "min(Tensor self) -> Tensor")                                                                  \
+  X(MAX, "max", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,                     \
+    BACKWARD(extremum_all), "max(Tensor self) -> Tensor")                                          \
+  X(MIN, "min", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,                     \
+    BACKWARD(extremum_all), "min(Tensor self) -> Tensor")                                          \
   X(MAX_DIM, "max.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION,                \
-    DT_TRAIT_TUPLE, NO_BACKWARD,                                                                   \
+    DT_TRAIT_TUPLE, BACKWARD(extremum_dim),                                                        \
     "max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
   X(MIN_DIM, "min.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION,                \
-    DT_TRAIT_TUPLE, NO_BACKWARD,                                                                   \
+    DT_TRAIT_TUPLE, BACKWARD(extremum_dim),                                                        \
     "min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
-  X(AMAX, "amax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0, NO_BACKWARD,      \
-    "amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                              \
-  X(AMIN, "amin", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0, NO_BACKWARD,      \
-    "amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                              \
+  X(AMAX, "amax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,                   \
+    BACKWARD(extremum_dims), "amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")     \
+  X(AMIN, "amin", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,                   \
+    BACKWARD(extremum_dims), "amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")     \
   X(ARGMAX, "argmax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION,                  \
     DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                                      \
     "argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor")
@@ -196,23 +196,28 @@
  * inputs {input, running_mean, running_var, weight?, bias?}, eps in scalars[0]. */
 #define DT_OPS_NN(X)                                                                               \
   X(SOFTMAX, "softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax, SOFTMAX, 0,         \
-    NO_BACKWARD, "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")            \
+    BACKWARD(softmax), "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")      \
   X(LOG_SOFTMAX, "log_softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax, SOFTMAX, 0, \
-    NO_BACKWARD, "log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")        \
+    BACKWARD(log_softmax),                                                                         \
+    "log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")                     \
   X(LAYER_NORM, "layer_norm", COMPUTE, 1, dt__infer_layer_norm, dt__kernel_layer_norm, LAYER_NORM, \
-    0, NO_BACKWARD,                                                                                \
+    0, BACKWARD(layer_norm),                                                                       \
     "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "    \
     "float eps=1e-05) -> Tensor")                                                                  \
   X(BATCH_NORM, "batch_norm", COMPUTE, 3, dt__infer_batch_norm, dt__kernel_batch_norm, BATCH_NORM, \
-    0, NO_BACKWARD,                                                                                \
+    0, BACKWARD(batch_norm),                                                                       \
     "batch_norm(Tensor input, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? "   \
     "bias, float eps) -> Tensor")                                                                  \
   X(EMBEDDING, "embedding", COMPUTE, 2, dt__infer_embedding, dt__kernel_embedding, EMBEDDING,      \
-    DT_TRAIT_ROW_WINDOW, NO_BACKWARD, "embedding(Tensor weight, Tensor indices) -> Tensor")        \
-  X(CAT, "cat", COMPUTE, 0, dt__infer_cat, dt__kernel_cat, CAT, DT_TRAIT_TENSOR_LIST, NO_BACKWARD, \
-    "cat(Tensor[] tensors, int dim=0) -> Tensor")                                                  \
+    DT_TRAIT_ROW_WINDOW, BACKWARD(embedding),                                                      \
+    "embedding(Tensor weight, Tensor indices) -> Tensor")                                          \
+  X(SCATTER_ADD, "scatter_add", COMPUTE, 3, dt__infer_scatter_add, dt__kernel_scatter_add,         \
+    REPLICATE, 0, NO_BACKWARD,                                                                     \
+    "scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor")                       \
+  X(CAT, "cat", COMPUTE, 0, dt__infer_cat, dt__kernel_cat, CAT, DT_TRAIT_TENSOR_LIST,              \
+    BACKWARD(cat), "cat(Tensor[] tensors, int dim=0) -> Tensor")                                   \
   X(STACK, "stack", COMPUTE, 0, dt__infer_stack, dt__kernel_stack, STACK, DT_TRAIT_TENSOR_LIST,    \
-    NO_BACKWARD, "stack(Tensor[] tensors, int dim=0) -> Tensor")
+    BACKWARD(stack), "stack(Tensor[] tensors, int dim=0) -> Tensor")
 
 /* Views, reshapes, copies and conversions. */
 #define DT_OPS_VIEW(X)                                                                             \
@@ -248,20 +253,21 @@
     "squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)")                                           \
   X(UNSQUEEZE, "unsqueeze", VIEW, 1, dt__infer_unsqueeze, dt__kernel_unsqueeze, UNSQUEEZE, 0,      \
     BACKWARD(reshape_back), "unsqueeze(Tensor(a) self, int dim) -> Tensor(a)")                     \
-  X(NARROW, "narrow", VIEW, 1, dt__infer_narrow, dt__kernel_slice, SLICE, 0, NO_BACKWARD,          \
+  X(NARROW, "narrow", VIEW, 1, dt__infer_narrow, dt__kernel_slice, SLICE, 0, BACKWARD(slice),      \
     "narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)")                   \
-  X(SLICE, "slice.Tensor", VIEW, 1, dt__infer_slice, dt__kernel_slice, SLICE, 0, NO_BACKWARD,      \
+  X(SLICE, "slice.Tensor", VIEW, 1, dt__infer_slice, dt__kernel_slice, SLICE, 0, BACKWARD(slice),  \
     "slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, "               \
     "SymInt step=1) -> Tensor(a)")                                                                 \
-  X(SELECT, "select.int", VIEW, 1, dt__infer_select, dt__kernel_select, SELECT, 0, NO_BACKWARD,    \
-    "select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)")                              \
+  X(SELECT, "select.int", VIEW, 1, dt__infer_select, dt__kernel_select, SELECT, 0,                 \
+    BACKWARD(select), "select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)")            \
   X(SPLIT, "split.Tensor", VIEW, 1, dt__infer_split, dt__kernel_split, SLICE, DT_TRAIT_TUPLE,      \
-    NO_BACKWARD, "split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]") \
+    BACKWARD(split),                                                                               \
+    "split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]")              \
   X(SPLIT_WITH_SIZES, "split_with_sizes", VIEW, 1, dt__infer_split_with_sizes, dt__kernel_split,   \
-    SLICE, DT_TRAIT_TUPLE, NO_BACKWARD,                                                            \
+    SLICE, DT_TRAIT_TUPLE, BACKWARD(split),                                                        \
     "split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]")       \
   X(CHUNK, "chunk", VIEW, 1, dt__infer_chunk, dt__kernel_split, SLICE, DT_TRAIT_TUPLE,             \
-    NO_BACKWARD, "chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]")               \
+    BACKWARD(split), "chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]")           \
   X(TO, "to.dtype", VIEW, 1, dt__infer_to, dt__kernel_to, POINTWISE, DT_TRAIT_LINEAR,              \
     BACKWARD(to),                                                                                  \
     "to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "        \

@@ -1,0 +1,299 @@
+/* Backward formulas of the activations and the other non-linear pointwise ops (sqrt, rsqrt,
+ * tanh, sigmoid, silu, gelu in both forms, abs, maximum/minimum, pow.Tensor_Tensor), written
+ * with ops. Each derivative is computed from the saved input or output with pointwise ops,
+ * then multiplied by the output's gradient and reduced to the input's shape and dtype. */
+#include <math.h>
+
+#include "autograd/autograd_impl.h"
+#include "dtensor/ops.h"
+
+/* C11 has no pi. */
+static const double pi = 3.14159265358979323846;
+
+/* grad_inputs[slot] = reduce_to(g * d): consumes d (which may be NULL after a failure). */
+static dt_status give_times(const dt_backward_ctx *ctx, int slot, dt_tensor *g, dt_tensor *d,
+                            dt_status st, dt_tensor **grad_inputs) {
+  dt_tensor *t = NULL;
+  if (!st) st = dt_mul(g, d, &t);
+  if (!st) st = dt__grad_reduce_to(t, &ctx->input_metas[slot], &grad_inputs[slot]);
+  dt_tensor_release(t);
+  dt_tensor_release(d);
+  return st;
+}
+
+/* A bool mask as a 0/1 tensor of dtype like: consumes mask. */
+static dt_status mask_as(dt_tensor *mask, dt_dtype dtype, dt_status st, dt_tensor **out) {
+  *out = NULL;
+  if (!st) st = dt_to(mask, dtype, out);
+  dt_tensor_release(mask);
+  return st;
+}
+
+/* d sqrt(x) = 0.5 / sqrt(x): from the saved output. */
+dt_status dt__backward_sqrt(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                            dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  dt_tensor *q = NULL, *t = NULL;
+  dt_status st = dt_div(g, ctx->call->outputs[0], &q);
+  if (!st) st = dt_mul_scalar(q, 0.5, &t);
+  if (!st) st = dt__grad_reduce_to(t, &ctx->input_metas[0], &grad_inputs[0]);
+  dt_tensor_release(q);
+  dt_tensor_release(t);
+  return st;
+}
+
+/* y = x^(-1/2): dy/dx = -0.5 x^(-3/2) = -0.5 y^3. */
+dt_status dt__backward_rsqrt(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                             dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  dt_tensor *cube = NULL, *d = NULL;
+  dt_status st = dt_pow_scalar(ctx->call->outputs[0], 3.0, &cube);
+  if (!st) st = dt_mul_scalar(cube, -0.5, &d);
+  dt_tensor_release(cube);
+  return give_times(ctx, 0, g, d, st, grad_inputs);
+}
+
+/* dy/dx = 1 - y^2. */
+dt_status dt__backward_tanh(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                            dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  dt_tensor *y = ctx->call->outputs[0], *sq = NULL, *d = NULL;
+  dt_status st = dt_mul(y, y, &sq);
+  if (!st) st = dt_mul_scalar(sq, -1.0, &d);
+  dt_tensor_release(sq);
+  sq = d;
+  d = NULL;
+  if (!st) st = dt_add_scalar(sq, 1.0, &d);
+  dt_tensor_release(sq);
+  return give_times(ctx, 0, g, d, st, grad_inputs);
+}
+
+/* 1 - s for a tensor s. */
+static dt_status one_minus(dt_tensor *s, dt_tensor **out) {
+  dt_tensor *n = NULL;
+  dt_status st = dt_neg(s, &n);
+  if (!st) st = dt_add_scalar(n, 1.0, out);
+  dt_tensor_release(n);
+  return st;
+}
+
+/* dy/dx = y (1 - y). */
+dt_status dt__backward_sigmoid(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                               dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  dt_tensor *y = ctx->call->outputs[0], *c = NULL, *d = NULL;
+  dt_status st = one_minus(y, &c);
+  if (!st) st = dt_mul(y, c, &d);
+  dt_tensor_release(c);
+  return give_times(ctx, 0, g, d, st, grad_inputs);
+}
+
+/* y = x s(x): dy/dx = s (1 + x (1 - s)). */
+dt_status dt__backward_silu(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                            dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  dt_tensor *x = ctx->call->inputs[0], *s = NULL, *c = NULL, *xc = NULL, *e = NULL, *d = NULL;
+  dt_status st = dt_sigmoid(x, &s);
+  if (!st) st = one_minus(s, &c);
+  if (!st) st = dt_mul(x, c, &xc);
+  if (!st) st = dt_add_scalar(xc, 1.0, &e);
+  if (!st) st = dt_mul(s, e, &d);
+  dt_tensor_release(s);
+  dt_tensor_release(c);
+  dt_tensor_release(xc);
+  dt_tensor_release(e);
+  return give_times(ctx, 0, g, d, st, grad_inputs);
+}
+
+/* Exact gelu y = x Phi(x): dy/dx = Phi(x) + x phi(x). There is no erf op, so Phi(x) is read
+ * back from the saved output as y / x (0.5 where x == 0, the limit), and phi(x) =
+ * exp(-x^2 / 2) / sqrt(2 pi). */
+static dt_status gelu_exact_derivative(dt_tensor *x, dt_tensor *y, dt_tensor **out) {
+  dt_tensor *q = NULL, *zero = NULL, *cdf = NULL, *sq = NULL, *h = NULL, *ex = NULL, *pdf = NULL,
+            *xpdf = NULL;
+  dt_status st = dt_div(y, x, &q);
+  if (!st) st = dt_eq_scalar(x, 0.0, &zero);
+  if (!st) st = dt_masked_fill(q, zero, 0.5, &cdf);
+  if (!st) st = dt_mul(x, x, &sq);
+  if (!st) st = dt_mul_scalar(sq, -0.5, &h);
+  if (!st) st = dt_exp(h, &ex);
+  if (!st) st = dt_mul_scalar(ex, 1.0 / sqrt(2.0 * pi), &pdf);
+  if (!st) st = dt_mul(x, pdf, &xpdf);
+  if (!st) st = dt_add(cdf, xpdf, out);
+  dt_tensor *all[] = {q, zero, cdf, sq, h, ex, pdf, xpdf};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+  return st;
+}
+
+/* gelu(approximate='tanh'): y = 0.5 x (1 + t), t = tanh(u), u = k (x + c x^3):
+ * dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2). */
+static dt_status gelu_tanh_derivative(dt_tensor *x, dt_tensor **out) {
+  const double k = sqrt(2.0 / pi), c = 0.044715;
+  dt_tensor *sq = NULL, *inner = NULL, *inner1 = NULL, *u0 = NULL, *u = NULL, *t = NULL,
+            *left = NULL, *left1 = NULL, *tt = NULL, *sech = NULL, *du = NULL, *du1 = NULL,
+            *xs = NULL, *right = NULL, *right1 = NULL;
+  dt_status st = dt_mul(x, x, &sq);
+  if (!st) st = dt_mul_scalar(sq, c, &inner);
+  if (!st) st = dt_add_scalar(inner, 1.0, &inner1); /* 1 + c x^2 */
+  if (!st) st = dt_mul(x, inner1, &u0);
+  if (!st) st = dt_mul_scalar(u0, k, &u);
+  if (!st) st = dt_tanh(u, &t);
+  if (!st) st = dt_add_scalar(t, 1.0, &left1);
+  if (!st) st = dt_mul_scalar(left1, 0.5, &left); /* 0.5 (1 + t) */
+  if (!st) st = dt_mul(t, t, &tt);
+  if (!st) st = one_minus(tt, &sech);             /* 1 - t^2 */
+  if (!st) st = dt_mul_scalar(sq, 3.0 * c, &du1); /* 3 c x^2 */
+  if (!st) st = dt_add_scalar(du1, 1.0, &du);     /* 1 + 3 c x^2 */
+  if (!st) st = dt_mul(x, sech, &xs);
+  if (!st) st = dt_mul(xs, du, &right1);
+  if (!st) st = dt_mul_scalar(right1, 0.5 * k, &right);
+  if (!st) st = dt_add(left, right, out);
+  dt_tensor *all[] = {sq, inner, inner1, u0,  u,  t,     left,  left1,
+                      tt, sech,  du,     du1, xs, right, right1};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+  return st;
+}
+
+dt_status dt__backward_gelu(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                            dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  dt_tensor *d = NULL;
+  dt_status st = (ctx->call->flags & DT_OP_FLAG_GELU_TANH)
+                     ? gelu_tanh_derivative(ctx->call->inputs[0], &d)
+                     : gelu_exact_derivative(ctx->call->inputs[0], ctx->call->outputs[0], &d);
+  return give_times(ctx, 0, g, d, st, grad_inputs);
+}
+
+/* d|x| = sign(x) dx, 0 at x == 0 (as PyTorch). */
+dt_status dt__backward_abs(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                           dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  dt_tensor *x = ctx->call->inputs[0], *gt = NULL, *lt = NULL, *pos = NULL, *neg = NULL, *d = NULL;
+  dt_status st = dt_gt_scalar(x, 0.0, &gt);
+  st = mask_as(gt, g->dtype, st, &pos);
+  if (!st) st = dt_lt_scalar(x, 0.0, &lt);
+  st = mask_as(lt, g->dtype, st, &neg);
+  if (!st) st = dt_sub(pos, neg, &d);
+  dt_tensor_release(pos);
+  dt_tensor_release(neg);
+  return give_times(ctx, 0, g, d, st, grad_inputs);
+}
+
+/* maximum/minimum: the gradient goes to the selected input, half to each where they tie
+ * (PyTorch's rule). wins(a, b) is a > b for maximum and a < b for minimum. */
+static dt_status select_weight(dt_tensor *a, dt_tensor *b, bool maximum, dt_dtype dtype,
+                               dt_tensor **out) {
+  dt_tensor *win = NULL, *tie = NULL, *wf = NULL, *tf = NULL, *half = NULL;
+  dt_status st = maximum ? dt_gt(a, b, &win) : dt_lt(a, b, &win);
+  st = mask_as(win, dtype, st, &wf);
+  if (!st) st = dt_eq(a, b, &tie);
+  st = mask_as(tie, dtype, st, &tf);
+  if (!st) st = dt_mul_scalar(tf, 0.5, &half);
+  if (!st) st = dt_add(wf, half, out);
+  dt_tensor_release(wf);
+  dt_tensor_release(tf);
+  dt_tensor_release(half);
+  return st;
+}
+
+static dt_status max_min(const dt_backward_ctx *ctx, dt_tensor *g, bool maximum,
+                         dt_tensor **grad_inputs) {
+  if (!g) return DT_OK;
+  dt_tensor *a = ctx->call->inputs[0], *b = ctx->call->inputs[1];
+  dt_status st = DT_OK;
+  for (int slot = 0; slot < 2 && !st; slot++) {
+    if (!ctx->needs_grad[slot]) continue;
+    dt_tensor *w = NULL;
+    st = slot == 0 ? select_weight(a, b, maximum, g->dtype, &w)
+                   : select_weight(b, a, maximum, g->dtype, &w);
+    st = give_times(ctx, slot, g, w, st, grad_inputs);
+  }
+  return st;
+}
+
+dt_status dt__backward_maximum(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                               dt_tensor **grad_inputs) {
+  return max_min(ctx, grad_outputs[0], true, grad_inputs);
+}
+
+dt_status dt__backward_minimum(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                               dt_tensor **grad_inputs) {
+  return max_min(ctx, grad_outputs[0], false, grad_inputs);
+}
+
+/* out = a^b. da = b a^(b-1) (0 where b == 0); db = out log(a) (0 where a == 0 and b >= 0),
+ * the masks PyTorch applies so that 0^0 and 0^b give finite gradients. */
+dt_status dt__backward_pow(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                           dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  dt_tensor *a = ctx->call->inputs[0], *b = ctx->call->inputs[1];
+  dt_status st = DT_OK;
+  if (ctx->needs_grad[0]) {
+    dt_tensor *bm1 = NULL, *p = NULL, *bp = NULL, *zero = NULL, *d = NULL;
+    st = dt_sub_scalar(b, 1.0, &bm1);
+    if (!st) st = dt_pow(a, bm1, &p);
+    if (!st) st = dt_mul(b, p, &bp);
+    if (!st) st = dt_eq_scalar(b, 0.0, &zero);
+    if (!st) st = dt_masked_fill(bp, zero, 0.0, &d);
+    dt_tensor_release(bm1);
+    dt_tensor_release(p);
+    dt_tensor_release(bp);
+    dt_tensor_release(zero);
+    st = give_times(ctx, 0, g, d, st, grad_inputs);
+  }
+  if (!st && ctx->needs_grad[1]) {
+    dt_tensor *la = NULL, *ol = NULL, *az = NULL, *bn = NULL, *azf = NULL, *bnf = NULL,
+              *both = NULL, *mask = NULL, *d = NULL;
+    st = dt_log(a, &la);
+    if (!st) st = dt_mul(ctx->call->outputs[0], la, &ol);
+    if (!st) st = dt_eq_scalar(a, 0.0, &az);
+    st = mask_as(az, g->dtype, st, &azf);
+    if (!st) st = dt_ge_scalar(b, 0.0, &bn);
+    st = mask_as(bn, g->dtype, st, &bnf);
+    if (!st) st = dt_mul(azf, bnf, &both);
+    if (!st) st = dt_gt_scalar(both, 0.5, &mask);
+    if (!st) st = dt_masked_fill(ol, mask, 0.0, &d);
+    dt_tensor *all[] = {la, ol, azf, bnf, both, mask};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+    st = give_times(ctx, 1, g, d, st, grad_inputs);
+  }
+  return st;
+}
+
+/* where(cond, a, b): a's gradient where cond holds, b's elsewhere; cond has none. */
+dt_status dt__backward_where(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                             dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  dt_tensor *cond = ctx->call->inputs[0], *zeros = NULL;
+  dt_status st = dt_zeros_like(g, &zeros);
+  for (int slot = 1; slot <= 2 && !st; slot++) {
+    if (!ctx->needs_grad[slot]) continue;
+    dt_tensor *t = NULL;
+    st = slot == 1 ? dt_where(cond, g, zeros, &t) : dt_where(cond, zeros, g, &t);
+    if (!st) st = dt__grad_reduce_to(t, &ctx->input_metas[slot], &grad_inputs[slot]);
+    dt_tensor_release(t);
+  }
+  dt_tensor_release(zeros);
+  return st;
+}
+
+/* masked_fill: the filled elements get no gradient; the mask has none. */
+dt_status dt__backward_masked_fill(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                                   dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g || !ctx->needs_grad[0]) return DT_OK;
+  dt_tensor *t = NULL;
+  dt_status st = dt_masked_fill(g, ctx->call->inputs[1], 0.0, &t);
+  if (!st) st = dt__grad_reduce_to(t, &ctx->input_metas[0], &grad_inputs[0]);
+  dt_tensor_release(t);
+  return st;
+}

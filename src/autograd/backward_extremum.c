@@ -1,0 +1,80 @@
+/* Backward formulas of max, min, amax, amin (the gradient is shared evenly among the
+ * elements equal to the result, as PyTorch) and of max.dim/min.dim (the values' gradient
+ * goes to the selected index alone; the indices output is not differentiable). */
+#include "autograd/autograd_impl.h"
+#include "dtensor/ops.h"
+
+/* The input's shape with the reduced dims set to 1 (the keepdim shape of the result), and
+ * the reduced dims. max/min reduce every dim; amax/amin the normalized dims infer wrote to
+ * ints (none means every dim). */
+typedef struct reduced_dims {
+  int n;
+  int64_t dims[DT_MAX_DIMS];
+  int64_t keep_shape[DT_MAX_DIMS];
+} reduced_dims;
+
+static void reduced_of(const dt_backward_ctx *ctx, bool all, reduced_dims *r) {
+  const dt_tensor_meta *in = &ctx->input_metas[0];
+  unsigned mask = 0;
+  if (all || ctx->call->n_ints == 0) {
+    mask = in->ndim > 0 ? (1u << in->ndim) - 1 : 0;
+  } else {
+    for (int i = 0; i < ctx->call->n_ints; i++) mask |= 1u << ctx->call->ints[i];
+  }
+  r->n = 0;
+  for (int d = 0; d < in->ndim; d++) {
+    r->keep_shape[d] = (mask >> d) & 1u ? 1 : in->shape[d];
+    if ((mask >> d) & 1u) r->dims[r->n++] = d;
+  }
+}
+
+/* grad = reshape(g, keep) * (x == reshape(y, keep)) / count of the equal elements. */
+static dt_status even_among_ties(const dt_backward_ctx *ctx, dt_tensor *g, bool all,
+                                 dt_tensor **grad_inputs) {
+  if (!g) return DT_OK;
+  const dt_tensor_meta *in = &ctx->input_metas[0];
+  reduced_dims r;
+  reduced_of(ctx, all, &r);
+  dt_tensor *yk = NULL, *gk = NULL, *eq = NULL, *mask = NULL, *count = NULL, *share = NULL;
+  dt_status st = dt_reshape(ctx->call->outputs[0], in->ndim, r.keep_shape, &yk);
+  if (!st) st = dt_reshape(g, in->ndim, r.keep_shape, &gk);
+  if (!st) st = dt_eq(ctx->call->inputs[0], yk, &eq);
+  if (!st) st = dt_to(eq, g->dtype, &mask);
+  if (!st) st = dt_sum_dims(mask, r.n, r.dims, true, &count);
+  if (!st) st = dt_div(gk, count, &share);
+  if (!st) st = dt_mul(mask, share, &grad_inputs[0]);
+  dt_tensor *all_t[] = {yk, gk, eq, mask, count, share};
+  for (size_t i = 0; i < sizeof all_t / sizeof all_t[0]; i++) dt_tensor_release(all_t[i]);
+  return st;
+}
+
+dt_status dt__backward_extremum_all(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                                    dt_tensor **grad_inputs) {
+  return even_among_ties(ctx, grad_outputs[0], true, grad_inputs);
+}
+
+dt_status dt__backward_extremum_dims(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                                     dt_tensor **grad_inputs) {
+  return even_among_ties(ctx, grad_outputs[0], false, grad_inputs);
+}
+
+/* max.dim/min.dim (ints[0] = dim): the values' gradient goes to the index the op selected
+ * (one element even among ties, as PyTorch), put there by scatter_add into zeros. */
+dt_status dt__backward_extremum_dim(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                                    dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  const dt_tensor_meta *in = &ctx->input_metas[0];
+  int dim = (int)ctx->call->ints[0];
+  int64_t keep[DT_MAX_DIMS];
+  for (int d = 0; d < in->ndim; d++) keep[d] = d == dim ? 1 : in->shape[d];
+  dt_tensor *zeros = NULL, *idx = NULL, *gk = NULL;
+  dt_status st = dt_zeros_like(ctx->call->inputs[0], &zeros);
+  if (!st) st = dt_reshape(ctx->call->outputs[1], in->ndim, keep, &idx);
+  if (!st) st = dt_reshape(g, in->ndim, keep, &gk);
+  if (!st) st = dt_scatter_add(zeros, dim, idx, gk, &grad_inputs[0]);
+  dt_tensor_release(zeros);
+  dt_tensor_release(idx);
+  dt_tensor_release(gk);
+  return st;
+}

@@ -1,0 +1,169 @@
+/* Backward formulas of the ops that cut or join along one dim: narrow, slice (with step),
+ * select, split, split_with_sizes, chunk, cat, stack. Cutting ops put the gradient back in
+ * place by concatenating it with zero blocks (cut from zeros_like of the saved input, so they
+ * carry the input's placements); joining ops cut the gradient into the inputs' pieces.
+ * Every size comes from the recorded global shapes, so the formulas run distributed. */
+#include "autograd/autograd_impl.h"
+#include "dtensor/ops.h"
+
+static void release_all(dt_tensor **t, int n) {
+  for (int i = 0; i < n; i++) dt_tensor_release(t[i]);
+}
+
+/* The gradient of a cut: g (the piece's gradient, m = its size along dim) placed at
+ * start, start + step, ... of a zero tensor like the input. With step > 1 each row of g is
+ * followed by step - 1 zero rows (an interleave made by cat on a new dim and a reshape),
+ * and the result is cut to the span the slice covered. */
+static dt_status place(dt_tensor *input, const dt_tensor_meta *in, dt_tensor *g,
+                       const dt_tensor_meta *gm, int dim, int64_t start, int64_t step,
+                       dt_tensor **out) {
+  *out = NULL;
+  int64_t size = in->shape[dim], m = gm->shape[dim];
+  dt_tensor *zeros = NULL;
+  dt_status st = dt_zeros_like(input, &zeros);
+  if (st) return st;
+  if (m == 0) {
+    *out = zeros;
+    return DT_OK;
+  }
+  dt_tensor *mid = NULL, *made[5] = {NULL};
+  int64_t span = m;
+  if (step <= 1) {
+    mid = dt_tensor_retain(g);
+  } else {
+    /* g: [..., m, ...] -> [..., m, 1, ...] next to zeros [..., m, step - 1, ...]. */
+    int64_t wide[DT_MAX_DIMS + 1];
+    int nd = gm->ndim + 1;
+    for (int d = 0, k = 0; d < nd; d++) wide[d] = d == dim + 1 ? step - 1 : gm->shape[k++];
+    int64_t flat[DT_MAX_DIMS];
+    for (int d = 0; d < gm->ndim; d++) flat[d] = d == dim ? m * step : gm->shape[d];
+    span = m * step < size - start ? m * step : size - start;
+    dt_tensor *gz = NULL, *zu = NULL, *ze = NULL, *gu = NULL, *both = NULL, *flat_t = NULL;
+    st = dt_zeros_like(g, &gz);
+    if (!st) st = dt_unsqueeze(gz, dim + 1, &zu);
+    if (!st) st = dt_expand(zu, nd, wide, &ze);
+    if (!st) st = dt_unsqueeze(g, dim + 1, &gu);
+    if (!st) st = dt_cat(2, (dt_tensor *[]){gu, ze}, dim + 1, &both);
+    if (!st) st = dt_reshape(both, gm->ndim, flat, &flat_t);
+    if (!st) st = dt_narrow(flat_t, dim, 0, span, &mid);
+    dt_tensor *tmp[] = {gz, zu, ze, gu, both, flat_t};
+    release_all(tmp, 6);
+  }
+  int n = 0;
+  if (!st && start > 0) st = dt_narrow(zeros, dim, 0, start, &made[n++]);
+  if (!st) made[n++] = dt_tensor_retain(mid);
+  if (!st && start + span < size) {
+    st = dt_narrow(zeros, dim, start + span, size - start - span, &made[n++]);
+  }
+  if (!st) {
+    if (n == 1) {
+      *out = dt_tensor_retain(made[0]);
+    } else {
+      st = dt_cat(n, made, dim, out);
+    }
+  }
+  release_all(made, n);
+  dt_tensor_release(mid);
+  dt_tensor_release(zeros);
+  return st;
+}
+
+/* narrow and slice.Tensor: infer left ints = {dim, start, length, step}. */
+dt_status dt__backward_slice(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                             dt_tensor **grad_inputs) {
+  if (!grad_outputs[0]) return DT_OK;
+  const dt_op_call *call = ctx->call;
+  return place(call->inputs[0], &ctx->input_metas[0], grad_outputs[0], &ctx->output_metas[0],
+               (int)call->ints[0], call->ints[1], call->ints[3], &grad_inputs[0]);
+}
+
+/* select.int: ints = {dim, index}; the gradient gets its dim back, then is placed. */
+dt_status dt__backward_select(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                              dt_tensor **grad_inputs) {
+  if (!grad_outputs[0]) return DT_OK;
+  const dt_op_call *call = ctx->call;
+  int dim = (int)call->ints[0];
+  const dt_tensor_meta *om = &ctx->output_metas[0];
+  dt_tensor_meta um = {.dtype = om->dtype, .ndim = om->ndim + 1};
+  for (int d = 0, k = 0; d < um.ndim; d++) um.shape[d] = d == dim ? 1 : om->shape[k++];
+  dt_tensor *u = NULL;
+  dt_status st = dt_unsqueeze(grad_outputs[0], dim, &u);
+  if (!st)
+    st = place(call->inputs[0], &ctx->input_metas[0], u, &um, dim, call->ints[1], 1,
+               &grad_inputs[0]);
+  dt_tensor_release(u);
+  return st;
+}
+
+/* split, split_with_sizes, chunk (ints[0] = dim): the pieces' gradients concatenated, a
+ * zero block for each piece that received none. */
+dt_status dt__backward_split(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                             dt_tensor **grad_inputs) {
+  const dt_op_call *call = ctx->call;
+  int n = call->n_outputs, dim = (int)call->ints[0];
+  if (n > DT_OP_MAX_META) {
+    return dt__error(DT_ERR_UNSUPPORTED, "%s backward: %d pieces (at most %d are recorded)",
+                     dt__op_table[call->op].name, n, DT_OP_MAX_META);
+  }
+  bool any = false;
+  for (int k = 0; k < n; k++) any |= grad_outputs[k] != NULL;
+  if (!any) return DT_OK;
+  dt_tensor *zeros = NULL, *pieces[DT_OP_MAX_META] = {NULL};
+  dt_status st = DT_OK;
+  int64_t offset = 0;
+  for (int k = 0; k < n && !st; k++) {
+    int64_t len = ctx->output_metas[k].shape[dim];
+    if (grad_outputs[k]) {
+      pieces[k] = dt_tensor_retain(grad_outputs[k]);
+    } else {
+      if (!zeros) st = dt_zeros_like(call->inputs[0], &zeros);
+      if (!st) st = dt_narrow(zeros, dim, offset, len, &pieces[k]);
+    }
+    offset += len;
+  }
+  if (!st) st = dt_cat(n, pieces, dim, &grad_inputs[0]);
+  release_all(pieces, n);
+  dt_tensor_release(zeros);
+  return st;
+}
+
+/* cat: each input's gradient is its block of the output's gradient (a legacy empty 1-D
+ * input, skipped by cat, gets zeros). */
+dt_status dt__backward_cat(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                           dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  const dt_op_call *call = ctx->call;
+  int dim = (int)call->ints[0], ndim = ctx->output_metas[0].ndim;
+  dt_status st = DT_OK;
+  int64_t offset = 0;
+  for (int i = 0; i < call->n_input_list && !st; i++) {
+    int slot = call->n_inputs + i;
+    const dt_tensor_meta *in = &ctx->input_metas[slot];
+    bool legacy_empty = in->ndim != ndim;
+    int64_t len = legacy_empty ? 0 : in->shape[dim];
+    if (ctx->needs_grad[slot]) {
+      if (legacy_empty) {
+        st = dt_zeros_like(call->input_list[i], &grad_inputs[slot]);
+      } else {
+        st = dt_narrow(g, dim, offset, len, &grad_inputs[slot]);
+      }
+    }
+    offset += len;
+  }
+  return st;
+}
+
+/* stack: input i's gradient is select(g, dim, i). */
+dt_status dt__backward_stack(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                             dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  const dt_op_call *call = ctx->call;
+  dt_status st = DT_OK;
+  for (int i = 0; i < call->n_input_list && !st; i++) {
+    int slot = call->n_inputs + i;
+    if (ctx->needs_grad[slot]) st = dt_select(g, call->ints[0], i, &grad_inputs[slot]);
+  }
+  return st;
+}

@@ -1,0 +1,62 @@
+/* scatter_add: the index-accumulation op that backward formulas need (the gradient of
+ * embedding and of max.dim/min.dim values), an op of the table like any other so that it
+ * runs distributed, is traced and profiled.
+ *
+ * Attributes: dim in ints[0]. Inputs {self, index, src}. */
+#include "kernels/cpu/scatter.h"
+#include "ops/op_impl.h"
+
+dt_status dt__infer_scatter_add(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *self = call->inputs[0], *index = call->inputs[1], *src = call->inputs[2];
+  const char *op = dt__op_name(call);
+  char bs[160], bi[160], bx[160];
+  if (index->dtype != DT_I64 && index->dtype != DT_I32) {
+    return dt__error(DT_ERR_DTYPE, "%s: index must be int64 or int32, got %s", op,
+                     dt_dtype_name(index->dtype));
+  }
+  if (src->dtype != self->dtype || self->dtype == DT_BOOL) {
+    return dt__error(DT_ERR_DTYPE, "%s: self (%s) and src (%s) must have one non-bool dtype", op,
+                     dt_dtype_name(self->dtype), dt_dtype_name(src->dtype));
+  }
+  if (index->ndim != self->ndim || src->ndim != self->ndim || self->ndim == 0) {
+    return dt__error(DT_ERR_SHAPE,
+                     "%s: self %s, index %s and src %s must have the same number of dims (at "
+                     "least 1)",
+                     op, dt__format_ints(bs, sizeof bs, self->ndim, self->shape),
+                     dt__format_ints(bi, sizeof bi, index->ndim, index->shape),
+                     dt__format_ints(bx, sizeof bx, src->ndim, src->shape));
+  }
+  int d;
+  dt_status st = dt__normalize_dim(op, call->ints[0], self->ndim, &d);
+  if (st) return st;
+  for (int i = 0; i < self->ndim; i++) {
+    if (index->shape[i] > src->shape[i] || (i != d && index->shape[i] > self->shape[i])) {
+      return dt__error(DT_ERR_SHAPE,
+                       "%s: index %s is larger than src %s or than self %s in dim %d (dim=%d)", op,
+                       dt__format_ints(bi, sizeof bi, index->ndim, index->shape),
+                       dt__format_ints(bx, sizeof bx, src->ndim, src->shape),
+                       dt__format_ints(bs, sizeof bs, self->ndim, self->shape), i, d);
+    }
+  }
+  call->ints[0] = d;
+  call->n_ints = 1;
+  dt__meta_set(&metas[0], self->dtype, self->ndim, self->shape);
+  return DT_OK;
+}
+
+dt_status dt__kernel_scatter_add(dt_op_call *call) {
+  return dt__cpu_scatter_add(dt__op_name(call), call->inputs[0], (int)call->ints[0],
+                             call->inputs[1], call->inputs[2], call->outputs[0]);
+}
+
+dt_status dt_scatter_add(dt_tensor *self, int64_t dim, dt_tensor *index, dt_tensor *src,
+                         dt_tensor **out) {
+  dt_op_call call = {.op = DT_OP_SCATTER_ADD,
+                     .n_inputs = 3,
+                     .inputs = {self, index, src},
+                     .n_ints = 1,
+                     .ints = {dim},
+                     .n_outputs = 1,
+                     .outputs = out};
+  return dt__dispatch(&call);
+}
