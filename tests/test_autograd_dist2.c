@@ -2,7 +2,7 @@
  * the backward of redistribute, from_local, to_local, full_tensor and distribute_tensor
  * follows PyTorch's DTensor (gradients go back to the input's placements; a Partial input's
  * gradient is Replicate); a backward that one rank skips fails on its peer instead of hanging;
- * a 100,000-node chain is freed without recursion on a rank thread; a 100-layer MLP trained
+ * a 300,000-node chain is freed without recursion on a rank thread; a 100-layer MLP trained
  * for 1,000 iterations leaves no node, autograd state or allocation behind. */
 #include <criterion/criterion.h>
 #include <stdatomic.h>
@@ -322,12 +322,14 @@ Test(autograd_dist2, backward_skipped_by_a_peer_fails_instead_of_hanging) {
   cr_assert(arg.rank0_grad_untouched, "a failed backward must not change .grad");
 }
 
-/* A chain of 100,000 recorded ops, backward through it, then freed by releasing its end: on
- * a rank thread (a smaller stack than the main thread's), freeing must not recurse. */
+/* A chain of 300,000 recorded ops freed by releasing its end, then a backward through a
+ * chain of 30,000: on a rank thread (8 MiB of stack), freeing must not recurse. (The
+ * recursive release this replaced survived 100,000 nodes in a Debug build, ~80 bytes of
+ * stack per node, and crashed at 300,000.) */
 static dt_status rank_long_chain(dt_comm *world, void *arg) {
   (void)world;
   (void)arg;
-  enum { LENGTH = 100000 };
+  enum { LENGTH = 300000 };
   int64_t before = dt_autograd_live_nodes();
   dt_tensor *x = NULL, *cur = NULL, *loss = NULL, *g = NULL;
   RANK_OK(dt_full(1, (int64_t[]){1}, 3.0, DT_F64, &x));
