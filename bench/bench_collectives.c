@@ -11,14 +11,17 @@
  * --backend mpi runs under mpirun (the world is mpirun's, --world is ignored). Each line then
  * also carries `raw_mpi_us`: the same operation done with the raw MPI call (MPI_Allreduce,
  * MPI_Allgather, MPI_Reduce_scatter_block, MPI_Bcast, MPI_Alltoall) on the same buffers.
- * Both are measured in alternating rounds and the best round of each is reported, so that
- * noise from other processes on the machine hits both alike. */
+ * Every backend measures in alternating rounds (memcpy, the collective, the raw MPI call) and
+ * reports the median with the spread of the collective, so that noise from other processes
+ * on the machine hits all alike. all_reduce on threads also prints the bytes each rank
+ * moves, its time over memcpy's and the fraction of memcpy bandwidth it reaches. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "bench_machine.h"
+#include "bench_util.h"
 #include "dtensor/dtensor.h"
 
 #ifdef DT_HAVE_MPI
@@ -111,21 +114,44 @@ static int run_raw_mpi(int op, int world, dt_tensor *big, dt_tensor *small, dt_t
 }
 #endif
 
-static void report(const bench_config *c, int op, int64_t bytes, double us, double copy_gbs,
-                   double raw_us) {
+/* us: median time per call; us_min, us_max: the spread over rounds; copy_gbs: memcpy of the
+ * same bytes (median over the same rounds, bytes / time as nccl-tests count algbw). */
+static void report(const bench_config *c, int op, int64_t bytes, double us, double us_min,
+                   double us_max, double copy_gbs, double raw_us) {
   double algbw = (double)bytes / (us * 1e3);
   double busbw = algbw * bus_factor(op, c->world);
-  char raw[64] = "";
+  double copy_us = copy_gbs > 0 ? (double)bytes / (copy_gbs * 1e3) : 0;
+  /* all_reduce on threads: each rank reduces 1/W of the elements, reading them from all W
+   * ranks and writing them to all W, so it moves 2 x bytes (read + written), as a memcpy of
+   * `bytes` does; memcpy_fraction is its bandwidth over memcpy's. */
+  char extra[256] = "";
+  bool moved = op == OP_ALL_REDUCE && strcmp(c->backend, "threads") == 0 && copy_us > 0;
+  double per_rank = 2.0 * (double)bytes, fraction = copy_us / us;
   if (c->json) {
-    if (raw_us > 0) snprintf(raw, sizeof raw, ",\"raw_mpi_us\":%.4f", raw_us);
+    size_t used = 0;
+    if (raw_us > 0) used += (size_t)snprintf(extra, sizeof extra, ",\"raw_mpi_us\":%.4f", raw_us);
+    if (moved) {
+      snprintf(extra + used, sizeof extra - used,
+               ",\"bytes_moved_per_rank\":%.0f,\"memcpy_fraction\":%.3f,\"vs_memcpy\":%.3f",
+               per_rank, fraction, us / copy_us);
+    }
     printf("{\"name\":\"%s\",\"backend\":\"%s\",\"world\":%d,\"bytes\":%lld,\"us\":%.4f,"
-           "\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f,\"memcpy_gbs\":%.3f%s}\n",
-           op_names[op], c->backend, c->world, (long long)bytes, us, algbw, busbw, copy_gbs, raw);
+           "\"us_min\":%.4f,\"us_max\":%.4f,\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f,"
+           "\"memcpy_gbs\":%.3f%s}\n",
+           op_names[op], c->backend, c->world, (long long)bytes, us, us_min, us_max, algbw, busbw,
+           copy_gbs, extra);
   } else {
-    if (raw_us > 0) snprintf(raw, sizeof raw, "  raw MPI %12.3f us", raw_us);
-    printf("%-15s %-8s W=%-4d %12lld B %12.3f us  algbw %8.3f GB/s  busbw %8.3f GB/s  "
-           "memcpy %8.3f GB/s%s\n",
-           op_names[op], c->backend, c->world, (long long)bytes, us, algbw, busbw, copy_gbs, raw);
+    size_t used = 0;
+    if (raw_us > 0) used += (size_t)snprintf(extra, sizeof extra, "  raw MPI %12.3f us", raw_us);
+    if (moved) {
+      snprintf(extra + used, sizeof extra - used,
+               "  moved/rank %.0f B, %.2fx memcpy time, %.0f%% of memcpy bandwidth", per_rank,
+               us / copy_us, 100 * fraction);
+    }
+    printf("%-15s %-8s W=%-4d %12lld B %12.3f us (%.3f..%.3f)  algbw %8.3f GB/s  busbw %8.3f "
+           "GB/s  memcpy %8.3f GB/s%s\n",
+           op_names[op], c->backend, c->world, (long long)bytes, us, us_min, us_max, algbw, busbw,
+           copy_gbs, extra);
   }
   fflush(stdout);
 }
@@ -147,29 +173,30 @@ static dt_status bench_rank(dt_comm *comm, void *arg) {
       dt_status status = dt_ones(1, (int64_t[]){n}, DT_F32, &big);
       if (status == DT_OK) status = dt_ones(1, (int64_t[]){n / world}, DT_F32, &small);
       if (status == DT_OK) status = dt_zeros(1, (int64_t[]){n}, DT_F32, &big2);
-      double copy = 0, us = 0, raw_us = 0;
+      /* Rounds alternate memcpy (rank 0, the others wait at a barrier), the collective and,
+       * under MPI, the raw MPI call, so that load from other processes hits all alike; the
+       * median of each is reported. */
+      enum { MAX_ROUNDS = 5 };
+      double copy_r[MAX_ROUNDS] = {0}, us_r[MAX_ROUNDS] = {0}, raw_r[MAX_ROUNDS] = {0};
+      int rounds = fake ? 1 : mpi ? 5 : 3;
       if (status == DT_OK) {
-        if (dt_comm_rank(comm) == 0) copy = memcpy_gbs(n * 4);
         int iters = iterations(n * 4, fake);
         for (int i = 0; i < 2 && status == DT_OK; i++) status = run_op(op, comm, big, small, big2);
-        /* MPI: alternate library and raw rounds, keep the best of each. */
-        int rounds = mpi ? 5 : 1;
         for (int round = 0; round < rounds && status == DT_OK; round++) {
+          if (!fake && dt_comm_rank(comm) == 0) copy_r[round] = memcpy_gbs(n * 4);
           status = dt_comm_barrier(comm);
           double start = now_us();
           for (int i = 0; i < iters && status == DT_OK; i++)
             status = run_op(op, comm, big, small, big2);
           if (status == DT_OK && !fake) status = dt_comm_barrier(comm);
-          double t = (now_us() - start) / iters;
-          if (round == 0 || t < us) us = t;
+          us_r[round] = (now_us() - start) / iters;
 #ifdef DT_HAVE_MPI
           if (mpi && status == DT_OK) {
             MPI_Barrier(MPI_COMM_WORLD);
             start = now_us();
             for (int i = 0; i < iters; i++) run_raw_mpi(op, world, big, small, big2);
             MPI_Barrier(MPI_COMM_WORLD);
-            t = (now_us() - start) / iters;
-            if (round == 0 || t < raw_us) raw_us = t;
+            raw_r[round] = (now_us() - start) / iters;
           }
 #endif
         }
@@ -178,7 +205,12 @@ static dt_status bench_rank(dt_comm *comm, void *arg) {
       dt_tensor_release(small);
       dt_tensor_release(big2);
       if (status != DT_OK) return status;
-      if (dt_comm_rank(comm) == 0) report(c, op, n * 4, us, copy, raw_us);
+      if (dt_comm_rank(comm) == 0) {
+        bench_stats t = bench_stats_of(us_r, rounds);
+        double copy = fake ? 0 : bench_median(copy_r, rounds);
+        double raw_us = mpi ? bench_median(raw_r, rounds) : 0;
+        report(c, op, n * 4, t.median, t.min, t.max, copy, raw_us);
+      }
     }
   }
   return DT_OK;

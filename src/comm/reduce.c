@@ -135,11 +135,29 @@ static bool sum_f32_streaming(int nsrc, const void *const *src, int ndst, void *
 }
 #endif
 
+/* True when some destination's bytes overlap some source's. */
+static bool dst_overlaps_src(int nsrc, const void *const *src, int ndst, void *const *dst,
+                             size_t bytes) {
+  for (int d = 0; d < ndst; d++) {
+    uintptr_t d0 = (uintptr_t)dst[d], d1 = d0 + bytes;
+    for (int s = 0; s < nsrc; s++) {
+      uintptr_t s0 = (uintptr_t)src[s], s1 = s0 + bytes;
+      if (d0 < s1 && s0 < d1) return true;
+    }
+  }
+  return false;
+}
+
 void dt__reduce_buffers(dt_dtype dtype, dt_reduce_op op, int nsrc, const void *const *src, int ndst,
                         void *const *dst, int64_t n, int world, bool streaming) {
   if (n <= 0 || nsrc <= 0 || ndst <= 0) return;
 #if defined(__SSE2__)
+  /* Non-temporal stores only pay when the destination is not in the cache. In place (a
+   * destination is a source, as in every in-place all_reduce) the lines were just read, and
+   * streaming over them measured 4-7x slower than ordinary stores on an AMD EPYC (Zen 3)
+   * under KVM: the store must first evict the line it hits. */
   if (streaming && dtype == DT_F32 && op == DT_REDUCE_SUM &&
+      !dst_overlaps_src(nsrc, src, ndst, dst, sizeof(float) * (size_t)n) &&
       sum_f32_streaming(nsrc, src, ndst, dst, n)) {
     return;
   }
