@@ -5,8 +5,9 @@
 #include "dtensor/ops.h"
 
 /* The input's shape with the reduced dims set to 1 (the keepdim shape of the result), and
- * the reduced dims. max/min reduce every dim; amax/amin the normalized dims infer wrote to
- * ints (none means every dim). */
+ * the reduced dims. max/min reduce every dim; amax/amin the dims of their list (int_list:
+ * the recorded attributes are the caller's, normalized by infer only on the local path), an
+ * empty list meaning every dim. */
 typedef struct reduced_dims {
   int n;
   int64_t dims[DT_MAX_DIMS];
@@ -15,11 +16,15 @@ typedef struct reduced_dims {
 
 static void reduced_of(const dt_backward_ctx *ctx, bool all, reduced_dims *r) {
   const dt_tensor_meta *in = &ctx->input_metas[0];
+  const dt_op_call *call = ctx->call;
   unsigned mask = 0;
-  if (all || ctx->call->n_ints == 0) {
+  if (all || !call->int_list || call->n_int_list == 0) {
     mask = in->ndim > 0 ? (1u << in->ndim) - 1 : 0;
   } else {
-    for (int i = 0; i < ctx->call->n_ints; i++) mask |= 1u << ctx->call->ints[i];
+    for (int i = 0; i < call->n_int_list; i++) {
+      int64_t d = call->int_list[i] < 0 ? call->int_list[i] + in->ndim : call->int_list[i];
+      if (d >= 0 && d < in->ndim) mask |= 1u << d;
+    }
   }
   r->n = 0;
   for (int d = 0; d < in->ndim; d++) {
@@ -65,7 +70,7 @@ dt_status dt__backward_extremum_dim(const dt_backward_ctx *ctx, dt_tensor *const
   dt_tensor *g = grad_outputs[0];
   if (!g) return DT_OK;
   const dt_tensor_meta *in = &ctx->input_metas[0];
-  int dim = (int)ctx->call->ints[0];
+  int dim = (int)(ctx->call->ints[0] < 0 ? ctx->call->ints[0] + in->ndim : ctx->call->ints[0]);
   int64_t keep[DT_MAX_DIMS];
   for (int d = 0; d < in->ndim; d++) keep[d] = d == dim ? 1 : in->shape[d];
   dt_tensor *zeros = NULL, *idx = NULL, *gk = NULL;

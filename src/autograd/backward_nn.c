@@ -52,7 +52,9 @@ dt_status dt__backward_layer_norm(const dt_backward_ctx *ctx, dt_tensor *const *
   if (!g) return DT_OK;
   const dt_op_call *call = ctx->call;
   const dt_tensor_meta *in = &ctx->input_metas[0];
-  int k = call->n_ints, lead = in->ndim - k;
+  /* normalized_shape: in int_list as the caller gave it (infer copies it to ints only on
+   * the local path). */
+  int k = call->int_list ? call->n_int_list : call->n_ints, lead = in->ndim - k;
   int64_t norm_dims[DT_MAX_DIMS], lead_dims[DT_MAX_DIMS];
   for (int i = 0; i < k; i++) norm_dims[i] = lead + i;
   for (int i = 0; i < lead; i++) lead_dims[i] = i;

@@ -10,6 +10,16 @@ static void release_all(dt_tensor **t, int n) {
   for (int i = 0; i < n; i++) dt_tensor_release(t[i]);
 }
 
+/* The recorded attributes are the caller's: normalized by infer on the local path, as given
+ * on the distributed path (whose infer runs on a copy). These helpers normalize both alike. */
+static int norm_dim(int64_t dim, int ndim) { return (int)(dim < 0 ? dim + ndim : dim); }
+
+/* Python's start of a slice: negative counts from the end, then clamped into [0, size]. */
+static int64_t norm_start(int64_t start, int64_t size) {
+  if (start < 0) start = start < -size ? 0 : start + size;
+  return start > size ? size : start;
+}
+
 /* The gradient of a cut: g (the piece's gradient, m = its size along dim) placed at
  * start, start + step, ... of a zero tensor like the input. With step > 1 each row of g is
  * followed by step - 1 zero rows (an interleave made by cat on a new dim and a reshape),
@@ -68,13 +78,18 @@ static dt_status place(dt_tensor *input, const dt_tensor_meta *in, dt_tensor *g,
   return st;
 }
 
-/* narrow and slice.Tensor: infer left ints = {dim, start, length, step}. */
+/* narrow and slice.Tensor: ints = {dim, start, end or length, step} (narrow's step is 1);
+ * the piece's length comes from the output's shape. */
 dt_status dt__backward_slice(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
                              dt_tensor **grad_inputs) {
   if (!grad_outputs[0]) return DT_OK;
   const dt_op_call *call = ctx->call;
-  return place(call->inputs[0], &ctx->input_metas[0], grad_outputs[0], &ctx->output_metas[0],
-               (int)call->ints[0], call->ints[1], call->ints[3], &grad_inputs[0]);
+  const dt_tensor_meta *in = &ctx->input_metas[0];
+  int dim = norm_dim(call->ints[0], in->ndim);
+  int64_t start = norm_start(call->ints[1], in->shape[dim]);
+  int64_t step = call->ints[3] > 1 ? call->ints[3] : 1;
+  return place(call->inputs[0], in, grad_outputs[0], &ctx->output_metas[0], dim, start, step,
+               &grad_inputs[0]);
 }
 
 /* select.int: ints = {dim, index}; the gradient gets its dim back, then is placed. */
@@ -82,28 +97,37 @@ dt_status dt__backward_select(const dt_backward_ctx *ctx, dt_tensor *const *grad
                               dt_tensor **grad_inputs) {
   if (!grad_outputs[0]) return DT_OK;
   const dt_op_call *call = ctx->call;
-  int dim = (int)call->ints[0];
+  const dt_tensor_meta *in = &ctx->input_metas[0];
+  int dim = norm_dim(call->ints[0], in->ndim);
+  int64_t index = call->ints[1] < 0 ? call->ints[1] + in->shape[dim] : call->ints[1];
   const dt_tensor_meta *om = &ctx->output_metas[0];
   dt_tensor_meta um = {.dtype = om->dtype, .ndim = om->ndim + 1};
   for (int d = 0, k = 0; d < um.ndim; d++) um.shape[d] = d == dim ? 1 : om->shape[k++];
   dt_tensor *u = NULL;
   dt_status st = dt_unsqueeze(grad_outputs[0], dim, &u);
-  if (!st)
-    st = place(call->inputs[0], &ctx->input_metas[0], u, &um, dim, call->ints[1], 1,
-               &grad_inputs[0]);
+  if (!st) st = place(call->inputs[0], in, u, &um, dim, index, 1, &grad_inputs[0]);
   dt_tensor_release(u);
   return st;
 }
 
-/* split, split_with_sizes, chunk (ints[0] = dim): the pieces' gradients concatenated, a
- * zero block for each piece that received none. */
+/* split, split_with_sizes, chunk: the pieces' gradients concatenated, a zero block for each
+ * piece that received none. The split dim is read from the shapes (the one where a piece
+ * differs from the input), since the attributes' layout differs before and after infer. */
 dt_status dt__backward_split(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
                              dt_tensor **grad_inputs) {
   const dt_op_call *call = ctx->call;
-  int n = call->n_outputs, dim = (int)call->ints[0];
-  if (n > DT_OP_MAX_META) {
+  const dt_tensor_meta *in = &ctx->input_metas[0];
+  int n = 0;
+  while (n < call->n_outputs && n < DT_OP_MAX_META && call->outputs[n]) n++;
+  if (n < call->n_outputs && n == DT_OP_MAX_META) {
     return dt__error(DT_ERR_UNSUPPORTED, "%s backward: %d pieces (at most %d are recorded)",
-                     dt__op_table[call->op].name, n, DT_OP_MAX_META);
+                     dt__op_table[call->op].name, call->n_outputs, DT_OP_MAX_META);
+  }
+  int dim = 0;
+  for (int k = 0; k < n; k++) {
+    for (int d = 0; d < in->ndim; d++) {
+      if (ctx->output_metas[k].shape[d] != in->shape[d]) dim = d;
+    }
   }
   bool any = false;
   for (int k = 0; k < n; k++) any |= grad_outputs[k] != NULL;
@@ -121,7 +145,11 @@ dt_status dt__backward_split(const dt_backward_ctx *ctx, dt_tensor *const *grad_
     }
     offset += len;
   }
-  if (!st) st = dt_cat(n, pieces, dim, &grad_inputs[0]);
+  if (!st && n == 1) {
+    grad_inputs[0] = dt_tensor_retain(pieces[0]);
+  } else if (!st) {
+    st = dt_cat(n, pieces, dim, &grad_inputs[0]);
+  }
   release_all(pieces, n);
   dt_tensor_release(zeros);
   return st;
@@ -134,7 +162,7 @@ dt_status dt__backward_cat(const dt_backward_ctx *ctx, dt_tensor *const *grad_ou
   dt_tensor *g = grad_outputs[0];
   if (!g) return DT_OK;
   const dt_op_call *call = ctx->call;
-  int dim = (int)call->ints[0], ndim = ctx->output_metas[0].ndim;
+  int ndim = ctx->output_metas[0].ndim, dim = norm_dim(call->ints[0], ndim);
   dt_status st = DT_OK;
   int64_t offset = 0;
   for (int i = 0; i < call->n_input_list && !st; i++) {
@@ -163,7 +191,10 @@ dt_status dt__backward_stack(const dt_backward_ctx *ctx, dt_tensor *const *grad_
   dt_status st = DT_OK;
   for (int i = 0; i < call->n_input_list && !st; i++) {
     int slot = call->n_inputs + i;
-    if (ctx->needs_grad[slot]) st = dt_select(g, call->ints[0], i, &grad_inputs[slot]);
+    if (ctx->needs_grad[slot]) {
+      int dim = norm_dim(call->ints[0], ctx->output_metas[0].ndim);
+      st = dt_select(g, dim, i, &grad_inputs[slot]);
+    }
   }
   return st;
 }
