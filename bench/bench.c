@@ -32,5 +32,11 @@ const tool_command tool_bench_suites[] = {
      .summary = "a tensor-parallel MLP on 2 ranks against the same graph on 1 rank",
      .usage = "[--json] [--iters N] [--hidden H] [--batch B]",
      .run = bench_suite_tp},
+    {.name = "ckpt",
+     .summary = "state-dict save and load bandwidth on 1 and 4 ranks vs raw write/read",
+     .usage = "[--json] [--size BYTES] [--1g] [--dir DIR] [--reps N]",
+     .details = "--size takes K, M and G suffixes (default 256M; --1g: 1 GiB). DIR (default\n"
+                "/tmp) holds the files, removed afterwards; best of N alternating runs (default 3).",
+     .run = bench_suite_ckpt},
     {0},
 };

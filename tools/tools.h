@@ -29,6 +29,7 @@ int tool_dispatch(const char *path, const tool_command *table, const char *noun,
 /* The tables of the command groups. */
 extern const tool_command tool_bench_suites[];
 extern const tool_command tool_trace_commands[];
+extern const tool_command tool_ckpt_commands[];
 
 /* The commands and suites. */
 int tool_demo(int argc, char **argv);
@@ -41,6 +42,7 @@ int bench_suite_instructions(int argc, char **argv);
 int bench_suite_collectives(int argc, char **argv);
 int bench_suite_profile(int argc, char **argv);
 int bench_suite_tp(int argc, char **argv);
+int bench_suite_ckpt(int argc, char **argv);
 
 /* True if flag appears among argv[1..argc). */
 bool tool_has_flag(int argc, char **argv, const char *flag);

@@ -12,11 +12,13 @@
 #ifndef DTENSOR_CHECKPOINT_H
 #define DTENSOR_CHECKPOINT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dtensor/core.h"
 #include "dtensor/dist.h"
 #include "dtensor/mesh.h"
+#include "dtensor/nn.h"
 #include "dtensor/tensor.h"
 
 #ifdef __cplusplus
@@ -104,6 +106,79 @@ DT_API uint64_t dt_safetensors_bytes_read(const dt_safetensors *file);
 DT_API dt_status dt_safetensors_save(const char *path, int count, const char *const *names,
                                      dt_tensor *const *tensors, int n_metadata,
                                      const char *const *keys, const char *const *values);
+
+/* ---- State dicts ------------------------------------------------------------------------- */
+
+/* Options of dt_state_dict_load; zero-initialized (or NULL) means PyTorch's default,
+ * strict=True. */
+typedef struct dt_state_dict_options {
+  bool non_strict; /* true: missing and unexpected keys are reported, not refused */
+} dt_state_dict_options;
+
+/* What dt_state_dict_load found: the missing keys (the module has them, the file not) and the
+ * unexpected ones (the file has them, the module not), each a comma-separated list or NULL
+ * when empty. Owned by the report; free with dt_state_dict_report_clear. */
+typedef struct dt_state_dict_report {
+  int n_missing;
+  int n_unexpected;
+  char *missing;
+  char *unexpected;
+} dt_state_dict_report;
+
+/* Loads the file's tensors into module's parameters and buffers by FQN ("0.weight",
+ * "mlps.0.0.bias"), PyTorch's load_state_dict. A parameter that is a distributed tensor
+ * (after dt_parallelize_module, say) keeps its mesh and placements, and each rank reads only
+ * its block (dt_safetensors_load_distributed). Every value is read and checked before any is
+ * installed, so on failure the module is unchanged. report may be NULL.
+ * Errors: DT_ERR_INVALID (NULL module or file; in strict mode any missing or unexpected key,
+ * all named in the message; a dtype or shape that differs from the module's, naming the key
+ * and both), the errors of dt_safetensors_load, DT_ERR_NOMEM. */
+DT_API dt_status dt_state_dict_load(dt_module *module, dt_safetensors *file,
+                                    const dt_state_dict_options *options,
+                                    dt_state_dict_report *report);
+
+/* Frees the report's lists and zeroes it. NULL is ignored. */
+DT_API void dt_state_dict_report_clear(dt_state_dict_report *report);
+
+/* Saves module's parameters and buffers under their FQNs as one safetensors file (as
+ * dt_safetensors_save does). Distributed tensors are gathered first, which is collective
+ * over their mesh; then only the rank at coordinate 0 of the meshes writes. Errors:
+ * DT_ERR_INVALID (NULL arguments), those of dt_dist_full_tensor and dt_safetensors_save. */
+DT_API dt_status dt_state_dict_save(const dt_module *module, const char *path);
+
+/* ---- Distributed checkpoints (PyTorch DCP's model) ---------------------------------------- */
+
+/* Saves `count` tensors under `names` into directory `dir` (created if absent), from every
+ * rank of `mesh`'s world: collective over that group. Each rank writes only the blocks of its
+ * shards in one safetensors file "__<generation>_<rank>.safetensors" (a block's tensor keeps
+ * its FQN, its shape is the block's), replicated data once: only the replica with coordinate
+ * 0 on every Replicate mesh dim writes a block, and local tensors are written by rank 0. Rank
+ * 0 then writes "metadata.json": every tensor's global shape, dtype, mesh shape, placements,
+ * and each block's offsets and lengths in the global tensor with its file and byte range.
+ * Crash safety: data files have names of their own generation, are fsynced and renamed in
+ * place; metadata.json is renamed over the old one last (the commit), then the files of
+ * older generations are removed. A crash at any point leaves the previous checkpoint or the
+ * new one. Every distributed tensor must live on a mesh over the same world as `mesh`.
+ * Errors: DT_ERR_INVALID (NULL arguments, duplicate names, a Partial placement: reduce it
+ * first), DT_ERR_IO (naming the path and errno's reason; every rank returns it when any rank
+ * failed), DT_ERR_NOMEM, the collective errors. */
+DT_API dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count,
+                                    const char *const *names, dt_tensor *const *tensors);
+
+/* Loads tensors `names` of the checkpoint in `dir` into `tensors`, in place: a distributed
+ * tensor (any mesh, placements Shard/Replicate, world size) receives the values of its own
+ * block, a local tensor the whole tensor. Each rank computes the overlap of its block with
+ * the saved blocks and preads only those bytes. Not collective. Errors: DT_ERR_INVALID (NULL
+ * arguments; a name the checkpoint lacks; a dtype or global shape that differs, naming the
+ * tensor; a Partial target; a missing, truncated or corrupt checkpoint: the message names the
+ * file and what is wrong), DT_ERR_IO, DT_ERR_NOMEM. On failure targets may hold part of the
+ * new values. */
+DT_API dt_status dt_checkpoint_load(const char *dir, int count, const char *const *names,
+                                    dt_tensor *const *tensors);
+
+/* Tensor data bytes this thread read in dt_checkpoint_load calls so far (for tests and
+ * benchmarks that check a load reads only its overlap). */
+DT_API uint64_t dt_checkpoint_bytes_read(void);
 
 #ifdef __cplusplus
 }

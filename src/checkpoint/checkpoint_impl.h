@@ -41,4 +41,21 @@ dt_status dt__safetensors_parse_header(dt_safetensors *file, const char *op, con
 const char *dt__safetensors_dtype_name(dt_dtype dtype);
 dt_dtype dt__safetensors_dtype_parse(const char *name);
 
+/* Reads n bytes at absolute file offset `offset` (pread, or memcpy for a memory image),
+ * counted in the handle's bytes_read. `op` names the public function in messages. */
+dt_status dt__safetensors_read(dt_safetensors *file, const char *op, uint64_t offset, void *buf,
+                               size_t n);
+
+/* Failure injection for the crash-safety tests: when dt__checkpoint_fail_step equals one of
+ * these steps, dt_checkpoint_save stops there with DT_ERR_IO, as a crash would, leaving the
+ * files as they are at that point. 0 (the default) injects nothing. */
+enum {
+  DT__CKPT_STEP_NONE = 0,
+  DT__CKPT_STEP_BEFORE_DATA = 1,   /* nothing written yet */
+  DT__CKPT_STEP_DATA_WRITTEN = 2,  /* data files fsynced and renamed; no metadata */
+  DT__CKPT_STEP_METADATA_TEMP = 3, /* metadata temporary fsynced, not renamed */
+  DT__CKPT_STEP_COMMITTED = 4,     /* metadata renamed; old generations not removed */
+};
+extern atomic_int dt__checkpoint_fail_step;
+
 #endif

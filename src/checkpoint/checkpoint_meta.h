@@ -1,0 +1,67 @@
+/* The metadata of a distributed checkpoint (checkpoint_metadata.c), shared by the saver, the
+ * loader and the inspector. */
+#ifndef DT_CHECKPOINT_META_H
+#define DT_CHECKPOINT_META_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "checkpoint/checkpoint_impl.h"
+#include "core/core_impl.h"
+
+#define DT__CKPT_METADATA "metadata.json"
+
+typedef struct dt__ckpt_file {
+  char *name; /* inside the checkpoint's directory */
+  uint64_t bytes;
+} dt__ckpt_file;
+
+/* One saved block: the box [offsets, offsets + lengths) of the global tensor, stored
+ * row-major in file `file` at bytes [begin, end). */
+typedef struct dt__ckpt_block {
+  int file;
+  int64_t offsets[DT_MAX_DIMS];
+  int64_t lengths[DT_MAX_DIMS];
+  uint64_t begin, end;
+} dt__ckpt_block;
+
+typedef struct dt__ckpt_tensor {
+  char *name;
+  dt_dtype dtype;
+  int ndim;
+  int64_t shape[DT_MAX_DIMS];
+  int mesh_ndim;
+  int mesh[DT_MAX_DIMS];
+  char placements[128]; /* "S(0), R", for people and the inspector */
+  int n_blocks;
+  dt__ckpt_block *blocks;
+} dt__ckpt_tensor;
+
+typedef struct dt__ckpt_meta {
+  int64_t generation;
+  int n_files;
+  dt__ckpt_file *files;
+  int n_tensors;
+  dt__ckpt_tensor *tensors;
+} dt__ckpt_meta;
+
+typedef struct dt__ckpt_text {
+  char *data;
+  size_t length, capacity;
+  bool failed;
+} dt__ckpt_text;
+
+/* Parses and validates metadata text (not NUL-terminated); `label` names it in messages.
+ * On failure meta is empty. */
+dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length,
+                              dt__ckpt_meta *meta);
+
+/* Reads and parses DIR/metadata.json. DT_ERR_NOT_FOUND-like absence is DT_ERR_IO with the
+ * path; *absent (may be NULL) tells that the file does not exist. */
+dt_status dt__ckpt_meta_read(const char *dir, const char *op, dt__ckpt_meta *meta, bool *absent);
+
+void dt__ckpt_meta_write(const dt__ckpt_meta *meta, dt__ckpt_text *out);
+void dt__ckpt_meta_free(dt__ckpt_meta *meta);
+
+#endif

@@ -1,0 +1,459 @@
+/*
+ * metadata.json of a distributed checkpoint: written by rank 0 as the commit marker, read and
+ * validated by every loader before a byte of data is trusted.
+ *
+ * {"format":"dtensor-checkpoint","version":1,"generation":G,
+ *  "files":[{"name":"__G_0.safetensors","bytes":N},...],
+ *  "tensors":[{"name":"0.weight","dtype":"F32","shape":[18,12],"mesh":[2],
+ *              "placements":["S(0)"],
+ *              "blocks":[{"file":0,"offsets":[0,0],"lengths":[9,12],"byte_range":[B,E]},...]}]}
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint/checkpoint_meta.h"
+#include "trace/json_scanner.h"
+
+void dt__ckpt_meta_free(dt__ckpt_meta *meta) {
+  if (!meta) return;
+  for (int i = 0; i < meta->n_files; i++) dt__free(meta->files[i].name);
+  for (int i = 0; i < meta->n_tensors; i++) {
+    dt__free(meta->tensors[i].name);
+    dt__free(meta->tensors[i].blocks);
+  }
+  dt__free(meta->files);
+  dt__free(meta->tensors);
+  memset(meta, 0, sizeof *meta);
+}
+
+/* ---- Reading ------------------------------------------------------------------------------ */
+
+typedef struct reader {
+  dt__json_scanner r;
+  const char *label; /* the path, for messages */
+} reader;
+
+static dt_status bad(reader *rd, const char *what) {
+  return dt__error(DT_ERR_INVALID, "dt_checkpoint_load: %s: corrupt metadata at byte %td: %s",
+                   rd->label, rd->r.p - rd->r.begin, what);
+}
+
+/* Wraps a scanner error (its message says the byte) with the file's name. */
+static dt_status scan_failed(reader *rd, dt_status st) {
+  if (st == DT_ERR_NOMEM) return st;
+  char message[512];
+  snprintf(message, sizeof message, "%s", dt_last_error());
+  return dt__error(DT_ERR_INVALID, "dt_checkpoint_load: %s: corrupt metadata: %s", rd->label,
+                   message);
+}
+
+/* Array iteration: call with *first = true just before '['. */
+static dt_status next_element(reader *rd, bool *first, int *has) {
+  dt__json_skip_ws(&rd->r);
+  if (rd->r.p >= rd->r.end) return bad(rd, "unexpected end inside an array");
+  if (*first) {
+    if (*rd->r.p != '[') return bad(rd, "expected '['");
+    rd->r.p++;
+    *first = false;
+    dt__json_skip_ws(&rd->r);
+    if (rd->r.p < rd->r.end && *rd->r.p == ']') {
+      rd->r.p++;
+      *has = 0;
+      return DT_OK;
+    }
+  } else {
+    if (*rd->r.p == ']') {
+      rd->r.p++;
+      *has = 0;
+      return DT_OK;
+    }
+    if (*rd->r.p != ',') return bad(rd, "expected ',' or ']' in an array");
+    rd->r.p++;
+    dt__json_skip_ws(&rd->r);
+  }
+  *has = 1;
+  return DT_OK;
+}
+
+static dt_status read_integer(reader *rd, int64_t min, int64_t max, int64_t *out) {
+  double v = 0;
+  bool integral = false;
+  dt_status st = dt__json_number(&rd->r, &v, &integral);
+  if (st) return scan_failed(rd, st);
+  if (!integral || v < (double)min || v > (double)max) return bad(rd, "integer out of range");
+  *out = (int64_t)v;
+  return DT_OK;
+}
+
+static dt_status read_integers(reader *rd, int max_count, int64_t min, int64_t max, int64_t *out,
+                               int *count) {
+  bool first = true;
+  int has = 0, n = 0;
+  for (;;) {
+    dt_status st = next_element(rd, &first, &has);
+    if (st) return st;
+    if (!has) break;
+    if (n == max_count) return bad(rd, "too many dims");
+    st = read_integer(rd, min, max, &out[n++]);
+    if (st) return st;
+  }
+  *count = n;
+  return DT_OK;
+}
+
+static dt_status read_string(reader *rd, char **out) {
+  dt__json_skip_ws(&rd->r);
+  if (rd->r.p >= rd->r.end || *rd->r.p != '"') return bad(rd, "expected a string");
+  dt__json_span sp;
+  dt_status st = dt__json_string(&rd->r, &sp);
+  if (st) return scan_failed(rd, st);
+  *out = dt__json_copy_string(sp);
+  return *out ? DT_OK : dt__error(DT_ERR_NOMEM, "dt_checkpoint_load: cannot allocate a string");
+}
+
+/* Grows an array of `size`-byte items to hold n + 1. */
+static void *grow(void *items, int n, size_t size) {
+  if (n & (n - 1)) return items; /* the capacity is n rounded up to a power of two */
+  int capacity = n ? n * 2 : 1;
+  void *bigger = dt__calloc(size * (size_t)capacity);
+  if (!bigger) return NULL;
+  if (n) memcpy(bigger, items, size * (size_t)n);
+  dt__free(items);
+  return bigger;
+}
+
+#define INT64_LIMIT ((int64_t)1 << 62)
+
+static dt_status read_block(reader *rd, dt__ckpt_tensor *t) {
+  void *items = grow(t->blocks, t->n_blocks, sizeof *t->blocks);
+  if (!items) return dt__error(DT_ERR_NOMEM, "dt_checkpoint_load: cannot allocate blocks");
+  t->blocks = items;
+  dt__ckpt_block *b = &t->blocks[t->n_blocks++];
+  b->file = -1;
+  bool first = true, seen_range = false;
+  int has = 0, n_offsets = -1, n_lengths = -1;
+  dt__json_skip_ws(&rd->r);
+  if (rd->r.p >= rd->r.end || *rd->r.p != '{') return bad(rd, "expected a block object");
+  rd->r.p++;
+  for (;;) {
+    dt__json_span key;
+    dt_status st = dt__json_next_key(&rd->r, &first, &key, &has);
+    if (st) return scan_failed(rd, st);
+    if (!has) break;
+    if (dt__json_span_equals(key, "file")) {
+      int64_t v;
+      st = read_integer(rd, 0, INT32_MAX, &v);
+      b->file = (int)v;
+    } else if (dt__json_span_equals(key, "offsets")) {
+      st = read_integers(rd, DT_MAX_DIMS, 0, INT64_LIMIT, b->offsets, &n_offsets);
+    } else if (dt__json_span_equals(key, "lengths")) {
+      st = read_integers(rd, DT_MAX_DIMS, 0, INT64_LIMIT, b->lengths, &n_lengths);
+    } else if (dt__json_span_equals(key, "byte_range")) {
+      int64_t range[2];
+      int n = 0;
+      st = read_integers(rd, 2, 0, INT64_LIMIT, range, &n);
+      if (!st && n != 2) return bad(rd, "byte_range needs 2 numbers");
+      b->begin = (uint64_t)range[0];
+      b->end = (uint64_t)range[1];
+      seen_range = true;
+    } else {
+      st = dt__json_skip_value(&rd->r);
+      if (st) return scan_failed(rd, st);
+    }
+    if (st) return st;
+  }
+  if (b->file < 0 || !seen_range || n_offsets != t->ndim || n_lengths != t->ndim)
+    return bad(rd, "a block needs file, offsets and lengths (one per dim) and byte_range");
+  return DT_OK;
+}
+
+static dt_status read_tensor(reader *rd, dt__ckpt_meta *meta) {
+  void *items = grow(meta->tensors, meta->n_tensors, sizeof *meta->tensors);
+  if (!items) return dt__error(DT_ERR_NOMEM, "dt_checkpoint_load: cannot allocate tensors");
+  meta->tensors = items;
+  dt__ckpt_tensor *t = &meta->tensors[meta->n_tensors++];
+  t->ndim = -1;
+  t->dtype = DT_DTYPE_COUNT;
+  bool first = true;
+  int has = 0;
+  dt__json_skip_ws(&rd->r);
+  if (rd->r.p >= rd->r.end || *rd->r.p != '{') return bad(rd, "expected a tensor object");
+  rd->r.p++;
+  bool blocks_seen = false;
+  for (;;) {
+    dt__json_span key;
+    dt_status st = dt__json_next_key(&rd->r, &first, &key, &has);
+    if (st) return scan_failed(rd, st);
+    if (!has) break;
+    if (dt__json_span_equals(key, "name")) {
+      st = read_string(rd, &t->name);
+    } else if (dt__json_span_equals(key, "dtype")) {
+      char *name = NULL;
+      st = read_string(rd, &name);
+      if (!st) t->dtype = dt__safetensors_dtype_parse(name);
+      dt__free(name);
+      if (!st && t->dtype == DT_DTYPE_COUNT) return bad(rd, "unknown dtype");
+    } else if (dt__json_span_equals(key, "shape")) {
+      st = read_integers(rd, DT_MAX_DIMS, 0, INT64_LIMIT, t->shape, &t->ndim);
+    } else if (dt__json_span_equals(key, "mesh")) {
+      int64_t mesh[DT_MAX_DIMS];
+      st = read_integers(rd, DT_MAX_DIMS, 1, INT32_MAX, mesh, &t->mesh_ndim);
+      for (int i = 0; !st && i < t->mesh_ndim; i++) t->mesh[i] = (int)mesh[i];
+    } else if (dt__json_span_equals(key, "placements")) {
+      bool pfirst = true;
+      int phas = 0, n = 0;
+      t->placements[0] = '\0';
+      while (!st) {
+        st = next_element(rd, &pfirst, &phas);
+        if (st || !phas) break;
+        char *p = NULL;
+        st = read_string(rd, &p);
+        if (st) break;
+        size_t at = strlen(t->placements);
+        snprintf(t->placements + at, sizeof t->placements - at, "%s%s", n++ ? ", " : "", p);
+        dt__free(p);
+      }
+    } else if (dt__json_span_equals(key, "blocks")) {
+      if (t->ndim < 0) return bad(rd, "a tensor's shape must come before its blocks");
+      bool bfirst = true;
+      int bhas = 0;
+      blocks_seen = true;
+      while (!st) {
+        st = next_element(rd, &bfirst, &bhas);
+        if (st || !bhas) break;
+        st = read_block(rd, t);
+      }
+    } else {
+      st = dt__json_skip_value(&rd->r);
+      if (st) return scan_failed(rd, st);
+    }
+    if (st) return st;
+  }
+  if (!t->name || t->ndim < 0 || t->dtype == DT_DTYPE_COUNT || !blocks_seen)
+    return bad(rd, "a tensor needs name, dtype, shape and blocks");
+  return DT_OK;
+}
+
+static dt_status read_file_entry(reader *rd, dt__ckpt_meta *meta) {
+  void *items = grow(meta->files, meta->n_files, sizeof *meta->files);
+  if (!items) return dt__error(DT_ERR_NOMEM, "dt_checkpoint_load: cannot allocate files");
+  meta->files = items;
+  dt__ckpt_file *f = &meta->files[meta->n_files++];
+  bool first = true, seen_bytes = false;
+  int has = 0;
+  dt__json_skip_ws(&rd->r);
+  if (rd->r.p >= rd->r.end || *rd->r.p != '{') return bad(rd, "expected a file object");
+  rd->r.p++;
+  for (;;) {
+    dt__json_span key;
+    dt_status st = dt__json_next_key(&rd->r, &first, &key, &has);
+    if (st) return scan_failed(rd, st);
+    if (!has) break;
+    if (dt__json_span_equals(key, "name")) {
+      st = read_string(rd, &f->name);
+    } else if (dt__json_span_equals(key, "bytes")) {
+      int64_t v;
+      st = read_integer(rd, 0, INT64_LIMIT, &v);
+      f->bytes = (uint64_t)v;
+      seen_bytes = true;
+    } else {
+      st = dt__json_skip_value(&rd->r);
+      if (st) return scan_failed(rd, st);
+    }
+    if (st) return st;
+  }
+  /* A file name is a plain name inside the checkpoint's directory, never a path. */
+  if (!f->name || !seen_bytes || !f->name[0] || strchr(f->name, '/') || f->name[0] == '.')
+    return bad(rd, "a file needs a plain name and its bytes");
+  return DT_OK;
+}
+
+dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length,
+                              dt__ckpt_meta *meta) {
+  memset(meta, 0, sizeof *meta);
+  reader rd = {.r = {.begin = text, .p = text, .end = text + length}, .label = label};
+  bool first = true, format_ok = false;
+  int has = 0;
+  dt_status st = DT_OK;
+  dt__json_skip_ws(&rd.r);
+  if (rd.r.p >= rd.r.end || *rd.r.p != '{') {
+    st = bad(&rd, "expected a JSON object");
+    goto done;
+  }
+  rd.r.p++;
+  for (;;) {
+    dt__json_span key;
+    st = dt__json_next_key(&rd.r, &first, &key, &has);
+    if (st) {
+      st = scan_failed(&rd, st);
+      goto done;
+    }
+    if (!has) break;
+    if (dt__json_span_equals(key, "format")) {
+      char *format = NULL;
+      st = read_string(&rd, &format);
+      format_ok = format && strcmp(format, "dtensor-checkpoint") == 0;
+      dt__free(format);
+    } else if (dt__json_span_equals(key, "version")) {
+      int64_t v = 0;
+      st = read_integer(&rd, 0, 1000, &v);
+      if (!st && v != 1) st = bad(&rd, "unknown version (this library reads version 1)");
+    } else if (dt__json_span_equals(key, "generation")) {
+      st = read_integer(&rd, 0, INT64_LIMIT, &meta->generation);
+    } else if (dt__json_span_equals(key, "files")) {
+      bool ffirst = true;
+      int fhas = 0;
+      while (!st) {
+        st = next_element(&rd, &ffirst, &fhas);
+        if (st || !fhas) break;
+        st = read_file_entry(&rd, meta);
+      }
+    } else if (dt__json_span_equals(key, "tensors")) {
+      bool tfirst = true;
+      int thas = 0;
+      while (!st) {
+        st = next_element(&rd, &tfirst, &thas);
+        if (st || !thas) break;
+        st = read_tensor(&rd, meta);
+      }
+    } else {
+      st = dt__json_skip_value(&rd.r);
+      if (st) st = scan_failed(&rd, st);
+    }
+    if (st) goto done;
+  }
+  if (!format_ok) {
+    st = bad(&rd, "not a dtensor checkpoint (\"format\" is not \"dtensor-checkpoint\")");
+    goto done;
+  }
+  /* Cross-checks: every block names a listed file, lies inside the tensor, and its byte
+   * range is its element count times the element size. */
+  for (int i = 0; i < meta->n_tensors; i++) {
+    dt__ckpt_tensor *t = &meta->tensors[i];
+    for (int j = 0; j < i; j++) {
+      if (strcmp(meta->tensors[j].name, t->name) == 0) {
+        st = dt__error(DT_ERR_INVALID, "dt_checkpoint_load: %s: tensor `%s` is listed twice", label,
+                       t->name);
+        goto done;
+      }
+    }
+    for (int k = 0; k < t->n_blocks; k++) {
+      dt__ckpt_block *b = &t->blocks[k];
+      uint64_t numel = 1;
+      bool inside = b->file < meta->n_files;
+      for (int d = 0; d < t->ndim && inside; d++) {
+        inside = b->offsets[d] + b->lengths[d] <= t->shape[d];
+        numel *= (uint64_t)b->lengths[d];
+      }
+      if (!inside || b->end < b->begin || b->end - b->begin != numel * dt_dtype_size(t->dtype) ||
+          b->end > meta->files[b->file].bytes) {
+        st = dt__error(DT_ERR_INVALID,
+                       "dt_checkpoint_load: %s: tensor `%s` block %d is inconsistent (file "
+                       "index, offsets + lengths outside the shape, or byte range)",
+                       label, t->name, k);
+        goto done;
+      }
+    }
+  }
+done:
+  dt__free(rd.r.scratch);
+  if (st) dt__ckpt_meta_free(meta);
+  return st;
+}
+
+/* ---- Writing ------------------------------------------------------------------------------ */
+
+DT_PRINTF(2, 3) static void put(dt__ckpt_text *t, const char *format, ...) {
+  if (t->failed) return;
+  for (;;) {
+    va_list args;
+    va_start(args, format);
+    size_t room = t->capacity - t->length;
+    int n = vsnprintf(t->data ? t->data + t->length : NULL, t->data ? room : 0, format, args);
+    va_end(args);
+    if (n < 0) {
+      t->failed = true;
+      return;
+    }
+    if (t->data && (size_t)n < room) {
+      t->length += (size_t)n;
+      return;
+    }
+    size_t capacity = (t->capacity + (size_t)n + 1) * 2;
+    char *data = dt__alloc(capacity);
+    if (!data) {
+      t->failed = true;
+      return;
+    }
+    if (t->length) memcpy(data, t->data, t->length);
+    dt__free(t->data);
+    t->data = data;
+    t->capacity = capacity;
+  }
+}
+
+/* A JSON string; names are the caller's and may hold any byte. */
+static void put_string(dt__ckpt_text *t, const char *s) {
+  put(t, "\"");
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      put(t, "\\%c", c);
+    else if (c < 0x20)
+      put(t, "\\u%04x", c);
+    else
+      put(t, "%c", c);
+  }
+  put(t, "\"");
+}
+
+static void put_integers(dt__ckpt_text *t, int n, const int64_t *v) {
+  put(t, "[");
+  for (int i = 0; i < n; i++) put(t, "%s%" PRId64, i ? "," : "", v[i]);
+  put(t, "]");
+}
+
+void dt__ckpt_meta_write(const dt__ckpt_meta *meta, dt__ckpt_text *out) {
+  put(out,
+      "{\"format\":\"dtensor-checkpoint\",\"version\":1,\"generation\":%" PRId64 ",\n\"files\":[",
+      meta->generation);
+  for (int i = 0; i < meta->n_files; i++) {
+    put(out, "%s\n {\"name\":", i ? "," : "");
+    put_string(out, meta->files[i].name);
+    put(out, ",\"bytes\":%" PRIu64 "}", meta->files[i].bytes);
+  }
+  put(out, "],\n\"tensors\":[");
+  for (int i = 0; i < meta->n_tensors; i++) {
+    const dt__ckpt_tensor *t = &meta->tensors[i];
+    put(out, "%s\n {\"name\":", i ? "," : "");
+    put_string(out, t->name);
+    put(out, ",\"dtype\":\"%s\",\"shape\":", dt__safetensors_dtype_name(t->dtype));
+    put_integers(out, t->ndim, t->shape);
+    put(out, ",\"mesh\":[");
+    for (int m = 0; m < t->mesh_ndim; m++) put(out, "%s%d", m ? "," : "", t->mesh[m]);
+    put(out, "],\"placements\":[");
+    /* placements holds "S(0), R": one JSON string per comma-separated item. */
+    const char *p = t->placements;
+    for (int m = 0; *p; m++) {
+      const char *comma = strchr(p, ',');
+      size_t n = comma ? (size_t)(comma - p) : strlen(p);
+      put(out, "%s\"%.*s\"", m ? "," : "", (int)n, p);
+      p += n;
+      while (*p == ',' || *p == ' ') p++;
+    }
+    put(out, "],\"blocks\":[");
+    for (int k = 0; k < t->n_blocks; k++) {
+      const dt__ckpt_block *b = &t->blocks[k];
+      put(out, "%s\n  {\"file\":%d,\"offsets\":", k ? "," : "", b->file);
+      put_integers(out, t->ndim, b->offsets);
+      put(out, ",\"lengths\":");
+      put_integers(out, t->ndim, b->lengths);
+      put(out, ",\"byte_range\":[%" PRIu64 ",%" PRIu64 "]}", b->begin, b->end);
+    }
+    put(out, "]}");
+  }
+  put(out, "]}\n");
+}
