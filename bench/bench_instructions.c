@@ -30,8 +30,9 @@
 typedef struct bench_state {
   dt_mesh *mesh;
   dt_tensor *local_a, *local_b;
-  dt_tensor *a, *b;   /* Replicate over "dp" */
-  dt_tensor *partial; /* Partial(sum) over "dp" */
+  dt_tensor *a, *b;                  /* Replicate over "dp" */
+  dt_tensor *partial;                /* Partial(sum) over "dp" */
+  dt_tensor *grad_a, *grad_b, *seed; /* add_backward's: made by its first call */
 } bench_state;
 
 typedef dt_status (*case_fn)(bench_state *s);
@@ -99,6 +100,34 @@ static dt_status case_custom_handler(bench_state *s) {
   return dt_is_same_size(s->a, s->b, &same);
 }
 
+/* Forward add of two distributed tensors that require grad, then its backward (seeded with
+ * a Replicate ones: the output is not a scalar), as PyTorch's add-backward benchmark. The
+ * tensors requiring grad are made at the first (warm-up) call, not in the setup: while any
+ * tensor carries autograd state every dispatch takes autograd's path, and the other rows
+ * measure dispatch without autograd. So this row comes last. The gradients are dropped after
+ * each backward so that every iteration does the same work. */
+static dt_status case_add_backward(bench_state *s) {
+  dt_status st = DT_OK;
+  if (!s->grad_a) {
+    st = dt_detach(s->a, &s->grad_a);
+    if (!st) st = dt_detach(s->b, &s->grad_b);
+    if (!st) {
+      st = dt_dist_ones(s->mesh, 2, (int64_t[]){10, 10}, DT_F32, 1,
+                        (dt_placement[]){dt_replicate()}, &s->seed);
+    }
+    if (!st) st = dt_tensor_set_requires_grad(s->grad_a, true);
+    if (!st) st = dt_tensor_set_requires_grad(s->grad_b, true);
+    if (st) return st;
+  }
+  dt_tensor *y = NULL;
+  st = dt_add(s->grad_a, s->grad_b, &y);
+  if (!st) st = dt_backward(y, s->seed);
+  dt_tensor_release(y);
+  if (!st) st = dt_tensor_zero_grad(s->grad_a, true);
+  if (!st) st = dt_tensor_zero_grad(s->grad_b, true);
+  return st;
+}
+
 typedef struct bench_case {
   const char *name;
   case_fn fn;
@@ -115,6 +144,7 @@ static const bench_case cases[] = {
     {"dtensor_dispatch_collectives_chain", case_collectives_chain, 0, 60000},
     {"dtensor_dispatch_random", case_random, 592800, 4000},
     {"dtensor_dispatch_custom_handler", case_custom_handler, 36120, 300},
+    {"dtensor_dispatch_add_backward", case_add_backward, 356500, 5000}, /* last: see above */
 };
 #define N_CASES (int)(sizeof cases / sizeof *cases)
 
@@ -154,6 +184,9 @@ static int run_child(void) {
   dt_tensor_release(s.a);
   dt_tensor_release(s.b);
   dt_tensor_release(s.partial);
+  dt_tensor_release(s.grad_a);
+  dt_tensor_release(s.grad_b);
+  dt_tensor_release(s.seed);
   dt_tensor_release(s.local_a);
   dt_tensor_release(s.local_b);
   dt_mesh_destroy(s.mesh);

@@ -79,10 +79,6 @@ struct dt_autograd_node {
  * op through the modes or the distributed/local path, then records it. */
 dt_status dt__autograd_dispatch(dt_op_call *call);
 
-/* True when an op or conversion taking `input` must be recorded now: grad mode on and input
- * requires grad. One load of a counter while autograd is unused. */
-bool dt__autograd_should_record(const dt_tensor *input);
-
 /* Records fn as the node that made output from input (both already made; output is a fresh
  * handle without autograd state): output then requires grad and points at the node. The node
  * takes state (released with fn->release, also on failure). Keeps input only when it is a
@@ -95,6 +91,14 @@ const char *dt__autograd_node_name(const dt_autograd_node *node);
 
 /* The calling thread's grad mode (true by default). */
 extern _Thread_local bool dt__grad_disabled;
+
+/* True when an op or conversion taking `input` must be recorded now: grad mode on and input
+ * requires grad. One load of a counter while autograd is unused. */
+static inline bool dt__autograd_should_record(const dt_tensor *input) {
+  if (atomic_load_explicit(&dt__autograd_live, memory_order_relaxed) == 0) return false;
+  const dt_autograd_meta *meta = (const dt_autograd_meta *)input->autograd;
+  return !dt__grad_disabled && meta && meta->requires_grad;
+}
 
 /* The meta of t, created if missing. NULL with DT_ERR_NOMEM set on failure. */
 dt_autograd_meta *dt__autograd_meta_get(dt_tensor *t);

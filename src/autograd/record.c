@@ -150,11 +150,6 @@ static dt_status record(dt_op_call *call) {
   return DT_OK;
 }
 
-bool dt__autograd_should_record(const dt_tensor *input) {
-  if (atomic_load_explicit(&dt__autograd_live, memory_order_relaxed) == 0) return false;
-  return !dt__grad_disabled && requires_grad(input);
-}
-
 dt_status dt__autograd_record_function(const dt_autograd_function *fn, void *state,
                                        dt_tensor *input, dt_tensor *output) {
   dt_autograd_node *node = node_alloc(1, 0);
