@@ -247,7 +247,7 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
       print(b, names[c], -1, &med);
     }
   }
-  dt_objects_free(all);
+  dt_free(all);
   dt_tensor *rel[] = {x,        xs,      w,           table,     idx,     x_local,
                       xs_local, w_local, table_local, idx_local, full_idx};
   for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) dt_tensor_release(rel[i]);

@@ -25,13 +25,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   /* What parses prints, and what prints parses back to the same text. */
-  char *printed = dt_graph_to_text(g);
+  char *printed = dt_graph_to_string(g);
   dt_graph *back = NULL;
   if (!printed || dt_graph_parse(printed, &back) != DT_OK) abort();
-  char *again = dt_graph_to_text(back);
+  char *again = dt_graph_to_string(back);
   if (!again || strcmp(printed, again) != 0) abort();
-  dt_graph_text_free(again);
-  dt_graph_text_free(printed);
+  dt_free(again);
+  dt_free(printed);
   dt_graph_destroy(back);
   dt_graph_destroy(g);
   return 0;

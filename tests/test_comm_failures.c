@@ -65,7 +65,7 @@ static dt_status env_timeout_rank(dt_comm *comm, void *arg) {
   /* A second wait replays the same result. */
   RANK_CHECK(dt_work_wait(work) == DT_ERR_TIMEOUT && mentions(dt_last_error(), "barrier"), "%s",
              dt_last_error());
-  dt_work_release(work);
+  dt_work_destroy(work);
   return DT_OK;
 }
 

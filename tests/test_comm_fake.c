@@ -48,7 +48,7 @@ static void every_collective(dt_comm *comm) {
   cr_assert_eq(dt_work_test(work, &done), DT_OK);
   cr_assert(done);
   cr_assert_eq(dt_work_wait(work), DT_OK);
-  dt_work_release(work);
+  dt_work_destroy(work);
   /* Outputs keep their contents: nothing moved. */
   cr_assert_eq(((float *)dt_tensor_data(out))[5], 5);
   cr_assert_eq(((float *)dt_tensor_data(big))[0], 5);
@@ -64,7 +64,7 @@ static void every_collective(dt_comm *comm) {
   cr_assert_eq(objects->count, world);
   cr_assert_eq(objects->lengths[world - 1], 3);
   cr_assert(memcmp(objects->data + objects->offsets[world - 1], "abc", 3) == 0);
-  dt_objects_free(objects);
+  dt_free(objects);
 
   dt_comm *sub = NULL;
   cr_assert_eq(dt_comm_split(comm, 3, 0, &sub), DT_OK);
@@ -134,12 +134,12 @@ Test(fake, no_allocation_per_call) {
   cr_assert_eq(dt_zeros(1, (int64_t[]){1024}, DT_F32, &t), DT_OK);
   dt_work *work = NULL;
   cr_assert_eq(dt_comm_all_reduce_async(comm, t, DT_REDUCE_SUM, &work), DT_OK);
-  dt_work_release(work);
+  dt_work_destroy(work);
   int before = allocations;
   for (int i = 0; i < 10000; i++) {
     cr_assert_eq(dt_comm_all_reduce(comm, t, DT_REDUCE_SUM), DT_OK);
     cr_assert_eq(dt_comm_all_reduce_async(comm, t, DT_REDUCE_SUM, &work), DT_OK);
-    dt_work_release(work);
+    dt_work_destroy(work);
   }
   cr_assert_eq(allocations, before);
   dt_tensor_release(t);

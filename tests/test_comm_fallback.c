@@ -59,7 +59,7 @@ static dt_status rooted(dt_comm *comm, bool scatter, bool async, int root, dt_dt
   }
   if (st == DT_OK && async) {
     st = dt_work_wait(work);
-    dt_work_release(work);
+    dt_work_destroy(work);
   }
   if (st == DT_OK) {
     *result = scatter ? part : whole;
@@ -132,7 +132,7 @@ static dt_status fallback_rank(dt_comm *world, void *arg) {
       st = dt_comm_barrier_async(world, &work);
       if (st == DT_OK) {
         st = dt_work_wait(work);
-        dt_work_release(work);
+        dt_work_destroy(work);
       }
     } else {
       st = dt_comm_barrier(world);

@@ -22,7 +22,7 @@ static dt_status async_rank(dt_comm *comm, void *arg) {
   bool done = false;
   while (!done) RANK_OK(dt_work_test(gather, &done));
   RANK_OK(dt_work_wait(gather));
-  dt_work_release(gather);
+  dt_work_destroy(gather);
   for (int r = 0; r < world; r++) {
     RANK_CHECK(((int64_t *)dt_tensor_data(out))[2 * r + 1] == r, "gathered value of rank %d", r);
   }
@@ -34,13 +34,13 @@ static dt_status async_rank(dt_comm *comm, void *arg) {
     float *p = dt_tensor_data(t[i]);
     RANK_CHECK(p[0] == expected && p[4 + i] == expected, "tensor %d: %g, expected %g", i, p[0],
                expected);
-    dt_work_release(w[i]);
+    dt_work_destroy(w[i]);
     dt_tensor_release(t[i]);
   }
   /* Released without a wait: release waits. */
   dt_work *unwaited = NULL;
   RANK_OK(dt_comm_barrier_async(comm, &unwaited));
-  dt_work_release(unwaited);
+  dt_work_destroy(unwaited);
   dt_tensor_release(in);
   dt_tensor_release(out);
   return DT_OK;
@@ -65,7 +65,7 @@ static dt_status skew_rank(dt_comm *comm, void *arg) {
     RANK_OK(dt_comm_all_reduce_async(comm, big, DT_REDUCE_SUM, &work));
     RANK_OK(dt_comm_recv(comm, token, 1));
     RANK_OK(dt_work_wait(work));
-    dt_work_release(work);
+    dt_work_destroy(work);
   } else {
     RANK_OK(dt_comm_all_reduce(comm, big, DT_REDUCE_SUM));
     RANK_OK(dt_comm_send(comm, token, 0));
@@ -128,7 +128,7 @@ static dt_status split_rank(dt_comm *comm, void *arg) {
     for (int r = 0; r < ids->count; r++) {
       RANK_CHECK(memcmp(ids->data + ids->offsets[r], &id, sizeof id) == 0, "same id");
     }
-    dt_objects_free(ids);
+    dt_free(ids);
   }
   dt_comm_destroy(sub);
   dt_comm_destroy(comm); /* ignored: dt_comm_spawn owns the world */
@@ -152,8 +152,8 @@ static dt_status same_color_rank(dt_comm *comm, void *arg) {
   RANK_OK(dt_comm_barrier_async(comm, &b));
   RANK_OK(dt_work_wait(b));
   RANK_OK(dt_work_wait(a));
-  dt_work_release(a);
-  dt_work_release(b);
+  dt_work_destroy(a);
+  dt_work_destroy(b);
   dt_comm_destroy(copy);
   return DT_OK;
 }
@@ -177,7 +177,7 @@ Test(init, threads_single_rank_world) {
   dt_work *work = NULL;
   cr_assert_eq(dt_comm_broadcast_async(comm, t, 0, &work), DT_OK);
   cr_assert_eq(dt_work_wait(work), DT_OK);
-  dt_work_release(work);
+  dt_work_destroy(work);
   dt_comm *copy = NULL;
   cr_assert_eq(dt_comm_split(comm, 7, 0, &copy), DT_OK, "%s", dt_last_error());
   cr_assert_eq(dt_comm_size(copy), 1);
@@ -185,5 +185,5 @@ Test(init, threads_single_rank_world) {
   dt_tensor_release(t);
   dt_comm_destroy(comm);
   dt_comm_destroy(NULL);
-  dt_work_release(NULL);
+  dt_work_destroy(NULL);
 }

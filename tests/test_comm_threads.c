@@ -342,7 +342,7 @@ static dt_status ring_rank(dt_comm *comm, void *arg) {
     RANK_OK(dt_comm_send_async(comm, mine, next, &sent));
     RANK_OK(dt_comm_recv(comm, theirs, prev));
     RANK_OK(dt_work_wait(sent));
-    dt_work_release(sent);
+    dt_work_destroy(sent);
     float *p = dt_tensor_data(theirs);
     RANK_CHECK(p[0] == prev * 10 + round && p[99999] == prev * 10 + round, "got %g", p[0]);
     dt_tensor_release(mine);
@@ -392,7 +392,7 @@ static dt_status object_rank(dt_comm *comm, void *arg) {
     RANK_CHECK(memcmp(objects->data + objects->offsets[r], want, (size_t)wl) == 0, "bytes of %d",
                r);
   }
-  dt_objects_free(objects);
+  dt_free(objects);
   return DT_OK;
 }
 

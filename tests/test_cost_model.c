@@ -230,7 +230,7 @@ static dt_status tp_rank(dt_comm *world, void *arg) {
   int64_t measured = dt_comm_ledger_bytes(ledger, NULL);
   int64_t calls = dt_comm_ledger_count(ledger, NULL);
   dt_comm_ledger_destroy(ledger);
-  char *text = dt_graph_to_text(dt_program_graph(tp));
+  char *text = dt_graph_to_string(dt_program_graph(tp));
   RANK_CHECK(predicted == measured && calls > 0,
              "world %d rank %d: predicted %lld bytes, the ledger measured %lld\n%.300s",
              dt_comm_size(world), dt_comm_rank(world), (long long)predicted, (long long)measured,
@@ -238,7 +238,7 @@ static dt_status tp_rank(dt_comm *world, void *arg) {
   RANK_CHECK(c->expect_bytes < 0 || measured == c->expect_bytes,
              "moved %lld, expected %lld\n%.300s", (long long)measured, (long long)c->expect_bytes,
              text);
-  dt_graph_text_free(text);
+  dt_free(text);
   double *got = ref_values(y), *want = ref_values(c->expect);
   for (int64_t i = 0; i < dt_tensor_numel(c->expect); i++)
     RANK_CHECK(fabs(got[i] - want[i]) <= 1e-4, "element %lld: %g vs %g", (long long)i, got[i],

@@ -18,14 +18,14 @@ static double max_abs_diff(const dt_tensor *a, const dt_tensor *b) {
 
 /* Asserts print(parse(print(g))) == print(g) and returns the text (caller frees). */
 static char *assert_round_trip(const dt_graph *g) {
-  char *text = dt_graph_to_text(g);
+  char *text = dt_graph_to_string(g);
   cr_assert_not_null(text);
   dt_graph *back = NULL;
   dt_status st = dt_graph_parse(text, &back);
   cr_assert_eq(st, DT_OK, "parse failed: %s\n%s", dt_last_error(), text);
-  char *again = dt_graph_to_text(back);
+  char *again = dt_graph_to_string(back);
   cr_assert_str_eq(again, text);
-  dt_graph_text_free(again);
+  dt_free(again);
   dt_graph_destroy(back);
   return text;
 }
@@ -108,7 +108,7 @@ Test(export, mlp_graph_runs_like_forward) {
   cr_assert(strstr(text, "%relu = relu(%linear) : f32[s0, 8]"), "%s", text);
   cr_assert(strstr(text, "%2.weight = parameter() : f32[5, 8]"), "%s", text);
   cr_assert_eq(dt_graph_count_target(g, "linear"), 2);
-  dt_graph_text_free(text);
+  dt_free(text);
   cr_assert_eq(dt_program_run(p, 1, &x, 1, &z, NULL), DT_OK, "%s", dt_last_error());
   cr_assert_eq(max_abs_diff(y, z), 0);
   /* The batch is symbolic: another batch size runs too. */
@@ -177,7 +177,7 @@ Test(export, lists_tuples_inplace_constants) {
   cr_assert(strstr(text, "%_tensor_constant0 = buffer() : f32[4]"), "%s", text);
   cr_assert(strstr(text, "mul_.Scalar(%to, scalars=[0.25, 1]) : f32[s0, 1]"), "%s", text);
   cr_assert(strstr(text, "linear(%sub, %w, None) : f32[s0, 3]"), "%s", text);
-  dt_graph_text_free(text);
+  dt_free(text);
   cr_assert_not_null(dt_program_state(p, "_tensor_constant0"));
   cr_assert_eq(dt_program_run(p, 1, &x, 1, &z, NULL), DT_OK, "%s", dt_last_error());
   cr_assert_eq(max_abs_diff(y, z), 0);
@@ -212,7 +212,7 @@ Test(export, sizes_that_depend_on_the_batch_stay_concrete) {
   char *text = assert_round_trip(dt_program_graph(p));
   cr_assert(strstr(text, "graph() {"), "%s", text);
   cr_assert(strstr(text, "%x = placeholder() : f32[3, 4]"), "%s", text);
-  dt_graph_text_free(text);
+  dt_free(text);
   dt_tensor_release(x);
   dt_program_destroy(p);
   dt_module_destroy(m);
@@ -296,7 +296,7 @@ Test(graph_text, comm_nodes_round_trip) {
       "}\n";
   dt_graph *g = NULL;
   cr_assert_eq(dt_graph_parse(text, &g), DT_OK, "%s", dt_last_error());
-  char *again = dt_graph_to_text(g);
+  char *again = dt_graph_to_string(g);
   cr_assert_str_eq(again, text);
   cr_assert_eq(dt_graph_world_size(g), 2);
   cr_assert_eq(dt_graph_rank(g), 1);
@@ -305,10 +305,10 @@ Test(graph_text, comm_nodes_round_trip) {
   /* print with a small buffer truncates and reports the size needed */
   char small[16];
   size_t needed = 0;
-  cr_assert_eq(dt_graph_print(g, small, sizeof small, &needed), DT_OK);
+  cr_assert_eq(dt_graph_format(g, small, sizeof small, &needed), DT_OK);
   cr_assert_eq(needed, strlen(text));
   cr_assert_eq(strlen(small), 15);
-  dt_graph_text_free(again);
+  dt_free(again);
   dt_graph_destroy(g);
 }
 

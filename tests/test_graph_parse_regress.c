@@ -153,26 +153,26 @@ Test(graph_parse_regress, defaults_print_and_round_trip) {
                          "  return (%m)\n}";
   dt_graph *g = NULL;
   cr_assert_eq(dt_graph_parse(text, &g), DT_OK, "%s", dt_last_error());
-  char *printed = dt_graph_to_text(g);
+  char *printed = dt_graph_to_string(g);
   cr_assert(strstr(printed, "add.Tensor(%x, %y, scalars=[1]) : f32[2, 3]"), "%s", printed);
   cr_assert(strstr(printed, "layer_norm(%a, None, None, int_list=[3], scalars=[1e-05])"), "%s",
             printed);
   cr_assert(strstr(printed, "mul.Tensor(%n, %y) : f32[2, 3]"), "%s", printed);
   dt_graph *back = NULL;
   cr_assert_eq(dt_graph_parse(printed, &back), DT_OK, "%s", dt_last_error());
-  char *again = dt_graph_to_text(back);
+  char *again = dt_graph_to_string(back);
   cr_assert_str_eq(again, printed);
-  dt_graph_text_free(again);
-  dt_graph_text_free(printed);
+  dt_free(again);
+  dt_free(printed);
   dt_graph_destroy(back);
   dt_graph_destroy(g);
   /* A scalar explicitly zero stays zero through the text (it is not an absent one). */
   const char *zero = HDR "  %r = layer_norm(%x, None, None, int_list=[3], scalars=[0]) : f32[2, 3]"
                          "\n  return (%r)\n}";
   cr_assert_eq(dt_graph_parse(zero, &g), DT_OK, "%s", dt_last_error());
-  printed = dt_graph_to_text(g);
+  printed = dt_graph_to_string(g);
   cr_assert(strstr(printed, "int_list=[3], scalars=[0])"), "%s", printed);
-  dt_graph_text_free(printed);
+  dt_free(printed);
   dt_graph_destroy(g);
 }
 

@@ -43,23 +43,24 @@ Test(arena, huge_request_fails_instead_of_wrapping) {
   dt__arena_free(&arena);
 }
 
-/* dt__mesh_info used to hold 4 dims (the dist layer's limit) while meshes have up to 8; it
- * now lives with the mesh and holds as many as a mesh can have. */
+/* dt__mesh_info used to hold 4 dims (the dist layer's limit) while meshes had up to 8; now
+ * both limits are DT_MESH_MAX_DIMS, and the info holds every dim of the deepest mesh. */
 Test(mesh_info, every_dim_of_a_deep_mesh) {
   dt_comm *world = NULL;
   cr_assert_eq(
-      dt_comm_init(&(dt_comm_options){.backend = "fake", .rank = 45, .world_size = 64}, &world),
+      dt_comm_init(&(dt_comm_options){.backend = "fake", .rank = 13, .world_size = 16}, &world),
       DT_OK, "%s", dt_last_error());
   dt_mesh *mesh = NULL;
-  cr_assert_eq(dt_mesh_create(world, 6, (int[]){2, 2, 2, 2, 2, 2}, NULL, &mesh), DT_OK, "%s",
+  cr_assert_eq(DT_MESH_MAX_DIMS, 4);
+  cr_assert_eq(dt_mesh_create(world, 4, (int[]){2, 2, 2, 2}, NULL, &mesh), DT_OK, "%s",
                dt_last_error());
   dt_mesh_info info;
   memset(&info, 0xff, sizeof info);
   dt__mesh_info(mesh, &info);
-  cr_assert_eq(info.ndim, 6);
-  /* 45 = 0b101101, row-major over six dims of 2. */
-  const int64_t coord[6] = {1, 0, 1, 1, 0, 1};
-  for (int m = 0; m < 6; m++) {
+  cr_assert_eq(info.ndim, 4);
+  /* 13 = 0b1101, row-major over four dims of 2. */
+  const int64_t coord[4] = {1, 1, 0, 1};
+  for (int m = 0; m < 4; m++) {
     cr_assert_eq(info.size[m], 2, "size[%d]", m);
     cr_assert_eq(info.coord[m], coord[m], "coord[%d] = %lld", m, (long long)info.coord[m]);
   }

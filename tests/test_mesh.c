@@ -80,7 +80,7 @@ static dt_status mesh_rank(dt_comm *world, void *arg) {
   for (int r = 0; r < ids->count; r++) {
     RANK_CHECK(memcmp(ids->data + ids->offsets[r], &id, sizeof id) == 0, "mesh id of rank %d", r);
   }
-  dt_objects_free(ids);
+  dt_free(ids);
   dt_mesh_destroy(second);
   dt_mesh_destroy(mesh);
   return DT_OK;

@@ -124,13 +124,13 @@ static dt_status scenario_rank(dt_comm *world, void *arg) {
   dt_tp_plan plan = {sc->n_plan, sc->plan};
   RANK_OK(dt_tp_transform(prog, rank, size, &plan, &tp));
   const dt_graph *g = dt_program_graph(tp);
-  char *text = dt_graph_to_text(g);
+  char *text = dt_graph_to_string(g);
   /* The transformed graph round-trips through its text too. */
   dt_graph *back = NULL;
   RANK_OK(dt_graph_parse(text, &back));
-  char *again = dt_graph_to_text(back);
+  char *again = dt_graph_to_string(back);
   RANK_CHECK(strcmp(text, again) == 0, "round trip of the transformed graph differs");
-  dt_graph_text_free(again);
+  dt_free(again);
   dt_graph_destroy(back);
   int ag = dt_graph_count_target(g, "all_gather_into_tensor"),
       ar = dt_graph_count_target(g, "all_reduce");
@@ -144,7 +144,7 @@ static dt_status scenario_rank(dt_comm *world, void *arg) {
              "wait %d\n%s",
              sc->which, size, rank, ag, ar, rs, a2a, wt, text);
   if (getenv("TP_DEBUG") && rank == 1) fprintf(stderr, "%s\n", text);
-  dt_graph_text_free(text);
+  dt_free(text);
   dt_run_stats stats = {0};
   dt_run_options ro = {.comm = world, .stats = &stats};
   RANK_OK(dt_program_run(tp, 1, &x, 1, &y, &ro));

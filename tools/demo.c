@@ -94,7 +94,7 @@ static dt_status rank_main(dt_comm *world, void *arg) {
     const dt_graph *g = dt_program_graph(tp);
     for (int k = 0; k < 4; k++) d->inserted[k] = dt_graph_count_target(g, dt_comm_node_name(k));
     d->inserted[4] = dt_graph_count_target(g, "wait_tensor");
-    d->rank0_graph = dt_graph_to_text(g);
+    d->rank0_graph = dt_graph_to_string(g);
   }
   dt_tensor_release(shard);
   dt_tensor_release(y);
@@ -146,7 +146,7 @@ static int run_mpi(demo *d, int *world_out, int *rank_out) {
         d->ledger_calls[k] += rr.calls[k], d->ledger_bytes[k] += rr.bytes[k];
     }
   }
-  dt_objects_free(all);
+  dt_free(all);
   dt_comm_destroy(world);
   *world_out = size;
   *rank_out = rank;
@@ -229,7 +229,7 @@ int tool_demo(int argc, char **argv) {
   if (!rc) {
     double diff = 0;
     for (int r = 0; r < world; r++) diff = fmax(diff, d.max_diff[r]);
-    char *before = dt_graph_to_text(dt_program_graph(prog));
+    char *before = dt_graph_to_string(dt_program_graph(prog));
     printf("libdtensor %s — tensor-parallel MLP on %d ranks (%s backend)\n\n", dt_version_string(),
            world, use_mpi ? "mpi" : "threads");
     printf("== Model: Sequential(Linear(%d, %d), ReLU, Linear(%d, %d)), plan {\"0\": colwise, "
@@ -274,10 +274,10 @@ int tool_demo(int argc, char **argv) {
              tstats.mm_fraction, traced ? "\"" : "", traced ? trace_path : "null",
              traced ? "\"" : "");
     }
-    dt_graph_text_free(before);
+    dt_free(before);
     if (diff > 1e-5) rc = 1;
   }
-  dt_graph_text_free(d.rank0_graph);
+  dt_free(d.rank0_graph);
   free(d.max_diff);
   free(d.stats);
   dt_tensor_release(x);

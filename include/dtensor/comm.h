@@ -172,14 +172,14 @@ DT_API dt_status dt_work_wait(dt_work *work);
  * true, dt_work_wait returns the final status at once. Errors: DT_ERR_INVALID (NULL). */
 DT_API dt_status dt_work_test(dt_work *work, bool *done);
 
-/* Releases a work handle, waiting for the collective first if it has not completed (so
+/* Destroys a work handle, waiting for the collective first if it has not completed (so
  * the buffers are no longer in use when it returns). NULL is allowed. */
-DT_API void dt_work_release(dt_work *work);
+DT_API void dt_work_destroy(dt_work *work);
 
 /* ---- Collectives ------------------------------------------------------------------------
  * Each returns DT_OK or an error (see the rules at the top). The `_async` form hands the
- * caller a work through *work (set to NULL on failure) that must be released with
- * dt_work_release. */
+ * caller a work through *work (set to NULL on failure) that must be destroyed with
+ * dt_work_destroy. */
 
 /* Reduces `tensor` element-wise over all ranks, in place: afterwards every rank holds the
  * result. Errors: DT_ERR_INVALID (NULL, non-contiguous, bad op), DT_ERR_DTYPE (avg on a
@@ -269,7 +269,7 @@ DT_API dt_status dt_comm_recv_async(dt_comm *comm, dt_tensor *tensor, int src, d
 
 /* What dt_comm_all_gather_object returns: `count` (= group size) byte strings; string r starts
  * at data + offsets[r] and has lengths[r] bytes. One allocation; free with
- * dt_objects_free. */
+ * dt_free. */
 typedef struct dt_objects {
   int count;
   const size_t *lengths;
@@ -284,8 +284,6 @@ typedef struct dt_objects {
  * nbytes > 0), DT_ERR_NOMEM and the collective errors. On failure *out is NULL. */
 DT_API dt_status dt_comm_all_gather_object(dt_comm *comm, const void *data, size_t nbytes,
                                            dt_objects **out);
-/* Frees what dt_comm_all_gather_object returned. NULL is allowed. */
-DT_API void dt_objects_free(dt_objects *objects);
 
 #ifdef __cplusplus
 }

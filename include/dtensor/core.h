@@ -71,6 +71,11 @@ typedef struct dt_allocator {
 
 DT_API void dt_set_allocator(const dt_allocator *allocator);
 
+/* Frees a buffer the library allocated and handed to the caller (dt_graph_to_string's
+ * text, dt_comm_all_gather_object's dt_objects, ...), with the allocator that made it.
+ * NULL is a no-op. Handles have their own _destroy or _release instead. */
+DT_API void dt_free(void *ptr);
+
 /* Log levels and callback. The library never prints on its own: messages go to the
  * callback, if one is set, and are dropped otherwise. */
 typedef enum dt_log_level {

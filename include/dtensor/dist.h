@@ -49,9 +49,6 @@
 extern "C" {
 #endif
 
-/* Most mesh dimensions a distributed tensor may lie on. */
-#define DT_MAX_MESH_DIMS 4
-
 typedef enum dt_placement_kind {
   DT_REPLICATE = 0,
   DT_SHARD = 1,

@@ -23,7 +23,7 @@
  * symbol the size it was traced with. After a transformation every value also carries its
  * placement (R, S(d), P(sum)) and its shape is the rank's local shape. See docs/graph.md.
  *
- * The text format round-trips exactly: dt_graph_parse(dt_graph_print(g)) prints the same.
+ * The text format round-trips exactly: dt_graph_parse(dt_graph_format(g)) prints the same.
  *
  * Ownership: graphs and programs are opaque; destroy them with dt_graph_destroy /
  * dt_program_destroy (NULL allowed). Tensors passed in are borrowed (a program retains what
@@ -61,11 +61,10 @@ DT_API dt_status dt_graph_parse(const char *text, dt_graph **out);
  * whole text needs (excluding the NUL) into *needed (may be NULL). The text is truncated
  * when size is too small: call with size 0 first to size the buffer.
  * Errors: DT_ERR_INVALID (NULL graph, NULL buf with size > 0). */
-DT_API dt_status dt_graph_print(const dt_graph *graph, char *buf, size_t size, size_t *needed);
+DT_API dt_status dt_graph_format(const dt_graph *graph, char *buf, size_t size, size_t *needed);
 
-/* The text form in a new string (free with dt_graph_text_free), or NULL when out of memory. */
-DT_API char *dt_graph_to_text(const dt_graph *graph);
-DT_API void dt_graph_text_free(char *text);
+/* The text form in a new string (free with dt_free), or NULL when out of memory. */
+DT_API char *dt_graph_to_string(const dt_graph *graph);
 
 /* A deep copy. Errors: DT_ERR_INVALID, DT_ERR_NOMEM. */
 DT_API dt_status dt_graph_clone(const dt_graph *graph, dt_graph **out);

@@ -39,8 +39,11 @@
 extern "C" {
 #endif
 
-/* Most dimensions a mesh may have, and the longest dimension name. */
-#define DT_MESH_MAX_DIMS 8
+/* Most dimensions a mesh may have (the one limit for meshes and the distributed tensors on
+ * them: the distributed layer keeps per-mesh-dim placements in fixed arrays of this size, and
+ * PyTorch's largest common layouts, e.g. pp x dp x cp x tp, have 4), and the longest
+ * dimension name. */
+#define DT_MESH_MAX_DIMS 4
 #define DT_MESH_MAX_NAME 31
 
 typedef struct dt_mesh dt_mesh;

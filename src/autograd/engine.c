@@ -295,7 +295,7 @@ static dt_status commit(engine *e) {
 static dt_status seed_ones(dt_tensor *loss, const dt_tensor_meta *lm, dt_tensor **out) {
   if (!loss->spec) return dt_ones(lm->ndim, lm->shape, lm->dtype, out);
   dt_mesh *mesh = dt_dist_mesh(loss);
-  dt_placement placements[DT_MAX_MESH_DIMS];
+  dt_placement placements[DT_MESH_MAX_DIMS];
   int mesh_ndim = dt_mesh_ndim(mesh);
   for (int i = 0; i < mesh_ndim; i++) placements[i] = dt_replicate();
   return dt_dist_ones(mesh, lm->ndim, lm->shape, lm->dtype, mesh_ndim, placements, out);

@@ -709,5 +709,3 @@ dt_status dt_comm_all_gather_object(dt_comm *comm, const void *data, size_t nbyt
   }
   return all_gather_object_fallback(comm, data, nbytes, out);
 }
-
-void dt_objects_free(dt_objects *objects) { dt__free(objects); }

@@ -128,7 +128,7 @@ dt_status dt_work_test(dt_work *work, bool *done) {
   return DT_OK;
 }
 
-void dt_work_release(dt_work *work) {
+void dt_work_destroy(dt_work *work) {
   if (!work) return;
   if (!work->done) (void)dt_work_wait(work);
   dt__free(work->owned);

@@ -150,6 +150,8 @@ void *dt__calloc(size_t size) {
   return ptr;
 }
 
+void dt_free(void *ptr) { dt__free(ptr); }
+
 void dt__free(void *ptr) {
   if (!ptr) return;
   if (custom) {

@@ -9,9 +9,9 @@
 
 static dt_status check_mesh(const char *op, const dt_mesh *mesh) {
   if (!mesh) return dt__error(DT_ERR_INVALID, "%s: mesh is NULL", op);
-  if (dt_mesh_ndim(mesh) > DT_MAX_MESH_DIMS) {
+  if (dt_mesh_ndim(mesh) > DT_MESH_MAX_DIMS) {
     return dt__error(DT_ERR_UNSUPPORTED, "%s: meshes of more than %d dims are not supported", op,
-                     DT_MAX_MESH_DIMS);
+                     DT_MESH_MAX_DIMS);
   }
   return DT_OK;
 }
@@ -94,7 +94,7 @@ static void grad_placements(const dt_dist_spec *spec, dt_placement *out) {
 /* redistribute: the gradient goes back to the input's placements. */
 static dt_status redistribute_backward(void *state, dt_tensor *grad, dt_tensor **out) {
   const dt_dist_spec *input = state;
-  dt_placement p[DT_MAX_MESH_DIMS];
+  dt_placement p[DT_MESH_MAX_DIMS];
   grad_placements(input, p);
   return dt_dist_redistribute(grad, input->mesh_ndim, p, out);
 }
@@ -124,7 +124,7 @@ static dt_status to_local_backward(void *state, dt_tensor *grad, dt_tensor **out
  * Partial one gets it Replicate). */
 static dt_status full_tensor_backward(void *state, dt_tensor *grad, dt_tensor **out) {
   dt_dist_spec *input = state;
-  dt_placement replicated[DT_MAX_MESH_DIMS], p[DT_MAX_MESH_DIMS];
+  dt_placement replicated[DT_MESH_MAX_DIMS], p[DT_MESH_MAX_DIMS];
   for (int m = 0; m < input->mesh_ndim; m++) replicated[m] = dt_replicate();
   grad_placements(input, p);
   dt_dist_from_local_options options = {.global_shape = input->shape, .global_ndim = input->ndim};
@@ -177,7 +177,7 @@ dt_status dt_dist_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
   if (!local) return dt__error(DT_ERR_INVALID, "%s: local tensor is NULL", op);
   if (local->spec) return dt__error(DT_ERR_INVALID, "%s: the tensor is already distributed", op);
   dt__dist_init();
-  dt_placement norm[DT_MAX_MESH_DIMS];
+  dt_placement norm[DT_MESH_MAX_DIMS];
   st = dt__check_placements(op, dt_mesh_ndim(mesh), local->ndim, n_placements, placements, norm);
   if (!st) st = check_partial_avg(op, n_placements, norm, local->dtype);
   if (st) return st;
@@ -240,7 +240,7 @@ dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placem
   if (!full) return dt__error(DT_ERR_INVALID, "%s: tensor is NULL", op);
   if (full->spec) return dt__error(DT_ERR_INVALID, "%s: the tensor is already distributed", op);
   dt__dist_init();
-  dt_placement norm[DT_MAX_MESH_DIMS];
+  dt_placement norm[DT_MESH_MAX_DIMS];
   st = dt__check_placements(op, dt_mesh_ndim(mesh), full->ndim, n_placements, placements, norm);
   if (st) return st;
   if (has_partial(n_placements, norm)) {
@@ -286,7 +286,7 @@ dt_status dt_dist_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src
   if (st) return st;
   if (!dt__dtype_valid(dtype))
     return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
-  dt_placement norm[DT_MAX_MESH_DIMS];
+  dt_placement norm[DT_MESH_MAX_DIMS];
   st = dt__check_placements(op, dt_mesh_ndim(mesh), ndim, n_placements, placements, norm);
   if (st) return st;
   if (has_partial(n_placements, norm)) {
@@ -398,7 +398,7 @@ dt_status dt_dist_redistribute(dt_tensor *t, int n_placements, const dt_placemen
   if (!t || !t->spec)
     return dt__error(DT_ERR_INVALID, "%s: %s", op,
                      t ? "the tensor is not distributed" : "tensor is NULL");
-  dt_placement norm[DT_MAX_MESH_DIMS];
+  dt_placement norm[DT_MESH_MAX_DIMS];
   dt_status st =
       dt__check_placements(op, t->spec->mesh_ndim, t->spec->ndim, n_placements, placements, norm);
   if (!st) st = check_partial_avg(op, n_placements, norm, t->spec->dtype);
@@ -433,7 +433,7 @@ dt_status dt_dist_full_tensor(dt_tensor *t, dt_tensor **out) {
   if (!t->spec) return dt__error(DT_ERR_INVALID, "%s: the tensor is not distributed", op);
   dt_status st = check_guard(op, t);
   if (st) return st;
-  dt_placement replicated[DT_MAX_MESH_DIMS];
+  dt_placement replicated[DT_MESH_MAX_DIMS];
   for (int m = 0; m < t->spec->mesh_ndim; m++) replicated[m] = dt_replicate();
   dt_tensor *local = NULL;
   st = dt__redistribute_local(t, t->spec, replicated, &local);
@@ -450,7 +450,7 @@ dt_status dt_dist_redistribute_explain(const dt_tensor *t, int n_placements,
   if (!t || !t->spec || !buf || size == 0) {
     return dt__error(DT_ERR_INVALID, "%s: needs a distributed tensor and a buffer", op);
   }
-  dt_placement norm[DT_MAX_MESH_DIMS];
+  dt_placement norm[DT_MESH_MAX_DIMS];
   dt_status st =
       dt__check_placements(op, t->spec->mesh_ndim, t->spec->ndim, n_placements, placements, norm);
   if (st) return st;
@@ -481,7 +481,7 @@ static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int
     return dt__error(DT_ERR_DTYPE, "%s: needs a floating dtype, got %s", op, dt_dtype_name(dtype));
   }
   dt__dist_init();
-  dt_placement norm[DT_MAX_MESH_DIMS];
+  dt_placement norm[DT_MESH_MAX_DIMS];
   st = dt__check_placements(op, dt_mesh_ndim(mesh), ndim, n_placements, placements, norm);
   if (st) return st;
   if (has_partial(n_placements, norm)) {

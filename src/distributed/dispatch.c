@@ -18,7 +18,7 @@
 #define CACHE_SLOTS 1024 /* power of two */
 
 typedef struct op_plan {
-  dt_placement targets[DT_DIST_MAX_ARGS][DT_MAX_MESH_DIMS];
+  dt_placement targets[DT_DIST_MAX_ARGS][DT_MESH_MAX_DIMS];
   bool needs_redistribute[DT_DIST_MAX_ARGS];
   bool any_redistribute;
   int n_out;

@@ -16,7 +16,7 @@ struct dt_dist_spec {
   dt_mesh *mesh;
   uint64_t mesh_id;
   int mesh_ndim;
-  dt_placement placements[DT_MAX_MESH_DIMS];
+  dt_placement placements[DT_MESH_MAX_DIMS];
   int ndim;
   int64_t shape[DT_MAX_DIMS];
   dt_dtype dtype;

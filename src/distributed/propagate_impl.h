@@ -21,13 +21,13 @@ typedef struct dt_propagation {
   const dt_op_call *call;
   int n_args;
   const dt_tensor *args[DT_DIST_MAX_ARGS]; /* global geometry; NULL for an absent optional */
-  dt_placement current[DT_DIST_MAX_ARGS][DT_MAX_MESH_DIMS];
+  dt_placement current[DT_DIST_MAX_ARGS][DT_MESH_MAX_DIMS];
   /* A 0-d local tensor mixed in: a replica that cannot be moved to another placement. */
   bool fixed_replica[DT_DIST_MAX_ARGS];
   int n_out;
   const dt_tensor_meta *out; /* n_out global metas */
   int mesh_ndim;
-  int64_t mesh_size[DT_MAX_MESH_DIMS];
+  int64_t mesh_size[DT_MESH_MAX_DIMS];
   dt_propagate_cost_fn cost;
   dt_propagate_accept_fn accept;
   void *user;
@@ -35,8 +35,8 @@ typedef struct dt_propagation {
 
 /* The chosen strategy. */
 typedef struct dt_propagation_result {
-  dt_placement targets[DT_DIST_MAX_ARGS][DT_MAX_MESH_DIMS]; /* each argument's placements */
-  dt_placement out[DT_MAX_MESH_DIMS];                       /* every output's placements */
+  dt_placement targets[DT_DIST_MAX_ARGS][DT_MESH_MAX_DIMS]; /* each argument's placements */
+  dt_placement out[DT_MESH_MAX_DIMS];                       /* every output's placements */
   double cost;         /* sum of the chosen transitions' prices */
   bool fallback;       /* the op has no sharding rule: everything replicated */
   int failed_mesh_dim; /* -1, or the mesh dim where no candidate was acceptable */

@@ -83,7 +83,7 @@ static void shard_shape(const dt_dist_spec *spec, const dt_mesh_info *mi, const 
  * local size of d with m's split removed. */
 static int64_t level_extent(const dt_dist_spec *spec, const dt_mesh_info *mi,
                             const dt_placement *state, int m, int d) {
-  dt_placement without[DT_MAX_MESH_DIMS];
+  dt_placement without[DT_MESH_MAX_DIMS];
   memcpy(without, state, sizeof(dt_placement) * (size_t)spec->mesh_ndim);
   without[m] = dt_replicate();
   int64_t shape[DT_MAX_DIMS];
@@ -263,7 +263,7 @@ dt_status dt__redistribute_execute(dt_tensor *local, const dt_dist_spec *from,
                                    const dt_redistribute_plan *plan, dt_tensor **out) {
   dt_mesh_info mi;
   dt__mesh_info(from->mesh, &mi);
-  dt_placement state[DT_MAX_MESH_DIMS];
+  dt_placement state[DT_MESH_MAX_DIMS];
   memcpy(state, from->placements, sizeof(dt_placement) * (size_t)from->mesh_ndim);
   dt_tensor *current = dt_tensor_retain(local);
   for (int i = 0; i < plan->n_steps; i++) {
@@ -271,7 +271,7 @@ dt_status dt__redistribute_execute(dt_tensor *local, const dt_dist_spec *from,
     int m = step->mesh_dim;
     int n = (int)mi.size[m];
     int coord = (int)mi.coord[m];
-    dt_placement after[DT_MAX_MESH_DIMS];
+    dt_placement after[DT_MESH_MAX_DIMS];
     memcpy(after, state, sizeof after);
     after[m] = step->to;
     int64_t out_shape[DT_MAX_DIMS];
@@ -315,14 +315,14 @@ dt_status dt__redistribute_execute(dt_tensor *local, const dt_dist_spec *from,
 void dt__redistribute_exact_bytes(const dt_dist_spec *from, dt_redistribute_plan *plan) {
   dt_mesh_info mi;
   dt__mesh_info(from->mesh, &mi);
-  dt_placement state[DT_MAX_MESH_DIMS];
+  dt_placement state[DT_MESH_MAX_DIMS];
   memcpy(state, from->placements, sizeof(dt_placement) * (size_t)from->mesh_ndim);
   int64_t esize = (int64_t)dt__dtype_sizes[from->dtype];
   plan->bytes = 0;
   for (int i = 0; i < plan->n_steps; i++) {
     dt_redistribute_step *step = &plan->steps[i];
     int m = step->mesh_dim;
-    dt_placement after[DT_MAX_MESH_DIMS];
+    dt_placement after[DT_MESH_MAX_DIMS];
     memcpy(after, state, sizeof after);
     after[m] = step->to;
     int64_t before_shape[DT_MAX_DIMS], after_shape[DT_MAX_DIMS];

@@ -21,7 +21,7 @@ typedef struct dt_redistribute_step {
   int64_t bytes; /* estimated bytes through this rank */
 } dt_redistribute_step;
 
-#define DT_MAX_REDISTRIBUTE_STEPS (4 * DT_MAX_MESH_DIMS)
+#define DT_MAX_REDISTRIBUTE_STEPS (4 * DT_MESH_MAX_DIMS)
 
 typedef struct dt_redistribute_plan {
   int n_steps;
@@ -32,7 +32,7 @@ typedef struct dt_redistribute_plan {
 /* What the cost model needs of the tensor and the mesh. */
 typedef struct dt_redistribute_geometry {
   int mesh_ndim;
-  int64_t mesh_size[DT_MAX_MESH_DIMS];
+  int64_t mesh_size[DT_MESH_MAX_DIMS];
   double global_bytes;
 } dt_redistribute_geometry;
 

@@ -102,7 +102,7 @@ static double one_step_cost(const dt_redistribute_geometry *g, const dt_placemen
                             dt_placement to) {
   dt_step_kind kind = dt__step_kind(state, g->mesh_ndim, m, state[m], to);
   if (kind == DT_STEP_INVALID) kind = dt__step_kind(&state[m], 1, 0, state[m], to);
-  dt_placement after[DT_MAX_MESH_DIMS];
+  dt_placement after[DT_MESH_MAX_DIMS];
   memcpy(after, state, sizeof(dt_placement) * (size_t)g->mesh_ndim);
   after[m] = to;
   return dt__step_cost(kind, g->mesh_size[m], dt__local_bytes_estimate(g, state),
@@ -116,7 +116,7 @@ double dt__transition_cost(const dt_redistribute_geometry *g, const dt_placement
   if (dt__step_kind(&from, 1, 0, from, to) != DT_STEP_INVALID)
     return one_step_cost(g, state, m, to);
   /* S -> P and P -> P' pass through Replicate. */
-  dt_placement mid[DT_MAX_MESH_DIMS];
+  dt_placement mid[DT_MESH_MAX_DIMS];
   memcpy(mid, state, sizeof(dt_placement) * (size_t)g->mesh_ndim);
   mid[m] = dt_replicate();
   return one_step_cost(g, state, m, dt_replicate()) + one_step_cost(g, mid, m, to);
@@ -160,7 +160,7 @@ dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_plac
     dt__free(done);
     return dt__error(DT_ERR_NOMEM, "redistribute: cannot allocate the planner's tables");
   }
-  int start_codes[DT_MAX_MESH_DIMS], goal_codes[DT_MAX_MESH_DIMS];
+  int start_codes[DT_MESH_MAX_DIMS], goal_codes[DT_MESH_MAX_DIMS];
   for (int m = 0; m < mesh_ndim; m++) {
     start_codes[m] = code_of(&book, from[m]);
     goal_codes[m] = code_of(&book, to[m]);
@@ -179,8 +179,8 @@ dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_plac
     }
     if (best < 0 || best == goal) break;
     done[best] = true;
-    int codes[DT_MAX_MESH_DIMS];
-    dt_placement state[DT_MAX_MESH_DIMS];
+    int codes[DT_MESH_MAX_DIMS];
+    dt_placement state[DT_MESH_MAX_DIMS];
     decode(best, mesh_ndim, base, codes);
     for (int m = 0; m < mesh_ndim; m++) state[m] = book.placements[codes[m]];
     for (int m = 0; m < mesh_ndim; m++) {
@@ -188,10 +188,10 @@ dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_plac
         if (c == codes[m]) continue;
         dt_step_kind kind = dt__step_kind(state, mesh_ndim, m, state[m], book.placements[c]);
         if (kind == DT_STEP_INVALID) continue;
-        dt_placement next_state[DT_MAX_MESH_DIMS];
+        dt_placement next_state[DT_MESH_MAX_DIMS];
         memcpy(next_state, state, sizeof(dt_placement) * (size_t)mesh_ndim);
         next_state[m] = book.placements[c];
-        int next_codes[DT_MAX_MESH_DIMS];
+        int next_codes[DT_MESH_MAX_DIMS];
         memcpy(next_codes, codes, sizeof(int) * (size_t)mesh_ndim);
         next_codes[m] = c;
         int next = encode(next_codes, mesh_ndim, base);
@@ -218,10 +218,10 @@ dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_plac
   plan->bytes = 0;
   int cur = start;
   for (int i = length - 1; i >= 0; i--) {
-    int a[DT_MAX_MESH_DIMS], b[DT_MAX_MESH_DIMS];
+    int a[DT_MESH_MAX_DIMS], b[DT_MESH_MAX_DIMS];
     decode(cur, mesh_ndim, base, a);
     decode(path[i], mesh_ndim, base, b);
-    dt_placement before[DT_MAX_MESH_DIMS];
+    dt_placement before[DT_MESH_MAX_DIMS];
     for (int m = 0; m < mesh_ndim; m++) before[m] = book.placements[a[m]];
     for (int m = 0; m < mesh_ndim; m++) {
       if (a[m] == b[m]) continue;
@@ -230,7 +230,7 @@ dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_plac
       step->from = book.placements[a[m]];
       step->to = book.placements[b[m]];
       step->kind = dt__step_kind(before, mesh_ndim, m, step->from, step->to);
-      dt_placement after[DT_MAX_MESH_DIMS];
+      dt_placement after[DT_MESH_MAX_DIMS];
       memcpy(after, before, sizeof after);
       after[m] = step->to;
       /* Even-shard estimate; dt__redistribute_exact_bytes replaces it with this rank's. */

@@ -42,7 +42,7 @@ dt_status dt_dist_visualize_sharding(const dt_tensor *t, char *buf, size_t size)
   int64_t rcuts[66], ccuts[66];
   int nr = 0, nc = 0;
   rcuts[nr++] = 0, rcuts[nr++] = rows, ccuts[nc++] = 0, ccuts[nc++] = cols;
-  int64_t coord[DT_MAX_MESH_DIMS] = {0};
+  int64_t coord[DT_MESH_MAX_DIMS] = {0};
   for (int64_t r = 0; r < world && r < 4096; r++) {
     int64_t c = r;
     for (int m = mi.ndim - 1; m >= 0; m--) {
@@ -207,6 +207,6 @@ dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local,
       }
     }
   }
-  dt_objects_free(all);
+  dt_free(all);
   return st;
 }

@@ -34,7 +34,7 @@ static double now_seconds(void) {
 
 void dt__pending_comm_free(dt_pending_comm *p) {
   if (!p) return;
-  dt_work_release(p->work); /* waits first if still running */
+  dt_work_destroy(p->work); /* waits first if still running */
   dt_tensor_release(p->send);
   dt_tensor_release(p->result);
   dt__free(p);

@@ -141,7 +141,7 @@ static void print_node(out_buf *o, const dt_graph *g, const dt_node *n) {
   put(o, "\n");
 }
 
-dt_status dt_graph_print(const dt_graph *graph, char *buf, size_t size, size_t *needed) {
+dt_status dt_graph_format(const dt_graph *graph, char *buf, size_t size, size_t *needed) {
   if (!graph) return dt__error(DT_ERR_INVALID, "graph_print: graph is NULL");
   if (!buf && size > 0) return dt__error(DT_ERR_INVALID, "graph_print: buf is NULL");
   out_buf o = {buf, size, 0};
@@ -158,13 +158,11 @@ dt_status dt_graph_print(const dt_graph *graph, char *buf, size_t size, size_t *
   return DT_OK;
 }
 
-char *dt_graph_to_text(const dt_graph *graph) {
+char *dt_graph_to_string(const dt_graph *graph) {
   size_t needed = 0;
-  if (dt_graph_print(graph, NULL, 0, &needed)) return NULL;
+  if (dt_graph_format(graph, NULL, 0, &needed)) return NULL;
   char *text = dt__alloc(needed + 1);
   if (!text) return NULL;
-  dt_graph_print(graph, text, needed + 1, NULL);
+  dt_graph_format(graph, text, needed + 1, NULL);
   return text;
 }
-
-void dt_graph_text_free(char *text) { dt__free(text); }

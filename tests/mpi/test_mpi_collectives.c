@@ -133,7 +133,7 @@ static dt_status finish_work(dt_work *w, int salt) {
     }
   }
   dt_status st = dt_work_wait(w);
-  dt_work_release(w);
+  dt_work_destroy(w);
   return st;
 }
 
@@ -431,7 +431,7 @@ static void test_objects(void) {
               memcmp(objects->data + objects->offsets[r], want, (size_t)wlen) == 0,
           "all_gather_object entry %d", r);
   }
-  dt_objects_free(objects);
+  dt_free(objects);
 }
 
 static void test_barrier(void) {

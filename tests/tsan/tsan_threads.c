@@ -48,7 +48,7 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
     EXPECT(!dt_comm_reduce_scatter_tensor_async(world, big, rs, DT_REDUCE_SUM, &w) &&
                !dt_work_wait(w) && at(rs, 0) == 4,
            "reduce_scatter async");
-    dt_work_release(w);
+    dt_work_destroy(w);
     dt_empty(1, (int64_t[]){24}, DT_F32, &a2a);
     EXPECT(!dt_comm_all_to_all(world, g, a2a, NULL, NULL), "all_to_all");
     EXPECT(!dt_comm_broadcast(world, mine, 2) && at(mine, 0) == 2, "broadcast");
