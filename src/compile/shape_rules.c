@@ -1,0 +1,220 @@
+/*
+ * Symbolic shape inference: for each op family (told apart by its infer function, which is
+ * what decides its shapes) the output dims as expressions of the input dims, with the guards
+ * the inference assumed. An op without a rule here is specialized by the caller (its input
+ * sizes are guarded to their traced values), which is always correct, only less general.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "compile/compile_impl.h"
+
+static void add_guard(dt_shape_ctx *c, dt_guard_kind kind, int a, int b, int64_t k,
+                      const char *what, int dim) {
+  if (c->n_guards >= (int)(sizeof c->guards / sizeof c->guards[0])) return;
+  dt_guard *g = &c->guards[c->n_guards++];
+  *g = (dt_guard){.kind = kind, .a = a, .b = b, .c = k};
+  snprintf(g->why, sizeof g->why, "%s: %s of dim %d", dt__op_table[c->done->op].name, what, dim);
+}
+
+/* Both sizes must be equal: nothing to guard when they are the same expression. */
+static void need_equal(dt_shape_ctx *c, int a, int b, const char *what, int dim) {
+  if (a != b) add_guard(c, DT_GUARD_EQ, a, b, 0, what, dim);
+}
+
+static int hint(const dt_shape_ctx *c, int e, const int64_t *symbols) {
+  return (int)(dt__sx_eval(c->pool, e, symbols) == 1);
+}
+
+static void copy_dims(dt_shape_ctx *c, int out, int arg) {
+  for (int d = 0; d < c->arg_ndim[arg]; d++) c->out_dims[out][d] = c->arg_dims[arg][d];
+}
+
+/* NumPy broadcasting over the present arguments. At each dim the traced sizes decide which
+ * arguments broadcast (size 1) and which give the size; the guards keep it so: a broadcast
+ * size stays 1 and the others stay equal to the first one. */
+static bool broadcast(dt_shape_ctx *c, int first, int count, const int64_t *symbols) {
+  const dt_tensor_meta *m = &c->metas[0];
+  for (int d = 0; d < m->ndim; d++) {
+    int size = -1;
+    for (int k = first; k < first + count; k++) {
+      if (!c->arg_dims[k]) continue;
+      int ad = c->arg_ndim[k] - m->ndim + d;
+      if (ad < 0) continue;
+      int e = c->arg_dims[k][ad];
+      if (hint(c, e, symbols)) { /* broadcast here: it must stay 1 */
+        int64_t v;
+        if (!dt__sx_is_const(c->pool, e, &v)) {
+          add_guard(c, DT_GUARD_EQ, e, dt__sx_const(c->pool, 1), 0, "broadcast (size 1)", d);
+        }
+        continue;
+      }
+      if (size < 0)
+        size = e;
+      else
+        need_equal(c, size, e, "broadcast", d);
+    }
+    c->out_dims[0][d] = size >= 0 ? size : dt__sx_const(c->pool, 1);
+  }
+  return true;
+}
+
+bool dt__shape_rule(dt_shape_ctx *c) {
+  const int64_t *symbols = c->symbols;
+  const dt_op_def *def = &dt__op_table[c->done->op];
+  dt_sx_pool *p = c->pool;
+  const dt_op_call *done = c->done;
+  if (c->n_args < 1 || !c->arg_dims[0]) return false;
+  int nd0 = c->arg_ndim[0];
+  const int *a = c->arg_dims[0];
+  if (def->infer == dt__infer_unary || def->infer == dt__infer_same || def->infer == dt__infer_to ||
+      def->infer == dt__infer_softmax || def->infer == dt__infer_binary_scalar ||
+      def->infer == dt__infer_binary_scalar_inplace || def->infer == dt__infer_full_like ||
+      def->infer == dt__infer_binary_inplace) {
+    if (def->infer == dt__infer_binary_inplace) {
+      /* The other operand broadcasts into self: its non-1 sizes equal self's. */
+      if (c->n_args < 2 || !c->arg_dims[1]) return false;
+      for (int d = 0; d < c->arg_ndim[1]; d++) {
+        int e = c->arg_dims[1][d], sd = nd0 - c->arg_ndim[1] + d;
+        if (sd < 0) return false;
+        if (hint(c, e, symbols))
+          need_equal(c, e, dt__sx_const(p, 1), "broadcast (size 1)", sd);
+        else
+          need_equal(c, a[sd], e, "broadcast", sd);
+      }
+    }
+    if (def->kind == DT_OP_KIND_INPLACE || c->n_out >= 1) copy_dims(c, 0, 0);
+    return c->metas[0].ndim == nd0;
+  }
+  if (def->infer == dt__infer_binary) return broadcast(c, 0, c->n_args < 2 ? 1 : 2, symbols);
+  if (def->infer == dt__infer_where) return broadcast(c, 0, 3, symbols);
+  if (def->infer == dt__infer_mm) {
+    if (c->n_args < 2 || nd0 != 2 || c->arg_ndim[1] != 2) return false;
+    need_equal(c, a[1], c->arg_dims[1][0], "contraction", 1);
+    c->out_dims[0][0] = a[0];
+    c->out_dims[0][1] = c->arg_dims[1][1];
+    return true;
+  }
+  if (def->infer == dt__infer_linear || def->infer == dt__infer_matmul) {
+    /* x @ w^T (linear) or x @ w (matmul with a 2-D right side). */
+    bool linear = def->infer == dt__infer_linear;
+    if (c->n_args < 2 || !c->arg_dims[1] || c->arg_ndim[1] != 2 || nd0 < 1) return false;
+    const int *w = c->arg_dims[1];
+    int k = linear ? w[1] : w[0], n = linear ? w[0] : w[1];
+    need_equal(c, a[nd0 - 1], k, "contraction", nd0 - 1);
+    if (linear && c->n_args > 2 && c->arg_dims[2]) {
+      if (c->arg_ndim[2] != 1) return false;
+      need_equal(c, c->arg_dims[2][0], n, "bias", 0);
+    }
+    for (int d = 0; d < nd0 - 1; d++) c->out_dims[0][d] = a[d];
+    c->out_dims[0][nd0 - 1] = n;
+    return c->metas[0].ndim == nd0;
+  }
+  if (def->infer == dt__infer_embedding) {
+    /* embedding(weight, indices): the indices' dims, then the embedding dim. */
+    if (c->n_args < 2 || !c->arg_dims[1] || nd0 != 2 || done->n_ints != 0) return false;
+    int ni = c->arg_ndim[1];
+    for (int d = 0; d < ni; d++) c->out_dims[0][d] = c->arg_dims[1][d];
+    c->out_dims[0][ni] = a[1];
+    return true;
+  }
+  if (def->infer == dt__infer_reduce) {
+    const dt_tensor_meta *m = &c->metas[0];
+    uint32_t mask = 0;
+    if (m->ndim == 0 || done->n_ints == 0) {
+      mask = nd0 > 0 ? (uint32_t)((1u << nd0) - 1u) : 0u;
+    } else {
+      for (int i = 0; i < done->n_ints; i++) mask |= 1u << done->ints[i];
+    }
+    bool keepdim = m->ndim == nd0 && nd0 > 0 && (done->flags & DT_OP_FLAG_KEEPDIM);
+    int o = 0;
+    for (int d = 0; d < nd0; d++) {
+      bool reduced = (mask >> d) & 1u;
+      if (!reduced)
+        c->out_dims[0][o++] = a[d];
+      else if (keepdim)
+        c->out_dims[0][o++] = dt__sx_const(p, 1);
+    }
+    if (o != m->ndim) return false;
+    for (int k = 1; k < c->n_out; k++)
+      memcpy(c->out_dims[k], c->out_dims[0], sizeof c->out_dims[0]);
+    return true;
+  }
+  if (def->infer == dt__infer_cat) {
+    /* Every entry has the first one's dims except along dim, where the sizes add up. */
+    int first = done->n_inputs, dim = (int)done->ints[0];
+    if (c->n_args <= first) return false;
+    int nd = c->arg_ndim[first];
+    int sum = dt__sx_const(p, 0);
+    for (int k = first; k < c->n_args; k++) {
+      if (c->arg_ndim[k] != nd) return false; /* the 1-D empty entries cat skips */
+      for (int d = 0; d < nd; d++) {
+        if (d == dim)
+          sum = dt__sx_add(p, sum, c->arg_dims[k][d]);
+        else
+          need_equal(c, c->arg_dims[first][d], c->arg_dims[k][d], "cat", d);
+      }
+    }
+    for (int d = 0; d < nd; d++) c->out_dims[0][d] = d == dim ? sum : c->arg_dims[first][d];
+    return true;
+  }
+  if (def->infer == dt__infer_chunk) {
+    /* torch.chunk: pieces of ceil(s / chunks), as many as ceil(s / piece); the count is
+     * guarded since it is the node's arity, and s >= 1 keeps the piece size positive. */
+    int d = (int)done->ints[0];
+    int64_t chunks = c->given->ints[0];
+    int s = a[d];
+    int piece = dt__sx_ceildiv(p, s, dt__sx_const(p, chunks));
+    int64_t v;
+    if (!dt__sx_is_const(p, s, &v)) {
+      add_guard(c, DT_GUARD_GE, s, -1, 1, "chunk (nonempty)", d);
+      add_guard(c, DT_GUARD_EQ, dt__sx_ceildiv(p, s, piece), dt__sx_const(p, c->n_out), 0,
+                "chunk (number of pieces)", d);
+    }
+    for (int k = 0; k < c->n_out; k++) {
+      copy_dims(c, k, 0);
+      int rest = dt__sx_sub(p, s, dt__sx_mul(p, piece, dt__sx_const(p, k)));
+      c->out_dims[k][d] = dt__sx_min(p, piece, rest);
+    }
+    return true;
+  }
+  if (def->infer == dt__infer_transpose) {
+    copy_dims(c, 0, 0);
+    int d0 = (int)done->ints[0], d1 = (int)done->ints[1];
+    c->out_dims[0][d0] = a[d1];
+    c->out_dims[0][d1] = a[d0];
+    return true;
+  }
+  if (def->infer == dt__infer_unsqueeze) {
+    int d = (int)done->ints[0], o = 0;
+    for (int k = 0; k <= nd0; k++) c->out_dims[0][k] = k == d ? dt__sx_const(p, 1) : a[o++];
+    return true;
+  }
+  if (def->infer == dt__infer_view || def->infer == dt__infer_reshape) {
+    /* The given sizes are constants; a -1 is numel / (product of the others), which must
+     * divide; without one, numel must equal the product. */
+    const dt_op_call *g = c->given;
+    int numel = dt__sx_const(p, 1);
+    for (int d = 0; d < nd0; d++) numel = dt__sx_mul(p, numel, a[d]);
+    int64_t prod = 1;
+    int infer_dim = -1;
+    for (int d = 0; d < g->n_ints; d++) {
+      if (g->ints[d] == -1)
+        infer_dim = d;
+      else
+        prod *= g->ints[d];
+    }
+    if (g->n_ints != c->metas[0].ndim || prod <= 0) return false;
+    for (int d = 0; d < g->n_ints; d++) c->out_dims[0][d] = dt__sx_const(p, g->ints[d]);
+    if (infer_dim >= 0) {
+      int64_t v;
+      if (!dt__sx_is_const(p, numel, &v))
+        add_guard(c, DT_GUARD_DIVISIBLE, numel, -1, prod, "view (divisibility)", infer_dim);
+      c->out_dims[0][infer_dim] = dt__sx_floordiv(p, numel, dt__sx_const(p, prod));
+    } else {
+      need_equal(c, numel, dt__sx_const(p, prod), "view (element count)", 0);
+    }
+    return true;
+  }
+  return false;
+}
