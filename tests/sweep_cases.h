@@ -183,6 +183,9 @@ static dt_status f_min_dim1_indices(dt_tensor **i, dt_tensor **o) {
 static dt_status f_batch_norm(dt_tensor **i, dt_tensor **o) {
   return dt_batch_norm(i[0], i[1], i[2], NULL, NULL, 1e-5, o);
 }
+static dt_status f_batch_norm_training(dt_tensor **i, dt_tensor **o) {
+  return dt_batch_norm_training(i[0], i[1], i[2], 1e-5, o);
+}
 static dt_status f_squeeze(dt_tensor **i, dt_tensor **o) { return dt_squeeze(i[0], o); }
 static dt_status f_squeeze_dim(dt_tensor **i, dt_tensor **o) { return dt_squeeze_dim(i[0], 1, o); }
 static dt_status f_slice(dt_tensor **i, dt_tensor **o) { return dt_slice(i[0], 1, 1, 7, 2, o); }
@@ -373,6 +376,7 @@ static const op_case cases[] = {
     {"max.dim 0 values", f_max_dim0, 1, {2}, {S2(5, 7)}},
     {"min.dim 1 indices", f_min_dim1_indices, 1, {2}, {S2(5, 7)}, .exact = true},
     {"batch_norm", f_batch_norm, 3, {3, 1, 1}, {{4, 3, 5}, {3}, {3}}, .lo = 0.5, .hi = 2},
+    {"batch_norm_training", f_batch_norm_training, 3, {3, 1, 1}, {{4, 3, 5}, {3}, {3}}},
     {"squeeze", f_squeeze, 1, {3}, {{5, 1, 7}}},
     {"squeeze dim 1", f_squeeze_dim, 1, {3}, {{5, 1, 7}}},
     {"slice step 2", f_slice, 1, {2}, {S2(5, 7)}},

@@ -90,6 +90,12 @@ static dt_status f_batch_norm(dt_tensor **x, dt_tensor **o) {
 static dt_status f_batch_norm_plain(dt_tensor **x, dt_tensor **o) {
   return dt_batch_norm(x[0], x[1], x[2], NULL, NULL, 1e-5, o);
 }
+static dt_status f_batch_norm_training(dt_tensor **x, dt_tensor **o) {
+  return dt_batch_norm_training(x[0], x[1], x[2], 1e-5, o);
+}
+static dt_status f_batch_norm_training_plain(dt_tensor **x, dt_tensor **o) {
+  return dt_batch_norm_training(x[0], NULL, NULL, 1e-5, o);
+}
 /* Indices [2, 3] with repeats: rows 1 and 4 are picked twice, row 0 never. */
 static dt_status f_embedding(dt_tensor **x, dt_tensor **o) {
   int64_t values[] = {1, 4, 6, 4, 1, 2};
@@ -198,6 +204,18 @@ static const grad_case cases[] = {
      {2, 1, 1},
      {S2(5, 3), S1(3), S1(3)},
      {NONCONTIG, CONSTANT, POSITIVE | CONSTANT}},
+    {"batch_norm_training",
+     f_batch_norm_training,
+     3,
+     {3, 1, 1},
+     {S3(4, 3, 5), S1(3), S1(3)},
+     {NONCONTIG, PLAIN, NONCONTIG}},
+    {"batch_norm_training no affine 2-d",
+     f_batch_norm_training_plain,
+     1,
+     {2},
+     {S2(5, 3)},
+     {NONCONTIG}},
     {"embedding repeated indices", f_embedding, 1, {2}, {S2(7, 4)}, {NONCONTIG}},
     {"cat dim 1", f_cat1, 3, {2, 2, 2}, {S2(3, 2), S2(3, 5), S2(3, 1)}, {PLAIN, NONCONTIG, PLAIN}},
     {"cat 1-d", f_cat0, 2, {1, 1}, {S1(3), S1(4)}, {NONCONTIG, PLAIN}},
@@ -389,6 +407,68 @@ Test(autograd_ops, where_and_masked_fill_route_the_gradient) {
   dt_tensor_release(c);
   dt_tensor_release(a);
   dt_tensor_release(b);
+}
+
+/* ---- Training batch norm: values and errors ---------------------------------------------- */
+
+Test(autograd_ops, batch_norm_training_uses_batch_statistics) {
+  /* Channel 0 holds {1, 3}: mean 2, variance 1; channel 1 holds {2, 6}: mean 4, variance 4. */
+  dt_tensor *x = from_values(2, (int64_t[]){2, 2}, (double[]){1, 2, 3, 6});
+  dt_tensor *w = from_values(1, (int64_t[]){2}, (double[]){2, 3});
+  dt_tensor *b = from_values(1, (int64_t[]){2}, (double[]){0.5, -1});
+  dt_tensor *y = NULL;
+  OK(dt_batch_norm_training(x, w, b, 0.0, &y));
+  double got[4];
+  OK(dt_tensor_to_doubles(y, got, 4));
+  double expected[] = {-1.5, -4, 2.5, 2};
+  for (int e = 0; e < 4; e++) cr_assert_float_eq(got[e], expected[e], 1e-12, "element %d", e);
+  dt_tensor_release(y);
+  /* The gradient of sum(y) w.r.t. x is 0: the normalization removes any shift. */
+  OK(dt_tensor_set_requires_grad(x, true));
+  dt_tensor *loss = NULL;
+  OK(dt_batch_norm_training(x, w, b, 0.0, &y));
+  OK(dt_sum(y, &loss));
+  OK(dt_backward(loss, NULL));
+  expect_grad(x, (double[]){0, 0, 0, 0}, "batch_norm_training of a sum");
+  dt_tensor_release(loss);
+  dt_tensor_release(y);
+  /* Errors name the op and the offending shapes. */
+  dt_tensor *one = from_values(2, (int64_t[]){1, 2}, (double[]){1, 2});
+  cr_assert_eq(dt_batch_norm_training(one, NULL, NULL, 1e-5, &y), DT_ERR_SHAPE);
+  cr_assert(strstr(dt_last_error(), "batch_norm_training") && strstr(dt_last_error(), "[1, 2]"),
+            "%s", dt_last_error());
+  cr_assert_eq(dt_batch_norm_training(x, b, x, 1e-5, &y), DT_ERR_SHAPE);
+  cr_assert(strstr(dt_last_error(), "bias") && strstr(dt_last_error(), "[2, 2]"), "%s",
+            dt_last_error());
+  cr_assert_eq(dt_batch_norm_training(NULL, NULL, NULL, 1e-5, &y), DT_ERR_INVALID);
+  dt_tensor_release(one);
+  dt_tensor_release(x);
+  dt_tensor_release(w);
+  dt_tensor_release(b);
+}
+
+Test(autograd_ops, scatter_add_values_and_errors) {
+  dt_tensor *self = from_values(2, (int64_t[]){2, 3}, (double[]){1, 1, 1, 1, 1, 1});
+  dt_tensor *src = from_values(2, (int64_t[]){2, 2}, (double[]){1, 2, 3, 4});
+  dt_tensor *idx = NULL, *y = NULL;
+  OK(dt_zeros(2, (int64_t[]){2, 2}, DT_I64, &idx));
+  double cols[] = {2, 2, 0, 1};
+  for (int e = 0; e < 4; e++) OK(dt_tensor_set(idx, (int64_t[]){e / 2, e % 2}, cols[e]));
+  OK(dt_scatter_add(self, 1, idx, src, &y)); /* row 0: col 2 += 1 + 2; row 1: col 0 += 3, 1 += 4 */
+  double got[6], expected[] = {1, 1, 4, 4, 5, 1};
+  OK(dt_tensor_to_doubles(y, got, 6));
+  for (int e = 0; e < 6; e++) cr_assert_float_eq(got[e], expected[e], 1e-12, "element %d", e);
+  dt_tensor_release(y);
+  OK(dt_tensor_set(idx, (int64_t[]){1, 1}, 3));
+  cr_assert_eq(dt_scatter_add(self, 1, idx, src, &y), DT_ERR_INDEX);
+  cr_assert(strstr(dt_last_error(), "scatter_add") && strstr(dt_last_error(), "index 3"), "%s",
+            dt_last_error());
+  cr_assert_null(y);
+  cr_assert_eq(dt_scatter_add(self, 1, src, src, &y), DT_ERR_DTYPE);
+  cr_assert(strstr(dt_last_error(), "index must be int64"), "%s", dt_last_error());
+  dt_tensor_release(self);
+  dt_tensor_release(src);
+  dt_tensor_release(idx);
 }
 
 /* ---- Coverage of the backward column ----------------------------------------------------- */

@@ -157,6 +157,13 @@ DT_API dt_status dt_layer_norm(dt_tensor *x, int ndims, const int64_t *normalize
  * weight and bias [C] may be NULL. */
 DT_API dt_status dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor *running_var,
                                dt_tensor *weight, dt_tensor *bias, double eps, dt_tensor **out);
+/* Training batch norm: like dt_batch_norm with the batch's own statistics (per channel, the
+ * mean and biased variance over every dim but 1), as PyTorch's batch_norm(training=True).
+ * Running statistics are not updated (do it under no_grad). Runs replicated on distributed
+ * tensors. Errors: DT_ERR_INVALID (NULL x or out), DT_ERR_DTYPE (a non-floating argument),
+ * DT_ERR_SHAPE (fewer than 2 dims; 1 value per channel; weight or bias not [C]). */
+DT_API dt_status dt_batch_norm_training(dt_tensor *x, dt_tensor *weight, dt_tensor *bias,
+                                        double eps, dt_tensor **out);
 /* Concatenates n tensors along dim (shapes equal elsewhere; 1-D empty tensors are skipped
  * as in PyTorch); dtypes promote. */
 DT_API dt_status dt_cat(int n, dt_tensor *const *tensors, int64_t dim, dt_tensor **out);

@@ -42,10 +42,57 @@ dt_status dt__backward_log_softmax(const dt_backward_ctx *ctx, dt_tensor *const 
   return st;
 }
 
-/* layer_norm over the last k dims (ints[0..k) = normalized_shape, eps = scalars[0]):
- *   xhat = (x - mean) rstd, gy = g w (g without weight),
- *   dx = rstd (gy - mean(gy) - xhat mean(gy xhat)),
- *   dw = sum over the leading dims of g xhat, db = sum over the leading dims of g. */
+/* The normalization shared by layer_norm and training batch_norm, over `dims` of x:
+ *   xhat = (x - mean) rstd, rstd = 1 / sqrt(var + eps) (biased variance),
+ *   dx = rstd (gy - mean(gy) - xhat mean(gy xhat)) with gy = g w (g without weight).
+ * Writes xhat, and dx when dx is not NULL. */
+static dt_status normalization_grads(dt_tensor *x, dt_tensor *g, dt_tensor *w, int n,
+                                     const int64_t *dims, double eps, dt_tensor **xhat,
+                                     dt_tensor **dx) {
+  dt_tensor *mu = NULL, *xc = NULL, *sq = NULL, *var = NULL, *ve = NULL, *rstd = NULL, *gy = NULL,
+            *m1 = NULL, *gx = NULL, *m2 = NULL, *xm2 = NULL, *d1 = NULL, *d2 = NULL;
+  dt_status st = dt_mean_dims(x, n, dims, true, &mu);
+  if (!st) st = dt_sub(x, mu, &xc);
+  if (!st) st = dt_mul(xc, xc, &sq);
+  if (!st) st = dt_mean_dims(sq, n, dims, true, &var);
+  if (!st) st = dt_add_scalar(var, eps, &ve);
+  if (!st) st = dt_rsqrt(ve, &rstd);
+  if (!st) st = dt_mul(xc, rstd, xhat);
+  if (!st && dx) {
+    if (w) {
+      st = dt_mul(g, w, &gy);
+    } else {
+      gy = dt_tensor_retain(g);
+    }
+    if (!st) st = dt_mean_dims(gy, n, dims, true, &m1);
+    if (!st) st = dt_mul(gy, *xhat, &gx);
+    if (!st) st = dt_mean_dims(gx, n, dims, true, &m2);
+    if (!st) st = dt_mul(*xhat, m2, &xm2);
+    if (!st) st = dt_sub(gy, m1, &d1);
+    if (!st) st = dt_sub(d1, xm2, &d2);
+    if (!st) st = dt_mul(rstd, d2, dx);
+  }
+  dt_tensor *all[] = {mu, xc, sq, var, ve, rstd, gy, m1, gx, m2, xm2, d1, d2};
+  release_all(all, sizeof all / sizeof all[0]);
+  return st;
+}
+
+/* The gradient of an affine parameter: src (g xhat for the weight, g for the bias) summed
+ * over `dims` into the parameter's shape (no dims: already shaped). */
+static dt_status affine_grad(dt_tensor *src, int n, const int64_t *dims, const dt_tensor_meta *meta,
+                             dt_tensor **out) {
+  if (n == 0) return dt__grad_cast_to(src, meta, out);
+  dt_tensor *s = NULL, *r = NULL;
+  dt_status st = dt_sum_dims(src, n, dims, false, &s);
+  if (!st) st = dt_reshape(s, meta->ndim, meta->shape, &r);
+  if (!st) st = dt__grad_cast_to(r, meta, out);
+  dt_tensor_release(s);
+  dt_tensor_release(r);
+  return st;
+}
+
+/* layer_norm over the last k dims (normalized_shape, eps = scalars[0]): dx as above; dw =
+ * sum over the leading dims of g xhat, db = sum over the leading dims of g. */
 dt_status dt__backward_layer_norm(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
                                   dt_tensor **grad_inputs) {
   dt_tensor *g = grad_outputs[0];
@@ -58,49 +105,20 @@ dt_status dt__backward_layer_norm(const dt_backward_ctx *ctx, dt_tensor *const *
   int64_t norm_dims[DT_MAX_DIMS], lead_dims[DT_MAX_DIMS];
   for (int i = 0; i < k; i++) norm_dims[i] = lead + i;
   for (int i = 0; i < lead; i++) lead_dims[i] = i;
-  dt_tensor *x = call->inputs[0], *w = call->inputs[1];
-  dt_tensor *mu = NULL, *xc = NULL, *sq = NULL, *var = NULL, *ve = NULL, *rstd = NULL, *xhat = NULL,
-            *gy = NULL, *m1 = NULL, *gx = NULL, *m2 = NULL, *xm2 = NULL, *d1 = NULL, *d2 = NULL,
-            *dx = NULL, *gxh = NULL;
-  dt_status st = dt_mean_dims(x, k, norm_dims, true, &mu);
-  if (!st) st = dt_sub(x, mu, &xc);
-  if (!st) st = dt_mul(xc, xc, &sq);
-  if (!st) st = dt_mean_dims(sq, k, norm_dims, true, &var);
-  if (!st) st = dt_add_scalar(var, call->scalars[0], &ve);
-  if (!st) st = dt_rsqrt(ve, &rstd);
-  if (!st) st = dt_mul(xc, rstd, &xhat);
-  if (!st && ctx->needs_grad[0]) {
-    st = w ? dt_mul(g, w, &gy) : DT_OK;
-    if (!w) gy = dt_tensor_retain(g);
-    if (!st) st = dt_mean_dims(gy, k, norm_dims, true, &m1);
-    if (!st) st = dt_mul(gy, xhat, &gx);
-    if (!st) st = dt_mean_dims(gx, k, norm_dims, true, &m2);
-    if (!st) st = dt_mul(xhat, m2, &xm2);
-    if (!st) st = dt_sub(gy, m1, &d1);
-    if (!st) st = dt_sub(d1, xm2, &d2);
-    if (!st) st = dt_mul(rstd, d2, &dx);
-    if (!st) st = dt__grad_cast_to(dx, &ctx->input_metas[0], &grad_inputs[0]);
+  dt_tensor *xhat = NULL, *dx = NULL, *gxh = NULL;
+  dt_status st = normalization_grads(call->inputs[0], g, call->inputs[1], k, norm_dims,
+                                     call->scalars[0], &xhat, ctx->needs_grad[0] ? &dx : NULL);
+  if (!st && dx) st = dt__grad_cast_to(dx, in, &grad_inputs[0]);
+  if (!st && call->inputs[1] && ctx->needs_grad[1]) {
+    st = dt_mul(g, xhat, &gxh);
+    if (!st) st = affine_grad(gxh, lead, lead_dims, &ctx->input_metas[1], &grad_inputs[1]);
   }
-  /* The affine parameters' gradients: summed over the leading dims (none: already shaped). */
-  for (int slot = 1; slot <= 2 && !st; slot++) {
-    if (!call->inputs[slot] || !ctx->needs_grad[slot]) continue;
-    dt_tensor *src = g;
-    if (slot == 1) {
-      st = dt_mul(g, xhat, &gxh);
-      src = gxh;
-    }
-    if (st) break;
-    if (lead == 0) {
-      st = dt__grad_cast_to(src, &ctx->input_metas[slot], &grad_inputs[slot]);
-    } else {
-      dt_tensor *s = NULL;
-      st = dt_sum_dims(src, lead, lead_dims, false, &s);
-      if (!st) st = dt__grad_cast_to(s, &ctx->input_metas[slot], &grad_inputs[slot]);
-      dt_tensor_release(s);
-    }
+  if (!st && call->inputs[2] && ctx->needs_grad[2]) {
+    st = affine_grad(g, lead, lead_dims, &ctx->input_metas[2], &grad_inputs[2]);
   }
-  dt_tensor *all[] = {mu, xc, sq, var, ve, rstd, xhat, gy, m1, gx, m2, xm2, d1, d2, dx, gxh};
-  release_all(all, sizeof all / sizeof all[0]);
+  dt_tensor_release(xhat);
+  dt_tensor_release(dx);
+  dt_tensor_release(gxh);
   return st;
 }
 
@@ -180,6 +198,40 @@ dt_status dt__backward_embedding(const dt_backward_ctx *ctx, dt_tensor *const *g
   if (!st) st = dt_scatter_add(zeros, 0, index, g2, &t);
   if (!st) st = dt__grad_cast_to(t, w, &grad_inputs[0]);
   dt_tensor *all[] = {zeros, rows, col, index, g2, t};
+  release_all(all, sizeof all / sizeof all[0]);
+  return st;
+}
+
+/* batch_norm_training (inputs {x, weight?, bias?}, eps = scalars[0]): the batch statistics
+ * are functions of x, so dx is the normalization's full gradient over every dim but the
+ * channel dim 1; dw = sum of g xhat and db = sum of g over those dims. */
+dt_status dt__backward_batch_norm_training(const dt_backward_ctx *ctx,
+                                           dt_tensor *const *grad_outputs,
+                                           dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  const dt_op_call *call = ctx->call;
+  const dt_tensor_meta *in = &ctx->input_metas[0];
+  int64_t other[DT_MAX_DIMS];
+  int n_other = 0;
+  for (int d = 0; d < in->ndim; d++) {
+    if (d != 1) other[n_other++] = d;
+  }
+  dt_tensor *w_b = NULL, *xhat = NULL, *dx = NULL, *gxh = NULL;
+  dt_status st = call->inputs[1] ? channel_view(call->inputs[1], in, &w_b) : DT_OK;
+  if (!st) {
+    st = normalization_grads(call->inputs[0], g, w_b, n_other, other, call->scalars[0], &xhat,
+                             ctx->needs_grad[0] ? &dx : NULL);
+  }
+  if (!st && dx) st = dt__grad_cast_to(dx, in, &grad_inputs[0]);
+  if (!st && call->inputs[1] && ctx->needs_grad[1]) {
+    st = dt_mul(g, xhat, &gxh);
+    if (!st) st = affine_grad(gxh, n_other, other, &ctx->input_metas[1], &grad_inputs[1]);
+  }
+  if (!st && call->inputs[2] && ctx->needs_grad[2]) {
+    st = affine_grad(g, n_other, other, &ctx->input_metas[2], &grad_inputs[2]);
+  }
+  dt_tensor *all[] = {w_b, xhat, dx, gxh};
   release_all(all, sizeof all / sizeof all[0]);
   return st;
 }

@@ -193,7 +193,9 @@
 /* Neural-network ops: embedding, softmax, log_softmax, layer_norm, batch_norm, cat, stack.
  * softmax: dim in ints[0]. layer_norm: inputs {input, weight?, bias?}, normalized_shape
  * borrowed in int_list (copied to ints by infer), eps in scalars[0]. batch_norm (inference):
- * inputs {input, running_mean, running_var, weight?, bias?}, eps in scalars[0]. */
+ * inputs {input, running_mean, running_var, weight?, bias?}, eps in scalars[0];
+ * batch_norm_training: inputs {input, weight?, bias?}, eps in scalars[0]. scatter_add (the
+ * backward of embedding and max.dim): inputs {self, index, src}, dim in ints[0]. */
 #define DT_OPS_NN(X)                                                                               \
   X(SOFTMAX, "softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax, SOFTMAX, 0,         \
     BACKWARD(softmax), "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")      \
@@ -208,6 +210,9 @@
     0, BACKWARD(batch_norm),                                                                       \
     "batch_norm(Tensor input, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? "   \
     "bias, float eps) -> Tensor")                                                                  \
+  X(BATCH_NORM_TRAINING, "batch_norm_training", COMPUTE, 1, dt__infer_batch_norm_training,         \
+    dt__kernel_batch_norm_training, REPLICATE, 0, BACKWARD(batch_norm_training),                   \
+    "batch_norm_training(Tensor input, Tensor? weight, Tensor? bias, float eps) -> Tensor")        \
   X(EMBEDDING, "embedding", COMPUTE, 2, dt__infer_embedding, dt__kernel_embedding, EMBEDDING,      \
     DT_TRAIT_ROW_WINDOW, BACKWARD(embedding),                                                      \
     "embedding(Tensor weight, Tensor indices) -> Tensor")                                          \
