@@ -345,9 +345,21 @@ Test(checkpoint, crash_at_each_step_leaves_old_or_new) {
     dcp_case load = {
         .from = &layouts[3], .to = &layouts[5], .dir = dir, .generation = 2, .expect_old = old};
     SPAWN_OK(4, load_rank, &load);
-    /* A later save succeeds and cleans up what the crash left. */
+    /* A later save succeeds and cleans up what the crash left, including a temporary that a
+     * crash inside dt_safetensors_save would leave. */
+    char stale[128];
+    snprintf(stale, sizeof stale, "%s/.dt-AbCdEf", dir);
+    FILE *tmp = fopen(stale, "w");
+    cr_assert(tmp != NULL);
+    fclose(tmp);
     dcp_case third = {.from = &layouts[1], .dir = dir, .generation = 3};
     SPAWN_OK(2, save_rank, &third);
+    cr_assert_neq(access(stale, F_OK), 0, "the stale temporary was removed");
+    for (int r = 0; r < 4; r++) {
+      char old_file[128];
+      snprintf(old_file, sizeof old_file, "%s/__%d_%d.safetensors", dir, 1, r);
+      cr_assert_neq(access(old_file, F_OK), 0, "%s was removed", old_file);
+    }
     dcp_case load3 = {.from = &layouts[1], .to = &layouts[0], .dir = dir, .generation = 3};
     SPAWN_OK(1, load_rank, &load3);
     remove_dir(dir);

@@ -86,7 +86,7 @@ static dt_status agree(dt_comm *comm, const char *op, dt_status mine) {
     if (all->lengths[r] == sizeof v) memcpy(&v, all->data + all->offsets[r], sizeof v);
     if (v) result = dt__error((dt_status)v, "%s: rank %d failed (see its error)", op, r);
   }
-  dt_objects_free(all);
+  dt_free(all);
   return result;
 }
 
@@ -122,7 +122,8 @@ static void remove_old_files(const char *dir, int64_t generation) {
     int r = -1, n = 0;
     bool data = sscanf(e->d_name, "__%lld_%d.safetensors%n", &g, &r, &n) == 2 &&
                 e->d_name[n] == '\0' && g != generation;
-    bool temp = strncmp(e->d_name, ".__", 3) == 0 || strncmp(e->d_name, ".metadata", 9) == 0;
+    /* Temporaries a crashed save left: dt_safetensors_save's ".dt-XXXXXX" and ours. */
+    bool temp = strncmp(e->d_name, ".dt-", 4) == 0 || strcmp(e->d_name, ".metadata.json.tmp") == 0;
     if (!data && !temp) continue;
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
     (void)unlink(path);
@@ -183,7 +184,7 @@ dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count, const ch
     if (all->lengths[r] == sizeof g) memcpy(&g, all->data + all->offsets[r], sizeof g);
     if (g > generation) generation = g;
   }
-  dt_objects_free(all);
+  dt_free(all);
   all = NULL;
   if (injected(DT__CKPT_STEP_BEFORE_DATA)) return fail_injected(op, DT__CKPT_STEP_BEFORE_DATA);
 
@@ -385,7 +386,7 @@ write_done:
     for (int i = 0; meta.tensors && i < count; i++) meta.tensors[i].name = NULL;
   }
 done:
-  dt_objects_free(all);
+  dt_free(all);
   dt__free(text.data);
   dt__ckpt_meta_free(&meta);
   return agree(world, op, st);
