@@ -6,6 +6,7 @@
 #ifndef DT_TEST_SWEEP_CASES_H
 #define DT_TEST_SWEEP_CASES_H
 
+#include "ops/loss_impl.h"
 #include "reference.h"
 
 typedef dt_status (*op_fn)(dt_tensor **in, dt_tensor **out);
@@ -82,6 +83,16 @@ static dt_status f_addmm(dt_tensor **i, dt_tensor **o) { return dt_addmm(i[2], i
 static dt_status f_linear(dt_tensor **i, dt_tensor **o) { return dt_linear(i[0], i[1], i[2], o); }
 static dt_status f_linear_nobias(dt_tensor **i, dt_tensor **o) {
   return dt_linear(i[0], i[1], NULL, o);
+}
+/* Losses: per-row cross-entropy (reduction none) and its backward op, reached through the
+ * internal dispatcher the backward formula uses (the forward call carries the attributes). */
+static dt_status f_cross_entropy(dt_tensor **i, dt_tensor **o) {
+  dt_cross_entropy_options opt = {.reduction = DT_LOSS_NONE, .label_smoothing = 0.1};
+  return dt_cross_entropy_ex(i[0], i[1], &opt, o);
+}
+static dt_status f_cross_entropy_backward(dt_tensor **i, dt_tensor **o) {
+  dt_op_call fwd = {.n_ints = 2, .ints = {3, 1}, .scalars = {0.1}};
+  return dt__cross_entropy_backward(&fwd, i[0], i[1], i[2], o);
 }
 static dt_status f_embedding(dt_tensor **i, dt_tensor **o) { return dt_embedding(i[0], i[1], o); }
 static dt_status f_scatter_add(dt_tensor **i, dt_tensor **o) {
@@ -306,6 +317,22 @@ static const op_case cases[] = {
     {"addmm", f_addmm, 3, {2, 2, 1}, {S2(5, 6), S2(6, 7), {7}}},
     {"linear", f_linear, 3, {2, 2, 1}, {S2(5, 6), S2(7, 6), {7}}},
     {"linear no bias 3d", f_linear_nobias, 2, {3, 2}, {{3, 5, 6}, S2(7, 6)}},
+    {"cross_entropy none",
+     f_cross_entropy,
+     2,
+     {2, 1},
+     {S2(5, 7), {5}},
+     {DT_F32, DT_I64},
+     .lo = 0,
+     .hi = 7},
+    {"cross_entropy_loss_backward",
+     f_cross_entropy_backward,
+     3,
+     {2, 2, 2},
+     {S2(5, 1), S2(5, 7), S2(5, 1)},
+     {DT_F32, DT_F32, DT_I64},
+     .lo = 0,
+     .hi = 7},
     {"embedding", f_embedding, 2, {2, 1}, {S2(10, 6), {5}}, {DT_F32, DT_I64}, .lo = 0, .hi = 10},
     {"scatter_add dim 0",
      f_scatter_add,

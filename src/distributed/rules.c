@@ -334,6 +334,15 @@ static void rule_view(const dt_rule_ctx *c, const dt_placement *cur, dt_strategi
   rule_dim_map(c, cur, map, true, s);
 }
 
+/* Row-wise ops (the losses): every argument and the output sharded on dim 0 together, or
+ * everything replicated. No other dim: a row needs all its classes. */
+static void rule_rows(const dt_rule_ctx *c, dt_strategies *s) {
+  dt_placement in[DT_DIST_MAX_ARGS];
+  for (int i = 0; i < c->n_args; i++) in[i] = c->args[i] ? S(0) : R();
+  push(s, in, c->n_args, S(0));
+  push_replicated(s, c->n_args);
+}
+
 bool dt_op_has_sharding_rule(int op) {
   return op >= 0 && op < DT_OP_COUNT && dt__op_table[op].rule != DT_RULE_REPLICATE;
 }
@@ -361,6 +370,7 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
     return true;
   }
   case DT_RULE_BATCH_NORM: rule_keep_free_dims(c, cur, 1u << 1, s); return true;
+  case DT_RULE_ROWS: rule_rows(c, s); return true;
   case DT_RULE_EMBEDDING: rule_embedding(c, cur, s); return true;
   case DT_RULE_CAT: rule_cat(c, cur, s, false); return true;
   case DT_RULE_STACK: rule_cat(c, cur, s, true); return true;

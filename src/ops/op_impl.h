@@ -58,6 +58,7 @@ typedef enum dt_rule_family {
   DT_RULE_SELECT,
   DT_RULE_SLICE, /* narrow, slice, split, chunk: the sliced dim must be whole */
   DT_RULE_EXPAND,
+  DT_RULE_ROWS, /* the losses: all arguments and the output sharded on dim 0 together */
 } dt_rule_family;
 
 /* Facts about an op (the list's traits column), as bits. */

@@ -293,12 +293,29 @@
     DT_TRAIT_RANDOM | DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                    \
     "uniform_(Tensor(a!) self, float from=0, float to=1, *, int seed) -> Tensor(a!)")
 
+/* Losses. cross_entropy_loss is the per-row loss of reduction='none' with the class dim
+ * kept (logits [N, C], target [N, 1] int64 -> [N, 1]); the ROWS rule shards logits, target
+ * and output on dim 0 together and never the class dim; dt_cross_entropy (src/ops/loss.c)
+ * reduces the rows. ignore_index in ints[0], ints[1] = 1 when an index is ignored (0: none),
+ * label_smoothing in scalars[0]. The backward op takes {grad [N, 1], logits, target}. */
+#define DT_OPS_LOSS(X)                                                                             \
+  X(CROSS_ENTROPY_LOSS, "cross_entropy_loss", COMPUTE, 2, dt__infer_cross_entropy,                 \
+    dt__kernel_cross_entropy, ROWS, 0, BACKWARD(cross_entropy),                               \
+    "cross_entropy_loss(Tensor self, Tensor target, int ignore_index=-100, "                       \
+    "float label_smoothing=0.0) -> Tensor")                                                        \
+  X(CROSS_ENTROPY_LOSS_BACKWARD, "cross_entropy_loss_backward", COMPUTE, 3,                        \
+    dt__infer_cross_entropy_backward, dt__kernel_cross_entropy_backward, ROWS,                \
+    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                                      \
+    "cross_entropy_loss_backward(Tensor grad_output, Tensor self, Tensor target, "                 \
+    "int ignore_index=-100, float label_smoothing=0.0) -> Tensor")
+
 #define DT_OP_LIST(X)                                                                              \
   DT_OPS_POINTWISE(X)                                                                              \
   DT_OPS_REDUCTION(X)                                                                              \
   DT_OPS_MATRIX(X)                                                                                 \
   DT_OPS_NN(X)                                                                                     \
   DT_OPS_VIEW(X)                                                                                   \
-  DT_OPS_FACTORY(X)
+  DT_OPS_FACTORY(X)                                                                                \
+  DT_OPS_LOSS(X)
 
 #endif /* DT_OP_LIST_H */

@@ -1,0 +1,127 @@
+/*
+ * libdtensor — optimizers (SGD, Adam, AdamW), zero_grad and clip_grad_norm, with PyTorch's
+ * update rules, for local and distributed parameters.
+ *
+ * An optimizer holds references to its parameters and keeps its state (momentum buffer,
+ * exp_avg, exp_avg_sq) placed exactly like each parameter: a distributed parameter's state
+ * is a distributed tensor with the parameter's mesh, placements and global shape, and each
+ * rank stores only its shard. The step is one fused loop per parameter over this rank's
+ * local shard (plain C over float arrays); it communicates only to reduce Partial gradients
+ * to the parameter's placements (data parallelism: a Replicate weight used with a
+ * batch-sharded input has a Partial(sum) gradient), and, when asked, to agree across ranks
+ * on skipping a step with a non-finite gradient.
+ *
+ * Parameters: float32 leaf tensors that require grad, with a contiguous local shard; either
+ * all local, or all distributed on one mesh. Every rank of the mesh must call the step and
+ * clip_grad_norm. The step runs under no_grad.
+ *
+ * Conventions: tensors passed in are borrowed (the optimizer retains its parameters);
+ * a tensor returned through `dt_tensor **out` is a new reference the caller releases.
+ */
+#ifndef DTENSOR_OPTIM_H
+#define DTENSOR_OPTIM_H
+
+#include <stdbool.h>
+
+#include "dtensor/core.h"
+#include "dtensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_optimizer dt_optimizer;
+
+/* SGD options. Every field is used as given (zero is a meaningful momentum, dampening and
+ * weight decay); DT_SGD_OPTIONS_DEFAULT is PyTorch's defaults. */
+typedef struct dt_sgd_options {
+  double lr;           /* > 0 */
+  double momentum;     /* >= 0; 0: no momentum buffer */
+  double dampening;    /* applied to the gradient from the second step on, as PyTorch */
+  double weight_decay; /* >= 0: L2 penalty added to the gradient */
+  bool nesterov;       /* needs momentum > 0 and dampening == 0 */
+} dt_sgd_options;
+#define DT_SGD_OPTIONS_DEFAULT ((dt_sgd_options){.lr = 1e-3})
+
+/* Adam / AdamW options. Every field is used as given; DT_ADAM_OPTIONS_DEFAULT is PyTorch's
+ * Adam defaults (AdamW's default weight_decay is 0.01: set it). */
+typedef struct dt_adam_options {
+  double lr;           /* > 0 */
+  double beta1, beta2; /* in [0, 1) */
+  double eps;          /* >= 0 */
+  double weight_decay; /* >= 0: Adam adds it to the gradient (L2), AdamW decays the weight */
+} dt_adam_options;
+#define DT_ADAM_OPTIONS_DEFAULT                                                                    \
+  ((dt_adam_options){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8})
+
+/* Creates an optimizer over n parameters (see the header comment for what a parameter must
+ * be). The state is allocated here, zero, placed like each parameter; the arrays are
+ * copied, the parameters retained. Not collective.
+ * Errors: DT_ERR_INVALID (NULL arguments, n < 1, a NULL or repeated parameter, a parameter
+ * that is not a leaf requiring grad, a non-contiguous local shard, parameters on different
+ * meshes or mixing local and distributed, an option out of range: the message names it and
+ * its value), DT_ERR_DTYPE (a parameter not float32), DT_ERR_NOMEM. */
+DT_API dt_status dt_optimizer_create_sgd(int n, dt_tensor *const *params,
+                                         const dt_sgd_options *options, dt_optimizer **out);
+DT_API dt_status dt_optimizer_create_adam(int n, dt_tensor *const *params,
+                                          const dt_adam_options *options, dt_optimizer **out);
+DT_API dt_status dt_optimizer_create_adamw(int n, dt_tensor *const *params,
+                                           const dt_adam_options *options, dt_optimizer **out);
+
+/* Releases the parameters and the state. NULL is allowed. */
+DT_API void dt_optimizer_destroy(dt_optimizer *opt);
+
+/* Options of dt_optimizer_step_ex. Zero-initialise; NULL means all defaults. */
+typedef struct dt_optimizer_step_options {
+  /* Scan every gradient for NaN and Inf first; if any rank finds one, every rank skips the
+   * step (nothing is updated, *skipped is true). One all_reduce of one value. */
+  bool skip_if_nonfinite;
+} dt_optimizer_step_options;
+
+/* One update of every parameter that has a gradient (parameters without one are left
+ * alone, as PyTorch does). Gradients are checked first and nothing is updated unless every
+ * check passes. A Partial gradient of a parameter that is not Partial is reduced to the
+ * parameter's placements and stored back as its `.grad`.
+ * Errors: DT_ERR_INVALID (NULL opt; a gradient local for a distributed parameter or the
+ * reverse, on another mesh, or with other placements than its parameter's that are not a
+ * Partial to reduce: the message names the parameter index and both placements),
+ * DT_ERR_DTYPE (a gradient not float32), DT_ERR_SHAPE (a gradient of another shape), the
+ * errors of the reduction. skipped may be NULL. */
+DT_API dt_status dt_optimizer_step(dt_optimizer *opt);
+DT_API dt_status dt_optimizer_step_ex(dt_optimizer *opt, const dt_optimizer_step_options *options,
+                                      bool *skipped);
+
+/* Zeroes every parameter's gradient (dt_tensor_zero_grad). Errors: DT_ERR_INVALID (NULL). */
+DT_API dt_status dt_optimizer_zero_grad(dt_optimizer *opt, bool set_to_none);
+
+/* The state tensor `name` ("momentum_buffer" for SGD with momentum, "exp_avg" and
+ * "exp_avg_sq" for Adam/AdamW) of parameter index, a new reference; and *steps, the steps
+ * taken by that parameter (may be NULL). Errors: DT_ERR_INVALID (NULL, index out of range,
+ * no state of that name). */
+DT_API dt_status dt_optimizer_state(const dt_optimizer *opt, int index, const char *name,
+                                    dt_tensor **out, int64_t *steps);
+
+/* Options of dt_clip_grad_norm. Zero-initialise; NULL means all defaults. */
+typedef struct dt_clip_grad_options {
+  /* Fail with DT_ERR_INVALID when the total norm is NaN or Inf (PyTorch's
+   * error_if_nonfinite); by default the non-finite norm is returned and nothing scaled. */
+  bool error_if_nonfinite;
+} dt_clip_grad_options;
+
+/* PyTorch's clip_grad_norm_ (2-norm): the norm of all the gradients of params together,
+ * over every shard and mesh dim with one all_reduce for the whole list (each rank adds the
+ * squares of its local shards; a shard replicated along a mesh dim is counted only by the
+ * rank at coordinate 0 of that dim). When max_norm / (norm + 1e-6) < 1 every gradient is
+ * scaled by it, in place. Partial gradients are first reduced as dt_optimizer_step does.
+ * Parameters without gradient are skipped. *total_norm receives the norm (may be NULL).
+ * Errors: DT_ERR_INVALID (NULL params, n < 1, max_norm not > 0, the parameter and gradient
+ * errors of dt_optimizer_create and dt_optimizer_step, a non-finite norm with
+ * error_if_nonfinite), the errors of the collective. */
+DT_API dt_status dt_clip_grad_norm(int n, dt_tensor *const *params, double max_norm,
+                                   const dt_clip_grad_options *options, double *total_norm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DTENSOR_OPTIM_H */

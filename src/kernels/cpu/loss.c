@@ -1,0 +1,105 @@
+/*
+ * Cross-entropy rows. Each row is read with its strides, in double: the log-sum-exp is
+ * taken around the row maximum so that large logits do not overflow. One row at a time,
+ * so the kernel needs no scratch memory.
+ */
+#include <math.h>
+
+#include "core/core_impl.h"
+#include "kernels/cpu/loss.h"
+#include "tensor/dtype_impl.h"
+
+static double load(const dt_tensor *t, int64_t i, int64_t j) {
+  const char *p = dt__tensor_base(t) +
+                  (i * t->strides[0] + j * t->strides[1]) * (int64_t)dt__dtype_sizes[t->dtype];
+  return dt__load_as_double(t->dtype, p);
+}
+
+static void store(dt_tensor *t, int64_t i, int64_t j, double v) {
+  char *p = dt__tensor_base(t) +
+            (i * t->strides[0] + j * t->strides[1]) * (int64_t)dt__dtype_sizes[t->dtype];
+  dt__store_from_double(t->dtype, p, v);
+}
+
+static int64_t target_at(const dt_tensor *target, int64_t i) {
+  const char *p = dt__tensor_base(target) + i * target->strides[0] * (int64_t)sizeof(int64_t);
+  int64_t v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/* Reads row i's target: *ignored when it is the ignored index, an error when out of range. */
+static dt_status row_target(const char *op, const dt_tensor *target, int64_t i, int64_t classes,
+                            const dt_cross_entropy_params *p, int64_t *t, bool *ignored) {
+  *t = target_at(target, i);
+  *ignored = p->has_ignore_index && *t == p->ignore_index;
+  if (*ignored || (*t >= 0 && *t < classes)) return DT_OK;
+  return dt__error(DT_ERR_INVALID, "%s: target[%lld] = %lld is out of range for %lld classes", op,
+                   (long long)i, (long long)*t, (long long)classes);
+}
+
+/* The row maximum and log(sum(exp(x - max))). */
+static void row_stats(const dt_tensor *x, int64_t i, int64_t classes, double *max, double *lse) {
+  double m = -INFINITY;
+  for (int64_t j = 0; j < classes; j++) {
+    double v = load(x, i, j);
+    if (v > m || isnan(v)) m = v;
+  }
+  double s = 0.0;
+  for (int64_t j = 0; j < classes; j++) s += exp(load(x, i, j) - m);
+  *max = m;
+  *lse = log(s);
+}
+
+dt_status dt__cpu_cross_entropy(const dt_tensor *logits, const dt_tensor *target,
+                                const dt_cross_entropy_params *p, dt_tensor *out) {
+  int64_t rows = logits->shape[0], classes = logits->shape[1];
+  double eps = p->label_smoothing;
+  for (int64_t i = 0; i < rows; i++) {
+    int64_t t;
+    bool ignored;
+    dt_status st = row_target("cross_entropy_loss", target, i, classes, p, &t, &ignored);
+    if (st) return st;
+    if (ignored) {
+      store(out, i, 0, 0.0);
+      continue;
+    }
+    double m, lse;
+    row_stats(logits, i, classes, &m, &lse);
+    double log_z = m + lse; /* -log p_j = log_z - x_j */
+    double loss = (1.0 - eps) * (log_z - load(logits, i, t));
+    if (eps != 0.0) {
+      double smooth = 0.0;
+      for (int64_t j = 0; j < classes; j++) smooth += log_z - load(logits, i, j);
+      loss += eps / (double)classes * smooth;
+    }
+    store(out, i, 0, loss);
+  }
+  return DT_OK;
+}
+
+dt_status dt__cpu_cross_entropy_backward(const dt_tensor *grad, const dt_tensor *logits,
+                                         const dt_tensor *target, const dt_cross_entropy_params *p,
+                                         dt_tensor *grad_in) {
+  int64_t rows = logits->shape[0], classes = logits->shape[1];
+  double eps = p->label_smoothing;
+  for (int64_t i = 0; i < rows; i++) {
+    int64_t t;
+    bool ignored;
+    dt_status st = row_target("cross_entropy_loss_backward", target, i, classes, p, &t, &ignored);
+    if (st) return st;
+    double g = ignored ? 0.0 : load(grad, i, 0);
+    if (ignored || g == 0.0) {
+      for (int64_t j = 0; j < classes; j++) store(grad_in, i, j, 0.0);
+      continue;
+    }
+    double m, lse;
+    row_stats(logits, i, classes, &m, &lse);
+    for (int64_t j = 0; j < classes; j++) {
+      double softmax = exp(load(logits, i, j) - m - lse);
+      double want = (j == t ? 1.0 - eps : 0.0) + eps / (double)classes;
+      store(grad_in, i, j, g * (softmax - want));
+    }
+  }
+  return DT_OK;
+}

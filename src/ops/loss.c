@@ -1,0 +1,226 @@
+/*
+ * Losses: the cross_entropy_loss ops (argument checks and output metas) and the public
+ * mse_loss and cross_entropy, written with ops so that autograd records them and
+ * distributed tensors go through ordinary distributed dispatch.
+ */
+#include <math.h>
+
+#include "dtensor/autograd.h"
+#include "dtensor/dist.h"
+#include "dtensor/loss.h"
+#include "kernels/cpu/loss.h"
+#include "ops/loss_impl.h"
+
+/* ---- cross_entropy_loss and its backward: infer and kernels ------------------------------ */
+
+static dt_cross_entropy_params params_of(const dt_op_call *call) {
+  return (dt_cross_entropy_params){.has_ignore_index = call->n_ints > 1 && call->ints[1] != 0,
+                                   .ignore_index = call->ints[0],
+                                   .label_smoothing = call->scalars[0]};
+}
+
+/* logits [N, C] floating, target [N, 1] int64. */
+static dt_status check_logits_target(const dt_op_call *call, const dt_tensor *logits,
+                                     const dt_tensor *target) {
+  const char *op = dt__op_name(call);
+  char b1[160], b2[160];
+  if (!dt_dtype_is_floating(logits->dtype)) {
+    return dt__error(DT_ERR_DTYPE, "%s: self has dtype %s (expected a floating dtype)", op,
+                     dt_dtype_name(logits->dtype));
+  }
+  if (target->dtype != DT_I64) {
+    return dt__error(DT_ERR_DTYPE, "%s: target has dtype %s (expected int64)", op,
+                     dt_dtype_name(target->dtype));
+  }
+  if (logits->ndim != 2 || target->ndim != 2 || target->shape[1] != 1 ||
+      target->shape[0] != logits->shape[0]) {
+    return dt__error(DT_ERR_SHAPE, "%s: self %s and target %s (expected [N, C] and [N, 1])", op,
+                     dt__format_ints(b1, sizeof b1, logits->ndim, logits->shape),
+                     dt__format_ints(b2, sizeof b2, target->ndim, target->shape));
+  }
+  return DT_OK;
+}
+
+dt_status dt__infer_cross_entropy(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *logits = call->inputs[0];
+  dt_status st = check_logits_target(call, logits, call->inputs[1]);
+  if (st) return st;
+  dt__meta_set(&metas[0], logits->dtype, 2, (int64_t[]){logits->shape[0], 1});
+  return DT_OK;
+}
+
+dt_status dt__kernel_cross_entropy(dt_op_call *call) {
+  dt_cross_entropy_params p = params_of(call);
+  return dt__cpu_cross_entropy(call->inputs[0], call->inputs[1], &p, call->outputs[0]);
+}
+
+dt_status dt__infer_cross_entropy_backward(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *grad = call->inputs[0], *logits = call->inputs[1];
+  dt_status st = check_logits_target(call, logits, call->inputs[2]);
+  if (st) return st;
+  if (grad->dtype != logits->dtype || grad->ndim != 2 || grad->shape[0] != logits->shape[0] ||
+      grad->shape[1] != 1) {
+    char b[160];
+    return dt__error(DT_ERR_SHAPE, "%s: grad_output %s %s (expected [%lld, 1] %s)",
+                     dt__op_name(call), dt__format_ints(b, sizeof b, grad->ndim, grad->shape),
+                     dt_dtype_name(grad->dtype), (long long)logits->shape[0],
+                     dt_dtype_name(logits->dtype));
+  }
+  dt__meta_set(&metas[0], logits->dtype, 2, logits->shape);
+  return DT_OK;
+}
+
+dt_status dt__kernel_cross_entropy_backward(dt_op_call *call) {
+  dt_cross_entropy_params p = params_of(call);
+  return dt__cpu_cross_entropy_backward(call->inputs[0], call->inputs[1], call->inputs[2], &p,
+                                        call->outputs[0]);
+}
+
+dt_status dt__cross_entropy_backward(const dt_op_call *fwd, dt_tensor *grad, dt_tensor *logits,
+                                     dt_tensor *target, dt_tensor **out) {
+  dt_op_call call = {.op = DT_OP_CROSS_ENTROPY_LOSS_BACKWARD,
+                     .n_inputs = 3,
+                     .inputs = {grad, logits, target},
+                     .n_ints = 2,
+                     .ints = {fwd->ints[0], fwd->n_ints > 1 ? fwd->ints[1] : 0},
+                     .scalars = {fwd->scalars[0]},
+                     .n_outputs = 1,
+                     .outputs = out};
+  return dt__dispatch(&call);
+}
+
+/* ---- Public functions ------------------------------------------------------------------- */
+
+static const int64_t *global_shape(const dt_tensor *t) {
+  return dt_tensor_is_distributed(t) ? dt_dist_global_shape(t) : dt_tensor_shape(t);
+}
+
+static int global_ndim(const dt_tensor *t) {
+  return dt_tensor_is_distributed(t) ? dt_dist_ndim(t) : dt_tensor_ndim(t);
+}
+
+static dt_status check_reduction(const char *fn, dt_loss_reduction r) {
+  if (r == DT_LOSS_MEAN || r == DT_LOSS_SUM || r == DT_LOSS_NONE) return DT_OK;
+  return dt__error(DT_ERR_INVALID, "%s: reduction %d is not DT_LOSS_MEAN, _SUM or _NONE", fn,
+                   (int)r);
+}
+
+/* sum(values) / count: the division is linear, so a Partial(sum) of shard sums stays a
+ * Partial(sum) and the mean is exact for uneven shards. */
+static dt_status sum_divided(dt_tensor *values, double count, dt_tensor **out) {
+  dt_tensor *sum = NULL;
+  dt_status st = dt_sum(values, &sum);
+  if (!st) st = dt_div_scalar(sum, count, out);
+  dt_tensor_release(sum);
+  return st;
+}
+
+dt_status dt_mse_loss(dt_tensor *input, dt_tensor *target, dt_loss_reduction reduction,
+                      dt_tensor **out) {
+  if (!input || !target || !out) {
+    return dt__error(DT_ERR_INVALID, "dt_mse_loss: NULL argument (input %p, target %p, out %p)",
+                     (void *)input, (void *)target, (void *)out);
+  }
+  *out = NULL;
+  dt_status st = check_reduction("dt_mse_loss", reduction);
+  if (st) return st;
+  int n = global_ndim(input);
+  const int64_t *s = global_shape(input);
+  if (n != global_ndim(target) || memcmp(s, global_shape(target), sizeof(int64_t) * (size_t)n)) {
+    char b1[160], b2[160];
+    return dt__error(DT_ERR_SHAPE, "dt_mse_loss: input %s and target %s differ in shape",
+                     dt__format_ints(b1, sizeof b1, n, s),
+                     dt__format_ints(b2, sizeof b2, global_ndim(target), global_shape(target)));
+  }
+  dt_tensor *diff = NULL, *sq = NULL;
+  st = dt_sub(input, target, &diff);
+  if (!st) st = dt_mul(diff, diff, &sq);
+  if (!st) {
+    if (reduction == DT_LOSS_NONE) {
+      *out = dt_tensor_retain(sq);
+    } else if (reduction == DT_LOSS_SUM) {
+      st = dt_sum(sq, out);
+    } else {
+      double count = 1.0;
+      for (int d = 0; d < n; d++) count *= (double)s[d];
+      st = sum_divided(sq, count, out);
+    }
+  }
+  dt_tensor_release(diff);
+  dt_tensor_release(sq);
+  return st;
+}
+
+dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, dt_tensor **out) {
+  return dt_cross_entropy_ex(logits, target, NULL, out);
+}
+
+/* The number of targets not equal to the ignored index, over all shards. */
+static dt_status count_kept(dt_tensor *target, int64_t ignore_index, double *count) {
+  dt_tensor *ne = NULL, *sum = NULL, *full = NULL;
+  dt_status st = dt_ne_scalar(target, (double)ignore_index, &ne);
+  if (!st) st = dt_sum(ne, &sum);
+  if (!st && dt_tensor_is_distributed(sum)) st = dt_dist_full_tensor(sum, &full);
+  if (!st) st = dt_tensor_to_doubles(full ? full : sum, count, 1);
+  dt_tensor_release(ne);
+  dt_tensor_release(sum);
+  dt_tensor_release(full);
+  return st;
+}
+
+dt_status dt_cross_entropy_ex(dt_tensor *logits, dt_tensor *target,
+                              const dt_cross_entropy_options *options, dt_tensor **out) {
+  static const char fn[] = "dt_cross_entropy_ex";
+  if (!logits || !target || !out) {
+    return dt__error(DT_ERR_INVALID, "%s: NULL argument (logits %p, target %p, out %p)", fn,
+                     (void *)logits, (void *)target, (void *)out);
+  }
+  *out = NULL;
+  dt_cross_entropy_options o = options ? *options : (dt_cross_entropy_options){0};
+  dt_status st = check_reduction(fn, o.reduction);
+  if (st) return st;
+  if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0)) {
+    return dt__error(DT_ERR_INVALID, "%s: label_smoothing %g is outside [0, 1]", fn,
+                     o.label_smoothing);
+  }
+  int nl = global_ndim(logits), nt = global_ndim(target);
+  const int64_t *sl = global_shape(logits), *stg = global_shape(target);
+  if (nl != 2 || nt != 1 || sl[0] != stg[0]) {
+    char b1[160], b2[160];
+    return dt__error(DT_ERR_SHAPE, "%s: logits %s and target %s (expected [N, C] and [N])", fn,
+                     dt__format_ints(b1, sizeof b1, nl, sl),
+                     dt__format_ints(b2, sizeof b2, nt, stg));
+  }
+  if (!dt_dtype_is_floating(dt_tensor_dtype(logits)) || dt_tensor_dtype(target) != DT_I64) {
+    return dt__error(DT_ERR_DTYPE, "%s: logits %s and target %s (expected floating and int64)", fn,
+                     dt_dtype_name(dt_tensor_dtype(logits)),
+                     dt_dtype_name(dt_tensor_dtype(target)));
+  }
+  dt_tensor *target2 = NULL, *rows = NULL;
+  st = dt_unsqueeze(target, 1, &target2);
+  if (!st) {
+    dt_op_call call = {.op = DT_OP_CROSS_ENTROPY_LOSS,
+                       .n_inputs = 2,
+                       .inputs = {logits, target2},
+                       .n_ints = 2,
+                       .ints = {o.ignore_index, o.has_ignore_index ? 1 : 0},
+                       .scalars = {o.label_smoothing},
+                       .n_outputs = 1,
+                       .outputs = &rows};
+    st = dt__dispatch(&call);
+  }
+  if (!st) {
+    if (o.reduction == DT_LOSS_NONE) {
+      st = dt_squeeze_dim(rows, 1, out);
+    } else if (o.reduction == DT_LOSS_SUM) {
+      st = dt_sum(rows, out);
+    } else {
+      double count = (double)sl[0];
+      if (o.has_ignore_index) st = count_kept(target, o.ignore_index, &count);
+      if (!st) st = sum_divided(rows, count, out);
+    }
+  }
+  dt_tensor_release(target2);
+  dt_tensor_release(rows);
+  return st;
+}

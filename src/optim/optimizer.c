@@ -1,0 +1,268 @@
+/*
+ * SGD, Adam and AdamW. The state lives beside each parameter with its placements; a step
+ * checks and reduces every gradient first (src/optim/params.c), then runs one fused loop
+ * per parameter over this rank's float32 shard. The arithmetic follows PyTorch's
+ * single-tensor (CPU) implementations operation by operation in float32, with the scalar
+ * factors (bias corrections, step size) computed in double as Python does.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "optim/optim_impl.h"
+
+typedef enum optim_kind { OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW } optim_kind;
+
+struct dt_optimizer {
+  optim_kind kind;
+  dt_sgd_options sgd;
+  dt_adam_options adam;
+  int n;
+  dt_tensor **params;
+  dt_tensor **state; /* 2 per parameter: momentum_buffer | exp_avg, exp_avg_sq; NULL unused */
+  int64_t *steps;    /* per parameter, as PyTorch's state["step"] */
+  dt_mesh *mesh;     /* NULL: local parameters */
+  dt_tensor **grads; /* scratch for a step */
+};
+
+static const char *kind_fn(optim_kind kind) {
+  return kind == OPTIM_SGD    ? "dt_optimizer_create_sgd"
+         : kind == OPTIM_ADAM ? "dt_optimizer_create_adam"
+                              : "dt_optimizer_create_adamw";
+}
+
+/* Zeros with p's layout: local, or a distributed tensor with p's mesh, placements and global
+ * shape whose shard has the shape of p's shard. */
+static dt_status zeros_like_param(dt_tensor *p, dt_tensor **out) {
+  if (!dt_tensor_is_distributed(p)) {
+    return dt_zeros(dt_tensor_ndim(p), dt_tensor_shape(p), DT_F32, out);
+  }
+  dt_tensor *local = NULL, *zeros = NULL;
+  dt_status st = dt_dist_to_local(p, &local);
+  if (!st) st = dt_zeros(dt_tensor_ndim(local), dt_tensor_shape(local), DT_F32, &zeros);
+  if (!st) {
+    dt_mesh *mesh = dt_dist_mesh(p);
+    dt_dist_from_local_options o = {.global_shape = dt_dist_global_shape(p),
+                                    .global_ndim = dt_dist_ndim(p)};
+    st = dt_dist_from_local(mesh, zeros, dt_mesh_ndim(mesh), dt_dist_placements(p), &o, out);
+  }
+  dt_tensor_release(local);
+  dt_tensor_release(zeros);
+  return st;
+}
+
+static dt_status check_options(optim_kind kind, const dt_sgd_options *s, const dt_adam_options *a) {
+  const char *fn = kind_fn(kind);
+  if (kind == OPTIM_SGD) {
+    if (!(s->lr > 0)) return dt__error(DT_ERR_INVALID, "%s: lr %g (expected > 0)", fn, s->lr);
+    if (!(s->momentum >= 0))
+      return dt__error(DT_ERR_INVALID, "%s: momentum %g (expected >= 0)", fn, s->momentum);
+    if (!(s->weight_decay >= 0))
+      return dt__error(DT_ERR_INVALID, "%s: weight_decay %g (expected >= 0)", fn, s->weight_decay);
+    if (!isfinite(s->dampening))
+      return dt__error(DT_ERR_INVALID, "%s: dampening %g is not finite", fn, s->dampening);
+    if (s->nesterov && (s->momentum <= 0 || s->dampening != 0)) {
+      return dt__error(DT_ERR_INVALID,
+                       "%s: nesterov needs momentum > 0 and dampening 0 (momentum %g, "
+                       "dampening %g)",
+                       fn, s->momentum, s->dampening);
+    }
+    return DT_OK;
+  }
+  if (!(a->lr > 0)) return dt__error(DT_ERR_INVALID, "%s: lr %g (expected > 0)", fn, a->lr);
+  if (!(a->beta1 >= 0 && a->beta1 < 1))
+    return dt__error(DT_ERR_INVALID, "%s: beta1 %g (expected in [0, 1))", fn, a->beta1);
+  if (!(a->beta2 >= 0 && a->beta2 < 1))
+    return dt__error(DT_ERR_INVALID, "%s: beta2 %g (expected in [0, 1))", fn, a->beta2);
+  if (!(a->eps >= 0)) return dt__error(DT_ERR_INVALID, "%s: eps %g (expected >= 0)", fn, a->eps);
+  if (!(a->weight_decay >= 0))
+    return dt__error(DT_ERR_INVALID, "%s: weight_decay %g (expected >= 0)", fn, a->weight_decay);
+  return DT_OK;
+}
+
+static dt_status create(optim_kind kind, int n, dt_tensor *const *params, const void *options,
+                        dt_optimizer **out) {
+  const char *fn = kind_fn(kind);
+  if (!out || !options) {
+    return dt__error(DT_ERR_INVALID, "%s: NULL argument (options %p, out %p)", fn, options,
+                     (void *)out);
+  }
+  *out = NULL;
+  dt_mesh *mesh = NULL;
+  dt_status st = dt__optim_check_params(fn, n, params, &mesh);
+  if (st) return st;
+  const dt_sgd_options *s = kind == OPTIM_SGD ? options : NULL;
+  const dt_adam_options *a = kind == OPTIM_SGD ? NULL : options;
+  st = check_options(kind, s, a);
+  if (st) return st;
+  dt_optimizer *opt = dt__calloc(sizeof *opt);
+  if (!opt) return dt__error(DT_ERR_NOMEM, "%s: out of memory", fn);
+  opt->kind = kind;
+  if (s) opt->sgd = *s;
+  if (a) opt->adam = *a;
+  opt->n = n;
+  opt->mesh = mesh;
+  opt->params = dt__calloc(sizeof(dt_tensor *) * (size_t)n);
+  opt->state = dt__calloc(sizeof(dt_tensor *) * 2 * (size_t)n);
+  opt->steps = dt__calloc(sizeof(int64_t) * (size_t)n);
+  opt->grads = dt__calloc(sizeof(dt_tensor *) * (size_t)n);
+  if (!opt->params || !opt->state || !opt->steps || !opt->grads) {
+    dt_optimizer_destroy(opt);
+    return dt__error(DT_ERR_NOMEM, "%s: out of memory for %d parameters", fn, n);
+  }
+  int per_param = kind == OPTIM_SGD ? (s->momentum != 0 ? 1 : 0) : 2;
+  for (int i = 0; i < n && !st; i++) {
+    opt->params[i] = dt_tensor_retain(params[i]);
+    for (int k = 0; k < per_param && !st; k++)
+      st = zeros_like_param(params[i], &opt->state[2 * i + k]);
+  }
+  if (st) {
+    dt_optimizer_destroy(opt);
+    return st;
+  }
+  *out = opt;
+  return DT_OK;
+}
+
+dt_status dt_optimizer_create_sgd(int n, dt_tensor *const *params, const dt_sgd_options *options,
+                                  dt_optimizer **out) {
+  return create(OPTIM_SGD, n, params, options, out);
+}
+
+dt_status dt_optimizer_create_adam(int n, dt_tensor *const *params, const dt_adam_options *options,
+                                   dt_optimizer **out) {
+  return create(OPTIM_ADAM, n, params, options, out);
+}
+
+dt_status dt_optimizer_create_adamw(int n, dt_tensor *const *params, const dt_adam_options *options,
+                                    dt_optimizer **out) {
+  return create(OPTIM_ADAMW, n, params, options, out);
+}
+
+void dt_optimizer_destroy(dt_optimizer *opt) {
+  if (!opt) return;
+  if (opt->params) dt__optim_release_all(opt->n, opt->params);
+  if (opt->state) dt__optim_release_all(2 * opt->n, opt->state);
+  if (opt->grads) dt__optim_release_all(opt->n, opt->grads);
+  dt__free(opt->params);
+  dt__free(opt->state);
+  dt__free(opt->steps);
+  dt__free(opt->grads);
+  dt__free(opt);
+}
+
+/* ---- The fused loops ------------------------------------------------------------------- */
+
+/* torch.optim.SGD (_single_tensor_sgd): d = g + wd p; buf = d on the first step, else
+ * momentum buf + (1 - dampening) d; d = d + momentum buf (nesterov) or buf; p -= lr d. */
+static void sgd_update(const dt_sgd_options *o, bool first, float *p, const float *g, float *buf,
+                       int64_t count) {
+  const float wd = (float)o->weight_decay, mom = (float)o->momentum;
+  const float keep = (float)(1.0 - o->dampening), neg_lr = (float)-o->lr;
+  for (int64_t k = 0; k < count; k++) {
+    float d = g[k];
+    if (o->weight_decay != 0) d = d + wd * p[k];
+    if (buf) {
+      float b = first ? d : buf[k] * mom + keep * d;
+      buf[k] = b;
+      d = o->nesterov ? d + mom * b : b;
+    }
+    p[k] = p[k] + neg_lr * d;
+  }
+}
+
+/* torch.optim.Adam/AdamW (_single_tensor_adam): m = lerp(m, g, 1 - beta1);
+ * v = beta2 v + (1 - beta2) g^2; p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps). AdamW first
+ * decays p by (1 - lr wd); Adam adds wd p to g. */
+static void adam_update(const dt_adam_options *o, bool decoupled, int64_t step, float *p,
+                        const float *g, float *m, float *v, int64_t count) {
+  const float wd = (float)o->weight_decay, decay = (float)(1.0 - o->lr * o->weight_decay);
+  const float w1 = (float)(1.0 - o->beta1), b2 = (float)o->beta2, w2 = (float)(1.0 - o->beta2);
+  double bc1 = 1.0 - pow(o->beta1, (double)step), bc2 = 1.0 - pow(o->beta2, (double)step);
+  const float neg_step_size = (float)(-(o->lr / bc1)), bc2_sqrt = (float)sqrt(bc2);
+  const float eps = (float)o->eps;
+  for (int64_t k = 0; k < count; k++) {
+    float gk = g[k];
+    if (o->weight_decay != 0) {
+      if (decoupled)
+        p[k] = p[k] * decay;
+      else
+        gk = gk + wd * p[k];
+    }
+    m[k] = m[k] + w1 * (gk - m[k]);
+    v[k] = v[k] * b2 + w2 * gk * gk;
+    float denom = sqrtf(v[k]) / bc2_sqrt + eps;
+    p[k] = p[k] + neg_step_size * (m[k] / denom);
+  }
+}
+
+dt_status dt_optimizer_step(dt_optimizer *opt) { return dt_optimizer_step_ex(opt, NULL, NULL); }
+
+dt_status dt_optimizer_step_ex(dt_optimizer *opt, const dt_optimizer_step_options *options,
+                               bool *skipped) {
+  static const char fn[] = "dt_optimizer_step";
+  if (skipped) *skipped = false;
+  if (!opt) return dt__error(DT_ERR_INVALID, "%s: opt is NULL", fn);
+  dt_optimizer_step_options o = options ? *options : (dt_optimizer_step_options){0};
+  /* Parameters may have been turned into non-leaves or moved since creation: check again. */
+  dt_mesh *mesh = NULL;
+  dt_status st = dt__optim_check_params(fn, opt->n, opt->params, &mesh);
+  if (!st) st = dt__optim_resolve_grads(fn, opt->n, opt->params, opt->grads);
+  if (!st) st = dt__optim_store_grads(opt->n, opt->params, opt->grads);
+  bool skip = false;
+  if (!st && o.skip_if_nonfinite) st = dt__optim_any_nonfinite(mesh, opt->n, opt->grads, &skip);
+  if (st || skip) {
+    dt__optim_release_all(opt->n, opt->grads);
+    if (skipped) *skipped = skip;
+    return st;
+  }
+  /* Every check passed: from here nothing fails, so every parameter is updated. */
+  for (int i = 0; i < opt->n; i++) {
+    if (!opt->grads[i]) continue;
+    int64_t count, gcount, unused;
+    float *p = dt__optim_floats(opt->params[i], &count);
+    const float *g = dt__optim_floats(opt->grads[i], &gcount);
+    float *s0 = opt->state[2 * i] ? dt__optim_floats(opt->state[2 * i], &unused) : NULL;
+    float *s1 = opt->state[2 * i + 1] ? dt__optim_floats(opt->state[2 * i + 1], &unused) : NULL;
+    DT_ASSERT(count == gcount);
+    int64_t step = ++opt->steps[i];
+    if (opt->kind == OPTIM_SGD)
+      sgd_update(&opt->sgd, step == 1, p, g, s0, count);
+    else
+      adam_update(&opt->adam, opt->kind == OPTIM_ADAMW, step, p, g, s0, s1, count);
+  }
+  dt__optim_release_all(opt->n, opt->grads);
+  return DT_OK;
+}
+
+dt_status dt_optimizer_zero_grad(dt_optimizer *opt, bool set_to_none) {
+  if (!opt) return dt__error(DT_ERR_INVALID, "dt_optimizer_zero_grad: opt is NULL");
+  for (int i = 0; i < opt->n; i++) {
+    dt_status st = dt_tensor_zero_grad(opt->params[i], set_to_none);
+    if (st) return st;
+  }
+  return DT_OK;
+}
+
+dt_status dt_optimizer_state(const dt_optimizer *opt, int index, const char *name, dt_tensor **out,
+                             int64_t *steps) {
+  static const char fn[] = "dt_optimizer_state";
+  if (!opt || !name || !out) {
+    return dt__error(DT_ERR_INVALID, "%s: NULL argument (opt %p, name %p, out %p)", fn,
+                     (const void *)opt, (const void *)name, (void *)out);
+  }
+  *out = NULL;
+  if (index < 0 || index >= opt->n) {
+    return dt__error(DT_ERR_INVALID, "%s: index %d out of range for %d parameters", fn, index,
+                     opt->n);
+  }
+  int k = -1;
+  if (opt->kind == OPTIM_SGD && strcmp(name, "momentum_buffer") == 0) k = 0;
+  if (opt->kind != OPTIM_SGD && strcmp(name, "exp_avg") == 0) k = 0;
+  if (opt->kind != OPTIM_SGD && strcmp(name, "exp_avg_sq") == 0) k = 1;
+  if (k < 0 || !opt->state[2 * index + k]) {
+    return dt__error(DT_ERR_INVALID, "%s: this optimizer has no state \"%s\"", fn, name);
+  }
+  *out = dt_tensor_retain(opt->state[2 * index + k]);
+  if (steps) *steps = opt->steps[index];
+  return DT_OK;
+}

@@ -1,0 +1,289 @@
+/*
+ * Parameters and gradients of the optimizers: the checks that run before anything is
+ * updated, the reduction of Partial gradients, and clip_grad_norm.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "optim/optim_impl.h"
+#include "tensor/tensor_impl.h"
+
+float *dt__optim_floats(dt_tensor *t, int64_t *count) {
+  dt_tensor *local = NULL;
+  if (!dt_tensor_is_distributed(t)) {
+    *count = dt_tensor_numel(t);
+    return (float *)dt_tensor_data(t);
+  }
+  if (dt_dist_to_local(t, &local)) {
+    *count = 0;
+    return NULL;
+  }
+  *count = dt_tensor_numel(local);
+  float *data = (float *)dt_tensor_data(local);
+  dt_tensor_release(local);
+  return data;
+}
+
+void dt__optim_release_all(int n, dt_tensor **tensors) {
+  for (int i = 0; i < n; i++) {
+    dt_tensor_release(tensors[i]);
+    tensors[i] = NULL;
+  }
+}
+
+static bool local_contiguous(dt_tensor *t) {
+  dt_tensor *local = NULL;
+  if (!dt_tensor_is_distributed(t)) return dt_tensor_is_contiguous(t);
+  if (dt_dist_to_local(t, &local)) return false;
+  bool contiguous = dt_tensor_is_contiguous(local);
+  dt_tensor_release(local);
+  return contiguous;
+}
+
+dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params, dt_mesh **mesh) {
+  *mesh = NULL;
+  if (!params || n < 1) {
+    return dt__error(DT_ERR_INVALID, "%s: params %p with n = %d (expected at least one)", fn,
+                     (void *)params, n);
+  }
+  for (int i = 0; i < n; i++) {
+    dt_tensor *p = params[i];
+    if (!p) return dt__error(DT_ERR_INVALID, "%s: parameter %d is NULL", fn, i);
+    for (int j = 0; j < i; j++) {
+      if (params[j] == p)
+        return dt__error(DT_ERR_INVALID, "%s: parameter %d repeats parameter %d", fn, i, j);
+    }
+    if (dt_tensor_dtype(p) != DT_F32) {
+      return dt__error(DT_ERR_DTYPE, "%s: parameter %d has dtype %s (expected float32)", fn, i,
+                       dt_dtype_name(dt_tensor_dtype(p)));
+    }
+    if (!dt_tensor_is_leaf(p) || !dt_tensor_requires_grad(p)) {
+      return dt__error(DT_ERR_INVALID, "%s: parameter %d is not a leaf that requires grad", fn, i);
+    }
+    if (!local_contiguous(p)) {
+      return dt__error(DT_ERR_INVALID, "%s: parameter %d's local data is not contiguous", fn, i);
+    }
+    dt_mesh *m = dt_tensor_is_distributed(p) ? dt_dist_mesh(p) : NULL;
+    if (i == 0) {
+      *mesh = m;
+    } else if (m != *mesh) {
+      char a[128], b[128];
+      return dt__error(DT_ERR_INVALID,
+                       "%s: parameter %d is on %s but parameter 0 is on %s (every parameter must "
+                       "be local, or distributed on one mesh)",
+                       fn, i, m ? dt_mesh_format(m, a, sizeof a) : "no mesh (local)",
+                       *mesh ? dt_mesh_format(*mesh, b, sizeof b) : "no mesh (local)");
+    }
+  }
+  return DT_OK;
+}
+
+static const char *format_placements(dt_tensor *t, char *buf, size_t size) {
+  int n = dt_mesh_ndim(dt_dist_mesh(t));
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int d = 0; d < n && used + 1 < size; d++) {
+    char one[32];
+    dt_placement_format(dt_dist_placements(t)[d], one, sizeof one);
+    int w = snprintf(buf + used, size - used, "%s%s", d ? ", " : "[", one);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  if (used + 1 < size) snprintf(buf + used, size - used, "]");
+  return buf;
+}
+
+/* Checks parameter i's gradient g without communicating; *reduce is set when g is a
+ * Partial to reduce to the parameter's placements. */
+static dt_status check_grad(const char *fn, int i, dt_tensor *p, dt_tensor *g, bool *reduce) {
+  *reduce = false;
+  if (dt_tensor_dtype(g) != DT_F32) {
+    return dt__error(DT_ERR_DTYPE, "%s: parameter %d's gradient has dtype %s (expected float32)",
+                     fn, i, dt_dtype_name(dt_tensor_dtype(g)));
+  }
+  bool pd = dt_tensor_is_distributed(p), gd = dt_tensor_is_distributed(g);
+  if (pd != gd) {
+    return dt__error(DT_ERR_INVALID, "%s: parameter %d is %s but its gradient is %s", fn, i,
+                     pd ? "distributed" : "local", gd ? "distributed" : "local");
+  }
+  if (!pd) {
+    if (dt_tensor_ndim(p) != dt_tensor_ndim(g) ||
+        memcmp(dt_tensor_shape(p), dt_tensor_shape(g),
+               sizeof(int64_t) * (size_t)dt_tensor_ndim(p))) {
+      char a[160], b[160];
+      return dt__error(DT_ERR_SHAPE, "%s: parameter %d has shape %s but its gradient %s", fn, i,
+                       dt__format_ints(a, sizeof a, dt_tensor_ndim(p), dt_tensor_shape(p)),
+                       dt__format_ints(b, sizeof b, dt_tensor_ndim(g), dt_tensor_shape(g)));
+    }
+    return DT_OK;
+  }
+  if (dt_dist_mesh(g) != dt_dist_mesh(p)) {
+    return dt__error(DT_ERR_INVALID, "%s: parameter %d's gradient is on another mesh", fn, i);
+  }
+  if (dt_dist_ndim(p) != dt_dist_ndim(g) || memcmp(dt_dist_global_shape(p), dt_dist_global_shape(g),
+                                                   sizeof(int64_t) * (size_t)dt_dist_ndim(p))) {
+    char a[160], b[160];
+    return dt__error(DT_ERR_SHAPE, "%s: parameter %d has shape %s but its gradient %s", fn, i,
+                     dt__format_ints(a, sizeof a, dt_dist_ndim(p), dt_dist_global_shape(p)),
+                     dt__format_ints(b, sizeof b, dt_dist_ndim(g), dt_dist_global_shape(g)));
+  }
+  int n = dt_mesh_ndim(dt_dist_mesh(p));
+  const dt_placement *pp = dt_dist_placements(p), *gp = dt_dist_placements(g);
+  for (int d = 0; d < n; d++) {
+    bool same = pp[d].kind == gp[d].kind && (pp[d].kind != DT_SHARD || pp[d].dim == gp[d].dim) &&
+                (pp[d].kind != DT_PARTIAL || pp[d].op == gp[d].op);
+    if (same) continue;
+    if (gp[d].kind == DT_PARTIAL && pp[d].kind != DT_PARTIAL) {
+      *reduce = true;
+      continue;
+    }
+    char a[128], b[128];
+    return dt__error(DT_ERR_INVALID,
+                     "%s: parameter %d's gradient has placements %s; expected %s (the "
+                     "parameter's) or a Partial to reduce to them",
+                     fn, i, format_placements(g, b, sizeof b), format_placements(p, a, sizeof a));
+  }
+  return DT_OK;
+}
+
+dt_status dt__optim_resolve_grads(const char *fn, int n, dt_tensor *const *params,
+                                  dt_tensor **grads) {
+  bool *reduce = dt__calloc(sizeof(bool) * (size_t)n);
+  if (!reduce) return dt__error(DT_ERR_NOMEM, "%s: out of memory for %d parameters", fn, n);
+  dt_status st = DT_OK;
+  for (int i = 0; i < n && !st; i++) {
+    st = dt_tensor_grad(params[i], &grads[i]);
+    if (!st && grads[i]) st = check_grad(fn, i, params[i], grads[i], &reduce[i]);
+  }
+  /* Every check passed on this rank: now the reductions, in parameter order on every rank. */
+  bool prev = dt_grad_mode_set(false);
+  for (int i = 0; i < n && !st; i++) {
+    dt_tensor *g = grads[i], *fixed = NULL;
+    if (!g) continue;
+    if (reduce[i]) {
+      dt_mesh *mesh = dt_dist_mesh(params[i]);
+      st = dt_dist_redistribute(g, dt_mesh_ndim(mesh), dt_dist_placements(params[i]), &fixed);
+    } else if (!local_contiguous(g)) {
+      st = dt_contiguous(g, &fixed);
+    }
+    if (!st && fixed && !local_contiguous(fixed)) {
+      dt_tensor *c = NULL;
+      st = dt_contiguous(fixed, &c);
+      dt_tensor_release(fixed);
+      fixed = c;
+    }
+    if (fixed) {
+      dt_tensor_release(grads[i]);
+      grads[i] = fixed;
+    }
+  }
+  dt_grad_mode_set(prev);
+  dt__free(reduce);
+  if (st) dt__optim_release_all(n, grads);
+  return st;
+}
+
+dt_status dt__optim_store_grads(int n, dt_tensor *const *params, dt_tensor **grads) {
+  for (int i = 0; i < n; i++) {
+    if (!grads[i]) continue;
+    dt_tensor *current = NULL;
+    dt_status st = dt_tensor_grad(params[i], &current);
+    if (st) return st;
+    bool same = current == grads[i];
+    dt_tensor_release(current);
+    if (!same) {
+      st = dt_tensor_set_grad(params[i], grads[i]);
+      if (st) return st;
+    }
+  }
+  return DT_OK;
+}
+
+/* One value over every rank of the mesh (sum), or the value itself without a mesh. */
+static dt_status all_reduce_sum(dt_mesh *mesh, double *value) {
+  if (!mesh) return DT_OK;
+  dt_tensor *t = NULL;
+  dt_status st = dt_from_data(value, 1, (int64_t[]){1}, DT_F64, &t);
+  if (!st) st = dt_comm_all_reduce(dt_mesh_world(mesh), t, DT_REDUCE_SUM);
+  if (!st) *value = *(const double *)dt_tensor_data(t);
+  dt_tensor_release(t);
+  return st;
+}
+
+dt_status dt__optim_any_nonfinite(dt_mesh *mesh, int n, dt_tensor **grads, bool *any) {
+  double found = 0.0;
+  for (int i = 0; i < n && found == 0.0; i++) {
+    if (!grads[i]) continue;
+    int64_t count;
+    const float *g = dt__optim_floats(grads[i], &count);
+    for (int64_t k = 0; k < count; k++) {
+      if (!isfinite(g[k])) {
+        found = 1.0;
+        break;
+      }
+    }
+  }
+  dt_status st = all_reduce_sum(mesh, &found);
+  *any = found != 0.0;
+  return st;
+}
+
+/* Whether this rank's shard of t is the copy that counts: the rank at coordinate 0 of
+ * every mesh dim along which t is replicated (the other ranks of that dim hold the same
+ * values). */
+static bool counts_here(dt_tensor *t) {
+  if (!dt_tensor_is_distributed(t)) return true;
+  dt_mesh *mesh = dt_dist_mesh(t);
+  for (int d = 0; d < dt_mesh_ndim(mesh); d++) {
+    if (dt_dist_placements(t)[d].kind == DT_REPLICATE && dt_mesh_coordinate(mesh, d) != 0)
+      return false;
+  }
+  return true;
+}
+
+dt_status dt_clip_grad_norm(int n, dt_tensor *const *params, double max_norm,
+                            const dt_clip_grad_options *options, double *total_norm) {
+  static const char fn[] = "dt_clip_grad_norm";
+  dt_clip_grad_options o = options ? *options : (dt_clip_grad_options){0};
+  if (total_norm) *total_norm = 0.0;
+  dt_mesh *mesh = NULL;
+  dt_status st = dt__optim_check_params(fn, n, params, &mesh);
+  if (st) return st;
+  if (!(max_norm > 0.0)) {
+    return dt__error(DT_ERR_INVALID, "%s: max_norm %g (expected > 0)", fn, max_norm);
+  }
+  dt_tensor **grads = dt__calloc(sizeof(dt_tensor *) * (size_t)n);
+  if (!grads) return dt__error(DT_ERR_NOMEM, "%s: out of memory for %d parameters", fn, n);
+  st = dt__optim_resolve_grads(fn, n, params, grads);
+  if (!st) st = dt__optim_store_grads(n, params, grads);
+  /* Sum of squares of the local shards that count, then one all_reduce for all of them. */
+  double squares = 0.0;
+  for (int i = 0; i < n && !st; i++) {
+    if (!grads[i] || !counts_here(grads[i])) continue;
+    int64_t count;
+    const float *g = dt__optim_floats(grads[i], &count);
+    for (int64_t k = 0; k < count; k++) squares += (double)g[k] * (double)g[k];
+  }
+  if (!st) st = all_reduce_sum(mesh, &squares);
+  double norm = sqrt(squares);
+  if (!st && total_norm) *total_norm = norm;
+  if (!st && !isfinite(norm) && o.error_if_nonfinite) {
+    st = dt__error(DT_ERR_INVALID,
+                   "%s: the total norm of the gradients is %g (non-finite; error_if_nonfinite)", fn,
+                   norm);
+  }
+  double coef = max_norm / (norm + 1e-6);
+  if (!st && isfinite(norm) && coef < 1.0) {
+    float c = (float)coef;
+    for (int i = 0; i < n; i++) {
+      if (!grads[i]) continue;
+      int64_t count;
+      float *g = dt__optim_floats(grads[i], &count);
+      for (int64_t k = 0; k < count; k++) g[k] *= c;
+    }
+  }
+  dt__optim_release_all(n, grads);
+  dt__free(grads);
+  return st;
+}
