@@ -38,7 +38,7 @@ static const transition transitions[] = {
     {1, {4}, {8, 6}, {P_SUM}, {R_}, {192, 192, 192, 192}},    /* all_reduce */
     {1, {4}, {8, 6}, {P_SUM}, {S_(0)}, {192, 192, 192, 192}}, /* reduce_scatter */
     {1, {4}, {8, 6}, {S_(0)}, {S_(1)}, {48, 48, 48, 48}},     /* all_to_all */
-    {1, {4}, {8, 6}, {S_(0)}, {P_SUM}, {192, 192, 192, 192}}, /* through R */
+    {1, {4}, {8, 6}, {S_(0)}, {P_SUM}, {0, 0, 0, 0}},         /* local: shard in zeros */
     /* Uneven [7, 5] f32 = 140 bytes: dim 0 in chunks 2, 2, 2, 1; dim 1 in 2, 2, 1, 0. */
     {1, {4}, {7, 5}, {S_(0)}, {R_}, {140, 140, 140, 140}},
     {1, {4}, {7, 5}, {S_(1)}, {S_(0)}, {56, 56, 28, 0}},
@@ -153,10 +153,11 @@ typedef struct op_case {
 
 static const op_case op_cases[] = {
     {DT_OP_ADD, 1, {4}, {8, 6}, {8, 6}, {S_(0)}, {S_(1)}},
-    {DT_OP_ADD, 1, {4}, {7, 5}, {7, 5}, {P_SUM}, {S_(1)}},
+    {DT_OP_MM, 1, {4}, {7, 5}, {5, 3}, {P_SUM}, {S_(1)}},
     {DT_OP_MM, 1, {4}, {8, 6}, {6, 5}, {S_(0)}, {S_(0)}},
     {DT_OP_MM, 1, {4}, {7, 5}, {5, 3}, {S_(1)}, {S_(1)}},
-    {DT_OP_ADD, 2, {2, 2}, {8, 6}, {8, 6}, {S_(0), S_(1)}, {R_, P_SUM}},
+    /* An add of these would move nothing now (a's S(1) becomes a Partial(sum) locally). */
+    {DT_OP_MM, 2, {2, 2}, {8, 6}, {6, 5}, {S_(0), S_(1)}, {R_, P_SUM}},
     {DT_OP_MM, 2, {2, 2}, {7, 6}, {6, 5}, {S_(1), S_(0)}, {P_SUM, S_(1)}},
 };
 #define N_OP_CASES ((int)(sizeof op_cases / sizeof op_cases[0]))

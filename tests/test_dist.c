@@ -503,8 +503,10 @@ static dt_status ledger_rank(dt_comm *world, void *arg) {
         "to partial");
   dt_comm_ledger *ledger = NULL;
   CHECK(!dt_comm_ledger_start(&ledger), "ledger start");
-  CHECK(!dt_add(a, b, &c), "add"); /* b must be reduced and sharded to match a */
-  CHECK(dt_comm_ledger_count(ledger, NULL) > 0, "add of S,S with R,P needs communication");
+  /* mul is linear in each factor, not in both: b must be reduced (an add would not need it:
+   * a's shard becomes a Partial(sum) locally). */
+  CHECK(!dt_mul(a, b, &c), "mul");
+  CHECK(dt_comm_ledger_count(ledger, NULL) > 0, "mul of S,S with R,P needs communication");
   int64_t before = dt_comm_ledger_bytes(ledger, NULL);
   /* A plan's bytes are exactly what its collectives move. */
   char text[1024];
@@ -519,7 +521,7 @@ static dt_status ledger_rank(dt_comm *world, void *arg) {
   CHECK(dt_comm_ledger_stop(ledger) == DT_ERR_INVALID, "stop twice");
   char table[2048];
   CHECK(!dt_comm_ledger_format(ledger, table, sizeof table), "format");
-  CHECK(strstr(table, "add.Tensor") && strstr(table, "(no op)") && strstr(table, "total"),
+  CHECK(strstr(table, "mul.Tensor") && strstr(table, "(no op)") && strstr(table, "total"),
         "table:\n%s", table);
   dt_comm_ledger_destroy(ledger);
   dt_tensor *rel[] = {a, b, c, r, rep};
@@ -576,8 +578,8 @@ Test(dist, vocabulary_parallel_embedding) {
   cr_assert_eq(dt_comm_spawn(3, vocab_rank, NULL), DT_OK, "%s", dt_last_error());
 }
 
-/* ---- An op without a rule for its arguments replicates them, counted and correct ----------------
- */
+/* ---- 1-D matmul: once an op without a rule (replicated, counted as a fallback), now a local
+ * dot with a Partial(sum) result (issue 16): no fallback, the right value ------------------ */
 
 static dt_status fallback_rank(dt_comm *world, void *arg) {
   (void)arg;
@@ -590,10 +592,11 @@ static dt_status fallback_rank(dt_comm *world, void *arg) {
   CHECK(!dt_dist_full(mesh, 1, (int64_t[]){5}, 2, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &b),
         "full");
   dt_dist_sharding_cache_clear();
-  CHECK(!dt_matmul(a, b, &dot), "1-D matmul (no rule: replicated)");
+  CHECK(!dt_matmul(a, b, &dot), "1-D matmul");
   dt_dist_sharding_cache_info s;
   dt_dist_sharding_cache_stats(&s);
-  CHECK(s.fallbacks == 1, "one fallback counted (%llu)", (unsigned long long)s.fallbacks);
+  CHECK(s.fallbacks == 0, "no fallback counted (%llu)", (unsigned long long)s.fallbacks);
+  CHECK(dt_dist_placements(dot)[0].kind == DT_PARTIAL, "the dot is a Partial(sum)");
   double v = 0;
   CHECK(!dt_dist_full_tensor(dot, &full) && !dt_tensor_get(full, NULL, &v) && v == 10, "dot = %g",
         v);
@@ -602,7 +605,7 @@ static dt_status fallback_rank(dt_comm *world, void *arg) {
   dt_mesh_destroy(mesh);
   return DT_OK;
 }
-Test(dist, op_without_rule_replicates) {
+Test(dist, one_dimensional_matmul_has_a_rule) {
   cr_assert_eq(dt_comm_spawn(2, fallback_rank, NULL), DT_OK, "%s", dt_last_error());
 }
 

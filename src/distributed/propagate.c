@@ -1,82 +1,308 @@
 /*
  * The sharding propagator. For each mesh dim the op's rule proposes strategies given the
- * arguments' current placements there; each is priced by the cost model (the bytes its
- * input transitions would move, see redistribute_impl.h) and the cheapest wins. Mesh dims
- * are decided one after another, each priced from the arguments' current placements.
+ * arguments' current placements there. A choice for the call is one strategy per mesh dim;
+ * it is priced by the cost model as the redistribution each argument needs from its current
+ * placements to the chosen ones, and the cheapest choice wins.
+ *
+ * Mesh dims are decided jointly: an argument whose placements change on several mesh dims
+ * is priced along the cheapest order of its steps (e.g. slicing an idle mesh dim before
+ * gathering another halves the gathered buffer), which a decision per mesh dim cannot see.
+ * The search walks the product of the per-dim candidate lists (a few dozen choices on a 2-D
+ * mesh); past MAX_JOINT choices (meshes of 3 or more dims with many candidates) it decides
+ * mesh dims one by one, each priced from the current placements.
  */
 #include <math.h>
 
 #include "distributed/propagate_impl.h"
 
-/* For argument 0: how many pieces each tensor dim is cut into when mesh dim m shards it
- * together with the other mesh dims that already shard it (nested sharding). */
-static void nested_split(const dt_propagation *p, int m, int64_t *split) {
+#define MAX_JOINT 4096
+#define MEMO 32
+
+/* For argument 0 under placements `state`: how many pieces each tensor dim is cut into when
+ * mesh dim m shards it together with the other mesh dims that shard it (nested sharding). */
+static void nested_split(const dt_propagation *p, const dt_placement *state, int m,
+                         int64_t *split) {
   for (int d = 0; d < DT_MAX_DIMS; d++) split[d] = p->mesh_size[m];
-  if (p->n_args == 0 || !p->args[0]) return;
   for (int j = 0; j < p->mesh_ndim; j++) {
-    dt_placement q = p->current[0][j];
+    dt_placement q = state[j];
     if (j != m && q.kind == DT_SHARD && q.dim >= 0 && q.dim < DT_MAX_DIMS)
       split[q.dim] *= p->mesh_size[j];
   }
 }
 
-static double price(const dt_propagation *p, int i, int m, dt_placement to) {
-  const dt_placement *state = p->current[i];
-  if (dt__placements_equal(1, &state[m], &to)) return 0;
-  if (p->fixed_replica[i]) return HUGE_VAL;
+static dt_redistribute_geometry geometry_of(const dt_propagation *p, int i) {
   const dt_tensor *t = p->args[i];
   dt_redistribute_geometry g = {.mesh_ndim = p->mesh_ndim,
                                 .global_bytes = (double)dt__tensor_numel(t) *
                                                 (double)dt__dtype_sizes[t->dtype]};
   memcpy(g.mesh_size, p->mesh_size, sizeof(int64_t) * (size_t)p->mesh_ndim);
-  if (p->cost) return p->cost(p->user, i, &g, state, m, to);
-  return dt__transition_cost(&g, state, m, to);
+  return g;
 }
 
-dt_status dt__propagate(const dt_propagation *p, dt_propagation_result *r) {
+/* The price of moving argument i, placed `state`, to `to` on mesh dim m. */
+static double step_price(const dt_propagation *p, int i, const dt_redistribute_geometry *g,
+                         const dt_placement *state, int m, dt_placement to) {
+  if (dt__placements_equal(1, &state[m], &to)) return 0;
+  if (p->fixed_replica[i]) return HUGE_VAL;
+  if (p->cost) return p->cost(p->user, i, g, state, m, to);
+  return dt__transition_cost(g, state, m, to);
+}
+
+/* The price of moving argument i from its current placements to `target` on the mesh dims
+ * listed in `changed` (n of them): the cheapest order of the steps that keeps shards nested.
+ * With the default cost, a move that no such order makes (a shard moving between mesh dims,
+ * or one that must be unnested first) is priced by the planner's own search. */
+static double joint_price(const dt_propagation *p, int i, const dt_redistribute_geometry *g,
+                          const dt_placement *target, const int *changed, int n) {
+  int order[DT_MESH_MAX_DIMS];
+  for (int k = 0; k < n; k++) order[k] = changed[k];
+  double best = HUGE_VAL;
+  bool any = false;
+  for (;;) {
+    dt_placement state[DT_MESH_MAX_DIMS];
+    memcpy(state, p->current[i], sizeof(dt_placement) * (size_t)p->mesh_ndim);
+    double cost = 0;
+    bool allowed = true;
+    for (int k = 0; k < n && cost < best; k++) {
+      if (!dt__step_allowed(state, p->mesh_ndim, order[k], target[order[k]])) {
+        allowed = false;
+        break;
+      }
+      cost += step_price(p, i, g, state, order[k], target[order[k]]);
+      state[order[k]] = target[order[k]];
+    }
+    any |= allowed;
+    if (allowed && cost < best) best = cost;
+    /* Next permutation of `order` (lexicographic), or stop after the last. */
+    int a = n - 2;
+    while (a >= 0 && order[a] >= order[a + 1]) a--;
+    if (a < 0) break;
+    int b = n - 1;
+    while (order[b] <= order[a]) b--;
+    int t = order[a];
+    order[a] = order[b];
+    order[b] = t;
+    for (int x = a + 1, y = n - 1; x < y; x++, y--) {
+      t = order[x];
+      order[x] = order[y];
+      order[y] = t;
+    }
+  }
+  if (!any && !p->cost && !p->fixed_replica[i])
+    return dt__redistribute_cost(g, p->current[i], target);
+  return best;
+}
+
+/* The candidates of every mesh dim, after the in-place and `accept` filters. */
+typedef struct candidates {
+  dt_strategies s[DT_MESH_MAX_DIMS];
+  int64_t split[DT_MESH_MAX_DIMS][DT_MAX_DIMS]; /* what each mesh dim's rule assumed */
+  bool uses_split; /* the op's rule family checks sizes against the split */
+  /* Prices of arguments changing on several mesh dims, by target, so that each is worked
+   * out once however many choices share it. */
+  int n_memo[DT_DIST_MAX_ARGS];
+  dt_placement memo_target[DT_DIST_MAX_ARGS][MEMO][DT_MESH_MAX_DIMS];
+  double memo_price[DT_DIST_MAX_ARGS][MEMO];
+  /* single[m][k][i]: argument i's price when only mesh dim m changes, to candidate k. */
+  double single[DT_MESH_MAX_DIMS][DT_RULE_MAX_STRATEGIES][DT_DIST_MAX_ARGS];
+} candidates;
+
+/* Whether argument 0's chosen placements cut each dim a mesh dim's rule relied on into a
+ * number of pieces dividing what the rule assumed (so its even-split checks still hold). */
+static bool splits_hold(const dt_propagation *p, const candidates *c, const int *pick) {
+  if (!c->uses_split || p->n_args == 0 || !p->args[0]) return true;
+  dt_placement target[DT_MESH_MAX_DIMS];
+  for (int m = 0; m < p->mesh_ndim; m++) target[m] = c->s[m].in[pick[m]][0];
+  for (int m = 0; m < p->mesh_ndim; m++) {
+    if (target[m].kind != DT_SHARD) continue;
+    int64_t split[DT_MAX_DIMS];
+    nested_split(p, target, m, split);
+    int d = target[m].dim;
+    if (c->split[m][d] % split[d] != 0) return false;
+  }
+  return true;
+}
+
+/* joint_price through the memo of argument i. */
+static double memo_price(const dt_propagation *p, candidates *c, int i, const dt_placement *target,
+                         const int *changed, int n) {
+  for (int k = 0; k < c->n_memo[i]; k++) {
+    if (dt__placements_equal(p->mesh_ndim, c->memo_target[i][k], target))
+      return c->memo_price[i][k];
+  }
+  dt_redistribute_geometry g = geometry_of(p, i);
+  double price = joint_price(p, i, &g, target, changed, n);
+  if (c->n_memo[i] < MEMO) {
+    int k = c->n_memo[i]++;
+    memcpy(c->memo_target[i][k], target, sizeof(dt_placement) * (size_t)p->mesh_ndim);
+    c->memo_price[i][k] = price;
+  }
+  return price;
+}
+
+/* The price of one choice (candidate pick[m] on every mesh dim m). */
+static double choice_price(const dt_propagation *p, candidates *c, const int *pick, double bound) {
+  double total = 0;
+  for (int i = 0; i < p->n_args && total < bound; i++) {
+    if (!p->args[i]) continue;
+    int changed[DT_MESH_MAX_DIMS], n = 0;
+    dt_placement target[DT_MESH_MAX_DIMS];
+    for (int m = 0; m < p->mesh_ndim; m++) {
+      target[m] = c->s[m].in[pick[m]][i];
+      if (!dt__placements_equal(1, &target[m], &p->current[i][m])) changed[n++] = m;
+    }
+    if (n == 1) {
+      total += c->single[changed[0]][pick[changed[0]]][i];
+    } else if (n > 1) {
+      total += memo_price(p, c, i, target, changed, n);
+    }
+  }
+  return total;
+}
+
+/* Asks the rule of every mesh dim for its candidates, keeps those the in-place and
+ * `accept` filters let through and prices each as the only change. */
+static dt_status build_candidates(const dt_propagation *p, candidates *c, dt_propagation_result *r,
+                                  int64_t *choices) {
   const dt_op_def *def = &dt__op_table[p->call->op];
   bool inplace = def->kind == DT_OP_KIND_INPLACE;
-  r->cost = 0;
   r->fallback = false;
   r->failed_mesh_dim = -1;
   dt_rule_ctx ctx = {.call = p->call, .n_args = p->n_args, .n_out = p->n_out, .out = p->out};
   memcpy(ctx.args, p->args, sizeof(ctx.args[0]) * (size_t)p->n_args);
+  dt_redistribute_geometry g[DT_DIST_MAX_ARGS];
+  for (int i = 0; i < p->n_args; i++) {
+    if (p->args[i]) g[i] = geometry_of(p, i);
+  }
+  *choices = 1;
+  c->uses_split = def->rule == DT_RULE_REDUCTION || def->rule == DT_RULE_VIEW;
+  memset(c->n_memo, 0, sizeof c->n_memo);
   for (int m = 0; m < p->mesh_ndim; m++) {
     ctx.mesh_size = p->mesh_size[m];
-    nested_split(p, m, ctx.split);
+    nested_split(p, p->current[0], m, ctx.split);
+    memcpy(c->split[m], ctx.split, sizeof ctx.split);
     dt_placement cur[DT_DIST_MAX_ARGS];
     for (int i = 0; i < p->n_args; i++) cur[i] = p->current[i][m];
-    dt_strategies s;
-    if (!dt__sharding_rule(&ctx, cur, &s)) {
-      for (int i = 0; i < p->n_args; i++) s.in[0][i] = dt_replicate();
-      s.out[0] = dt_replicate();
-      s.n = 1;
+    dt_strategies all;
+    if (!dt__sharding_rule(&ctx, cur, &all)) {
+      for (int i = 0; i < p->n_args; i++) all.in[0][i] = dt_replicate();
+      all.out[0] = dt_replicate();
+      all.n = 1;
       r->fallback = true;
     }
-    int best = -1;
-    double best_cost = HUGE_VAL;
-    for (int k = 0; k < s.n; k++) {
-      if (inplace && (!dt__placements_equal(1, &s.in[k][0], &cur[0]) ||
-                      !dt__placements_equal(1, &s.out[k], &cur[0]))) {
+    dt_strategies *s = &c->s[m];
+    s->n = 0;
+    for (int k = 0; k < all.n; k++) {
+      if (inplace && (!dt__placements_equal(1, &all.in[k][0], &cur[0]) ||
+                      !dt__placements_equal(1, &all.out[k], &cur[0]))) {
         continue; /* self keeps its placement */
       }
-      if (p->accept && !p->accept(p->user, m, s.in[k], s.out[k])) continue;
-      double cost = 0;
-      for (int i = 0; i < p->n_args && cost < HUGE_VAL; i++) {
-        if (p->args[i]) cost += price(p, i, m, s.in[k][i]);
+      if (p->accept && !p->accept(p->user, m, all.in[k], all.out[k])) continue;
+      memcpy(s->in[s->n], all.in[k], sizeof(dt_placement) * (size_t)p->n_args);
+      s->out[s->n] = all.out[k];
+      for (int i = 0; i < p->n_args; i++) {
+        double price = 0;
+        if (p->args[i] && !dt__placements_equal(1, &p->current[i][m], &all.in[k][i])) {
+          dt_placement target[DT_MESH_MAX_DIMS];
+          memcpy(target, p->current[i], sizeof(dt_placement) * (size_t)p->mesh_ndim);
+          target[m] = all.in[k][i];
+          price = joint_price(p, i, &g[i], target, &m, 1);
+        }
+        c->single[m][s->n][i] = price;
       }
-      if (cost < best_cost) {
-        best = k;
-        best_cost = cost;
-      }
+      s->n++;
     }
-    if (best < 0) {
+    if (s->n == 0) {
       r->failed_mesh_dim = m;
       return DT_ERR_UNSUPPORTED;
     }
-    for (int i = 0; i < p->n_args; i++) r->targets[i][m] = s.in[best][i];
-    r->out[m] = s.out[best];
-    r->cost += best_cost;
+    *choices *= s->n;
   }
   return DT_OK;
+}
+
+/* Steps `pick` to the next choice (mesh dim 0 varying slowest); false after the last. */
+static bool next_choice(const dt_propagation *p, const candidates *c, int *pick) {
+  int m = p->mesh_ndim - 1;
+  while (m >= 0 && ++pick[m] == c->s[m].n) pick[m--] = 0;
+  return m >= 0;
+}
+
+dt_status dt__propagate_each_choice(const dt_propagation *p, dt_propagate_visit_fn visit,
+                                    void *user) {
+  candidates *c = dt__alloc(sizeof *c);
+  if (!c) return dt__error(DT_ERR_NOMEM, "sharding propagation: cannot allocate candidates");
+  dt_propagation_result r;
+  int64_t choices = 0;
+  dt_status st = build_candidates(p, c, &r, &choices);
+  int pick[DT_MESH_MAX_DIMS] = {0};
+  while (!st) {
+    if (splits_hold(p, c, pick)) {
+      for (int m = 0; m < p->mesh_ndim; m++) {
+        for (int i = 0; i < p->n_args; i++) r.targets[i][m] = c->s[m].in[pick[m]][i];
+        r.out[m] = c->s[m].out[pick[m]];
+      }
+      visit(user, &r);
+    }
+    if (!next_choice(p, c, pick)) break;
+  }
+  dt__free(c);
+  return st;
+}
+
+dt_status dt__propagate(const dt_propagation *p, dt_propagation_result *r) {
+  r->cost = 0;
+  candidates *c = dt__alloc(sizeof *c);
+  if (!c) return dt__error(DT_ERR_NOMEM, "sharding propagation: cannot allocate candidates");
+  int64_t choices = 0;
+  dt_status st = build_candidates(p, c, r, &choices);
+  if (st) goto done;
+  int best[DT_MESH_MAX_DIMS] = {0};
+  double best_cost = HUGE_VAL;
+  bool found = false;
+  if (choices <= MAX_JOINT) {
+    /* Every choice, mesh dim 0 varying slowest; the first cheapest wins. */
+    int pick[DT_MESH_MAX_DIMS] = {0};
+    for (;;) {
+      if (splits_hold(p, c, pick)) {
+        double cost = choice_price(p, c, pick, best_cost);
+        if (cost < best_cost) {
+          found = true;
+          best_cost = cost;
+          memcpy(best, pick, sizeof best);
+        }
+      }
+      if (!next_choice(p, c, pick)) break;
+    }
+  }
+  if (!found) {
+    /* Too many choices to walk (or none acceptable, which this finds the mesh dim of): each
+     * mesh dim by itself, priced from the current state. */
+    best_cost = 0;
+    for (int m = 0; m < p->mesh_ndim; m++) {
+      double dim_best = HUGE_VAL;
+      for (int k = 0; k < c->s[m].n; k++) {
+        double cost = 0;
+        for (int i = 0; i < p->n_args; i++) cost += c->single[m][k][i];
+        if (cost < dim_best) {
+          dim_best = cost;
+          best[m] = k;
+        }
+      }
+      if (dim_best >= HUGE_VAL) {
+        r->failed_mesh_dim = m;
+        st = DT_ERR_UNSUPPORTED;
+        goto done;
+      }
+      best_cost += dim_best;
+    }
+  }
+  for (int m = 0; m < p->mesh_ndim; m++) {
+    for (int i = 0; i < p->n_args; i++) r->targets[i][m] = c->s[m].in[best[m]][i];
+    r->out[m] = c->s[m].out[best[m]];
+  }
+  r->cost = best_cost;
+done:
+  dt__free(c);
+  return st;
 }

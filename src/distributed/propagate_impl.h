@@ -42,12 +42,21 @@ typedef struct dt_propagation_result {
   int failed_mesh_dim; /* -1, or the mesh dim where no candidate was acceptable */
 } dt_propagation_result;
 
-/* Chooses a strategy mesh dim by mesh dim: the op's sharding rule proposes candidates (all
+/* Chooses a strategy: the op's sharding rule proposes candidates per mesh dim (all
  * Replicate when it has none), in-place ops keep self's placement, `accept` filters, and
- * the cheapest by the cost function wins (the first on ties). Returns DT_OK, or
- * DT_ERR_UNSUPPORTED without a message when some mesh dim has no acceptable candidate
+ * the cheapest choice across mesh dims by the cost function wins (the first on ties; an
+ * argument changing on several mesh dims is priced along its cheapest order of steps). Returns
+ * DT_OK, or DT_ERR_UNSUPPORTED without a message when some mesh dim has no acceptable candidate
  * (r->failed_mesh_dim says which): the caller words the error. */
 dt_status dt__propagate(const dt_propagation *p, dt_propagation_result *r);
+
+/* Calls `visit` with every choice dt__propagate weighs for a call (one candidate of the
+ * rule per mesh dim, those whose even-split assumptions hold), in its order; r->cost is not
+ * set. For tests that compare the propagator's choice with an exhaustive search. Returns
+ * what dt__propagate would when no mesh dim has a candidate. */
+typedef void (*dt_propagate_visit_fn)(void *user, const dt_propagation_result *choice);
+dt_status dt__propagate_each_choice(const dt_propagation *p, dt_propagate_visit_fn visit,
+                                    void *user);
 
 /* The bytes this rank's collectives will move when eager dispatch runs `call` (a call on
  * distributed tensors, as the op wrappers build it): the propagator's choice for it, each

@@ -98,7 +98,7 @@ static dt_status step_all_gather(dt_comm *comm, dt_tensor *local, int d, int64_t
     if (i != d) inner *= local->shape[i];
   }
   int64_t *cnt = dt__alloc(sizeof(int64_t) * (size_t)n);
-  if (!cnt) return dt__error(DT_ERR_NOMEM, "redistribute: cannot allocate counts");
+  if (!cnt) return dt__error(DT_ERR_NOMEM, "dt_dist_redistribute: cannot allocate counts");
   int64_t total = 0;
   for (int r = 0; r < n; r++) {
     int64_t start, length;
@@ -148,7 +148,7 @@ static dt_status step_reduce_scatter(dt_comm *comm, dt_tensor *local, int d, int
     if (i != d) inner *= local->shape[i];
   }
   int64_t *cnt = dt__alloc(sizeof(int64_t) * (size_t)n);
-  if (!cnt) return dt__error(DT_ERR_NOMEM, "redistribute: cannot allocate counts");
+  if (!cnt) return dt__error(DT_ERR_NOMEM, "dt_dist_redistribute: cannot allocate counts");
   for (int r = 0; r < n; r++) {
     int64_t start, length;
     dt__chunk_range(extent, n, r, &start, &length);
@@ -188,7 +188,7 @@ static dt_status step_all_to_all(dt_comm *comm, dt_tensor *local, int d, int e, 
                                  dt_tensor **out) {
   int64_t extent_e = local->shape[e];
   int64_t *send = dt__alloc(sizeof(int64_t) * (size_t)n * 2);
-  if (!send) return dt__error(DT_ERR_NOMEM, "redistribute: cannot allocate counts");
+  if (!send) return dt__error(DT_ERR_NOMEM, "dt_dist_redistribute: cannot allocate counts");
   int64_t *recv = send + n;
   int64_t send_total = 0, recv_total = 0;
   int64_t other = 1; /* elements per (d, e) pair */
@@ -259,6 +259,26 @@ static dt_status step_to_partial(dt_tensor *local, dt_reduce_op op, int coord, d
   return DT_OK;
 }
 
+/* S(d) -> P(sum): a block of zeros shaped like the unsplit dim with this rank's chunk of d
+ * copied in place; the blocks of the ranks sum to the whole, exactly for every dtype. */
+static dt_status step_shard_to_partial(dt_tensor *local, int d, int64_t extent, int n, int coord,
+                                       const int64_t *out_shape, int ndim, dt_tensor **out) {
+  dt_tensor *result = NULL;
+  dt_status st = dt__tensor_new(ndim, out_shape, local->dtype, &result);
+  if (st) return st;
+  memset(dt__tensor_base(result), 0,
+         (size_t)dt__tensor_numel(result) * dt__dtype_sizes[local->dtype]);
+  int64_t start, length;
+  dt__chunk_range(extent, n, coord, &start, &length);
+  if (length > 0) {
+    dt_tensor window = stack_view(result, ndim, local->shape, result->strides,
+                                  result->offset + start * result->strides[d]);
+    dt__cpu_copy(&window, local);
+  }
+  *out = result;
+  return DT_OK;
+}
+
 dt_status dt__redistribute_execute(dt_tensor *local, const dt_dist_spec *from,
                                    const dt_redistribute_plan *plan, dt_tensor **out) {
   dt_mesh_info mi;
@@ -300,7 +320,12 @@ dt_status dt__redistribute_execute(dt_tensor *local, const dt_dist_spec *from,
         break;
       case DT_STEP_SLICE: st = step_slice(current, step->to.dim, n, coord, &next); break;
       case DT_STEP_TO_PARTIAL: st = step_to_partial(current, step->to.op, coord, &next); break;
-      default: st = dt__error(DT_ERR_INTERNAL, "redistribute: invalid step"); break;
+      case DT_STEP_SHARD_TO_PARTIAL:
+        st = step_shard_to_partial(current, step->from.dim,
+                                   level_extent(from, &mi, state, m, step->from.dim), n, coord,
+                                   out_shape, from->ndim, &next);
+        break;
+      default: st = dt__error(DT_ERR_INTERNAL, "dt_dist_redistribute: invalid step"); break;
       }
     }
     dt_tensor_release(current);

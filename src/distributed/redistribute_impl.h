@@ -12,6 +12,9 @@ typedef enum dt_step_kind {
   DT_STEP_REDUCE_SCATTER,
   DT_STEP_SLICE,
   DT_STEP_TO_PARTIAL,
+  /* S(d) -> P(sum): the shard in place in a block of zeros the size of the unsplit dim, so
+   * that the ranks' blocks sum to the whole. Local. */
+  DT_STEP_SHARD_TO_PARTIAL,
 } dt_step_kind;
 
 typedef struct dt_redistribute_step {
@@ -45,7 +48,8 @@ typedef struct dt_redistribute_geometry {
  * all_to_all). Local steps (a slice, making a partial) move nothing. */
 
 /* The collective a step from p to q on mesh dim m needs, given the whole placement tuple
- * `state`, or DT_STEP_INVALID (S -> P, P -> P', or a split that nesting forbids). */
+ * `state`, or DT_STEP_INVALID (S -> P(avg|max|min), P -> P', or a split that nesting
+ * forbids). */
 dt_step_kind dt__step_kind(const dt_placement *state, int mesh_ndim, int m, dt_placement p,
                            dt_placement q);
 
@@ -53,8 +57,9 @@ dt_step_kind dt__step_kind(const dt_placement *state, int mesh_ndim, int m, dt_p
  * from its local bytes before and after the step. */
 int64_t dt__step_bytes(dt_step_kind kind, int64_t mesh_size, int64_t before, int64_t after);
 
-/* The price a plan or a strategy pays for a step: its bytes plus 64 per collective, 1 for a
- * local step (so that, at equal traffic, fewer and local steps win). */
+/* The price a plan or a strategy pays for a step: its bytes plus a tie-breaker (2^-6 per
+ * collective, 2^-12 for a local step) so that, at equal traffic, fewer and local steps win;
+ * bytes are never traded for fewer collectives. */
 double dt__step_cost(dt_step_kind kind, int64_t mesh_size, double before, double after);
 
 /* Bytes this rank holds under `state` assuming even shards (the ranking estimate; exact
@@ -62,10 +67,19 @@ double dt__step_cost(dt_step_kind kind, int64_t mesh_size, double before, double
 double dt__local_bytes_estimate(const dt_redistribute_geometry *g, const dt_placement *state);
 
 /* The price of changing mesh dim m of a tensor placed `state` to `to`: one step, or two
- * through Replicate (S -> P, P -> P'). A step that nesting forbids is priced as if it were
- * allowed; the planner then finds the real path. 0 when nothing changes. */
+ * through Replicate (S -> P(avg|max|min), P -> P'). A step that nesting forbids is priced as if it
+ * were allowed; the planner then finds the real path. 0 when nothing changes. */
 double dt__transition_cost(const dt_redistribute_geometry *g, const dt_placement *state, int m,
                            dt_placement to);
+
+/* Whether mesh dim m of a tensor placed `state` can change to `to` in one step, or two
+ * through Replicate, without breaking the nesting of shards. */
+bool dt__step_allowed(const dt_placement *state, int mesh_ndim, int m, dt_placement to);
+
+/* The price of the planner's cheapest path from `from` to `to` (what the planner ranks by:
+ * the sum of its steps' dt__step_cost), HUGE_VAL when there is none. */
+double dt__redistribute_cost(const dt_redistribute_geometry *g, const dt_placement *from,
+                             const dt_placement *to);
 
 dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_placement *from,
                                 const dt_placement *to, dt_redistribute_plan *plan);

@@ -6,12 +6,14 @@
  *   S(d) -> R      all_gather along d          S(d) -> S(e)   all_to_all
  *   P    -> R      all_reduce                  P    -> S(d)   reduce_scatter along d
  *   R    -> S(d)   local slice (no comm)       R    -> P      local (value on coord 0)
+ *   S(d) -> P(sum) local: the shard in place, zeros elsewhere (its blocks sum to the whole)
  *
  * A step that splits or unsplits tensor dim d on mesh dim m is only possible when m is the
  * innermost mesh dim sharding d (no later mesh dim shards d), because shards nest in
  * mesh-dim order. That rule is what makes e.g. (S(0), S(1)) -> (S(1), S(0)) go
  * S(1)->R on dim 1, S(0)->S(1) on dim 0, R->S(0) on dim 1 — never through a full gather.
  */
+#include <math.h>
 #include <stdio.h>
 
 #include "distributed/redistribute_impl.h"
@@ -62,7 +64,12 @@ dt_step_kind dt__step_kind(const dt_placement *state, int mesh_ndim, int m, dt_p
     return shards_dim_after(state, mesh_ndim, m, q.dim) ? DT_STEP_INVALID : DT_STEP_REDUCE_SCATTER;
   }
   if (p.kind == DT_REPLICATE && q.kind == DT_PARTIAL) return DT_STEP_TO_PARTIAL;
-  return DT_STEP_INVALID; /* S -> P and P -> P' go through R */
+  if (p.kind == DT_SHARD && q.kind == DT_PARTIAL && q.op == DT_REDUCE_SUM) {
+    /* Unsplitting d: allowed where an all_gather of d would be. */
+    return shards_dim_after(state, mesh_ndim, m, p.dim) ? DT_STEP_INVALID
+                                                        : DT_STEP_SHARD_TO_PARTIAL;
+  }
+  return DT_STEP_INVALID; /* S -> P(avg|max|min) and P -> P' go through R */
 }
 
 /* ---- The cost model ---------------------------------------------------------------------- */
@@ -78,14 +85,22 @@ int64_t dt__step_bytes(dt_step_kind kind, int64_t mesh_size, int64_t before, int
   }
 }
 
+/* Bytes first: a collective adds 2^-6 and a local step 2^-12, tie-breakers that make fewer
+ * and local steps win at equal bytes without ever trading bytes for fewer collectives. */
+#define COLLECTIVE_TIE 0.015625
+#define LOCAL_TIE 0.000244140625
+
 double dt__step_cost(dt_step_kind kind, int64_t mesh_size, double before, double after) {
-  if (mesh_size <= 1 || kind == DT_STEP_SLICE || kind == DT_STEP_TO_PARTIAL) return 1.0;
+  if (mesh_size <= 1 || kind == DT_STEP_SLICE || kind == DT_STEP_TO_PARTIAL ||
+      kind == DT_STEP_SHARD_TO_PARTIAL) {
+    return LOCAL_TIE;
+  }
   switch (kind) {
-  case DT_STEP_ALL_GATHER: return after + 64;
+  case DT_STEP_ALL_GATHER: return after + COLLECTIVE_TIE;
   case DT_STEP_ALL_TO_ALL:
   case DT_STEP_ALL_REDUCE:
-  case DT_STEP_REDUCE_SCATTER: return before + 64;
-  default: return 64;
+  case DT_STEP_REDUCE_SCATTER: return before + COLLECTIVE_TIE;
+  default: return COLLECTIVE_TIE;
   }
 }
 
@@ -115,7 +130,7 @@ double dt__transition_cost(const dt_redistribute_geometry *g, const dt_placement
   if (dt__placements_equal(1, &from, &to)) return 0;
   if (dt__step_kind(&from, 1, 0, from, to) != DT_STEP_INVALID)
     return one_step_cost(g, state, m, to);
-  /* S -> P and P -> P' pass through Replicate. */
+  /* S -> P(avg|max|min) and P -> P' pass through Replicate. */
   dt_placement mid[DT_MESH_MAX_DIMS];
   memcpy(mid, state, sizeof(dt_placement) * (size_t)g->mesh_ndim);
   mid[m] = dt_replicate();
@@ -158,7 +173,7 @@ dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_plac
     dt__free(dist);
     dt__free(prev);
     dt__free(done);
-    return dt__error(DT_ERR_NOMEM, "redistribute: cannot allocate the planner's tables");
+    return dt__error(DT_ERR_NOMEM, "dt_dist_redistribute: cannot allocate the planner's tables");
   }
   int start_codes[DT_MESH_MAX_DIMS], goal_codes[DT_MESH_MAX_DIMS];
   for (int m = 0; m < mesh_ndim; m++) {
@@ -207,7 +222,7 @@ dt_status dt__redistribute_plan(const dt_redistribute_geometry *g, const dt_plac
   }
   dt_status st = DT_OK;
   if (dist[goal] >= 1e299) {
-    st = dt__error(DT_ERR_INTERNAL, "redistribute: no plan found");
+    st = dt__error(DT_ERR_INTERNAL, "dt_dist_redistribute: no plan found");
     goto done;
   }
   /* Walk back from the goal to list the steps in order. */
@@ -248,6 +263,35 @@ done:
   return st;
 }
 
+double dt__redistribute_cost(const dt_redistribute_geometry *g, const dt_placement *from,
+                             const dt_placement *to) {
+  dt_redistribute_plan plan;
+  if (dt__redistribute_plan(g, from, to, &plan)) return HUGE_VAL;
+  dt_placement state[DT_MESH_MAX_DIMS];
+  memcpy(state, from, sizeof(dt_placement) * (size_t)g->mesh_ndim);
+  double cost = 0;
+  for (int i = 0; i < plan.n_steps; i++) {
+    const dt_redistribute_step *step = &plan.steps[i];
+    double before = dt__local_bytes_estimate(g, state);
+    state[step->mesh_dim] = step->to;
+    cost += dt__step_cost(step->kind, g->mesh_size[step->mesh_dim], before,
+                          dt__local_bytes_estimate(g, state));
+  }
+  return cost;
+}
+
+bool dt__step_allowed(const dt_placement *state, int mesh_ndim, int m, dt_placement to) {
+  dt_placement from = state[m];
+  if (dt__placements_equal(1, &from, &to)) return true;
+  if (dt__step_kind(state, mesh_ndim, m, from, to) != DT_STEP_INVALID) return true;
+  /* Through Replicate (S -> P(avg|max|min), P -> P'). */
+  dt_placement mid[DT_MESH_MAX_DIMS];
+  memcpy(mid, state, sizeof(dt_placement) * (size_t)mesh_ndim);
+  mid[m] = dt_replicate();
+  return dt__step_kind(state, mesh_ndim, m, from, mid[m]) != DT_STEP_INVALID &&
+         dt__step_kind(mid, mesh_ndim, m, mid[m], to) != DT_STEP_INVALID;
+}
+
 static const char *step_name(dt_step_kind kind) {
   switch (kind) {
   case DT_STEP_ALL_GATHER: return "all_gather";
@@ -256,6 +300,7 @@ static const char *step_name(dt_step_kind kind) {
   case DT_STEP_REDUCE_SCATTER: return "reduce_scatter";
   case DT_STEP_SLICE: return "local slice";
   case DT_STEP_TO_PARTIAL: return "local partial";
+  case DT_STEP_SHARD_TO_PARTIAL: return "local partial (shard in zeros)";
   default: return "invalid";
   }
 }

@@ -5,8 +5,15 @@
  * takes the cheapest. Every rule also offers "all Replicate", which is always correct.
  *
  * Partial placements survive only where the op is linear in them: P(sum)+P(sum), P·R for
- * mul, P/R for div, neg, views and copies, sum over anything, and matrix products with
- * one Partial and one Replicate operand. Everything else reduces the Partial first.
+ * mul, P/R for div, neg, views and copies, cat and stack, sum over anything, and matrix
+ * products (mm, matmul, addmm, linear) with one Partial operand and the other replicated
+ * (a bias then becomes the same Partial, counted once). Partial(max|min) survive ops that are
+ * non-decreasing in their first argument (DT_TRAIT_MONOTONE: exp, relu, adding a replica...).
+ * Everything else reduces the Partial first.
+ *
+ * Where every argument is replicated on the mesh dim being decided (an idle mesh dim), rules
+ * also propose sharding a dim the op leaves alone: sharding it first shrinks what another
+ * mesh dim must gather, which the propagator's joint search over mesh dims finds.
  */
 #include "distributed/dist_impl.h"
 
@@ -15,6 +22,11 @@ static dt_placement S(int d) { return dt_shard(d); }
 
 static void push(dt_strategies *s, const dt_placement *in, int n_in, dt_placement out) {
   if (s->n >= DT_RULE_MAX_STRATEGIES) return;
+  /* A repeated candidate would only make the propagator's joint search longer. */
+  for (int k = 0; k < s->n; k++) {
+    if (dt__placements_equal(1, &s->out[k], &out) && dt__placements_equal(n_in, s->in[k], in))
+      return;
+  }
   for (int i = 0; i < n_in; i++) s->in[s->n][i] = in[i];
   s->out[s->n] = out;
   s->n++;
@@ -28,6 +40,18 @@ static void push_replicated(dt_strategies *s, int n_args) {
 
 static bool is_sum_partial(dt_placement p) {
   return p.kind == DT_PARTIAL && (p.op == DT_REDUCE_SUM || p.op == DT_REDUCE_AVG);
+}
+
+static bool is_order_partial(dt_placement p) {
+  return p.kind == DT_PARTIAL && (p.op == DT_REDUCE_MAX || p.op == DT_REDUCE_MIN);
+}
+
+/* Every present argument is replicated on this mesh dim. */
+static bool all_replicated(const dt_rule_ctx *c, const dt_placement *cur) {
+  for (int i = 0; i < c->n_args; i++) {
+    if (c->args[i] && cur[i].kind != DT_REPLICATE) return false;
+  }
+  return true;
 }
 
 /* ---- Pointwise ---------------------------------------------------------------------------- */
@@ -60,6 +84,22 @@ static void rule_pointwise(const dt_rule_ctx *c, const dt_placement *cur, dt_str
     if (c->args[i]->shape[cur[i].dim] != c->out[0].shape[k]) continue;
     pointwise_shard(c, k, in);
     push(s, in, c->n_args, S(k));
+  }
+  /* An idle mesh dim may shard any output dim of more than one element. */
+  if (all_replicated(c, cur)) {
+    for (int k = 0; k < c->out[0].ndim; k++) {
+      if (c->out[0].shape[k] < 2) continue;
+      pointwise_shard(c, k, in);
+      push(s, in, c->n_args, S(k));
+    }
+  }
+  /* Partial(max|min) through an op non-decreasing in its first argument, the others
+   * replicated: f(max_r x_r, y) = max_r f(x_r, y). Not into bool (a test, not an order). */
+  if ((dt__op_table[c->call->op].traits & DT_TRAIT_MONOTONE) && is_order_partial(cur[0]) &&
+      c->out[0].dtype != DT_BOOL) {
+    for (int j = 0; j < c->n_args; j++) in[j] = R();
+    in[0] = cur[0];
+    push(s, in, c->n_args, cur[0]);
   }
   /* Partial where the op is linear. A cast into an integer or bool dtype is not (rounding
    * each partial value is not rounding their sum). */
@@ -150,6 +190,17 @@ static void rule_reduction(const dt_rule_ctx *c, const dt_placement *cur, dt_str
     bool same = ((call->op == DT_OP_AMAX || call->op == DT_OP_MAX) && p.op == DT_REDUCE_MAX) ||
                 ((call->op == DT_OP_AMIN || call->op == DT_OP_MIN) && p.op == DT_REDUCE_MIN);
     if (linear || same) push(s, in, 1, p);
+  } else {
+    /* Idle mesh dim: shard a dim the reduction keeps. */
+    for (int d = 0; d < a->ndim; d++) {
+      if ((reduced & (1u << d)) || a->shape[d] < 2) continue;
+      int k = d;
+      if (!keepdim) {
+        for (int j = 0; j < d; j++) k -= (reduced >> j) & 1u;
+      }
+      in[0] = S(d);
+      push(s, in, 1, S(k));
+    }
   }
   push_replicated(s, 1);
 }
@@ -161,7 +212,17 @@ static void rule_matmul(const dt_rule_ctx *c, const dt_placement *cur, dt_strate
   const dt_tensor *a = c->args[0], *b = c->args[1];
   int na = a->ndim, nb = b->ndim, no = c->out[0].ndim;
   dt_placement in[2];
-  if (na >= 2 && nb >= 2) {
+  if (na == 1 && nb == 1) { /* dot: the contraction is the only dim */
+    in[0] = S(0), in[1] = S(0), push(s, in, 2, dt_partial(DT_REDUCE_SUM));
+  } else if (na >= 2 && nb == 1) { /* [.., n, k] @ [k] -> [.., n] */
+    in[0] = S(na - 2), in[1] = R(), push(s, in, 2, S(no - 1));
+    in[0] = S(na - 1), in[1] = S(0), push(s, in, 2, dt_partial(DT_REDUCE_SUM));
+    for (int d = 0; d < na - 2; d++) in[0] = S(d), in[1] = R(), push(s, in, 2, S(d));
+  } else if (na == 1 && nb >= 2) { /* [k] @ [.., k, m] -> [.., m] */
+    in[0] = R(), in[1] = S(nb - 1), push(s, in, 2, S(no - 1));
+    in[0] = S(0), in[1] = S(nb - 2), push(s, in, 2, dt_partial(DT_REDUCE_SUM));
+    for (int d = 0; d < nb - 2; d++) in[0] = R(), in[1] = S(d), push(s, in, 2, S(d));
+  } else {
     in[0] = S(na - 2), in[1] = R(), push(s, in, 2, S(no - 2)); /* rows of a */
     in[0] = R(), in[1] = S(nb - 1), push(s, in, 2, S(no - 1)); /* columns of b */
     in[0] = S(na - 1), in[1] = S(nb - 2), push(s, in, 2, dt_partial(DT_REDUCE_SUM)); /* k */
@@ -172,6 +233,8 @@ static void rule_matmul(const dt_rule_ctx *c, const dt_placement *cur, dt_strate
       }
     } else if (nb == 2) { /* [.., n, k] @ [k, m]: batch dims of a */
       for (int d = 0; d < na - 2; d++) in[0] = S(d), in[1] = R(), push(s, in, 2, S(d));
+    } else if (na == 2) { /* [n, k] @ [.., k, m]: batch dims of b */
+      for (int d = 0; d < nb - 2; d++) in[0] = R(), in[1] = S(d), push(s, in, 2, S(d));
     }
   }
   for (int i = 0; i < 2; i++) {
@@ -198,7 +261,18 @@ static void rule_addmm(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
   /* contraction: the bias must be counted once, so it becomes a Partial too */
   in[0] = dt_partial(DT_REDUCE_SUM), in[1] = S(1), in[2] = S(0);
   push(s, in, 3, dt_partial(DT_REDUCE_SUM));
-  (void)cur;
+  /* Linear in each factor: a Partial factor times a replica, plus the bias as the same
+   * Partial (bias + sum_r a_r b = sum_r (bias_r + a_r b) with the bias's partials). */
+  for (int i = 1; i < 3; i++) {
+    if (!is_sum_partial(cur[i])) continue;
+    in[0] = cur[i], in[1] = R(), in[2] = R();
+    in[i] = cur[i];
+    push(s, in, 3, cur[i]);
+  }
+  if (is_sum_partial(cur[0])) { /* the bias's Partial, the factors' sum on one rank */
+    in[0] = cur[0], in[1] = S(1), in[2] = S(0);
+    push(s, in, 3, cur[0]);
+  }
   push_replicated(s, 3);
 }
 
@@ -220,10 +294,15 @@ static void rule_linear(const dt_rule_ctx *c, const dt_placement *cur, dt_strate
     in[0] = S(d), in[1] = R(), in[2] = R();
     push(s, in, c->n_args, S(d));
   }
-  if (is_sum_partial(cur[0]) && !has_bias) {
-    in[0] = cur[0], in[1] = R(), in[2] = R();
-    push(s, in, c->n_args, cur[0]);
+  /* Linear in each of x and w: a Partial one times a replica of the other; a bias becomes
+   * the same Partial so that it is counted once. */
+  for (int i = 0; i < 2; i++) {
+    if (!is_sum_partial(cur[i])) continue;
+    in[0] = R(), in[1] = R(), in[2] = has_bias ? cur[i] : R();
+    in[i] = cur[i];
+    push(s, in, c->n_args, cur[i]);
   }
+  /* Idle mesh dim: batch dims of x (already proposed above) or output features. */
   push_replicated(s, c->n_args);
 }
 
@@ -239,6 +318,14 @@ static void rule_keep_free_dims(const dt_rule_ctx *c, const dt_placement *cur, u
   if (cur[0].kind == DT_SHARD && !(busy & (1u << cur[0].dim))) {
     in[0] = cur[0];
     push(s, in, c->n_args, cur[0]);
+    in[0] = R();
+  } else if (all_replicated(c, cur)) {
+    /* Idle mesh dim: shard a dim the op leaves alone. */
+    for (int d = 0; d < c->args[0]->ndim; d++) {
+      if ((busy & (1u << d)) || c->args[0]->shape[d] < 2) continue;
+      in[0] = S(d);
+      push(s, in, c->n_args, S(d));
+    }
     in[0] = R();
   }
   push(s, in, c->n_args, R());
@@ -260,18 +347,44 @@ static void rule_embedding(const dt_rule_ctx *c, const dt_placement *cur, dt_str
   push_replicated(s, 2);
 }
 
+/* cat/stack: every input takes the sharding of any one of them along a dim other than the
+ * cat dim (replicas are sliced locally), or, as the op is linear, the Partial(sum) of any
+ * one of them (replicas and shards become that Partial locally). */
 static void rule_cat(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s, bool stack) {
   int dim = (int)c->call->ints[0];
   dt_placement in[DT_DIST_MAX_ARGS];
-  if (cur[0].kind == DT_SHARD && (stack || cur[0].dim != dim)) {
-    int d = cur[0].dim;
-    bool ok = true;
-    for (int i = 0; i < c->n_args; i++) {
-      const dt_tensor *t = c->args[i];
-      if (t->ndim != c->args[0]->ndim || t->shape[d] != c->args[0]->shape[d]) ok = false;
-      in[i] = S(d);
+  uint32_t tried = 0;
+  bool partial_tried = false;
+  bool idle = all_replicated(c, cur);
+  for (int j = 0; j < c->n_args; j++) {
+    if (cur[j].kind == DT_SHARD && (stack || cur[j].dim != dim) && !(tried & (1u << cur[j].dim))) {
+      int d = cur[j].dim;
+      tried |= 1u << d;
+      bool ok = true;
+      for (int i = 0; i < c->n_args; i++) {
+        const dt_tensor *t = c->args[i];
+        if (t->ndim != c->args[j]->ndim || t->shape[d] != c->args[j]->shape[d]) ok = false;
+        in[i] = S(d);
+      }
+      if (ok) push(s, in, c->n_args, S(stack && d >= dim ? d + 1 : d));
+    } else if (is_sum_partial(cur[j]) && !partial_tried && dt_dtype_is_floating(c->out[0].dtype)) {
+      partial_tried = true;
+      for (int i = 0; i < c->n_args; i++) in[i] = cur[j];
+      push(s, in, c->n_args, cur[j]);
     }
-    if (ok) push(s, in, c->n_args, S(stack && d >= dim ? d + 1 : d));
+  }
+  if (idle) { /* an idle mesh dim: shard a dim other than the cat dim */
+    const dt_tensor *t0 = c->args[0];
+    for (int d = 0; d < t0->ndim; d++) {
+      if ((!stack && d == dim) || t0->shape[d] < 2) continue;
+      bool ok = true;
+      for (int i = 0; i < c->n_args; i++) {
+        const dt_tensor *t = c->args[i];
+        if (t->ndim != t0->ndim || t->shape[d] != t0->shape[d]) ok = false;
+        in[i] = S(d);
+      }
+      if (ok) push(s, in, c->n_args, S(stack && d >= dim ? d + 1 : d));
+    }
   }
   push_replicated(s, c->n_args);
 }
@@ -290,6 +403,12 @@ static void rule_dim_map(const dt_rule_ctx *c, const dt_placement *cur, const in
   } else if (cur[0].kind == DT_PARTIAL && partial_ok) {
     in[0] = cur[0];
     push(s, in, c->n_args, cur[0]);
+  } else if (all_replicated(c, cur)) {
+    for (int d = 0; d < c->args[0]->ndim; d++) { /* idle mesh dim */
+      if (map[d] < 0 || c->args[0]->shape[d] < 2) continue;
+      in[0] = S(d);
+      push(s, in, c->n_args, S(map[d]));
+    }
   }
   for (int i = 0; i < c->n_args; i++) in[i] = R();
   push(s, in, c->n_args, R());
@@ -356,10 +475,7 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
   case DT_RULE_POINTWISE: rule_pointwise(c, cur, s); return true;
   case DT_RULE_LIKE: rule_like(c, cur, s); return true;
   case DT_RULE_REDUCTION: rule_reduction(c, cur, s); return true;
-  case DT_RULE_MATMUL:
-    if (c->args[0]->ndim < 2 || c->args[1]->ndim < 2) return false; /* 1-D operands: replicate */
-    rule_matmul(c, cur, s);
-    return true;
+  case DT_RULE_MATMUL: rule_matmul(c, cur, s); return true;
   case DT_RULE_ADDMM: rule_addmm(c, cur, s); return true;
   case DT_RULE_LINEAR: rule_linear(c, cur, s); return true;
   case DT_RULE_SOFTMAX: rule_keep_free_dims(c, cur, 1u << call->ints[0], s); return true;

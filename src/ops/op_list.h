@@ -37,45 +37,45 @@
     BACKWARD(neg), "neg(Tensor self) -> Tensor")                                                   \
   X(ABS, "abs", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(abs),        \
     "abs(Tensor self) -> Tensor")                                                                  \
-  X(EXP, "exp", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(exp),        \
-    "exp(Tensor self) -> Tensor")                                                                  \
+  X(EXP, "exp", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, DT_TRAIT_MONOTONE,       \
+    BACKWARD(exp), "exp(Tensor self) -> Tensor")                                                   \
   X(LOG, "log", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(log),        \
     "log(Tensor self) -> Tensor")                                                                  \
   X(SQRT, "sqrt", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(sqrt),     \
     "sqrt(Tensor self) -> Tensor")                                                                 \
   X(RSQRT, "rsqrt", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(rsqrt),  \
     "rsqrt(Tensor self) -> Tensor")                                                                \
-  X(RELU, "relu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(relu),     \
-    "relu(Tensor self) -> Tensor")                                                                 \
+  X(RELU, "relu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, DT_TRAIT_MONOTONE,     \
+    BACKWARD(relu), "relu(Tensor self) -> Tensor")                                                 \
   X(GELU, "gelu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(gelu),     \
     "gelu(Tensor self, *, str approximate='none') -> Tensor")                                      \
   X(SILU, "silu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(silu),     \
     "silu(Tensor self) -> Tensor")                                                                 \
-  X(TANH, "tanh", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(tanh),     \
-    "tanh(Tensor self) -> Tensor")                                                                 \
-  X(SIGMOID, "sigmoid", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0,               \
-    BACKWARD(sigmoid), "sigmoid(Tensor self) -> Tensor")                                           \
+  X(TANH, "tanh", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, DT_TRAIT_MONOTONE,     \
+    BACKWARD(tanh), "tanh(Tensor self) -> Tensor")                                                 \
+  X(SIGMOID, "sigmoid", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE,                  \
+    DT_TRAIT_MONOTONE, BACKWARD(sigmoid), "sigmoid(Tensor self) -> Tensor")                        \
   X(ADD, "add.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                 \
-    DT_TRAIT_LINEAR, BACKWARD(add),                                                                \
+    DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(add),                                            \
     "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")                          \
   X(SUB, "sub.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                 \
-    DT_TRAIT_LINEAR, BACKWARD(sub),                                                                \
+    DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(sub),                                            \
     "sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")                          \
   X(MUL, "mul.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                 \
     DT_TRAIT_LINEAR_EACH, BACKWARD(mul), "mul.Tensor(Tensor self, Tensor other) -> Tensor")        \
   X(DIV, "div.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                 \
     DT_TRAIT_LINEAR_FIRST, BACKWARD(div), "div.Tensor(Tensor self, Tensor other) -> Tensor")       \
-  X(MAXIMUM, "maximum", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,             \
-    BACKWARD(maximum), "maximum(Tensor self, Tensor other) -> Tensor")                             \
-  X(MINIMUM, "minimum", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,             \
-    BACKWARD(minimum), "minimum(Tensor self, Tensor other) -> Tensor")                             \
+  X(MAXIMUM, "maximum", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                \
+    DT_TRAIT_MONOTONE, BACKWARD(maximum), "maximum(Tensor self, Tensor other) -> Tensor")          \
+  X(MINIMUM, "minimum", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                \
+    DT_TRAIT_MONOTONE, BACKWARD(minimum), "minimum(Tensor self, Tensor other) -> Tensor")          \
   X(POW, "pow.Tensor_Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, 0,       \
     BACKWARD(pow), "pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor")                    \
   X(ADD_SCALAR, "add.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,       \
-    POINTWISE, 0, BACKWARD(shift_scalar),                                                          \
+    POINTWISE, DT_TRAIT_MONOTONE, BACKWARD(shift_scalar),                                          \
     "add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor")                             \
   X(SUB_SCALAR, "sub.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,       \
-    POINTWISE, 0, BACKWARD(shift_scalar),                                                          \
+    POINTWISE, DT_TRAIT_MONOTONE, BACKWARD(shift_scalar),                                          \
     "sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor")                             \
   X(MUL_SCALAR, "mul.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,       \
     POINTWISE, DT_TRAIT_LINEAR, BACKWARD(mul_scalar),                                              \
@@ -233,8 +233,8 @@
     "detach(Tensor(a) self) -> Tensor(a)")                                                         \
   X(CONTIGUOUS, "contiguous", VIEW, 1, dt__infer_same, dt__kernel_contiguous, POINTWISE,           \
     DT_TRAIT_LINEAR, BACKWARD(identity), "contiguous(Tensor(a) self) -> Tensor(a)")                \
-  X(CLONE, "clone", COMPUTE, 1, dt__infer_same, dt__kernel_clone, POINTWISE, DT_TRAIT_LINEAR,      \
-    BACKWARD(identity), "clone(Tensor self) -> Tensor")                                            \
+  X(CLONE, "clone", COMPUTE, 1, dt__infer_same, dt__kernel_clone, POINTWISE,                       \
+    DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(identity), "clone(Tensor self) -> Tensor")       \
   X(COPY_, "copy_", INPLACE, 2, dt__infer_copy_, dt__kernel_copy_, POINTWISE, DT_TRAIT_LINEAR,     \
     NO_BACKWARD, "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)")                               \
   X(VIEW, "view", VIEW, 1, dt__infer_view, dt__kernel_view, VIEW, DT_TRAIT_GLOBAL_SHAPE_ATTR,      \
@@ -273,8 +273,8 @@
     "split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]")       \
   X(CHUNK, "chunk", VIEW, 1, dt__infer_chunk, dt__kernel_split, SLICE, DT_TRAIT_TUPLE,             \
     BACKWARD(split), "chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]")           \
-  X(TO, "to.dtype", VIEW, 1, dt__infer_to, dt__kernel_to, POINTWISE, DT_TRAIT_LINEAR,              \
-    BACKWARD(to),                                                                                  \
+  X(TO, "to.dtype", VIEW, 1, dt__infer_to, dt__kernel_to, POINTWISE,                               \
+    DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(to),                                             \
     "to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "        \
     "MemoryFormat? memory_format=None) -> Tensor(a)")
 
