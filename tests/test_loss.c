@@ -286,3 +286,99 @@ static dt_status mse_rank(dt_comm *world, void *varg) {
 Test(loss, mse_distributed_uneven) {
   for (int ranks = 2; ranks <= 4; ranks++) SPAWN_OK(ranks, mse_rank, NULL);
 }
+
+/* ---- Vocabulary-parallel cross-entropy ------------------------------------------------- */
+
+typedef struct vocab_arg {
+  int64_t classes;
+  dt_cross_entropy_options o;
+  int64_t bytes; /* out: collective bytes of forward + backward on rank 0 */
+} vocab_arg;
+
+enum { VR = 6 };
+
+/* Logits [6, C] Shard(1) (a colwise LM head's output), targets Replicate: loss and gradient
+ * equal the reference, the gradient stays Shard(1), and the collectives' bytes do not depend
+ * on C (they carry [N, 1] row statistics, never the logits). */
+static dt_status vocab_rank(dt_comm *world, void *varg) {
+  vocab_arg *a = varg;
+  int64_t C = a->classes;
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int[]){dt_comm_size(world)}, NULL, &mesh));
+  float *xv = malloc(sizeof(float) * (size_t)(VR * C));
+  double *want_grad = malloc(sizeof(double) * (size_t)(VR * C));
+  double *got = malloc(sizeof(double) * (size_t)(VR * C));
+  for (int64_t i = 0; i < VR * C; i++) xv[i] = (float)sin(i * 0.37) * 4.0f;
+  int64_t tv[VR] = {0, C - 1, 5, 5, 2, C / 2};
+  dt_tensor *x = NULL, *t = NULL, *dx = NULL, *dtg = NULL, *loss = NULL, *full = NULL, *g = NULL,
+            *gfull = NULL;
+  dt_placement s1 = dt_shard(1), R = dt_replicate();
+  RANK_OK(dt_from_data(xv, 2, (int64_t[]){VR, C}, DT_F32, &x));
+  RANK_OK(dt_from_data(tv, 1, (int64_t[]){VR}, DT_I64, &t));
+  RANK_OK(dt_dist_distribute_tensor(mesh, x, 1, &s1, &dx));
+  RANK_OK(dt_dist_distribute_tensor(mesh, t, 1, &R, &dtg));
+  RANK_OK(dt_tensor_set_requires_grad(dx, true));
+  dt_comm_ledger *ledger = NULL;
+  RANK_OK(dt_comm_ledger_start(&ledger));
+  RANK_OK(dt_cross_entropy_ex(dx, dtg, &a->o, &loss));
+  RANK_OK(dt_backward(loss, NULL));
+  RANK_OK(dt_comm_ledger_stop(ledger));
+  if (dt_comm_rank(world) == 0) a->bytes = dt_comm_ledger_bytes(ledger, NULL);
+  RANK_CHECK(dt_comm_ledger_count(ledger, "all_gather_into_tensor") == 0 &&
+                 dt_comm_ledger_count(ledger, "all_gather_uneven") == 0,
+             "the logits were gathered");
+  dt_comm_ledger_destroy(ledger);
+  bool prev = dt_grad_mode_set(false);
+  RANK_OK(dt_dist_full_tensor(loss, &full));
+  RANK_OK(dt_tensor_grad(dx, &g));
+  RANK_CHECK(dt_dist_placements(g)[0].kind == DT_SHARD && dt_dist_placements(g)[0].dim == 1,
+             "gradient not Shard(1)");
+  RANK_OK(dt_dist_full_tensor(g, &gfull));
+  dt_grad_mode_set(prev);
+  double value;
+  double want = reference(xv, tv, VR, C, &a->o, want_grad);
+  RANK_OK(dt_tensor_to_doubles(full, &value, 1));
+  RANK_CHECK(fabs(value - want) <= 1e-5 * fabs(want), "loss %.9g, reference %.9g", value, want);
+  RANK_OK(dt_tensor_to_doubles(gfull, got, VR * C));
+  for (int64_t i = 0; i < VR * C; i++)
+    RANK_CHECK(fabs(got[i] - want_grad[i]) <= 1e-6, "grad %lld: %g vs %g", (long long)i, got[i],
+               want_grad[i]);
+  /* A target out of range fails on every rank (targets are replicated). */
+  int64_t bad[VR] = {0, C, 0, 0, 0, 0};
+  dt_tensor *bt = NULL, *dbt = NULL, *out = NULL;
+  RANK_OK(dt_from_data(bad, 1, (int64_t[]){VR}, DT_I64, &bt));
+  RANK_OK(dt_dist_distribute_tensor(mesh, bt, 1, &R, &dbt));
+  dt_status st = dt_cross_entropy_ex(dx, dbt, &a->o, &out);
+  RANK_CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "out of range"), "%s",
+             dt_last_error());
+  dt_tensor *all[] = {x, t, dx, dtg, loss, full, g, gfull, bt, dbt};
+  for (int i = 0; i < 10; i++) dt_tensor_release(all[i]);
+  free(xv);
+  free(want_grad);
+  free(got);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(loss, vocab_parallel_cross_entropy, .timeout = 60) {
+  dt_cross_entropy_options opts[] = {
+      {0},
+      {.has_ignore_index = true, .ignore_index = 5, .label_smoothing = 0.1},
+      {.reduction = DT_LOSS_SUM},
+  };
+  for (int ranks = 2; ranks <= 4; ranks++) {
+    for (int c = 0; c < 3; c++) {
+      vocab_arg small = {.classes = 50, .o = opts[c]}, large = {.classes = 400, .o = opts[c]};
+      dt_status st = dt_comm_spawn(ranks, vocab_rank, &small);
+      cr_assert_eq(st, DT_OK, "%d ranks, C=50, case %d: %s", ranks, c, dt_last_error());
+      st = dt_comm_spawn(ranks, vocab_rank, &large);
+      cr_assert_eq(st, DT_OK, "%d ranks, C=400, case %d: %s", ranks, c, dt_last_error());
+      cr_assert_eq(small.bytes, large.bytes, "%d ranks case %d: %lld bytes at C=50, %lld at C=400",
+                   ranks, c, (long long)small.bytes, (long long)large.bytes);
+      cr_assert_lt(small.bytes, (int64_t)(VR * 50 * 4), "bytes %lld", (long long)small.bytes);
+      if (ranks == 4 && c == 1)
+        cr_log_info("vocab-parallel: %lld collective bytes on rank 0 (N=6, C=50 or 400)",
+                    (long long)small.bytes);
+    }
+  }
+}

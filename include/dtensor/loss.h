@@ -5,8 +5,10 @@
  * Distributed inputs: a batch-sharded input (Shard(0)) gives a Partial(sum) loss for
  * reduction sum, and for reduction mean a Partial(sum) of per-shard sums already divided by
  * the global count (uneven shards and ignored targets included), so the mean is exact.
- * Logits sharded on the class dim are gathered along that dim (vocabulary-parallel
- * cross-entropy is not done yet).
+ * Logits sharded on the class dim (Shard(1), a colwise LM head's output) are never gathered:
+ * cross_entropy then runs vocabulary-parallel (PyTorch's loss_parallel), reducing per-row
+ * max, sum of exponentials and target logit across the class shards ([N, 1] all_reduces, so
+ * O(batch) bytes in forward and backward); its gradient stays Shard(1).
  *
  * Conventions: tensors passed in are borrowed; a tensor returned through `dt_tensor **out`
  * is a new reference the caller releases.

@@ -8,6 +8,7 @@
 #include "dtensor/autograd.h"
 #include "dtensor/dist.h"
 #include "dtensor/loss.h"
+#include "dtensor/mesh.h"
 #include "kernels/cpu/loss.h"
 #include "ops/loss_impl.h"
 
@@ -151,6 +152,118 @@ dt_status dt_mse_loss(dt_tensor *input, dt_tensor *target, dt_loss_reduction red
   return st;
 }
 
+/* ---- Vocabulary-parallel cross-entropy ------------------------------------------------- */
+
+/* Whether logits are sharded on the class dim on some mesh dim. */
+static bool class_sharded(dt_tensor *logits) {
+  if (!dt_tensor_is_distributed(logits)) return false;
+  int n = dt_mesh_ndim(dt_dist_mesh(logits));
+  for (int d = 0; d < n; d++) {
+    dt_placement p = dt_dist_placements(logits)[d];
+    if (p.kind == DT_SHARD && p.dim == 1) return true;
+  }
+  return false;
+}
+
+/* The class indices [1, C] as float, sharded on the class dim like logits (replicated on the
+ * other mesh dims), so that comparing them with the targets gives each rank the one-hot
+ * columns of its own classes. */
+static dt_status class_ids_like(dt_tensor *logits, int64_t classes, dt_tensor **out) {
+  dt_mesh *mesh = dt_dist_mesh(logits);
+  int n = dt_mesh_ndim(mesh);
+  dt_placement pl[DT_MESH_MAX_DIMS];
+  for (int d = 0; d < n; d++) {
+    dt_placement p = dt_dist_placements(logits)[d];
+    pl[d] = p.kind == DT_SHARD && p.dim == 1 ? p : dt_replicate();
+  }
+  dt_tensor *ids = NULL, *row = NULL;
+  dt_status st = dt_arange(0, (double)classes, 1, dt_tensor_dtype(logits), &ids);
+  if (!st) st = dt_reshape(ids, 2, (int64_t[]){1, classes}, &row);
+  if (!st) st = dt_dist_distribute_tensor(mesh, row, n, pl, out);
+  dt_tensor_release(ids);
+  dt_tensor_release(row);
+  return st;
+}
+
+/* Every local target in [0, classes) or the ignored index. Each rank checks the targets it
+ * holds: with replicated targets (the usual layout) every rank finds the same error. */
+static dt_status check_targets(const char *fn, dt_tensor *target, int64_t classes,
+                               const dt_cross_entropy_options *o) {
+  dt_tensor *local = NULL, *dense = NULL;
+  dt_status st = dt_tensor_is_distributed(target) ? dt_dist_to_local(target, &local)
+                                                  : (local = dt_tensor_retain(target), DT_OK);
+  if (!st) st = dt_contiguous(local, &dense);
+  if (!st) {
+    const int64_t *t = dt_tensor_data(dense);
+    for (int64_t i = 0; i < dt_tensor_numel(dense) && !st; i++) {
+      if ((o->has_ignore_index && t[i] == o->ignore_index) || (t[i] >= 0 && t[i] < classes))
+        continue;
+      st = dt__error(DT_ERR_INVALID,
+                     "%s: target %lld (local row %lld) is out of range for %lld classes", fn,
+                     (long long)t[i], (long long)i, (long long)classes);
+    }
+  }
+  dt_tensor_release(local);
+  dt_tensor_release(dense);
+  return st;
+}
+
+/* PyTorch's loss_parallel: logits [N, C] sharded on C are never gathered. Per row, the max
+ * (detached: it only shifts), the sum of exponentials and the target logit are reduced across
+ * the class shards as [N, 1] tensors, so the collectives move O(N) bytes, in the forward and
+ * in the backward (the gradient softmax - one-hot stays sharded like the logits). Returns the
+ * per-row losses [N, 1], zero for ignored rows. */
+static dt_status vocab_parallel_rows(const char *fn, dt_tensor *logits, dt_tensor *target,
+                                     const dt_cross_entropy_options *o, int64_t classes,
+                                     dt_tensor **rows) {
+  dt_tensor *max = NULL, *shift = NULL, *z = NULL, *e = NULL, *s = NULL, *lse = NULL, *ids = NULL,
+            *t2 = NULL, *tf = NULL, *hit = NULL, *onehot = NULL, *zsel = NULL, *zt = NULL,
+            *loss = NULL, *tmp = NULL, *keep = NULL, *keepf = NULL;
+  double eps = o->label_smoothing;
+  dt_status st = check_targets(fn, target, classes, o);
+  bool prev = dt_grad_mode_set(false);
+  if (!st) st = dt_amax(logits, 1, (int64_t[]){1}, true, &max);
+  dt_grad_mode_set(prev);
+  if (!st) st = dt_detach(max, &shift);
+  if (!st) st = dt_sub(logits, shift, &z);
+  if (!st) st = dt_exp(z, &e);
+  if (!st) st = dt_sum_dims(e, 1, (int64_t[]){1}, true, &s);
+  if (!st) st = dt_log(s, &lse);
+  /* The target logit: z where the class id equals the target, summed over the classes. */
+  if (!st) st = class_ids_like(logits, classes, &ids);
+  if (!st) st = dt_unsqueeze(target, 1, &t2);
+  if (!st) st = dt_to(t2, dt_tensor_dtype(logits), &tf);
+  if (!st) st = dt_eq(ids, tf, &hit);
+  if (!st) st = dt_to(hit, dt_tensor_dtype(logits), &onehot);
+  if (!st) st = dt_mul(z, onehot, &zsel);
+  if (!st) st = dt_sum_dims(zsel, 1, (int64_t[]){1}, true, &zt);
+  /* loss = lse - (1 - eps) z_t - eps / C sum_j z_j (z is shifted; lse is of z). */
+  if (!st) st = dt_sub_ex(lse, zt, 1.0 - eps, &loss);
+  if (!st && eps != 0.0) {
+    dt_tensor *sumz = NULL, *next = NULL;
+    st = dt_sum_dims(z, 1, (int64_t[]){1}, true, &sumz);
+    if (!st) st = dt_sub_ex(loss, sumz, eps / (double)classes, &next);
+    dt_tensor_release(sumz);
+    dt_tensor_release(loss);
+    loss = next;
+  }
+  if (!st && o->has_ignore_index) {
+    st = dt_ne_scalar(t2, (double)o->ignore_index, &keep);
+    if (!st) st = dt_to(keep, dt_tensor_dtype(logits), &keepf);
+    if (!st) st = dt_mul(loss, keepf, &tmp);
+    if (!st) {
+      dt_tensor_release(loss);
+      loss = tmp;
+      tmp = NULL;
+    }
+  }
+  if (!st) *rows = dt_tensor_retain(loss);
+  dt_tensor *all[] = {max, shift,  z,    e,  s,    lse, ids,  t2,   tf,
+                      hit, onehot, zsel, zt, loss, tmp, keep, keepf};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) dt_tensor_release(all[i]);
+  return st;
+}
+
 dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, dt_tensor **out) {
   return dt_cross_entropy_ex(logits, target, NULL, out);
 }
@@ -197,8 +310,12 @@ dt_status dt_cross_entropy_ex(dt_tensor *logits, dt_tensor *target,
                      dt_dtype_name(dt_tensor_dtype(target)));
   }
   dt_tensor *target2 = NULL, *rows = NULL;
-  st = dt_unsqueeze(target, 1, &target2);
-  if (!st) {
+  if (class_sharded(logits)) {
+    st = vocab_parallel_rows(fn, logits, target, &o, sl[1], &rows);
+  } else {
+    st = dt_unsqueeze(target, 1, &target2);
+  }
+  if (!st && !rows) {
     dt_op_call call = {.op = DT_OP_CROSS_ENTROPY_LOSS,
                        .n_inputs = 2,
                        .inputs = {logits, target2},
