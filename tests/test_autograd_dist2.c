@@ -234,21 +234,30 @@ static dt_status rank_full_tensor(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
+/* distribute_tensor makes a new leaf (PyTorch's behaviour): it requires grad when the source
+ * does, takes the gradient itself (distributed, with its placements), and the source gets
+ * none. */
 static dt_status rank_distribute_tensor(dt_comm *world, void *arg) {
   (void)arg;
   dt_mesh *mesh = NULL;
   RANK_OK(dt_mesh_create(world, 1, (int[]){RANKS}, NULL, &mesh));
-  dt_tensor *full = NULL, *d = NULL, *loss = NULL, *g = NULL;
+  dt_tensor *full = NULL, *d = NULL, *loss = NULL, *g = NULL, *gfull = NULL;
   RANK_OK(x_full(&full));
   RANK_OK(dt_tensor_set_requires_grad(full, true));
   dt_placement s = shard0();
   RANK_OK(dt_dist_distribute_tensor(mesh, full, 1, &s, &d));
-  RANK_CHECK(dt_tensor_requires_grad(d) && !dt_tensor_is_leaf(d), "distribute_tensor not recorded");
+  RANK_CHECK(dt_tensor_requires_grad(d) && dt_tensor_is_leaf(d),
+             "distribute_tensor: the result is not a leaf requiring grad");
   RANK_OK(square_sum(d, &loss));
-  RANK_OK(backward_grad(loss, full, &g));
-  RANK_CHECK(g && !dt_tensor_is_distributed(g), "distribute_tensor: the full gradient is %s",
-             g ? "distributed" : "missing");
-  RANK_OK(check_values("distribute_tensor: grad", g, 2.0, NULL, 15));
+  RANK_OK(backward_grad(loss, d, &g));
+  RANK_CHECK(g && dt_tensor_is_distributed(g), "distribute_tensor: the leaf's gradient is %s",
+             g ? "local" : "missing");
+  RANK_OK(dt_dist_full_tensor(g, &gfull));
+  RANK_OK(check_values("distribute_tensor: grad", gfull, 2.0, NULL, 15));
+  dt_tensor *source_grad = NULL;
+  RANK_OK(dt_tensor_grad(full, &source_grad));
+  RANK_CHECK(!source_grad, "distribute_tensor: the local source got a gradient");
+  dt_tensor_release(gfull);
   dt_tensor_release(g);
   dt_tensor_release(loss);
   dt_tensor_release(d);

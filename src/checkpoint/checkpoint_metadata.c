@@ -144,7 +144,7 @@ static dt_status read_block(reader *rd, dt__ckpt_tensor *t) {
     if (st) return scan_failed(rd, st);
     if (!has) break;
     if (dt__json_span_equals(key, "file")) {
-      int64_t v;
+      int64_t v = 0;
       st = read_integer(rd, 0, INT32_MAX, &v);
       b->file = (int)v;
     } else if (dt__json_span_equals(key, "offsets")) {
@@ -255,7 +255,7 @@ static dt_status read_file_entry(reader *rd, dt__ckpt_meta *meta) {
     if (dt__json_span_equals(key, "name")) {
       st = read_string(rd, &f->name);
     } else if (dt__json_span_equals(key, "bytes")) {
-      int64_t v;
+      int64_t v = 0;
       st = read_integer(rd, 0, INT64_LIMIT, &v);
       f->bytes = (uint64_t)v;
       seen_bytes = true;

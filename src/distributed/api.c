@@ -136,12 +136,6 @@ static dt_status full_tensor_backward(void *state, dt_tensor *grad, dt_tensor **
   return st;
 }
 
-/* distribute_tensor: the full tensor's gradient is the distributed gradient made whole. */
-static dt_status distribute_tensor_backward(void *state, dt_tensor *grad, dt_tensor **out) {
-  (void)state;
-  return dt_dist_full_tensor(grad, out);
-}
-
 static const dt_autograd_function redistribute_function = {
     "dt_dist_redistribute", redistribute_backward, spec_state_release};
 static const dt_autograd_function from_local_function = {"dt_dist_from_local", from_local_backward,
@@ -150,8 +144,6 @@ static const dt_autograd_function to_local_function = {"dt_dist_to_local", to_lo
                                                        spec_state_release};
 static const dt_autograd_function full_tensor_function = {"dt_dist_full_tensor",
                                                           full_tensor_backward, spec_state_release};
-static const dt_autograd_function distribute_tensor_function = {
-    "dt_dist_distribute_tensor", distribute_tensor_backward, spec_state_release};
 
 /* After a conversion made *out from input (st is its status): records it when input requires
  * grad and grad mode is on. A failure releases *out, so the caller returns the status. */
@@ -261,7 +253,16 @@ dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placem
   if (!st) {
     dt__cpu_copy(local, view);
     st = dt__dist_wrap(local, spec, out);
-    st = record_conversion(st, &distribute_tensor_function, spec, full, out);
+    /* As PyTorch's: the distributed copy is a new leaf that requires grad when the source
+     * does (a parameter distributed once is the leaf its optimizer updates); no gradient
+     * flows back to the local source. */
+    if (!st && dt_tensor_requires_grad(full)) {
+      st = dt_tensor_set_requires_grad(*out, true);
+      if (st) {
+        dt_tensor_release(*out);
+        *out = NULL;
+      }
+    }
   }
   dt_tensor_release(view);
   dt_tensor_release(local);
@@ -348,12 +349,12 @@ dt_status dt_dist_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src
 }
 
 dt_status dt_dist_to_local(dt_tensor *t, dt_tensor **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "to_local: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_dist_to_local: out is NULL");
   *out = NULL;
-  if (!t) return dt__error(DT_ERR_INVALID, "to_local: tensor is NULL");
+  if (!t) return dt__error(DT_ERR_INVALID, "dt_dist_to_local: tensor is NULL");
   /* A local tensor here is almost always a mix-up (PyTorch has no to_local on a plain
    * tensor): say so rather than hand back a view that hides it. */
-  if (!t->spec) return dt__error(DT_ERR_INVALID, "to_local: the tensor is not distributed");
+  if (!t->spec) return dt__error(DT_ERR_INVALID, "dt_dist_to_local: the tensor is not distributed");
   dt_status st = check_guard("to_local", t);
   if (st) return st;
   st = dt__local_view(t, out);
