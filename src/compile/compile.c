@@ -35,6 +35,19 @@ typedef struct input_desc {
   int sym[DT_MAX_DIMS];       /* the dim's symbol, or -1 when static */
 } input_desc;
 
+/* A direct node's precomputed work: its call (attributes as infer left them; inputs filled
+ * on each call), output handle, kernel, symbolic dims and buffer slot, together in one place
+ * so that a call touches one cache line or two per node. */
+typedef struct direct_step {
+  dt_op_call call;
+  dt_tensor *handle;
+  dt_op_kernel_fn kernel;
+  int ndim, slot, n_inputs;
+  size_t elem_size;
+  int dims[DT_MAX_DIMS];
+  int inputs[DT_OP_MAX_INPUTS];
+} direct_step;
+
 typedef struct variant {
   dt_graph *g;
   input_desc *inputs;
@@ -49,6 +62,19 @@ typedef struct variant {
   dt_tensor **constants; /* per node: the constant a buffer node holds (retained) */
   int *last_use;
   int *tuple_base; /* per node: its first slot in tuple_vals, or -1 */
+  /* The direct path (see plan_buffers): per node the call as infer left it, whether the node
+   * runs its kernel directly into a planned buffer, its buffer slot and output handle. */
+  dt_op_call *templates;
+  bool *direct;
+  int *slot_of;
+  dt_tensor **handles;
+  int n_slots;
+  dt_tensor **slot_buf; /* per slot: a byte tensor whose storage the handles point into */
+  size_t *slot_bytes;
+  struct direct_step *steps; /* per node; filled for direct nodes */
+  /* Per node: the owned values whose last use it is (release_list[release_at[i] ..
+   * release_at[i + 1])), so that a call does not scan every input of every node. */
+  int *release_at, *release_list;
   /* Call-time scratch, allocated once: one thread calls a dt_compiled at a time. */
   dt_tensor **values;
   dt_tensor **tuple_vals;
@@ -83,6 +109,20 @@ static void variant_destroy(variant *v) {
     if (v->placements) dt__free(v->placements[i]);
     if (v->constants) dt_tensor_release(v->constants[i]);
   }
+  for (int i = 0; v->handles && i < n; i++) {
+    /* Planned handles point into their slot's storage without holding it. */
+    if (v->handles[i]) dt__free(v->handles[i]);
+  }
+  for (int k = 0; k < v->n_slots; k++) dt_tensor_release(v->slot_buf[k]);
+  dt__free(v->handles);
+  dt__free(v->steps);
+  dt__free(v->release_at);
+  dt__free(v->release_list);
+  dt__free(v->slot_buf);
+  dt__free(v->slot_bytes);
+  dt__free(v->slot_of);
+  dt__free(v->direct);
+  dt__free(v->templates);
   dt__free(v->dims);
   dt__free(v->placements);
   dt__free(v->mesh_ndim);
@@ -111,19 +151,24 @@ static dt_status grow_nodes(variant *v, int *cap) {
   dt_placement **pl = dt__calloc(sizeof *pl * (size_t)n);
   int *mnd = dt__calloc(sizeof *mnd * (size_t)n);
   dt_tensor **consts = dt__calloc(sizeof *consts * (size_t)n);
-  if (!dims || !pl || !mnd || !consts) {
+  dt_op_call *templates = dt__calloc(sizeof *templates * (size_t)n);
+  if (!dims || !pl || !mnd || !consts || !templates) {
+    dt__free(templates);
     dt__free(dims);
     dt__free(pl);
     dt__free(mnd);
     dt__free(consts);
-    return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+    return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   }
   if (*cap) {
     memcpy(dims, v->dims, sizeof *dims * (size_t)*cap);
     memcpy(pl, v->placements, sizeof *pl * (size_t)*cap);
     memcpy(mnd, v->mesh_ndim, sizeof *mnd * (size_t)*cap);
     memcpy(consts, v->constants, sizeof *consts * (size_t)*cap);
+    memcpy(templates, v->templates, sizeof *templates * (size_t)*cap);
   }
+  dt__free(v->templates);
+  v->templates = templates;
   dt__free(v->dims);
   dt__free(v->placements);
   dt__free(v->mesh_ndim);
@@ -144,7 +189,7 @@ static dt_status add_guard(variant *v, const dt_guard *g) {
   if (v->n_guards == v->cap_guards) {
     int cap = v->cap_guards ? 2 * v->cap_guards : 16;
     dt_guard *gs = dt__alloc(sizeof *gs * (size_t)cap);
-    if (!gs) return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+    if (!gs) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
     if (v->n_guards) memcpy(gs, v->guards, sizeof *gs * (size_t)v->n_guards);
     dt__free(v->guards);
     v->guards = gs;
@@ -189,7 +234,7 @@ static dt_status map_tensor(tracer *tr, dt_tensor *x, int node, int item) {
   if (tr->n_map == tr->cap_map) {
     int cap = tr->cap_map ? tr->cap_map * 2 : 64;
     trace_entry *m = dt__alloc(sizeof *m * (size_t)cap);
-    if (!m) return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+    if (!m) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
     if (tr->n_map) memcpy(m, tr->map, sizeof *m * (size_t)tr->n_map);
     dt__free(tr->map);
     tr->map = m;
@@ -216,7 +261,7 @@ static dt_status set_value(tracer *tr, int i, int k, const dt_tensor *x, const i
   dt_node *n = &v->g->nodes[i];
   if (!v->dims[i]) {
     v->dims[i] = dt__calloc(sizeof(int) * DT_MAX_DIMS * (size_t)(n->n_out ? n->n_out : 1));
-    if (!v->dims[i]) return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+    if (!v->dims[i]) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   }
   dt_value_type *t = &n->types[k];
   type_of(t, x);
@@ -228,11 +273,11 @@ static dt_status set_value(tracer *tr, int i, int k, const dt_tensor *x, const i
   }
   if (x->spec && k == 0) {
     v->placements[i] = dt__alloc(sizeof(dt_placement) * DT_MESH_MAX_DIMS);
-    if (!v->placements[i]) return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+    if (!v->placements[i]) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
     memcpy(v->placements[i], x->spec->placements, sizeof(dt_placement) * DT_MESH_MAX_DIMS);
     v->mesh_ndim[i] = x->spec->mesh_ndim;
   }
-  if (v->pool.oom) return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+  if (v->pool.oom) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   return DT_OK;
 }
 
@@ -246,7 +291,7 @@ static dt_status value_of(tracer *tr, dt_tensor *x, int *node) {
     char name[48];
     snprintf(name, sizeof name, "_tensor_constant%d", tr->n_constants++);
     int i = dt__graph_add_node(v->g, DT_NODE_BUFFER, name);
-    if (i < 0) return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+    if (i < 0) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
     st = dt__graph_node_types(v->g, i, 1);
     if (!st) st = set_value(tr, i, 0, x, NULL);
     if (!st) st = map_tensor(tr, x, i, -1);
@@ -261,7 +306,7 @@ static dt_status value_of(tracer *tr, dt_tensor *x, int *node) {
   }
   int src = e->node, item = e->item;
   int i = dt__graph_add_node(v->g, DT_NODE_GETITEM, "getitem");
-  if (i < 0) return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+  if (i < 0) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   st = dt__graph_node_types(v->g, i, 1);
   if (!st) st = set_value(tr, i, 0, x, v->dims[src] + item * DT_MAX_DIMS);
   if (st) return st;
@@ -285,7 +330,7 @@ static dt_status infer_symbolic(tracer *tr, int i, const dt_op_call *given, cons
   variant *v = tr->v;
   const dt_node *n = &v->g->nodes[i];
   dt_shape_ctx *c = dt__calloc(sizeof *c);
-  if (!c) return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+  if (!c) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   c->pool = &v->pool;
   c->symbols = v->hints;
   c->given = given;
@@ -335,7 +380,7 @@ static dt_status infer_symbolic(tracer *tr, int i, const dt_op_call *given, cons
     }
   }
   dt__free(c);
-  if (!st && v->pool.oom) st = dt__error(DT_ERR_NOMEM, "compile: out of memory");
+  if (!st && v->pool.oom) st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   return st;
 }
 
@@ -351,14 +396,14 @@ static dt_status record(tracer *tr, const dt_op_call *given, const dt_op_call *d
   }
   if (!st && given->n_input_list > 0) {
     list = dt__alloc(sizeof(int) * (size_t)given->n_input_list);
-    if (!list) st = dt__error(DT_ERR_NOMEM, "compile: out of memory");
+    if (!list) st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
     for (int k = 0; k < given->n_input_list && !st; k++)
       st = value_of(tr, given->input_list[k], &list[k]);
   }
   bool inplace = def->kind == DT_OP_KIND_INPLACE;
   int n_out = inplace ? 1 : done->n_outputs;
   if (!st && n_out > DT_OP_MAX_META) {
-    st = dt__error(DT_ERR_UNSUPPORTED, "compile: %s gave %d results; graphs hold at most %d",
+    st = dt__error(DT_ERR_UNSUPPORTED, "dt_compile: %s gave %d results; graphs hold at most %d",
                    def->name, n_out, DT_OP_MAX_META);
   }
   int i = -1;
@@ -373,6 +418,15 @@ static dt_status record(tracer *tr, const dt_op_call *given, const dt_op_call *d
     type_of(&t, x);
     dt__meta_set(&metas[k], t.dtype, t.ndim, t.shape);
   }
+  /* The call as infer left it (normalized dims, result dtype), without its tensors. */
+  dt_op_call *tp = &v->templates[i];
+  *tp = *done;
+  memset(tp->inputs, 0, sizeof tp->inputs);
+  tp->input_list = NULL;
+  tp->n_input_list = 0;
+  tp->int_list = NULL;
+  tp->n_int_list = 0;
+  tp->outputs = NULL;
   int sdims[DT_OP_MAX_META][DT_MAX_DIMS];
   st = infer_symbolic(tr, i, given, done, metas, n_out, sdims);
   bool tuple = v->g->nodes[i].is_tuple;
@@ -404,7 +458,7 @@ static dt_status trace_mode(dt_invocation *inv, void *user) {
   dt_op_call *call = dt__invocation_call(inv);
   if (!tr->error && dt_grad_mode_enabled() && any_requires_grad(call)) {
     tr->error =
-        dt__error(DT_ERR_UNSUPPORTED, "compiled_call: %s of a tensor that requires grad: %s",
+        dt__error(DT_ERR_UNSUPPORTED, "dt_compiled_call: %s of a tensor that requires grad: %s",
                   dt__op_table[call->op].name, grad_message);
   }
   dt_op_call given = *call; /* attributes as the caller gave them, before infer normalizes */
@@ -422,7 +476,7 @@ static dt_status guard_conversion(void *user, const char *call, const dt_tensor 
   if (!e) return DT_OK;
   tr->refused = call;
   return dt__error(DT_ERR_UNSUPPORTED,
-                   "compiled_call: %s of the traced value %%%s inside the compiled function "
+                   "dt_compiled_call: %s of the traced value %%%s inside the compiled function "
                    "is not supported (not an op-table call); convert before calling it",
                    call, tr->v->g->nodes[e->node].name);
 }
@@ -441,7 +495,7 @@ static dt_status add_inputs(dt_compiled *c, tracer *tr, dt_tensor *const *in) {
   variant *v = tr->v;
   v->inputs = dt__calloc(sizeof *v->inputs * (size_t)(c->n_in ? c->n_in : 1));
   v->hints = dt__calloc(sizeof *v->hints * (size_t)(c->n_in * DT_MAX_DIMS + 1));
-  if (!v->inputs || !v->hints) return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+  if (!v->inputs || !v->hints) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   for (int i = 0; i < c->n_in; i++) {
     dt_tensor *x = in[i];
     input_desc *desc = &v->inputs[i];
@@ -470,7 +524,7 @@ static dt_status add_inputs(dt_compiled *c, tracer *tr, dt_tensor *const *in) {
     char name[16];
     snprintf(name, sizeof name, "in%d", i);
     int node = dt__graph_add_node(v->g, DT_NODE_PLACEHOLDER, name);
-    if (node < 0) return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+    if (node < 0) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
     dt_status st = dt__graph_node_types(v->g, node, 1);
     if (!st) st = set_value(tr, node, 0, x, sdims);
     if (!st) st = map_tensor(tr, x, node, -1);
@@ -481,7 +535,127 @@ static dt_status add_inputs(dt_compiled *c, tracer *tr, dt_tensor *const *in) {
   return DT_OK;
 }
 
-/* Last uses, tuple slots and the call-time scratch. */
+/* Whether node i may run its kernel directly into a planned buffer: a single-output compute
+ * op on local tensors whose infer (the one thing the direct path skips) only computes shapes
+ * and dtypes from the inputs' geometry, which the guards and the symbolic dims already give.
+ * Distributed nodes keep going through dispatch (sharding propagation). */
+static bool direct_eligible(const variant *v, int i) {
+  const dt_node *n = &v->g->nodes[i];
+  if (n->kind != DT_NODE_CALL || n->is_tuple || n->n_out != 1 || n->has_list) return false;
+  const dt_op_def *def = &dt__op_table[n->target];
+  if (def->kind != DT_OP_KIND_COMPUTE || v->placements[i]) return false;
+  for (int k = 0; k < n->n_inputs; k++) {
+    if (n->inputs[k] >= 0 && v->placements[n->inputs[k]]) return false;
+  }
+  dt_op_infer_fn f = def->infer;
+  if (f == dt__infer_embedding) return v->templates[i].n_ints == 0;
+  return f == dt__infer_unary || f == dt__infer_binary || f == dt__infer_binary_scalar ||
+         f == dt__infer_softmax || f == dt__infer_mm || f == dt__infer_linear ||
+         f == dt__infer_same;
+}
+
+/* True for nodes whose value is (a view of) their first input's storage. */
+static bool aliases_input(const dt_node *n) {
+  if (n->kind == DT_NODE_GETITEM) return true;
+  if (n->kind != DT_NODE_CALL) return false;
+  dt_op_kind kind = dt__op_table[n->target].kind;
+  return kind == DT_OP_KIND_VIEW || kind == DT_OP_KIND_INPLACE;
+}
+
+/* Buffers planned by liveness: each direct node that does not reach the outputs (where the
+ * caller would keep its storage) writes into a slot's buffer, and a slot is reused once the
+ * storage of its previous value (views included) is dead. Sizes are symbolic, so a slot's
+ * buffer is sized on the call, growing when a larger size comes. */
+static dt_status plan_buffers(variant *v) {
+  const dt_graph *g = v->g;
+  int n = g->n_nodes;
+  int *storage_last = dt__alloc(sizeof(int) * (size_t)n);
+  bool *escapes = dt__calloc(sizeof(bool) * (size_t)n);
+  int *free_at = dt__alloc(sizeof(int) * (size_t)n);
+  v->direct = dt__calloc(sizeof(bool) * (size_t)n);
+  v->slot_of = dt__alloc(sizeof(int) * (size_t)n);
+  v->handles = dt__calloc(sizeof(dt_tensor *) * (size_t)n);
+  v->slot_buf = dt__calloc(sizeof(dt_tensor *) * (size_t)n);
+  v->slot_bytes = dt__calloc(sizeof(size_t) * (size_t)n);
+  dt_status st = DT_OK;
+  if (!storage_last || !escapes || !free_at || !v->direct || !v->slot_of || !v->handles ||
+      !v->slot_buf || !v->slot_bytes) {
+    st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+    goto done;
+  }
+  int o = dt__graph_output_node(g);
+  for (int k = 0; k < g->nodes[o].n_list; k++) escapes[g->nodes[o].list[k]] = true;
+  for (int i = 0; i < n; i++) storage_last[i] = v->last_use[i];
+  for (int i = n - 1; i >= 0; i--) {
+    const dt_node *nd = &g->nodes[i];
+    if (!aliases_input(nd) || nd->inputs[0] < 0) continue;
+    int src = nd->inputs[0];
+    escapes[src] |= escapes[i];
+    if (storage_last[i] > storage_last[src]) storage_last[src] = storage_last[i];
+  }
+  for (int i = 0; i < n; i++) {
+    v->slot_of[i] = -1;
+    if (escapes[i] || !direct_eligible(v, i)) continue;
+    int slot = -1;
+    for (int k = 0; k < v->n_slots && slot < 0; k++) {
+      if (free_at[k] < i) slot = k;
+    }
+    if (slot < 0) slot = v->n_slots++;
+    free_at[slot] = storage_last[i];
+    dt_tensor *h = dt__calloc(sizeof *h);
+    if (!h) {
+      st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+      goto done;
+    }
+    atomic_init(&h->refcount, 1);
+    h->dtype = g->nodes[i].types[0].dtype;
+    h->ndim = g->nodes[i].types[0].ndim;
+    v->handles[i] = h;
+    v->slot_of[i] = slot;
+    v->direct[i] = true;
+  }
+  v->steps = dt__calloc(sizeof *v->steps * (size_t)n);
+  v->release_at = dt__calloc(sizeof(int) * (size_t)(n + 1));
+  v->release_list = dt__calloc(sizeof(int) * (size_t)(n + 1));
+  if (!v->steps || !v->release_at || !v->release_list) {
+    st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+    goto done;
+  }
+  for (int i = 0; i < n; i++) {
+    if (!v->direct[i]) continue;
+    const dt_node *nd = &g->nodes[i];
+    direct_step *sp = &v->steps[i];
+    sp->call = v->templates[i];
+    sp->call.n_outputs = 1;
+    sp->call.outputs = &v->handles[i];
+    sp->handle = v->handles[i];
+    sp->kernel = dt__op_table[nd->target].kernel;
+    sp->ndim = nd->types[0].ndim;
+    sp->slot = v->slot_of[i];
+    sp->elem_size = dt__dtype_sizes[nd->types[0].dtype];
+    memcpy(sp->dims, v->dims[i], sizeof sp->dims);
+    sp->n_inputs = nd->n_inputs;
+    memcpy(sp->inputs, nd->inputs, sizeof sp->inputs);
+  }
+  /* Values a call owns: those of calls that are not direct (tuples included). Each is
+   * released after its last use. */
+  for (int j = 0; j < n; j++) {
+    if (g->nodes[j].kind == DT_NODE_CALL && !v->direct[j]) v->release_at[v->last_use[j] + 1]++;
+  }
+  for (int i = 0; i < n; i++) v->release_at[i + 1] += v->release_at[i];
+  for (int i = 0; i < n; i++) free_at[i] = v->release_at[i]; /* now each node's fill position */
+  for (int j = 0; j < n; j++) {
+    if (g->nodes[j].kind == DT_NODE_CALL && !v->direct[j])
+      v->release_list[free_at[v->last_use[j]]++] = j;
+  }
+done:
+  dt__free(storage_last);
+  dt__free(escapes);
+  dt__free(free_at);
+  return st;
+}
+
+/* Last uses, tuple slots, planned buffers and the call-time scratch. */
 static dt_status plan(variant *v) {
   const dt_graph *g = v->g;
   size_t n = (size_t)g->n_nodes;
@@ -493,7 +667,7 @@ static dt_status plan(variant *v) {
   v->symvals = dt__calloc(sizeof(int64_t) * (size_t)(v->n_symbols + 1));
   v->exprvals = dt__calloc(sizeof(int64_t) * (size_t)(v->pool.n + 1));
   if (!v->last_use || !v->tuple_base || !v->values || !v->owned || !v->symvals || !v->exprvals)
-    return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+    return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   for (size_t i = 0; i < n; i++) {
     const dt_node *nd = &g->nodes[i];
     v->last_use[i] = (int)i;
@@ -511,8 +685,8 @@ static dt_status plan(variant *v) {
       v->last_use[nd->inputs[0]] = v->last_use[i];
   }
   v->tuple_vals = dt__calloc(sizeof(dt_tensor *) * (size_t)(slots + 1));
-  if (!v->tuple_vals) return dt__error(DT_ERR_NOMEM, "compile: out of memory");
-  return DT_OK;
+  if (!v->tuple_vals) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  return plan_buffers(v);
 }
 
 static double now_us(void) {
@@ -528,10 +702,10 @@ static dt_status trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **out, va
   tracer tr = {0};
   tr.v = dt__calloc(sizeof *tr.v);
   dt_status st =
-      tr.v ? dt__graph_create(&tr.v->g) : dt__error(DT_ERR_NOMEM, "compile: out of memory");
+      tr.v ? dt__graph_create(&tr.v->g) : dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   if (!st) st = add_inputs(c, &tr, in);
   if (!st && dt_mode_depth() >= DT_MAX_MODES)
-    st = dt__error(DT_ERR_INVALID, "compiled_call: no room for the tracing mode");
+    st = dt__error(DT_ERR_INVALID, "dt_compiled_call: no room for the tracing mode");
   bool ran = false;
   if (!st) st = dt_mode_push(trace_mode, &tr);
   if (!st) {
@@ -545,7 +719,7 @@ static dt_status trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **out, va
   }
   if (ran && !st && tr.refused) {
     st = dt__error(DT_ERR_UNSUPPORTED,
-                   "compiled_call: the function succeeded without the %s of a traced value that "
+                   "dt_compiled_call: the function succeeded without the %s of a traced value that "
                    "compile refused",
                    tr.refused);
   }
@@ -553,14 +727,14 @@ static dt_status trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **out, va
   int outputs[MAX_ARGS];
   for (int k = 0; k < c->n_out && !st; k++) {
     if (!out[k]) {
-      st = dt__error(DT_ERR_INVALID, "compiled_call: the function left output %d NULL", k);
+      st = dt__error(DT_ERR_INVALID, "dt_compiled_call: the function left output %d NULL", k);
     } else {
       st = value_of(&tr, out[k], &outputs[k]);
     }
   }
   if (!st) {
     int o = dt__graph_add_node(tr.v->g, DT_NODE_OUTPUT, "output");
-    if (o < 0) st = dt__error(DT_ERR_NOMEM, "compile: out of memory");
+    if (o < 0) st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
     if (!st) st = dt__graph_node_types(tr.v->g, o, 0);
     if (!st) st = grow_nodes(tr.v, &tr.node_cap);
     if (!st) {
@@ -568,7 +742,7 @@ static dt_status trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **out, va
       on->has_list = true;
       on->n_list = c->n_out;
       on->list = dt__arena_alloc(&tr.v->g->arena, sizeof(int) * (size_t)(c->n_out + 1));
-      if (!on->list) st = dt__error(DT_ERR_NOMEM, "compile: out of memory");
+      if (!on->list) st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
       for (int k = 0; !st && k < c->n_out; k++) on->list[k] = outputs[k];
     }
   }
@@ -687,13 +861,49 @@ static void release_value(variant *v, int j) {
   }
 }
 
+/* Runs a direct step: its output shape from the symbolic dims (evaluated by the guard
+ * check), its buffer from its slot, then the kernel alone. */
+static inline dt_status run_direct(variant *v, int i) {
+  direct_step *sp = &v->steps[i];
+  dt_tensor *h = sp->handle;
+  int64_t numel = 1;
+  for (int d = sp->ndim - 1; d >= 0; d--) {
+    h->shape[d] = v->exprvals[sp->dims[d]];
+    h->strides[d] = numel;
+    numel *= h->shape[d];
+  }
+  size_t bytes = (size_t)numel * sp->elem_size;
+  int s = sp->slot;
+  dt_tensor *buf = v->slot_buf[s];
+  /* A buffer whose storage someone else holds (it should not happen: values that reach the
+   * outputs are not planned) is left to them. */
+  if (DT_UNLIKELY(!buf || v->slot_bytes[s] < bytes ||
+                  atomic_load_explicit(&buf->storage->refcount, memory_order_relaxed) != 1)) {
+    size_t want = bytes > v->slot_bytes[s] ? bytes : v->slot_bytes[s];
+    if (want < 64) want = 64;
+    dt_tensor *fresh = NULL;
+    dt_status st = dt__tensor_new(1, (int64_t[]){(int64_t)want}, DT_U8, &fresh);
+    if (st) return st;
+    dt_tensor_release(buf);
+    v->slot_buf[s] = buf = fresh;
+    v->slot_bytes[s] = want;
+  }
+  h->storage = buf->storage;
+  h->offset = 0; /* dt__tensor_new's data starts at its storage's */
+  for (int k = 0; k < sp->n_inputs; k++)
+    sp->call.inputs[k] = sp->inputs[k] >= 0 ? v->values[sp->inputs[k]] : NULL;
+  dt_status st = sp->kernel(&sp->call);
+  v->values[i] = h;
+  return st;
+}
+
 static dt_status run_call(variant *v, int i) {
   const dt_node *n = &v->g->nodes[i];
   const dt_op_def *def = &dt__op_table[n->target];
   dt_tensor *list_storage[64];
   dt_tensor **list =
       n->n_list <= 64 ? list_storage : dt__alloc(sizeof(dt_tensor *) * (size_t)n->n_list);
-  if (!list) return dt__error(DT_ERR_NOMEM, "compiled_call: out of memory");
+  if (!list) return dt__error(DT_ERR_NOMEM, "dt_compiled_call: out of memory");
   dt_tensor *outs[DT_OP_MAX_META] = {0};
   dt_op_call call;
   dt__graph_build_call(v->g, i, v->values, list, outs, &call);
@@ -726,46 +936,44 @@ static dt_status run_variant(variant *v, dt_tensor *const *in, int n_out, dt_ten
   const dt_graph *g = v->g;
   int input_index = 0;
   dt_status st = DT_OK;
-  for (int i = 0; i < g->n_nodes && !st; i++) {
-    const dt_node *n = &g->nodes[i];
-    switch (n->kind) {
-    case DT_NODE_PLACEHOLDER: v->values[i] = in[input_index++]; break;
-    case DT_NODE_PARAMETER:
-    case DT_NODE_BUFFER: v->values[i] = v->constants[i]; break;
-    case DT_NODE_GETITEM:
-      v->values[i] = v->tuple_vals[v->tuple_base[n->inputs[0]] + n->ints[0]];
-      break;
-    case DT_NODE_CALL: st = run_call(v, i); break;
-    case DT_NODE_COMM:
-      st = dt__error(DT_ERR_INTERNAL, "compiled_call: a communication node");
-      break;
-    case DT_NODE_OUTPUT:
-      for (int k = 0; k < n_out; k++) out[k] = dt_tensor_retain(v->values[n->list[k]]);
-      break;
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (v->direct[i]) { /* the common case first, without reading the node */
+      st = run_direct(v, i);
+    } else {
+      const dt_node *n = &g->nodes[i];
+      switch (n->kind) {
+      case DT_NODE_PLACEHOLDER: v->values[i] = in[input_index++]; break;
+      case DT_NODE_PARAMETER:
+      case DT_NODE_BUFFER: v->values[i] = v->constants[i]; break;
+      case DT_NODE_GETITEM:
+        v->values[i] = v->tuple_vals[v->tuple_base[n->inputs[0]] + n->ints[0]];
+        break;
+      case DT_NODE_CALL: st = run_call(v, i); break;
+      case DT_NODE_COMM:
+        st = dt__error(DT_ERR_INTERNAL, "dt_compiled_call: a communication node");
+        break;
+      case DT_NODE_OUTPUT:
+        for (int k = 0; k < n_out; k++) out[k] = dt_tensor_retain(v->values[n->list[k]]);
+        break;
+      }
     }
-    if (st) {
+    if (DT_UNLIKELY(st)) {
       char prefix[200];
-      snprintf(prefix, sizeof prefix, "compiled_call: node %%%s", n->name);
+      snprintf(prefix, sizeof prefix, "dt_compiled_call: node %%%s", g->nodes[i].name);
       dt__error_prefix(prefix);
       break;
     }
-    for (int k = 0; k < n->n_inputs; k++) {
-      int j = n->inputs[k];
-      if (j >= 0 && v->last_use[j] == i) release_value(v, j);
-    }
-    for (int k = 0; k < n->n_list; k++) {
-      if (v->last_use[n->list[k]] == i) release_value(v, n->list[k]);
-    }
+    for (int k = v->release_at[i]; k < v->release_at[i + 1]; k++)
+      release_value(v, v->release_list[k]);
   }
+  if (!st) return DT_OK; /* every owned value was released after its last use */
   for (int i = 0; i < g->n_nodes; i++) {
-    if (v->owned[i] || v->values[i] || (v->tuple_base[i] >= 0 && v->tuple_vals[v->tuple_base[i]]))
+    if (v->owned[i] || (v->tuple_base[i] >= 0 && v->tuple_vals[v->tuple_base[i]]))
       release_value(v, i);
   }
-  if (st) {
-    for (int k = 0; k < n_out; k++) {
-      dt_tensor_release(out[k]);
-      out[k] = NULL;
-    }
+  for (int k = 0; k < n_out; k++) {
+    dt_tensor_release(out[k]);
+    out[k] = NULL;
   }
   return st;
 }
@@ -774,35 +982,36 @@ static dt_status run_variant(variant *v, dt_tensor *const *in, int n_out, dt_ten
 
 dt_status dt_compile(dt_compile_fn fn, void *user, int n_in, int n_out,
                      const dt_compile_options *options, dt_compiled **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "compile: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_compile: out is NULL");
   *out = NULL;
-  if (!fn) return dt__error(DT_ERR_INVALID, "compile: fn is NULL");
+  if (!fn) return dt__error(DT_ERR_INVALID, "dt_compile: fn is NULL");
   if (n_in < 0 || n_in > MAX_ARGS || n_out < 0 || n_out > MAX_ARGS) {
-    return dt__error(DT_ERR_INVALID, "compile: n_in %d and n_out %d must be in [0, %d]", n_in,
+    return dt__error(DT_ERR_INVALID, "dt_compile: n_in %d and n_out %d must be in [0, %d]", n_in,
                      n_out, MAX_ARGS);
   }
   dt_compile_options o = options ? *options : (dt_compile_options){0};
   if (o.cache_limit < 0 || o.cache_limit > 64) {
-    return dt__error(DT_ERR_INVALID, "compile: cache_limit %d must be in [0, 64]", o.cache_limit);
+    return dt__error(DT_ERR_INVALID, "dt_compile: cache_limit %d must be in [0, 64]",
+                     o.cache_limit);
   }
   if (o.n_marks < 0 || (o.n_marks > 0 && !o.marks)) {
-    return dt__error(DT_ERR_INVALID, "compile: %d marks with marks %s", o.n_marks,
+    return dt__error(DT_ERR_INVALID, "dt_compile: %d marks with marks %s", o.n_marks,
                      o.marks ? "given" : "NULL");
   }
   for (int m = 0; m < o.n_marks; m++) {
     if (o.marks[m].input < 0 || o.marks[m].input >= n_in || o.marks[m].dim < 0 ||
         o.marks[m].dim >= DT_MAX_DIMS) {
-      return dt__error(DT_ERR_INVALID, "compile: mark %d names input %d dim %d (%d inputs)", m,
+      return dt__error(DT_ERR_INVALID, "dt_compile: mark %d names input %d dim %d (%d inputs)", m,
                        o.marks[m].input, o.marks[m].dim, n_in);
     }
   }
   dt_compiled *c = dt__calloc(sizeof *c);
-  if (!c) return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+  if (!c) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   if (o.n_marks) {
     c->marks = dt__alloc(sizeof *c->marks * (size_t)o.n_marks);
     if (!c->marks) {
       dt__free(c);
-      return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+      return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
     }
     memcpy(c->marks, o.marks, sizeof *c->marks * (size_t)o.n_marks);
   }
@@ -835,7 +1044,7 @@ static dt_status note_recompile(dt_compiled *c, const char *why) {
   if (!copy || !reasons) {
     dt__free(copy);
     dt__free(reasons);
-    return dt__error(DT_ERR_NOMEM, "compile: out of memory");
+    return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   }
   memcpy(copy, why, len + 1);
   if (c->n_reasons) memcpy(reasons, c->reasons, sizeof *reasons * (size_t)c->n_reasons);
@@ -848,27 +1057,29 @@ static dt_status note_recompile(dt_compiled *c, const char *why) {
 
 dt_status dt_compiled_call(dt_compiled *c, int n_in, dt_tensor *const *in, int n_out,
                            dt_tensor **out) {
-  if (!c) return dt__error(DT_ERR_INVALID, "compiled_call: compiled is NULL");
-  if (n_out > 0 && !out) return dt__error(DT_ERR_INVALID, "compiled_call: out is NULL");
+  if (!c) return dt__error(DT_ERR_INVALID, "dt_compiled_call: compiled is NULL");
+  if (n_out > 0 && !out) return dt__error(DT_ERR_INVALID, "dt_compiled_call: out is NULL");
   for (int k = 0; k < n_out; k++) out[k] = NULL;
   if (n_in != c->n_in || n_out != c->n_out) {
-    return dt__error(DT_ERR_INVALID,
-                     "compiled_call: %d inputs and %d outputs given, the function takes %d and %d",
-                     n_in, n_out, c->n_in, c->n_out);
+    return dt__error(
+        DT_ERR_INVALID,
+        "dt_compiled_call: %d inputs and %d outputs given, the function takes %d and %d", n_in,
+        n_out, c->n_in, c->n_out);
   }
-  if (n_in > 0 && !in) return dt__error(DT_ERR_INVALID, "compiled_call: in is NULL");
+  if (n_in > 0 && !in) return dt__error(DT_ERR_INVALID, "dt_compiled_call: in is NULL");
   bool grad = dt_grad_mode_enabled();
   for (int i = 0; i < n_in; i++) {
-    if (!in[i]) return dt__error(DT_ERR_INVALID, "compiled_call: input %d is NULL", i);
+    if (!in[i]) return dt__error(DT_ERR_INVALID, "dt_compiled_call: input %d is NULL", i);
     int ndim = in[i]->spec ? in[i]->spec->ndim : in[i]->ndim;
     for (int m = 0; m < c->n_marks; m++) {
       if (c->marks[m].input == i && c->marks[m].dim >= ndim) {
-        return dt__error(DT_ERR_INVALID, "compiled_call: a mark names dim %d of input %d (%d dims)",
+        return dt__error(DT_ERR_INVALID,
+                         "dt_compiled_call: a mark names dim %d of input %d (%d dims)",
                          c->marks[m].dim, i, ndim);
       }
     }
     if (grad && in[i]->autograd && dt_tensor_requires_grad(in[i])) {
-      return dt__error(DT_ERR_UNSUPPORTED, "compiled_call: input %d requires grad: %s", i,
+      return dt__error(DT_ERR_UNSUPPORTED, "dt_compiled_call: input %d requires grad: %s", i,
                        grad_message);
     }
   }
@@ -881,7 +1092,7 @@ dt_status dt_compiled_call(dt_compiled *c, int n_in, dt_tensor *const *in, int n
       for (int i = 0; i < v->g->n_nodes; i++) {
         if (v->constants[i] && v->constants[i]->autograd &&
             dt_tensor_requires_grad(v->constants[i]))
-          return dt__error(DT_ERR_UNSUPPORTED, "compiled_call: constant %%%s requires grad: %s",
+          return dt__error(DT_ERR_UNSUPPORTED, "dt_compiled_call: constant %%%s requires grad: %s",
                            v->g->nodes[i].name, grad_message);
       }
     }
@@ -891,7 +1102,7 @@ dt_status dt_compiled_call(dt_compiled *c, int n_in, dt_tensor *const *in, int n
     if (!c->warned_eager) {
       c->warned_eager = true;
       dt__log(DT_LOG_WARN,
-              "compile: %d variants (the cache limit) and none takes these inputs (%s); running "
+              "dt_compile: %d variants (the cache limit) and none takes these inputs (%s); running "
               "eagerly from now on for such inputs",
               c->n_variants, why);
     }
@@ -919,8 +1130,15 @@ dt_status dt_compiled_call(dt_compiled *c, int n_in, dt_tensor *const *in, int n
   return DT_OK;
 }
 
+int dt__compiled_find_variant(dt_compiled *c, int n_in, dt_tensor *const *in) {
+  for (int k = 0; k < c->n_variants; k++) {
+    if (guards_hold(c->variants[k], n_in, in, NULL, 0)) return k;
+  }
+  return -1;
+}
+
 dt_status dt_compiled_stats(const dt_compiled *c, dt_compile_stats *out) {
-  if (!c || !out) return dt__error(DT_ERR_INVALID, "compiled_stats: NULL compiled or out");
+  if (!c || !out) return dt__error(DT_ERR_INVALID, "dt_compiled_stats: NULL compiled or out");
   *out = c->stats;
   return DT_OK;
 }
@@ -966,14 +1184,15 @@ DT_PRINTF(2, 3) static void put(text *t, const char *fmt, ...) {
 }
 
 dt_status dt_compiled_format(const dt_compiled *c, int i, char **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "compiled_format: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_compiled_format: out is NULL");
   *out = NULL;
   if (!c || i < 0 || i >= c->n_variants) {
-    return dt__error(DT_ERR_INVALID, "compiled_format: variant %d of %d", i, c ? c->n_variants : 0);
+    return dt__error(DT_ERR_INVALID, "dt_compiled_format: variant %d of %d", i,
+                     c ? c->n_variants : 0);
   }
   const variant *v = c->variants[i];
   char *graph = dt_graph_to_string(v->g);
-  if (!graph) return dt__error(DT_ERR_NOMEM, "compiled_format: out of memory");
+  if (!graph) return dt__error(DT_ERR_NOMEM, "dt_compiled_format: out of memory");
   text t = {0};
   put(&t, "%s", graph);
   dt_free(graph);
@@ -1015,7 +1234,7 @@ dt_status dt_compiled_format(const dt_compiled *c, int i, char **out) {
   put(&t, "}\n");
   if (t.oom) {
     dt__free(t.buf);
-    return dt__error(DT_ERR_NOMEM, "compiled_format: out of memory");
+    return dt__error(DT_ERR_NOMEM, "dt_compiled_format: out of memory");
   }
   *out = t.buf;
   return DT_OK;

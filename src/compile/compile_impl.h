@@ -100,4 +100,10 @@ typedef struct dt_shape_ctx {
  * call is a form it does not cover): the caller then specializes. */
 bool dt__shape_rule(dt_shape_ctx *ctx);
 
+/* ---- For the benchmark ------------------------------------------------------------------ */
+
+/* The index of the first cached variant whose guards hold for these inputs, or -1: the guard
+ * check of dt_compiled_call alone (inputs must be valid). */
+int dt__compiled_find_variant(dt_compiled *compiled, int n_in, dt_tensor *const *in);
+
 #endif /* DT_COMPILE_IMPL_H */
