@@ -45,7 +45,11 @@ int tool_dispatch(const char *path, const tool_command *table, const char *noun,
   }
   if (c->subcommands) {
     char sub_path[256];
-    snprintf(sub_path, sizeof sub_path, "%s %s", path, c->name);
+    int n = snprintf(sub_path, sizeof sub_path, "%s %s", path, c->name);
+    if (n < 0 || (size_t)n >= sizeof sub_path) {
+      fprintf(stderr, "%s: command path too long\n", path);
+      return 2;
+    }
     return tool_dispatch(sub_path, c->subcommands, c->noun, argc - 1, argv + 1);
   }
   /* --help anywhere among a command's arguments asks for its usage, so that no command runs
