@@ -149,6 +149,18 @@ static dt_status seed_rank(dt_comm *world, void *varg) {
   char *text = NULL;
   RANK_OK(dt_compiled_format(compiled, 0, &text));
   RANK_CHECK(strstr(text, "embedding(") && strstr(text, "[s2, s3, s1]"), "graph text:\n%s", text);
+  /* This rank's rows of the vocabulary-parallel weight, as an expression of s0. */
+  if (arg->vocab_parallel && rank > 0) {
+    char want[160];
+    if (rank == 1)
+      snprintf(want, sizeof want, "(S(0)) local [max(min(ceil(s0/%d), s0 - ceil(s0/%d)), 0), s1]",
+               size, size);
+    else
+      snprintf(want, sizeof want,
+               "(S(0)) local [max(min(ceil(s0/%d), s0 - %d*ceil(s0/%d)), 0), s1]", size, rank,
+               size);
+    RANK_CHECK(strstr(text, want), "rank %d: no '%s' in\n%s", rank, want, text);
+  }
   dt_free(text);
   dt_compiled_destroy(compiled);
   dt_grad_mode_set(prev);

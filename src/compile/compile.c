@@ -56,6 +56,7 @@ typedef struct variant {
   dt_sx_pool pool;
   int **dims;                /* per node: n_out * DT_MAX_DIMS expressions of its global dims */
   dt_placement **placements; /* per node: its traced placements, NULL when local */
+  int **local_dims;          /* per node: this rank's shard dims as expressions, NULL when local */
   int *mesh_ndim;
   int n_guards, cap_guards;
   dt_guard *guards;
@@ -107,6 +108,7 @@ static void variant_destroy(variant *v) {
   for (int i = 0; i < n; i++) {
     if (v->dims) dt__free(v->dims[i]);
     if (v->placements) dt__free(v->placements[i]);
+    if (v->local_dims) dt__free(v->local_dims[i]);
     if (v->constants) dt_tensor_release(v->constants[i]);
   }
   for (int i = 0; v->handles && i < n; i++) {
@@ -125,6 +127,7 @@ static void variant_destroy(variant *v) {
   dt__free(v->templates);
   dt__free(v->dims);
   dt__free(v->placements);
+  dt__free(v->local_dims);
   dt__free(v->mesh_ndim);
   dt__free(v->constants);
   dt__free(v->inputs);
@@ -152,7 +155,9 @@ static dt_status grow_nodes(variant *v, int *cap) {
   int *mnd = dt__calloc(sizeof *mnd * (size_t)n);
   dt_tensor **consts = dt__calloc(sizeof *consts * (size_t)n);
   dt_op_call *templates = dt__calloc(sizeof *templates * (size_t)n);
-  if (!dims || !pl || !mnd || !consts || !templates) {
+  int **local = dt__calloc(sizeof *local * (size_t)n);
+  if (!dims || !pl || !mnd || !consts || !templates || !local) {
+    dt__free(local);
     dt__free(templates);
     dt__free(dims);
     dt__free(pl);
@@ -166,7 +171,10 @@ static dt_status grow_nodes(variant *v, int *cap) {
     memcpy(mnd, v->mesh_ndim, sizeof *mnd * (size_t)*cap);
     memcpy(consts, v->constants, sizeof *consts * (size_t)*cap);
     memcpy(templates, v->templates, sizeof *templates * (size_t)*cap);
+    memcpy(local, v->local_dims, sizeof *local * (size_t)*cap);
   }
+  dt__free(v->local_dims);
+  v->local_dims = local;
   dt__free(v->templates);
   v->templates = templates;
   dt__free(v->dims);
@@ -253,6 +261,40 @@ static void type_of(dt_value_type *t, const dt_tensor *x) {
   }
 }
 
+/* The size of this rank's piece of a dim of size n split over W ranks as torch.chunk splits
+ * it (pieces of ceil(n / W), the last ones smaller or empty), r being this rank's coordinate:
+ * max(0, min(ceil(n / W), n - r * ceil(n / W))). */
+static int shard_size(dt_sx_pool *p, int n, int w, int r) {
+  if (w == 1) return n;
+  int chunk = dt__sx_ceildiv(p, n, dt__sx_const(p, w));
+  int rest = dt__sx_sub(p, n, dt__sx_mul(p, chunk, dt__sx_const(p, r)));
+  return dt__sx_max(p, dt__sx_const(p, 0), dt__sx_min(p, chunk, rest));
+}
+
+/* The local dims of a distributed value as expressions of its global dims, mesh dim by mesh
+ * dim (a dim sharded on several mesh dims is split again on each); kept only when they give
+ * the traced shard's shape. */
+static dt_status set_local_dims(variant *v, int i, const dt_tensor *x, const int *dims) {
+  const dt_dist_spec *spec = x->spec;
+  int local[DT_MAX_DIMS];
+  memcpy(local, dims, sizeof(int) * (size_t)spec->ndim);
+  for (int m = 0; m < spec->mesh_ndim; m++) {
+    dt_placement pl = spec->placements[m];
+    if (pl.kind != DT_SHARD || pl.dim < 0 || pl.dim >= spec->ndim) continue;
+    local[pl.dim] = shard_size(&v->pool, local[pl.dim], dt_mesh_size(spec->mesh, m),
+                               dt_mesh_coordinate(spec->mesh, m));
+  }
+  if (v->pool.oom) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  for (int d = 0; d < spec->ndim; d++) {
+    if (x->ndim != spec->ndim || dt__sx_eval(&v->pool, local[d], v->hints) != x->shape[d])
+      return DT_OK;
+  }
+  v->local_dims[i] = dt__alloc(sizeof(int) * DT_MAX_DIMS);
+  if (!v->local_dims[i]) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  memcpy(v->local_dims[i], local, sizeof(int) * (size_t)spec->ndim);
+  return DT_OK;
+}
+
 /* Node i's value k: its type, symbolic dims (NULL: constants of its shape) and placements. */
 static dt_status set_value(tracer *tr, int i, int k, const dt_tensor *x, const int *sdims) {
   variant *v = tr->v;
@@ -276,6 +318,8 @@ static dt_status set_value(tracer *tr, int i, int k, const dt_tensor *x, const i
     if (!v->placements[i]) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
     memcpy(v->placements[i], x->spec->placements, sizeof(dt_placement) * DT_MESH_MAX_DIMS);
     v->mesh_ndim[i] = x->spec->mesh_ndim;
+    dt_status st2 = set_local_dims(v, i, x, dims);
+    if (st2) return st2;
   }
   if (v->pool.oom) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   return DT_OK;
@@ -1216,6 +1260,15 @@ dt_status dt_compiled_format(const dt_compiled *c, int i, char **out) {
           put(&t, "%s%s", m ? ", " : "", dt_placement_format(v->placements[j][m], p, sizeof p));
         }
         put(&t, ")");
+        if (v->local_dims[j]) {
+          put(&t, " local [");
+          for (int d = 0; d < n->types[0].ndim; d++) {
+            char e[256];
+            put(&t, "%s%s", d ? ", " : "",
+                dt__sx_format(&v->pool, v->local_dims[j][d], e, sizeof e));
+          }
+          put(&t, "]");
+        }
       }
       put(&t, "\n");
     }

@@ -168,11 +168,25 @@ static size_t format_rec(const dt_sx_pool *p, int e, char *buf, size_t size, boo
   switch (n->kind) {
   case DT_SX_CONST: len = snprintf(buf, size, "%lld", (long long)n->v); break;
   case DT_SX_SYM: len = snprintf(buf, size, "s%lld", (long long)n->v); break;
-  case DT_SX_ADD:
+  case DT_SX_ADD: {
+    /* a + x*(-k) reads a - k*x (a - x when k is 1). */
+    const dt_sx_node *m = &p->nodes[n->b];
+    int64_t k;
     format_rec(p, n->a, a, sizeof a, false);
-    format_rec(p, n->b, b, sizeof b, false);
-    len = snprintf(buf, size, paren ? "(%s + %s)" : "%s + %s", a, b);
+    if (m->kind == DT_SX_MUL && dt__sx_is_const(p, m->b, &k) && k < 0) {
+      format_rec(p, m->a, b, sizeof b, true);
+      if (k == -1)
+        len = snprintf(buf, size, paren ? "(%s - %s)" : "%s - %s", a, b);
+      else
+        len = snprintf(buf, size, paren ? "(%s - %lld*%s)" : "%s - %lld*%s", a, (long long)-k, b);
+    } else if (dt__sx_is_const(p, n->b, &k) && k < 0) {
+      len = snprintf(buf, size, paren ? "(%s - %lld)" : "%s - %lld", a, (long long)-k);
+    } else {
+      format_rec(p, n->b, b, sizeof b, false);
+      len = snprintf(buf, size, paren ? "(%s + %s)" : "%s + %s", a, b);
+    }
     break;
+  }
   case DT_SX_MUL:
     format_rec(p, n->a, a, sizeof a, true);
     format_rec(p, n->b, b, sizeof b, true);
