@@ -211,7 +211,10 @@ static dt_status keep_piece(dt_status st, dt_tensor **pieces, int n, int keep, d
 static dt_status f_split(dt_tensor **i, dt_tensor **o) {
   dt_tensor *pieces[4] = {0};
   int n = 0;
-  return keep_piece(dt_split(i[0], 2, 0, pieces, 4, &n), pieces, n, 1, o);
+  /* n is read after dt_split wrote it: the call is not an argument of keep_piece, whose
+   * arguments may be evaluated in any order. */
+  dt_status st = dt_split(i[0], 2, 0, pieces, 4, &n);
+  return keep_piece(st, pieces, n, 1, o);
 }
 static dt_status f_split_with_sizes(dt_tensor **i, dt_tensor **o) {
   dt_tensor *pieces[3] = {0};

@@ -507,6 +507,8 @@ static const struct {
     {"copy_", "in place: refused on tensors that require grad (docs/autograd.md)"},
     {"scatter_add", "a helper of backward formulas (embedding, max.dim); its own gradient "
                     "(a gather) is needed only for double backward"},
+    {"cross_entropy_loss_backward", "the backward op of cross_entropy_loss; its own gradient is "
+                                    "needed only for double backward"},
 };
 
 static const char *reason_of(const char *name) {
