@@ -18,6 +18,7 @@
 #include "dtensor/dtensor.h"
 #include "profile/profile_impl.h"
 #include "profile/recorder_impl.h"
+#include "bench_machine.h"
 #include "tools.h"
 
 enum { REPS = 7, PAIRS = 200000, OFF_PAIRS = 10000000 };
@@ -116,6 +117,7 @@ static int generate(const char *path, long events) {
 int bench_suite_profile(int argc, char **argv) {
   bool json = tool_has_flag(argc, argv, "--json");
   bool keep = tool_has_flag(argc, argv, "--keep");
+  bench_machine_print(json);
   long events = 1000000;
   for (int i = 1; i + 1 < argc; i++) {
     if (strcmp(argv[i], "--events") == 0) events = strtol(argv[i + 1], NULL, 10);
@@ -154,9 +156,14 @@ int bench_suite_profile(int argc, char **argv) {
     printf("{\"name\":\"profile\",\"off_ns\":%.2f,\"event_ns\":%.2f,\"record_ns\":%.2f,"
            "\"event_fresh_memory_ns\":%.2f,"
            "\"clock\":\"%s\",\"trace_events\":%ld,\"read_s\":%.3f,\"stats_s\":%.3f,"
-           "\"analysis_s\":%.3f,\"utilization\":%.4f}\n",
+           "\"analysis_s\":%.3f,\"utilization\":%.4f,\"kept_trace\":",
            off, event, record, fresh, dt__profile_clock_name(), events, read_s, stats_s,
            read_s + stats_s, stats.utilization);
+    /* --keep says where the trace is, as the text output does; null when it was removed. */
+    if (keep)
+      printf("\"%s\"}\n", path);
+    else
+      printf("null}\n");
   } else {
     printf("profile off: %.2f ns per begin/end pair (one branch)\n", off);
     printf("profile on:  %.2f ns per recorded event (clock reads + append, reserved memory), "
