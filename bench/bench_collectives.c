@@ -183,7 +183,7 @@ static dt_status bench_rank(dt_comm *comm, void *arg) {
         int iters = iterations(n * 4, fake);
         for (int i = 0; i < 2 && status == DT_OK; i++) status = run_op(op, comm, big, small, big2);
         for (int round = 0; round < rounds && status == DT_OK; round++) {
-          if (!fake && dt_comm_rank(comm) == 0) copy_r[round] = memcpy_gbs(n * 4);
+          if (dt_comm_rank(comm) == 0) copy_r[round] = memcpy_gbs(n * 4);
           status = dt_comm_barrier(comm);
           double start = now_us();
           for (int i = 0; i < iters && status == DT_OK; i++)
@@ -207,7 +207,7 @@ static dt_status bench_rank(dt_comm *comm, void *arg) {
       if (status != DT_OK) return status;
       if (dt_comm_rank(comm) == 0) {
         bench_stats t = bench_stats_of(us_r, rounds);
-        double copy = fake ? 0 : bench_median(copy_r, rounds);
+        double copy = bench_median(copy_r, rounds);
         double raw_us = mpi ? bench_median(raw_r, rounds) : 0;
         report(c, op, n * 4, t.median, t.min, t.max, copy, raw_us);
       }
