@@ -86,6 +86,27 @@ bool dt__shape_rule(dt_shape_ctx *c) {
     if (def->kind == DT_OP_KIND_INPLACE || c->n_out >= 1) copy_dims(c, 0, 0);
     return c->metas[0].ndim == nd0;
   }
+  if (def->infer == dt__infer_batch_norm || def->infer == dt__infer_layer_norm) {
+    /* The input's shape; the channel dim (batch norm) or the normalized trailing dims (layer
+     * norm, given as constants) must keep matching the parameters. */
+    if (def->infer == dt__infer_batch_norm) {
+      if (nd0 < 2) return false;
+      for (int k = 1; k < c->n_args; k++) {
+        if (c->arg_dims[k] && c->arg_ndim[k] == 1)
+          need_equal(c, a[1], c->arg_dims[k][0], "channels", 1);
+      }
+    } else {
+      const dt_op_call *g = c->given;
+      if (g->n_int_list < 1 || g->n_int_list > nd0 || !g->int_list) return false;
+      for (int j = 0; j < g->n_int_list; j++) {
+        int d = nd0 - g->n_int_list + j;
+        need_equal(c, a[d], dt__sx_const(p, g->int_list[j]), "normalized shape", d);
+      }
+    }
+    if (c->n_out != 1) return false;
+    copy_dims(c, 0, 0);
+    return true;
+  }
   if (def->infer == dt__infer_binary) return broadcast(c, 0, c->n_args < 2 ? 1 : 2, symbols);
   if (def->infer == dt__infer_where) return broadcast(c, 0, 3, symbols);
   if (def->infer == dt__infer_mm) {

@@ -118,10 +118,21 @@ static int div_node(dt_sx_pool *p, dt_sx_kind kind, int a, int b) {
 int dt__sx_floordiv(dt_sx_pool *p, int a, int b) { return div_node(p, DT_SX_FLOORDIV, a, b); }
 int dt__sx_ceildiv(dt_sx_pool *p, int a, int b) { return div_node(p, DT_SX_CEILDIV, a, b); }
 
+/* True when e is ceil(s / c) or floor(s / c) with a constant c >= 1: never more than s. */
+static bool is_division_of(const dt_sx_pool *p, int e, int s) {
+  const dt_sx_node *n = &p->nodes[e];
+  int64_t c;
+  return (n->kind == DT_SX_CEILDIV || n->kind == DT_SX_FLOORDIV) && n->a == s &&
+         dt__sx_is_const(p, n->b, &c) && c >= 1;
+}
+
 static int minmax(dt_sx_pool *p, dt_sx_kind kind, int a, int b) {
   int64_t x, y;
   order(p, &a, &b);
   if (a == b) return a;
+  /* Sizes are never negative, so s / c (c >= 1) is at most s. */
+  if (is_division_of(p, a, b)) return kind == DT_SX_MIN ? a : b;
+  if (is_division_of(p, b, a)) return kind == DT_SX_MIN ? b : a;
   if (dt__sx_is_const(p, a, &x) && dt__sx_is_const(p, b, &y))
     return dt__sx_const(p, kind == DT_SX_MIN ? (x < y ? x : y) : (x > y ? x : y));
   return intern(p, kind, a, b, 0);
