@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
+#include "core/core_impl.h"
 #include "dtensor/dtensor.h"
 
 /* A counting allocator: every block dt_free releases must be one the library allocated. */
@@ -101,4 +102,27 @@ Test(naming, mesh_max_dims_is_one_limit) {
   cr_assert(strstr(dt_last_error(), "dt_mesh_create") != NULL, "%s", dt_last_error());
   cr_assert(strstr(dt_last_error(), "ndim is 5, expected 1..4") != NULL, "%s", dt_last_error());
   dt_comm_destroy(world);
+}
+
+/* Messages start with the public C function's name, once. */
+Test(naming, error_messages_name_the_public_function) {
+  cr_assert_eq(dt_mode_push(NULL, NULL), DT_ERR_INVALID);
+  cr_assert_str_eq(dt_last_error(), "dt_mode_push: fn is NULL");
+  int64_t four = 4;
+  dt_tensor *t = NULL;
+  cr_assert_eq(dt_zeros(1, &four, DT_F32, &t), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_all_reduce(NULL, t, DT_REDUCE_SUM), DT_ERR_INVALID);
+  cr_assert(strncmp(dt_last_error(), "dt_comm_all_reduce: ", 20) == 0, "%s", dt_last_error());
+  cr_assert_eq(dt_dist_to_local(t, &(dt_tensor *){NULL}), DT_ERR_INVALID);
+  cr_assert(strncmp(dt_last_error(), "dt_dist_to_local: ", 18) == 0, "%s", dt_last_error());
+  dt_tensor_release(t);
+  /* A wrapper adding context keeps one function name: it used to read
+   * "program_run: node %x: program_run: ...". */
+  dt__error(DT_ERR_INVALID, "dt_program_run: input 0 is NULL");
+  dt__error_prefix("dt_program_run: node %x");
+  cr_assert_str_eq(dt_last_error(), "dt_program_run: node %x: input 0 is NULL");
+  /* Context that is not a function name is kept as it was. */
+  dt__error(DT_ERR_SHAPE, "add.Tensor: shapes differ");
+  dt__error_prefix("on this rank's shard");
+  cr_assert_str_eq(dt_last_error(), "on this rank's shard: add.Tensor: shapes differ");
 }

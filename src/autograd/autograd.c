@@ -18,11 +18,11 @@ static dt_autograd_meta *meta_create(dt_tensor *t) {
 }
 
 dt_status dt_tensor_set_requires_grad(dt_tensor *t, bool requires_grad) {
-  if (!t) return dt__error(DT_ERR_INVALID, "tensor_set_requires_grad: t is NULL");
+  if (!t) return dt__error(DT_ERR_INVALID, "dt_tensor_set_requires_grad: t is NULL");
   dt_autograd_meta *meta = meta_of(t);
   if (meta && meta->grad_fn) {
     return dt__error(DT_ERR_INVALID,
-                     "tensor_set_requires_grad: t is not a leaf (it is output %d of a recorded "
+                     "dt_tensor_set_requires_grad: t is not a leaf (it is output %d of a recorded "
                      "%s); dt_detach it to make a leaf",
                      meta->output_nr, dt__autograd_node_name(meta->grad_fn));
   }
@@ -32,7 +32,7 @@ dt_status dt_tensor_set_requires_grad(dt_tensor *t, bool requires_grad) {
   }
   if (!dt_dtype_is_floating(t->dtype)) {
     return dt__error(DT_ERR_DTYPE,
-                     "tensor_set_requires_grad: a %s tensor cannot require grad (only floating "
+                     "dt_tensor_set_requires_grad: a %s tensor cannot require grad (only floating "
                      "dtypes have gradients)",
                      dt_dtype_name(t->dtype));
   }
@@ -53,29 +53,29 @@ bool dt_tensor_is_leaf(const dt_tensor *t) {
 }
 
 dt_status dt_tensor_grad(const dt_tensor *t, dt_tensor **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "tensor_grad: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_tensor_grad: out is NULL");
   *out = NULL;
-  if (!t) return dt__error(DT_ERR_INVALID, "tensor_grad: t is NULL");
+  if (!t) return dt__error(DT_ERR_INVALID, "dt_tensor_grad: t is NULL");
   const dt_autograd_meta *meta = meta_of(t);
   if (meta) *out = dt_tensor_retain(meta->grad);
   return DT_OK;
 }
 
 dt_status dt_tensor_set_grad(dt_tensor *t, dt_tensor *grad) {
-  if (!t) return dt__error(DT_ERR_INVALID, "tensor_set_grad: t is NULL");
+  if (!t) return dt__error(DT_ERR_INVALID, "dt_tensor_set_grad: t is NULL");
   if (grad) {
     dt_tensor_meta tm, gm;
     dt__autograd_meta_of(t, &tm);
     dt__autograd_meta_of(grad, &gm);
     if (gm.dtype != tm.dtype) {
-      return dt__error(DT_ERR_DTYPE, "tensor_set_grad: grad is %s but t is %s",
+      return dt__error(DT_ERR_DTYPE, "dt_tensor_set_grad: grad is %s but t is %s",
                        dt_dtype_name(gm.dtype), dt_dtype_name(tm.dtype));
     }
     bool same = gm.ndim == tm.ndim;
     for (int i = 0; same && i < tm.ndim; i++) same = gm.shape[i] == tm.shape[i];
     if (!same) {
       char a[160], b[160];
-      return dt__error(DT_ERR_INVALID, "tensor_set_grad: grad has shape %s but t has %s",
+      return dt__error(DT_ERR_INVALID, "dt_tensor_set_grad: grad has shape %s but t has %s",
                        dt__format_ints(a, sizeof a, gm.ndim, gm.shape),
                        dt__format_ints(b, sizeof b, tm.ndim, tm.shape));
     }
@@ -90,7 +90,7 @@ dt_status dt_tensor_set_grad(dt_tensor *t, dt_tensor *grad) {
 }
 
 dt_status dt_tensor_zero_grad(dt_tensor *t, bool set_to_none) {
-  if (!t) return dt__error(DT_ERR_INVALID, "tensor_zero_grad: t is NULL");
+  if (!t) return dt__error(DT_ERR_INVALID, "dt_tensor_zero_grad: t is NULL");
   dt_autograd_meta *meta = meta_of(t);
   if (!meta || !meta->grad) return DT_OK;
   if (set_to_none) {
@@ -107,10 +107,10 @@ dt_status dt_tensor_zero_grad(dt_tensor *t, bool set_to_none) {
 }
 
 dt_status dt_tensor_retain_grad(dt_tensor *t) {
-  if (!t) return dt__error(DT_ERR_INVALID, "tensor_retain_grad: t is NULL");
+  if (!t) return dt__error(DT_ERR_INVALID, "dt_tensor_retain_grad: t is NULL");
   dt_autograd_meta *meta = meta_of(t);
   if (!meta || !meta->requires_grad) {
-    return dt__error(DT_ERR_INVALID, "tensor_retain_grad: t does not require grad");
+    return dt__error(DT_ERR_INVALID, "dt_tensor_retain_grad: t does not require grad");
   }
   if (!meta->grad_fn) return DT_OK; /* a leaf keeps its gradient anyway */
   meta->retains_grad = true;

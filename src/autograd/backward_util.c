@@ -8,7 +8,7 @@ dt_status dt__grad_sum_to(dt_tensor *grad, const dt_tensor_meta *meta, dt_tensor
   dt__autograd_meta_of(grad, &gm);
   int lead = gm.ndim - meta->ndim;
   if (lead < 0) {
-    return dt__error(DT_ERR_INTERNAL, "backward: a gradient of %d dims cannot sum to %d dims",
+    return dt__error(DT_ERR_INTERNAL, "dt_backward: a gradient of %d dims cannot sum to %d dims",
                      gm.ndim, meta->ndim);
   }
   int64_t dims[DT_MAX_DIMS];

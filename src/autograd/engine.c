@@ -22,7 +22,7 @@ static dt_status vec_push(ptr_vec *v, void *item) {
   if (v->count == v->capacity) {
     int cap = v->capacity ? v->capacity * 2 : 32;
     void **items = dt__alloc(sizeof(void *) * (size_t)cap);
-    if (!items) return dt__error(DT_ERR_NOMEM, "backward: out of memory");
+    if (!items) return dt__error(DT_ERR_NOMEM, "dt_backward: out of memory");
     for (int i = 0; i < v->count; i++) items[i] = v->items[i];
     dt__free(v->items);
     v->items = items;
@@ -89,7 +89,7 @@ static dt_status add_pending(engine *e, dt_tensor *target, dt_autograd_meta *met
   pending_grad *p = dt__calloc(sizeof *p);
   if (!p) {
     dt_tensor_release(g);
-    return dt__error(DT_ERR_NOMEM, "backward: out of memory");
+    return dt__error(DT_ERR_NOMEM, "dt_backward: out of memory");
   }
   p->meta = meta;
   p->target = dt_tensor_retain(target);
@@ -142,7 +142,7 @@ static dt_status check_saved(const dt_autograd_node *n) {
   const char *op = dt__autograd_node_name(n);
   if (n->freed) {
     return dt__error(DT_ERR_INVALID,
-                     "backward: trying to go through the graph a second time (the saved tensors "
+                     "dt_backward: trying to go through the graph a second time (the saved tensors "
                      "of %s were freed by the first backward); pass retain_graph to "
                      "dt_backward_ex the first time",
                      op);
@@ -154,7 +154,7 @@ static dt_status check_saved(const dt_autograd_node *n) {
     const dt_tensor *t = n->saved[i];
     if (t && t->storage->version != n->saved_versions[i]) {
       return dt__error(DT_ERR_INVALID,
-                       "backward: input %d of %s, saved for its gradient, was modified in place "
+                       "dt_backward: input %d of %s, saved for its gradient, was modified in place "
                        "since (version %" PRIu32 ", saved at version %" PRIu32 ")",
                        i, op, t->storage->version, n->saved_versions[i]);
     }
@@ -162,10 +162,11 @@ static dt_status check_saved(const dt_autograd_node *n) {
   for (int k = 0; k < n->n_outputs; k++) {
     const dt_tensor *t = n->outputs[k];
     if (t && t->storage->version != n->output_versions[k]) {
-      return dt__error(DT_ERR_INVALID,
-                       "backward: output %d of %s, saved for its gradient, was modified in place "
-                       "since (version %" PRIu32 ", saved at version %" PRIu32 ")",
-                       k, op, t->storage->version, n->output_versions[k]);
+      return dt__error(
+          DT_ERR_INVALID,
+          "dt_backward: output %d of %s, saved for its gradient, was modified in place "
+          "since (version %" PRIu32 ", saved at version %" PRIu32 ")",
+          k, op, t->storage->version, n->output_versions[k]);
     }
   }
   return DT_OK;
@@ -192,7 +193,7 @@ static dt_status run_node(engine *e, dt_autograd_node *n, bool retain_graph) {
   const dt_op_backward_fn formula = n->function ? NULL : dt__op_table[n->call.op].backward;
   if (!n->function && !formula) {
     return dt__error(DT_ERR_UNSUPPORTED,
-                     "backward: %s has no backward formula yet (its op list entry says "
+                     "dt_backward: %s has no backward formula yet (its op list entry says "
                      "NO_BACKWARD)",
                      name);
   }
@@ -203,7 +204,7 @@ static dt_status run_node(engine *e, dt_autograd_node *n, bool retain_graph) {
   dt_tensor **gi = grad_inputs;
   if (n_slots > (int)(sizeof grad_inputs / sizeof grad_inputs[0])) {
     gi = dt__calloc(sizeof(dt_tensor *) * (size_t)n_slots);
-    if (!gi) return dt__error(DT_ERR_NOMEM, "backward: out of memory");
+    if (!gi) return dt__error(DT_ERR_NOMEM, "dt_backward: out of memory");
   }
   for (int i = 0; i < n_slots; i++) gi[i] = NULL;
   dt_backward_ctx ctx = {.call = &n->call,
@@ -227,11 +228,12 @@ static dt_status run_node(engine *e, dt_autograd_node *n, bool retain_graph) {
     dt__autograd_meta_of(g, &gm);
     if (!same_shape(&gm, &n->input_metas[i])) {
       char a[160], b[160];
-      st = dt__error(DT_ERR_INTERNAL,
-                     "backward: the formula of %s gave input %d a gradient of shape %s, expected "
-                     "%s",
-                     name, i, dt__format_ints(a, sizeof a, gm.ndim, gm.shape),
-                     dt__format_ints(b, sizeof b, n->input_metas[i].ndim, n->input_metas[i].shape));
+      st =
+          dt__error(DT_ERR_INTERNAL,
+                    "dt_backward: the formula of %s gave input %d a gradient of shape %s, expected "
+                    "%s",
+                    name, i, dt__format_ints(a, sizeof a, gm.ndim, gm.shape),
+                    dt__format_ints(b, sizeof b, n->input_metas[i].ndim, n->input_metas[i].shape));
       dt_tensor_release(g);
       break;
     }
@@ -305,28 +307,28 @@ static dt_status check_seed(dt_tensor *loss, dt_tensor *grad, const dt_tensor_me
   dt_tensor_meta gm;
   dt__autograd_meta_of(grad, &gm);
   if (gm.dtype != lm->dtype) {
-    return dt__error(DT_ERR_DTYPE, "backward: grad is %s but loss is %s", dt_dtype_name(gm.dtype),
-                     dt_dtype_name(lm->dtype));
+    return dt__error(DT_ERR_DTYPE, "dt_backward: grad is %s but loss is %s",
+                     dt_dtype_name(gm.dtype), dt_dtype_name(lm->dtype));
   }
   if (!same_shape(&gm, lm)) {
     char a[160], b[160];
-    return dt__error(DT_ERR_INVALID, "backward: grad has shape %s but loss has shape %s",
+    return dt__error(DT_ERR_INVALID, "dt_backward: grad has shape %s but loss has shape %s",
                      dt__format_ints(a, sizeof a, gm.ndim, gm.shape),
                      dt__format_ints(b, sizeof b, lm->ndim, lm->shape));
   }
   if ((grad->spec != NULL) != (loss->spec != NULL)) {
-    return dt__error(DT_ERR_INVALID, "backward: grad is %s but loss is %s",
+    return dt__error(DT_ERR_INVALID, "dt_backward: grad is %s but loss is %s",
                      grad->spec ? "distributed" : "local", loss->spec ? "distributed" : "local");
   }
   return DT_OK;
 }
 
 dt_status dt_backward_ex(dt_tensor *loss, dt_tensor *grad, const dt_backward_options *options) {
-  if (!loss) return dt__error(DT_ERR_INVALID, "backward: loss is NULL");
+  if (!loss) return dt__error(DT_ERR_INVALID, "dt_backward: loss is NULL");
   dt_autograd_meta *lmeta = (dt_autograd_meta *)loss->autograd;
   if (!lmeta || !lmeta->requires_grad) {
     return dt__error(DT_ERR_INVALID,
-                     "backward: loss does not require grad (no input of the ops that made it "
+                     "dt_backward: loss does not require grad (no input of the ops that made it "
                      "requires grad, or they ran under no_grad)");
   }
   dt_tensor_meta lm;
@@ -339,10 +341,11 @@ dt_status dt_backward_ex(dt_tensor *loss, dt_tensor *grad, const dt_backward_opt
     if (st) return st;
   } else if (numel != 1) {
     char b[160];
-    return dt__error(DT_ERR_INVALID,
-                     "backward: grad can be NULL (ones) only for a loss of one element; loss has "
-                     "shape %s (%" PRId64 " elements): pass its gradient",
-                     dt__format_ints(b, sizeof b, lm.ndim, lm.shape), numel);
+    return dt__error(
+        DT_ERR_INVALID,
+        "dt_backward: grad can be NULL (ones) only for a loss of one element; loss has "
+        "shape %s (%" PRId64 " elements): pass its gradient",
+        dt__format_ints(b, sizeof b, lm.ndim, lm.shape), numel);
   }
 
   bool prev_mode = dt_grad_mode_set(false);

@@ -12,18 +12,19 @@
 /* ---- Argument checks ---------------------------------------------------------------------- */
 
 static dt_status check_comm(const char *op, const dt_comm *comm) {
-  if (DT_UNLIKELY(!comm)) return dt__error(DT_ERR_INVALID, "%s: comm is NULL", op);
+  if (DT_UNLIKELY(!comm)) return dt__error(DT_ERR_INVALID, "dt_comm_%s: comm is NULL", op);
   return DT_OK;
 }
 
 static dt_status check_tensor(const char *op, const char *arg, const dt_tensor *t) {
-  if (DT_UNLIKELY(!t)) return dt__error(DT_ERR_INVALID, "%s: %s is NULL", op, arg);
+  if (DT_UNLIKELY(!t)) return dt__error(DT_ERR_INVALID, "dt_comm_%s: %s is NULL", op, arg);
   if (DT_UNLIKELY(!dt__is_contiguous(t->ndim, t->shape, t->strides))) {
     char shape[128], strides[128];
-    return dt__error(DT_ERR_INVALID,
-                     "%s: %s must be contiguous (shape %s, strides %s); call dt_contiguous first",
-                     op, arg, dt__format_ints(shape, sizeof shape, t->ndim, t->shape),
-                     dt__format_ints(strides, sizeof strides, t->ndim, t->strides));
+    return dt__error(
+        DT_ERR_INVALID,
+        "dt_comm_%s: %s must be contiguous (shape %s, strides %s); call dt_contiguous first", op,
+        arg, dt__format_ints(shape, sizeof shape, t->ndim, t->shape),
+        dt__format_ints(strides, sizeof strides, t->ndim, t->strides));
   }
   return DT_OK;
 }
@@ -32,8 +33,8 @@ static dt_status check_rows_tensor(const char *op, const char *arg, const dt_ten
   dt_status status = check_tensor(op, arg, t);
   if (status != DT_OK) return status;
   if (DT_UNLIKELY(t->ndim < 1)) {
-    return dt__error(DT_ERR_INVALID, "%s: %s is a 0-d tensor; it needs a dim 0 to split along", op,
-                     arg);
+    return dt__error(DT_ERR_INVALID,
+                     "dt_comm_%s: %s is a 0-d tensor; it needs a dim 0 to split along", op, arg);
   }
   return DT_OK;
 }
@@ -44,7 +45,7 @@ static int64_t row_numel(const dt_tensor *t) { return dt__numel(t->ndim - 1, t->
 static dt_status check_like(const char *op, const char *a_name, const dt_tensor *a,
                             const char *b_name, const dt_tensor *b, int64_t dim0, const char *why) {
   if (DT_UNLIKELY(a->dtype != b->dtype)) {
-    return dt__error(DT_ERR_DTYPE, "%s: %s is %s but %s is %s; they must match", op, a_name,
+    return dt__error(DT_ERR_DTYPE, "dt_comm_%s: %s is %s but %s is %s; they must match", op, a_name,
                      dt_dtype_name(a->dtype), b_name, dt_dtype_name(b->dtype));
   }
   bool ok = a->ndim == b->ndim && b->shape[0] == dim0;
@@ -54,27 +55,27 @@ static dt_status check_like(const char *op, const char *a_name, const dt_tensor 
   memcpy(expected, a->shape, sizeof expected);
   expected[0] = dim0;
   char got[128], want[128], base[128];
-  return dt__error(DT_ERR_INVALID, "%s: %s has shape %s, expected %s (%s; %s has shape %s)", op,
-                   b_name, dt__format_ints(got, sizeof got, b->ndim, b->shape),
+  return dt__error(DT_ERR_INVALID, "dt_comm_%s: %s has shape %s, expected %s (%s; %s has shape %s)",
+                   op, b_name, dt__format_ints(got, sizeof got, b->ndim, b->shape),
                    dt__format_ints(want, sizeof want, a->ndim, expected), why, a_name,
                    dt__format_ints(base, sizeof base, a->ndim, a->shape));
 }
 
 static dt_status check_root(const char *op, const dt_comm *comm, int root, const char *what) {
   if (DT_UNLIKELY(root < 0 || root >= comm->size)) {
-    return dt__error(DT_ERR_INVALID, "%s: %s %d is out of range for a group of %d ranks", op, what,
-                     root, comm->size);
+    return dt__error(DT_ERR_INVALID, "dt_comm_%s: %s %d is out of range for a group of %d ranks",
+                     op, what, root, comm->size);
   }
   return DT_OK;
 }
 
 static dt_status check_op(const char *op, dt_reduce_op reduce, dt_dtype dtype) {
   if (DT_UNLIKELY((int)reduce < DT_REDUCE_SUM || reduce > DT_REDUCE_PROD)) {
-    return dt__error(DT_ERR_INVALID, "%s: op %d is not a dt_reduce_op", op, (int)reduce);
+    return dt__error(DT_ERR_INVALID, "dt_comm_%s: op %d is not a dt_reduce_op", op, (int)reduce);
   }
   if (DT_UNLIKELY(reduce == DT_REDUCE_AVG && !dt_dtype_is_floating(dtype))) {
-    return dt__error(DT_ERR_DTYPE, "%s: op avg needs a floating dtype, the tensor is %s", op,
-                     dt_dtype_name(dtype));
+    return dt__error(DT_ERR_DTYPE, "dt_comm_%s: op avg needs a floating dtype, the tensor is %s",
+                     op, dt_dtype_name(dtype));
   }
   return DT_OK;
 }
@@ -82,14 +83,14 @@ static dt_status check_op(const char *op, dt_reduce_op reduce, dt_dtype dtype) {
 /* Validates per-rank row counts (size entries, each >= 0) and returns their sum. */
 static dt_status check_counts(const char *op, const char *arg, const dt_comm *comm,
                               const int64_t *counts, int64_t *sum) {
-  if (!counts) return dt__error(DT_ERR_INVALID, "%s: %s is NULL", op, arg);
+  if (!counts) return dt__error(DT_ERR_INVALID, "dt_comm_%s: %s is NULL", op, arg);
   int64_t total = 0;
   /* One unsigned compare per entry catches negative counts and counts so large that a sum
    * over the largest world could wrap around into a valid-looking size. */
   const uint64_t max_rows = (uint64_t)INT64_MAX / 2 / DT_COMM_MAX_WORLD;
   for (int r = 0; r < comm->size; r++) {
     if (DT_UNLIKELY((uint64_t)counts[r] > max_rows)) {
-      return dt__error(DT_ERR_INVALID, "%s: %s[%d] is %lld, expected 0..%llu", op, arg, r,
+      return dt__error(DT_ERR_INVALID, "dt_comm_%s: %s[%d] is %lld, expected 0..%llu", op, arg, r,
                        (long long)counts[r], (unsigned long long)max_rows);
     }
     total += counts[r];
@@ -113,9 +114,10 @@ static dt_status check_in_place(const char *op, const char *part_name, const dt_
   const char *slice = dt__tensor_base(whole) +
                       first_row * row_numel(whole) * (int64_t)dt__dtype_sizes[whole->dtype];
   if (dt__tensor_base(part) == slice) return DT_OK;
-  return dt__error(DT_ERR_INVALID,
-                   "%s: %s overlaps %s without being this rank's slice (rows from %lld) of it", op,
-                   part_name, whole_name, (long long)first_row);
+  return dt__error(
+      DT_ERR_INVALID,
+      "dt_comm_%s: %s overlaps %s without being this rank's slice (rows from %lld) of it", op,
+      part_name, whole_name, (long long)first_row);
 }
 
 /* ---- Running a collective --------------------------------------------------------------- */
@@ -149,7 +151,7 @@ static dt_status fallback_rooted(dt_comm *comm, dt_work *w) {
   int size = comm->size, root = w->args.root;
   bool scatter = w->args.kind == DT_COLL_SCATTER;
   int64_t *counts = dt__calloc(sizeof *counts * 2 * (size_t)size);
-  if (!counts) return dt__error(DT_ERR_NOMEM, "%s: out of memory", w->args.op_name);
+  if (!counts) return dt__error(DT_ERR_NOMEM, "dt_comm_%s: out of memory", w->args.op_name);
   int64_t *send_counts = counts, *recv_counts = counts + size;
   if (scatter) {
     if (comm->rank == root) {
@@ -189,7 +191,7 @@ static dt_status work_start(dt_comm *comm, dt_work *w) {
       break;
     default: break;
     }
-    return dt__error(DT_ERR_UNSUPPORTED, "%s: the %s backend does not implement it",
+    return dt__error(DT_ERR_UNSUPPORTED, "dt_comm_%s: the %s backend does not implement it",
                      w->args.op_name, backend->name);
   }
   if (w->args.kind != DT_COLL_SEND && w->args.kind != DT_COLL_RECV) w->seq = comm->seq++;
@@ -250,7 +252,8 @@ static dt_status run(dt_comm *comm, const dt_coll_args *args, dt_work **work_out
     comm->free_works = w->next_free;
   } else {
     w = dt__alloc(sizeof *w);
-    if (!w) return dt__error(DT_ERR_NOMEM, "%s: out of memory for a work handle", args->op_name);
+    if (!w)
+      return dt__error(DT_ERR_NOMEM, "dt_comm_%s: out of memory for a work handle", args->op_name);
   }
   work_init(w, comm, args, true);
   dt_status status = work_start(comm, w);
@@ -297,7 +300,7 @@ dt_status dt_comm_all_reduce(dt_comm *comm, dt_tensor *tensor, dt_reduce_op op) 
 
 dt_status dt_comm_all_reduce_async(dt_comm *comm, dt_tensor *tensor, dt_reduce_op op,
                                    dt_work **work) {
-  if (!work) return dt__error(DT_ERR_INVALID, "all_reduce: work is NULL");
+  if (!work) return dt__error(DT_ERR_INVALID, "dt_comm_all_reduce: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return all_reduce(comm, tensor, op, work);
 }
@@ -313,7 +316,7 @@ static dt_status all_gather(const char *name, dt_comm *comm, const dt_tensor *in
   if (counts) {
     CHECK(check_counts(name, "counts", comm, counts, &total));
     if (in->shape[0] != counts[comm->rank]) {
-      return dt__error(DT_ERR_INVALID, "%s: in has %lld rows but counts[%d] is %lld", name,
+      return dt__error(DT_ERR_INVALID, "dt_comm_%s: in has %lld rows but counts[%d] is %lld", name,
                        (long long)in->shape[0], comm->rank, (long long)counts[comm->rank]);
     }
     first = 0;
@@ -339,22 +342,22 @@ dt_status dt_comm_all_gather_into_tensor(dt_comm *comm, const dt_tensor *in, dt_
 
 dt_status dt_comm_all_gather_into_tensor_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                                                dt_work **work) {
-  if (!work) return dt__error(DT_ERR_INVALID, "all_gather_into_tensor: work is NULL");
+  if (!work) return dt__error(DT_ERR_INVALID, "dt_comm_all_gather_into_tensor: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return all_gather("all_gather_into_tensor", comm, in, out, NULL, work);
 }
 
 dt_status dt_comm_all_gather_uneven(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                                     const int64_t *counts) {
-  if (!counts) return dt__error(DT_ERR_INVALID, "all_gather_uneven: counts is NULL");
+  if (!counts) return dt__error(DT_ERR_INVALID, "dt_comm_all_gather_uneven: counts is NULL");
   return all_gather("all_gather_uneven", comm, in, out, counts, NULL);
 }
 
 dt_status dt_comm_all_gather_uneven_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                                           const int64_t *counts, dt_work **work) {
-  if (!work) return dt__error(DT_ERR_INVALID, "all_gather_uneven: work is NULL");
+  if (!work) return dt__error(DT_ERR_INVALID, "dt_comm_all_gather_uneven: work is NULL");
   *work = NULL;
-  if (!counts) return dt__error(DT_ERR_INVALID, "all_gather_uneven: counts is NULL");
+  if (!counts) return dt__error(DT_ERR_INVALID, "dt_comm_all_gather_uneven: counts is NULL");
   return all_gather("all_gather_uneven", comm, in, out, counts, work);
 }
 
@@ -399,23 +402,23 @@ dt_status dt_comm_reduce_scatter_tensor(dt_comm *comm, const dt_tensor *in, dt_t
 
 dt_status dt_comm_reduce_scatter_tensor_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                                               dt_reduce_op op, dt_work **work) {
-  if (!work) return dt__error(DT_ERR_INVALID, "reduce_scatter_tensor: work is NULL");
+  if (!work) return dt__error(DT_ERR_INVALID, "dt_comm_reduce_scatter_tensor: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return reduce_scatter("reduce_scatter_tensor", comm, in, out, NULL, op, work);
 }
 
 dt_status dt_comm_reduce_scatter_uneven(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                                         const int64_t *counts, dt_reduce_op op) {
-  if (!counts) return dt__error(DT_ERR_INVALID, "reduce_scatter_uneven: counts is NULL");
+  if (!counts) return dt__error(DT_ERR_INVALID, "dt_comm_reduce_scatter_uneven: counts is NULL");
   return reduce_scatter("reduce_scatter_uneven", comm, in, out, counts, op, NULL);
 }
 
 dt_status dt_comm_reduce_scatter_uneven_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                                               const int64_t *counts, dt_reduce_op op,
                                               dt_work **work) {
-  if (!work) return dt__error(DT_ERR_INVALID, "reduce_scatter_uneven: work is NULL");
+  if (!work) return dt__error(DT_ERR_INVALID, "dt_comm_reduce_scatter_uneven: work is NULL");
   *work = NULL;
-  if (!counts) return dt__error(DT_ERR_INVALID, "reduce_scatter_uneven: counts is NULL");
+  if (!counts) return dt__error(DT_ERR_INVALID, "dt_comm_reduce_scatter_uneven: counts is NULL");
   return reduce_scatter("reduce_scatter_uneven", comm, in, out, counts, op, work);
 }
 
@@ -429,8 +432,8 @@ static dt_status all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
   CHECK(check_rows_tensor(name, "in", in));
   CHECK(check_rows_tensor(name, "out", out));
   if ((send_counts == NULL) != (recv_counts == NULL)) {
-    return dt__error(DT_ERR_INVALID, "%s: %s is NULL but %s is not; pass both or neither", name,
-                     send_counts ? "recv_counts" : "send_counts",
+    return dt__error(DT_ERR_INVALID, "dt_comm_%s: %s is NULL but %s is not; pass both or neither",
+                     name, send_counts ? "recv_counts" : "send_counts",
                      send_counts ? "send_counts" : "recv_counts");
   }
   int64_t block = 0;
@@ -443,7 +446,7 @@ static dt_status all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
   } else {
     if (in->shape[0] % comm->size != 0) {
       return dt__error(DT_ERR_INVALID,
-                       "%s: in dim 0 (%lld) is not divisible by the group size %d; pass "
+                       "dt_comm_%s: in dim 0 (%lld) is not divisible by the group size %d; pass "
                        "send_counts and recv_counts for uneven splits",
                        name, (long long)in->shape[0], comm->size);
     }
@@ -451,7 +454,8 @@ static dt_status all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
     block = in->shape[0] / comm->size * row_numel(in);
   }
   if (bytes_overlap(in, out)) {
-    return dt__error(DT_ERR_INVALID, "%s: in and out overlap; all_to_all is not in place", name);
+    return dt__error(DT_ERR_INVALID, "dt_comm_%s: in and out overlap; all_to_all is not in place",
+                     name);
   }
   dt_coll_args args = {.kind = DT_COLL_ALL_TO_ALL,
                        .dtype = in->dtype,
@@ -473,7 +477,7 @@ dt_status dt_comm_all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
 dt_status dt_comm_all_to_all_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                                    const int64_t *send_counts, const int64_t *recv_counts,
                                    dt_work **work) {
-  if (!work) return dt__error(DT_ERR_INVALID, "all_to_all: work is NULL");
+  if (!work) return dt__error(DT_ERR_INVALID, "dt_comm_all_to_all: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return all_to_all(comm, in, out, send_counts, recv_counts, work);
 }
@@ -502,7 +506,7 @@ dt_status dt_comm_broadcast(dt_comm *comm, dt_tensor *tensor, int root) {
 }
 
 dt_status dt_comm_broadcast_async(dt_comm *comm, dt_tensor *tensor, int root, dt_work **work) {
-  if (!work) return dt__error(DT_ERR_INVALID, "broadcast: work is NULL");
+  if (!work) return dt__error(DT_ERR_INVALID, "dt_comm_broadcast: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return broadcast(comm, tensor, root, work);
 }
@@ -519,7 +523,7 @@ static dt_status scatter(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int
     CHECK(check_like(name, "out", out, "in", in, out->shape[0] * comm->size,
                      "dim 0 = group size x out dim 0"));
     if (bytes_overlap(in, out)) {
-      return dt__error(DT_ERR_INVALID, "%s: in and out overlap on the root", name);
+      return dt__error(DT_ERR_INVALID, "dt_comm_%s: in and out overlap on the root", name);
     }
     send = dt__tensor_base(in);
   }
@@ -540,7 +544,7 @@ dt_status dt_comm_scatter(dt_comm *comm, const dt_tensor *in, dt_tensor *out, in
 
 dt_status dt_comm_scatter_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
                                 dt_work **work) {
-  if (!work) return dt__error(DT_ERR_INVALID, "scatter: work is NULL");
+  if (!work) return dt__error(DT_ERR_INVALID, "dt_comm_scatter: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return scatter(comm, in, out, root, work);
 }
@@ -557,7 +561,7 @@ static dt_status gather(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int 
     CHECK(check_like(name, "in", in, "out", out, in->shape[0] * comm->size,
                      "dim 0 = group size x in dim 0"));
     if (bytes_overlap(in, out)) {
-      return dt__error(DT_ERR_INVALID, "%s: in and out overlap on the root", name);
+      return dt__error(DT_ERR_INVALID, "dt_comm_%s: in and out overlap on the root", name);
     }
     recv = dt__tensor_base(out);
   }
@@ -578,7 +582,7 @@ dt_status dt_comm_gather(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int
 
 dt_status dt_comm_gather_async(dt_comm *comm, const dt_tensor *in, dt_tensor *out, int root,
                                dt_work **work) {
-  if (!work) return dt__error(DT_ERR_INVALID, "gather: work is NULL");
+  if (!work) return dt__error(DT_ERR_INVALID, "dt_comm_gather: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return gather(comm, in, out, root, work);
 }
@@ -592,7 +596,7 @@ dt_status dt_comm_barrier(dt_comm *comm) {
 }
 
 dt_status dt_comm_barrier_async(dt_comm *comm, dt_work **work) {
-  if (!work) return dt__error(DT_ERR_INVALID, "barrier: work is NULL");
+  if (!work) return dt__error(DT_ERR_INVALID, "dt_comm_barrier: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   CHECK(check_comm("barrier", comm));
   dt_coll_args args = {.kind = DT_COLL_BARRIER, .dtype = DT_U8, .op_name = "barrier"};
@@ -605,7 +609,7 @@ static dt_status point_to_point(const char *name, dt_comm *comm, const dt_tensor
   CHECK(check_tensor(name, "tensor", t));
   CHECK(check_root(name, comm, peer, is_send ? "dst" : "src"));
   if (peer == comm->rank) {
-    return dt__error(DT_ERR_INVALID, "%s: rank %d cannot %s itself", name, peer,
+    return dt__error(DT_ERR_INVALID, "dt_comm_%s: rank %d cannot %s itself", name, peer,
                      is_send ? "send to" : "receive from");
   }
   void *data = dt__tensor_base(t);
@@ -625,7 +629,7 @@ dt_status dt_comm_send(dt_comm *comm, const dt_tensor *tensor, int dst) {
 }
 
 dt_status dt_comm_send_async(dt_comm *comm, const dt_tensor *tensor, int dst, dt_work **work) {
-  if (!work) return dt__error(DT_ERR_INVALID, "send: work is NULL");
+  if (!work) return dt__error(DT_ERR_INVALID, "dt_comm_send: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return point_to_point("send", comm, tensor, dst, true, work);
 }
@@ -635,7 +639,7 @@ dt_status dt_comm_recv(dt_comm *comm, dt_tensor *tensor, int src) {
 }
 
 dt_status dt_comm_recv_async(dt_comm *comm, dt_tensor *tensor, int src, dt_work **work) {
-  if (!work) return dt__error(DT_ERR_INVALID, "recv: work is NULL");
+  if (!work) return dt__error(DT_ERR_INVALID, "dt_comm_recv: work is NULL");
   *work = NULL; /* documented: NULL on every failure */
   return point_to_point("recv", comm, tensor, src, false, work);
 }
@@ -648,7 +652,7 @@ static dt_status all_gather_object_fallback(dt_comm *comm, const void *data, siz
   static const char name[] = "all_gather_object";
   int size = comm->size;
   int64_t *lengths = dt__alloc(sizeof *lengths * (size_t)size);
-  if (!lengths) return dt__error(DT_ERR_NOMEM, "%s: out of memory", name);
+  if (!lengths) return dt__error(DT_ERR_NOMEM, "dt_comm_%s: out of memory", name);
   int64_t mine = (int64_t)nbytes;
   dt_coll_args args = {.kind = DT_COLL_ALL_GATHER,
                        .dtype = DT_I64,
@@ -668,8 +672,8 @@ static dt_status all_gather_object_fallback(dt_comm *comm, const void *data, siz
   if (!objects) {
     dt__free(lengths);
     /* The peers go on to the second exchange: abort rather than leave them waiting. */
-    comm->backend->abort(comm, "all_gather_object: out of memory on one rank");
-    return dt__error(DT_ERR_NOMEM, "%s: out of memory for %zu bytes", name, total);
+    comm->backend->abort(comm, "dt_comm_all_gather_object: out of memory on one rank");
+    return dt__error(DT_ERR_NOMEM, "dt_comm_%s: out of memory for %zu bytes", name, total);
   }
   size_t *lens = (size_t *)objects->lengths, *offs = (size_t *)objects->offsets;
   size_t offset = 0;
@@ -700,10 +704,10 @@ static dt_status all_gather_object_fallback(dt_comm *comm, const void *data, siz
 dt_status dt_comm_all_gather_object(dt_comm *comm, const void *data, size_t nbytes,
                                     dt_objects **out) {
   static const char name[] = "all_gather_object";
-  if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", name);
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_comm_%s: out is NULL", name);
   *out = NULL;
   CHECK(check_comm(name, comm));
-  if (!data && nbytes > 0) return dt__error(DT_ERR_INVALID, "%s: data is NULL", name);
+  if (!data && nbytes > 0) return dt__error(DT_ERR_INVALID, "dt_comm_%s: data is NULL", name);
   if (comm->backend->all_gather_object) {
     return comm->backend->all_gather_object(comm, data, nbytes, out);
   }

@@ -36,8 +36,17 @@ dt_status dt__error(dt_status status, const char *format, ...) {
 void dt__error_prefix(const char *prefix) {
   char previous[DT_ERROR_CAPACITY];
   memcpy(previous, error_message, sizeof previous);
+  /* A message names its public function once: when the prefix starts with a function name
+   * (dt_...) that the inner message already starts with, the inner one drops it, so
+   * "dt_program_run: node %x" over "dt_program_run: bad" reads
+   * "dt_program_run: node %x: bad", not the name twice. */
+  const char *rest = previous;
+  size_t name = strspn(prefix, "abcdefghijklmnopqrstuvwxyz0123456789_");
+  if (name > 3 && strncmp(prefix, "dt_", 3) == 0 && strncmp(previous, prefix, name) == 0 &&
+      previous[name] == ':' && previous[name + 1] == ' ')
+    rest = previous + name + 2;
   int room = (int)sizeof error_message - 3 - (int)strlen(prefix);
-  snprintf(error_message, sizeof error_message, "%s: %.*s", prefix, room > 0 ? room : 0, previous);
+  snprintf(error_message, sizeof error_message, "%s: %.*s", prefix, room > 0 ? room : 0, rest);
 }
 
 void dt__assert_fail(const char *expr, const char *file, int line) {

@@ -53,14 +53,14 @@ static dt_status ledger_mode(dt_invocation *inv, void *user) {
 }
 
 dt_status dt_comm_ledger_start(dt_comm_ledger **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "comm_ledger_start: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_comm_ledger_start: out is NULL");
   *out = NULL;
   if (dt__comm_observer) {
     return dt__error(DT_ERR_INVALID,
-                     "comm_ledger_start: another ledger is already recording on this thread");
+                     "dt_comm_ledger_start: another ledger is already recording on this thread");
   }
   dt_comm_ledger *l = dt__calloc(sizeof *l);
-  if (!l) return dt__error(DT_ERR_NOMEM, "comm_ledger_start: out of memory");
+  if (!l) return dt__error(DT_ERR_NOMEM, "dt_comm_ledger_start: out of memory");
   dt_status st = dt_mode_push(ledger_mode, l);
   if (st) {
     dt__free(l);
@@ -75,7 +75,7 @@ dt_status dt_comm_ledger_start(dt_comm_ledger **out) {
 
 dt_status dt_comm_ledger_stop(dt_comm_ledger *l) {
   if (!l || !l->recording)
-    return dt__error(DT_ERR_INVALID, "comm_ledger_stop: the ledger is not recording");
+    return dt__error(DT_ERR_INVALID, "dt_comm_ledger_stop: the ledger is not recording");
   dt_status st = dt_mode_pop();
   if (st) return st;
   l->recording = false;
@@ -106,7 +106,7 @@ int64_t dt_comm_ledger_bytes(const dt_comm_ledger *l, const char *collective) {
 
 dt_status dt_comm_ledger_format(const dt_comm_ledger *l, char *buf, size_t size) {
   if (!l || !buf || size == 0)
-    return dt__error(DT_ERR_INVALID, "comm_ledger_format: NULL argument or empty buffer");
+    return dt__error(DT_ERR_INVALID, "dt_comm_ledger_format: NULL argument or empty buffer");
   size_t used = 0;
   int n = snprintf(buf, size, "%-24s %-28s %8s %14s\n", "op", "collective", "calls", "bytes");
   used = n > 0 ? (size_t)n : 0;

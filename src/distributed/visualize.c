@@ -24,14 +24,14 @@ DT_PRINTF(4, 5) static void append(char *buf, size_t size, size_t *used, const c
 
 dt_status dt_dist_visualize_sharding(const dt_tensor *t, char *buf, size_t size) {
   if (!t || !buf || size == 0)
-    return dt__error(DT_ERR_INVALID, "visualize_sharding: NULL argument or empty buffer");
+    return dt__error(DT_ERR_INVALID, "dt_dist_visualize_sharding: NULL argument or empty buffer");
   if (!t->spec)
-    return dt__error(DT_ERR_INVALID, "visualize_sharding: the tensor is not distributed");
+    return dt__error(DT_ERR_INVALID, "dt_dist_visualize_sharding: the tensor is not distributed");
   const dt_dist_spec *s = t->spec;
   if (s->ndim < 1 || s->ndim > 2) {
-    return dt__error(DT_ERR_INVALID,
-                     "visualize_sharding: only 1-D and 2-D tensors can be shown (got %d dims)",
-                     s->ndim);
+    return dt__error(
+        DT_ERR_INVALID,
+        "dt_dist_visualize_sharding: only 1-D and 2-D tensors can be shown (got %d dims)", s->ndim);
   }
   dt_mesh_info mi;
   dt__mesh_info(s->mesh, &mi);

@@ -96,8 +96,8 @@ static dt_status start(const dt_graph *g, int i, dt_tensor *x, bool consumable,
     if (x->shape[dim] != p->counts[rank]) {
       return dt__error(
           DT_ERR_SHAPE,
-          "all_gather_into_tensor: rank %d holds %lld of %lld along dim %d, expected %lld", rank,
-          (long long)x->shape[dim], (long long)full, dim, (long long)p->counts[rank]);
+          "dt_comm_all_gather_into_tensor: rank %d holds %lld of %lld along dim %d, expected %lld",
+          rank, (long long)x->shape[dim], (long long)full, dim, (long long)p->counts[rank]);
     }
     st = move_to_front(x, dim, p, &p->send);
     if (!st) {

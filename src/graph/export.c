@@ -57,7 +57,7 @@ static dt_status map_tensor(tracer *tr, dt_tensor *x, int node, int item) {
   if (tr->n_map == tr->cap_map) {
     int cap = tr->cap_map ? tr->cap_map * 2 : 64;
     trace_entry *m = dt__alloc(sizeof *m * (size_t)cap);
-    if (!m) return dt__error(DT_ERR_NOMEM, "export: out of memory");
+    if (!m) return dt__error(DT_ERR_NOMEM, "dt_export: out of memory");
     if (tr->n_map) memcpy(m, tr->map, sizeof *m * (size_t)tr->n_map);
     dt__free(tr->map);
     tr->map = m;
@@ -75,7 +75,7 @@ static dt_status add_state(tracer *tr, int node, dt_tensor *x) {
     if (!names || !tensors) {
       dt__free(names);
       dt__free(tensors);
-      return dt__error(DT_ERR_NOMEM, "export: out of memory");
+      return dt__error(DT_ERR_NOMEM, "dt_export: out of memory");
     }
     if (tr->n_state) {
       memcpy(names, tr->state_names, sizeof *names * (size_t)tr->n_state);
@@ -96,7 +96,7 @@ static dt_status add_state(tracer *tr, int node, dt_tensor *x) {
 static dt_status add_state_node(tracer *tr, dt_node_kind kind, const char *name, dt_tensor *x,
                                 int *node) {
   int i = dt__graph_add_node(tr->g, kind, name);
-  if (i < 0) return dt__error(DT_ERR_NOMEM, "export: out of memory");
+  if (i < 0) return dt__error(DT_ERR_NOMEM, "dt_export: out of memory");
   dt_status st = dt__graph_node_types(tr->g, i, 1);
   if (st) return st;
   type_of(&tr->g->nodes[i].types[0], x);
@@ -121,7 +121,7 @@ static dt_status value_of(tracer *tr, dt_tensor *x, int *node) {
   }
   int src = e->node, item = e->item;
   int i = dt__graph_add_node(tr->g, DT_NODE_GETITEM, "getitem");
-  if (i < 0) return dt__error(DT_ERR_NOMEM, "export: out of memory");
+  if (i < 0) return dt__error(DT_ERR_NOMEM, "dt_export: out of memory");
   dt_status st = dt__graph_node_types(tr->g, i, 1);
   if (st) return st;
   dt_node *n = &tr->g->nodes[i];
@@ -148,14 +148,14 @@ static dt_status record(tracer *tr, const dt_op_call *snap, const dt_op_call *do
   }
   if (!st && snap->n_input_list > 0) {
     list = dt__alloc(sizeof(int) * (size_t)snap->n_input_list);
-    if (!list) st = dt__error(DT_ERR_NOMEM, "export: out of memory");
+    if (!list) st = dt__error(DT_ERR_NOMEM, "dt_export: out of memory");
     for (int k = 0; k < snap->n_input_list && !st; k++)
       st = value_of(tr, snap->input_list[k], &list[k]);
   }
   bool inplace = def->kind == DT_OP_KIND_INPLACE;
   int n_out = inplace ? 1 : done->n_outputs;
   if (!st && n_out > DT_OP_MAX_META) {
-    st = dt__error(DT_ERR_UNSUPPORTED, "export: %s gave %d results; graphs hold at most %d",
+    st = dt__error(DT_ERR_UNSUPPORTED, "dt_export: %s gave %d results; graphs hold at most %d",
                    def->name, n_out, DT_OP_MAX_META);
   }
   int i = -1;
@@ -193,7 +193,7 @@ static dt_status guard_conversion(void *user, const char *call, const dt_tensor 
   if (!e) return DT_OK;
   tr->refused = call;
   return dt__error(DT_ERR_UNSUPPORTED,
-                   "export: %s of the traced value %%%s inside the forward: a graph "
+                   "dt_export: %s of the traced value %%%s inside the forward: a graph "
                    "cannot record %s (not an op-table call) and its result would be a "
                    "constant that ignores the input; export the model before "
                    "parallelize_module and use dt_tp_transform for tensor parallelism",
@@ -219,7 +219,7 @@ static dt_status visit_module(const char *fqn, dt_module *m, void *user) {
     if (!f || !ty) {
       dt__free(f);
       dt__free(ty);
-      return dt__error(DT_ERR_NOMEM, "export: out of memory");
+      return dt__error(DT_ERR_NOMEM, "dt_export: out of memory");
     }
     if (t->n) {
       memcpy(f, t->fqns, sizeof *f * (size_t)t->n);
@@ -233,7 +233,7 @@ static dt_status visit_module(const char *fqn, dt_module *m, void *user) {
   }
   size_t len = strlen(fqn);
   t->fqns[t->n] = dt__alloc(len + 1);
-  if (!t->fqns[t->n]) return dt__error(DT_ERR_NOMEM, "export: out of memory");
+  if (!t->fqns[t->n]) return dt__error(DT_ERR_NOMEM, "dt_export: out of memory");
   memcpy(t->fqns[t->n], fqn, len + 1);
   t->types[t->n++] = (char *)dt_module_type(m);
   return DT_OK;
@@ -278,7 +278,7 @@ static void propagate_symbols(dt_graph *g) {
   dt_clear_error();
   if (ok) return;
   dt__log(DT_LOG_WARN,
-          "export: a size depends on the batch size in a way the graph cannot express; "
+          "dt_export: a size depends on the batch size in a way the graph cannot express; "
           "the graph keeps the traced sizes");
   for (int i = 0; i < g->n_nodes; i++) {
     for (int k = 0; k < g->nodes[i].n_out; k++)
@@ -292,7 +292,7 @@ static dt_status trace(tracer *tr, dt_module *model, dt_tensor *input,
   dt_status st = dt_module_visit_tensors(model, visit_state, tr);
   if (st) return st;
   int x = dt__graph_add_node(tr->g, DT_NODE_PLACEHOLDER, "x");
-  if (x < 0) return dt__error(DT_ERR_NOMEM, "export: out of memory");
+  if (x < 0) return dt__error(DT_ERR_NOMEM, "dt_export: out of memory");
   st = dt__graph_node_types(tr->g, x, 1);
   if (st) return st;
   dt_value_type *t = &tr->g->nodes[x].types[0];
@@ -315,7 +315,7 @@ static dt_status trace(tracer *tr, dt_module *model, dt_tensor *input,
   if (!st && tr->refused) {
     /* The forward went on after a refused conversion: the refusal still stands. */
     st = dt__error(DT_ERR_UNSUPPORTED,
-                   "export: the forward succeeded without the %s of a traced value that export "
+                   "dt_export: the forward succeeded without the %s of a traced value that export "
                    "refused; the graph would not be the forward",
                    tr->refused);
   }
@@ -325,14 +325,14 @@ static dt_status trace(tracer *tr, dt_module *model, dt_tensor *input,
   dt_tensor_release(y);
   if (st) return st;
   int o = dt__graph_add_node(tr->g, DT_NODE_OUTPUT, "output");
-  if (o < 0) return dt__error(DT_ERR_NOMEM, "export: out of memory");
+  if (o < 0) return dt__error(DT_ERR_NOMEM, "dt_export: out of memory");
   st = dt__graph_node_types(tr->g, o, 0);
   if (st) return st;
   dt_node *on = &tr->g->nodes[o];
   on->has_list = true;
   on->n_list = 1;
   on->list = dt__arena_alloc(&tr->g->arena, sizeof(int));
-  if (!on->list) return dt__error(DT_ERR_NOMEM, "export: out of memory");
+  if (!on->list) return dt__error(DT_ERR_NOMEM, "dt_export: out of memory");
   on->list[0] = result;
   if (tr->g->n_symbols) propagate_symbols(tr->g);
   return DT_OK;
@@ -340,11 +340,11 @@ static dt_status trace(tracer *tr, dt_module *model, dt_tensor *input,
 
 dt_status dt_export(dt_module *model, dt_tensor *input, const dt_export_options *options,
                     dt_program **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "export: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_export: out is NULL");
   *out = NULL;
-  if (!model || !input) return dt__error(DT_ERR_INVALID, "export: NULL model or input");
+  if (!model || !input) return dt__error(DT_ERR_INVALID, "dt_export: NULL model or input");
   if (dt_mode_depth() >= DT_MAX_MODES)
-    return dt__error(DT_ERR_INVALID, "export: no room for the tracing mode");
+    return dt__error(DT_ERR_INVALID, "dt_export: no room for the tracing mode");
   tracer tr = {0};
   module_table mt = {0};
   dt_status st = dt__graph_create(&tr.g);

@@ -46,12 +46,13 @@ static void compute_last_use(run_state *s) {
 static dt_status bind_input(run_state *s, int node, int index, dt_tensor *x) {
   const dt_node *n = &s->g->nodes[node];
   const dt_value_type *t = &n->types[0];
-  if (!x) return dt__error(DT_ERR_INVALID, "program_run: input %d (%%%s) is NULL", index, n->name);
+  if (!x)
+    return dt__error(DT_ERR_INVALID, "dt_program_run: input %d (%%%s) is NULL", index, n->name);
   int ndim = x->spec ? dt_dist_ndim(x) : x->ndim;
   const int64_t *shape = x->spec ? dt_dist_global_shape(x) : x->shape;
   char a[256], b[160];
   if (x->dtype != t->dtype || ndim != t->ndim) {
-    return dt__error(DT_ERR_INVALID, "program_run: input %d (%%%s) is %s %s, the graph takes %s",
+    return dt__error(DT_ERR_INVALID, "dt_program_run: input %d (%%%s) is %s %s, the graph takes %s",
                      index, n->name, dt_dtype_name(x->dtype),
                      dt__format_ints(b, sizeof b, ndim, shape), dt__type_format(a, sizeof a, t));
   }
@@ -59,15 +60,15 @@ static dt_status bind_input(run_state *s, int node, int index, dt_tensor *x) {
     int sym = t->sym[d];
     if (sym < 0 && shape[d] != t->shape[d]) {
       return dt__error(
-          DT_ERR_INVALID, "program_run: input %d (%%%s) has shape %s, the graph takes %s", index,
+          DT_ERR_INVALID, "dt_program_run: input %d (%%%s) has shape %s, the graph takes %s", index,
           n->name, dt__format_ints(b, sizeof b, ndim, shape), dt__type_format(a, sizeof a, t));
     }
     if (sym >= 0) {
       if (s->bound[sym] && s->symbols[sym] != shape[d]) {
         return dt__error(
             DT_ERR_INVALID,
-            "program_run: input %d (%%%s) gives s%d = %lld but an earlier input gave %lld", index,
-            n->name, sym, (long long)shape[d], (long long)s->symbols[sym]);
+            "dt_program_run: input %d (%%%s) gives s%d = %lld but an earlier input gave %lld",
+            index, n->name, sym, (long long)shape[d], (long long)s->symbols[sym]);
       }
       s->symbols[sym] = shape[d];
       s->bound[sym] = true;
@@ -129,7 +130,7 @@ static dt_status run_nodes(run_state *s, const dt_program *prog, int n_inputs,
     case DT_NODE_BUFFER:
       s->values[i] = dt_tensor_retain(dt_program_state(prog, n->name));
       if (!s->values[i])
-        st = dt__error(DT_ERR_INVALID, "program_run: no state entry '%s'", n->name);
+        st = dt__error(DT_ERR_INVALID, "dt_program_run: no state entry '%s'", n->name);
       break;
     case DT_NODE_GETITEM:
       s->values[i] = dt_tensor_retain(s->tuples[n->inputs[0]][n->ints[0]]);
@@ -155,7 +156,7 @@ static dt_status run_nodes(run_state *s, const dt_program *prog, int n_inputs,
     }
     if (st) {
       char prefix[200];
-      snprintf(prefix, sizeof prefix, "program_run: node %%%s", n->name);
+      snprintf(prefix, sizeof prefix, "dt_program_run: node %%%s", n->name);
       dt__error_prefix(prefix);
       return st;
     }
@@ -175,17 +176,18 @@ static dt_status run_nodes(run_state *s, const dt_program *prog, int n_inputs,
 dt_status dt_program_run(const dt_program *program, int n_inputs, dt_tensor *const *inputs,
                          int n_outputs, dt_tensor **outputs, const dt_run_options *options) {
   for (int k = 0; outputs && k < n_outputs; k++) outputs[k] = NULL;
-  if (!program) return dt__error(DT_ERR_INVALID, "program_run: program is NULL");
+  if (!program) return dt__error(DT_ERR_INVALID, "dt_program_run: program is NULL");
   const dt_graph *g = program->graph;
   int want_in = dt_graph_input_count(g), want_out = dt_graph_output_count(g);
-  if (n_inputs > 0 && !inputs) return dt__error(DT_ERR_INVALID, "program_run: inputs is NULL");
-  if (n_outputs > 0 && !outputs) return dt__error(DT_ERR_INVALID, "program_run: outputs is NULL");
+  if (n_inputs > 0 && !inputs) return dt__error(DT_ERR_INVALID, "dt_program_run: inputs is NULL");
+  if (n_outputs > 0 && !outputs)
+    return dt__error(DT_ERR_INVALID, "dt_program_run: outputs is NULL");
   if (n_inputs != want_in) {
-    return dt__error(DT_ERR_INVALID, "program_run: %d inputs given, the graph takes %d", n_inputs,
-                     want_in);
+    return dt__error(DT_ERR_INVALID, "dt_program_run: %d inputs given, the graph takes %d",
+                     n_inputs, want_in);
   }
   if (n_outputs != want_out) {
-    return dt__error(DT_ERR_INVALID, "program_run: room for %d outputs, the graph returns %d",
+    return dt__error(DT_ERR_INVALID, "dt_program_run: room for %d outputs, the graph returns %d",
                      n_outputs, want_out);
   }
   dt_comm *comm = options ? options->comm : NULL;
@@ -193,8 +195,8 @@ dt_status dt_program_run(const dt_program *program, int n_inputs, dt_tensor *con
       (dt_comm_size(comm) != g->world_size || dt_comm_rank(comm) != g->rank)) {
     return dt__error(
         DT_ERR_INVALID,
-        "program_run: the graph is rank %d of %d but the group makes this rank %d of %d", g->rank,
-        g->world_size, dt_comm_rank(comm), dt_comm_size(comm));
+        "dt_program_run: the graph is rank %d of %d but the group makes this rank %d of %d",
+        g->rank, g->world_size, dt_comm_rank(comm), dt_comm_size(comm));
   }
   run_state s = {.g = g};
   size_t n = (size_t)g->n_nodes;
@@ -204,7 +206,7 @@ dt_status dt_program_run(const dt_program *program, int n_inputs, dt_tensor *con
   s.last_use = dt__calloc(sizeof *s.last_use * n);
   dt_status st = DT_OK;
   if (!s.values || !s.tuples || !s.pending || !s.last_use) {
-    st = dt__error(DT_ERR_NOMEM, "program_run: out of memory");
+    st = dt__error(DT_ERR_NOMEM, "dt_program_run: out of memory");
   }
   if (!st) {
     compute_last_use(&s);

@@ -163,9 +163,9 @@ int dt__graph_output_node(const dt_graph *g) {
 }
 
 dt_status dt_graph_clone(const dt_graph *graph, dt_graph **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "graph_clone: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_graph_clone: out is NULL");
   *out = NULL;
-  if (!graph) return dt__error(DT_ERR_INVALID, "graph_clone: graph is NULL");
+  if (!graph) return dt__error(DT_ERR_INVALID, "dt_graph_clone: graph is NULL");
   dt_graph *g = NULL;
   dt_status st = dt__graph_create(&g);
   if (st) return st;
@@ -177,7 +177,7 @@ dt_status dt_graph_clone(const dt_graph *graph, dt_graph **out) {
     const dt_node *src = &graph->nodes[i];
     int j = dt__graph_add_node(g, src->kind, src->name);
     if (j < 0) {
-      st = dt__error(DT_ERR_NOMEM, "graph_clone: out of memory");
+      st = dt__error(DT_ERR_NOMEM, "dt_graph_clone: out of memory");
       break;
     }
     dt_node *n = &g->nodes[j];
@@ -202,7 +202,7 @@ dt_status dt_graph_clone(const dt_graph *graph, dt_graph **out) {
     }
     if ((src->n_list && !n->list) || (src->n_int_list && !n->int_list) ||
         (src->n_out && !n->types)) {
-      st = dt__error(DT_ERR_NOMEM, "graph_clone: out of memory");
+      st = dt__error(DT_ERR_NOMEM, "dt_graph_clone: out of memory");
     }
   }
   if (st) {

@@ -47,7 +47,7 @@ DT_PRINTF(2, 3) static dt_status fail(const parser *p, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  return dt__error(DT_ERR_INVALID, "graph_parse: line %d, column %d: %s", line, col, msg);
+  return dt__error(DT_ERR_INVALID, "dt_graph_parse: line %d, column %d: %s", line, col, msg);
 }
 
 static void skip_ws(parser *p) {
@@ -593,7 +593,7 @@ static dt_status parse_node(parser *p) {
   int i = -1;
   if (!st) {
     i = dt__graph_add_node(g, kind, name);
-    if (i < 0) st = dt__error(DT_ERR_NOMEM, "graph_parse: out of memory");
+    if (i < 0) st = dt__error(DT_ERR_NOMEM, "dt_graph_parse: out of memory");
   }
   if (!st) st = dt__graph_node_types(g, i, n_types);
   if (!st) {
@@ -611,7 +611,7 @@ static dt_status parse_node(parser *p) {
       n->n_list = a->n_list;
       n->list = dt__arena_alloc(&g->arena, sizeof(int) * (size_t)(a->n_list ? a->n_list : 1));
       if (!n->list)
-        st = dt__error(DT_ERR_NOMEM, "graph_parse: out of memory");
+        st = dt__error(DT_ERR_NOMEM, "dt_graph_parse: out of memory");
       else
         memcpy(n->list, a->list, sizeof(int) * (size_t)a->n_list);
     }
@@ -647,7 +647,7 @@ static dt_status parse_node(parser *p) {
       if (a->n_int_list) {
         n->int_list = dt__arena_alloc(&g->arena, sizeof(int64_t) * (size_t)a->n_int_list);
         if (!n->int_list)
-          st = dt__error(DT_ERR_NOMEM, "graph_parse: out of memory");
+          st = dt__error(DT_ERR_NOMEM, "dt_graph_parse: out of memory");
         else
           memcpy(n->int_list, a->int_list, sizeof(int64_t) * (size_t)a->n_int_list);
         n->n_int_list = a->n_int_list;
@@ -714,21 +714,21 @@ static dt_status parse_graph(parser *p) {
   if (st) return st;
   if (peek(p) != '\0') return fail(p, "text after the end of the graph");
   int o = dt__graph_add_node(g, DT_NODE_OUTPUT, "output");
-  if (o < 0) return dt__error(DT_ERR_NOMEM, "graph_parse: out of memory");
+  if (o < 0) return dt__error(DT_ERR_NOMEM, "dt_graph_parse: out of memory");
   st = dt__graph_node_types(g, o, 0);
   if (st) return st;
   g->nodes[o].has_list = true;
   g->nodes[o].n_list = n;
   g->nodes[o].list = dt__arena_alloc(&g->arena, sizeof(int) * (size_t)(n ? n : 1));
-  if (!g->nodes[o].list) return dt__error(DT_ERR_NOMEM, "graph_parse: out of memory");
+  if (!g->nodes[o].list) return dt__error(DT_ERR_NOMEM, "dt_graph_parse: out of memory");
   memcpy(g->nodes[o].list, list, sizeof(int) * (size_t)n);
   return DT_OK;
 }
 
 dt_status dt_graph_parse(const char *text, dt_graph **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "graph_parse: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_graph_parse: out is NULL");
   *out = NULL;
-  if (!text) return dt__error(DT_ERR_INVALID, "graph_parse: text is NULL");
+  if (!text) return dt__error(DT_ERR_INVALID, "dt_graph_parse: text is NULL");
   dt_graph *g = NULL;
   dt_status st = dt__graph_create(&g);
   if (st) return st;
@@ -737,7 +737,7 @@ dt_status dt_graph_parse(const char *text, dt_graph **out) {
   p.signatures = dt__alloc(sizeof *p.signatures * DT_OP_COUNT);
   p.have_signature = dt__calloc(sizeof *p.have_signature * DT_OP_COUNT);
   if (!p.a || !p.signatures || !p.have_signature)
-    st = dt__error(DT_ERR_NOMEM, "graph_parse: out of memory");
+    st = dt__error(DT_ERR_NOMEM, "dt_graph_parse: out of memory");
   if (!st) st = parse_graph(&p);
   dt__free(p.a);
   dt__free(p.signatures);

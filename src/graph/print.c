@@ -142,8 +142,8 @@ static void print_node(out_buf *o, const dt_graph *g, const dt_node *n) {
 }
 
 dt_status dt_graph_format(const dt_graph *graph, char *buf, size_t size, size_t *needed) {
-  if (!graph) return dt__error(DT_ERR_INVALID, "graph_print: graph is NULL");
-  if (!buf && size > 0) return dt__error(DT_ERR_INVALID, "graph_print: buf is NULL");
+  if (!graph) return dt__error(DT_ERR_INVALID, "dt_graph_format: graph is NULL");
+  if (!buf && size > 0) return dt__error(DT_ERR_INVALID, "dt_graph_format: buf is NULL");
   out_buf o = {buf, size, 0};
   put(&o, "graph(");
   for (int s = 0; s < graph->n_symbols; s++)

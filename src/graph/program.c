@@ -95,17 +95,18 @@ dt_status dt__program_create_owned(dt_graph *graph, int n, const char *const *na
 
 dt_status dt_program_create(const dt_graph *graph, int n, const char *const *names,
                             dt_tensor *const *tensors, dt_program **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "program_create: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_program_create: out is NULL");
   *out = NULL;
   if (!graph || n < 0 || (n > 0 && (!names || !tensors))) {
-    return dt__error(DT_ERR_INVALID, "program_create: NULL graph or state dict");
+    return dt__error(DT_ERR_INVALID, "dt_program_create: NULL graph or state dict");
   }
   for (int i = 0; i < n; i++) {
     for (int j = 0; j < i; j++) {
       if (names[i] && names[j] && strcmp(names[i], names[j]) == 0) {
-        return dt__error(DT_ERR_INVALID,
-                         "program_create: state dict name '%s' appears twice (entries %d and %d)",
-                         names[i], j, i);
+        return dt__error(
+            DT_ERR_INVALID,
+            "dt_program_create: state dict name '%s' appears twice (entries %d and %d)", names[i],
+            j, i);
       }
     }
   }

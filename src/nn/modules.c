@@ -33,14 +33,14 @@ struct dt_module {
 /* ---- Creation ------------------------------------------------------------------------------- */
 
 dt_status dt_module_create(const char *type, dt_forward_fn forward, void *user, dt_module **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "module_create: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_module_create: out is NULL");
   *out = NULL;
   if (!type || !type[0] || strlen(type) >= MAX_NAME) {
-    return dt__error(DT_ERR_INVALID, "module_create: type must be a name of 1..%d characters",
+    return dt__error(DT_ERR_INVALID, "dt_module_create: type must be a name of 1..%d characters",
                      MAX_NAME - 1);
   }
   dt_module *m = dt__calloc(sizeof *m);
-  if (!m) return dt__error(DT_ERR_NOMEM, "module_create: out of memory");
+  if (!m) return dt__error(DT_ERR_NOMEM, "dt_module_create: out of memory");
   snprintf(m->type, sizeof m->type, "%s", type);
   m->forward = forward;
   m->user = user;
@@ -86,11 +86,11 @@ static dt_status check_part_name(const char *op, const dt_module *m, const char 
 dt_status dt_module_add_child(dt_module *parent, const char *name, dt_module *child) {
   if (!parent || !child) {
     dt_module_destroy(child);
-    return dt__error(DT_ERR_INVALID, "module_add_child: NULL module");
+    return dt__error(DT_ERR_INVALID, "dt_module_add_child: NULL module");
   }
   dt_status st = check_part_name("module_add_child", parent, name);
   if (!st && parent->n_children >= MAX_PARTS) {
-    st = dt__error(DT_ERR_INVALID, "module_add_child: more than %d children", MAX_PARTS);
+    st = dt__error(DT_ERR_INVALID, "dt_module_add_child: more than %d children", MAX_PARTS);
   }
   if (st) {
     dt_module_destroy(child);
@@ -188,7 +188,7 @@ dt_tensor *dt_module_get_tensor(const dt_module *m, const char *fqn) {
 }
 
 dt_status dt_module_set_tensor(dt_module *m, const char *name, dt_tensor *t) {
-  if (!m || !name || !t) return dt__error(DT_ERR_INVALID, "module_set_tensor: NULL argument");
+  if (!m || !name || !t) return dt__error(DT_ERR_INVALID, "dt_module_set_tensor: NULL argument");
   for (int i = 0; i < m->n_tensors; i++) {
     if (strcmp(m->tensor_names[i], name) == 0) {
       dt_tensor_retain(t);
@@ -197,8 +197,8 @@ dt_status dt_module_set_tensor(dt_module *m, const char *name, dt_tensor *t) {
       return DT_OK;
     }
   }
-  return dt__error(DT_ERR_INVALID, "module_set_tensor: %s has no parameter or buffer '%s'", m->type,
-                   name);
+  return dt__error(DT_ERR_INVALID, "dt_module_set_tensor: %s has no parameter or buffer '%s'",
+                   m->type, name);
 }
 
 static dt_status visit_tensors(const dt_module *m, char *prefix, size_t len, bool buffers,
@@ -219,7 +219,7 @@ static dt_status visit_tensors(const dt_module *m, char *prefix, size_t len, boo
 }
 
 dt_status dt_module_visit_tensors(const dt_module *m, dt_tensor_visit_fn fn, void *user) {
-  if (!m || !fn) return dt__error(DT_ERR_INVALID, "module_visit_tensors: NULL argument");
+  if (!m || !fn) return dt__error(DT_ERR_INVALID, "dt_module_visit_tensors: NULL argument");
   char prefix[512] = "";
   dt_status st = visit_tensors(m, prefix, 0, false, fn, user);
   if (!st) st = visit_tensors(m, prefix, 0, true, fn, user);
@@ -238,7 +238,7 @@ static dt_status visit_modules(dt_module *m, char *prefix, size_t len, dt_module
 }
 
 dt_status dt_module_visit(dt_module *m, dt_module_visit_fn fn, void *user) {
-  if (!m || !fn) return dt__error(DT_ERR_INVALID, "module_visit: NULL argument");
+  if (!m || !fn) return dt__error(DT_ERR_INVALID, "dt_module_visit: NULL argument");
   char prefix[512];
   return visit_modules(m, prefix, 0, fn, user);
 }
@@ -257,10 +257,11 @@ void dt_module_set_hooks(dt_module *m, dt_hook_fn pre, dt_hook_fn post, void *us
  */
 
 dt_status dt_module_forward(dt_module *m, dt_tensor *input, dt_tensor **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "module_forward: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_module_forward: out is NULL");
   *out = NULL;
-  if (!m || !input) return dt__error(DT_ERR_INVALID, "module_forward: NULL module or input");
-  if (!m->forward) return dt__error(DT_ERR_INVALID, "module_forward: %s has no forward", m->type);
+  if (!m || !input) return dt__error(DT_ERR_INVALID, "dt_module_forward: NULL module or input");
+  if (!m->forward)
+    return dt__error(DT_ERR_INVALID, "dt_module_forward: %s has no forward", m->type);
   dt_tensor *x = NULL, *y = NULL;
   dt_status st = DT_OK;
   if (m->pre) {
@@ -346,11 +347,11 @@ static dt_status finish(dt_module *m, dt_status st, dt_module **out) {
 
 dt_status dt_nn_linear(int64_t in_features, int64_t out_features, bool bias, uint64_t seed,
                        dt_module **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "Linear: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_nn_linear: out is NULL");
   *out = NULL;
   if (in_features < 1 || out_features < 1) {
     return dt__error(DT_ERR_INVALID,
-                     "Linear: in_features and out_features must be >= 1 (got %lld, %lld)",
+                     "dt_nn_linear: in_features and out_features must be >= 1 (got %lld, %lld)",
                      (long long)in_features, (long long)out_features);
   }
   dt_module *m = NULL;
@@ -418,10 +419,10 @@ dt_status dt_nn_module_list(int n, dt_module *const *children, dt_module **out) 
 
 dt_status dt_nn_embedding(int64_t num_embeddings, int64_t embedding_dim, uint64_t seed,
                           dt_module **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "Embedding: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_nn_embedding: out is NULL");
   *out = NULL;
   if (num_embeddings < 1 || embedding_dim < 1) {
-    return dt__error(DT_ERR_INVALID, "Embedding: sizes must be >= 1 (got %lld, %lld)",
+    return dt__error(DT_ERR_INVALID, "dt_nn_embedding: sizes must be >= 1 (got %lld, %lld)",
                      (long long)num_embeddings, (long long)embedding_dim);
   }
   dt_module *m = NULL;
@@ -486,7 +487,7 @@ dt_status dt_nn_batch_norm1d(int64_t num_features, double eps, dt_module **out) 
 
 dt_status dt_nn_mlp(int64_t in_features, int64_t hidden, int64_t out_features, bool hidden_bias,
                     bool output_bias, uint64_t seed, dt_module **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "MLP: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_nn_mlp: out is NULL");
   *out = NULL;
   dt_module *parts[3] = {NULL, NULL, NULL};
   dt_status st = dt_nn_linear(in_features, hidden, hidden_bias, seed, &parts[0]);

@@ -20,11 +20,11 @@ static _Thread_local int mode_count;
 _Thread_local int dt__modes_visible;
 
 dt_status dt_mode_push(dt_mode_fn fn, void *user) {
-  if (!fn) return dt__error(DT_ERR_INVALID, "mode_push: fn is NULL");
+  if (!fn) return dt__error(DT_ERR_INVALID, "dt_mode_push: fn is NULL");
   if (dt__modes_visible != mode_count)
-    return dt__error(DT_ERR_INVALID, "mode_push: called from inside a mode");
+    return dt__error(DT_ERR_INVALID, "dt_mode_push: called from inside a mode");
   if (mode_count >= DT_MAX_MODES)
-    return dt__error(DT_ERR_INVALID, "mode_push: more than %d modes", DT_MAX_MODES);
+    return dt__error(DT_ERR_INVALID, "dt_mode_push: more than %d modes", DT_MAX_MODES);
   modes[mode_count++] = (mode_entry){fn, user};
   dt__modes_visible = mode_count;
   return DT_OK;
@@ -32,8 +32,8 @@ dt_status dt_mode_push(dt_mode_fn fn, void *user) {
 
 dt_status dt_mode_pop(void) {
   if (dt__modes_visible != mode_count)
-    return dt__error(DT_ERR_INVALID, "mode_pop: called from inside a mode");
-  if (mode_count == 0) return dt__error(DT_ERR_INVALID, "mode_pop: no mode is active");
+    return dt__error(DT_ERR_INVALID, "dt_mode_pop: called from inside a mode");
+  if (mode_count == 0) return dt__error(DT_ERR_INVALID, "dt_mode_pop: no mode is active");
   dt__modes_visible = --mode_count;
   return DT_OK;
 }
@@ -69,7 +69,7 @@ dt_status dt__dispatch_with_modes(dt_op_call *call) {
 }
 
 dt_status dt_invocation_run(dt_invocation *inv) {
-  if (!inv) return dt__error(DT_ERR_INVALID, "invocation_run: invocation is NULL");
+  if (!inv) return dt__error(DT_ERR_INVALID, "dt_invocation_run: invocation is NULL");
   if (inv->ran) release_outputs(inv->call);
   inv->ran = true;
   return run_level(inv->call, inv->level - 1);

@@ -29,7 +29,7 @@ static void free_state(void *user) {
  * forward (or an export's trace of it), far from the parallelize_module call. */
 static dt_status hook_failed(dt_status st, const style_state *s, const char *which) {
   char prefix[300];
-  snprintf(prefix, sizeof prefix, "parallelize_module: %s hook of '%s'", which, s->fqn);
+  snprintf(prefix, sizeof prefix, "dt_parallelize_module: %s hook of '%s'", which, s->fqn);
   dt__error_prefix(prefix);
   return st;
 }
@@ -91,31 +91,33 @@ typedef struct pending {
 
 static dt_status check_entry(dt_module *model, dt_mesh *mesh, const dt_tp_plan *plan, int k) {
   const dt_tp_plan_entry *e = &plan->entries[k];
-  if (!e->fqn) return dt__error(DT_ERR_INVALID, "parallelize_module: plan entry %d has no FQN", k);
+  if (!e->fqn)
+    return dt__error(DT_ERR_INVALID, "dt_parallelize_module: plan entry %d has no FQN", k);
   if (e->style != DT_TP_COLWISE && e->style != DT_TP_ROWWISE) {
-    return dt__error(DT_ERR_INVALID, "parallelize_module: plan entry '%s' has an unknown style %d",
-                     e->fqn, (int)e->style);
+    return dt__error(DT_ERR_INVALID,
+                     "dt_parallelize_module: plan entry '%s' has an unknown style %d", e->fqn,
+                     (int)e->style);
   }
   for (int j = 0; j < k; j++) {
     if (strcmp(plan->entries[j].fqn, e->fqn) == 0) {
-      return dt__error(DT_ERR_INVALID, "parallelize_module: plan names '%s' twice", e->fqn);
+      return dt__error(DT_ERR_INVALID, "dt_parallelize_module: plan names '%s' twice", e->fqn);
     }
   }
   dt_module *m = dt_module_find(model, e->fqn);
   if (!m)
     return dt__error(DT_ERR_INVALID,
-                     "parallelize_module: plan names '%s', which is not a module of the model",
+                     "dt_parallelize_module: plan names '%s', which is not a module of the model",
                      e->fqn);
   if (strcmp(dt_module_type(m), "Linear") != 0) {
     return dt__error(
         DT_ERR_INVALID,
-        "parallelize_module: %s style on '%s', a %s (styles apply to Linear modules only)",
+        "dt_parallelize_module: %s style on '%s', a %s (styles apply to Linear modules only)",
         dt_tp_style_name(e->style), e->fqn, dt_module_type(m));
   }
   dt_tensor *w = dt_module_parameter(m, "weight");
   if (!w || dt_tensor_ndim(w) != 2 || dt_tensor_is_distributed(w)) {
     return dt__error(DT_ERR_INVALID,
-                     "parallelize_module: '%s' has no local 2-D weight (parallelized twice?)",
+                     "dt_parallelize_module: '%s' has no local 2-D weight (parallelized twice?)",
                      e->fqn);
   }
   (void)mesh;
@@ -125,11 +127,11 @@ static dt_status check_entry(dt_module *model, dt_mesh *mesh, const dt_tp_plan *
 dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_plan *plan,
                                 const dt_tp_style_options *options) {
   if (!model || !mesh || !plan || plan->n < 0 || (plan->n > 0 && !plan->entries)) {
-    return dt__error(DT_ERR_INVALID, "parallelize_module: NULL model, mesh or plan");
+    return dt__error(DT_ERR_INVALID, "dt_parallelize_module: NULL model, mesh or plan");
   }
   if (dt_mesh_ndim(mesh) != 1) {
     return dt__error(DT_ERR_INVALID,
-                     "parallelize_module: tensor parallelism needs a 1-D mesh (got %d dims)",
+                     "dt_parallelize_module: tensor parallelism needs a 1-D mesh (got %d dims)",
                      dt_mesh_ndim(mesh));
   }
   /* Check everything, then build every shard, then install: a failure changes nothing. */
@@ -138,7 +140,7 @@ dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_pla
     if (st) return st;
   }
   pending *work_list = dt__calloc(sizeof *work_list * (size_t)(plan->n ? plan->n : 1));
-  if (!work_list) return dt__error(DT_ERR_NOMEM, "parallelize_module: out of memory");
+  if (!work_list) return dt__error(DT_ERR_NOMEM, "dt_parallelize_module: out of memory");
   dt_status st = DT_OK;
   for (int k = 0; k < plan->n && !st; k++) {
     const dt_tp_plan_entry *e = &plan->entries[k];
@@ -155,7 +157,7 @@ dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_pla
     size_t fqn_len = strlen(e->fqn);
     t->state = dt__calloc(sizeof *t->state + fqn_len + 1);
     if (!t->state) {
-      st = dt__error(DT_ERR_NOMEM, "parallelize_module: out of memory");
+      st = dt__error(DT_ERR_NOMEM, "dt_parallelize_module: out of memory");
       break;
     }
     t->state->mesh = dt__mesh_retain(mesh);
@@ -171,7 +173,7 @@ dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_pla
     if (t->state->output_layout.kind == DT_PARTIAL && !t->state->keep_distributed) {
       st = dt__error(
           DT_ERR_INVALID,
-          "parallelize_module: '%s': a Partial output layout needs keep_distributed_output",
+          "dt_parallelize_module: '%s': a Partial output layout needs keep_distributed_output",
           e->fqn);
     }
   }

@@ -91,14 +91,14 @@ static bool same_placement(dt_placement a, dt_placement b) {
 static dt_status check_plan(const dt_program *prog, const dt_tp_plan *plan) {
   for (int k = 0; k < plan->n; k++) {
     const dt_tp_plan_entry *e = &plan->entries[k];
-    if (!e->fqn) return dt__error(DT_ERR_INVALID, "tp_transform: plan entry %d has no FQN", k);
+    if (!e->fqn) return dt__error(DT_ERR_INVALID, "dt_tp_transform: plan entry %d has no FQN", k);
     if (e->style != DT_TP_COLWISE && e->style != DT_TP_ROWWISE) {
-      return dt__error(DT_ERR_INVALID, "tp_transform: plan entry '%s' has an unknown style %d",
+      return dt__error(DT_ERR_INVALID, "dt_tp_transform: plan entry '%s' has an unknown style %d",
                        e->fqn, (int)e->style);
     }
     for (int j = 0; j < k; j++) {
       if (strcmp(plan->entries[j].fqn, e->fqn) == 0) {
-        return dt__error(DT_ERR_INVALID, "tp_transform: plan names '%s' twice", e->fqn);
+        return dt__error(DT_ERR_INVALID, "dt_tp_transform: plan names '%s' twice", e->fqn);
       }
     }
     char weight[300];
@@ -106,23 +106,23 @@ static dt_status check_plan(const dt_program *prog, const dt_tp_plan *plan) {
     const char *type = dt_program_module_type(prog, e->fqn);
     if (prog->n_modules > 0 && !type) {
       return dt__error(DT_ERR_INVALID,
-                       "tp_transform: plan names '%s', which is not a module of the program",
+                       "dt_tp_transform: plan names '%s', which is not a module of the program",
                        e->fqn);
     }
     if (type && strcmp(type, "Linear") != 0) {
       return dt__error(DT_ERR_INVALID,
-                       "tp_transform: %s style on '%s', a %s (styles apply to Linear modules only)",
+                       "dt_tp_transform: %s style on '%s', a %s (styles apply to Linear modules only)",
                        dt_tp_style_name(e->style), e->fqn, type);
     }
     if (!type) { /* a parsed program: the FQN must own a 2-D weight */
       int w = dt__graph_find(prog->graph, weight);
       if (w < 0 || prog->graph->nodes[w].kind != DT_NODE_PARAMETER) {
         return dt__error(DT_ERR_INVALID,
-                         "tp_transform: plan names '%s', which has no parameter '%s'", e->fqn,
+                         "dt_tp_transform: plan names '%s', which has no parameter '%s'", e->fqn,
                          weight);
       }
       if (prog->graph->nodes[w].types[0].ndim != 2) {
-        return dt__error(DT_ERR_INVALID, "tp_transform: %s style on '%s', whose weight is not 2-D",
+        return dt__error(DT_ERR_INVALID, "dt_tp_transform: %s style on '%s', whose weight is not 2-D",
                          dt_tp_style_name(e->style), e->fqn);
       }
     }
@@ -150,7 +150,7 @@ static dt_placement plan_placement(const dt_tp_plan *plan, const char *name) {
 /* ---- Building the new graph --------------------------------------------------------------------
  */
 
-static dt_status nomem(void) { return dt__error(DT_ERR_NOMEM, "tp_transform: out of memory"); }
+static dt_status nomem(void) { return dt__error(DT_ERR_NOMEM, "dt_tp_transform: out of memory"); }
 
 /* A new single-valued node of local type t and placement p. */
 static int add_node(tp *s, dt_node_kind kind, const char *name, const dt_value_type *t,
@@ -215,7 +215,7 @@ static dt_status value_at(tp *s, int v, dt_placement to, int *out) {
     int d = to.dim;
     if (global->sym[d] >= 0) {
       return dt__error(DT_ERR_UNSUPPORTED,
-                       "tp_transform: %%%s would be sharded along symbolic dim %d",
+                       "dt_tp_transform: %%%s would be sharded along symbolic dim %d",
                        s->src->nodes[v].name, d);
     }
     int64_t ints[4] = {d, chunk_start(global->shape[d], s->world, s->rank), lt.shape[d], 1};
@@ -233,7 +233,7 @@ static dt_status value_at(tp *s, int v, dt_placement to, int *out) {
   } else if (from.kind == DT_SHARD && to.kind == DT_SHARD) {
     if (global->sym[to.dim] >= 0) {
       return dt__error(DT_ERR_UNSUPPORTED,
-                       "tp_transform: %%%s would be sharded along symbolic dim %d",
+                       "dt_tp_transform: %%%s would be sharded along symbolic dim %d",
                        s->src->nodes[v].name, to.dim);
     }
     node = add_comm(s, DT_COMM_ALL_TO_ALL, tv->node, &lt, to, from.dim, to.dim, DT_REDUCE_SUM);
@@ -242,7 +242,7 @@ static dt_status value_at(tp *s, int v, dt_placement to, int *out) {
   } else if (from.kind == DT_PARTIAL && to.kind == DT_SHARD) {
     if (global->sym[to.dim] >= 0) {
       return dt__error(DT_ERR_UNSUPPORTED,
-                       "tp_transform: %%%s would be sharded along symbolic dim %d",
+                       "dt_tp_transform: %%%s would be sharded along symbolic dim %d",
                        s->src->nodes[v].name, to.dim);
     }
     node = add_comm(s, DT_COMM_REDUCE_SCATTER, tv->node, &lt, to, to.dim, 0, from.op);
@@ -260,7 +260,7 @@ static dt_status value_at(tp *s, int v, dt_placement to, int *out) {
     if (st) return st;
   }
   if (node < 0) {
-    return dt__error(DT_ERR_NOMEM, "tp_transform: out of memory moving %s to %s",
+    return dt__error(DT_ERR_NOMEM, "dt_tp_transform: out of memory moving %s to %s",
                      dt__placement_text(from, a, sizeof a), dt__placement_text(to, b, sizeof b));
   }
   if (tv->n_cached < CACHE_WAYS) {
@@ -325,7 +325,7 @@ static dt_status place_call(tp *s, int i) {
   const dt_op_def *def = &dt__op_table[n->target];
   int n_args = n->n_inputs + n->n_list;
   if (n_args > DT_DIST_MAX_ARGS) {
-    return dt__error(DT_ERR_UNSUPPORTED, "tp_transform: %%%s has more than %d tensor arguments",
+    return dt__error(DT_ERR_UNSUPPORTED, "dt_tp_transform: %%%s has more than %d tensor arguments",
                      n->name, DT_DIST_MAX_ARGS);
   }
   int arg_node[DT_DIST_MAX_ARGS];
@@ -378,7 +378,7 @@ static dt_status place_call(tp *s, int i) {
   dt_propagation_result chosen;
   if (dt__propagate(&prop, &chosen)) {
     return dt__error(DT_ERR_UNSUPPORTED,
-                     "tp_transform: %%%s (%s) cannot be placed without sharding a symbolic dim or "
+                     "dt_tp_transform: %%%s (%s) cannot be placed without sharding a symbolic dim or "
                      "moving an in-place op's input",
                      n->name, def->name);
   }
@@ -440,7 +440,7 @@ static dt_status place_call(tp *s, int i) {
       char p[16];
       return dt__error(
           DT_ERR_UNSUPPORTED,
-          "tp_transform: %%%s (%s) placed %s gives a local shape that is not its shard", n->name,
+          "dt_tp_transform: %%%s (%s) placed %s gives a local shape that is not its shard", n->name,
           def->name, dt__placement_text(out_p, p, sizeof p));
     }
   }
@@ -467,13 +467,13 @@ static dt_status add_state_entry(tp *s, const char *name, dt_tensor *t) {
 static dt_status place_state(tp *s, const dt_program *prog, const dt_tp_plan *plan, int i) {
   const dt_node *n = &s->src->nodes[i];
   dt_tensor *full = dt_program_state(prog, n->name);
-  if (!full) return dt__error(DT_ERR_INVALID, "tp_transform: no state entry '%s'", n->name);
+  if (!full) return dt__error(DT_ERR_INVALID, "dt_tp_transform: no state entry '%s'", n->name);
   if (full->spec)
-    return dt__error(DT_ERR_UNSUPPORTED, "tp_transform: state entry '%s' is already distributed",
+    return dt__error(DT_ERR_UNSUPPORTED, "dt_tp_transform: state entry '%s' is already distributed",
                      n->name);
   dt_placement p = n->kind == DT_NODE_PARAMETER ? plan_placement(plan, n->name) : dt_replicate();
   if (p.kind == DT_SHARD && p.dim >= n->types[0].ndim) {
-    return dt__error(DT_ERR_SHAPE, "tp_transform: cannot shard dim %d of '%s', which has %d dims",
+    return dt__error(DT_ERR_SHAPE, "dt_tp_transform: cannot shard dim %d of '%s', which has %d dims",
                      p.dim, n->name, n->types[0].ndim);
   }
   dt_value_type lt;
@@ -530,7 +530,7 @@ static dt_status transform(tp *s, const dt_program *prog, const dt_tp_plan *plan
     }
     case DT_NODE_CALL: st = place_call(s, i); break;
     case DT_NODE_COMM:
-      st = dt__error(DT_ERR_INVALID, "tp_transform: the program already communicates (%%%s)",
+      st = dt__error(DT_ERR_INVALID, "dt_tp_transform: the program already communicates (%%%s)",
                      n->name);
       break;
     case DT_NODE_OUTPUT: {
@@ -549,8 +549,8 @@ static dt_status transform(tp *s, const dt_program *prog, const dt_tp_plan *plan
     }
     if (st && n->kind == DT_NODE_CALL) {
       char prefix[200];
-      snprintf(prefix, sizeof prefix, "tp_transform: node %%%s", n->name);
-      if (strncmp(dt_last_error(), "tp_transform", 12) != 0) dt__error_prefix(prefix);
+      snprintf(prefix, sizeof prefix, "dt_tp_transform: node %%%s", n->name);
+      if (strncmp(dt_last_error(), "dt_tp_transform", 15) != 0) dt__error_prefix(prefix);
     }
   }
   return st;
@@ -558,17 +558,17 @@ static dt_status transform(tp *s, const dt_program *prog, const dt_tp_plan *plan
 
 dt_status dt_tp_transform(const dt_program *program, int rank, int world_size,
                           const dt_tp_plan *plan, dt_program **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "tp_transform: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_tp_transform: out is NULL");
   *out = NULL;
   if (!program || !plan || (plan->n > 0 && !plan->entries) || plan->n < 0) {
-    return dt__error(DT_ERR_INVALID, "tp_transform: NULL program or plan");
+    return dt__error(DT_ERR_INVALID, "dt_tp_transform: NULL program or plan");
   }
   if (world_size < 1 || world_size > DT_COMM_MAX_WORLD || rank < 0 || rank >= world_size) {
-    return dt__error(DT_ERR_INVALID, "tp_transform: rank %d of world %d is not a rank", rank,
+    return dt__error(DT_ERR_INVALID, "dt_tp_transform: rank %d of world %d is not a rank", rank,
                      world_size);
   }
   if (program->graph->world_size > 0) {
-    return dt__error(DT_ERR_INVALID, "tp_transform: the program is already transformed (world %d)",
+    return dt__error(DT_ERR_INVALID, "dt_tp_transform: the program is already transformed (world %d)",
                      program->graph->world_size);
   }
   dt_status st = check_plan(program, plan);

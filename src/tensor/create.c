@@ -88,21 +88,21 @@ dt_status dt_ones(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **ou
 }
 
 dt_status dt_arange(double start, double end, double step, dt_dtype dtype, dt_tensor **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "arange: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_arange: out is NULL");
   *out = NULL;
   if (!dt__dtype_valid(dtype))
-    return dt__error(DT_ERR_DTYPE, "arange: invalid dtype %d", (int)dtype);
+    return dt__error(DT_ERR_DTYPE, "dt_arange: invalid dtype %d", (int)dtype);
   if (step == 0.0 || !isfinite(start) || !isfinite(end) || !isfinite(step)) {
     return dt__error(DT_ERR_INVALID,
-                     "arange: start %g, end %g, step %g must be finite with step != 0", start, end,
-                     step);
+                     "dt_arange: start %g, end %g, step %g must be finite with step != 0", start,
+                     end, step);
   }
   if ((step > 0 && end < start) || (step < 0 && end > start)) {
-    return dt__error(DT_ERR_INVALID, "arange: step %g does not lead from %g to %g", step, start,
+    return dt__error(DT_ERR_INVALID, "dt_arange: step %g does not lead from %g to %g", step, start,
                      end);
   }
   double count = ceil((end - start) / step);
-  if (count > 1e15) return dt__error(DT_ERR_INVALID, "arange: %g elements is too many", count);
+  if (count > 1e15) return dt__error(DT_ERR_INVALID, "dt_arange: %g elements is too many", count);
   int64_t n = (int64_t)count;
   dt_status st = dt__tensor_new(1, &n, dtype, out);
   if (st) return st;
@@ -119,7 +119,7 @@ dt_status dt_from_data(const void *data, int ndim, const int64_t *shape, dt_dtyp
   if (st) return st;
   int64_t numel = dt__numel(ndim, shape);
   if (!data && numel > 0)
-    return dt__error(DT_ERR_INVALID, "from_data: data is NULL for %" PRId64 " elements", numel);
+    return dt__error(DT_ERR_INVALID, "dt_from_data: data is NULL for %" PRId64 " elements", numel);
   st = dt__tensor_new(ndim, shape, dtype, out);
   if (st) return st;
   if (numel > 0) memcpy(dt__tensor_base(*out), data, (size_t)numel * dt__dtype_sizes[dtype]);

@@ -142,20 +142,21 @@ static double random_value(dt_random_kind kind, double a, double b, uint64_t see
 
 dt_status dt_random_fill(dt_tensor *t, dt_random_kind kind, double a, double b, uint64_t seed,
                          uint64_t first_index) {
-  if (!t) return dt__error(DT_ERR_INVALID, "random_fill: tensor is NULL");
+  if (!t) return dt__error(DT_ERR_INVALID, "dt_random_fill: tensor is NULL");
   if (!dt__is_contiguous(t->ndim, t->shape, t->strides)) {
-    return dt__error(DT_ERR_INVALID, "random_fill: tensor must be contiguous");
+    return dt__error(DT_ERR_INVALID, "dt_random_fill: tensor must be contiguous");
   }
   if (kind == DT_RANDOM_INTEGER) {
     dt_status st = check_integer_range("random_fill", a, b, t->dtype);
     if (st) return st;
   } else if (kind == DT_RANDOM_UNIFORM && !(b >= a)) {
-    return dt__error(DT_ERR_INVALID, "random_fill: uniform range [%g, %g) is empty", a, b);
+    return dt__error(DT_ERR_INVALID, "dt_random_fill: uniform range [%g, %g) is empty", a, b);
   } else if (kind != DT_RANDOM_UNIFORM && kind != DT_RANDOM_NORMAL) {
-    return dt__error(DT_ERR_INVALID, "random_fill: unknown kind %d", (int)kind);
+    return dt__error(DT_ERR_INVALID, "dt_random_fill: unknown kind %d", (int)kind);
   }
   if (kind != DT_RANDOM_INTEGER && !dt_dtype_is_floating(t->dtype)) {
-    return dt__error(DT_ERR_DTYPE, "random_fill: uniform and normal need a floating dtype, got %s",
+    return dt__error(DT_ERR_DTYPE,
+                     "dt_random_fill: uniform and normal need a floating dtype, got %s",
                      dt_dtype_name(t->dtype));
   }
   dt__random_fill_checked(t, kind, a, b, seed, first_index);

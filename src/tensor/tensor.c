@@ -6,7 +6,6 @@
 
 #include "tensor/tensor_impl.h"
 
-
 /* Owned data lives in the same allocation as its storage header (one malloc per tensor);
  * borrowed data (dt_wrap) is never freed here. Either way one free releases the storage. */
 static void storage_release(dt_storage *s) {
@@ -222,14 +221,15 @@ dt_status dt__tensor_view(const dt_tensor *base, int ndim, const int64_t *shape,
 
 dt_status dt_wrap(void *data, size_t nbytes, int ndim, const int64_t *shape, const int64_t *strides,
                   dt_dtype dtype, dt_tensor **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "wrap: out is NULL");
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_wrap: out is NULL");
   *out = NULL;
   dt_status st = dt__check_shape("wrap", ndim, shape);
   if (st) return st;
-  if (!dt__dtype_valid(dtype)) return dt__error(DT_ERR_DTYPE, "wrap: invalid dtype %d", (int)dtype);
+  if (!dt__dtype_valid(dtype))
+    return dt__error(DT_ERR_DTYPE, "dt_wrap: invalid dtype %d", (int)dtype);
   int64_t numel = dt__numel(ndim, shape);
   if (!data && numel > 0)
-    return dt__error(DT_ERR_INVALID, "wrap: data is NULL for %" PRId64 " elements", numel);
+    return dt__error(DT_ERR_INVALID, "dt_wrap: data is NULL for %" PRId64 " elements", numel);
   /* reach bounds every offset a view can compute (narrow's start * stride, unsqueeze's
    * size * stride): the sum of size * stride. last is the largest element offset read: the
    * sum of (size - 1) * stride, at most reach. An empty tensor reads nothing. */
@@ -241,7 +241,7 @@ dt_status dt_wrap(void *data, size_t nbytes, int ndim, const int64_t *shape, con
       if (strides[i] < 0) {
         char sb[160];
         return dt__error(DT_ERR_INVALID,
-                         "wrap: negative stride %" PRId64
+                         "dt_wrap: negative stride %" PRId64
                          " at dim %d of strides %s (not supported)",
                          strides[i], i, dt__format_ints(sb, sizeof sb, ndim, strides));
       }
@@ -253,7 +253,7 @@ dt_status dt_wrap(void *data, size_t nbytes, int ndim, const int64_t *shape, con
     if (overflow || reach > (uint64_t)DT_MAX_NUMEL) {
       char sa[160], sb[160];
       return dt__error(DT_ERR_INVALID,
-                       "wrap: strides %s with shape %s reach element offsets past %" PRId64
+                       "dt_wrap: strides %s with shape %s reach element offsets past %" PRId64
                        " (the sum of size * stride overflows)",
                        dt__format_ints(sb, sizeof sb, ndim, strides),
                        dt__format_ints(sa, sizeof sa, ndim, shape), (int64_t)DT_MAX_NUMEL);
@@ -263,19 +263,19 @@ dt_status dt_wrap(void *data, size_t nbytes, int ndim, const int64_t *shape, con
   uint64_t needed = numel > 0 ? (last + 1) * (uint64_t)dt__dtype_sizes[dtype] : 0;
   if (needed > nbytes) {
     char sa[160], sb[160];
-    return dt__error(DT_ERR_INVALID,
-                     "wrap: nbytes %zu is too small: a %s tensor of shape %s and strides %s reads "
-                     "up to element %" PRIu64 ", which needs %" PRIu64 " bytes",
-                     nbytes, dt_dtype_name(dtype), dt__format_ints(sa, sizeof sa, ndim, shape),
-                     strides ? dt__format_ints(sb, sizeof sb, ndim, strides) : "(contiguous)", last,
-                     needed);
+    return dt__error(
+        DT_ERR_INVALID,
+        "dt_wrap: nbytes %zu is too small: a %s tensor of shape %s and strides %s reads "
+        "up to element %" PRIu64 ", which needs %" PRIu64 " bytes",
+        nbytes, dt_dtype_name(dtype), dt__format_ints(sa, sizeof sa, ndim, shape),
+        strides ? dt__format_ints(sb, sizeof sb, ndim, strides) : "(contiguous)", last, needed);
   }
   dt_tensor *t = handle_alloc();
   dt_storage *s = dt__alloc(sizeof *s);
   if (!t || !s) {
     dt__free(t);
     dt__free(s);
-    return dt__error(DT_ERR_NOMEM, "wrap: cannot allocate a tensor handle");
+    return dt__error(DT_ERR_NOMEM, "dt_wrap: cannot allocate a tensor handle");
   }
   atomic_init(&s->refcount, 1);
   s->owns_data = false;
@@ -321,10 +321,10 @@ int dt_tensor_refcount(const dt_tensor *t) { return t ? atomic_load(&t->refcount
 
 dt_status dt_tensor_to_doubles(const dt_tensor *t, double *out, int64_t capacity) {
   if (!t || !out)
-    return dt__error(DT_ERR_INVALID, "tensor_to_doubles: %s is NULL", t ? "out" : "tensor");
+    return dt__error(DT_ERR_INVALID, "dt_tensor_to_doubles: %s is NULL", t ? "out" : "tensor");
   int64_t numel = dt__tensor_numel(t);
   if (capacity < numel) {
-    return dt__error(DT_ERR_INVALID, "tensor_to_doubles: capacity %" PRId64 " < numel %" PRId64,
+    return dt__error(DT_ERR_INVALID, "dt_tensor_to_doubles: capacity %" PRId64 " < numel %" PRId64,
                      capacity, numel);
   }
   if (numel == 0) return DT_OK;
@@ -357,7 +357,7 @@ static dt_status check_index(const char *op, const dt_tensor *t, const int64_t *
 dt_status dt_tensor_get(const dt_tensor *t, const int64_t *index, double *value) {
   dt_status st = check_index("tensor_get", t, index);
   if (st) return st;
-  if (!value) return dt__error(DT_ERR_INVALID, "tensor_get: value is NULL");
+  if (!value) return dt__error(DT_ERR_INVALID, "dt_tensor_get: value is NULL");
   int64_t off = dt__offset_of(index, t->strides, t->ndim);
   *value =
       dt__load_as_double(t->dtype, dt__tensor_base(t) + off * (int64_t)dt__dtype_sizes[t->dtype]);
@@ -410,7 +410,7 @@ static void format_rec(const dt_tensor *t, int dim, int64_t off, char *buf, size
 
 dt_status dt_tensor_format(const dt_tensor *t, char *buf, size_t size) {
   if (!t || !buf || size == 0)
-    return dt__error(DT_ERR_INVALID, "tensor_format: NULL argument or empty buffer");
+    return dt__error(DT_ERR_INVALID, "dt_tensor_format: NULL argument or empty buffer");
   size_t used = 0;
   buf[0] = '\0';
   append(buf, size, &used, "tensor(");

@@ -53,7 +53,8 @@ static dt_status fake_all_gather_object(dt_comm *comm, const void *data, size_t 
   comm->seq += 2;
   dt_objects *objects = dt__objects_alloc(comm->size, nbytes * (size_t)comm->size);
   if (!objects) {
-    return dt__error(DT_ERR_NOMEM, "all_gather_object: out of memory for %d copies of %zu bytes",
+    return dt__error(DT_ERR_NOMEM,
+                     "dt_comm_all_gather_object: out of memory for %d copies of %zu bytes",
                      comm->size, nbytes);
   }
   size_t *lengths = (size_t *)objects->lengths, *offsets = (size_t *)objects->offsets;

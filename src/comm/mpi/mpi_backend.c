@@ -292,7 +292,7 @@ static dt_status check_all_to_all(dt_comm *comm, const dt_coll_args *a, uint64_t
   if (!incoming || !reports) {
     dt__free(incoming);
     dt__free(reports);
-    dt__mp_abort_job("all_to_all: out of memory while checking fingerprints");
+    dt__mp_abort_job("dt_comm_all_to_all: out of memory while checking fingerprints");
   }
   dt__mp_watch_begin(comm, a->op_name, seq);
   dt__mp_lock();
