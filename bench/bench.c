@@ -1,6 +1,8 @@
 /* dtensor bench: the table of benchmark suites (tools/command.c dispatches to them). */
 #include "tools.h"
 
+int bench_suite_train(int argc, char **argv);
+
 const tool_command tool_bench_suites[] = {
     {.name = "kernels",
      .summary = "local GEMM, add and op dispatch against raw CBLAS and plain loops",
@@ -38,5 +40,9 @@ const tool_command tool_bench_suites[] = {
      .details = "--size takes K, M and G suffixes (default 256M; --1g: 1 GiB). DIR (default\n"
                 "/tmp) holds the files, removed afterwards; best of N alternating runs (default 3).",
      .run = bench_suite_ckpt},
+    {.name = "train",
+     .summary = "optimizer step (SGD momentum, AdamW) over 1,000 x 1,000 floats vs a plain C loop",
+     .usage = "[--json] [--iters N] [--params P] [--elems E]",
+     .run = bench_suite_train},
     {0},
 };

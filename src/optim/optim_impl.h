@@ -12,18 +12,18 @@
 #include "dtensor/ops.h"
 
 /* Checks the parameter list (see dt_optimizer_create_*): *mesh is the common mesh, NULL when
- * every parameter is local. Not collective. */
-dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params, dt_mesh **mesh);
+ * every parameter is local. check_repeats looks for a parameter listed twice (quadratic in n:
+ * done when the list is made, not at every step). Not collective. */
+dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params,
+                                 bool check_repeats, dt_mesh **mesh);
 
 /* grads[i] = params[i]'s gradient ready for a fused loop (a new reference, NULL when it has
  * none): float32, placed like its parameter, with a contiguous local shard. Checks every
- * gradient before any communication; then reduces Partial gradients (every rank must call).
- * On error every grads[i] is NULL. */
+ * gradient before any communication; then reduces Partial gradients (every rank must call)
+ * and stores each reduced gradient back as its parameter's .grad. On error every grads[i] is
+ * NULL. */
 dt_status dt__optim_resolve_grads(const char *fn, int n, dt_tensor *const *params,
                                   dt_tensor **grads);
-
-/* After a successful resolution: stores each changed gradient back as its parameter's .grad. */
-dt_status dt__optim_store_grads(int n, dt_tensor *const *params, dt_tensor **grads);
 
 /* Whether any gradient holds NaN or Inf, on any rank of mesh (one all_reduce when mesh is
  * not NULL). */

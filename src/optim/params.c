@@ -41,7 +41,8 @@ static bool local_contiguous(dt_tensor *t) {
   return contiguous;
 }
 
-dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params, dt_mesh **mesh) {
+dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params,
+                                 bool check_repeats, dt_mesh **mesh) {
   *mesh = NULL;
   if (!params || n < 1) {
     return dt__error(DT_ERR_INVALID, "%s: params %p with n = %d (expected at least one)", fn,
@@ -50,7 +51,7 @@ dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params
   for (int i = 0; i < n; i++) {
     dt_tensor *p = params[i];
     if (!p) return dt__error(DT_ERR_INVALID, "%s: parameter %d is NULL", fn, i);
-    for (int j = 0; j < i; j++) {
+    for (int j = 0; check_repeats && j < i; j++) {
       if (params[j] == p)
         return dt__error(DT_ERR_INVALID, "%s: parameter %d repeats parameter %d", fn, i, j);
     }
@@ -174,30 +175,17 @@ dt_status dt__optim_resolve_grads(const char *fn, int n, dt_tensor *const *param
       fixed = c;
     }
     if (fixed) {
+      /* The reduced gradient has the same values: it replaces .grad at once, so a later
+       * failure leaves every parameter's gradient valid. */
       dt_tensor_release(grads[i]);
       grads[i] = fixed;
+      if (!st) st = dt_tensor_set_grad(params[i], fixed);
     }
   }
   dt_grad_mode_set(prev);
   dt__free(reduce);
   if (st) dt__optim_release_all(n, grads);
   return st;
-}
-
-dt_status dt__optim_store_grads(int n, dt_tensor *const *params, dt_tensor **grads) {
-  for (int i = 0; i < n; i++) {
-    if (!grads[i]) continue;
-    dt_tensor *current = NULL;
-    dt_status st = dt_tensor_grad(params[i], &current);
-    if (st) return st;
-    bool same = current == grads[i];
-    dt_tensor_release(current);
-    if (!same) {
-      st = dt_tensor_set_grad(params[i], grads[i]);
-      if (st) return st;
-    }
-  }
-  return DT_OK;
 }
 
 /* One value over every rank of the mesh (sum), or the value itself without a mesh. */
@@ -248,7 +236,7 @@ dt_status dt_clip_grad_norm(int n, dt_tensor *const *params, double max_norm,
   dt_clip_grad_options o = options ? *options : (dt_clip_grad_options){0};
   if (total_norm) *total_norm = 0.0;
   dt_mesh *mesh = NULL;
-  dt_status st = dt__optim_check_params(fn, n, params, &mesh);
+  dt_status st = dt__optim_check_params(fn, n, params, true, &mesh);
   if (st) return st;
   if (!(max_norm > 0.0)) {
     return dt__error(DT_ERR_INVALID, "%s: max_norm %g (expected > 0)", fn, max_norm);
@@ -256,7 +244,6 @@ dt_status dt_clip_grad_norm(int n, dt_tensor *const *params, double max_norm,
   dt_tensor **grads = dt__calloc(sizeof(dt_tensor *) * (size_t)n);
   if (!grads) return dt__error(DT_ERR_NOMEM, "%s: out of memory for %d parameters", fn, n);
   st = dt__optim_resolve_grads(fn, n, params, grads);
-  if (!st) st = dt__optim_store_grads(n, params, grads);
   /* Sum of squares of the local shards that count, then one all_reduce for all of them. */
   double squares = 0.0;
   for (int i = 0; i < n && !st; i++) {
