@@ -1128,7 +1128,8 @@ dt_status dt_compiled_call(dt_compiled *c, int n_in, dt_tensor *const *in, int n
     }
   }
   c->stats.calls++;
-  char why[512] = "";
+  char why[512];
+  why[0] = '\0'; /* written only when a guard fails */
   for (int k = 0; k < c->n_variants; k++) {
     variant *v = c->variants[k];
     if (!guards_hold(v, n_in, in, why, sizeof why)) continue;
