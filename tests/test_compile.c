@@ -498,6 +498,10 @@ enum {
   STEP_SUM_ADD,
   STEP_CAT_CHUNK,
   STEP_TRANSPOSE_BACK,
+  STEP_DIST_COUNT, /* the steps below run on local programs only */
+  STEP_VIEW_ROUNDTRIP = STEP_DIST_COUNT,
+  STEP_MEAN_UNSQUEEZE_ADD,
+  STEP_TRANSPOSE_RESHAPE,
   STEP_COUNT
 };
 
@@ -532,6 +536,22 @@ static dt_status program_fn(void *user, int n_in, dt_tensor *const *in, int n_ou
     case STEP_TRANSPOSE_BACK:
       st = dt_transpose(cur, 0, 1, &tmp);
       if (!st) st = dt_transpose(tmp, 1, 0, &next);
+      break;
+    case STEP_VIEW_ROUNDTRIP: /* [s0, 8] -> [8*s0] -> [s0, 8]: floor(8*s0 / 8) is s0 */
+      st = dt_view(cur, 1, (int64_t[]){-1}, &tmp);
+      if (!st) st = dt_view(tmp, 2, (int64_t[]){-1, 8}, &next);
+      break;
+    case STEP_MEAN_UNSQUEEZE_ADD: { /* cur + mean(cur, 0)[None]: a constant-1 broadcast */
+      dt_tensor *m = NULL;
+      st = dt_mean_dims(cur, 1, (int64_t[]){0}, false, &m);
+      if (!st) st = dt_unsqueeze(m, 0, &tmp);
+      if (!st) st = dt_add(cur, tmp, &next);
+      dt_tensor_release(m);
+      break;
+    }
+    case STEP_TRANSPOSE_RESHAPE: /* a copying reshape of a transposed value */
+      st = dt_transpose(cur, 0, 1, &tmp);
+      if (!st) st = dt_reshape(tmp, 2, (int64_t[]){-1, 8}, &next);
       break;
     }
     dt_tensor_release(tmp);
@@ -571,7 +591,8 @@ static dt_status random_rank(dt_comm *world, void *varg) {
   for (int pi = 0; pi < arg->programs; pi++) {
     program p = {.n_steps = 1 + (int)((rng = rng * 1103515245u + 12345u) >> 16) % MAX_STEPS};
     for (int k = 0; k < p.n_steps; k++)
-      p.steps[k] = (int)((rng = rng * 1103515245u + 12345u) >> 16) % STEP_COUNT;
+      p.steps[k] =
+          (int)((rng = rng * 1103515245u + 12345u) >> 16) % (mesh ? STEP_DIST_COUNT : STEP_COUNT);
     dt_tensor *wfull = ramp(2, (int64_t[]){8, 8}, DT_F32, pi);
     static const dt_placement choices[3] = {{DT_REPLICATE, 0, DT_REDUCE_SUM},
                                             {DT_SHARD, 0, DT_REDUCE_SUM},
