@@ -161,7 +161,7 @@ static dt_status record_conversion(dt_status st, const dt_autograd_function *fn,
 dt_status dt_dist_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
                              const dt_placement *placements,
                              const dt_dist_from_local_options *options, dt_tensor **out) {
-  const char *op = "from_local";
+  const char *op = "dt_dist_from_local";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
   dt_status st = check_mesh(op, mesh);
@@ -224,7 +224,7 @@ dt_status dt_dist_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
 
 dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placements,
                                     const dt_placement *placements, dt_tensor **out) {
-  const char *op = "distribute_tensor";
+  const char *op = "dt_dist_distribute_tensor";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
   dt_status st = check_mesh(op, mesh);
@@ -273,7 +273,7 @@ dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placem
 dt_status dt_dist_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src, int ndim,
                                          const int64_t *shape, dt_dtype dtype, int n_placements,
                                          const dt_placement *placements, dt_tensor **out) {
-  const char *op = "distribute_tensor_from";
+  const char *op = "dt_dist_distribute_tensor_from";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
   dt_status st = check_mesh(op, mesh);
@@ -355,7 +355,7 @@ dt_status dt_dist_to_local(dt_tensor *t, dt_tensor **out) {
   /* A local tensor here is almost always a mix-up (PyTorch has no to_local on a plain
    * tensor): say so rather than hand back a view that hides it. */
   if (!t->spec) return dt__error(DT_ERR_INVALID, "dt_dist_to_local: the tensor is not distributed");
-  dt_status st = check_guard("to_local", t);
+  dt_status st = check_guard("dt_dist_to_local", t);
   if (st) return st;
   st = dt__local_view(t, out);
   return record_conversion(st, &to_local_function, t->spec, t, out);
@@ -393,7 +393,7 @@ dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from, con
 
 dt_status dt_dist_redistribute(dt_tensor *t, int n_placements, const dt_placement *placements,
                                dt_tensor **out) {
-  const char *op = "redistribute";
+  const char *op = "dt_dist_redistribute";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
   if (!t || !t->spec)
@@ -427,7 +427,7 @@ dt_status dt_dist_redistribute(dt_tensor *t, int n_placements, const dt_placemen
 }
 
 dt_status dt_dist_full_tensor(dt_tensor *t, dt_tensor **out) {
-  const char *op = "full_tensor";
+  const char *op = "dt_dist_full_tensor";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
   if (!t) return dt__error(DT_ERR_INVALID, "%s: tensor is NULL", op);
@@ -447,7 +447,7 @@ dt_status dt_dist_full_tensor(dt_tensor *t, dt_tensor **out) {
 dt_status dt_dist_redistribute_explain(const dt_tensor *t, int n_placements,
                                        const dt_placement *placements, char *buf, size_t size,
                                        int64_t *bytes) {
-  const char *op = "redistribute_explain";
+  const char *op = "dt_dist_redistribute_explain";
   if (!t || !t->spec || !buf || size == 0) {
     return dt__error(DT_ERR_INVALID, "%s: needs a distributed tensor and a buffer", op);
   }
