@@ -149,6 +149,12 @@ static dt_status seed_rank(dt_comm *world, void *varg) {
   char *text = NULL;
   RANK_OK(dt_compiled_format(compiled, 0, &text));
   RANK_CHECK(strstr(text, "embedding(") && strstr(text, "[s2, s3, s1]"), "graph text:\n%s", text);
+  /* Sharding decided at compile time: a replicated embedding runs on the shards directly; the
+   * vocabulary-parallel one needs its row window, so dispatch plans it on each call. */
+  const char *how = arg->vocab_parallel ? "%embedding : [s2, s3, s1] planned per call (P(sum))"
+                                        : "%embedding : [s2, s3, s1] on the shards (R)";
+  RANK_CHECK(strstr(text, how) && strstr(text, "%to : [s0, s1] on the shards"), "no '%s' in\n%s",
+             how, text);
   /* This rank's rows of the vocabulary-parallel weight, as an expression of s0. */
   if (arg->vocab_parallel && rank > 0) {
     char want[160];

@@ -57,6 +57,12 @@ typedef struct variant {
   int **dims;                /* per node: n_out * DT_MAX_DIMS expressions of its global dims */
   dt_placement **placements; /* per node: its traced placements, NULL when local */
   int **local_dims;          /* per node: this rank's shard dims as expressions, NULL when local */
+  /* Per node: a distributed call whose sharding was decided at trace time (see dist_plan.c),
+   * its mesh and the spec its last output had (retained, reused while the global shape
+   * stays). */
+  bool *dist_plain;
+  dt_mesh **dist_mesh;
+  dt_dist_spec **dist_spec;
   int *mesh_ndim;
   int n_guards, cap_guards;
   dt_guard *guards;
@@ -109,6 +115,7 @@ static void variant_destroy(variant *v) {
     if (v->dims) dt__free(v->dims[i]);
     if (v->placements) dt__free(v->placements[i]);
     if (v->local_dims) dt__free(v->local_dims[i]);
+    if (v->dist_spec && v->dist_spec[i]) dt__spec_release(v->dist_spec[i]);
     if (v->constants) dt_tensor_release(v->constants[i]);
   }
   for (int i = 0; v->handles && i < n; i++) {
@@ -128,6 +135,9 @@ static void variant_destroy(variant *v) {
   dt__free(v->dims);
   dt__free(v->placements);
   dt__free(v->local_dims);
+  dt__free(v->dist_plain);
+  dt__free(v->dist_mesh);
+  dt__free(v->dist_spec);
   dt__free(v->mesh_ndim);
   dt__free(v->constants);
   dt__free(v->inputs);
@@ -156,7 +166,13 @@ static dt_status grow_nodes(variant *v, int *cap) {
   dt_tensor **consts = dt__calloc(sizeof *consts * (size_t)n);
   dt_op_call *templates = dt__calloc(sizeof *templates * (size_t)n);
   int **local = dt__calloc(sizeof *local * (size_t)n);
-  if (!dims || !pl || !mnd || !consts || !templates || !local) {
+  bool *plain = dt__calloc(sizeof *plain * (size_t)n);
+  dt_mesh **meshes = dt__calloc(sizeof *meshes * (size_t)n);
+  dt_dist_spec **specs = dt__calloc(sizeof *specs * (size_t)n);
+  if (!dims || !pl || !mnd || !consts || !templates || !local || !plain || !meshes || !specs) {
+    dt__free(plain);
+    dt__free(meshes);
+    dt__free(specs);
     dt__free(local);
     dt__free(templates);
     dt__free(dims);
@@ -172,7 +188,15 @@ static dt_status grow_nodes(variant *v, int *cap) {
     memcpy(consts, v->constants, sizeof *consts * (size_t)*cap);
     memcpy(templates, v->templates, sizeof *templates * (size_t)*cap);
     memcpy(local, v->local_dims, sizeof *local * (size_t)*cap);
+    memcpy(plain, v->dist_plain, sizeof *plain * (size_t)*cap);
+    memcpy(meshes, v->dist_mesh, sizeof *meshes * (size_t)*cap);
   }
+  dt__free(v->dist_plain);
+  dt__free(v->dist_mesh);
+  dt__free(v->dist_spec);
+  v->dist_plain = plain;
+  v->dist_mesh = meshes;
+  v->dist_spec = specs;
   dt__free(v->local_dims);
   v->local_dims = local;
   dt__free(v->templates);
@@ -479,6 +503,14 @@ static dt_status record(tracer *tr, const dt_op_call *given, const dt_op_call *d
     st = set_value(tr, i, k, x, sdims[k]);
     if (!st) st = map_tensor(tr, x, i, tuple ? k : -1);
   }
+  /* A distributed call that runs on its shards as they are: decided now, for every call. */
+  dt_placement out_pl[DT_MESH_MAX_DIMS];
+  const dt_tensor *y = n_out == 1 && !inplace && !tuple ? done->outputs[0] : NULL;
+  if (!st && y && y->spec && dt__compile_dist_plain(given, out_pl) &&
+      dt__placements_equal(y->spec->mesh_ndim, out_pl, y->spec->placements)) {
+    v->dist_plain[i] = true;
+    v->dist_mesh[i] = y->spec->mesh;
+  }
   return st;
 }
 
@@ -680,6 +712,13 @@ static dt_status plan_buffers(variant *v) {
     memcpy(sp->dims, v->dims[i], sizeof sp->dims);
     sp->n_inputs = nd->n_inputs;
     memcpy(sp->inputs, nd->inputs, sizeof sp->inputs);
+  }
+  /* Other calls keep their attributes as the caller gave them (dispatch infers again), ready
+   * to copy: only the tensors change between calls. v->values is all NULL here. */
+  for (int i = 0; i < n; i++) {
+    const dt_node *nd = &g->nodes[i];
+    if (nd->kind == DT_NODE_CALL && !v->direct[i] && !nd->has_list)
+      dt__graph_build_call(g, i, v->values, NULL, NULL, &v->steps[i].call);
   }
   /* Values a call owns: those of calls that are not direct (tuples included). Each is
    * released after its last use. */
@@ -950,7 +989,14 @@ static dt_status run_call(variant *v, int i) {
   if (!list) return dt__error(DT_ERR_NOMEM, "dt_compiled_call: out of memory");
   dt_tensor *outs[DT_OP_MAX_META] = {0};
   dt_op_call call;
-  dt__graph_build_call(v->g, i, v->values, list, outs, &call);
+  if (n->has_list) {
+    dt__graph_build_call(v->g, i, v->values, list, outs, &call);
+  } else {
+    call = v->steps[i].call;
+    for (int k = 0; k < n->n_inputs; k++)
+      call.inputs[k] = n->inputs[k] >= 0 ? v->values[n->inputs[k]] : NULL;
+    call.outputs = outs;
+  }
   bool dist = false;
   for (int k = 0; k < call.n_inputs; k++) dist |= call.inputs[k] && call.inputs[k]->spec;
   for (int k = 0; k < call.n_input_list; k++) dist |= call.input_list[k]->spec != NULL;
@@ -976,6 +1022,61 @@ static dt_status run_call(variant *v, int i) {
   return DT_OK;
 }
 
+/* Runs a distributed call whose sharding the trace decided: the op on this rank's shards
+ * (their local geometry) and the output wrapped with the traced placements and the global
+ * shape the symbolic dims give; no propagation, no sharding-cache lookup. Empty tensors go
+ * through dispatch (sharding choices may differ for them). */
+static dt_status run_dist_plain(variant *v, int i) {
+  const dt_node *n = &v->g->nodes[i];
+  for (int k = 0; k < n->n_inputs; k++) {
+    int j = n->inputs[k];
+    const dt_tensor *x = j >= 0 ? v->values[j] : NULL;
+    if (!x) continue;
+    /* An input placed otherwise than in the trace (a value dispatch planned differently at
+     * this size) or empty: dispatch decides. */
+    if (!x->spec || !v->placements[j] || dt__numel(x->spec->ndim, x->spec->shape) == 0 ||
+        !dt__placements_equal(x->spec->mesh_ndim, x->spec->placements, v->placements[j]))
+      return run_call(v, i);
+  }
+  dt_tensor *outs[DT_OP_MAX_META] = {0};
+  dt_op_call call;
+  call = v->steps[i].call; /* dist-plain calls take no tensor list */
+  for (int k = 0; k < n->n_inputs; k++)
+    call.inputs[k] = n->inputs[k] >= 0 ? v->values[n->inputs[k]] : NULL;
+  call.outputs = outs;
+  dt_status st = dt__dispatch_local(&call);
+  if (st) {
+    dt__error_prefix("on this rank's shard"); /* as dispatch says it: shapes are local */
+    return st;
+  }
+  dt_tensor *o = outs[0];
+  if (o->spec) { /* an input handed back (to() of its own dtype): a new handle */
+    dt_tensor *fresh = NULL;
+    st = dt__local_view(o, &fresh);
+    dt_tensor_release(o);
+    if (st) return st;
+    o = fresh;
+  }
+  const dt_value_type *t = &n->types[0];
+  int64_t shape[DT_MAX_DIMS];
+  for (int d = 0; d < t->ndim; d++) shape[d] = v->exprvals[v->dims[i][d]];
+  dt_dist_spec *spec = v->dist_spec[i];
+  if (!spec || memcmp(spec->shape, shape, sizeof(int64_t) * (size_t)t->ndim) != 0) {
+    dt_dist_spec *made = NULL;
+    st = dt__spec_create(v->dist_mesh[i], v->placements[i], t->ndim, shape, t->dtype, &made);
+    if (st) {
+      dt_tensor_release(o);
+      return st;
+    }
+    if (spec) dt__spec_release(spec);
+    v->dist_spec[i] = spec = made;
+  }
+  o->spec = dt__spec_retain(spec);
+  v->values[i] = o;
+  v->owned[i] = true;
+  return DT_OK;
+}
+
 static dt_status run_variant(variant *v, dt_tensor *const *in, int n_out, dt_tensor **out) {
   const dt_graph *g = v->g;
   int input_index = 0;
@@ -992,7 +1093,7 @@ static dt_status run_variant(variant *v, dt_tensor *const *in, int n_out, dt_ten
       case DT_NODE_GETITEM:
         v->values[i] = v->tuple_vals[v->tuple_base[n->inputs[0]] + n->ints[0]];
         break;
-      case DT_NODE_CALL: st = run_call(v, i); break;
+      case DT_NODE_CALL: st = v->dist_plain[i] ? run_dist_plain(v, i) : run_call(v, i); break;
       case DT_NODE_COMM:
         st = dt__error(DT_ERR_INTERNAL, "dt_compiled_call: a communication node");
         break;
@@ -1111,7 +1212,9 @@ dt_status dt_compiled_call(dt_compiled *c, int n_in, dt_tensor *const *in, int n
         n_out, c->n_in, c->n_out);
   }
   if (n_in > 0 && !in) return dt__error(DT_ERR_INVALID, "dt_compiled_call: in is NULL");
-  bool grad = dt_grad_mode_enabled();
+  /* While no tensor carries autograd state none requires grad: one load, as dispatch does. */
+  bool grad =
+      atomic_load_explicit(&dt__autograd_live, memory_order_relaxed) != 0 && dt_grad_mode_enabled();
   for (int i = 0; i < n_in; i++) {
     if (!in[i]) return dt__error(DT_ERR_INVALID, "dt_compiled_call: input %d is NULL", i);
     int ndim = in[i]->spec ? in[i]->spec->ndim : in[i]->ndim;
@@ -1255,6 +1358,8 @@ dt_status dt_compiled_format(const dt_compiled *c, int i, char **out) {
       }
       put(&t, "]");
       if (v->placements[j] && k == 0) {
+        if (n->kind == DT_NODE_CALL)
+          put(&t, v->dist_plain[j] ? " on the shards" : " planned per call");
         put(&t, " (");
         for (int m = 0; m < v->mesh_ndim[j]; m++) {
           char p[32];

@@ -100,6 +100,13 @@ typedef struct dt_shape_ctx {
  * call is a form it does not cover): the caller then specializes. */
 bool dt__shape_rule(dt_shape_ctx *ctx);
 
+/* ---- Sharding decided at compile time (src/compile/dist_plan.c) --------------------------- */
+
+/* True when the distributed call (as the caller gave it) takes its arguments as they are
+ * placed, with nothing rewritten for the shard: it can run on the shards directly. out gets
+ * the output's placements (one per mesh dim). */
+bool dt__compile_dist_plain(const dt_op_call *call, dt_placement *out);
+
 /* ---- For the benchmark ------------------------------------------------------------------ */
 
 /* The index of the first cached variant whose guards hold for these inputs, or -1: the guard
