@@ -18,8 +18,9 @@
  *
  * Missing (see docs/compile.md): the joint forward+backward graph (a call whose inputs
  * require grad while grad mode is on fails with DT_ERR_UNSUPPORTED), conversions between
- * local and distributed tensors inside fn, and a redistribution schedule fixed at compile
- * time (distributed nodes run through the sharding-propagation cache on each call).
+ * local and distributed tensors inside fn, and redistributions as explicit nodes (a
+ * distributed call that takes its arguments as placed runs on the shards from a decision made
+ * at compile time; one that needs a redistribution is planned by dispatch on each call).
  *
  * Threads: a dt_compiled is used by one thread at a time (with the threads backend each
  * rank compiles its own).
