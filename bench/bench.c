@@ -1,7 +1,6 @@
 /* dtensor bench: the table of benchmark suites (tools/command.c dispatches to them). */
 #include "tools.h"
 
-int bench_suite_train(int argc, char **argv);
 
 const tool_command tool_bench_suites[] = {
     {.name = "kernels",
@@ -34,12 +33,20 @@ const tool_command tool_bench_suites[] = {
      .summary = "a tensor-parallel MLP on 2 ranks against the same graph on 1 rank",
      .usage = "[--json] [--iters N] [--hidden H] [--batch B]",
      .run = bench_suite_tp},
+    {.name = "autograd",
+     .summary = "recording overhead per op and for a 1024^2 matmul; TP MLP backward, 2 vs 1 rank",
+     .usage = "[--json] [--iters N] [--hidden H] [--batch B]",
+     .run = bench_suite_autograd},
     {.name = "ckpt",
      .summary = "state-dict save and load bandwidth on 1 and 4 ranks vs raw write/read",
      .usage = "[--json] [--size BYTES] [--1g] [--dir DIR] [--reps N]",
      .details = "--size takes K, M and G suffixes (default 256M; --1g: 1 GiB). DIR (default\n"
                 "/tmp) holds the files, removed afterwards; best of N alternating runs (default 3).",
      .run = bench_suite_ckpt},
+    {.name = "compile",
+     .summary = "compiled call vs eager per node, guard check, compile time, the seed embedding",
+     .usage = "[--json] [--iters N]",
+     .run = bench_suite_compile},
     {.name = "train",
      .summary = "optimizer step (SGD momentum, AdamW) over 1,000 x 1,000 floats vs a plain C loop",
      .usage = "[--json] [--iters N] [--params P] [--elems E]",

@@ -23,7 +23,6 @@
 
 #define MAX_ITERS 64
 
-int bench_suite_train(int argc, char **argv);
 
 typedef struct plain_state {
   float **p, **g, **s0, **s1;

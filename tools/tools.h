@@ -42,7 +42,10 @@ int bench_suite_instructions(int argc, char **argv);
 int bench_suite_collectives(int argc, char **argv);
 int bench_suite_profile(int argc, char **argv);
 int bench_suite_tp(int argc, char **argv);
+int bench_suite_autograd(int argc, char **argv);
 int bench_suite_ckpt(int argc, char **argv);
+int bench_suite_compile(int argc, char **argv);
+int bench_suite_train(int argc, char **argv);
 
 /* True if flag appears among argv[1..argc). */
 bool tool_has_flag(int argc, char **argv, const char *flag);

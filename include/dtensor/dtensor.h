@@ -21,6 +21,7 @@
 #include "dtensor/autograd.h"
 #include "dtensor/checkpoint.h"
 #include "dtensor/comm.h"
+#include "dtensor/compile.h"
 #include "dtensor/core.h"
 #include "dtensor/dist.h"
 #include "dtensor/graph.h"
