@@ -58,6 +58,10 @@ bench: tool
 	./$(BUILD)/dtensor bench collectives --backend threads --world 2
 	./$(BUILD)/dtensor bench profile
 	./$(BUILD)/dtensor bench tp
+	./$(BUILD)/dtensor bench autograd
+	./$(BUILD)/dtensor bench train
+	./$(BUILD)/dtensor bench compile
+	./$(BUILD)/dtensor bench ckpt
 
 # Instruction counts against bench/expected_results.csv (+-10 %), as PyTorch's gate.
 bench-check: tool
