@@ -1,6 +1,6 @@
 /*
- * dtensor demo — the main job: an MLP exported to a graph, rewritten for tensor parallelism
- * on N ranks (threads), and run both ways.
+ * dtensor demo tp — the TP-transform walkthrough: an MLP exported to a graph, rewritten for tensor
+ * parallelism on N ranks (threads), and run both ways.
  *
  *   1. build Sequential(Linear(32, 128), ReLU, Linear(128, 32)) and export it by tracing;
  *   2. print its graph, then the graph rank 0 runs after the TP transformation with the plan
@@ -10,6 +10,7 @@
  *      sharded.
  *
  * Options: --world N (default 4), --json (end with a one-line JSON summary).
+ * `dtensor demo` alone trains a transformer (tools/demo_train.c).
  */
 #include <math.h>
 #include <pthread.h>
@@ -153,7 +154,7 @@ static int run_mpi(demo *d, int *world_out, int *rank_out) {
   return rc;
 }
 
-int tool_demo(int argc, char **argv) {
+static int demo_tp(int argc, char **argv) {
   int world = 4;
   bool use_mpi = false;
   bool json = tool_has_flag(argc, argv, "--json");
@@ -285,4 +286,10 @@ int tool_demo(int argc, char **argv) {
   dt_program_destroy(prog);
   dt_module_destroy(model);
   return rc;
+}
+
+/* `dtensor demo tp ...` is the TP-transform walkthrough; anything else trains. */
+int tool_demo(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "tp") == 0) return demo_tp(argc - 1, argv + 1);
+  return tool_demo_train(argc, argv);
 }

@@ -3,10 +3,15 @@
 
 static const tool_command commands[] = {
     {.name = "demo",
-     .summary = "the main job: a TP MLP exported, transformed and run on N ranks",
-     .usage = "[--world N] [--backend threads|mpi] [--json]",
-     .details = "N ranks (default 4) on the threads backend, or mpirun's ranks with --backend "
-                "mpi;\n--json ends with a one-line JSON summary.",
+     .summary = "the main job: train a transformer on a 2 (dp) x 2 (tp) mesh of 4 ranks",
+     .usage = "[--steps N] [--log-every N] [--backend threads|mpi] | tp [--world N] "
+              "[--backend threads|mpi] [--json]",
+     .details = "Trains a small decoder-only transformer (AdamW, vocabulary-parallel loss) to "
+                "reverse\nsequences on 4 ranks, checks every step's loss against 1 rank, writes "
+                "\ndtensor_demo_trace.json and dtensor_demo_loss.svg. --steps N (default 300).\n"
+                "'tp': the TP-transform walkthrough: a TP MLP exported, transformed and run on N "
+                "ranks\n(default 4); --json ends with a one-line JSON summary. --backend mpi "
+                "(or DT_BACKEND=mpi):\nmpirun's ranks.",
      .run = tool_demo},
     {.name = "info",
      .summary = "version, the op table and its sharding rules",

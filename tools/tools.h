@@ -33,6 +33,7 @@ extern const tool_command tool_ckpt_commands[];
 
 /* The commands and suites. */
 int tool_demo(int argc, char **argv);
+int tool_demo_train(int argc, char **argv);
 int tool_info(int argc, char **argv);
 int tool_trace_stats(int argc, char **argv);
 int tool_trace_plot(int argc, char **argv);
