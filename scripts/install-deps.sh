@@ -8,6 +8,7 @@ packages=(
   libopenblas-dev
   libopenmpi-dev openmpi-bin
   libcjson-dev
+  libdlpack-dev
   libcriterion-dev
   valgrind
   clang libclang-rt-14-dev

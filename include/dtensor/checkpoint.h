@@ -56,9 +56,9 @@ DT_API dt_status dt_safetensors_open(const char *path, dt_safetensors **out);
  * must outlive the handle and every tensor borrowed from it. */
 DT_API dt_status dt_safetensors_open_memory(const void *data, size_t size, dt_safetensors **out);
 
-/* Closes the handle. Tensors borrowed from it (DT_SAFETENSORS_BORROW) stay valid: when one
- * of them is still referenced, the memory map is left in place (until process exit) rather
- * than unmapped under it. NULL is ignored. */
+/* Closes the handle. Tensors borrowed from it (DT_SAFETENSORS_BORROW) stay valid: the memory
+ * map is shared by the handle and the borrowed tensors, and unmapped when the last of them is
+ * released. NULL is ignored. */
 DT_API void dt_safetensors_destroy(dt_safetensors *file);
 
 /* Number of tensors, and entry `index` (0 <= index < count, in header order). */
@@ -179,6 +179,44 @@ DT_API dt_status dt_checkpoint_load(const char *dir, int count, const char *cons
 /* Tensor data bytes this thread read in dt_checkpoint_load calls so far (for tests and
  * benchmarks that check a load reads only its overlap). */
 DT_API uint64_t dt_checkpoint_bytes_read(void);
+
+/* ---- DLPack (zero-copy exchange with other frameworks) -------------------------------------
+ * The structs are those of <dlpack/dlpack.h> (Debian's libdlpack-dev; include it to read
+ * them). DLManagedTensor is in every DLPack version; DLManagedTensorVersioned exists from
+ * DLPack 1.0 on: the *_versioned functions need a library built against a >= 1.0 header and
+ * return DT_ERR_UNSUPPORTED otherwise (dt_dlpack_header_version says which header that was).
+ * Only CPU memory and the dtypes F32, F64, BF16, F16, I64, I32, U8 and BOOL are exchanged.
+ * BOOL travels as kDLBool 8 when the header has that code, as kDLUInt 8 otherwise (DLPack
+ * 0.6), so with an old header a bool tensor comes back as uint8. */
+struct DLManagedTensor;
+struct DLManagedTensorVersioned;
+
+/* DLPACK_VERSION of the header the library was built with (60 for 0.6, 100 for 1.0), or 0
+ * when it was built without DLPack. */
+DT_API int dt_dlpack_header_version(void);
+
+/* Exports t (a local tensor, or a distributed tensor's local shard) without copying: the
+ * managed tensor holds a reference to the tensor's storage, and its deleter (call it exactly
+ * once) drops that reference. Shape and strides are in elements; device kDLCPU; data points
+ * at the storage and byte_offset is 0. Errors: DT_ERR_INVALID (NULL), DT_ERR_NOMEM,
+ * DT_ERR_UNSUPPORTED (no DLPack header at build time; *_versioned: a header before 1.0). */
+DT_API dt_status dt_dlpack_export(dt_tensor *t, struct DLManagedTensor **out);
+DT_API dt_status dt_dlpack_export_versioned(dt_tensor *t, struct DLManagedTensorVersioned **out);
+
+/* Imports a managed tensor without copying. Everything is checked first: a CPU device
+ * (kDLCPU, kDLCUDAHost, kDLROCMHost), a known dtype with one lane, 0 <= ndim <= DT_MAX_DIMS,
+ * sizes >= 0, strides >= 0 (NULL = contiguous), data non-NULL unless the tensor is empty,
+ * byte_offset a multiple of the element size, no overflow of shape x strides. On success the
+ * tensor owns `managed`: its deleter is called exactly once, when the last handle or view
+ * made from the result is released. On an error nothing is called and the caller keeps
+ * ownership of `managed` (call its deleter yourself). The versioned form also requires the
+ * producer's major version to match and accepts DLPACK_FLAG_BITMASK_READ_ONLY (the tensor
+ * must then not be written). Errors: DT_ERR_INVALID (NULL, a bad field, named in the
+ * message), DT_ERR_DTYPE, DT_ERR_UNSUPPORTED (a non-CPU device, a header before 1.0 for
+ * the versioned form), DT_ERR_NOMEM. */
+DT_API dt_status dt_dlpack_import(struct DLManagedTensor *managed, dt_tensor **out);
+DT_API dt_status dt_dlpack_import_versioned(struct DLManagedTensorVersioned *managed,
+                                            dt_tensor **out);
 
 #ifdef __cplusplus
 }

@@ -94,6 +94,13 @@ DT_API dt_status dt_from_data(const void *data, int ndim, const int64_t *shape, 
  * too small), DT_ERR_DTYPE, DT_ERR_NOMEM. */
 DT_API dt_status dt_wrap(void *data, size_t nbytes, int ndim, const int64_t *shape,
                          const int64_t *strides, dt_dtype dtype, dt_tensor **out);
+/* As dt_wrap, for memory owned elsewhere that must be given back: `release(user)` (may be
+ * NULL) is called exactly once, on whichever thread drops the last handle or view of the
+ * tensor. On an error nothing is wrapped and release is not called: the caller keeps the
+ * memory. Errors: those of dt_wrap. */
+DT_API dt_status dt_wrap_ex(void *data, size_t nbytes, int ndim, const int64_t *shape,
+                            const int64_t *strides, dt_dtype dtype, void (*release)(void *user),
+                            void *user, dt_tensor **out);
 
 /* ---- Random numbers (counter-based, Philox4x32-10) ---------------------------------------
  * Element i of the result (row-major index in the full tensor) depends only on (seed, i),

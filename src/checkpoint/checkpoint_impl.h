@@ -12,13 +12,19 @@
 /* The reference library refuses headers above 100 MB; so do we, before allocating. */
 #define DT_SAFETENSORS_MAX_HEADER 100000000ull
 
+/* A read-only file mapping with a reference count (see dt_safetensors.map). */
+typedef struct dt__safetensors_map {
+  atomic_int refs;
+  void *addr;
+  size_t size;
+} dt__safetensors_map;
+
 struct dt_safetensors {
   const char *label;    /* the path, or "(memory)", for messages */
   char *path_copy;      /* owned copy of the path */
   int fd;               /* -1 for a memory image */
   const uint8_t *image; /* the whole file: the read-only map or the caller's memory */
   size_t image_size;
-  bool mapped;         /* image is our mmap and must be unmapped */
   uint64_t data_start; /* 8 + header length */
   char *strings;       /* owned: every name, key and value, NUL-terminated */
   dt_safetensors_entry_info *entries;
@@ -26,8 +32,10 @@ struct dt_safetensors {
   const char **meta_keys;
   const char **meta_values;
   int n_meta;
-  dt_tensor **borrowed; /* handles retained for BORROW tensors, to see if any outlives us */
-  int n_borrowed, cap_borrowed;
+  /* The mmap of a file (NULL for a memory image), shared with the BORROW tensors: the handle
+   * holds one reference and every borrowed tensor's storage one more, so the map goes away
+   * with the last of them. */
+  struct dt__safetensors_map *map;
   atomic_uint_fast64_t bytes_read;
 };
 

@@ -24,18 +24,20 @@
 
 /* ---- Opening ------------------------------------------------------------------------------ */
 
+/* Drops one reference to a file mapping; the last one unmaps it. Also the release function
+ * of borrowed tensors' storage (dt_wrap_ex), so it may run on any thread. */
+static void map_release(void *user) {
+  dt__safetensors_map *m = user;
+  if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
+  munmap(m->addr, m->size);
+  dt__free(m);
+}
+
 static void file_free(dt_safetensors *f) {
   if (!f) return;
-  bool keep_map = false;
-  for (int i = 0; i < f->n_borrowed; i++) {
-    dt_tensor *t = f->borrowed[i];
-    /* Our handle is the one reference unless the caller still holds the tensor or a view. */
-    if (atomic_load(&t->refcount) > 1 || atomic_load(&t->storage->refcount) > 1) keep_map = true;
-    dt_tensor_release(t);
-  }
-  if (f->mapped && !keep_map) munmap((void *)f->image, f->image_size);
+  /* Borrowed tensors still alive hold their own references to the map. */
+  if (f->map) map_release(f->map);
   if (f->fd >= 0) close(f->fd);
-  dt__free(f->borrowed);
   dt__free(f->entries);
   dt__free(f->meta_keys);
   dt__free(f->meta_values);
@@ -142,8 +144,16 @@ dt_status dt_safetensors_open(const char *path, dt_safetensors **out) {
                    strerror(errno));
     goto fail;
   }
+  f->map = dt__alloc(sizeof *f->map);
+  if (!f->map) {
+    munmap(map, f->image_size);
+    st = dt__error(DT_ERR_NOMEM, "%s: cannot allocate a file handle", op);
+    goto fail;
+  }
+  atomic_init(&f->map->refs, 1);
+  f->map->addr = map;
+  f->map->size = f->image_size;
   f->image = map;
-  f->mapped = true;
   *out = f;
   return DT_OK;
 fail:
@@ -247,21 +257,18 @@ static dt_status borrow(dt_safetensors *file, const char *op, const dt_safetenso
                      ", not aligned to its %zu-byte elements: it cannot be borrowed (use "
                      "DT_SAFETENSORS_COPY)",
                      op, file->label, e->name, file->data_start + e->data_begin, size);
-  if (file->n_borrowed == file->cap_borrowed) {
-    int cap = file->cap_borrowed ? 2 * file->cap_borrowed : 16;
-    dt_tensor **grown = dt__alloc(sizeof *grown * (size_t)cap);
-    if (!grown) return dt__error(DT_ERR_NOMEM, "%s: cannot allocate", op);
-    if (file->n_borrowed) memcpy(grown, file->borrowed, sizeof *grown * (size_t)file->n_borrowed);
-    dt__free(file->borrowed);
-    file->borrowed = grown;
-    file->cap_borrowed = cap;
-  }
-  /* The map is PROT_READ: a write through the tensor faults instead of changing the file. */
+  /* The map is PROT_READ: a write through the tensor faults instead of changing the file. The
+   * tensor's storage holds a reference to the map, dropped when its last view goes; a memory
+   * image is the caller's, borrowed as it is. */
+  dt__safetensors_map *map = file->map;
+  if (map) atomic_fetch_add_explicit(&map->refs, 1, memory_order_relaxed);
   dt_tensor *t = NULL;
-  dt_status st = dt_wrap((void *)data, (size_t)(e->data_end - e->data_begin), e->ndim, e->shape,
-                         NULL, e->dtype, &t);
-  if (st) return st;
-  file->borrowed[file->n_borrowed++] = dt_tensor_retain(t);
+  dt_status st = dt_wrap_ex((void *)data, (size_t)(e->data_end - e->data_begin), e->ndim, e->shape,
+                            NULL, e->dtype, map ? map_release : NULL, map, &t);
+  if (st) {
+    if (map) map_release(map);
+    return st;
+  }
   *out = t;
   return DT_OK;
 }

@@ -7,10 +7,15 @@
 #include "tensor/tensor_impl.h"
 
 /* Owned data lives in the same allocation as its storage header (one malloc per tensor);
- * borrowed data (dt_wrap) is never freed here. Either way one free releases the storage. */
+ * borrowed data (dt_wrap) is never freed here, but its owner's release function (dt_wrap_ex)
+ * runs once, after the last reference. Either way one free releases the storage. */
 static void storage_release(dt_storage *s) {
   if (!s) return;
-  if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) == 1) dt__free(s);
+  if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
+  void (*release)(void *) = s->release;
+  void *user = s->release_user;
+  dt__free(s);
+  if (release) release(user);
 }
 
 /* View handles are recycled through a small per-thread pool: creating and dropping views
@@ -187,6 +192,8 @@ dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tens
   s->data = block + DT_EMBEDDED_DATA_OFFSET;
   s->nbytes = nbytes;
   s->version = 0;
+  s->release = NULL;
+  s->release_user = NULL;
   atomic_init(&t->refcount, 1);
   t->dtype = dtype;
   t->ndim = ndim;
@@ -282,6 +289,8 @@ dt_status dt_wrap(void *data, size_t nbytes, int ndim, const int64_t *shape, con
   s->data = data;
   s->nbytes = nbytes;
   s->version = 0;
+  s->release = NULL;
+  s->release_user = NULL;
   t->dtype = dtype;
   t->ndim = ndim;
   if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
@@ -292,6 +301,20 @@ dt_status dt_wrap(void *data, size_t nbytes, int ndim, const int64_t *shape, con
   }
   t->storage = s;
   *out = t;
+  return DT_OK;
+}
+
+dt_status dt_wrap_ex(void *data, size_t nbytes, int ndim, const int64_t *shape,
+                     const int64_t *strides, dt_dtype dtype, void (*release)(void *user),
+                     void *user, dt_tensor **out) {
+  /* On failure nothing was wrapped, so release is not called: the caller still owns data. */
+  dt_status st = dt_wrap(data, nbytes, ndim, shape, strides, dtype, out);
+  if (st) {
+    dt__error_prefix("dt_wrap_ex");
+    return st;
+  }
+  (*out)->storage->release = release;
+  (*out)->storage->release_user = user;
   return DT_OK;
 }
 

@@ -20,6 +20,10 @@ typedef struct dt_storage {
   /* Bumped by every in-place op while autograd is in use: a tensor saved for backward
    * remembers the version it had, and backward refuses to read a modified one. */
   uint32_t version;
+  /* Memory owned outside the library (dt_wrap_ex: a DLPack producer's tensor, a safetensors
+   * map): called once, with release_user, when the last handle or view lets go. */
+  void (*release)(void *user);
+  void *release_user;
 } dt_storage;
 
 /* A tensor made by dt__tensor_new is one allocation: the storage header, then the tensor's
