@@ -77,6 +77,36 @@ typedef struct dt_tp_style_options {
 DT_API dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_plan *plan,
                                        const dt_tp_style_options *options);
 
+/* ---- Fully sharded data parallel (PyTorch's fully_shard, FSDP2) ------------------------------ */
+
+/* The most parameters one module (a unit) may hold directly. */
+#define DT_FSDP_MAX_UNIT_PARAMS 16
+
+/* Options of dt_fully_shard. Zero-initialise; NULL means all defaults. */
+typedef struct dt_fsdp_options {
+  int mesh_dim;                      /* the data-parallel mesh dim (default 0) */
+  bool keep_unsharded_after_forward; /* PyTorch's reshard_after_forward=False */
+} dt_fsdp_options;
+
+/* Shards module for data parallelism over options->mesh_dim: every module of the tree with
+ * parameters of its own becomes a unit whose parameters are replaced by Shard(0) distributed
+ * tensors (Replicate on other mesh dims; uneven sizes follow torch.chunk), new leaves that
+ * require grad: hand them (dt_module_visit_tensors after this call) to the optimizer.
+ * Hooks installed on each unit: before its forward the parameters are all-gathered
+ * (dt_dist_redistribute to Replicate, recorded by autograd) and set on the module; after it
+ * the sharded ones are set back and the gathered ones released by the module (the autograd
+ * graph keeps what backward needs until backward runs). A local input is taken as this
+ * rank's rows of the batch (Shard(0) on the dim, even sizes assumed); pass a distributed
+ * input for uneven batches. The output is distributed: take the loss on it, so the loss is the
+ * mean over the global batch and each parameter's gradient, Partial over the dim, is
+ * reduce-scattered back to Shard(0) by the all-gather's backward (equal to PyTorch's
+ * average of per-rank gradients). Collective over the mesh. Replaces any hooks of the units.
+ * Errors: DT_ERR_INVALID (NULL, a mesh_dim outside the mesh, no parameters, a scalar
+ * parameter), DT_ERR_UNSUPPORTED (an already distributed parameter, e.g. after
+ * dt_parallelize_module; more than DT_FSDP_MAX_UNIT_PARAMS in one module), the errors of
+ * dt_dist_distribute_tensor. On failure the units already made stay sharded. */
+DT_API dt_status dt_fully_shard(dt_module *module, dt_mesh *mesh, const dt_fsdp_options *options);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,224 @@
+/*
+ * Fully sharded data parallel (PyTorch's fully_shard, FSDP2) on the eager path.
+ *
+ * Every module of the tree that has parameters of its own becomes a unit: its parameters are
+ * replaced by Shard(0) distributed tensors on the data-parallel mesh dim (leaves that require
+ * grad, which the optimizer updates). A pre-hook swaps in the unsharded parameters, built as
+ * dt_dist_redistribute(sharded, Replicate): an all-gather whose recorded backward moves the
+ * Partial gradient back to Shard(0), which is a reduce-scatter. A post-hook swaps the sharded
+ * parameters back (reshard after forward), so the module no longer holds the gathered ones.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core_impl.h"
+#include "dtensor/autograd.h"
+#include "dtensor/parallel.h"
+#include "mesh/mesh_impl.h"
+#include "tensor/tensor_impl.h"
+
+typedef struct fsdp_param {
+  char name[64];
+  dt_tensor *sharded;   /* the leaf the optimizer updates (a reference) */
+  dt_tensor *unsharded; /* between pre- and post-hook, or kept without resharding */
+} fsdp_param;
+
+typedef struct fsdp_unit {
+  dt_mesh *mesh; /* a reference: the hooks may outlive the caller's mesh handle */
+  int mesh_dim;
+  bool reshard_after_forward;
+  int n;
+  fsdp_param params[DT_FSDP_MAX_UNIT_PARAMS];
+  char fqn[256]; /* the module's, for error messages */
+} fsdp_unit;
+
+static void free_unit(void *user) {
+  fsdp_unit *u = user;
+  if (!u) return;
+  for (int i = 0; i < u->n; i++) {
+    dt_tensor_release(u->params[i].sharded);
+    dt_tensor_release(u->params[i].unsharded);
+  }
+  dt__mesh_release(u->mesh);
+  dt__free(u);
+}
+
+/* A hook's error names the hook and the module, as the failure happens far from the
+ * dt_fully_shard call. */
+static dt_status hook_failed(dt_status st, const fsdp_unit *u, const char *which) {
+  char prefix[320];
+  snprintf(prefix, sizeof prefix, "dt_fully_shard: %s hook of '%s'", which, u->fqn);
+  dt__error_prefix(prefix);
+  return st;
+}
+
+static void placements_for(const fsdp_unit *u, dt_placement *p, dt_placement on_dim) {
+  for (int d = 0; d < dt_mesh_ndim(u->mesh); d++) p[d] = dt_replicate();
+  p[u->mesh_dim] = on_dim;
+}
+
+/* A local input is this rank's rows of the batch: it is wrapped as Shard(0) on the
+ * data-parallel dim (even sizes assumed, as PyTorch's from_local does), so a loss over the
+ * output is the mean over the global batch and each weight gradient a Partial sum. */
+static dt_status convert_input(fsdp_unit *u, dt_tensor *in, dt_tensor **out) {
+  if (in->spec) {
+    *out = dt_tensor_retain(in);
+    return DT_OK;
+  }
+  if (dt_tensor_ndim(in) < 1) {
+    return dt__error(DT_ERR_INVALID, "a local input needs a batch dim, got a scalar");
+  }
+  dt_placement p[DT_MAX_DIMS];
+  placements_for(u, p, dt_shard(0));
+  return dt_dist_from_local(u->mesh, in, dt_mesh_ndim(u->mesh), p, NULL, out);
+}
+
+static dt_status unshard(fsdp_unit *u, dt_module *m) {
+  dt_placement p[DT_MAX_DIMS];
+  placements_for(u, p, dt_replicate());
+  for (int i = 0; i < u->n; i++) {
+    fsdp_param *fp = &u->params[i];
+    /* Gathered again on every forward: the optimizer may have changed the shards since a
+     * copy kept without resharding was made. */
+    dt_tensor_release(fp->unsharded);
+    fp->unsharded = NULL;
+    dt_status st = dt_dist_redistribute(fp->sharded, dt_mesh_ndim(u->mesh), p, &fp->unsharded);
+    if (st) return st;
+    st = dt_module_set_tensor(m, fp->name, fp->unsharded);
+    if (st) return st;
+  }
+  return DT_OK;
+}
+
+/* Puts the sharded leaves back on the module and drops this unit's references to the
+ * gathered parameters (the autograd graph keeps what the backward needs). */
+static dt_status reshard(fsdp_unit *u, dt_module *m) {
+  dt_status first = DT_OK;
+  for (int i = 0; i < u->n; i++) {
+    fsdp_param *fp = &u->params[i];
+    dt_status st = dt_module_set_tensor(m, fp->name, fp->sharded);
+    if (st && !first) first = st;
+    dt_tensor_release(fp->unsharded);
+    fp->unsharded = NULL;
+  }
+  return first;
+}
+
+static dt_status pre_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *user) {
+  fsdp_unit *u = user;
+  dt_status st = convert_input(u, in, out);
+  if (!st) st = unshard(u, m);
+  if (st) {
+    dt_tensor_release(*out);
+    *out = NULL;
+    reshard(u, m);
+    return hook_failed(st, u, "pre-forward");
+  }
+  return DT_OK;
+}
+
+static dt_status post_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *user) {
+  fsdp_unit *u = user;
+  /* Without resharding the module keeps the gathered parameters until its next forward
+   * (PyTorch's reshard_after_forward=False); the optimizer's leaves stay the sharded ones. */
+  dt_status st = u->reshard_after_forward ? reshard(u, m) : DT_OK;
+  if (st) return hook_failed(st, u, "post-forward");
+  *out = dt_tensor_retain(in);
+  return DT_OK;
+}
+
+typedef struct shard_ctx {
+  dt_mesh *mesh;
+  const dt_fsdp_options *opt;
+  dt_module *root;
+  int units;
+} shard_ctx;
+
+typedef struct collect_ctx {
+  dt_module *module;
+  fsdp_unit *unit;
+} collect_ctx;
+
+/* The module's own parameters: dt_module_parameter finds names directly on the module, so a
+ * visited FQN without dots after the module's prefix is one of them. */
+static dt_status collect_param(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
+  collect_ctx *c = user;
+  if (is_buffer || strchr(fqn, '.')) return DT_OK;
+  fsdp_unit *u = c->unit;
+  if (t->spec) {
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_fully_shard: parameter '%s' of '%s' is already distributed (FSDP over "
+                     "a tensor-parallel module is not supported yet)",
+                     fqn, u->fqn);
+  }
+  if (u->n >= DT_FSDP_MAX_UNIT_PARAMS || strlen(fqn) >= sizeof u->params[0].name) {
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_fully_shard: '%s' has more than %d parameters or a "
+                     "name longer than 63 characters ('%s')",
+                     u->fqn, DT_FSDP_MAX_UNIT_PARAMS, fqn);
+  }
+  if (dt_tensor_ndim(t) < 1) {
+    return dt__error(DT_ERR_INVALID,
+                     "dt_fully_shard: parameter '%s' of '%s' is a scalar; "
+                     "Shard(0) needs a dim",
+                     fqn, u->fqn);
+  }
+  snprintf(u->params[u->n].name, sizeof u->params[0].name, "%s", fqn);
+  u->n++;
+  return DT_OK;
+}
+
+/* A module visited alone: dt_module_visit_tensors on a module lists its own parameters
+ * without dots, its children's with dots. */
+static dt_status shard_module(const char *fqn, dt_module *m, void *user) {
+  shard_ctx *c = user;
+  fsdp_unit *u = dt__calloc(sizeof *u);
+  if (!u) return dt__error(DT_ERR_NOMEM, "dt_fully_shard: out of memory");
+  snprintf(u->fqn, sizeof u->fqn, "%s", fqn[0] ? fqn : "(root)");
+  u->mesh_dim = c->opt->mesh_dim;
+  u->reshard_after_forward = !c->opt->keep_unsharded_after_forward;
+  collect_ctx cc = {m, u};
+  dt_status st = dt_module_visit_tensors(m, collect_param, &cc);
+  if (st || u->n == 0) {
+    dt__free(u);
+    return st;
+  }
+  u->mesh = dt__mesh_retain(c->mesh);
+  dt_placement p[DT_MAX_DIMS];
+  placements_for(u, p, dt_shard(0));
+  for (int i = 0; i < u->n && !st; i++) {
+    dt_tensor *full = dt_module_parameter(m, u->params[i].name);
+    st = dt_dist_distribute_tensor(c->mesh, full, dt_mesh_ndim(c->mesh), p, &u->params[i].sharded);
+    if (!st) st = dt_tensor_set_requires_grad(u->params[i].sharded, true);
+  }
+  for (int i = 0; i < u->n && !st; i++) {
+    st = dt_module_set_tensor(m, u->params[i].name, u->params[i].sharded);
+  }
+  if (st) {
+    free_unit(u);
+    return st;
+  }
+  dt_module_set_hooks(m, pre_hook, post_hook, u, free_unit);
+  c->units++;
+  return DT_OK;
+}
+
+dt_status dt_fully_shard(dt_module *module, dt_mesh *mesh, const dt_fsdp_options *options) {
+  if (!module || !mesh) {
+    return dt__error(DT_ERR_INVALID, "dt_fully_shard: module (%p) and mesh (%p) must not be NULL",
+                     (void *)module, (void *)mesh);
+  }
+  dt_fsdp_options defaults = {0};
+  const dt_fsdp_options *opt = options ? options : &defaults;
+  if (opt->mesh_dim < 0 || opt->mesh_dim >= dt_mesh_ndim(mesh)) {
+    return dt__error(DT_ERR_INVALID,
+                     "dt_fully_shard: options->mesh_dim %d is not a dim of a %d-D mesh",
+                     opt->mesh_dim, dt_mesh_ndim(mesh));
+  }
+  shard_ctx c = {mesh, opt, module, 0};
+  dt_status st = dt_module_visit(module, shard_module, &c);
+  if (!st && c.units == 0) {
+    return dt__error(DT_ERR_INVALID, "dt_fully_shard: the module has no parameters to shard");
+  }
+  return st;
+}

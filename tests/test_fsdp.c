@@ -1,0 +1,320 @@
+/* Fully sharded data parallel (dt_fully_shard): PyTorch's training fixtures
+ * (../shared/fixtures/training) trained under fully_shard on 1 to 4 ranks (threads backend)
+ * must give PyTorch's loss at every step (relative 1e-5) and its final weights (relative 1e-4,
+ * gathered from the Shard(0) parameters). Batches of 10 and 24 rows and 18 and 32 hidden units
+ * give uneven shards. The comm ledger shows all-gathers in forward and reduce-scatters (no
+ * all-reduce) in backward; after forward the modules hold only their shards again. */
+#include <criterion/criterion.h>
+
+#include "comm_helpers.h"
+#include "dtensor/parallel.h"
+
+#define STEPS 20
+#define LOSS_RTOL 1e-5
+#define WEIGHT_RTOL 1e-4
+#define WEIGHT_ATOL 1e-6
+
+typedef struct run {
+  const char *name;
+  int64_t in, hidden, out;
+  bool cross_entropy; /* else mse */
+  bool adamw;         /* else SGD */
+} run;
+
+static const run runs[] = {{"mlp_mse_sgd", 12, 18, 6, false, false},
+                           {"mlp_ce_adamw", 16, 32, 10, true, true}};
+static const char *const param_names[4] = {"0.weight", "0.bias", "2.weight", "2.bias"};
+
+typedef struct train_arg {
+  const run *r;
+  bool keep_unsharded;
+  double losses[STEPS]; /* filled by rank 0 */
+  char ledger_text[2048];
+} train_arg;
+
+static bool fixtures_present(void) {
+  FILE *f = fopen(DT_FIXTURES_DIR "/training/expected.json", "r");
+  if (f) fclose(f);
+  return f != NULL;
+}
+
+/* The 20 losses of run `name` from expected.json: the numbers of the "losses" array after
+ * the run's key. */
+static bool expected_losses(const char *name, double *losses) {
+  FILE *f = fopen(DT_FIXTURES_DIR "/training/expected.json", "r");
+  if (!f) return false;
+  static char text[1 << 16];
+  size_t len = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[len] = '\0';
+  char key[128];
+  snprintf(key, sizeof key, "\"%s\"", name);
+  const char *p = strstr(text, key);
+  if (p) p = strstr(p, "\"losses\"");
+  if (p) p = strchr(p, '[');
+  if (!p) return false;
+  p++;
+  for (int i = 0; i < STEPS; i++) {
+    char *end = NULL;
+    losses[i] = strtod(p, &end);
+    if (end == p) return false;
+    p = end;
+    while (*p == ',' || *p == ' ' || *p == '\n') p++;
+  }
+  return true;
+}
+
+static dt_status open_fixture(const char *run_name, const char *part, dt_safetensors **out) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/training/%s.%s.safetensors", DT_FIXTURES_DIR, run_name, part);
+  return dt_safetensors_open(path, out);
+}
+
+/* The value of a one-element loss, local or distributed. */
+static dt_status loss_value(dt_tensor *loss, double *value) {
+  bool prev = dt_grad_mode_set(false);
+  dt_tensor *full = NULL;
+  dt_status st = DT_OK;
+  if (dt_tensor_is_distributed(loss)) st = dt_dist_full_tensor(loss, &full);
+  if (!st) st = dt_tensor_to_doubles(full ? full : loss, value, 1);
+  dt_tensor_release(full);
+  dt_grad_mode_set(prev);
+  return st;
+}
+
+static dt_status compare_final(const run *r, dt_tensor *const *w) {
+  dt_safetensors *final = NULL;
+  RANK_OK(open_fixture(r->name, "final", &final));
+  dt_status st = DT_OK;
+  for (int i = 0; i < 4 && !st; i++) {
+    dt_tensor *want = NULL, *got = NULL;
+    st = dt_safetensors_load(final, param_names[i], DT_SAFETENSORS_COPY, &want);
+    if (!st) st = dt_dist_full_tensor(w[i], &got);
+    int64_t n = want ? dt_tensor_numel(want) : 0;
+    double *a = calloc((size_t)n + 1, sizeof *a), *b = calloc((size_t)n + 1, sizeof *b);
+    if (!st) st = dt_tensor_to_doubles(got, a, n);
+    if (!st) st = dt_tensor_to_doubles(want, b, n);
+    for (int64_t k = 0; k < n && !st; k++) {
+      if (fabs(a[k] - b[k]) > WEIGHT_RTOL * fabs(b[k]) + WEIGHT_ATOL) {
+        st = dt__error(DT_ERR_INTERNAL, "%s: final %s[%lld] is %.9g, PyTorch %.9g", r->name,
+                       param_names[i], (long long)k, a[k], b[k]);
+      }
+    }
+    free(a);
+    free(b);
+    dt_tensor_release(want);
+    dt_tensor_release(got);
+  }
+  dt_safetensors_destroy(final);
+  return st;
+}
+
+typedef struct params_ctx {
+  int n;
+  dt_tensor *t[8];
+  char names[8][64]; /* the visitor's FQN is only valid during the call */
+} params_ctx;
+
+static dt_status collect(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
+  params_ctx *c = user;
+  if (is_buffer || c->n >= 8) return DT_OK;
+  snprintf(c->names[c->n], sizeof c->names[0], "%s", fqn);
+  c->t[c->n++] = t;
+  return DT_OK;
+}
+
+/* The model with PyTorch's initial weights on every rank, before sharding. */
+static dt_status build_model(const run *r, dt_module **out) {
+  dt_safetensors *init = NULL;
+  RANK_OK(dt_nn_mlp(r->in, r->hidden, r->out, true, true, 1, out));
+  RANK_OK(open_fixture(r->name, "init", &init));
+  for (int i = 0; i < 4; i++) {
+    dt_tensor *t = NULL;
+    char child[8];
+    snprintf(child, sizeof child, "%c", param_names[i][0]);
+    RANK_OK(dt_safetensors_load(init, param_names[i], DT_SAFETENSORS_COPY, &t));
+    RANK_OK(dt_module_set_tensor(dt_module_find(*out, child), param_names[i] + 2, t));
+    dt_tensor_release(t);
+  }
+  dt_safetensors_destroy(init);
+  return DT_OK;
+}
+
+/* The bytes of the local parts of the parameters the module tree holds right now. */
+static int64_t held_bytes(dt_module *model) {
+  params_ctx c = {0};
+  dt_module_visit_tensors(model, collect, &c);
+  int64_t bytes = 0;
+  for (int i = 0; i < c.n; i++) {
+    dt_tensor *local = NULL;
+    if (dt_dist_to_local(c.t[i], &local) == DT_OK) bytes += dt_tensor_numel(local) * 4;
+    dt_tensor_release(local);
+  }
+  return bytes;
+}
+
+static dt_status train(train_arg *arg, dt_mesh *mesh, double *losses, char *ledger_text,
+                       size_t ledger_size) {
+  const run *r = arg->r;
+  dt_module *model = NULL;
+  RANK_OK(build_model(r, &model));
+  int64_t full_bytes = held_bytes(model); /* local tensors: held_bytes counts none */
+  (void)full_bytes;
+  dt_fsdp_options fo = {.mesh_dim = 0, .keep_unsharded_after_forward = arg->keep_unsharded};
+  RANK_OK(dt_fully_shard(model, mesh, &fo));
+
+  params_ctx pc = {0};
+  RANK_OK(dt_module_visit_tensors(model, collect, &pc));
+  RANK_CHECK(pc.n == 4, "%d parameters after fully_shard", pc.n);
+  dt_tensor *w[4];
+  int64_t shard_bytes = 0, world = dt_mesh_size(mesh, 0);
+  for (int i = 0; i < 4; i++) {
+    w[i] = pc.t[i];
+    RANK_CHECK(strcmp(pc.names[i], param_names[i]) == 0, "parameter %d is %s", i, pc.names[i]);
+    RANK_CHECK(dt_tensor_is_distributed(w[i]) && dt_tensor_is_leaf(w[i]) &&
+                   dt_tensor_requires_grad(w[i]),
+               "%s is not a distributed leaf requiring grad", param_names[i]);
+    dt_placement p = dt_dist_placements(w[i])[0];
+    RANK_CHECK(p.kind == DT_SHARD && p.dim == 0, "%s is not Shard(0)", param_names[i]);
+    dt_tensor_retain(w[i]);
+  }
+  shard_bytes = held_bytes(model);
+
+  dt_safetensors *data = NULL;
+  dt_tensor *x = NULL, *y = NULL;
+  dt_placement S0 = dt_shard(0);
+  RANK_OK(open_fixture(r->name, "data", &data));
+  RANK_OK(dt_safetensors_load_distributed(data, "x", mesh, 1, &S0, &x));
+  RANK_OK(dt_safetensors_load_distributed(data, "y", mesh, 1, &S0, &y));
+  dt_safetensors_destroy(data);
+
+  dt_optimizer *opt = NULL;
+  if (r->adamw) {
+    dt_adam_options o = {
+        .lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+    RANK_OK(dt_optimizer_create_adamw(4, w, &o, &opt));
+  } else {
+    dt_sgd_options o = {.lr = 0.05, .momentum = 0.9};
+    RANK_OK(dt_optimizer_create_sgd(4, w, &o, &opt));
+  }
+  for (int s = 0; s < STEPS; s++) {
+    dt_tensor *out = NULL, *loss = NULL;
+    dt_comm_ledger *fwd = NULL, *bwd = NULL;
+    RANK_OK(dt_optimizer_zero_grad(opt, true));
+    if (s == 0) RANK_OK(dt_comm_ledger_start(&fwd));
+    RANK_OK(dt_module_forward(model, x, &out));
+    if (s == 0) RANK_OK(dt_comm_ledger_stop(fwd));
+    /* Reshard after forward: the module holds its shards only, not the gathered weights. */
+    int64_t held = held_bytes(model);
+    if (arg->keep_unsharded) {
+      RANK_CHECK(world == 1 || held > shard_bytes, "kept %lld bytes, shards are %lld",
+                 (long long)held, (long long)shard_bytes);
+    } else {
+      RANK_CHECK(held == shard_bytes, "after forward the module holds %lld bytes, its shards %lld",
+                 (long long)held, (long long)shard_bytes);
+      RANK_CHECK(dt_module_get_tensor(model, "0.weight") == w[0], "0.weight is not the shard");
+    }
+    RANK_OK(r->cross_entropy ? dt_cross_entropy(out, y, &loss)
+                             : dt_mse_loss(out, y, DT_LOSS_MEAN, &loss));
+    dt_tensor_release(out);
+    if (s == 0) RANK_OK(dt_comm_ledger_start(&bwd));
+    RANK_OK(dt_backward(loss, NULL));
+    if (s == 0) RANK_OK(dt_comm_ledger_stop(bwd));
+    if (s == 0) {
+      /* One all-gather per parameter in forward; in backward the gradients go back to
+       * Shard(0) by reduce-scatters, never by an all-reduce and a slice. */
+      int64_t ag = dt_comm_ledger_count(fwd, "all_gather") +
+                   dt_comm_ledger_count(fwd, "all_gather_uneven"),
+              rs = dt_comm_ledger_count(bwd, "reduce_scatter") +
+                   dt_comm_ledger_count(bwd, "reduce_scatter_uneven"),
+              ar = dt_comm_ledger_count(bwd, "all_reduce");
+      size_t used = 0;
+      used += (size_t)snprintf(ledger_text, ledger_size, "forward:\n");
+      dt_comm_ledger_format(fwd, ledger_text + used, ledger_size - used);
+      used = strlen(ledger_text);
+      snprintf(ledger_text + used, ledger_size - used, "backward:\n");
+      used = strlen(ledger_text);
+      dt_comm_ledger_format(bwd, ledger_text + used, ledger_size - used);
+      if (world > 1) {
+        RANK_CHECK(ag == 4, "forward all-gathers: %lld\n%s", (long long)ag, ledger_text);
+        RANK_CHECK(rs == 4, "backward reduce-scatters: %lld\n%s", (long long)rs, ledger_text);
+        RANK_CHECK(ar == 0, "backward all-reduces: %lld\n%s", (long long)ar, ledger_text);
+      }
+      dt_comm_ledger_destroy(fwd);
+      dt_comm_ledger_destroy(bwd);
+      /* Gradients land on the sharded leaves as Shard(0), already reduced. */
+      for (int i = 0; i < 4; i++) {
+        dt_tensor *g = NULL;
+        RANK_OK(dt_tensor_grad(w[i], &g));
+        RANK_CHECK(g && dt_tensor_is_distributed(g), "%s has no distributed grad", param_names[i]);
+        dt_placement gp = dt_dist_placements(g)[0];
+        RANK_CHECK(gp.kind == DT_SHARD && gp.dim == 0, "grad of %s is not Shard(0)",
+                   param_names[i]);
+        dt_tensor_release(g);
+      }
+    }
+    RANK_OK(loss_value(loss, &losses[s]));
+    dt_tensor_release(loss);
+    RANK_OK(dt_optimizer_step(opt));
+  }
+  RANK_OK(compare_final(r, w));
+  dt_optimizer_destroy(opt);
+  for (int i = 0; i < 4; i++) dt_tensor_release(w[i]);
+  dt_tensor_release(x);
+  dt_tensor_release(y);
+  dt_module_destroy(model);
+  return DT_OK;
+}
+
+static dt_status rank_main(dt_comm *world, void *varg) {
+  train_arg *arg = varg;
+  dt_mesh *mesh = NULL;
+  double losses[STEPS];
+  char text[2048] = "";
+  RANK_OK(dt_mesh_create(world, 1, (int[]){dt_comm_size(world)}, NULL, &mesh));
+  dt_status st = train(arg, mesh, losses, text, sizeof text);
+  if (!st && dt_comm_rank(world) == 0) {
+    memcpy(arg->losses, losses, sizeof losses);
+    memcpy(arg->ledger_text, text, sizeof text);
+  }
+  dt_mesh_destroy(mesh);
+  return st;
+}
+
+static void check_losses(const run *r, const char *what, const double *got) {
+  double want[STEPS];
+  cr_assert(expected_losses(r->name, want), "cannot read expected.json for %s", r->name);
+  for (int s = 0; s < STEPS; s++) {
+    cr_expect(fabs(got[s] - want[s]) <= LOSS_RTOL * fabs(want[s]),
+              "%s %s step %d: loss %.9g, PyTorch %.9g (rel %.2g)", r->name, what, s + 1, got[s],
+              want[s], fabs(got[s] - want[s]) / fabs(want[s]));
+  }
+}
+
+static void fully_sharded(bool keep_unsharded) {
+  if (!fixtures_present()) cr_skip_test("no fixtures at %s", DT_FIXTURES_DIR);
+  for (int ranks = 1; ranks <= 4; ranks++) {
+    for (int i = 0; i < 2; i++) {
+      train_arg arg = {.r = &runs[i], .keep_unsharded = keep_unsharded};
+      dt_status st = dt_comm_spawn(ranks, rank_main, &arg);
+      cr_assert_eq(st, DT_OK, "%s fully_shard on %d ranks: %s", runs[i].name, ranks,
+                   dt_last_error());
+      char label[64];
+      snprintf(label, sizeof label, "fully_shard on %d ranks", ranks);
+      check_losses(&runs[i], label, arg.losses);
+      if (getenv("FSDP_DEBUG")) printf("%s %d ranks\n%s\n", runs[i].name, ranks, arg.ledger_text);
+    }
+  }
+}
+
+Test(fsdp, trains_like_pytorch_on_1_to_4_ranks, .timeout = 120) { fully_sharded(false); }
+
+Test(fsdp, without_reshard_after_forward, .timeout = 120) { fully_sharded(true); }
+
+Test(fsdp, bad_arguments) {
+  dt_module *m = NULL;
+  cr_assert_eq(dt_nn_relu(&m), DT_OK);
+  cr_assert_eq(dt_fully_shard(NULL, NULL, NULL), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "dt_fully_shard: module") != NULL, "%s", dt_last_error());
+  dt_module_destroy(m);
+}
