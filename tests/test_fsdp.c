@@ -25,9 +25,11 @@ static const run runs[] = {{"mlp_mse_sgd", 12, 18, 6, false, false},
                            {"mlp_ce_adamw", 16, 32, 10, true, true}};
 static const char *const param_names[4] = {"0.weight", "0.bias", "2.weight", "2.bias"};
 
+typedef enum mode { FSDP, FSDP_KEEP_UNSHARDED, DDP, DDP_SMALL_BUCKETS } mode;
+
 typedef struct train_arg {
   const run *r;
-  bool keep_unsharded;
+  mode m;
   double losses[STEPS]; /* filled by rank 0 */
   char ledger_text[2048];
 } train_arg;
@@ -158,10 +160,16 @@ static dt_status train(train_arg *arg, dt_mesh *mesh, double *losses, char *ledg
   const run *r = arg->r;
   dt_module *model = NULL;
   RANK_OK(build_model(r, &model));
-  int64_t full_bytes = held_bytes(model); /* local tensors: held_bytes counts none */
-  (void)full_bytes;
-  dt_fsdp_options fo = {.mesh_dim = 0, .keep_unsharded_after_forward = arg->keep_unsharded};
-  RANK_OK(dt_fully_shard(model, mesh, &fo));
+  bool ddp = arg->m == DDP || arg->m == DDP_SMALL_BUCKETS;
+  bool keep_unsharded = arg->m == FSDP_KEEP_UNSHARDED;
+  /* One byte: every gradient is a bucket of its own; by default all four fit in one. */
+  dt_ddp_options ddp_opt = {.bucket_bytes = arg->m == DDP_SMALL_BUCKETS ? 1 : 0};
+  if (ddp) {
+    RANK_OK(dt_data_parallel(model, mesh, 0, &ddp_opt));
+  } else {
+    dt_fsdp_options fo = {.mesh_dim = 0, .keep_unsharded_after_forward = keep_unsharded};
+    RANK_OK(dt_fully_shard(model, mesh, &fo));
+  }
 
   params_ctx pc = {0};
   RANK_OK(dt_module_visit_tensors(model, collect, &pc));
@@ -175,7 +183,8 @@ static dt_status train(train_arg *arg, dt_mesh *mesh, double *losses, char *ledg
                    dt_tensor_requires_grad(w[i]),
                "%s is not a distributed leaf requiring grad", param_names[i]);
     dt_placement p = dt_dist_placements(w[i])[0];
-    RANK_CHECK(p.kind == DT_SHARD && p.dim == 0, "%s is not Shard(0)", param_names[i]);
+    RANK_CHECK(ddp ? p.kind == DT_REPLICATE : p.kind == DT_SHARD && p.dim == 0, "%s is not %s",
+               param_names[i], ddp ? "Replicate" : "Shard(0)");
     dt_tensor_retain(w[i]);
   }
   shard_bytes = held_bytes(model);
@@ -206,7 +215,9 @@ static dt_status train(train_arg *arg, dt_mesh *mesh, double *losses, char *ledg
     if (s == 0) RANK_OK(dt_comm_ledger_stop(fwd));
     /* Reshard after forward: the module holds its shards only, not the gathered weights. */
     int64_t held = held_bytes(model);
-    if (arg->keep_unsharded) {
+    if (ddp) {
+      RANK_CHECK(held == shard_bytes, "DDP parameters changed size in forward");
+    } else if (keep_unsharded) {
       RANK_CHECK(world == 1 || held > shard_bytes, "kept %lld bytes, shards are %lld",
                  (long long)held, (long long)shard_bytes);
     } else {
@@ -220,7 +231,42 @@ static dt_status train(train_arg *arg, dt_mesh *mesh, double *losses, char *ledg
     if (s == 0) RANK_OK(dt_comm_ledger_start(&bwd));
     RANK_OK(dt_backward(loss, NULL));
     if (s == 0) RANK_OK(dt_comm_ledger_stop(bwd));
-    if (s == 0) {
+    if (s == 0 && ddp) {
+      /* No communication in forward or backward: the gradients stay Partial until the
+       * bucketed all-reduce, which is one collective per bucket; the step then moves
+       * nothing. */
+      int64_t fwd_calls = dt_comm_ledger_count(fwd, "all_gather") +
+                          dt_comm_ledger_count(fwd, "all_gather_uneven") +
+                          dt_comm_ledger_count(fwd, "all_reduce");
+      int64_t bwd_calls = dt_comm_ledger_count(bwd, "all_reduce") +
+                          dt_comm_ledger_count(bwd, "reduce_scatter") +
+                          dt_comm_ledger_count(bwd, "reduce_scatter_uneven");
+      RANK_CHECK(fwd_calls == 0 && bwd_calls == 0, "DDP forward %lld / backward %lld collectives",
+                 (long long)fwd_calls, (long long)bwd_calls);
+      dt_comm_ledger_destroy(fwd);
+      dt_comm_ledger_destroy(bwd);
+      dt_comm_ledger *red = NULL;
+      int buckets = 0;
+      RANK_OK(dt_comm_ledger_start(&red));
+      RANK_OK(dt_data_parallel_reduce_gradients(4, w, 0, &ddp_opt, &buckets));
+      RANK_OK(dt_comm_ledger_stop(red));
+      int want = arg->m == DDP_SMALL_BUCKETS ? 4 : 1;
+      RANK_CHECK(buckets == want, "%d buckets, expected %d", buckets, want);
+      RANK_CHECK(dt_comm_ledger_count(red, "all_reduce") == want, "%lld all_reduces for %d buckets",
+                 (long long)dt_comm_ledger_count(red, "all_reduce"), buckets);
+      dt_comm_ledger_format(red, ledger_text, ledger_size);
+      dt_comm_ledger_destroy(red);
+      for (int i = 0; i < 4; i++) {
+        dt_tensor *g = NULL;
+        RANK_OK(dt_tensor_grad(w[i], &g));
+        RANK_CHECK(g && dt_dist_placements(g)[0].kind == DT_REPLICATE,
+                   "grad of %s is not Replicate after the reduction", param_names[i]);
+        dt_tensor_release(g);
+      }
+    } else if (ddp) {
+      RANK_OK(dt_data_parallel_reduce_gradients(4, w, 0, &ddp_opt, NULL));
+    }
+    if (s == 0 && !ddp) {
       /* One all-gather per parameter in forward; in backward the gradients go back to
        * Shard(0) by reduce-scatters, never by an all-reduce and a slice. */
       int64_t ag = dt_comm_ledger_count(fwd, "all_gather") +
@@ -291,30 +337,83 @@ static void check_losses(const run *r, const char *what, const double *got) {
   }
 }
 
-static void fully_sharded(bool keep_unsharded) {
+static void train_all(mode m, const char *what) {
   if (!fixtures_present()) cr_skip_test("no fixtures at %s", DT_FIXTURES_DIR);
   for (int ranks = 1; ranks <= 4; ranks++) {
     for (int i = 0; i < 2; i++) {
-      train_arg arg = {.r = &runs[i], .keep_unsharded = keep_unsharded};
+      train_arg arg = {.r = &runs[i], .m = m};
       dt_status st = dt_comm_spawn(ranks, rank_main, &arg);
-      cr_assert_eq(st, DT_OK, "%s fully_shard on %d ranks: %s", runs[i].name, ranks,
-                   dt_last_error());
+      cr_assert_eq(st, DT_OK, "%s %s on %d ranks: %s", runs[i].name, what, ranks, dt_last_error());
       char label[64];
-      snprintf(label, sizeof label, "fully_shard on %d ranks", ranks);
+      snprintf(label, sizeof label, "%s on %d ranks", what, ranks);
       check_losses(&runs[i], label, arg.losses);
       if (getenv("FSDP_DEBUG")) printf("%s %d ranks\n%s\n", runs[i].name, ranks, arg.ledger_text);
     }
   }
 }
 
-Test(fsdp, trains_like_pytorch_on_1_to_4_ranks, .timeout = 120) { fully_sharded(false); }
+Test(fsdp, trains_like_pytorch_on_1_to_4_ranks, .timeout = 120) { train_all(FSDP, "fully_shard"); }
 
-Test(fsdp, without_reshard_after_forward, .timeout = 120) { fully_sharded(true); }
+Test(fsdp, without_reshard_after_forward, .timeout = 120) {
+  train_all(FSDP_KEEP_UNSHARDED, "fully_shard (no reshard)");
+}
+
+Test(fsdp, data_parallel_bucketed_on_1_to_4_ranks, .timeout = 120) {
+  train_all(DDP, "data_parallel");
+}
+
+Test(fsdp, data_parallel_small_buckets_on_1_to_4_ranks, .timeout = 120) {
+  train_all(DDP_SMALL_BUCKETS, "data_parallel (1-byte buckets)");
+}
+
+/* Every misuse fails with a message naming the function and the offending value. */
+static dt_status bad_on_rank(dt_comm *world, void *varg) {
+  (void)varg;
+  dt_mesh *mesh = NULL;
+  dt_module *mlp = NULL, *relu = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int[]){dt_comm_size(world)}, NULL, &mesh));
+  RANK_OK(dt_nn_mlp(4, 6, 2, true, true, 3, &mlp));
+  RANK_OK(dt_nn_relu(&relu));
+  dt_fsdp_options bad_dim = {.mesh_dim = 1};
+  RANK_CHECK(dt_fully_shard(mlp, mesh, &bad_dim) == DT_ERR_INVALID &&
+                 strstr(dt_last_error(), "dt_fully_shard: options->mesh_dim 1"),
+             "%s", dt_last_error());
+  RANK_CHECK(dt_fully_shard(relu, mesh, NULL) == DT_ERR_INVALID &&
+                 strstr(dt_last_error(), "no parameters"),
+             "%s", dt_last_error());
+  RANK_CHECK(dt_data_parallel(mlp, mesh, -1, NULL) == DT_ERR_INVALID &&
+                 strstr(dt_last_error(), "dt_data_parallel: dim -1"),
+             "%s", dt_last_error());
+  dt_tensor *local = dt_module_get_tensor(mlp, "0.weight");
+  RANK_CHECK(dt_data_parallel_reduce_gradients(1, &local, 0, NULL, NULL) == DT_ERR_INVALID &&
+                 strstr(dt_last_error(), "params[0] is not distributed"),
+             "%s", dt_last_error());
+  /* Sharding twice: the parameters are already distributed. */
+  RANK_OK(dt_fully_shard(mlp, mesh, NULL));
+  RANK_CHECK(dt_fully_shard(mlp, mesh, NULL) == DT_ERR_UNSUPPORTED &&
+                 strstr(dt_last_error(), "already distributed"),
+             "%s", dt_last_error());
+  RANK_CHECK(dt_data_parallel(mlp, mesh, 0, NULL) == DT_ERR_UNSUPPORTED, "%s", dt_last_error());
+  dt_tensor *sharded = dt_module_get_tensor(mlp, "0.weight");
+  RANK_CHECK(dt_data_parallel_reduce_gradients(1, &sharded, 2, NULL, NULL) == DT_ERR_INVALID &&
+                 strstr(dt_last_error(), "dim 2 is not a dim of a 1-D mesh"),
+             "%s", dt_last_error());
+  dt_module_destroy(mlp);
+  dt_module_destroy(relu);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(fsdp, bad_arguments_on_2_ranks) { SPAWN_OK(2, bad_on_rank, NULL); }
 
 Test(fsdp, bad_arguments) {
   dt_module *m = NULL;
   cr_assert_eq(dt_nn_relu(&m), DT_OK);
   cr_assert_eq(dt_fully_shard(NULL, NULL, NULL), DT_ERR_INVALID);
   cr_assert(strstr(dt_last_error(), "dt_fully_shard: module") != NULL, "%s", dt_last_error());
+  cr_assert_eq(dt_data_parallel(NULL, NULL, 0, NULL), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "dt_data_parallel: module") != NULL, "%s", dt_last_error());
+  cr_assert_eq(dt_data_parallel_reduce_gradients(-1, NULL, 0, NULL, NULL), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "n is -1") != NULL, "%s", dt_last_error());
   dt_module_destroy(m);
 }

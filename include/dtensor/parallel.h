@@ -107,6 +107,35 @@ typedef struct dt_fsdp_options {
  * dt_dist_distribute_tensor. On failure the units already made stay sharded. */
 DT_API dt_status dt_fully_shard(dt_module *module, dt_mesh *mesh, const dt_fsdp_options *options);
 
+/* ---- Data parallel without sharding (PyTorch's DistributedDataParallel) --------------------- */
+
+/* Options of dt_data_parallel and dt_data_parallel_reduce_gradients. Zero-initialise; NULL
+ * means all defaults. */
+typedef struct dt_ddp_options {
+  int64_t bucket_bytes; /* gradients flattened into one all_reduce up to this size; 0: 25 MiB */
+} dt_ddp_options;
+
+/* Replicates module's parameters over mesh dim `dim`: each becomes a Replicate distributed
+ * leaf that requires grad (hand them to the optimizer), and the root gets an input hook that
+ * takes a local input as this rank's rows of the batch (Shard(0) on dim, even sizes assumed;
+ * a distributed input is passed through). After backward each gradient is a Partial sum over
+ * dim: call dt_data_parallel_reduce_gradients before the optimizer step. Collective over the
+ * mesh. Replaces the root's hooks. Errors: DT_ERR_INVALID (NULL, dim outside the mesh),
+ * DT_ERR_UNSUPPORTED (an already distributed parameter), dt_dist_distribute_tensor's. */
+DT_API dt_status dt_data_parallel(dt_module *module, dt_mesh *mesh, int dim,
+                                  const dt_ddp_options *options);
+
+/* All-reduces the gradients of params that are Partial on mesh dim `dim`, in buckets of at
+ * most options->bucket_bytes (consecutive parameters in reverse order with the same dtype and
+ * reduce op; one larger gradient is a bucket alone), and sets each parameter's gradient to the
+ * reduced one with Replicate on dim. Gradients that are absent or not Partial on dim are left
+ * alone. *buckets (may be NULL) receives the number of all_reduce calls. Collective over the
+ * dim's group. Errors: DT_ERR_INVALID (n < 0, NULL params, a NULL or local parameter, params
+ * on different meshes, dim outside the mesh; all checked before any communication), the
+ * collective errors. */
+DT_API dt_status dt_data_parallel_reduce_gradients(int n, dt_tensor *const *params, int dim,
+                                                   const dt_ddp_options *options, int *buckets);
+
 #ifdef __cplusplus
 }
 #endif

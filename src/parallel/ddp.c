@@ -1,0 +1,250 @@
+/*
+ * Data parallel without sharding (PyTorch's DistributedDataParallel on the eager path):
+ * parameters become Replicate distributed leaves, the input is this rank's rows of the batch
+ * (Shard(0)), so after backward each gradient is a Partial sum over the data-parallel dim.
+ * dt_data_parallel_reduce_gradients all-reduces them in buckets (one collective per bucket
+ * of flattened gradients, in reverse parameter order as PyTorch's reducer fills them) and
+ * stores Replicate gradients, so the optimizer step communicates nothing.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core_impl.h"
+#include "dtensor/autograd.h"
+#include "dtensor/ops.h"
+#include "dtensor/parallel.h"
+#include "mesh/mesh_impl.h"
+#include "tensor/tensor_impl.h"
+
+/* PyTorch's bucket_cap_mb default. */
+#define DEFAULT_BUCKET_BYTES ((int64_t)25 << 20)
+
+typedef struct ddp_state {
+  dt_mesh *mesh; /* a reference: the hook may outlive the caller's mesh handle */
+  int dim;
+} ddp_state;
+
+static void free_state(void *user) {
+  ddp_state *s = user;
+  if (s) dt__mesh_release(s->mesh);
+  dt__free(s);
+}
+
+/* A local input is this rank's rows of the batch (even sizes assumed, as PyTorch's
+ * from_local does); a distributed one is passed through. */
+static dt_status pre_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *user) {
+  (void)m;
+  ddp_state *s = user;
+  if (in->spec) {
+    *out = dt_tensor_retain(in);
+    return DT_OK;
+  }
+  if (dt_tensor_ndim(in) < 1) {
+    return dt__error(DT_ERR_INVALID, "dt_data_parallel: input hook: a local input needs a batch "
+                                     "dim, got a scalar");
+  }
+  dt_placement p[DT_MAX_DIMS];
+  for (int d = 0; d < dt_mesh_ndim(s->mesh); d++) p[d] = dt_replicate();
+  p[s->dim] = dt_shard(0);
+  dt_status st = dt_dist_from_local(s->mesh, in, dt_mesh_ndim(s->mesh), p, NULL, out);
+  if (st) dt__error_prefix("dt_data_parallel: input hook");
+  return st;
+}
+
+typedef struct replicate_ctx {
+  dt_module *root;
+  dt_mesh *mesh;
+  dt_status st;
+} replicate_ctx;
+
+/* Replaces the parameter at fqn (on the module owning it) by a Replicate leaf. */
+static dt_status replicate_param(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
+  replicate_ctx *c = user;
+  if (is_buffer) return DT_OK;
+  if (t->spec) {
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_data_parallel: parameter '%s' is already distributed (data parallel over "
+                     "a tensor-parallel module is not supported yet)",
+                     fqn);
+  }
+  char owner[512];
+  snprintf(owner, sizeof owner, "%s", fqn);
+  char *dot = strrchr(owner, '.');
+  const char *name = fqn;
+  if (dot) {
+    *dot = '\0';
+    name = dot + 1;
+  } else {
+    owner[0] = '\0';
+  }
+  dt_module *m = dt_module_find(c->root, owner);
+  dt_placement p[DT_MAX_DIMS];
+  for (int d = 0; d < dt_mesh_ndim(c->mesh); d++) p[d] = dt_replicate();
+  dt_tensor *rep = NULL;
+  dt_status st = dt_dist_distribute_tensor(c->mesh, t, dt_mesh_ndim(c->mesh), p, &rep);
+  if (!st) st = dt_tensor_set_requires_grad(rep, true);
+  if (!st) st = dt_module_set_tensor(m, name, rep);
+  dt_tensor_release(rep);
+  return st;
+}
+
+dt_status dt_data_parallel(dt_module *module, dt_mesh *mesh, int dim,
+                           const dt_ddp_options *options) {
+  (void)options;
+  if (!module || !mesh) {
+    return dt__error(DT_ERR_INVALID, "dt_data_parallel: module (%p) and mesh (%p) must not be NULL",
+                     (void *)module, (void *)mesh);
+  }
+  if (dim < 0 || dim >= dt_mesh_ndim(mesh)) {
+    return dt__error(DT_ERR_INVALID, "dt_data_parallel: dim %d is not a dim of a %d-D mesh", dim,
+                     dt_mesh_ndim(mesh));
+  }
+  ddp_state *s = dt__calloc(sizeof *s);
+  if (!s) return dt__error(DT_ERR_NOMEM, "dt_data_parallel: out of memory");
+  replicate_ctx c = {module, mesh, DT_OK};
+  dt_status st = dt_module_visit_tensors(module, replicate_param, &c);
+  if (st) {
+    dt__free(s);
+    return st;
+  }
+  s->mesh = dt__mesh_retain(mesh);
+  s->dim = dim;
+  dt_module_set_hooks(module, pre_hook, NULL, s, free_state);
+  return DT_OK;
+}
+
+typedef struct bucket {
+  int n;
+  int first; /* params[first .. first - n + 1], reverse order */
+  int64_t bytes;
+} bucket;
+
+/* All-reduces the Partial gradients of bucket b into one flat buffer and stores them back as
+ * Replicate gradients. grads[i] is params[i]'s gradient (a reference). */
+static dt_status reduce_bucket(dt_tensor *const *params, dt_tensor *const *grads, const bucket *b,
+                               int dim) {
+  dt_tensor *first = grads[b->first];
+  dt_mesh *mesh = dt_dist_mesh(first);
+  dt_dtype dtype = dt_tensor_dtype(first);
+  size_t esize = dt_dtype_size(dtype);
+  dt_reduce_op op = dt_dist_placements(first)[dim].op;
+  int64_t total = (int64_t)(b->bytes / (int64_t)esize);
+  dt_tensor *flat = NULL;
+  dt_status st = dt_empty(1, &total, dtype, &flat);
+  /* Flatten: each local gradient, made contiguous, copied at its offset. */
+  int64_t offset = 0;
+  for (int k = 0; k < b->n && !st; k++) {
+    dt_tensor *local = NULL, *packed = NULL;
+    st = dt_dist_to_local(grads[b->first - k], &local);
+    if (!st) st = dt_contiguous(local, &packed);
+    if (!st) {
+      size_t bytes = (size_t)dt_tensor_numel(packed) * esize;
+      memcpy((char *)dt_tensor_data(flat) + offset, dt_tensor_data(packed), bytes);
+      offset += (int64_t)bytes;
+    }
+    dt_tensor_release(local);
+    dt_tensor_release(packed);
+  }
+  if (!st) st = dt_comm_all_reduce(dt_mesh_group(mesh, dim), flat, op);
+  offset = 0;
+  for (int k = 0; k < b->n && !st; k++) {
+    int i = b->first - k;
+    dt_tensor *g = grads[i], *local = NULL, *reduced = NULL, *out = NULL;
+    dt_placement p[DT_MAX_DIMS];
+    int ndim = dt_mesh_ndim(mesh);
+    memcpy(p, dt_dist_placements(g), sizeof(dt_placement) * (size_t)ndim);
+    p[dim] = dt_replicate();
+    st = dt_dist_to_local(g, &local);
+    if (!st) st = dt_empty(dt_tensor_ndim(local), dt_tensor_shape(local), dtype, &reduced);
+    if (!st) {
+      size_t bytes = (size_t)dt_tensor_numel(reduced) * esize;
+      memcpy(dt_tensor_data(reduced), (char *)dt_tensor_data(flat) + offset, bytes);
+      offset += (int64_t)bytes;
+      dt_dist_from_local_options o = {.global_shape = dt_dist_global_shape(g),
+                                      .global_ndim = dt_dist_ndim(g)};
+      st = dt_dist_from_local(mesh, reduced, ndim, p, &o, &out);
+    }
+    if (!st) st = dt_tensor_set_grad(params[i], out);
+    dt_tensor_release(local);
+    dt_tensor_release(reduced);
+    dt_tensor_release(out);
+  }
+  dt_tensor_release(flat);
+  return st;
+}
+
+dt_status dt_data_parallel_reduce_gradients(int n, dt_tensor *const *params, int dim,
+                                            const dt_ddp_options *options, int *buckets) {
+  if (buckets) *buckets = 0;
+  if (n < 0 || (n > 0 && !params)) {
+    return dt__error(DT_ERR_INVALID, "dt_data_parallel_reduce_gradients: n is %d, params %p", n,
+                     (const void *)params);
+  }
+  int64_t cap = options && options->bucket_bytes > 0 ? options->bucket_bytes : DEFAULT_BUCKET_BYTES;
+  dt_tensor **grads = dt__calloc(sizeof *grads * (size_t)(n + 1));
+  if (!grads) return dt__error(DT_ERR_NOMEM, "dt_data_parallel_reduce_gradients: out of memory");
+  /* Everything is checked before the first collective, so a bad parameter fails on every
+   * rank alike and no gradient is half-reduced. */
+  dt_status st = DT_OK;
+  dt_mesh *mesh = NULL;
+  for (int i = 0; i < n && !st; i++) {
+    if (!params[i] || !params[i]->spec) {
+      st = dt__error(DT_ERR_INVALID, "dt_data_parallel_reduce_gradients: params[%d] is %s", i,
+                     params[i] ? "not distributed" : "NULL");
+      break;
+    }
+    if (!mesh) mesh = dt_dist_mesh(params[i]);
+    if (dt_dist_mesh(params[i]) != mesh) {
+      st = dt__error(DT_ERR_INVALID,
+                     "dt_data_parallel_reduce_gradients: params[%d] is on another "
+                     "mesh than params[0]",
+                     i);
+      break;
+    }
+    if (dim < 0 || dim >= dt_mesh_ndim(mesh)) {
+      st = dt__error(DT_ERR_INVALID,
+                     "dt_data_parallel_reduce_gradients: dim %d is not a dim of a "
+                     "%d-D mesh",
+                     dim, dt_mesh_ndim(mesh));
+      break;
+    }
+    st = dt_tensor_grad(params[i], &grads[i]);
+  }
+  /* Buckets of consecutive gradients (in reverse order) that are Partial on dim with the
+   * same dtype and reduce op, each at most cap bytes unless one gradient alone is larger. */
+  bucket b = {0};
+  for (int i = n - 1; i >= 0 && !st; i--) {
+    dt_tensor *g = grads[i];
+    bool partial = g && dt_dist_placements(g)[dim].kind == DT_PARTIAL;
+    int64_t bytes = 0;
+    if (partial) {
+      dt_tensor *local = NULL;
+      st = dt_dist_to_local(g, &local);
+      bytes = local ? dt_tensor_numel(local) * (int64_t)dt_dtype_size(dt_tensor_dtype(g)) : 0;
+      dt_tensor_release(local);
+    }
+    bool fits = b.n > 0 && partial && b.bytes + bytes <= cap &&
+                dt_tensor_dtype(grads[b.first]) == dt_tensor_dtype(g) &&
+                dt_dist_placements(grads[b.first])[dim].op == dt_dist_placements(g)[dim].op;
+    if (b.n > 0 && !fits && !st) {
+      st = reduce_bucket(params, grads, &b, dim);
+      if (buckets) (*buckets)++;
+      b.n = 0;
+    }
+    if (partial && !st) {
+      if (b.n == 0) {
+        b.first = i;
+        b.bytes = 0;
+      }
+      b.n++;
+      b.bytes += bytes;
+    }
+  }
+  if (b.n > 0 && !st) {
+    st = reduce_bucket(params, grads, &b, dim);
+    if (buckets) (*buckets)++;
+  }
+  for (int i = 0; i < n; i++) dt_tensor_release(grads[i]);
+  dt__free(grads);
+  return st;
+}
