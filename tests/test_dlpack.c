@@ -248,7 +248,7 @@ Test(dlpack, versioned_matches_the_header) {
 #if defined(DLPACK_MAJOR_VERSION)
   dt_tensor *t = NULL, *back = NULL;
   cr_assert_eq(dt_arange(0, 6, 1, DT_I64, &t), DT_OK);
-  DLManagedTensorVersioned *v = NULL;
+  struct DLManagedTensorVersioned *v = NULL;
   cr_assert_eq(dt_dlpack_export_versioned(t, &v), DT_OK, "%s", dt_last_error());
   cr_assert_eq(v->version.major, DLPACK_MAJOR_VERSION);
   cr_assert_eq(dt_dlpack_import_versioned(v, &back), DT_OK, "%s", dt_last_error());

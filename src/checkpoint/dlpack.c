@@ -77,7 +77,7 @@ typedef struct export_ctx {
   int64_t strides[DT_MAX_DIMS];
   DLManagedTensor managed;
 #if DT_DLPACK_VERSIONED
-  DLManagedTensorVersioned versioned;
+  struct DLManagedTensorVersioned versioned; /* no typedef in some 1.x headers */
 #endif
 } export_ctx;
 
@@ -234,7 +234,7 @@ dt_status dt_dlpack_import(struct DLManagedTensor *managed, dt_tensor **out) {
 /* ---- Versioned (DLPack >= 1.0) ------------------------------------------------------------ */
 
 #if DT_DLPACK_VERSIONED
-static void versioned_deleter(DLManagedTensorVersioned *self) {
+static void versioned_deleter(struct DLManagedTensorVersioned *self) {
   if (self) export_ctx_free(self->manager_ctx);
 }
 
@@ -256,7 +256,7 @@ dt_status dt_dlpack_export_versioned(dt_tensor *t, struct DLManagedTensorVersion
 }
 
 static void call_versioned_deleter(void *user) {
-  DLManagedTensorVersioned *m = user;
+  struct DLManagedTensorVersioned *m = user;
   if (m->deleter) m->deleter(m);
 }
 
