@@ -15,7 +15,8 @@
  *     mesh, and every step's loss of the two runs is compared.
  *
  * Writes dtensor_demo_trace.json (a Chrome trace of a few steps) and dtensor_demo_loss.svg.
- * Options: --steps N (default 300), --log-every N, --backend threads|mpi.
+ * Options: --steps N (default 300), --log-every N, --backend threads|mpi (or DT_BACKEND=mpi:
+ * under mpirun -n 4 each process is one rank; rank 0 reports and runs the 1-rank check).
  */
 #include <math.h>
 #include <stdio.h>
@@ -425,6 +426,18 @@ static int write_loss_svg(const char *path, const double *a, const double *b, in
   return 0;
 }
 
+static void print_header(void) {
+  printf("libdtensor %s: training a decoder-only transformer to reverse sequences\n",
+         dt_version_string());
+  printf("  vocab %d, d_model %d, %d heads, %d layers, MLP %d, seq %d, batch %d, AdamW lr 1e-2\n",
+         VOCAB, DMODEL, HEADS, LAYERS, FFN, SEQ, BATCH);
+  printf("  mesh 2 (dp) x 2 (tp): batch Shard(0) on dp; q/k/v, MLP up and LM head colwise, "
+         "attention out and MLP down rowwise on tp;\n  logits Shard(-1) into the "
+         "vocabulary-parallel cross-entropy; dp gradients Partial(sum), reduced by the "
+         "optimizer step\n\n");
+  fflush(stdout);
+}
+
 static int fail(const char *what) {
   fprintf(stderr, "demo: %s failed: %s\n", what, dt_last_error());
   return 1;
@@ -484,17 +497,6 @@ int tool_demo_train(int argc, char **argv) {
   run.profiler = profiler;
   char trace_path[64] = "dtensor_demo_trace.json";
   run.trace_path = trace_path;
-  if (!rc) {
-    printf("libdtensor %s: training a decoder-only transformer to reverse sequences\n",
-           dt_version_string());
-    printf("  vocab %d, d_model %d, %d heads, %d layers, MLP %d, seq %d, batch %d, AdamW lr 1e-2\n",
-           VOCAB, DMODEL, HEADS, LAYERS, FFN, SEQ, BATCH);
-    printf("  mesh 2 (dp) x 2 (tp): batch Shard(0) on dp; q/k/v, MLP up and LM head colwise, "
-           "attention out and MLP down rowwise on tp;\n  logits Shard(-1) into the "
-           "vocabulary-parallel cross-entropy; dp gradients Partial(sum), reduced by the "
-           "optimizer step\n\n");
-    fflush(stdout);
-  }
   if (!rc && use_mpi) {
     dt_comm *world = NULL;
     if (dt_comm_init(&(dt_comm_options){.backend = "mpi"}, &world)) {
@@ -507,12 +509,14 @@ int tool_demo_train(int argc, char **argv) {
       my_rank = dt_comm_rank(world);
       run.quiet = my_rank != 0;
       run.process_per_rank = true;
+      if (my_rank == 0) print_header();
       snprintf(trace_path, sizeof trace_path, "dtensor_demo_trace.rank%d.json", my_rank);
       if (train_rank(world, &run)) rc = fail("training on 4 ranks");
     }
     dt_comm_destroy(world);
-  } else if (!rc && dt_comm_spawn(4, train_rank, &run)) {
-    rc = fail("training on 4 ranks");
+  } else if (!rc) {
+    print_header();
+    if (dt_comm_spawn(4, train_rank, &run)) rc = fail("training on 4 ranks");
   }
   if (!rc && my_rank != 0) { /* under MPI, rank 0 checks and reports */
     if (dt_profiler_write_chrome_trace(profiler, trace_path)) rc = fail("writing the trace");
