@@ -25,7 +25,7 @@ static const run runs[] = {{"mlp_mse_sgd", 12, 18, 6, false, false},
                            {"mlp_ce_adamw", 16, 32, 10, true, true}};
 static const char *const param_names[4] = {"0.weight", "0.bias", "2.weight", "2.bias"};
 
-typedef enum mode { FSDP, FSDP_KEEP_UNSHARDED, DDP, DDP_SMALL_BUCKETS } mode;
+typedef enum mode { FSDP, FSDP_KEEP_UNSHARDED, FSDP_PREFETCH, DDP, DDP_SMALL_BUCKETS } mode;
 
 typedef struct train_arg {
   const run *r;
@@ -167,7 +167,9 @@ static dt_status train(train_arg *arg, dt_mesh *mesh, double *losses, char *ledg
   if (ddp) {
     RANK_OK(dt_data_parallel(model, mesh, 0, &ddp_opt));
   } else {
-    dt_fsdp_options fo = {.mesh_dim = 0, .keep_unsharded_after_forward = keep_unsharded};
+    dt_fsdp_options fo = {.mesh_dim = 0,
+                          .keep_unsharded_after_forward = keep_unsharded,
+                          .prefetch = arg->m == FSDP_PREFETCH};
     RANK_OK(dt_fully_shard(model, mesh, &fo));
   }
 
@@ -356,6 +358,10 @@ Test(fsdp, trains_like_pytorch_on_1_to_4_ranks, .timeout = 120) { train_all(FSDP
 
 Test(fsdp, without_reshard_after_forward, .timeout = 120) {
   train_all(FSDP_KEEP_UNSHARDED, "fully_shard (no reshard)");
+}
+
+Test(fsdp, prefetch_on_1_to_4_ranks, .timeout = 120) {
+  train_all(FSDP_PREFETCH, "fully_shard (prefetch)");
 }
 
 Test(fsdp, data_parallel_bucketed_on_1_to_4_ranks, .timeout = 120) {

@@ -7,35 +7,86 @@
  * dt_dist_redistribute(sharded, Replicate): an all-gather whose recorded backward moves the
  * Partial gradient back to Shard(0), which is a reduce-scatter. A post-hook swaps the sharded
  * parameters back (reshard after forward), so the module no longer holds the gathered ones.
+ * With prefetch, a unit's pre-hook also starts the next unit's all-gathers (async
+ * collectives) so they run while this unit computes; the next pre-hook waits for them and
+ * records the same backward (a redistribute of the gradient to Shard(0)).
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd/autograd_impl.h"
 #include "core/core_impl.h"
 #include "dtensor/autograd.h"
+#include "dtensor/comm.h"
 #include "dtensor/parallel.h"
 #include "mesh/mesh_impl.h"
 #include "tensor/tensor_impl.h"
+
+/* Prefetching keeps the per-rank row counts of each gather in the unit. */
+#define DT_FSDP_MAX_PREFETCH_RANKS 64
 
 typedef struct fsdp_param {
   char name[64];
   dt_tensor *sharded;   /* the leaf the optimizer updates (a reference) */
   dt_tensor *unsharded; /* between pre- and post-hook, or kept without resharding */
+  /* A prefetch in flight: the local shard being sent, the full buffer, the collective. */
+  dt_tensor *prefetch_src, *prefetch_buf;
+  dt_work *prefetch_work;
+  /* Rows per rank of the gather: the threads backend reads them until the work completes,
+   * so they live here rather than on the stack of the call that starts it. */
+  int64_t prefetch_counts[DT_FSDP_MAX_PREFETCH_RANKS];
 } fsdp_param;
+
+typedef struct fsdp_unit fsdp_unit;
+
+/* The units of one dt_fully_shard call in forward (visit) order, shared by them so that a
+ * unit can prefetch the next; a unit being freed clears its slot. */
+typedef struct fsdp_group {
+  int refs;
+  int n, cap;
+  fsdp_unit **units;
+} fsdp_group;
 
 typedef struct fsdp_unit {
   dt_mesh *mesh; /* a reference: the hooks may outlive the caller's mesh handle */
   int mesh_dim;
   bool reshard_after_forward;
+  bool prefetch;
+  fsdp_group *group;
+  int index; /* in group->units */
   int n;
   fsdp_param params[DT_FSDP_MAX_UNIT_PARAMS];
   char fqn[256]; /* the module's, for error messages */
 } fsdp_unit;
 
+static void group_release(fsdp_group *g) {
+  if (!g || --g->refs > 0) return;
+  dt__free(g->units);
+  dt__free(g);
+}
+
+/* Waits for (status ignored: called on teardown or before a fresh gather) and drops a
+ * prefetch in flight. */
+static void drop_prefetch(fsdp_param *fp) {
+  if (fp->prefetch_work) {
+    dt_work_wait(fp->prefetch_work);
+    dt_work_destroy(fp->prefetch_work);
+  }
+  fp->prefetch_work = NULL;
+  dt_tensor_release(fp->prefetch_src);
+  dt_tensor_release(fp->prefetch_buf);
+  fp->prefetch_src = fp->prefetch_buf = NULL;
+}
+
 static void free_unit(void *user) {
   fsdp_unit *u = user;
   if (!u) return;
+  if (u->group) {
+    u->group->units[u->index] = NULL;
+    group_release(u->group);
+  }
   for (int i = 0; i < u->n; i++) {
+    drop_prefetch(&u->params[i]);
     dt_tensor_release(u->params[i].sharded);
     dt_tensor_release(u->params[i].unsharded);
   }
@@ -73,6 +124,84 @@ static dt_status convert_input(fsdp_unit *u, dt_tensor *in, dt_tensor **out) {
   return dt_dist_from_local(u->mesh, in, dt_mesh_ndim(u->mesh), p, NULL, out);
 }
 
+/* The backward of a prefetched all-gather: the gradient goes back to the shard's placements,
+ * as dt_dist_redistribute's recorded backward does. */
+typedef struct gather_state {
+  int ndim;
+  dt_placement p[DT_MAX_DIMS];
+} gather_state;
+
+static dt_status gather_backward(void *state, dt_tensor *grad, dt_tensor **out) {
+  gather_state *g = state;
+  return dt_dist_redistribute(grad, g->ndim, g->p, out);
+}
+
+static void gather_release(void *state) { dt__free(state); }
+
+static const dt_autograd_function gather_function = {"dt_fully_shard (prefetched all_gather)",
+                                                     gather_backward, gather_release};
+
+/* Rank r's rows of a dim of n rows over w ranks, as torch.chunk splits them. */
+static int64_t chunk_rows(int64_t n, int w, int r) {
+  int64_t c = (n + w - 1) / w, rows = n - (int64_t)r * c;
+  return rows < 0 ? 0 : rows < c ? rows : c;
+}
+
+/* Starts the all-gathers of u's parameters without waiting for them. */
+static dt_status start_prefetch(fsdp_unit *u) {
+  dt_comm *group = dt_mesh_group(u->mesh, u->mesh_dim);
+  int w = dt_mesh_size(u->mesh, u->mesh_dim);
+  dt_status st = DT_OK;
+  bool prev = dt_grad_mode_set(false); /* the shard's view is not part of the graph */
+  for (int i = 0; i < u->n && !st; i++) {
+    fsdp_param *fp = &u->params[i];
+    drop_prefetch(fp);
+    int64_t *counts = fp->prefetch_counts;
+    if (w > DT_FSDP_MAX_PREFETCH_RANKS) {
+      st = dt__error(DT_ERR_UNSUPPORTED, "prefetch over %d ranks (at most %d)", w,
+                     DT_FSDP_MAX_PREFETCH_RANKS);
+      break;
+    }
+    const int64_t *shape = dt_dist_global_shape(fp->sharded);
+    for (int r = 0; r < w; r++) counts[r] = chunk_rows(shape[0], w, r);
+    st = dt_dist_to_local(fp->sharded, &fp->prefetch_src);
+    if (!st)
+      st = dt_empty(dt_dist_ndim(fp->sharded), shape, dt_tensor_dtype(fp->sharded),
+                    &fp->prefetch_buf);
+    if (!st) {
+      st = dt_comm_all_gather_uneven_async(group, fp->prefetch_src, fp->prefetch_buf, counts,
+                                           &fp->prefetch_work);
+    }
+  }
+  dt_grad_mode_set(prev);
+  return st;
+}
+
+/* Waits for a prefetched parameter and wraps the buffer as the Replicate unsharded
+ * parameter, recorded with the all-gather's backward. */
+static dt_status finish_prefetch(fsdp_unit *u, fsdp_param *fp) {
+  dt_status st = dt_work_wait(fp->prefetch_work);
+  dt_work_destroy(fp->prefetch_work);
+  fp->prefetch_work = NULL;
+  int ndim = dt_mesh_ndim(u->mesh);
+  dt_placement p[DT_MAX_DIMS];
+  placements_for(u, p, dt_replicate());
+  dt_dist_from_local_options o = {.global_shape = dt_dist_global_shape(fp->sharded),
+                                  .global_ndim = dt_dist_ndim(fp->sharded)};
+  bool prev = dt_grad_mode_set(false);
+  if (!st) st = dt_dist_from_local(u->mesh, fp->prefetch_buf, ndim, p, &o, &fp->unsharded);
+  dt_grad_mode_set(prev);
+  dt_tensor_release(fp->prefetch_src);
+  dt_tensor_release(fp->prefetch_buf);
+  fp->prefetch_src = fp->prefetch_buf = NULL;
+  if (st || !dt__autograd_should_record(fp->sharded)) return st;
+  gather_state *g = dt__calloc(sizeof *g);
+  if (!g) return dt__error(DT_ERR_NOMEM, "out of memory");
+  g->ndim = ndim;
+  placements_for(u, g->p, dt_shard(0));
+  return dt__autograd_record_function(&gather_function, g, fp->sharded, fp->unsharded);
+}
+
 static dt_status unshard(fsdp_unit *u, dt_module *m) {
   dt_placement p[DT_MAX_DIMS];
   placements_for(u, p, dt_replicate());
@@ -82,7 +211,9 @@ static dt_status unshard(fsdp_unit *u, dt_module *m) {
      * copy kept without resharding was made. */
     dt_tensor_release(fp->unsharded);
     fp->unsharded = NULL;
-    dt_status st = dt_dist_redistribute(fp->sharded, dt_mesh_ndim(u->mesh), p, &fp->unsharded);
+    dt_status st = fp->prefetch_work ? finish_prefetch(u, fp)
+                                     : dt_dist_redistribute(fp->sharded, dt_mesh_ndim(u->mesh), p,
+                                                            &fp->unsharded);
     if (st) return st;
     st = dt_module_set_tensor(m, fp->name, fp->unsharded);
     if (st) return st;
@@ -108,6 +239,9 @@ static dt_status pre_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *us
   fsdp_unit *u = user;
   dt_status st = convert_input(u, in, out);
   if (!st) st = unshard(u, m);
+  /* The next unit's gathers run while this unit computes. */
+  fsdp_unit *next = u->group && u->index + 1 < u->group->n ? u->group->units[u->index + 1] : NULL;
+  if (!st && u->prefetch && next) st = start_prefetch(next);
   if (st) {
     dt_tensor_release(*out);
     *out = NULL;
@@ -132,6 +266,7 @@ typedef struct shard_ctx {
   const dt_fsdp_options *opt;
   dt_module *root;
   int units;
+  fsdp_group *group;
 } shard_ctx;
 
 typedef struct collect_ctx {
@@ -177,6 +312,7 @@ static dt_status shard_module(const char *fqn, dt_module *m, void *user) {
   snprintf(u->fqn, sizeof u->fqn, "%s", fqn[0] ? fqn : "(root)");
   u->mesh_dim = c->opt->mesh_dim;
   u->reshard_after_forward = !c->opt->keep_unsharded_after_forward;
+  u->prefetch = c->opt->prefetch;
   collect_ctx cc = {m, u};
   dt_status st = dt_module_visit_tensors(m, collect_param, &cc);
   if (st || u->n == 0) {
@@ -198,6 +334,23 @@ static dt_status shard_module(const char *fqn, dt_module *m, void *user) {
     free_unit(u);
     return st;
   }
+  fsdp_group *g = c->group;
+  if (g->n == g->cap) {
+    int cap = g->cap ? 2 * g->cap : 8;
+    fsdp_unit **units = dt__calloc(sizeof *units * (size_t)cap);
+    if (!units) {
+      free_unit(u);
+      return dt__error(DT_ERR_NOMEM, "dt_fully_shard: out of memory");
+    }
+    if (g->n) memcpy(units, g->units, sizeof *units * (size_t)g->n);
+    dt__free(g->units);
+    g->units = units;
+    g->cap = cap;
+  }
+  u->group = g;
+  u->index = g->n;
+  g->units[g->n++] = u;
+  g->refs++;
   dt_module_set_hooks(m, pre_hook, post_hook, u, free_unit);
   c->units++;
   return DT_OK;
@@ -215,8 +368,12 @@ dt_status dt_fully_shard(dt_module *module, dt_mesh *mesh, const dt_fsdp_options
                      "dt_fully_shard: options->mesh_dim %d is not a dim of a %d-D mesh",
                      opt->mesh_dim, dt_mesh_ndim(mesh));
   }
-  shard_ctx c = {mesh, opt, module, 0};
+  fsdp_group *g = dt__calloc(sizeof *g);
+  if (!g) return dt__error(DT_ERR_NOMEM, "dt_fully_shard: out of memory");
+  g->refs = 1; /* this call's, dropped below: the units hold the others */
+  shard_ctx c = {mesh, opt, module, 0, g};
   dt_status st = dt_module_visit(module, shard_module, &c);
+  group_release(g);
   if (!st && c.units == 0) {
     return dt__error(DT_ERR_INVALID, "dt_fully_shard: the module has no parameters to shard");
   }
