@@ -22,7 +22,7 @@ build: deps $(BUILD)/CMakeCache.txt
 tool: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS) --target dtensor_cli
 
-# The main job: the dtensor demo.
+# The main job: the dtensor demo (trains a transformer on a 2 x 2 mesh of 4 threads).
 run: tool
 	./$(BUILD)/dtensor demo
 
@@ -46,9 +46,10 @@ test-tsan: deps
 	cd $(TSAN_BUILD) && ctest --output-on-failure
 
 # valgrind memcheck with the allocator caches ON (the sanitizer builds turn them off): the
-# demo and the distributed tests, threads backend.
+# demos (a few training steps, the TP walkthrough) and the distributed tests, threads backend.
 test-valgrind: build
-	valgrind --error-exitcode=9 -q ./$(BUILD)/dtensor demo > /dev/null
+	valgrind --error-exitcode=9 -q ./$(BUILD)/dtensor demo --steps 3 > /dev/null
+	valgrind --error-exitcode=9 -q ./$(BUILD)/dtensor demo tp > /dev/null
 	cd $(BUILD) && valgrind --error-exitcode=9 -q --trace-children=yes ./tests/test_dist --jobs 1
 
 bench: tool
