@@ -39,6 +39,7 @@
 #define SEP 0 /* token 0 separates the prompt from its reversal */
 #define IGNORE (-100)
 #define MAX_STEPS 100000
+#define MIN_LEARNING_STEPS 20 /* from this many steps on, the demo fails unless the loss fell */
 #define TAPE_MAX 256
 #define LOSS_TOLERANCE 1e-4 /* max |loss(4 ranks) - loss(1 rank)| accepted over all steps */
 
@@ -560,8 +561,9 @@ int tool_demo_train(int argc, char **argv) {
       rc = 1;
     }
     if (!(max_diff <= LOSS_TOLERANCE)) rc = 1;
-    if (!(losses[steps - 1] < losses[0])) {
-      fprintf(stderr, "demo: the loss did not decrease\n");
+    /* A few steps of Adam may not lower the loss yet (it rises at step 3); from 20 on it must. */
+    if (steps >= MIN_LEARNING_STEPS && !(losses[steps - 1] < losses[0])) {
+      fprintf(stderr, "demo: the loss did not decrease in %d steps\n", steps);
       rc = 1;
     }
   }
