@@ -42,15 +42,20 @@ DT_PRINTF(2, 3) void dt__log(dt_log_level level, const char *format, ...);
 /* Formats `[2, 3, 4]` into buf (always NUL-terminated) and returns buf. */
 char *dt__format_ints(char *buf, size_t size, int n, const int64_t *values);
 
+/* splitmix64's finalizer: every input bit reaches every output bit. */
+static inline uint64_t dt__hash_finish(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
 /* 64-bit hash mixing for cache keys (splitmix64 finalizer). */
 static inline uint64_t dt__hash_mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  h ^= h >> 31;
-  return h;
+  return dt__hash_finish(h);
 }
 
 /* 64-bit hash of n bytes (FNV-1a, finished with dt__hash_mix so that nearby strings spread

@@ -151,6 +151,10 @@ char *dt__type_format(char *buf, size_t size, const dt_value_type *t);
  * running infer functions and sharding rules on metadata. */
 void dt__fake_tensor(dt_tensor *fake, const dt_value_type *t, const int64_t *symbol_values);
 
+/* Clears *call and copies node n's op, input count and attributes (ints, int list, scalars,
+ * dtype, flags) into it; the caller sets inputs and outputs. */
+void dt__node_call_attributes(const dt_node *n, dt_op_call *call);
+
 /* Rebuilds a call record from node i: inputs from `values` (per node; NULL absent),
  * attributes from the node, outputs into `outs` (capacity n_out). list_storage must hold
  * node->n_list entries. */

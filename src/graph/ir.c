@@ -307,19 +307,11 @@ void dt__fake_tensor(dt_tensor *fake, const dt_value_type *t, const int64_t *sym
   atomic_init(&fake->refcount, 1);
 }
 
-void dt__graph_build_call(const dt_graph *g, int i, dt_tensor *const *values,
-                          dt_tensor **list_storage, dt_tensor **outs, dt_op_call *call) {
-  const dt_node *n = &g->nodes[i];
+/* Every attribute lives in this one copy so that a new node field reaches all call builders. */
+void dt__node_call_attributes(const dt_node *n, dt_op_call *call) {
   memset(call, 0, sizeof *call);
   call->op = (dt_op)n->target;
   call->n_inputs = n->n_inputs;
-  for (int k = 0; k < n->n_inputs; k++)
-    call->inputs[k] = n->inputs[k] >= 0 ? values[n->inputs[k]] : NULL;
-  if (n->has_list) {
-    for (int k = 0; k < n->n_list; k++) list_storage[k] = values[n->list[k]];
-    call->input_list = list_storage;
-    call->n_input_list = n->n_list;
-  }
   call->n_ints = n->n_ints;
   memcpy(call->ints, n->ints, sizeof call->ints);
   call->int_list = n->int_list;
@@ -328,6 +320,19 @@ void dt__graph_build_call(const dt_graph *g, int i, dt_tensor *const *values,
   call->scalars[1] = n->scalars[1];
   call->dtype = n->dtype;
   call->flags = n->flags;
+}
+
+void dt__graph_build_call(const dt_graph *g, int i, dt_tensor *const *values,
+                          dt_tensor **list_storage, dt_tensor **outs, dt_op_call *call) {
+  const dt_node *n = &g->nodes[i];
+  dt__node_call_attributes(n, call);
+  for (int k = 0; k < n->n_inputs; k++)
+    call->inputs[k] = n->inputs[k] >= 0 ? values[n->inputs[k]] : NULL;
+  if (n->has_list) {
+    for (int k = 0; k < n->n_list; k++) list_storage[k] = values[n->list[k]];
+    call->input_list = list_storage;
+    call->n_input_list = n->n_list;
+  }
   call->n_outputs = dt__op_table[n->target].kind == DT_OP_KIND_INPLACE ? 0 : n->n_out;
   call->outputs = outs;
 }
@@ -345,10 +350,8 @@ dt_status dt__graph_infer_call(const dt_graph *g, int i, const int64_t *symbol_v
     return dt__error(DT_ERR_NOMEM, "graph: out of memory");
   }
   dt_op_call call;
-  memset(&call, 0, sizeof call);
+  dt__node_call_attributes(n, &call);
   dt_tensor *outs[DT_OP_MAX_META];
-  call.op = (dt_op)n->target;
-  call.n_inputs = n->n_inputs;
   for (int k = 0; k < n->n_inputs; k++) {
     if (n->inputs[k] < 0) continue;
     dt__fake_tensor(&fakes[k], dt__value_type(g, n->inputs[k]), symbol_values);
@@ -360,14 +363,6 @@ dt_status dt__graph_infer_call(const dt_graph *g, int i, const int64_t *symbol_v
   }
   call.input_list = list_ptrs;
   call.n_input_list = n->has_list ? nl : 0;
-  call.n_ints = n->n_ints;
-  memcpy(call.ints, n->ints, sizeof call.ints);
-  call.int_list = n->int_list;
-  call.n_int_list = n->n_int_list;
-  call.scalars[0] = n->scalars[0];
-  call.scalars[1] = n->scalars[1];
-  call.dtype = n->dtype;
-  call.flags = n->flags;
   const dt_op_def *def = &dt__op_table[n->target];
   int capacity = n->n_out > 0 && n->n_out <= DT_OP_MAX_META ? n->n_out : DT_OP_MAX_META;
   call.n_outputs = def->kind == DT_OP_KIND_INPLACE ? 0 : n->is_tuple ? capacity : 1;

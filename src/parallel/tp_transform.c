@@ -110,9 +110,10 @@ static dt_status check_plan(const dt_program *prog, const dt_tp_plan *plan) {
                        e->fqn);
     }
     if (type && strcmp(type, "Linear") != 0) {
-      return dt__error(DT_ERR_INVALID,
-                       "dt_tp_transform: %s style on '%s', a %s (styles apply to Linear modules only)",
-                       dt_tp_style_name(e->style), e->fqn, type);
+      return dt__error(
+          DT_ERR_INVALID,
+          "dt_tp_transform: %s style on '%s', a %s (styles apply to Linear modules only)",
+          dt_tp_style_name(e->style), e->fqn, type);
     }
     if (!type) { /* a parsed program: the FQN must own a 2-D weight */
       int w = dt__graph_find(prog->graph, weight);
@@ -122,7 +123,8 @@ static dt_status check_plan(const dt_program *prog, const dt_tp_plan *plan) {
                          weight);
       }
       if (prog->graph->nodes[w].types[0].ndim != 2) {
-        return dt__error(DT_ERR_INVALID, "dt_tp_transform: %s style on '%s', whose weight is not 2-D",
+        return dt__error(DT_ERR_INVALID,
+                         "dt_tp_transform: %s style on '%s', whose weight is not 2-D",
                          dt_tp_style_name(e->style), e->fqn);
       }
     }
@@ -335,9 +337,7 @@ static dt_status place_call(tp *s, int i) {
    * distributed dispatcher does before it asks the rule. */
   dt_tensor fakes[DT_DIST_MAX_ARGS], *list[DT_DIST_MAX_ARGS], *outs[DT_OP_MAX_META];
   dt_op_call call;
-  memset(&call, 0, sizeof call);
-  call.op = (dt_op)n->target;
-  call.n_inputs = n->n_inputs;
+  dt__node_call_attributes(n, &call);
   for (int k = 0; k < n_args; k++) {
     if (arg_node[k] >= 0) dt__fake_tensor(&fakes[k], dt__value_type(src, arg_node[k]), NULL);
   }
@@ -345,14 +345,6 @@ static dt_status place_call(tp *s, int i) {
   for (int k = 0; k < n->n_list; k++) list[k] = &fakes[n->n_inputs + k];
   call.input_list = list;
   call.n_input_list = n->n_list;
-  call.n_ints = n->n_ints;
-  memcpy(call.ints, n->ints, sizeof call.ints);
-  call.int_list = n->int_list;
-  call.n_int_list = n->n_int_list;
-  call.scalars[0] = n->scalars[0];
-  call.scalars[1] = n->scalars[1];
-  call.dtype = n->dtype;
-  call.flags = n->flags;
   call.n_outputs = def->kind == DT_OP_KIND_INPLACE ? 0 : n->n_out;
   call.outputs = outs;
   dt_tensor_meta metas[DT_OP_MAX_META];
@@ -377,10 +369,11 @@ static dt_status place_call(tp *s, int i) {
   }
   dt_propagation_result chosen;
   if (dt__propagate(&prop, &chosen)) {
-    return dt__error(DT_ERR_UNSUPPORTED,
-                     "dt_tp_transform: %%%s (%s) cannot be placed without sharding a symbolic dim or "
-                     "moving an in-place op's input",
-                     n->name, def->name);
+    return dt__error(
+        DT_ERR_UNSUPPORTED,
+        "dt_tp_transform: %%%s (%s) cannot be placed without sharding a symbolic dim or "
+        "moving an in-place op's input",
+        n->name, def->name);
   }
   const dt_value_type *out_type = &n->types[0];
   /* Inputs at the chosen placements. */
@@ -391,15 +384,8 @@ static dt_status place_call(tp *s, int i) {
   }
   if (st) return st;
   /* The node as the source holds it (attributes before any infer), with the new inputs. */
-  dt_op_call attrs = {.op = (dt_op)n->target,
-                      .n_inputs = n->n_inputs,
-                      .n_ints = n->n_ints,
-                      .int_list = n->int_list,
-                      .n_int_list = n->n_int_list,
-                      .scalars = {n->scalars[0], n->scalars[1]},
-                      .dtype = n->dtype,
-                      .flags = n->flags};
-  memcpy(attrs.ints, n->ints, sizeof attrs.ints);
+  dt_op_call attrs;
+  dt__node_call_attributes(n, &attrs);
   int j = -1;
   st = dt__graph_add_call(s->g, n->name, &attrs, new_args, n->n_list, new_args + n->n_inputs,
                           n->n_out, &j);
@@ -473,8 +459,9 @@ static dt_status place_state(tp *s, const dt_program *prog, const dt_tp_plan *pl
                      n->name);
   dt_placement p = n->kind == DT_NODE_PARAMETER ? plan_placement(plan, n->name) : dt_replicate();
   if (p.kind == DT_SHARD && p.dim >= n->types[0].ndim) {
-    return dt__error(DT_ERR_SHAPE, "dt_tp_transform: cannot shard dim %d of '%s', which has %d dims",
-                     p.dim, n->name, n->types[0].ndim);
+    return dt__error(DT_ERR_SHAPE,
+                     "dt_tp_transform: cannot shard dim %d of '%s', which has %d dims", p.dim,
+                     n->name, n->types[0].ndim);
   }
   dt_value_type lt;
   local_type(s, &n->types[0], p, &lt);
@@ -568,7 +555,8 @@ dt_status dt_tp_transform(const dt_program *program, int rank, int world_size,
                      world_size);
   }
   if (program->graph->world_size > 0) {
-    return dt__error(DT_ERR_INVALID, "dt_tp_transform: the program is already transformed (world %d)",
+    return dt__error(DT_ERR_INVALID,
+                     "dt_tp_transform: the program is already transformed (world %d)",
                      program->graph->world_size);
   }
   dt_status st = check_plan(program, plan);

@@ -38,21 +38,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/core_impl.h"
 #include "profile/output_file.h"
 
 #define TEMP_PREFIX ".dt-"
 #define TEMP_RANDOM 8
 #define TEMP_ATTEMPTS 100
-
-static uint64_t mix64(uint64_t x) {
-  /* splitmix64's finalizer: every input bit reaches every output bit. */
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
 
 /* Eight letters that differ between threads, processes and calls; O_EXCL catches the rest. */
 static void random_letters(char *out, const void *salt) {
@@ -60,8 +51,8 @@ static void random_letters(char *out, const void *salt) {
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
   uint64_t x = atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15ull;
-  x = mix64(x ^ (uint64_t)getpid() ^ ((uint64_t)(uintptr_t)salt << 16));
-  x = mix64(x ^ (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 32));
+  x = dt__hash_finish(x ^ (uint64_t)getpid() ^ ((uint64_t)(uintptr_t)salt << 16));
+  x = dt__hash_finish(x ^ (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 32));
   static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   for (int i = 0; i < TEMP_RANDOM; i++) {
     out[i] = letters[x % (sizeof letters - 1)];

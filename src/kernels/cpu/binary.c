@@ -37,26 +37,6 @@ static inline double apply_double(dt_binary_op op, double x, double y, double al
   return 0.0;
 }
 
-static int64_t load_i64(dt_dtype dtype, const char *p) {
-  switch (dtype) {
-  case DT_I64: return *(const int64_t *)p;
-  case DT_I32: return *(const int32_t *)p;
-  case DT_U8:
-  case DT_BOOL: return *(const uint8_t *)p;
-  default: return (int64_t)dt__load_as_double(dtype, p);
-  }
-}
-
-static void store_i64(dt_dtype dtype, char *p, int64_t v) {
-  switch (dtype) {
-  case DT_I64: *(int64_t *)p = v; break;
-  case DT_I32: *(int32_t *)p = (int32_t)(uint32_t)(uint64_t)v; break;
-  case DT_U8: *(uint8_t *)p = (uint8_t)(uint64_t)v; break;
-  case DT_BOOL: *(uint8_t *)p = v != 0; break;
-  default: dt__store_from_double(dtype, p, (double)v); break;
-  }
-}
-
 /* Integer pow by squaring; negative exponents give 0 except for bases 1 and -1 (PyTorch
  * raises an error there; we return the exact integer result instead). */
 static int64_t ipow(int64_t base, int64_t exp) {
@@ -98,8 +78,9 @@ static void inner_generic(char **ptrs, const int64_t *strides, int64_t n, void *
   if (integer) {
     int64_t alpha = (int64_t)ctx->alpha;
     for (int64_t i = 0; i < n; i++) {
-      int64_t v = apply_i64(ctx->op, load_i64(ctx->a_dtype, a), load_i64(ctx->b_dtype, b), alpha);
-      store_i64(ctx->out_dtype, o, v);
+      int64_t v = apply_i64(ctx->op, dt__cpu_load_i64(ctx->a_dtype, a),
+                            dt__cpu_load_i64(ctx->b_dtype, b), alpha);
+      dt__cpu_store_i64(ctx->out_dtype, o, v);
       o += strides[0];
       a += strides[1];
       b += strides[2];

@@ -8,6 +8,30 @@
 
 #include "tensor/tensor_impl.h"
 
+/* ---- Integer element access --------------------------------------------------------------- */
+/* Integer kernels compute in int64_t; these load and store one element of any dtype so that
+ * integer and bool operands never round-trip through double (floats still do). */
+static inline int64_t dt__cpu_load_i64(dt_dtype dtype, const char *p) {
+  switch (dtype) {
+  case DT_I64: return *(const int64_t *)p;
+  case DT_I32: return *(const int32_t *)p;
+  case DT_U8:
+  case DT_BOOL: return *(const uint8_t *)p;
+  default: return (int64_t)dt__load_as_double(dtype, p);
+  }
+}
+
+/* Integers wrap to the dtype's width as C's unsigned conversions do; bool stores v != 0. */
+static inline void dt__cpu_store_i64(dt_dtype dtype, char *p, int64_t v) {
+  switch (dtype) {
+  case DT_I64: *(int64_t *)p = v; break;
+  case DT_I32: *(int32_t *)p = (int32_t)(uint32_t)(uint64_t)v; break;
+  case DT_U8: *(uint8_t *)p = (uint8_t)(uint64_t)v; break;
+  case DT_BOOL: *(uint8_t *)p = v != 0; break;
+  default: dt__store_from_double(dtype, p, (double)v); break;
+  }
+}
+
 /* ---- Elementwise binary ----------------------------------------------------------------- */
 typedef enum dt_binary_op {
   DT_BINARY_ADD, /* a + alpha * b */

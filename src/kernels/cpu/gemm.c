@@ -89,25 +89,6 @@ static int64_t batch_count(const dt_tensor *t) { return dt__numel(t->ndim - 2, t
 
 /* ---- Integer products ----------------------------------------------------------------- */
 
-static int64_t load_i64(dt_dtype dtype, const char *p) {
-  switch (dtype) {
-  case DT_I64: return *(const int64_t *)p;
-  case DT_I32: return *(const int32_t *)p;
-  case DT_U8:
-  case DT_BOOL: return *(const uint8_t *)p;
-  default: return (int64_t)dt__load_as_double(dtype, p);
-  }
-}
-
-static void store_i64(dt_dtype dtype, char *p, int64_t v) {
-  switch (dtype) {
-  case DT_I64: *(int64_t *)p = v; break;
-  case DT_I32: *(int32_t *)p = (int32_t)(uint32_t)(uint64_t)v; break;
-  case DT_U8: *(uint8_t *)p = (uint8_t)(uint64_t)v; break;
-  default: dt__store_from_double(dtype, p, (double)v); break;
-  }
-}
-
 /* Exact, wrapping int64 arithmetic (as PyTorch's integer matmul); correct, not fast. The op
  * layer has checked that alpha and beta are integral and within int64. */
 static void integer_matmul(const dt_tensor *a, const dt_tensor *b, const dt_tensor *bias,
@@ -131,11 +112,11 @@ static void integer_matmul(const dt_tensor *a, const dt_tensor *b, const dt_tens
       for (int64_t j = 0; j < m; j++) {
         uint64_t acc = 0;
         for (int64_t p = 0; p < k; p++) {
-          acc += (uint64_t)load_i64(a->dtype, pa + (i * ars + p * acs) * aes) *
-                 (uint64_t)load_i64(b->dtype, pb + (p * brs + j * bcs) * bes);
+          acc += (uint64_t)dt__cpu_load_i64(a->dtype, pa + (i * ars + p * acs) * aes) *
+                 (uint64_t)dt__cpu_load_i64(b->dtype, pb + (p * brs + j * bcs) * bes);
         }
-        uint64_t prev = ibeta ? (uint64_t)load_i64(out->dtype, c) : 0;
-        store_i64(out->dtype, c, (int64_t)(ibeta * prev + ialpha * acc));
+        uint64_t prev = ibeta ? (uint64_t)dt__cpu_load_i64(out->dtype, c) : 0;
+        dt__cpu_store_i64(out->dtype, c, (int64_t)(ibeta * prev + ialpha * acc));
         c += oes;
       }
     }
