@@ -129,6 +129,16 @@ static dt_status channel_view(dt_tensor *v, const dt_tensor_meta *in, dt_tensor 
   return dt_reshape(v, in->ndim, shape, out);
 }
 
+/* The dims of the input other than the channel dim 1, over which batch norm's affine
+ * gradients are summed; returns their count. */
+static int non_channel_dims(const dt_tensor_meta *in, int64_t *dims) {
+  int n = 0;
+  for (int d = 0; d < in->ndim; d++) {
+    if (d != 1) dims[n++] = d;
+  }
+  return n;
+}
+
 /* batch_norm, inference form (inputs {x, running_mean, running_var, weight?, bias?}):
  * y = (x - rm) rstd w + b with rstd = 1 / sqrt(rv + eps) per channel (dim 1). The running
  * statistics are constants: they get no gradient.
@@ -140,10 +150,7 @@ dt_status dt__backward_batch_norm(const dt_backward_ctx *ctx, dt_tensor *const *
   const dt_op_call *call = ctx->call;
   const dt_tensor_meta *in = &ctx->input_metas[0];
   int64_t other[DT_MAX_DIMS];
-  int n_other = 0;
-  for (int d = 0; d < in->ndim; d++) {
-    if (d != 1) other[n_other++] = d;
-  }
+  int n_other = non_channel_dims(in, other);
   dt_tensor *w = call->inputs[3];
   dt_tensor *ve = NULL, *rstd = NULL, *scale = NULL, *scale_b = NULL, *t = NULL, *rm_b = NULL,
             *xc = NULL, *rstd_b = NULL, *xhat = NULL, *gxh = NULL;
@@ -160,21 +167,15 @@ dt_status dt__backward_batch_norm(const dt_backward_ctx *ctx, dt_tensor *const *
     if (!st) st = dt__grad_cast_to(t, in, &grad_inputs[0]);
   }
   if (!st && w && ctx->needs_grad[3]) {
-    dt_tensor *s = NULL;
     st = channel_view(call->inputs[1], in, &rm_b);
     if (!st) st = dt_sub(call->inputs[0], rm_b, &xc);
     if (!st) st = channel_view(rstd, in, &rstd_b);
     if (!st) st = dt_mul(xc, rstd_b, &xhat);
     if (!st) st = dt_mul(g, xhat, &gxh);
-    if (!st) st = dt_sum_dims(gxh, n_other, other, false, &s);
-    if (!st) st = dt__grad_cast_to(s, &ctx->input_metas[3], &grad_inputs[3]);
-    dt_tensor_release(s);
+    if (!st) st = affine_grad(gxh, n_other, other, &ctx->input_metas[3], &grad_inputs[3]);
   }
   if (!st && call->inputs[4] && ctx->needs_grad[4]) {
-    dt_tensor *s = NULL;
-    st = dt_sum_dims(g, n_other, other, false, &s);
-    if (!st) st = dt__grad_cast_to(s, &ctx->input_metas[4], &grad_inputs[4]);
-    dt_tensor_release(s);
+    st = affine_grad(g, n_other, other, &ctx->input_metas[4], &grad_inputs[4]);
   }
   dt_tensor *all[] = {ve, rstd, scale, scale_b, t, rm_b, xc, rstd_b, xhat, gxh};
   release_all(all, sizeof all / sizeof all[0]);
@@ -213,10 +214,7 @@ dt_status dt__backward_batch_norm_training(const dt_backward_ctx *ctx,
   const dt_op_call *call = ctx->call;
   const dt_tensor_meta *in = &ctx->input_metas[0];
   int64_t other[DT_MAX_DIMS];
-  int n_other = 0;
-  for (int d = 0; d < in->ndim; d++) {
-    if (d != 1) other[n_other++] = d;
-  }
+  int n_other = non_channel_dims(in, other);
   dt_tensor *w_b = NULL, *xhat = NULL, *dx = NULL, *gxh = NULL;
   dt_status st = call->inputs[1] ? channel_view(call->inputs[1], in, &w_b) : DT_OK;
   if (!st) {

@@ -114,6 +114,39 @@ static dt_status read_string(reader *rd, char **out) {
   return *out ? DT_OK : dt__error(DT_ERR_NOMEM, "dt_checkpoint_load: cannot allocate a string");
 }
 
+/* Objects: skips to the '{' that opens one, or says what was expected there. */
+static dt_status open_object(reader *rd, const char *expected) {
+  dt__json_skip_ws(&rd->r);
+  if (rd->r.p >= rd->r.end || *rd->r.p != '{') return bad(rd, expected);
+  rd->r.p++;
+  return DT_OK;
+}
+
+/* The next key of an object opened by open_object (*first true before the first); *has is 0
+ * at the closing '}'. */
+static dt_status next_key(reader *rd, bool *first, dt__json_span *key, int *has) {
+  dt_status st = dt__json_next_key(&rd->r, first, key, has);
+  return st ? scan_failed(rd, st) : DT_OK;
+}
+
+/* Unknown keys are skipped so that a later version's additions do not break this reader. */
+static dt_status skip_value(reader *rd) {
+  dt_status st = dt__json_skip_value(&rd->r);
+  return st ? scan_failed(rd, st) : DT_OK;
+}
+
+/* An array of objects: read_element parses each into `into` (the meta or a tensor). */
+static dt_status read_array(reader *rd, dt_status (*read_element)(reader *, void *), void *into) {
+  bool first = true;
+  int has = 0;
+  for (;;) {
+    dt_status st = next_element(rd, &first, &has);
+    if (st || !has) return st;
+    st = read_element(rd, into);
+    if (st) return st;
+  }
+}
+
 /* Grows an array of `size`-byte items to hold n + 1. */
 static void *grow(void *items, int n, size_t size) {
   if (n & (n - 1)) return items; /* the capacity is n rounded up to a power of two */
@@ -127,7 +160,8 @@ static void *grow(void *items, int n, size_t size) {
 
 #define INT64_LIMIT ((int64_t)1 << 62)
 
-static dt_status read_block(reader *rd, dt__ckpt_tensor *t) {
+static dt_status read_block(reader *rd, void *into) {
+  dt__ckpt_tensor *t = into;
   void *items = grow(t->blocks, t->n_blocks, sizeof *t->blocks);
   if (!items) return dt__error(DT_ERR_NOMEM, "dt_checkpoint_load: cannot allocate blocks");
   t->blocks = items;
@@ -135,14 +169,11 @@ static dt_status read_block(reader *rd, dt__ckpt_tensor *t) {
   b->file = -1;
   bool first = true, seen_range = false;
   int has = 0, n_offsets = -1, n_lengths = -1;
-  dt__json_skip_ws(&rd->r);
-  if (rd->r.p >= rd->r.end || *rd->r.p != '{') return bad(rd, "expected a block object");
-  rd->r.p++;
-  for (;;) {
+  dt_status st = open_object(rd, "expected a block object");
+  while (!st) {
     dt__json_span key;
-    dt_status st = dt__json_next_key(&rd->r, &first, &key, &has);
-    if (st) return scan_failed(rd, st);
-    if (!has) break;
+    st = next_key(rd, &first, &key, &has);
+    if (st || !has) break;
     if (dt__json_span_equals(key, "file")) {
       int64_t v = 0;
       st = read_integer(rd, 0, INT32_MAX, &v);
@@ -160,17 +191,17 @@ static dt_status read_block(reader *rd, dt__ckpt_tensor *t) {
       b->end = (uint64_t)range[1];
       seen_range = true;
     } else {
-      st = dt__json_skip_value(&rd->r);
-      if (st) return scan_failed(rd, st);
+      st = skip_value(rd);
     }
-    if (st) return st;
   }
+  if (st) return st;
   if (b->file < 0 || !seen_range || n_offsets != t->ndim || n_lengths != t->ndim)
     return bad(rd, "a block needs file, offsets and lengths (one per dim) and byte_range");
   return DT_OK;
 }
 
-static dt_status read_tensor(reader *rd, dt__ckpt_meta *meta) {
+static dt_status read_tensor(reader *rd, void *into) {
+  dt__ckpt_meta *meta = into;
   void *items = grow(meta->tensors, meta->n_tensors, sizeof *meta->tensors);
   if (!items) return dt__error(DT_ERR_NOMEM, "dt_checkpoint_load: cannot allocate tensors");
   meta->tensors = items;
@@ -179,15 +210,12 @@ static dt_status read_tensor(reader *rd, dt__ckpt_meta *meta) {
   t->dtype = DT_DTYPE_COUNT;
   bool first = true;
   int has = 0;
-  dt__json_skip_ws(&rd->r);
-  if (rd->r.p >= rd->r.end || *rd->r.p != '{') return bad(rd, "expected a tensor object");
-  rd->r.p++;
   bool blocks_seen = false;
-  for (;;) {
+  dt_status st = open_object(rd, "expected a tensor object");
+  while (!st) {
     dt__json_span key;
-    dt_status st = dt__json_next_key(&rd->r, &first, &key, &has);
-    if (st) return scan_failed(rd, st);
-    if (!has) break;
+    st = next_key(rd, &first, &key, &has);
+    if (st || !has) break;
     if (dt__json_span_equals(key, "name")) {
       st = read_string(rd, &t->name);
     } else if (dt__json_span_equals(key, "dtype")) {
@@ -218,40 +246,31 @@ static dt_status read_tensor(reader *rd, dt__ckpt_meta *meta) {
       }
     } else if (dt__json_span_equals(key, "blocks")) {
       if (t->ndim < 0) return bad(rd, "a tensor's shape must come before its blocks");
-      bool bfirst = true;
-      int bhas = 0;
       blocks_seen = true;
-      while (!st) {
-        st = next_element(rd, &bfirst, &bhas);
-        if (st || !bhas) break;
-        st = read_block(rd, t);
-      }
+      st = read_array(rd, read_block, t);
     } else {
-      st = dt__json_skip_value(&rd->r);
-      if (st) return scan_failed(rd, st);
+      st = skip_value(rd);
     }
-    if (st) return st;
   }
+  if (st) return st;
   if (!t->name || t->ndim < 0 || t->dtype == DT_DTYPE_COUNT || !blocks_seen)
     return bad(rd, "a tensor needs name, dtype, shape and blocks");
   return DT_OK;
 }
 
-static dt_status read_file_entry(reader *rd, dt__ckpt_meta *meta) {
+static dt_status read_file_entry(reader *rd, void *into) {
+  dt__ckpt_meta *meta = into;
   void *items = grow(meta->files, meta->n_files, sizeof *meta->files);
   if (!items) return dt__error(DT_ERR_NOMEM, "dt_checkpoint_load: cannot allocate files");
   meta->files = items;
   dt__ckpt_file *f = &meta->files[meta->n_files++];
   bool first = true, seen_bytes = false;
   int has = 0;
-  dt__json_skip_ws(&rd->r);
-  if (rd->r.p >= rd->r.end || *rd->r.p != '{') return bad(rd, "expected a file object");
-  rd->r.p++;
-  for (;;) {
+  dt_status st = open_object(rd, "expected a file object");
+  while (!st) {
     dt__json_span key;
-    dt_status st = dt__json_next_key(&rd->r, &first, &key, &has);
-    if (st) return scan_failed(rd, st);
-    if (!has) break;
+    st = next_key(rd, &first, &key, &has);
+    if (st || !has) break;
     if (dt__json_span_equals(key, "name")) {
       st = read_string(rd, &f->name);
     } else if (dt__json_span_equals(key, "bytes")) {
@@ -260,11 +279,10 @@ static dt_status read_file_entry(reader *rd, dt__ckpt_meta *meta) {
       f->bytes = (uint64_t)v;
       seen_bytes = true;
     } else {
-      st = dt__json_skip_value(&rd->r);
-      if (st) return scan_failed(rd, st);
+      st = skip_value(rd);
     }
-    if (st) return st;
   }
+  if (st) return st;
   /* A file name is a plain name inside the checkpoint's directory, never a path. */
   if (!f->name || !seen_bytes || !f->name[0] || strchr(f->name, '/') || f->name[0] == '.')
     return bad(rd, "a file needs a plain name and its bytes");
@@ -277,21 +295,11 @@ dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length
   reader rd = {.r = {.begin = text, .p = text, .end = text + length}, .label = label};
   bool first = true, format_ok = false;
   int has = 0;
-  dt_status st = DT_OK;
-  dt__json_skip_ws(&rd.r);
-  if (rd.r.p >= rd.r.end || *rd.r.p != '{') {
-    st = bad(&rd, "expected a JSON object");
-    goto done;
-  }
-  rd.r.p++;
-  for (;;) {
+  dt_status st = open_object(&rd, "expected a JSON object");
+  while (!st) {
     dt__json_span key;
-    st = dt__json_next_key(&rd.r, &first, &key, &has);
-    if (st) {
-      st = scan_failed(&rd, st);
-      goto done;
-    }
-    if (!has) break;
+    st = next_key(&rd, &first, &key, &has);
+    if (st || !has) break;
     if (dt__json_span_equals(key, "format")) {
       char *format = NULL;
       st = read_string(&rd, &format);
@@ -304,27 +312,14 @@ dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length
     } else if (dt__json_span_equals(key, "generation")) {
       st = read_integer(&rd, 0, INT64_LIMIT, &meta->generation);
     } else if (dt__json_span_equals(key, "files")) {
-      bool ffirst = true;
-      int fhas = 0;
-      while (!st) {
-        st = next_element(&rd, &ffirst, &fhas);
-        if (st || !fhas) break;
-        st = read_file_entry(&rd, meta);
-      }
+      st = read_array(&rd, read_file_entry, meta);
     } else if (dt__json_span_equals(key, "tensors")) {
-      bool tfirst = true;
-      int thas = 0;
-      while (!st) {
-        st = next_element(&rd, &tfirst, &thas);
-        if (st || !thas) break;
-        st = read_tensor(&rd, meta);
-      }
+      st = read_array(&rd, read_tensor, meta);
     } else {
-      st = dt__json_skip_value(&rd.r);
-      if (st) st = scan_failed(&rd, st);
+      st = skip_value(&rd);
     }
-    if (st) goto done;
   }
+  if (st) goto done;
   if (!format_ok) {
     st = bad(&rd, "not a dtensor checkpoint (\"format\" is not \"dtensor-checkpoint\")");
     goto done;
