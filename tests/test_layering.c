@@ -57,6 +57,10 @@ Test(layering, removed_cycles_stay_removed) {
   /* Upcalls are data in core, installed from above: no file of core calls up. */
   cr_assert(!in_a_cycle(out, "core/core_impl.h"), "%s", out);
   cr_assert(!in_a_cycle(out, "core/upcalls.c"), "%s", out);
+  /* threads_world.c -> threads_sync.c -> threads_tasks.c -> threads_group.c, never back. */
+  cr_assert(!in_a_cycle(out, "comm/threads/threads_world.c"), "%s", out);
+  cr_assert(!in_a_cycle(out, "comm/threads/threads_sync.c"), "%s", out);
+  cr_assert(!in_a_cycle(out, "comm/threads/threads_tasks.c"), "%s", out);
 }
 
 /* The lower layers' upcalls are NULL until the distributed layer installs all of them, in one

@@ -113,14 +113,27 @@ typedef struct th_comm {
   bool owns_domain;   /* a one-rank world from dt_comm_init */
 } th_comm;
 
-/* threads_world.c */
+/* The files call down in this order: threads_world.c (the backend table, worlds) ->
+ * threads_sync.c (posting and waiting) -> threads_tasks.c (the data movement) ->
+ * threads_group.c (rings, groups, domains). */
+
+/* threads_group.c */
 th_group *dt__th_group_create(th_domain *domain, int size, const int *world_ranks);
 void dt__th_group_release(th_group *group);
+/* The ring of messages from src to dst in group, made by whichever end gets there first; NULL
+ * when out of memory. */
+th_ring *dt__th_channel(th_group *group, int src, int dst);
+/* A domain of world_size ranks with no group yet; NULL when out of memory. */
+th_domain *dt__th_domain_create(int world_size);
+/* Frees the domain and the groups still in it (a rank function may forget to destroy some). */
+void dt__th_domain_free(th_domain *domain);
 void dt__th_abort(th_domain *domain, dt_status status, const th_ring *ring, uint64_t seq,
                   const char *message);
 void dt__th_wake_all(th_domain *domain);
-dt_comm *dt__th_comm_new(th_group *group, int rank, bool owns_domain);
 dt_status dt__th_split_task(th_group *group, th_slot *slot);
+
+/* threads_world.c */
+dt_comm *dt__th_comm_new(th_group *group, int rank, bool owns_domain);
 
 /* threads_sync.c */
 void dt__th_notify(th_group *group);
