@@ -34,7 +34,8 @@ typedef enum dt_loss_reduction {
 
 /* mean/sum/none of (input - target)^2. input and target: floating, the same shape.
  * Errors: DT_ERR_INVALID (NULL argument, unknown reduction), DT_ERR_SHAPE (shapes differ),
- * the errors of the ops it is made of (sub, mul, sum, div). */
+ * DT_ERR_DTYPE (input or target not floating), the errors of the ops it is made of (sub, mul,
+ * sum, div). */
 DT_API dt_status dt_mse_loss(dt_tensor *input, dt_tensor *target, dt_loss_reduction reduction,
                              dt_tensor **out);
 

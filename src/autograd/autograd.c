@@ -64,6 +64,18 @@ dt_status dt_tensor_grad(const dt_tensor *t, dt_tensor **out) {
 dt_status dt_tensor_set_grad(dt_tensor *t, dt_tensor *grad) {
   if (!t) return dt__error(DT_ERR_INVALID, "dt_tensor_set_grad: t is NULL");
   if (grad) {
+    /* A tensor holding a reference to itself as its gradient would never be freed (and
+     * PyTorch refuses it too: "can't assign Variable as its own grad"). */
+    if (grad == t)
+      return dt__error(DT_ERR_INVALID, "dt_tensor_set_grad: grad is t itself (a tensor cannot "
+                                       "be its own gradient; pass a copy)");
+    /* The optimizer and clip_grad_norm assume a distributed tensor's gradient is distributed
+     * and a local tensor's is local, as backward makes them. */
+    if (dt_tensor_is_distributed(grad) != dt_tensor_is_distributed(t)) {
+      return dt__error(DT_ERR_INVALID, "dt_tensor_set_grad: grad is %s but t is %s",
+                       dt_tensor_is_distributed(grad) ? "distributed" : "local",
+                       dt_tensor_is_distributed(t) ? "distributed" : "local");
+    }
     dt_tensor_meta tm, gm;
     dt__autograd_meta_of(t, &tm);
     dt__autograd_meta_of(grad, &gm);

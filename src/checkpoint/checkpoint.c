@@ -568,11 +568,13 @@ dt_status dt_checkpoint_load(const char *dir, int count, const char *const *name
     bool same = ndim == t->ndim && dt_tensor_dtype(target) == t->dtype;
     for (int d = 0; same && d < ndim; d++) same = shape[d] == t->shape[d];
     if (!same) {
+      char saved_shape[160], target_shape[160];
       st = dt__error(DT_ERR_INVALID,
-                     "%s: tensor `%s`: the checkpoint holds %s of %d dims, the target is %s of "
-                     "%d dims (or a dim differs)",
-                     op, names[i], dt_dtype_name(t->dtype), t->ndim,
-                     dt_dtype_name(dt_tensor_dtype(target)), ndim);
+                     "%s: tensor `%s`: the checkpoint holds %s %s, the target is %s %s", op,
+                     names[i], dt_dtype_name(t->dtype),
+                     dt__format_ints(saved_shape, sizeof saved_shape, t->ndim, t->shape),
+                     dt_dtype_name(dt_tensor_dtype(target)),
+                     dt__format_ints(target_shape, sizeof target_shape, ndim, shape));
       break;
     }
     int64_t toff[DT_MAX_DIMS], tlen[DT_MAX_DIMS];

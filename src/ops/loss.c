@@ -125,6 +125,13 @@ dt_status dt_mse_loss(dt_tensor *input, dt_tensor *target, dt_loss_reduction red
   *out = NULL;
   dt_status st = check_reduction("dt_mse_loss", reduction);
   if (st) return st;
+  /* Integers would square and mean in integer arithmetic (a truncated mean) and have no
+   * gradient; bool has no subtraction. PyTorch's mse_loss is for floating tensors too. */
+  if (!dt_dtype_is_floating(dt_tensor_dtype(input)) ||
+      !dt_dtype_is_floating(dt_tensor_dtype(target))) {
+    return dt__error(DT_ERR_DTYPE, "dt_mse_loss: input %s and target %s (expected floating dtypes)",
+                     dt_dtype_name(dt_tensor_dtype(input)), dt_dtype_name(dt_tensor_dtype(target)));
+  }
   int n = global_ndim(input);
   const int64_t *s = global_shape(input);
   if (n != global_ndim(target) || memcmp(s, global_shape(target), sizeof(int64_t) * (size_t)n)) {
