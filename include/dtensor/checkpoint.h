@@ -42,7 +42,7 @@ typedef struct dt_safetensors_entry_info {
 /* How dt_safetensors_load makes its tensor. */
 typedef enum dt_safetensors_mode {
   DT_SAFETENSORS_COPY = 0,   /* a new tensor owning a copy of the bytes (read with pread) */
-  DT_SAFETENSORS_BORROW = 1, /* zero copy: a view of the read-only memory map */
+  DT_SAFETENSORS_BORROW = 1, /* zero copy: a view of the private (copy-on-write) memory map */
 } dt_safetensors_mode;
 
 /* Opens and validates `path`: header length against the file size, the JSON, dtypes,
@@ -76,9 +76,11 @@ DT_API dt_status dt_safetensors_metadata(const dt_safetensors *file, int index, 
 DT_API const char *dt_safetensors_metadata_find(const dt_safetensors *file, const char *key);
 
 /* Tensor `name` as a local contiguous tensor. COPY reads the bytes with pread (counted by
- * dt_safetensors_bytes_read); BORROW returns a view of the read-only map (writing through it
- * faults; copy first to modify). Errors: DT_ERR_INVALID (NULL, unknown name, a BORROW of a
- * tensor whose bytes are not aligned to its element size), DT_ERR_IO, DT_ERR_NOMEM. */
+ * dt_safetensors_bytes_read); BORROW returns a view of the private memory map (a write through
+ * it copies the touched pages and never reaches the file; other BORROWs of the same tensor
+ * from the same handle see it, COPY loads do not). Errors: DT_ERR_INVALID (NULL, unknown name,
+ * a BORROW of a tensor whose bytes are not aligned to its element size), DT_ERR_IO,
+ * DT_ERR_NOMEM. */
 DT_API dt_status dt_safetensors_load(dt_safetensors *file, const char *name,
                                      dt_safetensors_mode mode, dt_tensor **out);
 

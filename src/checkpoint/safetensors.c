@@ -138,7 +138,10 @@ dt_status dt_safetensors_open(const char *path, dt_safetensors **out) {
   st = open_common(f, op, (uint64_t)sb.st_size);
   if (st) goto fail;
   f->image_size = (size_t)sb.st_size;
-  void *map = mmap(NULL, f->image_size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+  /* Private and writable: a write through a borrowed tensor (any in-place op) copies the page
+   * it touches instead of faulting, and never reaches the file (the descriptor is read-only).
+   * The header was parsed from a pread copy, so such writes cannot change what was validated. */
+  void *map = mmap(NULL, f->image_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd, 0);
   if (map == MAP_FAILED) {
     st = dt__error(DT_ERR_IO, "%s: cannot map %s (%zu bytes): %s", op, path, f->image_size,
                    strerror(errno));
@@ -257,7 +260,7 @@ static dt_status borrow(dt_safetensors *file, const char *op, const dt_safetenso
                      ", not aligned to its %zu-byte elements: it cannot be borrowed (use "
                      "DT_SAFETENSORS_COPY)",
                      op, file->label, e->name, file->data_start + e->data_begin, size);
-  /* The map is PROT_READ: a write through the tensor faults instead of changing the file. The
+  /* The map is private copy-on-write: a write through the tensor stays in this process. The
    * tensor's storage holds a reference to the map, dropped when its last view goes; a memory
    * image is the caller's, borrowed as it is. */
   dt__safetensors_map *map = file->map;
