@@ -80,3 +80,64 @@ Test(review_loss, cross_entropy_mean_over_zero_targets_is_nan) {
   dt_tensor_release(target);
   SPAWN_OK(2, all_ignored_rank, NULL);
 }
+
+/* Arguments on two mesh objects, or a distributed one with a local one, failed inside the
+ * first inner op ("eq.Tensor: argument 1 lies on mesh (2) ...", "sub.Tensor: ..."): the
+ * message now names the public function and both arguments. */
+static dt_status mixed_meshes_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *m1 = NULL, *m2 = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int[]){2}, NULL, &m1));
+  RANK_OK(dt_mesh_create(world, 1, (int[]){2}, NULL, &m2));
+  float lg[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  int64_t tg[4] = {0, 1, 2, 2};
+  dt_tensor *logits = NULL, *target = NULL, *l1 = NULL, *t2 = NULL, *x1 = NULL, *x2 = NULL;
+  dt_tensor *out = NULL;
+  RANK_OK(dt_from_data(lg, 2, (int64_t[]){4, 3}, DT_F32, &logits));
+  RANK_OK(dt_from_data(tg, 1, (int64_t[]){4}, DT_I64, &target));
+  RANK_OK(dt_dist_distribute_tensor(m1, logits, 1, (dt_placement[]){dt_shard(1)}, &l1));
+  RANK_OK(dt_dist_distribute_tensor(m2, target, 1, (dt_placement[]){dt_replicate()}, &t2));
+  dt_status st = dt_cross_entropy(l1, t2, &out);
+  RANK_CHECK(st == DT_ERR_INVALID && out == NULL, "status %d", st);
+  RANK_CHECK(strstr(dt_last_error(),
+                    "dt_cross_entropy_ex: logits and target lie on different mesh objects"),
+             "message: %s", dt_last_error());
+  st = dt_cross_entropy(l1, target, &out);
+  RANK_CHECK(st == DT_ERR_INVALID, "status %d", st);
+  RANK_CHECK(strstr(dt_last_error(), "dt_cross_entropy_ex: logits is distributed but target is "
+                                     "local"),
+             "message: %s", dt_last_error());
+  RANK_OK(dt_dist_distribute_tensor(m1, logits, 1, (dt_placement[]){dt_replicate()}, &x1));
+  RANK_OK(dt_dist_distribute_tensor(m2, logits, 1, (dt_placement[]){dt_replicate()}, &x2));
+  st = dt_mse_loss(x1, x2, DT_LOSS_MEAN, &out);
+  RANK_CHECK(st == DT_ERR_INVALID, "status %d", st);
+  RANK_CHECK(strstr(dt_last_error(), "dt_mse_loss: input and target lie on different mesh"),
+             "message: %s", dt_last_error());
+  st = dt_mse_loss(logits, x1, DT_LOSS_MEAN, &out);
+  RANK_CHECK(st == DT_ERR_INVALID, "status %d", st);
+  RANK_CHECK(strstr(dt_last_error(), "dt_mse_loss: input is local but target is distributed"),
+             "message: %s", dt_last_error());
+  /* The same mesh still works: vocabulary-parallel equals the local loss. */
+  dt_tensor *t1 = NULL, *full = NULL, *ref = NULL;
+  RANK_OK(dt_dist_distribute_tensor(m1, target, 1, (dt_placement[]){dt_replicate()}, &t1));
+  RANK_OK(dt_cross_entropy(l1, t1, &out));
+  RANK_OK(dt_dist_full_tensor(out, &full));
+  RANK_OK(dt_cross_entropy(logits, target, &ref));
+  double a = 0, b = 0;
+  RANK_OK(dt_tensor_to_doubles(full, &a, 1));
+  RANK_OK(dt_tensor_to_doubles(ref, &b, 1));
+  RANK_CHECK(fabs(a - b) < 1e-6 && fabs(b - 1.1576) < 1e-3, "vocab-parallel %g, local %g", a, b);
+  dt_tensor_release(t1);
+  dt_tensor_release(full);
+  dt_tensor_release(ref);
+  dt_tensor_release(out);
+  dt_tensor_release(x1);
+  dt_tensor_release(x2);
+  dt_tensor_release(l1);
+  dt_tensor_release(t2);
+  dt_tensor_release(logits);
+  dt_tensor_release(target);
+  return DT_OK;
+}
+
+Test(review_loss, arguments_on_different_meshes_are_named) { SPAWN_OK(2, mixed_meshes_rank, NULL); }

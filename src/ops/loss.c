@@ -100,6 +100,25 @@ static int global_ndim(const dt_tensor *t) {
   return dt_tensor_is_distributed(t) ? dt_dist_ndim(t) : dt_tensor_ndim(t);
 }
 
+/* A distributed argument with a local one (other than a 0-d scalar) or with one on another
+ * mesh object would fail deep inside the first op (sub.Tensor, eq.Tensor); checked up front so
+ * that the message names the public function and both arguments. */
+static dt_status check_meshes(const char *fn, const char *a_name, dt_tensor *a, const char *b_name,
+                              dt_tensor *b) {
+  bool da = dt_tensor_is_distributed(a), db = dt_tensor_is_distributed(b);
+  if (da && db && dt_dist_mesh(a) != dt_dist_mesh(b)) {
+    return dt__error(DT_ERR_INVALID,
+                     "%s: %s and %s lie on different mesh objects (distribute both on one mesh)",
+                     fn, a_name, b_name);
+  }
+  if (da != db && dt_tensor_ndim(da ? b : a) > 0) {
+    return dt__error(DT_ERR_INVALID,
+                     "%s: %s is %s but %s is %s (distribute both on one mesh, or neither)", fn,
+                     a_name, da ? "distributed" : "local", b_name, db ? "distributed" : "local");
+  }
+  return DT_OK;
+}
+
 static dt_status check_reduction(const char *fn, dt_loss_reduction r) {
   if (r == DT_LOSS_MEAN || r == DT_LOSS_SUM || r == DT_LOSS_NONE) return DT_OK;
   return dt__error(DT_ERR_INVALID, "%s: reduction %d is not DT_LOSS_MEAN, _SUM or _NONE", fn,
@@ -124,6 +143,8 @@ dt_status dt_mse_loss(dt_tensor *input, dt_tensor *target, dt_loss_reduction red
   }
   *out = NULL;
   dt_status st = check_reduction("dt_mse_loss", reduction);
+  if (st) return st;
+  st = check_meshes("dt_mse_loss", "input", input, "target", target);
   if (st) return st;
   /* Integers would square and mean in integer arithmetic (a truncated mean) and have no
    * gradient; bool has no subtraction. PyTorch's mse_loss is for floating tensors too. */
@@ -303,6 +324,8 @@ dt_status dt_cross_entropy_ex(dt_tensor *logits, dt_tensor *target,
     return dt__error(DT_ERR_INVALID, "%s: label_smoothing %g is outside [0, 1]", fn,
                      o.label_smoothing);
   }
+  st = check_meshes(fn, "logits", logits, "target", target);
+  if (st) return st;
   int nl = global_ndim(logits), nt = global_ndim(target);
   const int64_t *sl = global_shape(logits), *stg = global_shape(target);
   if (nl != 2 || nt != 1 || sl[0] != stg[0]) {
