@@ -91,6 +91,31 @@ static dt_status affine_grad(dt_tensor *src, int n, const int64_t *dims, const d
   return st;
 }
 
+/* The gradients of a normalization of inputs {x, weight?, bias?} (eps = scalars[0]) whose
+ * statistics run over norm_dims: dx, then dw = sum of g xhat and db = sum of g over sum_dims.
+ * w is the weight as it broadcasts against x (NULL: none). layer_norm and batch_norm_training
+ * differ only in these dims. */
+static dt_status normalization_backward(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor *w,
+                                        int n_norm, const int64_t *norm_dims, int n_sum,
+                                        const int64_t *sum_dims, dt_tensor **grad_inputs) {
+  const dt_op_call *call = ctx->call;
+  dt_tensor *xhat = NULL, *dx = NULL, *gxh = NULL;
+  dt_status st = normalization_grads(call->inputs[0], g, w, n_norm, norm_dims, call->scalars[0],
+                                     &xhat, ctx->needs_grad[0] ? &dx : NULL);
+  if (!st && dx) st = dt__grad_cast_to(dx, &ctx->input_metas[0], &grad_inputs[0]);
+  if (!st && call->inputs[1] && ctx->needs_grad[1]) {
+    st = dt_mul(g, xhat, &gxh);
+    if (!st) st = affine_grad(gxh, n_sum, sum_dims, &ctx->input_metas[1], &grad_inputs[1]);
+  }
+  if (!st && call->inputs[2] && ctx->needs_grad[2]) {
+    st = affine_grad(g, n_sum, sum_dims, &ctx->input_metas[2], &grad_inputs[2]);
+  }
+  dt_tensor_release(xhat);
+  dt_tensor_release(dx);
+  dt_tensor_release(gxh);
+  return st;
+}
+
 /* layer_norm over the last k dims (normalized_shape, eps = scalars[0]): dx as above; dw =
  * sum over the leading dims of g xhat, db = sum over the leading dims of g. */
 dt_status dt__backward_layer_norm(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
@@ -105,21 +130,8 @@ dt_status dt__backward_layer_norm(const dt_backward_ctx *ctx, dt_tensor *const *
   int64_t norm_dims[DT_MAX_DIMS], lead_dims[DT_MAX_DIMS];
   for (int i = 0; i < k; i++) norm_dims[i] = lead + i;
   for (int i = 0; i < lead; i++) lead_dims[i] = i;
-  dt_tensor *xhat = NULL, *dx = NULL, *gxh = NULL;
-  dt_status st = normalization_grads(call->inputs[0], g, call->inputs[1], k, norm_dims,
-                                     call->scalars[0], &xhat, ctx->needs_grad[0] ? &dx : NULL);
-  if (!st && dx) st = dt__grad_cast_to(dx, in, &grad_inputs[0]);
-  if (!st && call->inputs[1] && ctx->needs_grad[1]) {
-    st = dt_mul(g, xhat, &gxh);
-    if (!st) st = affine_grad(gxh, lead, lead_dims, &ctx->input_metas[1], &grad_inputs[1]);
-  }
-  if (!st && call->inputs[2] && ctx->needs_grad[2]) {
-    st = affine_grad(g, lead, lead_dims, &ctx->input_metas[2], &grad_inputs[2]);
-  }
-  dt_tensor_release(xhat);
-  dt_tensor_release(dx);
-  dt_tensor_release(gxh);
-  return st;
+  return normalization_backward(ctx, g, call->inputs[1], k, norm_dims, lead, lead_dims,
+                                grad_inputs);
 }
 
 /* A channel vector [C] viewed as [1, C, 1, ...] against an input of ndim dims. */
@@ -215,21 +227,9 @@ dt_status dt__backward_batch_norm_training(const dt_backward_ctx *ctx,
   const dt_tensor_meta *in = &ctx->input_metas[0];
   int64_t other[DT_MAX_DIMS];
   int n_other = non_channel_dims(in, other);
-  dt_tensor *w_b = NULL, *xhat = NULL, *dx = NULL, *gxh = NULL;
+  dt_tensor *w_b = NULL;
   dt_status st = call->inputs[1] ? channel_view(call->inputs[1], in, &w_b) : DT_OK;
-  if (!st) {
-    st = normalization_grads(call->inputs[0], g, w_b, n_other, other, call->scalars[0], &xhat,
-                             ctx->needs_grad[0] ? &dx : NULL);
-  }
-  if (!st && dx) st = dt__grad_cast_to(dx, in, &grad_inputs[0]);
-  if (!st && call->inputs[1] && ctx->needs_grad[1]) {
-    st = dt_mul(g, xhat, &gxh);
-    if (!st) st = affine_grad(gxh, n_other, other, &ctx->input_metas[1], &grad_inputs[1]);
-  }
-  if (!st && call->inputs[2] && ctx->needs_grad[2]) {
-    st = affine_grad(g, n_other, other, &ctx->input_metas[2], &grad_inputs[2]);
-  }
-  dt_tensor *all[] = {w_b, xhat, dx, gxh};
-  release_all(all, sizeof all / sizeof all[0]);
+  if (!st) st = normalization_backward(ctx, g, w_b, n_other, other, n_other, other, grad_inputs);
+  dt_tensor_release(w_b);
   return st;
 }

@@ -57,32 +57,8 @@ static dt_status check_indices(const char *op, const dt_tensor *indices, int64_t
   return DT_OK;
 }
 
-dt_status dt__cpu_embedding(const char *op, const dt_tensor *weight, const dt_tensor *indices,
-                            dt_tensor *out) {
-  int64_t num = weight->shape[0], dim = weight->shape[1];
-  int64_t count = dt__tensor_numel(indices);
-  index_walk w;
-  dt_status st = check_indices(op, indices, num);
-  if (st || dim == 0) return st;
-  size_t es = dt__dtype_sizes[weight->dtype];
-  int64_t row_stride = weight->strides[0] * (int64_t)es,
-          col_stride = weight->strides[1] * (int64_t)es;
-  bool rows_contiguous = dim == 1 || weight->strides[1] == 1;
-  const char *wbase = dt__tensor_base(weight);
-  char *dst = dt__tensor_base(out);
-  index_walk_init(&w, indices);
-  for (int64_t r = 0; r < count; r++) {
-    const char *src = wbase + index_walk_get(&w, r) * row_stride;
-    if (rows_contiguous) {
-      memcpy(dst, src, (size_t)dim * es);
-      dst += (size_t)dim * es;
-    } else {
-      for (int64_t j = 0; j < dim; j++, dst += es) memcpy(dst, src + j * col_stride, es);
-    }
-  }
-  return DT_OK;
-}
-
+/* Rows outside [offset, offset + rows) belong to another shard and come out as zeros; the
+ * whole-table embedding is the window at offset 0 over all rows. */
 dt_status dt__cpu_embedding_window(const char *op, const dt_tensor *weight,
                                    const dt_tensor *indices, int64_t offset, int64_t total,
                                    dt_tensor *out) {
@@ -91,21 +67,32 @@ dt_status dt__cpu_embedding_window(const char *op, const dt_tensor *weight,
   index_walk w;
   dt_status st = check_indices(op, indices, total);
   if (st || dim == 0) return st;
-  size_t es = dt__dtype_sizes[weight->dtype];
+  size_t es = dt__dtype_sizes[weight->dtype], row_bytes = (size_t)dim * es;
+  int64_t row_stride = weight->strides[0] * (int64_t)es,
+          col_stride = weight->strides[1] * (int64_t)es;
+  bool rows_contiguous = dim == 1 || weight->strides[1] == 1;
   const char *wbase = dt__tensor_base(weight);
   char *dst = dt__tensor_base(out);
   index_walk_init(&w, indices);
-  for (int64_t r = 0; r < count; r++, dst += (size_t)dim * es) {
+  for (int64_t r = 0; r < count; r++, dst += row_bytes) {
     int64_t local = index_walk_get(&w, r) - offset;
     if (local < 0 || local >= rows) {
-      memset(dst, 0, (size_t)dim * es); /* another shard holds this row */
+      memset(dst, 0, row_bytes); /* another shard holds this row */
       continue;
     }
-    const char *src = wbase + local * weight->strides[0] * (int64_t)es;
-    for (int64_t j = 0; j < dim; j++)
-      memcpy(dst + j * (int64_t)es, src + j * weight->strides[1] * (int64_t)es, es);
+    const char *src = wbase + local * row_stride;
+    if (rows_contiguous) {
+      memcpy(dst, src, row_bytes);
+    } else {
+      for (int64_t j = 0; j < dim; j++) memcpy(dst + j * (int64_t)es, src + j * col_stride, es);
+    }
   }
   return DT_OK;
+}
+
+dt_status dt__cpu_embedding(const char *op, const dt_tensor *weight, const dt_tensor *indices,
+                            dt_tensor *out) {
+  return dt__cpu_embedding_window(op, weight, indices, 0, weight->shape[0], out);
 }
 
 /* ---- cat and stack -------------------------------------------------------------------------- */
