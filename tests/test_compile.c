@@ -147,7 +147,7 @@ static dt_status seed_rank(dt_comm *world, void *varg) {
              (long long)stats.compiles, (long long)stats.recompiles, (long long)stats.calls,
              dt_compiled_recompile_reason(compiled, 0));
   char *text = NULL;
-  RANK_OK(dt_compiled_format(compiled, 0, &text));
+  RANK_OK(dt_compiled_to_string(compiled, 0, &text));
   RANK_CHECK(strstr(text, "embedding(") && strstr(text, "[s2, s3, s1]"), "graph text:\n%s", text);
   /* Sharding decided at compile time: a replicated embedding runs on the shards directly; the
    * vocabulary-parallel one needs its row window, so dispatch plans it on each call. */
@@ -351,7 +351,7 @@ Test(compile_guards, divisibility) {
   call_and_check(c, view_fn, 1, &a);
   call_and_check(c, view_fn, 1, &b);
   char *text = NULL;
-  cr_assert_eq(dt_compiled_format(c, 0, &text), DT_OK);
+  cr_assert_eq(dt_compiled_to_string(c, 0, &text), DT_OK);
   cr_assert(strstr(text, "s0*s1 divisible by 4"), "%s", text);
   dt_free(text);
   dt_tensor *out = NULL;

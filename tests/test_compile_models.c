@@ -139,7 +139,7 @@ Test(compile_models, mlp_list_dynamic_features) {
   cr_assert_eq(dt_compiled_call(c, 1, &bad, 1, &y), want);
   cr_assert_str_eq(dt_last_error(), msg);
   char *text = NULL;
-  cr_assert_eq(dt_compiled_format(c, 0, &text), DT_OK);
+  cr_assert_eq(dt_compiled_to_string(c, 0, &text), DT_OK);
   cr_assert(strstr(text, "ceil(s1/2) == 6"), "%s", text);
   dt_free(text);
   dt_tensor_release(x);

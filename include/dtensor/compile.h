@@ -100,7 +100,7 @@ DT_API const char *dt_compiled_recompile_reason(const dt_compiled *compiled, int
 /* The text of variant i: the graph in graph.h's text format (symbolic dims as s<k>), then
  * each value's symbolic shape and placements, then the guards. A new string (free with
  * dt_free). Errors: DT_ERR_INVALID (NULL, i out of range), DT_ERR_NOMEM. */
-DT_API dt_status dt_compiled_format(const dt_compiled *compiled, int i, char **out);
+DT_API dt_status dt_compiled_to_string(const dt_compiled *compiled, int i, char **out);
 
 #ifdef __cplusplus
 }

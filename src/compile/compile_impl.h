@@ -1,6 +1,8 @@
 /*
- * Private interface of compile: symbolic size expressions (src/compile/symbolic.c) and the
- * symbolic shape rules of the ops (src/compile/shape_rules.c).
+ * Private interface of compile: symbolic size expressions (src/compile/symbolic.c), the
+ * symbolic shape rules of the ops (src/compile/shape_rules.c), and what the three parts of
+ * dt_compile share: the handle and its variants (src/compile/compile.c: the cache and the
+ * guard check), tracing (src/compile/trace.c) and running a variant (src/compile/execute.c).
  */
 #ifndef DT_COMPILE_IMPL_H
 #define DT_COMPILE_IMPL_H
@@ -106,6 +108,114 @@ bool dt__shape_rule(dt_shape_ctx *ctx);
  * placed, with nothing rewritten for the shard: it can run on the shards directly. out gets
  * the output's placements (one per mesh dim). */
 bool dt__compile_dist_plain(const dt_op_call *call, dt_placement *out);
+
+/* ---- Compiled functions and their variants ---------------------------------------------- */
+
+/* Inputs and outputs a compiled function may take. */
+#define DT_COMPILE_MAX_ARGS 64
+
+/* Why a call that would need autograd is refused (at the call and during the trace). */
+#define DT_COMPILE_GRAD_MESSAGE                                                                    \
+  "the joint forward+backward graph is not implemented: call the compiled function under "         \
+  "dt_grad_mode_set(false) or with inputs that do not require grad"
+
+/* What a variant requires of input i beyond the symbolic guards. */
+typedef struct dt_compile_input {
+  dt_dtype dtype;
+  int ndim;
+  bool dist;
+  uint64_t mesh_id;
+  int mesh_ndim;
+  dt_placement placements[DT_MESH_MAX_DIMS];
+  int64_t shape[DT_MAX_DIMS]; /* traced sizes (the required ones for static dims) */
+  int sym[DT_MAX_DIMS];       /* the dim's symbol, or -1 when static */
+} dt_compile_input;
+
+/* A direct node's precomputed work: its call (attributes as infer left them; inputs filled
+ * on each call), output handle, kernel, symbolic dims and buffer slot, together in one place
+ * so that a call touches one cache line or two per node. */
+typedef struct dt_compile_step {
+  dt_op_call call;
+  dt_tensor *handle;
+  dt_op_kernel_fn kernel;
+  int ndim, slot, n_inputs;
+  size_t elem_size;
+  int dims[DT_MAX_DIMS];
+  int inputs[DT_OP_MAX_INPUTS];
+} dt_compile_step;
+
+typedef struct dt_compile_variant {
+  dt_graph *g;
+  dt_compile_input *inputs;
+  int n_symbols;
+  int64_t *hints; /* the symbols' traced values */
+  dt_sx_pool pool;
+  int **dims;                /* per node: n_out * DT_MAX_DIMS expressions of its global dims */
+  dt_placement **placements; /* per node: its traced placements, NULL when local */
+  int **local_dims;          /* per node: this rank's shard dims as expressions, NULL when local */
+  /* Per node: a distributed call whose sharding was decided at trace time (see dist_plan.c),
+   * its mesh and the spec its last output had (retained, reused while the global shape
+   * stays). */
+  bool *dist_plain;
+  dt_mesh **dist_mesh;
+  dt_dist_spec **dist_spec;
+  int *mesh_ndim;
+  int n_guards, cap_guards;
+  dt_guard *guards;
+  dt_tensor **constants; /* per node: the constant a buffer node holds (retained) */
+  int *last_use;
+  int *tuple_base; /* per node: its first slot in tuple_vals, or -1 */
+  /* The direct path (see plan_buffers in compile/execute.c): per node the call as infer left it,
+   * whether the node runs its kernel directly into a planned buffer, its buffer slot and output
+   * handle. */
+  dt_op_call *templates;
+  bool *direct;
+  int *slot_of;
+  dt_tensor **handles;
+  int n_slots;
+  dt_tensor **slot_buf; /* per slot: a byte tensor whose storage the handles point into */
+  size_t *slot_bytes;
+  struct dt_compile_step *steps; /* per node; filled for direct nodes */
+  /* Per node: the owned values whose last use it is (release_list[release_at[i] ..
+   * release_at[i + 1])), so that a call does not scan every input of every node. */
+  int *release_at, *release_list;
+  /* Call-time scratch, allocated once: one thread calls a dt_compiled at a time. */
+  dt_tensor **values;
+  dt_tensor **tuple_vals;
+  bool *owned;
+  int64_t *symvals, *exprvals;
+} dt_compile_variant;
+
+struct dt_compiled {
+  dt_compile_fn fn;
+  void *user;
+  int n_in, n_out;
+  bool all_dynamic;
+  int n_marks;
+  dt_compile_mark *marks;
+  int cache_limit;
+  bool log_recompiles;
+  bool warned_eager;
+  int n_variants;
+  dt_compile_variant *variants[64];
+  dt_compile_stats stats;
+  int n_reasons;
+  char **reasons;
+};
+
+/* Frees a variant and everything it holds (NULL is ignored). */
+void dt__compile_variant_destroy(dt_compile_variant *v);
+
+/* Runs c's function eagerly under the tracer; on success out holds its results and *made the
+ * new variant, planned. A failure of the function itself is returned as it returned it. */
+dt_status dt__compile_trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **out,
+                            dt_compile_variant **made);
+
+/* Last uses, tuple slots, planned buffers and the call-time scratch of a traced variant. */
+dt_status dt__compile_plan(dt_compile_variant *v);
+
+/* Runs a variant whose guards hold for in (they left the symbols' values in v->exprvals). */
+dt_status dt__compile_run(dt_compile_variant *v, dt_tensor *const *in, int n_out, dt_tensor **out);
 
 /* ---- For the benchmark ------------------------------------------------------------------ */
 

@@ -1,0 +1,368 @@
+/*
+ * Running a dt_compile variant: the plan made once after the trace (last uses, buffers planned
+ * by liveness for the nodes that call their kernel directly, the calls ready to copy), then
+ * each call walking the nodes: direct kernel calls into planned buffers, distributed calls
+ * on the shards when the trace decided their sharding, dispatch for the rest.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "compile/compile_impl.h"
+#include "dtensor/dist.h"
+
+/* ---- Planning ------------------------------------------------------------------------------ */
+
+/* Whether node i may run its kernel directly into a planned buffer: a single-output compute
+ * op on local tensors whose infer (the one thing the direct path skips) only computes shapes
+ * and dtypes from the inputs' geometry, which the guards and the symbolic dims already give.
+ * Distributed nodes keep going through dispatch (sharding propagation). */
+static bool direct_eligible(const dt_compile_variant *v, int i) {
+  const dt_node *n = &v->g->nodes[i];
+  if (n->kind != DT_NODE_CALL || n->is_tuple || n->n_out != 1 || n->has_list) return false;
+  const dt_op_def *def = &dt__op_table[n->target];
+  if (def->kind != DT_OP_KIND_COMPUTE || v->placements[i]) return false;
+  for (int k = 0; k < n->n_inputs; k++) {
+    if (n->inputs[k] >= 0 && v->placements[n->inputs[k]]) return false;
+  }
+  dt_op_infer_fn f = def->infer;
+  if (f == dt__infer_embedding) return v->templates[i].n_ints == 0;
+  return f == dt__infer_unary || f == dt__infer_binary || f == dt__infer_binary_scalar ||
+         f == dt__infer_softmax || f == dt__infer_mm || f == dt__infer_linear ||
+         f == dt__infer_same;
+}
+
+/* True for nodes whose value is (a view of) their first input's storage. */
+static bool aliases_input(const dt_node *n) {
+  if (n->kind == DT_NODE_GETITEM) return true;
+  if (n->kind != DT_NODE_CALL) return false;
+  dt_op_kind kind = dt__op_table[n->target].kind;
+  return kind == DT_OP_KIND_VIEW || kind == DT_OP_KIND_INPLACE;
+}
+
+/* Buffers planned by liveness: each direct node that does not reach the outputs (where the
+ * caller would keep its storage) writes into a slot's buffer, and a slot is reused once the
+ * storage of its previous value (views included) is dead. Sizes are symbolic, so a slot's
+ * buffer is sized on the call, growing when a larger size comes. */
+static dt_status plan_buffers(dt_compile_variant *v) {
+  const dt_graph *g = v->g;
+  int n = g->n_nodes;
+  int *storage_last = dt__alloc(sizeof(int) * (size_t)n);
+  bool *escapes = dt__calloc(sizeof(bool) * (size_t)n);
+  int *free_at = dt__alloc(sizeof(int) * (size_t)n);
+  v->direct = dt__calloc(sizeof(bool) * (size_t)n);
+  v->slot_of = dt__alloc(sizeof(int) * (size_t)n);
+  v->handles = dt__calloc(sizeof(dt_tensor *) * (size_t)n);
+  v->slot_buf = dt__calloc(sizeof(dt_tensor *) * (size_t)n);
+  v->slot_bytes = dt__calloc(sizeof(size_t) * (size_t)n);
+  dt_status st = DT_OK;
+  if (!storage_last || !escapes || !free_at || !v->direct || !v->slot_of || !v->handles ||
+      !v->slot_buf || !v->slot_bytes) {
+    st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+    goto done;
+  }
+  int o = dt__graph_output_node(g);
+  for (int k = 0; k < g->nodes[o].n_list; k++) escapes[g->nodes[o].list[k]] = true;
+  for (int i = 0; i < n; i++) storage_last[i] = v->last_use[i];
+  for (int i = n - 1; i >= 0; i--) {
+    const dt_node *nd = &g->nodes[i];
+    if (!aliases_input(nd) || nd->inputs[0] < 0) continue;
+    int src = nd->inputs[0];
+    escapes[src] |= escapes[i];
+    if (storage_last[i] > storage_last[src]) storage_last[src] = storage_last[i];
+  }
+  for (int i = 0; i < n; i++) {
+    v->slot_of[i] = -1;
+    if (escapes[i] || !direct_eligible(v, i)) continue;
+    int slot = -1;
+    for (int k = 0; k < v->n_slots && slot < 0; k++) {
+      if (free_at[k] < i) slot = k;
+    }
+    if (slot < 0) slot = v->n_slots++;
+    free_at[slot] = storage_last[i];
+    dt_tensor *h = dt__calloc(sizeof *h);
+    if (!h) {
+      st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+      goto done;
+    }
+    atomic_init(&h->refcount, 1);
+    h->dtype = g->nodes[i].types[0].dtype;
+    h->ndim = g->nodes[i].types[0].ndim;
+    v->handles[i] = h;
+    v->slot_of[i] = slot;
+    v->direct[i] = true;
+  }
+  v->steps = dt__calloc(sizeof *v->steps * (size_t)n);
+  v->release_at = dt__calloc(sizeof(int) * (size_t)(n + 1));
+  v->release_list = dt__calloc(sizeof(int) * (size_t)(n + 1));
+  if (!v->steps || !v->release_at || !v->release_list) {
+    st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+    goto done;
+  }
+  for (int i = 0; i < n; i++) {
+    if (!v->direct[i]) continue;
+    const dt_node *nd = &g->nodes[i];
+    dt_compile_step *sp = &v->steps[i];
+    sp->call = v->templates[i];
+    sp->call.n_outputs = 1;
+    sp->call.outputs = &v->handles[i];
+    sp->handle = v->handles[i];
+    sp->kernel = dt__op_table[nd->target].kernel;
+    sp->ndim = nd->types[0].ndim;
+    sp->slot = v->slot_of[i];
+    sp->elem_size = dt__dtype_sizes[nd->types[0].dtype];
+    memcpy(sp->dims, v->dims[i], sizeof sp->dims);
+    sp->n_inputs = nd->n_inputs;
+    memcpy(sp->inputs, nd->inputs, sizeof sp->inputs);
+  }
+  /* Other calls keep their attributes as the caller gave them (dispatch infers again), ready
+   * to copy: only the tensors change between calls. v->values is all NULL here. */
+  for (int i = 0; i < n; i++) {
+    const dt_node *nd = &g->nodes[i];
+    if (nd->kind == DT_NODE_CALL && !v->direct[i] && !nd->has_list)
+      dt__graph_build_call(g, i, v->values, NULL, NULL, &v->steps[i].call);
+  }
+  /* Values a call owns: those of calls that are not direct (tuples included). Each is
+   * released after its last use. */
+  for (int j = 0; j < n; j++) {
+    if (g->nodes[j].kind == DT_NODE_CALL && !v->direct[j]) v->release_at[v->last_use[j] + 1]++;
+  }
+  for (int i = 0; i < n; i++) v->release_at[i + 1] += v->release_at[i];
+  for (int i = 0; i < n; i++) free_at[i] = v->release_at[i]; /* now each node's fill position */
+  for (int j = 0; j < n; j++) {
+    if (g->nodes[j].kind == DT_NODE_CALL && !v->direct[j])
+      v->release_list[free_at[v->last_use[j]]++] = j;
+  }
+done:
+  dt__free(storage_last);
+  dt__free(escapes);
+  dt__free(free_at);
+  return st;
+}
+
+/* Last uses, tuple slots, planned buffers and the call-time scratch. */
+dt_status dt__compile_plan(dt_compile_variant *v) {
+  const dt_graph *g = v->g;
+  size_t n = (size_t)g->n_nodes;
+  int slots = 0;
+  v->last_use = dt__alloc(sizeof(int) * n);
+  v->tuple_base = dt__alloc(sizeof(int) * n);
+  v->values = dt__calloc(sizeof(dt_tensor *) * n);
+  v->owned = dt__calloc(sizeof(bool) * n);
+  v->symvals = dt__calloc(sizeof(int64_t) * (size_t)(v->n_symbols + 1));
+  v->exprvals = dt__calloc(sizeof(int64_t) * (size_t)(v->pool.n + 1));
+  if (!v->last_use || !v->tuple_base || !v->values || !v->owned || !v->symvals || !v->exprvals)
+    return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  for (size_t i = 0; i < n; i++) {
+    const dt_node *nd = &g->nodes[i];
+    v->last_use[i] = (int)i;
+    v->tuple_base[i] = nd->is_tuple ? slots : -1;
+    if (nd->is_tuple) slots += nd->n_out;
+    for (int k = 0; k < nd->n_inputs; k++) {
+      if (nd->inputs[k] >= 0) v->last_use[nd->inputs[k]] = (int)i;
+    }
+    for (int k = 0; k < nd->n_list; k++) v->last_use[nd->list[k]] = (int)i;
+  }
+  /* A tuple lives as long as its last getitem's value. */
+  for (int i = (int)n - 1; i >= 0; i--) {
+    const dt_node *nd = &g->nodes[i];
+    if (nd->kind == DT_NODE_GETITEM && v->last_use[i] > v->last_use[nd->inputs[0]])
+      v->last_use[nd->inputs[0]] = v->last_use[i];
+  }
+  v->tuple_vals = dt__calloc(sizeof(dt_tensor *) * (size_t)(slots + 1));
+  if (!v->tuple_vals) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  return plan_buffers(v);
+}
+
+/* ---- Running a variant ---------------------------------------------------------------------- */
+
+static void release_value(dt_compile_variant *v, int j) {
+  const dt_node *n = &v->g->nodes[j];
+  if (v->owned[j]) dt_tensor_release(v->values[j]);
+  v->owned[j] = false;
+  v->values[j] = NULL;
+  if (v->tuple_base[j] >= 0) {
+    for (int k = 0; k < n->n_out; k++) {
+      dt_tensor_release(v->tuple_vals[v->tuple_base[j] + k]);
+      v->tuple_vals[v->tuple_base[j] + k] = NULL;
+    }
+  }
+}
+
+/* Runs a direct step: its output shape from the symbolic dims (evaluated by the guard
+ * check), its buffer from its slot, then the kernel alone. */
+static inline dt_status run_direct(dt_compile_variant *v, int i) {
+  dt_compile_step *sp = &v->steps[i];
+  dt_tensor *h = sp->handle;
+  int64_t numel = 1;
+  for (int d = sp->ndim - 1; d >= 0; d--) {
+    h->shape[d] = v->exprvals[sp->dims[d]];
+    h->strides[d] = numel;
+    numel *= h->shape[d];
+  }
+  size_t bytes = (size_t)numel * sp->elem_size;
+  int s = sp->slot;
+  dt_tensor *buf = v->slot_buf[s];
+  /* A buffer whose storage someone else holds (it should not happen: values that reach the
+   * outputs are not planned) is left to them. */
+  if (DT_UNLIKELY(!buf || v->slot_bytes[s] < bytes ||
+                  atomic_load_explicit(&buf->storage->refcount, memory_order_relaxed) != 1)) {
+    size_t want = bytes > v->slot_bytes[s] ? bytes : v->slot_bytes[s];
+    if (want < 64) want = 64;
+    dt_tensor *fresh = NULL;
+    dt_status st = dt__tensor_new(1, (int64_t[]){(int64_t)want}, DT_U8, &fresh);
+    if (st) return st;
+    dt_tensor_release(buf);
+    v->slot_buf[s] = buf = fresh;
+    v->slot_bytes[s] = want;
+  }
+  h->storage = buf->storage;
+  h->offset = 0; /* dt__tensor_new's data starts at its storage's */
+  for (int k = 0; k < sp->n_inputs; k++)
+    sp->call.inputs[k] = sp->inputs[k] >= 0 ? v->values[sp->inputs[k]] : NULL;
+  dt_status st = sp->kernel(&sp->call);
+  v->values[i] = h;
+  return st;
+}
+
+static dt_status run_call(dt_compile_variant *v, int i) {
+  const dt_node *n = &v->g->nodes[i];
+  const dt_op_def *def = &dt__op_table[n->target];
+  dt_tensor *list_storage[64];
+  dt_tensor **list =
+      n->n_list <= 64 ? list_storage : dt__alloc(sizeof(dt_tensor *) * (size_t)n->n_list);
+  if (!list) return dt__error(DT_ERR_NOMEM, "dt_compiled_call: out of memory");
+  dt_tensor *outs[DT_OP_MAX_META] = {0};
+  dt_op_call call;
+  if (n->has_list) {
+    dt__graph_build_call(v->g, i, v->values, list, outs, &call);
+  } else {
+    call = v->steps[i].call;
+    for (int k = 0; k < n->n_inputs; k++)
+      call.inputs[k] = n->inputs[k] >= 0 ? v->values[n->inputs[k]] : NULL;
+    call.outputs = outs;
+  }
+  bool dist = false;
+  for (int k = 0; k < call.n_inputs; k++) dist |= call.inputs[k] && call.inputs[k]->spec;
+  for (int k = 0; k < call.n_input_list; k++) dist |= call.input_list[k]->spec != NULL;
+  /* Past the argument checks, the modes and autograd: the trace checked the arguments and
+   * guards hold them; a distributed call still goes through sharding propagation. */
+  dt_status st = dist ? dt__dispatch_inner(&call) : dt__dispatch_local(&call);
+  if (list != list_storage) dt__free(list);
+  if (st) return st;
+  if (def->kind == DT_OP_KIND_INPLACE) {
+    v->values[i] = dt_tensor_retain(call.inputs[0]);
+    v->owned[i] = true;
+  } else if (n->is_tuple) {
+    if (call.n_outputs != n->n_out) {
+      for (int k = 0; k < call.n_outputs; k++) dt_tensor_release(outs[k]);
+      return dt__error(DT_ERR_INTERNAL, "%s gave %d results, the trace had %d", def->name,
+                       call.n_outputs, n->n_out);
+    }
+    memcpy(v->tuple_vals + v->tuple_base[i], outs, sizeof(dt_tensor *) * (size_t)n->n_out);
+  } else {
+    v->values[i] = outs[0];
+    v->owned[i] = true;
+  }
+  return DT_OK;
+}
+
+/* Runs a distributed call whose sharding the trace decided: the op on this rank's shards
+ * (their local geometry) and the output wrapped with the traced placements and the global
+ * shape the symbolic dims give; no propagation, no sharding-cache lookup. Empty tensors go
+ * through dispatch (sharding choices may differ for them). */
+static dt_status run_dist_plain(dt_compile_variant *v, int i) {
+  const dt_node *n = &v->g->nodes[i];
+  for (int k = 0; k < n->n_inputs; k++) {
+    int j = n->inputs[k];
+    const dt_tensor *x = j >= 0 ? v->values[j] : NULL;
+    if (!x) continue;
+    /* An input placed otherwise than in the trace (a value dispatch planned differently at
+     * this size) or empty: dispatch decides. */
+    if (!x->spec || !v->placements[j] || dt__numel(x->spec->ndim, x->spec->shape) == 0 ||
+        !dt__placements_equal(x->spec->mesh_ndim, x->spec->placements, v->placements[j]))
+      return run_call(v, i);
+  }
+  dt_tensor *outs[DT_OP_MAX_META] = {0};
+  dt_op_call call;
+  call = v->steps[i].call; /* dist-plain calls take no tensor list */
+  for (int k = 0; k < n->n_inputs; k++)
+    call.inputs[k] = n->inputs[k] >= 0 ? v->values[n->inputs[k]] : NULL;
+  call.outputs = outs;
+  dt_status st = dt__dispatch_local(&call);
+  if (st) {
+    dt__error_prefix("on this rank's shard"); /* as dispatch says it: shapes are local */
+    return st;
+  }
+  dt_tensor *o = outs[0];
+  if (o->spec) { /* an input handed back (to() of its own dtype): a new handle */
+    dt_tensor *fresh = NULL;
+    st = dt__local_view(o, &fresh);
+    dt_tensor_release(o);
+    if (st) return st;
+    o = fresh;
+  }
+  const dt_value_type *t = &n->types[0];
+  int64_t shape[DT_MAX_DIMS];
+  for (int d = 0; d < t->ndim; d++) shape[d] = v->exprvals[v->dims[i][d]];
+  dt_dist_spec *spec = v->dist_spec[i];
+  if (!spec || memcmp(spec->shape, shape, sizeof(int64_t) * (size_t)t->ndim) != 0) {
+    dt_dist_spec *made = NULL;
+    st = dt__spec_create(v->dist_mesh[i], v->placements[i], t->ndim, shape, t->dtype, &made);
+    if (st) {
+      dt_tensor_release(o);
+      return st;
+    }
+    if (spec) dt__spec_release(spec);
+    v->dist_spec[i] = spec = made;
+  }
+  o->spec = dt__spec_retain(spec);
+  v->values[i] = o;
+  v->owned[i] = true;
+  return DT_OK;
+}
+
+dt_status dt__compile_run(dt_compile_variant *v, dt_tensor *const *in, int n_out, dt_tensor **out) {
+  const dt_graph *g = v->g;
+  int input_index = 0;
+  dt_status st = DT_OK;
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (v->direct[i]) { /* the common case first, without reading the node */
+      st = run_direct(v, i);
+    } else {
+      const dt_node *n = &g->nodes[i];
+      switch (n->kind) {
+      case DT_NODE_PLACEHOLDER: v->values[i] = in[input_index++]; break;
+      case DT_NODE_PARAMETER:
+      case DT_NODE_BUFFER: v->values[i] = v->constants[i]; break;
+      case DT_NODE_GETITEM:
+        v->values[i] = v->tuple_vals[v->tuple_base[n->inputs[0]] + n->ints[0]];
+        break;
+      case DT_NODE_CALL: st = v->dist_plain[i] ? run_dist_plain(v, i) : run_call(v, i); break;
+      case DT_NODE_COMM:
+        st = dt__error(DT_ERR_INTERNAL, "dt_compiled_call: a communication node");
+        break;
+      case DT_NODE_OUTPUT:
+        for (int k = 0; k < n_out; k++) out[k] = dt_tensor_retain(v->values[n->list[k]]);
+        break;
+      }
+    }
+    if (DT_UNLIKELY(st)) {
+      char prefix[200];
+      snprintf(prefix, sizeof prefix, "dt_compiled_call: node %%%s", g->nodes[i].name);
+      dt__error_prefix(prefix);
+      break;
+    }
+    for (int k = v->release_at[i]; k < v->release_at[i + 1]; k++)
+      release_value(v, v->release_list[k]);
+  }
+  if (!st) return DT_OK; /* every owned value was released after its last use */
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (v->owned[i] || (v->tuple_base[i] >= 0 && v->tuple_vals[v->tuple_base[i]]))
+      release_value(v, i);
+  }
+  for (int k = 0; k < n_out; k++) {
+    dt_tensor_release(out[k]);
+    out[k] = NULL;
+  }
+  return st;
+}

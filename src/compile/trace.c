@@ -1,0 +1,548 @@
+/*
+ * Tracing for dt_compile: the compiled function runs eagerly under a dispatch mode that records
+ * every op call (attributes as the caller gave them) as a call node of a dt_graph, tensors
+ * recognized by identity (export's approach); tensors the trace has not seen become constants.
+ * Each recorded value also gets its dims as symbolic expressions (compile/shape_rules.c),
+ * checked against the traced sizes, and the guards the rules assumed. The variant made is
+ * planned for running by compile/execute.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "compile/compile_impl.h"
+#include "dtensor/autograd.h"
+#include "dtensor/dist.h"
+#include "dtensor/mesh.h"
+#include "dtensor/mode.h"
+
+/* ---- Per-node arrays and guards of the variant being traced ------------------------------ */
+
+/* Grows the per-node arrays to the graph's node count. */
+static dt_status grow_nodes(dt_compile_variant *v, int *cap) {
+  if (v->g->n_nodes <= *cap) return DT_OK;
+  int n = *cap ? 2 * *cap : 64;
+  while (n < v->g->n_nodes) n *= 2;
+  int **dims = dt__calloc(sizeof *dims * (size_t)n);
+  dt_placement **pl = dt__calloc(sizeof *pl * (size_t)n);
+  int *mnd = dt__calloc(sizeof *mnd * (size_t)n);
+  dt_tensor **consts = dt__calloc(sizeof *consts * (size_t)n);
+  dt_op_call *templates = dt__calloc(sizeof *templates * (size_t)n);
+  int **local = dt__calloc(sizeof *local * (size_t)n);
+  bool *plain = dt__calloc(sizeof *plain * (size_t)n);
+  dt_mesh **meshes = dt__calloc(sizeof *meshes * (size_t)n);
+  dt_dist_spec **specs = dt__calloc(sizeof *specs * (size_t)n);
+  if (!dims || !pl || !mnd || !consts || !templates || !local || !plain || !meshes || !specs) {
+    dt__free(plain);
+    dt__free(meshes);
+    dt__free(specs);
+    dt__free(local);
+    dt__free(templates);
+    dt__free(dims);
+    dt__free(pl);
+    dt__free(mnd);
+    dt__free(consts);
+    return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  }
+  if (*cap) {
+    memcpy(dims, v->dims, sizeof *dims * (size_t)*cap);
+    memcpy(pl, v->placements, sizeof *pl * (size_t)*cap);
+    memcpy(mnd, v->mesh_ndim, sizeof *mnd * (size_t)*cap);
+    memcpy(consts, v->constants, sizeof *consts * (size_t)*cap);
+    memcpy(templates, v->templates, sizeof *templates * (size_t)*cap);
+    memcpy(local, v->local_dims, sizeof *local * (size_t)*cap);
+    memcpy(plain, v->dist_plain, sizeof *plain * (size_t)*cap);
+    memcpy(meshes, v->dist_mesh, sizeof *meshes * (size_t)*cap);
+  }
+  dt__free(v->dist_plain);
+  dt__free(v->dist_mesh);
+  dt__free(v->dist_spec);
+  v->dist_plain = plain;
+  v->dist_mesh = meshes;
+  v->dist_spec = specs;
+  dt__free(v->local_dims);
+  v->local_dims = local;
+  dt__free(v->templates);
+  v->templates = templates;
+  dt__free(v->dims);
+  dt__free(v->placements);
+  dt__free(v->mesh_ndim);
+  dt__free(v->constants);
+  v->dims = dims;
+  v->placements = pl;
+  v->mesh_ndim = mnd;
+  v->constants = consts;
+  *cap = n;
+  return DT_OK;
+}
+
+static dt_status add_guard(dt_compile_variant *v, const dt_guard *g) {
+  for (int i = 0; i < v->n_guards; i++) { /* the same fact once */
+    const dt_guard *o = &v->guards[i];
+    if (o->kind == g->kind && o->a == g->a && o->b == g->b && o->c == g->c) return DT_OK;
+  }
+  if (v->n_guards == v->cap_guards) {
+    int cap = v->cap_guards ? 2 * v->cap_guards : 16;
+    dt_guard *gs = dt__alloc(sizeof *gs * (size_t)cap);
+    if (!gs) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+    if (v->n_guards) memcpy(gs, v->guards, sizeof *gs * (size_t)v->n_guards);
+    dt__free(v->guards);
+    v->guards = gs;
+    v->cap_guards = cap;
+  }
+  v->guards[v->n_guards++] = *g;
+  return DT_OK;
+}
+
+/* ---- Tracing ------------------------------------------------------------------------------ */
+
+typedef struct trace_entry {
+  dt_tensor *tensor; /* retained */
+  int node;
+  int item; /* element of a tuple node, or -1 */
+} trace_entry;
+
+typedef struct tracer {
+  dt_compile_variant *v;
+  int node_cap;
+  trace_entry *map;
+  int n_map, cap_map;
+  int n_constants;
+  dt_status error;
+  const char *refused;
+} tracer;
+
+static trace_entry *lookup(tracer *tr, const dt_tensor *x) {
+  for (int i = tr->n_map - 1; i >= 0; i--) {
+    if (tr->map[i].tensor == x) return &tr->map[i];
+  }
+  return NULL;
+}
+
+static dt_status map_tensor(tracer *tr, dt_tensor *x, int node, int item) {
+  trace_entry *e = lookup(tr, x);
+  if (e) { /* an in-place op: the handle now stands for the new node */
+    e->node = node;
+    e->item = item;
+    return DT_OK;
+  }
+  if (tr->n_map == tr->cap_map) {
+    int cap = tr->cap_map ? tr->cap_map * 2 : 64;
+    trace_entry *m = dt__alloc(sizeof *m * (size_t)cap);
+    if (!m) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+    if (tr->n_map) memcpy(m, tr->map, sizeof *m * (size_t)tr->n_map);
+    dt__free(tr->map);
+    tr->map = m;
+    tr->cap_map = cap;
+  }
+  tr->map[tr->n_map++] = (trace_entry){dt_tensor_retain(x), node, item};
+  return DT_OK;
+}
+
+/* Global dims and dtype of x (a distributed tensor's, not its shard's). */
+static void type_of(dt_value_type *t, const dt_tensor *x) {
+  dt__type_from_tensor(t, x);
+  if (x->spec) {
+    t->ndim = x->spec->ndim;
+    memcpy(t->shape, x->spec->shape, sizeof(int64_t) * (size_t)t->ndim);
+  }
+}
+
+/* The size of this rank's piece of a dim of size n split over W ranks as torch.chunk splits
+ * it (pieces of ceil(n / W), the last ones smaller or empty), r being this rank's coordinate:
+ * max(0, min(ceil(n / W), n - r * ceil(n / W))). */
+static int shard_size(dt_sx_pool *p, int n, int w, int r) {
+  if (w == 1) return n;
+  int chunk = dt__sx_ceildiv(p, n, dt__sx_const(p, w));
+  int rest = dt__sx_sub(p, n, dt__sx_mul(p, chunk, dt__sx_const(p, r)));
+  return dt__sx_max(p, dt__sx_const(p, 0), dt__sx_min(p, chunk, rest));
+}
+
+/* The local dims of a distributed value as expressions of its global dims, mesh dim by mesh
+ * dim (a dim sharded on several mesh dims is split again on each); kept only when they give
+ * the traced shard's shape. */
+static dt_status set_local_dims(dt_compile_variant *v, int i, const dt_tensor *x, const int *dims) {
+  const dt_dist_spec *spec = x->spec;
+  int local[DT_MAX_DIMS];
+  memcpy(local, dims, sizeof(int) * (size_t)spec->ndim);
+  for (int m = 0; m < spec->mesh_ndim; m++) {
+    dt_placement pl = spec->placements[m];
+    if (pl.kind != DT_SHARD || pl.dim < 0 || pl.dim >= spec->ndim) continue;
+    local[pl.dim] = shard_size(&v->pool, local[pl.dim], dt_mesh_size(spec->mesh, m),
+                               dt_mesh_coordinate(spec->mesh, m));
+  }
+  if (v->pool.oom) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  for (int d = 0; d < spec->ndim; d++) {
+    if (x->ndim != spec->ndim || dt__sx_eval(&v->pool, local[d], v->hints) != x->shape[d])
+      return DT_OK;
+  }
+  v->local_dims[i] = dt__alloc(sizeof(int) * DT_MAX_DIMS);
+  if (!v->local_dims[i]) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  memcpy(v->local_dims[i], local, sizeof(int) * (size_t)spec->ndim);
+  return DT_OK;
+}
+
+/* Node i's value k: its type, symbolic dims (NULL: constants of its shape) and placements. */
+static dt_status set_value(tracer *tr, int i, int k, const dt_tensor *x, const int *sdims) {
+  dt_compile_variant *v = tr->v;
+  dt_status st = grow_nodes(v, &tr->node_cap);
+  if (st) return st;
+  dt_node *n = &v->g->nodes[i];
+  if (!v->dims[i]) {
+    v->dims[i] = dt__calloc(sizeof(int) * DT_MAX_DIMS * (size_t)(n->n_out ? n->n_out : 1));
+    if (!v->dims[i]) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  }
+  dt_value_type *t = &n->types[k];
+  type_of(t, x);
+  int *dims = v->dims[i] + k * DT_MAX_DIMS;
+  for (int d = 0; d < t->ndim; d++) {
+    dims[d] = sdims ? sdims[d] : dt__sx_const(&v->pool, t->shape[d]);
+    const dt_sx_node *e = &v->pool.nodes[dims[d]];
+    t->sym[d] = (int8_t)(e->kind == DT_SX_SYM && e->v < DT_GRAPH_MAX_SYMBOLS ? e->v : DT_NO_SYMBOL);
+  }
+  if (x->spec && k == 0) {
+    v->placements[i] = dt__alloc(sizeof(dt_placement) * DT_MESH_MAX_DIMS);
+    if (!v->placements[i]) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+    memcpy(v->placements[i], x->spec->placements, sizeof(dt_placement) * DT_MESH_MAX_DIMS);
+    v->mesh_ndim[i] = x->spec->mesh_ndim;
+    dt_status st2 = set_local_dims(v, i, x, dims);
+    if (st2) return st2;
+  }
+  if (v->pool.oom) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  return DT_OK;
+}
+
+/* The node standing for x: a traced value, a getitem made on first use of a tuple element,
+ * or a new constant. */
+static dt_status value_of(tracer *tr, dt_tensor *x, int *node) {
+  dt_compile_variant *v = tr->v;
+  trace_entry *e = lookup(tr, x);
+  dt_status st;
+  if (!e) {
+    char name[48];
+    snprintf(name, sizeof name, "_tensor_constant%d", tr->n_constants++);
+    int i = dt__graph_add_node(v->g, DT_NODE_BUFFER, name);
+    if (i < 0) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+    st = dt__graph_node_types(v->g, i, 1);
+    if (!st) st = set_value(tr, i, 0, x, NULL);
+    if (!st) st = map_tensor(tr, x, i, -1);
+    if (st) return st;
+    v->constants[i] = dt_tensor_retain(x);
+    *node = i;
+    return DT_OK;
+  }
+  if (e->item < 0) {
+    *node = e->node;
+    return DT_OK;
+  }
+  int src = e->node, item = e->item;
+  int i = dt__graph_add_node(v->g, DT_NODE_GETITEM, "getitem");
+  if (i < 0) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  st = dt__graph_node_types(v->g, i, 1);
+  if (!st) st = set_value(tr, i, 0, x, v->dims[src] + item * DT_MAX_DIMS);
+  if (st) return st;
+  dt_node *n = &v->g->nodes[i];
+  n->inputs[0] = src;
+  n->n_inputs = 1;
+  n->ints[0] = item;
+  n->n_ints = 1;
+  e = lookup(tr, x);
+  e->node = i;
+  e->item = -1;
+  *node = i;
+  return DT_OK;
+}
+
+/* The symbolic dims of node i: the op's rule when it has one and it agrees with the traced
+ * sizes; otherwise the node is specialized (its symbolic input sizes guarded to their traced
+ * values, its outputs constants). */
+static dt_status infer_symbolic(tracer *tr, int i, const dt_op_call *given, const dt_op_call *done,
+                                const dt_tensor_meta *metas, int n_out, int (*out)[DT_MAX_DIMS]) {
+  dt_compile_variant *v = tr->v;
+  const dt_node *n = &v->g->nodes[i];
+  dt_shape_ctx *c = dt__calloc(sizeof *c);
+  if (!c) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  c->pool = &v->pool;
+  c->symbols = v->hints;
+  c->given = given;
+  c->done = done;
+  c->n_out = n_out;
+  c->metas = metas;
+  int n_args = n->n_inputs + n->n_list;
+  bool fits = n_args <= (int)(sizeof c->arg_dims / sizeof c->arg_dims[0]);
+  for (int k = 0; k < n_args && fits; k++) {
+    int j = k < n->n_inputs ? n->inputs[k] : n->list[k - n->n_inputs];
+    c->arg_dims[k] = j >= 0 ? v->dims[j] : NULL;
+    c->arg_ndim[k] = j >= 0 ? v->g->nodes[j].types[0].ndim : 0;
+  }
+  c->n_args = fits ? n_args : 0;
+  bool ok = fits && dt__shape_rule(c) && !v->pool.oom;
+  /* The rule must give the traced sizes at the traced symbol values. */
+  for (int k = 0; k < n_out && ok; k++) {
+    for (int d = 0; d < metas[k].ndim && ok; d++)
+      ok = dt__sx_eval(&v->pool, c->out_dims[k][d], v->hints) == metas[k].shape[d];
+  }
+  for (int g = 0; g < c->n_guards && ok; g++) {
+    const dt_guard *gd = &c->guards[g];
+    int64_t a = dt__sx_eval(&v->pool, gd->a, v->hints);
+    if (gd->kind == DT_GUARD_EQ) ok = a == dt__sx_eval(&v->pool, gd->b, v->hints);
+    if (gd->kind == DT_GUARD_DIVISIBLE) ok = gd->c > 0 && a % gd->c == 0;
+    if (gd->kind == DT_GUARD_GE) ok = a >= gd->c;
+  }
+  dt_status st = DT_OK;
+  if (ok) {
+    for (int g = 0; g < c->n_guards && !st; g++) st = add_guard(v, &c->guards[g]);
+    for (int k = 0; k < n_out; k++) memcpy(out[k], c->out_dims[k], sizeof out[k]);
+  } else {
+    for (int k = 0; k < n_args && !st; k++) {
+      if (!c->arg_dims[k]) continue;
+      for (int d = 0; d < c->arg_ndim[k] && !st; d++) {
+        int e = c->arg_dims[k][d];
+        if (dt__sx_is_const(&v->pool, e, NULL)) continue;
+        int64_t value = dt__sx_eval(&v->pool, e, v->hints);
+        dt_guard gd = {.kind = DT_GUARD_EQ, .a = e, .b = dt__sx_const(&v->pool, value)};
+        snprintf(gd.why, sizeof gd.why, "%s: specialized (no symbolic shape rule) at dim %d",
+                 dt__op_table[done->op].name, d);
+        st = add_guard(v, &gd);
+      }
+    }
+    for (int k = 0; k < n_out; k++) {
+      for (int d = 0; d < metas[k].ndim; d++) out[k][d] = dt__sx_const(&v->pool, metas[k].shape[d]);
+    }
+  }
+  dt__free(c);
+  if (!st && v->pool.oom) st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  return st;
+}
+
+static dt_status record(tracer *tr, const dt_op_call *given, const dt_op_call *done) {
+  dt_compile_variant *v = tr->v;
+  const dt_op_def *def = &dt__op_table[given->op];
+  int inputs[DT_OP_MAX_INPUTS];
+  int *list = NULL;
+  dt_status st = DT_OK;
+  for (int k = 0; k < given->n_inputs && !st; k++) {
+    inputs[k] = -1;
+    if (given->inputs[k]) st = value_of(tr, given->inputs[k], &inputs[k]);
+  }
+  if (!st && given->n_input_list > 0) {
+    list = dt__alloc(sizeof(int) * (size_t)given->n_input_list);
+    if (!list) st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+    for (int k = 0; k < given->n_input_list && !st; k++)
+      st = value_of(tr, given->input_list[k], &list[k]);
+  }
+  bool inplace = def->kind == DT_OP_KIND_INPLACE;
+  int n_out = inplace ? 1 : done->n_outputs;
+  if (!st && n_out > DT_OP_MAX_META) {
+    st = dt__error(DT_ERR_UNSUPPORTED, "dt_compile: %s gave %d results; graphs hold at most %d",
+                   def->name, n_out, DT_OP_MAX_META);
+  }
+  int i = -1;
+  if (!st) st = dt__graph_add_call(v->g, NULL, given, inputs, given->n_input_list, list, n_out, &i);
+  dt__free(list);
+  if (!st) st = grow_nodes(v, &tr->node_cap);
+  if (st) return st;
+  dt_tensor_meta metas[DT_OP_MAX_META];
+  for (int k = 0; k < n_out; k++) {
+    dt_tensor *x = inplace ? given->inputs[0] : done->outputs[k];
+    dt_value_type t;
+    type_of(&t, x);
+    dt__meta_set(&metas[k], t.dtype, t.ndim, t.shape);
+  }
+  /* The call as infer left it (normalized dims, result dtype), without its tensors. */
+  dt_op_call *tp = &v->templates[i];
+  *tp = *done;
+  memset(tp->inputs, 0, sizeof tp->inputs);
+  tp->input_list = NULL;
+  tp->n_input_list = 0;
+  tp->int_list = NULL;
+  tp->n_int_list = 0;
+  tp->outputs = NULL;
+  int sdims[DT_OP_MAX_META][DT_MAX_DIMS];
+  st = infer_symbolic(tr, i, given, done, metas, n_out, sdims);
+  bool tuple = v->g->nodes[i].is_tuple;
+  for (int k = 0; k < n_out && !st; k++) {
+    dt_tensor *x = inplace ? given->inputs[0] : done->outputs[k];
+    st = set_value(tr, i, k, x, sdims[k]);
+    if (!st) st = map_tensor(tr, x, i, tuple ? k : -1);
+  }
+  /* A distributed call that runs on its shards as they are: decided now, for every call. */
+  dt_placement out_pl[DT_MESH_MAX_DIMS];
+  const dt_tensor *y = n_out == 1 && !inplace && !tuple ? done->outputs[0] : NULL;
+  if (!st && y && y->spec && dt__compile_dist_plain(given, out_pl) &&
+      dt__placements_equal(y->spec->mesh_ndim, out_pl, y->spec->placements)) {
+    v->dist_plain[i] = true;
+    v->dist_mesh[i] = y->spec->mesh;
+  }
+  return st;
+}
+
+static bool any_requires_grad(const dt_op_call *call) {
+  for (int k = 0; k < call->n_inputs; k++) {
+    if (call->inputs[k] && call->inputs[k]->autograd && dt_tensor_requires_grad(call->inputs[k]))
+      return true;
+  }
+  for (int k = 0; k < call->n_input_list; k++) {
+    if (call->input_list[k]->autograd && dt_tensor_requires_grad(call->input_list[k])) return true;
+  }
+  return false;
+}
+
+static dt_status trace_mode(dt_invocation *inv, void *user) {
+  tracer *tr = user;
+  dt_op_call *call = dt__invocation_call(inv);
+  if (!tr->error && dt_grad_mode_enabled() && any_requires_grad(call)) {
+    tr->error =
+        dt__error(DT_ERR_UNSUPPORTED, "dt_compiled_call: %s of a tensor that requires grad: %s",
+                  dt__op_table[call->op].name, DT_COMPILE_GRAD_MESSAGE);
+  }
+  dt_op_call given = *call; /* attributes as the caller gave them, before infer normalizes */
+  dt_status st = dt_invocation_run(inv);
+  if (st || tr->error) return st;
+  tr->error = record(tr, &given, call);
+  return DT_OK;
+}
+
+/* A conversion between local and distributed tensors is not an op-table call: its result
+ * would be a constant of this trace's values. Refused when its input is a traced value. */
+static dt_status guard_conversion(void *user, const char *call, const dt_tensor *input) {
+  tracer *tr = user;
+  const trace_entry *e = lookup(tr, input);
+  if (!e) return DT_OK;
+  tr->refused = call;
+  return dt__error(DT_ERR_UNSUPPORTED,
+                   "dt_compiled_call: %s of the traced value %%%s inside the compiled function "
+                   "is not supported (not an op-table call); convert before calling it",
+                   call, tr->v->g->nodes[e->node].name);
+}
+
+/* Which dims of input i are dynamic. */
+static bool dim_is_dynamic(const dt_compiled *c, int i, int d) {
+  bool dyn = c->all_dynamic;
+  for (int m = 0; m < c->n_marks; m++) {
+    if (c->marks[m].input == i && c->marks[m].dim == d) dyn = c->marks[m].dynamic;
+  }
+  return dyn;
+}
+
+/* Placeholders for the inputs, with a symbol for each dynamic dim. */
+static dt_status add_inputs(dt_compiled *c, tracer *tr, dt_tensor *const *in) {
+  dt_compile_variant *v = tr->v;
+  v->inputs = dt__calloc(sizeof *v->inputs * (size_t)(c->n_in ? c->n_in : 1));
+  v->hints = dt__calloc(sizeof *v->hints * (size_t)(c->n_in * DT_MAX_DIMS + 1));
+  if (!v->inputs || !v->hints) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  for (int i = 0; i < c->n_in; i++) {
+    dt_tensor *x = in[i];
+    dt_compile_input *desc = &v->inputs[i];
+    dt_value_type t;
+    type_of(&t, x);
+    desc->dtype = t.dtype;
+    desc->ndim = t.ndim;
+    desc->dist = x->spec != NULL;
+    if (desc->dist) {
+      desc->mesh_id = x->spec->mesh_id;
+      desc->mesh_ndim = x->spec->mesh_ndim;
+      memcpy(desc->placements, x->spec->placements, sizeof desc->placements);
+    }
+    int sdims[DT_MAX_DIMS];
+    for (int d = 0; d < t.ndim; d++) {
+      desc->shape[d] = t.shape[d];
+      desc->sym[d] = -1;
+      if (dim_is_dynamic(c, i, d)) {
+        desc->sym[d] = v->n_symbols;
+        v->hints[v->n_symbols] = t.shape[d];
+        sdims[d] = dt__sx_sym(&v->pool, v->n_symbols++);
+      } else {
+        sdims[d] = dt__sx_const(&v->pool, t.shape[d]);
+      }
+    }
+    char name[16];
+    snprintf(name, sizeof name, "in%d", i);
+    int node = dt__graph_add_node(v->g, DT_NODE_PLACEHOLDER, name);
+    if (node < 0) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+    dt_status st = dt__graph_node_types(v->g, node, 1);
+    if (!st) st = set_value(tr, node, 0, x, sdims);
+    if (!st) st = map_tensor(tr, x, node, -1);
+    if (st) return st;
+  }
+  v->g->n_symbols = v->n_symbols < DT_GRAPH_MAX_SYMBOLS ? v->n_symbols : DT_GRAPH_MAX_SYMBOLS;
+  for (int s = 0; s < v->g->n_symbols; s++) v->g->symbol_hints[s] = v->hints[s];
+  return DT_OK;
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* Runs fn eagerly under the tracer; on success out holds fn's results and *made the new
+ * variant. A failure of fn itself is returned as fn returned it. */
+dt_status dt__compile_trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **out,
+                            dt_compile_variant **made) {
+  double t0 = now_us();
+  tracer tr = {0};
+  tr.v = dt__calloc(sizeof *tr.v);
+  dt_status st =
+      tr.v ? dt__graph_create(&tr.v->g) : dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  if (!st) st = add_inputs(c, &tr, in);
+  if (!st && dt_mode_depth() >= DT_MAX_MODES)
+    st = dt__error(DT_ERR_INVALID, "dt_compiled_call: no room for the tracing mode");
+  bool ran = false;
+  if (!st) st = dt_mode_push(trace_mode, &tr);
+  if (!st) {
+    dt__dist_convert_guard outer = dt__dist_guard;
+    dt__dist_guard = (dt__dist_convert_guard){guard_conversion, &tr};
+    st = c->fn(c->user, c->n_in, in, c->n_out, out);
+    dt__dist_guard = outer;
+    dt_mode_pop();
+    ran = true;
+    if (st) c->stats.failed_traces++;
+  }
+  if (ran && !st && tr.refused) {
+    st = dt__error(DT_ERR_UNSUPPORTED,
+                   "dt_compiled_call: the function succeeded without the %s of a traced value that "
+                   "compile refused",
+                   tr.refused);
+  }
+  if (!st) st = tr.error;
+  int outputs[DT_COMPILE_MAX_ARGS];
+  for (int k = 0; k < c->n_out && !st; k++) {
+    if (!out[k]) {
+      st = dt__error(DT_ERR_INVALID, "dt_compiled_call: the function left output %d NULL", k);
+    } else {
+      st = value_of(&tr, out[k], &outputs[k]);
+    }
+  }
+  if (!st) {
+    int o = dt__graph_add_node(tr.v->g, DT_NODE_OUTPUT, "output");
+    if (o < 0) st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+    if (!st) st = dt__graph_node_types(tr.v->g, o, 0);
+    if (!st) st = grow_nodes(tr.v, &tr.node_cap);
+    if (!st) {
+      dt_node *on = &tr.v->g->nodes[o];
+      on->has_list = true;
+      on->n_list = c->n_out;
+      on->list = dt__arena_alloc(&tr.v->g->arena, sizeof(int) * (size_t)(c->n_out + 1));
+      if (!on->list) st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+      for (int k = 0; !st && k < c->n_out; k++) on->list[k] = outputs[k];
+    }
+  }
+  if (!st) st = dt__compile_plan(tr.v);
+  for (int i = 0; i < tr.n_map; i++) dt_tensor_release(tr.map[i].tensor);
+  dt__free(tr.map);
+  if (st) {
+    if (ran) {
+      for (int k = 0; k < c->n_out; k++) {
+        dt_tensor_release(out[k]);
+        out[k] = NULL;
+      }
+    }
+    dt__compile_variant_destroy(tr.v);
+    return st;
+  }
+  c->stats.last_compile_us = now_us() - t0;
+  *made = tr.v;
+  return DT_OK;
+}
