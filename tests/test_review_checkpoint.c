@@ -59,3 +59,15 @@ Test(review_checkpoint, load_shape_mismatch_names_both_shapes) {
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   cr_assert_eq(system(cmd), 0);
 }
+
+/* dt_state_dict_save to a directory failed with a message that began with the inner
+ * dt_safetensors_save; it now names the public function first, then the writer's reason. */
+Test(review_checkpoint, state_dict_save_error_names_the_function) {
+  dt_module *m = NULL;
+  cr_assert_eq(dt_nn_linear(3, 2, true, 0, &m), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_state_dict_save(m, "/tmp"), DT_ERR_IO);
+  cr_assert(strncmp(dt_last_error(), "dt_state_dict_save: ", 20) == 0, "%s", dt_last_error());
+  cr_assert(strstr(dt_last_error(), "cannot write /tmp: Is a directory") != NULL, "%s",
+            dt_last_error());
+  dt_module_destroy(m);
+}

@@ -264,7 +264,11 @@ dt_status dt_state_dict_save(const dt_module *module, const char *path) {
     }
     tensors[i] = s->value;
   }
-  if (writer) st = dt_safetensors_save(path, slots.count, names, tensors, 0, NULL, NULL);
+  if (writer) {
+    st = dt_safetensors_save(path, slots.count, names, tensors, 0, NULL, NULL);
+    /* The message names the function the caller called, then the writer's reason. */
+    if (st) dt__error_prefix("dt_state_dict_save");
+  }
 done:
   dt__free(names);
   dt__free(tensors);
