@@ -23,7 +23,6 @@
 
 #define MAX_ITERS 64
 
-
 typedef struct plain_state {
   float **p, **g, **s0, **s1;
   int n;
@@ -133,8 +132,7 @@ int bench_suite_train(int argc, char **argv) {
       dt_sgd_options o = {.lr = 0.01, .momentum = 0.9};
       st = dt_optimizer_create_sgd(n, params, &o, &opt);
     } else {
-      dt_adam_options o = {
-          .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+      dt_adam_options o = {0}; /* PyTorch's AdamW: lr 1e-3, betas 0.9, 0.999, eps 1e-8, wd 0.01 */
       st = dt_optimizer_create_adamw(n, params, &o, &opt);
     }
     /* The baseline runs over the same memory: the parameters, gradients and state. */

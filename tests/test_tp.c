@@ -157,7 +157,7 @@ static dt_status scenario_rank(dt_comm *world, void *arg) {
   dt_tensor *y2 = NULL;
   RANK_OK(dt_mesh_create(world, 1, (int[]){size}, (const char *const[]){"tp"}, &mesh));
   /* BatchNorm is not parallelized: the Linear before it hands it whole features. */
-  dt_tp_style_options to_replicate = {.set_output_layout = true, .output_layout = dt_replicate()};
+  dt_tp_style_options to_replicate = {.output_layout = &(dt_placement){.kind = DT_REPLICATE}};
   RANK_OK(dt_parallelize_module(model, mesh, &plan, sc->which == 1 ? &to_replicate : NULL));
   RANK_OK(dt_module_forward(model, x, &y2));
   RANK_CHECK(!dt_tensor_is_distributed(y2), "the eager output is local");
@@ -380,7 +380,7 @@ static dt_status eager_bad_rank(dt_comm *world, void *arg) {
   RANK_CHECK(!dt_tensor_is_distributed(dt_module_get_tensor(model, "mlps.0.0.weight")),
              "half-built");
   /* A layout sharding a dim the input lacks fails at forward time, clearly. */
-  dt_tp_style_options bad = {.set_input_layout = true, .input_layout = dt_shard(3)};
+  dt_tp_style_options bad = {.input_layout = &(dt_placement){.kind = DT_SHARD, .dim = 3}};
   RANK_OK(dt_parallelize_module(model, mesh, &ok, &bad));
   dt_tensor *x = ref_random(2, (int64_t[]){4, 6}, DT_F32, -1, 1, 5), *y = NULL;
   dt_module *fc = dt_module_find(model, "mlps.0.0");

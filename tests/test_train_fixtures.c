@@ -163,8 +163,8 @@ static dt_status train(const run *r, layout l, dt_mesh *mesh, double *losses) {
   dt_safetensors_destroy(init);
   dt_safetensors_destroy(data);
   if (r->adamw) {
-    dt_adam_options o = {
-        .lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+    /* PyTorch's AdamW defaults but lr: betas 0.9, 0.999, eps 1e-8, weight_decay 0.01. */
+    dt_adam_options o = {.lr = 1e-2};
     RANK_OK(dt_optimizer_create_adamw(4, w, &o, &opt));
   } else {
     dt_sgd_options o = {.lr = 0.05, .momentum = 0.9};

@@ -32,32 +32,37 @@ extern "C" {
 
 typedef struct dt_optimizer dt_optimizer;
 
-/* SGD options. Every field is used as given (zero is a meaningful momentum, dampening and
- * weight decay); DT_SGD_OPTIONS_DEFAULT is PyTorch's defaults. */
+/* The optimizer options follow the options convention (docs/api.md, "Naming"): a
+ * zero-initialised struct, or NULL options, is PyTorch's defaults. A field whose zero is not
+ * its default (lr, Adam's betas and eps, AdamW's weight_decay) reads 0 as that default; to ask
+ * for an exact zero in those but lr (a zero rate is refused), pass DT_OPTIM_ZERO. Fields whose
+ * default is 0 are used as given. */
+#define DT_OPTIM_ZERO (-1.0)
+
+/* SGD options (torch.optim.SGD). */
 typedef struct dt_sgd_options {
-  double lr;           /* > 0 */
+  double lr;           /* > 0; 0: 1e-3 */
   double momentum;     /* >= 0; 0: no momentum buffer */
-  double dampening;    /* applied to the gradient from the second step on, as PyTorch */
-  double weight_decay; /* >= 0: L2 penalty added to the gradient */
+  double dampening;    /* applied to the gradient from the second step on, as PyTorch; 0: none */
+  double weight_decay; /* >= 0: L2 penalty added to the gradient; 0: none */
   bool nesterov;       /* needs momentum > 0 and dampening == 0 */
 } dt_sgd_options;
-#define DT_SGD_OPTIONS_DEFAULT ((dt_sgd_options){.lr = 1e-3})
 
-/* Adam / AdamW options. Every field is used as given; DT_ADAM_OPTIONS_DEFAULT is PyTorch's
- * Adam defaults (AdamW's default weight_decay is 0.01: set it). */
+/* Adam / AdamW options (torch.optim.Adam, torch.optim.AdamW). */
 typedef struct dt_adam_options {
-  double lr;           /* > 0 */
-  double beta1, beta2; /* in [0, 1) */
-  double eps;          /* >= 0 */
-  double weight_decay; /* >= 0: Adam adds it to the gradient (L2), AdamW decays the weight */
+  double lr;    /* > 0; 0: 1e-3 */
+  double beta1; /* in [0, 1); 0: 0.9, DT_OPTIM_ZERO: 0 */
+  double beta2; /* in [0, 1); 0: 0.999, DT_OPTIM_ZERO: 0 */
+  double eps;   /* >= 0; 0: 1e-8, DT_OPTIM_ZERO: 0 */
+  /* >= 0: Adam adds it to the gradient (L2), AdamW decays the weight. 0: Adam 0, AdamW 0.01
+   * (PyTorch's defaults); DT_OPTIM_ZERO: 0 (no decay) for both. */
+  double weight_decay;
 } dt_adam_options;
-#define DT_ADAM_OPTIONS_DEFAULT                                                                    \
-  ((dt_adam_options){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8})
 
 /* Creates an optimizer over n parameters (see the header comment for what a parameter must
  * be). The state is allocated here, zero, placed like each parameter; the arrays are
- * copied, the parameters retained. Not collective.
- * Errors: DT_ERR_INVALID (NULL arguments, n < 1, a NULL or repeated parameter, a parameter
+ * copied, the parameters retained. options may be NULL (PyTorch's defaults). Not collective.
+ * Errors: DT_ERR_INVALID (NULL params or out, n < 1, a NULL or repeated parameter, a parameter
  * that is not a leaf requiring grad, a non-contiguous local shard, parameters on different
  * meshes or mixing local and distributed, an option out of range: the message names it and
  * its value), DT_ERR_DTYPE (a parameter not float32), DT_ERR_NOMEM. */

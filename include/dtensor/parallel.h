@@ -58,12 +58,15 @@ typedef struct dt_tp_plan {
 DT_API dt_status dt_tp_transform(const dt_program *program, int rank, int world_size,
                                  const dt_tp_plan *plan, dt_program **out);
 
-/* Options of a style in the eager path; NULL means PyTorch's defaults. */
+/* Options of a style in the eager path. Zero-initialise; NULL means PyTorch's defaults. The
+ * layouts are pointers because a zero dt_placement is Replicate, a meaningful value: NULL
+ * means the style's default. dt_parallelize_module copies the pointed-to placement, so it only
+ * has to live for that call: `.output_layout = &(dt_placement){.kind = DT_REPLICATE}`. */
 typedef struct dt_tp_style_options {
-  bool set_input_layout; /* input placement (default: COLWISE Replicate, ROWWISE Shard(-1)) */
-  dt_placement input_layout;
-  bool set_output_layout; /* output placement (default: COLWISE Shard(-1), ROWWISE Replicate) */
-  dt_placement output_layout;
+  /* The input placement; NULL: COLWISE Replicate, ROWWISE Shard(-1). */
+  const dt_placement *input_layout;
+  /* The output placement; NULL: COLWISE Shard(-1), ROWWISE Replicate. */
+  const dt_placement *output_layout;
   bool keep_distributed_output; /* return the distributed tensor (use_local_output=False) */
 } dt_tp_style_options;
 

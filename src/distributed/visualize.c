@@ -146,7 +146,8 @@ static uint64_t hash_bytes(const unsigned char *p, size_t n) {
 dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local,
                                const dt_placement *placements, const int64_t *global_shape,
                                bool fits) {
-  const char *op = "from_local(run_check)";
+  /* Errors name the public function the check runs in, then the option that asked for it. */
+  const char *op = "dt_dist_from_local: run_check";
   dt_mesh_info mi;
   dt__mesh_info(mesh, &mi);
   shard_report me = {0};

@@ -50,6 +50,30 @@ static dt_status zeros_like_param(dt_tensor *p, dt_tensor **out) {
   return st;
 }
 
+/* The options convention (optim.h): 0 is the field's PyTorch default, DT_OPTIM_ZERO an exact
+ * zero; any other value, valid or not, is kept for check_options to judge. */
+static double resolve(double given, double pytorch_default) {
+  if (given == 0) return pytorch_default;
+  if (given == DT_OPTIM_ZERO) return 0;
+  return given;
+}
+
+/* Fills every defaulted field of *s or *a (the one kind uses) from options, NULL: all. */
+static void resolve_options(optim_kind kind, const void *options, dt_sgd_options *s,
+                            dt_adam_options *a) {
+  if (kind == OPTIM_SGD) {
+    if (options) *s = *(const dt_sgd_options *)options;
+    s->lr = s->lr == 0 ? 1e-3 : s->lr; /* an exact 0 is no rate: no DT_OPTIM_ZERO here */
+    return;
+  }
+  if (options) *a = *(const dt_adam_options *)options;
+  a->lr = a->lr == 0 ? 1e-3 : a->lr;
+  a->beta1 = resolve(a->beta1, 0.9);
+  a->beta2 = resolve(a->beta2, 0.999);
+  a->eps = resolve(a->eps, 1e-8);
+  a->weight_decay = resolve(a->weight_decay, kind == OPTIM_ADAMW ? 0.01 : 0.0);
+}
+
 static dt_status check_options(optim_kind kind, const dt_sgd_options *s, const dt_adam_options *a) {
   const char *fn = kind_fn(kind);
   if (kind == OPTIM_SGD) {
@@ -82,16 +106,16 @@ static dt_status check_options(optim_kind kind, const dt_sgd_options *s, const d
 static dt_status create(optim_kind kind, int n, dt_tensor *const *params, const void *options,
                         dt_optimizer **out) {
   const char *fn = kind_fn(kind);
-  if (!out || !options) {
-    return dt__error(DT_ERR_INVALID, "%s: NULL argument (options %p, out %p)", fn, options,
-                     (void *)out);
-  }
+  if (!out) return dt__error(DT_ERR_INVALID, "%s: NULL out", fn);
   *out = NULL;
   dt_mesh *mesh = NULL;
   dt_status st = dt__optim_check_params(fn, n, params, true, &mesh);
   if (st) return st;
-  const dt_sgd_options *s = kind == OPTIM_SGD ? options : NULL;
-  const dt_adam_options *a = kind == OPTIM_SGD ? NULL : options;
+  dt_sgd_options sgd = {0};
+  dt_adam_options adam = {0};
+  resolve_options(kind, options, &sgd, &adam);
+  const dt_sgd_options *s = kind == OPTIM_SGD ? &sgd : NULL;
+  const dt_adam_options *a = kind == OPTIM_SGD ? NULL : &adam;
   st = check_options(kind, s, a);
   if (st) return st;
   dt_optimizer *opt = dt__calloc(sizeof *opt);

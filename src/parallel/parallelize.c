@@ -89,6 +89,17 @@ typedef struct pending {
   style_state *state;
 } pending;
 
+/* A layout given through a pointer may hold any integer: refuse a kind outside the enum
+ * here, before any parameter is replaced, rather than at forward time. */
+static dt_status check_layout(const char *fqn, const char *field, dt_placement p) {
+  if (p.kind != DT_REPLICATE && p.kind != DT_SHARD && p.kind != DT_PARTIAL) {
+    return dt__error(DT_ERR_INVALID,
+                     "dt_parallelize_module: '%s': options %s has an unknown placement kind %d",
+                     fqn, field, (int)p.kind);
+  }
+  return DT_OK;
+}
+
 static dt_status check_entry(dt_module *model, dt_mesh *mesh, const dt_tp_plan *plan, int k) {
   const dt_tp_plan_entry *e = &plan->entries[k];
   if (!e->fqn)
@@ -163,12 +174,16 @@ dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_pla
     t->state->mesh = dt__mesh_retain(mesh);
     memcpy(t->state->fqn, e->fqn, fqn_len + 1);
     t->state->in_features = dt_tensor_shape(w)[1];
-    t->state->input_layout = o && o->set_input_layout ? o->input_layout
-                             : colwise                ? dt_replicate()
-                                                      : dt_shard(-1);
-    t->state->output_layout = o && o->set_output_layout ? o->output_layout
-                              : colwise                 ? dt_shard(-1)
-                                                        : dt_replicate();
+    /* A NULL layout is the style's default (PyTorch's); a given one is copied. */
+    t->state->input_layout = o && o->input_layout ? *o->input_layout
+                             : colwise            ? dt_replicate()
+                                                  : dt_shard(-1);
+    t->state->output_layout = o && o->output_layout ? *o->output_layout
+                              : colwise             ? dt_shard(-1)
+                                                    : dt_replicate();
+    st = check_layout(e->fqn, "input_layout", t->state->input_layout);
+    if (!st) st = check_layout(e->fqn, "output_layout", t->state->output_layout);
+    if (st) break;
     t->state->keep_distributed = o && o->keep_distributed_output;
     if (t->state->output_layout.kind == DT_PARTIAL && !t->state->keep_distributed) {
       st = dt__error(
