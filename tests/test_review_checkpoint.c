@@ -19,6 +19,7 @@ static dt_status save_rank(dt_comm *world, void *arg) {
   RANK_OK(dt_checkpoint_save(dir, mesh, 1, (const char *[]){"w"}, (dt_tensor *[]){d}));
   dt_tensor_release(d);
   dt_tensor_release(full);
+  dt_mesh_destroy(mesh);
   return DT_OK;
 }
 

@@ -61,6 +61,7 @@ static dt_status all_ignored_rank(dt_comm *world, void *arg) {
   dt_tensor_release(dt);
   dt_tensor_release(logits);
   dt_tensor_release(target);
+  dt_mesh_destroy(mesh);
   return DT_OK;
 }
 
@@ -137,6 +138,8 @@ static dt_status mixed_meshes_rank(dt_comm *world, void *arg) {
   dt_tensor_release(t2);
   dt_tensor_release(logits);
   dt_tensor_release(target);
+  dt_mesh_destroy(m1);
+  dt_mesh_destroy(m2);
   return DT_OK;
 }
 

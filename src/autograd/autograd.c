@@ -94,9 +94,22 @@ dt_status dt_tensor_set_grad(dt_tensor *t, dt_tensor *grad) {
   }
   dt_autograd_meta *meta = meta_of(t);
   if (!meta && !grad) return DT_OK;
-  if (!meta && !(meta = meta_create(t))) return DT_ERR_NOMEM;
+  /* A gradient that requires grad is stored as a detached alias (same storage, no graph):
+   * there are no higher-order gradients here, and its graph may reach t itself (grad made from
+   * t by recorded ops), a cycle t -> grad -> node -> t that would never be freed. */
+  dt_tensor *stored = NULL;
+  if (grad && dt_tensor_requires_grad(grad)) {
+    dt_status st = dt_detach(grad, &stored);
+    if (st) return st;
+  } else {
+    stored = dt_tensor_retain(grad);
+  }
+  if (!meta && !(meta = meta_create(t))) {
+    dt_tensor_release(stored);
+    return dt__error(DT_ERR_NOMEM, "dt_tensor_set_grad: cannot allocate t's autograd state");
+  }
   dt_tensor *old = meta->grad;
-  meta->grad = dt_tensor_retain(grad);
+  meta->grad = stored;
   dt_tensor_release(old);
   return DT_OK;
 }
