@@ -11,6 +11,7 @@
 
 #include <stdatomic.h>
 
+#include "autograd/grad_mode.h"
 #include "dtensor/autograd.h"
 #include "ops/op_impl.h"
 
@@ -88,9 +89,6 @@ dt_status dt__autograd_record_function(const dt_autograd_function *fn, void *sta
 
 /* The name of a node's op or function, for messages. */
 const char *dt__autograd_node_name(const dt_autograd_node *node);
-
-/* The calling thread's grad mode (true by default). */
-extern _Thread_local bool dt__grad_disabled;
 
 /* True when an op or conversion taking `input` must be recorded now: grad mode on and input
  * requires grad. One load of a counter while autograd is unused. */

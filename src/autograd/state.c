@@ -1,9 +1,7 @@
-/* Autograd's state: the per-thread grad mode, the per-tensor meta and the lifetime of
- * recorded nodes. Below record.c, engine.c and the public API (autograd.c). */
+/* Autograd's state: the per-tensor meta and the lifetime of recorded nodes (the per-thread
+ * grad mode is in grad_mode.c). Below record.c, engine.c and the public API (autograd.c). */
 #include "autograd/autograd_impl.h"
 #include "dtensor/dist.h"
-
-_Thread_local bool dt__grad_disabled;
 
 static void meta_destroy(dt_tensor_ext *ext) {
   dt_autograd_meta *meta = (dt_autograd_meta *)ext;

@@ -1,4 +1,7 @@
-/* The op table and dt__dispatch, the one entry point of every op. */
+/* dt__dispatch, the one entry point of every op: checks the call, records a profiler event
+ * and sends the call through the modes or autograd when either is in use, else straight to
+ * dt__dispatch_inner (dispatch_local.c). Also the broadcasting helpers of the infer
+ * functions. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -6,33 +9,7 @@
 #include "ops/op_impl.h"
 #include "profile/profile_impl.h"
 
-const dt_op_def dt__op_table[DT_OP_COUNT] = {
-#define DT_OP_DEF(id, op_name, op_kind, required, infer_fn, kernel_fn, rule_family, op_traits,     \
-                  op_backward, op_schema)                                                          \
-  [DT_OP_##id] = {.name = op_name,                                                                 \
-                  .schema = op_schema,                                                             \
-                  .kind = DT_OP_KIND_##op_kind,                                                    \
-                  .n_required = required,                                                          \
-                  .infer = infer_fn,                                                               \
-                  .kernel = kernel_fn,                                                             \
-                  .rule = DT_RULE_##rule_family,                                                   \
-                  .traits = op_traits,                                                             \
-                  .backward = DT_BACKWARD_FN_##op_backward},
-    DT_OP_LIST(DT_OP_DEF)
-#undef DT_OP_DEF
-};
-
 atomic_int dt__autograd_live;
-
-int dt_op_count(void) { return DT_OP_COUNT; }
-
-const char *dt_op_name(int op) {
-  return op >= 0 && op < DT_OP_COUNT ? dt__op_table[op].name : NULL;
-}
-
-const char *dt_op_schema(int op) {
-  return op >= 0 && op < DT_OP_COUNT ? dt__op_table[op].schema : NULL;
-}
 
 /* The name of the i-th Tensor argument in an ATen-style schema ("addmm(Tensor self, Tensor
  * mat1, ...)" -> "mat1"), for error messages; "?" if it cannot be found. */
@@ -79,56 +56,6 @@ static dt_status check_call(const dt_op_def *def, dt_op_call *call) {
   return DT_OK;
 }
 
-static bool has_distributed_input(const dt_op_call *call) {
-  for (int i = 0; i < call->n_inputs; i++) {
-    if (call->inputs[i] && call->inputs[i]->spec) return true;
-  }
-  for (int i = 0; i < call->n_input_list; i++) {
-    if (call->input_list[i]->spec) return true;
-  }
-  return false;
-}
-
-/* The local kernel, as a profiler event of its own (the op's ATen name, "kernel" category). */
-static dt_status run_kernel(const dt_op_def *def, dt_op_call *call) {
-  dt__profile_scope scope;
-  dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_KERNEL, DT_PROFILER_LANE_COMPUTE);
-  dt_status st = def->kernel(call);
-  dt__profile_end(&scope);
-  return st;
-}
-
-dt_status dt__dispatch_local(dt_op_call *call) {
-  const dt_op_def *def = &dt__op_table[call->op];
-  dt_tensor_meta metas[DT_OP_MAX_META];
-  dt_status st = def->infer(call, metas);
-  if (st) return st;
-  if (def->kind != DT_OP_KIND_COMPUTE) {
-    st = run_kernel(def, call);
-    if (st && def->kind == DT_OP_KIND_VIEW) {
-      for (int i = 0; i < call->n_outputs; i++) {
-        dt_tensor_release(call->outputs[i]);
-        call->outputs[i] = NULL;
-      }
-    }
-    return st;
-  }
-  DT_ASSERT(call->n_outputs <= DT_OP_MAX_META);
-  for (int i = 0; i < call->n_outputs; i++) {
-    st = dt__tensor_new(metas[i].ndim, metas[i].shape, metas[i].dtype, &call->outputs[i]);
-    if (st) goto fail;
-  }
-  st = run_kernel(def, call);
-  if (st) goto fail;
-  return DT_OK;
-fail:
-  for (int i = 0; i < call->n_outputs; i++) {
-    dt_tensor_release(call->outputs[i]);
-    call->outputs[i] = NULL;
-  }
-  return st;
-}
-
 dt_status dt__dispatch(dt_op_call *call) {
   const dt_op_def *def = &dt__op_table[call->op];
   dt_status st = check_call(def, call);
@@ -152,17 +79,6 @@ dt_status dt__dispatch(dt_op_call *call) {
     }
   }
   return st;
-}
-
-dt_status dt__dispatch_inner(dt_op_call *call) {
-  const dt_op_def *def = &dt__op_table[call->op];
-  if (DT_UNLIKELY(has_distributed_input(call))) {
-    if (!dt__upcall.dist_dispatch) {
-      return dt__error(DT_ERR_UNSUPPORTED, "%s: distributed inputs need the dist layer", def->name);
-    }
-    return dt__upcall.dist_dispatch(call);
-  }
-  return dt__dispatch_local(call);
 }
 
 dt_status dt__broadcast_shapes(const char *op, int ndim_a, const int64_t *shape_a, int ndim_b,

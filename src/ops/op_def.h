@@ -1,0 +1,190 @@
+/*
+ * The op definitions: the op enum, the call record, the dt_op_def entry and the table's
+ * declaration, generated from ops/op_list.h. The table itself is ops/op_table.c, which
+ * includes this header only; ops/op_impl.h adds the dispatch entry points and the inline
+ * helpers that read the table.
+ */
+#ifndef DT_OP_DEF_H
+#define DT_OP_DEF_H
+
+#include "dtensor/ops.h"
+#include "ops/op_list.h"
+#include "tensor/tensor_impl.h"
+
+/* The op enum, generated from the list. */
+typedef enum dt_op {
+#define DT_OP_ENUM(id, name, kind, required, infer, kernel, rule, traits, backward, schema)        \
+  DT_OP_##id,
+  DT_OP_LIST(DT_OP_ENUM)
+#undef DT_OP_ENUM
+      DT_OP_COUNT
+} dt_op;
+
+/* How the dispatcher treats an op's outputs. */
+typedef enum dt_op_kind {
+  /* New tensors: infer gives their metas, the dispatcher allocates them, the kernel fills
+   * them. If the kernel fails the dispatcher releases them. */
+  DT_OP_KIND_COMPUTE = 0,
+  /* The kernel creates the outputs itself (views of the input, or copies when a view is
+   * impossible). On failure it must leave none behind. */
+  DT_OP_KIND_VIEW = 1,
+  /* The kernel mutates inputs[0]; there are no outputs. */
+  DT_OP_KIND_INPLACE = 2,
+} dt_op_kind;
+
+/* The sharding-rule family of an op (the list's rule column): which rule of
+ * src/distributed/rules.c propagates placements through it. Pure data, so a new op cannot fall into
+ * a rule silently: the list names one for every op. */
+typedef enum dt_rule_family {
+  DT_RULE_REPLICATE = 0, /* no sharding rule: inputs are replicated, the output too */
+  DT_RULE_POINTWISE,     /* elementwise with broadcasting: follow any input's shard */
+  DT_RULE_LIKE,          /* *_like factories: the output takes the input's layout */
+  DT_RULE_REDUCTION,     /* reduced dims become Partial, others keep their shard */
+  DT_RULE_MATMUL,        /* mm, bmm, matmul: rows, columns, contraction, batch dims */
+  DT_RULE_ADDMM,
+  DT_RULE_LINEAR,
+  DT_RULE_SOFTMAX,    /* any shard but the softmax dim */
+  DT_RULE_LAYER_NORM, /* any shard but the normalized dims */
+  DT_RULE_BATCH_NORM, /* any shard but the channel dim */
+  DT_RULE_EMBEDDING,
+  DT_RULE_CAT,
+  DT_RULE_STACK,
+  DT_RULE_TRANSPOSE, /* views that map input dims to output dims one to one */
+  DT_RULE_PERMUTE,
+  DT_RULE_UNSQUEEZE,
+  DT_RULE_VIEW, /* view, reshape, flatten, squeeze: dims merged or split */
+  DT_RULE_SELECT,
+  DT_RULE_SLICE, /* narrow, slice, split, chunk: the sliced dim must be whole */
+  DT_RULE_EXPAND,
+  DT_RULE_ROWS, /* the losses: all arguments and the output sharded on dim 0 together */
+} dt_rule_family;
+
+/* Facts about an op (the list's traits column), as bits. */
+enum {
+  /* Linear in all its tensor arguments together: Partial(sum) inputs give a Partial(sum)
+   * output when every tensor argument carries the same Partial. */
+  DT_TRAIT_LINEAR = 1 << 0,
+  /* Linear in its first argument alone (P / R): the others must be replicated. */
+  DT_TRAIT_LINEAR_FIRST = 1 << 1,
+  /* Linear in each argument separately (P * R and R * P), not in both at once. */
+  DT_TRAIT_LINEAR_EACH = 1 << 2,
+  /* Returns a tuple of tensors (split, chunk, max.dim): graphs address them by index. */
+  DT_TRAIT_TUPLE = 1 << 3,
+  /* Takes a Tensor[] argument (cat, stack). */
+  DT_TRAIT_TENSOR_LIST = 1 << 4,
+  /* On a weight sharded by rows, the local kernel needs the shard's row window
+   * (vocabulary-parallel embedding). */
+  DT_TRAIT_ROW_WINDOW = 1 << 5,
+  /* Fills with counter-based random numbers: the local kernel needs the shard's place in
+   * the global tensor so that every shard draws the numbers of the whole. */
+  DT_TRAIT_RANDOM = 1 << 6,
+  /* Its shape attributes describe the global tensor: on a shard it runs with this rank's
+   * output shape instead. */
+  DT_TRAIT_GLOBAL_SHAPE_ATTR = 1 << 7,
+  /* On a shard it runs as a reshape to the local output shape (squeeze, flatten). */
+  DT_TRAIT_RUNS_AS_RESHAPE = 1 << 8,
+  /* Autograd never records it and its outputs never require grad: detach, comparisons,
+   * argmax, the *_like factories, uniform_. */
+  DT_TRAIT_NOT_DIFFERENTIABLE = 1 << 9,
+  /* Non-decreasing in its first argument with the others fixed (exp, relu, sigmoid, tanh,
+   * adding a replica, copies): a Partial(max|min) first argument with the others replicated
+   * gives the same Partial. log and sqrt are left out: a partial value outside their domain
+   * gives NaN, which the max reduction propagates even where the maximum is in the domain. */
+  DT_TRAIT_MONOTONE = 1 << 10,
+};
+
+#define DT_OP_MAX_INPUTS 6
+#define DT_OP_MAX_INTS DT_MAX_DIMS
+#define DT_OP_MAX_META 8
+
+/* Shape and dtype of an op's output, as infer computes it. */
+typedef struct dt_tensor_meta {
+  dt_dtype dtype;
+  int ndim;
+  int64_t shape[DT_MAX_DIMS];
+} dt_tensor_meta;
+
+/*
+ * One op invocation: tensor inputs, static attributes and where outputs go. Public
+ * wrappers build it on the stack with designated initializers. What each attribute means
+ * is documented per op in ops/op_list.h.
+ */
+typedef struct dt_op_call {
+  dt_op op;
+  int n_inputs;
+  dt_tensor *inputs[DT_OP_MAX_INPUTS]; /* borrowed; optional ones may be NULL */
+  dt_tensor *const *input_list;        /* borrowed tensor list (cat, stack) */
+  int n_input_list;
+  int n_ints;
+  int64_t ints[DT_OP_MAX_INTS]; /* dims, sizes, shapes */
+  const int64_t *int_list;      /* borrowed long integer list (split sizes) */
+  int n_int_list;
+  double scalars[2]; /* alpha, beta, fill value, eps, ... */
+  dt_dtype dtype;    /* target dtype (to) */
+  int flags;         /* DT_OP_FLAG_* */
+  int n_outputs;     /* set by the wrapper (capacity); infer may lower it */
+  dt_tensor **outputs;
+} dt_op_call;
+
+#define DT_OP_FLAG_KEEPDIM 1
+#define DT_OP_FLAG_GELU_TANH 2
+
+typedef dt_status (*dt_op_infer_fn)(dt_op_call *call, dt_tensor_meta *metas);
+typedef dt_status (*dt_op_kernel_fn)(dt_op_call *call);
+
+/*
+ * What a backward formula sees of a recorded call. Tensor arguments are numbered as slots:
+ * inputs[0..n_inputs), then the tensor list.
+ *   call          the call as recorded: attributes, call->inputs[i] (and input_list) are the
+ *                 saved inputs, call->outputs[k] detached aliases of the outputs
+ *   input_metas   each slot's global shape and dtype (a distributed tensor's, not its shard's)
+ *   output_metas  each output's global shape and dtype
+ *   needs_grad    which slots want a gradient (a formula may skip the others)
+ */
+typedef struct dt_backward_ctx {
+  const dt_op_call *call;
+  const dt_tensor_meta *input_metas;
+  const dt_tensor_meta *output_metas;
+  const bool *needs_grad;
+} dt_backward_ctx;
+
+/* A backward formula: from the gradients of the outputs (grad_outputs[k] may be NULL when
+ * output k received none: treat it as zeros) computes grad_inputs[slot] (new references,
+ * left NULL for no gradient) with the global shape and dtype of input_metas[slot]. Written
+ * with public ops only; on failure it releases what it made and leaves grad_inputs NULL. */
+typedef dt_status (*dt_op_backward_fn)(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                                       dt_tensor **grad_inputs);
+
+typedef struct dt_op_def {
+  const char *name;   /* ATen-style: "add.Tensor" */
+  const char *schema; /* "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor" */
+  dt_op_kind kind;
+  int n_required; /* inputs[0..n_required) must be non-NULL */
+  dt_op_infer_fn infer;
+  dt_op_kernel_fn kernel;
+  dt_rule_family rule;
+  unsigned traits;            /* DT_TRAIT_* */
+  dt_op_backward_fn backward; /* NULL: no formula yet (NO_BACKWARD) */
+} dt_op_def;
+
+extern const dt_op_def dt__op_table[DT_OP_COUNT];
+
+/* The backward column: BACKWARD(x) names dt__backward_x, NO_BACKWARD is NULL. The column
+ * token is pasted onto a prefix, so these expand it without BACKWARD being a macro. */
+#define DT_BACKWARD_PROTO_BACKWARD(x)                                                              \
+  dt_status dt__backward_##x(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,           \
+                             dt_tensor **grad_inputs);
+#define DT_BACKWARD_PROTO_NO_BACKWARD
+#define DT_BACKWARD_FN_BACKWARD(x) dt__backward_##x
+#define DT_BACKWARD_FN_NO_BACKWARD NULL
+
+/* Prototypes of every infer, kernel and backward function named in the list (a formula
+ * shared by several ops is declared again: harmless). */
+#define DT_OP_PROTO(id, name, kind, required, infer, kernel, rule, traits, backward, schema)       \
+  dt_status infer(dt_op_call *call, dt_tensor_meta *metas);                                        \
+  dt_status kernel(dt_op_call *call);                                                              \
+  DT_BACKWARD_PROTO_##backward
+DT_OP_LIST(DT_OP_PROTO)
+#undef DT_OP_PROTO
+
+#endif /* DT_OP_DEF_H */
