@@ -2,6 +2,8 @@
  * kernels/cpu/gemm.c. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 
 #include "kernels/cpu/matrix.h"
 #include "ops/op_impl.h"
@@ -34,12 +36,34 @@ static dt_status require_ndim(const dt_op_call *call, const char *arg, const dt_
                    dt__format_ints(buf, sizeof buf, t->ndim, t->shape));
 }
 
+/* Every shape error between the two operands names both shapes the same way:
+ * "<op>: a [..] and b [..]: <problem>". */
+DT_PRINTF(4, 5)
+static dt_status operands_error(const dt_op_call *call, const dt_tensor *a, const dt_tensor *b,
+                                const char *format, ...) {
+  char sa[160], sb[160], problem[256];
+  va_list args;
+  va_start(args, format);
+  vsnprintf(problem, sizeof problem, format, args);
+  va_end(args);
+  return dt__error(DT_ERR_SHAPE, "%s: a %s and b %s: %s", dt__op_name(call),
+                   dt__format_ints(sa, sizeof sa, a->ndim, a->shape),
+                   dt__format_ints(sb, sizeof sb, b->ndim, b->shape), problem);
+}
+
 static dt_status inner_mismatch(const dt_op_call *call, const dt_tensor *a, const dt_tensor *b,
                                 int64_t ka, int64_t kb) {
-  char sa[160], sb[160];
-  return dt__error(DT_ERR_SHAPE, "%s: a %s and b %s: inner dims %" PRId64 " and %" PRId64 " differ",
-                   dt__op_name(call), dt__format_ints(sa, sizeof sa, a->ndim, a->shape),
-                   dt__format_ints(sb, sizeof sb, b->ndim, b->shape), ka, kb);
+  return operands_error(call, a, b, "inner dims %" PRId64 " and %" PRId64 " differ", ka, kb);
+}
+
+/* mm and addmm: a [n, k] times b [k, m]. */
+static dt_status check_matrix_operands(const dt_op_call *call, const dt_tensor *a,
+                                       const dt_tensor *b) {
+  dt_status st = require_ndim(call, "a", a, 2, "2-D [n, k]");
+  if (!st) st = require_ndim(call, "b", b, 2, "2-D [k, m]");
+  if (st) return st;
+  if (a->shape[1] != b->shape[0]) return inner_mismatch(call, a, b, a->shape[1], b->shape[0]);
+  return DT_OK;
 }
 
 /* bias must broadcast to the output shape exactly (it is added to every product row). */
@@ -77,11 +101,8 @@ static dt_status check_integral_scalars(const dt_op_call *call, dt_dtype dtype) 
 
 dt_status dt__infer_mm(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *a = call->inputs[0], *b = call->inputs[1];
-  dt_status st = require_ndim(call, "a", a, 2, "2-D [n, k]");
-  if (!st) st = require_ndim(call, "b", b, 2, "2-D [k, m]");
-  if (st) return st;
-  if (a->shape[1] != b->shape[0]) return inner_mismatch(call, a, b, a->shape[1], b->shape[0]);
-  st = product_dtype(call, 2, (const dt_tensor *const[]){a, b}, &metas[0].dtype);
+  dt_status st = check_matrix_operands(call, a, b);
+  if (!st) st = product_dtype(call, 2, (const dt_tensor *const[]){a, b}, &metas[0].dtype);
   if (st) return st;
   metas[0].ndim = 2;
   metas[0].shape[0] = a->shape[0];
@@ -95,11 +116,8 @@ dt_status dt__infer_bmm(dt_op_call *call, dt_tensor_meta *metas) {
   if (!st) st = require_ndim(call, "b", b, 3, "3-D [batch, k, m]");
   if (st) return st;
   if (a->shape[0] != b->shape[0]) {
-    char sa[160], sb[160];
-    return dt__error(DT_ERR_SHAPE,
-                     "%s: a %s and b %s: batch sizes %" PRId64 " and %" PRId64 " differ",
-                     dt__op_name(call), dt__format_ints(sa, sizeof sa, a->ndim, a->shape),
-                     dt__format_ints(sb, sizeof sb, b->ndim, b->shape), a->shape[0], b->shape[0]);
+    return operands_error(call, a, b, "batch sizes %" PRId64 " and %" PRId64 " differ", a->shape[0],
+                          b->shape[0]);
   }
   if (a->shape[2] != b->shape[1]) return inner_mismatch(call, a, b, a->shape[2], b->shape[1]);
   st = product_dtype(call, 2, (const dt_tensor *const[]){a, b}, &metas[0].dtype);
@@ -124,10 +142,7 @@ dt_status dt__kernel_mm(dt_op_call *call) {
 dt_status dt__infer_matmul(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *a = call->inputs[0], *b = call->inputs[1];
   if (a->ndim == 0 || b->ndim == 0) {
-    char sa[160], sb[160];
-    return dt__error(DT_ERR_SHAPE, "%s: a %s and b %s: both operands need at least 1 dim",
-                     dt__op_name(call), dt__format_ints(sa, sizeof sa, a->ndim, a->shape),
-                     dt__format_ints(sb, sizeof sb, b->ndim, b->shape));
+    return operands_error(call, a, b, "both operands need at least 1 dim");
   }
   bool a1 = a->ndim == 1, b1 = b->ndim == 1;
   int64_t ka = a->shape[a->ndim - 1], kb = b1 ? b->shape[0] : b->shape[b->ndim - 2];
@@ -139,12 +154,8 @@ dt_status dt__infer_matmul(dt_op_call *call, dt_tensor_meta *metas) {
     int ia = abd - bnd + i, ib = bbd - bnd + i;
     int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
     if (sa != sb && sa != 1 && sb != 1) {
-      char ba[160], bb[160];
-      return dt__error(DT_ERR_SHAPE,
-                       "%s: a %s and b %s: batch dims do not broadcast (%" PRId64 " vs %" PRId64
-                       ")",
-                       dt__op_name(call), dt__format_ints(ba, sizeof ba, a->ndim, a->shape),
-                       dt__format_ints(bb, sizeof bb, b->ndim, b->shape), sa, sb);
+      return operands_error(call, a, b, "batch dims do not broadcast (%" PRId64 " vs %" PRId64 ")",
+                            sa, sb);
     }
     m->shape[i] = sa == 1 ? sb : sa;
   }
@@ -187,10 +198,8 @@ dt_status dt__kernel_matmul(dt_op_call *call) {
 
 dt_status dt__infer_addmm(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *bias = call->inputs[0], *a = call->inputs[1], *b = call->inputs[2];
-  dt_status st = require_ndim(call, "a", a, 2, "2-D [n, k]");
-  if (!st) st = require_ndim(call, "b", b, 2, "2-D [k, m]");
+  dt_status st = check_matrix_operands(call, a, b);
   if (st) return st;
-  if (a->shape[1] != b->shape[0]) return inner_mismatch(call, a, b, a->shape[1], b->shape[0]);
   int64_t shape[2] = {a->shape[0], b->shape[1]};
   st = check_bias(call, bias, 2, shape);
   if (!st) st = product_dtype(call, 3, (const dt_tensor *const[]){bias, a, b}, &metas[0].dtype);
