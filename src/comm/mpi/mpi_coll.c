@@ -18,8 +18,6 @@
  * in-place use here by itself. all_reduce is in place on every rank (MPI_IN_PLACE); an
  * in-place all_gather sends a copy of this rank's slice, an in-place reduce_scatter
  * receives into scratch and copies, so that no MPI call is given overlapping buffers. */
-#ifdef DT_HAVE_MPI
-
 #include <string.h>
 
 #include "comm/mpi/mpi_impl.h"
@@ -613,7 +611,3 @@ dt_status dt__mp_start(dt_comm *comm, dt_work *w) {
   dt__free(x.scratch);
   return status;
 }
-
-#else
-typedef int dt__mpi_coll_unused;
-#endif /* DT_HAVE_MPI */

@@ -1,11 +1,16 @@
 /* MPI backend: one rank per process under mpirun. Private layer shared by its files.
  *
+ *   mpi_backend.c   the backend table: init, split, destroy, abort (the top file).
+ *   mpi_coll.c      one start function per collective, with the paths for counts beyond
+ *                   what an MPI int can hold.
+ *   mpi_work.c      operations in flight (wait/test with the timeout), the debug fingerprints
+ *                   and the agreement check.
  *   mpi_runtime.c   MPI_Init_thread / MPI_Finalize (at exit), the serialising lock used when
  *                   MPI gives less than MPI_THREAD_MULTIPLE, error strings, dtype mapping,
  *                   the NaN-propagating max/min operators, the timeout watchdog.
- *   mpi_backend.c   the backend table: init, split, destroy, abort, wait/test, fingerprints.
- *   mpi_coll.c      one start function per collective, with the paths for counts beyond
- *                   what an MPI int can hold.
+ * Each file calls only the files listed below it. The files are compiled only when CMake
+ * finds an MPI (CMakeLists.txt); the backend registry (comm/registry.c) lists the backend
+ * then.
  *
  * Synchronous collectives call the blocking MPI function (as fast as raw MPI: libnbc's
  * nonblocking collectives are several times slower on shared memory) under the watchdog,
@@ -81,15 +86,12 @@ dt_status dt__mp_runtime_init(void);
  * says less, so that the large-count paths can be exercised with small buffers. */
 extern int64_t dt__mp_max_count;
 
-/* Below MPI_THREAD_MULTIPLE every MPI call of the backend holds this lock. */
-extern bool dt__mp_serialize;
-extern pthread_mutex_t dt__mp_mutex;
-static inline void dt__mp_lock(void) {
-  if (dt__mp_serialize) pthread_mutex_lock(&dt__mp_mutex);
-}
-static inline void dt__mp_unlock(void) {
-  if (dt__mp_serialize) pthread_mutex_unlock(&dt__mp_mutex);
-}
+/* Below MPI_THREAD_MULTIPLE every MPI call of the backend holds a lock, taken and released by
+ * these (no-ops otherwise). They are functions of mpi_runtime.c, not inline ones: an inline
+ * body here would make this header call up into the runtime that includes it, and a call
+ * costs nothing next to the MPI call it guards. */
+void dt__mp_lock(void);
+void dt__mp_unlock(void);
 
 /* Sets dt_last_error to "<op>: <call> failed on group ...: <MPI's error string>" and returns
  * DT_ERR_MISMATCH for a truncated message, DT_ERR_COMM otherwise. */
@@ -144,7 +146,11 @@ MPI_Datatype dt__mp_move_type(dt_dtype dtype);
  * operators that propagate NaN as the other backends do. */
 void dt__mp_reduce_types(dt_dtype dtype, dt_reduce_op op, MPI_Datatype *type, MPI_Op *mpi_op);
 
-/* ---- mpi_backend.c ------------------------------------------------------------------- */
+/* ---- mpi_work.c ---------------------------------------------------------------------- */
+
+/* The backend's wait and test of a work (dt_comm_backend.wait/.test). */
+dt_status dt__mp_wait(dt_comm *comm, dt_work *work);
+dt_status dt__mp_test(dt_comm *comm, dt_work *work, bool *done);
 
 /* A new op with room for `nreq` requests (and statuses when `statuses`) and `nints` ints;
  * NULL when out of memory (error set, naming `op_name`). */

@@ -2,8 +2,6 @@
  * the library offers it, else whatever it gives, with every backend MPI call serialised by
  * a lock) and finalised at exit when this library initialised it. Also the error strings,
  * dtype mapping, reduction operators and the timeout watchdog. */
-#ifdef DT_HAVE_MPI
-
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -14,8 +12,9 @@
 #include "comm/mpi/mpi_impl.h"
 
 int64_t dt__mp_max_count = INT_MAX;
-bool dt__mp_serialize = false;
-pthread_mutex_t dt__mp_mutex = PTHREAD_MUTEX_INITIALIZER;
+/* Below MPI_THREAD_MULTIPLE every MPI call of the backend holds call_lock. */
+static bool serialize_calls = false;
+static pthread_mutex_t call_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool runtime_ready = false;
@@ -33,6 +32,14 @@ static _Thread_local struct {
   int rank, size;
   char group[64];
 } last_collective;
+
+void dt__mp_lock(void) {
+  if (serialize_calls) pthread_mutex_lock(&call_lock);
+}
+
+void dt__mp_unlock(void) {
+  if (serialize_calls) pthread_mutex_unlock(&call_lock);
+}
 
 void dt__mp_note_collective(const dt_comm *comm, const char *op_name, uint64_t seq) {
   last_collective.op_name = op_name;
@@ -419,8 +426,8 @@ static dt_status runtime_init_locked(void) {
   }
   /* Below MPI_THREAD_MULTIPLE the library may not be entered by two threads at once: the
    * backend serialises its own calls (the program must not call MPI concurrently). */
-  dt__mp_serialize = provided < MPI_THREAD_MULTIPLE;
-  if (dt__mp_serialize) {
+  serialize_calls = provided < MPI_THREAD_MULTIPLE;
+  if (serialize_calls) {
     dt__log(DT_LOG_INFO,
             "MPI backend: MPI provides %s, not MPI_THREAD_MULTIPLE; its calls are "
             "serialised by a lock",
@@ -461,8 +468,3 @@ dt_status dt__mp_runtime_init(void) {
   pthread_mutex_unlock(&init_lock);
   return status;
 }
-
-#else
-/* Without MPI this translation unit is empty; ISO C wants at least one declaration. */
-typedef int dt__mpi_runtime_unused;
-#endif /* DT_HAVE_MPI */
