@@ -97,47 +97,21 @@ static dt_status add_guard(dt_compile_variant *v, const dt_guard *g) {
 
 /* ---- Tracing ------------------------------------------------------------------------------ */
 
-typedef struct trace_entry {
-  dt_tensor *tensor; /* retained */
-  int node;
-  int item; /* element of a tuple node, or -1 */
-} trace_entry;
-
 typedef struct tracer {
   dt_compile_variant *v;
   int node_cap;
-  trace_entry *map;
-  int n_map, cap_map;
+  dt_value_map map;
   int n_constants;
   dt_status error;
   const char *refused;
 } tracer;
 
-static trace_entry *lookup(tracer *tr, const dt_tensor *x) {
-  for (int i = tr->n_map - 1; i >= 0; i--) {
-    if (tr->map[i].tensor == x) return &tr->map[i];
-  }
-  return NULL;
+static dt_value_entry *lookup(tracer *tr, const dt_tensor *x) {
+  return dt__value_map_find(&tr->map, x);
 }
 
 static dt_status map_tensor(tracer *tr, dt_tensor *x, int node, int item) {
-  trace_entry *e = lookup(tr, x);
-  if (e) { /* an in-place op: the handle now stands for the new node */
-    e->node = node;
-    e->item = item;
-    return DT_OK;
-  }
-  if (tr->n_map == tr->cap_map) {
-    int cap = tr->cap_map ? tr->cap_map * 2 : 64;
-    trace_entry *m = dt__alloc(sizeof *m * (size_t)cap);
-    if (!m) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
-    if (tr->n_map) memcpy(m, tr->map, sizeof *m * (size_t)tr->n_map);
-    dt__free(tr->map);
-    tr->map = m;
-    tr->cap_map = cap;
-  }
-  tr->map[tr->n_map++] = (trace_entry){dt_tensor_retain(x), node, item};
-  return DT_OK;
+  return dt__value_map_set(&tr->map, x, node, item, "dt_compile");
 }
 
 /* Global dims and dtype of x (a distributed tensor's, not its shard's). */
@@ -217,7 +191,7 @@ static dt_status set_value(tracer *tr, int i, int k, const dt_tensor *x, const i
  * or a new constant. */
 static dt_status value_of(tracer *tr, dt_tensor *x, int *node) {
   dt_compile_variant *v = tr->v;
-  trace_entry *e = lookup(tr, x);
+  dt_value_entry *e = lookup(tr, x);
   dt_status st;
   if (!e) {
     char name[48];
@@ -408,7 +382,7 @@ static dt_status trace_mode(dt_invocation *inv, void *user) {
  * would be a constant of this trace's values. Refused when its input is a traced value. */
 static dt_status guard_conversion(void *user, const char *call, const dt_tensor *input) {
   tracer *tr = user;
-  const trace_entry *e = lookup(tr, input);
+  const dt_value_entry *e = lookup(tr, input);
   if (!e) return DT_OK;
   tr->refused = call;
   return dt__error(DT_ERR_UNSUPPORTED,
@@ -530,8 +504,7 @@ dt_status dt__compile_trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **ou
     }
   }
   if (!st) st = dt__compile_plan(tr.v);
-  for (int i = 0; i < tr.n_map; i++) dt_tensor_release(tr.map[i].tensor);
-  dt__free(tr.map);
+  dt__value_map_clear(&tr.map);
   if (st) {
     if (ran) {
       for (int k = 0; k < c->n_out; k++) {

@@ -14,16 +14,9 @@
 #include "dtensor/mode.h"
 #include "graph/graph_impl.h"
 
-typedef struct trace_entry {
-  dt_tensor *tensor; /* retained */
-  int node;
-  int item; /* element of a tuple node, or -1 */
-} trace_entry;
-
 typedef struct tracer {
   dt_graph *g;
-  trace_entry *map;
-  int n_map, cap_map;
+  dt_value_map map;
   int n_state, cap_state;
   const char **state_names;  /* node names (arena) */
   dt_tensor **state_tensors; /* borrowed: the map holds them */
@@ -40,31 +33,12 @@ static void type_of(dt_value_type *t, const dt_tensor *x) {
   }
 }
 
-static trace_entry *lookup(tracer *tr, const dt_tensor *x) {
-  for (int i = tr->n_map - 1; i >= 0; i--) {
-    if (tr->map[i].tensor == x) return &tr->map[i];
-  }
-  return NULL;
+static dt_value_entry *lookup(tracer *tr, const dt_tensor *x) {
+  return dt__value_map_find(&tr->map, x);
 }
 
 static dt_status map_tensor(tracer *tr, dt_tensor *x, int node, int item) {
-  trace_entry *e = lookup(tr, x);
-  if (e) { /* an in-place op: the handle now stands for the new node */
-    e->node = node;
-    e->item = item;
-    return DT_OK;
-  }
-  if (tr->n_map == tr->cap_map) {
-    int cap = tr->cap_map ? tr->cap_map * 2 : 64;
-    trace_entry *m = dt__alloc(sizeof *m * (size_t)cap);
-    if (!m) return dt__error(DT_ERR_NOMEM, "dt_export: out of memory");
-    if (tr->n_map) memcpy(m, tr->map, sizeof *m * (size_t)tr->n_map);
-    dt__free(tr->map);
-    tr->map = m;
-    tr->cap_map = cap;
-  }
-  tr->map[tr->n_map++] = (trace_entry){dt_tensor_retain(x), node, item};
-  return DT_OK;
+  return dt__value_map_set(&tr->map, x, node, item, "dt_export");
 }
 
 static dt_status add_state(tracer *tr, int node, dt_tensor *x) {
@@ -109,7 +83,7 @@ static dt_status add_state_node(tracer *tr, dt_node_kind kind, const char *name,
 /* The node standing for x: a traced value, a getitem made on first use of a tuple element,
  * or a new constant. */
 static dt_status value_of(tracer *tr, dt_tensor *x, int *node) {
-  trace_entry *e = lookup(tr, x);
+  dt_value_entry *e = lookup(tr, x);
   if (!e) {
     char name[48];
     snprintf(name, sizeof name, "_tensor_constant%d", tr->n_constants++);
@@ -189,7 +163,7 @@ static dt_status trace_mode(dt_invocation *inv, void *user) {
  * its result really is a constant. */
 static dt_status guard_conversion(void *user, const char *call, const dt_tensor *input) {
   tracer *tr = user;
-  const trace_entry *e = lookup(tr, input);
+  const dt_value_entry *e = lookup(tr, input);
   if (!e) return DT_OK;
   tr->refused = call;
   return dt__error(DT_ERR_UNSUPPORTED,
@@ -361,8 +335,7 @@ dt_status dt_export(dt_module *model, dt_tensor *input, const dt_export_options 
   for (int i = 0; i < mt.n; i++) dt__free(mt.fqns[i]);
   dt__free(mt.fqns);
   dt__free(mt.types);
-  for (int i = 0; i < tr.n_map; i++) dt_tensor_release(tr.map[i].tensor);
-  dt__free(tr.map);
+  dt__value_map_clear(&tr.map);
   dt__free(tr.state_names);
   dt__free(tr.state_tensors);
   dt_graph_destroy(tr.g);

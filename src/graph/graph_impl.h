@@ -197,4 +197,29 @@ dt_status dt__program_create_owned(dt_graph *graph, int n, const char *const *na
 dt_status dt__program_set_modules(dt_program *p, int n, const char *const *fqns,
                                   const char *const *types);
 
+/* ---- The tracers' tensor -> value map (graph/value_map.c) ------------------------------ */
+
+/* What a traced tensor handle stands for: a node, or an element of a tuple node. */
+typedef struct dt_value_entry {
+  dt_tensor *tensor; /* retained by the map */
+  int node;
+  int item; /* element of a tuple node, or -1 */
+} dt_value_entry;
+
+/* Zero-initialized: empty. Lookups are hashed on the handle's address. */
+typedef struct dt_value_map {
+  dt_value_entry *entries;
+  int n, cap;
+  int *index; /* open addressing: entry numbers, -1 empty; index_cap a power of two */
+  int index_cap;
+} dt_value_map;
+
+/* The entry of x, or NULL. */
+dt_value_entry *dt__value_map_find(const dt_value_map *m, const dt_tensor *x);
+/* Maps x to (node, item), retaining it; an x already mapped (an in-place op) is re-pointed.
+ * DT_ERR_NOMEM names fn. */
+dt_status dt__value_map_set(dt_value_map *m, dt_tensor *x, int node, int item, const char *fn);
+/* Releases every tensor and the map's memory; the map is empty again. */
+void dt__value_map_clear(dt_value_map *m);
+
 #endif /* DT_GRAPH_IMPL_H */
