@@ -1,7 +1,6 @@
 /* dtensor bench: the table of benchmark suites (tools/command.c dispatches to them). */
 #include "tools.h"
 
-
 const tool_command tool_bench_suites[] = {
     {.name = "kernels",
      .summary = "local GEMM, add and op dispatch against raw CBLAS and plain loops",
@@ -40,8 +39,9 @@ const tool_command tool_bench_suites[] = {
     {.name = "ckpt",
      .summary = "state-dict save and load bandwidth on 1 and 4 ranks vs raw write/read",
      .usage = "[--json] [--size BYTES] [--1g] [--dir DIR] [--reps N]",
-     .details = "--size takes K, M and G suffixes (default 256M; --1g: 1 GiB). DIR (default\n"
-                "/tmp) holds the files, removed afterwards; best of N alternating runs (default 3).",
+     .details =
+         "--size takes K, M and G suffixes (default 256M; --1g: 1 GiB). DIR (default\n"
+         "/tmp) holds the files, removed afterwards; best of N alternating runs (default 3).",
      .run = bench_suite_ckpt},
     {.name = "compile",
      .summary = "compiled call vs eager per node, guard check, compile time, the seed embedding",

@@ -300,11 +300,11 @@
  * label_smoothing in scalars[0]. The backward op takes {grad [N, 1], logits, target}. */
 #define DT_OPS_LOSS(X)                                                                             \
   X(CROSS_ENTROPY_LOSS, "cross_entropy_loss", COMPUTE, 2, dt__infer_cross_entropy,                 \
-    dt__kernel_cross_entropy, ROWS, 0, BACKWARD(cross_entropy),                               \
+    dt__kernel_cross_entropy, ROWS, 0, BACKWARD(cross_entropy),                                    \
     "cross_entropy_loss(Tensor self, Tensor target, int ignore_index=-100, "                       \
     "float label_smoothing=0.0) -> Tensor")                                                        \
   X(CROSS_ENTROPY_LOSS_BACKWARD, "cross_entropy_loss_backward", COMPUTE, 3,                        \
-    dt__infer_cross_entropy_backward, dt__kernel_cross_entropy_backward, ROWS,                \
+    dt__infer_cross_entropy_backward, dt__kernel_cross_entropy_backward, ROWS,                     \
     DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                                      \
     "cross_entropy_loss_backward(Tensor grad_output, Tensor self, Tensor target, "                 \
     "int ignore_index=-100, float label_smoothing=0.0) -> Tensor")
