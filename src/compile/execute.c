@@ -10,6 +10,58 @@
 #include "compile/compile_impl.h"
 #include "dtensor/dist.h"
 
+/* ---- Variants ---------------------------------------------------------------------------- */
+
+/* Frees a variant: its graph's per-node facts and the buffers its plan made. Here, the bottom
+ * file of the module, so that tracing (which discards a failed variant) and the handle both
+ * call down. */
+void dt__compile_variant_destroy(dt_compile_variant *v) {
+  if (!v) return;
+  int n = v->g ? v->g->n_nodes : 0;
+  for (int i = 0; i < n; i++) {
+    if (v->dims) dt__free(v->dims[i]);
+    if (v->placements) dt__free(v->placements[i]);
+    if (v->local_dims) dt__free(v->local_dims[i]);
+    if (v->dist_spec && v->dist_spec[i]) dt__spec_release(v->dist_spec[i]);
+    if (v->constants) dt_tensor_release(v->constants[i]);
+  }
+  for (int i = 0; v->handles && i < n; i++) {
+    /* Planned handles point into their slot's storage without holding it. */
+    if (v->handles[i]) dt__free(v->handles[i]);
+  }
+  for (int k = 0; k < v->n_slots; k++) dt_tensor_release(v->slot_buf[k]);
+  dt__free(v->handles);
+  dt__free(v->steps);
+  dt__free(v->release_at);
+  dt__free(v->release_list);
+  dt__free(v->slot_buf);
+  dt__free(v->slot_bytes);
+  dt__free(v->slot_of);
+  dt__free(v->direct);
+  dt__free(v->templates);
+  dt__free(v->dims);
+  dt__free(v->placements);
+  dt__free(v->local_dims);
+  dt__free(v->dist_plain);
+  dt__free(v->dist_mesh);
+  dt__free(v->dist_spec);
+  dt__free(v->mesh_ndim);
+  dt__free(v->constants);
+  dt__free(v->inputs);
+  dt__free(v->hints);
+  dt__sx_pool_free(&v->pool);
+  dt__free(v->guards);
+  dt__free(v->last_use);
+  dt__free(v->tuple_base);
+  dt__free(v->values);
+  dt__free(v->tuple_vals);
+  dt__free(v->owned);
+  dt__free(v->symvals);
+  dt__free(v->exprvals);
+  dt_graph_destroy(v->g);
+  dt__free(v);
+}
+
 /* ---- Planning ------------------------------------------------------------------------------ */
 
 /* Whether node i may run its kernel directly into a planned buffer: a single-output compute
