@@ -77,6 +77,13 @@ Test(layering, removed_cycles_stay_removed) {
   cr_assert(!in_a_cycle(out, "comm/mpi/mpi_runtime.c"), "%s", out);
 }
 
+/* And none at all: every file of src/ only calls down. */
+Test(layering, no_cycle_between_files) {
+  char out[8192];
+  cycles(out, sizeof out);
+  cr_assert(strstr(out, "no cycles between files of src/") != NULL, "%s", out);
+}
+
 /* The lower layers' upcalls are NULL until the distributed layer installs all of them, in one
  * place (dt__dist_init). */
 Test(layering, upcalls_installed_together) {

@@ -41,16 +41,6 @@ static dt_status check_guard(const char *op, const dt_tensor *t) {
 }
 
 /* The hint added to errors of tensors whose global shape from_local inferred. */
-static const char inferred_hint[] =
-    "; no options.global_shape was given, so the global shape was inferred assuming even "
-    "shards: pass global_shape for uneven ones";
-
-static dt_status add_inferred_hint(dt_status st) {
-  char previous[768];
-  snprintf(previous, sizeof previous, "%s", dt_last_error());
-  return dt__error(st, "%s%s", previous, inferred_hint);
-}
-
 static bool has_partial(int n, const dt_placement *p) {
   for (int i = 0; i < n; i++) {
     if (p[i].kind == DT_PARTIAL) return true;
@@ -198,7 +188,7 @@ dt_status dt_dist_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
   if (options && options->run_check) {
     /* Every rank takes part in the check, a misfit one too, so all fail together. */
     st = dt__from_local_check(mesh, local, norm, global, fits);
-    if (st && !(options && options->global_shape)) return add_inferred_hint(st);
+    if (st && !(options && options->global_shape)) return dt__dist_add_inferred_hint(st);
     if (st) return st;
   }
   if (!fits) {
@@ -210,7 +200,8 @@ dt_status dt_dist_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
                      "%s: local shape %s does not fit global shape %s on this rank (expected %s)%s",
                      op, dt__format_ints(a, sizeof a, local->ndim, local->shape),
                      dt__format_ints(g, sizeof g, local->ndim, global),
-                     dt__format_ints(b, sizeof b, local->ndim, expect), given ? "" : inferred_hint);
+                     dt__format_ints(b, sizeof b, local->ndim, expect),
+                     given ? "" : dt__dist_inferred_hint);
   }
   dt_dist_spec *spec = NULL;
   st = dt__spec_create(mesh, norm, local->ndim, global, local->dtype, &spec);
@@ -359,36 +350,6 @@ dt_status dt_dist_to_local(dt_tensor *t, dt_tensor **out) {
   if (st) return st;
   st = dt__local_view(t, out);
   return record_conversion(st, &to_local_function, t->spec, t, out);
-}
-
-dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from, const dt_placement *to,
-                                 dt_tensor **out) {
-  if (dt__placements_equal(from->mesh_ndim, from->placements, to)) {
-    *out = dt_tensor_retain(local);
-    return DT_OK;
-  }
-  dt_redistribute_plan plan;
-  dt_status st = dt__redistribute_plan_cached(from, to, &plan);
-  if (st) return st;
-  dt__profile_scope scope;
-  dt__profile_begin(&scope, "redistribute", DT__PROFILE_CAT_REDISTRIBUTE, DT_PROFILER_LANE_COMM);
-  st = dt__redistribute_execute(local, from, &plan, out);
-  /* Ranks that guessed different global shapes call mismatched collectives. */
-  if (st == DT_ERR_MISMATCH && from->shape_inferred) st = add_inferred_hint(st);
-  if (DT_UNLIKELY(scope.start != 0)) {
-    char text[96] = "", p[24];
-    size_t used = 0;
-    for (int m = 0; m < from->mesh_ndim && used < sizeof text; m++) {
-      used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", m ? "," : "",
-                               dt_placement_format(from->placements[m], p, sizeof p));
-    }
-    for (int m = 0; m < from->mesh_ndim && used < sizeof text; m++) {
-      used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", m ? "," : "->",
-                               dt_placement_format(to[m], p, sizeof p));
-    }
-    dt__profile_end_text(&scope, text);
-  }
-  return st;
 }
 
 dt_status dt_dist_redistribute(dt_tensor *t, int n_placements, const dt_placement *placements,

@@ -14,6 +14,7 @@
 
 #include "distributed/propagate_impl.h"
 #include "mesh/mesh_impl.h"
+#include "profile/profile_impl.h"
 
 #define CACHE_SLOTS 1024 /* power of two */
 
@@ -538,5 +539,47 @@ dt_status dt__dist_predict_bytes(dt_op_call *call, int64_t *bytes) {
     *bytes += moves.bytes;
   }
   free_plan(plan);
+  return st;
+}
+
+/* ---- Redistributing a shard (the executor behind dt_dist_redistribute and dispatch) ----- */
+
+const char dt__dist_inferred_hint[] =
+    "; no options.global_shape was given, so the global shape was inferred assuming even "
+    "shards: pass global_shape for uneven ones";
+
+dt_status dt__dist_add_inferred_hint(dt_status st) {
+  char previous[768];
+  snprintf(previous, sizeof previous, "%s", dt_last_error());
+  return dt__error(st, "%s%s", previous, dt__dist_inferred_hint);
+}
+
+dt_status dt__redistribute_local(dt_tensor *local, const dt_dist_spec *from, const dt_placement *to,
+                                 dt_tensor **out) {
+  if (dt__placements_equal(from->mesh_ndim, from->placements, to)) {
+    *out = dt_tensor_retain(local);
+    return DT_OK;
+  }
+  dt_redistribute_plan plan;
+  dt_status st = dt__redistribute_plan_cached(from, to, &plan);
+  if (st) return st;
+  dt__profile_scope scope;
+  dt__profile_begin(&scope, "redistribute", DT__PROFILE_CAT_REDISTRIBUTE, DT_PROFILER_LANE_COMM);
+  st = dt__redistribute_execute(local, from, &plan, out);
+  /* Ranks that guessed different global shapes call mismatched collectives. */
+  if (st == DT_ERR_MISMATCH && from->shape_inferred) st = dt__dist_add_inferred_hint(st);
+  if (DT_UNLIKELY(scope.start != 0)) {
+    char text[96] = "", p[24];
+    size_t used = 0;
+    for (int m = 0; m < from->mesh_ndim && used < sizeof text; m++) {
+      used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", m ? "," : "",
+                               dt_placement_format(from->placements[m], p, sizeof p));
+    }
+    for (int m = 0; m < from->mesh_ndim && used < sizeof text; m++) {
+      used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", m ? "," : "->",
+                               dt_placement_format(to[m], p, sizeof p));
+    }
+    dt__profile_end_text(&scope, text);
+  }
   return st;
 }

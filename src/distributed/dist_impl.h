@@ -88,6 +88,11 @@ extern _Thread_local dt__dist_convert_guard dt__dist_guard;
  * idempotent. */
 void dt__dist_init(void);
 
+/* st with the current message plus a note that from_local inferred the global shape
+ * (assuming even shards) and global_shape should be given for uneven ones. */
+dt_status dt__dist_add_inferred_hint(dt_status st);
+extern const char dt__dist_inferred_hint[]; /* that note, "; no options.global_shape ..." */
+
 /* from_local's run_check (collective): every rank's shard fits (`fits` is this rank's own
  * verdict), every rank declares the same global shape and dtype, replicas agree. */
 dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local,
