@@ -91,6 +91,8 @@ typedef struct dt_compile_stats {
   double last_compile_us; /* time of the last successful trace and analysis */
 } dt_compile_stats;
 
+/* Copies the handle's counters into *out (caller-owned). Errors: DT_ERR_INVALID (NULL compiled
+ * or out). */
 DT_API dt_status dt_compiled_stats(const dt_compiled *compiled, dt_compile_stats *out);
 
 /* Why recompile i happened ("guard s0 == 1 (mul: broadcast of dim 0) failed: s0 = 3"), for

@@ -13,7 +13,11 @@
  *   graph.h   models as graphs: IR, text format, interpreter, export by tracing
  *   nn.h      modules (Linear, Sequential, LayerNorm, ...) with PyTorch FQNs
  *   parallel.h tensor parallelism: plans, parallelize_module, the TP graph transformation
- *   checkpoint.h safetensors files: read, write, memory map, load one rank's shard
+ *   autograd.h reverse-mode gradients: requires_grad, backward, no_grad
+ *   loss.h    mse_loss, cross_entropy (vocabulary-parallel on class-sharded logits)
+ *   optim.h   SGD, Adam, AdamW, zero_grad, clip_grad_norm
+ *   compile.h dt_compile: trace a function once, run it at every size (guards, variants)
+ *   checkpoint.h safetensors files, state dicts, distributed checkpoints, DLPack
  */
 #ifndef DTENSOR_DTENSOR_H
 #define DTENSOR_DTENSOR_H
