@@ -290,31 +290,15 @@ static dt_status infer_symbolic(tracer *tr, int i, const dt_op_call *given, cons
   return st;
 }
 
+static dt_status value_lookup(void *tr, dt_tensor *x, int *node) { return value_of(tr, x, node); }
+
 static dt_status record(tracer *tr, const dt_op_call *given, const dt_op_call *done) {
   dt_compile_variant *v = tr->v;
   const dt_op_def *def = &dt__op_table[given->op];
-  int inputs[DT_OP_MAX_INPUTS];
-  int *list = NULL;
-  dt_status st = DT_OK;
-  for (int k = 0; k < given->n_inputs && !st; k++) {
-    inputs[k] = -1;
-    if (given->inputs[k]) st = value_of(tr, given->inputs[k], &inputs[k]);
-  }
-  if (!st && given->n_input_list > 0) {
-    list = dt__alloc(sizeof(int) * (size_t)given->n_input_list);
-    if (!list) st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
-    for (int k = 0; k < given->n_input_list && !st; k++)
-      st = value_of(tr, given->input_list[k], &list[k]);
-  }
   bool inplace = def->kind == DT_OP_KIND_INPLACE;
-  int n_out = inplace ? 1 : done->n_outputs;
-  if (!st && n_out > DT_OP_MAX_META) {
-    st = dt__error(DT_ERR_UNSUPPORTED, "dt_compile: %s gave %d results; graphs hold at most %d",
-                   def->name, n_out, DT_OP_MAX_META);
-  }
-  int i = -1;
-  if (!st) st = dt__graph_add_call(v->g, NULL, given, inputs, given->n_input_list, list, n_out, &i);
-  dt__free(list);
+  int n_out = 0, i = -1;
+  dt_status st =
+      dt__graph_record_call(v->g, given, done, value_lookup, tr, "dt_compile", &n_out, &i);
   if (!st) st = grow_nodes(v, &tr->node_cap);
   if (st) return st;
   dt_tensor_meta metas[DT_OP_MAX_META];

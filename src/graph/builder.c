@@ -65,3 +65,31 @@ dt_status dt__graph_add_comm(dt_graph *g, dt_comm_target kind, int input, int di
   g->nodes[c].reduce_op = op;
   return add_comm_node(g, DT_COMM_WAIT, c, t, out);
 }
+
+dt_status dt__graph_record_call(dt_graph *g, const dt_op_call *given, const dt_op_call *done,
+                                dt_graph_value_fn value_of, void *tracer, const char *fn,
+                                int *n_out, int *out) {
+  const dt_op_def *def = &dt__op_table[given->op];
+  int inputs[DT_OP_MAX_INPUTS];
+  int *list = NULL;
+  dt_status st = DT_OK;
+  for (int k = 0; k < given->n_inputs && !st; k++) {
+    inputs[k] = -1;
+    if (given->inputs[k]) st = value_of(tracer, given->inputs[k], &inputs[k]);
+  }
+  if (!st && given->n_input_list > 0) {
+    list = dt__alloc(sizeof(int) * (size_t)given->n_input_list);
+    if (!list) st = dt__error(DT_ERR_NOMEM, "%s: out of memory", fn);
+    for (int k = 0; k < given->n_input_list && !st; k++)
+      st = value_of(tracer, given->input_list[k], &list[k]);
+  }
+  *n_out = def->kind == DT_OP_KIND_INPLACE ? 1 : done->n_outputs;
+  if (!st && *n_out > DT_OP_MAX_META) {
+    st = dt__error(DT_ERR_UNSUPPORTED, "%s: %s gave %d results; graphs hold at most %d", fn,
+                   def->name, *n_out, DT_OP_MAX_META);
+  }
+  *out = -1;
+  if (!st) st = dt__graph_add_call(g, NULL, given, inputs, given->n_input_list, list, *n_out, out);
+  dt__free(list);
+  return st;
+}

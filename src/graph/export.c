@@ -111,30 +111,14 @@ static dt_status value_of(tracer *tr, dt_tensor *x, int *node) {
   return DT_OK;
 }
 
+static dt_status value_lookup(void *tr, dt_tensor *x, int *node) { return value_of(tr, x, node); }
+
 static dt_status record(tracer *tr, const dt_op_call *snap, const dt_op_call *done) {
   const dt_op_def *def = &dt__op_table[snap->op];
-  int inputs[DT_OP_MAX_INPUTS];
-  int *list = NULL;
-  dt_status st = DT_OK;
-  for (int k = 0; k < snap->n_inputs && !st; k++) {
-    inputs[k] = -1;
-    if (snap->inputs[k]) st = value_of(tr, snap->inputs[k], &inputs[k]);
-  }
-  if (!st && snap->n_input_list > 0) {
-    list = dt__alloc(sizeof(int) * (size_t)snap->n_input_list);
-    if (!list) st = dt__error(DT_ERR_NOMEM, "dt_export: out of memory");
-    for (int k = 0; k < snap->n_input_list && !st; k++)
-      st = value_of(tr, snap->input_list[k], &list[k]);
-  }
   bool inplace = def->kind == DT_OP_KIND_INPLACE;
-  int n_out = inplace ? 1 : done->n_outputs;
-  if (!st && n_out > DT_OP_MAX_META) {
-    st = dt__error(DT_ERR_UNSUPPORTED, "dt_export: %s gave %d results; graphs hold at most %d",
-                   def->name, n_out, DT_OP_MAX_META);
-  }
-  int i = -1;
-  if (!st) st = dt__graph_add_call(tr->g, NULL, snap, inputs, snap->n_input_list, list, n_out, &i);
-  dt__free(list);
+  int n_out = 0, i = -1;
+  dt_status st =
+      dt__graph_record_call(tr->g, snap, done, value_lookup, tr, "dt_export", &n_out, &i);
   if (st) return st;
   dt_node *n = &tr->g->nodes[i];
   for (int k = 0; k < n_out && !st; k++) {

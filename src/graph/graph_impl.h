@@ -136,6 +136,16 @@ int dt__graph_output_node(const dt_graph *g);
 dt_status dt__graph_add_call(dt_graph *g, const char *name, const dt_op_call *call,
                              const int *inputs, int n_list, const int *list, int n_out, int *out);
 
+/* A tracer's map from a tensor argument to its graph value (a node, made if needed). */
+typedef dt_status (*dt_graph_value_fn)(void *tracer, dt_tensor *x, int *node);
+
+/* Records a traced op call as a node (export and compile): each tensor argument becomes a
+ * value through value_of, an in-place op has one result (its first input), done is the call
+ * that ran (its n_outputs). Errors name fn. *out is the new node's index. */
+dt_status dt__graph_record_call(dt_graph *g, const dt_op_call *given, const dt_op_call *done,
+                                dt_graph_value_fn value_of, void *tracer, const char *fn,
+                                int *n_out, int *out);
+
 /* Appends a collective of `kind` on node `input` (dim: the gather / scatter dim or the dim
  * all_to_all shards before, new_dim: all_to_all's new shard dim, op: the reduction) and the
  * wait_tensor that completes it, both of type t; *out gets the wait node's index. */
