@@ -1,4 +1,4 @@
-/* dtensor — the command-line tool: demo, info, bench, trace. */
+/* dtensor — the command-line tool: demo, info, plan, bench, trace. */
 #include "tools.h"
 
 static const tool_command commands[] = {
@@ -17,6 +17,11 @@ static const tool_command commands[] = {
      .summary = "version, the op table and its sharding rules",
      .usage = "[--ops] [--json]",
      .run = tool_info},
+    {.name = "plan",
+     .summary = "what an op does on given placements: output placements, collectives, bytes",
+     .usage = "[--json] MESH OP ARG... [ATTR=VALUE...] | --stdin",
+     .details = tool_plan_details,
+     .run = tool_plan},
     {.name = "bench",
      .summary = "benchmarks against baselines measured in the same run",
      .subcommands = tool_bench_suites,

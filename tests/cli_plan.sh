@@ -1,0 +1,81 @@
+#!/bin/sh
+# dtensor plan: output placements and bytes of a few cases whose answers are worked out by hand,
+# and its errors (exit 2 on bad input, 1 when the op itself fails).
+# Usage: cli_plan.sh PATH/TO/dtensor
+set -u
+tool=$1
+failures=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# expect WORDS... -- the output of `dtensor plan WORDS` must contain each of the patterns after --.
+expect() {
+  args=""
+  while [ "$1" != "--" ]; do args="$args $1"; shift; done
+  shift
+  # shellcheck disable=SC2086
+  out=$("$tool" plan $args 2>&1)
+  status=$?
+  if [ $status -ne 0 ]; then fail "'dtensor plan$args' exited $status: $out"; return; fi
+  for pattern in "$@"; do
+    case "$out" in
+    *"$pattern"*) ;;
+    *) fail "'dtensor plan$args' lacks '$pattern': $out" ;;
+    esac
+  done
+}
+
+# [6, 4] Shard(1) flattened on 4 ranks: a strided shard (6 blocks of 4), nothing moves.
+expect 4 flatten 6x4:S1 -- "output: [24] SS(0,6)" "collectives: 0, bytes: 0"
+# mm of [8, 6] S(1) by [6, 4] S(0): each rank contracts its slice of k, a Partial(sum) result.
+expect --json 4 mm 8x6:S1 6x4:S0 -- '"out_shape":[8,4]' '"out_placements":["P(sum)"]' '"bytes":0'
+# A Partial(max) [7] added to a row-sharded [5, 7]: it must be reduced, one all_reduce of
+# 7 floats = 28 bytes.
+expect --json 4 add 5x7:S0 7:Pmax -- '"out_placements":["S(0)"]' '"all_reduce":{"calls":1,"bytes":28}'
+# log_softmax over dim 1 of [8, 6] [S(1), R] on 2x2: shard dim 0 on the idle mesh dim 1 first
+# (a local slice), then gather dim 1 over mesh dim 0: a [4, 6] float buffer = 96 bytes.
+expect 2x2 log_softmax 8x6:S1,R dim=1 -- "output: [8,6] R,S(0)" "bytes: 96"
+
+# Bad input: usage errors exit 2 with a message on stderr, nothing on stdout.
+check_usage() {
+  out=$("$tool" plan "$@" 2>/tmp/cli_plan_err.$$)
+  status=$?
+  if [ $status -ne 2 ]; then fail "'dtensor plan $*' exited $status, not 2"; fi
+  if [ -n "$out" ]; then fail "'dtensor plan $*' printed on stdout: $out"; fi
+  grep -q "dtensor plan: " /tmp/cli_plan_err.$$ || fail "'dtensor plan $*' gave no message"
+  rm -f /tmp/cli_plan_err.$$
+}
+check_usage 4 mm 8x6:Q 6x4:R
+check_usage 4 mm 8x6:S0
+check_usage 2x2 relu 8x6:S0
+check_usage 4 frobnicate 8x6:S0
+check_usage 4 sum 8x6:S0 colour=blue
+check_usage
+# The op refuses its inputs: exit 1 and the library's message.
+err=$("$tool" plan 4 mm 8x5:R 6x4:R 2>&1)
+status=$?
+if [ $status -ne 1 ]; then fail "mm of [8,5] by [6,4] exited $status, not 1"; fi
+case "$err" in *"inner dims 5 and 6 differ"*) ;; *) fail "mm of [8,5] by [6,4]: $err" ;; esac
+
+# Batch mode (when built with cJSON): one JSON line out per line in, ids kept, errors in-band.
+if "$tool" plan --stdin </dev/null 2>/dev/null; then
+  out=$(printf '%s\n' \
+    '{"id":7,"mesh":[4],"op":"flatten","args":[{"shape":[6,4],"placements":["S1"]}]}' \
+    '{"id":8,"mesh":[4],"op":"mm","args":[{"shape":[6,4],"placements":["Q"]}]}' |
+    "$tool" plan --stdin)
+  case "$out" in
+  *'"id":7,"op":"flatten","mesh":[4],"ok":true,"out_shape":[24],"out_placements":["SS(0,6)"],"calls":0,"bytes":0'*) ;;
+  *) fail "--stdin flatten: $out" ;;
+  esac
+  case "$out" in *'"id":8,"ok":false,"status":"usage"'*) ;; *) fail "--stdin bad case: $out" ;; esac
+  [ "$(printf '%s\n' "$out" | wc -l)" -eq 2 ] || fail "--stdin: not one line per case: $out"
+fi
+
+if [ $failures -ne 0 ]; then
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "cli_plan: all passed"
