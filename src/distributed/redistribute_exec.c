@@ -366,49 +366,138 @@ static dt_status step_strided_gather(dt_comm *comm, dt_tensor *local, int d, int
   return st;
 }
 
-/* SS(d, f) -> S(d): this rank's elements of d, in global order, go to the ranks whose
- * contiguous chunk holds them; what arrives, grouped by sender, is put back in global
- * order. Rows (all dims but d) travel d-major, as for every step along d. */
-static dt_status strided_to_shard_same(dt_comm *comm, dt_tensor *local, int d, int64_t f,
-                                       int64_t extent, int n, int coord, const int64_t *out_shape,
-                                       int ndim, dt_tensor **out) {
-  int64_t block = extent / f, block_piece = (block + n - 1) / n, piece = (extent + n - 1) / n;
+/* Where the elements of dim d (whole size `extent`, f blocks of extent / f) lie under S(d) and
+ * under SS(d, f) on a mesh dim of n ranks, both cut with torch.chunk rules: element g is in
+ * contiguous chunk g / piece and in strided chunk (g % block) / block_piece. A strided rank's
+ * elements are ascending in g, so each contiguous chunk's share of them is one run. */
+typedef struct strided_layout {
+  int64_t f, block, block_piece, piece;
+} strided_layout;
+
+static strided_layout strided_layout_of(int64_t extent, int64_t f, int n) {
+  strided_layout s = {f, extent / f, 0, (extent + n - 1) / n};
+  s.block_piece = (s.block + n - 1) / n;
+  return s;
+}
+
+/* How many of strided rank `coord`'s elements each contiguous chunk holds (counts[r] += ...). */
+static void strided_rows_by_contiguous(const strided_layout *s, int n, int coord, int64_t *counts) {
+  int64_t chunk_start, chunk_len;
+  dt__chunk_range(s->block, n, coord, &chunk_start, &chunk_len);
+  for (int64_t i = 0; i < s->f && s->piece > 0; i++) {
+    for (int64_t j = 0; j < chunk_len; j++) counts[(i * s->block + chunk_start + j) / s->piece]++;
+  }
+}
+
+/* For the elements g = start .. start + length - 1: how many each strided rank holds
+ * (counts[q] += ...), and where element g lands when they are grouped by strided rank, in
+ * ascending g within a group (order[g - start]). */
+static void contiguous_rows_by_strided(const strided_layout *s, int n, int64_t start,
+                                       int64_t length, int64_t *counts, int64_t *order) {
+  int64_t *at = counts + n; /* scratch: each group's next free position */
+  for (int64_t g = start; g < start + length; g++) counts[(g % s->block) / s->block_piece]++;
+  at[0] = 0;
+  for (int q = 1; q < n; q++) at[q] = at[q - 1] + counts[q - 1];
+  for (int64_t g = start; g < start + length; g++)
+    order[g - start] = at[(g % s->block) / s->block_piece]++;
+}
+
+/* Moves rows of row_bytes bytes: dst[order[k]] = src[k] (scatter) or dst[k] = src[order[k]]. */
+static void permute_rows(const dt_tensor *src, dt_tensor *dst, const int64_t *order, int64_t rows,
+                         size_t row_bytes, bool scatter) {
+  const char *from = dt__tensor_base((dt_tensor *)src);
+  char *to = dt__tensor_base(dst);
+  for (int64_t k = 0; k < rows && row_bytes; k++) {
+    size_t a = (size_t)(scatter ? k : order[k]) * row_bytes;
+    size_t b = (size_t)(scatter ? order[k] : k) * row_bytes;
+    memcpy(to + b, from + a, row_bytes);
+  }
+}
+
+/* SS(d, f) <-> S(d) on one mesh dim, one all_to_all. The strided side sends its elements, already
+ * in global order, to the ranks whose contiguous chunk holds them and receives its strided
+ * elements in global order, which is its local order. The contiguous side groups its elements
+ * by strided rank before sending, or puts what arrives back in global order. Rows (all dims but
+ * d) travel d-major, as for every step along d. */
+static dt_status strided_shard_exchange(dt_comm *comm, dt_tensor *local, int d, int64_t f,
+                                        int64_t extent, int n, int coord, bool to_strided,
+                                        const int64_t *out_shape, int ndim, dt_tensor **out) {
+  strided_layout s = strided_layout_of(extent, f, n);
   int64_t inner = 1;
   for (int i = 0; i < ndim; i++) {
     if (i != d) inner *= local->shape[i];
   }
-  int64_t *cnt = dt__calloc(sizeof(int64_t) * (size_t)n * 3);
-  if (!cnt) return dt__error(DT_ERR_NOMEM, "dt_dist_redistribute: cannot allocate counts");
-  int64_t *send = cnt, *recv = cnt + n, *at = cnt + 2 * n;
-  int64_t my_start, my_len, chunk_start, chunk_len;
-  dt__chunk_range(block, n, coord, &chunk_start, &chunk_len);
+  int64_t my_start, my_len;
   dt__chunk_range(extent, n, coord, &my_start, &my_len);
-  /* This rank's indices are i * block + chunk_start + j, ascending: each goes to g / piece. */
-  for (int64_t i = 0; i < f && piece > 0; i++) {
-    for (int64_t j = 0; j < chunk_len; j++) send[(i * block + chunk_start + j) / piece] += inner;
+  /* by_strided (and its scratch), by_contiguous, then the contiguous side's order. */
+  int64_t *cnt = dt__calloc(sizeof(int64_t) * ((size_t)n * 3 + (size_t)my_len));
+  if (!cnt) return dt__error(DT_ERR_NOMEM, "dt_dist_redistribute: cannot allocate counts");
+  int64_t *by_strided = cnt, *by_contiguous = cnt + 2 * n, *order = cnt + 3 * n;
+  contiguous_rows_by_strided(&s, n, my_start, my_len, by_strided, order);
+  strided_rows_by_contiguous(&s, n, coord, by_contiguous);
+  int64_t *send = to_strided ? by_strided : by_contiguous;
+  int64_t *recv = to_strided ? by_contiguous : by_strided;
+  int64_t send_total = 0, recv_total = 0;
+  for (int r = 0; r < n; r++) {
+    send[r] *= inner;
+    recv[r] *= inner;
+    send_total += send[r];
+    recv_total += recv[r];
   }
-  /* Index g of this rank's chunk comes from the rank holding (g % block) in its block. */
-  for (int64_t g = my_start; g < my_start + my_len; g++) recv[(g % block) / block_piece] += inner;
-  int64_t recv_total = my_len * inner;
-  dt_tensor *sendbuf = NULL, *recvbuf = NULL, *ordered = NULL;
-  dt_status st = pack_front(local, d, &sendbuf);
+  size_t row = (size_t)inner * dt__dtype_sizes[local->dtype];
+  dt_tensor *packed = NULL, *sendbuf = NULL, *recvbuf = NULL, *ordered = NULL;
+  dt_status st = pack_front(local, d, &packed);
+  if (!st && to_strided) {
+    st = dt__tensor_new(1, &send_total, local->dtype, &sendbuf);
+    if (!st) permute_rows(packed, sendbuf, order, my_len, row, true);
+  } else if (!st) {
+    sendbuf = dt_tensor_retain(packed);
+  }
   if (!st) st = dt__tensor_new(1, &recv_total, local->dtype, &recvbuf);
-  if (!st) st = dt__tensor_new(1, &recv_total, local->dtype, &ordered);
   if (!st) st = dt_comm_all_to_all(comm, sendbuf, recvbuf, send, recv);
-  if (!st) {
-    size_t row = (size_t)inner * dt__dtype_sizes[local->dtype];
-    const char *from = dt__tensor_base(recvbuf);
-    char *to = dt__tensor_base(ordered);
-    for (int r = 1; r < n; r++) at[r] = at[r - 1] + recv[r - 1] / (inner ? inner : 1);
-    for (int64_t g = my_start; g < my_start + my_len && row; g++) {
-      int64_t r = (g % block) / block_piece;
-      memcpy(to + (size_t)(g - my_start) * row, from + (size_t)at[r]++ * row, row);
-    }
-    st = unpack_front(ordered, ndim, out_shape, d, out);
+  if (!st && !to_strided) {
+    st = dt__tensor_new(1, &recv_total, local->dtype, &ordered);
+    if (!st) permute_rows(recvbuf, ordered, order, my_len, row, false);
   }
+  if (!st) st = unpack_front(to_strided ? recvbuf : ordered, ndim, out_shape, d, out);
+  dt_tensor_release(packed);
   dt_tensor_release(sendbuf);
   dt_tensor_release(recvbuf);
   dt_tensor_release(ordered);
+  dt__free(cnt);
+  return st;
+}
+
+/* P(op) -> SS(d, f): the local value, its elements of d grouped by the strided rank that will
+ * hold them (ascending within a group, which is that rank's local order), reduce-scattered. */
+static dt_status step_strided_reduce_scatter(dt_comm *comm, dt_tensor *local, int d, int64_t f,
+                                             int n, int coord, dt_reduce_op op,
+                                             const int64_t *out_shape, int ndim, dt_tensor **out) {
+  int64_t extent = local->shape[d];
+  strided_layout s = strided_layout_of(extent, f, n);
+  int64_t inner = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (i != d) inner *= local->shape[i];
+  }
+  int64_t *cnt = dt__calloc(sizeof(int64_t) * ((size_t)n * 2 + (size_t)extent));
+  if (!cnt) return dt__error(DT_ERR_NOMEM, "dt_dist_redistribute: cannot allocate counts");
+  int64_t *order = cnt + 2 * n;
+  contiguous_rows_by_strided(&s, n, 0, extent, cnt, order);
+  for (int r = 0; r < n; r++) cnt[r] *= inner;
+  int64_t total = extent * inner;
+  dt_tensor *packed = NULL, *grouped = NULL, *scattered = NULL;
+  dt_status st = pack_front(local, d, &packed);
+  if (!st) st = dt__tensor_new(1, &total, local->dtype, &grouped);
+  if (!st) {
+    permute_rows(packed, grouped, order, extent, (size_t)inner * dt__dtype_sizes[local->dtype],
+                 true);
+    st = dt__tensor_new(1, &cnt[coord], local->dtype, &scattered);
+  }
+  if (!st) st = dt_comm_reduce_scatter_uneven(comm, grouped, scattered, cnt, op);
+  if (!st) st = unpack_front(scattered, ndim, out_shape, d, out);
+  dt_tensor_release(packed);
+  dt_tensor_release(grouped);
+  dt_tensor_release(scattered);
   dt__free(cnt);
   return st;
 }
@@ -422,12 +511,32 @@ static dt_status strided_to_shard(dt_comm *comm, dt_tensor *local, int d, int64_
   dt_status st = check_split_rank(ndim);
   if (st) return st;
   if (e == d)
-    return strided_to_shard_same(comm, local, d, f, extent, n, coord, out_shape, ndim, out);
+    return strided_shard_exchange(comm, local, d, f, extent, n, coord, false, out_shape, ndim, out);
   dt_tensor blocks = split_dim(local, d, f);
   int64_t shape[DT_MAX_DIMS];
   blocks_shape(out_shape, ndim, d, f, extent, shape);
   st = step_all_to_all(comm, &blocks, d + 1, e < d ? e : e + 1, extent / f, n, coord, shape,
                        ndim + 1, out);
+  if (!st) merge_in_place(*out, d);
+  return st;
+}
+
+/* S(e) -> SS(d, f), the inverse of strided_to_shard: for e = d the exchange above; for e != d,
+ * with d seen as [f, block], the all_to_all from e to the block dim, whose chunks are this
+ * rank's strided chunks. */
+static dt_status shard_to_strided(dt_comm *comm, dt_tensor *local, int e, int d, int64_t f,
+                                  int64_t extent_e, int n, int coord, const int64_t *out_shape,
+                                  int ndim, dt_tensor **out) {
+  dt_status st = check_split_rank(ndim);
+  if (st) return st;
+  if (e == d)
+    return strided_shard_exchange(comm, local, d, f, extent_e, n, coord, true, out_shape, ndim,
+                                  out);
+  dt_tensor blocks = split_dim(local, d, f);
+  int64_t shape[DT_MAX_DIMS];
+  blocks_shape(out_shape, ndim, d, f, out_shape[d], shape);
+  st = step_all_to_all(comm, &blocks, e < d ? e : e + 1, d + 1, extent_e, n, coord, shape, ndim + 1,
+                       out);
   if (!st) merge_in_place(*out, d);
   return st;
 }
@@ -467,6 +576,11 @@ dt_status dt__redistribute_execute(dt_tensor *local, const dt_dist_spec *from,
                              from->ndim, &next);
         break;
       case DT_STEP_REDUCE_SCATTER:
+        if (step->to.kind == DT_STRIDED_SHARD) {
+          st = step_strided_reduce_scatter(comm, current, step->to.dim, step->to.split_factor, n,
+                                           coord, step->from.op, out_shape, from->ndim, &next);
+          break;
+        }
         st = step_reduce_scatter(comm, current, step->to.dim, n, coord, step->from.op, out_shape,
                                  from->ndim, &next);
         break;
@@ -476,6 +590,12 @@ dt_status dt__redistribute_execute(dt_tensor *local, const dt_dist_spec *from,
           st = strided_to_shard(comm, current, step->from.dim, step->from.split_factor,
                                 step->to.dim, level_extent(from, &mi, state, m, step->from.dim), n,
                                 coord, out_shape, from->ndim, &next);
+          break;
+        }
+        if (step->to.kind == DT_STRIDED_SHARD) {
+          st = shard_to_strided(comm, current, step->from.dim, step->to.dim, step->to.split_factor,
+                                level_extent(from, &mi, state, m, step->from.dim), n, coord,
+                                out_shape, from->ndim, &next);
           break;
         }
         st = step_all_to_all(comm, current, step->from.dim, step->to.dim,

@@ -8,7 +8,8 @@
  *   R    -> S(d)   local slice (no comm)       R    -> P      local (value on coord 0)
  *   S(d) -> P(sum) local: the shard in place, zeros elsewhere (its blocks sum to the whole)
  *   SS(d,f) -> R   all_gather + local reorder  R    -> SS(d,f) local strided slice
- *   SS(d,f) -> S(e) all_to_all (+ local reorder)
+ *   SS(d,f) -> S(e) all_to_all (+ local reorder) S(e) -> SS(d,f) all_to_all (+ local reorder)
+ *   P    -> SS(d,f) reduce_scatter of the rows grouped by the strided rank that keeps them
  *
  * A step that splits or unsplits tensor dim d on mesh dim m is only possible when m is the
  * innermost mesh dim sharding d (no later mesh dim shards d), because shards nest in
@@ -50,10 +51,10 @@ static bool shards_dim_after(const dt_placement *state, int mesh_ndim, int m, in
 dt_step_kind dt__step_kind(const dt_placement *state, int mesh_ndim, int m, dt_placement p,
                            dt_placement q) {
   /* StridedShard(d, f): gathered back to Replicate (all_gather, then each rank reorders
-   * the chunks into blocks locally), sliced from it, or turned into a Shard by one
-   * all_to_all (each rank sends the elements of its chunks that another's shard holds);
-   * every other change passes through Replicate. A strided dim is never sharded by a
-   * second mesh dim. */
+   * the chunks into blocks locally), sliced from it, turned into a Shard and made from one
+   * by one all_to_all (each rank sends the elements of its chunks that another's shard
+   * holds), or reduce-scattered from a Partial; SS -> SS' and SS -> P pass through
+   * Replicate. A strided dim is never sharded by a second mesh dim. */
   if (dt__strided_conflict(state, mesh_ndim, m, q)) return DT_STEP_INVALID;
   if (p.kind == DT_STRIDED_SHARD) {
     if (q.kind == DT_REPLICATE) return DT_STEP_ALL_GATHER;
@@ -61,7 +62,13 @@ dt_step_kind dt__step_kind(const dt_placement *state, int mesh_ndim, int m, dt_p
       return DT_STEP_ALL_TO_ALL;
     return DT_STEP_INVALID;
   }
-  if (q.kind == DT_STRIDED_SHARD) return p.kind == DT_REPLICATE ? DT_STEP_SLICE : DT_STEP_INVALID;
+  if (q.kind == DT_STRIDED_SHARD) {
+    if (p.kind == DT_REPLICATE) return DT_STEP_SLICE;
+    if (p.kind == DT_PARTIAL) return DT_STEP_REDUCE_SCATTER;
+    if (p.kind == DT_SHARD && !shards_dim_after(state, mesh_ndim, m, p.dim))
+      return DT_STEP_ALL_TO_ALL;
+    return DT_STEP_INVALID;
+  }
   if (p.kind == DT_SHARD && q.kind == DT_REPLICATE) {
     return shards_dim_after(state, mesh_ndim, m, p.dim) ? DT_STEP_INVALID : DT_STEP_ALL_GATHER;
   }
