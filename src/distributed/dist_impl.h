@@ -45,8 +45,17 @@ static inline bool dt__is_sharding(dt_placement p) {
 }
 
 /* Whether placing q on mesh dim m of `state` would make a tensor dim sharded by two mesh
- * dims of which one is a StridedShard (not supported: strided shards do not nest). */
-bool dt__strided_conflict(const dt_placement *state, int mesh_ndim, int m, dt_placement q);
+ * dims of which one is a StridedShard (not supported: strided shards do not nest). Inline:
+ * the propagator and the planner ask it for every step they price. */
+static inline bool dt__strided_conflict(const dt_placement *state, int mesh_ndim, int m,
+                                        dt_placement q) {
+  if (!dt__is_sharding(q)) return false;
+  for (int j = 0; j < mesh_ndim; j++) {
+    if (j == m || !dt__is_sharding(state[j]) || state[j].dim != q.dim) continue;
+    if (state[j].kind == DT_STRIDED_SHARD || q.kind == DT_STRIDED_SHARD) return true;
+  }
+  return false;
+}
 /* No such conflict in the tuple. */
 bool dt__placements_valid(int mesh_ndim, const dt_placement *placements);
 /* DT_ERR_INVALID unless every StridedShard's split factor divides its dim's size. */
@@ -71,7 +80,19 @@ dt_status dt__spec_create(dt_mesh *mesh, const dt_placement *placements, int ndi
                           const int64_t *shape, dt_dtype dtype, dt_dist_spec **out);
 dt_dist_spec *dt__spec_retain(dt_dist_spec *spec);
 void dt__spec_release(dt_dist_spec *spec);
-bool dt__placements_equal(int n, const dt_placement *a, const dt_placement *b);
+/* Whether two tuples of n placements are equal (the fields each kind uses). Inline: the
+ * propagator compares placements for every candidate it prices. */
+static inline bool dt__placements_equal(int n, const dt_placement *a, const dt_placement *b) {
+  for (int i = 0; i < n; i++) {
+    if (a[i].kind != b[i].kind) return false;
+    if (a[i].kind == DT_SHARD && a[i].dim != b[i].dim) return false;
+    if (a[i].kind == DT_PARTIAL && a[i].op != b[i].op) return false;
+    if (a[i].kind == DT_STRIDED_SHARD &&
+        (a[i].dim != b[i].dim || a[i].split_factor != b[i].split_factor))
+      return false;
+  }
+  return true;
+}
 
 /* A new distributed handle: a view of `local` carrying `spec` (retained). */
 dt_status dt__dist_wrap(dt_tensor *local, dt_dist_spec *spec, dt_tensor **out);

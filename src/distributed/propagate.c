@@ -17,6 +17,7 @@
 
 #define MAX_JOINT 4096
 #define MEMO 32
+#define TARGET_BITS 5 /* > DT_RULE_MAX_STRATEGIES targets per mesh dim */
 
 /* For argument 0 under placements `state`: how many pieces each tensor dim is cut into when
  * mesh dim m shards it together with the other mesh dims that shard it (nested sharding). */
@@ -39,15 +40,6 @@ static dt_redistribute_geometry geometry_of(const dt_propagation *p, int i) {
   return g;
 }
 
-/* The price of moving argument i, placed `state`, to `to` on mesh dim m. */
-static double step_price(const dt_propagation *p, int i, const dt_redistribute_geometry *g,
-                         const dt_placement *state, int m, dt_placement to) {
-  if (dt__placements_equal(1, &state[m], &to)) return 0;
-  if (p->fixed_replica[i]) return HUGE_VAL;
-  if (p->cost) return p->cost(p->user, i, g, state, m, to);
-  return dt__transition_cost(g, state, m, to);
-}
-
 /* Whether either placement tuple has a Partial on some mesh dim. */
 static bool has_partial(const dt_placement *a, const dt_placement *b, int mesh_ndim) {
   for (int m = 0; m < mesh_ndim; m++) {
@@ -62,6 +54,7 @@ static bool has_partial(const dt_placement *a, const dt_placement *b, int mesh_n
  * or one that must be unnested first) is priced by the planner's own search. */
 static double joint_price(const dt_propagation *p, int i, const dt_redistribute_geometry *g,
                           const dt_placement *target, const int *changed, int n) {
+  if (p->fixed_replica[i]) return HUGE_VAL; /* every step in `changed` changes it */
   int order[DT_MESH_MAX_DIMS];
   for (int k = 0; k < n; k++) order[k] = changed[k];
   double best = HUGE_VAL;
@@ -72,12 +65,22 @@ static double joint_price(const dt_propagation *p, int i, const dt_redistribute_
     double cost = 0;
     bool allowed = true;
     for (int k = 0; k < n && cost < best; k++) {
-      if (!dt__step_allowed(state, p->mesh_ndim, order[k], target[order[k]])) {
-        allowed = false;
-        break;
+      int m = order[k];
+      if (p->cost) {
+        if (!dt__step_allowed(state, p->mesh_ndim, m, target[m])) {
+          allowed = false;
+          break;
+        }
+        cost += p->cost(p->user, i, g, state, m, target[m]);
+      } else {
+        double step = dt__step_price(g, state, m, target[m]);
+        if (step >= HUGE_VAL) {
+          allowed = false;
+          break;
+        }
+        cost += step;
       }
-      cost += step_price(p, i, g, state, order[k], target[order[k]]);
-      state[order[k]] = target[order[k]];
+      state[m] = target[m];
     }
     any |= allowed;
     if (allowed && cost < best) best = cost;
@@ -119,13 +122,20 @@ typedef struct candidates {
   int64_t split[DT_MESH_MAX_DIMS][DT_MAX_DIMS]; /* what each mesh dim's rule assumed */
   bool uses_split;  /* the op's rule family checks sizes against the split */
   bool any_strided; /* some candidate has a StridedShard (else every choice is valid) */
-  /* Prices of arguments changing on several mesh dims, by target, so that each is worked
-   * out once however many choices share it. */
+  /* target[m][k][i]: which of argument i's distinct placements on mesh dim m candidate k
+   * asks for, 0 being its current one (no change); first[m][i][t] is the first candidate
+   * asking for target t. Choices are priced by these small numbers, never by comparing
+   * placements again. */
+  uint8_t target[DT_MESH_MAX_DIMS][DT_RULE_MAX_STRATEGIES][DT_DIST_MAX_ARGS];
+  uint8_t first[DT_MESH_MAX_DIMS][DT_DIST_MAX_ARGS][DT_RULE_MAX_STRATEGIES + 1];
+  uint8_t n_targets[DT_MESH_MAX_DIMS][DT_DIST_MAX_ARGS];
+  /* single[m][i][t]: argument i's price when only mesh dim m changes, to target t. */
+  double single[DT_MESH_MAX_DIMS][DT_DIST_MAX_ARGS][DT_RULE_MAX_STRATEGIES + 1];
+  /* Prices of arguments changing on several mesh dims, by their targets (TARGET_BITS per
+   * mesh dim), so that each is worked out once however many choices share it. */
   int n_memo[DT_DIST_MAX_ARGS];
-  dt_placement memo_target[DT_DIST_MAX_ARGS][MEMO][DT_MESH_MAX_DIMS];
+  uint32_t memo_key[DT_DIST_MAX_ARGS][MEMO];
   double memo_price[DT_DIST_MAX_ARGS][MEMO];
-  /* single[m][k][i]: argument i's price when only mesh dim m changes, to candidate k. */
-  double single[DT_MESH_MAX_DIMS][DT_RULE_MAX_STRATEGIES][DT_DIST_MAX_ARGS];
 } candidates;
 
 /* Whether argument 0's chosen placements cut each dim a mesh dim's rule relied on into a
@@ -161,18 +171,17 @@ static bool choice_valid(const dt_propagation *p, const candidates *c, const int
   return true;
 }
 
-/* joint_price through the memo of argument i. */
-static double memo_price(const dt_propagation *p, candidates *c, int i, const dt_placement *target,
-                         const int *changed, int n) {
+/* joint_price through the memo of argument i; key packs the targets of every mesh dim. */
+static double memo_price(const dt_propagation *p, candidates *c, int i, uint32_t key,
+                         const dt_placement *target, const int *changed, int n) {
   for (int k = 0; k < c->n_memo[i]; k++) {
-    if (dt__placements_equal(p->mesh_ndim, c->memo_target[i][k], target))
-      return c->memo_price[i][k];
+    if (c->memo_key[i][k] == key) return c->memo_price[i][k];
   }
   dt_redistribute_geometry g = geometry_of(p, i);
   double price = joint_price(p, i, &g, target, changed, n);
   if (c->n_memo[i] < MEMO) {
     int k = c->n_memo[i]++;
-    memcpy(c->memo_target[i][k], target, sizeof(dt_placement) * (size_t)p->mesh_ndim);
+    c->memo_key[i][k] = key;
     c->memo_price[i][k] = price;
   }
   return price;
@@ -184,15 +193,19 @@ static double choice_price(const dt_propagation *p, candidates *c, const int *pi
   for (int i = 0; i < p->n_args && total < bound; i++) {
     if (!p->args[i]) continue;
     int changed[DT_MESH_MAX_DIMS], n = 0;
-    dt_placement target[DT_MESH_MAX_DIMS];
+    uint32_t key = 0;
     for (int m = 0; m < p->mesh_ndim; m++) {
-      target[m] = c->s[m].in[pick[m]][i];
-      if (!dt__placements_equal(1, &target[m], &p->current[i][m])) changed[n++] = m;
+      unsigned t = c->target[m][pick[m]][i];
+      if (t) changed[n++] = m;
+      key |= (uint32_t)t << (TARGET_BITS * m);
     }
     if (n == 1) {
-      total += c->single[changed[0]][pick[changed[0]]][i];
+      int m = changed[0];
+      total += c->single[m][i][c->target[m][pick[m]][i]];
     } else if (n > 1) {
-      total += memo_price(p, c, i, target, changed, n);
+      dt_placement target[DT_MESH_MAX_DIMS];
+      for (int m = 0; m < p->mesh_ndim; m++) target[m] = c->s[m].in[pick[m]][i];
+      total += memo_price(p, c, i, key, target, changed, n);
     }
   }
   return total;
@@ -231,6 +244,7 @@ static dt_status build_candidates(const dt_propagation *p, candidates *c, dt_pro
     }
     dt_strategies *s = &c->s[m];
     s->n = 0;
+    for (int i = 0; i < p->n_args; i++) c->n_targets[m][i] = 1, c->single[m][i][0] = 0;
     for (int k = 0; k < all.n; k++) {
       if (inplace && (!dt__placements_equal(1, &all.in[k][0], &cur[0]) ||
                       !dt__placements_equal(1, &all.out[k], &cur[0]))) {
@@ -242,14 +256,22 @@ static dt_status build_candidates(const dt_propagation *p, candidates *c, dt_pro
       c->any_strided |= all.out[k].kind == DT_STRIDED_SHARD;
       for (int i = 0; i < p->n_args; i++) c->any_strided |= all.in[k][i].kind == DT_STRIDED_SHARD;
       for (int i = 0; i < p->n_args; i++) {
-        double price = 0;
+        /* Number argument i's target on this mesh dim; price it the first time it comes. */
+        int t = 0;
         if (p->args[i] && !dt__placements_equal(1, &p->current[i][m], &all.in[k][i])) {
-          dt_placement target[DT_MESH_MAX_DIMS];
-          memcpy(target, p->current[i], sizeof(dt_placement) * (size_t)p->mesh_ndim);
-          target[m] = all.in[k][i];
-          price = joint_price(p, i, &g[i], target, &m, 1);
+          for (t = 1; t < c->n_targets[m][i]; t++) {
+            if (dt__placements_equal(1, &s->in[c->first[m][i][t]][i], &all.in[k][i])) break;
+          }
+          if (t == c->n_targets[m][i]) {
+            dt_placement target[DT_MESH_MAX_DIMS];
+            memcpy(target, p->current[i], sizeof(dt_placement) * (size_t)p->mesh_ndim);
+            target[m] = all.in[k][i];
+            c->first[m][i][t] = (uint8_t)s->n;
+            c->single[m][i][t] = joint_price(p, i, &g[i], target, &m, 1);
+            c->n_targets[m][i]++;
+          }
         }
-        c->single[m][s->n][i] = price;
+        c->target[m][s->n][i] = (uint8_t)t;
       }
       s->n++;
     }
@@ -324,7 +346,7 @@ dt_status dt__propagate(const dt_propagation *p, dt_propagation_result *r) {
       double dim_best = HUGE_VAL;
       for (int k = 0; k < c->s[m].n; k++) {
         double cost = 0;
-        for (int i = 0; i < p->n_args; i++) cost += c->single[m][k][i];
+        for (int i = 0; i < p->n_args; i++) cost += c->single[m][i][c->target[m][k][i]];
         if (cost < dim_best) {
           dim_best = cost;
           best[m] = k;

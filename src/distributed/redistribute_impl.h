@@ -76,6 +76,11 @@ double dt__transition_cost(const dt_redistribute_geometry *g, const dt_placement
  * through Replicate, without breaking the nesting of shards. */
 bool dt__step_allowed(const dt_placement *state, int mesh_ndim, int m, dt_placement to);
 
+/* Both at once: dt__transition_cost when dt__step_allowed, else HUGE_VAL (the propagator's
+ * price of one step of an argument, asked for every candidate on a cache miss). */
+double dt__step_price(const dt_redistribute_geometry *g, const dt_placement *state, int m,
+                      dt_placement to);
+
 /* The price of the planner's cheapest path from `from` to `to` (what the planner ranks by:
  * the sum of its steps' dt__step_cost), HUGE_VAL when there is none. */
 double dt__redistribute_cost(const dt_redistribute_geometry *g, const dt_placement *from,

@@ -160,6 +160,30 @@ double dt__transition_cost(const dt_redistribute_geometry *g, const dt_placement
   return one_step_cost(g, state, m, dt_replicate()) + one_step_cost(g, mid, m, to);
 }
 
+double dt__step_price(const dt_redistribute_geometry *g, const dt_placement *state, int m,
+                      dt_placement to) {
+  dt_placement from = state[m];
+  if (dt__placements_equal(1, &from, &to)) return 0;
+  int mesh_ndim = g->mesh_ndim;
+  dt_placement after[DT_MESH_MAX_DIMS];
+  memcpy(after, state, sizeof(dt_placement) * (size_t)mesh_ndim);
+  after[m] = to;
+  double before = dt__local_bytes_estimate(g, state);
+  dt_step_kind kind = dt__step_kind(state, mesh_ndim, m, from, to);
+  if (kind != DT_STEP_INVALID)
+    return dt__step_cost(kind, g->mesh_size[m], before, dt__local_bytes_estimate(g, after));
+  /* Through Replicate (S -> P(avg|max|min), P -> P'), both steps keeping shards nested. */
+  dt_placement mid[DT_MESH_MAX_DIMS];
+  memcpy(mid, state, sizeof(dt_placement) * (size_t)mesh_ndim);
+  mid[m] = dt_replicate();
+  dt_step_kind first = dt__step_kind(state, mesh_ndim, m, from, mid[m]);
+  dt_step_kind second = dt__step_kind(mid, mesh_ndim, m, mid[m], to);
+  if (first == DT_STEP_INVALID || second == DT_STEP_INVALID) return HUGE_VAL;
+  double middle = dt__local_bytes_estimate(g, mid);
+  return dt__step_cost(first, g->mesh_size[m], before, middle) +
+         dt__step_cost(second, g->mesh_size[m], middle, dt__local_bytes_estimate(g, after));
+}
+
 static int encode(const int *codes, int mesh_ndim, int base) {
   int s = 0;
   for (int m = mesh_ndim - 1; m >= 0; m--) s = s * base + codes[m];
@@ -184,10 +208,6 @@ static dt_status plan_search(const dt_redistribute_geometry *g, const dt_placeme
   for (int m = 0; m < mesh_ndim; m++) {
     book_add(&book, from[m]);
     book_add(&book, to[m]);
-  }
-  int count = book.count;
-  for (int i = 0; i < count; i++) { /* every shard dim may appear on every mesh dim */
-    if (book.placements[i].kind == DT_SHARD) continue;
   }
   int base = book.count;
   int states = 1;

@@ -17,27 +17,6 @@ const char *dt_placement_format(dt_placement p, char *buf, size_t size) {
   return buf;
 }
 
-bool dt__placements_equal(int n, const dt_placement *a, const dt_placement *b) {
-  for (int i = 0; i < n; i++) {
-    if (a[i].kind != b[i].kind) return false;
-    if (a[i].kind == DT_SHARD && a[i].dim != b[i].dim) return false;
-    if (a[i].kind == DT_PARTIAL && a[i].op != b[i].op) return false;
-    if (a[i].kind == DT_STRIDED_SHARD &&
-        (a[i].dim != b[i].dim || a[i].split_factor != b[i].split_factor))
-      return false;
-  }
-  return true;
-}
-
-bool dt__strided_conflict(const dt_placement *state, int mesh_ndim, int m, dt_placement q) {
-  if (!dt__is_sharding(q)) return false;
-  for (int j = 0; j < mesh_ndim; j++) {
-    if (j == m || !dt__is_sharding(state[j]) || state[j].dim != q.dim) continue;
-    if (state[j].kind == DT_STRIDED_SHARD || q.kind == DT_STRIDED_SHARD) return true;
-  }
-  return false;
-}
-
 bool dt__placements_valid(int mesh_ndim, const dt_placement *placements) {
   for (int m = 0; m < mesh_ndim; m++) {
     if (dt__strided_conflict(placements, mesh_ndim, m, placements[m])) return false;
