@@ -210,8 +210,8 @@ static dt_status plan_search(const dt_redistribute_geometry *g, const dt_placeme
     book_add(&book, to[m]);
   }
   int base = book.count;
-  int states = 1;
-  for (int m = 0; m < mesh_ndim; m++) states *= base;
+  int states = 1, stride[DT_MESH_MAX_DIMS];
+  for (int m = 0; m < mesh_ndim; m++) stride[m] = states, states *= base;
   /* Up to 256 states (a 2-D mesh always) the tables live on the stack: the propagator
    * runs this search for every argument that changes on several mesh dims. */
   double dist_small[STACK_STATES];
@@ -239,13 +239,27 @@ static dt_status plan_search(const dt_redistribute_geometry *g, const dt_placeme
     prev[s] = -1;
   }
   dist[start] = 0;
-  /* Dense Dijkstra: the state space is tiny (at most 16^4, usually a few dozen). */
+  /* Dense Dijkstra: the state space is tiny (at most 16^4, usually a few dozen). Reached
+   * states not yet settled are listed in `open`, so that picking the next one does not
+   * scan every state. */
+  int open[STACK_STATES]; /* used with the small tables; larger ones are scanned */
+  int n_open = 0;
+  if (small) open[n_open++] = start;
   for (;;) {
-    int best = -1;
-    for (int s = 0; s < states; s++) {
-      if (!done[s] && dist[s] < 1e299 && (best < 0 || dist[s] < dist[best])) best = s;
+    int best = -1, best_at = -1;
+    if (small) {
+      for (int k = 0; k < n_open; k++) {
+        int o = open[k]; /* the cheapest, the lowest state on ties (as the scan below) */
+        if (best < 0 || dist[o] < dist[best] || (dist[o] == dist[best] && o < best))
+          best = o, best_at = k;
+      }
+    } else {
+      for (int s = 0; s < states; s++) {
+        if (!done[s] && dist[s] < 1e299 && (best < 0 || dist[s] < dist[best])) best = s;
+      }
     }
     if (best < 0 || best == goal || dist[best] >= bound) break;
+    if (small) open[best_at] = open[--n_open];
     done[best] = true;
     int codes[DT_MESH_MAX_DIMS];
     dt_placement state[DT_MESH_MAX_DIMS];
@@ -257,12 +271,10 @@ static dt_status plan_search(const dt_redistribute_geometry *g, const dt_placeme
     for (int m = 0; m < mesh_ndim; m++) {
       for (int c = 0; c < base; c++) {
         if (c == codes[m]) continue;
+        int next = best + (c - codes[m]) * stride[m];
+        if (done[next]) continue; /* settled: no step makes it cheaper */
         dt_step_kind kind = dt__step_kind(state, mesh_ndim, m, state[m], book.placements[c]);
         if (kind == DT_STEP_INVALID) continue;
-        int next_codes[DT_MESH_MAX_DIMS];
-        memcpy(next_codes, codes, sizeof(int) * (size_t)mesh_ndim);
-        next_codes[m] = c;
-        int next = encode(next_codes, mesh_ndim, base);
         double next_bytes = 0;
         if (kind == DT_STEP_ALL_GATHER) {
           dt_placement next_state[DT_MESH_MAX_DIMS];
@@ -272,6 +284,7 @@ static dt_status plan_search(const dt_redistribute_geometry *g, const dt_placeme
         }
         double d = dist[best] + dt__step_cost(kind, g->mesh_size[m], state_bytes, next_bytes);
         if (d < dist[next]) {
+          if (small && dist[next] >= 1e299) open[n_open++] = next;
           dist[next] = d;
           prev[next] = best;
         }
