@@ -18,6 +18,10 @@
  * With an even world of at least 4 the same measure follows on a 2-D mesh (2 x world/2,
  * "mesh":[2,2] for world 4), 128x128 tensors, placements that make the propagator decide
  * both mesh dims (see run_2d). The ranks meet at a barrier before each op's timed runs.
+ * The 2-D rows then run once more on the fake backend (rank 0 of the same world in this
+ * thread, "backend":"fake"): collectives are local copies there, no peer is waited for, so
+ * miss - hit is what propagation and planning add, also for the ops that communicate, whose
+ * threads-backend miss - hit is mostly peers waking each other on a shared machine.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +34,7 @@
 #include "tools.h"
 
 #define RUNS 10
-#define MISS_ROUNDS 5 /* cold-cache runs per op, each followed by a hit */
+#define MISS_ROUNDS 11 /* cold-cache runs per op, each followed by a hit */
 
 typedef dt_status (*op_fn)(dt_tensor **in, dt_mesh *mesh, dt_tensor **out);
 
@@ -126,6 +130,7 @@ typedef struct figures {
 typedef struct bench_args {
   bool json;
   int world;
+  const char *backend; /* of the rows being printed: "threads" or "fake" */
 } bench_args;
 
 static double median_of(double *v, int n) { return bench_median(v, n); }
@@ -193,17 +198,19 @@ static void print(const bench_args *b, const char *name, const char *mesh, int r
   if (b->json) {
     char plan[48] = "";
     if (f->plan_us > 0) snprintf(plan, sizeof plan, ",\"plan_us\":%.3f", f->plan_us);
-    printf("{\"name\":\"%s\",\"world\":%d,\"mesh\":%s,%s\"miss_us\":%.3f,\"hit_us\":%.3f,\"local_"
+    printf("{\"name\":\"%s\",\"backend\":\"%s\",\"world\":%d,\"mesh\":%s,%s\"miss_us\":%.3f,\"hit_"
+           "us\":%.3f,\"local_"
            "us\":%.3f,"
            "\"overhead_us\":%.3f,\"miss_minus_hit_us\":%.3f,\"hit_min_us\":%.3f,"
            "\"hit_max_us\":%.3f,\"local_min_us\":%.3f,\"local_max_us\":%.3f,\"miss_min_us\":%.3f,"
            "\"miss_max_us\":%.3f%s}\n",
-           name, b->world, mesh, who, f->miss_us, f->hit_us, f->local_us, f->hit_us - f->local_us,
-           f->miss_hit_us, f->hit_min_us, f->hit_max_us, f->local_min_us, f->local_max_us,
-           f->miss_min_us, f->miss_max_us, plan);
+           name, b->backend, b->world, mesh, who, f->miss_us, f->hit_us, f->local_us,
+           f->hit_us - f->local_us, f->miss_hit_us, f->hit_min_us, f->hit_max_us, f->local_min_us,
+           f->local_max_us, f->miss_min_us, f->miss_max_us, plan);
   } else {
-    char label[16] = "median";
-    if (rank >= 0) snprintf(label, sizeof label, "rank %d", rank);
+    char label[24] = "median";
+    if (rank >= 0)
+      snprintf(label, sizeof label, "%s %d", b->backend[0] == 'f' ? "fake" : "rank", rank);
     printf("%-40s %-5s %-8s miss %8.2f us  hit %7.2f us (%.2f..%.2f)  local %7.2f us (%.2f..%.2f)  "
            "overhead %6.2f us",
            name, mesh, label, f->miss_us, f->hit_us, f->hit_min_us, f->hit_max_us, f->local_us,
@@ -399,8 +406,26 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
   return st;
 }
 
+/* The 2-D rows on the fake backend: rank 0 of a world of b->world in this thread. */
+static dt_status run_2d_fake(bench_args *b) {
+  dt_comm_options opts = {.backend = "fake", .rank = 0, .world_size = b->world};
+  dt_comm *world = NULL;
+  dt_status st = dt_comm_init(&opts, &world);
+  if (st) return st;
+  figures f[MAX_ROWS] = {0};
+  const char *names[MAX_ROWS];
+  int n = 0;
+  st = run_2d(world, f, names, &n);
+  char mesh[24];
+  snprintf(mesh, sizeof mesh, "[2,%d]", b->world / 2);
+  b->backend = "fake";
+  for (int c = 0; c < n && !st; c++) print(b, names[c], mesh, 0, &f[c]);
+  dt_comm_destroy(world);
+  return st;
+}
+
 int bench_suite_dispatch(int argc, char **argv) {
-  bench_args b = {.json = tool_has_flag(argc, argv, "--json"), .world = 4};
+  bench_args b = {.json = tool_has_flag(argc, argv, "--json"), .world = 4, .backend = "threads"};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--world") == 0 && i + 1 < argc) {
       char *end = NULL;
@@ -420,6 +445,7 @@ int bench_suite_dispatch(int argc, char **argv) {
   bench_machine_print(b.json);
   dt__blas_set_threads(1);
   dt_status st = dt_comm_spawn(b.world, rank_fn, &b);
+  if (!st && b.world >= 4 && b.world % 2 == 0) st = run_2d_fake(&b);
   if (st) {
     fprintf(stderr, "bench dispatch: %s\n", dt_last_error());
     return 1;
