@@ -791,6 +791,21 @@ const char tool_plan_details[] =
     "\"attrs\":{\"dim\":[1]}}\n"
     "Exit: 0 done, 1 the op failed (the library's message), 2 a usage error.";
 
+/* The fake backend leaves a collective's output as it was: zeroed memory makes gathered
+ * embedding indices 0 (in range) instead of whatever the allocation held. */
+static void *zeroed_alloc(size_t size, size_t alignment, void *user) {
+  (void)user;
+  void *p = NULL;
+  if (alignment < sizeof(void *)) alignment = sizeof(void *);
+  if (posix_memalign(&p, alignment, size ? size : 1)) return NULL;
+  memset(p, 0, size);
+  return p;
+}
+static void zeroed_free(void *ptr, void *user) {
+  (void)user;
+  free(ptr);
+}
+
 int tool_plan(int argc, char **argv) {
   bool json = false, from_stdin = false;
   char *rest[64];
@@ -811,6 +826,7 @@ int tool_plan(int argc, char **argv) {
       return 2;
     }
   }
+  dt_set_allocator(&(dt_allocator){.alloc = zeroed_alloc, .free = zeroed_free});
   if (from_stdin) {
     if (n > 0) {
       fprintf(stderr, "dtensor plan: --stdin takes no case on the command line\n");
