@@ -71,9 +71,9 @@ typedef struct dt_tp_plan {
  * shard or a partial sum is a local op). Graph outputs are Replicate. Run the result with
  * dt_program_run and a group of world_size ranks in which this rank is `rank`.
  * Not collective. Errors: DT_ERR_INVALID (NULL, rank outside the world, a plan FQN that is not
- * a module of the program, a style on a module that is not a Linear, a FQN named twice),
- * DT_ERR_UNSUPPORTED (a symbolic dim that would have to be sharded), DT_ERR_NOMEM. On failure
- * *out is NULL. */
+ * a module of the program, an unknown style, a FQN named twice), DT_ERR_UNSUPPORTED (a style on
+ * a module that is not a Linear, a symbolic dim that would have to be sharded), DT_ERR_NOMEM. On
+ * failure *out is NULL. */
 DT_API dt_status dt_tp_transform(const dt_program *program, int rank, int world_size,
                                  const dt_tp_plan *plan, dt_program **out);
 
@@ -110,7 +110,8 @@ typedef struct dt_tp_style_options {
  * TP (TorchTitan) call this first, then dt_fully_shard on the other dim; for DDP x TP,
  * dt_data_parallel. `options` may be NULL or hold plan->n entries. Collective over the mesh.
  * Errors: as dt_tp_transform (colwise/rowwise on a module other than Linear and Embedding is
- * DT_ERR_INVALID), plus DT_ERR_UNSUPPORTED for SEQUENCE_PARALLEL on a module with parameters
+ * DT_ERR_UNSUPPORTED, as PyTorch's NotImplementedError), plus DT_ERR_UNSUPPORTED for
+ * SEQUENCE_PARALLEL on a module with parameters
  * other than a LayerNorm (e.g. BatchNorm1d, Linear), naming the module and the style;
  * DT_ERR_INVALID for an input on a mesh with another number of dims, or a layout that shards
  * a dim the input does not have (at forward time). */

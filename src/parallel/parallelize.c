@@ -218,7 +218,7 @@ static dt_status check_entry(dt_module *model, dt_mesh *mesh, const dt_tp_plan *
     return DT_OK;
   }
   if (!is_type(m, "Linear") && !is_type(m, "Embedding")) {
-    return dt__error(DT_ERR_INVALID,
+    return dt__error(DT_ERR_UNSUPPORTED,
                      "dt_parallelize_module: %s style on '%s', a %s (colwise and rowwise apply "
                      "to Linear and Embedding modules only)",
                      dt_tp_style_name(e->style), e->fqn, dt_module_type(m));

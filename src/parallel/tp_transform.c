@@ -120,7 +120,7 @@ static dt_status check_plan(const dt_program *prog, const dt_tp_plan *plan) {
     }
     if (type && strcmp(type, "Linear") != 0) {
       return dt__error(
-          DT_ERR_INVALID,
+          DT_ERR_UNSUPPORTED,
           "dt_tp_transform: %s style on '%s', a %s (styles apply to Linear modules only)",
           dt_tp_style_name(e->style), e->fqn, type);
     }
