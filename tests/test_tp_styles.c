@@ -1,8 +1,9 @@
 /* The eager tensor-parallel styles beyond Linear: a vocabulary-parallel (rowwise) Embedding, a
  * sequence-parallel LayerNorm, then a colwise and a rowwise Linear, on [batch, seq, hidden]
- * over 2 ranks (threads). Forward output and every parameter gradient, gathered, equal the
- * unparallelized model's on the full tensors; the sharded parameters' gradients keep their
- * placement; styles on modules that do not support them fail with a message. */
+ * over 2 ranks (threads), and on a 2x2 ("dp", "tp") mesh with the batch split over dp.
+ * Forward output and every parameter gradient, gathered, equal the unparallelized model's on
+ * the full tensors; the sharded parameters' gradients keep their placement; styles on modules
+ * that do not support them fail with a message. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,7 @@
 #include "comm_helpers.h"
 #include "reference.h"
 
-enum { VOCAB = 7, HIDDEN = 6, FFN = 8, BATCH = 2 };
+enum { VOCAB = 7, HIDDEN = 6, FFN = 8, BATCH = 4 };
 
 /* tok (Embedding VOCAB x HIDDEN) -> norm (LayerNorm HIDDEN) -> w1 (Linear HIDDEN -> FFN) ->
  * GELU -> w2 (Linear FFN -> HIDDEN). The GELU is a plain op between the two Linears: it
@@ -100,6 +101,7 @@ static double rel_diff(const dt_tensor *a, const dt_tensor *b) {
 typedef struct variant {
   int seq;                   /* the sequence length (3: uneven over 2 ranks) */
   bool embedding_keeps_dist; /* the embedding's Shard(1) output stays distributed */
+  bool two_d;                /* 2x2 ("dp", "tp"), the batch Shard(0) over dp; else 1-D "tp" */
 } variant;
 
 static dt_status styles_rank(dt_comm *world, void *arg) {
@@ -118,8 +120,21 @@ static dt_status styles_rank(dt_comm *world, void *arg) {
   RANK_OK(run(ref, idx, target, &yref, NULL));
 
   dt_mesh *mesh = NULL;
-  RANK_OK(
-      dt_mesh_create(world, 1, (int[]){dt_comm_size(world)}, (const char *const[]){"tp"}, &mesh));
+  int tp = v->two_d ? 1 : 0; /* the styles apply on the last mesh dim */
+  if (v->two_d) {
+    RANK_OK(dt_mesh_create(world, 2, (int[]){2, 2}, (const char *const[]){"dp", "tp"}, &mesh));
+    /* Each dp group gets half the batch: the inputs and the target are split over dp. */
+    dt_placement batch[2] = {dt_shard(0), dt_replicate()};
+    dt_tensor *didx = NULL, *dtarget = NULL;
+    RANK_OK(dt_dist_distribute_tensor(mesh, idx, 2, batch, &didx));
+    RANK_OK(dt_dist_distribute_tensor(mesh, target, 2, batch, &dtarget));
+    dt_tensor_release(idx);
+    dt_tensor_release(target);
+    idx = didx, target = dtarget;
+  } else {
+    RANK_OK(
+        dt_mesh_create(world, 1, (int[]){dt_comm_size(world)}, (const char *const[]){"tp"}, &mesh));
+  }
   RANK_OK(make_model(&model));
   dt_tp_plan_entry entries[] = {{"tok", DT_TP_ROWWISE},
                                 {"norm", DT_TP_SEQUENCE_PARALLEL},
@@ -134,27 +149,36 @@ static dt_status styles_rank(dt_comm *world, void *arg) {
   dt_tp_plan plan = {4, entries};
   RANK_OK(dt_parallelize_module(model, mesh, &plan, opts));
   RANK_OK(set_requires_grad(model));
-  RANK_CHECK(dt_dist_placements(dt_module_get_tensor(model, "tok.weight"))[0].kind == DT_SHARD &&
-                 dt_dist_placements(dt_module_get_tensor(model, "tok.weight"))[0].dim == 0,
+  RANK_CHECK(dt_dist_placements(dt_module_get_tensor(model, "tok.weight"))[tp].kind == DT_SHARD &&
+                 dt_dist_placements(dt_module_get_tensor(model, "tok.weight"))[tp].dim == 0,
              "vocabulary-parallel weight is Shard(0)");
-  RANK_CHECK(dt_dist_placements(dt_module_get_tensor(model, "norm.weight"))[0].kind == DT_REPLICATE,
+  RANK_CHECK(dt_dist_placements(dt_module_get_tensor(model, "norm.weight"))[tp].kind ==
+                 DT_REPLICATE,
              "sequence-parallel LayerNorm weight is Replicate");
   dt_comm_ledger *ledger = NULL;
   RANK_OK(run(model, idx, target, &y, &ledger));
-  RANK_CHECK(!dt_tensor_is_distributed(y), "the rowwise output is local");
+  /* On 2x2 the output keeps the batch split over dp (a local piece could not say so). */
+  RANK_CHECK(dt_tensor_is_distributed(y) == v->two_d, "the rowwise output is local on 1-D");
   /* The forward's collectives, as PyTorch's sequence parallelism: the embedding's Partial
    * reduce-scattered to the sequence shards, those all-gathered before w1 (not w1's weight),
    * w2's Partial all-reduced. */
   char table[400]; /* the first rows; RANK_CHECK messages are short */
   RANK_OK(dt_comm_ledger_format(ledger, table, sizeof table));
   if (getenv("TP_STYLES_DEBUG")) fprintf(stderr, "%s\n", table);
-  int64_t act = (int64_t)BATCH * v->seq * HIDDEN * 4; /* one [batch, seq, hidden] in bytes */
+  /* One [batch, seq, hidden] in bytes, per dp group (all the tp collectives run there). */
+  int64_t act = (int64_t)(v->two_d ? BATCH / 2 : BATCH) * v->seq * HIDDEN * 4;
   RANK_CHECK(dt_comm_ledger_count(ledger, NULL) == 3 &&
                  dt_comm_ledger_count(ledger, "all_reduce") == 1 &&
                  dt_comm_ledger_bytes(ledger, NULL) == 3 * act,
              "forward collectives:\n%s", table);
   dt_comm_ledger_destroy(ledger);
 
+  if (v->two_d) {
+    dt_tensor *full = NULL;
+    RANK_OK(dt_dist_full_tensor(y, &full));
+    dt_tensor_release(y);
+    y = full;
+  }
   double d = rel_diff(y, yref);
   RANK_CHECK(d <= 1e-5, "seq %d: output rel diff %g", v->seq, d);
 
@@ -164,7 +188,7 @@ static dt_status styles_rank(dt_comm *world, void *arg) {
     dt_tensor *p = dt_module_get_tensor(model, PARAMS[i]), *g = NULL, *full = NULL, *gref = NULL;
     RANK_OK(dt_tensor_grad(p, &g));
     RANK_CHECK(g && dt_tensor_is_distributed(g), "%s: distributed gradient", PARAMS[i]);
-    dt_placement pp = dt_dist_placements(p)[0], gp = dt_dist_placements(g)[0];
+    dt_placement pp = dt_dist_placements(p)[tp], gp = dt_dist_placements(g)[tp];
     if (pp.kind == DT_SHARD) {
       RANK_CHECK(gp.kind == DT_SHARD && gp.dim == pp.dim, "%s: gradient stays S(%d), got kind %d",
                  PARAMS[i], pp.dim, (int)gp.kind);
@@ -198,7 +222,8 @@ static dt_status styles_rank(dt_comm *world, void *arg) {
     RANK_OK(dt_dist_full_tensor(pp[i], &full));
     double e = rel_diff(full, rp[i]);
     RANK_CHECK(e <= 1e-5, "seq %d: %s after a step rel diff %g", v->seq, PARAMS[i], e);
-    RANK_CHECK(dt_dist_placements(pp[i])[0].kind != DT_PARTIAL, "%s stays R or S", PARAMS[i]);
+    for (int m = 0; m <= tp; m++)
+      RANK_CHECK(dt_dist_placements(pp[i])[m].kind != DT_PARTIAL, "%s stays R or S", PARAMS[i]);
     dt_tensor_release(full);
   }
   dt_optimizer_destroy(opt);
@@ -221,6 +246,18 @@ Test(tp_styles, embedding_sequence_parallel_mlp_matches_unparallelized) {
 Test(tp_styles, distributed_sequence_shards_uneven) {
   variant v = {.seq = 3, .embedding_keeps_dist = true};
   SPAWN_OK(2, styles_rank, &v);
+}
+
+/* The same model on 2x2: the styles on "tp", the batch over "dp"; the gradients of the
+ * parameters (Replicate over dp) come Partial over dp and the optimizer reduces them. */
+Test(tp_styles, two_d_mesh_batch_over_dp) {
+  variant v = {.seq = 4, .embedding_keeps_dist = true, .two_d = true};
+  SPAWN_OK(4, styles_rank, &v);
+}
+
+Test(tp_styles, two_d_mesh_uneven_sequence) {
+  variant v = {.seq = 3, .embedding_keeps_dist = true, .two_d = true};
+  SPAWN_OK(4, styles_rank, &v);
 }
 
 /* Colwise on an Embedding: weight Shard(1) (the embedding dim), output Shard(-1), here
