@@ -63,6 +63,57 @@ static inline dt_status placement_is(const char *what, const dt_tensor *t, int m
   return DT_OK;
 }
 
+/* ---- The naive reference of a shard (every nesting of Shard and StridedShard) ---------- */
+
+/* torch.chunk of `length` items over n: chunk c starts at c * ceil(length / n), clipped. */
+static inline void naive_chunk(int64_t length, int n, int c, int64_t *start, int64_t *count) {
+  int64_t piece = (length + n - 1) / n;
+  *start = c * piece < length ? c * piece : length;
+  *count = length - *start < piece ? length - *start : piece;
+}
+
+/* The global indices of tensor dim d this rank holds, in local order: every mesh dim that
+ * shards d, in mesh-dim order, keeps its chunk of the list (S), or its chunk of each of the
+ * f blocks of the list (SS). Returns how many; idx holds up to `cap`. */
+static inline int64_t naive_indices(int64_t length, int d, int mesh_ndim, const dt_placement *pl,
+                                    const int *mesh_shape, const int *coord, int64_t *idx,
+                                    int64_t cap) {
+  int64_t count = length;
+  for (int64_t i = 0; i < length && i < cap; i++) idx[i] = i;
+  for (int m = 0; m < mesh_ndim; m++) {
+    if (!dt__is_sharding(pl[m]) || pl[m].dim != d) continue;
+    int64_t f = pl[m].kind == DT_STRIDED_SHARD ? pl[m].split_factor : 1;
+    int64_t block = count / f, kept = 0, start, take;
+    naive_chunk(block, mesh_shape[m], coord[m], &start, &take);
+    for (int64_t b = 0; b < f; b++) {
+      for (int64_t j = 0; j < take; j++) idx[kept++] = idx[b * block + start + j];
+    }
+    count = kept;
+  }
+  return count;
+}
+
+#define NAIVE_MAX_LEN 64
+
+/* This rank's expected shard under `pl` of the whole 1-D or 2-D tensor of values v. */
+static inline dt_tensor *naive_shard(int ndim, const int64_t *shape, const double *v, int mesh_ndim,
+                                     const dt_placement *pl, const int *mesh_shape,
+                                     const int *coord) {
+  int64_t idx[2][NAIVE_MAX_LEN], count[2] = {1, 1}, cols = ndim == 2 ? shape[1] : 1;
+  idx[1][0] = 0;
+  for (int d = 0; d < ndim; d++)
+    count[d] = naive_indices(shape[d], d, mesh_ndim, pl, mesh_shape, coord, idx[d], NAIVE_MAX_LEN);
+  double *local = malloc(sizeof(double) * (size_t)(count[0] * count[1] + 1));
+  for (int64_t i = 0; i < count[0]; i++) {
+    for (int64_t j = 0; j < count[1]; j++)
+      local[i * count[1] + j] = v[idx[0][i] * cols + idx[1][j]];
+  }
+  int64_t local_shape[2] = {count[0], count[1]};
+  dt_tensor *t = ref_tensor(ndim, local_shape, DT_F32, local);
+  free(local);
+  return t;
+}
+
 /* Releases every tensor listed, in order. */
 #define RELEASE_ALL(...)                                                                           \
   do {                                                                                             \

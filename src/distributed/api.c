@@ -24,6 +24,15 @@ static void my_region(const dt_dist_spec *spec, int64_t *shape, int64_t *offset)
                    shape, offset);
 }
 
+/* dt__check_strided against the sizes of `mesh`. */
+static dt_status check_strided_on(const char *op, const dt_mesh *mesh, int ndim,
+                                  const int64_t *shape, int n_placements,
+                                  const dt_placement *placements) {
+  dt_mesh_info mi;
+  dt__mesh_info(mesh, &mi);
+  return dt__check_strided(op, ndim, shape, n_placements, mi.size, placements);
+}
+
 /* A view of `full` restricted to a block. */
 static dt_status block_view(const dt_tensor *full, const int64_t *shape, const int64_t *offset,
                             dt_tensor **out) {
@@ -189,7 +198,7 @@ dt_status dt_dist_from_local(dt_mesh *mesh, dt_tensor *local, int n_placements,
       if (dt__is_sharding(norm[m])) global[norm[m].dim] *= mi.size[m];
     }
   }
-  st = dt__check_strided(op, local->ndim, global, mi.ndim, norm);
+  st = dt__check_strided(op, local->ndim, global, mi.ndim, mi.size, norm);
   if (st) return st;
   int64_t expect[DT_MAX_DIMS], offset[DT_MAX_DIMS];
   dt__local_region(local->ndim, global, mi.ndim, mi.size, mi.coord, norm, expect, offset);
@@ -237,7 +246,7 @@ dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placem
         DT_ERR_INVALID,
         "%s: Partial placements cannot be distributed (use Replicate, then redistribute)", op);
   }
-  st = dt__check_strided(op, full->ndim, full->shape, n_placements, norm);
+  st = check_strided_on(op, mesh, full->ndim, full->shape, n_placements, norm);
   if (!st) st = check_guard(op, full);
   if (st) return st;
   dt_dist_spec *spec = NULL;
@@ -387,7 +396,8 @@ dt_status dt_dist_redistribute(dt_tensor *t, int n_placements, const dt_placemen
   dt_status st =
       dt__check_placements(op, t->spec->mesh_ndim, t->spec->ndim, n_placements, placements, norm);
   if (!st) st = check_partial_avg(op, n_placements, norm, t->spec->dtype);
-  if (!st) st = dt__check_strided(op, t->spec->ndim, t->spec->shape, n_placements, norm);
+  if (!st)
+    st = check_strided_on(op, t->spec->mesh, t->spec->ndim, t->spec->shape, n_placements, norm);
   if (st) return st;
   st = check_guard(op, t);
   if (st) return st;
@@ -439,7 +449,8 @@ dt_status dt_dist_redistribute_explain(const dt_tensor *t, int n_placements,
   dt_placement norm[DT_MESH_MAX_DIMS];
   dt_status st =
       dt__check_placements(op, t->spec->mesh_ndim, t->spec->ndim, n_placements, placements, norm);
-  if (!st) st = dt__check_strided(op, t->spec->ndim, t->spec->shape, n_placements, norm);
+  if (!st)
+    st = check_strided_on(op, t->spec->mesh, t->spec->ndim, t->spec->shape, n_placements, norm);
   if (st) return st;
   dt_redistribute_plan plan;
   st = dt__redistribute_plan_cached(t->spec, norm, &plan);
@@ -475,7 +486,7 @@ static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int
     return dt__error(DT_ERR_INVALID,
                      "%s: factories take Shard or Replicate placements, not Partial", op);
   }
-  st = dt__check_strided(op, ndim, shape, n_placements, norm);
+  st = check_strided_on(op, mesh, ndim, shape, n_placements, norm);
   if (st) return st;
   for (int m = 0; m < n_placements && kind != FACTORY_FULL; m++) {
     if (norm[m].kind == DT_STRIDED_SHARD) {

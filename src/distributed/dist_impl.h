@@ -44,28 +44,41 @@ static inline bool dt__is_sharding(dt_placement p) {
   return p.kind == DT_SHARD || p.kind == DT_STRIDED_SHARD;
 }
 
-/* Whether placing q on mesh dim m of `state` would make a tensor dim sharded by two mesh
- * dims of which one is a StridedShard (not supported: strided shards do not nest). Inline:
- * the propagator and the planner ask it for every step they price. */
+/* Whether placing q on mesh dim m of `state` would make a tuple that does not exist. A tensor
+ * dim may be sharded by several mesh dims (shards nest in mesh-dim order), at most one of them
+ * a StridedShard and then the last: `S(d)` on mesh dim m and `SS(d, f)` on a later one is f
+ * blocks of what m left, each chunked over the later mesh dim. Refused: a StridedShard with a
+ * later shard of its dim (two StridedShards of one dim included). Inline: the propagator and
+ * the planner ask it for every step they price. */
 static inline bool dt__strided_conflict(const dt_placement *state, int mesh_ndim, int m,
                                         dt_placement q) {
   if (!dt__is_sharding(q)) return false;
   for (int j = 0; j < mesh_ndim; j++) {
     if (j == m || !dt__is_sharding(state[j]) || state[j].dim != q.dim) continue;
-    if (state[j].kind == DT_STRIDED_SHARD || q.kind == DT_STRIDED_SHARD) return true;
+    if (j > m ? q.kind == DT_STRIDED_SHARD : state[j].kind == DT_STRIDED_SHARD) return true;
   }
   return false;
 }
 /* No such conflict in the tuple. */
 bool dt__placements_valid(int mesh_ndim, const dt_placement *placements);
-/* DT_ERR_INVALID unless every StridedShard's split factor divides its dim's size. */
+/* Whether a StridedShard of the tuple has a plain Shard of its dim on an earlier mesh dim
+ * (the nested form). */
+bool dt__strided_nested(int mesh_ndim, const dt_placement *placements);
+/* Whether every StridedShard(d, f) of the tuple cuts whole blocks: f divides the extent of d it
+ * applies to, which for the nested form is what the earlier Shards of d leave, and those must
+ * split d evenly (every rank then has the same whole number of blocks). */
+bool dt__strided_fits(int ndim, const int64_t *shape, int mesh_ndim, const int64_t *mesh_size,
+                      const dt_placement *placements);
+/* DT_ERR_INVALID (or DT_ERR_UNSUPPORTED for an uneven outer Shard) unless dt__strided_fits. */
 dt_status dt__check_strided(const char *op, int ndim, const int64_t *shape, int mesh_ndim,
-                            const dt_placement *placements);
+                            const int64_t *mesh_size, const dt_placement *placements);
 
 /* The block of the global tensor a rank at `coord` holds under `placements`: its shape
  * and offset per tensor dim. Sharded dims are split in mesh-dim order. For a dim carrying
- * a StridedShard the shape is the rank's f chunks together and the offset is where its
- * chunk starts inside each block (the region is not a box). */
+ * a StridedShard the region is not a box: the shape is the rank's f chunks together and the
+ * offset is the global index of its first element, i.e. where the extent the earlier Shards
+ * of d left starts (0 when none) plus where its chunk starts inside each block; the blocks are
+ * that extent / f long. */
 void dt__local_region(int ndim, const int64_t *global_shape, int mesh_ndim,
                       const int64_t *mesh_size, const int64_t *coord,
                       const dt_placement *placements, int64_t *local_shape, int64_t *offset);

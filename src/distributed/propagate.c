@@ -166,7 +166,9 @@ static bool choice_valid(const dt_propagation *p, const candidates *c, const int
       target[m] = i < 0 ? c->s[m].out[pick[m]] : c->s[m].in[pick[m]][i];
       strided |= target[m].kind == DT_STRIDED_SHARD;
     }
-    if (strided && !dt__placements_valid(p->mesh_ndim, target)) return false;
+    if (strided &&
+        (!dt__placements_valid(p->mesh_ndim, target) || dt__strided_nested(p->mesh_ndim, target)))
+      return false;
   }
   return true;
 }

@@ -43,7 +43,7 @@ static void book_add(code_book *book, dt_placement p) {
 
 static bool shards_dim_after(const dt_placement *state, int mesh_ndim, int m, int d) {
   for (int j = m + 1; j < mesh_ndim; j++) {
-    if (state[j].kind == DT_SHARD && state[j].dim == d) return true;
+    if (dt__is_sharding(state[j]) && state[j].dim == d) return true;
   }
   return false;
 }
@@ -54,7 +54,9 @@ dt_step_kind dt__step_kind(const dt_placement *state, int mesh_ndim, int m, dt_p
    * the chunks into blocks locally), sliced from it, turned into a Shard and made from one
    * by one all_to_all (each rank sends the elements of its chunks that another's shard
    * holds), or reduce-scattered from a Partial; SS -> SS' and SS -> P pass through
-   * Replicate. A strided dim is never sharded by a second mesh dim. */
+   * Replicate. A StridedShard is the last mesh dim sharding its dim (dt__strided_conflict):
+   * nested under Shards of d on earlier mesh dims, it works on the extent they leave, and
+   * those cannot change before it is undone (shards_dim_after counts it). */
   if (dt__strided_conflict(state, mesh_ndim, m, q)) return DT_STEP_INVALID;
   if (p.kind == DT_STRIDED_SHARD) {
     if (q.kind == DT_REPLICATE) return DT_STEP_ALL_GATHER;
@@ -234,6 +236,11 @@ static dt_status plan_search(const dt_redistribute_geometry *g, const dt_placeme
     goal_codes[m] = code_of(&book, to[m]);
   }
   int start = encode(start_codes, mesh_ndim, base), goal = encode(goal_codes, mesh_ndim, base);
+  /* A nested StridedShard (S(d) then SS(d, f)) exists only where the outer Shards split d into
+   * whole blocks, which the geometry here does not tell: the search may start or end at one
+   * (checked by the caller) but never passes through one. */
+  bool strided = false;
+  for (int i = 0; i < book.count; i++) strided |= book.placements[i].kind == DT_STRIDED_SHARD;
   for (int s = 0; s < states; s++) {
     dist[s] = 1e300;
     prev[s] = -1;
@@ -275,6 +282,12 @@ static dt_status plan_search(const dt_redistribute_geometry *g, const dt_placeme
         if (done[next]) continue; /* settled: no step makes it cheaper */
         dt_step_kind kind = dt__step_kind(state, mesh_ndim, m, state[m], book.placements[c]);
         if (kind == DT_STEP_INVALID) continue;
+        if (strided && next != goal && book.placements[c].kind == DT_STRIDED_SHARD) {
+          dt_placement next_state[DT_MESH_MAX_DIMS];
+          memcpy(next_state, state, sizeof(dt_placement) * (size_t)mesh_ndim);
+          next_state[m] = book.placements[c];
+          if (dt__strided_nested(mesh_ndim, next_state)) continue;
+        }
         double next_bytes = 0;
         if (kind == DT_STEP_ALL_GATHER) {
           dt_placement next_state[DT_MESH_MAX_DIMS];

@@ -24,8 +24,43 @@ bool dt__placements_valid(int mesh_ndim, const dt_placement *placements) {
   return true;
 }
 
+bool dt__strided_nested(int mesh_ndim, const dt_placement *placements) {
+  for (int m = 0; m < mesh_ndim; m++) {
+    if (placements[m].kind != DT_STRIDED_SHARD) continue;
+    for (int j = 0; j < m; j++) {
+      if (placements[j].kind == DT_SHARD && placements[j].dim == placements[m].dim) return true;
+    }
+  }
+  return false;
+}
+
+/* For the StridedShard on mesh dim m: how many pieces the earlier Shards of its dim cut it
+ * into (*outer) and the extent each leaves when they are even (*extent, else -1). */
+static void strided_extent(const int64_t *shape, const int64_t *mesh_size,
+                           const dt_placement *placements, int m, int64_t *outer, int64_t *extent) {
+  int d = placements[m].dim;
+  *outer = 1;
+  for (int j = 0; j < m; j++) {
+    if (placements[j].kind == DT_SHARD && placements[j].dim == d) *outer *= mesh_size[j];
+  }
+  *extent = shape[d] % *outer == 0 ? shape[d] / *outer : -1;
+}
+
+bool dt__strided_fits(int ndim, const int64_t *shape, int mesh_ndim, const int64_t *mesh_size,
+                      const dt_placement *placements) {
+  for (int m = 0; m < mesh_ndim; m++) {
+    dt_placement p = placements[m];
+    if (p.kind != DT_STRIDED_SHARD) continue;
+    if (p.dim < 0 || p.dim >= ndim) return false;
+    int64_t outer, extent;
+    strided_extent(shape, mesh_size, placements, m, &outer, &extent);
+    if (extent < 0 || extent % p.split_factor != 0) return false;
+  }
+  return true;
+}
+
 dt_status dt__check_strided(const char *op, int ndim, const int64_t *shape, int mesh_ndim,
-                            const dt_placement *placements) {
+                            const int64_t *mesh_size, const dt_placement *placements) {
   for (int m = 0; m < mesh_ndim; m++) {
     dt_placement p = placements[m];
     if (p.kind != DT_STRIDED_SHARD) continue;
@@ -35,6 +70,23 @@ dt_status dt__check_strided(const char *op, int ndim, const int64_t *shape, int 
                        "elements (the split factor must divide it)",
                        op, m, p.dim, p.split_factor, p.dim,
                        (long long)(p.dim >= 0 && p.dim < ndim ? shape[p.dim] : 0));
+    }
+    int64_t outer, extent;
+    strided_extent(shape, mesh_size, placements, m, &outer, &extent);
+    if (extent < 0) {
+      return dt__error(DT_ERR_UNSUPPORTED,
+                       "%s: placement %d is StridedShard(%d, %d) nested under Shard(%d) on earlier "
+                       "mesh dims that cut tensor dim %d (%lld elements) into %lld uneven pieces "
+                       "(supported only when they are even)",
+                       op, m, p.dim, p.split_factor, p.dim, p.dim, (long long)shape[p.dim],
+                       (long long)outer);
+    }
+    if (extent % p.split_factor != 0) {
+      return dt__error(DT_ERR_INVALID,
+                       "%s: placement %d is StridedShard(%d, %d) nested under Shard(%d): each "
+                       "rank's %lld elements of tensor dim %d are not a whole number of %d blocks",
+                       op, m, p.dim, p.split_factor, p.dim, (long long)extent, p.dim,
+                       p.split_factor);
     }
   }
   return DT_OK;
@@ -98,7 +150,8 @@ dt_status dt__check_placements(const char *op, int mesh_ndim, int ndim, int n_pl
     if (dt__strided_conflict(normalized, n_placements, i, normalized[i])) {
       return dt__error(DT_ERR_UNSUPPORTED,
                        "%s: placement %d shards tensor dim %d, which another mesh dim also "
-                       "shards, and one of them is a StridedShard (not supported)",
+                       "shards, and a StridedShard of it is not the last mesh dim sharding it "
+                       "(not supported)",
                        op, i, normalized[i].dim);
     }
   }
@@ -114,11 +167,12 @@ void dt__local_region(int ndim, const int64_t *global_shape, int mesh_ndim,
   }
   for (int m = 0; m < mesh_ndim; m++) {
     if (placements[m].kind == DT_STRIDED_SHARD) {
-      /* Not nested (dt__check_placements): the rank's chunk of each of f blocks. */
+      /* The last mesh dim sharding d (dt__check_placements): the rank's chunk of each of the f
+       * blocks of the extent the earlier Shards of d left. */
       int d = placements[m].dim;
       int64_t f = placements[m].split_factor, start, length;
       dt__chunk_range(local_shape[d] / f, mesh_size[m], coord[m], &start, &length);
-      offset[d] = start;
+      offset[d] += start;
       local_shape[d] = f * length;
       continue;
     }

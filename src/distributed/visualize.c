@@ -24,6 +24,16 @@ static int64_t blocks_of(const dt_dist_spec *s, int d) {
   return 1;
 }
 
+/* How many pieces the Shards of tensor dim d cut it into (the outer ones of a nested
+ * StridedShard, which must split it evenly). */
+static int64_t shard_pieces(const dt_dist_spec *s, const dt_mesh_info *mi, int d) {
+  int64_t pieces = 1;
+  for (int m = 0; m < s->mesh_ndim; m++) {
+    if (s->placements[m].kind == DT_SHARD && s->placements[m].dim == d) pieces *= mi->size[m];
+  }
+  return pieces;
+}
+
 /* The block of the global tensor that rank r (row-major over the mesh) holds. */
 static void region_of_rank(const dt_dist_spec *s, const dt_mesh_info *mi, int64_t r, int64_t *shape,
                            int64_t *off) {
@@ -68,6 +78,9 @@ dt_status dt_dist_visualize_sharding(const dt_tensor *t, char *buf, size_t size)
   /* A StridedShard dim is f blocks; a rank holds the same piece of each. */
   int64_t fr = blocks_of(s, 0), fc = s->ndim == 2 ? blocks_of(s, 1) : 1;
   int64_t row_block = rows / fr > 0 ? rows / fr : 1, col_block = cols / fc > 0 ? cols / fc : 1;
+  /* Nested under Shards, the blocks are cut from the extent those leave. */
+  if (fr > 1) row_block /= shard_pieces(s, &mi, 0);
+  if (fc > 1) col_block /= shard_pieces(s, &mi, 1);
   int64_t rcuts[66], ccuts[66];
   int nr = 0, nc = 0;
   rcuts[nr++] = 0, rcuts[nr++] = rows, ccuts[nc++] = 0, ccuts[nc++] = cols;

@@ -1,0 +1,142 @@
+/* A StridedShard nested under a Shard of the same tensor dim (issue 16): S(d) on mesh dim m and
+ * SS(d, f) on a later one, f blocks of what m left each chunked over the later mesh dim (the
+ * layout PyTorch's (Shard(0), _StridedShard(0, split_factor=f)) has for a flattened
+ * [S(0), S(1)]). Shards are checked element for element against a naive slice of the whole
+ * tensor on 2x2 and 2x3 meshes; moves against the comm ledger and explain. */
+#include <criterion/criterion.h>
+
+#include "distributed/redistribute_impl.h"
+#include "strided_helpers.h"
+
+typedef struct nested_case {
+  int mesh_shape[2];
+  int ndim;
+  int64_t shape[2];
+  dt_placement pl[2];
+} nested_case;
+
+/* This rank's shard of t is the naive slice of the whole tensor `full` under pl. */
+static dt_status shard_is_naive(const char *what, dt_tensor *t, dt_tensor *full,
+                                const nested_case *c, const dt_placement *pl, const int *coord) {
+  double *v = ref_values(full);
+  dt_tensor *expect = naive_shard(c->ndim, c->shape, v, 2, pl, c->mesh_shape, coord);
+  free(v);
+  dt_tensor *local = NULL;
+  RANK_OK(dt_dist_to_local(t, &local));
+  dt_status st = same_values_tol(what, local, expect, 0);
+  RELEASE_ALL(local, expect);
+  return st;
+}
+
+/* Redistributes x to `to`, checking the result's shard against the naive slice, its whole
+ * value, and the ledger's bytes against explain's; *bytes gets them. */
+static dt_status move_checked(const char *what, dt_tensor *x, dt_tensor *full, const nested_case *c,
+                              const dt_placement *to, const int *coord, int64_t *bytes) {
+  char plan[512];
+  int64_t explained = -1;
+  RANK_OK(dt_dist_redistribute_explain(x, 2, to, plan, sizeof plan, &explained));
+  dt_comm_ledger *l = NULL;
+  ledger_counts n;
+  dt_tensor *y = NULL;
+  LEDGER_BEGIN(l);
+  RANK_OK(dt_dist_redistribute(x, 2, to, &y));
+  LEDGER_END(l, n);
+  RANK_CHECK(n.bytes == explained, "%s: ledger %lld bytes, explain %lld (%.200s)", what,
+             (long long)n.bytes, (long long)explained, plan);
+  *bytes = n.bytes;
+  dt_status st = shard_is_naive(what, y, full, c, to, coord);
+  if (!st) st = full_equals_tol(what, y, full, 0);
+  dt_tensor_release(y);
+  return st;
+}
+
+static dt_status nested_rank(dt_comm *world, void *arg) {
+  const nested_case *c = arg;
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, 2, c->mesh_shape, NULL, &mesh));
+  int coord[2] = {dt_mesh_coordinate(mesh, 0), dt_mesh_coordinate(mesh, 1)};
+  dt_tensor *full = iota(c->ndim, c->shape), *x = NULL, *local = NULL, *back = NULL;
+  RANK_OK(dt_dist_distribute_tensor(mesh, full, 2, c->pl, &x));
+  RANK_OK(shard_is_naive("distribute_tensor", x, full, c, c->pl, coord));
+  RANK_OK(full_equals_tol("full_tensor", x, full, 0));
+  /* from_local (with the global shape: inner chunks may be uneven) gives the same tensor back. */
+  RANK_OK(dt_dist_to_local(x, &local));
+  dt_dist_from_local_options opt = {.global_shape = c->shape, .global_ndim = c->ndim};
+  RANK_OK(dt_dist_from_local(mesh, local, 2, c->pl, &opt, &back));
+  RANK_CHECK(dt_dist_global_shape(back)[0] == c->shape[0], "from_local: dim 0 is %lld",
+             (long long)dt_dist_global_shape(back)[0]);
+  RANK_OK(full_equals_tol("from_local", back, full, 0));
+  /* Out: SS -> R on the inner mesh dim (all_gather), then the outer; to [S(d), S(d)] by
+   * one all_to_all; in: R -> SS, a local slice. */
+  int d = c->pl[1].dim;
+  int64_t gathered = c->shape[0] * (c->ndim == 2 ? c->shape[1] : 1) * 4;
+  int64_t bytes = 0;
+  RANK_OK(move_checked("to R", x, full, c, (dt_placement[]){dt_replicate(), dt_replicate()}, coord,
+                       &bytes));
+  /* The inner all_gather of what the outer shard holds, then the outer one of the whole. */
+  int64_t expect = gathered / c->mesh_shape[0] + gathered;
+  RANK_CHECK(bytes == expect, "to R: %lld bytes, expected %lld", (long long)bytes,
+             (long long)expect);
+  RANK_OK(
+      move_checked("to S,S", x, full, c, (dt_placement[]){c->pl[0], dt_shard(d)}, coord, &bytes));
+  dt_tensor *outer = NULL;
+  RANK_OK(dt_dist_redistribute(x, 2, (dt_placement[]){c->pl[0], dt_replicate()}, &outer));
+  RANK_OK(move_checked("R -> SS", outer, full, c, c->pl, coord, &bytes));
+  RANK_CHECK(bytes == 0, "R -> SS: %lld bytes", (long long)bytes);
+  RELEASE_ALL(full, x, local, back, outer);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+#define SS dt_strided_shard
+#define S dt_shard
+
+Test(strided_nested, spec_and_redistribution) {
+  nested_case cases[] = {
+      /* [4, 4] flattened on 2x2: rank (0, 0) holds {0, 1, 4, 5} */
+      {{2, 2}, 1, {16, 1}, {S(0), SS(0, 2)}},
+      /* [4, 6] flattened on 2x3 */
+      {{2, 3}, 1, {24, 1}, {S(0), SS(0, 2)}},
+      /* [4, 2, 4] with dims 0 and 2 sharded, flattened: f = 2 * 2 */
+      {{2, 2}, 1, {32, 1}, {S(0), SS(0, 4)}},
+      /* uneven inner chunks: blocks of 5 over 3 ranks (2, 2, 1) */
+      {{2, 3}, 2, {20, 3}, {S(0), SS(0, 2)}},
+      /* the other dim of a 2-D tensor */
+      {{2, 2}, 2, {3, 12}, {S(1), SS(1, 3)}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    SPAWN_OK(cases[i].mesh_shape[0] * cases[i].mesh_shape[1], nested_rank, &cases[i]);
+}
+
+static dt_status errors_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, 2, (int[]){2, 2}, NULL, &mesh));
+  int64_t n = 16, twelve = 12, nine = 9;
+  dt_tensor *full = iota(1, &n), *full12 = iota(1, &twelve), *full9 = iota(1, &nine), *out = NULL;
+  /* A StridedShard first, then another shard of its dim; two StridedShards of one dim. */
+  dt_status st = dt_dist_distribute_tensor(mesh, full, 2, (dt_placement[]){SS(0, 2), S(0)}, &out);
+  RANK_CHECK(st == DT_ERR_UNSUPPORTED && strstr(dt_last_error(), "dt_dist_distribute_tensor") &&
+                 strstr(dt_last_error(), "last mesh dim"),
+             "SS, S: %s", dt_last_error());
+  st = dt_dist_distribute_tensor(mesh, full, 2, (dt_placement[]){SS(0, 2), SS(0, 2)}, &out);
+  RANK_CHECK(st == DT_ERR_UNSUPPORTED, "SS, SS: %s", dt_last_error());
+  /* 12 / 2 = 6 elements per rank are not whole blocks of 4. */
+  st = dt_dist_distribute_tensor(mesh, full12, 2, (dt_placement[]){S(0), SS(0, 4)}, &out);
+  RANK_CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "whole number"), "S, SS(0,4): %s",
+             dt_last_error());
+  /* An uneven outer shard: 9 over 2 ranks. */
+  st = dt_dist_distribute_tensor(mesh, full9, 2, (dt_placement[]){S(0), SS(0, 3)}, &out);
+  RANK_CHECK(st == DT_ERR_UNSUPPORTED && strstr(dt_last_error(), "uneven"), "9, S, SS(0,3): %s",
+             dt_last_error());
+  dt_tensor *x = NULL;
+  RANK_OK(dt_dist_distribute_tensor(mesh, full9, 2, (dt_placement[]){S(0), dt_replicate()}, &x));
+  st = dt_dist_redistribute(x, 2, (dt_placement[]){S(0), SS(0, 3)}, &out);
+  RANK_CHECK(st == DT_ERR_UNSUPPORTED && strstr(dt_last_error(), "dt_dist_redistribute"),
+             "redistribute: %s", dt_last_error());
+  RELEASE_ALL(full, full12, full9, x);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(strided_nested, errors) { SPAWN_OK(4, errors_rank, NULL); }
