@@ -53,6 +53,7 @@ check_usage 4 mm 8x6:S0
 check_usage 2x2 relu 8x6:S0
 check_usage 4 frobnicate 8x6:S0
 check_usage 4 sum 8x6:S0 colour=blue
+check_usage 4 relu 8x6:S2
 check_usage
 # The op refuses its inputs: exit 1 and the library's message.
 err=$("$tool" plan 4 mm 8x5:R 6x4:R 2>&1)

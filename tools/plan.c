@@ -524,6 +524,7 @@ static const char *const collectives[] = {"all_reduce",
 
 typedef struct plan_result {
   dt_status status;
+  bool bad_input; /* the mesh or an input could not be made: a usage error */
   char error[512];
   int out_ndim;
   int64_t out_shape[DT_MAX_DIMS];
@@ -540,6 +541,7 @@ static void run_case(plan_env *e, const plan_case *c, plan_result *r) {
   dt_mesh *mesh = NULL;
   dt_status st = env_mesh(e, c, &mesh);
   for (int i = 0; !st && i < c->n_in; i++) st = make_input(mesh, &c->in[i], &in[i]);
+  r->bad_input = st != DT_OK;
   if (!st) st = dt_comm_ledger_start(&ledger);
   if (!st) {
     st = call_op(c, in, &out);
@@ -602,7 +604,8 @@ static void print_json(FILE *f, const plan_case *c, const plan_result *r, long i
   for (int d = 0; d < c->mesh_ndim; d++) fprintf(f, "%s%d", d ? "," : "", c->mesh_shape[d]);
   fputc(']', f);
   if (r->status) {
-    fprintf(f, ",\"ok\":false,\"status\":\"%s\",\"error\":", dt_status_string(r->status));
+    fprintf(f, ",\"ok\":false,\"status\":\"%s\",\"error\":",
+            r->bad_input ? "usage" : dt_status_string(r->status));
     json_string(f, r->error);
     fputs("}\n", f);
     return;
@@ -789,7 +792,8 @@ const char tool_plan_details[] =
     "{\"id\":1,\"mesh\":[2,2],\"op\":\"sum\",\"args\":[{\"shape\":[8,6],\"placements\":[\"S0\","
     "\"R\"]}],"
     "\"attrs\":{\"dim\":[1]}}\n"
-    "Exit: 0 done, 1 the op failed (the library's message), 2 a usage error.";
+    "Exit: 0 done, 1 the op failed (the library's message), 2 a usage error (also an input the\n"
+    "library refuses to make, e.g. S2 of a 2-D tensor).";
 
 /* The fake backend leaves a collective's output as it was: zeroed memory makes gathered
  * embedding indices 0 (in range) instead of whatever the allocation held. */
@@ -854,5 +858,5 @@ int tool_plan(int argc, char **argv) {
   else if (!r.status)
     print_text(stdout, &c, &r);
   if (r.status && !json) fprintf(stderr, "dtensor plan: %s: %s\n", c.op->name, r.error);
-  return r.status ? 1 : 0;
+  return r.bad_input ? 2 : r.status ? 1 : 0;
 }
