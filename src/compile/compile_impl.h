@@ -128,12 +128,20 @@ void dt__shape_cache_add(dt_shape_cache *c, const dt_shape_ctx *ctx,
  * the output's placements (one per mesh dim). */
 bool dt__compile_dist_plain(const dt_op_call *call, dt_placement *out);
 
-/* For a call that redistributes (arguments as the caller gave them; nodes[i] is input i's
- * node in v): the range [lo[s], hi[s]] of each symbol s (the others at their traced values,
- * sizes the guards so far exclude skipped) over which the propagator makes the traced choice
- * (targets and output placements), found by doubling and bisection: the choice weighs bytes,
- * so it can flip with sizes (a matmul gathering one side or the other). lo 0 and hi INT64_MAX
- * mean no bound found (up to 2^40). False when the choice cannot be made here. */
+/* For a call that redistributes, as the caller gave it (its arguments before dispatch moved
+ * them), and the same call reading the redistributed values (given): true when the traced
+ * choice (pinned by dt__compile_guard_choice's guards) takes given's arguments as they are
+ * placed and rewrites nothing for the shard (no row window, no shape attribute, no tuple), so
+ * that after its redistribute nodes the op runs on the shards directly. out gets the output's
+ * placements. Tensor-list ops qualify: the range guards make the choice size-independent. */
+bool dt__compile_dist_pinned(const dt_op_call *caller, const dt_op_call *given, dt_placement *out);
+
+/* For a call that redistributes (arguments as the caller gave them; nodes[i] is argument i's
+ * node in v, the inputs then the tensor list): the range [lo[s], hi[s]] of each symbol s (the
+ * others at their traced values, sizes the guards so far exclude skipped) over which the propagator
+ * makes the traced choice (targets and output placements), found by doubling and bisection: the
+ * choice weighs bytes, so it can flip with sizes (a matmul gathering one side or the other). lo 0
+ * and hi INT64_MAX mean no bound found (up to 2^40). False when the choice cannot be made here. */
 struct dt_compile_variant;
 bool dt__compile_dist_range(const struct dt_compile_variant *v, const dt_op_call *call,
                             const int *nodes, int64_t *lo, int64_t *hi);
@@ -152,8 +160,9 @@ dt_status dt__compile_add_redistribute(struct dt_compile_variant *v, int src, co
 dt_status dt__compile_run_redistribute(struct dt_compile_variant *v, int i);
 /* The planned steps of redistribute node i as text ("all_gather(mesh dim 0: S(0) -> R)"). */
 /* Guards (through add) each symbol of v to the range where the sharding choice of call (which
- * redistributes; nodes[i]: input i's node) stays the traced one (dt__compile_dist_range);
- * *unplanned when the choice cannot be made at trace time (the caller specializes). */
+ * redistributes; nodes[i]: argument i's node, the inputs then the tensor list) stays the traced one
+ * (dt__compile_dist_range); *unplanned when the choice cannot be made at trace time (the caller
+ * specializes). */
 dt_status dt__compile_guard_choice(struct dt_compile_variant *v, const dt_op_call *call,
                                    const int *nodes,
                                    dt_status (*add)(struct dt_compile_variant *, const dt_guard *),

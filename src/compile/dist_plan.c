@@ -8,6 +8,7 @@
  * non-empty size (the caller falls back to dispatch for empty tensors). A call that
  * redistributes gets redistribute nodes (compile/redist_node.c) when the propagator's choice
  * for it holds: each symbol is guarded to the range where it does (dt__compile_dist_range).
+ * Arguments are numbered as dispatch numbers them: the inputs, then the tensor list.
  */
 #include <stdint.h>
 #include <string.h>
@@ -34,18 +35,26 @@ static bool family_qualifies(dt_rule_family rule) {
   }
 }
 
-/* The propagator's choice for call with input i's global shape shapes[i] (NULL: as traced);
- * false when it cannot be made here (mixed meshes or local arguments, a failed infer). */
+/* Tensor argument i of call as dispatch numbers them: the inputs, then the tensor list. */
+static const dt_tensor *arg_at(const dt_op_call *call, int i) {
+  return i < call->n_inputs ? call->inputs[i] : call->input_list[i - call->n_inputs];
+}
+
+/* The propagator's choice for call with argument i's global shape shapes[i] (NULL: as
+ * traced), arguments numbered as arg_at; false when it cannot be made here (mixed meshes or
+ * local arguments, a failed infer). */
 static bool choose(const dt_op_call *call, const int64_t (*shapes)[DT_MAX_DIMS],
                    dt_propagation_result *r, int *mesh_ndim) {
   const dt_op_def *def = &dt__op_table[call->op];
-  int n = call->n_inputs;
-  if (n > DT_DIST_MAX_ARGS || call->n_input_list > 0) return false;
+  int n = call->n_inputs + call->n_input_list;
+  if (n > DT_DIST_MAX_ARGS) return false;
   const dt_dist_spec *spec = NULL;
   dt_tensor global[DT_DIST_MAX_ARGS];
+  dt_tensor *global_list[DT_DIST_MAX_ARGS];
   dt_op_call g = *call;
+  g.input_list = global_list;
   for (int i = 0; i < n; i++) {
-    const dt_tensor *t = call->inputs[i];
+    const dt_tensor *t = arg_at(call, i);
     if (!t) continue;
     if (!t->spec) return false; /* a local scalar mixed in: left to dispatch */
     if (!spec)
@@ -58,7 +67,10 @@ static bool choose(const dt_op_call *call, const int64_t (*shapes)[DT_MAX_DIMS],
            sizeof(int64_t) * (size_t)t->spec->ndim);
     dt__contiguous_strides(t->spec->ndim, global[i].shape, global[i].strides);
     global[i].offset = 0;
-    g.inputs[i] = &global[i];
+    if (i < call->n_inputs)
+      g.inputs[i] = &global[i];
+    else
+      global_list[i - call->n_inputs] = &global[i];
   }
   if (!spec) return false;
   dt_tensor_meta metas[DT_OP_MAX_META];
@@ -72,7 +84,7 @@ static bool choose(const dt_op_call *call, const int64_t (*shapes)[DT_MAX_DIMS],
       .call = &g, .n_args = n, .n_out = 1, .out = metas, .mesh_ndim = spec->mesh_ndim};
   memcpy(prop.mesh_size, mi.size, sizeof prop.mesh_size);
   for (int i = 0; i < n; i++) {
-    const dt_tensor *t = call->inputs[i];
+    const dt_tensor *t = arg_at(call, i);
     prop.args[i] = t ? &global[i] : NULL;
     for (int m = 0; m < spec->mesh_ndim; m++)
       prop.current[i][m] = t ? t->spec->placements[m] : dt_replicate();
@@ -107,6 +119,25 @@ bool dt__compile_dist_plain(const dt_op_call *call, dt_placement *out) {
   return true;
 }
 
+bool dt__compile_dist_pinned(const dt_op_call *caller, const dt_op_call *given, dt_placement *out) {
+  const dt_op_def *def = &dt__op_table[caller->op];
+  const unsigned special = DT_TRAIT_RANDOM | DT_TRAIT_GLOBAL_SHAPE_ATTR | DT_TRAIT_RUNS_AS_RESHAPE |
+                           DT_TRAIT_TUPLE | DT_TRAIT_ROW_WINDOW;
+  if (def->kind == DT_OP_KIND_INPLACE || (def->traits & special)) return false;
+  if (given->n_inputs != caller->n_inputs || given->n_input_list != caller->n_input_list)
+    return false;
+  dt_propagation_result r;
+  int nd = 0;
+  if (!choose(caller, NULL, &r, &nd) || r.fallback) return false;
+  for (int i = 0; i < given->n_inputs + given->n_input_list; i++) {
+    const dt_tensor *t = arg_at(given, i);
+    if (t && (!t->spec || !dt__placements_equal(nd, t->spec->placements, r.targets[i])))
+      return false;
+  }
+  memcpy(out, r.out, sizeof(dt_placement) * (size_t)nd);
+  return true;
+}
+
 /* Whether two choices agree on every argument's targets and the output's placements. */
 static bool same_choice(const dt_propagation_result *a, const dt_propagation_result *b, int n,
                         int nd) {
@@ -130,15 +161,16 @@ static bool same_at(const dt_compile_variant *v, const dt_op_call *call, const i
       return true;
   }
   int64_t shapes[DT_DIST_MAX_ARGS][DT_MAX_DIMS];
-  for (int i = 0; i < call->n_inputs; i++) {
-    if (!call->inputs[i] || nodes[i] < 0) continue;
+  int n = call->n_inputs + call->n_input_list;
+  for (int i = 0; i < n; i++) {
+    if (!arg_at(call, i) || nodes[i] < 0) continue;
     for (int d = 0; d < v->g->nodes[nodes[i]].types[0].ndim; d++)
       shapes[i][d] = dt__sx_eval(&v->pool, v->dims[nodes[i]][d], sym);
   }
   dt_propagation_result r;
   int nd = 0;
   return !choose(call, (const int64_t(*)[DT_MAX_DIMS])shapes, &r, &nd) ||
-         same_choice(traced, &r, call->n_inputs, nd);
+         same_choice(traced, &r, n, nd);
 }
 
 /* The largest value of symbol s between good (the choice holds) and bad (it does not). */
@@ -160,7 +192,7 @@ bool dt__compile_dist_range(const dt_compile_variant *v, const dt_op_call *call,
                             int64_t *lo, int64_t *hi) {
   dt_propagation_result traced;
   int nd = 0;
-  if (call->n_inputs > DT_DIST_MAX_ARGS || !choose(call, NULL, &traced, &nd)) return false;
+  if (!choose(call, NULL, &traced, &nd)) return false;
   int64_t *sym = dt__alloc(sizeof(int64_t) * (size_t)(v->n_symbols + 1));
   if (!sym) return false;
   for (int s = 0; s < v->n_symbols; s++) {

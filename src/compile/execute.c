@@ -354,8 +354,8 @@ static dt_status run_call(dt_compile_variant *v, int i) {
  * through dispatch (sharding choices may differ for them). */
 static dt_status run_dist_plain(dt_compile_variant *v, int i) {
   const dt_node *n = &v->g->nodes[i];
-  for (int k = 0; k < n->n_inputs; k++) {
-    int j = n->inputs[k];
+  for (int k = 0; k < n->n_inputs + n->n_list; k++) { /* the inputs, then the tensor list */
+    int j = k < n->n_inputs ? n->inputs[k] : n->list[k - n->n_inputs];
     const dt_tensor *x = j >= 0 ? v->values[j] : NULL;
     if (!x) continue;
     /* An input placed otherwise than in the trace (a value dispatch planned differently at
@@ -365,13 +365,21 @@ static dt_status run_dist_plain(dt_compile_variant *v, int i) {
       return run_call(v, i);
   }
   dt_tensor *outs[DT_OP_MAX_META] = {0};
+  dt_tensor *list_storage[64], **list = list_storage;
   dt_op_call call;
-  call = v->steps[i].call; /* dist-plain calls take no tensor list */
-  for (int k = 0; k < n->n_inputs; k++)
-    call.inputs[k] = n->inputs[k] >= 0 ? v->values[n->inputs[k]] : NULL;
-  call.outputs = outs;
+  if (n->has_list) { /* a tensor-list call whose elements its redistribute nodes placed */
+    if (n->n_list > 64 && !(list = dt__alloc(sizeof(dt_tensor *) * (size_t)n->n_list)))
+      return dt__error(DT_ERR_NOMEM, "dt_compiled_call: out of memory");
+    dt__graph_build_call(v->g, i, v->values, list, outs, &call);
+  } else {
+    call = v->steps[i].call;
+    for (int k = 0; k < n->n_inputs; k++)
+      call.inputs[k] = n->inputs[k] >= 0 ? v->values[n->inputs[k]] : NULL;
+    call.outputs = outs;
+  }
   patch_sizes(v, i, &call);
   dt_status st = dt__dispatch_local(&call);
+  if (list != list_storage) dt__free(list);
   if (st) {
     dt__error_prefix("on this rank's shard"); /* as dispatch says it: shapes are local */
     return st;

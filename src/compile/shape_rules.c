@@ -204,6 +204,21 @@ bool dt__shape_rule(dt_shape_ctx *c) {
     for (int d = 0; d < nd; d++) c->out_dims[0][d] = d == dim ? sum : c->arg_dims[first][d];
     return true;
   }
+  if (def->infer == dt__infer_stack) {
+    /* Every entry has the first one's dims; the new dim (normalized by infer) counts them. */
+    int first = done->n_inputs, dim = (int)done->ints[0];
+    if (c->n_args <= first) return false;
+    int nd = c->arg_ndim[first];
+    if (dim < 0 || dim > nd || c->metas[0].ndim != nd + 1) return false;
+    for (int k = first + 1; k < c->n_args; k++) {
+      if (c->arg_ndim[k] != nd) return false;
+      for (int d = 0; d < nd; d++)
+        need_equal(c, c->arg_dims[first][d], c->arg_dims[k][d], "stack", d);
+    }
+    for (int d = 0, s = 0; d < nd + 1; d++)
+      c->out_dims[0][d] = d == dim ? dt__sx_const(p, c->n_args - first) : c->arg_dims[first][s++];
+    return true;
+  }
   if (def->infer == dt__infer_chunk) {
     /* torch.chunk: pieces of ceil(s / chunks), as many as ceil(s / piece); the count is
      * guarded since it is the node's arity, and s >= 1 keeps the piece size positive. */

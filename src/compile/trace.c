@@ -13,6 +13,7 @@
 
 #include "autograd/size_note.h"
 #include "compile/compile_impl.h"
+#include "distributed/dist_impl.h"
 #include "dtensor/autograd.h"
 #include "dtensor/dist.h"
 #include "dtensor/mesh.h"
@@ -225,7 +226,7 @@ static dt_status value_of(tracer *tr, dt_tensor *x, int *node) {
      * argument). It would be a constant of this trace, with this call's values. */
     return dt__error(DT_ERR_UNSUPPORTED,
                      "dt_compiled_call: the traced backward reads a %s tensor that no traced op "
-                     "made (saved by autograd: a redistributed argument of a tensor list); its "
+                     "made (saved by autograd: a value dispatch made outside the op table); its "
                      "values would be constants of the trace",
                      x->spec ? "distributed" : "local");
   }
@@ -446,43 +447,66 @@ static dt_status apply_size_note(tracer *tr, int i, const dt_op_call *given,
   return DT_OK;
 }
 
-/* The arguments dispatch redistributed for the call (dt_op_call.consumed) become redistribute
- * nodes, which the call then reads (call->inputs[k] becomes the redistributed tensor, so that
- * autograd's saved copy is a traced value); sizes are specialized when the sharding choice
- * may change with them. Arguments of a tensor list are left to dispatch. */
+/* Tensor argument k of call as dispatch numbers them: the inputs, then the tensor list. */
+static dt_tensor *arg_at(const dt_op_call *call, int k) {
+  return k < call->n_inputs ? call->inputs[k] : call->input_list[k - call->n_inputs];
+}
+
+/* The arguments dispatch redistributed for the call (dt_op_call.consumed: the inputs, then the
+ * tensor list) become redistribute nodes, which the call then reads: call->inputs[k], or the
+ * element of *list (a copy of the caller's tensor list that the trace owns; the caller frees
+ * it) becomes the redistributed tensor, so that autograd's saved copy is a traced value.
+ * arg_nodes gets each argument's own node, in the same numbering. */
 static dt_status add_redistributions(tracer *tr, dt_op_call *call, const dt_op_call *done,
-                                     int *arg_nodes) {
-  int n = done->n_consumed < call->n_inputs ? done->n_consumed : call->n_inputs;
-  int nodes[DT_OP_MAX_INPUTS], any = 0;
+                                     int *arg_nodes, dt_tensor ***list) {
+  int n_args = call->n_inputs + call->n_input_list;
+  int n = done->n_consumed < n_args ? done->n_consumed : n_args;
+  int nodes[DT_DIST_MAX_ARGS], any = 0;
   for (int k = 0; k < n; k++) any |= done->consumed[k] != NULL;
+  if (!any) return DT_OK;
+  if (n_args > DT_DIST_MAX_ARGS) /* dispatch takes no more */
+    return dt__error(DT_ERR_INTERNAL, "dt_compile: %d redistributed arguments", n_args);
   dt_status st = DT_OK;
-  for (int k = 0; k < call->n_inputs && any && !st; k++) {
+  for (int k = 0; k < n_args && !st; k++) {
     nodes[k] = -1;
-    if (call->inputs[k]) st = value_of(tr, call->inputs[k], &nodes[k]);
+    if (arg_at(call, k)) st = value_of(tr, arg_at(call, k), &nodes[k]);
   }
-  if (!any || st) return st;
-  memcpy(arg_nodes, nodes, sizeof nodes);
+  if (st) return st;
+  if (call->n_input_list > 0) {
+    *list = dt__alloc(sizeof **list * (size_t)call->n_input_list);
+    if (!*list) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+    memcpy(*list, call->input_list, sizeof **list * (size_t)call->n_input_list);
+    call->input_list = *list;
+  }
+  memcpy(arg_nodes, nodes, sizeof(int) * (size_t)n_args);
   for (int k = 0; k < n && !st; k++) {
-    dt_tensor *r = done->consumed[k], *x = call->inputs[k];
+    dt_tensor *r = done->consumed[k], *x = arg_at(call, k);
     if (!r || !x || !x->spec) continue;
     int node = -1;
     st = dt__compile_add_redistribute(tr->v, nodes[k], x, r, &node);
     if (!st) st = set_value(tr, node, 0, r, tr->v->dims[nodes[k]]);
     if (!st) st = map_tensor(tr, r, node, -1);
-    call->inputs[k] = r;
+    if (k < call->n_inputs)
+      call->inputs[k] = r;
+    else
+      (*list)[k - call->n_inputs] = r;
   }
   return st;
 }
 
-static dt_status record(tracer *tr, const dt_op_call *caller, const dt_op_call *done) {
+/* Records one call; *list receives the trace's copy of the call's tensor list when an element
+ * of it was redistributed (the caller frees it once the call is recorded). */
+static dt_status record_call(tracer *tr, const dt_op_call *caller, const dt_op_call *done,
+                             dt_tensor ***list) {
   dt_compile_variant *v = tr->v;
   const dt_op_def *def = &dt__op_table[caller->op];
   bool inplace = def->kind == DT_OP_KIND_INPLACE;
   int n_out = 0, i = -1;
   dt_op_call call = *caller, *given = &call;
-  int redist[DT_OP_MAX_INPUTS];
-  redist[0] = -2; /* -2: no redistribution; else the arguments' nodes */
-  dt_status st = !inplace && done->consumed ? add_redistributions(tr, &call, done, redist) : DT_OK;
+  int redist[DT_DIST_MAX_ARGS];
+  redist[0] = -2; /* -2: no redistribution; else the arguments' nodes, inputs then list */
+  dt_status st =
+      !inplace && done->consumed ? add_redistributions(tr, &call, done, redist, list) : DT_OK;
   if (!st)
     st = dt__graph_record_call(v->g, given, done, value_lookup, tr, "dt_compile", &n_out, &i);
   if (!st) st = grow_nodes(v, &tr->node_cap);
@@ -509,7 +533,7 @@ static dt_status record(tracer *tr, const dt_op_call *caller, const dt_op_call *
   bool unplanned = false;
   if (!st && redist[0] != -2)
     st = dt__compile_guard_choice(v, caller, redist, add_guard, &unplanned);
-  for (int k = 0; k < caller->n_inputs && unplanned && !st; k++)
+  for (int k = 0; k < caller->n_inputs + caller->n_input_list && unplanned && !st; k++)
     if (redist[k] >= 0) st = specialize_dims(tr, redist[k], "redistribute: no planned choice");
   if (!st && (tr->note.count_of || tr->note.shape_of || tr->note.scalar_input))
     st = apply_size_note(tr, i, given, metas, n_out, sdims);
@@ -522,11 +546,23 @@ static dt_status record(tracer *tr, const dt_op_call *caller, const dt_op_call *
   /* A distributed call that runs on its shards as they are: decided now, for every call. */
   dt_placement out_pl[DT_MESH_MAX_DIMS];
   const dt_tensor *y = n_out == 1 && !inplace && !tuple ? done->outputs[0] : NULL;
-  if (!st && y && y->spec && dt__compile_dist_plain(given, out_pl) &&
-      dt__placements_equal(y->spec->mesh_ndim, out_pl, y->spec->placements)) {
+  bool plain = !st && y && y->spec && dt__compile_dist_plain(given, out_pl);
+  /* A tensor-list call whose elements were redistributed: the choice its guards pin takes the
+   * redistributed values as they are, so the op runs on their shards without dispatch moving
+   * them again. */
+  if (!st && y && y->spec && !plain && caller->n_input_list > 0 && redist[0] != -2 && !unplanned)
+    plain = dt__compile_dist_pinned(caller, given, out_pl);
+  if (plain && dt__placements_equal(y->spec->mesh_ndim, out_pl, y->spec->placements)) {
     v->dist_plain[i] = true;
     v->dist_mesh[i] = y->spec->mesh;
   }
+  return st;
+}
+
+static dt_status record(tracer *tr, const dt_op_call *caller, const dt_op_call *done) {
+  dt_tensor **list = NULL;
+  dt_status st = record_call(tr, caller, done, &list);
+  dt__free(list);
   return st;
 }
 
@@ -556,11 +592,12 @@ static dt_status trace_mode(dt_invocation *inv, void *user) {
   tr->note = (dt_size_note){0}; /* ops the call makes itself are not noted */
   /* Dispatch reports the arguments it redistributes in call->consumed: autograd's slots when
    * it records the call, else the tracer's own. */
-  dt_tensor *mine[DT_OP_MAX_INPUTS] = {0};
+  dt_tensor *mine[DT_DIST_MAX_ARGS] = {0};
   bool own = !call->consumed && dt__op_table[call->op].kind != DT_OP_KIND_INPLACE;
-  if (own) {
+  if (own) { /* the inputs, then the tensor list (dispatch takes DT_DIST_MAX_ARGS at most) */
+    int n_args = call->n_inputs + call->n_input_list;
     call->consumed = mine;
-    call->n_consumed = call->n_inputs;
+    call->n_consumed = n_args < DT_DIST_MAX_ARGS ? n_args : DT_DIST_MAX_ARGS;
   }
   dt_status st = dt_invocation_run(inv);
   if (!st && !tr->error) {
@@ -569,7 +606,7 @@ static dt_status trace_mode(dt_invocation *inv, void *user) {
     tr->note = (dt_size_note){0};
   }
   if (own) {
-    for (int k = 0; k < call->n_inputs; k++) dt_tensor_release(mine[k]);
+    for (int k = 0; k < call->n_consumed; k++) dt_tensor_release(mine[k]);
     call->consumed = NULL;
     call->n_consumed = 0;
   }
