@@ -35,9 +35,10 @@ expect --json 4 mm 8x6:S1 6x4:S0 -- '"out_shape":[8,4]' '"out_placements":["P(su
 # A Partial(max) [7] added to a row-sharded [5, 7]: it must be reduced, one all_reduce of
 # 7 floats = 28 bytes.
 expect --json 4 add 5x7:S0 7:Pmax -- '"out_placements":["S(0)"]' '"all_reduce":{"calls":1,"bytes":28}'
-# log_softmax over dim 1 of [8, 6] [S(1), R] on 2x2: shard dim 0 on the idle mesh dim 1 first
-# (a local slice), then gather dim 1 over mesh dim 0: a [4, 6] float buffer = 96 bytes.
-expect 2x2 log_softmax 8x6:S1,R dim=1 -- "output: [8,6] R,S(0)" "bytes: 96"
+# log_softmax over dim 1 of [8, 6] [S(1), R] on 2x2: one all_to_all on mesh dim 0 hands it
+# the rows instead of the columns (S(1) -> S(0)): this rank's [8, 3] floats = 96 bytes, as
+# many as gathering dim 1 after slicing dim 0 on the idle mesh dim 1, and no local step.
+expect 2x2 log_softmax 8x6:S1,R dim=1 -- "output: [8,6] S(0),R" "all_to_all" "bytes: 96"
 
 # Bad input: usage errors exit 2 with a message on stderr, nothing on stdout.
 check_usage() {

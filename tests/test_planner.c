@@ -261,10 +261,12 @@ Test(planner, linear_and_addmm_are_linear_in_each_operand) {
 /* ---- 7. Idle mesh dims --------------------------------------------------------------------- */
 
 Test(planner, idle_mesh_dim_is_sharded_before_a_gather) {
-  /* log_softmax over dim 1 of [8, 6] f64 placed [S(1), R] on 2x2: mesh dim 0 must gather
-   * dim 1. Slicing dim 0 on the idle mesh dim 1 first gathers a [4, 6] half: 192 bytes
-   * instead of the whole 384. */
+  /* log_softmax over dim 1 of [8, 6] f64 placed [S(1), R] on 2x2: mesh dim 0 must unshard
+   * dim 1. Gathering it whole moves 384 bytes; slicing dim 0 on the idle mesh dim 1 first
+   * gathers a [4, 6] half (192 bytes, output [R, S(0)]); one all_to_all handing mesh dim 0
+   * the rows instead (S(1) -> S(0), output [S(0), R]) moves the same 192 bytes with no local
+   * step, and is chosen. */
   planner_case c = {"log_softmax [S(1), R]", op_log_softmax1, 2, {2, 2}, 1,          {2}, {{8, 6}},
-                    {{S_(1), R_}},           DT_F64,          1, 192,    {R_, S_(0)}};
+                    {{S_(1), R_}},           DT_F64,          1, 192,    {S_(0), R_}};
   run_case(&c);
 }

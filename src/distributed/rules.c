@@ -331,14 +331,19 @@ static void rule_keep_free_dims(const dt_rule_ctx *c, const dt_placement *cur, u
     in[0] = cur[0];
     push(s, in, c->n_args, cur[0]);
     in[0] = R();
-  } else if (all_replicated(c, cur)) {
-    /* Idle mesh dim: shard a dim the op leaves alone. */
+  } else {
+    /* Replicate first, so that it wins ties. Then a dim the op leaves alone: on an idle mesh
+     * dim a local slice; from a Partial a reduce_scatter in place of an all_reduce, from a
+     * shard of a busy dim an all_to_all in place of a gather: either leaves a smaller buffer
+     * for what the other mesh dims move (layer_norm of [P, S(normalized)] on 2x2:
+     * reduce-scatter to S(0), then gather half). */
+    push(s, in, c->n_args, R());
     for (int d = 0; d < c->args[0]->ndim; d++) {
       if ((busy & (1u << d)) || c->args[0]->shape[d] < 2) continue;
       in[0] = S(d);
       push(s, in, c->n_args, S(d));
     }
-    in[0] = R();
+    return;
   }
   push(s, in, c->n_args, R());
 }
