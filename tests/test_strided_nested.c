@@ -140,3 +140,73 @@ static dt_status errors_rank(dt_comm *world, void *arg) {
 }
 
 Test(strided_nested, errors) { SPAWN_OK(4, errors_rank, NULL); }
+
+/* ---- Views: flatten of [S(0), S(1)] and back ------------------------------------------------ */
+
+typedef struct view_case {
+  int mesh_shape[2];
+  int ndim;
+  int64_t shape[3];
+  dt_placement pl[2];
+  dt_placement flat[2]; /* the flattened tensor's placements; R on mesh dim 0: it gathers */
+  int64_t bytes;        /* what the flatten moves on every rank */
+} view_case;
+
+static dt_status view_rank(dt_comm *world, void *arg) {
+  const view_case *c = arg;
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, 2, c->mesh_shape, NULL, &mesh));
+  int coord[2] = {dt_mesh_coordinate(mesh, 0), dt_mesh_coordinate(mesh, 1)};
+  int64_t numel = 1;
+  for (int d = 0; d < c->ndim; d++) numel *= c->shape[d];
+  dt_tensor *full = iota(c->ndim, c->shape), *flat_full = iota(1, &numel);
+  dt_tensor *x = NULL, *y = NULL, *z = NULL, *w = NULL;
+  RANK_OK(dt_dist_distribute_tensor(mesh, full, 2, c->pl, &x));
+  dt_comm_ledger *l = NULL;
+  ledger_counts n;
+  LEDGER_BEGIN(l);
+  RANK_OK(dt_view(x, 1, &numel, &y));
+  LEDGER_END(l, n);
+  RANK_CHECK(n.bytes == c->bytes, "flatten: %lld bytes, expected %lld", (long long)n.bytes,
+             (long long)c->bytes);
+  RANK_OK(placement_is("flatten", y, 0, c->flat[0]));
+  RANK_OK(placement_is("flatten", y, 1, c->flat[1]));
+  nested_case flat = {
+      {c->mesh_shape[0], c->mesh_shape[1]}, 1, {numel, 1}, {c->flat[0], c->flat[1]}};
+  RANK_OK(shard_is_naive("flatten", y, flat_full, &flat, c->flat, coord));
+  RANK_OK(full_equals_tol("flatten", y, flat_full, 0));
+  if (c->bytes == 0) {
+    /* Pointwise keeps it; the view back gives the input's placements, moving nothing. */
+    LEDGER_BEGIN(l);
+    RANK_OK(dt_add(y, y, &z));
+    RANK_OK(dt_view(z, c->ndim, c->shape, &w));
+    LEDGER_END_ZERO(l, "add, view back");
+    RANK_OK(placement_is("add", z, 1, c->flat[1]));
+    RANK_OK(placement_is("view back", w, 0, c->pl[0]));
+    RANK_OK(placement_is("view back", w, 1, c->pl[1]));
+    dt_tensor *twice = NULL;
+    RANK_OK(dt_add(full, full, &twice));
+    RANK_OK(full_equals_tol("view back", w, twice, 0));
+    dt_tensor_release(twice);
+  }
+  RELEASE_ALL(full, flat_full, x, y, z, w);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(strided_nested, flatten_and_back) {
+  view_case cases[] = {
+      /* PyTorch 2.x: (Shard(0), _StridedShard(0, split_factor=2)), rank 0 holds {0, 1, 4, 5} */
+      {{2, 2}, 2, {4, 4}, {S(0), S(1)}, {S(0), SS(0, 2)}, 0},
+      {{2, 3}, 2, {4, 6}, {S(0), S(1)}, {S(0), SS(0, 2)}, 0},
+      /* uneven inner chunks (5 columns over 3: 2, 2, 1) */
+      {{2, 3}, 2, {4, 5}, {S(0), S(1)}, {S(0), SS(0, 2)}, 0},
+      /* 3-D: split factor 4 = 2 local rows x 2 (PyTorch's too), and a middle dim (2) */
+      {{2, 2}, 3, {4, 2, 4}, {S(0), S(2)}, {S(0), SS(0, 4)}, 0},
+      {{2, 2}, 3, {4, 2, 4}, {S(0), S(1)}, {S(0), SS(0, 2)}, 0},
+      /* an uneven outer shard (3 rows over 2) still gathers mesh dim 0: [3, 2] floats */
+      {{2, 2}, 2, {3, 4}, {S(0), S(1)}, {dt_replicate(), SS(0, 3)}, 24},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    SPAWN_OK(cases[i].mesh_shape[0] * cases[i].mesh_shape[1], view_rank, &cases[i]);
+}

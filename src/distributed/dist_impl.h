@@ -167,6 +167,9 @@ typedef struct dt_rule_ctx {
    * it together with the other mesh dims that already shard it (nested sharding). Rules
    * whose validity depends on sizes (even splits, no empty shard) check against this. */
   int64_t split[DT_MAX_DIMS];
+  /* For argument 0: how many pieces each of its dims is cut into by Shards on the mesh dims
+   * before this one (a StridedShard on this mesh dim works on what they leave). */
+  int64_t outer[DT_MAX_DIMS];
 } dt_rule_ctx;
 
 /* Candidate strategies for one mesh dim: the placement each argument must have and the
@@ -175,6 +178,13 @@ typedef struct dt_strategies {
   int n;
   dt_placement in[DT_RULE_MAX_STRATEGIES][DT_DIST_MAX_ARGS];
   dt_placement out[DT_RULE_MAX_STRATEGIES];
+  /* Bit k: strategy k relies on argument 0 keeping its current placements on the earlier mesh
+   * dims (a view making or undoing a StridedShard: its split factor counts blocks of what they
+   * leave), so the propagator takes it only with those. */
+  uint32_t keeps_outer;
+  /* unsharded_before[k]: bit d set when strategy k relies on no earlier mesh dim sharding
+   * argument 0's dim d (a StridedShard made or undone without nesting). */
+  uint32_t unsharded_before[DT_RULE_MAX_STRATEGIES];
 } dt_strategies;
 
 /* Proposes strategies for one mesh dim given the arguments' current placements on it.

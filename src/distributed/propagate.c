@@ -154,10 +154,20 @@ static bool splits_hold(const dt_propagation *p, const candidates *c, const int 
   return true;
 }
 
-/* Whether the choice gives every argument and the output a placement tuple that exists
- * (no tensor dim sharded by a StridedShard and by another mesh dim). */
+/* Whether the choice gives every argument and the output a placement tuple that exists (a
+ * StridedShard is the last mesh dim sharding its dim, in whole blocks: dt__strided_fits), and
+ * keeps argument 0's earlier mesh dims where a strategy relied on them (keeps_outer). */
 static bool choice_valid(const dt_propagation *p, const candidates *c, const int *pick) {
   if (!c->any_strided) return true;
+  for (int m = 1; m < p->mesh_ndim; m++) {
+    bool keeps = c->s[m].keeps_outer >> pick[m] & 1u;
+    uint32_t unsharded = c->s[m].unsharded_before[pick[m]];
+    for (int j = 0; j < m && (keeps || unsharded); j++) {
+      dt_placement q = c->s[j].in[pick[j]][0];
+      if (keeps && !dt__placements_equal(1, &q, &p->current[0][j])) return false;
+      if (dt__is_sharding(q) && (unsharded >> q.dim & 1u)) return false;
+    }
+  }
   dt_placement target[DT_MESH_MAX_DIMS];
   for (int i = -1; i < p->n_args; i++) {
     if (i >= 0 && !p->args[i]) continue;
@@ -166,9 +176,11 @@ static bool choice_valid(const dt_propagation *p, const candidates *c, const int
       target[m] = i < 0 ? c->s[m].out[pick[m]] : c->s[m].in[pick[m]][i];
       strided |= target[m].kind == DT_STRIDED_SHARD;
     }
-    if (strided &&
-        (!dt__placements_valid(p->mesh_ndim, target) || dt__strided_nested(p->mesh_ndim, target)))
-      return false;
+    if (!strided || (i < 0 && p->n_out == 0)) continue;
+    if (!dt__placements_valid(p->mesh_ndim, target)) return false;
+    int ndim = i < 0 ? p->out[0].ndim : p->args[i]->ndim;
+    const int64_t *shape = i < 0 ? p->out[0].shape : p->args[i]->shape;
+    if (!dt__strided_fits(ndim, shape, p->mesh_ndim, p->mesh_size, target)) return false;
   }
   return true;
 }
@@ -235,6 +247,12 @@ static dt_status build_candidates(const dt_propagation *p, candidates *c, dt_pro
     ctx.mesh_size = p->mesh_size[m];
     nested_split(p, p->current[0], m, ctx.split);
     memcpy(c->split[m], ctx.split, sizeof ctx.split);
+    for (int d = 0; d < DT_MAX_DIMS; d++) ctx.outer[d] = 1;
+    for (int j = 0; j < m && p->n_args > 0; j++) {
+      dt_placement q = p->current[0][j];
+      if (q.kind == DT_SHARD && q.dim >= 0 && q.dim < DT_MAX_DIMS)
+        ctx.outer[q.dim] *= p->mesh_size[j];
+    }
     dt_placement cur[DT_DIST_MAX_ARGS];
     for (int i = 0; i < p->n_args; i++) cur[i] = p->current[i][m];
     dt_strategies all;
@@ -246,6 +264,7 @@ static dt_status build_candidates(const dt_propagation *p, candidates *c, dt_pro
     }
     dt_strategies *s = &c->s[m];
     s->n = 0;
+    s->keeps_outer = 0;
     for (int i = 0; i < p->n_args; i++) c->n_targets[m][i] = 1, c->single[m][i][0] = 0;
     for (int k = 0; k < all.n; k++) {
       if (inplace && (!dt__placements_equal(1, &all.in[k][0], &cur[0]) ||
@@ -255,6 +274,8 @@ static dt_status build_candidates(const dt_propagation *p, candidates *c, dt_pro
       if (p->accept && !p->accept(p->user, m, all.in[k], all.out[k])) continue;
       memcpy(s->in[s->n], all.in[k], sizeof(dt_placement) * (size_t)p->n_args);
       s->out[s->n] = all.out[k];
+      if (all.keeps_outer >> k & 1u) s->keeps_outer |= 1u << s->n;
+      s->unsharded_before[s->n] = all.unsharded_before[k];
       c->any_strided |= all.out[k].kind == DT_STRIDED_SHARD;
       for (int i = 0; i < p->n_args; i++) c->any_strided |= all.in[k][i].kind == DT_STRIDED_SHARD;
       for (int i = 0; i < p->n_args; i++) {

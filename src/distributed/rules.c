@@ -23,6 +23,7 @@ static dt_placement S(int d) { return dt_shard(d); }
 
 static void push(dt_strategies *s, const dt_placement *in, int n_in, dt_placement out) {
   if (s->n >= DT_RULE_MAX_STRATEGIES) return;
+  s->unsharded_before[s->n] = 0;
   /* A repeated candidate would only make the propagator's joint search longer. */
   for (int k = 0; k < s->n; k++) {
     if (dt__placements_equal(1, &s->out[k], &out) && dt__placements_equal(n_in, s->in[k], in))
@@ -31,6 +32,23 @@ static void push(dt_strategies *s, const dt_placement *in, int n_in, dt_placemen
   for (int i = 0; i < n_in; i++) s->in[s->n][i] = in[i];
   s->out[s->n] = out;
   s->n++;
+}
+
+/* push, for a strategy that relies on argument 0's placements on the earlier mesh dims. */
+static void push_keeping_outer(dt_strategies *s, const dt_placement *in, int n_in,
+                               dt_placement out) {
+  int n = s->n;
+  push(s, in, n_in, out);
+  if (s->n > n) s->keeps_outer |= 1u << n;
+}
+
+/* push, for a strategy that relies on no earlier mesh dim sharding argument 0's dims in
+ * `dims` (a bit mask). */
+static void push_unsharded_before(dt_strategies *s, const dt_placement *in, int n_in,
+                                  dt_placement out, uint32_t dims) {
+  int n = s->n;
+  push(s, in, n_in, out);
+  if (s->n > n) s->unsharded_before[n] = dims;
 }
 
 static void push_replicated(dt_strategies *s, int n_args) {
@@ -182,10 +200,15 @@ static void rule_reduction(const dt_rule_ctx *c, const dt_placement *cur, dt_str
       /* A rank holds a subset of the dim's elements (its chunk of every block), so its
        * result is a partial one exactly as for a Shard. Max/min need no empty chunk and
        * mean equal counts: both hold when the mesh dim divides the block. */
-      int64_t block = a->shape[d] / p.split_factor;
+      int64_t block = a->shape[d] / c->outer[d] / p.split_factor; /* of what they leave */
       bool even = block > 0 && block % c->mesh_size == 0;
       bool ok = !f.indices && (f.combine == DT_REDUCE_SUM || even);
-      if (ok) push(s, in, 1, dt_partial(f.combine));
+      if (ok && f.combine != DT_REDUCE_SUM && c->outer[d] > 1)
+        push_keeping_outer(s, in, 1, dt_partial(f.combine));
+      else if (ok && f.combine != DT_REDUCE_SUM)
+        push_unsharded_before(s, in, 1, dt_partial(f.combine), 1u << d);
+      else if (ok)
+        push(s, in, 1, dt_partial(f.combine));
     } else {
       /* The dim survives with the same elements on each rank: the same strided shard. */
       int k = d;
@@ -516,12 +539,26 @@ static int view_map_dim(const dt_tensor *a, const dt_tensor_meta *o, int d, int6
   return -1;
 }
 
+/* A view consuming argument 0's StridedShard of dim d: nested (outer > 1) it relies on the
+ * earlier mesh dims as they are, else on none of them sharding d. */
+static void push_viewed(dt_strategies *s, const dt_rule_ctx *c, const dt_placement *in, int d,
+                        int64_t outer, dt_placement out) {
+  if (outer > 1)
+    push_keeping_outer(s, in, c->n_args, out);
+  else
+    push_unsharded_before(s, in, c->n_args, out, 1u << d);
+}
+
 /* StridedShard through views (PyTorch's _StridedShard). Produced: input dim d sharded (by
- * this mesh dim only) and merged, as the last dim of its group, into one output dim k:
- * the dims before it in the group make f blocks, each sharded like d, so the output is
- * StridedShard(k, f) with nothing moved. Consumed: a StridedShard(d, f) dim split into
- * output dims whose leading ones multiply to f and whose next one is the block (it is then
- * a plain shard of that dim), or kept whole in an output dim of the same size. */
+ * this mesh dim only) and merged into one output dim k, as the last non-1 dim of its group or
+ * with its chunks even (then each holds whole rows of the dims after it): the dims before it
+ * make f blocks, each sharded like d, so the output is StridedShard(k, f) with nothing moved.
+ * When Shards on earlier mesh dims evenly split the group's leading dim, k is their Shard and
+ * the blocks are counted in what they leave (f = the local size of the dims before d, the
+ * nested form). Consumed: a StridedShard(d, f) dim split into output dims whose leading ones
+ * (locally, under earlier Shards of d) multiply to f and whose next one is the block, or
+ * starts it evenly (it is then a plain shard of that dim), or kept whole in an output dim of
+ * the same size. Each relies on argument 0's earlier mesh dims staying as they are. */
 static void view_strided(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
   const dt_tensor *a = c->args[0];
   const dt_tensor_meta *o = &c->out[0];
@@ -531,29 +568,54 @@ static void view_strided(const dt_rule_ctx *c, const dt_placement *cur, dt_strat
   dt_placement in[DT_DIST_MAX_ARGS];
   for (int i = 0; i < c->n_args; i++) in[i] = R();
   in[0] = cur[0];
+  int64_t n = c->mesh_size;
   if (cur[0].kind == DT_SHARD) {
-    if (c->split[d] != c->mesh_size || oe - go != 1) return; /* nested, or not one dim */
-    int64_t f = 1;
-    for (int x = gi; x < d; x++) f *= a->shape[x];
-    for (int x = d + 1; x < ie; x++) {
-      if (a->shape[x] != 1) return; /* d must be the group's last dim */
+    if (c->split[d] != n || oe - go != 1) return; /* nested on d, or not one output dim */
+    int lead = gi;
+    while (lead < d && a->shape[lead] == 1) lead++;
+    int64_t f = 1, whole = 1, rest = 1;
+    bool nested = true, nests = false;
+    uint32_t group = 0;
+    for (int x = gi; x < ie; x++) {
+      group |= 1u << x;
+      if (x == d) continue;
+      int64_t outer = c->outer[x];
+      if (c->split[x] != outer * n) return; /* sharded by a later mesh dim */
+      /* Nested: only the leading dim sharded by earlier mesh dims, evenly. */
+      if (outer > 1) nests = true;
+      if (outer > 1 && (x != lead || a->shape[x] % outer != 0)) nested = false;
+      if (x < d) f *= a->shape[x] / outer, whole *= a->shape[x];
+      if (x > d) rest *= a->shape[x];
     }
-    if (f > 1 && f <= INT32_MAX) push(s, in, c->n_args, dt_strided_shard(go, (int)f));
+    if (rest > 1 && a->shape[d] % n != 0) return; /* a chunk must be whole rows of the rest */
+    if (nests && nested && f > 1 && f <= INT32_MAX)
+      push_keeping_outer(s, in, c->n_args, dt_strided_shard(go, (int)f));
+    /* Without the earlier Shards (the caller gathers them first when it picks this). */
+    if (whole > 1 && whole <= INT32_MAX)
+      push_unsharded_before(s, in, c->n_args, dt_strided_shard(go, (int)whole), group);
     return;
   }
-  int64_t f = cur[0].split_factor;
-  if (ie - gi != 1) return; /* d merges with other input dims */
+  int64_t f = cur[0].split_factor, outer = c->outer[d];
+  if (ie - gi != 1 || a->shape[d] % outer != 0) return; /* d merges with other input dims */
   if (oe - go == 1) {
-    push(s, in, c->n_args, dt_strided_shard(go, (int)f));
+    push_viewed(s, c, in, d, outer, dt_strided_shard(go, (int)f));
     return;
   }
-  int64_t lead = 1;
+  int first = go;
+  while (first < oe - 1 && o->shape[first] == 1) first++;
+  int64_t lead = 1, block = a->shape[d] / outer / f;
   for (int k = go; k < oe; k++) {
-    if (lead == f && o->shape[k] == a->shape[d] / f) {
-      push(s, in, c->n_args, S(k));
+    int64_t size = o->shape[k];
+    if (k == first && outer > 1) {
+      if (size % outer != 0) return; /* the earlier Shards do not map to one output dim */
+      size /= outer;
+    }
+    if (lead == f) {
+      if (size == block || (block % size == 0 && size % n == 0))
+        push_viewed(s, c, in, d, outer, S(k));
       return;
     }
-    lead *= o->shape[k];
+    lead *= size;
     if (lead > f) return;
   }
 }
@@ -584,6 +646,7 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
   const dt_tensor *a = c->args[0];
   int map[DT_MAX_DIMS];
   s->n = 0;
+  s->keeps_outer = 0;
   switch (dt__op_table[call->op].rule) {
   case DT_RULE_POINTWISE: rule_pointwise(c, cur, s); return true;
   case DT_RULE_LIKE: rule_like(c, cur, s); return true;
