@@ -219,17 +219,7 @@ Test(autograd_inplace, leaf_requiring_grad_is_refused) {
   dt_tensor_release(b);
 }
 
-Test(autograd_inplace, view_of_a_tensor_requiring_grad_is_unsupported) {
-  dt_tensor *a = leaf(2, (int64_t[]){4, 3}, 0), *y = NULL, *v = NULL;
-  OK(dt_mul_scalar(a, 2.0, &y));
-  OK(dt_transpose(y, 0, 1, &v));
-  cr_assert_eq(dt_add_scalar_(v, 1.0), DT_ERR_UNSUPPORTED);
-  cr_assert(strstr(dt_last_error(), "add_.Scalar") && strstr(dt_last_error(), "transpose"), "%s",
-            dt_last_error());
-  dt_tensor_release(v);
-  dt_tensor_release(y);
-  dt_tensor_release(a);
-}
+/* In-place ops on views of a tensor that requires grad: tests/test_autograd_inplace_view.c. */
 
 /* A value saved for backward and then modified by a recorded in-place op fails the backward
  * naming the op, as PyTorch's version counter check; a value nobody saved may be modified. */

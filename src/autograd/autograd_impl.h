@@ -6,7 +6,11 @@
  * nodes its inputs came from, the input tensors it saved, and detached aliases of its
  * outputs (handles without meta), never the output handles themselves. An in-place op that
  * rebases a tensor onto a new node swaps the tensor's handle, where an older node reachable
- * from the new one saved it, for a detached alias (record.c, unsave_self).
+ * from the new one saved it, for a detached alias (record.c, unsave_self). An in-place op on a
+ * view adds two nodes (inplace_view.c): the base's copy-slices node owns the op's node (no
+ * edges of its own) and the view chain; the view's view-of-base node retains the base, whose
+ * history (the copy-slices node) never leads back to the view once unsave_self has run for
+ * both the base and the view.
  */
 #ifndef DT_AUTOGRAD_IMPL_H
 #define DT_AUTOGRAD_IMPL_H
@@ -102,6 +106,38 @@ dt_status dt__autograd_dispatch(dt_op_call *call);
  * leaf (its `.grad` is the gradient's destination). Errors: DT_ERR_NOMEM. */
 dt_status dt__autograd_record_function(const dt_autograd_function *fn, void *state,
                                        dt_tensor *input, dt_tensor *output);
+
+/* Whether n's saved tensors are still there and at the versions they were saved at (the
+ * engine's check before a node's formula runs). Errors: DT_ERR_INVALID. */
+dt_status dt__autograd_check_saved(const dt_autograd_node *n);
+
+/* ---- In-place ops on views (inplace_view.c) --------------------------------------------------
+ * The view ops from a base to a view that shares its storage, to be replayed on a gradient of
+ * the base's shape: the gradient's region the view covers. */
+typedef struct dt_view_chain dt_view_chain;
+
+/* A new chain of no step from a base of meta's shape (NULL with DT_ERR_NOMEM set). */
+dt_view_chain *dt__view_chain_new(const dt_tensor_meta *base);
+/* Appends the view op that node records (its output output_nr), or chain's steps (from
+ * chain's base on). Errors: DT_ERR_NOMEM (chain unchanged). */
+dt_status dt__view_chain_push(dt_view_chain *chain, const dt_autograd_node *node, int output_nr);
+dt_status dt__view_chain_append(dt_view_chain *chain, const dt_view_chain *steps);
+void dt__view_chain_free(dt_view_chain *chain);
+
+/* The functions of the two nodes an in-place op on a view records: the base's new history
+ * (state: dt__copy_slices_state, the chain and the in-place op's node) and the view's
+ * (state: the chain; saved[0] keeps the base, to find it again). */
+extern const dt_autograd_function dt__copy_slices_function;
+extern const dt_autograd_function dt__view_of_base_function;
+typedef struct dt__copy_slices_state {
+  dt_view_chain *chain;    /* owned */
+  dt_autograd_node *inner; /* owned reference: the op's node on the view, without edges */
+} dt__copy_slices_state;
+/* The copy-slices node's backward (the engine calls it for dt__copy_slices_function, whose
+ * node has several slots): the gradients of all of node's slots from node->grads, with
+ * recording off; grad_inputs[n_slots] come in NULL. */
+dt_status dt__copy_slices_backward(dt_autograd_node *node, bool retain_graph,
+                                   dt_tensor **grad_inputs);
 
 /* The name of a node's op or function, for messages. */
 const char *dt__autograd_node_name(const dt_autograd_node *node);

@@ -164,7 +164,7 @@ static dt_status collect(engine *e, dt_autograd_node *root) {
   return DT_OK;
 }
 
-static dt_status check_saved(const dt_autograd_node *n) {
+dt_status dt__autograd_check_saved(const dt_autograd_node *n) {
   const char *op = dt__autograd_node_name(n);
   if (n->freed) {
     return dt__error(DT_ERR_INVALID,
@@ -219,7 +219,7 @@ static dt_status run_node(engine *e, dt_autograd_node *n, bool retain_graph) {
                      "NO_BACKWARD)",
                      name);
   }
-  dt_status st = check_saved(n);
+  dt_status st = dt__autograd_check_saved(n);
   if (st) return st;
   dt_tensor *grad_inputs[DT_OP_MAX_INPUTS + 64];
   int n_slots = n->n_slots;
@@ -235,6 +235,8 @@ static dt_status run_node(engine *e, dt_autograd_node *n, bool retain_graph) {
                          .needs_grad = n->needs_grad};
   if (!n->function) {
     st = formula(&ctx, n->grads, gi);
+  } else if (n->function == &dt__copy_slices_function) {
+    st = dt__copy_slices_backward(n, retain_graph, gi);
   } else if (n->grads[0]) {
     st = n->function->backward(n->function_state, n->grads[0], &gi[0]);
   }

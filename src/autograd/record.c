@@ -250,10 +250,105 @@ dt_status dt__autograd_record_function(const dt_autograd_function *fn, void *sta
  * As PyTorch's: refused on a leaf that requires grad; otherwise self's history is rebased onto
  * a node of the op, whose inputs are self's previous history and the other arguments. */
 
-/* Whether an in-place op may be recorded on self (before it runs). */
-static dt_status check_inplace(const dt_op_call *call, const dt_op_def *def) {
+/* Whether n is a view: a view op's node, or the view-of-base node of a view modified in place. */
+static bool is_view_node(const dt_autograd_node *n) {
+  if (n->function) return n->function == &dt__view_of_base_function;
+  return dt__op_table[n->call.op].kind == DT_OP_KIND_VIEW;
+}
+
+/* The base whose storage self shares through its history of views (the view op nodes and
+ * view-of-base nodes back to the first tensor that is not such a view of the same storage),
+ * borrowed in *base, and the view ops from it to self in *chain (owned). *base = NULL when
+ * self's history makes no view of another tensor's storage (contiguous that copied). */
+#define MAX_VIEW_STEPS 64
+static dt_status find_view_base(const char *op, dt_tensor *self, dt_tensor **base,
+                                dt_view_chain **chain) {
+  const dt_autograd_node *steps[MAX_VIEW_STEPS];
+  int outputs[MAX_VIEW_STEPS];
+  int n = 0;
+  const dt_view_chain *prefix = NULL; /* a view-of-base node's chain, from the base on */
+  dt_tensor *t = self;
+  *base = NULL;
+  *chain = NULL;
+  for (;;) {
+    const dt_autograd_meta *m = meta_of(t);
+    const dt_autograd_node *g = m ? m->grad_fn : NULL;
+    if (!g || !is_view_node(g)) break;
+    dt_tensor *in = g->saved[0];
+    if (!g->function && in && in->storage != t->storage) break; /* the view op copied */
+    if (!in || !meta_of(in) || !meta_of(in)->requires_grad) {
+      return dt__error(DT_ERR_UNSUPPORTED,
+                       "%s: self is a view whose base the graph no longer keeps (a backward "
+                       "without retain_graph freed it, or the base was modified in place "
+                       "through another tensor); apply it to a copy (dt_clone) instead",
+                       op);
+    }
+    if (g->function) {
+      prefix = g->function_state;
+      t = in;
+      break;
+    }
+    if (n == MAX_VIEW_STEPS) {
+      return dt__error(DT_ERR_UNSUPPORTED,
+                       "%s: self is a chain of more than %d views of its base; apply it to a "
+                       "copy (dt_clone) instead",
+                       op, MAX_VIEW_STEPS);
+    }
+    steps[n] = g;
+    outputs[n] = m->output_nr;
+    n++;
+    t = in;
+  }
+  if (t == self) return DT_OK;
+  const dt_autograd_meta *bm = meta_of(t);
+  if (!bm->grad_fn) {
+    char shape[160];
+    dt_tensor_meta m;
+    dt__autograd_meta_of(t, &m);
+    return dt__error(DT_ERR_INVALID,
+                     "%s: self is a view of a leaf tensor (shape %s) that requires grad, which "
+                     "cannot be modified in place while grad mode is on; run the update under "
+                     "no_grad (dt_grad_mode_set(false)) or use the out-of-place form",
+                     op, dt__format_ints(shape, sizeof shape, m.ndim, m.shape));
+  }
+  if (t->spec || self->spec) {
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "%s: self is a view of a distributed tensor that requires grad: in-place ops "
+                     "on distributed views are not recorded yet; apply it to a copy (dt_clone) "
+                     "instead",
+                     op);
+  }
+  if (!dt__is_contiguous(t->ndim, t->shape, t->strides)) {
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "%s: self is a view of a tensor that requires grad and is not contiguous: "
+                     "in-place ops on its views are not recorded yet; apply it to a copy "
+                     "(dt_clone), or take the view of a dt_contiguous copy",
+                     op);
+  }
+  dt_tensor_meta bmeta;
+  dt__autograd_meta_of(t, &bmeta);
+  dt_view_chain *c = dt__view_chain_new(&bmeta);
+  if (!c) return DT_ERR_NOMEM;
+  dt_status st = prefix ? dt__view_chain_append(c, prefix) : DT_OK;
+  for (int i = n - 1; i >= 0 && !st; i--) st = dt__view_chain_push(c, steps[i], outputs[i]);
+  if (st) {
+    dt__view_chain_free(c);
+    return st;
+  }
+  *base = t;
+  *chain = c;
+  return DT_OK;
+}
+
+/* Whether an in-place op may be recorded on self (before it runs). When self is a view of
+ * another tensor's storage, *base and *chain are that tensor (borrowed) and the view ops to
+ * self (owned); NULL otherwise. */
+static dt_status check_inplace(const dt_op_call *call, const dt_op_def *def, dt_tensor **base,
+                               dt_view_chain **chain) {
   dt_tensor *self = call->inputs[0];
   const dt_autograd_meta *meta = meta_of(self);
+  *base = NULL;
+  *chain = NULL;
   if (meta && meta->requires_grad && !meta->grad_fn) {
     char shape[160];
     dt_tensor_meta m;
@@ -265,21 +360,30 @@ static dt_status check_inplace(const dt_op_call *call, const dt_op_def *def) {
                      "out-of-place form",
                      def->name, dt__format_ints(shape, sizeof shape, m.ndim, m.shape));
   }
-  if (meta && meta->grad_fn) {
-    const dt_autograd_node *n = meta->grad_fn;
-    if (n->function || dt__op_table[n->call.op].kind == DT_OP_KIND_VIEW) {
-      return dt__error(DT_ERR_UNSUPPORTED,
-                       "%s: self is the output of %s, a view sharing storage with a tensor that "
-                       "requires grad: in-place ops on views are not recorded yet (PyTorch "
-                       "rebases the base's history); apply it to a copy (dt_clone) instead",
-                       def->name, dt__autograd_node_name(n));
-    }
-  }
   if (!def->backward) {
     return dt__error(DT_ERR_UNSUPPORTED,
                      "%s: in-place op with an argument that requires grad has no backward formula "
                      "yet; run it under no_grad (dt_grad_mode_set(false))",
                      def->name);
+  }
+  if (meta && meta->grad_fn) {
+    dt_tensor *root = self;
+    if (is_view_node(meta->grad_fn)) {
+      dt_status st = find_view_base(def->name, self, base, chain);
+      if (st) return st;
+      if (*base) root = *base;
+    }
+    const dt_autograd_node *n = meta_of(root)->grad_fn;
+    if (n->function && n->function != &dt__copy_slices_function) {
+      dt__view_chain_free(*chain);
+      *chain = NULL;
+      *base = NULL;
+      return dt__error(DT_ERR_UNSUPPORTED,
+                       "%s: self is (a view of) the output of %s, a conversion sharing storage "
+                       "with a tensor that requires grad: in-place ops on it are not recorded "
+                       "yet; apply it to a copy (dt_clone) instead",
+                       def->name, dt__autograd_node_name(n));
+    }
   }
   return DT_OK;
 }
@@ -352,9 +456,9 @@ unsave_self(dt_autograd_node *node, dt_tensor *self) {
 /* The node of an in-place op that ran on self: slot 0 is self's old value (old_self, a copy
  * taken before the write, consumed; NULL when the formula does not read it), the other slots
  * as for any op with the versions they had before the write (pre_versions), output 0 is self
- * after the write. Then self points at the node. */
-static dt_status record_inplace(dt_op_call *call, dt_tensor *old_self,
-                                const uint32_t *pre_versions) {
+ * after the write. Self's history is not changed yet. */
+static dt_status inplace_node(dt_op_call *call, dt_tensor *old_self, const uint32_t *pre_versions,
+                              dt_autograd_node **out) {
   const dt_op_def *def = &dt__op_table[call->op];
   dt_tensor *self = call->inputs[0];
   int n_slots = call->n_inputs;
@@ -405,20 +509,23 @@ static dt_status record_inplace(dt_op_call *call, dt_tensor *old_self,
   node->n_outputs = 1;
   dt__autograd_meta_of(self, &node->output_metas[0]);
   node->output_versions[0] = 0;
-  dt_status st = DT_OK;
   if (dt__op_has_trait(call->op, DT_TRAIT_SAVES_OUTPUT)) {
     node->output_versions[0] = self->storage->version;
-    st = detached_alias(self, &node->outputs[0]);
+    dt_status st = detached_alias(self, &node->outputs[0]);
+    if (st) {
+      dt__autograd_node_release(node);
+      return st;
+    }
   }
-  if (!st) st = unsave_self(node, self);
-  if (st) {
-    dt__autograd_node_release(node);
-    return st;
-  }
-  /* Rebase: self's history is now this node (the node holds the previous one as edge 0).
-   * Self's meta moves into the node's block: a meta in the previous node's block must not
-   * outlive that node, which self no longer keeps alive. */
-  dt_autograd_meta *old = meta_of(self);
+  *out = node;
+  return DT_OK;
+}
+
+/* Rebase: t's history is now node (output 0), which consumes the caller's reference. t's meta
+ * moves into the node's block: a meta in the previous node's block must not outlive that
+ * node, which t no longer keeps alive. */
+static void rebase(dt_autograd_node *node, dt_tensor *t) {
+  dt_autograd_meta *old = meta_of(t);
   dt_autograd_node *previous = old ? old->grad_fn : NULL;
   if (previous && old->output_nr < previous->n_outputs &&
       previous->retain_meta[old->output_nr] == old) {
@@ -429,15 +536,119 @@ static dt_status record_inplace(dt_op_call *call, dt_tensor *old_self,
     meta = &node->metas[0];
     *meta = *old; /* the count of live metas is unchanged: the meta moved */
     meta->in_node = true;
-    self->autograd = &meta->ext;
+    t->autograd = &meta->ext;
     if (!old->in_node) dt__free(old);
   } else {
-    meta = dt__autograd_meta_in_node(self, node, 0);
+    meta = dt__autograd_meta_in_node(t, node, 0);
   }
   if (meta->retains_grad) node->retain_meta[0] = meta;
-  attach_output(node, self, 0);
+  attach_output(node, t, 0);
   dt__autograd_node_release(previous);
-  dt__autograd_node_release(node); /* self holds it now */
+  dt__autograd_node_release(node); /* t holds it now */
+}
+
+/* An in-place op that ran on self, not a view of another tensor's storage: self's history is
+ * rebased onto the op's node (which holds the previous one as edge 0). */
+static dt_status record_inplace(dt_op_call *call, dt_tensor *old_self,
+                                const uint32_t *pre_versions) {
+  dt_autograd_node *node = NULL;
+  dt_status st = inplace_node(call, old_self, pre_versions, &node);
+  if (st) return st;
+  st = unsave_self(node, call->inputs[0]);
+  if (st) {
+    dt__autograd_node_release(node);
+    return st;
+  }
+  rebase(node, call->inputs[0]);
+  return DT_OK;
+}
+
+/* An in-place op that ran on self, a view of base (chain: the view ops from base to self,
+ * consumed). As PyTorch's CopySlices: base's history is rebased onto a copy-slices node
+ * whose slot 0 is base's previous history and whose other slots are the op's other
+ * arguments; it runs the op's node (inner, without edges of its own) on the region of the
+ * gradient the view covers. Self's history becomes that region of base's new history (a
+ * view-of-base node, which keeps base to find it again). */
+static dt_status record_inplace_view(dt_op_call *call, dt_tensor *old_self,
+                                     const uint32_t *pre_versions, dt_tensor *base,
+                                     dt_view_chain *chain) {
+  const dt_op_def *def = &dt__op_table[call->op];
+  dt_tensor *self = call->inputs[0];
+  dt_autograd_node *inner = NULL, *slices = NULL, *view = NULL;
+  dt__copy_slices_state *state = NULL;
+  dt_view_chain *view_chain = NULL;
+  dt_status st = inplace_node(call, old_self, pre_versions, &inner);
+  if (st) {
+    dt__view_chain_free(chain);
+    return st;
+  }
+  int n_slots = inner->n_slots;
+  dt_tensor_meta base_meta;
+  dt__autograd_meta_of(base, &base_meta);
+  state = dt__calloc(sizeof *state);
+  view_chain = dt__view_chain_new(&base_meta);
+  st = view_chain ? dt__view_chain_append(view_chain, chain) : DT_ERR_NOMEM;
+  slices = st || !state ? NULL : node_alloc(n_slots, 1, 0);
+  view = slices ? node_alloc(1, 1, 0) : NULL;
+  if (!view) {
+    dt__autograd_node_release(slices); /* a fresh node owns nothing yet */
+    dt__free(state);
+    dt__view_chain_free(chain);
+    dt__view_chain_free(view_chain);
+    dt__autograd_node_release(inner);
+    return st ? st : dt__error(DT_ERR_NOMEM, "%s: cannot allocate its autograd nodes", def->name);
+  }
+  /* The copy-slices node takes the inner node's edges for slots 1..; slot 0 goes to the
+   * base's previous history, the view's previous history is dropped. */
+  state->chain = chain;
+  state->inner = inner;
+  memset(&slices->call, 0, sizeof slices->call);
+  slices->function = &dt__copy_slices_function;
+  slices->function_state = state;
+  for (int i = 0; i < n_slots; i++) {
+    slices->saved_versions[i] = 0;
+    slices->input_metas[i] = inner->input_metas[i];
+    if (i == 0) continue;
+    slices->needs_grad[i] = inner->needs_grad[i];
+    slices->edges[i] = inner->edges[i];
+    if (slices->edges[i].to_leaf && !slices->edges[i].leaf) {
+      slices->edges[i].leaf = dt_tensor_retain(inner->saved[i]);
+    }
+    memset(&inner->edges[i], 0, sizeof inner->edges[i]);
+  }
+  dt__autograd_node_release(inner->edges[0].node);
+  memset(&inner->edges[0], 0, sizeof inner->edges[0]);
+  slices->input_metas[0] = base_meta;
+  slices->needs_grad[0] = true;
+  set_edge(slices, 0, base, NULL);
+  slices->n_outputs = 1;
+  slices->output_metas[0] = base_meta;
+  slices->output_versions[0] = 0;
+  /* Older nodes the new history reaches that saved base's or self's handle would close a
+   * ring through those tensors' metas (unsave_self). */
+  st = unsave_self(slices, base);
+  if (!st) st = unsave_self(slices, self);
+  if (st) {
+    dt__view_chain_free(view_chain);
+    dt__autograd_node_release(view);   /* a fresh node owns nothing yet */
+    dt__autograd_node_release(slices); /* releases state: chain and inner */
+    return st;
+  }
+  memset(&view->call, 0, sizeof view->call);
+  view->function = &dt__view_of_base_function;
+  view->function_state = view_chain;
+  view->saved[0] = dt_tensor_retain(base);
+  view->saved_versions[0] = 0;
+  view->input_metas[0] = base_meta;
+  view->needs_grad[0] = true;
+  view->edges[0].node = slices;
+  view->edges[0].output_nr = 0;
+  dt__autograd_node_retain(slices);
+  view->n_outputs = 1;
+  dt__autograd_meta_of(self, &view->output_metas[0]);
+  view->output_versions[0] = 0;
+  rebase(slices, base);
+  rebase(view, self);
   return DT_OK;
 }
 
@@ -447,10 +658,11 @@ dt_status dt__autograd_dispatch(dt_op_call *call) {
   bool distributed = false;
   bool recording = !dt__grad_disabled && !dt__op_has_trait(call->op, DT_TRAIT_NOT_DIFFERENTIABLE) &&
                    any_input_requires_grad(call, &distributed);
-  dt_tensor *old_self = NULL;
+  dt_tensor *old_self = NULL, *view_base = NULL;
+  dt_view_chain *view_chain = NULL;
   uint32_t pre_versions[DT_OP_MAX_INPUTS] = {0};
   if (recording && inplace) {
-    dt_status st = check_inplace(call, def);
+    dt_status st = check_inplace(call, def, &view_base, &view_chain);
     if (st) return st;
     bool others_need_grad = false;
     for (int i = 0; i < call->n_inputs && i < DT_OP_MAX_INPUTS; i++) {
@@ -462,7 +674,10 @@ dt_status dt__autograd_dispatch(dt_op_call *call) {
       dt__grad_disabled = true;
       st = dt_clone(call->inputs[0], &old_self);
       dt__grad_disabled = false;
-      if (st) return st;
+      if (st) {
+        dt__view_chain_free(view_chain);
+        return st;
+      }
     }
   }
   if (!recording && inplace && !dt__grad_disabled && requires_grad(call->inputs[0])) {
@@ -492,6 +707,7 @@ dt_status dt__autograd_dispatch(dt_op_call *call) {
   if (st) {
     for (int i = 0; i < n_consumed; i++) dt_tensor_release(consumed[i]);
     dt_tensor_release(old_self);
+    dt__view_chain_free(view_chain);
     return st;
   }
   if (inplace) {
@@ -499,10 +715,12 @@ dt_status dt__autograd_dispatch(dt_op_call *call) {
     call->inputs[0]->storage->version++;
     if (!recording || !dt_dtype_is_floating(call->inputs[0]->dtype)) {
       dt_tensor_release(old_self);
+      dt__view_chain_free(view_chain);
       return DT_OK;
     }
     dt__grad_disabled = true;
-    st = record_inplace(call, old_self, pre_versions);
+    st = view_base ? record_inplace_view(call, old_self, pre_versions, view_base, view_chain)
+                   : record_inplace(call, old_self, pre_versions);
     dt__grad_disabled = false;
     return st;
   }

@@ -1,0 +1,227 @@
+/*
+ * In-place ops on views, as PyTorch records them (its CopySlices): an in-place op on a view v
+ * of a base b (a chain of view ops that share b's storage) writes b's elements. b's history is
+ * rebased onto a copy-slices node: its gradient is the incoming gradient of b with v's region
+ * replaced by the in-place op's backward applied to that region; the op's other arguments get
+ * their gradients from the same formula. v's history becomes "the region of b's new history"
+ * (a view-of-base node). The record side is in record.c (record_inplace_view).
+ *
+ * The region is found by replaying the view ops from b to v on a gradient of b's shape, which
+ * is contiguous: record.c records only bases that are contiguous too, so that every step that
+ * was a view in the forward is a view on the gradient (same sizes and strides).
+ */
+#include "autograd/autograd_impl.h"
+#include "dtensor/ops.h"
+
+typedef struct view_step {
+  dt_op_call call;   /* op and attributes; inputs and outputs are set at replay */
+  int output_nr;     /* the piece of a split that continues the chain */
+  int64_t *int_list; /* owned copy of call.int_list (NULL when none) */
+} view_step;
+
+struct dt_view_chain {
+  dt_tensor_meta base;
+  int n_steps, capacity;
+  view_step *steps;
+};
+
+dt_view_chain *dt__view_chain_new(const dt_tensor_meta *base) {
+  dt_view_chain *chain = dt__calloc(sizeof *chain);
+  if (!chain) {
+    dt__error(DT_ERR_NOMEM, "out of memory for an in-place op's view chain");
+    return NULL;
+  }
+  chain->base = *base;
+  return chain;
+}
+
+void dt__view_chain_free(dt_view_chain *chain) {
+  if (!chain) return;
+  for (int i = 0; i < chain->n_steps; i++) dt__free(chain->steps[i].int_list);
+  dt__free(chain->steps);
+  dt__free(chain);
+}
+
+static dt_status push_call(dt_view_chain *chain, const dt_op_call *call, int output_nr) {
+  /* A squeeze.dim of a dim that is not of size 1 was the identity (its infer left -2, which
+   * would name a dim if run again). */
+  if (call->op == DT_OP_SQUEEZE_DIM && call->ints[0] == -2) return DT_OK;
+  if (chain->n_steps == chain->capacity) {
+    int cap = chain->capacity ? 2 * chain->capacity : 4;
+    view_step *steps = dt__alloc(sizeof *steps * (size_t)cap);
+    if (!steps) return dt__error(DT_ERR_NOMEM, "out of memory for an in-place op's view chain");
+    if (chain->n_steps) memcpy(steps, chain->steps, sizeof *steps * (size_t)chain->n_steps);
+    dt__free(chain->steps);
+    chain->steps = steps;
+    chain->capacity = cap;
+  }
+  view_step *s = &chain->steps[chain->n_steps];
+  s->call = *call;
+  s->output_nr = output_nr;
+  s->int_list = NULL;
+  if (call->int_list && call->n_int_list > 0) {
+    s->int_list = dt__alloc(sizeof(int64_t) * (size_t)call->n_int_list);
+    if (!s->int_list) {
+      return dt__error(DT_ERR_NOMEM, "out of memory for an in-place op's view chain");
+    }
+    memcpy(s->int_list, call->int_list, sizeof(int64_t) * (size_t)call->n_int_list);
+  }
+  s->call.int_list = s->int_list;
+  s->call.inputs[0] = NULL;
+  s->call.input_list = NULL;
+  s->call.n_input_list = 0;
+  s->call.outputs = NULL;
+  s->call.consumed = NULL;
+  s->call.n_consumed = 0;
+  chain->n_steps++;
+  return DT_OK;
+}
+
+dt_status dt__view_chain_push(dt_view_chain *chain, const dt_autograd_node *node, int output_nr) {
+  /* A recorded slice holds its window as (dim, start, length, step) (its infer's form); run
+   * again, ints[2] must be an end: the one just past the window's last element. */
+  dt_op_call call = node->call;
+  if (call.op == DT_OP_SLICE) {
+    int64_t start = call.ints[1], length = call.ints[2], step = call.ints[3];
+    call.ints[2] = length > 0 ? start + (length - 1) * step + 1 : start;
+  }
+  /* A piece of a split (split, chunk, split_with_sizes: their infers leave ints = {dim, piece
+   * size}) is the narrow of that piece. */
+  if (call.op == DT_OP_SPLIT || call.op == DT_OP_CHUNK || call.op == DT_OP_SPLIT_WITH_SIZES) {
+    int d = (int)call.ints[0];
+    int64_t start = 0;
+    for (int k = 0; k < output_nr; k++) {
+      start += call.op == DT_OP_SPLIT_WITH_SIZES ? call.int_list[k] : call.ints[1];
+    }
+    int64_t length = node->output_metas[output_nr].shape[d];
+    call = (dt_op_call){.op = DT_OP_NARROW, .n_inputs = 1, .n_ints = 3, .n_outputs = 1};
+    call.ints[0] = d;
+    call.ints[1] = start;
+    call.ints[2] = length;
+    output_nr = 0;
+  }
+  return push_call(chain, &call, output_nr);
+}
+
+dt_status dt__view_chain_append(dt_view_chain *chain, const dt_view_chain *steps) {
+  int before = chain->n_steps;
+  for (int i = 0; i < steps->n_steps; i++) {
+    dt_status st = push_call(chain, &steps->steps[i].call, steps->steps[i].output_nr);
+    if (st) {
+      while (chain->n_steps > before) dt__free(chain->steps[--chain->n_steps].int_list);
+      return st;
+    }
+  }
+  return DT_OK;
+}
+
+/* The region of g (a contiguous tensor of the base's shape) that the view covers: a view of
+ * g's storage, new reference in *out. */
+static dt_status replay(const dt_view_chain *chain, dt_tensor *g, dt_tensor **out) {
+  dt_tensor *t = dt_tensor_retain(g);
+  dt_status st = DT_OK;
+  for (int i = 0; i < chain->n_steps && !st; i++) {
+    const view_step *s = &chain->steps[i];
+    dt_tensor *pieces[DT_OP_MAX_META] = {0};
+    dt_op_call call = s->call;
+    call.inputs[0] = t;
+    call.outputs = pieces;
+    if (call.n_outputs < 1 || call.n_outputs > DT_OP_MAX_META) call.n_outputs = 1;
+    st = dt__dispatch(&call);
+    dt_tensor_release(t);
+    t = NULL;
+    if (st) break;
+    t = pieces[s->output_nr];
+    pieces[s->output_nr] = NULL;
+    for (int k = 0; k < DT_OP_MAX_META; k++) dt_tensor_release(pieces[k]);
+    if (!t) {
+      st = dt__error(DT_ERR_INTERNAL, "dt_backward: replaying %s gave no output %d",
+                     dt__op_table[call.op].name, s->output_nr);
+    } else if (t->storage != g->storage) {
+      st = dt__error(DT_ERR_INTERNAL,
+                     "dt_backward: %s on the gradient of an in-place op's base is not a view",
+                     dt__op_table[call.op].name);
+    }
+  }
+  if (st) {
+    dt_tensor_release(t);
+    return st;
+  }
+  *out = t;
+  return DT_OK;
+}
+
+/* ---- The view's new history: zeros of the base's shape, the view's gradient in its region. */
+
+static dt_status view_of_base_backward(void *state, dt_tensor *grad_output,
+                                       dt_tensor **grad_input) {
+  const dt_view_chain *chain = state;
+  dt_tensor *g = NULL, *region = NULL;
+  dt_status st = dt_zeros(chain->base.ndim, chain->base.shape, chain->base.dtype, &g);
+  if (!st) st = replay(chain, g, &region);
+  if (!st) st = dt_copy_(region, grad_output);
+  dt_tensor_release(region);
+  if (st) {
+    dt_tensor_release(g);
+    return st;
+  }
+  *grad_input = g;
+  return DT_OK;
+}
+
+static void view_of_base_release(void *state) { dt__view_chain_free(state); }
+
+const dt_autograd_function dt__view_of_base_function = {
+    .name = "view_of_base", .backward = view_of_base_backward, .release = view_of_base_release};
+
+/* ---- The base's new history ---------------------------------------------------------------
+ * Slot 0 is the base's previous history, slots 1.. the in-place op's other arguments (the
+ * inner node's slots). */
+
+dt_status dt__copy_slices_backward(dt_autograd_node *node, bool retain_graph,
+                                   dt_tensor **grad_inputs) {
+  dt__copy_slices_state *s = node->function_state;
+  dt_autograd_node *inner = s->inner;
+  dt_tensor *grad = node->grads[0];
+  if (!grad) return DT_OK;
+  dt_status st = dt__autograd_check_saved(inner);
+  if (st) return st;
+  dt_tensor *result = NULL, *region = NULL, *region_grad = NULL;
+  dt_tensor *inner_grads[DT_OP_MAX_INPUTS] = {0};
+  st = dt_clone(grad, &result); /* contiguous, storage of its own */
+  if (!st) st = replay(s->chain, result, &region);
+  if (!st) st = dt_clone(region, &region_grad);
+  if (!st) {
+    dt_backward_ctx ctx = {.call = &inner->call,
+                           .input_metas = inner->input_metas,
+                           .output_metas = inner->output_metas,
+                           .needs_grad = inner->needs_grad};
+    st = dt__op_table[inner->call.op].backward(&ctx, &region_grad, inner_grads);
+  }
+  /* The view's old values do not reach the base's new values except through the op. */
+  if (!st) st = inner_grads[0] ? dt_copy_(region, inner_grads[0]) : dt_fill_(region, 0.0);
+  if (!st) {
+    grad_inputs[0] = result;
+    result = NULL;
+    for (int i = 1; i < inner->n_slots && i < DT_OP_MAX_INPUTS; i++) {
+      grad_inputs[i] = inner_grads[i];
+      inner_grads[i] = NULL;
+    }
+    if (!retain_graph) dt__autograd_node_free_saved(inner);
+  }
+  dt__grad_release(inner_grads, DT_OP_MAX_INPUTS);
+  DT_RELEASE_ALL(result, region, region_grad);
+  return st;
+}
+
+static void copy_slices_release(void *state) {
+  dt__copy_slices_state *s = state;
+  if (!s) return;
+  dt__view_chain_free(s->chain);
+  dt__autograd_node_release(s->inner);
+  dt__free(s);
+}
+
+/* backward is never called: the engine runs dt__copy_slices_backward for this function. */
+const dt_autograd_function dt__copy_slices_function = {
+    .name = "copy_slices", .backward = NULL, .release = copy_slices_release};
