@@ -194,10 +194,8 @@ dt_status dt__redistribute_plan_cached(const dt_dist_spec *from, const dt_placem
   }
   dt_mesh_info mi;
   dt__mesh_info(from->mesh, &mi);
-  dt_redistribute_geometry g = {.mesh_ndim = from->mesh_ndim,
-                                .global_bytes = (double)dt__numel(from->ndim, from->shape) *
-                                                (double)dt__dtype_sizes[from->dtype]};
-  for (int m = 0; m < from->mesh_ndim; m++) g.mesh_size[m] = mi.size[m];
+  dt_redistribute_geometry g =
+      dt__redistribute_geometry(from->ndim, from->shape, from->dtype, from->mesh_ndim, mi.size);
   dt_status st = dt__redistribute_plan(&g, from->placements, to, plan);
   if (st || !c) return st;
   dt_redistribute_plan *copy = dt__alloc(sizeof *copy);

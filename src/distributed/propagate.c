@@ -33,11 +33,7 @@ static void nested_split(const dt_propagation *p, const dt_placement *state, int
 
 static dt_redistribute_geometry geometry_of(const dt_propagation *p, int i) {
   const dt_tensor *t = p->args[i];
-  dt_redistribute_geometry g = {.mesh_ndim = p->mesh_ndim,
-                                .global_bytes = (double)dt__tensor_numel(t) *
-                                                (double)dt__dtype_sizes[t->dtype]};
-  memcpy(g.mesh_size, p->mesh_size, sizeof(int64_t) * (size_t)p->mesh_ndim);
-  return g;
+  return dt__redistribute_geometry(t->ndim, t->shape, t->dtype, p->mesh_ndim, p->mesh_size);
 }
 
 /* Whether either placement tuple has a Partial on some mesh dim. */

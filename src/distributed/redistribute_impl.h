@@ -32,12 +32,21 @@ typedef struct dt_redistribute_plan {
   int64_t bytes;
 } dt_redistribute_plan;
 
-/* What the cost model needs of the tensor and the mesh. */
+/* What the cost model needs of the tensor and the mesh: the global shape and element size
+ * (ndim 0 with only global_bytes set: shards are taken as even), made by
+ * dt__redistribute_geometry. */
 typedef struct dt_redistribute_geometry {
   int mesh_ndim;
   int64_t mesh_size[DT_MESH_MAX_DIMS];
   double global_bytes;
+  int ndim;
+  int64_t shape[DT_MAX_DIMS];
+  double element_bytes;
 } dt_redistribute_geometry;
+
+/* The geometry of a tensor of the given global shape and dtype on a mesh. */
+dt_redistribute_geometry dt__redistribute_geometry(int ndim, const int64_t *shape, dt_dtype dtype,
+                                                   int mesh_ndim, const int64_t *mesh_size);
 
 /* ---- The cost model ----------------------------------------------------------------------
  * The one place that says what a transition costs. Everything that prices or reports
@@ -62,8 +71,10 @@ int64_t dt__step_bytes(dt_step_kind kind, int64_t mesh_size, int64_t before, int
  * bytes are never traded for fewer collectives. */
 double dt__step_cost(dt_step_kind kind, int64_t mesh_size, double before, double after);
 
-/* Bytes this rank holds under `state` assuming even shards (the ranking estimate; exact
- * byte counts come from dt__redistribute_exact_bytes). */
+/* The ranking estimate of the bytes a rank holds under `state`: the shard of the first rank,
+ * the largest under torch.chunk's rule (each Shard keeps ceil(extent / ranks) of its dim), so
+ * that uneven shards are priced as the rank that moves most moves them and the choice is
+ * the same on every rank. Exact byte counts come from dt__redistribute_exact_bytes. */
 double dt__local_bytes_estimate(const dt_redistribute_geometry *g, const dt_placement *state);
 
 /* The price of changing mesh dim m of a tensor placed `state` to `to`: one step, or two

@@ -129,12 +129,50 @@ double dt__step_cost(dt_step_kind kind, int64_t mesh_size, double before, double
   }
 }
 
+dt_redistribute_geometry dt__redistribute_geometry(int ndim, const int64_t *shape, dt_dtype dtype,
+                                                   int mesh_ndim, const int64_t *mesh_size) {
+  dt_redistribute_geometry g = {
+      .mesh_ndim = mesh_ndim, .ndim = ndim, .element_bytes = (double)dt__dtype_sizes[dtype]};
+  memcpy(g.mesh_size, mesh_size, sizeof(int64_t) * (size_t)mesh_ndim);
+  memcpy(g.shape, shape, sizeof(int64_t) * (size_t)ndim);
+  g.global_bytes = (double)dt__numel(ndim, shape) * g.element_bytes;
+  return g;
+}
+
 double dt__local_bytes_estimate(const dt_redistribute_geometry *g, const dt_placement *state) {
-  double bytes = g->global_bytes;
-  for (int m = 0; m < g->mesh_ndim; m++) {
-    if (dt__is_sharding(state[m])) bytes /= (double)g->mesh_size[m];
+  if (g->ndim <= 0) { /* no shape given: even shards */
+    double bytes = g->global_bytes;
+    for (int m = 0; m < g->mesh_ndim; m++) {
+      if (dt__is_sharding(state[m])) bytes /= (double)g->mesh_size[m];
+    }
+    return bytes;
   }
-  return bytes;
+  if (g->global_bytes <= 0) return 0;
+  /* The extents of the dims some mesh dim shards (at most one per mesh dim), cut in mesh-dim
+   * order as shards nest; the other dims keep their size (`rest` elements in all). */
+  int dims[DT_MESH_MAX_DIMS], n = 0;
+  int64_t extent[DT_MESH_MAX_DIMS];
+  double rest = g->global_bytes / g->element_bytes;
+  for (int m = 0; m < g->mesh_ndim; m++) {
+    dt_placement p = state[m];
+    if (!dt__is_sharding(p) || p.dim < 0 || p.dim >= g->ndim) continue;
+    int k = 0;
+    while (k < n && dims[k] != p.dim) k++;
+    if (k == n) {
+      dims[n] = p.dim, extent[n++] = g->shape[p.dim];
+      rest /= (double)g->shape[p.dim]; /* exact: shape[d] divides the element count */
+    }
+    int64_t size = g->mesh_size[m], e = extent[k];
+    if (p.kind == DT_SHARD || p.split_factor < 1 || e % p.split_factor != 0) {
+      extent[k] = (e + size - 1) / size;
+    } else { /* f blocks, each chunked: the first rank's chunk of every block */
+      int64_t f = p.split_factor;
+      extent[k] = f * ((e / f + size - 1) / size);
+    }
+  }
+  double elements = rest;
+  for (int k = 0; k < n; k++) elements *= (double)extent[k];
+  return elements * g->element_bytes;
 }
 
 /* The price of one step on mesh dim m from `state`, the nesting rule set aside. */
