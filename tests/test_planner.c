@@ -256,6 +256,26 @@ Test(planner, linear_and_addmm_are_linear_in_each_operand) {
       "addmm P(sum) factor", op_addmm, 1, {4}, 3,      {1, 2, 2}, {{5}, {4, 6}, {6, 5}},
       {{R_}, {P_SUM}, {R_}}, DT_F32,   0, 0,   {P_SUM}};
   run_case(&addmm);
+  /* Only the bias Partial: a replicated factor becomes Partial locally and the bias's
+   * partials stay (PyTorch does the same); before, the bias was reduced. On 2x2, with the
+   * other mesh dim contracting over a's column shard. */
+  planner_case bias = {"addmm P(sum) bias",
+                       op_addmm,
+                       2,
+                       {2, 2},
+                       3,
+                       {2, 2, 2},
+                       {{7, 5}, {7, 3}, {3, 5}},
+                       {{P_SUM, P_SUM}, {R_, S_(1)}, {R_, R_}},
+                       DT_F32,
+                       0,
+                       0,
+                       {P_SUM, P_SUM}};
+  run_case(&bias);
+  planner_case lbias = {
+      "linear P(sum) bias",  op_linear, 1, {4}, 3,      {2, 2, 1}, {{4, 6}, {8, 6}, {8}},
+      {{R_}, {R_}, {P_SUM}}, DT_F32,    0, 0,   {P_SUM}};
+  run_case(&lbias);
 }
 
 /* ---- 7. Idle mesh dims --------------------------------------------------------------------- */

@@ -297,12 +297,15 @@ static void rule_addmm(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
   in[0] = dt_partial(DT_REDUCE_SUM), in[1] = S(1), in[2] = S(0);
   push(s, in, 3, dt_partial(DT_REDUCE_SUM));
   /* Linear in each factor: a Partial factor times a replica, plus the bias as the same
-   * Partial (bias + sum_r a_r b = sum_r (bias_r + a_r b) with the bias's partials). */
+   * Partial (bias + sum_r a_r b = sum_r (bias_r + a_r b) with the bias's partials). Also
+   * when only the bias is Partial: a replicated factor becomes Partial locally (R -> P)
+   * and the bias's partials are kept instead of reduced. */
   for (int i = 1; i < 3; i++) {
-    if (!is_sum_partial(cur[i])) continue;
-    in[0] = cur[i], in[1] = R(), in[2] = R();
-    in[i] = cur[i];
-    push(s, in, 3, cur[i]);
+    dt_placement p = is_sum_partial(cur[i]) ? cur[i] : cur[0];
+    if (!is_sum_partial(p)) continue;
+    in[0] = p, in[1] = R(), in[2] = R();
+    in[i] = p;
+    push(s, in, 3, p);
   }
   if (is_sum_partial(cur[0])) { /* the bias's Partial, the factors' sum on one rank */
     in[0] = cur[0], in[1] = S(1), in[2] = S(0);
@@ -330,12 +333,14 @@ static void rule_linear(const dt_rule_ctx *c, const dt_placement *cur, dt_strate
     push(s, in, c->n_args, S(d));
   }
   /* Linear in each of x and w: a Partial one times a replica of the other; a bias becomes
-   * the same Partial so that it is counted once. */
+   * the same Partial so that it is counted once. A Partial bias alone makes x or w Partial
+   * locally (R -> P) to keep its partials. */
   for (int i = 0; i < 2; i++) {
-    if (!is_sum_partial(cur[i])) continue;
-    in[0] = R(), in[1] = R(), in[2] = has_bias ? cur[i] : R();
-    in[i] = cur[i];
-    push(s, in, c->n_args, cur[i]);
+    dt_placement p = is_sum_partial(cur[i]) ? cur[i] : has_bias ? cur[2] : R();
+    if (!is_sum_partial(p)) continue;
+    in[0] = R(), in[1] = R(), in[2] = has_bias ? p : R();
+    in[i] = p;
+    push(s, in, c->n_args, p);
   }
   /* Idle mesh dim: batch dims of x (already proposed above) or output features. */
   push_replicated(s, c->n_args);
