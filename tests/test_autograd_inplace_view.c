@@ -5,7 +5,8 @@
  * float64: the loss against the same computation written without in-place ops (the region
  * as a constant 0/1 mask M of the base's shape: y * (M b + 1 - M) for mul_, y + M b for add_,
  * ...), the gradients of a and b against central finite differences, and against the
- * gradients of that reference. Then the errors (a view of a leaf, a saved value modified, a
+ * gradients of that reference. Views taken before an in-place op and read after it follow the
+ * base's new history. Then the errors (a view of a leaf, a saved value modified, a
  * distributed view) and that no node outlives its tensors. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -413,6 +414,62 @@ static dt_status chain_reference(const void *ctx, dt_tensor *a, dt_tensor *b, dt
   DT_RELEASE4(y3, v2, m1, m2);
   dt_tensor_release(y0);
   return st;
+}
+
+/* Views taken before an in-place op on an overlapping view (w = y[2:4], then y[1:3] *= b) or
+ * on the base itself (u = y^T, then y *= 3) and used after it read the base's new history, as
+ * PyTorch regenerates a view's grad_fn. Reference: the masks, views taken afterwards. */
+static dt_status v_rows24(dt_tensor *t, dt_tensor **out) { return dt_slice(t, 0, 2, 4, 1, out); }
+
+/* loss_of(y, e, y, a) + sum(f f): e and f are w read after the first and the second op. */
+static dt_status stale_loss(dt_tensor *y, dt_tensor *e, dt_tensor *f, dt_tensor *a,
+                            dt_tensor **out) {
+  dt_tensor *l1 = NULL, *ff = NULL, *l2 = NULL;
+  dt_status st = loss_of(y, e, y, a, &l1);
+  if (!st) st = dt_mul(f, f, &ff);
+  if (!st) st = dt_sum(ff, &l2);
+  if (!st) st = dt_add(l1, l2, out);
+  DT_RELEASE4(l1, ff, l2, NULL);
+  return st;
+}
+
+static dt_status stale_inplace(const void *ctx, dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  (void)ctx;
+  dt_tensor *y = NULL, *w = NULL, *u = NULL, *v = NULL, *bv = NULL, *e = NULL, *f = NULL,
+            *uu = NULL;
+  dt_status st = dt_mul_scalar(a, 1.5, &y);
+  if (!st) st = v_rows24(y, &w);
+  if (!st) st = v_transpose(y, &u);
+  if (!st) st = v_rows(y, &v);
+  if (!st) st = v_rows(b, &bv);
+  if (!st) st = dt_mul_(v, bv);            /* rows 1..2: w's row 0 changes */
+  if (!st) st = dt_mul_scalar(w, 1.0, &e); /* w read after it */
+  if (!st) st = dt_mul_scalar_(y, 3.0);    /* the base itself */
+  if (!st) st = dt_mul_scalar(w, 1.0, &f); /* w read after that */
+  if (!st) st = v_transpose(u, &uu);       /* u (= y^T, taken first) read after both */
+  if (!st) st = stale_loss(uu, e, f, a, out);
+  DT_RELEASE4(y, w, u, v);
+  DT_RELEASE4(bv, e, f, uu);
+  return st;
+}
+
+static dt_status stale_reference(const void *ctx, dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+  (void)ctx;
+  dt_tensor *m = mask_of(v_rows);
+  dt_tensor *y = NULL, *y1 = NULL, *y2 = NULL, *e = NULL, *f = NULL;
+  dt_status st = dt_mul_scalar(a, 1.5, &y);
+  if (!st) st = reference(MUL, y, m, b, &y1);
+  if (!st) st = v_rows24(y1, &e);
+  if (!st) st = dt_mul_scalar(y1, 3.0, &y2);
+  if (!st) st = v_rows24(y2, &f);
+  if (!st) st = stale_loss(y2, e, f, a, out);
+  DT_RELEASE4(y, y1, y2, e);
+  DT_RELEASE4(f, m, NULL, NULL);
+  return st;
+}
+
+Test(autograd_inplace_view, views_taken_before_the_op_read_the_new_history) {
+  check("stale views", stale_inplace, stale_reference, NULL);
 }
 
 Test(autograd_inplace_view, chain_of_inplace_ops_on_views_and_base) {

@@ -139,6 +139,14 @@ typedef struct dt__copy_slices_state {
 dt_status dt__copy_slices_backward(dt_autograd_node *node, bool retain_graph,
                                    dt_tensor **grad_inputs);
 
+/* When t is a view whose storage was modified in place since its history was recorded (the
+ * version its view node saw moved), t's history becomes the region of its base's current
+ * history (a view-of-base node), as PyTorch regenerates a view's grad_fn; the recorder runs it
+ * on every argument, dt_backward on the loss. A view whose base cannot be found (a leaf, a
+ * distributed tensor, a graph already freed) keeps its history, and so does a tensor whose
+ * history is not a view. Errors: DT_ERR_NOMEM. */
+dt_status dt__autograd_refresh_view(dt_tensor *t);
+
 /* The name of a node's op or function, for messages. */
 const char *dt__autograd_node_name(const dt_autograd_node *node);
 

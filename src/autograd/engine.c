@@ -164,44 +164,6 @@ static dt_status collect(engine *e, dt_autograd_node *root) {
   return DT_OK;
 }
 
-dt_status dt__autograd_check_saved(const dt_autograd_node *n) {
-  const char *op = dt__autograd_node_name(n);
-  if (n->freed) {
-    return dt__error(DT_ERR_INVALID,
-                     "dt_backward: trying to go through the graph a second time (the saved tensors "
-                     "of %s were freed by the first backward); pass retain_graph to "
-                     "dt_backward_ex the first time",
-                     op);
-  }
-  /* A function node keeps only a leaf input, as the destination of its gradient: its backward
-   * reads no saved value, so an in-place update of that leaf does not matter. */
-  if (n->function) return DT_OK;
-  /* An op linear in all its arguments (add, sub, copy_, clone, to, ...) has a gradient that
-   * reads no argument's value, only the shapes kept in input_metas: an in-place write since
-   * (y.add_(y), y.copy_(y), or w.add_(1) after z = y + w) changes nothing, as in PyTorch. */
-  bool reads_inputs = !dt__op_has_trait(n->call.op, DT_TRAIT_LINEAR);
-  for (int i = 0; reads_inputs && i < n->n_slots; i++) {
-    const dt_tensor *t = n->saved[i];
-    if (t && t->storage->version != n->saved_versions[i]) {
-      return dt__error(DT_ERR_INVALID,
-                       "dt_backward: input %d of %s, saved for its gradient, was modified in place "
-                       "since (version %" PRIu32 ", saved at version %" PRIu32 ")",
-                       i, op, t->storage->version, n->saved_versions[i]);
-    }
-  }
-  for (int k = 0; k < n->n_outputs; k++) {
-    const dt_tensor *t = n->outputs[k];
-    if (t && t->storage->version != n->output_versions[k]) {
-      return dt__error(
-          DT_ERR_INVALID,
-          "dt_backward: output %d of %s, saved for its gradient, was modified in place "
-          "since (version %" PRIu32 ", saved at version %" PRIu32 ")",
-          k, op, t->storage->version, n->output_versions[k]);
-    }
-  }
-  return DT_OK;
-}
-
 /* Runs one node: its formula, then routes each input gradient along its edge. */
 static dt_status run_node(engine *e, dt_autograd_node *n, bool retain_graph) {
   /* Gradients of non-leaves that asked to keep them: the summed gradient of the output. */
@@ -376,6 +338,13 @@ dt_status dt_backward_ex(dt_tensor *loss, dt_tensor *grad, const dt_backward_opt
     return dt__error(DT_ERR_INVALID,
                      "dt_backward: loss does not require grad (no input of the ops that made it "
                      "requires grad, or they ran under no_grad)");
+  }
+  /* A view of a base modified in place since reads its base's new history. */
+  const dt_autograd_node *lfn = lmeta->grad_fn;
+  if (lfn && (lfn->function || dt__op_table[lfn->call.op].kind == DT_OP_KIND_VIEW)) {
+    dt_status st = dt__autograd_refresh_view(loss);
+    if (st) return st;
+    lmeta = (dt_autograd_meta *)loss->autograd; /* the meta may have moved */
   }
   dt_tensor_meta lm;
   dt__autograd_meta_of(loss, &lm);

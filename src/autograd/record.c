@@ -26,6 +26,19 @@ static dt_tensor *slot_tensor(const dt_op_call *call, int i) {
   return i < call->n_inputs ? call->inputs[i] : call->input_list[i - call->n_inputs];
 }
 
+/* Whether n is a view: a view op's node, or a view-of-base node. */
+static bool is_view_node(const dt_autograd_node *n) {
+  if (n->function) return n->function == &dt__view_of_base_function;
+  return dt__op_table[n->call.op].kind == DT_OP_KIND_VIEW;
+}
+
+/* dt__autograd_refresh_view when t's history is a view: the common case is a call less. */
+static inline dt_status refresh_if_view(dt_tensor *t) {
+  const dt_autograd_meta *m = meta_of(t);
+  if (!m || !m->grad_fn || !is_view_node(m->grad_fn)) return DT_OK;
+  return dt__autograd_refresh_view(t);
+}
+
 /* Whether an argument requires grad, and (in *any_distributed) whether one is distributed. */
 static bool any_input_requires_grad(const dt_op_call *call, bool *any_distributed) {
   bool any = false, dist = false;
@@ -162,6 +175,13 @@ static dt_status record(dt_op_call *call, dt_tensor **consumed, int n_consumed) 
      * redistributing it again. The version recorded is the saved tensor's: a copy in its own
      * storage cannot be written by anyone, a view of the argument's storage shares its
      * counter. */
+    /* An argument that is a view whose base was modified in place since reads the base's new
+     * history (PyTorch regenerates a view's grad_fn from its base's version). */
+    dt_status rst = refresh_if_view(t);
+    if (rst) {
+      dt__autograd_node_release(node);
+      return rst;
+    }
     dt_tensor *s = i < n_consumed ? consumed[i] : NULL;
     if (s) {
       consumed[i] = NULL;
@@ -250,17 +270,14 @@ dt_status dt__autograd_record_function(const dt_autograd_function *fn, void *sta
  * As PyTorch's: refused on a leaf that requires grad; otherwise self's history is rebased onto
  * a node of the op, whose inputs are self's previous history and the other arguments. */
 
-/* Whether n is a view: a view op's node, or the view-of-base node of a view modified in place. */
-static bool is_view_node(const dt_autograd_node *n) {
-  if (n->function) return n->function == &dt__view_of_base_function;
-  return dt__op_table[n->call.op].kind == DT_OP_KIND_VIEW;
-}
-
 /* The base whose storage self shares through its history of views (the view op nodes and
  * view-of-base nodes back to the first tensor that is not such a view of the same storage),
  * borrowed in *base, and the view ops from it to self in *chain (owned). *base = NULL when
- * self's history makes no view of another tensor's storage (contiguous that copied). */
+ * self's history makes no view of another tensor's storage (contiguous that copied). op names
+ * the in-place op in messages; NULL: a quiet walk, the status only. */
 #define MAX_VIEW_STEPS 64
+/* find_view_base's errors; with op NULL (a quiet walk) no message is formatted. */
+#define REFUSE(code, ...) return op ? dt__error(code, __VA_ARGS__) : (code)
 static dt_status find_view_base(const char *op, dt_tensor *self, dt_tensor **base,
                                 dt_view_chain **chain) {
   const dt_autograd_node *steps[MAX_VIEW_STEPS];
@@ -277,11 +294,11 @@ static dt_status find_view_base(const char *op, dt_tensor *self, dt_tensor **bas
     dt_tensor *in = g->saved[0];
     if (!g->function && in && in->storage != t->storage) break; /* the view op copied */
     if (!in || !meta_of(in) || !meta_of(in)->requires_grad) {
-      return dt__error(DT_ERR_UNSUPPORTED,
-                       "%s: self is a view whose base the graph no longer keeps (a backward "
-                       "without retain_graph freed it, or the base was modified in place "
-                       "through another tensor); apply it to a copy (dt_clone) instead",
-                       op);
+      REFUSE(DT_ERR_UNSUPPORTED,
+             "%s: self is a view whose base the graph no longer keeps (a backward "
+             "without retain_graph freed it, or the base was modified in place "
+             "through another tensor); apply it to a copy (dt_clone) instead",
+             op);
     }
     if (g->function) {
       prefix = g->function_state;
@@ -289,10 +306,10 @@ static dt_status find_view_base(const char *op, dt_tensor *self, dt_tensor **bas
       break;
     }
     if (n == MAX_VIEW_STEPS) {
-      return dt__error(DT_ERR_UNSUPPORTED,
-                       "%s: self is a chain of more than %d views of its base; apply it to a "
-                       "copy (dt_clone) instead",
-                       op, MAX_VIEW_STEPS);
+      REFUSE(DT_ERR_UNSUPPORTED,
+             "%s: self is a chain of more than %d views of its base; apply it to a "
+             "copy (dt_clone) instead",
+             op, MAX_VIEW_STEPS);
     }
     steps[n] = g;
     outputs[n] = m->output_nr;
@@ -302,28 +319,29 @@ static dt_status find_view_base(const char *op, dt_tensor *self, dt_tensor **bas
   if (t == self) return DT_OK;
   const dt_autograd_meta *bm = meta_of(t);
   if (!bm->grad_fn) {
+    if (!op) return DT_ERR_INVALID;
     char shape[160];
     dt_tensor_meta m;
     dt__autograd_meta_of(t, &m);
-    return dt__error(DT_ERR_INVALID,
-                     "%s: self is a view of a leaf tensor (shape %s) that requires grad, which "
-                     "cannot be modified in place while grad mode is on; run the update under "
-                     "no_grad (dt_grad_mode_set(false)) or use the out-of-place form",
-                     op, dt__format_ints(shape, sizeof shape, m.ndim, m.shape));
+    REFUSE(DT_ERR_INVALID,
+           "%s: self is a view of a leaf tensor (shape %s) that requires grad, which "
+           "cannot be modified in place while grad mode is on; run the update under "
+           "no_grad (dt_grad_mode_set(false)) or use the out-of-place form",
+           op, dt__format_ints(shape, sizeof shape, m.ndim, m.shape));
   }
   if (t->spec || self->spec) {
-    return dt__error(DT_ERR_UNSUPPORTED,
-                     "%s: self is a view of a distributed tensor that requires grad: in-place ops "
-                     "on distributed views are not recorded yet; apply it to a copy (dt_clone) "
-                     "instead",
-                     op);
+    REFUSE(DT_ERR_UNSUPPORTED,
+           "%s: self is a view of a distributed tensor that requires grad: in-place ops "
+           "on distributed views are not recorded yet; apply it to a copy (dt_clone) "
+           "instead",
+           op);
   }
   if (!dt__is_contiguous(t->ndim, t->shape, t->strides)) {
-    return dt__error(DT_ERR_UNSUPPORTED,
-                     "%s: self is a view of a tensor that requires grad and is not contiguous: "
-                     "in-place ops on its views are not recorded yet; apply it to a copy "
-                     "(dt_clone), or take the view of a dt_contiguous copy",
-                     op);
+    REFUSE(DT_ERR_UNSUPPORTED,
+           "%s: self is a view of a tensor that requires grad and is not contiguous: "
+           "in-place ops on its views are not recorded yet; apply it to a copy "
+           "(dt_clone), or take the view of a dt_contiguous copy",
+           op);
   }
   dt_tensor_meta bmeta;
   dt__autograd_meta_of(t, &bmeta);
@@ -339,6 +357,8 @@ static dt_status find_view_base(const char *op, dt_tensor *self, dt_tensor **bas
   *chain = c;
   return DT_OK;
 }
+
+#undef REFUSE
 
 /* Whether an in-place op may be recorded on self (before it runs). When self is a view of
  * another tensor's storage, *base and *chain are that tensor (borrowed) and the view ops to
@@ -563,6 +583,52 @@ static dt_status record_inplace(dt_op_call *call, dt_tensor *old_self,
   return DT_OK;
 }
 
+/* Fills a fresh one-slot node as self's view-of-base node: the region (chain, consumed) of
+ * base's history, whose node is base_fn (retained). It keeps base, to find it again, and the
+ * storage's version, to tell when the view's history is stale (refresh_view). */
+static void fill_view_of_base(dt_autograd_node *view, dt_tensor *base, dt_view_chain *chain,
+                              dt_autograd_node *base_fn, dt_tensor *self) {
+  memset(&view->call, 0, sizeof view->call);
+  view->function = &dt__view_of_base_function;
+  view->function_state = chain;
+  view->saved[0] = dt_tensor_retain(base);
+  view->saved_versions[0] = self->storage->version;
+  dt__autograd_meta_of(base, &view->input_metas[0]);
+  view->needs_grad[0] = true;
+  view->edges[0].node = base_fn;
+  view->edges[0].output_nr = 0;
+  dt__autograd_node_retain(base_fn);
+  view->n_outputs = 1;
+  dt__autograd_meta_of(self, &view->output_metas[0]);
+  view->output_versions[0] = 0;
+}
+
+dt_status dt__autograd_refresh_view(dt_tensor *t) {
+  const dt_autograd_meta *m = meta_of(t);
+  const dt_autograd_node *g = m ? m->grad_fn : NULL;
+  if (!g || !is_view_node(g)) return DT_OK;
+  /* Only views of t's storage whose version moved since the view was taken (or since its
+   * view-of-base node was made) are stale. */
+  if (g->saved_versions[0] == t->storage->version || !g->saved[0] ||
+      g->saved[0]->storage != t->storage) {
+    return DT_OK;
+  }
+  dt_tensor *base = NULL;
+  dt_view_chain *chain = NULL;
+  /* A view whose base cannot be found (a leaf, freed, distributed) keeps its history. */
+  if (find_view_base(NULL, t, &base, &chain) || !base) return DT_OK;
+  const dt_autograd_meta *bm = meta_of(base);
+  dt_autograd_node *view = node_alloc(1, 1, 0);
+  if (!view) {
+    dt__view_chain_free(chain);
+    return dt__error(DT_ERR_NOMEM, "cannot allocate the autograd node of a view");
+  }
+  fill_view_of_base(view, base, chain, bm->grad_fn, t);
+  view->edges[0].output_nr = bm->output_nr;
+  rebase(view, t);
+  return DT_OK;
+}
+
 /* An in-place op that ran on self, a view of base (chain: the view ops from base to self,
  * consumed). As PyTorch's CopySlices: base's history is rebased onto a copy-slices node
  * whose slot 0 is base's previous history and whose other slots are the op's other
@@ -634,19 +700,7 @@ static dt_status record_inplace_view(dt_op_call *call, dt_tensor *old_self,
     dt__autograd_node_release(slices); /* releases state: chain and inner */
     return st;
   }
-  memset(&view->call, 0, sizeof view->call);
-  view->function = &dt__view_of_base_function;
-  view->function_state = view_chain;
-  view->saved[0] = dt_tensor_retain(base);
-  view->saved_versions[0] = 0;
-  view->input_metas[0] = base_meta;
-  view->needs_grad[0] = true;
-  view->edges[0].node = slices;
-  view->edges[0].output_nr = 0;
-  dt__autograd_node_retain(slices);
-  view->n_outputs = 1;
-  dt__autograd_meta_of(self, &view->output_metas[0]);
-  view->output_versions[0] = 0;
+  fill_view_of_base(view, base, view_chain, slices, self);
   rebase(slices, base);
   rebase(view, self);
   return DT_OK;
@@ -667,6 +721,15 @@ dt_status dt__autograd_dispatch(dt_op_call *call) {
     bool others_need_grad = false;
     for (int i = 0; i < call->n_inputs && i < DT_OP_MAX_INPUTS; i++) {
       if (!call->inputs[i]) continue;
+      /* Before the write: a view of self's storage is brought up to date while its version
+       * still tells whether it is stale (self's own history is rebased below). */
+      if (i > 0) {
+        st = refresh_if_view(call->inputs[i]);
+        if (st) {
+          dt__view_chain_free(view_chain);
+          return st;
+        }
+      }
       pre_versions[i] = call->inputs[i]->storage->version;
       others_need_grad |= i > 0 && requires_grad(call->inputs[i]);
     }

@@ -1,5 +1,7 @@
 /* Autograd's state: the per-tensor meta and the lifetime of recorded nodes (the per-thread
  * grad mode is in grad_mode.c). Below record.c, engine.c and the public API (autograd.c). */
+#include <inttypes.h>
+
 #include "autograd/autograd_impl.h"
 #include "dtensor/dist.h"
 
@@ -126,4 +128,44 @@ void dt__autograd_node_release(dt_autograd_node *node) {
 
 const char *dt__autograd_node_name(const dt_autograd_node *node) {
   return node->function ? node->function->name : dt__op_table[node->call.op].name;
+}
+
+/* Below the engine and the copy-slices backward (inplace_view.c), which both check saved
+ * values before a formula runs. */
+dt_status dt__autograd_check_saved(const dt_autograd_node *n) {
+  const char *op = dt__autograd_node_name(n);
+  if (n->freed) {
+    return dt__error(DT_ERR_INVALID,
+                     "dt_backward: trying to go through the graph a second time (the saved tensors "
+                     "of %s were freed by the first backward); pass retain_graph to "
+                     "dt_backward_ex the first time",
+                     op);
+  }
+  /* A function node keeps only a leaf input, as the destination of its gradient: its backward
+   * reads no saved value, so an in-place update of that leaf does not matter. */
+  if (n->function) return DT_OK;
+  /* An op linear in all its arguments (add, sub, copy_, clone, to, ...) has a gradient that
+   * reads no argument's value, only the shapes kept in input_metas: an in-place write since
+   * (y.add_(y), y.copy_(y), or w.add_(1) after z = y + w) changes nothing, as in PyTorch. */
+  bool reads_inputs = !dt__op_has_trait(n->call.op, DT_TRAIT_LINEAR);
+  for (int i = 0; reads_inputs && i < n->n_slots; i++) {
+    const dt_tensor *t = n->saved[i];
+    if (t && t->storage->version != n->saved_versions[i]) {
+      return dt__error(DT_ERR_INVALID,
+                       "dt_backward: input %d of %s, saved for its gradient, was modified in place "
+                       "since (version %" PRIu32 ", saved at version %" PRIu32 ")",
+                       i, op, t->storage->version, n->saved_versions[i]);
+    }
+  }
+  for (int k = 0; k < n->n_outputs; k++) {
+    const dt_tensor *t = n->outputs[k];
+    if (t && t->storage->version != n->output_versions[k]) {
+      return dt__error(
+          DT_ERR_INVALID,
+          "dt_backward: output %d of %s, saved for its gradient, was modified in place "
+          "since (version %" PRIu32 ", saved at version %" PRIu32 ")",
+          k, op, t->storage->version, n->output_versions[k]);
+    }
+  }
+  return DT_OK;
 }
