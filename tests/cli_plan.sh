@@ -55,6 +55,9 @@ check_usage 2x2 relu 8x6:S0
 check_usage 4 frobnicate 8x6:S0
 check_usage 4 sum 8x6:S0 colour=blue
 check_usage 4 relu 8x6:S2
+# A separator with nothing after it is not a dim (it was read as "2" and "8").
+check_usage 2x relu 8:R
+check_usage 4 relu 8x:R
 check_usage
 # The op refuses its inputs: exit 1 and the library's message.
 err=$("$tool" plan 4 mm 8x5:R 6x4:R 2>&1)
@@ -74,6 +77,16 @@ if "$tool" plan --stdin </dev/null 2>/dev/null; then
   esac
   case "$out" in *'"id":8,"ok":false,"status":"usage"'*) ;; *) fail "--stdin bad case: $out" ;; esac
   [ "$(printf '%s\n' "$out" | wc -l)" -eq 2 ] || fail "--stdin: not one line per case: $out"
+  # Numbers that are not int64 whole numbers, attrs that are not an object and a dtype that is
+  # not a string are usage errors (they were truncated, cast out of range or ignored).
+  for bad in '{"id":1,"mesh":[2.7],"op":"relu","args":[{"shape":[8],"placements":["R"]}]}' \
+    '{"id":1,"mesh":[1e300],"op":"relu","args":[{"shape":[8],"placements":["R"]}]}' \
+    '{"id":1,"mesh":[4],"op":"relu","args":[{"shape":[-1e30],"placements":["R"]}]}' \
+    '{"id":1,"mesh":[4],"op":"sum","args":[{"shape":[8],"placements":["R"]}],"attrs":[0]}' \
+    '{"id":1,"mesh":[4],"op":"relu","args":[{"shape":[8],"placements":["R"],"dtype":5}]}'; do
+    out=$(printf '%s\n' "$bad" | "$tool" plan --stdin)
+    case "$out" in *'"id":1,"ok":false,"status":"usage"'*) ;; *) fail "--stdin $bad: $out" ;; esac
+  done
 fi
 
 if [ $failures -ne 0 ]; then

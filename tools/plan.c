@@ -234,10 +234,12 @@ static bool parse_ints(const char *text, int max, int64_t *out, int *n, bool all
     if (end == p || errno || (!allow_negative && v < 0) || *n == max) return false;
     out[(*n)++] = v;
     p = end;
-    if (*p == 'x' || *p == ',')
+    if (*p == 'x' || *p == ',') {
       p++;
-    else if (*p && *p != ']')
+      if (!*p || *p == ']') return false; /* "2x", "8,": a separator needs a number after it */
+    } else if (*p && *p != ']') {
       return false;
+    }
   }
   if (*p == ']') p++;
   return *p == '\0';
@@ -649,21 +651,33 @@ static void print_text(FILE *f, const plan_case *c, const plan_result *r) {
  */
 
 #ifdef DT_HAVE_CJSON
+/* A JSON number that is a whole number an int64 holds (2.7, 1e300 and -1e30 are not: a cast
+ * would truncate them or be undefined). */
+static bool json_int(const cJSON *v, long long *out) {
+  if (!cJSON_IsNumber(v)) return false;
+  double d = v->valuedouble;
+  if (!(d >= -9.2e18 && d <= 9.2e18) || (double)(long long)d != d) return false;
+  *out = (long long)d;
+  return true;
+}
+
 /* Appends the ints of a JSON array (or one number) as "a,b,c" to buf. */
 static bool json_ints(const cJSON *v, char *buf, size_t size) {
   size_t used = 0;
+  long long i;
   buf[0] = '\0';
   if (cJSON_IsNumber(v)) {
-    snprintf(buf, size, "%lld", (long long)v->valuedouble);
+    if (!json_int(v, &i)) return false;
+    snprintf(buf, size, "%lld", i);
     return true;
   }
   if (!cJSON_IsArray(v)) return false;
   const cJSON *x;
   used += (size_t)snprintf(buf, size, "[");
   cJSON_ArrayForEach(x, v) {
-    if (!cJSON_IsNumber(x) || used >= size) return false;
-    used += (size_t)snprintf(buf + used, size - used, "%s%lld", x->prev && x != v->child ? "," : "",
-                             (long long)x->valuedouble);
+    if (!json_int(x, &i) || used >= size) return false;
+    used +=
+        (size_t)snprintf(buf + used, size - used, "%s%lld", x->prev && x != v->child ? "," : "", i);
   }
   if (used < size) snprintf(buf + used, size - used, "]");
   return used < size;
@@ -684,7 +698,8 @@ static bool case_from_json(const char *line, plan_case *c, long *id, char *err, 
     goto done;
   }
   const cJSON *vid = cJSON_GetObjectItemCaseSensitive(root, "id");
-  *id = cJSON_IsNumber(vid) ? (long)vid->valuedouble : -1;
+  long long given_id;
+  *id = json_int(vid, &given_id) && given_id >= 0 && given_id <= 2147483647 ? (long)given_id : -1;
   const cJSON *mesh = cJSON_GetObjectItemCaseSensitive(root, "mesh");
   const cJSON *op = cJSON_GetObjectItemCaseSensitive(root, "op");
   const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "args");
@@ -715,17 +730,28 @@ static bool case_from_json(const char *line, plan_case *c, long *id, char *err, 
       used += (size_t)snprintf(store[n] + used, sizeof store[0] - used, "%s%s",
                                p == pl->child ? "" : ",", p->valuestring);
     }
-    if (cJSON_IsString(dt) && used < sizeof store[0])
+    if (dt && !cJSON_IsString(dt)) {
+      snprintf(err, size, "an argument's \"dtype\" is a string (\"f32\", \"i64\", ...)");
+      goto done;
+    }
+    if (dt && used < sizeof store[0])
       snprintf(store[n] + used, sizeof store[0] - used, ":%s", dt->valuestring);
     n++;
+  }
+  if (attrs && !cJSON_IsObject(attrs)) {
+    snprintf(err, size, "\"attrs\" is an object ({\"dim\":[1], ...})");
+    goto done;
   }
   if (attrs) {
     cJSON_ArrayForEach(a, attrs) {
       char v[96];
-      if (n == WORDS) break;
+      if (n == WORDS) {
+        snprintf(err, size, "too many attributes");
+        goto done;
+      }
       if (cJSON_IsBool(a))
         snprintf(v, sizeof v, "%s", cJSON_IsTrue(a) ? "1" : "0");
-      else if (cJSON_IsNumber(a) && (a->valuedouble != (double)(long long)a->valuedouble))
+      else if (cJSON_IsNumber(a) && !json_int(a, &given_id)) /* 1.5, 1e300: scalar= reads it */
         snprintf(v, sizeof v, "%.17g", a->valuedouble);
       else if (!json_ints(a, v, sizeof v)) {
         snprintf(err, size, "attribute \"%s\": a number, a list of ints or a bool", a->string);
