@@ -116,8 +116,10 @@ dt_status dt__autograd_check_saved(const dt_autograd_node *n);
  * the base's shape: the gradient's region the view covers. */
 typedef struct dt_view_chain dt_view_chain;
 
-/* A new chain of no step from a base of meta's shape (NULL with DT_ERR_NOMEM set). */
-dt_view_chain *dt__view_chain_new(const dt_tensor_meta *base);
+/* A new chain of no step from base (its shape, and a distributed base's layout), or a copy of
+ * chain (NULL with DT_ERR_NOMEM set). */
+dt_view_chain *dt__view_chain_new(const dt_tensor *base);
+dt_view_chain *dt__view_chain_copy(const dt_view_chain *chain);
 /* Appends the view op that node records (its output output_nr), or chain's steps (from
  * chain's base on). Errors: DT_ERR_NOMEM (chain unchanged). */
 dt_status dt__view_chain_push(dt_view_chain *chain, const dt_autograd_node *node, int output_nr);
@@ -143,7 +145,7 @@ dt_status dt__copy_slices_backward(dt_autograd_node *node, bool retain_graph,
  * version its view node saw moved), t's history becomes the region of its base's current
  * history (a view-of-base node), as PyTorch regenerates a view's grad_fn; the recorder runs it
  * on every argument, dt_backward on the loss. A view whose base cannot be found (a leaf, a
- * distributed tensor, a graph already freed) keeps its history, and so does a tensor whose
+ * Partial distributed tensor, a graph already freed) keeps its history, and so does a tensor whose
  * history is not a view. Errors: DT_ERR_NOMEM. */
 dt_status dt__autograd_refresh_view(dt_tensor *t);
 

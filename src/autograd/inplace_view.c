@@ -8,9 +8,14 @@
  *
  * The region is found by replaying the view ops from b to v on a gradient of b's shape, which
  * is contiguous: record.c records only bases that are contiguous too, so that every step that
- * was a view in the forward is a view on the gradient (same sizes and strides).
+ * was a view in the forward is a view on the gradient (same sizes and strides). A distributed
+ * base's gradients are laid out as the base (its local block and spec), so that the replayed
+ * view ops cut the same local views.
  */
 #include "autograd/autograd_impl.h"
+#include "autograd/meta_of.h"
+#include "core/core_impl.h"
+#include "tensor/tensor_impl.h"
 #include "dtensor/ops.h"
 
 typedef struct view_step {
@@ -20,25 +25,46 @@ typedef struct view_step {
 } view_step;
 
 struct dt_view_chain {
-  dt_tensor_meta base;
+  dt_tensor_meta base;       /* global shape and dtype */
+  dt_tensor_meta local;      /* this rank's block of a distributed base (base when local) */
+  struct dt_dist_spec *spec; /* a distributed base's layout (retained), NULL when local */
   int n_steps, capacity;
   view_step *steps;
 };
 
-dt_view_chain *dt__view_chain_new(const dt_tensor_meta *base) {
+dt_view_chain *dt__view_chain_new(const dt_tensor *base) {
   dt_view_chain *chain = dt__calloc(sizeof *chain);
   if (!chain) {
     dt__error(DT_ERR_NOMEM, "out of memory for an in-place op's view chain");
     return NULL;
   }
-  chain->base = *base;
+  dt__autograd_meta_of(base, &chain->base);
+  dt__meta_set(&chain->local, base->dtype, base->ndim, base->shape);
+  if (base->spec) chain->spec = dt__upcall.spec_retain(base->spec);
   return chain;
+}
+
+dt_view_chain *dt__view_chain_copy(const dt_view_chain *chain) {
+  dt_view_chain *copy = dt__calloc(sizeof *copy);
+  if (!copy) {
+    dt__error(DT_ERR_NOMEM, "out of memory for an in-place op's view chain");
+    return NULL;
+  }
+  copy->base = chain->base;
+  copy->local = chain->local;
+  if (chain->spec) copy->spec = dt__upcall.spec_retain(chain->spec);
+  if (dt__view_chain_append(copy, chain)) {
+    dt__view_chain_free(copy);
+    return NULL;
+  }
+  return copy;
 }
 
 void dt__view_chain_free(dt_view_chain *chain) {
   if (!chain) return;
   for (int i = 0; i < chain->n_steps; i++) dt__free(chain->steps[i].int_list);
   dt__free(chain->steps);
+  if (chain->spec) dt__upcall.spec_release(chain->spec);
   dt__free(chain);
 }
 
@@ -115,6 +141,20 @@ dt_status dt__view_chain_append(dt_view_chain *chain, const dt_view_chain *steps
   return DT_OK;
 }
 
+/* Zeros laid out as the base: its shape, and for a distributed base its placements (this
+ * rank's block, the base's spec), so that the replayed view ops cut the same local views. */
+static dt_status zeros_like_base(const dt_view_chain *chain, dt_tensor **out) {
+  if (!chain->spec) return dt_zeros(chain->base.ndim, chain->base.shape, chain->base.dtype, out);
+  dt_tensor *t = NULL;
+  dt_status st = dt__tensor_new(chain->local.ndim, chain->local.shape, chain->local.dtype, &t);
+  if (st) return st;
+  size_t nbytes = (size_t)dt__tensor_numel(t) * dt__dtype_sizes[t->dtype];
+  if (nbytes) memset(dt__tensor_base(t), 0, nbytes);
+  t->spec = dt__upcall.spec_retain(chain->spec);
+  *out = t;
+  return DT_OK;
+}
+
 /* The region of g (a contiguous tensor of the base's shape) that the view covers: a view of
  * g's storage, new reference in *out. */
 static dt_status replay(const dt_view_chain *chain, dt_tensor *g, dt_tensor **out) {
@@ -157,7 +197,7 @@ static dt_status view_of_base_backward(void *state, dt_tensor *grad_output,
                                        dt_tensor **grad_input) {
   const dt_view_chain *chain = state;
   dt_tensor *g = NULL, *region = NULL;
-  dt_status st = dt_zeros(chain->base.ndim, chain->base.shape, chain->base.dtype, &g);
+  dt_status st = zeros_like_base(chain, &g);
   if (!st) st = replay(chain, g, &region);
   if (!st) st = dt_copy_(region, grad_output);
   dt_tensor_release(region);
@@ -188,7 +228,9 @@ dt_status dt__copy_slices_backward(dt_autograd_node *node, bool retain_graph,
   if (st) return st;
   dt_tensor *result = NULL, *region = NULL, *region_grad = NULL;
   dt_tensor *inner_grads[DT_OP_MAX_INPUTS] = {0};
-  st = dt_clone(grad, &result); /* contiguous, storage of its own */
+  /* A copy of the gradient laid out as the base (copy_ redistributes a distributed one). */
+  st = zeros_like_base(s->chain, &result);
+  if (!st) st = dt_copy_(result, grad);
   if (!st) st = replay(s->chain, result, &region);
   if (!st) st = dt_clone(region, &region_grad);
   if (!st) {

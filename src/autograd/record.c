@@ -8,6 +8,8 @@
 
 #include "autograd/autograd_impl.h"
 #include "autograd/meta_of.h"
+#include "dtensor/dist.h"
+#include "dtensor/mesh.h"
 #include "dtensor/ops.h"
 
 /* Arguments whose redistributed form a node can save (inputs, then the first list entries). */
@@ -329,12 +331,17 @@ static dt_status find_view_base(const char *op, dt_tensor *self, dt_tensor **bas
            "no_grad (dt_grad_mode_set(false)) or use the out-of-place form",
            op, dt__format_ints(shape, sizeof shape, m.ndim, m.shape));
   }
-  if (t->spec || self->spec) {
-    REFUSE(DT_ERR_UNSUPPORTED,
-           "%s: self is a view of a distributed tensor that requires grad: in-place ops "
-           "on distributed views are not recorded yet; apply it to a copy (dt_clone) "
-           "instead",
-           op);
+  if (t->spec) { /* (self then is too: it shares t's storage through view ops) */
+    const dt_placement *pl = dt_dist_placements(t);
+    for (int i = 0; i < dt_mesh_ndim(dt_dist_mesh(t)); i++) {
+      if (pl[i].kind == DT_PARTIAL) {
+        REFUSE(DT_ERR_UNSUPPORTED,
+               "%s: self is a view of a distributed tensor that requires grad and is Partial on "
+               "mesh dim %d: in-place ops on its views are not recorded yet; redistribute it "
+               "first, or apply the op to a copy (dt_clone)",
+               op, i);
+      }
+    }
   }
   if (!dt__is_contiguous(t->ndim, t->shape, t->strides)) {
     REFUSE(DT_ERR_UNSUPPORTED,
@@ -343,9 +350,7 @@ static dt_status find_view_base(const char *op, dt_tensor *self, dt_tensor **bas
            "(dt_clone), or take the view of a dt_contiguous copy",
            op);
   }
-  dt_tensor_meta bmeta;
-  dt__autograd_meta_of(t, &bmeta);
-  dt_view_chain *c = dt__view_chain_new(&bmeta);
+  dt_view_chain *c = dt__view_chain_new(t);
   if (!c) return DT_ERR_NOMEM;
   dt_status st = prefix ? dt__view_chain_append(c, prefix) : DT_OK;
   for (int i = n - 1; i >= 0 && !st; i--) st = dt__view_chain_push(c, steps[i], outputs[i]);
@@ -652,8 +657,8 @@ static dt_status record_inplace_view(dt_op_call *call, dt_tensor *old_self,
   dt_tensor_meta base_meta;
   dt__autograd_meta_of(base, &base_meta);
   state = dt__calloc(sizeof *state);
-  view_chain = dt__view_chain_new(&base_meta);
-  st = view_chain ? dt__view_chain_append(view_chain, chain) : DT_ERR_NOMEM;
+  view_chain = dt__view_chain_copy(chain);
+  st = view_chain ? DT_OK : DT_ERR_NOMEM;
   slices = st || !state ? NULL : node_alloc(n_slots, 1, 0);
   view = slices ? node_alloc(1, 1, 0) : NULL;
   if (!view) {
