@@ -669,7 +669,18 @@ static dt_status rank_view(dt_comm *world, void *arg) {
   dt_tensor *rows = NULL; /* a view of the leaf x: refused as for a local leaf */
   RANK_OK(dt_narrow(x, 1, 1, 1, &rows));
   RANK_CHECK(dt_mul_scalar_(rows, 2.0) == DT_ERR_INVALID, "in place on a view of a leaf");
-  dt_tensor *all[] = {rows, loss, s1, s2, yy, vv, wv, v, y, w, x};
+  /* A Partial base: not recorded yet, refused before anything is written. */
+  dt_tensor *local = NULL, *p = NULL, *py = NULL, *pv = NULL;
+  RANK_OK(dt_full(2, (int64_t[]){2, 3}, 1.0, DT_F64, &local));
+  RANK_OK(dt_tensor_set_requires_grad(local, true));
+  RANK_OK(
+      dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_partial(DT_REDUCE_SUM)}, NULL, &p));
+  RANK_OK(dt_mul_scalar(p, 2.0, &py));
+  RANK_OK(dt_narrow(py, 1, 0, 2, &pv));
+  dt_status st = dt_mul_scalar_(pv, 3.0);
+  RANK_CHECK(st == DT_ERR_UNSUPPORTED && strstr(dt_last_error(), "Partial"),
+             "in place on a view of a Partial tensor: %d %s", (int)st, dt_last_error());
+  dt_tensor *all[] = {pv, py, p, local, rows, loss, s1, s2, yy, vv, wv, v, y, w, x};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
   dt_mesh_destroy(mesh);
   return DT_OK;
