@@ -47,9 +47,10 @@ static bool has_partial(const dt_placement *a, const dt_placement *b, int mesh_n
 /* The price of moving argument i from its current placements to `target` on the mesh dims
  * listed in `changed` (n of them): the cheapest order of the steps that keeps shards nested.
  * With the default cost, a move that no such order makes (a shard moving between mesh dims,
- * or one that must be unnested first) is priced by the planner's own search. */
+ * or one that must be unnested first) is priced by the planner's own search, which stops at
+ * `budget`: a result at or above the budget only says the price is not below it. */
 static double joint_price(const dt_propagation *p, int i, const dt_redistribute_geometry *g,
-                          const dt_placement *target, const int *changed, int n) {
+                          const dt_placement *target, const int *changed, int n, double budget) {
   if (p->fixed_replica[i]) return HUGE_VAL; /* every step in `changed` changes it */
   int order[DT_MESH_MAX_DIMS];
   for (int k = 0; k < n; k++) order[k] = changed[k];
@@ -106,7 +107,7 @@ static double joint_price(const dt_propagation *p, int i, const dt_redistribute_
    * no loss on the planner-quality sample, see tests/test_planner_quality.c). */
   bool several = n >= 2 && best >= 1.0 && has_partial(p->current[i], target, p->mesh_ndim);
   if ((!any || several) && !p->cost && !p->fixed_replica[i]) {
-    double planned = dt__redistribute_cost_below(g, p->current[i], target, best);
+    double planned = dt__redistribute_cost_below(g, p->current[i], target, fmin(best, budget));
     if (planned < best) best = planned;
   }
   return best;
@@ -125,13 +126,18 @@ typedef struct candidates {
   uint8_t target[DT_MESH_MAX_DIMS][DT_RULE_MAX_STRATEGIES][DT_DIST_MAX_ARGS];
   uint8_t first[DT_MESH_MAX_DIMS][DT_DIST_MAX_ARGS][DT_RULE_MAX_STRATEGIES + 1];
   uint8_t n_targets[DT_MESH_MAX_DIMS][DT_DIST_MAX_ARGS];
-  /* single[m][i][t]: argument i's price when only mesh dim m changes, to target t. */
+  /* single[m][i][t]: argument i's price when only mesh dim m changes, to target t; NAN
+   * while it needs the planner's search and none was asked for, single_floor what a
+   * bounded search showed it is not below. */
   double single[DT_MESH_MAX_DIMS][DT_DIST_MAX_ARGS][DT_RULE_MAX_STRATEGIES + 1];
+  double single_floor[DT_MESH_MAX_DIMS][DT_DIST_MAX_ARGS][DT_RULE_MAX_STRATEGIES + 1];
   /* Prices of arguments changing on several mesh dims, by their targets (TARGET_BITS per
    * mesh dim), so that each is worked out once however many choices share it. */
   int n_memo[DT_DIST_MAX_ARGS];
   uint32_t memo_key[DT_DIST_MAX_ARGS][MEMO];
   double memo_price[DT_DIST_MAX_ARGS][MEMO];
+  bool memo_exact[DT_DIST_MAX_ARGS][MEMO];      /* else memo_price is a floor, as single_floor */
+  dt_redistribute_geometry g[DT_DIST_MAX_ARGS]; /* each argument's, for the cost model */
 } candidates;
 
 /* Whether argument 0's chosen placements cut each dim a mesh dim's rule relied on into a
@@ -181,23 +187,48 @@ static bool choice_valid(const dt_propagation *p, const candidates *c, const int
   return true;
 }
 
-/* joint_price through the memo of argument i; key packs the targets of every mesh dim. */
+/* joint_price through the memo of argument i (key packs the targets of every mesh dim):
+ * the price if it is below `budget`, else HUGE_VAL. A price found with a budget is exact
+ * below it; at or above, only the budget is remembered, as a floor for later asks. */
 static double memo_price(const dt_propagation *p, candidates *c, int i, uint32_t key,
-                         const dt_placement *target, const int *changed, int n) {
-  for (int k = 0; k < c->n_memo[i]; k++) {
-    if (c->memo_key[i][k] == key) return c->memo_price[i][k];
+                         const dt_placement *target, const int *changed, int n, double budget) {
+  int k = 0;
+  while (k < c->n_memo[i] && c->memo_key[i][k] != key) k++;
+  if (k < c->n_memo[i]) {
+    if (c->memo_exact[i][k]) return c->memo_price[i][k] < budget ? c->memo_price[i][k] : HUGE_VAL;
+    if (c->memo_price[i][k] >= budget) return HUGE_VAL;
   }
-  dt_redistribute_geometry g = geometry_of(p, i);
-  double price = joint_price(p, i, &g, target, changed, n);
-  if (c->n_memo[i] < MEMO) {
-    int k = c->n_memo[i]++;
+  double price = joint_price(p, i, &c->g[i], target, changed, n, budget);
+  bool exact = price < budget || budget >= HUGE_VAL;
+  if (k < MEMO) {
+    if (k == c->n_memo[i]) c->n_memo[i]++;
     c->memo_key[i][k] = key;
-    c->memo_price[i][k] = price;
+    c->memo_price[i][k] = exact ? price : budget;
+    c->memo_exact[i][k] = exact;
   }
-  return price;
+  return exact && price < budget ? price : HUGE_VAL;
 }
 
-/* The price of one choice (candidate pick[m] on every mesh dim m). */
+/* Argument i's price when only mesh dim m changes, to its target t there: as memo_price. */
+static double single_price(const dt_propagation *p, candidates *c, int m, int i, int t,
+                           double budget) {
+  double v = c->single[m][i][t];
+  if (!isnan(v)) return v < budget ? v : HUGE_VAL;
+  if (c->single_floor[m][i][t] >= budget) return HUGE_VAL;
+  dt_placement target[DT_MESH_MAX_DIMS];
+  memcpy(target, p->current[i], sizeof(dt_placement) * (size_t)p->mesh_ndim);
+  target[m] = c->s[m].in[c->first[m][i][t]][i];
+  double price = joint_price(p, i, &c->g[i], target, &m, 1, budget);
+  if (price < budget || budget >= HUGE_VAL) {
+    c->single[m][i][t] = price;
+    return price < budget ? price : HUGE_VAL;
+  }
+  c->single_floor[m][i][t] = budget;
+  return HUGE_VAL;
+}
+
+/* The price of one choice (candidate pick[m] on every mesh dim m), or HUGE_VAL once it is
+ * clear it is not below `bound`. */
 static double choice_price(const dt_propagation *p, candidates *c, const int *pick, double bound) {
   double total = 0;
   for (int i = 0; i < p->n_args && total < bound; i++) {
@@ -211,11 +242,11 @@ static double choice_price(const dt_propagation *p, candidates *c, const int *pi
     }
     if (n == 1) {
       int m = changed[0];
-      total += c->single[m][i][c->target[m][pick[m]][i]];
+      total += single_price(p, c, m, i, c->target[m][pick[m]][i], bound - total);
     } else if (n > 1) {
       dt_placement target[DT_MESH_MAX_DIMS];
       for (int m = 0; m < p->mesh_ndim; m++) target[m] = c->s[m].in[pick[m]][i];
-      total += memo_price(p, c, i, key, target, changed, n);
+      total += memo_price(p, c, i, key, target, changed, n, bound - total);
     }
   }
   return total;
@@ -231,7 +262,7 @@ static dt_status build_candidates(const dt_propagation *p, candidates *c, dt_pro
   r->failed_mesh_dim = -1;
   dt_rule_ctx ctx = {.call = p->call, .n_args = p->n_args, .n_out = p->n_out, .out = p->out};
   memcpy(ctx.args, p->args, sizeof(ctx.args[0]) * (size_t)p->n_args);
-  dt_redistribute_geometry g[DT_DIST_MAX_ARGS];
+  dt_redistribute_geometry *g = c->g;
   for (int i = 0; i < p->n_args; i++) {
     if (p->args[i]) g[i] = geometry_of(p, i);
   }
@@ -282,11 +313,17 @@ static dt_status build_candidates(const dt_propagation *p, candidates *c, dt_pro
             if (dt__placements_equal(1, &s->in[c->first[m][i][t]][i], &all.in[k][i])) break;
           }
           if (t == c->n_targets[m][i]) {
+            /* A step the cost model prices directly now; one that needs the planner's
+             * search when a choice asks for it, with the budget that choice leaves. */
             dt_placement target[DT_MESH_MAX_DIMS];
             memcpy(target, p->current[i], sizeof(dt_placement) * (size_t)p->mesh_ndim);
             target[m] = all.in[k][i];
             c->first[m][i][t] = (uint8_t)s->n;
-            c->single[m][i][t] = joint_price(p, i, &g[i], target, &m, 1);
+            double price = p->cost || p->fixed_replica[i]
+                               ? joint_price(p, i, &g[i], target, &m, 1, HUGE_VAL)
+                               : dt__step_price(&g[i], p->current[i], m, target[m]);
+            c->single[m][i][t] = price < HUGE_VAL || p->cost || p->fixed_replica[i] ? price : NAN;
+            c->single_floor[m][i][t] = 0;
             c->n_targets[m][i]++;
           }
         }
@@ -343,7 +380,27 @@ dt_status dt__propagate(const dt_propagation *p, dt_propagation_result *r) {
   double best_cost = HUGE_VAL;
   bool found = false;
   if (choices <= MAX_JOINT) {
-    /* Every choice, mesh dim 0 varying slowest; the first cheapest wins. */
+    /* A seed first when there is one: on every mesh dim a candidate that moves no argument.
+     * Then every choice, mesh dim 0 varying slowest, each priced against the best so far: it
+     * stops, or bounds its searches, as soon as it cannot beat it. The seed wins ties, then
+     * the first in that order. */
+    int seed[DT_MESH_MAX_DIMS];
+    bool seeded = true;
+    for (int m = 0; m < p->mesh_ndim && seeded; m++) {
+      int k = 0;
+      for (; k < c->s[m].n; k++) {
+        int i = 0;
+        while (i < p->n_args && c->target[m][k][i] == 0) i++;
+        if (i == p->n_args) break;
+      }
+      seed[m] = k;
+      seeded = k < c->s[m].n;
+    }
+    if (seeded && splits_hold(p, c, seed) && choice_valid(p, c, seed)) {
+      best_cost = choice_price(p, c, seed, HUGE_VAL);
+      found = best_cost < HUGE_VAL;
+      memcpy(best, seed, sizeof best);
+    }
     int pick[DT_MESH_MAX_DIMS] = {0};
     for (;;) {
       if (splits_hold(p, c, pick) && choice_valid(p, c, pick)) {
@@ -365,7 +422,8 @@ dt_status dt__propagate(const dt_propagation *p, dt_propagation_result *r) {
       double dim_best = HUGE_VAL;
       for (int k = 0; k < c->s[m].n; k++) {
         double cost = 0;
-        for (int i = 0; i < p->n_args; i++) cost += c->single[m][i][c->target[m][k][i]];
+        for (int i = 0; i < p->n_args; i++)
+          cost += single_price(p, c, m, i, c->target[m][k][i], HUGE_VAL);
         if (cost < dim_best) {
           dim_best = cost;
           best[m] = k;

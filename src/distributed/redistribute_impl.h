@@ -42,6 +42,7 @@ typedef struct dt_redistribute_geometry {
   int ndim;
   int64_t shape[DT_MAX_DIMS];
   double element_bytes;
+  bool even; /* every dim divides by the product of the mesh sizes: Shards split evenly */
 } dt_redistribute_geometry;
 
 /* The geometry of a tensor of the given global shape and dtype on a mesh. */

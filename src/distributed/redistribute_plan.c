@@ -136,16 +136,22 @@ dt_redistribute_geometry dt__redistribute_geometry(int ndim, const int64_t *shap
   memcpy(g.mesh_size, mesh_size, sizeof(int64_t) * (size_t)mesh_ndim);
   memcpy(g.shape, shape, sizeof(int64_t) * (size_t)ndim);
   g.global_bytes = (double)dt__numel(ndim, shape) * g.element_bytes;
+  int64_t ranks = 1;
+  for (int m = 0; m < mesh_ndim; m++) ranks *= mesh_size[m];
+  g.even = true;
+  for (int d = 0; d < ndim; d++) g.even &= shape[d] % ranks == 0;
   return g;
 }
 
 double dt__local_bytes_estimate(const dt_redistribute_geometry *g, const dt_placement *state) {
-  if (g->ndim <= 0) { /* no shape given: even shards */
+  if (g->ndim <= 0 || g->even) { /* even Shards (or no shape given): bytes over ranks */
     double bytes = g->global_bytes;
+    bool strided = false;
     for (int m = 0; m < g->mesh_ndim; m++) {
       if (dt__is_sharding(state[m])) bytes /= (double)g->mesh_size[m];
+      strided |= state[m].kind == DT_STRIDED_SHARD;
     }
-    return bytes;
+    if (!strided || g->ndim <= 0) return bytes;
   }
   if (g->global_bytes <= 0) return 0;
   /* The extents of the dims some mesh dim shards (at most one per mesh dim), cut in mesh-dim
