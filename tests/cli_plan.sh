@@ -77,13 +77,16 @@ if "$tool" plan --stdin </dev/null 2>/dev/null; then
   esac
   case "$out" in *'"id":8,"ok":false,"status":"usage"'*) ;; *) fail "--stdin bad case: $out" ;; esac
   [ "$(printf '%s\n' "$out" | wc -l)" -eq 2 ] || fail "--stdin: not one line per case: $out"
-  # Numbers that are not int64 whole numbers, attrs that are not an object and a dtype that is
-  # not a string are usage errors (they were truncated, cast out of range or ignored).
+  # Numbers that are not int64 whole numbers, attrs that are not an object, a dtype that is
+  # not a string and separators inside a placement string are usage errors (they were
+  # truncated, cast out of range, ignored or read as another placement or a dtype).
   for bad in '{"id":1,"mesh":[2.7],"op":"relu","args":[{"shape":[8],"placements":["R"]}]}' \
     '{"id":1,"mesh":[1e300],"op":"relu","args":[{"shape":[8],"placements":["R"]}]}' \
     '{"id":1,"mesh":[4],"op":"relu","args":[{"shape":[-1e30],"placements":["R"]}]}' \
     '{"id":1,"mesh":[4],"op":"sum","args":[{"shape":[8],"placements":["R"]}],"attrs":[0]}' \
-    '{"id":1,"mesh":[4],"op":"relu","args":[{"shape":[8],"placements":["R"],"dtype":5}]}'; do
+    '{"id":1,"mesh":[4],"op":"relu","args":[{"shape":[8],"placements":["R"],"dtype":5}]}' \
+    '{"id":1,"mesh":[4],"op":"relu","args":[{"shape":[8],"placements":["S0,R"]}]}' \
+    '{"id":1,"mesh":[4],"op":"relu","args":[{"shape":[8],"placements":["R:i64"]}]}'; do
     out=$(printf '%s\n' "$bad" | "$tool" plan --stdin)
     case "$out" in *'"id":1,"ok":false,"status":"usage"'*) ;; *) fail "--stdin $bad: $out" ;; esac
   done

@@ -723,14 +723,17 @@ static bool case_from_json(const char *line, plan_case *c, long *id, char *err, 
     size_t used = (size_t)snprintf(store[n], sizeof store[0], "%s:", s);
     const cJSON *p;
     cJSON_ArrayForEach(p, pl) {
-      if (!cJSON_IsString(p) || used >= sizeof store[0]) {
-        snprintf(err, size, "placements are strings (\"R\", \"S0\", \"Psum\", ...)");
+      /* ',' and ':' separate the words this builds: inside one string they would smuggle in
+       * another placement or a dtype. */
+      if (!cJSON_IsString(p) || strpbrk(p->valuestring, ",:") || used >= sizeof store[0]) {
+        snprintf(err, size,
+                 "placements are strings, one per mesh dim (\"R\", \"S0\", \"Psum\", ...)");
         goto done;
       }
       used += (size_t)snprintf(store[n] + used, sizeof store[0] - used, "%s%s",
                                p == pl->child ? "" : ",", p->valuestring);
     }
-    if (dt && !cJSON_IsString(dt)) {
+    if (dt && (!cJSON_IsString(dt) || strchr(dt->valuestring, ':'))) {
       snprintf(err, size, "an argument's \"dtype\" is a string (\"f32\", \"i64\", ...)");
       goto done;
     }
