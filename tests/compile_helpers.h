@@ -52,4 +52,16 @@ static inline dt_status whole_contiguous(dt_tensor *t, dt_tensor **out) {
   return st;
 }
 
+/* Whether the wholes of a and b (gathered when distributed) hold the same f32 bytes. */
+static inline dt_status same_whole(dt_tensor *a, dt_tensor *b, bool *eq) {
+  dt_tensor *ca = NULL, *cb = NULL;
+  dt_status st = whole_contiguous(a, &ca);
+  if (!st) st = whole_contiguous(b, &cb);
+  *eq = !st && dt_tensor_numel(ca) == dt_tensor_numel(cb) &&
+        memcmp(dt_tensor_data(ca), dt_tensor_data(cb), (size_t)dt_tensor_numel(ca) * 4) == 0;
+  dt_tensor_release(ca);
+  dt_tensor_release(cb);
+  return st;
+}
+
 #endif

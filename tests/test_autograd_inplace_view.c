@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "comm_helpers.h"
+#include "inplace_dist_helpers.h"
 
 #define OK(call) cr_assert_eq((call), DT_OK, "%s: %s", #call, dt_last_error())
 
@@ -609,36 +610,6 @@ Test(autograd_inplace_view, view_of_a_plain_tensor_records_on_the_view) {
  * not sharded), v *= w[:, 0:2], loss = sum(y * y) + sum(v * v): in columns 0..1 y = v = 2 x w,
  * so d/dx = 16 x w^2 and d/dw = 16 x^2 w; in column 2 y = 2 x, d/dx = 8 x, d/dw = 0. */
 
-#define RANKS 2
-static const double X[15] = {1, -2, 3, 0.5, 4, -1, 2, 2, -3, 1.5, -0.5, 6, -4, 1, 2.5};
-static const double W[15] = {0.5, 1, -1, 2, 0.25, 3, -2, 1, 1, -0.5, 2, 0.75, 1.5, -1, 0.5};
-
-static dt_status dist_leaf(dt_mesh *mesh, const double *values, dt_tensor **out) {
-  dt_tensor *full = NULL;
-  dt_status st = dt_from_data(values, 2, (int64_t[]){5, 3}, DT_F64, &full);
-  if (!st) st = dt_dist_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_shard(0)}, out);
-  if (!st) st = dt_tensor_set_requires_grad(*out, true);
-  dt_tensor_release(full);
-  return st;
-}
-
-static dt_status check_dist_grad(const char *what, dt_tensor *t, const double *want) {
-  dt_tensor *g = NULL, *full = NULL;
-  RANK_OK(dt_tensor_grad(t, &g));
-  RANK_CHECK(g && dt_tensor_is_distributed(g), "%s: no distributed gradient", what);
-  dt_status st = dt_dist_full_tensor(g, &full);
-  dt_tensor_release(g);
-  RANK_OK(st);
-  double got[15];
-  st = dt_tensor_to_doubles(full, got, 15);
-  dt_tensor_release(full);
-  RANK_OK(st);
-  for (int i = 0; i < 15; i++) {
-    RANK_CHECK(fabs(got[i] - want[i]) <= 1e-12 * (1 + fabs(want[i])), "%s[%d] = %.17g, want %.17g",
-               what, i, got[i], want[i]);
-  }
-  return DT_OK;
-}
 
 static dt_status rank_view(dt_comm *world, void *arg) {
   (void)arg;

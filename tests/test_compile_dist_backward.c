@@ -46,18 +46,6 @@ static dt_status tp_step(void *user, int n_in, dt_tensor *const *in, int n_out, 
   return st;
 }
 
-/* The whole of a distributed tensor's gradient (or of the tensor), compared bytewise. */
-static dt_status same_whole(dt_tensor *a, dt_tensor *b, bool *eq) {
-  dt_tensor *ca = NULL, *cb = NULL;
-  dt_status st = whole_contiguous(a, &ca);
-  if (!st) st = whole_contiguous(b, &cb);
-  *eq = !st && dt_tensor_numel(ca) == dt_tensor_numel(cb) &&
-        memcmp(dt_tensor_data(ca), dt_tensor_data(cb), (size_t)dt_tensor_numel(ca) * 4) == 0;
-  dt_tensor_release(ca);
-  dt_tensor_release(cb);
-  return st;
-}
-
 static dt_status rank_fn(dt_comm *world, void *arg) {
   (void)arg;
   dt_mesh *mesh = NULL;

@@ -20,16 +20,6 @@
 
 #define F 8 /* columns: even on 2 and 4 ranks for d's Shard(1) */
 
-static float value(int64_t i, int salt) { return (float)((i * 29 + salt * 7) % 19) / 4.0f - 2.0f; }
-
-static dt_tensor *ramp(int64_t rows, int64_t cols, int salt) {
-  dt_tensor *t = NULL;
-  if (dt_empty(2, (int64_t[]){rows, cols}, DT_F32, &t)) return NULL;
-  float *p = dt_tensor_data(t);
-  for (int64_t i = 0; i < rows * cols; i++) p[i] = value(i, salt);
-  return t;
-}
-
 static dt_status lists_fn(void *user, int n_in, dt_tensor *const *in, int n_out, dt_tensor **out) {
   (void)user, (void)n_in, (void)n_out;
   dt_status st = dt_cat(2, (dt_tensor *[]){in[0], in[1]}, 0, &out[0]);
@@ -76,12 +66,15 @@ static dt_status lists_rank(dt_comm *world, void *arg) {
   for (int call = 0; call < 6; call++) {
     int64_t n = sizes[call / 2][0], m = sizes[call / 2][1];
     int salt = 1 + call;
-    dt_tensor *fa = ramp(n, F, salt), *fb = ramp(m, F, salt + 10), *fd = ramp(n, F, salt + 30);
-    dt_tensor *piece = ramp(n, F, salt + 20 + rank); /* this rank's addend of c */
-    dt_tensor *fc = NULL;                            /* the whole of c: every rank's addend */
+    dt_tensor *fa = ramp_f32(2, (int64_t[]){n, F}, salt),
+              *fb = ramp_f32(2, (int64_t[]){m, F}, salt + 10),
+              *fd = ramp_f32(2, (int64_t[]){n, F}, salt + 30);
+    dt_tensor *piece =
+        ramp_f32(2, (int64_t[]){n, F}, salt + 20 + rank); /* this rank's addend of c */
+    dt_tensor *fc = NULL;                                 /* the whole of c: every rank's addend */
     RANK_OK(dt_zeros(2, (int64_t[]){n, F}, DT_F32, &fc));
     for (int r = 0; r < world_size; r++) {
-      dt_tensor *p = ramp(n, F, salt + 20 + r);
+      dt_tensor *p = ramp_f32(2, (int64_t[]){n, F}, salt + 20 + r);
       for (int64_t i = 0; i < n * F; i++)
         ((float *)dt_tensor_data(fc))[i] += ((const float *)dt_tensor_data(p))[i];
       dt_tensor_release(p);
@@ -178,20 +171,10 @@ static dt_status step_fn(void *user, int n_in, dt_tensor *const *in, int n_out, 
   return st;
 }
 
-/* The wholes of a and b are bitwise equal. */
-static dt_status same_whole(dt_tensor *a, dt_tensor *b, bool *eq) {
-  dt_tensor *ca = NULL, *cb = NULL;
-  dt_status st = whole_contiguous(a, &ca);
-  if (!st) st = whole_contiguous(b, &cb);
-  *eq = !st && dt_tensor_numel(ca) == dt_tensor_numel(cb) &&
-        memcmp(dt_tensor_data(ca), dt_tensor_data(cb), (size_t)dt_tensor_numel(ca) * 4) == 0;
-  dt_tensor_release(ca);
-  dt_tensor_release(cb);
-  return st;
-}
-
 static dt_status make_inputs(dt_mesh *mesh, int64_t n, int64_t m, int salt, dt_tensor **in) {
-  dt_tensor *fx = ramp(n, F, salt), *fy = ramp(m, F, salt + 5), *ft = ramp(n + m, F, salt + 9);
+  dt_tensor *fx = ramp_f32(2, (int64_t[]){n, F}, salt),
+            *fy = ramp_f32(2, (int64_t[]){m, F}, salt + 5),
+            *ft = ramp_f32(2, (int64_t[]){n + m, F}, salt + 9);
   dt_status st = dt_dist_distribute_tensor(mesh, fx, 1, (dt_placement[]){dt_shard(0)}, &in[0]);
   if (!st) st = dt_dist_distribute_tensor(mesh, fy, 1, (dt_placement[]){dt_replicate()}, &in[1]);
   if (!st) st = dt_dist_distribute_tensor(mesh, ft, 1, (dt_placement[]){dt_replicate()}, &in[2]);
