@@ -225,10 +225,15 @@ static dt_status tp_rank(dt_comm *world, void *arg) {
   int64_t predicted = dt__tp_predicted_comm_bytes(dt_program_graph(tp));
   dt_comm_ledger *ledger = NULL;
   RANK_OK(dt_comm_ledger_start(&ledger));
-  dt_run_options ro = {.comm = world};
+  dt_run_stats stats = {0};
+  dt_run_options ro = {.comm = world, .stats = &stats};
   RANK_OK(dt_program_run(tp, 1, &c->x, 1, &y, &ro));
   RANK_OK(dt_comm_ledger_stop(ledger));
   int64_t measured = dt_comm_ledger_bytes(ledger, NULL);
+  int64_t run_bytes = 0;
+  for (int k = 0; k < 4; k++) run_bytes += stats.comm_bytes[k];
+  RANK_CHECK(run_bytes == measured, "dt_run_stats counted %lld bytes, the ledger %lld",
+             (long long)run_bytes, (long long)measured);
   int64_t calls = dt_comm_ledger_count(ledger, NULL);
   dt_comm_ledger_destroy(ledger);
   char *text = dt_graph_to_string(dt_program_graph(tp));

@@ -114,8 +114,10 @@ DT_API const char *dt_program_module_type(const dt_program *program, const char 
 typedef struct dt_run_stats {
   int64_t
       comm_calls[4]; /* by kind: all_gather_into_tensor, all_reduce, reduce_scatter, all_to_all */
-  int64_t comm_bytes[4]; /* bytes this rank contributed to each kind */
-  double comm_seconds;   /* wall time spent starting and waiting for collectives */
+  /* bytes of each kind, as dt_comm_ledger counts them: the larger buffer of each collective
+   * on this rank (an all_gather's gathered result; the input of the others) */
+  int64_t comm_bytes[4];
+  double comm_seconds; /* wall time spent starting and waiting for collectives */
 } dt_run_stats;
 
 /* The names of the kinds indexed in dt_run_stats ("all_gather_into_tensor", ...). */

@@ -107,7 +107,7 @@ static dt_status start(const dt_graph *g, int i, dt_tensor *x, bool consumable,
       st = dt_empty(x->ndim, shape, x->dtype, &p->result);
     }
     if (!st) st = dt_comm_all_gather_uneven_async(comm, p->send, p->result, p->counts, &p->work);
-    if (stats) stats->comm_bytes[DT_COMM_ALL_GATHER] += dt_tensor_numel(x) * esize;
+    if (stats && !st) stats->comm_bytes[DT_COMM_ALL_GATHER] += dt_tensor_numel(p->result) * esize;
     break;
   }
   case DT_COMM_REDUCE_SCATTER: {
