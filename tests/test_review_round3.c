@@ -1,0 +1,577 @@
+/* Review round 3 (issue 16): bad and borderline input to the new public surfaces.
+ * StridedShard: every tuple of R, S(d), SS(d, f) (f from -1 to 6, d in and out of range) on a
+ * 1-D mesh of 4, 2x2, 2x3, 1x4 (and a smaller pool on 2x2x2), over 1-D and 2-D shapes with
+ * even, uneven and empty dims: distribute_tensor accepts exactly the tuples dist.h's rules
+ * allow (else a message naming the function), an accepted tensor holds the naive slice and
+ * full_tensor gives the input back, from_local of that slice too, and every redistribution
+ * between them (Partials included, from and to) agrees with explain on status and ledger
+ * bytes, never communicates before failing and keeps the values; each entry point names
+ * itself, the placement and the shape for a bad factor or dim.
+ * dt_compile of cat / stack of redistributed elements: mixed dtypes, a [0, 8] element, a
+ * legacy 1-D [0], a list of one, Partial and StridedShard elements, at seven sizes (0 and 1
+ * included): bitwise equal to eager, equal to naive loops over the wholes, same bytes. */
+#include <criterion/criterion.h>
+
+#include "compile_helpers.h"
+#include "strided_helpers.h"
+
+#define POOL_MAX 64
+
+/* Whether the documented rules allow the tuple (dist.h "Placements"): SS(d, f) needs f >= 1 and
+ * d in range, must be the last mesh dim sharding d, the earlier Shards of d must split it evenly
+ * and f must divide what they leave. */
+static bool rules_allow(int ndim, const int64_t *shape, int mesh_ndim, const int *mesh_shape,
+                        const dt_placement *in) {
+  dt_placement pl[DT_MESH_MAX_DIMS];
+  for (int m = 0; m < mesh_ndim; m++) {
+    pl[m] = in[m];
+    if (pl[m].kind != DT_SHARD && pl[m].kind != DT_STRIDED_SHARD) continue;
+    if (ndim == 0 || pl[m].dim < -ndim || pl[m].dim >= ndim) return false;
+    if (pl[m].dim < 0) pl[m].dim += ndim;
+    if (pl[m].kind == DT_STRIDED_SHARD && pl[m].split_factor < 1) return false;
+    if (pl[m].kind == DT_STRIDED_SHARD && pl[m].split_factor == 1) pl[m] = dt_shard(pl[m].dim);
+  }
+  for (int m = 0; m < mesh_ndim; m++) {
+    if (pl[m].kind != DT_STRIDED_SHARD) continue;
+    int d = pl[m].dim;
+    int64_t outer = 1;
+    for (int j = 0; j < mesh_ndim; j++) {
+      bool shards_d = (pl[j].kind == DT_SHARD || pl[j].kind == DT_STRIDED_SHARD) && pl[j].dim == d;
+      if (j > m && shards_d) return false;
+      if (j < m && shards_d) outer *= mesh_shape[j];
+    }
+    if (shape[d] % outer != 0 || (shape[d] / outer) % pl[m].split_factor != 0) return false;
+  }
+  return true;
+}
+
+/* On a 3-D mesh, sources and targets both take a few placements (the tuples grow as the cube):
+ * nests of two Shards under a StridedShard, a StridedShard between Shards of another dim. */
+static int small_pool(int ndim, dt_placement *pool) {
+  int n = 0;
+  pool[n++] = dt_replicate();
+  for (int d = 0; d < ndim; d++) pool[n++] = dt_shard(d);
+  pool[n++] = dt_strided_shard(0, 2);
+  pool[n++] = dt_strided_shard(0, 3);
+  pool[n++] = dt_strided_shard(ndim - 1, 2);
+  pool[n++] = dt_strided_shard(0, 0);
+  return n;
+}
+
+/* The placements one mesh dim of a source may take for an ndim-d tensor: good and bad. */
+static int source_pool(int ndim, int mesh_ndim, dt_placement *pool) {
+  if (mesh_ndim == 3) return small_pool(ndim, pool);
+  int n = 0;
+  pool[n++] = dt_replicate();
+  for (int d = -1; d < ndim; d++) pool[n++] = dt_shard(d);
+  for (int d = -1; d <= ndim; d++) {
+    for (int f = -1; f <= 6; f++) pool[n++] = dt_strided_shard(d, f);
+  }
+  return n;
+}
+
+/* Those of a target: fewer bad ones (a source's checks are the same), Partials. */
+static int target_pool(int ndim, int mesh_ndim, dt_placement *pool) {
+  static const int factors[] = {2, 3, 4, 6};
+  if (mesh_ndim == 3) {
+    int n = small_pool(ndim, pool);
+    pool[n++] = dt_partial(DT_REDUCE_SUM);
+    return n;
+  }
+  int n = 0;
+  pool[n++] = dt_replicate();
+  for (int d = 0; d < ndim; d++) pool[n++] = dt_shard(d);
+  for (int d = 0; d < ndim; d++) {
+    for (int k = 0; k < 4; k++) pool[n++] = dt_strided_shard(d, factors[k]);
+  }
+  pool[n++] = dt_strided_shard(-1, 2);
+  pool[n++] = dt_strided_shard(0, 0);
+  pool[n++] = dt_partial(DT_REDUCE_SUM);
+  pool[n++] = dt_partial(DT_REDUCE_MAX);
+  return n;
+}
+
+typedef struct sweep_case {
+  int mesh_ndim;
+  int mesh_shape[3];
+  int ndim;
+  int64_t shape[2];
+} sweep_case;
+
+/* Tuple number k of the pool over mesh_ndim mesh dims. */
+static void tuple_of(int k, int n_pool, const dt_placement *pool, int mesh_ndim, dt_placement *pl) {
+  for (int m = mesh_ndim - 1; m >= 0; m--) {
+    pl[m] = pool[k % n_pool];
+    k /= n_pool;
+  }
+}
+
+static bool has_partial(int mesh_ndim, const dt_placement *pl) {
+  for (int m = 0; m < mesh_ndim; m++) {
+    if (pl[m].kind == DT_PARTIAL) return true;
+  }
+  return false;
+}
+
+static const char *tuple_text(int mesh_ndim, const dt_placement *pl, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int m = 0; m < mesh_ndim && used < size; m++) {
+    char one[32];
+    used += (size_t)snprintf(buf + used, size - used, "%s%s", m ? "," : "",
+                             dt_placement_format(pl[m], one, sizeof one));
+  }
+  return buf;
+}
+
+/* This rank's shard of t (a tuple without Partial) is the naive slice of full. */
+static dt_status shard_is_naive(const char *what, dt_tensor *t, dt_tensor *full,
+                                const sweep_case *c, const dt_placement *pl, const int *coord) {
+  dt_placement norm[DT_MESH_MAX_DIMS];
+  for (int m = 0; m < c->mesh_ndim; m++) {
+    norm[m] = pl[m];
+    if ((norm[m].kind == DT_SHARD || norm[m].kind == DT_STRIDED_SHARD) && norm[m].dim < 0)
+      norm[m].dim += c->ndim;
+  }
+  double *v = ref_values(full);
+  dt_tensor *expect = naive_shard(c->ndim, c->shape, v, c->mesh_ndim, norm, c->mesh_shape, coord);
+  free(v);
+  dt_tensor *local = NULL;
+  RANK_OK(dt_dist_to_local(t, &local));
+  dt_status st = DT_OK;
+  for (int d = 0; d < c->ndim && !st; d++) {
+    if (dt_tensor_shape(local)[d] != dt_tensor_shape(expect)[d])
+      st = dt__error(DT_ERR_INTERNAL, "%s: local dim %d is %lld, expected %lld", what, d,
+                     (long long)dt_tensor_shape(local)[d], (long long)dt_tensor_shape(expect)[d]);
+  }
+  if (!st) st = same_values_tol(what, local, expect, 0);
+  RELEASE_ALL(local, expect);
+  return st;
+}
+
+/* x to every target: explain and redistribute agree on the status and the bytes, and the
+ * values are kept. */
+static dt_status moves_checked(const char *from, dt_tensor *x, dt_tensor *full, const sweep_case *c,
+                               const int *coord) {
+  dt_placement pool[POOL_MAX], dst[3];
+  int n_pool = target_pool(c->ndim, c->mesh_ndim, pool), n_targets = 1;
+  for (int m = 0; m < c->mesh_ndim; m++) n_targets *= n_pool;
+  for (int j = 0; j < n_targets; j++) {
+    char b[100], what[220], plan[512];
+    tuple_of(j, n_pool, pool, c->mesh_ndim, dst);
+    snprintf(what, sizeof what, "%.100s -> [%s]", from, tuple_text(c->mesh_ndim, dst, b, sizeof b));
+    int64_t explained = -1;
+    dt_status se =
+        dt_dist_redistribute_explain(x, c->mesh_ndim, dst, plan, sizeof plan, &explained);
+    dt_comm_ledger *l = NULL;
+    ledger_counts n;
+    dt_tensor *y = NULL;
+    LEDGER_BEGIN(l);
+    dt_status sr = dt_dist_redistribute(x, c->mesh_ndim, dst, &y);
+    LEDGER_END(l, n);
+    RANK_CHECK(se == sr, "%s: explain says %s, redistribute %s (%s)", what, dt_status_string(se),
+               dt_status_string(sr), dt_last_error());
+    if (sr) {
+      RANK_CHECK(y == NULL && n.calls == 0, "%s: failed after communicating", what);
+      continue;
+    }
+    RANK_CHECK(n.bytes == explained, "%s: ledger %lld bytes, explain %lld (%.150s)", what,
+               (long long)n.bytes, (long long)explained, plan);
+    dt_status st =
+        has_partial(c->mesh_ndim, dst) ? DT_OK : shard_is_naive(what, y, full, c, dst, coord);
+    if (!st) st = full_equals_tol(what, y, full, 0);
+    dt_tensor_release(y);
+    if (st) return st;
+  }
+  return DT_OK;
+}
+
+static dt_status sweep_rank(dt_comm *world, void *arg) {
+  const sweep_case *c = arg;
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, c->mesh_ndim, c->mesh_shape, NULL, &mesh));
+  int coord[3] = {0, 0, 0};
+  for (int m = 0; m < c->mesh_ndim; m++) coord[m] = dt_mesh_coordinate(mesh, m);
+  dt_placement pool[POOL_MAX], src[3], dst[3];
+  int n_pool = source_pool(c->ndim, c->mesh_ndim, pool), n_tuples = 1;
+  dt_placement tpool[POOL_MAX];
+  int n_tpool = target_pool(c->ndim, c->mesh_ndim, tpool), n_targets = 1;
+  for (int m = 0; m < c->mesh_ndim; m++) n_tuples *= n_pool, n_targets *= n_tpool;
+  dt_tensor *full = iota(c->ndim, c->shape);
+  char a[100], b[100];
+  for (int i = 0; i < n_tuples; i++) {
+    tuple_of(i, n_pool, pool, c->mesh_ndim, src);
+    tuple_text(c->mesh_ndim, src, a, sizeof a);
+    dt_tensor *x = NULL, *back = NULL, *local = NULL;
+    bool allowed = rules_allow(c->ndim, c->shape, c->mesh_ndim, c->mesh_shape, src);
+    dt_status st = dt_dist_distribute_tensor(mesh, full, c->mesh_ndim, src, &x);
+    if (st) {
+      RANK_CHECK(!allowed, "distribute [%s]: refused a tuple the rules allow: %s", a,
+                 dt_last_error());
+      RANK_CHECK(x == NULL, "distribute [%s]: failed but wrote *out", a);
+      RANK_CHECK(strstr(dt_last_error(), "dt_dist_distribute_tensor"),
+                 "distribute [%s]: message does not name the function: %s", a, dt_last_error());
+      continue;
+    }
+    RANK_CHECK(allowed, "distribute [%s]: accepted a tuple the rules refuse", a);
+    RANK_OK(shard_is_naive(a, x, full, c, src, coord));
+    RANK_OK(full_equals_tol(a, x, full, 0));
+    /* from_local of the same shard, with the global shape, is the same tensor. */
+    RANK_OK(dt_dist_to_local(x, &local));
+    dt_dist_from_local_options opt = {.global_shape = c->shape, .global_ndim = c->ndim};
+    RANK_OK(dt_dist_from_local(mesh, local, c->mesh_ndim, src, &opt, &back));
+    RANK_OK(full_equals_tol(a, back, full, 0));
+    RELEASE_ALL(local, back);
+    for (int j = 0; j < n_targets; j++) {
+      tuple_of(j, n_tpool, tpool, c->mesh_ndim, dst);
+      tuple_text(c->mesh_ndim, dst, b, sizeof b);
+      char plan[512];
+      int64_t explained = -1;
+      dt_status se =
+          dt_dist_redistribute_explain(x, c->mesh_ndim, dst, plan, sizeof plan, &explained);
+      dt_comm_ledger *l = NULL;
+      ledger_counts n;
+      dt_tensor *y = NULL;
+      LEDGER_BEGIN(l);
+      dt_status sr = dt_dist_redistribute(x, c->mesh_ndim, dst, &y);
+      LEDGER_END(l, n);
+      RANK_CHECK(se == sr, "[%s] -> [%s]: explain says %s, redistribute %s (%s)", a, b,
+                 dt_status_string(se), dt_status_string(sr), dt_last_error());
+      if (sr) {
+        RANK_CHECK(y == NULL && n.calls == 0, "[%s] -> [%s]: failed after communicating", a, b);
+        RANK_CHECK(strstr(dt_last_error(), "dt_dist_redistribute"),
+                   "[%s] -> [%s]: message does not name the function: %s", a, b, dt_last_error());
+        bool dst_allowed = rules_allow(c->ndim, c->shape, c->mesh_ndim, c->mesh_shape, dst);
+        /* Refusing an allowed target is fine only as DT_ERR_UNSUPPORTED. */
+        RANK_CHECK(!dst_allowed || sr == DT_ERR_UNSUPPORTED, "[%s] -> [%s]: %s: %s", a, b,
+                   dt_status_string(sr), dt_last_error());
+        continue;
+      }
+      RANK_CHECK(n.bytes == explained, "[%s] -> [%s]: ledger %lld bytes, explain %lld (%.200s)", a,
+                 b, (long long)n.bytes, (long long)explained, plan);
+      char what[256];
+      snprintf(what, sizeof what, "[%s] -> [%s]", a, b);
+      if (!has_partial(c->mesh_ndim, dst)) RANK_OK(shard_is_naive(what, y, full, c, dst, coord));
+      RANK_OK(full_equals_tol(what, y, full, 0));
+      /* From a Partial (made from the replicated source): to every target. */
+      if (i == 0 && has_partial(c->mesh_ndim, dst)) RANK_OK(moves_checked(what, y, full, c, coord));
+      dt_tensor_release(y);
+    }
+    dt_tensor_release(x);
+  }
+  dt_tensor_release(full);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(review_round3, strided_sweep_1d_mesh) {
+  sweep_case cases[] = {
+      {1, {4, 1}, 1, {0, 1}},  {1, {4, 1}, 1, {6, 1}}, {1, {4, 1}, 1, {8, 1}},
+      {1, {4, 1}, 1, {12, 1}}, {1, {4, 1}, 2, {6, 4}}, {1, {4, 1}, 2, {3, 0}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) SPAWN_OK(4, sweep_rank, &cases[i]);
+}
+
+Test(review_round3, strided_sweep_2x2) {
+  sweep_case cases[] = {
+      {2, {2, 2}, 1, {8, 1}}, {2, {2, 2}, 1, {12, 1}}, {2, {2, 2}, 1, {6, 1}},
+      {2, {2, 2}, 2, {4, 6}}, {2, {2, 2}, 1, {9, 1}},  {2, {2, 2}, 2, {5, 4}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) SPAWN_OK(4, sweep_rank, &cases[i]);
+}
+
+Test(review_round3, strided_sweep_2x3_and_1x4) {
+  sweep_case cases[] = {
+      {2, {2, 3}, 1, {12, 1}},
+      {2, {2, 3}, 2, {4, 6}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) SPAWN_OK(6, sweep_rank, &cases[i]);
+  sweep_case narrow = {2, {1, 4}, 2, {2, 8}};
+  SPAWN_OK(4, sweep_rank, &narrow);
+}
+
+Test(review_round3, strided_sweep_2x2x2) {
+  sweep_case cases[] = {
+      {3, {2, 2, 2}, 1, {16, 1}},
+      {3, {2, 2, 2}, 1, {12, 1}},
+      {3, {2, 2, 2}, 2, {8, 6}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) SPAWN_OK(8, sweep_rank, &cases[i]);
+}
+
+/* ---- Explicit bad StridedShards: every entry point names itself, the placement and the shape */
+
+typedef struct bad_ss {
+  int ndim;
+  int64_t shape[2];
+  dt_placement p;
+  const char *needle; /* in the message besides the function's name */
+} bad_ss;
+
+static dt_status explicit_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL;
+  RANK_OK(mesh_1d(world, &mesh));
+  static const bad_ss cases[] = {
+      {0, {1, 1}, {DT_STRIDED_SHARD, 0, DT_REDUCE_SUM, 2}, "the tensor has 0 dims"},
+      {1, {8, 1}, {DT_STRIDED_SHARD, 0, DT_REDUCE_SUM, 0}, "split factor must be >= 1"},
+      {1, {8, 1}, {DT_STRIDED_SHARD, 0, DT_REDUCE_SUM, -1}, "split factor must be >= 1"},
+      {1, {8, 1}, {DT_STRIDED_SHARD, 0, DT_REDUCE_SUM, 3}, "has 8 elements"},
+      {1, {8, 1}, {DT_STRIDED_SHARD, 0, DT_REDUCE_SUM, 16}, "has 8 elements"},
+      {1, {8, 1}, {DT_STRIDED_SHARD, 0, DT_REDUCE_SUM, 2147483647}, "has 8 elements"},
+      {1, {8, 1}, {DT_STRIDED_SHARD, 1, DT_REDUCE_SUM, 2}, "the tensor has 1 dims"},
+      {1, {8, 1}, {DT_STRIDED_SHARD, -2147483647 - 1, DT_REDUCE_SUM, 2}, "the tensor has 1 dims"},
+      {2, {4, 6}, {DT_STRIDED_SHARD, -1, DT_REDUCE_SUM, 4}, "has 6 elements"},
+  };
+  int64_t one = 1;
+  dt_tensor *ok = NULL, *scalar_ok = NULL;
+  RANK_OK(dt_dist_full(mesh, 2, (int64_t[]){4, 6}, 1, DT_F32, 1, (dt_placement[]){dt_replicate()},
+                       &ok));
+  RANK_OK(dt_dist_full(mesh, 1, &one, 1, DT_F32, 1, (dt_placement[]){dt_replicate()}, &scalar_ok));
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const bad_ss *c = &cases[i];
+    dt_tensor *full = NULL, *out = NULL, *local = NULL;
+    RANK_OK(dt_full(c->ndim, c->shape, 1, DT_F32, &full));
+    struct {
+      const char *fn;
+      dt_status st;
+    } calls[4];
+    calls[0].fn = "dt_dist_distribute_tensor";
+    calls[0].st = dt_dist_distribute_tensor(mesh, full, 1, &c->p, &out);
+    char msg[4][400];
+    snprintf(msg[0], sizeof msg[0], "%s", dt_last_error());
+    calls[1].fn = "dt_dist_full";
+    calls[1].st = dt_dist_full(mesh, c->ndim, c->shape, 1, DT_F32, 1, &c->p, &out);
+    snprintf(msg[1], sizeof msg[1], "%s", dt_last_error());
+    calls[2].fn = "dt_dist_from_local";
+    dt_dist_from_local_options o = {.global_shape = c->shape, .global_ndim = c->ndim};
+    RANK_OK(dt_full(c->ndim, c->shape, 1, DT_F32, &local));
+    calls[2].st = dt_dist_from_local(mesh, local, 1, &c->p, &o, &out);
+    snprintf(msg[2], sizeof msg[2], "%s", dt_last_error());
+    calls[3].fn = "dt_dist_redistribute";
+    dt_tensor *src = c->ndim == 2 ? ok : c->ndim == 1 ? NULL : NULL;
+    dt_tensor *made = NULL;
+    if (!src) { /* a replicated tensor of the case's shape */
+      RANK_OK(dt_dist_full(mesh, c->ndim, c->shape, 1, DT_F32, 1, (dt_placement[]){dt_replicate()},
+                           &made));
+      src = made;
+    }
+    calls[3].st = dt_dist_redistribute(src, 1, &c->p, &out);
+    snprintf(msg[3], sizeof msg[3], "%s", dt_last_error());
+    char plan[256];
+    dt_status se = dt_dist_redistribute_explain(src, 1, &c->p, plan, sizeof plan, NULL);
+    RANK_CHECK(se == DT_ERR_INVALID && strstr(dt_last_error(), "dt_dist_redistribute_explain") &&
+                   strstr(dt_last_error(), c->needle),
+               "case %zu: explain: %s: %.300s", i, dt_status_string(se), dt_last_error());
+    for (int k = 0; k < 4; k++) {
+      RANK_CHECK(calls[k].st == DT_ERR_INVALID && strstr(msg[k], calls[k].fn) &&
+                     strstr(msg[k], "placement 0") && strstr(msg[k], c->needle),
+                 "case %zu: %s: %s: %.300s", i, calls[k].fn, dt_status_string(calls[k].st), msg[k]);
+    }
+    RANK_CHECK(out == NULL, "case %zu: *out written on failure", i);
+    RELEASE_ALL(full, local, made);
+  }
+  RELEASE_ALL(ok, scalar_ok);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(review_round3, strided_errors_name_function_placement_and_shape) {
+  SPAWN_OK(4, explicit_rank, NULL);
+}
+
+/* ---- dt_compile of cat / stack whose elements are redistributed ---------------------------- */
+
+#define COLS 8
+
+/* Input k of a list case: its rows (n, m, none, or a legacy 1-D [0]), dtype and placement. */
+enum { ROWS_N, ROWS_M, ROWS_ZERO, LEGACY_EMPTY };
+typedef struct list_input {
+  int rows;
+  dt_dtype dtype;
+  dt_placement placement;
+} list_input;
+
+typedef struct list_case {
+  const char *name;
+  bool stack;
+  int dim;
+  int n_in;
+  list_input in[3];
+} list_case;
+
+static dt_status list_fn(void *user, int n_in, dt_tensor *const *in, int n_out, dt_tensor **out) {
+  (void)n_out;
+  const list_case *c = user;
+  return c->stack ? dt_stack(n_in, (dt_tensor **)in, c->dim, &out[0])
+                  : dt_cat(n_in, (dt_tensor **)in, c->dim, &out[0]);
+}
+
+/* Small integers, exact in every dtype (bool: 0 or 1). */
+static double list_value(dt_dtype dtype, int salt, int64_t i) {
+  return dtype == DT_BOOL ? (double)((i + salt) % 3 == 0) : (double)((i * 7 + salt * 3) % 11) - 5;
+}
+
+static dt_tensor *list_tensor(const list_input *s, int64_t rows, int salt) {
+  int64_t shape[2] = {s->rows == LEGACY_EMPTY ? 0 : rows, COLS};
+  dt_tensor *t = NULL;
+  if (dt_empty(s->rows == LEGACY_EMPTY ? 1 : 2, shape, s->dtype, &t)) return NULL;
+  size_t es = dt_dtype_size(s->dtype);
+  for (int64_t i = 0; i < dt_tensor_numel(t); i++)
+    dt__store_from_double(s->dtype, (char *)dt_tensor_data(t) + i * (int64_t)es,
+                          list_value(s->dtype, salt, i));
+  return t;
+}
+
+/* The naive cat / stack of the wholes' values (2-D [rows_k, COLS]; legacy 1-D empties skipped
+ * by cat, as PyTorch does) into v; returns the element count. */
+static int64_t naive_list(const list_case *c, double *const *w, const int64_t *rows, double *v) {
+  int64_t n = 0;
+  if (!c->stack && c->dim == 1) { /* rows side by side */
+    for (int64_t r = 0; r < rows[0]; r++) {
+      for (int k = 0; k < c->n_in; k++) {
+        for (int64_t q = 0; q < COLS; q++) v[n++] = w[k][r * COLS + q];
+      }
+    }
+  } else if (c->stack && c->dim == 1) {
+    for (int64_t r = 0; r < rows[0]; r++) {
+      for (int k = 0; k < c->n_in; k++) {
+        for (int64_t q = 0; q < COLS; q++) v[n++] = w[k][r * COLS + q];
+      }
+    }
+  } else if (c->stack && c->dim == 2) {
+    for (int64_t r = 0; r < rows[0]; r++) {
+      for (int64_t q = 0; q < COLS; q++) {
+        for (int k = 0; k < c->n_in; k++) v[n++] = w[k][r * COLS + q];
+      }
+    }
+  } else { /* cat / stack on dim 0: one after the other */
+    for (int k = 0; k < c->n_in; k++) {
+      for (int64_t i = 0; i < rows[k] * COLS; i++) v[n++] = w[k][i];
+    }
+  }
+  return n;
+}
+
+static dt_status list_call(dt_compiled *compiled, const list_case *c, dt_tensor **in,
+                           dt_tensor **out, int64_t *bytes) {
+  dt_comm_ledger *l = NULL;
+  RANK_OK(dt_comm_ledger_start(&l));
+  dt_status st = compiled ? dt_compiled_call(compiled, c->n_in, in, 1, out)
+                          : list_fn((void *)c, c->n_in, in, 1, out);
+  dt_status stop = dt_comm_ledger_stop(l);
+  *bytes = dt_comm_ledger_bytes(l, NULL);
+  dt_comm_ledger_destroy(l);
+  return st ? st : stop;
+}
+
+static dt_status list_rank(dt_comm *world, void *arg) {
+  const list_case *c = arg;
+  int rank = dt_comm_rank(world), world_size = dt_comm_size(world);
+  dt_mesh *mesh = NULL;
+  RANK_OK(mesh_1d(world, &mesh));
+  dt_compiled *compiled = NULL;
+  RANK_OK(dt_compile(list_fn, (void *)c, c->n_in, 1, &(dt_compile_options){.dynamic = true},
+                     &compiled));
+  static const int64_t sizes[][2] = {{6, 4}, {10, 6}, {2, 2}, {1, 3}, {0, 2}, {8, 4}, {6, 4}};
+  for (int call = 0; call < 7; call++) {
+    int64_t n = sizes[call][0], m = sizes[call][1], rows[3];
+    dt_tensor *in[3] = {NULL, NULL, NULL};
+    double *whole[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < c->n_in; k++) {
+      const list_input *s = &c->in[k];
+      rows[k] = s->rows == ROWS_N ? n : s->rows == ROWS_M ? m : 0;
+      int salt = 10 * k + call;
+      if (s->placement.kind == DT_PARTIAL) { /* rank r's addend has salt + r; whole: their sum */
+        dt_tensor *piece = list_tensor(s, rows[k], salt + rank);
+        RANK_OK(dt_dist_from_local(mesh, piece, 1, &s->placement, NULL, &in[k]));
+        dt_tensor_release(piece);
+        whole[k] = calloc((size_t)(rows[k] * COLS + 1), sizeof(double));
+        for (int r = 0; r < world_size; r++) {
+          for (int64_t i = 0; i < rows[k] * COLS; i++)
+            whole[k][i] += list_value(s->dtype, salt + r, i);
+        }
+      } else {
+        dt_tensor *t = list_tensor(s, rows[k], salt);
+        RANK_OK(dt_dist_distribute_tensor(mesh, t, 1, &s->placement, &in[k]));
+        whole[k] = ref_values(t);
+        dt_tensor_release(t);
+      }
+    }
+    dt_tensor *eager = NULL, *comp = NULL, *we = NULL, *wc = NULL;
+    int64_t eager_bytes = 0, comp_bytes = 0;
+    RANK_OK(list_call(NULL, c, in, &eager, &eager_bytes));
+    RANK_OK(list_call(compiled, c, in, &comp, &comp_bytes));
+    RANK_CHECK(comp_bytes == eager_bytes, "%s, n %lld: compiled moved %lld bytes, eager %lld",
+               c->name, (long long)n, (long long)comp_bytes, (long long)eager_bytes);
+    RANK_CHECK(dt_tensor_dtype(comp) == dt_tensor_dtype(eager) &&
+                   dt__placements_equal(1, dt_dist_placements(comp), dt_dist_placements(eager)),
+               "%s, n %lld: dtype or placement differs from eager", c->name, (long long)n);
+    RANK_OK(whole_contiguous(eager, &we));
+    RANK_OK(whole_contiguous(comp, &wc));
+    RANK_CHECK(bitwise_equal(we, wc), "%s, n %lld: compiled differs from eager", c->name,
+               (long long)n);
+    double *expect = malloc(sizeof(double) * (size_t)(3 * 16 * COLS + 1)), *got = ref_values(wc);
+    int64_t count = naive_list(c, whole, rows, expect);
+    RANK_CHECK(dt_tensor_numel(wc) == count, "%s, n %lld: %lld elements, expected %lld", c->name,
+               (long long)n, (long long)dt_tensor_numel(wc), (long long)count);
+    for (int64_t i = 0; i < count; i++) {
+      RANK_CHECK(got[i] == expect[i], "%s, n %lld: element %lld is %g, expected %g", c->name,
+                 (long long)n, (long long)i, got[i], expect[i]);
+    }
+    free(expect);
+    free(got);
+    for (int k = 0; k < c->n_in; k++) {
+      free(whole[k]);
+      dt_tensor_release(in[k]);
+    }
+    RELEASE_ALL(eager, comp, we, wc);
+  }
+  dt_compile_stats stats;
+  RANK_OK(dt_compiled_stats(compiled, &stats));
+  /* Sizes 6, 10, 2, 8 share a variant; 1 and 0 may be specialized. The legacy empty has no
+   * symbolic rule in cat: one variant per size (cache_limit 8 holds them). */
+  int64_t most = c->in[0].rows == LEGACY_EMPTY ? 5 : 2;
+  RANK_CHECK(stats.recompiles <= most && stats.failed_traces == 0 && stats.eager_calls == 0,
+             "%s: %lld recompiles (at most %lld), %lld failed traces: %s", c->name,
+             (long long)stats.recompiles, (long long)most, (long long)stats.failed_traces,
+             dt_compiled_recompile_reason(compiled, 0) ? dt_compiled_recompile_reason(compiled, 0)
+                                                       : "-");
+  dt_compiled_destroy(compiled);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+#define IN(rows, dtype, p)                                                                         \
+  { rows, dtype, p }
+Test(review_round3, compile_cat_stack_mixed_dtypes_empty_and_single) {
+  const dt_placement R = dt_replicate(), S0 = dt_shard(0), S1 = dt_shard(1),
+                     P = dt_partial(DT_REDUCE_SUM), SS1 = dt_strided_shard(1, 2);
+  const list_case cases[] = {
+      {"cat f32 S(0) + f64 R", false, 0, 2, {IN(ROWS_N, DT_F32, S0), IN(ROWS_M, DT_F64, R)}},
+      {"cat i64 S(1) + f32 P", false, 0, 2, {IN(ROWS_N, DT_I64, S1), IN(ROWS_M, DT_F32, P)}},
+      {"cat [0, 8] S(0) + R", false, 0, 2, {IN(ROWS_ZERO, DT_F32, S0), IN(ROWS_M, DT_F32, R)}},
+      {"cat of one S(1)", false, 0, 1, {IN(ROWS_N, DT_F32, S1)}},
+      {"stack of one P", true, 0, 1, {IN(ROWS_N, DT_F32, P)}},
+      {"cat SS(1,2) + S(0)", false, 0, 2, {IN(ROWS_N, DT_F32, SS1), IN(ROWS_M, DT_F32, S0)}},
+      {"cat dim 1 S(0) + P", false, 1, 2, {IN(ROWS_N, DT_F32, S0), IN(ROWS_N, DT_F32, P)}},
+      {"cat legacy [0] R + S(0)",
+       false,
+       0,
+       2,
+       {IN(LEGACY_EMPTY, DT_F32, R), IN(ROWS_N, DT_F32, S0)}},
+      {"stack dim 1 f32 S(0) + i64 R", true, 1, 2, {IN(ROWS_N, DT_F32, S0), IN(ROWS_N, DT_I64, R)}},
+      {"cat bool R + f32 S(1) + i32 P",
+       false,
+       0,
+       3,
+       {IN(ROWS_N, DT_BOOL, R), IN(ROWS_M, DT_F32, S1), IN(ROWS_N, DT_I32, P)}},
+      {"stack dim 2 bf16 P + f16 S(0)",
+       true,
+       2,
+       2,
+       {IN(ROWS_N, DT_BF16, P), IN(ROWS_N, DT_F16, S0)}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    SPAWN_OK(4, list_rank, (void *)&cases[i]);
+}
