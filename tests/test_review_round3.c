@@ -6,7 +6,9 @@
  * full_tensor gives the input back, from_local of that slice too, and every redistribution
  * between them (Partials included, from and to) agrees with explain on status and ledger
  * bytes, never communicates before failing and keeps the values; each entry point names
- * itself, the placement and the shape for a bad factor or dim.
+ * itself, the placement and the shape for a bad factor or dim. 40 ops (pointwise, broadcasting,
+ * reductions, softmax, views, mm, cat/stack, narrow/slice/select, where, layer_norm) on SS and
+ * nested [S, SS] inputs equal the same ops on the whole tensors.
  * dt_compile of cat / stack of redistributed elements: mixed dtypes, a [0, 8] element, a
  * legacy 1-D [0], a list of one, Partial and StridedShard elements, at seven sizes (0 and 1
  * included): bitwise equal to eager, equal to naive loops over the wholes, same bytes. */
@@ -574,4 +576,219 @@ Test(review_round3, compile_cat_stack_mixed_dtypes_empty_and_single) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     SPAWN_OK(4, list_rank, (void *)&cases[i]);
+}
+
+/* ---- Ops on StridedShard inputs equal the same ops on the whole tensors --------------------- */
+
+#define NOPS 40
+/* Op k of the sweep on x [A, B], y [A, B] and col [B, 3]; *name says which. */
+static dt_status strided_op(int k, dt_tensor *x, dt_tensor *y, dt_tensor *col, dt_tensor **out,
+                            const char **name) {
+  int64_t d0 = 0, d1 = 1, both[2] = {0, 1};
+  int64_t A = dt_dist_ndim(x) ? dt_dist_global_shape(x)[0] : 0, B = dt_dist_global_shape(x)[1];
+  dt_tensor *tmp = NULL, *parts[4] = {0};
+  dt_status st;
+  switch (k) {
+  case 0: *name = "neg"; return dt_neg(x, out);
+  case 1: *name = "exp"; return dt_exp(x, out);
+  case 2: *name = "add x y"; return dt_add(x, y, out);
+  case 3: *name = "mul x y"; return dt_mul(x, y, out);
+  case 4: *name = "maximum x y"; return dt_maximum(x, y, out);
+  case 5: *name = "sum 0"; return dt_sum_dims(x, 1, &d0, false, out);
+  case 6: *name = "sum 1"; return dt_sum_dims(x, 1, &d1, false, out);
+  case 7: *name = "sum all"; return dt_sum_dims(x, 2, both, false, out);
+  case 8: *name = "mean 0 keep"; return dt_mean_dims(x, 1, &d0, true, out);
+  case 9: *name = "amax 0"; return dt_amax(x, 1, &d0, false, out);
+  case 10: *name = "amin 1"; return dt_amin(x, 1, &d1, false, out);
+  case 11: *name = "softmax 0"; return dt_softmax(x, 0, out);
+  case 12: *name = "log_softmax 1"; return dt_log_softmax(x, 1, out);
+  case 13:
+    *name = "view flat";
+    {
+      int64_t s = A * B;
+      return dt_view(x, 1, &s, out);
+    }
+  case 14:
+    *name = "reshape [B,A]";
+    {
+      int64_t s[2] = {B, A};
+      return dt_reshape(x, 2, s, out);
+    }
+  case 15: *name = "transpose"; return dt_transpose(x, 0, 1, out);
+  case 16: *name = "mm x col"; return dt_mm(x, col, out);
+  case 17:
+    *name = "mm xT x";
+    st = dt_transpose(x, 0, 1, &tmp);
+    if (!st) st = dt_mm(tmp, x, out);
+    dt_tensor_release(tmp);
+    return st;
+  case 18: *name = "cat 0 x y"; return dt_cat(2, (dt_tensor *[]){x, y}, 0, out);
+  case 19: *name = "cat 1 x y"; return dt_cat(2, (dt_tensor *[]){x, y}, 1, out);
+  case 20: *name = "stack 1"; return dt_stack(2, (dt_tensor *[]){x, y}, 1, out);
+  case 21: *name = "narrow 0 1 2"; return dt_narrow(x, 0, A > 2 ? 1 : 0, A > 2 ? 2 : A, out);
+  case 22: *name = "slice 0 step 2"; return dt_slice(x, 0, 0, A, 2, out);
+  case 23: *name = "select 0 1"; return A > 1 ? dt_select(x, 0, 1, out) : dt_neg(x, out);
+  case 24: *name = "unsqueeze 1"; return dt_unsqueeze(x, 1, out);
+  case 25: *name = "gt x y"; return dt_gt(x, y, out);
+  case 26:
+    *name = "where";
+    st = dt_gt(x, y, &tmp);
+    if (!st) st = dt_where(tmp, x, y, out);
+    dt_tensor_release(tmp);
+    return st;
+  case 27: *name = "clone"; return dt_clone(x, out);
+  case 28:
+    *name = "contiguous of transpose";
+    st = dt_transpose(x, 0, 1, &tmp);
+    if (!st) st = dt_contiguous(tmp, out);
+    dt_tensor_release(tmp);
+    return st;
+  case 29: *name = "to f64"; return dt_to(x, DT_F64, out);
+  case 30: *name = "argmax_dim 0"; return dt_argmax_dim(x, 0, false, out);
+  case 31:
+    *name = "max_dim 1 values";
+    {
+      dt_tensor *idx = NULL;
+      st = dt_max_dim(x, 1, false, out, &idx);
+      dt_tensor_release(idx);
+      return st;
+    }
+  case 32:
+    *name = "split 0 chunk0";
+    {
+      int n = 0;
+      st = dt_chunk(x, 2, 0, parts, 4, &n);
+      if (!st) {
+        *out = parts[0];
+        for (int i = 1; i < n; i++) dt_tensor_release(parts[i]);
+      }
+      return st;
+    }
+  case 33:
+    *name = "add col-broadcast";
+    {
+      dt_tensor *r = NULL;
+      st = dt_sum_dims(y, 1, &d0, true, &r);
+      if (!st) st = dt_add(x, r, out);
+      dt_tensor_release(r);
+      return st;
+    }
+  case 34:
+    *name = "flatten then view back";
+    {
+      int64_t s = A * B, s2[2] = {A, B};
+      st = dt_view(x, 1, &s, &tmp);
+      if (!st) st = dt_view(tmp, 2, s2, out);
+      dt_tensor_release(tmp);
+      return st;
+    }
+  case 35:
+    *name = "flatten + y flat";
+    {
+      int64_t s = A * B;
+      dt_tensor *fy = NULL;
+      st = dt_view(x, 1, &s, &tmp);
+      if (!st) st = dt_reshape(y, 1, &s, &fy);
+      if (!st) st = dt_add(tmp, fy, out);
+      RELEASE_ALL(tmp, fy);
+      return st;
+    }
+  case 36: *name = "layer_norm B"; return dt_layer_norm(x, 1, &B, NULL, NULL, 1e-5, out);
+  case 37:
+    *name = "sum flat";
+    {
+      int64_t s = A * B;
+      st = dt_view(x, 1, &s, &tmp);
+      if (!st) st = dt_sum_dims(tmp, 1, &d0, false, out);
+      dt_tensor_release(tmp);
+      return st;
+    }
+  case 38:
+    *name = "amax flat";
+    {
+      int64_t s = A * B;
+      st = dt_view(x, 1, &s, &tmp);
+      if (!st) st = dt_amax(tmp, 1, &d0, false, out);
+      dt_tensor_release(tmp);
+      return st;
+    }
+  case 39:
+    *name = "softmax flat";
+    {
+      int64_t s = A * B;
+      st = dt_view(x, 1, &s, &tmp);
+      if (!st) st = dt_softmax(tmp, 0, out);
+      dt_tensor_release(tmp);
+      return st;
+    }
+  }
+  return DT_ERR_INTERNAL;
+}
+
+typedef struct ops_case {
+  int mesh_ndim;
+  int mesh[2];
+  int64_t rows, cols;
+  dt_placement px[2], py[2];
+} ops_case;
+
+static dt_status strided_ops_rank(dt_comm *world, void *arg) {
+  const ops_case *c = arg;
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, c->mesh_ndim, c->mesh, NULL, &mesh));
+  int64_t shape[2] = {c->rows, c->cols}, col_shape[2] = {c->cols, 3};
+  dt_tensor *wx = ramp_f32(2, shape, 1), *wy = ramp_f32(2, shape, 2),
+            *wc = ramp_f32(2, col_shape, 3);
+  dt_tensor *x = NULL, *y = NULL, *col = NULL;
+  RANK_OK(dt_dist_distribute_tensor(mesh, wx, c->mesh_ndim, c->px, &x));
+  RANK_OK(dt_dist_distribute_tensor(mesh, wy, c->mesh_ndim, c->py, &y));
+  RANK_OK(dt_dist_distribute_tensor(mesh, wc, c->mesh_ndim,
+                                    (dt_placement[]){dt_replicate(), dt_replicate()}, &col));
+  char a[64], b[64];
+  tuple_text(c->mesh_ndim, c->px, a, sizeof a);
+  tuple_text(c->mesh_ndim, c->py, b, sizeof b);
+  for (int k = 0; k < NOPS; k++) {
+    dt_tensor *dist = NULL, *local = NULL;
+    const char *name = "";
+    dt_status sd = strided_op(k, x, y, col, &dist, &name);
+    char msg[300];
+    snprintf(msg, sizeof msg, "%s", sd ? dt_last_error() : "");
+    RANK_OK(strided_op(k, wx, wy, wc, &local, &name));
+    RANK_CHECK(sd == DT_OK, "[%lld, %lld] x [%s] y [%s] %s: %s", (long long)c->rows,
+               (long long)c->cols, a, b, name, msg);
+    char what[200];
+    snprintf(what, sizeof what, "[%lld, %lld] x [%s] y [%s] %s", (long long)c->rows,
+             (long long)c->cols, a, b, name);
+    dt_tensor *expect = NULL;
+    RANK_OK(dt_contiguous(local, &expect));
+    dt_status st = full_equals_tol(what, dist, expect, 1e-5);
+    RELEASE_ALL(dist, local, expect);
+    if (st) return st;
+  }
+  RELEASE_ALL(wx, wy, wc, x, y, col);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+#define SS dt_strided_shard
+Test(review_round3, ops_on_strided_inputs_equal_ops_on_wholes) {
+  const dt_placement R = dt_replicate(), S0 = dt_shard(0), S1 = dt_shard(1);
+  const ops_case cases[] = {
+      {1, {4, 1}, 6, 4, {SS(0, 2)}, {R}},
+      {1, {4, 1}, 6, 4, {SS(0, 3)}, {S0}},
+      {1, {4, 1}, 6, 4, {SS(0, 2)}, {SS(0, 2)}},
+      {1, {4, 1}, 6, 4, {SS(0, 2)}, {SS(0, 3)}},
+      {1, {4, 1}, 6, 4, {SS(1, 2)}, {S1}},
+      {1, {4, 1}, 10, 6, {SS(0, 5)}, {SS(1, 3)}},
+      {1, {4, 1}, 4, 12, {SS(1, 4)}, {R}},
+      {2, {2, 2}, 8, 4, {S0, SS(0, 2)}, {R, R}},
+      {2, {2, 2}, 8, 4, {S0, SS(0, 2)}, {S0, S0}},
+      {2, {2, 2}, 8, 4, {S0, SS(0, 2)}, {S0, SS(0, 2)}},
+      {2, {2, 2}, 8, 6, {SS(0, 2), S1}, {S1, SS(0, 4)}},
+      {2, {2, 2}, 8, 6, {S1, SS(0, 4)}, {S0, SS(1, 3)}},
+      {2, {2, 2}, 4, 12, {S1, SS(1, 3)}, {S1, S1}},
+      {2, {2, 2}, 6, 4, {S0, SS(0, 3)}, {R, S0}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    SPAWN_OK(4, strided_ops_rank, (void *)&cases[i]);
 }
