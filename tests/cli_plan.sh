@@ -90,6 +90,14 @@ if "$tool" plan --stdin </dev/null 2>/dev/null; then
     out=$(printf '%s\n' "$bad" | "$tool" plan --stdin)
     case "$out" in *'"id":1,"ok":false,"status":"usage"'*) ;; *) fail "--stdin $bad: $out" ;; esac
   done
+  # A message quoting 100 euro signs is cut at 200 bytes, mid-character: the line stays UTF-8
+  # (the cut character is U+FFFD), so a reader decoding it does not fail.
+  if command -v iconv >/dev/null 2>&1; then
+    euros=$(i=0; while [ $i -lt 100 ]; do printf '\342\202\254'; i=$((i + 1)); done)
+    line='{"id":1,"mesh":[4],"op":"relu","args":[{"shape":[8],"placements":["'$euros'"]}]}'
+    printf '%s\n' "$line" | "$tool" plan --stdin | iconv -f UTF-8 -t UTF-8 >/dev/null 2>&1 ||
+      fail "--stdin: a truncated message is not valid UTF-8"
+  fi
 fi
 
 if [ $failures -ne 0 ]; then

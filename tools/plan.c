@@ -579,15 +579,37 @@ static void run_case(plan_env *e, const plan_case *c, plan_result *r) {
 
 /* ---- Printing ------------------------------------------------------------------------------- */
 
+/* The length of the well-formed UTF-8 sequence of 2 to 4 bytes at s, 0 when there is none (a
+ * stray byte, or a character cut by a "%.200s" truncation). */
+static int utf8_sequence(const unsigned char *s) {
+  int n = s[0] >= 0xC2 && s[0] <= 0xDF   ? 2
+          : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
+          : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4
+                                         : 0;
+  unsigned char lo = s[0] == 0xE0 ? 0xA0 : s[0] == 0xF0 ? 0x90 : 0x80;
+  unsigned char hi = s[0] == 0xED ? 0x9F : s[0] == 0xF4 ? 0x8F : 0xBF;
+  for (int i = 1; i < n; i++) {
+    if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xBF)) return 0;
+  }
+  return n;
+}
+
+/* s as a JSON string; bytes that are not UTF-8 become U+FFFD, so a reader decoding the line as
+ * UTF-8 never fails on what a user's input or a truncation left in a message. */
 static void json_string(FILE *f, const char *s) {
   fputc('"', f);
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\')
-      fprintf(f, "\\%c", *s);
-    else if ((unsigned char)*s < 0x20)
-      fprintf(f, "\\u%04x", *s);
+  while (*s) {
+    unsigned char c = (unsigned char)*s;
+    int n = c < 0x80 ? 1 : utf8_sequence((const unsigned char *)s);
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else if (n == 0)
+      fputs("\\ufffd", f);
     else
-      fputc(*s, f);
+      fwrite(s, 1, (size_t)n, f);
+    s += n ? n : 1;
   }
   fputc('"', f);
 }
