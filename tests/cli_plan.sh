@@ -58,6 +58,7 @@ check_usage 4 relu 8x6:S2
 # A separator with nothing after it is not a dim (it was read as "2" and "8").
 check_usage 2x relu 8:R
 check_usage 4 relu 8x:R
+check_usage 4 layer_norm 8x4:S0 normalized=2147483648
 check_usage
 # The op refuses its inputs: exit 1 and the library's message.
 err=$("$tool" plan 4 mm 8x5:R 6x4:R 2>&1)

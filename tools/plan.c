@@ -347,6 +347,8 @@ static bool parse_attr(const char *text, plan_attrs *a, char *err, size_t size) 
       a->dim0 = one[0];
     else if (KEY("dim1"))
       a->dim1 = one[0];
+    else if (one[0] < 0 || one[0] > DT_MAX_DIMS) /* an int cast would wrap 2147483648 */
+      return fail(err, size, "attribute '%.200s': normalized=1 up to the input's dims", text);
     else
       a->normalized = (int)one[0];
   } else if (KEY("scalar")) {
