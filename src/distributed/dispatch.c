@@ -223,8 +223,10 @@ static dt_status collect_args(const dt_op_call *call, dist_args *a) {
   a->n = 0;
   a->spec = NULL;
   if (call->n_inputs + call->n_input_list > DT_DIST_MAX_ARGS) {
-    return dt__error(DT_ERR_UNSUPPORTED, "%s: more than %d tensor arguments on distributed tensors",
-                     op, DT_DIST_MAX_ARGS);
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "%s: %d tensor arguments on distributed tensors, at most %d (join a long "
+                     "list in groups, then join the groups)",
+                     op, call->n_inputs + call->n_input_list, DT_DIST_MAX_ARGS);
   }
   for (int i = 0; i < call->n_inputs; i++) a->t[a->n++] = call->inputs[i];
   for (int i = 0; i < call->n_input_list; i++) a->t[a->n++] = call->input_list[i];
