@@ -245,10 +245,21 @@ static bool parse_ints(const char *text, int max, int64_t *out, int *n, bool all
   return *p == '\0';
 }
 
-/* R, S0 or S(0), P / Psum / P(sum), Pavg, Pmax, Pmin. */
+/* R, S0 or S(0), SS0/6 (StridedShard(0, 6): '/' since ',' separates placements), P / Psum /
+ * P(sum), Pavg, Pmax, Pmin. */
 static bool parse_placement(const char *t, dt_placement *p) {
   if (strcmp(t, "R") == 0) {
     *p = dt_replicate();
+    return true;
+  }
+  if (t[0] == 'S' && t[1] == 'S') {
+    char *end;
+    long d = strtol(t + 2, &end, 10);
+    if (end == t + 2 || *end != '/' || d < -DT_MAX_DIMS || d >= DT_MAX_DIMS) return false;
+    const char *q = end + 1;
+    long f = strtol(q, &end, 10);
+    if (end == q || *end != '\0' || f < 1 || f > (1L << 30)) return false;
+    *p = dt_strided_shard((int)d, (int)f);
     return true;
   }
   if (t[0] == 'S') {
@@ -307,7 +318,8 @@ static bool parse_input(const char *text, int mesh_ndim, plan_input *in, char *e
   for (char *tok = strtok(places, ","); tok; tok = strtok(NULL, ",")) {
     if (in->n_placements == DT_MESH_MAX_DIMS ||
         !parse_placement(tok, &in->placements[in->n_placements]))
-      return fail(err, size, "argument '%.200s': bad placement (R, S0, P, Psum, Pmax, Pmin, Pavg)",
+      return fail(err, size,
+                  "argument '%.200s': bad placement (R, S0, SS0/6, P, Psum, Pmax, Pmin, Pavg)",
                   text);
     in->n_placements++;
   }
@@ -832,7 +844,8 @@ const char tool_plan_details[] =
     "with their bytes (the larger buffer of each collective on rank 0).\n"
     "  MESH   4, 2x2, 2x3, ...\n"
     "  ARG    SHAPE:PLACEMENTS[:DTYPE], one placement per mesh dim: 8x6:S0,R  [6]:Psum  5:R:i64\n"
-    "         placements R, S0 or S(0), P or Psum, Pavg, Pmax, Pmin; dtype f32 (default), i64...\n"
+    "         placements R, S0 or S(0), SS0/6 (StridedShard(0, 6)), P or Psum, Pavg, Pmax, Pmin;\n"
+    "         dtype f32 (default), i64...\n"
     "  ATTR   dim=1 | dim=0,1, keepdim=true, shape=6x5 (view, reshape), dims=2,0,1 (permute),\n"
     "         start=, end= (flatten; 0, -1), dim0=, dim1= (transpose; 0, 1), scalar= (2),\n"
     "         normalized= (layer_norm: trailing dims, 1)\n"
