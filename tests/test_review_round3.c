@@ -20,11 +20,12 @@
 #define POOL_MAX 64
 
 /* Whether the documented rules allow the tuple (dist.h "Placements"): SS(d, f) needs f >= 1 and
- * d in range, must be the last mesh dim sharding d, the earlier Shards of d must split it evenly
- * and f must divide what they leave. */
+ * d in range, no other StridedShard of d, the earlier Shards of d must split it evenly, f must
+ * divide what they leave, and the later Shards of d must take whole chunks (the product of their
+ * mesh sizes divides f). */
 static bool rules_allow(int ndim, const int64_t *shape, int mesh_ndim, const int *mesh_shape,
                         const dt_placement *in) {
-  dt_placement pl[DT_MESH_MAX_DIMS];
+  dt_placement pl[DT_MESH_MAX_DIMS] = {{DT_REPLICATE, 0, DT_REDUCE_SUM, 0}};
   for (int m = 0; m < mesh_ndim; m++) {
     pl[m] = in[m];
     if (pl[m].kind != DT_SHARD && pl[m].kind != DT_STRIDED_SHARD) continue;
@@ -36,13 +37,15 @@ static bool rules_allow(int ndim, const int64_t *shape, int mesh_ndim, const int
   for (int m = 0; m < mesh_ndim; m++) {
     if (pl[m].kind != DT_STRIDED_SHARD) continue;
     int d = pl[m].dim;
-    int64_t outer = 1;
+    int64_t outer = 1, later = 1;
     for (int j = 0; j < mesh_ndim; j++) {
-      bool shards_d = (pl[j].kind == DT_SHARD || pl[j].kind == DT_STRIDED_SHARD) && pl[j].dim == d;
-      if (j > m && shards_d) return false;
-      if (j < m && shards_d) outer *= mesh_shape[j];
+      if (j == m || pl[j].dim != d) continue;
+      if (pl[j].kind == DT_STRIDED_SHARD) return false;
+      if (j > m && pl[j].kind == DT_SHARD) later *= mesh_shape[j];
+      if (j < m && pl[j].kind == DT_SHARD) outer *= mesh_shape[j];
     }
     if (shape[d] % outer != 0 || (shape[d] / outer) % pl[m].split_factor != 0) return false;
+    if (pl[m].split_factor % later != 0) return false;
   }
   return true;
 }

@@ -254,10 +254,16 @@ Test(strided_direct, planner_takes_the_direct_edge) {
   cr_assert_eq(plan.n_steps, 1);
   cr_assert_eq(plan.steps[0].kind, DT_STEP_ALL_TO_ALL);
   cr_assert_eq(plan.bytes, 240);
-  /* A StridedShard must be the last mesh dim sharding its dim: no Shard of it after one. */
+  /* A Shard of its dim after a StridedShard (the outer form) is a slice of the rank's chunks,
+   * and the StridedShard under it cannot change until it is undone. */
   dt_placement nested[2] = {dt_strided_shard(0, 2), dt_replicate()};
-  dt_placement bad = dt_shard(0);
-  cr_assert_eq(dt__step_kind(nested, 2, 1, nested[1], bad), DT_STEP_INVALID);
+  dt_placement later = dt_shard(0);
+  cr_assert_eq(dt__step_kind(nested, 2, 1, nested[1], later), DT_STEP_SLICE);
+  dt_placement outer[2] = {dt_strided_shard(0, 2), dt_shard(0)};
+  cr_assert_eq(dt__step_kind(outer, 2, 0, outer[0], dt_replicate()), DT_STEP_INVALID);
+  cr_assert_eq(dt__step_kind(outer, 2, 1, outer[1], dt_replicate()), DT_STEP_ALL_GATHER);
+  /* Two StridedShards of one dim do not exist. */
+  cr_assert_eq(dt__step_kind(nested, 2, 1, nested[1], dt_strided_shard(0, 2)), DT_STEP_INVALID);
 }
 
 /* Eager dispatch: an in-place add into an SS(0, 6) tensor keeps its placement, so the S(0)

@@ -23,9 +23,15 @@
  *                sharded on a non-leading dim gives without moving anything: [6, 4]
  *                Shard(1) on 4 ranks viewed as [24] is StridedShard(0, 6), rank r holding
  *                elements {4 i + r : i = 0..5}. Uneven blocks are allowed ([6, 5] Shard(1)
- *                flattens to StridedShard(0, 6) with chunks 2, 2, 1, 0 of each block). A
- *                tensor dim carrying a StridedShard may not be sharded by another mesh dim
- *                too (DT_ERR_UNSUPPORTED). f = 1 is Shard(d).
+ *                flattens to StridedShard(0, 6) with chunks 2, 2, 1, 0 of each block).
+ *                Other mesh dims may Shard d too, in mesh-dim order: Shards before it cut
+ *                the extent its blocks come from (they must split d evenly and f must
+ *                divide what they leave), Shards after it cut what the rank holds (its f
+ *                chunks in block order; the product of their mesh sizes must divide f, so
+ *                a rank holds its chunk of consecutive blocks: PyTorch's
+ *                (_StridedShard(d, f), Shard(d)), FSDP2 x TP's parameter layout). Uneven
+ *                Shards before it, later Shards not dividing f, and two StridedShards of
+ *                one dim are DT_ERR_UNSUPPORTED. f = 1 is Shard(d).
  *
  * Every function here is collective over the mesh (all ranks call it in the same order)
  * unless it says otherwise, and returns the same status on every rank for the same bad

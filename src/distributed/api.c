@@ -252,22 +252,40 @@ dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placem
   dt_dist_spec *spec = NULL;
   st = dt__spec_create(mesh, norm, full->ndim, full->shape, full->dtype, &spec);
   if (st) return st;
-  /* The block of the box placements (a StridedShard taken as Replicate), then each
-   * StridedShard's chunks of its blocks. */
+  /* The block of the box placements (a StridedShard and the Shards of its dim after it taken
+   * as Replicate), then in mesh-dim order each StridedShard's chunks of its blocks and the
+   * later Shards' chunks of what it left (the outer form). */
   dt_mesh_info mi;
   dt__mesh_info(mesh, &mi);
   dt_placement boxed[DT_MESH_MAX_DIMS];
-  for (int m = 0; m < n_placements; m++)
-    boxed[m] = norm[m].kind == DT_STRIDED_SHARD ? dt_replicate() : norm[m];
+  bool after_strided[DT_MESH_MAX_DIMS] = {false};
+  for (int m = 0; m < n_placements; m++) {
+    for (int j = 0; j < m; j++) {
+      after_strided[m] |= norm[m].kind == DT_SHARD && norm[j].kind == DT_STRIDED_SHARD &&
+                          norm[j].dim == norm[m].dim;
+    }
+    boxed[m] = norm[m].kind == DT_STRIDED_SHARD || after_strided[m] ? dt_replicate() : norm[m];
+  }
   int64_t shape[DT_MAX_DIMS], offset[DT_MAX_DIMS];
   dt__local_region(full->ndim, full->shape, mi.ndim, mi.size, mi.coord, boxed, shape, offset);
   dt_tensor *view = NULL, *local = NULL;
   st = block_view(full, shape, offset, &view);
   for (int m = 0; m < n_placements && !st; m++) {
-    if (norm[m].kind != DT_STRIDED_SHARD) continue;
     dt_tensor *sliced = NULL;
-    st = dt__strided_slice(view, norm[m].dim, norm[m].split_factor, (int)mi.size[m],
-                           (int)mi.coord[m], &sliced);
+    if (norm[m].kind == DT_STRIDED_SHARD) {
+      st = dt__strided_slice(view, norm[m].dim, norm[m].split_factor, (int)mi.size[m],
+                             (int)mi.coord[m], &sliced);
+    } else if (after_strided[m]) {
+      int d = norm[m].dim;
+      int64_t start, length;
+      memcpy(shape, view->shape, sizeof(int64_t) * (size_t)full->ndim);
+      memset(offset, 0, sizeof(int64_t) * (size_t)full->ndim);
+      dt__chunk_range(view->shape[d], mi.size[m], mi.coord[m], &start, &length);
+      offset[d] = start, shape[d] = length;
+      st = block_view(view, shape, offset, &sliced);
+    } else {
+      continue;
+    }
     dt_tensor_release(view);
     view = sliced;
   }

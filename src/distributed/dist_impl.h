@@ -46,30 +46,35 @@ static inline bool dt__is_sharding(dt_placement p) {
 
 /* Whether placing q on mesh dim m of `state` would make a tuple that does not exist. A tensor
  * dim may be sharded by several mesh dims (shards nest in mesh-dim order), at most one of them
- * a StridedShard and then the last: `S(d)` on mesh dim m and `SS(d, f)` on a later one is f
- * blocks of what m left, each chunked over the later mesh dim. Refused: a StridedShard with a
- * later shard of its dim (two StridedShards of one dim included). Inline: the propagator and
- * the planner ask it for every step they price. */
+ * a StridedShard: `S(d)` on mesh dim m and `SS(d, f)` on a later one is f blocks of what m left,
+ * each chunked over the later mesh dim (the nested form); `SS(d, f)` on mesh dim m and `S(d)`
+ * on later ones chunk what the rank holds (its f chunks in block order), which is whole chunks
+ * when their mesh sizes divide f (the outer form, dt__strided_fits). Refused: two StridedShards
+ * of one dim. Inline: the propagator and the planner ask it for every step they price. */
 static inline bool dt__strided_conflict(const dt_placement *state, int mesh_ndim, int m,
                                         dt_placement q) {
-  if (!dt__is_sharding(q)) return false;
+  if (q.kind != DT_STRIDED_SHARD) return false;
   for (int j = 0; j < mesh_ndim; j++) {
-    if (j == m || !dt__is_sharding(state[j]) || state[j].dim != q.dim) continue;
-    if (j > m ? q.kind == DT_STRIDED_SHARD : state[j].kind == DT_STRIDED_SHARD) return true;
+    if (j != m && state[j].kind == DT_STRIDED_SHARD && state[j].dim == q.dim) return true;
   }
   return false;
 }
 /* No such conflict in the tuple. */
 bool dt__placements_valid(int mesh_ndim, const dt_placement *placements);
-/* Whether a StridedShard of the tuple has a plain Shard of its dim on an earlier mesh dim
- * (the nested form). */
+/* Whether a StridedShard of the tuple has a plain Shard of its dim on another mesh dim (the
+ * nested form, Shard first, or the outer form, StridedShard first). */
 bool dt__strided_nested(int mesh_ndim, const dt_placement *placements);
+/* Whether a StridedShard of the tuple has a plain Shard of its dim on a later mesh dim (the
+ * outer form, PyTorch's (_StridedShard(d, f), Shard(d)): FSDP2 x TP's parameter layout). */
+bool dt__strided_outer(int mesh_ndim, const dt_placement *placements);
 /* Whether every StridedShard(d, f) of the tuple cuts whole blocks: f divides the extent of d it
  * applies to, which for the nested form is what the earlier Shards of d leave, and those must
- * split d evenly (every rank then has the same whole number of blocks). */
+ * split d evenly (every rank then has the same whole number of blocks); for the outer form the
+ * later Shards of d must take whole chunks: the product of their mesh sizes divides f. */
 bool dt__strided_fits(int ndim, const int64_t *shape, int mesh_ndim, const int64_t *mesh_size,
                       const dt_placement *placements);
-/* DT_ERR_INVALID (or DT_ERR_UNSUPPORTED for an uneven outer Shard) unless dt__strided_fits. */
+/* DT_ERR_INVALID (or DT_ERR_UNSUPPORTED for an uneven earlier Shard, or later Shards whose
+ * mesh sizes do not divide f) unless dt__strided_fits. */
 dt_status dt__check_strided(const char *op, int ndim, const int64_t *shape, int mesh_ndim,
                             const int64_t *mesh_size, const dt_placement *placements);
 
@@ -78,7 +83,9 @@ dt_status dt__check_strided(const char *op, int ndim, const int64_t *shape, int 
  * a StridedShard the region is not a box: the shape is the rank's f chunks together and the
  * offset is the global index of its first element, i.e. where the extent the earlier Shards
  * of d left starts (0 when none) plus where its chunk starts inside each block; the blocks are
- * that extent / f long. */
+ * that extent / f long. Later Shards of d (the outer form) keep the convention: the rank holds
+ * its chunk of g = f / (their mesh sizes) consecutive blocks, the shape is g chunks and the
+ * offset that of its first element (a box when g = 1). */
 void dt__local_region(int ndim, const int64_t *global_shape, int mesh_ndim,
                       const int64_t *mesh_size, const int64_t *coord,
                       const dt_placement *placements, int64_t *local_shape, int64_t *offset);

@@ -157,7 +157,7 @@ static bool splits_hold(const dt_propagation *p, const candidates *c, const int 
 }
 
 /* Whether the choice gives every argument and the output a placement tuple that exists (a
- * StridedShard is the last mesh dim sharding its dim, in whole blocks: dt__strided_fits), and
+ * StridedShard of a dim, in whole blocks and whole chunks: dt__strided_fits), and
  * keeps argument 0's earlier mesh dims where a strategy relied on them (keeps_outer). */
 static bool choice_valid(const dt_propagation *p, const candidates *c, const int *pick) {
   if (!c->any_strided) return true;
@@ -180,6 +180,14 @@ static bool choice_valid(const dt_propagation *p, const candidates *c, const int
     }
     if (!strided || (i < 0 && p->n_out == 0)) continue;
     if (!dt__placements_valid(p->mesh_ndim, target)) return false;
+    /* The outer form (SS(d, f), then S(d)) is not a box: only rules that take every mesh dim
+     * alike keep it (pointwise, like), and views, whose later mesh dims map S(d) to the first
+     * output dim of its group only when it splits evenly (whole blocks); other rules read each
+     * mesh dim's shard as a box, so their arguments leave it first. */
+    if (dt__strided_outer(p->mesh_ndim, target)) {
+      dt_rule_family rule = dt__op_table[p->call->op].rule;
+      if (rule != DT_RULE_POINTWISE && rule != DT_RULE_LIKE && rule != DT_RULE_VIEW) return false;
+    }
     int ndim = i < 0 ? p->out[0].ndim : p->args[i]->ndim;
     const int64_t *shape = i < 0 ? p->out[0].shape : p->args[i]->shape;
     if (!dt__strided_fits(ndim, shape, p->mesh_ndim, p->mesh_size, target)) return false;
@@ -302,6 +310,8 @@ static dt_status build_candidates(const dt_propagation *p, candidates *c, dt_pro
       memcpy(s->in[s->n], all.in[k], sizeof(dt_placement) * (size_t)p->n_args);
       s->out[s->n] = all.out[k];
       if (all.keeps_outer >> k & 1u) s->keeps_outer |= 1u << s->n;
+      /* Such a strategy may output a plain Shard; its condition is checked with the strided. */
+      c->any_strided |= (all.keeps_outer >> k & 1u) || all.unsharded_before[k];
       s->unsharded_before[s->n] = all.unsharded_before[k];
       c->any_strided |= all.out[k].kind == DT_STRIDED_SHARD;
       for (int i = 0; i < p->n_args; i++) c->any_strided |= all.in[k][i].kind == DT_STRIDED_SHARD;

@@ -54,17 +54,21 @@ dt_step_kind dt__step_kind(const dt_placement *state, int mesh_ndim, int m, dt_p
    * the chunks into blocks locally), sliced from it, turned into a Shard and made from one
    * by one all_to_all (each rank sends the elements of its chunks that another's shard
    * holds), or reduce-scattered from a Partial; SS -> SS' and SS -> P pass through
-   * Replicate. A StridedShard is the last mesh dim sharding its dim (dt__strided_conflict):
-   * nested under Shards of d on earlier mesh dims, it works on the extent they leave, and
-   * those cannot change before it is undone (shards_dim_after counts it). */
+   * Replicate. One StridedShard per dim (dt__strided_conflict): nested under Shards of d on
+   * earlier mesh dims, it works on the extent they leave, and those cannot change before it
+   * is undone (shards_dim_after counts it); under Shards of d on later mesh dims (the outer
+   * form) it changes only after they are undone, as a Shard would. */
   if (dt__strided_conflict(state, mesh_ndim, m, q)) return DT_STEP_INVALID;
   if (p.kind == DT_STRIDED_SHARD) {
+    /* Under later Shards of d (the outer form) they go first. */
+    if (shards_dim_after(state, mesh_ndim, m, p.dim)) return DT_STEP_INVALID;
     if (q.kind == DT_REPLICATE) return DT_STEP_ALL_GATHER;
     if (q.kind == DT_SHARD && !shards_dim_after(state, mesh_ndim, m, q.dim))
       return DT_STEP_ALL_TO_ALL;
     return DT_STEP_INVALID;
   }
   if (q.kind == DT_STRIDED_SHARD) {
+    if (shards_dim_after(state, mesh_ndim, m, q.dim)) return DT_STEP_INVALID;
     if (p.kind == DT_REPLICATE) return DT_STEP_SLICE;
     if (p.kind == DT_PARTIAL) return DT_STEP_REDUCE_SCATTER;
     if (p.kind == DT_SHARD && !shards_dim_after(state, mesh_ndim, m, p.dim))
@@ -280,9 +284,10 @@ static dt_status plan_search(const dt_redistribute_geometry *g, const dt_placeme
     goal_codes[m] = code_of(&book, to[m]);
   }
   int start = encode(start_codes, mesh_ndim, base), goal = encode(goal_codes, mesh_ndim, base);
-  /* A nested StridedShard (S(d) then SS(d, f)) exists only where the outer Shards split d into
-   * whole blocks, which the geometry here does not tell: the search may start or end at one
-   * (checked by the caller) but never passes through one. */
+  /* A nested StridedShard (S(d) then SS(d, f), or SS(d, f) then S(d)) exists only where the
+   * Shards split d into whole blocks or whole chunks (dt__strided_fits): the search may start or
+   * end at one (checked by the caller) and passes through one only when the geometry has the
+   * shape and it fits (R -> [SS(0, 4), S(0), S(0)] on 2x2x2 slices one mesh dim at a time). */
   bool strided = false;
   for (int i = 0; i < book.count; i++) strided |= book.placements[i].kind == DT_STRIDED_SHARD;
   for (int s = 0; s < states; s++) {
@@ -326,11 +331,14 @@ static dt_status plan_search(const dt_redistribute_geometry *g, const dt_placeme
         if (done[next]) continue; /* settled: no step makes it cheaper */
         dt_step_kind kind = dt__step_kind(state, mesh_ndim, m, state[m], book.placements[c]);
         if (kind == DT_STEP_INVALID) continue;
-        if (strided && next != goal && book.placements[c].kind == DT_STRIDED_SHARD) {
+        if (strided && next != goal && dt__is_sharding(book.placements[c])) {
           dt_placement next_state[DT_MESH_MAX_DIMS];
           memcpy(next_state, state, sizeof(dt_placement) * (size_t)mesh_ndim);
           next_state[m] = book.placements[c];
-          if (dt__strided_nested(mesh_ndim, next_state)) continue;
+          if (dt__strided_nested(mesh_ndim, next_state) &&
+              (g->ndim <= 0 ||
+               !dt__strided_fits(g->ndim, g->shape, mesh_ndim, g->mesh_size, next_state)))
+            continue;
         }
         double next_bytes = 0;
         if (kind == DT_STEP_ALL_GATHER) {

@@ -560,7 +560,10 @@ static void push_viewed(dt_strategies *s, const dt_rule_ctx *c, const dt_placeme
  * make f blocks, each sharded like d, so the output is StridedShard(k, f) with nothing moved.
  * When Shards on earlier mesh dims evenly split the group's leading dim, k is their Shard and
  * the blocks are counted in what they leave (f = the local size of the dims before d, the
- * nested form). Consumed: a StridedShard(d, f) dim split into output dims whose leading ones
+ * nested form; f = 1 is a plain Shard nested under theirs). When later mesh dims shard the
+ * group's leading dim (and no earlier one the group), the output's SS(k, f) has their Shard of
+ * k after it (the outer form, PyTorch's (_StridedShard(k, f), Shard(k))). Consumed: a
+ * StridedShard(d, f) dim split into output dims whose leading ones
  * (locally, under earlier Shards of d) multiply to f and whose next one is the block, or
  * starts it evenly (it is then a plain shard of that dim), or kept whole in an output dim of
  * the same size. Each relies on argument 0's earlier mesh dims staying as they are. */
@@ -585,7 +588,10 @@ static void view_strided(const dt_rule_ctx *c, const dt_placement *cur, dt_strat
       group |= 1u << x;
       if (x == d) continue;
       int64_t outer = c->outer[x];
-      if (c->split[x] != outer * n) return; /* sharded by a later mesh dim */
+      /* Sharded by a later mesh dim: only the leading dim, the group not nested (the output
+       * then has the outer form SS(k, f), S(k), which the propagator checks fits). */
+      if (c->split[x] != outer * n && (x != lead || outer > 1 || c->split[x] % n != 0)) return;
+      if (c->split[x] != outer * n) nested = false;
       /* Nested: only the leading dim sharded by earlier mesh dims, evenly. */
       if (outer > 1) nests = true;
       if (outer > 1 && (x != lead || a->shape[x] % outer != 0)) nested = false;
@@ -595,6 +601,9 @@ static void view_strided(const dt_rule_ctx *c, const dt_placement *cur, dt_strat
     if (rest > 1 && a->shape[d] % n != 0) return; /* a chunk must be whole rows of the rest */
     if (nests && nested && f > 1 && f <= INT32_MAX)
       push_keeping_outer(s, in, c->n_args, dt_strided_shard(go, (int)f));
+    /* One block in what they leave: a plain shard nested under them ([2, 6] [S(0), S(1)]
+     * flattened on 2x3 is [S(0), S(0)]). */
+    if (nests && nested && f == 1) push_keeping_outer(s, in, c->n_args, S(go));
     /* Without the earlier Shards (the caller gathers them first when it picks this). */
     if (whole > 1 && whole <= INT32_MAX)
       push_unsharded_before(s, in, c->n_args, dt_strided_shard(go, (int)whole), group);

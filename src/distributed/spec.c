@@ -27,7 +27,17 @@ bool dt__placements_valid(int mesh_ndim, const dt_placement *placements) {
 bool dt__strided_nested(int mesh_ndim, const dt_placement *placements) {
   for (int m = 0; m < mesh_ndim; m++) {
     if (placements[m].kind != DT_STRIDED_SHARD) continue;
-    for (int j = 0; j < m; j++) {
+    for (int j = 0; j < mesh_ndim; j++) {
+      if (placements[j].kind == DT_SHARD && placements[j].dim == placements[m].dim) return true;
+    }
+  }
+  return false;
+}
+
+bool dt__strided_outer(int mesh_ndim, const dt_placement *placements) {
+  for (int m = 0; m < mesh_ndim; m++) {
+    if (placements[m].kind != DT_STRIDED_SHARD) continue;
+    for (int j = m + 1; j < mesh_ndim; j++) {
       if (placements[j].kind == DT_SHARD && placements[j].dim == placements[m].dim) return true;
     }
   }
@@ -35,13 +45,19 @@ bool dt__strided_nested(int mesh_ndim, const dt_placement *placements) {
 }
 
 /* For the StridedShard on mesh dim m: how many pieces the earlier Shards of its dim cut it
- * into (*outer) and the extent each leaves when they are even (*extent, else -1). */
-static void strided_extent(const int64_t *shape, const int64_t *mesh_size,
-                           const dt_placement *placements, int m, int64_t *outer, int64_t *extent) {
+ * into (*outer), the extent each leaves when they are even (*extent, else -1), and how many
+ * pieces the later Shards of its dim cut the rank's chunks into (*later). */
+static void strided_extent(const int64_t *shape, int mesh_ndim, const int64_t *mesh_size,
+                           const dt_placement *placements, int m, int64_t *outer, int64_t *extent,
+                           int64_t *later) {
   int d = placements[m].dim;
-  *outer = 1;
-  for (int j = 0; j < m; j++) {
-    if (placements[j].kind == DT_SHARD && placements[j].dim == d) *outer *= mesh_size[j];
+  *outer = 1, *later = 1;
+  for (int j = 0; j < mesh_ndim; j++) {
+    if (placements[j].kind != DT_SHARD || placements[j].dim != d) continue;
+    if (j < m)
+      *outer *= mesh_size[j];
+    else
+      *later *= mesh_size[j];
   }
   *extent = shape[d] % *outer == 0 ? shape[d] / *outer : -1;
 }
@@ -52,9 +68,9 @@ bool dt__strided_fits(int ndim, const int64_t *shape, int mesh_ndim, const int64
     dt_placement p = placements[m];
     if (p.kind != DT_STRIDED_SHARD) continue;
     if (p.dim < 0 || p.dim >= ndim) return false;
-    int64_t outer, extent;
-    strided_extent(shape, mesh_size, placements, m, &outer, &extent);
-    if (extent < 0 || extent % p.split_factor != 0) return false;
+    int64_t outer, extent, later;
+    strided_extent(shape, mesh_ndim, mesh_size, placements, m, &outer, &extent, &later);
+    if (extent < 0 || extent % p.split_factor != 0 || p.split_factor % later != 0) return false;
   }
   return true;
 }
@@ -71,8 +87,8 @@ dt_status dt__check_strided(const char *op, int ndim, const int64_t *shape, int 
                        op, m, p.dim, p.split_factor, p.dim,
                        (long long)(p.dim >= 0 && p.dim < ndim ? shape[p.dim] : 0));
     }
-    int64_t outer, extent;
-    strided_extent(shape, mesh_size, placements, m, &outer, &extent);
+    int64_t outer, extent, later;
+    strided_extent(shape, mesh_ndim, mesh_size, placements, m, &outer, &extent, &later);
     if (extent < 0) {
       return dt__error(DT_ERR_UNSUPPORTED,
                        "%s: placement %d is StridedShard(%d, %d) nested under Shard(%d) on earlier "
@@ -87,6 +103,13 @@ dt_status dt__check_strided(const char *op, int ndim, const int64_t *shape, int 
                        "rank's %lld elements of tensor dim %d are not a whole number of %d blocks",
                        op, m, p.dim, p.split_factor, p.dim, (long long)extent, p.dim,
                        p.split_factor);
+    }
+    if (p.split_factor % later != 0) {
+      return dt__error(DT_ERR_UNSUPPORTED,
+                       "%s: placement %d is StridedShard(%d, %d) followed by Shard(%d) on later "
+                       "mesh dims of %lld ranks in all, which do not divide the split factor "
+                       "(supported only when each rank takes whole chunks)",
+                       op, m, p.dim, p.split_factor, p.dim, (long long)later);
     }
   }
   return DT_OK;
@@ -149,9 +172,8 @@ dt_status dt__check_placements(const char *op, int mesh_ndim, int ndim, int n_pl
   for (int i = 0; i < n_placements; i++) {
     if (dt__strided_conflict(normalized, n_placements, i, normalized[i])) {
       return dt__error(DT_ERR_UNSUPPORTED,
-                       "%s: placement %d shards tensor dim %d, which another mesh dim also "
-                       "shards, and a StridedShard of it is not the last mesh dim sharding it "
-                       "(not supported)",
+                       "%s: placement %d is a StridedShard of tensor dim %d, which another mesh "
+                       "dim also shards with a StridedShard (not supported)",
                        op, i, normalized[i].dim);
     }
   }
@@ -165,13 +187,16 @@ void dt__local_region(int ndim, const int64_t *global_shape, int mesh_ndim,
     local_shape[d] = global_shape[d];
     offset[d] = 0;
   }
+  /* Per dim carrying a StridedShard: how many blocks the rank holds a chunk of and their length
+   * (0 blocks: none), for the later Shards of the dim (the outer form). */
+  int64_t blocks[DT_MAX_DIMS] = {0}, block_len[DT_MAX_DIMS] = {0};
   for (int m = 0; m < mesh_ndim; m++) {
     if (placements[m].kind == DT_STRIDED_SHARD) {
-      /* The last mesh dim sharding d (dt__check_placements): the rank's chunk of each of the f
-       * blocks of the extent the earlier Shards of d left. */
+      /* The rank's chunk of each of the f blocks of the extent the earlier Shards of d left. */
       int d = placements[m].dim;
       int64_t f = placements[m].split_factor, start, length;
       dt__chunk_range(local_shape[d] / f, mesh_size[m], coord[m], &start, &length);
+      blocks[d] = f, block_len[d] = local_shape[d] / f;
       offset[d] += start;
       local_shape[d] = f * length;
       continue;
@@ -179,6 +204,14 @@ void dt__local_region(int ndim, const int64_t *global_shape, int mesh_ndim,
     if (placements[m].kind != DT_SHARD) continue;
     int d = placements[m].dim;
     int64_t start, length;
+    if (blocks[d] > 0 && blocks[d] % mesh_size[m] == 0) {
+      /* After a StridedShard of d: consecutive whole chunks, blocks / n of them. */
+      int64_t g = blocks[d] / mesh_size[m], chunk = local_shape[d] / blocks[d];
+      offset[d] += coord[m] * g * block_len[d];
+      local_shape[d] = g * chunk;
+      blocks[d] = g;
+      continue;
+    }
     dt__chunk_range(local_shape[d], mesh_size[m], coord[m], &start, &length);
     offset[d] += start;
     local_shape[d] = length;

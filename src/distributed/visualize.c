@@ -15,23 +15,32 @@ DT_PRINTF(4, 5) static void append(char *buf, size_t size, size_t *used, const c
   if (n > 0) *used = *used + (size_t)n < size ? *used + (size_t)n : size - 1;
 }
 
-/* How many blocks a StridedShard cuts tensor dim d into (1 when none does). */
-static int64_t blocks_of(const dt_dist_spec *s, int d) {
+/* For tensor dim d: how many pieces a rank holds (*blocks: the blocks of a StridedShard it holds
+ * a chunk of, 1 when none shards d) and how far apart they start (*block_len, the block). The
+ * Shards of d before the StridedShard cut the extent its blocks come from (evenly); those after
+ * it (the outer form) take f / their sizes consecutive blocks (dt__local_region). */
+static void pieces_of(const dt_dist_spec *s, const dt_mesh_info *mi, int d, int64_t *blocks,
+                      int64_t *block_len) {
+  *blocks = 1, *block_len = s->shape[d];
+  int64_t outer = 1, later = 1, f = 0;
   for (int m = 0; m < s->mesh_ndim; m++) {
-    if (s->placements[m].kind == DT_STRIDED_SHARD && s->placements[m].dim == d)
-      return s->placements[m].split_factor;
+    dt_placement p = s->placements[m];
+    if (p.kind == DT_STRIDED_SHARD && p.dim == d) f = p.split_factor;
+    if (p.kind == DT_SHARD && p.dim == d) *(f ? &later : &outer) *= mi->size[m];
   }
-  return 1;
+  if (f == 0) return;
+  *blocks = f / later > 0 ? f / later : 1;
+  *block_len = s->shape[d] / outer / f > 0 ? s->shape[d] / outer / f : 1;
 }
 
-/* How many pieces the Shards of tensor dim d cut it into (the outer ones of a nested
- * StridedShard, which must split it evenly). */
-static int64_t shard_pieces(const dt_dist_spec *s, const dt_mesh_info *mi, int d) {
-  int64_t pieces = 1;
-  for (int m = 0; m < s->mesh_ndim; m++) {
-    if (s->placements[m].kind == DT_SHARD && s->placements[m].dim == d) pieces *= mi->size[m];
+/* Whether index i of a dim lies in one of a rank's pieces (`blocks` of `len` elements each,
+ * starting at off + k * block_len). */
+static bool in_pieces(int64_t i, int64_t off, int64_t len, int64_t blocks, int64_t block_len) {
+  for (int64_t k = 0; k < blocks; k++) {
+    int64_t start = off + k * block_len;
+    if (start <= i && i < start + len) return true;
   }
-  return pieces;
+  return false;
 }
 
 /* The block of the global tensor that rank r (row-major over the mesh) holds. */
@@ -75,12 +84,10 @@ dt_status dt_dist_visualize_sharding(const dt_tensor *t, char *buf, size_t size)
   for (int m = 0; m < mi.ndim; m++) world *= mi.size[m];
   /* Every rank's block; the distinct row and column boundaries make the grid. */
   int64_t rows = s->shape[0], cols = s->ndim == 2 ? s->shape[1] : 1;
-  /* A StridedShard dim is f blocks; a rank holds the same piece of each. */
-  int64_t fr = blocks_of(s, 0), fc = s->ndim == 2 ? blocks_of(s, 1) : 1;
-  int64_t row_block = rows / fr > 0 ? rows / fr : 1, col_block = cols / fc > 0 ? cols / fc : 1;
-  /* Nested under Shards, the blocks are cut from the extent those leave. */
-  if (fr > 1) row_block /= shard_pieces(s, &mi, 0);
-  if (fc > 1) col_block /= shard_pieces(s, &mi, 1);
+  /* A StridedShard dim is blocks; a rank holds the same piece of each of some of them. */
+  int64_t fr, row_block, fc = 1, col_block = cols;
+  pieces_of(s, &mi, 0, &fr, &row_block);
+  if (s->ndim == 2) pieces_of(s, &mi, 1, &fc, &col_block);
   int64_t rcuts[66], ccuts[66];
   int nr = 0, nc = 0;
   rcuts[nr++] = 0, rcuts[nr++] = rows, ccuts[nc++] = 0, ccuts[nc++] = cols;
@@ -129,9 +136,9 @@ dt_status dt_dist_visualize_sharding(const dt_tensor *t, char *buf, size_t size)
       for (int64_t r = 0; r < world && r < 4096; r++) {
         int64_t shape[DT_MAX_DIMS], off[DT_MAX_DIMS];
         region_of_rank(s, &mi, r, shape, off);
-        int64_t ri = rcuts[i] % row_block, ci = ccuts[j] % col_block;
-        bool holds = off[0] <= ri && ri < off[0] + shape[0] / fr;
-        if (s->ndim == 2) holds = holds && off[1] <= ci && ci < off[1] + shape[1] / fc;
+        bool holds = in_pieces(rcuts[i], off[0], shape[0] / fr, fr, row_block);
+        if (s->ndim == 2)
+          holds = holds && in_pieces(ccuts[j], off[1], shape[1] / fc, fc, col_block);
         if (holds) {
           append(buf, size, &used, "%s %" PRId64, listed ? "," : "", r);
           listed++;
