@@ -41,15 +41,17 @@ static void book_add(code_book *book, dt_placement p) {
   if (code_of(book, p) < 0 && book->count < MAX_CODES) book->placements[book->count++] = p;
 }
 
-static bool shards_dim_after(const dt_placement *state, int mesh_ndim, int m, int d) {
+static inline bool shards_dim_after(const dt_placement *state, int mesh_ndim, int m, int d) {
   for (int j = m + 1; j < mesh_ndim; j++) {
     if (dt__is_sharding(state[j]) && state[j].dim == d) return true;
   }
   return false;
 }
 
-dt_step_kind dt__step_kind(const dt_placement *state, int mesh_ndim, int m, dt_placement p,
-                           dt_placement q) {
+/* dt__step_kind, inline for this file's hot loops (the planner's search, the propagator's
+ * step prices). */
+static inline dt_step_kind step_kind(const dt_placement *state, int mesh_ndim, int m,
+                                     dt_placement p, dt_placement q) {
   /* StridedShard(d, f): gathered back to Replicate (all_gather, then each rank reorders
    * the chunks into blocks locally), sliced from it, turned into a Shard and made from one
    * by one all_to_all (each rank sends the elements of its chunks that another's shard
@@ -99,6 +101,11 @@ dt_step_kind dt__step_kind(const dt_placement *state, int mesh_ndim, int m, dt_p
                                                         : DT_STEP_SHARD_TO_PARTIAL;
   }
   return DT_STEP_INVALID; /* S -> P(avg|max|min) and P -> P' go through R */
+}
+
+dt_step_kind dt__step_kind(const dt_placement *state, int mesh_ndim, int m, dt_placement p,
+                           dt_placement q) {
+  return step_kind(state, mesh_ndim, m, p, q);
 }
 
 /* ---- The cost model ---------------------------------------------------------------------- */
@@ -188,8 +195,8 @@ double dt__local_bytes_estimate(const dt_redistribute_geometry *g, const dt_plac
 /* The price of one step on mesh dim m from `state`, the nesting rule set aside. */
 static double one_step_cost(const dt_redistribute_geometry *g, const dt_placement *state, int m,
                             dt_placement to) {
-  dt_step_kind kind = dt__step_kind(state, g->mesh_ndim, m, state[m], to);
-  if (kind == DT_STEP_INVALID) kind = dt__step_kind(&state[m], 1, 0, state[m], to);
+  dt_step_kind kind = step_kind(state, g->mesh_ndim, m, state[m], to);
+  if (kind == DT_STEP_INVALID) kind = step_kind(&state[m], 1, 0, state[m], to);
   dt_placement after[DT_MESH_MAX_DIMS];
   memcpy(after, state, sizeof(dt_placement) * (size_t)g->mesh_ndim);
   after[m] = to;
@@ -201,8 +208,7 @@ double dt__transition_cost(const dt_redistribute_geometry *g, const dt_placement
                            dt_placement to) {
   dt_placement from = state[m];
   if (dt__placements_equal(1, &from, &to)) return 0;
-  if (dt__step_kind(&from, 1, 0, from, to) != DT_STEP_INVALID)
-    return one_step_cost(g, state, m, to);
+  if (step_kind(&from, 1, 0, from, to) != DT_STEP_INVALID) return one_step_cost(g, state, m, to);
   /* S -> P(avg|max|min) and P -> P' pass through Replicate. */
   dt_placement mid[DT_MESH_MAX_DIMS];
   memcpy(mid, state, sizeof(dt_placement) * (size_t)g->mesh_ndim);
@@ -219,15 +225,15 @@ double dt__step_price(const dt_redistribute_geometry *g, const dt_placement *sta
   memcpy(after, state, sizeof(dt_placement) * (size_t)mesh_ndim);
   after[m] = to;
   double before = dt__local_bytes_estimate(g, state);
-  dt_step_kind kind = dt__step_kind(state, mesh_ndim, m, from, to);
+  dt_step_kind kind = step_kind(state, mesh_ndim, m, from, to);
   if (kind != DT_STEP_INVALID)
     return dt__step_cost(kind, g->mesh_size[m], before, dt__local_bytes_estimate(g, after));
   /* Through Replicate (S -> P(avg|max|min), P -> P'), both steps keeping shards nested. */
   dt_placement mid[DT_MESH_MAX_DIMS];
   memcpy(mid, state, sizeof(dt_placement) * (size_t)mesh_ndim);
   mid[m] = dt_replicate();
-  dt_step_kind first = dt__step_kind(state, mesh_ndim, m, from, mid[m]);
-  dt_step_kind second = dt__step_kind(mid, mesh_ndim, m, mid[m], to);
+  dt_step_kind first = step_kind(state, mesh_ndim, m, from, mid[m]);
+  dt_step_kind second = step_kind(mid, mesh_ndim, m, mid[m], to);
   if (first == DT_STEP_INVALID || second == DT_STEP_INVALID) return HUGE_VAL;
   double middle = dt__local_bytes_estimate(g, mid);
   return dt__step_cost(first, g->mesh_size[m], before, middle) +
@@ -329,7 +335,7 @@ static dt_status plan_search(const dt_redistribute_geometry *g, const dt_placeme
         if (c == codes[m]) continue;
         int next = best + (c - codes[m]) * stride[m];
         if (done[next]) continue; /* settled: no step makes it cheaper */
-        dt_step_kind kind = dt__step_kind(state, mesh_ndim, m, state[m], book.placements[c]);
+        dt_step_kind kind = step_kind(state, mesh_ndim, m, state[m], book.placements[c]);
         if (kind == DT_STEP_INVALID) continue;
         if (strided && next != goal && dt__is_sharding(book.placements[c])) {
           dt_placement next_state[DT_MESH_MAX_DIMS];
@@ -382,7 +388,7 @@ static dt_status plan_search(const dt_redistribute_geometry *g, const dt_placeme
       step->mesh_dim = m;
       step->from = book.placements[a[m]];
       step->to = book.placements[b[m]];
-      step->kind = dt__step_kind(before, mesh_ndim, m, step->from, step->to);
+      step->kind = step_kind(before, mesh_ndim, m, step->from, step->to);
       dt_placement after[DT_MESH_MAX_DIMS];
       memcpy(after, before, sizeof after);
       after[m] = step->to;
@@ -424,13 +430,13 @@ double dt__redistribute_cost(const dt_redistribute_geometry *g, const dt_placeme
 bool dt__step_allowed(const dt_placement *state, int mesh_ndim, int m, dt_placement to) {
   dt_placement from = state[m];
   if (dt__placements_equal(1, &from, &to)) return true;
-  if (dt__step_kind(state, mesh_ndim, m, from, to) != DT_STEP_INVALID) return true;
+  if (step_kind(state, mesh_ndim, m, from, to) != DT_STEP_INVALID) return true;
   /* Through Replicate (S -> P(avg|max|min), P -> P'). */
   dt_placement mid[DT_MESH_MAX_DIMS];
   memcpy(mid, state, sizeof(dt_placement) * (size_t)mesh_ndim);
   mid[m] = dt_replicate();
-  return dt__step_kind(state, mesh_ndim, m, from, mid[m]) != DT_STEP_INVALID &&
-         dt__step_kind(mid, mesh_ndim, m, mid[m], to) != DT_STEP_INVALID;
+  return step_kind(state, mesh_ndim, m, from, mid[m]) != DT_STEP_INVALID &&
+         step_kind(mid, mesh_ndim, m, mid[m], to) != DT_STEP_INVALID;
 }
 
 static const char *step_name(dt_step_kind kind) {
