@@ -175,4 +175,55 @@ static inline dt_status flat_of_shard_1(dt_comm *world, int ndim, const int64_t 
   return DT_OK;
 }
 
+/* A 1-D or 2-D tensor placed on a 2-D mesh (the nested and outer StridedShard tests). */
+typedef struct strided_case {
+  int mesh_shape[2];
+  int ndim;
+  int64_t shape[2];
+  dt_placement pl[2];
+} strided_case;
+
+/* This rank's shard of t (shape and values) is the naive slice of the whole tensor `full`
+ * under pl on a 2-D mesh. */
+static inline dt_status strided_shard_is_naive(const char *what, dt_tensor *t, dt_tensor *full,
+                                               int ndim, const int64_t *shape,
+                                               const int *mesh_shape, const dt_placement *pl,
+                                               const int *coord) {
+  double *v = ref_values(full);
+  dt_tensor *expect = naive_shard(ndim, shape, v, 2, pl, mesh_shape, coord);
+  free(v);
+  dt_tensor *local = NULL;
+  RANK_OK(dt_dist_to_local(t, &local));
+  RANK_CHECK(local->ndim == ndim && local->shape[0] == expect->shape[0] &&
+                 (ndim == 1 || local->shape[1] == expect->shape[1]),
+             "%s: local shape [%lld, ...], expected [%lld, ...]", what, (long long)local->shape[0],
+             (long long)expect->shape[0]);
+  dt_status st = same_values_tol(what, local, expect, 0);
+  RELEASE_ALL(local, expect);
+  return st;
+}
+
+/* Redistributes x (placed as c says) to `to`, checking the result's shard against the naive
+ * slice, its whole value, and the ledger's bytes against explain's; *bytes gets them. */
+static inline dt_status strided_move_checked(const char *what, dt_tensor *x, dt_tensor *full,
+                                             const strided_case *c, const dt_placement *to,
+                                             const int *coord, int64_t *bytes) {
+  char plan[512];
+  int64_t explained = -1;
+  RANK_OK(dt_dist_redistribute_explain(x, 2, to, plan, sizeof plan, &explained));
+  dt_comm_ledger *l = NULL;
+  ledger_counts n;
+  dt_tensor *y = NULL;
+  LEDGER_BEGIN(l);
+  RANK_OK(dt_dist_redistribute(x, 2, to, &y));
+  LEDGER_END(l, n);
+  RANK_CHECK(n.bytes == explained, "%s: ledger %lld bytes, explain %lld (%.200s)", what,
+             (long long)n.bytes, (long long)explained, plan);
+  *bytes = n.bytes;
+  dt_status st = strided_shard_is_naive(what, y, full, c->ndim, c->shape, c->mesh_shape, to, coord);
+  if (!st) st = full_equals_tol(what, y, full, 0);
+  dt_tensor_release(y);
+  return st;
+}
+
 #endif

@@ -286,7 +286,6 @@ Test(autograd_inplace, retain_grad_after_rebase) {
 
 /* ---- Distributed (threads backend, 2 ranks) -------------------------------------------- */
 
-
 /* y = 2 x (Shard(0), uneven), y.mul_(w), y.add_(w), loss = sum(y * y): with
  * y = 2 x w + w, d/dx = 2 y 2 w, d/dw = 2 y (2 x + 1). */
 static dt_status rank_inplace(dt_comm *world, void *arg) {

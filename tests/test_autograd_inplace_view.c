@@ -610,7 +610,6 @@ Test(autograd_inplace_view, view_of_a_plain_tensor_records_on_the_view) {
  * not sharded), v *= w[:, 0:2], loss = sum(y * y) + sum(v * v): in columns 0..1 y = v = 2 x w,
  * so d/dx = 16 x w^2 and d/dw = 16 x^2 w; in column 2 y = 2 x, d/dx = 8 x, d/dw = 0. */
 
-
 static dt_status rank_view(dt_comm *world, void *arg) {
   (void)arg;
   dt_mesh *mesh = NULL;

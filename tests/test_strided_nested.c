@@ -8,56 +8,15 @@
 #include "distributed/redistribute_impl.h"
 #include "strided_helpers.h"
 
-typedef struct nested_case {
-  int mesh_shape[2];
-  int ndim;
-  int64_t shape[2];
-  dt_placement pl[2];
-} nested_case;
-
-/* This rank's shard of t is the naive slice of the whole tensor `full` under pl. */
-static dt_status shard_is_naive(const char *what, dt_tensor *t, dt_tensor *full,
-                                const nested_case *c, const dt_placement *pl, const int *coord) {
-  double *v = ref_values(full);
-  dt_tensor *expect = naive_shard(c->ndim, c->shape, v, 2, pl, c->mesh_shape, coord);
-  free(v);
-  dt_tensor *local = NULL;
-  RANK_OK(dt_dist_to_local(t, &local));
-  dt_status st = same_values_tol(what, local, expect, 0);
-  RELEASE_ALL(local, expect);
-  return st;
-}
-
-/* Redistributes x to `to`, checking the result's shard against the naive slice, its whole
- * value, and the ledger's bytes against explain's; *bytes gets them. */
-static dt_status move_checked(const char *what, dt_tensor *x, dt_tensor *full, const nested_case *c,
-                              const dt_placement *to, const int *coord, int64_t *bytes) {
-  char plan[512];
-  int64_t explained = -1;
-  RANK_OK(dt_dist_redistribute_explain(x, 2, to, plan, sizeof plan, &explained));
-  dt_comm_ledger *l = NULL;
-  ledger_counts n;
-  dt_tensor *y = NULL;
-  LEDGER_BEGIN(l);
-  RANK_OK(dt_dist_redistribute(x, 2, to, &y));
-  LEDGER_END(l, n);
-  RANK_CHECK(n.bytes == explained, "%s: ledger %lld bytes, explain %lld (%.200s)", what,
-             (long long)n.bytes, (long long)explained, plan);
-  *bytes = n.bytes;
-  dt_status st = shard_is_naive(what, y, full, c, to, coord);
-  if (!st) st = full_equals_tol(what, y, full, 0);
-  dt_tensor_release(y);
-  return st;
-}
-
 static dt_status nested_rank(dt_comm *world, void *arg) {
-  const nested_case *c = arg;
+  const strided_case *c = arg;
   dt_mesh *mesh = NULL;
   RANK_OK(dt_mesh_create(world, 2, c->mesh_shape, NULL, &mesh));
   int coord[2] = {dt_mesh_coordinate(mesh, 0), dt_mesh_coordinate(mesh, 1)};
   dt_tensor *full = iota(c->ndim, c->shape), *x = NULL, *local = NULL, *back = NULL;
   RANK_OK(dt_dist_distribute_tensor(mesh, full, 2, c->pl, &x));
-  RANK_OK(shard_is_naive("distribute_tensor", x, full, c, c->pl, coord));
+  RANK_OK(strided_shard_is_naive("distribute_tensor", x, full, c->ndim, c->shape, c->mesh_shape,
+                                 c->pl, coord));
   RANK_OK(full_equals_tol("full_tensor", x, full, 0));
   /* from_local (with the global shape: inner chunks may be uneven) gives the same tensor back. */
   RANK_OK(dt_dist_to_local(x, &local));
@@ -71,17 +30,17 @@ static dt_status nested_rank(dt_comm *world, void *arg) {
   int d = c->pl[1].dim;
   int64_t gathered = c->shape[0] * (c->ndim == 2 ? c->shape[1] : 1) * 4;
   int64_t bytes = 0;
-  RANK_OK(move_checked("to R", x, full, c, (dt_placement[]){dt_replicate(), dt_replicate()}, coord,
-                       &bytes));
+  RANK_OK(strided_move_checked("to R", x, full, c, (dt_placement[]){dt_replicate(), dt_replicate()},
+                               coord, &bytes));
   /* The inner all_gather of what the outer shard holds, then the outer one of the whole. */
   int64_t expect = gathered / c->mesh_shape[0] + gathered;
   RANK_CHECK(bytes == expect, "to R: %lld bytes, expected %lld", (long long)bytes,
              (long long)expect);
-  RANK_OK(
-      move_checked("to S,S", x, full, c, (dt_placement[]){c->pl[0], dt_shard(d)}, coord, &bytes));
+  RANK_OK(strided_move_checked("to S,S", x, full, c, (dt_placement[]){c->pl[0], dt_shard(d)}, coord,
+                               &bytes));
   dt_tensor *outer = NULL;
   RANK_OK(dt_dist_redistribute(x, 2, (dt_placement[]){c->pl[0], dt_replicate()}, &outer));
-  RANK_OK(move_checked("R -> SS", outer, full, c, c->pl, coord, &bytes));
+  RANK_OK(strided_move_checked("R -> SS", outer, full, c, c->pl, coord, &bytes));
   RANK_CHECK(bytes == 0, "R -> SS: %lld bytes", (long long)bytes);
   RELEASE_ALL(full, x, local, back, outer);
   dt_mesh_destroy(mesh);
@@ -92,7 +51,7 @@ static dt_status nested_rank(dt_comm *world, void *arg) {
 #define S dt_shard
 
 Test(strided_nested, spec_and_redistribution) {
-  nested_case cases[] = {
+  strided_case cases[] = {
       /* [4, 4] flattened on 2x2: rank (0, 0) holds {0, 1, 4, 5} */
       {{2, 2}, 1, {16, 1}, {S(0), SS(0, 2)}},
       /* [4, 6] flattened on 2x3 */
@@ -172,9 +131,10 @@ static dt_status view_rank(dt_comm *world, void *arg) {
              (long long)c->bytes);
   RANK_OK(placement_is("flatten", y, 0, c->flat[0]));
   RANK_OK(placement_is("flatten", y, 1, c->flat[1]));
-  nested_case flat = {
+  strided_case flat = {
       {c->mesh_shape[0], c->mesh_shape[1]}, 1, {numel, 1}, {c->flat[0], c->flat[1]}};
-  RANK_OK(shard_is_naive("flatten", y, flat_full, &flat, c->flat, coord));
+  RANK_OK(strided_shard_is_naive("flatten", y, flat_full, flat.ndim, flat.shape, flat.mesh_shape,
+                                 c->flat, coord));
   RANK_OK(full_equals_tol("flatten", y, flat_full, 0));
   if (c->bytes == 0) {
     /* Pointwise keeps it; the view back gives the input's placements, moving nothing. */

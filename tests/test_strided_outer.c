@@ -15,55 +15,8 @@
 #define S dt_shard
 #define R dt_replicate
 
-typedef struct outer_case {
-  int mesh_shape[2];
-  int ndim;
-  int64_t shape[2];
-  dt_placement pl[2];
-} outer_case;
-
-/* This rank's shard of t is the naive slice of the whole tensor `full` under pl. */
-static dt_status shard_is_naive(const char *what, dt_tensor *t, dt_tensor *full, int ndim,
-                                const int64_t *shape, const int *mesh_shape, const dt_placement *pl,
-                                const int *coord) {
-  double *v = ref_values(full);
-  dt_tensor *expect = naive_shard(ndim, shape, v, 2, pl, mesh_shape, coord);
-  free(v);
-  dt_tensor *local = NULL;
-  RANK_OK(dt_dist_to_local(t, &local));
-  RANK_CHECK(local->ndim == ndim && local->shape[0] == expect->shape[0] &&
-                 (ndim == 1 || local->shape[1] == expect->shape[1]),
-             "%s: local shape [%lld, ...], expected [%lld, ...]", what, (long long)local->shape[0],
-             (long long)expect->shape[0]);
-  dt_status st = same_values_tol(what, local, expect, 0);
-  RELEASE_ALL(local, expect);
-  return st;
-}
-
-/* Redistributes x to `to`, checking the result's shard against the naive slice, its whole
- * value, and the ledger's bytes against explain's; *bytes gets them. */
-static dt_status move_checked(const char *what, dt_tensor *x, dt_tensor *full, const outer_case *c,
-                              const dt_placement *to, const int *coord, int64_t *bytes) {
-  char plan[512];
-  int64_t explained = -1;
-  RANK_OK(dt_dist_redistribute_explain(x, 2, to, plan, sizeof plan, &explained));
-  dt_comm_ledger *l = NULL;
-  ledger_counts n;
-  dt_tensor *y = NULL;
-  LEDGER_BEGIN(l);
-  RANK_OK(dt_dist_redistribute(x, 2, to, &y));
-  LEDGER_END(l, n);
-  RANK_CHECK(n.bytes == explained, "%s: ledger %lld bytes, explain %lld (%.200s)", what,
-             (long long)n.bytes, (long long)explained, plan);
-  *bytes = n.bytes;
-  dt_status st = shard_is_naive(what, y, full, c->ndim, c->shape, c->mesh_shape, to, coord);
-  if (!st) st = full_equals_tol(what, y, full, 0);
-  dt_tensor_release(y);
-  return st;
-}
-
 /* How many elements this rank holds under pl (the naive slice). */
-static int64_t naive_numel(const outer_case *c, const dt_placement *pl, const int *coord) {
+static int64_t naive_numel(const strided_case *c, const dt_placement *pl, const int *coord) {
   int64_t idx[NAIVE_MAX_LEN], numel = 1;
   for (int d = 0; d < c->ndim; d++)
     numel *= naive_indices(c->shape[d], d, 2, pl, c->mesh_shape, coord, idx, NAIVE_MAX_LEN);
@@ -71,14 +24,14 @@ static int64_t naive_numel(const outer_case *c, const dt_placement *pl, const in
 }
 
 static dt_status outer_rank(dt_comm *world, void *arg) {
-  const outer_case *c = arg;
+  const strided_case *c = arg;
   dt_mesh *mesh = NULL;
   RANK_OK(dt_mesh_create(world, 2, c->mesh_shape, NULL, &mesh));
   int coord[2] = {dt_mesh_coordinate(mesh, 0), dt_mesh_coordinate(mesh, 1)};
   dt_tensor *full = iota(c->ndim, c->shape), *x = NULL, *local = NULL, *back = NULL;
   RANK_OK(dt_dist_distribute_tensor(mesh, full, 2, c->pl, &x));
-  RANK_OK(
-      shard_is_naive("distribute_tensor", x, full, c->ndim, c->shape, c->mesh_shape, c->pl, coord));
+  RANK_OK(strided_shard_is_naive("distribute_tensor", x, full, c->ndim, c->shape, c->mesh_shape,
+                                 c->pl, coord));
   RANK_OK(full_equals_tol("full_tensor", x, full, 0));
   /* from_local with the global shape gives the same tensor back; a wrong local shape fails. */
   RANK_OK(dt_dist_to_local(x, &local));
@@ -95,28 +48,29 @@ static dt_status outer_rank(dt_comm *world, void *arg) {
   int d = c->pl[0].dim;
   int64_t bytes = 0, whole = dt_tensor_numel(full) * 4;
   dt_placement rr[2] = {R(), R()}, ss_r[2] = {c->pl[0], R()};
-  RANK_OK(move_checked("to R", x, full, c, rr, coord, &bytes));
+  RANK_OK(strided_move_checked("to R", x, full, c, rr, coord, &bytes));
   int64_t expect = naive_numel(c, ss_r, coord) * 4 + whole;
   RANK_CHECK(bytes == expect, "to R: %lld bytes, expected %lld", (long long)bytes,
              (long long)expect);
   dt_tensor *rep = NULL;
   RANK_OK(dt_dist_redistribute(x, 2, rr, &rep));
-  RANK_OK(move_checked("R -> outer", rep, full, c, c->pl, coord, &bytes));
+  RANK_OK(strided_move_checked("R -> outer", rep, full, c, c->pl, coord, &bytes));
   RANK_CHECK(bytes == 0, "R -> outer: %lld bytes", (long long)bytes);
   /* To plain shards of d in either order and to a shard of the other dim: whatever the planner
    * picks, exact and priced as it runs. */
-  RANK_OK(move_checked("to S,S", x, full, c, (dt_placement[]){S(d), S(d)}, coord, &bytes));
-  RANK_OK(move_checked("to SS,R", x, full, c, ss_r, coord, &bytes));
-  RANK_OK(move_checked("to R,S", x, full, c, (dt_placement[]){R(), S(d)}, coord, &bytes));
+  RANK_OK(strided_move_checked("to S,S", x, full, c, (dt_placement[]){S(d), S(d)}, coord, &bytes));
+  RANK_OK(strided_move_checked("to SS,R", x, full, c, ss_r, coord, &bytes));
+  RANK_OK(strided_move_checked("to R,S", x, full, c, (dt_placement[]){R(), S(d)}, coord, &bytes));
   if (c->ndim == 2)
-    RANK_OK(move_checked("to S(e)", x, full, c, (dt_placement[]){S(1 - d), R()}, coord, &bytes));
+    RANK_OK(strided_move_checked("to S(e)", x, full, c, (dt_placement[]){S(1 - d), R()}, coord,
+                                 &bytes));
   RELEASE_ALL(full, x, local, back, wrong, rep);
   dt_mesh_destroy(mesh);
   return DT_OK;
 }
 
 Test(strided_outer, spec_and_redistribution) {
-  outer_case cases[] = {
+  strided_case cases[] = {
       /* [4, 4] [S(1), S(0)] flattened on 2x2: rank (0, 1) holds {8, 9, 12, 13} (PyTorch's) */
       {{2, 2}, 1, {16, 1}, {SS(0, 4), S(0)}},
       /* [3, 5] flattened on 2x3: uneven chunks (5 over 2: 3, 2), one block per rank (a box) */
@@ -215,7 +169,8 @@ static dt_status view_rank(dt_comm *world, void *arg) {
   RANK_OK(dt_softmax(flat_full, 0, &sm_full));
   RANK_OK(full_equals_tol("softmax", sm, sm_full, 1e-5));
   RELEASE_ALL(sum, sum_full, sm, sm_full);
-  RANK_OK(shard_is_naive("view", y, flat_full, 1, flat_shape, c->mesh_shape, c->flat, coord));
+  RANK_OK(
+      strided_shard_is_naive("view", y, flat_full, 1, flat_shape, c->mesh_shape, c->flat, coord));
   RANK_OK(full_equals_tol("view", y, flat_full, 0));
   RANK_OK(full_equals_tol("flatten", f, flat_full, 0));
   RANK_OK(dt_add(flat_full, flat_full, &twice));
