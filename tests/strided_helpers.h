@@ -226,4 +226,21 @@ static inline dt_status strided_move_checked(const char *what, dt_tensor *x, dt_
   return st;
 }
 
+/* The iota of c's shape distributed as c->pl on mesh: its shard is the naive slice, its whole
+ * the iota, and from_local of the shard with the global shape gives the same tensor back.
+ * The caller releases *full, *x, *local and *back. */
+static inline dt_status strided_round_trip(dt_mesh *mesh, const strided_case *c, const int *coord,
+                                           dt_tensor **full, dt_tensor **x, dt_tensor **local,
+                                           dt_tensor **back) {
+  *full = iota(c->ndim, c->shape);
+  RANK_OK(dt_dist_distribute_tensor(mesh, *full, 2, c->pl, x));
+  RANK_OK(strided_shard_is_naive("distribute_tensor", *x, *full, c->ndim, c->shape, c->mesh_shape,
+                                 c->pl, coord));
+  RANK_OK(full_equals_tol("full_tensor", *x, *full, 0));
+  RANK_OK(dt_dist_to_local(*x, local));
+  dt_dist_from_local_options opt = {.global_shape = c->shape, .global_ndim = c->ndim};
+  RANK_OK(dt_dist_from_local(mesh, *local, 2, c->pl, &opt, back));
+  return full_equals_tol("from_local", *back, *full, 0);
+}
+
 #endif

@@ -28,16 +28,10 @@ static dt_status outer_rank(dt_comm *world, void *arg) {
   dt_mesh *mesh = NULL;
   RANK_OK(dt_mesh_create(world, 2, c->mesh_shape, NULL, &mesh));
   int coord[2] = {dt_mesh_coordinate(mesh, 0), dt_mesh_coordinate(mesh, 1)};
-  dt_tensor *full = iota(c->ndim, c->shape), *x = NULL, *local = NULL, *back = NULL;
-  RANK_OK(dt_dist_distribute_tensor(mesh, full, 2, c->pl, &x));
-  RANK_OK(strided_shard_is_naive("distribute_tensor", x, full, c->ndim, c->shape, c->mesh_shape,
-                                 c->pl, coord));
-  RANK_OK(full_equals_tol("full_tensor", x, full, 0));
-  /* from_local with the global shape gives the same tensor back; a wrong local shape fails. */
-  RANK_OK(dt_dist_to_local(x, &local));
+  dt_tensor *full = NULL, *x = NULL, *local = NULL, *back = NULL;
+  RANK_OK(strided_round_trip(mesh, c, coord, &full, &x, &local, &back));
+  /* from_local of a wrong local shape fails. */
   dt_dist_from_local_options opt = {.global_shape = c->shape, .global_ndim = c->ndim};
-  RANK_OK(dt_dist_from_local(mesh, local, 2, c->pl, &opt, &back));
-  RANK_OK(full_equals_tol("from_local", back, full, 0));
   int64_t wrong_shape[2] = {local->shape[0] + 1, c->ndim == 2 ? local->shape[1] : 1};
   dt_tensor *wrong = iota(c->ndim, wrong_shape), *none = NULL;
   dt_status st = dt_dist_from_local(mesh, wrong, 2, c->pl, &opt, &none);
