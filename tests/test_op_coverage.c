@@ -1,7 +1,8 @@
 /*
  * Every op of the table, walked one by one (as ggml's test-backend-ops does):
  * - the op list gives it every fact (a sharding-rule family, or REPLICATE with a reason
- *   listed here), and its traits agree with its schema;
+ *   listed here; a symbolic shape rule, or SPECIALIZE listed here; the element function of a
+ *   pointwise kernel, named as the op is), and its traits agree with its schema;
  * - the op sweep (tests/sweep_cases.h, run distributed by tests/test_dist_sweep.c) reaches
  *   it. A coverage table is printed; an op no case reaches fails the test unless it is
  *   listed below with a reason.
@@ -30,6 +31,84 @@ static const struct {
   const char *reason;
 } not_swept[] = {{DT_OP_COUNT, NULL}};
 
+/* Ops compile specializes (no symbolic shape rule: their input sizes are guarded to the traced
+ * values), with the reason. A new op either names a shape family or is added here. */
+static const struct {
+  dt_op op;
+  const char *reason;
+} specialized[] = {
+    {DT_OP_FILL_, "not written yet"},         {DT_OP_MASKED_FILL, "not written yet"},
+    {DT_OP_BMM, "not written yet"},           {DT_OP_ADDMM, "not written yet"},
+    {DT_OP_SCATTER_ADD, "not written yet"},   {DT_OP_COPY_, "not written yet"},
+    {DT_OP_FLATTEN, "not written yet"},       {DT_OP_PERMUTE, "not written yet"},
+    {DT_OP_EXPAND, "sizes are constants"},    {DT_OP_SQUEEZE, "which dims are 1 is data"},
+    {DT_OP_SQUEEZE_DIM, "not written yet"},   {DT_OP_NARROW, "start and length are constants"},
+    {DT_OP_SLICE, "start and end clamp"},     {DT_OP_SELECT, "not written yet"},
+    {DT_OP_SPLIT, "the piece count is data"}, {DT_OP_SPLIT_WITH_SIZES, "sizes are constants"},
+    {DT_OP_UNIFORM_, "not written yet"},
+};
+
+static bool listed_specialized(int op) {
+  for (size_t i = 0; i < sizeof specialized / sizeof *specialized; i++) {
+    if ((int)specialized[i].op == op) return true;
+  }
+  return false;
+}
+
+/* The shape column's families as the coverage table prints them. */
+static const char *shape_names[] = {"SPECIALIZE (guards)",
+                                    "same",
+                                    "broadcast_into",
+                                    "broadcast",
+                                    "where",
+                                    "batch_norm",
+                                    "batch_norm_training",
+                                    "layer_norm",
+                                    "cross_entropy",
+                                    "cross_entropy_backward",
+                                    "mm",
+                                    "linear",
+                                    "matmul",
+                                    "embedding",
+                                    "reduce",
+                                    "cat",
+                                    "stack",
+                                    "chunk",
+                                    "transpose",
+                                    "unsqueeze",
+                                    "view"};
+_Static_assert(sizeof shape_names / sizeof *shape_names == DT_SHAPE_COUNT,
+               "a name for every shape family");
+
+/* The names of the element functions (kernels/elementwise.h), as the ops that apply them
+ * begin. */
+static const char *unary_names[] = {"neg",   "abs",  "relu", "exp",  "log",  "sqrt",
+                                    "rsqrt", "gelu", "gelu", "silu", "tanh", "sigmoid"};
+static const char *binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
+                                     "eq",  "ne",  "lt",  "le",  "gt",      "ge"};
+
+/* The element function an op's name says it applies, checked against the func column. */
+static void check_func(int op) {
+  const dt_op_def *def = &dt__op_table[op];
+  bool unary = def->kernel == dt__kernel_unary;
+  bool binary = def->kernel == dt__kernel_binary || def->kernel == dt__kernel_binary_scalar ||
+                def->kernel == dt__kernel_binary_inplace ||
+                def->kernel == dt__kernel_binary_scalar_inplace;
+  if (!unary && !binary) {
+    cr_assert_eq(def->func, NO_FUNC, "%s: an element function on a non-pointwise kernel",
+                 def->name);
+    return;
+  }
+  int n = unary ? (int)(sizeof unary_names / sizeof *unary_names)
+                : (int)(sizeof binary_names / sizeof *binary_names);
+  cr_assert(def->func >= 0 && def->func < n, "%s: no element function in the func column",
+            def->name);
+  const char *fn = unary ? unary_names[def->func] : binary_names[def->func];
+  size_t len = strlen(fn);
+  cr_assert(strncmp(def->name, fn, len) == 0 && strchr("._", def->name[len]) != NULL,
+            "%s: the func column names %s", def->name, fn);
+}
+
 static bool listed_replicate_only(int op) {
   for (size_t i = 0; i < sizeof replicate_only / sizeof *replicate_only; i++) {
     if ((int)replicate_only[i].op == op) return true;
@@ -48,6 +127,11 @@ Test(op_list, every_op_has_its_facts) {
   for (int op = 0; op < DT_OP_COUNT; op++) {
     const dt_op_def *def = &dt__op_table[op];
     cr_assert(def->name && def->schema && def->infer && def->kernel, "op %d lacks a column", op);
+    cr_assert(def->shape >= 0 && def->shape < DT_SHAPE_COUNT, "%s: bad shape column", def->name);
+    cr_assert_eq(def->shape == DT_SHAPE_SPECIALIZE, listed_specialized(op),
+                 "%s: shape column %d, but the list of specialized ops says otherwise", def->name,
+                 (int)def->shape);
+    check_func(op);
     cr_assert(strncmp(def->schema, def->name, strlen(def->name)) == 0 &&
                   def->schema[strlen(def->name)] == '(',
               "%s: the schema names another op: %s", def->name, def->schema);
@@ -112,10 +196,12 @@ Test(op_list, the_sweep_covers_every_op) {
     dt_tensor_release(out);
   }
   int covered = 0, missing = 0;
-  printf("%-22s %-12s %s\n", "op", "rule", "swept by");
+  printf("%-28s %-5s %-23s %-4s %s\n", "op", "rule", "shape", "cpu", "swept by");
   for (int op = 0; op < DT_OP_COUNT; op++) {
+    const dt_op_def *def = &dt__op_table[op];
     const char *how = seen[op] ? by[op] : listed_not_swept(op) ? "(listed: not swept)" : "MISSING";
-    printf("%-22s %-12d %s\n", dt__op_table[op].name, (int)dt__op_table[op].rule, how);
+    printf("%-28s %-5d %-23s %-4s %s\n", def->name, (int)def->rule, shape_names[def->shape],
+           def->kernel ? "yes" : "-", how);
     covered += seen[op];
     if (!seen[op] && !listed_not_swept(op)) missing++;
   }

@@ -1,8 +1,9 @@
 /*
- * Symbolic shape inference: for each op family (told apart by its infer function, which is
- * what decides its shapes) the output dims as expressions of the input dims, with the guards
- * the inference assumed. An op without a rule here is specialized by the caller (its input
- * sizes are guarded to their traced values), which is always correct, only less general.
+ * Symbolic shape inference: for each shape family (the op list's shape column) the output dims
+ * as expressions of the input dims, with the guards the inference assumed. An op whose family
+ * is SPECIALIZE, or whose traced call falls outside what its rule handles, is specialized by
+ * the caller (its input sizes are guarded to their traced values), which is always correct,
+ * only less general.
  */
 #include <stdio.h>
 #include <string.h>
@@ -64,14 +65,11 @@ bool dt__shape_rule(dt_shape_ctx *c) {
   const dt_op_def *def = &dt__op_table[c->done->op];
   dt_sx_pool *p = c->pool;
   const dt_op_call *done = c->done;
-  if (c->n_args < 1 || !c->arg_dims[0]) return false;
+  if (def->shape == DT_SHAPE_SPECIALIZE || c->n_args < 1 || !c->arg_dims[0]) return false;
   int nd0 = c->arg_ndim[0];
   const int *a = c->arg_dims[0];
-  if (def->infer == dt__infer_unary || def->infer == dt__infer_same || def->infer == dt__infer_to ||
-      def->infer == dt__infer_softmax || def->infer == dt__infer_binary_scalar ||
-      def->infer == dt__infer_binary_scalar_inplace || def->infer == dt__infer_full_like ||
-      def->infer == dt__infer_binary_inplace) {
-    if (def->infer == dt__infer_binary_inplace) {
+  if (def->shape == DT_SHAPE_SAME || def->shape == DT_SHAPE_BROADCAST_INTO) {
+    if (def->shape == DT_SHAPE_BROADCAST_INTO) {
       /* The other operand broadcasts into self: its non-1 sizes equal self's. */
       if (c->n_args < 2 || !c->arg_dims[1]) return false;
       for (int d = 0; d < c->arg_ndim[1]; d++) {
@@ -86,13 +84,13 @@ bool dt__shape_rule(dt_shape_ctx *c) {
     if (def->kind == DT_OP_KIND_INPLACE || c->n_out >= 1) copy_dims(c, 0, 0);
     return c->metas[0].ndim == nd0;
   }
-  if (def->infer == dt__infer_batch_norm || def->infer == dt__infer_layer_norm ||
-      def->infer == dt__infer_batch_norm_training) {
+  if (def->shape == DT_SHAPE_BATCH_NORM || def->shape == DT_SHAPE_LAYER_NORM ||
+      def->shape == DT_SHAPE_BATCH_NORM_TRAINING) {
     /* The input's shape; the channel dim (batch norm) or the normalized trailing dims (layer
      * norm, given as constants) must keep matching the parameters. */
-    if (def->infer != dt__infer_layer_norm) {
+    if (def->shape != DT_SHAPE_LAYER_NORM) {
       if (nd0 < 2) return false;
-      if (def->infer == dt__infer_batch_norm_training && dt__sx_eval(p, a[1], symbols) > 0) {
+      if (def->shape == DT_SHAPE_BATCH_NORM_TRAINING && dt__sx_eval(p, a[1], symbols) > 0) {
         /* Batch statistics need more than one value per channel (an error otherwise). */
         int per_channel = a[0];
         for (int d = 2; d < nd0; d++) per_channel = dt__sx_mul(p, per_channel, a[d]);
@@ -115,10 +113,10 @@ bool dt__shape_rule(dt_shape_ctx *c) {
     copy_dims(c, 0, 0);
     return true;
   }
-  if (def->infer == dt__infer_cross_entropy || def->infer == dt__infer_cross_entropy_backward) {
+  if (def->shape == DT_SHAPE_CROSS_ENTROPY || def->shape == DT_SHAPE_CROSS_ENTROPY_BACKWARD) {
     /* cross_entropy_loss(logits [N, C], target [N, 1]) -> [N, 1]; its backward (grad [N, 1],
      * logits, target) -> the logits' [N, C]. The row counts must stay equal. */
-    bool bwd = def->infer == dt__infer_cross_entropy_backward;
+    bool bwd = def->shape == DT_SHAPE_CROSS_ENTROPY_BACKWARD;
     int li = bwd ? 1 : 0, n_args = bwd ? 3 : 2;
     if (c->n_args < n_args || c->n_out != 1) return false;
     for (int k = 0; k < n_args; k++) {
@@ -132,18 +130,18 @@ bool dt__shape_rule(dt_shape_ctx *c) {
     c->out_dims[0][1] = bwd ? l[1] : dt__sx_const(p, 1);
     return true;
   }
-  if (def->infer == dt__infer_binary) return broadcast(c, 0, c->n_args < 2 ? 1 : 2, symbols);
-  if (def->infer == dt__infer_where) return broadcast(c, 0, 3, symbols);
-  if (def->infer == dt__infer_mm) {
+  if (def->shape == DT_SHAPE_BROADCAST) return broadcast(c, 0, c->n_args < 2 ? 1 : 2, symbols);
+  if (def->shape == DT_SHAPE_WHERE) return broadcast(c, 0, 3, symbols);
+  if (def->shape == DT_SHAPE_MM) {
     if (c->n_args < 2 || nd0 != 2 || c->arg_ndim[1] != 2) return false;
     need_equal(c, a[1], c->arg_dims[1][0], "contraction", 1);
     c->out_dims[0][0] = a[0];
     c->out_dims[0][1] = c->arg_dims[1][1];
     return true;
   }
-  if (def->infer == dt__infer_linear || def->infer == dt__infer_matmul) {
+  if (def->shape == DT_SHAPE_LINEAR || def->shape == DT_SHAPE_MATMUL) {
     /* x @ w^T (linear) or x @ w (matmul with a 2-D right side). */
-    bool linear = def->infer == dt__infer_linear;
+    bool linear = def->shape == DT_SHAPE_LINEAR;
     if (c->n_args < 2 || !c->arg_dims[1] || c->arg_ndim[1] != 2 || nd0 < 1) return false;
     const int *w = c->arg_dims[1];
     int k = linear ? w[1] : w[0], n = linear ? w[0] : w[1];
@@ -156,7 +154,7 @@ bool dt__shape_rule(dt_shape_ctx *c) {
     c->out_dims[0][nd0 - 1] = n;
     return c->metas[0].ndim == nd0;
   }
-  if (def->infer == dt__infer_embedding) {
+  if (def->shape == DT_SHAPE_EMBEDDING) {
     /* embedding(weight, indices): the indices' dims, then the embedding dim. */
     if (c->n_args < 2 || !c->arg_dims[1] || nd0 != 2 || done->n_ints != 0) return false;
     int ni = c->arg_ndim[1];
@@ -164,7 +162,7 @@ bool dt__shape_rule(dt_shape_ctx *c) {
     c->out_dims[0][ni] = a[1];
     return true;
   }
-  if (def->infer == dt__infer_reduce) {
+  if (def->shape == DT_SHAPE_REDUCE) {
     const dt_tensor_meta *m = &c->metas[0];
     uint32_t mask = 0;
     if (m->ndim == 0 || done->n_ints == 0) {
@@ -186,7 +184,7 @@ bool dt__shape_rule(dt_shape_ctx *c) {
       memcpy(c->out_dims[k], c->out_dims[0], sizeof c->out_dims[0]);
     return true;
   }
-  if (def->infer == dt__infer_cat) {
+  if (def->shape == DT_SHAPE_CAT) {
     /* Every entry has the first one's dims except along dim, where the sizes add up. */
     int first = done->n_inputs, dim = (int)done->ints[0];
     if (c->n_args <= first) return false;
@@ -204,7 +202,7 @@ bool dt__shape_rule(dt_shape_ctx *c) {
     for (int d = 0; d < nd; d++) c->out_dims[0][d] = d == dim ? sum : c->arg_dims[first][d];
     return true;
   }
-  if (def->infer == dt__infer_stack) {
+  if (def->shape == DT_SHAPE_STACK) {
     /* Every entry has the first one's dims; the new dim (normalized by infer) counts them. */
     int first = done->n_inputs, dim = (int)done->ints[0];
     if (c->n_args <= first) return false;
@@ -219,7 +217,7 @@ bool dt__shape_rule(dt_shape_ctx *c) {
       c->out_dims[0][d] = d == dim ? dt__sx_const(p, c->n_args - first) : c->arg_dims[first][s++];
     return true;
   }
-  if (def->infer == dt__infer_chunk) {
+  if (def->shape == DT_SHAPE_CHUNK) {
     /* torch.chunk: pieces of ceil(s / chunks), as many as ceil(s / piece); the count is
      * guarded since it is the node's arity, and s >= 1 keeps the piece size positive. */
     int d = (int)done->ints[0];
@@ -239,19 +237,19 @@ bool dt__shape_rule(dt_shape_ctx *c) {
     }
     return true;
   }
-  if (def->infer == dt__infer_transpose) {
+  if (def->shape == DT_SHAPE_TRANSPOSE) {
     copy_dims(c, 0, 0);
     int d0 = (int)done->ints[0], d1 = (int)done->ints[1];
     c->out_dims[0][d0] = a[d1];
     c->out_dims[0][d1] = a[d0];
     return true;
   }
-  if (def->infer == dt__infer_unsqueeze) {
+  if (def->shape == DT_SHAPE_UNSQUEEZE) {
     int d = (int)done->ints[0], o = 0;
     for (int k = 0; k <= nd0; k++) c->out_dims[0][k] = k == d ? dt__sx_const(p, 1) : a[o++];
     return true;
   }
-  if (def->infer == dt__infer_view || def->infer == dt__infer_reshape) {
+  if (def->shape == DT_SHAPE_VIEW) {
     /* The given sizes are constants; a -1 is numel / (product of the others), which must
      * divide; without one, numel must equal the product. */
     const dt_op_call *g = c->given;

@@ -8,12 +8,14 @@
 #define DT_OP_DEF_H
 
 #include "dtensor/ops.h"
+#include "kernels/elementwise.h"
 #include "ops/op_list.h"
 #include "tensor/tensor_impl.h"
 
 /* The op enum, generated from the list. */
 typedef enum dt_op {
-#define DT_OP_ENUM(id, name, kind, required, infer, kernel, rule, traits, backward, schema)        \
+#define DT_OP_ENUM(id, name, kind, required, infer, kernel, rule, shape, func, traits, backward,   \
+                   schema)                                                                         \
   DT_OP_##id,
   DT_OP_LIST(DT_OP_ENUM)
 #undef DT_OP_ENUM
@@ -59,6 +61,39 @@ typedef enum dt_rule_family {
   DT_RULE_EXPAND,
   DT_RULE_ROWS, /* the losses: all arguments and the output sharded on dim 0 together */
 } dt_rule_family;
+
+/* The symbolic shape rule of an op (the list's shape column): how compile's tracer
+ * (src/compile/shape_rules.c) writes the op's output dims as expressions of its input dims.
+ * SPECIALIZE says, explicitly, that there is none: compile guards the op's input sizes to
+ * their traced values (always correct, only less general). */
+typedef enum dt_shape_family {
+  DT_SHAPE_SPECIALIZE = 0,
+  DT_SHAPE_SAME,                   /* the output has input 0's dims */
+  DT_SHAPE_BROADCAST_INTO,         /* in place: input 1 broadcasts into input 0's dims */
+  DT_SHAPE_BROADCAST,              /* NumPy broadcasting of the two operands */
+  DT_SHAPE_WHERE,                  /* NumPy broadcasting of the three operands */
+  DT_SHAPE_BATCH_NORM,             /* input 0's dims; the 1-D parameters match the channel dim */
+  DT_SHAPE_BATCH_NORM_TRAINING,    /* the same, and two values per channel at least */
+  DT_SHAPE_LAYER_NORM,             /* input 0's dims; the trailing dims match normalized_shape */
+  DT_SHAPE_CROSS_ENTROPY,          /* [N, C], [N, 1] -> [N, 1] */
+  DT_SHAPE_CROSS_ENTROPY_BACKWARD, /* [N, 1], [N, C], [N, 1] -> [N, C] */
+  DT_SHAPE_MM,
+  DT_SHAPE_LINEAR,    /* x @ w^T (+ bias) */
+  DT_SHAPE_MATMUL,    /* x @ w with a 2-D w */
+  DT_SHAPE_EMBEDDING, /* the indices' dims, then the embedding dim */
+  DT_SHAPE_REDUCE,
+  DT_SHAPE_CAT,
+  DT_SHAPE_STACK,
+  DT_SHAPE_CHUNK,
+  DT_SHAPE_TRANSPOSE,
+  DT_SHAPE_UNSQUEEZE,
+  DT_SHAPE_VIEW, /* view, reshape: constant sizes, one of them maybe -1 */
+  DT_SHAPE_COUNT
+} dt_shape_family;
+
+/* The func column's value for an op that applies no element function of
+ * kernels/elementwise.h. */
+#define NO_FUNC (-1)
 
 /* Facts about an op (the list's traits column), as bits. */
 enum {
@@ -178,6 +213,8 @@ typedef struct dt_op_def {
   dt_op_infer_fn infer;
   dt_op_kernel_fn kernel;
   dt_rule_family rule;
+  dt_shape_family shape;      /* the symbolic shape rule (compile) */
+  int func;                   /* a dt_unary_op or dt_binary_op, or NO_FUNC */
   unsigned traits;            /* DT_TRAIT_* */
   dt_op_backward_fn backward; /* NULL: no formula yet (NO_BACKWARD) */
 } dt_op_def;
@@ -195,7 +232,8 @@ extern const dt_op_def dt__op_table[DT_OP_COUNT];
 
 /* Prototypes of every infer, kernel and backward function named in the list (a formula
  * shared by several ops is declared again: harmless). */
-#define DT_OP_PROTO(id, name, kind, required, infer, kernel, rule, traits, backward, schema)       \
+#define DT_OP_PROTO(id, name, kind, required, infer, kernel, rule, shape, func, traits, backward,  \
+                    schema)                                                                        \
   dt_status infer(dt_op_call *call, dt_tensor_meta *metas);                                        \
   dt_status kernel(dt_op_call *call);                                                              \
   DT_BACKWARD_PROTO_##backward

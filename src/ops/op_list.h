@@ -3,17 +3,25 @@
  * the dispatch table, so they cannot drift apart. The list is split into families only to
  * keep it readable; DT_OP_LIST concatenates them.
  *
- * X(id, name, kind, required, infer, kernel, rule, traits, backward, schema)
+ * X(id, name, kind, required, infer, kernel, rule, shape, func, traits, backward, schema)
  *   id        enum suffix: DT_OP_<id>
  *   name      ATen-style overload name, as traces and benchmarks print it
  *   kind      COMPUTE (dispatcher allocates outputs), VIEW (kernel makes outputs),
  *             INPLACE (kernel mutates inputs[0])
  *   required  how many leading inputs must be non-NULL
  *   infer     dt_status infer(dt_op_call *, dt_tensor_meta *): validate, compute out metas
- *   kernel    dt_status kernel(dt_op_call *): compute
+ *   kernel    dt_status kernel(dt_op_call *): the CPU kernel. src/kernels/cpu/ registers this
+ *             column as the CPU's kernel table; another device registers its own table, indexed
+ *             by the same op ids, from src/kernels/<device>/.
  *   rule      the sharding-rule family (DT_RULE_<rule>, src/distributed/rules.c): how placements
  *             propagate through the op on distributed tensors. REPLICATE says, explicitly,
  *             that the op runs only on replicated inputs.
+ *   shape     the symbolic shape rule (DT_SHAPE_<shape>, src/compile/shape_rules.c): how
+ *             compile writes the output dims as expressions of the input dims. SPECIALIZE
+ *             says, explicitly, that there is none (compile guards the input sizes).
+ *   func      the element function a pointwise op applies: a dt_unary_op or dt_binary_op
+ *             (kernels/elementwise.h), which every device's kernel reads from the table;
+ *             NO_FUNC for the other ops.
  *   traits    DT_TRAIT_* bits (ops/op_impl.h): linearity (which Partial(sum) inputs pass
  *             through), tuple output, a Tensor[] argument, and the facts the distributed
  *             path needs (row window, shard geometry, shape attributes of the global tensor),
@@ -33,116 +41,126 @@
  * scalars[1]; infer stores the dtype the scalar is computed in into call->dtype. gelu:
  * approximate='tanh' -> flags & DT_OP_FLAG_GELU_TANH. */
 #define DT_OPS_POINTWISE(X)                                                                        \
-  X(NEG, "neg", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, DT_TRAIT_LINEAR,         \
-    BACKWARD(neg), "neg(Tensor self) -> Tensor")                                                   \
-  X(ABS, "abs", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(abs),        \
-    "abs(Tensor self) -> Tensor")                                                                  \
-  X(EXP, "exp", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE,                          \
+  X(NEG, "neg", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_NEG,      \
+    DT_TRAIT_LINEAR, BACKWARD(neg), "neg(Tensor self) -> Tensor")                                  \
+  X(ABS, "abs", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_ABS, 0,   \
+    BACKWARD(abs), "abs(Tensor self) -> Tensor")                                                   \
+  X(EXP, "exp", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_EXP,      \
     DT_TRAIT_MONOTONE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(exp), "exp(Tensor self) -> Tensor")        \
-  X(LOG, "log", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(log),        \
-    "log(Tensor self) -> Tensor")                                                                  \
-  X(SQRT, "sqrt", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, DT_TRAIT_SAVES_OUTPUT, \
-    BACKWARD(sqrt), "sqrt(Tensor self) -> Tensor")                                                 \
-  X(RSQRT, "rsqrt", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE,                      \
-    DT_TRAIT_SAVES_OUTPUT, BACKWARD(rsqrt), "rsqrt(Tensor self) -> Tensor")                        \
-  X(RELU, "relu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE,                        \
+  X(LOG, "log", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_LOG, 0,   \
+    BACKWARD(log), "log(Tensor self) -> Tensor")                                                   \
+  X(SQRT, "sqrt", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_SQRT,   \
+    DT_TRAIT_SAVES_OUTPUT, BACKWARD(sqrt), "sqrt(Tensor self) -> Tensor")                          \
+  X(RSQRT, "rsqrt", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME,                \
+    DT_UNARY_RSQRT, DT_TRAIT_SAVES_OUTPUT, BACKWARD(rsqrt), "rsqrt(Tensor self) -> Tensor")        \
+  X(RELU, "relu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_RELU,   \
     DT_TRAIT_MONOTONE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(relu), "relu(Tensor self) -> Tensor")      \
-  X(GELU, "gelu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, DT_TRAIT_SAVES_OUTPUT, \
-    BACKWARD(gelu), "gelu(Tensor self, *, str approximate='none') -> Tensor")                      \
-  X(SILU, "silu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, 0, BACKWARD(silu),     \
-    "silu(Tensor self) -> Tensor")                                                                 \
-  X(TANH, "tanh", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE,                        \
+  X(GELU, "gelu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_GELU,   \
+    DT_TRAIT_SAVES_OUTPUT, BACKWARD(gelu),                                                         \
+    "gelu(Tensor self, *, str approximate='none') -> Tensor")                                      \
+  X(SILU, "silu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_SILU,   \
+    0, BACKWARD(silu), "silu(Tensor self) -> Tensor")                                              \
+  X(TANH, "tanh", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_TANH,   \
     DT_TRAIT_MONOTONE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(tanh), "tanh(Tensor self) -> Tensor")      \
-  X(SIGMOID, "sigmoid", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE,                  \
-    DT_TRAIT_MONOTONE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(sigmoid),                                  \
+  X(SIGMOID, "sigmoid", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME,            \
+    DT_UNARY_SIGMOID, DT_TRAIT_MONOTONE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(sigmoid),                \
     "sigmoid(Tensor self) -> Tensor")                                                              \
-  X(ADD, "add.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                 \
-    DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(add),                                            \
+  X(ADD, "add.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,      \
+    DT_BINARY_ADD, DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(add),                             \
     "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")                          \
-  X(SUB, "sub.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                 \
-    DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(sub),                                            \
+  X(SUB, "sub.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,      \
+    DT_BINARY_SUB, DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(sub),                             \
     "sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")                          \
-  X(MUL, "mul.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                 \
-    DT_TRAIT_LINEAR_EACH, BACKWARD(mul), "mul.Tensor(Tensor self, Tensor other) -> Tensor")        \
-  X(DIV, "div.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                 \
-    DT_TRAIT_LINEAR_FIRST | DT_TRAIT_SAVES_OUTPUT, BACKWARD(div),                                  \
+  X(MUL, "mul.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,      \
+    DT_BINARY_MUL, DT_TRAIT_LINEAR_EACH, BACKWARD(mul),                                            \
+    "mul.Tensor(Tensor self, Tensor other) -> Tensor")                                             \
+  X(DIV, "div.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,      \
+    DT_BINARY_DIV, DT_TRAIT_LINEAR_FIRST | DT_TRAIT_SAVES_OUTPUT, BACKWARD(div),                   \
     "div.Tensor(Tensor self, Tensor other) -> Tensor")                                             \
-  X(MAXIMUM, "maximum", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                \
-    DT_TRAIT_MONOTONE, BACKWARD(maximum), "maximum(Tensor self, Tensor other) -> Tensor")          \
-  X(MINIMUM, "minimum", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                \
-    DT_TRAIT_MONOTONE, BACKWARD(minimum), "minimum(Tensor self, Tensor other) -> Tensor")          \
+  X(MAXIMUM, "maximum", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,     \
+    DT_BINARY_MAXIMUM, DT_TRAIT_MONOTONE, BACKWARD(maximum),                                       \
+    "maximum(Tensor self, Tensor other) -> Tensor")                                                \
+  X(MINIMUM, "minimum", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,     \
+    DT_BINARY_MINIMUM, DT_TRAIT_MONOTONE, BACKWARD(minimum),                                       \
+    "minimum(Tensor self, Tensor other) -> Tensor")                                                \
   X(POW, "pow.Tensor_Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,          \
-    DT_TRAIT_SAVES_OUTPUT, BACKWARD(pow),                                                          \
+    BROADCAST, DT_BINARY_POW, DT_TRAIT_SAVES_OUTPUT, BACKWARD(pow),                                \
     "pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor")                                   \
   X(ADD_SCALAR, "add.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,       \
-    POINTWISE, DT_TRAIT_MONOTONE, BACKWARD(pass),                                                  \
+    POINTWISE, SAME, DT_BINARY_ADD, DT_TRAIT_MONOTONE, BACKWARD(pass),                             \
     "add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor")                             \
   X(SUB_SCALAR, "sub.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,       \
-    POINTWISE, DT_TRAIT_MONOTONE, BACKWARD(pass),                                                  \
+    POINTWISE, SAME, DT_BINARY_SUB, DT_TRAIT_MONOTONE, BACKWARD(pass),                             \
     "sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor")                             \
   X(MUL_SCALAR, "mul.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,       \
-    POINTWISE, DT_TRAIT_LINEAR, BACKWARD(mul_scalar),                                              \
+    POINTWISE, SAME, DT_BINARY_MUL, DT_TRAIT_LINEAR, BACKWARD(mul_scalar),                         \
     "mul.Scalar(Tensor self, Scalar other) -> Tensor")                                             \
   X(DIV_SCALAR, "div.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,       \
-    POINTWISE, DT_TRAIT_LINEAR, BACKWARD(div_scalar),                                              \
+    POINTWISE, SAME, DT_BINARY_DIV, DT_TRAIT_LINEAR, BACKWARD(div_scalar),                         \
     "div.Scalar(Tensor self, Scalar other) -> Tensor")                                             \
   X(POW_SCALAR, "pow.Tensor_Scalar", COMPUTE, 1, dt__infer_binary_scalar,                          \
-    dt__kernel_binary_scalar, POINTWISE, 0, BACKWARD(pow_scalar),                                  \
+    dt__kernel_binary_scalar, POINTWISE, SAME, DT_BINARY_POW, 0, BACKWARD(pow_scalar),             \
     "pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor")                                   \
   X(ADD_, "add_.Tensor", INPLACE, 2, dt__infer_binary_inplace, dt__kernel_binary_inplace,          \
-    POINTWISE, DT_TRAIT_LINEAR, BACKWARD(add),                                                     \
+    POINTWISE, BROADCAST_INTO, DT_BINARY_ADD, DT_TRAIT_LINEAR, BACKWARD(add),                      \
     "add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)")                 \
   X(SUB_, "sub_.Tensor", INPLACE, 2, dt__infer_binary_inplace, dt__kernel_binary_inplace,          \
-    POINTWISE, DT_TRAIT_LINEAR, BACKWARD(sub),                                                     \
+    POINTWISE, BROADCAST_INTO, DT_BINARY_SUB, DT_TRAIT_LINEAR, BACKWARD(sub),                      \
     "sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)")                 \
   X(MUL_, "mul_.Tensor", INPLACE, 2, dt__infer_binary_inplace, dt__kernel_binary_inplace,          \
-    POINTWISE, DT_TRAIT_LINEAR_FIRST | DT_TRAIT_SAVES_OLD_SELF, BACKWARD(mul),                     \
-    "mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)")                                    \
+    POINTWISE, BROADCAST_INTO, DT_BINARY_MUL, DT_TRAIT_LINEAR_FIRST | DT_TRAIT_SAVES_OLD_SELF,     \
+    BACKWARD(mul), "mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)")                     \
   X(DIV_, "div_.Tensor", INPLACE, 2, dt__infer_binary_inplace, dt__kernel_binary_inplace,          \
-    POINTWISE, DT_TRAIT_LINEAR_FIRST | DT_TRAIT_SAVES_OUTPUT, BACKWARD(div),                       \
-    "div_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)")                                    \
+    POINTWISE, BROADCAST_INTO, DT_BINARY_DIV, DT_TRAIT_LINEAR_FIRST | DT_TRAIT_SAVES_OUTPUT,       \
+    BACKWARD(div), "div_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)")                     \
   X(ADD_SCALAR_, "add_.Scalar", INPLACE, 1, dt__infer_binary_scalar_inplace,                       \
-    dt__kernel_binary_scalar_inplace, POINTWISE, 0, BACKWARD(pass),                                \
+    dt__kernel_binary_scalar_inplace, POINTWISE, SAME, DT_BINARY_ADD, 0, BACKWARD(pass),           \
     "add_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)")                    \
   X(MUL_SCALAR_, "mul_.Scalar", INPLACE, 1, dt__infer_binary_scalar_inplace,                       \
-    dt__kernel_binary_scalar_inplace, POINTWISE, DT_TRAIT_LINEAR, BACKWARD(mul_scalar),            \
-    "mul_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)")                                    \
-  X(FILL_, "fill_.Scalar", INPLACE, 1, dt__infer_fill_, dt__kernel_fill_, POINTWISE, 0,            \
-    BACKWARD(fill_), "fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)")                  \
-  X(EQ, "eq.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                   \
-    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "eq.Tensor(Tensor self, Tensor other) -> Tensor")    \
-  X(NE, "ne.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                   \
-    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "ne.Tensor(Tensor self, Tensor other) -> Tensor")    \
-  X(LT, "lt.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                   \
-    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "lt.Tensor(Tensor self, Tensor other) -> Tensor")    \
-  X(LE, "le.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                   \
-    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "le.Tensor(Tensor self, Tensor other) -> Tensor")    \
-  X(GT, "gt.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                   \
-    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "gt.Tensor(Tensor self, Tensor other) -> Tensor")    \
-  X(GE, "ge.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,                   \
-    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "ge.Tensor(Tensor self, Tensor other) -> Tensor")    \
+    dt__kernel_binary_scalar_inplace, POINTWISE, SAME, DT_BINARY_MUL, DT_TRAIT_LINEAR,             \
+    BACKWARD(mul_scalar), "mul_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)")              \
+  X(FILL_, "fill_.Scalar", INPLACE, 1, dt__infer_fill_, dt__kernel_fill_, POINTWISE, SPECIALIZE,   \
+    NO_FUNC, 0, BACKWARD(fill_), "fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)")      \
+  X(EQ, "eq.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,        \
+    DT_BINARY_EQ, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                        \
+    "eq.Tensor(Tensor self, Tensor other) -> Tensor")                                              \
+  X(NE, "ne.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,        \
+    DT_BINARY_NE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                        \
+    "ne.Tensor(Tensor self, Tensor other) -> Tensor")                                              \
+  X(LT, "lt.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,        \
+    DT_BINARY_LT, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                        \
+    "lt.Tensor(Tensor self, Tensor other) -> Tensor")                                              \
+  X(LE, "le.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,        \
+    DT_BINARY_LE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                        \
+    "le.Tensor(Tensor self, Tensor other) -> Tensor")                                              \
+  X(GT, "gt.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,        \
+    DT_BINARY_GT, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                        \
+    "gt.Tensor(Tensor self, Tensor other) -> Tensor")                                              \
+  X(GE, "ge.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,        \
+    DT_BINARY_GE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                        \
+    "ge.Tensor(Tensor self, Tensor other) -> Tensor")                                              \
   X(EQ_SCALAR, "eq.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,         \
-    POINTWISE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                           \
+    POINTWISE, SAME, DT_BINARY_EQ, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                       \
     "eq.Scalar(Tensor self, Scalar other) -> Tensor")                                              \
   X(NE_SCALAR, "ne.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,         \
-    POINTWISE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                           \
+    POINTWISE, SAME, DT_BINARY_NE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                       \
     "ne.Scalar(Tensor self, Scalar other) -> Tensor")                                              \
   X(LT_SCALAR, "lt.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,         \
-    POINTWISE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                           \
+    POINTWISE, SAME, DT_BINARY_LT, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                       \
     "lt.Scalar(Tensor self, Scalar other) -> Tensor")                                              \
   X(LE_SCALAR, "le.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,         \
-    POINTWISE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                           \
+    POINTWISE, SAME, DT_BINARY_LE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                       \
     "le.Scalar(Tensor self, Scalar other) -> Tensor")                                              \
   X(GT_SCALAR, "gt.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,         \
-    POINTWISE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                           \
+    POINTWISE, SAME, DT_BINARY_GT, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                       \
     "gt.Scalar(Tensor self, Scalar other) -> Tensor")                                              \
   X(GE_SCALAR, "ge.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,         \
-    POINTWISE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                           \
+    POINTWISE, SAME, DT_BINARY_GE, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                       \
     "ge.Scalar(Tensor self, Scalar other) -> Tensor")                                              \
-  X(WHERE, "where.self", COMPUTE, 3, dt__infer_where, dt__kernel_where, POINTWISE, 0,              \
-    BACKWARD(where), "where.self(Tensor condition, Tensor self, Tensor other) -> Tensor")          \
+  X(WHERE, "where.self", COMPUTE, 3, dt__infer_where, dt__kernel_where, POINTWISE, WHERE, NO_FUNC, \
+    0, BACKWARD(where), "where.self(Tensor condition, Tensor self, Tensor other) -> Tensor")       \
   X(MASKED_FILL, "masked_fill.Scalar", COMPUTE, 2, dt__infer_masked_fill, dt__kernel_masked_fill,  \
-    POINTWISE, 0, BACKWARD(masked_fill),                                                           \
+    POINTWISE, SPECIALIZE, NO_FUNC, 0, BACKWARD(masked_fill),                                      \
     "masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor")
 
 /* Reductions: sum, mean, max, min, amax, amin, argmax. A dim list (int[1]? dim) arrives
@@ -150,49 +168,50 @@
  * every dim); a single dim is ints[0]; argmax without a dim has n_ints == 0. The dtype=
  * attribute of sum/mean is not supported (always None). */
 #define DT_OPS_REDUCTION(X)                                                                        \
-  X(SUM, "sum", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0, BACKWARD(sum),      \
-    "sum(Tensor self, *, ScalarType? dtype=None) -> Tensor")                                       \
-  X(SUM_DIM, "sum.dim_IntList", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,     \
-    BACKWARD(sum_dim),                                                                             \
+  X(SUM, "sum", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE, NO_FUNC, 0,    \
+    BACKWARD(sum), "sum(Tensor self, *, ScalarType? dtype=None) -> Tensor")                        \
+  X(SUM_DIM, "sum.dim_IntList", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION,        \
+    REDUCE, NO_FUNC, 0, BACKWARD(sum_dim),                                                         \
     "sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> " \
     "Tensor")                                                                                      \
-  X(MEAN, "mean", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0, BACKWARD(mean),   \
-    "mean(Tensor self, *, ScalarType? dtype=None) -> Tensor")                                      \
-  X(MEAN_DIM, "mean.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, 0,           \
-    BACKWARD(mean_dim),                                                                            \
+  X(MEAN, "mean", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE, NO_FUNC, 0,  \
+    BACKWARD(mean), "mean(Tensor self, *, ScalarType? dtype=None) -> Tensor")                      \
+  X(MEAN_DIM, "mean.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE,      \
+    NO_FUNC, 0, BACKWARD(mean_dim),                                                                \
     "mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor") \
-  X(MAX, "max", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, DT_TRAIT_SAVES_OUTPUT, \
-    BACKWARD(extremum_all), "max(Tensor self) -> Tensor")                                          \
-  X(MIN, "min", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, DT_TRAIT_SAVES_OUTPUT, \
-    BACKWARD(extremum_all), "min(Tensor self) -> Tensor")                                          \
-  X(MAX_DIM, "max.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION,                \
-    DT_TRAIT_TUPLE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum_dim),                                \
+  X(MAX, "max", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE, NO_FUNC,       \
+    DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum_all), "max(Tensor self) -> Tensor")                   \
+  X(MIN, "min", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE, NO_FUNC,       \
+    DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum_all), "min(Tensor self) -> Tensor")                   \
+  X(MAX_DIM, "max.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE,        \
+    NO_FUNC, DT_TRAIT_TUPLE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum_dim),                       \
     "max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
-  X(MIN_DIM, "min.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION,                \
-    DT_TRAIT_TUPLE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum_dim),                                \
+  X(MIN_DIM, "min.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE,        \
+    NO_FUNC, DT_TRAIT_TUPLE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum_dim),                       \
     "min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
-  X(AMAX, "amax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION,                      \
+  X(AMAX, "amax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE, NO_FUNC,     \
     DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum_dims),                                                \
     "amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                              \
-  X(AMIN, "amin", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION,                      \
+  X(AMIN, "amin", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE, NO_FUNC,     \
     DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum_dims),                                                \
     "amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                              \
-  X(ARGMAX, "argmax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION,                  \
+  X(ARGMAX, "argmax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE, NO_FUNC, \
     DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                                      \
     "argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor")
 
 /* Matrix products through CBLAS. addmm: beta -> scalars[0], alpha -> scalars[1]; linear's
  * bias is inputs[2] and may be NULL. */
 #define DT_OPS_MATRIX(X)                                                                           \
-  X(MM, "mm", COMPUTE, 2, dt__infer_mm, dt__kernel_mm, MATMUL, 0, BACKWARD(mm),                    \
+  X(MM, "mm", COMPUTE, 2, dt__infer_mm, dt__kernel_mm, MATMUL, MM, NO_FUNC, 0, BACKWARD(mm),       \
     "mm(Tensor self, Tensor mat2) -> Tensor")                                                      \
-  X(BMM, "bmm", COMPUTE, 2, dt__infer_bmm, dt__kernel_mm, MATMUL, 0, BACKWARD(matmul),             \
-    "bmm(Tensor self, Tensor mat2) -> Tensor")                                                     \
-  X(MATMUL, "matmul", COMPUTE, 2, dt__infer_matmul, dt__kernel_matmul, MATMUL, 0,                  \
+  X(BMM, "bmm", COMPUTE, 2, dt__infer_bmm, dt__kernel_mm, MATMUL, SPECIALIZE, NO_FUNC, 0,          \
+    BACKWARD(matmul), "bmm(Tensor self, Tensor mat2) -> Tensor")                                   \
+  X(MATMUL, "matmul", COMPUTE, 2, dt__infer_matmul, dt__kernel_matmul, MATMUL, MATMUL, NO_FUNC, 0, \
     BACKWARD(matmul), "matmul(Tensor self, Tensor other) -> Tensor")                               \
-  X(ADDMM, "addmm", COMPUTE, 3, dt__infer_addmm, dt__kernel_addmm, ADDMM, 0, BACKWARD(addmm),      \
+  X(ADDMM, "addmm", COMPUTE, 3, dt__infer_addmm, dt__kernel_addmm, ADDMM, SPECIALIZE, NO_FUNC, 0,  \
+    BACKWARD(addmm),                                                                               \
     "addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor")    \
-  X(LINEAR, "linear", COMPUTE, 2, dt__infer_linear, dt__kernel_linear, LINEAR, 0,                  \
+  X(LINEAR, "linear", COMPUTE, 2, dt__infer_linear, dt__kernel_linear, LINEAR, LINEAR, NO_FUNC, 0, \
     BACKWARD(linear), "linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor")
 
 /* Neural-network ops: embedding, softmax, log_softmax, layer_norm, batch_norm, cat, stack.
@@ -202,101 +221,109 @@
  * batch_norm_training: inputs {input, weight?, bias?}, eps in scalars[0]. scatter_add (the
  * backward of embedding and max.dim): inputs {self, index, src}, dim in ints[0]. */
 #define DT_OPS_NN(X)                                                                               \
-  X(SOFTMAX, "softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax, SOFTMAX,            \
-    DT_TRAIT_SAVES_OUTPUT, BACKWARD(softmax),                                                      \
+  X(SOFTMAX, "softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax, SOFTMAX, SAME,      \
+    NO_FUNC, DT_TRAIT_SAVES_OUTPUT, BACKWARD(softmax),                                             \
     "softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")                         \
   X(LOG_SOFTMAX, "log_softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax, SOFTMAX,    \
-    DT_TRAIT_SAVES_OUTPUT, BACKWARD(log_softmax),                                                  \
+    SAME, NO_FUNC, DT_TRAIT_SAVES_OUTPUT, BACKWARD(log_softmax),                                   \
     "log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor")                     \
   X(LAYER_NORM, "layer_norm", COMPUTE, 1, dt__infer_layer_norm, dt__kernel_layer_norm, LAYER_NORM, \
-    0, BACKWARD(layer_norm),                                                                       \
+    LAYER_NORM, NO_FUNC, 0, BACKWARD(layer_norm),                                                  \
     "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "    \
     "float eps=1e-05) -> Tensor")                                                                  \
   X(BATCH_NORM, "batch_norm", COMPUTE, 3, dt__infer_batch_norm, dt__kernel_batch_norm, BATCH_NORM, \
-    0, BACKWARD(batch_norm),                                                                       \
+    BATCH_NORM, NO_FUNC, 0, BACKWARD(batch_norm),                                                  \
     "batch_norm(Tensor input, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? "   \
     "bias, float eps) -> Tensor")                                                                  \
   X(BATCH_NORM_TRAINING, "batch_norm_training", COMPUTE, 1, dt__infer_batch_norm_training,         \
-    dt__kernel_batch_norm_training, REPLICATE, 0, BACKWARD(batch_norm_training),                   \
+    dt__kernel_batch_norm_training, REPLICATE, BATCH_NORM_TRAINING, NO_FUNC, 0,                    \
+    BACKWARD(batch_norm_training),                                                                 \
     "batch_norm_training(Tensor input, Tensor? weight, Tensor? bias, float eps) -> Tensor")        \
   X(EMBEDDING, "embedding", COMPUTE, 2, dt__infer_embedding, dt__kernel_embedding, EMBEDDING,      \
-    DT_TRAIT_ROW_WINDOW, BACKWARD(embedding),                                                      \
+    EMBEDDING, NO_FUNC, DT_TRAIT_ROW_WINDOW, BACKWARD(embedding),                                  \
     "embedding(Tensor weight, Tensor indices) -> Tensor")                                          \
   X(SCATTER_ADD, "scatter_add", COMPUTE, 3, dt__infer_scatter_add, dt__kernel_scatter_add,         \
-    SCATTER_ADD, DT_TRAIT_ROW_WINDOW, NO_BACKWARD,                                                 \
+    SCATTER_ADD, SPECIALIZE, NO_FUNC, DT_TRAIT_ROW_WINDOW, NO_BACKWARD,                            \
     "scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor")                       \
-  X(CAT, "cat", COMPUTE, 0, dt__infer_cat, dt__kernel_cat, CAT, DT_TRAIT_TENSOR_LIST,              \
-    BACKWARD(cat), "cat(Tensor[] tensors, int dim=0) -> Tensor")                                   \
-  X(STACK, "stack", COMPUTE, 0, dt__infer_stack, dt__kernel_stack, STACK, DT_TRAIT_TENSOR_LIST,    \
-    BACKWARD(stack), "stack(Tensor[] tensors, int dim=0) -> Tensor")
+  X(CAT, "cat", COMPUTE, 0, dt__infer_cat, dt__kernel_cat, CAT, CAT, NO_FUNC,                      \
+    DT_TRAIT_TENSOR_LIST, BACKWARD(cat), "cat(Tensor[] tensors, int dim=0) -> Tensor")             \
+  X(STACK, "stack", COMPUTE, 0, dt__infer_stack, dt__kernel_stack, STACK, STACK, NO_FUNC,          \
+    DT_TRAIT_TENSOR_LIST, BACKWARD(stack), "stack(Tensor[] tensors, int dim=0) -> Tensor")
 
 /* Views, reshapes, copies and conversions. */
 #define DT_OPS_VIEW(X)                                                                             \
-  X(TRANSPOSE, "transpose.int", VIEW, 1, dt__infer_transpose, dt__kernel_transpose, TRANSPOSE, 0,  \
-    BACKWARD(transpose), "transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)")         \
-  X(DETACH, "detach", VIEW, 1, dt__infer_same, dt__kernel_detach, POINTWISE,                       \
+  X(TRANSPOSE, "transpose.int", VIEW, 1, dt__infer_transpose, dt__kernel_transpose, TRANSPOSE,     \
+    TRANSPOSE, NO_FUNC, 0, BACKWARD(transpose),                                                    \
+    "transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)")                              \
+  X(DETACH, "detach", VIEW, 1, dt__infer_same, dt__kernel_detach, POINTWISE, SAME, NO_FUNC,        \
     DT_TRAIT_LINEAR | DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                    \
     "detach(Tensor(a) self) -> Tensor(a)")                                                         \
-  X(CONTIGUOUS, "contiguous", VIEW, 1, dt__infer_same, dt__kernel_contiguous, POINTWISE,           \
-    DT_TRAIT_LINEAR, BACKWARD(pass), "contiguous(Tensor(a) self) -> Tensor(a)")                    \
-  X(CLONE, "clone", COMPUTE, 1, dt__infer_same, dt__kernel_clone, POINTWISE,                       \
+  X(CONTIGUOUS, "contiguous", VIEW, 1, dt__infer_same, dt__kernel_contiguous, POINTWISE, SAME,     \
+    NO_FUNC, DT_TRAIT_LINEAR, BACKWARD(pass), "contiguous(Tensor(a) self) -> Tensor(a)")           \
+  X(CLONE, "clone", COMPUTE, 1, dt__infer_same, dt__kernel_clone, POINTWISE, SAME, NO_FUNC,        \
     DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(pass), "clone(Tensor self) -> Tensor")           \
-  X(COPY_, "copy_", INPLACE, 2, dt__infer_copy_, dt__kernel_copy_, POINTWISE, DT_TRAIT_LINEAR,     \
-    BACKWARD(copy_), "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)")                           \
-  X(VIEW, "view", VIEW, 1, dt__infer_view, dt__kernel_view, VIEW, DT_TRAIT_GLOBAL_SHAPE_ATTR,      \
-    BACKWARD(reshape_back), "view(Tensor(a) self, SymInt[] size) -> Tensor(a)")                    \
-  X(RESHAPE, "reshape", VIEW, 1, dt__infer_reshape, dt__kernel_reshape, VIEW,                      \
+  X(COPY_, "copy_", INPLACE, 2, dt__infer_copy_, dt__kernel_copy_, POINTWISE, SPECIALIZE, NO_FUNC, \
+    DT_TRAIT_LINEAR, BACKWARD(copy_), "copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)")          \
+  X(VIEW, "view", VIEW, 1, dt__infer_view, dt__kernel_view, VIEW, VIEW, NO_FUNC,                   \
+    DT_TRAIT_GLOBAL_SHAPE_ATTR, BACKWARD(reshape_back),                                            \
+    "view(Tensor(a) self, SymInt[] size) -> Tensor(a)")                                            \
+  X(RESHAPE, "reshape", VIEW, 1, dt__infer_reshape, dt__kernel_reshape, VIEW, VIEW, NO_FUNC,       \
     DT_TRAIT_GLOBAL_SHAPE_ATTR, BACKWARD(reshape_back),                                            \
     "reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)")                                        \
   X(FLATTEN, "flatten.using_ints", VIEW, 1, dt__infer_flatten, dt__kernel_reshape, VIEW,           \
-    DT_TRAIT_GLOBAL_SHAPE_ATTR | DT_TRAIT_RUNS_AS_RESHAPE, BACKWARD(reshape_back),                 \
+    SPECIALIZE, NO_FUNC, DT_TRAIT_GLOBAL_SHAPE_ATTR | DT_TRAIT_RUNS_AS_RESHAPE,                    \
+    BACKWARD(reshape_back),                                                                        \
     "flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)")            \
-  X(PERMUTE, "permute", VIEW, 1, dt__infer_permute, dt__kernel_permute, PERMUTE, 0,                \
-    BACKWARD(permute), "permute(Tensor(a) self, int[] dims) -> Tensor(a)")                         \
-  X(EXPAND, "expand", VIEW, 1, dt__infer_expand, dt__kernel_expand, EXPAND,                        \
+  X(PERMUTE, "permute", VIEW, 1, dt__infer_permute, dt__kernel_permute, PERMUTE, SPECIALIZE,       \
+    NO_FUNC, 0, BACKWARD(permute), "permute(Tensor(a) self, int[] dims) -> Tensor(a)")             \
+  X(EXPAND, "expand", VIEW, 1, dt__infer_expand, dt__kernel_expand, EXPAND, SPECIALIZE, NO_FUNC,   \
     DT_TRAIT_GLOBAL_SHAPE_ATTR, BACKWARD(expand),                                                  \
     "expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)")                  \
-  X(SQUEEZE, "squeeze", VIEW, 1, dt__infer_squeeze, dt__kernel_squeeze, VIEW,                      \
+  X(SQUEEZE, "squeeze", VIEW, 1, dt__infer_squeeze, dt__kernel_squeeze, VIEW, SPECIALIZE, NO_FUNC, \
     DT_TRAIT_GLOBAL_SHAPE_ATTR | DT_TRAIT_RUNS_AS_RESHAPE, BACKWARD(reshape_back),                 \
     "squeeze(Tensor(a) self) -> Tensor(a)")                                                        \
   X(SQUEEZE_DIM, "squeeze.dim", VIEW, 1, dt__infer_squeeze_dim, dt__kernel_squeeze, VIEW,          \
-    DT_TRAIT_GLOBAL_SHAPE_ATTR | DT_TRAIT_RUNS_AS_RESHAPE, BACKWARD(reshape_back),                 \
-    "squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)")                                           \
-  X(UNSQUEEZE, "unsqueeze", VIEW, 1, dt__infer_unsqueeze, dt__kernel_unsqueeze, UNSQUEEZE, 0,      \
-    BACKWARD(reshape_back), "unsqueeze(Tensor(a) self, int dim) -> Tensor(a)")                     \
-  X(NARROW, "narrow", VIEW, 1, dt__infer_narrow, dt__kernel_slice, SLICE, 0, BACKWARD(slice),      \
-    "narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)")                   \
-  X(SLICE, "slice.Tensor", VIEW, 1, dt__infer_slice, dt__kernel_slice, SLICE, 0, BACKWARD(slice),  \
+    SPECIALIZE, NO_FUNC, DT_TRAIT_GLOBAL_SHAPE_ATTR | DT_TRAIT_RUNS_AS_RESHAPE,                    \
+    BACKWARD(reshape_back), "squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)")                   \
+  X(UNSQUEEZE, "unsqueeze", VIEW, 1, dt__infer_unsqueeze, dt__kernel_unsqueeze, UNSQUEEZE,         \
+    UNSQUEEZE, NO_FUNC, 0, BACKWARD(reshape_back),                                                 \
+    "unsqueeze(Tensor(a) self, int dim) -> Tensor(a)")                                             \
+  X(NARROW, "narrow", VIEW, 1, dt__infer_narrow, dt__kernel_slice, SLICE, SPECIALIZE, NO_FUNC, 0,  \
+    BACKWARD(slice), "narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)")  \
+  X(SLICE, "slice.Tensor", VIEW, 1, dt__infer_slice, dt__kernel_slice, SLICE, SPECIALIZE, NO_FUNC, \
+    0, BACKWARD(slice),                                                                            \
     "slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, "               \
     "SymInt step=1) -> Tensor(a)")                                                                 \
-  X(SELECT, "select.int", VIEW, 1, dt__infer_select, dt__kernel_select, SELECT, 0,                 \
-    BACKWARD(select), "select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)")            \
-  X(SPLIT, "split.Tensor", VIEW, 1, dt__infer_split, dt__kernel_split, SLICE, DT_TRAIT_TUPLE,      \
-    BACKWARD(split),                                                                               \
+  X(SELECT, "select.int", VIEW, 1, dt__infer_select, dt__kernel_select, SELECT, SPECIALIZE,        \
+    NO_FUNC, 0, BACKWARD(select),                                                                  \
+    "select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)")                              \
+  X(SPLIT, "split.Tensor", VIEW, 1, dt__infer_split, dt__kernel_split, SLICE, SPECIALIZE, NO_FUNC, \
+    DT_TRAIT_TUPLE, BACKWARD(split),                                                               \
     "split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]")              \
   X(SPLIT_WITH_SIZES, "split_with_sizes", VIEW, 1, dt__infer_split_with_sizes, dt__kernel_split,   \
-    SLICE, DT_TRAIT_TUPLE, BACKWARD(split),                                                        \
+    SLICE, SPECIALIZE, NO_FUNC, DT_TRAIT_TUPLE, BACKWARD(split),                                   \
     "split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]")       \
-  X(CHUNK, "chunk", VIEW, 1, dt__infer_chunk, dt__kernel_split, SLICE, DT_TRAIT_TUPLE,             \
-    BACKWARD(split), "chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]")           \
-  X(TO, "to.dtype", VIEW, 1, dt__infer_to, dt__kernel_to, POINTWISE,                               \
+  X(CHUNK, "chunk", VIEW, 1, dt__infer_chunk, dt__kernel_split, SLICE, CHUNK, NO_FUNC,             \
+    DT_TRAIT_TUPLE, BACKWARD(split),                                                               \
+    "chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]")                            \
+  X(TO, "to.dtype", VIEW, 1, dt__infer_to, dt__kernel_to, POINTWISE, SAME, NO_FUNC,                \
     DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(pass),                                           \
     "to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, "        \
     "MemoryFormat? memory_format=None) -> Tensor(a)")
 
 /* Factories that take a tensor's shape and dtype: *_like. */
 #define DT_OPS_FACTORY(X)                                                                          \
-  X(EMPTY_LIKE, "empty_like", COMPUTE, 1, dt__infer_same, dt__kernel_empty_like, LIKE,             \
-    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "empty_like(Tensor self) -> Tensor")                 \
-  X(ZEROS_LIKE, "zeros_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like, LIKE,              \
-    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "zeros_like(Tensor self) -> Tensor")                 \
-  X(ONES_LIKE, "ones_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like, LIKE,                \
+  X(EMPTY_LIKE, "empty_like", COMPUTE, 1, dt__infer_same, dt__kernel_empty_like, LIKE, SAME,       \
+    NO_FUNC, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "empty_like(Tensor self) -> Tensor")        \
+  X(ZEROS_LIKE, "zeros_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like, LIKE, SAME,        \
+    NO_FUNC, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "zeros_like(Tensor self) -> Tensor")        \
+  X(ONES_LIKE, "ones_like", COMPUTE, 1, dt__infer_same, dt__kernel_fill_like, LIKE, SAME, NO_FUNC, \
     DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD, "ones_like(Tensor self) -> Tensor")                  \
-  X(FULL_LIKE, "full_like", COMPUTE, 1, dt__infer_full_like, dt__kernel_fill_like, LIKE,           \
-    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                                      \
+  X(FULL_LIKE, "full_like", COMPUTE, 1, dt__infer_full_like, dt__kernel_fill_like, LIKE, SAME,     \
+    NO_FUNC, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                             \
     "full_like(Tensor self, Scalar fill_value) -> Tensor")                                         \
   X(UNIFORM_, "uniform_", INPLACE, 1, dt__infer_uniform_, dt__kernel_uniform_, POINTWISE,          \
-    DT_TRAIT_RANDOM | DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                    \
+    SPECIALIZE, NO_FUNC, DT_TRAIT_RANDOM | DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,               \
     "uniform_(Tensor(a!) self, float from=0, float to=1, *, int seed) -> Tensor(a!)")
 
 /* Losses. cross_entropy_loss is the per-row loss of reduction='none' with the class dim
@@ -306,12 +333,12 @@
  * label_smoothing in scalars[0]. The backward op takes {grad [N, 1], logits, target}. */
 #define DT_OPS_LOSS(X)                                                                             \
   X(CROSS_ENTROPY_LOSS, "cross_entropy_loss", COMPUTE, 2, dt__infer_cross_entropy,                 \
-    dt__kernel_cross_entropy, ROWS, 0, BACKWARD(cross_entropy),                                    \
+    dt__kernel_cross_entropy, ROWS, CROSS_ENTROPY, NO_FUNC, 0, BACKWARD(cross_entropy),            \
     "cross_entropy_loss(Tensor self, Tensor target, int ignore_index=-100, "                       \
     "float label_smoothing=0.0) -> Tensor")                                                        \
   X(CROSS_ENTROPY_LOSS_BACKWARD, "cross_entropy_loss_backward", COMPUTE, 3,                        \
     dt__infer_cross_entropy_backward, dt__kernel_cross_entropy_backward, ROWS,                     \
-    DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                                      \
+    CROSS_ENTROPY_BACKWARD, NO_FUNC, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                     \
     "cross_entropy_loss_backward(Tensor grad_output, Tensor self, Tensor target, "                 \
     "int ignore_index=-100, float label_smoothing=0.0) -> Tensor")
 

@@ -4,8 +4,8 @@
 #include "ops/op_def.h"
 
 const dt_op_def dt__op_table[DT_OP_COUNT] = {
-#define DT_OP_DEF(id, op_name, op_kind, required, infer_fn, kernel_fn, rule_family, op_traits,     \
-                  op_backward, op_schema)                                                          \
+#define DT_OP_DEF(id, op_name, op_kind, required, infer_fn, kernel_fn, rule_family, shape_family,  \
+                  op_func, op_traits, op_backward, op_schema)                                      \
   [DT_OP_##id] = {.name = op_name,                                                                 \
                   .schema = op_schema,                                                             \
                   .kind = DT_OP_KIND_##op_kind,                                                    \
@@ -13,6 +13,8 @@ const dt_op_def dt__op_table[DT_OP_COUNT] = {
                   .infer = infer_fn,                                                               \
                   .kernel = kernel_fn,                                                             \
                   .rule = DT_RULE_##rule_family,                                                   \
+                  .shape = DT_SHAPE_##shape_family,                                                \
+                  .func = op_func,                                                                 \
                   .traits = op_traits,                                                             \
                   .backward = DT_BACKWARD_FN_##op_backward},
     DT_OP_LIST(DT_OP_DEF)

@@ -8,43 +8,10 @@
 #include "kernels/cpu/pointwise.h"
 #include "ops/op_impl.h"
 
-/* Which elementwise kernel op an op-table entry runs. */
+/* Which element function an op applies: the op list's func column. */
 static dt_binary_op binary_op_of(dt_op op) {
-  switch (op) {
-  case DT_OP_ADD:
-  case DT_OP_ADD_:
-  case DT_OP_ADD_SCALAR:
-  case DT_OP_ADD_SCALAR_: return DT_BINARY_ADD;
-  case DT_OP_SUB:
-  case DT_OP_SUB_:
-  case DT_OP_SUB_SCALAR: return DT_BINARY_SUB;
-  case DT_OP_MUL:
-  case DT_OP_MUL_:
-  case DT_OP_MUL_SCALAR:
-  case DT_OP_MUL_SCALAR_: return DT_BINARY_MUL;
-  case DT_OP_DIV:
-  case DT_OP_DIV_:
-  case DT_OP_DIV_SCALAR: return DT_BINARY_DIV;
-  case DT_OP_MAXIMUM: return DT_BINARY_MAXIMUM;
-  case DT_OP_MINIMUM: return DT_BINARY_MINIMUM;
-  case DT_OP_POW:
-  case DT_OP_POW_SCALAR: return DT_BINARY_POW;
-  case DT_OP_EQ:
-  case DT_OP_EQ_SCALAR: return DT_BINARY_EQ;
-  case DT_OP_NE:
-  case DT_OP_NE_SCALAR: return DT_BINARY_NE;
-  case DT_OP_LT:
-  case DT_OP_LT_SCALAR: return DT_BINARY_LT;
-  case DT_OP_LE:
-  case DT_OP_LE_SCALAR: return DT_BINARY_LE;
-  case DT_OP_GT:
-  case DT_OP_GT_SCALAR: return DT_BINARY_GT;
-  case DT_OP_GE:
-  case DT_OP_GE_SCALAR: return DT_BINARY_GE;
-  default: break;
-  }
-  DT_ASSERT(!"not a binary op");
-  return DT_BINARY_ADD;
+  DT_ASSERT(dt__op_table[op].func != NO_FUNC);
+  return (dt_binary_op)dt__op_table[op].func;
 }
 
 static bool is_comparison(dt_binary_op op) { return op >= DT_BINARY_EQ; }

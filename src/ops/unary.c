@@ -4,22 +4,9 @@
 
 /* Which unary kernel an op-table entry runs; gelu picks its tanh form from the flags. */
 static dt_unary_op unary_op_of(const dt_op_call *call) {
-  switch (call->op) {
-  case DT_OP_NEG: return DT_UNARY_NEG;
-  case DT_OP_ABS: return DT_UNARY_ABS;
-  case DT_OP_RELU: return DT_UNARY_RELU;
-  case DT_OP_EXP: return DT_UNARY_EXP;
-  case DT_OP_LOG: return DT_UNARY_LOG;
-  case DT_OP_SQRT: return DT_UNARY_SQRT;
-  case DT_OP_RSQRT: return DT_UNARY_RSQRT;
-  case DT_OP_GELU: return call->flags & DT_OP_FLAG_GELU_TANH ? DT_UNARY_GELU_TANH : DT_UNARY_GELU;
-  case DT_OP_SILU: return DT_UNARY_SILU;
-  case DT_OP_TANH: return DT_UNARY_TANH;
-  case DT_OP_SIGMOID: return DT_UNARY_SIGMOID;
-  default: break;
-  }
-  DT_ASSERT(!"not a unary op");
-  return DT_UNARY_NEG;
+  dt_unary_op op = (dt_unary_op)dt__op_table[call->op].func;
+  DT_ASSERT(dt__op_table[call->op].func != NO_FUNC);
+  return op == DT_UNARY_GELU && (call->flags & DT_OP_FLAG_GELU_TANH) ? DT_UNARY_GELU_TANH : op;
 }
 
 /* Floating dtypes for every op; neg, abs and relu also keep integer dtypes. PyTorch would

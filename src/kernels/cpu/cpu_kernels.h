@@ -6,6 +6,7 @@
 #ifndef DT_KERNELS_CPU_H
 #define DT_KERNELS_CPU_H
 
+#include "kernels/elementwise.h"
 #include "tensor/tensor_impl.h"
 
 /* ---- Integer element access --------------------------------------------------------------- */
@@ -33,22 +34,6 @@ static inline void dt__cpu_store_i64(dt_dtype dtype, char *p, int64_t v) {
 }
 
 /* ---- Elementwise binary ----------------------------------------------------------------- */
-typedef enum dt_binary_op {
-  DT_BINARY_ADD, /* a + alpha * b */
-  DT_BINARY_SUB, /* a - alpha * b */
-  DT_BINARY_MUL,
-  DT_BINARY_DIV,
-  DT_BINARY_MAXIMUM,
-  DT_BINARY_MINIMUM,
-  DT_BINARY_POW,
-  DT_BINARY_EQ,
-  DT_BINARY_NE,
-  DT_BINARY_LT,
-  DT_BINARY_LE,
-  DT_BINARY_GT,
-  DT_BINARY_GE,
-} dt_binary_op;
-
 /* out = a <op> b, with a and b broadcast to out's shape and converted to out's dtype (for
  * comparisons: compared in their promoted type, out is bool). out may alias a (in-place). */
 dt_status dt__cpu_binary(dt_binary_op op, double alpha, const dt_tensor *a, const dt_tensor *b,

@@ -10,21 +10,6 @@
 #include "kernels/cpu/cpu_kernels.h"
 
 /* ---- Unary ------------------------------------------------------------------------------ */
-typedef enum dt_unary_op {
-  DT_UNARY_NEG,
-  DT_UNARY_ABS,
-  DT_UNARY_RELU,
-  DT_UNARY_EXP,
-  DT_UNARY_LOG,
-  DT_UNARY_SQRT,
-  DT_UNARY_RSQRT,
-  DT_UNARY_GELU,      /* exact: x * Phi(x) */
-  DT_UNARY_GELU_TANH, /* PyTorch's approximate="tanh" */
-  DT_UNARY_SILU,
-  DT_UNARY_TANH,
-  DT_UNARY_SIGMOID,
-} dt_unary_op;
-
 /* True for the ops that also take integer dtypes (neg, abs, relu). */
 static inline bool dt__unary_takes_integers(dt_unary_op op) { return op <= DT_UNARY_RELU; }
 
