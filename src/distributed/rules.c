@@ -8,9 +8,11 @@
  * mul, P/R for div, neg, views and copies, cat and stack, sum over anything, and matrix
  * products (mm, matmul, addmm, linear) with one Partial operand and the other replicated
  * (a bias then becomes the same Partial, counted once), and scatter_add (self and src the same
- * Partial). Partial(max|min) survive ops that are
- * non-decreasing in their first argument (DT_TRAIT_MONOTONE: exp, relu, adding a replica...).
- * Everything else reduces the Partial first.
+ * Partial). "Partial" here is sum or avg, the same one on every argument of a strategy: a sum
+ * and an avg never combine, and a contraction (mm of Shard(1) x Shard(0), linear rowwise)
+ * gives a Partial(sum), which a bias joins only as a Partial(sum). Partial(max|min) survive ops
+ * that are non-decreasing in their first argument (DT_TRAIT_MONOTONE: exp, relu, adding a
+ * replica...). Everything else reduces the Partial first.
  *
  * Where every argument is replicated on the mesh dim being decided (an idle mesh dim), rules
  * also propose sharding a dim the op leaves alone: sharding it first shrinks what another
@@ -57,7 +59,10 @@ static void push_replicated(dt_strategies *s, int n_args) {
   push(s, in, n_args, R());
 }
 
-static bool is_sum_partial(dt_placement p) {
+/* A Partial that an op linear in its argument keeps: sum or avg. Linear ops keep it when every
+ * Partial argument of the strategy has the same one (sum_r f(x_r) = f(sum_r x_r), and alike
+ * for the mean); the two never mix, and a contraction's partial products are a Partial(sum). */
+static bool is_linear_partial(dt_placement p) {
   return p.kind == DT_PARTIAL && (p.op == DT_REDUCE_SUM || p.op == DT_REDUCE_AVG);
 }
 
@@ -136,7 +141,7 @@ static void rule_pointwise(const dt_rule_ctx *c, const dt_placement *cur, dt_str
                  (DT_TRAIT_LINEAR | DT_TRAIT_LINEAR_FIRST | DT_TRAIT_LINEAR_EACH);
   if (!dt_dtype_is_floating(c->out[0].dtype)) lin = 0;
   for (int i = 0; i < c->n_args && lin; i++) {
-    if (!is_sum_partial(cur[i])) continue;
+    if (!is_linear_partial(cur[i])) continue;
     if (lin & DT_TRAIT_LINEAR) {
       /* Every tensor argument takes the same Partial (others are scaled alike). */
       for (int j = 0; j < c->n_args; j++) in[j] = c->args[j] ? cur[i] : R();
@@ -221,7 +226,7 @@ static void rule_reduction(const dt_rule_ctx *c, const dt_placement *cur, dt_str
     in[0] = p;
     /* Sum and mean are linear in a Partial(sum); max of a Partial(max) stays one (min alike). */
     bool linear = !f.indices && (f.combine == DT_REDUCE_SUM || f.combine == DT_REDUCE_AVG) &&
-                  is_sum_partial(p);
+                  is_linear_partial(p);
     bool same = !f.indices && (f.combine == DT_REDUCE_MAX || f.combine == DT_REDUCE_MIN) &&
                 p.op == f.combine;
     if (linear || same) push(s, in, 1, p);
@@ -273,7 +278,7 @@ static void rule_matmul(const dt_rule_ctx *c, const dt_placement *cur, dt_strate
     }
   }
   for (int i = 0; i < 2; i++) {
-    if (is_sum_partial(cur[i])) {
+    if (is_linear_partial(cur[i])) {
       in[i] = cur[i];
       in[1 - i] = R();
       push(s, in, 2, cur[i]);
@@ -301,16 +306,15 @@ static void rule_addmm(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
    * when only the bias is Partial: a replicated factor becomes Partial locally (R -> P)
    * and the bias's partials are kept instead of reduced. */
   for (int i = 1; i < 3; i++) {
-    dt_placement p = is_sum_partial(cur[i]) ? cur[i] : cur[0];
-    if (!is_sum_partial(p)) continue;
+    dt_placement p = is_linear_partial(cur[i]) ? cur[i] : cur[0];
+    if (!is_linear_partial(p)) continue;
     in[0] = p, in[1] = R(), in[2] = R();
     in[i] = p;
     push(s, in, 3, p);
   }
-  if (is_sum_partial(cur[0])) { /* the bias's Partial, the factors' sum on one rank */
-    in[0] = cur[0], in[1] = S(1), in[2] = S(0);
-    push(s, in, 3, cur[0]);
-  }
+  /* The contraction with a Partial bias: the factors' partial products are a Partial(sum),
+   * so only a Partial(sum) bias joins them (the strategy above). A Partial(avg) bias would
+   * average the products instead of summing them: it is reduced (or rescaled) first. */
   push_replicated(s, 3);
 }
 
@@ -336,8 +340,8 @@ static void rule_linear(const dt_rule_ctx *c, const dt_placement *cur, dt_strate
    * the same Partial so that it is counted once. A Partial bias alone makes x or w Partial
    * locally (R -> P) to keep its partials. */
   for (int i = 0; i < 2; i++) {
-    dt_placement p = is_sum_partial(cur[i]) ? cur[i] : has_bias ? cur[2] : R();
-    if (!is_sum_partial(p)) continue;
+    dt_placement p = is_linear_partial(cur[i]) ? cur[i] : has_bias ? cur[2] : R();
+    if (!is_linear_partial(p)) continue;
     in[0] = R(), in[1] = R(), in[2] = has_bias ? p : R();
     in[i] = p;
     push(s, in, c->n_args, p);
@@ -421,7 +425,7 @@ static void rule_scatter_add(const dt_rule_ctx *c, const dt_placement *cur, dt_s
   }
   if (dt_dtype_is_floating(c->out[0].dtype)) {
     for (int i = 0; i < 3; i += 2) {
-      if (!is_sum_partial(cur[i])) continue;
+      if (!is_linear_partial(cur[i])) continue;
       in[0] = in[2] = cur[i], in[1] = R();
       push(s, in, 3, cur[i]);
     }
@@ -455,7 +459,8 @@ static void rule_cat(const dt_rule_ctx *c, const dt_placement *cur, dt_strategie
         in[i] = S(d);
       }
       if (ok) push(s, in, c->n_args, S(stack && d >= dim ? d + 1 : d));
-    } else if (is_sum_partial(cur[j]) && !partial_tried && dt_dtype_is_floating(c->out[0].dtype)) {
+    } else if (is_linear_partial(cur[j]) && !partial_tried &&
+               dt_dtype_is_floating(c->out[0].dtype)) {
       partial_tried = true;
       for (int i = 0; i < c->n_args; i++) in[i] = cur[j];
       push(s, in, c->n_args, cur[j]);
