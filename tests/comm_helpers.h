@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Private header: rank functions report failures through dt__error, and test tensors are built
+ * with dt__tensor_view / dt__store_from_double. */
 #include "core/core_impl.h"
 #include "dtensor/dtensor.h"
 #include "tensor/tensor_impl.h"

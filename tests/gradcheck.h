@@ -1,7 +1,8 @@
 /* A finite-difference gradient check for tests: random float64 leaves (odd sizes,
  * non-contiguous on request), loss = sum(f(x) * weights) with random weights, analytic
- * gradients from dt_backward compared with central differences element by element. The
- * same harness as tests/test_autograd.c's, with constant (non-differentiable) inputs. */
+ * gradients from dt_backward compared with central differences element by element; inputs
+ * flagged CONSTANT (non-differentiable) must get no gradient. The one harness of
+ * test_autograd.c and test_autograd_ops.c. */
 #ifndef DT_TEST_GRADCHECK_H
 #define DT_TEST_GRADCHECK_H
 
@@ -54,6 +55,9 @@ static dt_tensor *gc_input(int ndim, const int64_t *shape, int flags) {
       index[d] = 0;
     }
   }
+  bool can_be_strided =
+      ndim == 1 ? shape[0] > 1 : ndim >= 2 && shape[ndim - 1] > 1 && shape[ndim - 2] > 1;
+  if ((flags & NONCONTIG) && can_be_strided) cr_assert(!dt_tensor_is_contiguous(t));
   return t;
 }
 
@@ -105,6 +109,12 @@ static void grad_check(const grad_case *c) {
   OK(c->fn(x, &y));
   cr_assert(dt_tensor_requires_grad(y), "%s: output does not require grad", c->name);
   weights = gc_input(dt_tensor_ndim(y), dt_tensor_shape(y), PLAIN);
+  if (dt_tensor_dtype(y) != DT_F64) {
+    dt_tensor *cast = NULL;
+    OK(dt_to(weights, dt_tensor_dtype(y), &cast));
+    dt_tensor_release(weights);
+    weights = cast;
+  }
   dt_tensor_release(y);
   OK(gc_loss(c, x, weights, &loss));
   OK(dt_backward(loss, NULL));
@@ -122,6 +132,7 @@ static void grad_check(const grad_case *c) {
     OK(dt_tensor_grad(x[i], &g));
     cr_assert_not_null(g, "%s: input %d has no gradient", c->name, i);
     int64_t n = dt_tensor_numel(x[i]);
+    cr_assert_eq(dt_tensor_numel(g), n, "%s: grad of input %d has the wrong size", c->name, i);
     cr_assert_eq(dt_tensor_ndim(g), dt_tensor_ndim(x[i]), "%s: grad %d ndim", c->name, i);
     for (int d = 0; d < dt_tensor_ndim(g); d++) {
       cr_assert_eq(dt_tensor_size(g, d), dt_tensor_size(x[i], d), "%s: grad %d dim %d", c->name, i,

@@ -1,4 +1,4 @@
-/* Helpers for the StridedShard tests (test_strided_shard.c, test_strided_followups.c): a whole
+/* Helpers for the StridedShard tests (test_strided_shard.c, test_strided_layers.c): a whole
  * tensor of known values, element-for-element comparisons of whole tensors, a placement check
  * and the comm-ledger counts of a block of calls. They return a dt_status through RANK_CHECK
  * and RANK_OK, so they run on a rank's thread. */
@@ -6,6 +6,8 @@
 #define DT_TESTS_STRIDED_HELPERS_H
 
 #include "comm_helpers.h"
+/* Private header: placements are compared exactly (split factor included) with
+ * dt__placements_equal. */
 #include "distributed/dist_impl.h"
 #include "reference.h"
 

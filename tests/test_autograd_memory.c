@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include "comm_helpers.h"
+/* Private header: memory stays flat: dt__autograd_live counts live autograd nodes. */
 #include "ops/op_impl.h"
 
 #define OK(call) cr_assert_eq((call), DT_OK, "%s: %s", #call, dt_last_error())

@@ -7,6 +7,8 @@
 #include <stdio.h>
 
 #include "gradcheck.h"
+/* Private header: every op with a backward is checked: the test walks dt__op_table and its
+ * traits. */
 #include "ops/op_impl.h"
 
 /* A bool tensor with true at every third element (row-major), as a fixed condition. */

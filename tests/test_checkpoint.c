@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Private header: a crash at any step of a save keeps the previous checkpoint:
+ * dt__checkpoint_fail_step injects it. */
 #include "checkpoint/checkpoint_impl.h"
 #include "comm_helpers.h"
 

@@ -8,6 +8,8 @@
 #include <criterion/criterion.h>
 #include <stdatomic.h>
 
+/* Private header: optional backend entries fall back in the public wrapper: the test builds
+ * backends from the real ones with entries removed. */
 #include "comm/comm_impl.h"
 #include "comm_helpers.h"
 

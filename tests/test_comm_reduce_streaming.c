@@ -3,6 +3,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
+/* Private header: the streaming reduction equals a naive one: dt__reduce_buffers is called
+ * directly. */
 #include "comm/comm_impl.h"
 #include "comm_helpers.h"
 

@@ -16,6 +16,7 @@
 
 #include "comm_helpers.h"
 #include "compile_helpers.h"
+/* Private header: compiled results keep eager placements: compared with dt__placements_equal. */
 #include "distributed/dist_impl.h"
 
 #define F 8 /* columns: even on 2 and 4 ranks for d's Shard(1) */

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "comm_helpers.h"
+/* Private header: the cost model's predicted bytes equal the comm ledger's: the predictions are
+ * internal. */
 #include "distributed/propagate_impl.h"
 #include "parallel/parallel_impl.h"
 #include "reference.h"

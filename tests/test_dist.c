@@ -632,9 +632,9 @@ Test(dist, sharding_cache_is_bounded) {
   cr_assert_eq(dt_comm_spawn(2, bounded_rank, NULL), DT_OK, "%s", dt_last_error());
 }
 
-/* ---- Regressions found in review: squeeze on shards, split counts, casts of Partials --------- */
+/* ---- Squeeze on shards, split counts, casts of Partials --------- */
 
-static dt_status review_rank(dt_comm *world, void *arg) {
+static dt_status squeeze_split_cast_rank(dt_comm *world, void *arg) {
   (void)arg;
   int rank = dt_comm_rank(world);
   dt_mesh *mesh = NULL;
@@ -694,8 +694,8 @@ static dt_status review_rank(dt_comm *world, void *arg) {
   dt_mesh_destroy(mesh);
   return DT_OK;
 }
-Test(dist, review_regressions) {
-  cr_assert_eq(dt_comm_spawn(3, review_rank, NULL), DT_OK, "%s", dt_last_error());
+Test(dist, squeeze_split_counts_and_partial_casts) {
+  cr_assert_eq(dt_comm_spawn(3, squeeze_split_cast_rank, NULL), DT_OK, "%s", dt_last_error());
 }
 
 Test(tensor, fill_values_that_do_not_fit_are_refused) {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Private header: the upcalls are filled in one place and the layering has no cycles. */
 #include "core/core_impl.h"
 #include "distributed/dist_impl.h"
 

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Private header: arenas and mesh info are the layout facilities under test themselves. */
 #include "core/core_impl.h"
 #include "dtensor/comm.h"
 #include "dtensor/mesh.h"

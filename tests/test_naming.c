@@ -4,6 +4,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
+/* Private header: every message starts with the function name: dt__error_prefix is the formatter
+ * under test. */
 #include "core/core_impl.h"
 #include "dtensor/dtensor.h"
 

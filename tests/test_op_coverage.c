@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Private header: every op carries every fact: the test walks dt__op_table. */
 #include "ops/op_impl.h"
 #include "sweep_cases.h"
 

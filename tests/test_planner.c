@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "comm_helpers.h"
+/* Private header: the planner's chosen placements: compared with dt__placements_equal. */
 #include "distributed/propagate_impl.h"
 #include "reference.h"
 

@@ -13,6 +13,8 @@
 
 #include <criterion/criterion.h>
 
+/* Private header: the planner is optimal on small cases: its plans and the propagator are
+ * internal. */
 #include "distributed/propagate_impl.h"
 
 /* The fractions at the optimum measured when this test was written; a change that lowers

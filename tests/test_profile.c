@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Private header: the recorder's inline fast path records exact begin/end pairs. */
 #include "profile/profile_impl.h"
 #include "reference.h"
 

@@ -5,6 +5,8 @@
  * included. */
 #include <criterion/criterion.h>
 
+/* Private header: S -> SS and P -> SS are single steps: the plan and its step kinds are
+ * internal. */
 #include "distributed/redistribute_impl.h"
 #include "strided_helpers.h"
 

@@ -5,6 +5,7 @@
  * tensor on 2x2 and 2x3 meshes; moves against the comm ledger and explain. */
 #include <criterion/criterion.h>
 
+/* Private header: nested StridedShard plans are single steps: the plan is internal. */
 #include "distributed/redistribute_impl.h"
 #include "strided_helpers.h"
 

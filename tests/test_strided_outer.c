@@ -8,6 +8,7 @@
  * and explain. */
 #include <criterion/criterion.h>
 
+/* Private header: the outer StridedShard form is recognised: dt__strided_outer is internal. */
 #include "distributed/redistribute_impl.h"
 #include "strided_helpers.h"
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Private header: fixture loaders report through dt__error like the library. */
 #include "core/core_impl.h"
 #include "dtensor/dtensor.h"
 

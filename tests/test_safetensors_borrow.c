@@ -1,4 +1,4 @@
-/* Review of the safetensors reader as a hostile user: an in-place op on a DT_SAFETENSORS_BORROW
+/* The safetensors reader under hostile use: an in-place op on a DT_SAFETENSORS_BORROW
  * tensor (dt_fill_, say) killed the process with SIGSEGV, the map being PROT_READ. The map is
  * now private copy-on-write: the write succeeds, stays in the process and never reaches the
  * file. */
@@ -7,7 +7,7 @@
 
 #include "comm_helpers.h"
 
-Test(review_safetensors, in_place_write_to_borrowed_tensor_does_not_crash) {
+Test(safetensors_borrow, in_place_write_to_borrowed_tensor_does_not_crash) {
   char path[128];
   snprintf(path, sizeof path, "/tmp/dt_review_borrow_%d.safetensors", (int)getpid());
   float v[4] = {1, 2, 3, 4};

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "comm_helpers.h"
+/* Private header: no autograd node outlives its graph: dt__autograd_live counts live nodes. */
 #include "ops/op_impl.h"
 
 #define RANKS 2
@@ -266,11 +267,13 @@ static dt_status rank_distribute_tensor(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(autograd_dist2, redistribute_backward) { SPAWN_OK(RANKS, rank_redistribute, NULL); }
-Test(autograd_dist2, from_local_backward) { SPAWN_OK(RANKS, rank_from_local, NULL); }
-Test(autograd_dist2, to_local_backward) { SPAWN_OK(RANKS, rank_to_local, NULL); }
-Test(autograd_dist2, full_tensor_backward) { SPAWN_OK(RANKS, rank_full_tensor, NULL); }
-Test(autograd_dist2, distribute_tensor_backward) { SPAWN_OK(RANKS, rank_distribute_tensor, NULL); }
+Test(autograd_dist_conversions, redistribute_backward) { SPAWN_OK(RANKS, rank_redistribute, NULL); }
+Test(autograd_dist_conversions, from_local_backward) { SPAWN_OK(RANKS, rank_from_local, NULL); }
+Test(autograd_dist_conversions, to_local_backward) { SPAWN_OK(RANKS, rank_to_local, NULL); }
+Test(autograd_dist_conversions, full_tensor_backward) { SPAWN_OK(RANKS, rank_full_tensor, NULL); }
+Test(autograd_dist_conversions, distribute_tensor_backward) {
+  SPAWN_OK(RANKS, rank_distribute_tensor, NULL);
+}
 
 /* ---- Safety ------------------------------------------------------------------------------ */
 
@@ -319,7 +322,7 @@ static dt_status rank_skip_backward(dt_comm *world, void *varg) {
   return DT_OK;
 }
 
-Test(autograd_dist2, backward_skipped_by_a_peer_fails_instead_of_hanging) {
+Test(autograd_dist_conversions, backward_skipped_by_a_peer_fails_instead_of_hanging) {
   setenv("DT_COMM_TIMEOUT_MS", "300", 1); /* this test's process only */
   skip_arg arg = {0};
   dt_comm_spawn(RANKS, rank_skip_backward, &arg); /* the failed collective may fail the run */
@@ -380,7 +383,7 @@ static dt_status rank_long_chain(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(autograd_dist2, long_chain_freed_without_recursion_on_a_rank_thread) {
+Test(autograd_dist_conversions, long_chain_freed_without_recursion_on_a_rank_thread) {
   SPAWN_OK(1, rank_long_chain, NULL);
 }
 
@@ -414,7 +417,7 @@ static dt_status rank_modified_saved(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(autograd_dist2, saved_distributed_tensor_modified_in_place_fails_backward) {
+Test(autograd_dist_conversions, saved_distributed_tensor_modified_in_place_fails_backward) {
   SPAWN_OK(RANKS, rank_modified_saved, NULL);
 }
 
@@ -443,7 +446,7 @@ static void counting_free(void *p, void *user) {
 /* A 100-layer MLP (width 4, batch 2), forward + backward + zero_grad 1,000 times: after
  * every iteration no node is alive, the autograd states are the parameters' own, and the
  * library holds as many allocations at the end as after the first iterations. */
-Test(autograd_dist2, mlp_100_layers_1000_iterations_keeps_memory_flat) {
+Test(autograd_dist_conversions, mlp_100_layers_1000_iterations_keeps_memory_flat) {
   enum { LAYERS = 100, WIDTH = 4, BATCH = 2, ITERS = 1000 };
   dt_set_allocator(&(dt_allocator){counting_alloc, counting_free, NULL});
   dt_tensor *w[LAYERS], *b[LAYERS], *x = NULL;

@@ -1,4 +1,4 @@
-/* Review of the autograd API as a hostile user: a tensor set as its own gradient, or as a
+/* The autograd API under hostile use: a tensor set as its own gradient, or as a
  * gradient a recorded tensor made from it (a reference cycle: neither was ever freed), and a
  * local gradient given to a distributed tensor (and the reverse), which surfaced only later
  * as an optimizer error far from the call that caused it. */
@@ -6,7 +6,7 @@
 
 #include "comm_helpers.h"
 
-Test(review_autograd, tensor_cannot_be_its_own_grad) {
+Test(autograd_grad_setter, tensor_cannot_be_its_own_grad) {
   int64_t live = dt_autograd_live_nodes();
   float v[3] = {1, 2, 3};
   dt_tensor *x = NULL, *g = NULL;
@@ -89,6 +89,6 @@ static dt_status local_grad_for_dist_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(review_autograd, local_and_distributed_grads_do_not_mix) {
+Test(autograd_grad_setter, local_and_distributed_grads_do_not_mix) {
   SPAWN_OK(2, local_grad_for_dist_rank, NULL);
 }

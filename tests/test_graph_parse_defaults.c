@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Private header: every op's schema defaults parse and print: graphs are built node by node from
+ * dt__op_table. */
 #include "graph/graph_impl.h"
 #include "reference.h"
 
@@ -50,7 +52,7 @@ static void expect_parse_error(const char *text, const char *a, const char *b) {
 
 /* ---- Defaults from the schema -------------------------------------------------------------- */
 
-Test(graph_parse_regress, omitted_alpha_is_one) {
+Test(graph_parse_defaults, omitted_alpha_is_one) {
   double sum[6], diff[6], plus2[6], minus2[6];
   for (int i = 0; i < 6; i++) {
     sum[i] = x_values[i] + y_values[i];
@@ -73,7 +75,7 @@ Test(graph_parse_regress, omitted_alpha_is_one) {
   expect_values("  %r = add.Tensor(%x, %y, scalars=[3]) : f32[2, 3]\n", x_plus_3y);
 }
 
-Test(graph_parse_regress, omitted_addmm_beta_and_alpha_are_one) {
+Test(graph_parse_defaults, omitted_addmm_beta_and_alpha_are_one) {
   /* x + x @ I: beta = alpha = 1 gives 2x; the old zeros gave 0. */
   double twice[6];
   for (int i = 0; i < 6; i++) twice[i] = 2 * x_values[i];
@@ -134,7 +136,7 @@ static const scalar_case scalar_cases[] = {
     {"uniform_", 2, {0, 1}},
 };
 
-Test(graph_parse_regress, every_op_scalar_defaults_come_from_its_schema) {
+Test(graph_parse_defaults, every_op_scalar_defaults_come_from_its_schema) {
   int matched = 0;
   for (int op = 0; op < DT_OP_COUNT; op++) {
     const dt_op_def *def = &dt__op_table[op];
@@ -161,7 +163,7 @@ Test(graph_parse_regress, every_op_scalar_defaults_come_from_its_schema) {
   cr_assert_eq(matched, (int)(sizeof scalar_cases / sizeof *scalar_cases));
 }
 
-Test(graph_parse_regress, defaults_print_and_round_trip) {
+Test(graph_parse_defaults, defaults_print_and_round_trip) {
   const char *text = HDR "  %a = add.Tensor(%x, %y) : f32[2, 3]\n"
                          "  %n = layer_norm(%a, None, None, int_list=[3]) : f32[2, 3]\n"
                          "  %m = mul.Tensor(%n, %y) : f32[2, 3]\n"
@@ -191,7 +193,7 @@ Test(graph_parse_regress, defaults_print_and_round_trip) {
   dt_graph_destroy(g);
 }
 
-Test(graph_parse_regress, a_scalar_without_default_must_be_given) {
+Test(graph_parse_defaults, a_scalar_without_default_must_be_given) {
   expect_parse_error(HDR "  %r = mul.Scalar(%x) : f32[2, 3]\n  return (%r)\n}", "mul.Scalar",
                      "'other' has no default");
   expect_parse_error(HDR "  %r = full_like(%x) : f32[2, 3]\n  return (%r)\n}", "full_like",
@@ -200,7 +202,7 @@ Test(graph_parse_regress, a_scalar_without_default_must_be_given) {
 
 /* ---- Arity --------------------------------------------------------------------------------- */
 
-Test(graph_parse_regress, extra_tensor_arguments_are_refused) {
+Test(graph_parse_defaults, extra_tensor_arguments_are_refused) {
   expect_parse_error(HDR "  %r = relu(%x, %y, %y) : f32[2, 3]\n  return (%r)\n}",
                      "relu takes 1 tensor argument, 3 given", "line 4");
   expect_parse_error(HDR "  %r = add.Tensor(%x, %x, %y) : f32[2, 3]\n  return (%r)\n}",
@@ -220,7 +222,7 @@ Test(graph_parse_regress, extra_tensor_arguments_are_refused) {
 
 /* One more tensor than the schema has, for every op of every family: refused by arity, before
  * anything looks at types or attributes. */
-Test(graph_parse_regress, every_op_refuses_an_extra_tensor) {
+Test(graph_parse_defaults, every_op_refuses_an_extra_tensor) {
   for (int op = 0; op < DT_OP_COUNT; op++) {
     const dt_op_def *def = &dt__op_table[op];
     dt_op_signature sig;
@@ -256,7 +258,7 @@ static char *chain_text(int n) {
   return text;
 }
 
-Test(graph_parse_regress, a_chain_of_100000_nodes_parses_and_runs, .timeout = 120) {
+Test(graph_parse_defaults, a_chain_of_100000_nodes_parses_and_runs, .timeout = 120) {
   int n = 100000;
   char *text = chain_text(n);
   dt_graph *g = NULL;
@@ -277,7 +279,7 @@ Test(graph_parse_regress, a_chain_of_100000_nodes_parses_and_runs, .timeout = 12
   dt_program_destroy(p);
 }
 
-Test(graph_parse_regress, names_are_found_among_many) {
+Test(graph_parse_defaults, names_are_found_among_many) {
   /* References far back, redefinitions and unknown names still behave in a large graph. */
   char *text = chain_text(5000);
   char *ret = strstr(text, "  return");
@@ -297,7 +299,7 @@ Test(graph_parse_regress, names_are_found_among_many) {
   free(text);
 }
 
-Test(graph_parse_regress, node_limit_is_documented_and_enforced) {
+Test(graph_parse_defaults, node_limit_is_documented_and_enforced) {
   cr_assert_eq(DT_GRAPH_MAX_NODES, 1 << 22);
   /* Appending past the limit fails without touching the graph. */
   dt_graph *g = NULL;

@@ -66,7 +66,7 @@ static dt_status flat_to_shard_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(strided_followups, ss_to_shard_same_dim_is_one_all_to_all) {
+Test(strided_layers, ss_to_shard_same_dim_is_one_all_to_all) {
   a2a_case even = {6, 4, 0}, uneven = {6, 5, 0}, small = {3, 3, 0};
   SPAWN_OK(4, flat_to_shard_rank, &even);
   SPAWN_OK(4, flat_to_shard_rank, &uneven); /* chunks 2, 2, 1, 0 of every block */
@@ -104,7 +104,7 @@ static dt_status other_dim_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(strided_followups, ss_to_shard_other_dim_is_one_all_to_all) {
+Test(strided_layers, ss_to_shard_other_dim_is_one_all_to_all) {
   a2a_case even = {4, 4, 1}, uneven = {3, 5, 1};
   SPAWN_OK(4, other_dim_rank, &even);
   SPAWN_OK(2, other_dim_rank, &uneven);
@@ -148,7 +148,7 @@ static dt_status sum_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(strided_followups, sum_over_strided_dim_is_free_partial) { SPAWN_OK(4, sum_rank, NULL); }
+Test(strided_layers, sum_over_strided_dim_is_free_partial) { SPAWN_OK(4, sum_rank, NULL); }
 
 /* ---- Caches keep split factors apart ----------------------------------------------------- */
 
@@ -188,7 +188,7 @@ static dt_status cache_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(strided_followups, caches_tell_split_factors_apart) { SPAWN_OK(4, cache_rank, NULL); }
+Test(strided_layers, caches_tell_split_factors_apart) { SPAWN_OK(4, cache_rank, NULL); }
 
 /* ---- Layers above: optimizer, parallelize, TP transform, checkpoints ---------------------- */
 
@@ -225,7 +225,7 @@ static dt_status optim_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(strided_followups, optimizer_compares_split_factors) { SPAWN_OK(4, optim_rank, NULL); }
+Test(strided_layers, optimizer_compares_split_factors) { SPAWN_OK(4, optim_rank, NULL); }
 
 static dt_status parallelize_rank(dt_comm *world, void *arg) {
   (void)arg;
@@ -246,9 +246,7 @@ static dt_status parallelize_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(strided_followups, parallelize_refuses_strided_layouts) {
-  SPAWN_OK(2, parallelize_rank, NULL);
-}
+Test(strided_layers, parallelize_refuses_strided_layouts) { SPAWN_OK(2, parallelize_rank, NULL); }
 
 static dt_status flatten_forward(dt_module *self, dt_tensor *input, dt_tensor **out) {
   (void)self;
@@ -277,7 +275,7 @@ static dt_status tp_rank(dt_comm *world, void *arg) {
 /* A colwise Linear's [3, 6] Shard(1) output flattened: eager dispatch would make it
  * SS(0, 3), which a graph value cannot hold; the transform gathers instead and the run
  * gives the model's values. */
-Test(strided_followups, tp_transform_never_places_strided) {
+Test(strided_layers, tp_transform_never_places_strided) {
   dt_module *layers[2] = {NULL}, *model = NULL;
   cr_assert_eq(dt_nn_linear(4, 6, true, 11, &layers[0]), DT_OK);
   cr_assert_eq(dt_module_create("Flatten", flatten_forward, NULL, &layers[1]), DT_OK);
@@ -312,7 +310,7 @@ static dt_status checkpoint_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(strided_followups, checkpoint_refuses_strided_clearly) {
+Test(strided_layers, checkpoint_refuses_strided_clearly) {
   char dir[] = "/tmp/dt_strided_ckpt_XXXXXX";
   cr_assert_not_null(mkdtemp(dir));
   SPAWN_OK(2, checkpoint_rank, dir);

@@ -189,22 +189,22 @@ static dt_status convert_rank(dt_comm *world, void *arg) {
   return st;
 }
 
-Test(export_regress, from_local_of_a_traced_value_is_refused) {
+Test(export_conversions, from_local_of_a_traced_value_is_refused) {
   SPAWN_OK(WORLD, convert_rank, (void *)(intptr_t)CALL_FROM_LOCAL);
 }
-Test(export_regress, redistribute_of_a_traced_value_is_refused) {
+Test(export_conversions, redistribute_of_a_traced_value_is_refused) {
   SPAWN_OK(WORLD, convert_rank, (void *)(intptr_t)CALL_REDISTRIBUTE);
 }
-Test(export_regress, full_tensor_of_a_traced_value_is_refused) {
+Test(export_conversions, full_tensor_of_a_traced_value_is_refused) {
   SPAWN_OK(WORLD, convert_rank, (void *)(intptr_t)CALL_FULL_TENSOR);
 }
-Test(export_regress, to_local_of_a_traced_value_is_refused) {
+Test(export_conversions, to_local_of_a_traced_value_is_refused) {
   SPAWN_OK(WORLD, convert_rank, (void *)(intptr_t)CALL_TO_LOCAL);
 }
-Test(export_regress, distribute_tensor_of_a_traced_value_is_refused) {
+Test(export_conversions, distribute_tensor_of_a_traced_value_is_refused) {
   SPAWN_OK(WORLD, convert_rank, (void *)(intptr_t)CALL_DISTRIBUTE_TENSOR);
 }
-Test(export_regress, from_local_of_a_constant_still_exports_and_follows_the_input) {
+Test(export_conversions, from_local_of_a_constant_still_exports_and_follows_the_input) {
   SPAWN_OK(WORLD, convert_rank, (void *)(intptr_t)CALL_CONSTANT_FROM_LOCAL);
 }
 
@@ -237,7 +237,9 @@ static dt_status parallelize_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(export_regress, parallelized_module_is_refused) { SPAWN_OK(WORLD, parallelize_rank, NULL); }
+Test(export_conversions, parallelized_module_is_refused) {
+  SPAWN_OK(WORLD, parallelize_rank, NULL);
+}
 
 /* ---- Redistributions inside a distributed op are part of the op: still exported ------------- */
 
@@ -274,6 +276,6 @@ static dt_status inner_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(export_regress, redistribution_inside_a_distributed_op_still_exports) {
+Test(export_conversions, redistribution_inside_a_distributed_op_still_exports) {
   SPAWN_OK(WORLD, inner_rank, NULL);
 }

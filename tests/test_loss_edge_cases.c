@@ -1,4 +1,4 @@
-/* Review of the loss API as a hostile user: mse_loss on integer tensors was computed in
+/* The loss API under hostile use: mse_loss on integer tensors was computed in
  * integer arithmetic (a truncated mean, no gradient) although the header asks for floating
  * tensors; it now fails with DT_ERR_DTYPE naming both dtypes. Also pinned: cross_entropy's
  * mean over zero counted rows is NaN (PyTorch), local and batch-sharded. */
@@ -6,7 +6,7 @@
 
 #include "comm_helpers.h"
 
-Test(review_loss, mse_refuses_integers) {
+Test(loss_edge_cases, mse_refuses_integers) {
   int64_t a[3] = {1, 2, 4}, b[3] = {0, 0, 0};
   dt_tensor *x = NULL, *y = NULL, *out = NULL;
   cr_assert_eq(dt_from_data(a, 1, (int64_t[]){3}, DT_I64, &x), DT_OK);
@@ -65,7 +65,7 @@ static dt_status all_ignored_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(review_loss, cross_entropy_mean_over_zero_targets_is_nan) {
+Test(loss_edge_cases, cross_entropy_mean_over_zero_targets_is_nan) {
   float lg[6] = {1, 2, 3, 4, 5, 6};
   int64_t tg[2] = {7, 7};
   dt_tensor *logits = NULL, *target = NULL, *out = NULL;
@@ -143,4 +143,6 @@ static dt_status mixed_meshes_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(review_loss, arguments_on_different_meshes_are_named) { SPAWN_OK(2, mixed_meshes_rank, NULL); }
+Test(loss_edge_cases, arguments_on_different_meshes_are_named) {
+  SPAWN_OK(2, mixed_meshes_rank, NULL);
+}

@@ -8,7 +8,7 @@
 
 static void assert_message(const char *expected) { cr_assert_str_eq(dt_last_error(), expected); }
 
-Test(dedup_regress, matrix_shape_messages_are_exact) {
+Test(kernel_sharing, matrix_shape_messages_are_exact) {
   dt_tensor *a2 = ref_random(2, (int64_t[]){2, 3}, DT_F32, -1, 1, 1);
   dt_tensor *b2 = ref_random(2, (int64_t[]){4, 5}, DT_F32, -1, 1, 2);
   dt_tensor *a3 = ref_random(3, (int64_t[]){2, 3, 4}, DT_F32, -1, 1, 3);
@@ -31,7 +31,7 @@ Test(dedup_regress, matrix_shape_messages_are_exact) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
 }
 
-Test(dedup_regress, embedding_rows_contiguous_and_strided) {
+Test(kernel_sharing, embedding_rows_contiguous_and_strided) {
   /* w = [[0, 1, 2], [10, 11, 12], [20, 21, 22], [30, 31, 32]] */
   double wv[12];
   for (int r = 0; r < 4; r++) {
@@ -63,7 +63,7 @@ Test(dedup_regress, embedding_rows_contiguous_and_strided) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
 }
 
-Test(dedup_regress, integer_matrix_products) {
+Test(kernel_sharing, integer_matrix_products) {
   dt_tensor *a = ref_tensor(2, (int64_t[]){2, 3}, DT_I32, (double[]){1, 2, 3, 4, 5, 6});
   dt_tensor *b = ref_tensor(2, (int64_t[]){3, 2}, DT_I64, (double[]){7, 8, 9, 10, 11, 12});
   dt_tensor *y = NULL;

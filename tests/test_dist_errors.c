@@ -60,13 +60,13 @@ static dt_status destroy_mesh_first_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(dist_regress, mesh_destroyed_before_its_tensors_threads) {
+Test(dist_errors, mesh_destroyed_before_its_tensors_threads) {
   SPAWN_OK(4, destroy_mesh_first_rank, NULL);
   /* Run twice: a stale cache entry or a freed group would show on the second run. */
   SPAWN_OK(4, destroy_mesh_first_rank, NULL);
 }
 
-Test(dist_regress, mesh_destroyed_before_its_tensors_fake) {
+Test(dist_errors, mesh_destroyed_before_its_tensors_fake) {
   dt_comm *world = NULL;
   cr_assert_eq(
       dt_comm_init(&(dt_comm_options){.backend = "fake", .rank = 1, .world_size = 4}, &world),
@@ -141,9 +141,9 @@ static dt_status int_avg_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(dist_regress, partial_avg_refused_for_integers) { SPAWN_OK(2, int_avg_rank, NULL); }
+Test(dist_errors, partial_avg_refused_for_integers) { SPAWN_OK(2, int_avg_rank, NULL); }
 
-Test(dist_regress, to_local_and_full_tensor_refuse_local_tensors) {
+Test(dist_errors, to_local_and_full_tensor_refuse_local_tensors) {
   dt_tensor *t = NULL, *out = (dt_tensor *)1;
   cr_assert_eq(dt_ones(1, (int64_t[]){3}, DT_F32, &t), DT_OK);
   cr_assert_eq(dt_dist_to_local(t, &out), DT_ERR_INVALID);
@@ -196,7 +196,7 @@ static dt_status uneven_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(dist_regress, from_local_uneven_message_names_global_shape) { SPAWN_OK(2, uneven_rank, NULL); }
+Test(dist_errors, from_local_uneven_message_names_global_shape) { SPAWN_OK(2, uneven_rank, NULL); }
 
 /* ---- Item 12: messages -------------------------------------------------------------------- */
 
@@ -241,7 +241,7 @@ static dt_status mesh_names_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(dist_regress, messages_name_meshes_by_shape) { SPAWN_OK(4, mesh_names_rank, NULL); }
+Test(dist_errors, messages_name_meshes_by_shape) { SPAWN_OK(4, mesh_names_rank, NULL); }
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -278,4 +278,4 @@ static dt_status late_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(dist_regress, timeout_names_waiting_and_missing_rank) { SPAWN_OK(4, late_rank, NULL); }
+Test(dist_errors, timeout_names_waiting_and_missing_rank) { SPAWN_OK(4, late_rank, NULL); }

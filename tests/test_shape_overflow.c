@@ -11,7 +11,7 @@
 
 /* Each creation function refuses an empty shape whose other sizes multiply past int64 (its
  * contiguous strides would overflow), naming itself and the shape. */
-Test(regress, creation_refuses_overflowing_empty_shapes) {
+Test(shape_overflow, creation_refuses_overflowing_empty_shapes) {
   int64_t shapes[][3] = {{0, BIG, BIG}, {BIG, BIG, 0}, {0, (int64_t)1 << 32, (int64_t)1 << 32}};
   for (int s = 0; s < 3; s++) {
     dt_tensor *t = (dt_tensor *)0x1;
@@ -41,7 +41,7 @@ Test(regress, creation_refuses_overflowing_empty_shapes) {
 }
 
 /* An empty shape whose sizes stay in range works and has exact contiguous strides. */
-Test(regress, empty_shapes_in_range_have_exact_strides) {
+Test(shape_overflow, empty_shapes_in_range_have_exact_strides) {
   int64_t big = (int64_t)1 << 29;
   dt_tensor *t = NULL, *n = NULL;
   cr_assert_eq(dt_zeros(3, (int64_t[]){0, big, big}, DT_F32, &t), DT_OK, "%s", dt_last_error());
@@ -66,7 +66,7 @@ Test(regress, empty_shapes_in_range_have_exact_strides) {
 
 /* The case from the issue: strides [INT64_MAX, 1] made the extent overflow, were accepted,
  * and dt_contiguous then read outside the buffer. */
-Test(regress, wrap_refuses_overflowing_strides) {
+Test(shape_overflow, wrap_refuses_overflowing_strides) {
   float data[6] = {1, 2, 3, 4, 5, 6};
   dt_tensor *t = (dt_tensor *)0x1;
   cr_assert_eq(dt_wrap(data, sizeof data, 2, (int64_t[]){2, 3}, (int64_t[]){BIG, 1}, DT_F32, &t),
@@ -92,7 +92,7 @@ Test(regress, wrap_refuses_overflowing_strides) {
 
 /* The buffer must hold every element the geometry reads; the error names nbytes and the
  * bytes needed. */
-Test(regress, wrap_checks_the_buffer_size) {
+Test(shape_overflow, wrap_checks_the_buffer_size) {
   float data[12];
   for (int i = 0; i < 12; i++) data[i] = (float)i;
   dt_tensor *t = (dt_tensor *)0x1, *c = NULL;
@@ -127,7 +127,7 @@ Test(regress, wrap_checks_the_buffer_size) {
 
 /* view and reshape of an empty tensor used to accept any target with a 0 in it and compute
  * its contiguous strides, which overflowed. */
-Test(regress, view_and_reshape_refuse_overflowing_empty_targets) {
+Test(shape_overflow, view_and_reshape_refuse_overflowing_empty_targets) {
   dt_tensor *a = NULL, *v = (dt_tensor *)0x1;
   cr_assert_eq(dt_zeros(1, (int64_t[]){0}, DT_F32, &a), DT_OK);
   cr_assert_eq(dt_view(a, 3, (int64_t[]){0, BIG, BIG}, &v), DT_ERR_INVALID);
@@ -147,7 +147,7 @@ Test(regress, view_and_reshape_refuse_overflowing_empty_targets) {
 }
 
 /* expand checks its target like a created shape; the expanded view reads the right values. */
-Test(regress, expand_refuses_overflowing_targets) {
+Test(shape_overflow, expand_refuses_overflowing_targets) {
   dt_tensor *a = NULL, *e = (dt_tensor *)0x1;
   cr_assert_eq(dt_zeros(2, (int64_t[]){0, 1}, DT_F32, &a), DT_OK);
   cr_assert_eq(dt_expand(a, 3, (int64_t[]){BIG, 0, BIG}, &e), DT_ERR_INVALID);
@@ -166,7 +166,7 @@ Test(regress, expand_refuses_overflowing_targets) {
 
 /* A broadcast output that is empty but whose contiguous strides overflow: [0, 2^32, 1] +
  * [2^32] (an expanded view, no memory) is [0, 2^32, 2^32]. */
-Test(regress, broadcast_output_refuses_overflowing_empty_shape) {
+Test(shape_overflow, broadcast_output_refuses_overflowing_empty_shape) {
   int64_t big = (int64_t)1 << 32;
   dt_tensor *a = NULL, *one = NULL, *b = NULL, *out = (dt_tensor *)0x1;
   cr_assert_eq(dt_zeros(3, (int64_t[]){0, big, 1}, DT_F32, &a), DT_OK);
@@ -181,7 +181,7 @@ Test(regress, broadcast_output_refuses_overflowing_empty_shape) {
 }
 
 /* cat of many large empty tensors summed their sizes into a wrapped int64. */
-Test(regress, cat_refuses_overflowing_size_sum) {
+Test(shape_overflow, cat_refuses_overflowing_size_sum) {
   int64_t big = INT64_MAX / 16;
   dt_tensor *a = NULL, *list[17], *out = (dt_tensor *)0x1;
   cr_assert_eq(dt_zeros(2, (int64_t[]){0, big}, DT_F32, &a), DT_OK, "%s", dt_last_error());
@@ -260,7 +260,7 @@ static void check_mlp(bool hidden_bias, bool output_bias, int n_expected,
   dt_module_destroy(m);
 }
 
-Test(regress, mlp_bias_per_layer) {
+Test(shape_overflow, mlp_bias_per_layer) {
   check_mlp(true, true, 4, (const char *[]){"0.weight", "0.bias", "2.weight", "2.bias"});
   /* PyTorch's models that drop only the second bias. */
   check_mlp(true, false, 3, (const char *[]){"0.weight", "0.bias", "2.weight"});
@@ -269,7 +269,7 @@ Test(regress, mlp_bias_per_layer) {
 }
 
 /* Each Linear is seeded alone (seed, seed + 1): its weight does not depend on the flags. */
-Test(regress, mlp_bias_flags_keep_seeds) {
+Test(shape_overflow, mlp_bias_flags_keep_seeds) {
   dt_module *a = NULL, *b = NULL;
   cr_assert_eq(dt_nn_mlp(3, 8, 5, true, false, 7, &a), DT_OK);
   cr_assert_eq(dt_nn_mlp(3, 8, 5, false, true, 7, &b), DT_OK);

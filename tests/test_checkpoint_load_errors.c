@@ -1,4 +1,4 @@
-/* Review of the checkpoint API as a hostile user: dt_checkpoint_load into a target of another
+/* The checkpoint API under hostile use: dt_checkpoint_load into a target of another
  * shape said only "float32 of 2 dims ... float32 of 2 dims (or a dim differs)"; it now names
  * both shapes. Also pinned: the target is left unchanged. */
 #include <criterion/criterion.h>
@@ -23,7 +23,7 @@ static dt_status save_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-Test(review_checkpoint, load_shape_mismatch_names_both_shapes) {
+Test(checkpoint_load_errors, load_shape_mismatch_names_both_shapes) {
   snprintf(dir, sizeof dir, "/tmp/dt_review_ckpt_%d", (int)getpid());
   SPAWN_OK(2, save_rank, NULL);
   float z[8] = {0};
@@ -63,7 +63,7 @@ Test(review_checkpoint, load_shape_mismatch_names_both_shapes) {
 
 /* dt_state_dict_save to a directory failed with a message that began with the inner
  * dt_safetensors_save; it now names the public function first, then the writer's reason. */
-Test(review_checkpoint, state_dict_save_error_names_the_function) {
+Test(checkpoint_load_errors, state_dict_save_error_names_the_function) {
   dt_module *m = NULL;
   cr_assert_eq(dt_nn_linear(3, 2, true, 0, &m), DT_OK, "%s", dt_last_error());
   cr_assert_eq(dt_state_dict_save(m, "/tmp"), DT_ERR_IO);
