@@ -128,10 +128,13 @@ typedef struct dt_state_dict_report {
 } dt_state_dict_report;
 
 /* Loads the file's tensors into module's parameters and buffers by FQN ("0.weight",
- * "mlps.0.0.bias"), PyTorch's load_state_dict. A parameter that is a distributed tensor
- * (after dt_parallelize_module, say) keeps its mesh and placements, and each rank reads only
- * its block (dt_safetensors_load_distributed). Every value is read and checked before any is
- * installed, so on failure the module is unchanged. report may be NULL.
+ * "mlps.0.0.bias"), PyTorch's load_state_dict: the values are copied in place (under no_grad)
+ * into the tensors the module holds, so every parameter keeps its handle, placements and
+ * requires_grad, and an optimizer or FSDP unit holding it sees the new values. A distributed
+ * parameter (dt_parallelize_module, dt_fully_shard, dt_data_parallel, 2-D) keeps its mesh and
+ * placements, and each rank reads only its block (dt_safetensors_load_distributed) into its
+ * shard. Every value is read and checked before any is copied, so on failure the module is
+ * unchanged. report may be NULL.
  * Errors: DT_ERR_INVALID (NULL module or file; in strict mode any missing or unexpected key,
  * all named in the message; a dtype or shape that differs from the module's, naming the key
  * and both), the errors of dt_safetensors_load, DT_ERR_NOMEM. */

@@ -132,8 +132,9 @@ DT_API dt_status dt_parallelize_module_on_dim(dt_module *model, dt_mesh *mesh, i
 /* Options of dt_fully_shard. Zero-initialise; NULL means all defaults. */
 typedef struct dt_fsdp_options {
   int mesh_dim; /* the data-parallel mesh dim (default 0) */
-  /* PyTorch's reshard_after_forward=False: the module keeps the gathered parameters until its
-   * next forward, and backward does not gather them again. */
+  /* PyTorch's reshard_after_forward=False: the unit keeps the gathered parameters until its
+   * next forward, and backward does not gather them again. Between forwards the module holds
+   * its sharded leaves in both modes (what state dicts save and load). */
   bool keep_unsharded_after_forward;
   /* A unit's pre-hook starts the next unit's all-gathers (async), and its pre-backward the
    * previous unit's re-gathers. */

@@ -9,7 +9,9 @@
 #include "checkpoint/checkpoint_impl.h"
 #include "checkpoint/checkpoint_meta.h"
 #include "core/core_impl.h"
+#include "dtensor/autograd.h"
 #include "dtensor/nn.h"
+#include "dtensor/ops.h"
 
 /* A growing comma-separated list of keys, for the report and messages. */
 typedef struct key_list {
@@ -82,20 +84,25 @@ static void slot_list_free(slot_list *list) {
   dt__free(list->names);
 }
 
-/* The module owning `fqn` and the entry's own name (after the last dot). */
-static dt_module *owner_of(dt_module *root, const char *fqn, const char **leaf) {
-  const char *dot = strrchr(fqn, '.');
-  if (!dot) {
-    *leaf = fqn;
-    return root;
+/* Copies value (read in target's own placements, so the local blocks match) into target
+ * in place, under no_grad: a parameter is a leaf that requires grad, and a load is not part
+ * of any graph (PyTorch copies under torch.no_grad too). */
+static dt_status copy_into(dt_tensor *target, dt_tensor *value) {
+  bool prev = dt_grad_mode_set(false);
+  dt_tensor *dst = NULL, *src = NULL;
+  dt_status st = DT_OK;
+  if (dt_tensor_is_distributed(target)) {
+    st = dt_dist_to_local(target, &dst);
+    if (!st) st = dt_dist_to_local(value, &src);
+  } else {
+    dst = dt_tensor_retain(target);
+    src = dt_tensor_retain(value);
   }
-  *leaf = dot + 1;
-  char path[1024];
-  size_t n = (size_t)(dot - fqn);
-  if (n >= sizeof path) return NULL;
-  memcpy(path, fqn, n);
-  path[n] = '\0';
-  return dt_module_find(root, path);
+  if (!st) st = dt_copy_(dst, src);
+  dt_tensor_release(dst);
+  dt_tensor_release(src);
+  dt_grad_mode_set(prev);
+  return st;
 }
 
 static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size) {
@@ -178,17 +185,15 @@ dt_status dt_state_dict_load(dt_module *module, dt_safetensors *file,
     }
     if (st) goto done;
   }
-  for (int i = 0; i < slots.count; i++) {
-    slot *s = &slots.items[i];
-    if (!s->value) continue;
-    const char *leaf = NULL;
-    dt_module *owner = owner_of(module, s->fqn, &leaf);
-    if (!owner) {
-      st = dt__error(DT_ERR_INVALID, "%s: key `%s`: no module owns it", op, s->fqn);
-      goto done;
-    }
-    st = dt_module_set_tensor(owner, leaf, s->value);
-    if (st) goto done;
+  /* Every value is in hand: copied into the tensors the module already holds, so handles,
+   * placements and requires_grad stay, and whoever else holds them (an optimizer, FSDP's
+   * units) sees the new values. */
+  for (int i = 0; i < slots.count && !st; i++) {
+    if (slots.items[i].value) st = copy_into(slots.items[i].target, slots.items[i].value);
+  }
+  if (st) {
+    dt__error_prefix(op);
+    goto done;
   }
   if (report) {
     report->n_missing = missing.count;

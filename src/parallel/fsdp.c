@@ -557,13 +557,16 @@ static dt_status post_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *u
     drop_locals(u);
     return DT_OK;
   }
-  /* Without resharding the module keeps the gathered parameters until its next forward
-   * (PyTorch's reshard_after_forward=False); the optimizer's leaves stay the sharded ones. */
-  if (!u->reshard_after_forward) {
-    *out = dt_tensor_retain(in);
-    return DT_OK;
-  }
+  /* The module holds its sharded leaves again in both modes, so that between forwards a
+   * state dict, an optimizer or a load sees the tensors the optimizer updates (PyTorch FSDP2
+   * moves to the sharded parameters before a state dict too). Without resharding the unit
+   * keeps the gathered buffers (fp->local) until its next forward and its backward does not
+   * gather them again (PyTorch's reshard_after_forward=False). */
   dt_status st = reshard(u, m);
+  if (!u->reshard_after_forward) {
+    *out = st ? NULL : dt_tensor_retain(in);
+    return st ? hook_failed(st, u, "post-forward") : DT_OK;
+  }
   if (!st && dt_tensor_requires_grad(in)) {
     st = free_after_forward(u, in, out);
   } else if (!st) {
