@@ -38,6 +38,7 @@
 #include "dtensor/profile.h"
 #include "dtensor/trace.h"
 #include "dtensor/parallel.h"
+#include "dtensor/pipeline.h"
 #include "dtensor/tensor.h"
 
 #endif /* DTENSOR_DTENSOR_H */

@@ -73,6 +73,10 @@ DT_API dt_status dt_module_create(const char *type, dt_forward_fn forward, void 
 /* Adds a child under name (no dots; unique among the module's names). The parent owns child
  * from now on, also when this fails. Errors: DT_ERR_INVALID (NULL, bad or duplicate name). */
 DT_API dt_status dt_module_add_child(dt_module *parent, const char *name, dt_module *child);
+/* Removes child i (insertion order) from parent and hands it to the caller in *child (who
+ * destroys it or adds it elsewhere; its name is dt_module_child_name(parent, i) before the
+ * call); the later children move up by one. Errors: DT_ERR_INVALID (NULL, i out of range). */
+DT_API dt_status dt_module_take_child(dt_module *parent, int i, dt_module **child);
 /* Adds a parameter / buffer (retained). Errors as for dt_module_add_child. */
 DT_API dt_status dt_module_add_parameter(dt_module *m, const char *name, dt_tensor *t);
 DT_API dt_status dt_module_add_buffer(dt_module *m, const char *name, dt_tensor *t);

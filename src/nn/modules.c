@@ -113,6 +113,23 @@ dt_status dt_module_add_child(dt_module *parent, const char *name, dt_module *ch
   return DT_OK;
 }
 
+dt_status dt_module_take_child(dt_module *parent, int i, dt_module **child) {
+  if (!child) return dt__error(DT_ERR_INVALID, "dt_module_take_child: child is NULL");
+  *child = NULL;
+  if (!parent) return dt__error(DT_ERR_INVALID, "dt_module_take_child: parent is NULL");
+  if (i < 0 || i >= parent->n_children) {
+    return dt__error(DT_ERR_INVALID, "dt_module_take_child: index %d outside 0..%d of %s", i,
+                     parent->n_children - 1, parent->type);
+  }
+  *child = parent->children[i];
+  for (int k = i; k + 1 < parent->n_children; k++) {
+    parent->children[k] = parent->children[k + 1];
+    memcpy(parent->child_names[k], parent->child_names[k + 1], MAX_NAME);
+  }
+  parent->n_children--;
+  return DT_OK;
+}
+
 static dt_status add_tensor(const char *op, dt_module *m, const char *name, dt_tensor *t,
                             bool buffer) {
   if (!m || !t) return dt__error(DT_ERR_INVALID, "%s: NULL module or tensor", op);
