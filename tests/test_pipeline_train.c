@@ -1,8 +1,8 @@
 /* Pipeline parallelism trains PyTorch's fixtures (../shared/fixtures/training): the fixture
  * MLPs split into two stages ([Linear, ReLU] and [Linear]) on pp = 2, alone (threads, local
- * tensors), with DDP on dp = 2 (4 ranks) and with DDP x TP in 3-D dp = 2 x pp = 2 x tp = 2
- * (8 rank threads): PyTorch's loss at every step (relative 1e-5) and its final weights
- * (relative 1e-4 plus 1e-6), for GPipe and 1F1B. */
+ * tensors), with DDP or FSDP on dp = 2 (4 ranks) and with DDP x TP or FSDP x TP in 3-D
+ * dp = 2 x pp = 2 x tp = 2 (8 rank threads): PyTorch's loss at every step (relative 1e-5) and
+ * its final weights (relative 1e-4 plus 1e-6), for GPipe and 1F1B with 1 and 2 microbatches. */
 #include <criterion/criterion.h>
 
 #include "comm_helpers.h"
@@ -16,7 +16,7 @@
 #define WEIGHT_RTOL 1e-4
 #define WEIGHT_ATOL 1e-6
 
-typedef enum layout { PP, DP_PP, DP_PP_TP } layout;
+typedef enum layout { PP, DP_PP, DP_PP_TP, DP_PP_FSDP, DP_PP_TP_FSDP } layout;
 
 typedef struct train_arg {
   const run *r;
@@ -46,13 +46,19 @@ static dt_status build_stage(const train_arg *a, int pp_rank, dt_mesh *stage_mes
   dt_module_destroy(model);
   dt_module_destroy(stages[1 - pp_rank]);
   dt_module *stage = stages[pp_rank];
-  if (a->layout == DP_PP_TP) {
+  bool tp = a->layout == DP_PP_TP || a->layout == DP_PP_TP_FSDP;
+  bool fsdp = a->layout == DP_PP_FSDP || a->layout == DP_PP_TP_FSDP;
+  if (tp) {
     dt_tp_plan_entry entry = pp_rank == 0 ? (dt_tp_plan_entry){"0", DT_TP_COLWISE}
                                           : (dt_tp_plan_entry){"2", DT_TP_ROWWISE};
     dt_tp_plan plan = {1, &entry};
     RANK_OK(dt_parallelize_module_on_dim(stage, stage_mesh, 1, &plan, NULL));
   }
-  if (a->layout != PP) RANK_OK(dt_data_parallel(stage, stage_mesh, 0, NULL));
+  if (fsdp) {
+    RANK_OK(dt_fully_shard(stage, stage_mesh, &(dt_fsdp_options){.mesh_dim = 0}));
+  } else if (a->layout != PP) {
+    RANK_OK(dt_data_parallel(stage, stage_mesh, 0, NULL));
+  }
   RANK_OK(dt_module_visit_tensors(stage, require_grad, NULL));
   *out = stage;
   return DT_OK;
@@ -82,6 +88,8 @@ static dt_status train_rank(dt_comm *world, void *varg) {
   if (a->layout == PP) {
     RANK_OK(dt_pp_mesh_create(world, 1, (int[]){2}, (const char *[]){"pp"}, "pp", &pm));
   } else if (a->layout == DP_PP) {
+    RANK_OK(dt_pp_mesh_create(world, 2, (int[]){2, 2}, (const char *[]){"dp", "pp"}, "pp", &pm));
+  } else if (a->layout == DP_PP_FSDP) {
     RANK_OK(dt_pp_mesh_create(world, 2, (int[]){2, 2}, (const char *[]){"dp", "pp"}, "pp", &pm));
   } else {
     RANK_OK(dt_pp_mesh_create(world, 3, (int[]){2, 2, 2}, (const char *[]){"dp", "pp", "tp"}, "pp",
@@ -127,7 +135,8 @@ static dt_status train_rank(dt_comm *world, void *varg) {
                "%s step %d: loss %.9g, "
                "PyTorch %.9g",
                r->name, s, loss, want[s]);
-    if (a->layout != PP) RANK_OK(dt_data_parallel_reduce_gradients(2, pc.t, 0, NULL, NULL));
+    if (a->layout == DP_PP || a->layout == DP_PP_TP)
+      RANK_OK(dt_data_parallel_reduce_gradients(2, pc.t, 0, NULL, NULL));
     RANK_OK(dt_optimizer_step(opt));
   }
   RANK_OK(fixture_compare_final(r->name, pc.t, names, 2, WEIGHT_RTOL, WEIGHT_ATOL, false));
@@ -159,3 +168,5 @@ static void train_all(layout which, int world) {
 Test(pipeline_train, fixtures_on_pp2) { train_all(PP, 2); }
 Test(pipeline_train, fixtures_on_dp2_pp2_ddp) { train_all(DP_PP, 4); }
 Test(pipeline_train, fixtures_on_dp2_pp2_tp2_ddp) { train_all(DP_PP_TP, 8); }
+Test(pipeline_train, fixtures_on_dp2_pp2_fsdp) { train_all(DP_PP_FSDP, 4); }
+Test(pipeline_train, fixtures_on_dp2_pp2_tp2_fsdp) { train_all(DP_PP_TP_FSDP, 8); }

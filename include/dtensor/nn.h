@@ -92,6 +92,19 @@ DT_API void dt_module_destroy(dt_module *m);
  * as ModuleList), and the forward's own errors. */
 DT_API dt_status dt_module_forward(dt_module *m, dt_tensor *input, dt_tensor **out);
 
+/* Activation checkpointing of m (PyTorch's checkpoint around the module's call, hooks
+ * included): under grad mode its forward runs without recording, so the module's intermediate
+ * activations are not kept, only its input; the backward runs the forward again with recording
+ * on and back-propagates through the recomputation. Gradients are bitwise those without
+ * checkpointing (deterministic kernels); the price is one more forward of m per backward.
+ * A checkpointed module inside another recomputes again in the outer recomputation's backward.
+ * The module must outlive the graphs its forward records. Forwards that draw random numbers
+ * would draw again (no module here does). Errors: DT_ERR_INVALID (NULL m, enabling on a module
+ * without forward). */
+DT_API dt_status dt_module_set_checkpoint(dt_module *m, bool enabled);
+/* Whether m is checkpointed; false for NULL. */
+DT_API bool dt_module_checkpointed(const dt_module *m);
+
 /* The module's type name ("Linear", ...) and the user data of a custom module; borrowed,
  * valid while the module lives; NULL for NULL. */
 DT_API const char *dt_module_type(const dt_module *m);

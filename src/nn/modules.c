@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/core_impl.h"
+#include "nn/nn_impl.h"
 #include "dtensor/nn.h"
 #include "dtensor/ops.h"
 
@@ -32,6 +33,7 @@ struct dt_module {
   } hooks[DT_MODULE_MAX_HOOKS];
   int64_t size; /* LayerNorm: normalized dim */
   double eps;
+  bool checkpoint; /* activation checkpointing (checkpoint.c) */
 };
 
 /* ---- Creation ------------------------------------------------------------------------------- */
@@ -335,12 +337,42 @@ static void unwind_hooks(dt_module *m, int from, dt_status st) {
   if (strcmp(message, dt_last_error()) != 0) dt__error(st, "%s", message);
 }
 
+static dt_status forward_plain(dt_module *m, dt_tensor *input, dt_tensor **out);
+
+/* Whether any parameter of the tree requires grad (a checkpointed module's node is needed). */
+static dt_status any_requires_grad(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
+  (void)fqn;
+  if (!is_buffer && dt_tensor_requires_grad(t)) *(bool *)user = true;
+  return DT_OK;
+}
+
 dt_status dt_module_forward(dt_module *m, dt_tensor *input, dt_tensor **out) {
   if (!out) return dt__error(DT_ERR_INVALID, "dt_module_forward: out is NULL");
   *out = NULL;
   if (!m || !input) return dt__error(DT_ERR_INVALID, "dt_module_forward: NULL module or input");
   if (!m->forward)
     return dt__error(DT_ERR_INVALID, "dt_module_forward: %s has no forward", m->type);
+  if (m->checkpoint && dt_grad_mode_enabled()) {
+    bool params = false;
+    dt_module_visit_tensors(m, any_requires_grad, &params);
+    return dt__checkpoint_forward(m, m->type, params, forward_plain, input, out);
+  }
+  return forward_plain(m, input, out);
+}
+
+dt_status dt_module_set_checkpoint(dt_module *m, bool enabled) {
+  if (!m) return dt__error(DT_ERR_INVALID, "dt_module_set_checkpoint: module is NULL");
+  if (enabled && !m->forward) {
+    return dt__error(DT_ERR_INVALID, "dt_module_set_checkpoint: %s has no forward to recompute",
+                     m->type);
+  }
+  m->checkpoint = enabled;
+  return DT_OK;
+}
+
+bool dt_module_checkpointed(const dt_module *m) { return m && m->checkpoint; }
+
+static dt_status forward_plain(dt_module *m, dt_tensor *input, dt_tensor **out) {
   /* The last pair added is the outermost: pre hooks run from the last added to the first,
    * post hooks from the first to the last. */
   dt_tensor *x = dt_tensor_retain(input), *y = NULL;
