@@ -40,9 +40,8 @@ static const struct {
 } specialized[] = {
     {DT_OP_FILL_, "not written yet"},         {DT_OP_MASKED_FILL, "not written yet"},
     {DT_OP_BMM, "not written yet"},           {DT_OP_ADDMM, "not written yet"},
-    {DT_OP_SCATTER_ADD, "not written yet"},   {DT_OP_COPY_, "not written yet"},
-    {DT_OP_FLATTEN, "not written yet"},       {DT_OP_PERMUTE, "not written yet"},
-    {DT_OP_EXPAND, "sizes are constants"},    {DT_OP_SQUEEZE, "which dims are 1 is data"},
+    {DT_OP_COPY_, "not written yet"},         {DT_OP_FLATTEN, "not written yet"},
+    {DT_OP_PERMUTE, "not written yet"},       {DT_OP_SQUEEZE, "which dims are 1 is data"},
     {DT_OP_SQUEEZE_DIM, "not written yet"},   {DT_OP_NARROW, "start and length are constants"},
     {DT_OP_SLICE, "start and end clamp"},     {DT_OP_SELECT, "not written yet"},
     {DT_OP_SPLIT, "the piece count is data"}, {DT_OP_SPLIT_WITH_SIZES, "sizes are constants"},
@@ -77,7 +76,9 @@ static const char *shape_names[] = {"SPECIALIZE (guards)",
                                     "chunk",
                                     "transpose",
                                     "unsqueeze",
-                                    "view"};
+                                    "view",
+                                    "expand",
+                                    "scatter_add"};
 _Static_assert(sizeof shape_names / sizeof *shape_names == DT_SHAPE_COUNT,
                "a name for every shape family");
 

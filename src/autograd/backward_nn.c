@@ -2,6 +2,7 @@
  * the running statistics are constants), written with ops. The normalizations recompute
  * their statistics from the saved input with ops rather than saving them from the kernel. */
 #include "autograd/autograd_impl.h"
+#include "autograd/size_note.h"
 #include "dtensor/dist.h"
 #include "dtensor/ops.h"
 
@@ -224,8 +225,14 @@ dt_status dt__backward_embedding(const dt_backward_ctx *ctx, dt_tensor *const *g
   /* -1 for the rows where it is unambiguous: the same result, and a tracer (compile) sees a
    * size it keeps symbolic instead of the index count as a constant. */
   if (!st) st = dt_reshape(ctx->call->inputs[1], 2, (int64_t[]){-1, 1}, &col);
+  /* d is the weight's dim 1: told to a tracer (size_note.h), so that the embedding dim stays
+   * a symbolic size. */
+  dt_size_note note = {.sizes_of = ctx->call->inputs[0], .size_dim = {0, 2}};
+  dt__size_note = note;
   if (!st) st = dt_expand(col, 2, (int64_t[]){-1, d}, &index);
+  dt__size_note = d > 0 ? note : (dt_size_note){0};
   if (!st) st = dt_reshape(g, 2, (int64_t[]){d > 0 ? -1 : n, d}, &g2);
+  dt__size_note = (dt_size_note){0};
   if (!st) st = dt_scatter_add(zeros, 0, index, g2, &t);
   if (!st) st = dt__grad_cast_to(t, w, &grad_inputs[0]);
   DT_RELEASE_ALL(zeros, rows, col, index, g2, t);

@@ -18,6 +18,10 @@
 typedef struct dt_size_note {
   /* The next call's shape attribute (ints / int_list) is this tensor's global shape. */
   const dt_tensor *shape_of;
+  /* Or some of its entries are sizes of this tensor: ints[k] is sizes_of's global dim
+   * size_dim[k] - 1 (0: ints[k] is a number of its own, such as -1). */
+  const dt_tensor *sizes_of;
+  signed char size_dim[DT_MAX_DIMS];
   /* The next call's scalars[0] is the product of count_of's global dims in count_mask. */
   const dt_tensor *count_of;
   unsigned count_mask;

@@ -87,6 +87,9 @@ typedef struct dt_shape_ctx {
   const int64_t *symbols;  /* the symbols' traced values */
   const dt_op_call *given; /* attributes before infer normalized them */
   const dt_op_call *done;  /* after: normalized dims */
+  /* The shape attribute (given->ints) as expressions where a size note said which sizes its
+   * entries are (-1: the entry is the number given); NULL when every entry is a number. */
+  const int *size_exprs;
   int n_args;
   int arg_ndim[DT_OP_MAX_INPUTS + 32];
   const int *arg_dims[DT_OP_MAX_INPUTS + 32]; /* NULL for an absent optional input */
@@ -231,10 +234,10 @@ typedef struct dt_compile_variant {
   dt_tensor **constants; /* per node: the constant a buffer node holds (retained) */
   bool *const_grad;      /* per node: the constant required grad when traced (joint only) */
   /* Per node: sizes a backward formula told the tracer about (autograd/size_note.h), -1 when
-   * none: scalars[0] is the value of expression scalar_expr[i]; the shape attribute is the
-   * dims of node shape_src[i]. Set on each call from the symbols. */
+   * none: scalars[0] is the value of expression scalar_expr[i]; entry k of the shape attribute
+   * the value of shape_expr[i][k]. Set on each call from the symbols. */
   int *scalar_expr;
-  int *shape_src;
+  int **shape_expr; /* per node: NULL, or per entry of ints an expression (-1: as traced) */
   /* The joint forward+backward graph (compile/joint.c): the output node lists the n_out
    * outputs, then n_grads gradients; gradient k goes to input grad_input[k], or, when that is
    * -1, to the constant of node grad_const[k]. */

@@ -22,6 +22,7 @@ void dt__compile_variant_destroy(dt_compile_variant *v) {
     if (v->dims) dt__free(v->dims[i]);
     if (v->placements) dt__free(v->placements[i]);
     if (v->local_dims) dt__free(v->local_dims[i]);
+    if (v->shape_expr) dt__free(v->shape_expr[i]);
     if (v->dist_spec && v->dist_spec[i]) dt__spec_release(v->dist_spec[i]);
     if (v->constants) dt_tensor_release(v->constants[i]);
     if (i < v->redist_cap) dt__free(v->redist[i]);
@@ -51,7 +52,7 @@ void dt__compile_variant_destroy(dt_compile_variant *v) {
   dt__free(v->constants);
   dt__free(v->const_grad);
   dt__free(v->scalar_expr);
-  dt__free(v->shape_src);
+  dt__free(v->shape_expr);
   dt__free(v->grad_input);
   dt__free(v->grad_const);
   dt__free(v->inputs);
@@ -293,14 +294,14 @@ static inline dt_status run_direct(dt_compile_variant *v, int i) {
 /* The sizes a backward formula noted (compile_impl.h): this call's values of them. */
 static inline void patch_sizes(const dt_compile_variant *v, int i, dt_op_call *call) {
   if (v->scalar_expr[i] >= 0) call->scalars[0] = (double)v->exprvals[v->scalar_expr[i]];
-  int j = v->shape_src[i];
-  if (j >= 0) {
-    int nd = v->g->nodes[j].types[0].ndim;
-    for (int d = 0; d < nd; d++) call->ints[d] = v->exprvals[v->dims[j][d]];
-    call->n_ints = nd;
+  const int *e = v->shape_expr[i];
+  if (e) {
+    for (int d = 0; d < call->n_ints; d++) {
+      if (e[d] >= 0) call->ints[d] = v->exprvals[e[d]];
+    }
     if (call->int_list) {
       call->int_list = call->ints;
-      call->n_int_list = nd;
+      call->n_int_list = call->n_ints;
     }
   }
 }

@@ -2,10 +2,11 @@
  * The shape-inference cache of a trace (dt_compile_options.no_shape_cache turns it off; the
  * analog of PyTorch's fake-tensor cache): the outcome of symbolic shape inference for one call,
  * keyed by everything the rule reads (the op, its attributes as given and as normalized, the
- * arguments' symbolic dims, which are hash-consed expression ids, and the traced output
- * metas). A call equal in all of these gets the same output dims and guards without running
- * the rule again or checking it against the traced sizes. Symbol values are fixed during a
- * trace, so a hit is exactly what a miss would compute: results are identical either way.
+ * arguments' symbolic dims, which are hash-consed expression ids, the expressions a size note
+ * gave its shape attribute, and the traced output metas). A call equal in all of these gets the
+ * same output dims and guards without running the rule again or checking it against the traced
+ * sizes. Symbol values are fixed during a trace, so a hit is exactly what a miss would compute:
+ * results are identical either way.
  */
 #include <string.h>
 
@@ -72,7 +73,9 @@ static bool push_call(dt_shape_cache *c, const dt_op_call *call) {
 static bool make_key(dt_shape_cache *c, const dt_shape_ctx *ctx) {
   c->n_scratch = 0;
   bool ok = push_call(c, ctx->given) && push_call(c, ctx->done) && push(c, ctx->n_args) &&
-            push(c, ctx->n_out);
+            push(c, ctx->n_out) && push(c, ctx->size_exprs != NULL);
+  for (int k = 0; ok && ctx->size_exprs && k < ctx->given->n_ints; k++)
+    ok = push(c, ctx->size_exprs[k]);
   for (int k = 0; ok && k < ctx->n_args; k++) {
     ok = push(c, ctx->arg_dims[k] ? ctx->arg_ndim[k] : -1);
     for (int d = 0; ok && ctx->arg_dims[k] && d < ctx->arg_ndim[k]; d++)

@@ -60,6 +60,67 @@ static bool broadcast(dt_shape_ctx *c, int first, int count, const int64_t *symb
   return true;
 }
 
+/* Entry d of the shape attribute as an expression: the size a size note named, else the
+ * number given. */
+static int size_attr(dt_shape_ctx *c, int d) {
+  if (c->size_exprs && c->size_exprs[d] >= 0) return c->size_exprs[d];
+  return dt__sx_const(c->pool, c->given->ints[d]);
+}
+
+/* b <= a must hold (a GE guard on a - b), nothing when both are the same expression or
+ * constants. */
+static void need_at_most(dt_shape_ctx *c, int b, int a, const char *what, int dim) {
+  if (a == b || (dt__sx_is_const(c->pool, a, NULL) && dt__sx_is_const(c->pool, b, NULL))) return;
+  add_guard(c, DT_GUARD_GE, dt__sx_sub(c->pool, a, b), -1, 0, what, dim);
+}
+
+/* expand(self, size): a -1 keeps self's size; a new leading dim is the size given; a dim of
+ * self that is 1 broadcasts to the size given (a symbolic one is guarded to stay 1); any
+ * other dim must equal the size given. The sizes given are numbers of the trace unless a
+ * size note made them expressions (size_exprs). */
+static bool rule_expand(dt_shape_ctx *c) {
+  const dt_op_call *g = c->given;
+  int n = g->n_ints, nd = c->arg_ndim[0];
+  const int *a = c->arg_dims[0];
+  if (c->n_out != 1 || n != c->metas[0].ndim || n < nd) return false;
+  for (int d = 0; d < n; d++) {
+    int ad = d - (n - nd);
+    if (g->ints[d] == -1) {
+      if (ad < 0) return false;
+      c->out_dims[0][d] = a[ad];
+      continue;
+    }
+    int want = size_attr(c, d);
+    c->out_dims[0][d] = want;
+    if (ad < 0 || a[ad] == want) continue;
+    int64_t v;
+    if (dt__sx_is_const(c->pool, a[ad], &v) && v == 1) continue; /* broadcasts to any size */
+    if (hint(c, a[ad], c->symbols))
+      add_guard(c, DT_GUARD_EQ, a[ad], dt__sx_const(c->pool, 1), 0, "broadcast (size 1)", d);
+    else
+      need_equal(c, a[ad], want, "expand", d);
+  }
+  return true;
+}
+
+/* scatter_add(self, dim, index, src): self's shape; the index is no larger than src in any
+ * dim, nor than self outside dim (what infer checks, kept by guards). A row window (a
+ * distributed rewrite) is not covered. */
+static bool rule_scatter_add(dt_shape_ctx *c) {
+  if (c->n_args < 3 || c->n_out != 1 || c->done->n_ints != 1) return false;
+  int nd = c->arg_ndim[0], dim = (int)c->done->ints[0];
+  for (int k = 1; k < 3; k++) {
+    if (!c->arg_dims[k] || c->arg_ndim[k] != nd) return false;
+  }
+  const int *self = c->arg_dims[0], *index = c->arg_dims[1], *src = c->arg_dims[2];
+  for (int d = 0; d < nd; d++) {
+    need_at_most(c, index[d], src[d], "index within src", d);
+    if (d != dim) need_at_most(c, index[d], self[d], "index within self", d);
+  }
+  copy_dims(c, 0, 0);
+  return true;
+}
+
 bool dt__shape_rule(dt_shape_ctx *c) {
   const int64_t *symbols = c->symbols;
   const dt_op_def *def = &dt__op_table[c->done->op];
@@ -249,29 +310,37 @@ bool dt__shape_rule(dt_shape_ctx *c) {
     for (int k = 0; k <= nd0; k++) c->out_dims[0][k] = k == d ? dt__sx_const(p, 1) : a[o++];
     return true;
   }
+  if (def->shape == DT_SHAPE_EXPAND) return rule_expand(c);
+  if (def->shape == DT_SHAPE_SCATTER_ADD) return rule_scatter_add(c);
   if (def->shape == DT_SHAPE_VIEW) {
-    /* The given sizes are constants; a -1 is numel / (product of the others), which must
-     * divide; without one, numel must equal the product. */
+    /* The given sizes are numbers (or the expressions a size note made them); a -1 is
+     * numel / (product of the others), which must divide; without one, numel must equal the
+     * product. */
     const dt_op_call *g = c->given;
     int numel = dt__sx_const(p, 1);
     for (int d = 0; d < nd0; d++) numel = dt__sx_mul(p, numel, a[d]);
-    int64_t prod = 1;
-    int infer_dim = -1;
+    int prod = dt__sx_const(p, 1), infer_dim = -1;
     for (int d = 0; d < g->n_ints; d++) {
       if (g->ints[d] == -1)
         infer_dim = d;
       else
-        prod *= g->ints[d];
+        prod = dt__sx_mul(p, prod, size_attr(c, d));
     }
-    if (g->n_ints != c->metas[0].ndim || prod <= 0) return false;
-    for (int d = 0; d < g->n_ints; d++) c->out_dims[0][d] = dt__sx_const(p, g->ints[d]);
+    int64_t k;
+    bool constant = dt__sx_is_const(p, prod, &k);
+    if (g->n_ints != c->metas[0].ndim || dt__sx_eval(p, prod, symbols) <= 0) return false;
+    for (int d = 0; d < g->n_ints; d++) c->out_dims[0][d] = size_attr(c, d);
     if (infer_dim >= 0) {
-      int64_t v;
-      if (!dt__sx_is_const(p, numel, &v))
-        add_guard(c, DT_GUARD_DIVISIBLE, numel, -1, prod, "view (divisibility)", infer_dim);
-      c->out_dims[0][infer_dim] = dt__sx_floordiv(p, numel, dt__sx_const(p, prod));
+      /* A symbolic divisor is kept positive by a guard (the pool simplifies (x*b)/b to x). */
+      if (!constant) add_guard(c, DT_GUARD_GE, prod, -1, 1, "view (positive sizes)", infer_dim);
+      int q = dt__sx_floordiv(p, numel, prod);
+      if (constant && k != 1 && !dt__sx_is_const(p, numel, NULL))
+        add_guard(c, DT_GUARD_DIVISIBLE, numel, -1, k, "view (divisibility)", infer_dim);
+      else if (!constant)
+        need_equal(c, dt__sx_mul(p, q, prod), numel, "view (divisibility)", infer_dim);
+      c->out_dims[0][infer_dim] = q;
     } else {
-      need_equal(c, numel, dt__sx_const(p, prod), "view (element count)", 0);
+      need_equal(c, numel, prod, "view (element count)", 0);
     }
     return true;
   }

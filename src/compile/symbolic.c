@@ -112,6 +112,10 @@ static int div_node(dt_sx_pool *p, dt_sx_kind kind, int a, int b) {
       return dt__sx_mul(p, inner, dt__sx_const(p, k / y));
     }
   }
+  /* (x * b) / b = x for a symbolic b, which a guard keeps positive (see the file comment). */
+  const dt_sx_node *n = &p->nodes[a];
+  if (!dt__sx_is_const(p, b, NULL) && n->kind == DT_SX_MUL && (n->a == b || n->b == b))
+    return n->a == b ? n->b : n->a;
   return intern(p, kind, a, b, 0);
 }
 

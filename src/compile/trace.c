@@ -37,7 +37,7 @@ static dt_status grow_nodes(dt_compile_variant *v, int *cap) {
   dt_mesh **meshes = dt__calloc(sizeof *meshes * (size_t)n);
   dt_dist_spec **specs = dt__calloc(sizeof *specs * (size_t)n);
   int *sexpr = dt__alloc(sizeof *sexpr * (size_t)n);
-  int *ssrc = dt__alloc(sizeof *ssrc * (size_t)n);
+  int **ssrc = dt__calloc(sizeof *ssrc * (size_t)n);
   bool *cgrad = dt__calloc(sizeof *cgrad * (size_t)n);
   if (!dims || !pl || !mnd || !consts || !templates || !local || !plain || !meshes || !specs ||
       !sexpr || !ssrc || !cgrad) {
@@ -56,12 +56,12 @@ static dt_status grow_nodes(dt_compile_variant *v, int *cap) {
     memcpy(plain, v->dist_plain, sizeof *plain * (size_t)*cap);
     memcpy(meshes, v->dist_mesh, sizeof *meshes * (size_t)*cap);
     memcpy(sexpr, v->scalar_expr, sizeof *sexpr * (size_t)*cap);
-    memcpy(ssrc, v->shape_src, sizeof *ssrc * (size_t)*cap);
+    memcpy(ssrc, v->shape_expr, sizeof *ssrc * (size_t)*cap);
     memcpy(cgrad, v->const_grad, sizeof *cgrad * (size_t)*cap);
   }
-  for (int k = *cap; k < n; k++) sexpr[k] = ssrc[k] = -1;
+  for (int k = *cap; k < n; k++) sexpr[k] = -1;
 #define REPLACE(field, fresh) (dt__free(v->field), v->field = (fresh))
-  REPLACE(scalar_expr, sexpr), REPLACE(shape_src, ssrc), REPLACE(const_grad, cgrad);
+  REPLACE(scalar_expr, sexpr), REPLACE(shape_expr, ssrc), REPLACE(const_grad, cgrad);
   REPLACE(dist_plain, plain), REPLACE(dist_mesh, meshes), REPLACE(dist_spec, specs);
   REPLACE(local_dims, local), REPLACE(templates, templates), REPLACE(dims, dims);
   REPLACE(placements, pl), REPLACE(mesh_ndim, mnd), REPLACE(constants, consts);
@@ -270,7 +270,8 @@ static dt_status value_of(tracer *tr, dt_tensor *x, int *node) {
  * sizes; otherwise the node is specialized (its symbolic input sizes guarded to their traced
  * values, its outputs constants). */
 static dt_status infer_symbolic(tracer *tr, int i, const dt_op_call *given, const dt_op_call *done,
-                                const dt_tensor_meta *metas, int n_out, int (*out)[DT_MAX_DIMS]) {
+                                const int *size_exprs, const dt_tensor_meta *metas, int n_out,
+                                int (*out)[DT_MAX_DIMS], bool *inferred) {
   dt_compile_variant *v = tr->v;
   const dt_node *n = &v->g->nodes[i];
   dt_shape_ctx *c = dt__calloc(sizeof *c);
@@ -279,6 +280,7 @@ static dt_status infer_symbolic(tracer *tr, int i, const dt_op_call *given, cons
   c->symbols = v->hints;
   c->given = given;
   c->done = done;
+  c->size_exprs = size_exprs;
   c->n_out = n_out;
   c->metas = metas;
   int n_args = n->n_inputs + n->n_list;
@@ -318,6 +320,7 @@ static dt_status infer_symbolic(tracer *tr, int i, const dt_op_call *given, cons
     }
   }
   dt_status st = DT_OK;
+  *inferred = ok;
   if (ok) {
     for (int g = 0; g < c->n_guards && !st; g++) st = add_guard(v, &c->guards[g]);
     for (int k = 0; k < n_out; k++) memcpy(out[k], c->out_dims[k], sizeof out[k]);
@@ -412,38 +415,56 @@ static dt_status reuse_scalar(tracer *tr, int i, const dt_op_call *given, const 
   return st;
 }
 
-/* A backward formula said where a size attribute of this call came from (size_note.h): the
- * scalar becomes an expression of the symbols, or the shape attribute the dims of a traced
- * value, both set again on each call. */
-static dt_status apply_size_note(tracer *tr, int i, const dt_op_call *given,
-                                 const dt_tensor_meta *metas, int n_out,
-                                 int (*sdims)[DT_MAX_DIMS]) {
+/* A backward formula said where a scalar of this call came from (size_note.h): it becomes an
+ * expression of the symbols, set again on each call. */
+static dt_status apply_size_note(tracer *tr, int i, const dt_op_call *given) {
   dt_compile_variant *v = tr->v;
   const char *name = dt__op_table[given->op].name;
   if (tr->note.scalar_input) return reuse_scalar(tr, i, given, name);
-  if (tr->note.count_of) {
-    int j = noted_node(tr, tr->note.count_of);
-    if (j < 0) return DT_OK;
-    int e = dt__sx_const(&v->pool, 1);
-    for (int d = 0; d < v->g->nodes[j].types[0].ndim; d++) {
-      if (tr->note.count_mask & (1u << d)) e = dt__sx_mul(&v->pool, e, v->dims[j][d]);
-    }
-    if (v->pool.oom) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
-    if ((double)dt__sx_eval(&v->pool, e, v->hints) == given->scalars[0]) {
-      v->scalar_expr[i] = e;
-      return DT_OK;
-    }
-    return specialize_dims(tr, j, name);
-  }
-  int j = noted_node(tr, tr->note.shape_of);
+  int j = noted_node(tr, tr->note.count_of);
   if (j < 0) return DT_OK;
+  int e = dt__sx_const(&v->pool, 1);
+  for (int d = 0; d < v->g->nodes[j].types[0].ndim; d++) {
+    if (tr->note.count_mask & (1u << d)) e = dt__sx_mul(&v->pool, e, v->dims[j][d]);
+  }
+  if (v->pool.oom) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  if ((double)dt__sx_eval(&v->pool, e, v->hints) == given->scalars[0]) {
+    v->scalar_expr[i] = e;
+    return DT_OK;
+  }
+  return specialize_dims(tr, j, name);
+}
+
+/* A backward formula said which sizes entries of this call's shape attribute are (size_note.h:
+ * shape_of, sizes_of): exprs[k] gets entry k's expression (-1: the number given), *noted true.
+ * The shape rule reads them, and a call sets the attribute again from the symbols. A note that
+ * does not match the numbers given specializes the noted value's dims. */
+static dt_status note_sizes(tracer *tr, const dt_op_call *given, int *exprs, bool *noted) {
+  dt_compile_variant *v = tr->v;
+  const dt_tensor *of = tr->note.shape_of ? tr->note.shape_of : tr->note.sizes_of;
+  int j = noted_node(tr, of);
+  *noted = false;
+  if (j < 0) return DT_OK; /* an untraced tensor is a constant: so are its sizes */
   const dt_value_type *t = &v->g->nodes[j].types[0];
-  bool ok = n_out == 1 && given->n_ints == t->ndim && metas[0].ndim == t->ndim;
-  for (int d = 0; d < t->ndim && ok; d++)
-    ok = given->ints[d] == t->shape[d] && metas[0].shape[d] == t->shape[d];
-  if (!ok) return specialize_dims(tr, j, name);
-  memcpy(sdims[0], v->dims[j], sizeof(int) * (size_t)t->ndim);
-  v->shape_src[i] = j;
+  bool ok = given->n_ints <= DT_MAX_DIMS && (!tr->note.shape_of || given->n_ints == t->ndim);
+  for (int k = 0; k < given->n_ints && ok; k++) {
+    int d = tr->note.shape_of ? k : tr->note.size_dim[k] - 1;
+    exprs[k] = -1;
+    if (d < 0) continue;
+    ok = d < t->ndim && given->ints[k] == t->shape[d];
+    if (ok) exprs[k] = v->dims[j][d];
+  }
+  if (!ok) return specialize_dims(tr, j, dt__op_table[given->op].name);
+  *noted = true;
+  return DT_OK;
+}
+
+/* Keeps the expressions of node i's shape attribute (note_sizes) for the calls. */
+static dt_status keep_size_exprs(dt_compile_variant *v, int i, const dt_op_call *given,
+                                 const int *exprs) {
+  v->shape_expr[i] = dt__alloc(sizeof(int) * DT_MAX_DIMS);
+  if (!v->shape_expr[i]) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  memcpy(v->shape_expr[i], exprs, sizeof(int) * (size_t)given->n_ints);
   return DT_OK;
 }
 
@@ -527,16 +548,19 @@ static dt_status record_call(tracer *tr, const dt_op_call *caller, const dt_op_c
   tp->int_list = NULL;
   tp->n_int_list = 0;
   tp->outputs = NULL;
-  int sdims[DT_OP_MAX_META][DT_MAX_DIMS];
-  st = infer_symbolic(tr, i, given, done, metas, n_out, sdims);
+  int sdims[DT_OP_MAX_META][DT_MAX_DIMS], exprs[DT_MAX_DIMS];
+  bool noted = false, inferred = false;
+  if (tr->note.shape_of || tr->note.sizes_of) st = note_sizes(tr, given, exprs, &noted);
+  if (!st)
+    st = infer_symbolic(tr, i, given, done, noted ? exprs : NULL, metas, n_out, sdims, &inferred);
+  if (!st && noted && inferred) st = keep_size_exprs(v, i, given, exprs);
   /* Redistributions are pinned over the sizes where the sharding choice stays (guards). */
   bool unplanned = false;
   if (!st && redist[0] != -2)
     st = dt__compile_guard_choice(v, caller, redist, add_guard, &unplanned);
   for (int k = 0; k < caller->n_inputs + caller->n_input_list && unplanned && !st; k++)
     if (redist[k] >= 0) st = specialize_dims(tr, redist[k], "redistribute: no planned choice");
-  if (!st && (tr->note.count_of || tr->note.shape_of || tr->note.scalar_input))
-    st = apply_size_note(tr, i, given, metas, n_out, sdims);
+  if (!st && (tr->note.count_of || tr->note.scalar_input)) st = apply_size_note(tr, i, given);
   bool tuple = v->g->nodes[i].is_tuple;
   for (int k = 0; k < n_out && !st; k++) {
     dt_tensor *x = inplace ? given->inputs[0] : done->outputs[k];

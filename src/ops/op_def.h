@@ -87,7 +87,9 @@ typedef enum dt_shape_family {
   DT_SHAPE_CHUNK,
   DT_SHAPE_TRANSPOSE,
   DT_SHAPE_UNSQUEEZE,
-  DT_SHAPE_VIEW, /* view, reshape: constant sizes, one of them maybe -1 */
+  DT_SHAPE_VIEW,        /* view, reshape: constant sizes, one of them maybe -1 */
+  DT_SHAPE_EXPAND,      /* a -1 keeps the size, a 1 broadcasts, new leading dims */
+  DT_SHAPE_SCATTER_ADD, /* self's dims; the index within src (and self outside dim) */
   DT_SHAPE_COUNT
 } dt_shape_family;
 

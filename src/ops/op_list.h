@@ -243,7 +243,7 @@
     EMBEDDING, NO_FUNC, DT_TRAIT_ROW_WINDOW, BACKWARD(embedding),                                  \
     "embedding(Tensor weight, Tensor indices) -> Tensor")                                          \
   X(SCATTER_ADD, "scatter_add", COMPUTE, 3, dt__infer_scatter_add, dt__kernel_scatter_add,         \
-    SCATTER_ADD, SPECIALIZE, NO_FUNC, DT_TRAIT_ROW_WINDOW, NO_BACKWARD,                            \
+    SCATTER_ADD, SCATTER_ADD, NO_FUNC, DT_TRAIT_ROW_WINDOW, NO_BACKWARD,                           \
     "scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor")                       \
   X(CAT, "cat", COMPUTE, 0, dt__infer_cat, dt__kernel_cat, CAT, CAT, NO_FUNC,                      \
     DT_TRAIT_TENSOR_LIST, BACKWARD(cat), "cat(Tensor[] tensors, int dim=0) -> Tensor")             \
@@ -276,7 +276,7 @@
     "flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)")            \
   X(PERMUTE, "permute", VIEW, 1, dt__infer_permute, dt__kernel_permute, PERMUTE, SPECIALIZE,       \
     NO_FUNC, 0, BACKWARD(permute), "permute(Tensor(a) self, int[] dims) -> Tensor(a)")             \
-  X(EXPAND, "expand", VIEW, 1, dt__infer_expand, dt__kernel_expand, EXPAND, SPECIALIZE, NO_FUNC,   \
+  X(EXPAND, "expand", VIEW, 1, dt__infer_expand, dt__kernel_expand, EXPAND, EXPAND, NO_FUNC,       \
     DT_TRAIT_GLOBAL_SHAPE_ATTR, BACKWARD(expand),                                                  \
     "expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)")                  \
   X(SQUEEZE, "squeeze", VIEW, 1, dt__infer_squeeze, dt__kernel_squeeze, VIEW, SPECIALIZE, NO_FUNC, \
