@@ -160,13 +160,18 @@ DT_API dt_status dt_state_dict_save(const dt_module *module, const char *path);
  * 0 on every Replicate mesh dim writes a block, and local tensors are written by rank 0. Rank
  * 0 then writes "metadata.json": every tensor's global shape, dtype, mesh shape, placements,
  * and each block's offsets and lengths in the global tensor with its file and byte range.
- * Crash safety: data files have names of their own generation, are fsynced and renamed in
- * place; metadata.json is renamed over the old one last (the commit), then the files of
- * older generations are removed. A crash at any point leaves the previous checkpoint or the
- * new one. Every distributed tensor must live on a mesh over the same world as `mesh`.
+ * Crash safety: data files have names of a generation past every one the committed
+ * metadata names, are fsynced and renamed in place; metadata.json is renamed over the old one
+ * last (the commit), then the files of older generations are removed. A crash at any point
+ * leaves the previous checkpoint or the new one; a save that fails otherwise removes the
+ * files it wrote. Only a missing metadata.json means "no checkpoint yet": one that cannot be
+ * read or parsed fails the save before anything is written. Every rank returns the same
+ * status from the same collective (the lowest failing rank's, its message prefixed
+ * "rank R:" on the others). Every distributed tensor must live on a mesh over the same world
+ * as `mesh`; the arguments must be the same on every rank.
  * Errors: DT_ERR_INVALID (NULL arguments, duplicate names, a Partial placement: reduce it
- * first), DT_ERR_IO (naming the path and errno's reason; every rank returns it when any rank
- * failed), DT_ERR_NOMEM, the collective errors. */
+ * first), DT_ERR_IO (naming the path and errno's reason), DT_ERR_NOMEM, the collective
+ * errors. */
 DT_API dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count,
                                     const char *const *names, dt_tensor *const *tensors);
 

@@ -3,7 +3,6 @@
  * into its own safetensors file, rank 0 commits a metadata file naming every block, and a
  * load on any mesh and placements reads, per rank, only the bytes its block overlaps.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -17,7 +16,6 @@
 #include "dtensor/comm.h"
 #include "dtensor/ops.h"
 
-atomic_int dt__checkpoint_fail_step;
 static _Thread_local uint64_t bytes_read_here;
 
 uint64_t dt_checkpoint_bytes_read(void) { return bytes_read_here; }
@@ -47,47 +45,104 @@ static void block_at(int ndim, const int64_t *shape, int mesh_ndim, const int *m
 
 static bool injected(int step) { return atomic_load(&dt__checkpoint_fail_step) == step; }
 
+/* The injected steps model a crash: the save stops where it is and cleans up nothing. */
+static bool crash_injected(void) { return atomic_load(&dt__checkpoint_fail_step) != 0; }
+
 static dt_status fail_injected(const char *op, int step) {
   return dt__error(DT_ERR_IO, "%s: injected failure at step %d", op, step);
 }
 
-static void fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)fsync(fd);
-    close(fd);
-  }
+/* ---- Agreement ----------------------------------------------------------------------------
+ * A save has three collectives (the start, the data written, the commit), and every rank
+ * passes all three or stops at the same one with the same status: each is a gather of every
+ * rank's status, its message when it failed, and a payload. */
+
+typedef struct phase_head {
+  int32_t status;
+  uint32_t message_length;
+  uint64_t payload_length;
+} phase_head;
+
+#define MESSAGE_MAX 1024
+
+/* The payload of rank r in a phase's gather, or NULL when its object is malformed. */
+static const unsigned char *phase_payload(const dt_objects *all, int r, size_t *length) {
+  phase_head h;
+  if (all->lengths[r] < sizeof h) return NULL;
+  memcpy(&h, all->data + all->offsets[r], sizeof h);
+  size_t at = sizeof h + (((size_t)h.message_length + 7) & ~(size_t)7);
+  if (h.message_length > MESSAGE_MAX || at > all->lengths[r] ||
+      h.payload_length != all->lengths[r] - at)
+    return NULL;
+  *length = (size_t)h.payload_length;
+  return all->data + all->offsets[r] + at;
 }
 
-/* What each rank tells the others after writing its file. */
-typedef struct rank_report {
-  int32_t status; /* DT_OK or the rank's error */
-  int32_t n_blocks;
-  uint64_t file_bytes;
-} rank_report;
-
-typedef struct rank_block {
-  int32_t tensor;
-  int32_t pad;
-  uint64_t begin, end;
-  int64_t offsets[DT_MAX_DIMS], lengths[DT_MAX_DIMS];
-} rank_block;
-
-/* Every rank's status; DT_OK only if all ranks are fine. The message of a failure on another
- * rank names that rank. */
-static dt_status agree(dt_comm *comm, const char *op, dt_status mine) {
-  int32_t value = mine;
-  dt_objects *all = NULL;
-  dt_status st = dt_comm_all_gather_object(comm, &value, sizeof value, &all);
-  if (st) return st;
-  dt_status result = mine;
-  for (int r = 0; r < all->count && !result; r++) {
-    int32_t v = 0;
-    if (all->lengths[r] == sizeof v) memcpy(&v, all->data + all->offsets[r], sizeof v);
-    if (v) result = dt__error((dt_status)v, "%s: rank %d failed (see its error)", op, r);
+/* Gathers (mine, this rank's message, payload) from every rank. Every rank returns the same
+ * status: DT_OK when all ranks are fine, else the status of the lowest failing rank; its
+ * message is that rank's own, prefixed "rank R:" on the others. On DT_OK *out holds the
+ * gather (phase_payload reads it; dt_free). *heard tells whether the gather itself worked,
+ * that is whether the verdict is known to be the same on every rank. */
+static dt_status phase_agree(dt_comm *comm, const char *op, dt_status mine, const void *payload,
+                             size_t payload_length, dt_objects **out, bool *heard) {
+  *out = NULL;
+  *heard = false;
+  char message[MESSAGE_MAX + 1] = "";
+  if (mine) snprintf(message, sizeof message, "%s", dt_last_error());
+  phase_head head = {.status = mine, .message_length = (uint32_t)strlen(message)};
+  size_t padded = ((size_t)head.message_length + 7) & ~(size_t)7;
+  size_t total = sizeof head + padded + payload_length;
+  unsigned char *buf = dt__calloc(total);
+  if (buf) {
+    head.payload_length = payload_length;
+    memcpy(buf, &head, sizeof head);
+    memcpy(buf + sizeof head, message, head.message_length);
+    if (payload_length) memcpy(buf + sizeof head + padded, payload, payload_length);
   }
-  dt_free(all);
-  return result;
+  /* Without memory this rank still takes part, so the others do not wait for it. */
+  phase_head fallback = {.status = DT_ERR_NOMEM};
+  dt_objects *all = NULL;
+  dt_status st = buf ? dt_comm_all_gather_object(comm, buf, total, &all)
+                     : dt_comm_all_gather_object(comm, &fallback, sizeof fallback, &all);
+  dt__free(buf);
+  if (st) return st;
+  *heard = true;
+  int rank = dt_comm_rank(comm);
+  dt_status verdict = DT_OK;
+  for (int r = 0; r < all->count && !verdict; r++) {
+    phase_head h = {.status = DT_ERR_COMM};
+    size_t n = 0;
+    const unsigned char *at = NULL;
+    if (all->lengths[r] >= sizeof h) memcpy(&h, all->data + all->offsets[r], sizeof h);
+    if (!h.status && !phase_payload(all, r, &n)) h.status = DT_ERR_COMM;
+    if (!h.status) continue;
+    if (r == rank) {
+      verdict = mine ? dt__error(mine, "%s", message)
+                     : dt__error(DT_ERR_NOMEM, "%s: rank %d: cannot allocate its report", op, r);
+      break;
+    }
+    char theirs[MESSAGE_MAX + 1] = "";
+    if (h.message_length <= MESSAGE_MAX && all->lengths[r] >= sizeof h + h.message_length) {
+      at = all->data + all->offsets[r] + sizeof h;
+      memcpy(theirs, at, h.message_length);
+      theirs[h.message_length] = '\0';
+    }
+    /* Their message starts with the function's name too; it is said once. */
+    const char *text = theirs;
+    size_t op_length = strlen(op);
+    if (strncmp(text, op, op_length) == 0 && strncmp(text + op_length, ": ", 2) == 0)
+      text += op_length + 2;
+    verdict =
+        dt__error((dt_status)h.status, "%s: rank %d: %s%s%.300s%s", op, r,
+                  text[0] ? text : "failed (no message)", mine ? " (this rank failed too: " : "",
+                  mine ? message : "", mine ? ")" : "");
+  }
+  if (verdict) {
+    dt_free(all);
+    return verdict;
+  }
+  *out = all;
+  return DT_OK;
 }
 
 static void format_placements(int mesh_ndim, const dt_placement *p, char *buf, size_t size) {
@@ -100,35 +155,205 @@ static void format_placements(int mesh_ndim, const dt_placement *p, char *buf, s
   }
 }
 
-/* Rank 0's previous generation, or 0 when there is no valid checkpoint yet. */
-static int64_t previous_generation(const char *dir) {
-  dt__ckpt_meta meta;
-  bool absent = false;
-  if (dt__ckpt_meta_read(dir, "dt_checkpoint_save", &meta, &absent)) return 0;
-  int64_t g = meta.generation;
-  dt__ckpt_meta_free(&meta);
-  return g;
+/* Rank 0's start of a save: the directory exists (made if absent) and the committed
+ * generation is known; any doubt about the committed checkpoint fails the save here, before
+ * anything is written. */
+static dt_status start_save(const char *dir, const char *op, int64_t *generation) {
+  *generation = 0;
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    return dt__error(DT_ERR_IO, "%s: cannot create %s: %s", op, dir, strerror(errno));
+  struct stat sb;
+  if (stat(dir, &sb) != 0)
+    return dt__error(DT_ERR_IO, "%s: cannot use %s: %s", op, dir, strerror(errno));
+  if (!S_ISDIR(sb.st_mode))
+    return dt__error(DT_ERR_IO, "%s: cannot create %s: it exists and is not a directory", op, dir);
+  dt_status st = dt__ckpt_committed_generation(dir, op, generation);
+  if (st) return st;
+  if (*generation == INT64_MAX)
+    return dt__error(DT_ERR_INVALID, "%s: %s: the committed generation has no successor", op, dir);
+  *generation += 1;
+  return DT_OK;
 }
 
-/* Removes data files of other generations and stale temporaries: unreferenced once the
- * new metadata is in place. */
-static void remove_old_files(const char *dir, int64_t generation) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  char path[4096];
-  while ((e = readdir(d)) != NULL) {
-    long long g = -1;
-    int r = -1, n = 0;
-    bool data = sscanf(e->d_name, "__%lld_%d.safetensors%n", &g, &r, &n) == 2 &&
-                e->d_name[n] == '\0' && g != generation;
-    /* Temporaries a crashed save left: dt_safetensors_save's ".dt-XXXXXX" and ours. */
-    bool temp = strncmp(e->d_name, ".dt-", 4) == 0 || strcmp(e->d_name, ".metadata.json.tmp") == 0;
-    if (!data && !temp) continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    (void)unlink(path);
+/* What each rank tells the others after writing its file: the report, then its blocks. */
+typedef struct rank_report {
+  int32_t n_blocks;
+  int32_t pad;
+  uint64_t file_bytes;
+} rank_report;
+
+typedef struct rank_block {
+  int32_t tensor;
+  int32_t pad;
+  uint64_t begin, end;
+  int64_t offsets[DT_MAX_DIMS], lengths[DT_MAX_DIMS];
+} rank_block;
+
+/* Writes this rank's blocks into `path` and fills the report and blocks of *message (sized
+ * for count blocks). *wrote tells whether a file was attempted (so a failed save removes
+ * it). */
+static dt_status write_shard(const char *op, const char *path, int rank, int count,
+                             const char *const *names, dt_tensor *const *tensors,
+                             unsigned char *message, size_t *message_size, bool *wrote) {
+  rank_report *report = (rank_report *)message;
+  rank_block *blocks = (rank_block *)(message + sizeof(rank_report));
+  dt_tensor **locals = dt__calloc(sizeof *locals * (size_t)(count + 1));
+  const char **local_names = dt__calloc(sizeof *local_names * (size_t)(count + 1));
+  int n_local = 0;
+  dt_status st = DT_OK;
+  *wrote = false;
+  if (!locals || !local_names) {
+    st = dt__error(DT_ERR_NOMEM, "%s: cannot allocate for %d tensors", op, count);
+    goto done;
   }
-  closedir(d);
+  /* The lowest-coordinate replica writes each block, once. */
+  for (int i = 0; i < count && !st; i++) {
+    dt_tensor *t = tensors[i];
+    rank_block *b = &blocks[n_local];
+    memset(b, 0, sizeof *b);
+    if (dt_tensor_is_distributed(t)) {
+      dt_mesh *tm = dt_dist_mesh(t);
+      const dt_placement *p = dt_dist_placements(t);
+      int coords[DT_MAX_DIMS], mesh_ndim = dt_mesh_ndim(tm);
+      bool writer = true;
+      for (int m = 0; m < mesh_ndim; m++) {
+        coords[m] = dt_mesh_coordinate(tm, m);
+        if (p[m].kind == DT_REPLICATE && coords[m] != 0) writer = false;
+      }
+      block_at(dt_dist_ndim(t), dt_dist_global_shape(t), mesh_ndim, dt_mesh_shape(tm), coords, p,
+               b->offsets, b->lengths);
+      if (!writer) continue;
+      st = dt_dist_to_local(t, &locals[n_local]);
+    } else {
+      if (rank != 0) continue;
+      for (int d = 0; d < dt_tensor_ndim(t); d++) b->lengths[d] = dt_tensor_size(t, d);
+      locals[n_local] = dt_tensor_retain(t);
+    }
+    if (st) break;
+    /* An empty block (an uneven shard past the end) holds nothing to write. */
+    if (dt_tensor_numel(locals[n_local]) == 0) {
+      dt_tensor_release(locals[n_local]);
+      locals[n_local] = NULL;
+      continue;
+    }
+    b->tensor = i;
+    local_names[n_local] = names[i];
+    n_local++;
+  }
+  if (!st && n_local > 0) {
+    *wrote = true;
+    st = dt__safetensors_save_owned(op, path, n_local, local_names, locals, 0, NULL, NULL);
+    /* The byte ranges come from the file as written, so they are what readers will see. */
+    dt_safetensors *written = NULL;
+    if (!st) st = dt_safetensors_open(path, &written);
+    for (int k = 0; !st && k < n_local; k++) {
+      dt_safetensors_entry_info e;
+      st = dt_safetensors_entry(written, dt_safetensors_find(written, local_names[k]), &e);
+      blocks[k].begin = written->data_start + e.data_begin;
+      blocks[k].end = written->data_start + e.data_end;
+    }
+    if (!st) report->file_bytes = written->image_size;
+    dt_safetensors_destroy(written);
+  }
+done:
+  report->n_blocks = st ? 0 : n_local;
+  *message_size = sizeof(rank_report) + sizeof(rank_block) * (size_t)report->n_blocks;
+  for (int k = 0; locals && k < n_local; k++) dt_tensor_release(locals[k]);
+  dt__free(locals);
+  dt__free(local_names);
+  return st;
+}
+
+/* Rank 0 composes the metadata from every rank's report and commits it; *committed tells
+ * whether metadata.json now names the new generation. */
+static dt_status commit_save(const char *dir, const char *op, int64_t generation, int count,
+                             const char *const *names, dt_tensor *const *tensors,
+                             const dt_objects *all, bool *committed) {
+  *committed = false;
+  dt__ckpt_meta meta = {.generation = generation, .n_tensors = count};
+  dt__ckpt_text text = {0};
+  dt_status st = DT_OK;
+  meta.tensors = dt__calloc(sizeof *meta.tensors * (size_t)(count + 1));
+  meta.files = dt__calloc(sizeof *meta.files * (size_t)(all->count + 1));
+  if (!meta.tensors || !meta.files) {
+    st = dt__error(DT_ERR_NOMEM, "%s: cannot allocate the metadata", op);
+    goto done;
+  }
+  for (int i = 0; i < count && !st; i++) {
+    dt__ckpt_tensor *mt = &meta.tensors[i];
+    dt_tensor *t = tensors[i];
+    mt->name = (char *)names[i]; /* borrowed: the names are not freed below */
+    mt->dtype = dt_tensor_dtype(t);
+    if (dt_tensor_is_distributed(t)) {
+      dt_mesh *tm = dt_dist_mesh(t);
+      mt->ndim = dt_dist_ndim(t);
+      memcpy(mt->shape, dt_dist_global_shape(t), sizeof(int64_t) * (size_t)mt->ndim);
+      mt->mesh_ndim = dt_mesh_ndim(tm);
+      memcpy(mt->mesh, dt_mesh_shape(tm), sizeof(int) * (size_t)mt->mesh_ndim);
+      format_placements(mt->mesh_ndim, dt_dist_placements(t), mt->placements,
+                        sizeof mt->placements);
+    } else {
+      mt->ndim = dt_tensor_ndim(t);
+      memcpy(mt->shape, dt_tensor_shape(t), sizeof(int64_t) * (size_t)mt->ndim);
+    }
+    mt->blocks = dt__calloc(sizeof *mt->blocks * (size_t)(all->count + 1));
+    if (!mt->blocks) st = dt__error(DT_ERR_NOMEM, "%s: cannot allocate the metadata", op);
+  }
+  for (int r = 0; r < all->count && !st; r++) {
+    size_t length = 0;
+    const unsigned char *payload = phase_payload(all, r, &length);
+    rank_report rr = {0};
+    if (payload && length >= sizeof rr) memcpy(&rr, payload, sizeof rr);
+    if (!payload || length < sizeof rr || rr.n_blocks < 0 || rr.n_blocks > count ||
+        length != sizeof rr + sizeof(rank_block) * (size_t)rr.n_blocks) {
+      st = dt__error(DT_ERR_COMM, "%s: rank %d's report is malformed (%zu bytes)", op, r, length);
+      break;
+    }
+    if (rr.n_blocks == 0) continue;
+    dt__ckpt_file *f = &meta.files[meta.n_files];
+    f->name = dt__alloc(64);
+    if (!f->name) {
+      st = dt__error(DT_ERR_NOMEM, "%s: cannot allocate the metadata", op);
+      break;
+    }
+    snprintf(f->name, 64, "__%" PRId64 "_%d.safetensors", generation, r);
+    f->bytes = rr.file_bytes;
+    int file = meta.n_files++;
+    for (int k = 0; k < rr.n_blocks; k++) {
+      rank_block rb;
+      memcpy(&rb, payload + sizeof rr + sizeof rb * (size_t)k, sizeof rb);
+      if (rb.tensor < 0 || rb.tensor >= count || meta.tensors[rb.tensor].n_blocks >= all->count) {
+        st = dt__error(DT_ERR_COMM, "%s: rank %d's report names tensor %d of %d", op, r, rb.tensor,
+                       count);
+        break;
+      }
+      dt__ckpt_tensor *mt = &meta.tensors[rb.tensor];
+      dt__ckpt_block *b = &mt->blocks[mt->n_blocks++];
+      b->file = file;
+      memcpy(b->offsets, rb.offsets, sizeof b->offsets);
+      memcpy(b->lengths, rb.lengths, sizeof b->lengths);
+      b->begin = rb.begin;
+      b->end = rb.end;
+    }
+  }
+  if (st) goto done;
+  dt__ckpt_meta_write(&meta, &text);
+  if (text.failed) {
+    st = dt__error(DT_ERR_NOMEM, "%s: cannot allocate the metadata text", op);
+    goto done;
+  }
+  st = dt__ckpt_commit_metadata(dir, op, text.data, text.length, committed);
+  if (st) goto done;
+  if (injected(DT__CKPT_STEP_COMMITTED)) {
+    st = fail_injected(op, DT__CKPT_STEP_COMMITTED);
+    goto done;
+  }
+  dt__ckpt_remove_old_files(dir, generation);
+done:
+  for (int i = 0; meta.tensors && i < count; i++) meta.tensors[i].name = NULL;
+  dt__free(text.data);
+  dt__ckpt_meta_free(&meta);
+  return st;
 }
 
 dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count, const char *const *names,
@@ -168,276 +393,59 @@ dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count, const ch
                          op, names[i], m);
     }
   }
+  if (strlen(dir) > 4000)
+    return dt__error(DT_ERR_INVALID, "%s: dir `%.100s...` is too long", op, dir);
   int rank = dt_comm_rank(world);
-  char path[4096], tmp[4096];
-  if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, DT__CKPT_METADATA) >= sizeof path)
-    return dt__error(DT_ERR_INVALID, "%s: dir `%s` is too long", op, dir);
 
-  /* The new generation: one past the committed one, which rank 0 reads before anything
-   * changes and every rank learns through the gather. */
-  if (rank == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST) {
-    int err = errno;
-    dt_status st = dt__error(DT_ERR_IO, "%s: cannot create %s: %s", op, dir, strerror(err));
-    return agree(world, op, st);
-  }
-  int64_t proposal = rank == 0 ? previous_generation(dir) + 1 : 0;
-  dt_objects *all = NULL;
-  dt_status st = dt_comm_all_gather_object(world, &proposal, sizeof proposal, &all);
-  if (st) return st;
+  /* 1. The start: rank 0 makes the directory and reads the committed generation; the new
+   * one is past it, so no file the save writes is one the committed metadata names. */
   int64_t generation = 0;
-  for (int r = 0; r < all->count; r++) {
-    int64_t g = 0;
-    if (all->lengths[r] == sizeof g) memcpy(&g, all->data + all->offsets[r], sizeof g);
-    if (g > generation) generation = g;
-  }
+  dt_status mine = rank == 0 ? start_save(dir, op, &generation) : DT_OK;
+  dt_objects *all = NULL;
+  bool heard = false;
+  dt_status st = phase_agree(world, op, mine, &generation, sizeof generation, &all, &heard);
+  if (st) return st;
+  size_t length = 0;
+  const unsigned char *payload = phase_payload(all, 0, &length);
+  if (length == sizeof generation) memcpy(&generation, payload, sizeof generation);
   dt_free(all);
-  all = NULL;
+  if (generation <= 0) return dt__error(DT_ERR_COMM, "%s: rank 0 sent no generation", op);
   if (injected(DT__CKPT_STEP_BEFORE_DATA)) return fail_injected(op, DT__CKPT_STEP_BEFORE_DATA);
 
-  /* This rank's blocks: the lowest-coordinate replica writes each block, once. */
-  dt_tensor **locals = dt__calloc(sizeof *locals * (size_t)(count + 1));
-  const char **local_names = dt__calloc(sizeof *local_names * (size_t)(count + 1));
+  /* 2. Every rank writes its blocks and reports them. */
+  char path[4200];
+  snprintf(path, sizeof path, "%s/__%" PRId64 "_%d.safetensors", dir, generation, rank);
   size_t message_size = sizeof(rank_report) + sizeof(rank_block) * (size_t)(count + 1);
   unsigned char *message = dt__calloc(message_size);
-  rank_report *report = (rank_report *)message;
-  rank_block *blocks = (rank_block *)(message + sizeof(rank_report));
-  dt__ckpt_meta meta = {.generation = generation};
-  dt__ckpt_text text = {0};
-  int n_local = 0;
-  if (!locals || !local_names || !message) {
-    st = dt__error(DT_ERR_NOMEM, "%s: cannot allocate for %d tensors", op, count);
-    goto write_done;
-  }
-  for (int i = 0; i < count; i++) {
-    dt_tensor *t = tensors[i];
-    rank_block *b = &blocks[n_local];
-    int ndim;
-    if (dt_tensor_is_distributed(t)) {
-      dt_mesh *tm = dt_dist_mesh(t);
-      const dt_placement *p = dt_dist_placements(t);
-      int coords[DT_MAX_DIMS], mesh_ndim = dt_mesh_ndim(tm);
-      bool writer = true;
-      for (int m = 0; m < mesh_ndim; m++) {
-        coords[m] = dt_mesh_coordinate(tm, m);
-        if (p[m].kind == DT_REPLICATE && coords[m] != 0) writer = false;
-      }
-      ndim = dt_dist_ndim(t);
-      block_at(ndim, dt_dist_global_shape(t), mesh_ndim, dt_mesh_shape(tm), coords, p, b->offsets,
-               b->lengths);
-      if (!writer) continue;
-      st = dt_dist_to_local(t, &locals[n_local]);
-    } else {
-      if (rank != 0) continue;
-      ndim = dt_tensor_ndim(t);
-      for (int d = 0; d < ndim; d++) {
-        b->offsets[d] = 0;
-        b->lengths[d] = dt_tensor_size(t, d);
-      }
-      locals[n_local] = dt_tensor_retain(t);
-    }
-    if (st) goto write_done;
-    /* An empty block (an uneven shard past the end) holds nothing to write. */
-    if (dt_tensor_numel(locals[n_local]) == 0) {
-      dt_tensor_release(locals[n_local]);
-      locals[n_local] = NULL;
-      continue;
-    }
-    b->tensor = i;
-    local_names[n_local] = names[i];
-    n_local++;
-  }
-  if (n_local > 0) {
-    char file_name[64];
-    snprintf(file_name, sizeof file_name, "__%" PRId64 "_%d.safetensors", generation, rank);
-    snprintf(tmp, sizeof tmp, "%s/%s", dir, file_name);
-    st = dt_safetensors_save(tmp, n_local, local_names, locals, 0, NULL, NULL);
-    /* The byte ranges come from the file as written, so they are what readers will see. */
-    dt_safetensors *written = NULL;
-    if (!st) st = dt_safetensors_open(tmp, &written);
-    for (int k = 0; !st && k < n_local; k++) {
-      dt_safetensors_entry_info e;
-      st = dt_safetensors_entry(written, dt_safetensors_find(written, local_names[k]), &e);
-      blocks[k].begin = written->data_start + e.data_begin;
-      blocks[k].end = written->data_start + e.data_end;
-    }
-    if (!st) report->file_bytes = written->image_size;
-    dt_safetensors_destroy(written);
-  }
-write_done:
-  report->status = st;
-  report->n_blocks = n_local;
-  for (int k = 0; k < n_local; k++) dt_tensor_release(locals[k]);
-  dt__free(locals);
-  dt__free(local_names);
-  if (!message) return agree(world, op, st);
-  st = dt_comm_all_gather_object(world, message,
-                                 sizeof(rank_report) + sizeof(rank_block) * (size_t)n_local, &all);
+  bool wrote = false;
+  mine = message
+             ? write_shard(op, path, rank, count, names, tensors, message, &message_size, &wrote)
+             : dt__error(DT_ERR_NOMEM, "%s: cannot allocate for %d tensors", op, count);
+  st = phase_agree(world, op, mine, message, message ? message_size : 0, &all, &heard);
   dt__free(message);
-  if (st) return st;
-  for (int r = 0; r < all->count && !st; r++) {
-    rank_report rr;
-    memcpy(&rr, all->data + all->offsets[r], sizeof rr);
-    if (rr.status)
-      st = r == rank
-               ? (dt_status)rr.status
-               : dt__error((dt_status)rr.status, "%s: rank %d failed to write its blocks", op, r);
+  if (!st && injected(DT__CKPT_STEP_DATA_WRITTEN)) {
+    dt_free(all);
+    return fail_injected(op, DT__CKPT_STEP_DATA_WRITTEN);
   }
-  if (!st && injected(DT__CKPT_STEP_DATA_WRITTEN))
-    st = fail_injected(op, DT__CKPT_STEP_DATA_WRITTEN);
-  if (st) goto done;
+  if (st) {
+    if (wrote && heard && !crash_injected()) (void)unlink(path);
+    return st;
+  }
 
-  /* Rank 0 composes and commits the metadata; the others wait for its verdict. */
-  if (rank == 0) {
-    meta.n_tensors = count;
-    meta.tensors = dt__calloc(sizeof *meta.tensors * (size_t)(count + 1));
-    meta.files = dt__calloc(sizeof *meta.files * (size_t)(all->count + 1));
-    int *file_of_rank = dt__calloc(sizeof(int) * (size_t)(all->count + 1));
-    if (!meta.tensors || !meta.files || !file_of_rank) {
-      dt__free(file_of_rank);
-      st = dt__error(DT_ERR_NOMEM, "%s: cannot allocate the metadata", op);
-      goto commit_done;
-    }
-    for (int i = 0; i < count; i++) {
-      dt__ckpt_tensor *mt = &meta.tensors[i];
-      dt_tensor *t = tensors[i];
-      mt->name = (char *)names[i]; /* borrowed: the names are not freed below */
-      mt->dtype = dt_tensor_dtype(t);
-      if (dt_tensor_is_distributed(t)) {
-        dt_mesh *tm = dt_dist_mesh(t);
-        mt->ndim = dt_dist_ndim(t);
-        memcpy(mt->shape, dt_dist_global_shape(t), sizeof(int64_t) * (size_t)mt->ndim);
-        mt->mesh_ndim = dt_mesh_ndim(tm);
-        memcpy(mt->mesh, dt_mesh_shape(tm), sizeof(int) * (size_t)mt->mesh_ndim);
-        format_placements(mt->mesh_ndim, dt_dist_placements(t), mt->placements,
-                          sizeof mt->placements);
-      } else {
-        mt->ndim = dt_tensor_ndim(t);
-        memcpy(mt->shape, dt_tensor_shape(t), sizeof(int64_t) * (size_t)mt->ndim);
-      }
-      mt->blocks = dt__calloc(sizeof *mt->blocks * (size_t)(all->count + 1));
-      if (!mt->blocks) {
-        st = dt__error(DT_ERR_NOMEM, "%s: cannot allocate the metadata", op);
-        break;
-      }
-    }
-    for (int r = 0; r < all->count && !st; r++) {
-      rank_report rr;
-      memcpy(&rr, all->data + all->offsets[r], sizeof rr);
-      file_of_rank[r] = -1;
-      if (rr.n_blocks == 0) continue;
-      dt__ckpt_file *f = &meta.files[meta.n_files];
-      f->name = dt__alloc(64);
-      if (!f->name) {
-        st = dt__error(DT_ERR_NOMEM, "%s: cannot allocate the metadata", op);
-        break;
-      }
-      snprintf(f->name, 64, "__%" PRId64 "_%d.safetensors", generation, r);
-      f->bytes = rr.file_bytes;
-      file_of_rank[r] = meta.n_files++;
-      for (int k = 0; k < rr.n_blocks; k++) {
-        rank_block rb;
-        memcpy(&rb, all->data + all->offsets[r] + sizeof rr + sizeof rb * (size_t)k, sizeof rb);
-        dt__ckpt_tensor *mt = &meta.tensors[rb.tensor];
-        dt__ckpt_block *b = &mt->blocks[mt->n_blocks++];
-        b->file = file_of_rank[r];
-        memcpy(b->offsets, rb.offsets, sizeof b->offsets);
-        memcpy(b->lengths, rb.lengths, sizeof b->lengths);
-        b->begin = rb.begin;
-        b->end = rb.end;
-      }
-    }
-    dt__free(file_of_rank);
-    if (st) goto commit_done;
-    dt__ckpt_meta_write(&meta, &text);
-    if (text.failed) {
-      st = dt__error(DT_ERR_NOMEM, "%s: cannot allocate the metadata text", op);
-      goto commit_done;
-    }
-    snprintf(tmp, sizeof tmp, "%s/.metadata.json.tmp", dir);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    bool ok = fd >= 0;
-    size_t done_bytes = 0;
-    while (ok && done_bytes < text.length) {
-      ssize_t w = write(fd, text.data + done_bytes, text.length - done_bytes);
-      if (w < 0 && errno == EINTR) continue;
-      ok = w > 0;
-      if (ok) done_bytes += (size_t)w;
-    }
-    if (ok) ok = fsync(fd) == 0;
-    int err = errno;
-    if (fd >= 0) close(fd);
-    if (!ok) {
-      (void)unlink(tmp);
-      st = dt__error(DT_ERR_IO, "%s: writing %s failed: %s", op, tmp, strerror(err));
-      goto commit_done;
-    }
-    if (injected(DT__CKPT_STEP_METADATA_TEMP)) {
-      st = fail_injected(op, DT__CKPT_STEP_METADATA_TEMP);
-      goto commit_done;
-    }
-    /* The commit: from this rename on, readers see the new generation. */
-    if (rename(tmp, path) != 0) {
-      err = errno;
-      (void)unlink(tmp);
-      st = dt__error(DT_ERR_IO, "%s: renaming %s to %s failed: %s", op, tmp, path, strerror(err));
-      goto commit_done;
-    }
-    fsync_dir(dir);
-    if (injected(DT__CKPT_STEP_COMMITTED)) {
-      st = fail_injected(op, DT__CKPT_STEP_COMMITTED);
-      goto commit_done;
-    }
-    remove_old_files(dir, generation);
-  commit_done:
-    for (int i = 0; meta.tensors && i < count; i++) meta.tensors[i].name = NULL;
-  }
-done:
+  /* 3. Rank 0 commits; every rank learns the verdict, and a save that did not commit removes
+   * the files it wrote. */
+  bool committed = false;
+  mine =
+      rank == 0 ? commit_save(dir, op, generation, count, names, tensors, all, &committed) : DT_OK;
   dt_free(all);
-  dt__free(text.data);
-  dt__ckpt_meta_free(&meta);
-  return agree(world, op, st);
+  int32_t flag = committed;
+  st = phase_agree(world, op, mine, &flag, sizeof flag, &all, &heard);
+  dt_free(all);
+  if (st && wrote && heard && !crash_injected()) (void)unlink(path);
+  return st;
 }
 
 /* ---- Loading ------------------------------------------------------------------------------ */
-
-dt_status dt__ckpt_meta_read(const char *dir, const char *op, dt__ckpt_meta *meta, bool *absent) {
-  memset(meta, 0, sizeof *meta);
-  if (absent) *absent = false;
-  char path[4096];
-  if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, DT__CKPT_METADATA) >= sizeof path)
-    return dt__error(DT_ERR_INVALID, "%s: dir `%s` is too long", op, dir);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    if (absent) *absent = err == ENOENT;
-    return dt__error(err == ENOENT ? DT_ERR_INVALID : DT_ERR_IO,
-                     "%s: %s: %s (not a complete checkpoint)", op, path, strerror(err));
-  }
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || sb.st_size > (off_t)DT_SAFETENSORS_MAX_HEADER) {
-    close(fd);
-    return dt__error(DT_ERR_INVALID, "%s: %s: unreadable or larger than %llu bytes", op, path,
-                     (unsigned long long)DT_SAFETENSORS_MAX_HEADER);
-  }
-  size_t size = (size_t)sb.st_size;
-  char *text = dt__alloc(size + 1);
-  if (!text) {
-    close(fd);
-    return dt__error(DT_ERR_NOMEM, "%s: cannot allocate %zu bytes for %s", op, size, path);
-  }
-  size_t got = 0;
-  while (got < size) {
-    ssize_t r = pread(fd, text + got, size - got, (off_t)got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += (size_t)r;
-  }
-  close(fd);
-  dt_status st = got == size ? dt__ckpt_meta_parse(path, text, size, meta)
-                             : dt__error(DT_ERR_IO, "%s: reading %s failed", op, path);
-  dt__free(text);
-  return st;
-}
 
 /* The data files a load opened, by metadata file index; each validated on first use. */
 typedef struct open_files {

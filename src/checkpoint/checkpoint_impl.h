@@ -54,6 +54,14 @@ dt_dtype dt__safetensors_dtype_parse(const char *name);
 dt_status dt__safetensors_read(dt_safetensors *file, const char *op, uint64_t offset, void *buf,
                                size_t n);
 
+/* dt_safetensors_save for a file whose name the library owns (a checkpoint's shard, see
+ * dt__output_open_owned): a link or stale file at `path` is replaced, never followed, and the
+ * new file's mode is 0666 less the umask. `op` names the public function in messages. */
+dt_status dt__safetensors_save_owned(const char *op, const char *path, int count,
+                                     const char *const *names, dt_tensor *const *tensors,
+                                     int n_metadata, const char *const *keys,
+                                     const char *const *values);
+
 /* Failure injection for the crash-safety tests: when dt__checkpoint_fail_step equals one of
  * these steps, dt_checkpoint_save stops there with DT_ERR_IO, as a crash would, leaving the
  * files as they are at that point. 0 (the default) injects nothing. */

@@ -61,9 +61,34 @@ bool dt__ckpt_text_reserve(dt__ckpt_text *t, size_t extra);
 dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length,
                               dt__ckpt_meta *meta);
 
-/* Reads and parses DIR/metadata.json. DT_ERR_NOT_FOUND-like absence is DT_ERR_IO with the
- * path; *absent (may be NULL) tells that the file does not exist. */
+/* Reads and parses DIR/metadata.json (checkpoint_files.c). A missing file is DT_ERR_INVALID
+ * and sets *absent (may be NULL); any other failure (unreadable, not a regular file, corrupt)
+ * leaves *absent false. A FIFO or device in its place is refused without blocking. */
 dt_status dt__ckpt_meta_read(const char *dir, const char *op, dt__ckpt_meta *meta, bool *absent);
+
+/* The generation a new save must pass: 0 when DIR has no metadata.json, else the highest
+ * generation the committed metadata refers to (its own or a file's name). Any error other
+ * than a missing file fails with DT_ERR_IO (or NOMEM) before anything is written. */
+dt_status dt__ckpt_committed_generation(const char *dir, const char *op, int64_t *generation);
+
+/* Commits metadata text: DIR/.metadata.json.tmp (a stale one of ours removed first, another
+ * user's refused) is created with O_EXCL | O_NOFOLLOW and mode 0666 less the umask, written,
+ * fsynced, the directory fsynced, then renamed over metadata.json and the directory fsynced.
+ * *committed tells whether the rename happened. */
+dt_status dt__ckpt_commit_metadata(const char *dir, const char *op, const char *text, size_t length,
+                                   bool *committed);
+
+/* Removes data files of generations other than `generation` and dt_safetensors_save's stale
+ * temporaries: unreferenced once the new metadata is committed. */
+void dt__ckpt_remove_old_files(const char *dir, int64_t generation);
+
+/* fsync of a directory, so that the names created or renamed in it are durable. */
+void dt__ckpt_fsync_dir(const char *dir);
+
+/* Opens a file to read without blocking on a FIFO; only a regular file is accepted. The
+ * descriptor, or -1 with *err an errno value (EINVAL for a file that is not regular). */
+struct stat;
+int dt__ckpt_open_regular(const char *path, struct stat *sb, int *err);
 
 void dt__ckpt_meta_write(const dt__ckpt_meta *meta, dt__ckpt_text *out);
 void dt__ckpt_meta_free(dt__ckpt_meta *meta);

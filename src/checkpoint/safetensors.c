@@ -474,10 +474,9 @@ static dt_status write_all(FILE *f, const void *data, size_t n) {
   return n == 0 || fwrite(data, 1, n, f) == n ? DT_OK : DT_ERR_IO;
 }
 
-dt_status dt_safetensors_save(const char *path, int count, const char *const *names,
-                              dt_tensor *const *tensors, int n_metadata, const char *const *keys,
-                              const char *const *values) {
-  static const char op[] = "dt_safetensors_save";
+static dt_status save_file(const char *op, bool owned, const char *path, int count,
+                           const char *const *names, dt_tensor *const *tensors, int n_metadata,
+                           const char *const *keys, const char *const *values) {
   if (!path) return dt__error(DT_ERR_INVALID, "%s: path is NULL", op);
   if (count < 0 || n_metadata < 0)
     return dt__error(DT_ERR_INVALID, "%s: count %d and n_metadata %d must be >= 0", op, count,
@@ -589,7 +588,7 @@ dt_status dt_safetensors_save(const char *path, int count, const char *const *na
     goto done;
   }
   dt__output_file output;
-  FILE *f = dt__output_open(&output, path);
+  FILE *f = owned ? dt__output_open_owned(&output, path) : dt__output_open(&output, path);
   if (!f) {
     int err = errno;
     st = dt__error(DT_ERR_IO, "%s: cannot write %s: %s", op, path,
@@ -637,4 +636,18 @@ done:
   dt__free(sorted_values);
   dt__free(header.data);
   return st;
+}
+
+dt_status dt_safetensors_save(const char *path, int count, const char *const *names,
+                              dt_tensor *const *tensors, int n_metadata, const char *const *keys,
+                              const char *const *values) {
+  return save_file("dt_safetensors_save", false, path, count, names, tensors, n_metadata, keys,
+                   values);
+}
+
+dt_status dt__safetensors_save_owned(const char *op, const char *path, int count,
+                                     const char *const *names, dt_tensor *const *tensors,
+                                     int n_metadata, const char *const *keys,
+                                     const char *const *values) {
+  return save_file(op, true, path, count, names, tensors, n_metadata, keys, values);
 }

@@ -12,7 +12,10 @@
  *
  * Symbolic links. The path is followed, as fopen follows it: the link stays a link and its
  * target is replaced, the temporary living beside the target so the rename stays within one
- * file system. A link whose target does not exist is refused rather than guessed at.
+ * file system. A link whose target does not exist is refused rather than guessed at. Files
+ * whose names the library owns (dt__output_open_owned: a checkpoint's shards) are never
+ * followed: the rename replaces whatever sits at the name. The temporary itself is created
+ * with O_EXCL | O_NOFOLLOW, so a link planted at its name is never written through.
  *
  * Names. The temporary is ".dt-" and eight random letters in the target's directory, so any
  * legal file name (up to NAME_MAX) can be written.
@@ -102,7 +105,7 @@ static int create_temporary(dt__output_file *out) {
   letters[TEMP_RANDOM] = '\0';
   for (int attempt = 0; attempt < TEMP_ATTEMPTS; attempt++) {
     random_letters(letters, out);
-    int fd = open(out->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    int fd = open(out->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd >= 0 || errno != EEXIST) return fd;
   }
   errno = EEXIST;
@@ -180,6 +183,33 @@ fail:
   restore_file_size_signal(out);
   errno = err ? err : EIO;
   return NULL;
+}
+
+FILE *dt__output_open_owned(dt__output_file *out, const char *path) {
+  out->path = path;
+  out->in_place = false;
+  out->problem = NULL;
+  out->tmp[0] = '\0';
+  size_t n = strlen(path);
+  if (!path[0] || n >= sizeof out->target) {
+    errno = path[0] ? ENAMETOOLONG : ENOENT;
+    return NULL;
+  }
+  memcpy(out->target, path, n + 1);
+  block_file_size_signal(out);
+  int fd = create_temporary(out);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!f) {
+    int err = errno ? errno : EIO;
+    if (fd >= 0) {
+      close(fd);
+      unlink(out->tmp);
+    }
+    out->tmp[0] = '\0';
+    restore_file_size_signal(out);
+    errno = err;
+  }
+  return f;
 }
 
 int dt__output_close(dt__output_file *out, FILE *f, bool failed) {

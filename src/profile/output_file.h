@@ -21,6 +21,11 @@ typedef struct dt__output_file {
  * dt__output_strerror explains it). */
 FILE *dt__output_open(dt__output_file *out, const char *path);
 
+/* As dt__output_open, for a file whose name the library owns (a checkpoint's shard): the path
+ * is never followed nor written in place: whatever is there (a link, a FIFO, a stale file) is
+ * replaced by the rename, and the new file's mode is 0666 less the umask, never an old file's. */
+FILE *dt__output_open_owned(dt__output_file *out, const char *path);
+
 /* Closes the stream and, for a regular file, puts it in place; `failed` says the writer
  * saw an error. Returns 0 or an errno value (the temporary is removed then). */
 int dt__output_close(dt__output_file *out, FILE *f, bool failed);

@@ -3,13 +3,17 @@
  * shards of an uneven [7, 5] float32 tensor (Shard(0) on a 1-D mesh) and its replicated copy
  * of a [6] float64 tensor, then loads them back in other layouts (Shard(1), Replicate, and on
  * 4 ranks a 2x2 mesh with Shard(0), Shard(1)); every rank's block must be bit-identical to the
- * same block of the full values.
+ * same block of the full values. First, a save that rank 0 cannot start (its directory's
+ * parent is a file) must fail on every rank with DT_ERR_IO and rank 0's reason, within
+ * seconds (it used to leave the other ranks waiting in the next collective until the
+ * 10-minute timeout), and the same world must then save normally.
  *
  * Prints "N passed, N failed" (summed over the ranks) and exits 1 on any failure.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dtensor/dtensor.h"
@@ -78,6 +82,25 @@ int main(void) {
   CHECK_OK(
       dt_dist_distribute_tensor(line, full[1], 1, (dt_placement[]){dt_replicate()}, &saved[1]));
   const char *names[2] = {"a", "b"};
+  /* Rank 0 cannot create the directory: a regular file stands where its parent should be. */
+  char blocker[160], below[200];
+  snprintf(blocker, sizeof blocker, "%s_file", dir);
+  snprintf(below, sizeof below, "%s/ckpt", blocker);
+  if (dt_comm_rank(world) == 0) {
+    FILE *f = fopen(blocker, "w");
+    CHECK(f != NULL, "creating %s", blocker);
+    if (f) fclose(f);
+  }
+  CHECK_OK(dt_comm_barrier(world));
+  time_t started = time(NULL);
+  dt_status st = dt_checkpoint_save(below, line, 2, names, saved);
+  CHECK(st == DT_ERR_IO, "a save rank 0 cannot start returned %s", dt_status_string(st));
+  CHECK(strstr(dt_last_error(), "cannot create") != NULL &&
+            (dt_comm_rank(world) == 0) == (strstr(dt_last_error(), "rank 0: ") == NULL),
+        "the message names rank 0's reason: %s", dt_last_error());
+  CHECK(time(NULL) - started < 30, "the failed save took %lld s",
+        (long long)(time(NULL) - started));
+  if (dt_comm_rank(world) == 0) CHECK(unlink(blocker) == 0, "removing %s", blocker);
   CHECK_OK(dt_checkpoint_save(dir, line, 2, names, saved));
   load_as(dir, line, (dt_placement[]){dt_shard(1)}, (dt_placement[]){dt_shard(0)}, "S(1)");
   load_as(dir, line, (dt_placement[]){dt_replicate()}, (dt_placement[]){dt_replicate()}, "R");
