@@ -49,7 +49,27 @@ const tool_command tool_bench_suites[] = {
      .run = bench_suite_compile},
     {.name = "train",
      .summary = "optimizer step (SGD momentum, AdamW) over 1,000 x 1,000 floats vs a plain C loop",
-     .usage = "[--json] [--iters N] [--params P] [--elems E]",
+     .usage = "[--json] [--iters N] [--params P] [--elems E] [--only optim|demo|fsdp]\n"
+              "       --size gpt2-like|small [--vocab V] [--dmodel D] [--heads H] [--layers L]\n"
+              "       [--seq T] [--batch B] [--steps N] [--threads N] [--clock cpu|wall] [--json]",
+     .details =
+         "With --size: the training step of a GPT-2-like decoder (bench/bench_gpt.h; gpt2-like:\n"
+         "vocab 8192, d_model 512, 8 heads, 4 layers, seq 256, batch 8; small for quick runs;\n"
+         "the other size options override the named size), 1 rank: ms/step, tokens/s and\n"
+         "achieved GFLOP/s against cblas_sgemm's rate at the step's shapes, measured in the run.\n"
+         "--threads sets the BLAS's threads; --clock: process CPU time (default) or wall time.",
      .run = bench_suite_train},
+    {.name = "ops",
+     .summary = "each non-GEMM op of the GPT-2-like step, fwd and fwd+bwd, vs a memcpy; its GEMMs "
+                "vs cblas",
+     .usage = "[--json] [--iters N] [--only OP|adamw|gemm] [--size gpt2-like|small]\n"
+              "       [--vocab V] [--dmodel D] [--heads H] [--layers L] [--seq T] [--batch B]\n"
+              "       [--threads N] [--clock cpu|wall]",
+     .details =
+         "Ops: layer_norm gelu softmax log_softmax cross_entropy mul_btd_bt1 add_btd_d\n"
+         "mul_btd_d masked_fill embedding, then adamw and the GEMM calls (gemm). Each against a\n"
+         "memcpy of the bytes it must move, alternating; --clock: process CPU time\n"
+         "(default) or wall time; --threads sets the BLAS's threads.",
+     .run = bench_suite_ops},
     {0},
 };

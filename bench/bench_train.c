@@ -20,7 +20,8 @@
  *               backward, SGD) and the exposed-comm fraction of one traced step each.
  *
  * Options: --json, --iters N (samples per side, default 15), --params P, --elems E,
- * --only optim|demo|fsdp.
+ * --only optim|demo|fsdp. With --size, the suite is the GPT-2-like training step instead
+ * (bench/bench_gpt.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -424,6 +425,7 @@ static dt_status bench_fsdp(bool json, int iters) {
 }
 
 int bench_suite_train(int argc, char **argv) {
+  if (tool_has_flag(argc, argv, "--size")) return bench_gpt_train(argc, argv);
   bool json = tool_has_flag(argc, argv, "--json");
   int iters = 15, n = 1000;
   int64_t e = 1000;

@@ -1,0 +1,54 @@
+/* The GPT-2-like decoder of issue 26, shared by `dtensor bench train --size ...` (the whole
+ * training step, bench/bench_gpt.c) and `dtensor bench ops` (its non-GEMM ops and GEMM calls
+ * one by one, bench/bench_ops.c): token and position embeddings, pre-norm blocks of causal
+ * attention (matmul + masked_fill + softmax) and a GELU MLP (4 x d_model), a final LayerNorm,
+ * an untied LM head, cross_entropy and AdamW; float32, one rank. */
+#ifndef BENCH_GPT_H
+#define BENCH_GPT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtensor/dtensor.h"
+
+typedef struct gpt_sizes {
+  int64_t vocab, dmodel, heads, layers, seq, batch;
+} gpt_sizes;
+
+/* gpt2-like: vocab 8192, d_model 512, 8 heads, 4 layers, seq 256, batch 8 (21.1M
+ * parameters, 219 GFLOP per training step). small: vocab 1024, d_model 128, 4 heads,
+ * 2 layers, seq 64, batch 4, for quick runs. */
+bool gpt_sizes_named(const char *name, gpt_sizes *out);
+
+/* The sizes named by the command line's --size (gpt2-like when none or an unknown name, which
+ * gpt_sizes_option then refuses): the base the other size options change, in any order. */
+void gpt_sizes_start(int argc, char **argv, gpt_sizes *s);
+
+/* Reads one size option at argv[*i] (--size NAME, --vocab, --dmodel, --heads, --layers,
+ * --seq, --batch; the value is argv[*i + 1], consumed). Returns 1 when it took the option,
+ * 0 when argv[*i] is no size option, -1 on a bad value. */
+int gpt_sizes_option(int argc, char **argv, int *i, gpt_sizes *s);
+
+/* True when the sizes make a model: every size >= 1 and heads dividing d_model. */
+bool gpt_sizes_valid(const gpt_sizes *s);
+
+/* Parameters of the model, and the FLOPs of the matrix products of one training step
+ * (forward, then twice that for the backward: 2 M N K per product). */
+int64_t gpt_param_count(const gpt_sizes *s);
+double gpt_step_flops(const gpt_sizes *s);
+
+typedef struct gpt_model gpt_model;
+
+/* Random weights (GPT-2's initialisation: N(0, 0.02), the residual projections scaled by
+ * 1/sqrt(2 layers)), an AdamW optimizer and random token data, all from `seed`. */
+dt_status gpt_model_create(const gpt_sizes *s, uint64_t seed, gpt_model **out);
+void gpt_model_destroy(gpt_model *m);
+
+/* One training step: zero_grad, forward, loss, backward, AdamW. *loss gets the step's loss
+ * (may be NULL). */
+dt_status gpt_model_step(gpt_model *m, double *loss);
+
+/* The model's parameters (borrowed), for `bench ops`' AdamW case. */
+int gpt_model_params(const gpt_model *m, dt_tensor *const **params);
+
+#endif /* BENCH_GPT_H */

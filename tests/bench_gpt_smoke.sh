@@ -1,0 +1,37 @@
+#!/bin/sh
+# dtensor bench train --size and dtensor bench ops at the small size: the step trains (the
+# second step's loss below the first's, both finite), the parameter count and the FLOPs of a
+# step equal the ones worked out by hand for the small model (vocab 1024, d_model 128,
+# 2 layers, seq 64, batch 4: 2*1024*128 + 64*128 + 2*(12*128^2 + 13*128) + 2*128 = 667136
+# parameters; 3 * (2 * (2*256*12*128^2 + 4*4*64^2*128) + 2*256*128*1024) = 855638016 FLOPs),
+# bench ops prints a forward and a forward+backward line for an op, and bad options fail.
+# Usage: bench_gpt_smoke.sh PATH/TO/dtensor
+set -u
+tool=$1
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+line=$("$tool" bench train --size small --steps 1 --threads 1 --json | grep '"name":"gpt_step"')
+[ -n "$line" ] || fail "bench train --size small printed no gpt_step line"
+field() { echo "$line" | sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p"; }
+[ "$(field params)" = 667136 ] || fail "params $(field params), expected 667136"
+[ "$(field gflop_per_step)" = 0.86 ] || fail "gflop_per_step $(field gflop_per_step), expected 0.86"
+awk -v a="$(field first_loss)" -v b="$(field loss)" 'BEGIN { exit !(a > 0 && b > 0 && b < a && a < 100) }' ||
+  fail "losses $(field first_loss) -> $(field loss): expected finite, decreasing"
+
+ops=$("$tool" bench ops --size small --iters 1 --only layer_norm --json | grep -c '"op":"layer_norm"')
+[ "$ops" = 2 ] || fail "bench ops --only layer_norm printed $ops lines, expected 2 (fwd, fwd+bwd)"
+
+for bad in "--size huge" "--heads 3 --size small" "--steps 0 --size small" "--size small --clock x"; do
+  # shellcheck disable=SC2086
+  "$tool" bench train $bad >/dev/null 2>&1
+  [ $? -eq 2 ] || fail "'bench train $bad' did not exit 2"
+done
+"$tool" bench ops --size small --dmodel 0 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "'bench ops --dmodel 0' did not exit 2"
+
+[ $failures -eq 0 ] && echo "bench_gpt_smoke: ok"
+exit $failures
