@@ -21,9 +21,6 @@ static const struct {
 } replicate_only[] = {
     {DT_OP_SCATTER_ADD, "a helper of backward formulas (embedding, max.dim): positions are "
                         "data, so no dim of the output follows a shard of the index"},
-    {DT_OP_BATCH_NORM_TRAINING, "batch statistics need the whole batch and every position of a "
-                                "channel; sharding the channel dim needs weight and bias sharded "
-                                "alike, which no rule family does yet"},
 };
 
 /* Ops the sweep does not reach, with the reason. Empty today. */

@@ -31,9 +31,24 @@ static dt_status fc_bn_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
   return st;
 }
 
-static dt_status make_fc_bn(dt_module **out) {
+/* The same with the BatchNorm in training mode (batch statistics), as the seed's module is:
+ * PyTorch modules start in training mode. */
+static dt_status fc_bn_training_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
+  dt_tensor *h = NULL;
+  dt_module *bn = dt_module_find(m, "bn");
+  dt_status st = dt_module_forward(dt_module_find(m, "fc"), x, &h);
+  if (!st) {
+    st = dt_batch_norm_training(h, dt_module_parameter(bn, "weight"),
+                                dt_module_parameter(bn, "bias"), 1e-5, out);
+  }
+  dt_tensor_release(h);
+  return st;
+}
+
+static dt_status make_fc_bn(bool training, dt_module **out) {
   dt_module *m = NULL, *fc = NULL, *bn = NULL;
-  dt_status st = dt_module_create("LinearBN", fc_bn_forward, NULL, &m);
+  dt_status st =
+      dt_module_create("LinearBN", training ? fc_bn_training_forward : fc_bn_forward, NULL, &m);
   if (!st) st = dt_nn_linear(3, 5, true, 11, &fc);
   if (!st) st = dt_module_add_child(m, "fc", fc);
   if (!st) st = dt_nn_batch_norm1d(5, 1e-5, &bn);
@@ -96,7 +111,9 @@ static dt_status make_mlp_list(int n, bool bias, dt_module **out) {
  */
 
 typedef struct scenario {
-  int which; /* 1: Linear+BN, 2: two MLPs, 3: one MLP without bias */
+  int which;          /* 1: Linear+BN, 2: two MLPs, 3: one MLP without bias */
+  bool bn_training;   /* 1: the BatchNorm with batch statistics (else running statistics) */
+  bool dynamic_batch; /* exported with a symbolic batch size (the seed exports statically) */
   int n_plan;
   dt_tp_plan_entry plan[4];
   int64_t input_shape[2];
@@ -105,7 +122,8 @@ typedef struct scenario {
 } scenario;
 
 static dt_status make_model(const scenario *sc, dt_module **m) {
-  return sc->which == 1 ? make_fc_bn(m) : make_mlp_list(sc->which == 2 ? 2 : 1, sc->which == 2, m);
+  return sc->which == 1 ? make_fc_bn(sc->bn_training, m)
+                        : make_mlp_list(sc->which == 2 ? 2 : 1, sc->which == 2, m);
 }
 
 static dt_status scenario_rank(dt_comm *world, void *arg) {
@@ -117,7 +135,7 @@ static dt_status scenario_rank(dt_comm *world, void *arg) {
             *eager = NULL;
   RANK_OK(make_model(sc, &model));
   RANK_OK(dt_module_forward(model, x, &eager));
-  dt_export_options opt = {.dynamic_batch = true};
+  dt_export_options opt = {.dynamic_batch = sc->dynamic_batch};
   RANK_OK(dt_export(model, x, &opt, &prog));
   RANK_OK(dt_program_run(prog, 1, &x, 1, &ref, NULL));
   RANK_CHECK(max_abs_diff(ref, eager) == 0, "export changed the result");
@@ -139,10 +157,10 @@ static dt_status scenario_rank(dt_comm *world, void *arg) {
   int wt = dt_graph_count_target(g, "wait_tensor");
   RANK_CHECK(ag == sc->all_gather && ar == sc->all_reduce && rs == sc->reduce_scatter &&
                  a2a == sc->all_to_all && wt == sc->wait,
-             "scenario %d world %d rank %d: inserted all_gather %d, all_reduce %d, reduce_scatter "
-             "%d, all_to_all %d, "
-             "wait %d\n%s",
-             sc->which, size, rank, ag, ar, rs, a2a, wt, text);
+             "scenario %d (%s, %s export) world %d rank %d: inserted all_gather %d, all_reduce "
+             "%d, reduce_scatter %d, all_to_all %d, wait %d\n%s",
+             sc->which, sc->bn_training ? "batch statistics" : "running statistics",
+             sc->dynamic_batch ? "dynamic" : "static", size, rank, ag, ar, rs, a2a, wt, text);
   if (getenv("TP_DEBUG") && rank == 1) fprintf(stderr, "%s\n", text);
   dt_free(text);
   dt_run_stats stats = {0};
@@ -175,12 +193,29 @@ static dt_status scenario_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
+/* Worlds 2, 3 and 4, exported statically (as the seed exports) and with a dynamic batch. */
 static void run_scenario(scenario sc) {
-  for (int world = 2; world <= 4; world++) SPAWN_OK(world, scenario_rank, &sc);
+  for (int dynamic = 0; dynamic < 2; dynamic++) {
+    sc.dynamic_batch = dynamic;
+    for (int world = 2; world <= 4; world++) SPAWN_OK(world, scenario_rank, &sc);
+  }
 }
 
+/* Seed 003, test_tp_transform_with_uncovered_op: the batch norm is per channel, so the
+ * colwise Linear's channel shard goes through it (its [C] statistics and affine parameters
+ * sliced locally) and one all_gather at the end returns the whole output, in both modes. */
 Test(tp_transform, linear_then_uncovered_batch_norm) {
   run_scenario((scenario){.which = 1,
+                          .n_plan = 1,
+                          .plan = {{"fc", DT_TP_COLWISE}},
+                          .input_shape = {7, 3},
+                          .all_gather = 1,
+                          .wait = 1});
+}
+
+Test(tp_transform, linear_then_uncovered_batch_norm_training) {
+  run_scenario((scenario){.which = 1,
+                          .bn_training = true,
                           .n_plan = 1,
                           .plan = {{"fc", DT_TP_COLWISE}},
                           .input_shape = {7, 3},

@@ -3,8 +3,9 @@
  * biased variance over every other dim, then (x - mean) / sqrt(var + eps) * weight + bias.
  * Running statistics are not updated here: a training loop updates them under no_grad.
  *
- * Inputs {input, weight?, bias?}; eps in scalars[0]. The op runs replicated on distributed
- * tensors: its statistics need the whole batch and every spatial position of a channel. */
+ * Inputs {input, weight?, bias?}; eps in scalars[0]. On distributed tensors a shard of the
+ * channel dim stays (weight and bias sliced alike, distributed/rules.c): its statistics need
+ * the whole batch and every spatial position of a channel, which such a shard has. */
 #include <inttypes.h>
 
 #include "kernels/cpu/reduce.h"

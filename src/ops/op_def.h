@@ -47,7 +47,8 @@ typedef enum dt_rule_family {
   DT_RULE_LINEAR,
   DT_RULE_SOFTMAX,    /* any shard but the softmax dim */
   DT_RULE_LAYER_NORM, /* any shard but the normalized dims */
-  DT_RULE_BATCH_NORM, /* any shard but the channel dim */
+  DT_RULE_BATCH_NORM, /* per channel: any shard, the channel's with the [C] arguments sliced */
+  DT_RULE_BATCH_NORM_TRAINING, /* the same, and other dims with synchronized statistics */
   DT_RULE_EMBEDDING,
   DT_RULE_SCATTER_ADD, /* shards off the scatter dim, row windows, Partial(sum) */
   DT_RULE_CAT,

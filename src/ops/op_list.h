@@ -236,7 +236,7 @@
     "batch_norm(Tensor input, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? "   \
     "bias, float eps) -> Tensor")                                                                  \
   X(BATCH_NORM_TRAINING, "batch_norm_training", COMPUTE, 1, dt__infer_batch_norm_training,         \
-    dt__kernel_batch_norm_training, REPLICATE, BATCH_NORM_TRAINING, NO_FUNC, 0,                    \
+    dt__kernel_batch_norm_training, BATCH_NORM_TRAINING, BATCH_NORM_TRAINING, NO_FUNC, 0,          \
     BACKWARD(batch_norm_training),                                                                 \
     "batch_norm_training(Tensor input, Tensor? weight, Tensor? bias, float eps) -> Tensor")        \
   X(EMBEDDING, "embedding", COMPUTE, 2, dt__infer_embedding, dt__kernel_embedding, EMBEDDING,      \
