@@ -1,6 +1,16 @@
 /*
- * libdtensor — optimizers (SGD, Adam, AdamW), zero_grad and clip_grad_norm, with PyTorch's
- * update rules, for local and distributed parameters.
+ * libdtensor — optimizers (SGD, Adam, AdamW with PyTorch's update rules; Lion), zero_grad and
+ * clip_grad_norm, for local and distributed parameters, and the optimizer's state dict for
+ * exact resumption from a checkpoint.
+ *
+ * The optimizers form a table: each has named state slots, named hyperparameters with
+ * defaults, and a fused step (docs/training.md, "Optimizers"):
+ *   "sgd"    slots momentum_buffer (with momentum > 0); lr 1e-3, momentum 0, dampening 0,
+ *            weight_decay 0, nesterov 0 (0 or 1)
+ *   "adam"   slots exp_avg, exp_avg_sq; lr 1e-3, beta1 0.9, beta2 0.999, eps 1e-8,
+ *            weight_decay 0 (added to the gradient)
+ *   "adamw"  as adam, weight_decay 0.01 (decoupled: the weight decays by lr * weight_decay)
+ *   "lion"   slot exp_avg; lr 1e-4, beta1 0.9, beta2 0.99, weight_decay 0 (decoupled)
  *
  * An optimizer holds references to its parameters and keeps its state (momentum buffer,
  * exp_avg, exp_avg_sq) placed exactly like each parameter: a distributed parameter's state
@@ -32,7 +42,23 @@ extern "C" {
 
 typedef struct dt_optimizer dt_optimizer;
 
-/* The optimizer options follow the options convention (docs/api.md, "Naming"): a
+/* One named hyperparameter for dt_optimizer_create ("lr", "momentum", ...; the table above). */
+typedef struct dt_optimizer_hyperparameter {
+  const char *name;
+  double value; /* used exactly as given: 0 is zero */
+} dt_optimizer_hyperparameter;
+
+/* Creates optimizer `name` ("sgd", "adam", "adamw", "lion") over n parameters (see the header
+ * comment for what a parameter must be) with the hyperparameters given (n_hyper of them, any
+ * order; the others take their defaults). The state is allocated here, zero, placed like each
+ * parameter; the arrays are copied, the parameters retained. Not collective.
+ * Errors: DT_ERR_INVALID (NULL name or out, an unknown optimizer or hyperparameter name, a
+ * value out of range: the message names it and its value, and the parameter errors of
+ * dt_optimizer_create_sgd), DT_ERR_DTYPE, DT_ERR_NOMEM. */
+DT_API dt_status dt_optimizer_create(const char *name, int n, dt_tensor *const *params, int n_hyper,
+                                     const dt_optimizer_hyperparameter *hyper, dt_optimizer **out);
+
+/* The legacy option structs below follow the options convention (docs/api.md, "Naming"): a
  * zero-initialised struct, or NULL options, is PyTorch's defaults. A field whose zero is not
  * its default (lr, Adam's betas and eps, AdamW's weight_decay) reads 0 as that default; to ask
  * for an exact zero in those but lr (a zero rate is refused), pass DT_OPTIM_ZERO. Fields whose
@@ -99,12 +125,64 @@ DT_API dt_status dt_optimizer_step_ex(dt_optimizer *opt, const dt_optimizer_step
 /* Zeroes every parameter's gradient (dt_tensor_zero_grad). Errors: DT_ERR_INVALID (NULL). */
 DT_API dt_status dt_optimizer_zero_grad(dt_optimizer *opt, bool set_to_none);
 
-/* The state tensor `name` ("momentum_buffer" for SGD with momentum, "exp_avg" and
- * "exp_avg_sq" for Adam/AdamW) of parameter index, a new reference; and *steps, the steps
+/* The state tensor of slot `name` ("momentum_buffer" for SGD with momentum, "exp_avg" and
+ * "exp_avg_sq" for Adam/AdamW, "exp_avg" for Lion) of parameter index, a new reference; and *steps, the steps
  * taken by that parameter (may be NULL). Errors: DT_ERR_INVALID (NULL, index out of range,
  * no state of that name). */
 DT_API dt_status dt_optimizer_state(const dt_optimizer *opt, int index, const char *name,
                                     dt_tensor **out, int64_t *steps);
+
+/* The optimizer's table name ("sgd", ...); NULL for NULL. Borrowed, static. */
+DT_API const char *dt_optimizer_name(const dt_optimizer *opt);
+
+/* Reads / sets hyperparameter `name` (the table in the header comment). Setting checks the
+ * value as creation does (a learning-rate schedule sets "lr" before each step) and refuses a
+ * change that would add or drop a state slot (SGD's momentum from or to 0). Not collective:
+ * every rank must set the same values. Errors: DT_ERR_INVALID (NULL, unknown name, a value out
+ * of range). */
+DT_API dt_status dt_optimizer_get_hyperparameter(const dt_optimizer *opt, const char *name,
+                                                 double *value);
+DT_API dt_status dt_optimizer_set_hyperparameter(dt_optimizer *opt, const char *name, double value);
+
+/* ---- The optimizer's state dict ------------------------------------------------------------
+ * Everything a step depends on besides the parameters, as named tensors that go into a
+ * distributed checkpoint beside the model's (dt_checkpoint_save / dt_checkpoint_load, which
+ * reshard: save on 4 FSDP ranks, load on 3, on TP 2 or on 1). For parameter i named
+ * param_names[i] (its FQN) and prefix P (NULL: "optim."):
+ *   P "state." FQN "." SLOT   each slot the optimizer keeps, the optimizer's own state tensor
+ *                             (placed like the parameter): a checkpoint load writes into it
+ *   P "state." FQN ".step"    the parameter's step count, a local int64 [1]
+ *   P "hyper." NAME           each hyperparameter, a local float64 [1]
+ * (PyTorch's flattened optimizer state dict: state.FQN.exp_avg, param_groups.lr.) The kind
+ * is implied by the slot and hyperparameter names: loading an Adam checkpoint into SGD fails
+ * in dt_checkpoint_load on the missing names. */
+typedef struct dt_optimizer_state_dict {
+  int count;
+  char **names;        /* owned */
+  dt_tensor **tensors; /* owned references */
+  /* What each entry is, for dt_optimizer_load_state_dict; not for the caller. */
+  int *roles;
+} dt_optimizer_state_dict;
+
+/* Fills *out with opt's state dict (above). param_names: opt's parameter count of names,
+ * copied; prefix may be NULL. The step and hyperparameter tensors hold the current values.
+ * Errors: DT_ERR_INVALID (NULL, a NULL or repeated name), DT_ERR_NOMEM; on error *out is
+ * empty. */
+DT_API dt_status dt_optimizer_get_state_dict(const dt_optimizer *opt,
+                                             const char *const *param_names, const char *prefix,
+                                             dt_optimizer_state_dict *out);
+
+/* Sets opt's step counts and hyperparameters from sd's tensors (after dt_checkpoint_load
+ * filled them), and copies a slot tensor into opt's state when it is not opt's own (a state
+ * dict of another optimizer of the same kind and parameter shapes). Everything is checked
+ * before anything changes: each step count >= 0, the hyperparameters as creation checks them,
+ * slot tensors of the state's dtype, global shape and placements. Not collective.
+ * Errors: DT_ERR_INVALID (NULL, a state dict of another kind or parameter count, a bad value:
+ * the message names the entry), DT_ERR_SHAPE. */
+DT_API dt_status dt_optimizer_load_state_dict(dt_optimizer *opt, const dt_optimizer_state_dict *sd);
+
+/* Releases sd's names and tensors and zeroes it. NULL is ignored. */
+DT_API void dt_optimizer_state_dict_clear(dt_optimizer_state_dict *sd);
 
 /* Options of dt_clip_grad_norm. Zero-initialise; NULL means all defaults. */
 typedef struct dt_clip_grad_options {

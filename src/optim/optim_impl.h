@@ -1,5 +1,6 @@
 /* What the optimizers and clip_grad_norm share: parameter checks, gradient resolution (a
- * Partial gradient reduced to its parameter's placements) and access to local shards. */
+ * Partial gradient reduced to its parameter's placements), access to local shards, and the
+ * table entry each optimizer file fills (dt__optim_kind). */
 #ifndef DT_OPTIM_IMPL_H
 #define DT_OPTIM_IMPL_H
 
@@ -33,5 +34,68 @@ dt_status dt__optim_any_nonfinite(dt_mesh *mesh, int n, dt_tensor **grads, bool 
 float *dt__optim_floats(dt_tensor *t, int64_t *count);
 
 void dt__optim_release_all(int n, dt_tensor **tensors);
+
+/* ---- The optimizer table ------------------------------------------------------------------
+ * An optimizer is one file (sgd.c, adam.c, lion.c) defining one dt__optim_kind: its named
+ * state slots (tensors placed like the parameter, zero at creation), its hyperparameters
+ * (doubles in the order of `hyper`, each with its default), their check, and its fused update
+ * of one parameter's local float32 shard. optimizer.c lists the kinds in its registry and does
+ * everything else (parameters, gradients, steps, state dicts) the same way for all. */
+#define DT__OPTIM_MAX_SLOTS 2
+#define DT__OPTIM_MAX_HYPER 8
+/* Scratch shared by the parameters of one optimizer step (zeroed at its start): an update
+ * keeps there what depends only on the step count (Adam's bias corrections). */
+#define DT__OPTIM_CACHE_BYTES 64
+
+typedef struct dt__optim_hyper {
+  const char *name;
+  double default_value;
+} dt__optim_hyper;
+
+typedef struct dt__optim_kind {
+  const char *name;      /* "sgd": dt_optimizer_create's name */
+  const char *create_fn; /* the public function messages name */
+  int n_slots;
+  const char *slots[DT__OPTIM_MAX_SLOTS]; /* "momentum_buffer", "exp_avg", ... */
+  int n_hyper;
+  dt__optim_hyper hyper[DT__OPTIM_MAX_HYPER];
+  /* Checks h (n_hyper values); the message names fn, the hyperparameter and its value. */
+  dt_status (*check)(const char *fn, const double *h);
+  /* Whether slot k is kept with these hyperparameters (SGD without momentum keeps no
+   * buffer); NULL: every slot. An unused slot's pointer is NULL in update. */
+  bool (*slot_used)(const double *h, int k);
+  /* One update of count elements: p the parameter, g its gradient, s[k] slot k's state;
+   * step is the parameter's step count including this one (1 on its first update). */
+  void (*update)(const double *h, int64_t step, float *p, const float *g, float *const *s,
+                 int64_t count, void *cache);
+} dt__optim_kind;
+
+extern const dt__optim_kind dt__optim_sgd, dt__optim_adam, dt__optim_adamw, dt__optim_lion;
+
+/* An optimizer: its kind, hyperparameters and, per parameter, the parameter, its slots'
+ * state (DT__OPTIM_MAX_SLOTS per parameter, NULL when unused) and its step count. */
+struct dt_optimizer {
+  const dt__optim_kind *kind;
+  double hyper[DT__OPTIM_MAX_HYPER];
+  int n;
+  dt_tensor **params;
+  dt_tensor **state;
+  int64_t *steps;    /* per parameter, as PyTorch's state["step"] */
+  dt_tensor **grads; /* scratch for a step */
+  /* Scratch for a step: the float32 data of each parameter, gradient and slot (2 +
+   * DT__OPTIM_MAX_SLOTS per parameter) and its element count, gathered in one pass before the
+   * updates. */
+  float **data;
+  int64_t *counts;
+  /* params, state, grads, data, steps and counts share one allocation (see create). */
+};
+
+/* Whether opt keeps slot k (its kind's slot_used). */
+static inline bool dt__optim_slot_used(const dt_optimizer *opt, int k) {
+  return k < opt->kind->n_slots && (!opt->kind->slot_used || opt->kind->slot_used(opt->hyper, k));
+}
+
+/* The index of hyperparameter `name` in opt's kind, or -1. */
+int dt__optim_hyper_index(const dt__optim_kind *kind, const char *name);
 
 #endif /* DT_OPTIM_IMPL_H */

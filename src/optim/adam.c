@@ -1,0 +1,99 @@
+/*
+ * Adam and AdamW (torch.optim.Adam / AdamW, _single_tensor_adam), two entries of the
+ * optimizer table that share their update: slots "exp_avg" and "exp_avg_sq", hyperparameters
+ * lr, beta1, beta2, eps and weight_decay (Adam adds it to the gradient, AdamW decays the
+ * weight). The arithmetic is PyTorch's operation by operation in float32, the scalar factors
+ * (bias corrections, step size) in double as Python computes them.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "optim/optim_impl.h"
+
+enum { LR, BETA1, BETA2, EPS, WEIGHT_DECAY };
+
+static dt_status adam_check(const char *fn, const double *h) {
+  if (!(h[LR] > 0)) return dt__error(DT_ERR_INVALID, "%s: lr %g (expected > 0)", fn, h[LR]);
+  if (!(h[BETA1] >= 0 && h[BETA1] < 1))
+    return dt__error(DT_ERR_INVALID, "%s: beta1 %g (expected in [0, 1))", fn, h[BETA1]);
+  if (!(h[BETA2] >= 0 && h[BETA2] < 1))
+    return dt__error(DT_ERR_INVALID, "%s: beta2 %g (expected in [0, 1))", fn, h[BETA2]);
+  if (!(h[EPS] >= 0) || !isfinite(h[EPS]))
+    return dt__error(DT_ERR_INVALID, "%s: eps %g (expected >= 0)", fn, h[EPS]);
+  if (!(h[WEIGHT_DECAY] >= 0) || !isfinite(h[WEIGHT_DECAY]))
+    return dt__error(DT_ERR_INVALID, "%s: weight_decay %g (expected >= 0)", fn, h[WEIGHT_DECAY]);
+  return DT_OK;
+}
+
+/* The scalar factors of one step, in double and rounded to float32 once: parameters usually
+ * share their step count, so a step computes them once (two pow calls per parameter were a
+ * fifth of the per-parameter cost); they live in the step's cache. */
+typedef struct adam_factors {
+  int64_t step; /* the step they were computed for (0: none yet) */
+  float p_scale, g_decay, w1, b2, w2, neg_step_size, bc2_sqrt, eps;
+} adam_factors;
+_Static_assert(sizeof(adam_factors) <= DT__OPTIM_CACHE_BYTES, "adam_factors fits the cache");
+
+static void factors_for(const double *h, bool decoupled, int64_t step, adam_factors *f) {
+  if (f->step == step) return;
+  f->step = step;
+  const float wd = (float)h[WEIGHT_DECAY], decay = (float)(1.0 - h[LR] * h[WEIGHT_DECAY]);
+  f->w1 = (float)(1.0 - h[BETA1]);
+  f->b2 = (float)h[BETA2];
+  f->w2 = (float)(1.0 - h[BETA2]);
+  double bc1 = 1.0 - pow(h[BETA1], (double)step), bc2 = 1.0 - pow(h[BETA2], (double)step);
+  f->neg_step_size = (float)(-(h[LR] / bc1));
+  f->bc2_sqrt = (float)sqrt(bc2);
+  f->eps = (float)h[EPS];
+  /* Which weight decay, decided once: 1.0f and 0.0f leave p and g unchanged exactly. */
+  f->p_scale = h[WEIGHT_DECAY] != 0 && decoupled ? decay : 1.0f;
+  f->g_decay = h[WEIGHT_DECAY] != 0 && !decoupled ? wd : 0.0f;
+}
+
+/* m = lerp(m, g, 1 - beta1); v = beta2 v + (1 - beta2) g^2;
+ * p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), AdamW decaying p by (1 - lr wd) first. */
+static void update(const adam_factors *f, float *restrict p, const float *restrict g,
+                   float *restrict m, float *restrict v, int64_t count) {
+  const float p_scale = f->p_scale, g_decay = f->g_decay, w1 = f->w1, b2 = f->b2, w2 = f->w2;
+  const float neg_step_size = f->neg_step_size, bc2_sqrt = f->bc2_sqrt, eps = f->eps;
+  for (int64_t k = 0; k < count; k++) {
+    float pk = p[k] * p_scale;
+    float gk = g[k] + g_decay * pk;
+    float mk = m[k] + w1 * (gk - m[k]);
+    float vk = v[k] * b2 + w2 * gk * gk;
+    m[k] = mk;
+    v[k] = vk;
+    p[k] = pk + neg_step_size * (mk / (sqrtf(vk) / bc2_sqrt + eps));
+  }
+}
+
+static void adam_update(const double *h, int64_t step, float *p, const float *g, float *const *s,
+                        int64_t count, void *cache) {
+  factors_for(h, false, step, cache);
+  update(cache, p, g, s[0], s[1], count);
+}
+
+static void adamw_update(const double *h, int64_t step, float *p, const float *g, float *const *s,
+                         int64_t count, void *cache) {
+  factors_for(h, true, step, cache);
+  update(cache, p, g, s[0], s[1], count);
+}
+
+#define ADAM_HYPER(weight_decay)                                                                   \
+  .n_slots = 2, .slots = {"exp_avg", "exp_avg_sq"}, .n_hyper = 5,                                  \
+  .hyper = {{"lr", 1e-3},                                                                          \
+            {"beta1", 0.9},                                                                        \
+            {"beta2", 0.999},                                                                      \
+            {"eps", 1e-8},                                                                         \
+            {"weight_decay", weight_decay}},                                                       \
+  .check = adam_check
+
+const dt__optim_kind dt__optim_adam = {.name = "adam",
+                                       .create_fn = "dt_optimizer_create_adam",
+                                       ADAM_HYPER(0.0),
+                                       .update = adam_update};
+
+const dt__optim_kind dt__optim_adamw = {.name = "adamw",
+                                        .create_fn = "dt_optimizer_create_adamw",
+                                        ADAM_HYPER(0.01),
+                                        .update = adamw_update};

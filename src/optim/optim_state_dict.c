@@ -1,0 +1,256 @@
+/*
+ * The optimizer's state dict: its slots' state tensors, step counts and hyperparameters as
+ * named tensors for a distributed checkpoint, and their values set back after a load.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "optim/optim_impl.h"
+#include "tensor/tensor_impl.h"
+
+/* roles[e] >= 0: parameter roles[e] / ROLE_STRIDE, slot roles[e] % ROLE_STRIDE (ROLE_STEP: its
+ * step count); < 0: hyperparameter -1 - roles[e]. */
+#define ROLE_STRIDE (DT__OPTIM_MAX_SLOTS + 1)
+#define ROLE_STEP DT__OPTIM_MAX_SLOTS
+
+void dt_optimizer_state_dict_clear(dt_optimizer_state_dict *sd) {
+  if (!sd) return;
+  for (int e = 0; e < sd->count; e++) {
+    if (sd->names) dt__free(sd->names[e]);
+    if (sd->tensors) dt_tensor_release(sd->tensors[e]);
+  }
+  dt__free(sd->names);
+  dt__free(sd->tensors);
+  dt__free(sd->roles);
+  memset(sd, 0, sizeof *sd);
+}
+
+static char *join(const char *a, const char *b, const char *c, const char *d) {
+  size_t n = strlen(a) + strlen(b) + strlen(c) + strlen(d) + 1;
+  char *s = dt__alloc(n);
+  if (s) snprintf(s, n, "%s%s%s%s", a, b, c, d);
+  return s;
+}
+
+/* A local [1] tensor of dtype holding value. */
+static dt_status scalar_tensor(dt_dtype dtype, double value, int64_t ivalue, dt_tensor **out) {
+  dt_status st = dt_empty(1, (int64_t[]){1}, dtype, out);
+  if (st) return st;
+  if (dtype == DT_I64) {
+    *(int64_t *)dt_tensor_data(*out) = ivalue;
+  } else {
+    *(double *)dt_tensor_data(*out) = value;
+  }
+  return DT_OK;
+}
+
+/* Appends entry (name, tensor, role) to sd; takes the name and the tensor reference. */
+static dt_status add(dt_optimizer_state_dict *sd, char *name, dt_tensor *t, int role) {
+  if (!name || !t) {
+    dt__free(name);
+    dt_tensor_release(t);
+    return dt__error(DT_ERR_NOMEM, "dt_optimizer_get_state_dict: out of memory");
+  }
+  sd->names[sd->count] = name;
+  sd->tensors[sd->count] = t;
+  sd->roles[sd->count++] = role;
+  return DT_OK;
+}
+
+dt_status dt_optimizer_get_state_dict(const dt_optimizer *opt, const char *const *param_names,
+                                      const char *prefix, dt_optimizer_state_dict *out) {
+  static const char fn[] = "dt_optimizer_get_state_dict";
+  if (out) memset(out, 0, sizeof *out);
+  if (!opt || !param_names || !out) {
+    return dt__error(DT_ERR_INVALID, "%s: NULL argument (opt %p, param_names %p, out %p)", fn,
+                     (const void *)opt, (const void *)param_names, (void *)out);
+  }
+  const dt__optim_kind *kind = opt->kind;
+  for (int i = 0; i < opt->n; i++) {
+    if (!param_names[i]) return dt__error(DT_ERR_INVALID, "%s: param_names[%d] is NULL", fn, i);
+    for (int j = 0; j < i; j++) {
+      if (strcmp(param_names[i], param_names[j]) == 0) {
+        return dt__error(DT_ERR_INVALID, "%s: param_names[%d] repeats param_names[%d] (\"%s\")", fn,
+                         i, j, param_names[i]);
+      }
+    }
+  }
+  const char *p = prefix ? prefix : "optim.";
+  size_t most = (size_t)opt->n * ROLE_STRIDE + (size_t)kind->n_hyper;
+  out->names = dt__calloc(sizeof *out->names * most);
+  out->tensors = dt__calloc(sizeof *out->tensors * most);
+  out->roles = dt__calloc(sizeof *out->roles * most);
+  dt_status st = out->names && out->tensors && out->roles
+                     ? DT_OK
+                     : dt__error(DT_ERR_NOMEM, "%s: out of memory for %zu entries", fn, most);
+  for (int i = 0; i < opt->n && !st; i++) {
+    for (int k = 0; k < kind->n_slots && !st; k++) {
+      dt_tensor *s = opt->state[DT__OPTIM_MAX_SLOTS * i + k];
+      if (!s) continue;
+      st =
+          add(out, join(p, "state.", param_names[i], ""), dt_tensor_retain(s), i * ROLE_STRIDE + k);
+      /* The slot's name after the FQN: join takes four parts, so it is appended here. */
+      if (!st) {
+        char *full = join(out->names[out->count - 1], ".", kind->slots[k], "");
+        if (!full) st = dt__error(DT_ERR_NOMEM, "%s: out of memory", fn);
+        dt__free(out->names[out->count - 1]);
+        out->names[out->count - 1] = full;
+      }
+    }
+    dt_tensor *step = NULL;
+    if (!st) st = scalar_tensor(DT_I64, 0, opt->steps[i], &step);
+    if (!st)
+      st = add(out, join(p, "state.", param_names[i], ".step"), step, i * ROLE_STRIDE + ROLE_STEP);
+  }
+  for (int j = 0; j < kind->n_hyper && !st; j++) {
+    dt_tensor *h = NULL;
+    st = scalar_tensor(DT_F64, opt->hyper[j], 0, &h);
+    if (!st) st = add(out, join(p, "hyper.", kind->hyper[j].name, ""), h, -1 - j);
+  }
+  if (st) dt_optimizer_state_dict_clear(out);
+  return st;
+}
+
+static bool ends_with(const char *s, const char *a, const char *b) {
+  size_t n = strlen(s), na = strlen(a), nb = strlen(b);
+  return n >= na + nb && memcmp(s + n - na - nb, a, na) == 0 && memcmp(s + n - nb, b, nb) == 0;
+}
+
+/* A local [1] tensor of dtype (a step or a hyperparameter entry). */
+static dt_status check_scalar(const char *fn, const char *name, dt_tensor *t, dt_dtype dtype) {
+  if (dt_tensor_is_distributed(t) || dt_tensor_dtype(t) != dtype || dt_tensor_numel(t) != 1) {
+    return dt__error(DT_ERR_INVALID,
+                     "%s: entry `%s` is %s %s with %lld elements (expected a "
+                     "local %s [1])",
+                     fn, name, dt_tensor_is_distributed(t) ? "a distributed" : "a local",
+                     dt_dtype_name(dt_tensor_dtype(t)), (long long)dt_tensor_numel(t),
+                     dt_dtype_name(dtype));
+  }
+  return DT_OK;
+}
+
+/* A slot tensor t of another state dict against opt's state s: the same dtype, global shape,
+ * mesh and placements. */
+static dt_status check_slot(const char *fn, const char *name, dt_tensor *t, dt_tensor *s) {
+  bool dist = dt_tensor_is_distributed(s);
+  bool same = dt_tensor_is_distributed(t) == dist && dt_tensor_dtype(t) == DT_F32;
+  if (same && dist) {
+    int m = dt_mesh_ndim(dt_dist_mesh(s));
+    same = dt_dist_mesh(t) == dt_dist_mesh(s) && dt_dist_ndim(t) == dt_dist_ndim(s) &&
+           !memcmp(dt_dist_global_shape(t), dt_dist_global_shape(s),
+                   sizeof(int64_t) * (size_t)dt_dist_ndim(s)) &&
+           !memcmp(dt_dist_placements(t), dt_dist_placements(s), sizeof(dt_placement) * (size_t)m);
+  } else if (same) {
+    same = dt_tensor_ndim(t) == dt_tensor_ndim(s) &&
+           !memcmp(dt_tensor_shape(t), dt_tensor_shape(s), sizeof(int64_t) * (size_t)t->ndim);
+  }
+  if (!same) {
+    return dt__error(DT_ERR_SHAPE,
+                     "%s: entry `%s` differs from the optimizer's state in dtype, "
+                     "shape, mesh or placements",
+                     fn, name);
+  }
+  return DT_OK;
+}
+
+/* Copies t's values into s (same layout), this rank's block only, under no_grad. */
+static dt_status copy_slot(dt_tensor *s, dt_tensor *t) {
+  bool prev = dt_grad_mode_set(false);
+  dt_tensor *dst = NULL, *src = NULL;
+  dt_status st = DT_OK;
+  if (dt_tensor_is_distributed(s)) {
+    st = dt_dist_to_local(s, &dst);
+    if (!st) st = dt_dist_to_local(t, &src);
+  } else {
+    dst = dt_tensor_retain(s);
+    src = dt_tensor_retain(t);
+  }
+  if (!st) st = dt_copy_(dst, src);
+  dt_tensor_release(dst);
+  dt_tensor_release(src);
+  dt_grad_mode_set(prev);
+  return st;
+}
+
+dt_status dt_optimizer_load_state_dict(dt_optimizer *opt, const dt_optimizer_state_dict *sd) {
+  static const char fn[] = "dt_optimizer_load_state_dict";
+  if (!opt || !sd || (sd->count > 0 && (!sd->names || !sd->tensors || !sd->roles))) {
+    return dt__error(DT_ERR_INVALID, "%s: NULL argument (opt %p, sd %p) or an empty state dict", fn,
+                     (void *)opt, (const void *)sd);
+  }
+  const dt__optim_kind *kind = opt->kind;
+  double h[DT__OPTIM_MAX_HYPER];
+  memcpy(h, opt->hyper, sizeof h);
+  int steps = 0, hypers = 0;
+  /* Everything checked first. */
+  for (int e = 0; e < sd->count; e++) {
+    const char *name = sd->names[e];
+    dt_tensor *t = sd->tensors[e];
+    int role = sd->roles[e];
+    if (!name || !t) return dt__error(DT_ERR_INVALID, "%s: entry %d is NULL", fn, e);
+    if (role < 0) {
+      int j = -1 - role;
+      if (j >= kind->n_hyper || !ends_with(name, "hyper.", kind->hyper[j].name)) {
+        return dt__error(DT_ERR_INVALID, "%s: entry `%s` is no hyperparameter of %s", fn, name,
+                         kind->name);
+      }
+      dt_status st = check_scalar(fn, name, t, DT_F64);
+      if (st) return st;
+      h[j] = *(const double *)dt_tensor_data(t);
+      hypers++;
+      continue;
+    }
+    int i = role / ROLE_STRIDE, k = role % ROLE_STRIDE;
+    if (i >= opt->n) {
+      return dt__error(DT_ERR_INVALID, "%s: entry `%s` is for parameter %d of %d", fn, name, i,
+                       opt->n);
+    }
+    if (k == ROLE_STEP) {
+      dt_status st = check_scalar(fn, name, t, DT_I64);
+      if (st) return st;
+      int64_t v = *(const int64_t *)dt_tensor_data(t);
+      if (v < 0)
+        return dt__error(DT_ERR_INVALID, "%s: entry `%s` holds step %lld", fn, name, (long long)v);
+      steps++;
+      continue;
+    }
+    dt_tensor *s = opt->state[DT__OPTIM_MAX_SLOTS * i + k];
+    if (k >= kind->n_slots || !s || !ends_with(name, ".", kind->slots[k])) {
+      return dt__error(DT_ERR_INVALID, "%s: entry `%s` is no state slot of this %s", fn, name,
+                       kind->name);
+    }
+    if (t != s) {
+      dt_status st = check_slot(fn, name, t, s);
+      if (st) return st;
+    }
+  }
+  if (steps != opt->n || hypers != kind->n_hyper) {
+    return dt__error(DT_ERR_INVALID,
+                     "%s: the state dict has %d step counts and %d hyperparameters; this %s has "
+                     "%d parameters and %d hyperparameters",
+                     fn, steps, hypers, kind->name, opt->n, kind->n_hyper);
+  }
+  dt_status st = kind->check(fn, h);
+  if (st) return st;
+  for (int k = 0; k < kind->n_slots; k++) {
+    bool then = !kind->slot_used || kind->slot_used(h, k);
+    if (then != dt__optim_slot_used(opt, k)) {
+      return dt__error(DT_ERR_INVALID, "%s: the state dict's hyperparameters %s the state \"%s\"",
+                       fn, then ? "need" : "drop", kind->slots[k]);
+    }
+  }
+  /* Then applied. */
+  for (int e = 0; e < sd->count && !st; e++) {
+    int role = sd->roles[e];
+    if (role < 0) continue;
+    int i = role / ROLE_STRIDE, k = role % ROLE_STRIDE;
+    if (k == ROLE_STEP) {
+      opt->steps[i] = *(const int64_t *)dt_tensor_data(sd->tensors[e]);
+    } else if (sd->tensors[e] != opt->state[DT__OPTIM_MAX_SLOTS * i + k]) {
+      st = copy_slot(opt->state[DT__OPTIM_MAX_SLOTS * i + k], sd->tensors[e]);
+    }
+  }
+  memcpy(opt->hyper, h, sizeof h);
+  return st;
+}
