@@ -37,7 +37,7 @@ static dt_status rank_main(dt_comm *world, void *arg) {
   int rank = dt_comm_rank(world);
   dt_tp_plan plan = {2, plan_entries};
   dt_program *tp = NULL;
-  dt_status st = dt_tp_transform(b->prog, rank, dt_comm_size(world), &plan, &tp);
+  dt_status st = dt_parallel_tp_transform(b->prog, rank, dt_comm_size(world), &plan, &tp);
   for (int it = -1; it < b->iters && !st; it++) { /* iteration -1 warms up */
     /* A: the exported graph on rank 0 alone; rank 1 waits at the barriers. */
     st = dt_comm_barrier(world);

@@ -15,7 +15,7 @@
  *               the time of each rank's collective spans not overlapped by its kernel spans in
  *               the profiler's trace of one step (dt_trace_process_comm), as a fraction of the
  *               step, mean over ranks.
- *   fsdp_step   an MLP of 6 Linear(256, 256) layers under dt_fully_shard on 2 ranks, with
+ *   fsdp_step   an MLP of 6 Linear(256, 256) layers under dt_parallel_fsdp on 2 ranks, with
  *               prefetch on and off (two models, alternating steps): step time (forward, mse,
  *               backward, SGD) and the exposed-comm fraction of one traced step each.
  *
@@ -331,7 +331,7 @@ static dt_status fsdp_model_create(dt_mesh *mesh, bool prefetch, fsdp_model *m) 
   }
   st = dt_nn_sequential(made, layers, &m->module);
   dt_fsdp_options fo = {.mesh_dim = 0, .prefetch = prefetch};
-  if (!st) st = dt_fully_shard(m->module, mesh, &fo);
+  if (!st) st = dt_parallel_fsdp(m->module, mesh, &fo);
   if (!st) st = dt_module_visit_tensors(m->module, collect_param, m);
   dt_sgd_options so = {.lr = 1e-3, .momentum = 0.9};
   if (!st) st = dt_optimizer_create_sgd(m->n, m->params, &so, &m->opt);

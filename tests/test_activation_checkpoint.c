@@ -194,7 +194,7 @@ static dt_status tp_rank(dt_comm *world, void *arg) {
     if (checkpoint) RANK_OK(dt_module_set_checkpoint(mlp, true));
     RANK_OK(dt_nn_sequential(1, &mlp, &model));
     dt_tp_plan plan = {2, (dt_tp_plan_entry[]){{"0.0", DT_TP_COLWISE}, {"0.2", DT_TP_ROWWISE}}};
-    RANK_OK(dt_parallelize_module(model, mesh, &plan, NULL));
+    RANK_OK(dt_parallel_tp_module(model, mesh, &plan, NULL));
     RANK_OK(dt_module_visit_tensors(model, requires_grad, NULL));
     dt_tensor *x = NULL, *y = NULL, *loss = NULL, *g = NULL, *local = NULL;
     RANK_OK(dt_randn(2, (int64_t[]){ROWS, WIDTH}, DT_F32, 7, &x));

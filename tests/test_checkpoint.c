@@ -39,7 +39,7 @@ static dt_status mlp_rank(dt_comm *world, void *arg) {
   if (world) {
     RANK_OK(dt_mesh_create(world, 1, (int[]){dt_comm_size(world)}, NULL, &mesh));
     dt_tp_plan plan = {2, (dt_tp_plan_entry[]){{"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}}};
-    RANK_OK(dt_parallelize_module(model, mesh, &plan, NULL));
+    RANK_OK(dt_parallel_tp_module(model, mesh, &plan, NULL));
   }
   RANK_OK(dt_safetensors_open(c->model, &weights));
   dt_state_dict_report report;

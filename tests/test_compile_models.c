@@ -167,7 +167,7 @@ static dt_status parallel_rank(dt_comm *world, void *arg) {
   RANK_CHECK(m != NULL, "model");
   dt_tp_plan plan = {
       2, (dt_tp_plan_entry[]){{"mlps.0.0", DT_TP_COLWISE}, {"mlps.0.2", DT_TP_ROWWISE}}};
-  RANK_OK(dt_parallelize_module(m, mesh, &plan, NULL));
+  RANK_OK(dt_parallel_tp_module(m, mesh, &plan, NULL));
   dt_compiled *c = NULL;
   RANK_OK(dt_compile(module_fn, m, 1, 1, &(dt_compile_options){.dynamic = true}, &c));
   dt_tensor *x = ref_random(2, (int64_t[]){4, 12}, DT_F32, -1, 1, 3), *y = NULL;

@@ -223,7 +223,7 @@ static dt_status tp_rank(dt_comm *world, void *arg) {
   dt_tp_plan plan = {c->n_plan, c->plan};
   dt_program *tp = NULL;
   dt_tensor *y = NULL;
-  RANK_OK(dt_tp_transform(c->prog, dt_comm_rank(world), dt_comm_size(world), &plan, &tp));
+  RANK_OK(dt_parallel_tp_transform(c->prog, dt_comm_rank(world), dt_comm_size(world), &plan, &tp));
   int64_t predicted = dt__tp_predicted_comm_bytes(dt_program_graph(tp));
   dt_comm_ledger *ledger = NULL;
   RANK_OK(dt_comm_ledger_start(&ledger));

@@ -1,9 +1,9 @@
-/* 2-D DDP x TP (dt_parallelize_module on "tp", then dt_data_parallel on "dp", of a 2 x 2
+/* 2-D DDP x TP (dt_parallel_tp_module on "tp", then dt_parallel_ddp on "dp", of a 2 x 2
  * mesh): PyTorch's training fixtures (../shared/fixtures/training) must give PyTorch's loss at
  * every step (relative 1e-5) and its final weights (relative 1e-4). The tensor-parallel
  * parameters keep their placements (Replicate on dp); after backward their gradients are
  * Partial(sum) over dp with the parameters' tp placement, and
- * dt_data_parallel_reduce_gradients all-reduces the tp-local pieces over dp in buckets. Also
+ * dt_parallel_ddp_reduce_gradients all-reduces the tp-local pieces over dp in buckets. Also
  * with tp on the first mesh dim, and with DDP on a root that is itself a tensor-parallel
  * Linear (both hook pairs on one module).
  * Also: when a tensor-parallel module's output is made local on an N-D mesh (Replicate on
@@ -79,9 +79,9 @@ static dt_status train(train_arg *arg, dt_mesh *mesh, double *losses) {
   RANK_OK(build_model(r, &model));
   dt_tp_plan plan = {2, (dt_tp_plan_entry[]){{"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}}};
   int dp = arg->dp, tp = 1 - dp;
-  RANK_OK(dt_parallelize_module_on_dim(model, mesh, tp, &plan, NULL));
+  RANK_OK(dt_parallel_tp_module_on_dim(model, mesh, tp, &plan, NULL));
   dt_ddp_options ddp_opt = {.bucket_bytes = arg->bucket_bytes};
-  RANK_OK(dt_data_parallel(model, mesh, dp, &ddp_opt));
+  RANK_OK(dt_parallel_ddp(model, mesh, dp, &ddp_opt));
 
   params_ctx pc = {0};
   RANK_OK(dt_module_visit_tensors(model, collect, &pc));
@@ -147,7 +147,7 @@ static dt_status train(train_arg *arg, dt_mesh *mesh, double *losses) {
     if (s == 0) RANK_OK(check_grads(w, dp, DT_PARTIAL, "after backward"));
     int buckets = -1;
     if (s == 0) RANK_OK(dt_comm_ledger_start(&red));
-    RANK_OK(dt_data_parallel_reduce_gradients(4, w, dp, &ddp_opt, &buckets));
+    RANK_OK(dt_parallel_ddp_reduce_gradients(4, w, dp, &ddp_opt, &buckets));
     if (s == 0) {
       RANK_OK(dt_comm_ledger_stop(red));
       /* The forward's only collective is the rowwise output's all-reduce over tp (its
@@ -224,7 +224,7 @@ Test(ddp_tp, small_buckets_and_local_input_on_2x2, .timeout = 120) {
   train_2x2(1, 4, true, 0, "DDP(dp) x TP(tp), 1-byte buckets, local input");
 }
 
-/* ("tp", "dp"): dt_parallelize_module_on_dim(0), dt_data_parallel on dim 1. */
+/* ("tp", "dp"): dt_parallel_tp_module_on_dim(0), dt_parallel_ddp on dim 1. */
 Test(ddp_tp, tp_on_the_first_mesh_dim, .timeout = 120) {
   train_2x2(0, 1, true, 1, "TP(dim 0) x DDP(dim 1), local input");
 }
@@ -273,10 +273,10 @@ static dt_status output_rule_rank(dt_comm *world, void *varg) {
   RANK_OK(dt_nn_mlp(IN, HID, OUT, true, true, 7, &tp));
   RANK_OK(dt_nn_mlp(IN, HID, OUT, true, true, 7, &kept));
   dt_tp_plan plan = {2, (dt_tp_plan_entry[]){{"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}}};
-  RANK_OK(dt_parallelize_module(tp, mesh, &plan, NULL));
+  RANK_OK(dt_parallel_tp_module(tp, mesh, &plan, NULL));
   dt_tp_style_options keep[2] = {{.keep_distributed_output = true},
                                  {.keep_distributed_output = true}};
-  RANK_OK(dt_parallelize_module(kept, mesh, &plan, keep));
+  RANK_OK(dt_parallel_tp_module(kept, mesh, &plan, keep));
 
   dt_tensor *x = NULL, *h_ref = NULL, *y_ref = NULL;
   RANK_OK(dt_randn(2, (int64_t[]){ROWS, IN}, DT_F32, 11, &x));
@@ -363,8 +363,8 @@ static dt_status root_linear_rank(dt_comm *world, void *varg) {
   RANK_OK(dt_nn_linear(IN, HID, true, 5, &ref));
   RANK_OK(dt_nn_linear(IN, HID, true, 5, &lin));
   dt_tp_plan plan = {1, (dt_tp_plan_entry[]){{"", DT_TP_COLWISE}}};
-  RANK_OK(dt_parallelize_module(lin, mesh, &plan, NULL));
-  RANK_OK(dt_data_parallel(lin, mesh, 0, NULL));
+  RANK_OK(dt_parallel_tp_module(lin, mesh, &plan, NULL));
+  RANK_OK(dt_parallel_ddp(lin, mesh, 0, NULL));
   dt_tensor *x = NULL, *rows = NULL, *y_ref = NULL, *y = NULL, *sq = NULL, *loss = NULL;
   RANK_OK(dt_randn(2, (int64_t[]){ROWS, IN}, DT_F32, 13, &x));
   RANK_OK(dt_module_forward(ref, x, &y_ref));
@@ -386,7 +386,7 @@ static dt_status root_linear_rank(dt_comm *world, void *varg) {
   RANK_OK(dt_backward(loss, NULL));
   dt_tensor *w = dt_module_get_tensor(lin, "weight"), *g = NULL, *full = NULL;
   int buckets = 0;
-  RANK_OK(dt_data_parallel_reduce_gradients(1, &w, 0, NULL, &buckets));
+  RANK_OK(dt_parallel_ddp_reduce_gradients(1, &w, 0, NULL, &buckets));
   RANK_CHECK(buckets == 1, "%d buckets", buckets);
   RANK_OK(dt_tensor_grad(w, &g));
   RANK_CHECK(g && dt_dist_placements(g)[0].kind == DT_REPLICATE, "weight grad not Replicate on dp");
@@ -432,23 +432,23 @@ static dt_status bad_rank(dt_comm *world, void *varg) {
   RANK_OK(dt_nn_mlp(4, 6, 2, true, true, 3, &sharded));
   /* Only "0" is tensor-parallel, on another mesh: refused before "2" is touched. */
   dt_tp_plan first = {1, (dt_tp_plan_entry[]){{"0", DT_TP_COLWISE}}};
-  RANK_OK(dt_parallelize_module(mlp, other, &first, NULL));
-  RANK_CHECK(dt_data_parallel(mlp, mesh, 0, NULL) == DT_ERR_INVALID &&
+  RANK_OK(dt_parallel_tp_module(mlp, other, &first, NULL));
+  RANK_CHECK(dt_parallel_ddp(mlp, mesh, 0, NULL) == DT_ERR_INVALID &&
                  strstr(dt_last_error(),
-                        "dt_data_parallel: parameter '0.weight' is distributed on another mesh"),
+                        "dt_parallel_ddp: parameter '0.weight' is distributed on another mesh"),
              "%s", dt_last_error());
   RANK_CHECK(!dt_tensor_is_distributed(dt_module_get_tensor(mlp, "2.weight")),
-             "a refused dt_data_parallel replaced 2.weight");
+             "a refused dt_parallel_ddp replaced 2.weight");
   /* Tensor parallelism on the data-parallel dim: the parameter is sharded there. */
   dt_tp_plan plan = {2, (dt_tp_plan_entry[]){{"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}}};
-  RANK_OK(dt_parallelize_module(sharded, mesh, &plan, NULL));
-  RANK_CHECK(dt_data_parallel(sharded, mesh, 1, NULL) == DT_ERR_UNSUPPORTED &&
+  RANK_OK(dt_parallel_tp_module(sharded, mesh, &plan, NULL));
+  RANK_CHECK(dt_parallel_ddp(sharded, mesh, 1, NULL) == DT_ERR_UNSUPPORTED &&
                  strstr(dt_last_error(), "'0.weight' is already distributed as Shard(0) on "
                                          "mesh dim 1"),
              "%s", dt_last_error());
   /* FSDP over dp, then DDP over dp. */
-  RANK_OK(dt_fully_shard(sharded, mesh, NULL));
-  RANK_CHECK(dt_data_parallel(sharded, mesh, 0, NULL) == DT_ERR_UNSUPPORTED &&
+  RANK_OK(dt_parallel_fsdp(sharded, mesh, NULL));
+  RANK_CHECK(dt_parallel_ddp(sharded, mesh, 0, NULL) == DT_ERR_UNSUPPORTED &&
                  strstr(dt_last_error(), "already distributed as Shard(1) on mesh dim 0"),
              "%s", dt_last_error());
   dt_module_destroy(mlp);

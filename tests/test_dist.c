@@ -581,7 +581,7 @@ static dt_status fallback_rank(dt_comm *world, void *arg) {
   dt_tensor *a = NULL, *b = NULL, *dot = NULL, *full = NULL;
   CHECK(!dt_dist_ones(mesh, 1, (int64_t[]){5}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &a),
         "ones");
-  CHECK(!dt_dist_full(mesh, 1, (int64_t[]){5}, 2, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &b),
+  CHECK(!dt_dist_constant(mesh, 1, (int64_t[]){5}, 2, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &b),
         "full");
   dt_dist_sharding_cache_clear();
   CHECK(!dt_matmul(a, b, &dot), "1-D matmul");
@@ -685,8 +685,8 @@ static dt_status squeeze_split_cast_rank(dt_comm *world, void *arg) {
         "to(int32) of P(sum) 0.6 + 0.6 is 1 (got %g)", v);
   /* Fill values an integer dtype cannot hold are refused. */
   dt_tensor *bad = (dt_tensor *)0x1;
-  CHECK(dt_dist_full(mesh, 1, (int64_t[]){3}, 1e20, DT_I32, 1, (dt_placement[]){dt_shard(0)},
-                     &bad) == DT_ERR_INVALID &&
+  CHECK(dt_dist_constant(mesh, 1, (int64_t[]){3}, 1e20, DT_I32, 1, (dt_placement[]){dt_shard(0)},
+                         &bad) == DT_ERR_INVALID &&
             bad == NULL,
         "dist_full overflow");
   dt_tensor *rel[] = {x, y, local, p, c, cf};

@@ -224,7 +224,7 @@ static dt_status parallelize_rank(dt_comm *world, void *arg) {
   RANK_OK(expect_export_runs(model, x1, x2));
   dt_tp_plan_entry entries[2] = {{"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}};
   dt_tp_plan plan = {2, entries};
-  RANK_OK(dt_parallelize_module(model, mesh, &plan, NULL));
+  RANK_OK(dt_parallel_tp_module(model, mesh, &plan, NULL));
   RANK_OK(expect_export_refused(model, x1, x2, "from_local"));
   char msg[300];
   snprintf(msg, sizeof msg, "%s", dt_last_error());

@@ -1,4 +1,4 @@
-/* Fully sharded data parallel (dt_fully_shard): PyTorch's training fixtures
+/* Fully sharded data parallel (dt_parallel_fsdp): PyTorch's training fixtures
  * (../shared/fixtures/training) trained under fully_shard on 1 to 4 ranks (threads backend)
  * must give PyTorch's loss at every step (relative 1e-5) and its final weights (relative 1e-4,
  * gathered from the Shard(0) parameters). Batches of 10 and 24 rows and 18 and 32 hidden units
@@ -52,12 +52,12 @@ static dt_status train(train_arg *arg, dt_mesh *mesh, double *losses, char *ledg
   /* One byte: every gradient is a bucket of its own; by default all four fit in one. */
   dt_ddp_options ddp_opt = {.bucket_bytes = arg->m == DDP_SMALL_BUCKETS ? 1 : 0};
   if (ddp) {
-    RANK_OK(dt_data_parallel(model, mesh, 0, &ddp_opt));
+    RANK_OK(dt_parallel_ddp(model, mesh, 0, &ddp_opt));
   } else {
     dt_fsdp_options fo = {.mesh_dim = 0,
                           .keep_unsharded_after_forward = arg->m == FSDP_KEEP_UNSHARDED,
                           .prefetch = arg->m == FSDP_PREFETCH};
-    RANK_OK(dt_fully_shard(model, mesh, &fo));
+    RANK_OK(dt_parallel_fsdp(model, mesh, &fo));
   }
 
   params_ctx pc = {0};
@@ -136,7 +136,7 @@ static dt_status train(train_arg *arg, dt_mesh *mesh, double *losses, char *ledg
       dt_comm_ledger *red = NULL;
       int buckets = 0;
       RANK_OK(dt_comm_ledger_start(&red));
-      RANK_OK(dt_data_parallel_reduce_gradients(4, w, 0, &ddp_opt, &buckets));
+      RANK_OK(dt_parallel_ddp_reduce_gradients(4, w, 0, &ddp_opt, &buckets));
       RANK_OK(dt_comm_ledger_stop(red));
       int want = arg->m == DDP_SMALL_BUCKETS ? 4 : 1;
       RANK_CHECK(buckets == want, "%d buckets, expected %d", buckets, want);
@@ -152,7 +152,7 @@ static dt_status train(train_arg *arg, dt_mesh *mesh, double *losses, char *ledg
         dt_tensor_release(g);
       }
     } else if (ddp) {
-      RANK_OK(dt_data_parallel_reduce_gradients(4, w, 0, &ddp_opt, NULL));
+      RANK_OK(dt_parallel_ddp_reduce_gradients(4, w, 0, &ddp_opt, NULL));
     }
     if (s == 0 && !ddp) {
       /* One all-gather per parameter in forward; in backward the gradients go back to
@@ -267,27 +267,27 @@ static dt_status bad_on_rank(dt_comm *world, void *varg) {
   RANK_OK(dt_nn_mlp(4, 6, 2, true, true, 3, &mlp));
   RANK_OK(dt_nn_relu(&relu));
   dt_fsdp_options bad_dim = {.mesh_dim = 1};
-  RANK_CHECK(dt_fully_shard(mlp, mesh, &bad_dim) == DT_ERR_INVALID &&
-                 strstr(dt_last_error(), "dt_fully_shard: options->mesh_dim 1"),
+  RANK_CHECK(dt_parallel_fsdp(mlp, mesh, &bad_dim) == DT_ERR_INVALID &&
+                 strstr(dt_last_error(), "dt_parallel_fsdp: options->mesh_dim 1"),
              "%s", dt_last_error());
-  RANK_CHECK(dt_fully_shard(relu, mesh, NULL) == DT_ERR_INVALID &&
+  RANK_CHECK(dt_parallel_fsdp(relu, mesh, NULL) == DT_ERR_INVALID &&
                  strstr(dt_last_error(), "no parameters"),
              "%s", dt_last_error());
-  RANK_CHECK(dt_data_parallel(mlp, mesh, -1, NULL) == DT_ERR_INVALID &&
-                 strstr(dt_last_error(), "dt_data_parallel: dim -1"),
+  RANK_CHECK(dt_parallel_ddp(mlp, mesh, -1, NULL) == DT_ERR_INVALID &&
+                 strstr(dt_last_error(), "dt_parallel_ddp: dim -1"),
              "%s", dt_last_error());
   dt_tensor *local = dt_module_get_tensor(mlp, "0.weight");
-  RANK_CHECK(dt_data_parallel_reduce_gradients(1, &local, 0, NULL, NULL) == DT_ERR_INVALID &&
+  RANK_CHECK(dt_parallel_ddp_reduce_gradients(1, &local, 0, NULL, NULL) == DT_ERR_INVALID &&
                  strstr(dt_last_error(), "params[0] is not distributed"),
              "%s", dt_last_error());
   /* Sharding twice: the parameters are already distributed. */
-  RANK_OK(dt_fully_shard(mlp, mesh, NULL));
-  RANK_CHECK(dt_fully_shard(mlp, mesh, NULL) == DT_ERR_UNSUPPORTED &&
+  RANK_OK(dt_parallel_fsdp(mlp, mesh, NULL));
+  RANK_CHECK(dt_parallel_fsdp(mlp, mesh, NULL) == DT_ERR_UNSUPPORTED &&
                  strstr(dt_last_error(), "already distributed"),
              "%s", dt_last_error());
-  RANK_CHECK(dt_data_parallel(mlp, mesh, 0, NULL) == DT_ERR_UNSUPPORTED, "%s", dt_last_error());
+  RANK_CHECK(dt_parallel_ddp(mlp, mesh, 0, NULL) == DT_ERR_UNSUPPORTED, "%s", dt_last_error());
   dt_tensor *sharded = dt_module_get_tensor(mlp, "0.weight");
-  RANK_CHECK(dt_data_parallel_reduce_gradients(1, &sharded, 2, NULL, NULL) == DT_ERR_INVALID &&
+  RANK_CHECK(dt_parallel_ddp_reduce_gradients(1, &sharded, 2, NULL, NULL) == DT_ERR_INVALID &&
                  strstr(dt_last_error(), "dim 2 is not a dim of a 1-D mesh"),
              "%s", dt_last_error());
   dt_module_destroy(mlp);
@@ -301,11 +301,11 @@ Test(fsdp, bad_arguments_on_2_ranks) { SPAWN_OK(2, bad_on_rank, NULL); }
 Test(fsdp, bad_arguments) {
   dt_module *m = NULL;
   cr_assert_eq(dt_nn_relu(&m), DT_OK);
-  cr_assert_eq(dt_fully_shard(NULL, NULL, NULL), DT_ERR_INVALID);
-  cr_assert(strstr(dt_last_error(), "dt_fully_shard: module") != NULL, "%s", dt_last_error());
-  cr_assert_eq(dt_data_parallel(NULL, NULL, 0, NULL), DT_ERR_INVALID);
-  cr_assert(strstr(dt_last_error(), "dt_data_parallel: module") != NULL, "%s", dt_last_error());
-  cr_assert_eq(dt_data_parallel_reduce_gradients(-1, NULL, 0, NULL, NULL), DT_ERR_INVALID);
+  cr_assert_eq(dt_parallel_fsdp(NULL, NULL, NULL), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "dt_parallel_fsdp: module") != NULL, "%s", dt_last_error());
+  cr_assert_eq(dt_parallel_ddp(NULL, NULL, 0, NULL), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "dt_parallel_ddp: module") != NULL, "%s", dt_last_error());
+  cr_assert_eq(dt_parallel_ddp_reduce_gradients(-1, NULL, 0, NULL, NULL), DT_ERR_INVALID);
   cr_assert(strstr(dt_last_error(), "n is -1") != NULL, "%s", dt_last_error());
   dt_module_destroy(m);
 }

@@ -72,7 +72,7 @@ static dt_status build(dt_module **out) {
   return dt_nn_sequential(2 * LAYERS - 1, layers, out);
 }
 
-/* The sharded leaves (listed right after dt_fully_shard: a module kept unsharded holds the
+/* The sharded leaves (listed right after dt_parallel_fsdp: a module kept unsharded holds the
  * gathered parameters after forward), then their full gradients. */
 typedef struct grads {
   int n;
@@ -132,7 +132,7 @@ static dt_status step(dt_comm *world, dt_mesh *mesh, mem_arg *arg, mode m, grads
                         .prefetch = m == RESHARD_PREFETCH,
                         .param_dtype = arg->param_dtype,
                         .reduce_dtype = arg->param_dtype};
-  RANK_OK(dt_fully_shard(model, mesh, &fo));
+  RANK_OK(dt_parallel_fsdp(model, mesh, &fo));
   RANK_OK(dt_module_visit_tensors(model, collect_leaf, g));
   dt_tensor *x = NULL, *out = NULL, *loss = NULL;
   RANK_OK(dt_randn(2, (int64_t[]){ROWS, WIDTH}, DT_F32, 5 + (uint64_t)rank, &x));
@@ -231,9 +231,9 @@ static dt_status tp_step(dt_mesh *mesh, bool prefetch, bool keep, grads *g) {
   dt_module *mlp = NULL;
   RANK_OK(dt_nn_mlp(8, 12, 6, true, true, 3, &mlp));
   dt_tp_plan plan = {2, (dt_tp_plan_entry[]){{"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}}};
-  RANK_OK(dt_parallelize_module(mlp, mesh, &plan, NULL));
+  RANK_OK(dt_parallel_tp_module(mlp, mesh, &plan, NULL));
   dt_fsdp_options fo = {.prefetch = prefetch, .keep_unsharded_after_forward = keep};
-  RANK_OK(dt_fully_shard(mlp, mesh, &fo));
+  RANK_OK(dt_parallel_fsdp(mlp, mesh, &fo));
   RANK_OK(dt_module_visit_tensors(mlp, collect_leaf, g));
   dt_tensor *x = NULL, *xd = NULL, *out = NULL, *loss = NULL;
   RANK_OK(dt_randn(2, (int64_t[]){4, 8}, DT_F32, 11, &x));
@@ -300,7 +300,7 @@ static dt_status fail_rank(dt_comm *world, void *p) {
   bool fail = false;
   RANK_OK(dt_module_add_hooks(first, arg->in_post ? NULL : failing_hook,
                               arg->in_post ? failing_hook : NULL, &fail, NULL));
-  RANK_OK(dt_fully_shard(model, mesh, NULL));
+  RANK_OK(dt_parallel_fsdp(model, mesh, NULL));
   dt_tensor *shard = dt_tensor_retain(dt_module_get_tensor(model, "0.weight"));
   dt_tensor *x = NULL, *out = NULL;
   RANK_OK(dt_randn(2, (int64_t[]){ROWS, WIDTH}, DT_F32, 5, &x));

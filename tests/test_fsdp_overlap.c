@@ -1,5 +1,5 @@
 /* FSDP prefetch overlap in the Chrome trace (issue 13): an MLP of LAYERS Linear layers under
- * dt_fully_shard on 2 ranks (threads), one forward recorded by the profiler. With prefetch,
+ * dt_parallel_fsdp on 2 ranks (threads), one forward recorded by the profiler. With prefetch,
  * a unit's pre-hook issues the next unit's all-gathers (async) and the trace shows each of
  * them in flight (issue to wait) while the current unit's kernels run: the span starts before
  * the current unit's compute ends. Without prefetch every all-gather is synchronous and no
@@ -48,7 +48,7 @@ static dt_status forward_rank(dt_comm *world, void *p) {
   dt_module *model = NULL;
   RANK_OK(dt_nn_sequential(2 * LAYERS - 1, layers, &model));
   dt_fsdp_options fo = {.mesh_dim = 0, .prefetch = arg->prefetch};
-  RANK_OK(dt_fully_shard(model, mesh, &fo));
+  RANK_OK(dt_parallel_fsdp(model, mesh, &fo));
   dt_tensor *x = NULL;
   RANK_OK(dt_randn(2, (int64_t[]){ROWS, WIDTH}, DT_F32, 7 + (uint64_t)dt_comm_rank(world), &x));
   for (int run = 0; run < 2; run++) { /* the first warms up; the second is recorded */

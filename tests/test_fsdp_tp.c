@@ -1,4 +1,4 @@
-/* 2-D FSDP x TP as TorchTitan trains (dt_parallelize_module on "tp", then dt_fully_shard on
+/* 2-D FSDP x TP as TorchTitan trains (dt_parallel_tp_module on "tp", then dt_parallel_fsdp on
  * "dp", of a 2 x 2 mesh): PyTorch's training fixtures (../shared/fixtures/training) must give
  * PyTorch's loss at every step (relative 1e-5) and its final weights (relative 1e-4). Each
  * parameter is sharded over dp on a tensor dim that tp does not shard (colwise weight
@@ -57,10 +57,10 @@ static dt_status train(train_arg *arg, dt_mesh *mesh, double *losses, char *ledg
   /* TorchTitan's order: tensor parallelism on "tp" (the last dim, the default), then FSDP on
    * "dp" around it. */
   dt_tp_plan plan = {2, (dt_tp_plan_entry[]){{"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}}};
-  RANK_OK(dt_parallelize_module(model, mesh, &plan, NULL));
+  RANK_OK(dt_parallel_tp_module(model, mesh, &plan, NULL));
   dt_fsdp_options fo = {
       .mesh_dim = 0, .param_dtype = arg->param_dtype, .reduce_dtype = arg->reduce_dtype};
-  RANK_OK(dt_fully_shard(model, mesh, &fo));
+  RANK_OK(dt_parallel_fsdp(model, mesh, &fo));
 
   params_ctx pc = {0};
   RANK_OK(dt_module_visit_tensors(model, collect, &pc));
@@ -335,19 +335,19 @@ static dt_status bad_on_rank(dt_comm *world, void *varg) {
   RANK_OK(dt_mesh_create(world, 2, (int[]){2, 2}, NULL, &other));
   RANK_OK(dt_nn_mlp(4, 6, 2, true, true, 3, &mlp));
   dt_fsdp_options bad_dtype = {.param_dtype = DT_I64};
-  RANK_CHECK(dt_fully_shard(mlp, mesh, &bad_dtype) == DT_ERR_INVALID &&
-                 strstr(dt_last_error(), "dt_fully_shard: options->param_dtype is int64"),
+  RANK_CHECK(dt_parallel_fsdp(mlp, mesh, &bad_dtype) == DT_ERR_INVALID &&
+                 strstr(dt_last_error(), "dt_parallel_fsdp: options->param_dtype is int64"),
              "%s", dt_last_error());
   dt_tp_plan plan = {2, (dt_tp_plan_entry[]){{"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}}};
-  RANK_CHECK(dt_parallelize_module_on_dim(mlp, mesh, -1, &plan, NULL) == DT_ERR_INVALID &&
+  RANK_CHECK(dt_parallel_tp_module_on_dim(mlp, mesh, -1, &plan, NULL) == DT_ERR_INVALID &&
                  strstr(dt_last_error(), "tp_dim -1 is not a dim of a 2-D mesh"),
              "%s", dt_last_error());
-  RANK_OK(dt_parallelize_module(mlp, mesh, &plan, NULL));
-  RANK_CHECK(dt_fully_shard(mlp, other, NULL) == DT_ERR_INVALID &&
+  RANK_OK(dt_parallel_tp_module(mlp, mesh, &plan, NULL));
+  RANK_CHECK(dt_parallel_fsdp(mlp, other, NULL) == DT_ERR_INVALID &&
                  strstr(dt_last_error(), "distributed on another mesh"),
              "%s", dt_last_error());
-  RANK_OK(dt_fully_shard(mlp, mesh, NULL));
-  RANK_CHECK(dt_fully_shard(mlp, mesh, NULL) == DT_ERR_UNSUPPORTED &&
+  RANK_OK(dt_parallel_fsdp(mlp, mesh, NULL));
+  RANK_CHECK(dt_parallel_fsdp(mlp, mesh, NULL) == DT_ERR_UNSUPPORTED &&
                  strstr(dt_last_error(), "already distributed as Shard on mesh dim 0"),
              "%s", dt_last_error());
   dt_module_destroy(mlp);

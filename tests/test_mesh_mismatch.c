@@ -26,9 +26,9 @@ static dt_status wrong_mesh_rank(dt_comm *world, void *arg) {
   st = dt_dist_distribute_tensor(mesh, full, 1, (dt_placement[]){dt_strided_shard(0, 3)}, &out);
   RANK_CHECK(st == DT_ERR_INVALID, "factor 3 of 4 rows: %s", dt_status_string(st));
   /* int64 overflow of the element count: refused by name, nothing allocated */
-  st = dt_dist_full(mesh, 2, (int64_t[]){INT64_MAX, 2}, 1.0, DT_F32, 1,
-                    (dt_placement[]){dt_strided_shard(0, 2)}, &out);
-  RANK_CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "dt_dist_full") && out == NULL,
+  st = dt_dist_constant(mesh, 2, (int64_t[]){INT64_MAX, 2}, 1.0, DT_F32, 1,
+                        (dt_placement[]){dt_strided_shard(0, 2)}, &out);
+  RANK_CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "dt_dist_constant") && out == NULL,
              "overflow: %s: %s", dt_status_string(st), dt_last_error());
   st = dt_dist_zeros(mesh, 1, (int64_t[]){-1}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &out);
   RANK_CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "dt_dist_zeros"), "%s: %s",

@@ -102,9 +102,9 @@ static dt_status resume_rank(dt_comm *world, void *varg) {
   RANK_OK(dt_nn_mlp(IN, HIDDEN, OUT, true, true, arg->load ? 2 : 1, &model));
   if (l == TP2) {
     dt_tp_plan plan = {2, (dt_tp_plan_entry[]){{"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}}};
-    RANK_OK(dt_parallelize_module(model, mesh, &plan, NULL));
+    RANK_OK(dt_parallel_tp_module(model, mesh, &plan, NULL));
   } else if (l != LOCAL1) {
-    RANK_OK(dt_fully_shard(model, mesh, NULL));
+    RANK_OK(dt_parallel_fsdp(model, mesh, NULL));
   }
   named w = {0};
   RANK_OK(dt_module_visit_tensors(model, collect_named, &w));

@@ -149,7 +149,7 @@ static dt_status colwise_output(dt_comm *world, const dt_tp_style_options *o,
   dt_mesh *mesh = NULL;
   RANK_OK(dt_mesh_create(world, 1, (int[]){2}, NULL, &mesh));
   dt_tp_plan plan = {1, (dt_tp_plan_entry[]){{"0", DT_TP_COLWISE}}};
-  dt_status st = dt_parallelize_module(model, mesh, &plan, o);
+  dt_status st = dt_parallel_tp_module(model, mesh, &plan, o);
   if (!st) {
     dt_tensor *x = NULL, *y = NULL;
     RANK_OK(dt_ones(2, (int64_t[]){3, 4}, DT_F32, &x));
@@ -180,7 +180,7 @@ static dt_status tp_layouts_rank(dt_comm *world, void *arg) {
   /* A kind outside the enum is refused before anything is parallelized. */
   dt_tp_style_options bad = {.input_layout = &(dt_placement){.kind = (dt_placement_kind)7}};
   RANK_CHECK(colwise_output(world, &bad, &got) == DT_ERR_INVALID, "kind 7 accepted");
-  RANK_CHECK(strstr(dt_last_error(), "dt_parallelize_module") &&
+  RANK_CHECK(strstr(dt_last_error(), "dt_parallel_tp_module") &&
                  strstr(dt_last_error(), "input_layout") && strstr(dt_last_error(), "kind 7"),
              "%s", dt_last_error());
   return DT_OK;

@@ -52,12 +52,12 @@ static dt_status build_stage(const train_arg *a, int pp_rank, dt_mesh *stage_mes
     dt_tp_plan_entry entry = pp_rank == 0 ? (dt_tp_plan_entry){"0", DT_TP_COLWISE}
                                           : (dt_tp_plan_entry){"2", DT_TP_ROWWISE};
     dt_tp_plan plan = {1, &entry};
-    RANK_OK(dt_parallelize_module_on_dim(stage, stage_mesh, 1, &plan, NULL));
+    RANK_OK(dt_parallel_tp_module_on_dim(stage, stage_mesh, 1, &plan, NULL));
   }
   if (fsdp) {
-    RANK_OK(dt_fully_shard(stage, stage_mesh, &(dt_fsdp_options){.mesh_dim = 0}));
+    RANK_OK(dt_parallel_fsdp(stage, stage_mesh, &(dt_fsdp_options){.mesh_dim = 0}));
   } else if (a->layout != PP) {
-    RANK_OK(dt_data_parallel(stage, stage_mesh, 0, NULL));
+    RANK_OK(dt_parallel_ddp(stage, stage_mesh, 0, NULL));
   }
   RANK_OK(dt_module_visit_tensors(stage, require_grad, NULL));
   *out = stage;
@@ -136,7 +136,7 @@ static dt_status train_rank(dt_comm *world, void *varg) {
                "PyTorch %.9g",
                r->name, s, loss, want[s]);
     if (a->layout == DP_PP || a->layout == DP_PP_TP)
-      RANK_OK(dt_data_parallel_reduce_gradients(2, pc.t, 0, NULL, NULL));
+      RANK_OK(dt_parallel_ddp_reduce_gradients(2, pc.t, 0, NULL, NULL));
     RANK_OK(dt_optimizer_step(opt));
   }
   RANK_OK(fixture_compare_final(r->name, pc.t, names, 2, WEIGHT_RTOL, WEIGHT_ATOL, false));

@@ -60,17 +60,17 @@ static dt_status train_step(dt_module *model, dt_optimizer *opt, dt_tensor *cons
   dt_tensor_release(out);
   RANK_OK(dt_backward(loss, NULL));
   dt_tensor_release(loss);
-  if (l == DDP || l == DDP_TP) RANK_OK(dt_data_parallel_reduce_gradients(4, w, 0, NULL, NULL));
+  if (l == DDP || l == DDP_TP) RANK_OK(dt_parallel_ddp_reduce_gradients(4, w, 0, NULL, NULL));
   return dt_optimizer_step(opt);
 }
 
 static dt_status wrap(dt_module *model, dt_mesh *mesh, layout l) {
   dt_tp_plan plan = {2, (dt_tp_plan_entry[]){{"0", DT_TP_COLWISE}, {"2", DT_TP_ROWWISE}}};
   if (l == TP || l == FSDP_TP || l == DDP_TP)
-    RANK_OK(dt_parallelize_module(model, mesh, &plan, NULL));
+    RANK_OK(dt_parallel_tp_module(model, mesh, &plan, NULL));
   dt_fsdp_options fo = {.keep_unsharded_after_forward = l == FSDP_KEEP};
-  if (l == FSDP || l == FSDP_KEEP || l == FSDP_TP) RANK_OK(dt_fully_shard(model, mesh, &fo));
-  if (l == DDP || l == DDP_TP) RANK_OK(dt_data_parallel(model, mesh, 0, NULL));
+  if (l == FSDP || l == FSDP_KEEP || l == FSDP_TP) RANK_OK(dt_parallel_fsdp(model, mesh, &fo));
+  if (l == DDP || l == DDP_TP) RANK_OK(dt_parallel_ddp(model, mesh, 0, NULL));
   return DT_OK;
 }
 

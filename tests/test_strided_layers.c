@@ -237,8 +237,8 @@ static dt_status parallelize_rank(dt_comm *world, void *arg) {
   dt_tp_plan plan = {1, (dt_tp_plan_entry[]){{"0", DT_TP_COLWISE}}};
   dt_placement ss = dt_strided_shard(1, 2);
   dt_tp_style_options o = {.output_layout = &ss, .keep_distributed_output = true};
-  dt_status st = dt_parallelize_module(model, mesh, &plan, &o);
-  RANK_CHECK(st == DT_ERR_UNSUPPORTED && strstr(dt_last_error(), "dt_parallelize_module") &&
+  dt_status st = dt_parallel_tp_module(model, mesh, &plan, &o);
+  RANK_CHECK(st == DT_ERR_UNSUPPORTED && strstr(dt_last_error(), "dt_parallel_tp_module") &&
                  strstr(dt_last_error(), "output_layout") && strstr(dt_last_error(), "SS(1,2)"),
              "status %d: %s", (int)st, dt_last_error());
   dt_module_destroy(model);
@@ -263,7 +263,7 @@ static dt_status tp_rank(dt_comm *world, void *arg) {
   dt_tp_plan plan = {1, (dt_tp_plan_entry[]){{"0", DT_TP_COLWISE}}};
   dt_program *tp = NULL;
   dt_tensor *y = NULL;
-  RANK_OK(dt_tp_transform(c->prog, dt_comm_rank(world), dt_comm_size(world), &plan, &tp));
+  RANK_OK(dt_parallel_tp_transform(c->prog, dt_comm_rank(world), dt_comm_size(world), &plan, &tp));
   dt_run_options ro = {.comm = world};
   RANK_OK(dt_program_run(tp, 1, &c->x, 1, &y, &ro));
   RANK_OK(full_equals("TP linear + flatten", y, c->expect));

@@ -233,8 +233,8 @@ static dt_status errors_rank(dt_comm *world, void *arg) {
   RANK_CHECK(st == DT_ERR_UNSUPPORTED && strstr(dt_last_error(), "dist_rand"), "rand: %s",
              dt_last_error());
   /* dist_full makes it (a constant has no positions). */
-  RANK_OK(dt_dist_full(mesh, 1, shape, 2.0, DT_F32, 2,
-                       (dt_placement[]){dt_replicate(), dt_strided_shard(0, 6)}, &out));
+  RANK_OK(dt_dist_constant(mesh, 1, shape, 2.0, DT_F32, 2,
+                           (dt_placement[]){dt_replicate(), dt_strided_shard(0, 6)}, &out));
   dt_tensor *twos = NULL;
   RANK_OK(dt_full(1, shape, 2.0, DT_F32, &twos));
   RANK_OK(full_equals("dist_full strided", out, twos));

@@ -326,9 +326,10 @@ static dt_status explicit_rank(dt_comm *world, void *arg) {
   };
   int64_t one = 1;
   dt_tensor *ok = NULL, *scalar_ok = NULL;
-  RANK_OK(dt_dist_full(mesh, 2, (int64_t[]){4, 6}, 1, DT_F32, 1, (dt_placement[]){dt_replicate()},
-                       &ok));
-  RANK_OK(dt_dist_full(mesh, 1, &one, 1, DT_F32, 1, (dt_placement[]){dt_replicate()}, &scalar_ok));
+  RANK_OK(dt_dist_constant(mesh, 2, (int64_t[]){4, 6}, 1, DT_F32, 1,
+                           (dt_placement[]){dt_replicate()}, &ok));
+  RANK_OK(
+      dt_dist_constant(mesh, 1, &one, 1, DT_F32, 1, (dt_placement[]){dt_replicate()}, &scalar_ok));
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const bad_ss *c = &cases[i];
     dt_tensor *full = NULL, *out = NULL, *local = NULL;
@@ -341,8 +342,8 @@ static dt_status explicit_rank(dt_comm *world, void *arg) {
     calls[0].st = dt_dist_distribute_tensor(mesh, full, 1, &c->p, &out);
     char msg[4][400];
     snprintf(msg[0], sizeof msg[0], "%s", dt_last_error());
-    calls[1].fn = "dt_dist_full";
-    calls[1].st = dt_dist_full(mesh, c->ndim, c->shape, 1, DT_F32, 1, &c->p, &out);
+    calls[1].fn = "dt_dist_constant";
+    calls[1].st = dt_dist_constant(mesh, c->ndim, c->shape, 1, DT_F32, 1, &c->p, &out);
     snprintf(msg[1], sizeof msg[1], "%s", dt_last_error());
     calls[2].fn = "dt_dist_from_local";
     dt_dist_from_local_options o = {.global_shape = c->shape, .global_ndim = c->ndim};
@@ -353,8 +354,8 @@ static dt_status explicit_rank(dt_comm *world, void *arg) {
     dt_tensor *src = c->ndim == 2 ? ok : c->ndim == 1 ? NULL : NULL;
     dt_tensor *made = NULL;
     if (!src) { /* a replicated tensor of the case's shape */
-      RANK_OK(dt_dist_full(mesh, c->ndim, c->shape, 1, DT_F32, 1, (dt_placement[]){dt_replicate()},
-                           &made));
+      RANK_OK(dt_dist_constant(mesh, c->ndim, c->shape, 1, DT_F32, 1,
+                               (dt_placement[]){dt_replicate()}, &made));
       src = made;
     }
     calls[3].st = dt_dist_redistribute(src, 1, &c->p, &out);

@@ -140,7 +140,7 @@ static dt_status scenario_rank(dt_comm *world, void *arg) {
   RANK_OK(dt_program_run(prog, 1, &x, 1, &ref, NULL));
   RANK_CHECK(max_abs_diff(ref, eager) == 0, "export changed the result");
   dt_tp_plan plan = {sc->n_plan, sc->plan};
-  RANK_OK(dt_tp_transform(prog, rank, size, &plan, &tp));
+  RANK_OK(dt_parallel_tp_transform(prog, rank, size, &plan, &tp));
   const dt_graph *g = dt_program_graph(tp);
   char *text = dt_graph_to_string(g);
   /* The transformed graph round-trips through its text too. */
@@ -176,7 +176,7 @@ static dt_status scenario_rank(dt_comm *world, void *arg) {
   RANK_OK(dt_mesh_create(world, 1, (int[]){size}, (const char *const[]){"tp"}, &mesh));
   /* BatchNorm is not parallelized: the Linear before it hands it whole features. */
   dt_tp_style_options to_replicate = {.output_layout = &(dt_placement){.kind = DT_REPLICATE}};
-  RANK_OK(dt_parallelize_module(model, mesh, &plan, sc->which == 1 ? &to_replicate : NULL));
+  RANK_OK(dt_parallel_tp_module(model, mesh, &plan, sc->which == 1 ? &to_replicate : NULL));
   RANK_OK(dt_module_forward(model, x, &y2));
   RANK_CHECK(!dt_tensor_is_distributed(y2), "the eager output is local");
   diff = max_abs_diff(y2, ref);
@@ -261,7 +261,7 @@ static dt_status big_rank(dt_comm *world, void *arg) {
   dt_tp_plan plan = {4, big_plan};
   dt_program *tp = NULL;
   dt_tensor *y = NULL, *x = (dt_tensor *)c->x;
-  RANK_OK(dt_tp_transform(c->prog, dt_comm_rank(world), dt_comm_size(world), &plan, &tp));
+  RANK_OK(dt_parallel_tp_transform(c->prog, dt_comm_rank(world), dt_comm_size(world), &plan, &tp));
   const dt_graph *g = dt_program_graph(tp);
   int size = dt_comm_size(world);
   /* Colwise -> rowwise pairs need one all_reduce each, and nothing else. */
@@ -315,7 +315,8 @@ static void expect_transform_error(const dt_program *p, int rank, int world, int
                                    const char *b) {
   dt_tp_plan plan = {n, entries};
   dt_program *out = (dt_program *)&plan; /* must come back NULL */
-  cr_assert_eq(dt_tp_transform(p, rank, world, &plan, &out), status, "%s", dt_last_error());
+  cr_assert_eq(dt_parallel_tp_transform(p, rank, world, &plan, &out), status, "%s",
+               dt_last_error());
   cr_assert_null(out);
   ref_assert_error_mentions(a, b);
 }
@@ -341,7 +342,7 @@ Test(tp_transform, bad_plans) {
   /* A transformed program is not transformed again. */
   dt_tp_plan plan = {1, (dt_tp_plan_entry[]){{"mlps.0.0", DT_TP_COLWISE}}};
   dt_program *tp = NULL;
-  cr_assert_eq(dt_tp_transform(p, 0, 2, &plan, &tp), DT_OK);
+  cr_assert_eq(dt_parallel_tp_transform(p, 0, 2, &plan, &tp), DT_OK);
   expect_transform_error(tp, 0, 2, 1, plan.entries, DT_ERR_INVALID, "already", "transformed");
   /* Running it without a group is an error, not a crash. */
   dt_tensor *x = ref_random(2, (int64_t[]){4, 12}, DT_F32, -1, 1, 5), *y = NULL;
@@ -403,29 +404,29 @@ static dt_status eager_bad_rank(dt_comm *world, void *arg) {
   RANK_OK(dt_mesh_create(world, 1, (int[]){2}, NULL, &mesh));
   RANK_OK(dt_mesh_create(world, 2, (int[]){1, 2}, NULL, &mesh2));
   dt_tp_plan missing = {1, (dt_tp_plan_entry[]){{"mlps.0.9", DT_TP_COLWISE}}};
-  RANK_CHECK(dt_parallelize_module(model, mesh, &missing, NULL) == DT_ERR_INVALID, "missing FQN");
+  RANK_CHECK(dt_parallel_tp_module(model, mesh, &missing, NULL) == DT_ERR_INVALID, "missing FQN");
   RANK_CHECK(strstr(dt_last_error(), "mlps.0.9") != NULL, "%s", dt_last_error());
   dt_tp_plan relu = {1, (dt_tp_plan_entry[]){{"mlps.0.1", DT_TP_COLWISE}}};
-  RANK_CHECK(dt_parallelize_module(model, mesh, &relu, NULL) == DT_ERR_UNSUPPORTED,
+  RANK_CHECK(dt_parallel_tp_module(model, mesh, &relu, NULL) == DT_ERR_UNSUPPORTED,
              "style on ReLU");
   RANK_CHECK(strstr(dt_last_error(), "ReLU") != NULL, "%s", dt_last_error());
   dt_tp_plan ok = {1, (dt_tp_plan_entry[]){{"mlps.0.0", DT_TP_COLWISE}}};
-  RANK_CHECK(dt_parallelize_module_on_dim(model, mesh2, 2, &ok, NULL) == DT_ERR_INVALID,
+  RANK_CHECK(dt_parallel_tp_module_on_dim(model, mesh2, 2, &ok, NULL) == DT_ERR_INVALID,
              "tp_dim 2 of a 2-D mesh");
   RANK_CHECK(strstr(dt_last_error(),
-                    "dt_parallelize_module_on_dim: tp_dim 2 is not a dim of a 2-D mesh") != NULL,
+                    "dt_parallel_tp_module_on_dim: tp_dim 2 is not a dim of a 2-D mesh") != NULL,
              "%s", dt_last_error());
   /* Nothing was changed by the failures. */
   RANK_CHECK(!dt_tensor_is_distributed(dt_module_get_tensor(model, "mlps.0.0.weight")),
              "half-built");
   /* A layout sharding a dim the input lacks fails at forward time, clearly. */
   dt_tp_style_options bad = {.input_layout = &(dt_placement){.kind = DT_SHARD, .dim = 3}};
-  RANK_OK(dt_parallelize_module(model, mesh, &ok, &bad));
+  RANK_OK(dt_parallel_tp_module(model, mesh, &ok, &bad));
   dt_tensor *x = ref_random(2, (int64_t[]){4, 6}, DT_F32, -1, 1, 5), *y = NULL;
   dt_module *fc = dt_module_find(model, "mlps.0.0");
   RANK_CHECK(dt_module_forward(fc, x, &y) == DT_ERR_INVALID && y == NULL, "S(3) of a 2-D input");
   RANK_CHECK(strstr(dt_last_error(), "S(3)") != NULL, "%s", dt_last_error());
-  RANK_CHECK(dt_parallelize_module(model, mesh, &ok, NULL) == DT_ERR_INVALID, "parallelized twice");
+  RANK_CHECK(dt_parallel_tp_module(model, mesh, &ok, NULL) == DT_ERR_INVALID, "parallelized twice");
   dt_tensor_release(x);
   dt_module_destroy(model);
   dt_mesh_destroy(mesh2);
@@ -531,7 +532,7 @@ static dt_status tied_rank(dt_comm *w, void *arg) {
   dt_tp_plan plan = {1, (dt_tp_plan_entry[]){{c->plan_fqn, DT_TP_COLWISE}}};
   dt_program *tp = NULL;
   dt_tensor *y = NULL;
-  dt_status st = dt_tp_transform(c->prog, dt_comm_rank(w), dt_comm_size(w), &plan, &tp);
+  dt_status st = dt_parallel_tp_transform(c->prog, dt_comm_rank(w), dt_comm_size(w), &plan, &tp);
   dt_run_options ro = {.comm = w};
   if (!st) st = dt_program_run(tp, 1, &c->x, 1, &y, &ro);
   if (!st && max_abs_diff(y, c->ref) > 1e-5) {

@@ -147,7 +147,7 @@ static dt_status styles_rank(dt_comm *world, void *arg) {
       {.input_layout = &seq_shard},
       {0}};
   dt_tp_plan plan = {4, entries};
-  RANK_OK(dt_parallelize_module(model, mesh, &plan, opts));
+  RANK_OK(dt_parallel_tp_module(model, mesh, &plan, opts));
   RANK_OK(set_requires_grad(model));
   RANK_CHECK(dt_dist_placements(dt_module_get_tensor(model, "tok.weight"))[tp].kind == DT_SHARD &&
                  dt_dist_placements(dt_module_get_tensor(model, "tok.weight"))[tp].dim == 0,
@@ -280,7 +280,7 @@ static dt_status colwise_embedding_rank(dt_comm *world, void *arg) {
   dt_tp_plan_entry e[] = {{"", DT_TP_COLWISE}};
   dt_tp_plan plan = {1, e};
   dt_tp_style_options o = {.output_layout = &(dt_placement){.kind = DT_REPLICATE}};
-  RANK_OK(dt_parallelize_module(emb, mesh, &plan, &o));
+  RANK_OK(dt_parallel_tp_module(emb, mesh, &plan, &o));
   dt_tensor *w = dt_module_get_tensor(emb, "weight");
   RANK_CHECK(dt_dist_placements(w)[0].kind == DT_SHARD && dt_dist_placements(w)[0].dim == 1,
              "colwise embedding weight S(1)");
@@ -322,32 +322,32 @@ static dt_status bad_rank(dt_comm *world, void *arg) {
   RANK_OK(dt_module_add_child(model, "bn", bn));
   dt_tp_plan_entry lin[] = {{"w1", DT_TP_SEQUENCE_PARALLEL}};
   dt_tp_plan p1 = {1, lin};
-  RANK_CHECK(dt_parallelize_module(model, mesh, &p1, NULL) == DT_ERR_UNSUPPORTED, "SP on Linear");
-  RANK_CHECK(strstr(dt_last_error(), "dt_parallelize_module") &&
+  RANK_CHECK(dt_parallel_tp_module(model, mesh, &p1, NULL) == DT_ERR_UNSUPPORTED, "SP on Linear");
+  RANK_CHECK(strstr(dt_last_error(), "dt_parallel_tp_module") &&
                  strstr(dt_last_error(), "sequence_parallel style on 'w1', a Linear"),
              "%s", dt_last_error());
   dt_tp_plan_entry bnp[] = {{"bn", DT_TP_SEQUENCE_PARALLEL}};
   dt_tp_plan p2 = {1, bnp};
-  RANK_CHECK(dt_parallelize_module(model, mesh, &p2, NULL) == DT_ERR_UNSUPPORTED, "SP on BN");
+  RANK_CHECK(dt_parallel_tp_module(model, mesh, &p2, NULL) == DT_ERR_UNSUPPORTED, "SP on BN");
   RANK_CHECK(strstr(dt_last_error(), "'bn', a BatchNorm1d"), "%s", dt_last_error());
   dt_tp_plan_entry ln[] = {{"norm", DT_TP_ROWWISE}};
   dt_tp_plan p3 = {1, ln};
-  RANK_CHECK(dt_parallelize_module(model, mesh, &p3, NULL) == DT_ERR_UNSUPPORTED, "rowwise on LN");
+  RANK_CHECK(dt_parallel_tp_module(model, mesh, &p3, NULL) == DT_ERR_UNSUPPORTED, "rowwise on LN");
   RANK_CHECK(strstr(dt_last_error(), "rowwise style on 'norm', a LayerNorm"), "%s",
              dt_last_error());
   /* A failed plan changed nothing; a later entry failing leaves the earlier ones local. */
   dt_tp_plan_entry mixed[] = {{"norm", DT_TP_SEQUENCE_PARALLEL}, {"bn", DT_TP_SEQUENCE_PARALLEL}};
   dt_tp_plan p4 = {2, mixed};
-  RANK_CHECK(dt_parallelize_module(model, mesh, &p4, NULL) == DT_ERR_UNSUPPORTED, "mixed");
+  RANK_CHECK(dt_parallel_tp_module(model, mesh, &p4, NULL) == DT_ERR_UNSUPPORTED, "mixed");
   RANK_CHECK(!dt_tensor_is_distributed(dt_module_get_tensor(model, "norm.weight")),
              "nothing replaced");
-  RANK_CHECK(strcmp(dt_tp_style_name(DT_TP_SEQUENCE_PARALLEL), "sequence_parallel") == 0,
+  RANK_CHECK(strcmp(dt_parallel_tp_style_name(DT_TP_SEQUENCE_PARALLEL), "sequence_parallel") == 0,
              "style name");
   /* Parallelized twice. */
   dt_tp_plan_entry once[] = {{"norm", DT_TP_SEQUENCE_PARALLEL}};
   dt_tp_plan p5 = {1, once};
-  RANK_OK(dt_parallelize_module(model, mesh, &p5, NULL));
-  RANK_CHECK(dt_parallelize_module(model, mesh, &p5, NULL) == DT_ERR_INVALID, "twice");
+  RANK_OK(dt_parallel_tp_module(model, mesh, &p5, NULL));
+  RANK_CHECK(dt_parallel_tp_module(model, mesh, &p5, NULL) == DT_ERR_INVALID, "twice");
   RANK_CHECK(strstr(dt_last_error(), "parallelized twice"), "%s", dt_last_error());
   /* A local input to the sequence-parallel region with a 1-D shape has no sequence dim. */
   dt_tensor *x = ref_random(1, (int64_t[]){HIDDEN}, DT_F32, -1, 1, 3), *y = NULL;
@@ -372,9 +372,10 @@ Test(tp_styles, transform_refuses_sequence_parallel) {
   cr_assert_eq(dt_export(norm, x, NULL, &p), DT_OK, "%s", dt_last_error());
   dt_tp_plan_entry e[] = {{"", DT_TP_SEQUENCE_PARALLEL}};
   dt_tp_plan plan = {1, e};
-  cr_assert_eq(dt_tp_transform(p, 0, 2, &plan, &out), DT_ERR_UNSUPPORTED, "%s", dt_last_error());
+  cr_assert_eq(dt_parallel_tp_transform(p, 0, 2, &plan, &out), DT_ERR_UNSUPPORTED, "%s",
+               dt_last_error());
   cr_assert_null(out);
-  cr_assert(strstr(dt_last_error(), "dt_tp_transform: sequence_parallel style"), "%s",
+  cr_assert(strstr(dt_last_error(), "dt_parallel_tp_transform: sequence_parallel style"), "%s",
             dt_last_error());
   dt_program_destroy(p);
   dt_tensor_release(x);

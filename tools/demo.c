@@ -63,7 +63,7 @@ static dt_status rank_main(dt_comm *world, void *arg) {
   dt_program *tp = NULL;
   dt_mesh *mesh = NULL;
   dt_tensor *y = NULL, *shard = NULL;
-  dt_status st = dt_tp_transform(d->prog, rank, d->world, &plan, &tp);
+  dt_status st = dt_parallel_tp_transform(d->prog, rank, d->world, &plan, &tp);
   dt_comm_ledger *ledger = NULL;
   if (!st) st = dt_comm_ledger_start(&ledger);
   if (!st) {

@@ -81,8 +81,8 @@ static dt_status make_input(dt_mesh *mesh, const plan_input *in, dt_tensor **out
     }
   }
   dt_tensor *t = NULL, *local = NULL;
-  dt_status st = dt_dist_full(mesh, in->ndim, in->shape, in->dtype == DT_I64 ? 1 : 0.5, in->dtype,
-                              in->n_placements, made, &t);
+  dt_status st = dt_dist_constant(mesh, in->ndim, in->shape, in->dtype == DT_I64 ? 1 : 0.5,
+                                  in->dtype, in->n_placements, made, &t);
   if (st || !partial) {
     *out = t;
     return st;

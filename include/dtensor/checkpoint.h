@@ -131,7 +131,7 @@ typedef struct dt_state_dict_report {
  * "mlps.0.0.bias"), PyTorch's load_state_dict: the values are copied in place (under no_grad)
  * into the tensors the module holds, so every parameter keeps its handle, placements and
  * requires_grad, and an optimizer or FSDP unit holding it sees the new values. A distributed
- * parameter (dt_parallelize_module, dt_fully_shard, dt_data_parallel, 2-D) keeps its mesh and
+ * parameter (dt_parallel_tp_module, dt_parallel_fsdp, dt_parallel_ddp, 2-D) keeps its mesh and
  * placements, and each rank reads only its block (dt_safetensors_load_distributed) into its
  * shard. Every value is read and checked before any is copied, so on failure the module is
  * unchanged. report may be NULL.

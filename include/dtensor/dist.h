@@ -185,9 +185,9 @@ DT_API dt_status dt_dist_redistribute_explain(const dt_tensor *t, int n_placemen
  * rand/randn: the global values depend only on the seed, never on the mesh or placements
  * (element i of the global tensor is element i of dt_rand's stream). Partial placements
  * are not allowed here (DT_ERR_INVALID). Not communicating. */
-DT_API dt_status dt_dist_full(dt_mesh *mesh, int ndim, const int64_t *shape, double value,
-                              dt_dtype dtype, int n_placements, const dt_placement *placements,
-                              dt_tensor **out);
+DT_API dt_status dt_dist_constant(dt_mesh *mesh, int ndim, const int64_t *shape, double value,
+                                  dt_dtype dtype, int n_placements, const dt_placement *placements,
+                                  dt_tensor **out);
 DT_API dt_status dt_dist_zeros(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
                                int n_placements, const dt_placement *placements, dt_tensor **out);
 DT_API dt_status dt_dist_ones(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,

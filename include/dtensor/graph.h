@@ -160,8 +160,8 @@ typedef struct dt_export_options {
  * become constants "_tensor_constant<N>" of the state dict. options may be NULL.
  * A conversion between local and distributed tensors (from_local, to_local, redistribute,
  * full_tensor, distribute_tensor...) of a traced value cannot be recorded: the call fails
- * inside the forward and export with it (so a model after dt_parallelize_module does not
- * export; export the local model and use dt_tp_transform).
+ * inside the forward and export with it (so a model after dt_parallel_tp_module does not
+ * export; export the local model and use dt_parallel_tp_transform).
  * Errors: DT_ERR_INVALID (NULL, a model without forward), DT_ERR_UNSUPPORTED (such a
  * conversion, named in the message), the forward's own errors, DT_ERR_NOMEM.
  */

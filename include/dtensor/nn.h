@@ -151,8 +151,8 @@ typedef dt_status (*dt_hook_fn)(dt_module *m, dt_tensor *in, dt_tensor **out, vo
 DT_API void dt_module_set_hooks(dt_module *m, dt_hook_fn pre, dt_hook_fn post, void *user,
                                 void (*release)(void *user));
 
-/* Adds a hook pair around the ones m already has (e.g. dt_fully_shard's gather/free around
- * dt_parallelize_module's input/output conversion): the pair added last is the outermost, so
+/* Adds a hook pair around the ones m already has (e.g. dt_parallel_fsdp's gather/free around
+ * dt_parallel_tp_module's input/output conversion): the pair added last is the outermost, so
  * its pre runs first and its post last; pre hooks run from the last added to the first, post
  * hooks from the first to the last. If a pre hook fails, the pairs it wraps do not run; if a
  * pre hook, the forward or a post hook fails, every pair outside it whose pre hook ran gets

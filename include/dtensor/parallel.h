@@ -2,8 +2,8 @@
  * libdtensor — tensor parallelism: styles, the eager parallelize_module, and the
  * tensor-parallel transformation of exported programs.
  *
- * A plan maps module FQNs to a style, applied on one mesh dim (dt_tp_transform: a group of
- * world_size ranks; dt_parallelize_module: the last dim of an N-D mesh, e.g. "tp" of
+ * A plan maps module FQNs to a style, applied on one mesh dim (dt_parallel_tp_transform: a group of
+ * world_size ranks; dt_parallel_tp_module: the last dim of an N-D mesh, e.g. "tp" of
  * ("dp", "tp"), Replicate on the others):
  *
  *   COLWISE   Linear weight Shard(0), bias Shard(0): each rank computes a slice of the output
@@ -46,11 +46,11 @@ extern "C" {
 typedef enum dt_tp_style {
   DT_TP_COLWISE = 0,
   DT_TP_ROWWISE = 1,
-  DT_TP_SEQUENCE_PARALLEL = 2, /* eager path only; dt_tp_transform: DT_ERR_UNSUPPORTED */
+  DT_TP_SEQUENCE_PARALLEL = 2, /* eager path only; dt_parallel_tp_transform: DT_ERR_UNSUPPORTED */
 } dt_tp_style;
 
 /* "colwise" / "rowwise" / "sequence_parallel". */
-DT_API const char *dt_tp_style_name(dt_tp_style style);
+DT_API const char *dt_parallel_tp_style_name(dt_tp_style style);
 
 typedef struct dt_tp_plan_entry {
   const char *fqn; /* a Linear module: "mlps.0.0" (eager: also Embedding, LayerNorm, ...) */
@@ -74,12 +74,12 @@ typedef struct dt_tp_plan {
  * a module of the program, an unknown style, a FQN named twice), DT_ERR_UNSUPPORTED (a style on
  * a module that is not a Linear, a symbolic dim that would have to be sharded), DT_ERR_NOMEM. On
  * failure *out is NULL. */
-DT_API dt_status dt_tp_transform(const dt_program *program, int rank, int world_size,
-                                 const dt_tp_plan *plan, dt_program **out);
+DT_API dt_status dt_parallel_tp_transform(const dt_program *program, int rank, int world_size,
+                                          const dt_tp_plan *plan, dt_program **out);
 
 /* Options of a style in the eager path. Zero-initialise; NULL means PyTorch's defaults. The
  * layouts are pointers because a zero dt_placement is Replicate, a meaningful value: NULL
- * means the style's default. dt_parallelize_module copies the pointed-to placement, so it only
+ * means the style's default. dt_parallel_tp_module copies the pointed-to placement, so it only
  * has to live for that call: `.output_layout = &(dt_placement){.kind = DT_REPLICATE}`. */
 typedef struct dt_tp_style_options {
   /* The input placement; NULL: COLWISE Replicate, ROWWISE Shard(-1) (Embedding: Replicate),
@@ -96,7 +96,7 @@ typedef struct dt_tp_style_options {
 /* The eager path (PyTorch's parallelize_module): replaces the parameters of every Linear the
  * plan names by distributed tensors with the style's placements on the tensor-parallel mesh
  * dim (the LAST mesh dim, as in TorchTitan's ("dp", "tp") meshes, so a 1-D mesh behaves as
- * before; dt_parallelize_module_on_dim names another; Replicate on every other mesh dim; each
+ * before; dt_parallel_tp_module_on_dim names another; Replicate on every other mesh dim; each
  * rank keeping its shard) and adds
  * hooks (dt_module_add_hooks) that turn the module's input into a distributed tensor with the
  * input layout on that dim and its output into one with the output layout there. A
@@ -107,20 +107,20 @@ typedef struct dt_tp_style_options {
  * local tensor in gives a local tensor out as on one dim. Sharded or Partial on another dim
  * (a batch split over "dp") it stays distributed whatever the option: a local piece could not
  * say how it is split there, and the next module would take it as Replicate. For 2-D FSDP x
- * TP (TorchTitan) call this first, then dt_fully_shard on the other dim; for DDP x TP,
- * dt_data_parallel. `options` may be NULL or hold plan->n entries. Collective over the mesh.
- * Errors: as dt_tp_transform (colwise/rowwise on a module other than Linear and Embedding is
- * DT_ERR_UNSUPPORTED, as PyTorch's NotImplementedError), plus DT_ERR_UNSUPPORTED for
+ * TP (TorchTitan) call this first, then dt_parallel_fsdp on the other dim; for DDP x TP,
+ * dt_parallel_ddp. `options` may be NULL or hold plan->n entries. Collective over the mesh.
+ * Errors: as dt_parallel_tp_transform (colwise/rowwise on a module other than Linear and Embedding
+ * is DT_ERR_UNSUPPORTED, as PyTorch's NotImplementedError), plus DT_ERR_UNSUPPORTED for
  * SEQUENCE_PARALLEL on a module with parameters
  * other than a LayerNorm (e.g. BatchNorm1d, Linear), naming the module and the style;
  * DT_ERR_INVALID for an input on a mesh with another number of dims, or a layout that shards
  * a dim the input does not have (at forward time). */
-DT_API dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_plan *plan,
+DT_API dt_status dt_parallel_tp_module(dt_module *model, dt_mesh *mesh, const dt_tp_plan *plan,
                                        const dt_tp_style_options *options);
 
-/* dt_parallelize_module with tensor parallelism on mesh dim tp_dim (0 <= tp_dim < the mesh's
- * dims). Errors: dt_parallelize_module's, plus DT_ERR_INVALID for tp_dim outside the mesh. */
-DT_API dt_status dt_parallelize_module_on_dim(dt_module *model, dt_mesh *mesh, int tp_dim,
+/* dt_parallel_tp_module with tensor parallelism on mesh dim tp_dim (0 <= tp_dim < the mesh's
+ * dims). Errors: dt_parallel_tp_module's, plus DT_ERR_INVALID for tp_dim outside the mesh. */
+DT_API dt_status dt_parallel_tp_module_on_dim(dt_module *model, dt_mesh *mesh, int tp_dim,
                                               const dt_tp_plan *plan,
                                               const dt_tp_style_options *options);
 
@@ -129,7 +129,7 @@ DT_API dt_status dt_parallelize_module_on_dim(dt_module *model, dt_mesh *mesh, i
 /* The most parameters one module (a unit) may hold directly. */
 #define DT_FSDP_MAX_UNIT_PARAMS 16
 
-/* Options of dt_fully_shard. Zero-initialise; NULL means all defaults. */
+/* Options of dt_parallel_fsdp. Zero-initialise; NULL means all defaults. */
 typedef struct dt_fsdp_options {
   int mesh_dim; /* the data-parallel mesh dim (default 0) */
   /* PyTorch's reshard_after_forward=False: the unit keeps the gathered parameters until its
@@ -167,7 +167,7 @@ typedef struct dt_fsdp_options {
  * reduce-scattered back to Shard(0) by the all-gather's backward (equal to PyTorch's
  * average of per-rank gradients). Collective over the mesh. Adds its hooks around any the
  * units have.
- * 2-D (TorchTitan's FSDP x TP): parameters already distributed by dt_parallelize_module on
+ * 2-D (TorchTitan's FSDP x TP): parameters already distributed by dt_parallel_tp_module on
  * another dim of the same mesh are sharded over mesh_dim on the first tensor dim no other
  * mesh dim shards (a colwise weight [.., Shard(0) on tp] gets Shard(1) on dp, a rowwise one
  * [Shard(1) on tp] Shard(0)); the gather and the reduce-scatter then run over dp only, on
@@ -179,11 +179,11 @@ typedef struct dt_fsdp_options {
  * reduce_dtype), DT_ERR_UNSUPPORTED (a parameter already sharded over mesh_dim or Partial,
  * e.g. fully_shard applied twice; more than DT_FSDP_MAX_UNIT_PARAMS in one module), the
  * errors of dt_dist_distribute_tensor. On failure the units already made stay sharded. */
-DT_API dt_status dt_fully_shard(dt_module *module, dt_mesh *mesh, const dt_fsdp_options *options);
+DT_API dt_status dt_parallel_fsdp(dt_module *module, dt_mesh *mesh, const dt_fsdp_options *options);
 
 /* ---- Data parallel without sharding (PyTorch's DistributedDataParallel) --------------------- */
 
-/* Options of dt_data_parallel and dt_data_parallel_reduce_gradients. Zero-initialise; NULL
+/* Options of dt_parallel_ddp and dt_parallel_ddp_reduce_gradients. Zero-initialise; NULL
  * means all defaults. */
 typedef struct dt_ddp_options {
   int64_t bucket_bytes; /* gradients flattened into one all_reduce up to this size; 0: 25 MiB */
@@ -193,19 +193,19 @@ typedef struct dt_ddp_options {
  * leaf that requires grad (hand them to the optimizer), and the root gets an input hook that
  * takes a local input as this rank's rows of the batch (Shard(0) on dim, even sizes assumed;
  * a distributed input is passed through). After backward each gradient is a Partial sum over
- * dim: call dt_data_parallel_reduce_gradients before the optimizer step. Collective over the
+ * dim: call dt_parallel_ddp_reduce_gradients before the optimizer step. Collective over the
  * mesh. The input hook is added around any the root has (dt_module_add_hooks, outermost).
- * 2-D (DDP x TP): parameters already distributed by dt_parallelize_module on another dim of
+ * 2-D (DDP x TP): parameters already distributed by dt_parallel_tp_module on another dim of
  * the same mesh (Replicate on dim) are kept as they are, made to require grad; their
  * gradients come back Partial(sum) on dim with the tp placement, and the reduce all-reduces
  * the tp-local pieces over dim only. Every parameter is checked before any is replaced.
  * Errors: DT_ERR_INVALID (NULL, dim outside the mesh, a parameter distributed on another mesh
  * or not a leaf, the root already has DT_MODULE_MAX_HOOKS hook pairs; nothing changed),
  * DT_ERR_UNSUPPORTED (a
- * parameter distributed with a non-Replicate placement on dim, e.g. after dt_fully_shard),
+ * parameter distributed with a non-Replicate placement on dim, e.g. after dt_parallel_fsdp),
  * dt_dist_distribute_tensor's. */
-DT_API dt_status dt_data_parallel(dt_module *module, dt_mesh *mesh, int dim,
-                                  const dt_ddp_options *options);
+DT_API dt_status dt_parallel_ddp(dt_module *module, dt_mesh *mesh, int dim,
+                                 const dt_ddp_options *options);
 
 /* All-reduces the gradients of params that are Partial on mesh dim `dim`, in buckets of at
  * most options->bucket_bytes (consecutive parameters in reverse order with the same dtype and
@@ -215,8 +215,8 @@ DT_API dt_status dt_data_parallel(dt_module *module, dt_mesh *mesh, int dim,
  * dim's group. Errors: DT_ERR_INVALID (n < 0, NULL params, a NULL or local parameter, params
  * on different meshes, dim outside the mesh; all checked before any communication), the
  * collective errors. */
-DT_API dt_status dt_data_parallel_reduce_gradients(int n, dt_tensor *const *params, int dim,
-                                                   const dt_ddp_options *options, int *buckets);
+DT_API dt_status dt_parallel_ddp_reduce_gradients(int n, dt_tensor *const *params, int dim,
+                                                  const dt_ddp_options *options, int *buckets);
 
 #ifdef __cplusplus
 }

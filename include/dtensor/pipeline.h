@@ -29,7 +29,7 @@
  * dt_pipeline_options.loss_scale. Each microbatch's scaled loss is back-propagated on the
  * last stage, so after the step every parameter's `.grad` holds the gradient of that sum
  * (accumulated over the microbatches into whatever the parameters held): call the optimizer
- * step (and dt_data_parallel_reduce_gradients under DDP) on this rank's stage parameters
+ * step (and dt_parallel_ddp_reduce_gradients under DDP) on this rank's stage parameters
  * afterwards. Activations and gradients cross ranks as this rank's local block with a small
  * header (dtype, shapes, placements) sent before it, so shapes need not be declared; receive
  * buffers are kept and reused across microbatches and steps.

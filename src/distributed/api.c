@@ -540,9 +540,10 @@ static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int
   return st;
 }
 
-dt_status dt_dist_full(dt_mesh *mesh, int ndim, const int64_t *shape, double value, dt_dtype dtype,
-                       int n_placements, const dt_placement *placements, dt_tensor **out) {
-  return dist_factory("dt_dist_full", mesh, ndim, shape, dtype, FACTORY_FULL, value, 0,
+dt_status dt_dist_constant(dt_mesh *mesh, int ndim, const int64_t *shape, double value,
+                           dt_dtype dtype, int n_placements, const dt_placement *placements,
+                           dt_tensor **out) {
+  return dist_factory("dt_dist_constant", mesh, ndim, shape, dtype, FACTORY_FULL, value, 0,
                       n_placements, placements, out);
 }
 dt_status dt_dist_zeros(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,

@@ -140,7 +140,7 @@ static dt_status guard_conversion(void *user, const char *call, const dt_tensor 
                    "dt_export: %s of the traced value %%%s inside the forward: a graph "
                    "cannot record %s (not an op-table call) and its result would be a "
                    "constant that ignores the input; export the model before "
-                   "parallelize_module and use dt_tp_transform for tensor parallelism",
+                   "parallelize_module and use dt_parallel_tp_transform for tensor parallelism",
                    call, tr->g->nodes[e->node].name, call);
 }
 

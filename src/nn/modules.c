@@ -324,7 +324,7 @@ static dt_status apply_hook(dt_module *m, dt_hook_fn hook, void *user, dt_tensor
 }
 
 /* After a failure, the pairs from index `from` outwards whose post hook will not run get it
- * with a NULL input, so that they release what their pre hook took (dt_fully_shard's gathered
+ * with a NULL input, so that they release what their pre hook took (dt_parallel_fsdp's gathered
  * parameters). What they return is dropped; the first error and its message stand. */
 static void unwind_hooks(dt_module *m, int from, dt_status st) {
   char message[1024];

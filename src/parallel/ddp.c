@@ -2,10 +2,10 @@
  * Data parallel without sharding (PyTorch's DistributedDataParallel on the eager path):
  * parameters become Replicate distributed leaves, the input is this rank's rows of the batch
  * (Shard(0)), so after backward each gradient is a Partial sum over the data-parallel dim.
- * dt_data_parallel_reduce_gradients all-reduces them in buckets (one collective per bucket
+ * dt_parallel_ddp_reduce_gradients all-reduces them in buckets (one collective per bucket
  * of flattened gradients, in reverse parameter order as PyTorch's reducer fills them) and
  * stores Replicate gradients, so the optimizer step communicates nothing.
- * On a 2-D mesh over a tensor-parallel module (dt_parallelize_module on "tp"), the tp
+ * On a 2-D mesh over a tensor-parallel module (dt_parallel_tp_module on "tp"), the tp
  * parameters are already Replicate on "dp" and are kept; each gradient is then Partial over dp
  * with the tp placement, and the buckets hold (and all-reduce over dp) the tp-local pieces.
  */
@@ -43,14 +43,14 @@ static dt_status pre_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *us
     return DT_OK;
   }
   if (dt_tensor_ndim(in) < 1) {
-    return dt__error(DT_ERR_INVALID, "dt_data_parallel: input hook: a local input needs a batch "
+    return dt__error(DT_ERR_INVALID, "dt_parallel_ddp: input hook: a local input needs a batch "
                                      "dim, got a scalar");
   }
   dt_placement p[DT_MAX_DIMS];
   for (int d = 0; d < dt_mesh_ndim(s->mesh); d++) p[d] = dt_replicate();
   p[s->dim] = dt_shard(0);
   dt_status st = dt_dist_from_local(s->mesh, in, dt_mesh_ndim(s->mesh), p, NULL, out);
-  if (st) dt__error_prefix("dt_data_parallel: input hook");
+  if (st) dt__error_prefix("dt_parallel_ddp: input hook");
   return st;
 }
 
@@ -70,7 +70,7 @@ static dt_status replicate_param(const char *fqn, dt_tensor *t, bool is_buffer, 
   if (t->spec) {
     if (dt_dist_mesh(t) != c->mesh) {
       return dt__error(DT_ERR_INVALID,
-                       "dt_data_parallel: parameter '%s' is distributed on another mesh", fqn);
+                       "dt_parallel_ddp: parameter '%s' is distributed on another mesh", fqn);
     }
     dt_placement p = dt_dist_placements(t)[c->dim];
     if (p.kind != DT_REPLICATE) {
@@ -81,13 +81,13 @@ static dt_status replicate_param(const char *fqn, dt_tensor *t, bool is_buffer, 
         snprintf(name, sizeof name, "%s", p.kind == DT_PARTIAL ? "Partial" : "StridedShard");
       }
       return dt__error(DT_ERR_UNSUPPORTED,
-                       "dt_data_parallel: parameter '%s' is already distributed as %s on mesh "
+                       "dt_parallel_ddp: parameter '%s' is already distributed as %s on mesh "
                        "dim %d (data parallel needs Replicate there; fully_shard or tensor "
                        "parallelism on that dim?)",
                        fqn, name, c->dim);
     }
     if (!dt_tensor_is_leaf(t)) {
-      return dt__error(DT_ERR_INVALID, "dt_data_parallel: parameter '%s' is not a leaf", fqn);
+      return dt__error(DT_ERR_INVALID, "dt_parallel_ddp: parameter '%s' is not a leaf", fqn);
     }
     return c->apply ? dt_tensor_set_requires_grad(t, true) : DT_OK;
   }
@@ -113,19 +113,19 @@ static dt_status replicate_param(const char *fqn, dt_tensor *t, bool is_buffer, 
   return st;
 }
 
-dt_status dt_data_parallel(dt_module *module, dt_mesh *mesh, int dim,
-                           const dt_ddp_options *options) {
+dt_status dt_parallel_ddp(dt_module *module, dt_mesh *mesh, int dim,
+                          const dt_ddp_options *options) {
   (void)options;
   if (!module || !mesh) {
-    return dt__error(DT_ERR_INVALID, "dt_data_parallel: module (%p) and mesh (%p) must not be NULL",
+    return dt__error(DT_ERR_INVALID, "dt_parallel_ddp: module (%p) and mesh (%p) must not be NULL",
                      (void *)module, (void *)mesh);
   }
   if (dim < 0 || dim >= dt_mesh_ndim(mesh)) {
-    return dt__error(DT_ERR_INVALID, "dt_data_parallel: dim %d is not a dim of a %d-D mesh", dim,
+    return dt__error(DT_ERR_INVALID, "dt_parallel_ddp: dim %d is not a dim of a %d-D mesh", dim,
                      dt_mesh_ndim(mesh));
   }
   ddp_state *s = dt__calloc(sizeof *s);
-  if (!s) return dt__error(DT_ERR_NOMEM, "dt_data_parallel: out of memory");
+  if (!s) return dt__error(DT_ERR_NOMEM, "dt_parallel_ddp: out of memory");
   replicate_ctx c = {module, mesh, dim, false};
   dt_status st = dt_module_visit_tensors(module, replicate_param, &c);
   if (st) {
@@ -139,7 +139,7 @@ dt_status dt_data_parallel(dt_module *module, dt_mesh *mesh, int dim,
    * changes nothing (add_hooks releases s when it refuses). */
   st = dt_module_add_hooks(module, pre_hook, NULL, s, free_state);
   if (st) {
-    dt__error_prefix("dt_data_parallel");
+    dt__error_prefix("dt_parallel_ddp");
     return st;
   }
   c.apply = true;
@@ -206,37 +206,37 @@ static dt_status reduce_bucket(dt_tensor *const *params, dt_tensor *const *grads
   return st;
 }
 
-dt_status dt_data_parallel_reduce_gradients(int n, dt_tensor *const *params, int dim,
-                                            const dt_ddp_options *options, int *buckets) {
+dt_status dt_parallel_ddp_reduce_gradients(int n, dt_tensor *const *params, int dim,
+                                           const dt_ddp_options *options, int *buckets) {
   if (buckets) *buckets = 0;
   if (n < 0 || (n > 0 && !params)) {
-    return dt__error(DT_ERR_INVALID, "dt_data_parallel_reduce_gradients: n is %d, params %p", n,
+    return dt__error(DT_ERR_INVALID, "dt_parallel_ddp_reduce_gradients: n is %d, params %p", n,
                      (const void *)params);
   }
   int64_t cap = options && options->bucket_bytes > 0 ? options->bucket_bytes : DEFAULT_BUCKET_BYTES;
   dt_tensor **grads = dt__calloc(sizeof *grads * (size_t)(n + 1));
-  if (!grads) return dt__error(DT_ERR_NOMEM, "dt_data_parallel_reduce_gradients: out of memory");
+  if (!grads) return dt__error(DT_ERR_NOMEM, "dt_parallel_ddp_reduce_gradients: out of memory");
   /* Everything is checked before the first collective, so a bad parameter fails on every
    * rank alike and no gradient is half-reduced. */
   dt_status st = DT_OK;
   dt_mesh *mesh = NULL;
   for (int i = 0; i < n && !st; i++) {
     if (!params[i] || !params[i]->spec) {
-      st = dt__error(DT_ERR_INVALID, "dt_data_parallel_reduce_gradients: params[%d] is %s", i,
+      st = dt__error(DT_ERR_INVALID, "dt_parallel_ddp_reduce_gradients: params[%d] is %s", i,
                      params[i] ? "not distributed" : "NULL");
       break;
     }
     if (!mesh) mesh = dt_dist_mesh(params[i]);
     if (dt_dist_mesh(params[i]) != mesh) {
       st = dt__error(DT_ERR_INVALID,
-                     "dt_data_parallel_reduce_gradients: params[%d] is on another "
+                     "dt_parallel_ddp_reduce_gradients: params[%d] is on another "
                      "mesh than params[0]",
                      i);
       break;
     }
     if (dim < 0 || dim >= dt_mesh_ndim(mesh)) {
       st = dt__error(DT_ERR_INVALID,
-                     "dt_data_parallel_reduce_gradients: dim %d is not a dim of a "
+                     "dt_parallel_ddp_reduce_gradients: dim %d is not a dim of a "
                      "%d-D mesh",
                      dim, dt_mesh_ndim(mesh));
       break;

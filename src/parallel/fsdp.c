@@ -36,7 +36,7 @@ typedef struct fsdp_param {
   char name[64];
   dt_tensor *sharded; /* the leaf the optimizer updates (a reference) */
   /* The leaf's placements: Shard(d) or Replicate on the data-parallel dim; the other dims
-   * keep what dt_parallelize_module gave the parameter (Replicate when it was local). */
+   * keep what dt_parallel_tp_module gave the parameter (Replicate when it was local). */
   dt_placement shard_p[DT_MAX_DIMS];
   int gather_dim;       /* d of Shard(d) on dp, or -1: Replicate on dp, nothing gathered */
   dt_tensor *unsharded; /* between pre- and post-hook, or kept without resharding */
@@ -55,7 +55,7 @@ typedef struct fsdp_param {
 
 typedef struct fsdp_unit fsdp_unit;
 
-/* The units of one dt_fully_shard call in forward (visit) order, shared by them so that a
+/* The units of one dt_parallel_fsdp call in forward (visit) order, shared by them so that a
  * unit can prefetch the next (and in backward the previous); a unit whose module goes clears
  * its slot. */
 typedef struct fsdp_group {
@@ -170,7 +170,7 @@ static void free_unit(void *user) {
 }
 
 static dt_status hook_failed(dt_status st, const fsdp_unit *u, const char *which) {
-  return dt__parallel_hook_failed(st, "dt_fully_shard", which, u->fqn);
+  return dt__parallel_hook_failed(st, "dt_parallel_fsdp", which, u->fqn);
 }
 
 static void placements_for(const fsdp_unit *u, dt_placement *p, dt_placement on_dim) {
@@ -240,8 +240,8 @@ static void gather_release(void *state) {
   dt__free(g);
 }
 
-static const dt_autograd_function gather_function = {"dt_fully_shard (all_gather)", gather_backward,
-                                                     gather_release};
+static const dt_autograd_function gather_function = {"dt_parallel_fsdp (all_gather)",
+                                                     gather_backward, gather_release};
 
 /* Rank r's rows of a dim of n rows over w ranks, as torch.chunk splits them. */
 static int64_t chunk_rows(int64_t n, int w, int r) {
@@ -492,7 +492,7 @@ static void prebackward_release(void *state) {
   dt__free(s);
 }
 
-static const dt_autograd_function prebackward_function = {"dt_fully_shard (pre-backward gather)",
+static const dt_autograd_function prebackward_function = {"dt_parallel_fsdp (pre-backward gather)",
                                                           prebackward, prebackward_release};
 
 /* Reshard after a recorded forward: the gathered buffers the graph saved are freed, and the
@@ -601,31 +601,31 @@ static dt_status collect_param(const char *fqn, dt_tensor *t, bool is_buffer, vo
   if (is_buffer || strchr(fqn, '.')) return DT_OK;
   fsdp_unit *u = c->unit;
   if (t->spec) {
-    /* A tensor-parallel parameter (dt_parallelize_module on another dim of this mesh) is
+    /* A tensor-parallel parameter (dt_parallel_tp_module on another dim of this mesh) is
      * sharded further over the dp dim; one already split over the dp dim is not. */
     if (dt_dist_mesh(t) != c->mesh) {
       return dt__error(DT_ERR_INVALID,
-                       "dt_fully_shard: parameter '%s' of '%s' is distributed on another mesh", fqn,
-                       u->fqn);
+                       "dt_parallel_fsdp: parameter '%s' of '%s' is distributed on another mesh",
+                       fqn, u->fqn);
     }
     const dt_placement *p = dt_dist_placements(t);
     for (int d = 0; d < dt_mesh_ndim(c->mesh); d++) {
       if (p[d].kind == DT_REPLICATE || (p[d].kind == DT_SHARD && d != u->mesh_dim)) continue;
       return dt__error(DT_ERR_UNSUPPORTED,
-                       "dt_fully_shard: parameter '%s' of '%s' is already distributed as %s "
+                       "dt_parallel_fsdp: parameter '%s' of '%s' is already distributed as %s "
                        "on mesh dim %d (fully_shard applied twice?)",
                        fqn, u->fqn, p[d].kind == DT_SHARD ? "Shard" : "non-Replicate", d);
     }
   }
   if (u->n >= DT_FSDP_MAX_UNIT_PARAMS || strlen(fqn) >= sizeof u->params[0].name) {
     return dt__error(DT_ERR_UNSUPPORTED,
-                     "dt_fully_shard: '%s' has more than %d parameters or a "
+                     "dt_parallel_fsdp: '%s' has more than %d parameters or a "
                      "name longer than 63 characters ('%s')",
                      u->fqn, DT_FSDP_MAX_UNIT_PARAMS, fqn);
   }
   if (dt_tensor_ndim(t) < 1) {
     return dt__error(DT_ERR_INVALID,
-                     "dt_fully_shard: parameter '%s' of '%s' is a scalar; "
+                     "dt_parallel_fsdp: parameter '%s' of '%s' is a scalar; "
                      "Shard(0) needs a dim",
                      fqn, u->fqn);
   }
@@ -672,7 +672,7 @@ static dt_status shard_tp_param(fsdp_unit *u, dt_tensor *t, fsdp_param *fp) {
 static dt_status shard_module(const char *fqn, dt_module *m, void *user) {
   shard_ctx *c = user;
   fsdp_unit *u = dt__calloc(sizeof *u);
-  if (!u) return dt__error(DT_ERR_NOMEM, "dt_fully_shard: out of memory");
+  if (!u) return dt__error(DT_ERR_NOMEM, "dt_parallel_fsdp: out of memory");
   u->refs = 1; /* the module's hooks */
   snprintf(u->fqn, sizeof u->fqn, "%s", fqn[0] ? fqn : "(root)");
   u->mesh_dim = c->opt->mesh_dim;
@@ -713,7 +713,7 @@ static dt_status shard_module(const char *fqn, dt_module *m, void *user) {
     fsdp_unit **units = dt__calloc(sizeof *units * (size_t)cap);
     if (!units) {
       free_unit(u);
-      return dt__error(DT_ERR_NOMEM, "dt_fully_shard: out of memory");
+      return dt__error(DT_ERR_NOMEM, "dt_parallel_fsdp: out of memory");
     }
     if (g->n) memcpy(units, g->units, sizeof *units * (size_t)g->n);
     dt__free(g->units);
@@ -732,34 +732,34 @@ static dt_status shard_module(const char *fqn, dt_module *m, void *user) {
   return DT_OK;
 }
 
-dt_status dt_fully_shard(dt_module *module, dt_mesh *mesh, const dt_fsdp_options *options) {
+dt_status dt_parallel_fsdp(dt_module *module, dt_mesh *mesh, const dt_fsdp_options *options) {
   if (!module || !mesh) {
-    return dt__error(DT_ERR_INVALID, "dt_fully_shard: module (%p) and mesh (%p) must not be NULL",
+    return dt__error(DT_ERR_INVALID, "dt_parallel_fsdp: module (%p) and mesh (%p) must not be NULL",
                      (void *)module, (void *)mesh);
   }
   dt_fsdp_options defaults = {0};
   const dt_fsdp_options *opt = options ? options : &defaults;
   if (opt->mesh_dim < 0 || opt->mesh_dim >= dt_mesh_ndim(mesh)) {
     return dt__error(DT_ERR_INVALID,
-                     "dt_fully_shard: options->mesh_dim %d is not a dim of a %d-D mesh",
+                     "dt_parallel_fsdp: options->mesh_dim %d is not a dim of a %d-D mesh",
                      opt->mesh_dim, dt_mesh_ndim(mesh));
   }
   const dt_dtype policy[2] = {opt->param_dtype, opt->reduce_dtype};
   for (int i = 0; i < 2; i++) {
     if (policy[i] != DT_F32 && policy[i] != DT_BF16 && policy[i] != DT_F16 && policy[i] != DT_F64) {
       return dt__error(
-          DT_ERR_INVALID, "dt_fully_shard: options->%s is %s (%d); a floating dtype is needed",
+          DT_ERR_INVALID, "dt_parallel_fsdp: options->%s is %s (%d); a floating dtype is needed",
           i ? "reduce_dtype" : "param_dtype", dt_dtype_name(policy[i]), (int)policy[i]);
     }
   }
   fsdp_group *g = dt__calloc(sizeof *g);
-  if (!g) return dt__error(DT_ERR_NOMEM, "dt_fully_shard: out of memory");
+  if (!g) return dt__error(DT_ERR_NOMEM, "dt_parallel_fsdp: out of memory");
   g->refs = 1; /* this call's, dropped below: the units hold the others */
   shard_ctx c = {mesh, opt, module, 0, g};
   dt_status st = dt_module_visit(module, shard_module, &c);
   group_release(g);
   if (!st && c.units == 0) {
-    return dt__error(DT_ERR_INVALID, "dt_fully_shard: the module has no parameters to shard");
+    return dt__error(DT_ERR_INVALID, "dt_parallel_fsdp: the module has no parameters to shard");
   }
   return st;
 }

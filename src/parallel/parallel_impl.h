@@ -9,7 +9,7 @@
  * input and output types. Symbolic dims count at their hints. */
 int64_t dt__tp_predicted_comm_bytes(const dt_graph *g);
 
-/* For an error in a hook that dt_parallelize_module or dt_fully_shard (fn) installed on a
+/* For an error in a hook that dt_parallel_tp_module or dt_parallel_fsdp (fn) installed on a
  * module: such a hook fails inside some model's forward (or an export's trace of it), far
  * from that call, so the message gets the prefix "fn: <which> hook of '<fqn>'". Returns st. */
 dt_status dt__parallel_hook_failed(dt_status st, const char *fn, const char *which,

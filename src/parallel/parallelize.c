@@ -44,7 +44,7 @@ dt_status dt__parallel_hook_failed(dt_status st, const char *fn, const char *whi
 }
 
 static dt_status hook_failed(dt_status st, const style_state *s, const char *which) {
-  return dt__parallel_hook_failed(st, "dt_parallelize_module", which, s->fqn);
+  return dt__parallel_hook_failed(st, "dt_parallel_tp_module", which, s->fqn);
 }
 
 static dt_status convert_input(dt_module *m, dt_tensor *in, dt_tensor **out, const style_state *s) {
@@ -167,13 +167,13 @@ static dt_status check_layout(const char *fqn, const char *field, dt_placement p
    * placement, not a layout (use Shard on the unflattened tensor). */
   if (p.kind == DT_STRIDED_SHARD) {
     return dt__error(DT_ERR_UNSUPPORTED,
-                     "dt_parallelize_module: '%s': options %s is StridedShard SS(%d,%d); a "
+                     "dt_parallel_tp_module: '%s': options %s is StridedShard SS(%d,%d); a "
                      "layout must be Replicate, Shard or Partial",
                      fqn, field, p.dim, p.split_factor);
   }
   if (p.kind != DT_REPLICATE && p.kind != DT_SHARD && p.kind != DT_PARTIAL) {
     return dt__error(DT_ERR_INVALID,
-                     "dt_parallelize_module: '%s': options %s has an unknown placement kind %d",
+                     "dt_parallel_tp_module: '%s': options %s has an unknown placement kind %d",
                      fqn, field, (int)p.kind);
   }
   return DT_OK;
@@ -182,27 +182,27 @@ static dt_status check_layout(const char *fqn, const char *field, dt_placement p
 static dt_status check_entry(dt_module *model, dt_mesh *mesh, const dt_tp_plan *plan, int k) {
   const dt_tp_plan_entry *e = &plan->entries[k];
   if (!e->fqn)
-    return dt__error(DT_ERR_INVALID, "dt_parallelize_module: plan entry %d has no FQN", k);
+    return dt__error(DT_ERR_INVALID, "dt_parallel_tp_module: plan entry %d has no FQN", k);
   if (e->style != DT_TP_COLWISE && e->style != DT_TP_ROWWISE &&
       e->style != DT_TP_SEQUENCE_PARALLEL) {
     return dt__error(DT_ERR_INVALID,
-                     "dt_parallelize_module: plan entry '%s' has an unknown style %d", e->fqn,
+                     "dt_parallel_tp_module: plan entry '%s' has an unknown style %d", e->fqn,
                      (int)e->style);
   }
   for (int j = 0; j < k; j++) {
     if (strcmp(plan->entries[j].fqn, e->fqn) == 0) {
-      return dt__error(DT_ERR_INVALID, "dt_parallelize_module: plan names '%s' twice", e->fqn);
+      return dt__error(DT_ERR_INVALID, "dt_parallel_tp_module: plan names '%s' twice", e->fqn);
     }
   }
   dt_module *m = dt_module_find(model, e->fqn);
   if (!m)
     return dt__error(DT_ERR_INVALID,
-                     "dt_parallelize_module: plan names '%s', which is not a module of the model",
+                     "dt_parallel_tp_module: plan names '%s', which is not a module of the model",
                      e->fqn);
   if (e->style == DT_TP_SEQUENCE_PARALLEL) {
     if (!sequence_parallel_supported(m)) {
       return dt__error(DT_ERR_UNSUPPORTED,
-                       "dt_parallelize_module: sequence_parallel style on '%s', a %s (supported "
+                       "dt_parallel_tp_module: sequence_parallel style on '%s', a %s (supported "
                        "on LayerNorm and modules without parameters)",
                        e->fqn, dt_module_type(m));
     }
@@ -211,7 +211,7 @@ static dt_status check_entry(dt_module *model, dt_mesh *mesh, const dt_tp_plan *
       dt_tensor *t = dt_module_parameter(m, names[i]);
       if (t && dt_tensor_is_distributed(t)) {
         return dt__error(DT_ERR_INVALID,
-                         "dt_parallelize_module: '%s' has a distributed %s (parallelized twice?)",
+                         "dt_parallel_tp_module: '%s' has a distributed %s (parallelized twice?)",
                          e->fqn, names[i]);
       }
     }
@@ -219,37 +219,37 @@ static dt_status check_entry(dt_module *model, dt_mesh *mesh, const dt_tp_plan *
   }
   if (!is_type(m, "Linear") && !is_type(m, "Embedding")) {
     return dt__error(DT_ERR_UNSUPPORTED,
-                     "dt_parallelize_module: %s style on '%s', a %s (colwise and rowwise apply "
+                     "dt_parallel_tp_module: %s style on '%s', a %s (colwise and rowwise apply "
                      "to Linear and Embedding modules only)",
-                     dt_tp_style_name(e->style), e->fqn, dt_module_type(m));
+                     dt_parallel_tp_style_name(e->style), e->fqn, dt_module_type(m));
   }
   dt_tensor *w = dt_module_parameter(m, "weight");
   if (!w || dt_tensor_ndim(w) != 2 || dt_tensor_is_distributed(w)) {
     return dt__error(DT_ERR_INVALID,
-                     "dt_parallelize_module: '%s' has no local 2-D weight (parallelized twice?)",
+                     "dt_parallel_tp_module: '%s' has no local 2-D weight (parallelized twice?)",
                      e->fqn);
   }
   (void)mesh;
   return DT_OK;
 }
 
-dt_status dt_parallelize_module(dt_module *model, dt_mesh *mesh, const dt_tp_plan *plan,
+dt_status dt_parallel_tp_module(dt_module *model, dt_mesh *mesh, const dt_tp_plan *plan,
                                 const dt_tp_style_options *options) {
   if (!model || !mesh || !plan || plan->n < 0 || (plan->n > 0 && !plan->entries)) {
-    return dt__error(DT_ERR_INVALID, "dt_parallelize_module: NULL model, mesh or plan");
+    return dt__error(DT_ERR_INVALID, "dt_parallel_tp_module: NULL model, mesh or plan");
   }
-  return dt_parallelize_module_on_dim(model, mesh, dt_mesh_ndim(mesh) - 1, plan, options);
+  return dt_parallel_tp_module_on_dim(model, mesh, dt_mesh_ndim(mesh) - 1, plan, options);
 }
 
-dt_status dt_parallelize_module_on_dim(dt_module *model, dt_mesh *mesh, int tp_dim,
+dt_status dt_parallel_tp_module_on_dim(dt_module *model, dt_mesh *mesh, int tp_dim,
                                        const dt_tp_plan *plan, const dt_tp_style_options *options) {
   if (!model || !mesh || !plan || plan->n < 0 || (plan->n > 0 && !plan->entries)) {
-    return dt__error(DT_ERR_INVALID, "dt_parallelize_module_on_dim: NULL model, mesh or plan");
+    return dt__error(DT_ERR_INVALID, "dt_parallel_tp_module_on_dim: NULL model, mesh or plan");
   }
   int mesh_ndim = dt_mesh_ndim(mesh);
   if (tp_dim < 0 || tp_dim >= mesh_ndim) {
     return dt__error(DT_ERR_INVALID,
-                     "dt_parallelize_module_on_dim: tp_dim %d is not a dim of a %d-D mesh", tp_dim,
+                     "dt_parallel_tp_module_on_dim: tp_dim %d is not a dim of a %d-D mesh", tp_dim,
                      mesh_ndim);
   }
   /* Check everything, then build every shard, then install: a failure changes nothing. */
@@ -258,7 +258,7 @@ dt_status dt_parallelize_module_on_dim(dt_module *model, dt_mesh *mesh, int tp_d
     if (st) return st;
   }
   pending *work_list = dt__calloc(sizeof *work_list * (size_t)(plan->n ? plan->n : 1));
-  if (!work_list) return dt__error(DT_ERR_NOMEM, "dt_parallelize_module: out of memory");
+  if (!work_list) return dt__error(DT_ERR_NOMEM, "dt_parallel_tp_module: out of memory");
   dt_status st = DT_OK;
   for (int k = 0; k < plan->n && !st; k++) {
     const dt_tp_plan_entry *e = &plan->entries[k];
@@ -284,7 +284,7 @@ dt_status dt_parallelize_module_on_dim(dt_module *model, dt_mesh *mesh, int tp_d
     size_t fqn_len = strlen(e->fqn);
     t->state = dt__calloc(sizeof *t->state + fqn_len + 1);
     if (!t->state) {
-      st = dt__error(DT_ERR_NOMEM, "dt_parallelize_module: out of memory");
+      st = dt__error(DT_ERR_NOMEM, "dt_parallel_tp_module: out of memory");
       break;
     }
     t->state->mesh = dt__mesh_retain(mesh);
@@ -312,7 +312,7 @@ dt_status dt_parallelize_module_on_dim(dt_module *model, dt_mesh *mesh, int tp_d
     if (t->state->output_layout.kind == DT_PARTIAL && !t->state->keep_distributed) {
       st = dt__error(
           DT_ERR_INVALID,
-          "dt_parallelize_module: '%s': a Partial output layout needs keep_distributed_output",
+          "dt_parallel_tp_module: '%s': a Partial output layout needs keep_distributed_output",
           e->fqn);
     }
   }

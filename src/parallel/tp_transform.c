@@ -57,7 +57,7 @@ typedef struct tp {
   dt_tensor **state_tensors;
 } tp;
 
-const char *dt_tp_style_name(dt_tp_style style) {
+const char *dt_parallel_tp_style_name(dt_tp_style style) {
   return style == DT_TP_COLWISE             ? "colwise"
          : style == DT_TP_ROWWISE           ? "rowwise"
          : style == DT_TP_SEQUENCE_PARALLEL ? "sequence_parallel"
@@ -94,47 +94,51 @@ static bool same_placement(dt_placement a, dt_placement b) {
 static dt_status check_plan(const dt_program *prog, const dt_tp_plan *plan) {
   for (int k = 0; k < plan->n; k++) {
     const dt_tp_plan_entry *e = &plan->entries[k];
-    if (!e->fqn) return dt__error(DT_ERR_INVALID, "dt_tp_transform: plan entry %d has no FQN", k);
+    if (!e->fqn)
+      return dt__error(DT_ERR_INVALID, "dt_parallel_tp_transform: plan entry %d has no FQN", k);
     if (e->style == DT_TP_SEQUENCE_PARALLEL) {
-      return dt__error(DT_ERR_UNSUPPORTED,
-                       "dt_tp_transform: sequence_parallel style on '%s': the graph path has "
-                       "colwise and rowwise Linear only (use dt_parallelize_module)",
-                       e->fqn);
+      return dt__error(
+          DT_ERR_UNSUPPORTED,
+          "dt_parallel_tp_transform: sequence_parallel style on '%s': the graph path has "
+          "colwise and rowwise Linear only (use dt_parallel_tp_module)",
+          e->fqn);
     }
     if (e->style != DT_TP_COLWISE && e->style != DT_TP_ROWWISE) {
-      return dt__error(DT_ERR_INVALID, "dt_tp_transform: plan entry '%s' has an unknown style %d",
-                       e->fqn, (int)e->style);
+      return dt__error(DT_ERR_INVALID,
+                       "dt_parallel_tp_transform: plan entry '%s' has an unknown style %d", e->fqn,
+                       (int)e->style);
     }
     for (int j = 0; j < k; j++) {
       if (strcmp(plan->entries[j].fqn, e->fqn) == 0) {
-        return dt__error(DT_ERR_INVALID, "dt_tp_transform: plan names '%s' twice", e->fqn);
+        return dt__error(DT_ERR_INVALID, "dt_parallel_tp_transform: plan names '%s' twice", e->fqn);
       }
     }
     char weight[300];
     snprintf(weight, sizeof weight, "%s%sweight", e->fqn, e->fqn[0] ? "." : "");
     const char *type = dt_program_module_type(prog, e->fqn);
     if (prog->n_modules > 0 && !type) {
-      return dt__error(DT_ERR_INVALID,
-                       "dt_tp_transform: plan names '%s', which is not a module of the program",
-                       e->fqn);
+      return dt__error(
+          DT_ERR_INVALID,
+          "dt_parallel_tp_transform: plan names '%s', which is not a module of the program",
+          e->fqn);
     }
     if (type && strcmp(type, "Linear") != 0) {
       return dt__error(
           DT_ERR_UNSUPPORTED,
-          "dt_tp_transform: %s style on '%s', a %s (styles apply to Linear modules only)",
-          dt_tp_style_name(e->style), e->fqn, type);
+          "dt_parallel_tp_transform: %s style on '%s', a %s (styles apply to Linear modules only)",
+          dt_parallel_tp_style_name(e->style), e->fqn, type);
     }
     if (!type) { /* a parsed program: the FQN must own a 2-D weight */
       int w = dt__graph_find(prog->graph, weight);
       if (w < 0 || prog->graph->nodes[w].kind != DT_NODE_PARAMETER) {
         return dt__error(DT_ERR_INVALID,
-                         "dt_tp_transform: plan names '%s', which has no parameter '%s'", e->fqn,
-                         weight);
+                         "dt_parallel_tp_transform: plan names '%s', which has no parameter '%s'",
+                         e->fqn, weight);
       }
       if (prog->graph->nodes[w].types[0].ndim != 2) {
         return dt__error(DT_ERR_INVALID,
-                         "dt_tp_transform: %s style on '%s', whose weight is not 2-D",
-                         dt_tp_style_name(e->style), e->fqn);
+                         "dt_parallel_tp_transform: %s style on '%s', whose weight is not 2-D",
+                         dt_parallel_tp_style_name(e->style), e->fqn);
       }
     }
   }
@@ -161,7 +165,9 @@ static dt_placement plan_placement(const dt_tp_plan *plan, const char *name) {
 /* ---- Building the new graph --------------------------------------------------------------------
  */
 
-static dt_status nomem(void) { return dt__error(DT_ERR_NOMEM, "dt_tp_transform: out of memory"); }
+static dt_status nomem(void) {
+  return dt__error(DT_ERR_NOMEM, "dt_parallel_tp_transform: out of memory");
+}
 
 /* A new single-valued node of local type t and placement p. */
 static int add_node(tp *s, dt_node_kind kind, const char *name, const dt_value_type *t,
@@ -223,7 +229,8 @@ static dt_status value_at(tp *s, int v, dt_placement to, int *out) {
   int node = -1;
   char a[16], b[16];
   if (from.kind == DT_STRIDED_SHARD || to.kind == DT_STRIDED_SHARD) {
-    return dt__error(DT_ERR_UNSUPPORTED, "dt_tp_transform: %%%s: moving %s to %s (StridedShard)",
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_parallel_tp_transform: %%%s: moving %s to %s (StridedShard)",
                      s->src->nodes[v].name, dt__placement_text(from, a, sizeof a),
                      dt__placement_text(to, b, sizeof b));
   }
@@ -231,7 +238,7 @@ static dt_status value_at(tp *s, int v, dt_placement to, int *out) {
     int d = to.dim;
     if (global->sym[d] >= 0) {
       return dt__error(DT_ERR_UNSUPPORTED,
-                       "dt_tp_transform: %%%s would be sharded along symbolic dim %d",
+                       "dt_parallel_tp_transform: %%%s would be sharded along symbolic dim %d",
                        s->src->nodes[v].name, d);
     }
     int64_t ints[4] = {d, chunk_start(global->shape[d], s->world, s->rank), lt.shape[d], 1};
@@ -249,7 +256,7 @@ static dt_status value_at(tp *s, int v, dt_placement to, int *out) {
   } else if (from.kind == DT_SHARD && to.kind == DT_SHARD) {
     if (global->sym[to.dim] >= 0) {
       return dt__error(DT_ERR_UNSUPPORTED,
-                       "dt_tp_transform: %%%s would be sharded along symbolic dim %d",
+                       "dt_parallel_tp_transform: %%%s would be sharded along symbolic dim %d",
                        s->src->nodes[v].name, to.dim);
     }
     node = add_comm(s, DT_COMM_ALL_TO_ALL, tv->node, &lt, to, from.dim, to.dim, DT_REDUCE_SUM);
@@ -258,7 +265,7 @@ static dt_status value_at(tp *s, int v, dt_placement to, int *out) {
   } else if (from.kind == DT_PARTIAL && to.kind == DT_SHARD) {
     if (global->sym[to.dim] >= 0) {
       return dt__error(DT_ERR_UNSUPPORTED,
-                       "dt_tp_transform: %%%s would be sharded along symbolic dim %d",
+                       "dt_parallel_tp_transform: %%%s would be sharded along symbolic dim %d",
                        s->src->nodes[v].name, to.dim);
     }
     node = add_comm(s, DT_COMM_REDUCE_SCATTER, tv->node, &lt, to, to.dim, 0, from.op);
@@ -276,7 +283,7 @@ static dt_status value_at(tp *s, int v, dt_placement to, int *out) {
     if (st) return st;
   }
   if (node < 0) {
-    return dt__error(DT_ERR_NOMEM, "dt_tp_transform: out of memory moving %s to %s",
+    return dt__error(DT_ERR_NOMEM, "dt_parallel_tp_transform: out of memory moving %s to %s",
                      dt__placement_text(from, a, sizeof a), dt__placement_text(to, b, sizeof b));
   }
   if (tv->n_cached < CACHE_WAYS) {
@@ -348,8 +355,9 @@ static dt_status place_call(tp *s, int i) {
   const dt_op_def *def = &dt__op_table[n->target];
   int n_args = n->n_inputs + n->n_list;
   if (n_args > DT_DIST_MAX_ARGS) {
-    return dt__error(DT_ERR_UNSUPPORTED, "dt_tp_transform: %%%s has more than %d tensor arguments",
-                     n->name, DT_DIST_MAX_ARGS);
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_parallel_tp_transform: %%%s has more than %d tensor arguments", n->name,
+                     DT_DIST_MAX_ARGS);
   }
   int arg_node[DT_DIST_MAX_ARGS];
   for (int k = 0; k < n->n_inputs; k++) arg_node[k] = n->inputs[k];
@@ -392,7 +400,7 @@ static dt_status place_call(tp *s, int i) {
   if (dt__propagate(&prop, &chosen)) {
     return dt__error(
         DT_ERR_UNSUPPORTED,
-        "dt_tp_transform: %%%s (%s) cannot be placed without sharding a symbolic dim or "
+        "dt_parallel_tp_transform: %%%s (%s) cannot be placed without sharding a symbolic dim or "
         "moving an in-place op's input",
         n->name, def->name);
   }
@@ -447,8 +455,8 @@ static dt_status place_call(tp *s, int i) {
       char p[16];
       return dt__error(
           DT_ERR_UNSUPPORTED,
-          "dt_tp_transform: %%%s (%s) placed %s gives a local shape that is not its shard", n->name,
-          def->name, dt__placement_text(out_p, p, sizeof p));
+          "dt_parallel_tp_transform: %%%s (%s) placed %s gives a local shape that is not its shard",
+          n->name, def->name, dt__placement_text(out_p, p, sizeof p));
     }
   }
   s->values[i].node = j;
@@ -474,15 +482,16 @@ static dt_status add_state_entry(tp *s, const char *name, dt_tensor *t) {
 static dt_status place_state(tp *s, const dt_program *prog, const dt_tp_plan *plan, int i) {
   const dt_node *n = &s->src->nodes[i];
   dt_tensor *full = dt_program_state(prog, n->name);
-  if (!full) return dt__error(DT_ERR_INVALID, "dt_tp_transform: no state entry '%s'", n->name);
+  if (!full)
+    return dt__error(DT_ERR_INVALID, "dt_parallel_tp_transform: no state entry '%s'", n->name);
   if (full->spec)
-    return dt__error(DT_ERR_UNSUPPORTED, "dt_tp_transform: state entry '%s' is already distributed",
-                     n->name);
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_parallel_tp_transform: state entry '%s' is already distributed", n->name);
   dt_placement p = n->kind == DT_NODE_PARAMETER ? plan_placement(plan, n->name) : dt_replicate();
   if (p.kind == DT_SHARD && p.dim >= n->types[0].ndim) {
     return dt__error(DT_ERR_SHAPE,
-                     "dt_tp_transform: cannot shard dim %d of '%s', which has %d dims", p.dim,
-                     n->name, n->types[0].ndim);
+                     "dt_parallel_tp_transform: cannot shard dim %d of '%s', which has %d dims",
+                     p.dim, n->name, n->types[0].ndim);
   }
   dt_value_type lt;
   local_type(s, &n->types[0], p, &lt);
@@ -539,8 +548,8 @@ static dt_status transform(tp *s, const dt_program *prog, const dt_tp_plan *plan
     case DT_NODE_CALL: st = place_call(s, i); break;
     case DT_NODE_COMM:
     case DT_NODE_REDISTRIBUTE:
-      st = dt__error(DT_ERR_INVALID, "dt_tp_transform: the program already communicates (%%%s)",
-                     n->name);
+      st = dt__error(DT_ERR_INVALID,
+                     "dt_parallel_tp_transform: the program already communicates (%%%s)", n->name);
       break;
     case DT_NODE_OUTPUT: {
       int *list = dt__arena_alloc(&s->g->arena, sizeof(int) * (size_t)(n->n_list ? n->n_list : 1));
@@ -558,8 +567,8 @@ static dt_status transform(tp *s, const dt_program *prog, const dt_tp_plan *plan
     }
     if (st && n->kind == DT_NODE_CALL) {
       char prefix[200];
-      snprintf(prefix, sizeof prefix, "dt_tp_transform: node %%%s", n->name);
-      if (strncmp(dt_last_error(), "dt_tp_transform", 15) != 0) dt__error_prefix(prefix);
+      snprintf(prefix, sizeof prefix, "dt_parallel_tp_transform: node %%%s", n->name);
+      if (strncmp(dt_last_error(), "dt_parallel_tp_transform", 15) != 0) dt__error_prefix(prefix);
     }
   }
   return st;
@@ -579,20 +588,20 @@ static void tp_free(tp *s) {
   dt_graph_destroy(s->g);
 }
 
-dt_status dt_tp_transform(const dt_program *program, int rank, int world_size,
-                          const dt_tp_plan *plan, dt_program **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "dt_tp_transform: out is NULL");
+dt_status dt_parallel_tp_transform(const dt_program *program, int rank, int world_size,
+                                   const dt_tp_plan *plan, dt_program **out) {
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_parallel_tp_transform: out is NULL");
   *out = NULL;
   if (!program || !plan || (plan->n > 0 && !plan->entries) || plan->n < 0) {
-    return dt__error(DT_ERR_INVALID, "dt_tp_transform: NULL program or plan");
+    return dt__error(DT_ERR_INVALID, "dt_parallel_tp_transform: NULL program or plan");
   }
   if (world_size < 1 || world_size > DT_COMM_MAX_WORLD || rank < 0 || rank >= world_size) {
-    return dt__error(DT_ERR_INVALID, "dt_tp_transform: rank %d of world %d is not a rank", rank,
-                     world_size);
+    return dt__error(DT_ERR_INVALID, "dt_parallel_tp_transform: rank %d of world %d is not a rank",
+                     rank, world_size);
   }
   if (program->graph->world_size > 0) {
     return dt__error(DT_ERR_INVALID,
-                     "dt_tp_transform: the program is already transformed (world %d)",
+                     "dt_parallel_tp_transform: the program is already transformed (world %d)",
                      program->graph->world_size);
   }
   dt_status st = check_plan(program, plan);
@@ -614,7 +623,7 @@ dt_status dt_tp_transform(const dt_program *program, int rank, int world_size,
   }
   dt_program *p = NULL;
   if (!st) {
-    st = dt__program_create_owned("dt_tp_transform", s.g, s.n_state,
+    st = dt__program_create_owned("dt_parallel_tp_transform", s.g, s.n_state,
                                   (const char *const *)s.state_names, s.state_tensors, &p);
     s.g = NULL;
   }
@@ -626,7 +635,8 @@ dt_status dt_tp_transform(const dt_program *program, int rank, int world_size,
       fqns[i] = program->modules[i].fqn;
       types[i] = program->modules[i].type;
     }
-    if (!st) st = dt__program_set_modules("dt_tp_transform", p, program->n_modules, fqns, types);
+    if (!st)
+      st = dt__program_set_modules("dt_parallel_tp_transform", p, program->n_modules, fqns, types);
     dt__free(fqns);
     dt__free(types);
   }
