@@ -71,5 +71,9 @@ const tool_command tool_bench_suites[] = {
          "memcpy of the bytes it must move, alternating; --clock: process CPU time\n"
          "(default) or wall time; --threads sets the BLAS's threads.",
      .run = bench_suite_ops},
+    {.name = "pipeline",
+     .summary = "1F1B bubble from a trace vs (p-1)/(m+p-1); activation checkpointing cost",
+     .usage = "[--json]",
+     .run = bench_suite_pipeline},
     {0},
 };

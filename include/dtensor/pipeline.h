@@ -195,8 +195,8 @@ typedef struct dt_pipeline_options {
   /* The mesh the stages' distributed activations live on (dt_pp_mesh_stage_mesh); NULL when
    * the stages compute on local tensors. */
   dt_mesh *stage_mesh;
-  /* Name each action's span in the profiler ("1F0", ...) when a profiler records (the bubble
-   * measurement of `dtensor bench pipeline`). */
+  /* Name each forward's and backward's span in the profiler ("1F0", "1B0") when a profiler
+   * records (the bubble measurement of `dtensor bench pipeline`); waits are not named. */
   bool profile_actions;
 } dt_pipeline_options;
 

@@ -355,7 +355,8 @@ static dt_status run_backward(dt_pipeline *p, int stage, int mb) {
       g = s->grad_out = next->grad_in;
       next->grad_in = NULL;
     }
-    st = dt_backward(s->output, g);
+    /* A stage whose output needs no gradient (frozen, or no parameters before it) stops. */
+    st = dt_tensor_requires_grad(s->output) ? dt_backward(s->output, g) : DT_OK;
   }
   dt_tensor *gi = NULL;
   bool mode = dt_grad_mode_set(false);
@@ -447,7 +448,8 @@ static dt_status run_recv(dt_pipeline *p, dt_pp_action a) {
 
 static dt_status run_action(dt_pipeline *p, dt_pp_action a) {
   char name[48];
-  if (p->opt.profile_actions) dt_profiler_range_push(dt_pp_action_format(a, name, sizeof name));
+  bool named = p->opt.profile_actions && (a.kind == DT_PP_FORWARD || a.kind == DT_PP_BACKWARD);
+  if (named) dt_profiler_range_push(dt_pp_action_format(a, name, sizeof name));
   dt_status st;
   switch (a.kind) {
   case DT_PP_FORWARD: st = run_forward(p, a.stage, a.microbatch); break;
@@ -456,7 +458,7 @@ static dt_status run_action(dt_pipeline *p, dt_pp_action a) {
   case DT_PP_SEND_GRAD: st = run_send(p, a); break;
   default: st = run_recv(p, a); break;
   }
-  if (p->opt.profile_actions) dt_profiler_range_pop();
+  if (named) dt_profiler_range_pop();
   return st;
 }
 
