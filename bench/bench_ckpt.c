@@ -11,6 +11,10 @@
  * ratios of medians.
  * Both sides read from the page cache (the files were just written), so the ratio compares
  * the library's work against the system calls, not the disk.
+ *
+ * --many N measures the per-tensor costs instead: a save and a load of N small tensors
+ * ([8] float32, Shard(0)) on 1 and 4 ranks, and a safetensors file of 100,000 one-element
+ * tensors opened and every tensor loaded by name.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -175,6 +179,133 @@ static void remove_checkpoint(const char *dir, int world) {
   if (system(cmd) != 0) fprintf(stderr, "bench ckpt: could not remove %s\n", path);
 }
 
+/* ---- --many: per-tensor costs ------------------------------------------------------------ */
+
+typedef struct many_bench {
+  const char *dir;
+  int n;
+  double save_us, load_us; /* rank 0's */
+} many_bench;
+
+static dt_status many_rank(dt_comm *world, void *arg) {
+  many_bench *b = arg;
+  int size = dt_comm_size(world);
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/bench_ckpt_many_%d", b->dir, size);
+  dt_mesh *mesh = NULL;
+  dt_tensor **saved = calloc((size_t)b->n, sizeof *saved);
+  dt_tensor **loaded = calloc((size_t)b->n, sizeof *loaded);
+  char **names_n = calloc((size_t)b->n, sizeof *names_n);
+  dt_status st = saved && loaded && names_n ? DT_OK : DT_ERR_NOMEM;
+  if (!st) st = dt_mesh_create(world, 1, (int[]){size}, NULL, &mesh);
+  dt_placement rows = dt_shard(0);
+  for (int i = 0; i < b->n && !st; i++) {
+    names_n[i] = malloc(32);
+    if (!names_n[i]) {
+      st = DT_ERR_NOMEM;
+      break;
+    }
+    snprintf(names_n[i], 32, "layers.%d.weight", i);
+    st = dt_dist_rand(mesh, 1, (int64_t[]){8}, DT_F32, (uint64_t)i, 1, &rows, &saved[i]);
+    if (!st) st = dt_dist_zeros(mesh, 1, (int64_t[]){8}, DT_F32, 1, &rows, &loaded[i]);
+  }
+  if (!st) st = dt_comm_barrier(world);
+  double t0 = bench_now_us();
+  if (!st) st = dt_checkpoint_save(dir, mesh, b->n, (const char *const *)names_n, saved);
+  if (!st) st = dt_comm_barrier(world);
+  double save_us = bench_now_us() - t0;
+  t0 = bench_now_us();
+  if (!st) st = dt_checkpoint_load(dir, b->n, (const char *const *)names_n, loaded);
+  if (!st) st = dt_comm_barrier(world);
+  if (dt_comm_rank(world) == 0) {
+    b->save_us = save_us;
+    b->load_us = bench_now_us() - t0;
+  }
+  for (int i = 0; i < b->n; i++) {
+    if (saved) dt_tensor_release(saved[i]);
+    if (loaded) dt_tensor_release(loaded[i]);
+    if (names_n) free(names_n[i]);
+  }
+  free(saved);
+  free(loaded);
+  free(names_n);
+  dt_mesh_destroy(mesh);
+  return st;
+}
+
+/* A safetensors file of `count` one-element tensors: open it and load each by name. */
+static double lookup_by_name_us(const char *dir, int count) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/bench_ckpt_lookup.safetensors", dir);
+  char **keys = calloc((size_t)count, sizeof *keys);
+  dt_tensor **values = calloc((size_t)count, sizeof *values);
+  double us = -1;
+  bool ok = keys && values;
+  for (int i = 0; i < count && ok; i++) {
+    keys[i] = malloc(32);
+    ok = keys[i] && !dt_full(1, (int64_t[]){1}, (double)i, DT_F32, &values[i]);
+    if (ok) snprintf(keys[i], 32, "model.t%d", i);
+  }
+  if (ok) ok = !dt_safetensors_save(path, count, (const char *const *)keys, values, 0, NULL, NULL);
+  if (ok) {
+    double t0 = bench_now_us();
+    dt_safetensors *f = NULL;
+    ok = !dt_safetensors_open(path, &f);
+    for (int i = 0; i < count && ok; i++) {
+      dt_tensor *t = NULL;
+      ok = !dt_safetensors_load(f, keys[i], DT_SAFETENSORS_COPY, &t) &&
+           ((const float *)dt_tensor_data(t))[0] == (float)i;
+      dt_tensor_release(t);
+    }
+    dt_safetensors_destroy(f);
+    if (ok) us = bench_now_us() - t0;
+  }
+  for (int i = 0; i < count; i++) {
+    if (keys) free(keys[i]);
+    if (values) dt_tensor_release(values[i]);
+  }
+  free(keys);
+  free(values);
+  unlink(path);
+  return us;
+}
+
+static int bench_ckpt_many(const char *dir, int n, bool json) {
+  bench_machine_print(json);
+  const int worlds[2] = {1, 4};
+  for (int w = 0; w < 2; w++) {
+    many_bench b = {.dir = dir, .n = n};
+    dt_status st = dt_comm_spawn(worlds[w], many_rank, &b);
+    char path[4096], cmd[4200];
+    snprintf(path, sizeof path, "%s/bench_ckpt_many_%d", dir, worlds[w]);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0) fprintf(stderr, "bench ckpt: could not remove %s\n", path);
+    if (st) {
+      fprintf(stderr, "bench ckpt --many: world %d: %s\n", worlds[w], dt_last_error());
+      return 1;
+    }
+    if (json)
+      printf("{\"name\":\"ckpt_many\",\"world\":%d,\"tensors\":%d,\"save_s\":%.3f,"
+             "\"load_s\":%.3f}\n",
+             worlds[w], n, b.save_us / 1e6, b.load_us / 1e6);
+    else
+      printf("world %d, %d tensors of [8] float32, Shard(0): save %.3f s, load %.3f s\n", worlds[w],
+             n, b.save_us / 1e6, b.load_us / 1e6);
+  }
+  const int count = 100000;
+  double us = lookup_by_name_us(dir, count);
+  if (us < 0) {
+    fprintf(stderr, "bench ckpt --many: the safetensors lookup failed: %s\n", dt_last_error());
+    return 1;
+  }
+  if (json)
+    printf("{\"name\":\"safetensors_lookup\",\"tensors\":%d,\"open_and_load_all_s\":%.3f}\n", count,
+           us / 1e6);
+  else
+    printf("safetensors, %d tensors: open + load every tensor by name %.3f s\n", count, us / 1e6);
+  return 0;
+}
+
 static long long parse_size(const char *s) {
   char *end = NULL;
   long long v = strtoll(s, &end, 10);
@@ -188,13 +319,19 @@ int bench_suite_ckpt(int argc, char **argv) {
   bool json = tool_has_flag(argc, argv, "--json");
   long long size = 256LL << 20;
   const char *dir = "/tmp";
-  int reps = 3;
+  int reps = 3, many = 0;
   for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--many") == 0 && i + 1 < argc) many = atoi(argv[++i]);
     if (strcmp(argv[i], "--1g") == 0) size = 1LL << 30;
     if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) size = parse_size(argv[++i]);
     if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) dir = argv[++i];
     if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
   }
+  if (many < 0 || many > 10000000) {
+    fprintf(stderr, "bench ckpt: --many %d is outside 1..10000000\n", many);
+    return 2;
+  }
+  if (many > 0) return bench_ckpt_many(dir, many, json);
   int64_t rows = size / (N_TENSORS * COLS * 4);
   if (reps < 1 || reps > MAX_REPS) {
     fprintf(stderr, "bench ckpt: --reps %d is outside 1..100\n", reps);

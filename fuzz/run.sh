@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds one libFuzzer target (clang, ASan + UBSan) outside CMake and runs it.
 #   fuzz/run.sh TARGET [SECONDS]
-#     TARGET   trace_reader | graph_parser | safetensors
+#     TARGET   trace_reader | graph_parser | safetensors | checkpoint_meta
 #     SECONDS  default 600; 0 only builds (CI keeps every target building this way)
 # One job; corpus and crashes under fuzz/build/TARGET/. The corpus starts from the target's
 # seeds (and, for safetensors, the reference library's files in the shared fixtures).
@@ -14,8 +14,9 @@ case "$target" in
 trace_reader) seeds="$here/seeds" dict="$here/trace.dict" ;;
 graph_parser) seeds="$here/seeds_graph" dict="$here/graph.dict" ;;
 safetensors) seeds="" dict="$here/safetensors.dict" ;;
+checkpoint_meta) seeds="$here/seeds_checkpoint" dict="$here/checkpoint_meta.dict" ;;
 *)
-  echo "usage: fuzz/run.sh trace_reader|graph_parser|safetensors [SECONDS]" >&2
+  echo "usage: fuzz/run.sh trace_reader|graph_parser|safetensors|checkpoint_meta [SECONDS]" >&2
   exit 2
   ;;
 esac

@@ -178,7 +178,9 @@ DT_API dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count,
 /* Loads tensors `names` of the checkpoint in `dir` into `tensors`, in place: a distributed
  * tensor (any mesh, placements Shard/Replicate, world size) receives the values of its own
  * block, a local tensor the whole tensor. Each rank computes the overlap of its block with
- * the saved blocks and preads only those bytes. Not collective. Errors: DT_ERR_INVALID (NULL
+ * the saved blocks and preads only those bytes (after the checks of dt_checkpoint_load_ex,
+ * which by default reads each data file it uses once to verify its checksum). Not
+ * collective. Errors: DT_ERR_INVALID (NULL
  * arguments; a name the checkpoint lacks; a dtype or global shape that differs, naming the
  * tensor; a Partial target; a missing, truncated or corrupt checkpoint: the message names the
  * file and what is wrong), DT_ERR_IO, DT_ERR_NOMEM. On failure targets may hold part of the
@@ -186,8 +188,28 @@ DT_API dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count,
 DT_API dt_status dt_checkpoint_load(const char *dir, int count, const char *const *names,
                                     dt_tensor *const *tensors);
 
-/* Tensor data bytes this thread read in dt_checkpoint_load calls so far (for tests and
- * benchmarks that check a load reads only its overlap). */
+/* Options of dt_checkpoint_load_ex; zero-initialise (or pass NULL) for the defaults. */
+typedef struct dt_checkpoint_load_options {
+  /* Skip the CRC32C of each data file. By default a load reads every file it needs data from
+   * once in full to check its checksum before trusting it; skipped, each rank reads only the
+   * bytes its blocks overlap. The files' identities, sizes, headers and the tiling of the
+   * blocks are checked either way. */
+  bool skip_data_checksum;
+} dt_checkpoint_load_options;
+
+/* dt_checkpoint_load with options (NULL: the defaults). Before any data is copied, the
+ * metadata is checked (each tensor's blocks tile it exactly: no overlap, no gap; each block
+ * inside its tensor and its file), and each data file a rank reads from must be the one the
+ * metadata lists: its size, its own record of generation and rank (written in its
+ * __metadata__), and, unless skipped, the CRC32C of its bytes. A failure is DT_ERR_INVALID
+ * naming the checkpoint, the file and the tensor. */
+DT_API dt_status dt_checkpoint_load_ex(const char *dir, int count, const char *const *names,
+                                       dt_tensor *const *tensors,
+                                       const dt_checkpoint_load_options *options);
+
+/* Data bytes this thread read in dt_checkpoint_load calls so far: the blocks' bytes copied
+ * and, when checksums are verified, each verified file's size (for tests and benchmarks that
+ * check a load reads only its overlap). */
 DT_API uint64_t dt_checkpoint_bytes_read(void);
 
 /* ---- DLPack (zero-copy exchange with other frameworks) -------------------------------------

@@ -178,7 +178,7 @@ static dt_status start_save(const char *dir, const char *op, int64_t *generation
 /* What each rank tells the others after writing its file: the report, then its blocks. */
 typedef struct rank_report {
   int32_t n_blocks;
-  int32_t pad;
+  uint32_t crc32c; /* of the whole file, read back from it */
   uint64_t file_bytes;
 } rank_report;
 
@@ -192,8 +192,8 @@ typedef struct rank_block {
 /* Writes this rank's blocks into `path` and fills the report and blocks of *message (sized
  * for count blocks). *wrote tells whether a file was attempted (so a failed save removes
  * it). */
-static dt_status write_shard(const char *op, const char *path, int rank, int count,
-                             const char *const *names, dt_tensor *const *tensors,
+static dt_status write_shard(const char *op, const char *path, int64_t generation, int rank,
+                             int count, const char *const *names, dt_tensor *const *tensors,
                              unsigned char *message, size_t *message_size, bool *wrote) {
   rank_report *report = (rank_report *)message;
   rank_block *blocks = (rank_block *)(message + sizeof(rank_report));
@@ -242,8 +242,16 @@ static dt_status write_shard(const char *op, const char *path, int rank, int cou
   }
   if (!st && n_local > 0) {
     *wrote = true;
-    st = dt__safetensors_save_owned(op, path, n_local, local_names, locals, 0, NULL, NULL);
-    /* The byte ranges come from the file as written, so they are what readers will see. */
+    /* The file says whose and which generation it is, so a swapped or stale file is named as
+     * such on load. */
+    char g[32], r[16];
+    snprintf(g, sizeof g, "%" PRId64, generation);
+    snprintf(r, sizeof r, "%d", rank);
+    st = dt__safetensors_save_owned(op, path, n_local, local_names, locals, 2,
+                                    (const char *[]){DT__CKPT_KEY_GENERATION, DT__CKPT_KEY_RANK},
+                                    (const char *[]){g, r});
+    /* The byte ranges and the checksum come from the file as written, so they are what
+     * readers will see. */
     dt_safetensors *written = NULL;
     if (!st) st = dt_safetensors_open(path, &written);
     for (int k = 0; !st && k < n_local; k++) {
@@ -252,7 +260,10 @@ static dt_status write_shard(const char *op, const char *path, int rank, int cou
       blocks[k].begin = written->data_start + e.data_begin;
       blocks[k].end = written->data_start + e.data_end;
     }
-    if (!st) report->file_bytes = written->image_size;
+    if (!st) {
+      report->file_bytes = written->image_size;
+      report->crc32c = dt__crc32c(0, written->image, written->image_size);
+    }
     dt_safetensors_destroy(written);
   }
 done:
@@ -270,7 +281,7 @@ static dt_status commit_save(const char *dir, const char *op, int64_t generation
                              const char *const *names, dt_tensor *const *tensors,
                              const dt_objects *all, bool *committed) {
   *committed = false;
-  dt__ckpt_meta meta = {.generation = generation, .n_tensors = count};
+  dt__ckpt_meta meta = {.version = 2, .generation = generation, .n_tensors = count};
   dt__ckpt_text text = {0};
   dt_status st = DT_OK;
   meta.tensors = dt__calloc(sizeof *meta.tensors * (size_t)(count + 1));
@@ -318,6 +329,10 @@ static dt_status commit_save(const char *dir, const char *op, int64_t generation
     }
     snprintf(f->name, 64, "__%" PRId64 "_%d.safetensors", generation, r);
     f->bytes = rr.file_bytes;
+    f->has_identity = true;
+    f->generation = generation;
+    f->rank = r;
+    f->crc32c = rr.crc32c;
     int file = meta.n_files++;
     for (int k = 0; k < rr.n_blocks; k++) {
       rank_block rb;
@@ -370,9 +385,6 @@ dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count, const ch
     if (!names[i] || !tensors[i])
       return dt__error(DT_ERR_INVALID, "%s: %s[%d] is NULL", op, !names[i] ? "names" : "tensors",
                        i);
-    for (int j = 0; j < i; j++)
-      if (strcmp(names[i], names[j]) == 0)
-        return dt__error(DT_ERR_INVALID, "%s: name `%s` appears twice", op, names[i]);
     if (!dt_tensor_is_distributed(tensors[i])) continue;
     dt_mesh *tm = dt_dist_mesh(tensors[i]);
     if (dt_comm_size(dt_mesh_world(tm)) != dt_comm_size(world))
@@ -393,6 +405,17 @@ dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count, const ch
                          op, names[i], m);
     }
   }
+  /* Duplicate names through an index: 100,000 names cost 100,000 lookups, not 5e9 compares. */
+  dt__name_index seen;
+  if (dt__name_index_init(&seen, count))
+    return dt__error(DT_ERR_NOMEM, "%s: cannot index %d names", op, count);
+  for (int i = 0; i < count; i++) {
+    if (dt__name_index_add(&seen, names[i], i) != -1) {
+      dt__name_index_free(&seen);
+      return dt__error(DT_ERR_INVALID, "%s: name `%s` appears twice", op, names[i]);
+    }
+  }
+  dt__name_index_free(&seen);
   if (strlen(dir) > 4000)
     return dt__error(DT_ERR_INVALID, "%s: dir `%.100s...` is too long", op, dir);
   int rank = dt_comm_rank(world);
@@ -418,9 +441,9 @@ dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count, const ch
   size_t message_size = sizeof(rank_report) + sizeof(rank_block) * (size_t)(count + 1);
   unsigned char *message = dt__calloc(message_size);
   bool wrote = false;
-  mine = message
-             ? write_shard(op, path, rank, count, names, tensors, message, &message_size, &wrote)
-             : dt__error(DT_ERR_NOMEM, "%s: cannot allocate for %d tensors", op, count);
+  mine = message ? write_shard(op, path, generation, rank, count, names, tensors, message,
+                               &message_size, &wrote)
+                 : dt__error(DT_ERR_NOMEM, "%s: cannot allocate for %d tensors", op, count);
   st = phase_agree(world, op, mine, message, message ? message_size : 0, &all, &heard);
   dt__free(message);
   if (!st && injected(DT__CKPT_STEP_DATA_WRITTEN)) {
@@ -451,10 +474,46 @@ dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count, const ch
 typedef struct open_files {
   const char *dir;
   const dt__ckpt_meta *meta;
+  bool verify_data; /* the CRC32C of each file, read whole */
   dt_safetensors **handles;
 } open_files;
 
-static dt_status file_handle(open_files *of, const char *op, int index, dt_safetensors **out) {
+/* The checks of a file that has an identity (version 2): it says it is the generation and
+ * rank the metadata lists it as, and its bytes have the recorded CRC32C. */
+static dt_status check_identity(open_files *of, const char *op, const dt__ckpt_file *f,
+                                dt_safetensors *h, const char *tensor) {
+  const char *g = dt_safetensors_metadata_find(h, DT__CKPT_KEY_GENERATION);
+  const char *r = dt_safetensors_metadata_find(h, DT__CKPT_KEY_RANK);
+  char want_g[32], want_r[16];
+  snprintf(want_g, sizeof want_g, "%" PRId64, f->generation);
+  snprintf(want_r, sizeof want_r, "%d", f->rank);
+  if (!g || !r)
+    return dt__error(
+        DT_ERR_INVALID,
+        "%s: checkpoint %s is corrupt: %s (read for tensor `%s`) carries no "
+        "generation and rank; the metadata lists it as rank %s's file of generation %s",
+        op, of->dir, f->name, tensor, want_r, want_g);
+  if (strcmp(g, want_g) != 0 || strcmp(r, want_r) != 0)
+    return dt__error(
+        DT_ERR_INVALID,
+        "%s: checkpoint %s is corrupt: %s (read for tensor `%s`) is rank %.20s's file "
+        "of generation %.20s; the metadata lists it as rank %s's file of generation %s "
+        "(a file swapped, or left from another save)",
+        op, of->dir, f->name, tensor, r, g, want_r, want_g);
+  if (!of->verify_data) return DT_OK;
+  uint32_t crc = dt__crc32c(0, h->image, h->image_size);
+  bytes_read_here += h->image_size;
+  if (crc != f->crc32c)
+    return dt__error(DT_ERR_INVALID,
+                     "%s: checkpoint %s is corrupt: %s (read for tensor `%s`) fails its checksum: "
+                     "CRC32C 0x%08x, the metadata records 0x%08x (its bytes changed after the "
+                     "save)",
+                     op, of->dir, f->name, tensor, (unsigned)crc, (unsigned)f->crc32c);
+  return DT_OK;
+}
+
+static dt_status file_handle(open_files *of, const char *op, int index, const char *tensor,
+                             dt_safetensors **out) {
   if (of->handles[index]) {
     *out = of->handles[index];
     return DT_OK;
@@ -477,6 +536,13 @@ static dt_status file_handle(open_files *of, const char *op, int index, dt_safet
                      "%s: checkpoint %s is incomplete or corrupt: %s has %" PRIu64
                      " bytes, the metadata says %" PRIu64,
                      op, of->dir, path, have, f->bytes);
+  }
+  if (f->has_identity) {
+    st = check_identity(of, op, f, h, tensor);
+    if (st) {
+      dt_safetensors_destroy(h);
+      return st;
+    }
   }
   of->handles[index] = h;
   *out = h;
@@ -501,7 +567,7 @@ static dt_status copy_overlap(open_files *of, const char *op, const dt__ckpt_ten
     numel *= len[d];
   }
   dt_safetensors *h = NULL;
-  dt_status st = file_handle(of, op, b->file, &h);
+  dt_status st = file_handle(of, op, b->file, t->name, &h);
   if (st) return st;
   /* The block must be in its file where the metadata says, as that file's header says. */
   int index = dt_safetensors_find(h, t->name);
@@ -547,6 +613,12 @@ static dt_status copy_overlap(open_files *of, const char *op, const dt__ckpt_ten
 
 dt_status dt_checkpoint_load(const char *dir, int count, const char *const *names,
                              dt_tensor *const *tensors) {
+  return dt_checkpoint_load_ex(dir, count, names, tensors, NULL);
+}
+
+dt_status dt_checkpoint_load_ex(const char *dir, int count, const char *const *names,
+                                dt_tensor *const *tensors,
+                                const dt_checkpoint_load_options *options) {
   static const char op[] = "dt_checkpoint_load";
   if (!dir) return dt__error(DT_ERR_INVALID, "%s: dir is NULL", op);
   if (count < 0 || (count > 0 && (!names || !tensors)))
@@ -561,16 +633,16 @@ dt_status dt_checkpoint_load(const char *dir, int count, const char *const *name
   dt__ckpt_meta meta;
   dt_status st = dt__ckpt_meta_read(dir, op, &meta, NULL);
   if (st) return st;
-  open_files of = {.dir = dir, .meta = &meta};
+  open_files of = {
+      .dir = dir, .meta = &meta, .verify_data = !(options && options->skip_data_checksum)};
   of.handles = dt__calloc(sizeof *of.handles * (size_t)(meta.n_files + 1));
   if (!of.handles) {
     dt__ckpt_meta_free(&meta);
     return dt__error(DT_ERR_NOMEM, "%s: cannot allocate for %d files", op, meta.n_files);
   }
   for (int i = 0; i < count && !st; i++) {
-    const dt__ckpt_tensor *t = NULL;
-    for (int j = 0; j < meta.n_tensors && !t; j++)
-      if (strcmp(meta.tensors[j].name, names[i]) == 0) t = &meta.tensors[j];
+    int found = dt__name_index_find(&meta.names, names[i]);
+    const dt__ckpt_tensor *t = found >= 0 ? &meta.tensors[found] : NULL;
     if (!t) {
       st = dt__error(DT_ERR_INVALID, "%s: checkpoint %s has no tensor `%s`", op, dir, names[i]);
       break;

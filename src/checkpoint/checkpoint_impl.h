@@ -12,6 +12,34 @@
 /* The reference library refuses headers above 100 MB; so do we, before allocating. */
 #define DT_SAFETENSORS_MAX_HEADER 100000000ull
 
+/* Names to small integers (name_index.c): open addressing over borrowed names, which must
+ * outlive the index. */
+typedef struct dt__name_slot {
+  const char *name;
+  int value;
+} dt__name_slot;
+
+typedef struct dt__name_index {
+  dt__name_slot *slots;
+  size_t mask;
+  int count, capacity;
+} dt__name_index;
+
+/* An empty index with room for `capacity` names; DT_ERR_NOMEM (no message) on failure. */
+dt_status dt__name_index_init(dt__name_index *index, int capacity);
+
+/* Adds name -> value: -1 when added, the value already there when the name is (nothing is
+ * added then), -2 when the index is full or was never made. */
+int dt__name_index_add(dt__name_index *index, const char *name, int value);
+
+/* The value of `name`, or -1. */
+int dt__name_index_find(const dt__name_index *index, const char *name);
+
+void dt__name_index_free(dt__name_index *index);
+
+/* CRC32C (Castagnoli) of n bytes, continuing from `crc` (0 to start): crc32c.c. */
+uint32_t dt__crc32c(uint32_t crc, const void *data, size_t n);
+
 /* A read-only file mapping with a reference count (see dt_safetensors.map). */
 typedef struct dt__safetensors_map {
   atomic_int refs;
@@ -37,6 +65,7 @@ struct dt_safetensors {
    * with the last of them. */
   struct dt__safetensors_map *map;
   atomic_uint_fast64_t bytes_read;
+  dt__name_index names; /* entry names -> entry index */
 };
 
 /* Parses and validates the header text (length bytes, not NUL-terminated) against a data

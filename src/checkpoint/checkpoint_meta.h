@@ -12,9 +12,18 @@
 
 #define DT__CKPT_METADATA "metadata.json"
 
+/* The __metadata__ keys of a shard file that say whose it is. */
+#define DT__CKPT_KEY_GENERATION "dtensor.generation"
+#define DT__CKPT_KEY_RANK "dtensor.rank"
+
 typedef struct dt__ckpt_file {
   char *name; /* inside the checkpoint's directory */
   uint64_t bytes;
+  /* Version 2: the file's identity and checksum (has_identity); version 1 files lack them. */
+  bool has_identity;
+  int64_t generation;
+  int rank;
+  uint32_t crc32c; /* CRC32C of the file's bytes, all of them */
 } dt__ckpt_file;
 
 /* One saved block: the box [offsets, offsets + lengths) of the global tensor, stored
@@ -39,11 +48,13 @@ typedef struct dt__ckpt_tensor {
 } dt__ckpt_tensor;
 
 typedef struct dt__ckpt_meta {
+  int version; /* 2 when written; 1 is read without the files' identities */
   int64_t generation;
   int n_files;
   dt__ckpt_file *files;
   int n_tensors;
   dt__ckpt_tensor *tensors;
+  dt__name_index names; /* tensor names -> index, made by dt__ckpt_meta_parse */
 } dt__ckpt_meta;
 
 typedef struct dt__ckpt_text {
@@ -60,6 +71,14 @@ bool dt__ckpt_text_reserve(dt__ckpt_text *t, size_t extra);
  * On failure meta is empty. */
 dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length,
                               dt__ckpt_meta *meta);
+
+/* The checks of parsed metadata (checkpoint_validate.c), each failure naming `label` and the
+ * tensor or file: version 2 files carry the metadata's generation and distinct ranks; tensor
+ * names are unique (indexed into meta->names); every block names a listed file, lies inside
+ * its tensor (no int64 overflow), holds at least one element, has a byte range of its element
+ * count times the element size inside its file; and the blocks of each tensor tile it
+ * exactly: no two overlap and together they cover every element. */
+dt_status dt__ckpt_meta_check(const char *label, int version, dt__ckpt_meta *meta);
 
 /* Reads and parses DIR/metadata.json (checkpoint_files.c). A missing file is DT_ERR_INVALID
  * and sets *absent (may be NULL); any other failure (unreadable, not a regular file, corrupt)

@@ -2,11 +2,15 @@
  * metadata.json of a distributed checkpoint: written by rank 0 as the commit marker, read and
  * validated by every loader before a byte of data is trusted.
  *
- * {"format":"dtensor-checkpoint","version":1,"generation":G,
- *  "files":[{"name":"__G_0.safetensors","bytes":N},...],
+ * {"format":"dtensor-checkpoint","version":2,"generation":G,
+ *  "files":[{"name":"__G_0.safetensors","bytes":N,"generation":G,"rank":0,
+ *            "crc32c":C},...],
  *  "tensors":[{"name":"0.weight","dtype":"F32","shape":[18,12],"mesh":[2],
  *              "placements":["S(0)"],
  *              "blocks":[{"file":0,"offsets":[0,0],"lengths":[9,12],"byte_range":[B,E]},...]}]}
+ *
+ * Version 1 (before issue 22) had no per-file generation, rank and crc32c; it is still read,
+ * without those checks. Every version's blocks must tile their tensor exactly.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -19,6 +23,7 @@
 
 void dt__ckpt_meta_free(dt__ckpt_meta *meta) {
   if (!meta) return;
+  dt__name_index_free(&meta->names);
   for (int i = 0; i < meta->n_files; i++) dt__free(meta->files[i].name);
   for (int i = 0; i < meta->n_tensors; i++) {
     dt__free(meta->tensors[i].name);
@@ -135,6 +140,18 @@ static dt_status skip_value(reader *rd) {
   return st ? scan_failed(rd, st) : DT_OK;
 }
 
+/* A key a reader knows, met a second time in one object, is refused: which value would count
+ * is a guess (and a second "name" used to leak the first). */
+static dt_status first_time(reader *rd, unsigned *seen, unsigned bit, const char *key) {
+  if (*seen & bit) {
+    char what[64];
+    snprintf(what, sizeof what, "key \"%s\" appears twice in one object", key);
+    return bad(rd, what);
+  }
+  *seen |= bit;
+  return DT_OK;
+}
+
 /* An array of objects: read_element parses each into `into` (the meta or a tensor). */
 static dt_status read_array(reader *rd, dt_status (*read_element)(reader *, void *), void *into) {
   bool first = true;
@@ -169,6 +186,7 @@ static dt_status read_block(reader *rd, void *into) {
   b->file = -1;
   bool first = true, seen_range = false;
   int has = 0, n_offsets = -1, n_lengths = -1;
+  unsigned seen = 0;
   dt_status st = open_object(rd, "expected a block object");
   while (!st) {
     dt__json_span key;
@@ -176,13 +194,18 @@ static dt_status read_block(reader *rd, void *into) {
     if (st || !has) break;
     if (dt__json_span_equals(key, "file")) {
       int64_t v = 0;
-      st = read_integer(rd, 0, INT32_MAX, &v);
+      st = first_time(rd, &seen, 1, "file");
+      if (!st) st = read_integer(rd, 0, INT32_MAX, &v);
       b->file = (int)v;
     } else if (dt__json_span_equals(key, "offsets")) {
-      st = read_integers(rd, DT_MAX_DIMS, 0, INT64_LIMIT, b->offsets, &n_offsets);
+      st = first_time(rd, &seen, 2, "offsets");
+      if (!st) st = read_integers(rd, DT_MAX_DIMS, 0, INT64_LIMIT, b->offsets, &n_offsets);
     } else if (dt__json_span_equals(key, "lengths")) {
-      st = read_integers(rd, DT_MAX_DIMS, 0, INT64_LIMIT, b->lengths, &n_lengths);
+      st = first_time(rd, &seen, 4, "lengths");
+      if (!st) st = read_integers(rd, DT_MAX_DIMS, 0, INT64_LIMIT, b->lengths, &n_lengths);
     } else if (dt__json_span_equals(key, "byte_range")) {
+      st = first_time(rd, &seen, 8, "byte_range");
+      if (st) break;
       int64_t range[2];
       int n = 0;
       st = read_integers(rd, 2, 0, INT64_LIMIT, range, &n);
@@ -211,26 +234,32 @@ static dt_status read_tensor(reader *rd, void *into) {
   bool first = true;
   int has = 0;
   bool blocks_seen = false;
+  unsigned seen = 0;
   dt_status st = open_object(rd, "expected a tensor object");
   while (!st) {
     dt__json_span key;
     st = next_key(rd, &first, &key, &has);
     if (st || !has) break;
     if (dt__json_span_equals(key, "name")) {
-      st = read_string(rd, &t->name);
+      st = first_time(rd, &seen, 1, "name");
+      if (!st) st = read_string(rd, &t->name);
     } else if (dt__json_span_equals(key, "dtype")) {
       char *name = NULL;
-      st = read_string(rd, &name);
+      st = first_time(rd, &seen, 2, "dtype");
+      if (!st) st = read_string(rd, &name);
       if (!st) t->dtype = dt__safetensors_dtype_parse(name);
       dt__free(name);
       if (!st && t->dtype == DT_DTYPE_COUNT) return bad(rd, "unknown dtype");
     } else if (dt__json_span_equals(key, "shape")) {
-      st = read_integers(rd, DT_MAX_DIMS, 0, INT64_LIMIT, t->shape, &t->ndim);
+      st = first_time(rd, &seen, 4, "shape");
+      if (!st) st = read_integers(rd, DT_MAX_DIMS, 0, INT64_LIMIT, t->shape, &t->ndim);
     } else if (dt__json_span_equals(key, "mesh")) {
       int64_t mesh[DT_MAX_DIMS];
-      st = read_integers(rd, DT_MAX_DIMS, 1, INT32_MAX, mesh, &t->mesh_ndim);
+      st = first_time(rd, &seen, 8, "mesh");
+      if (!st) st = read_integers(rd, DT_MAX_DIMS, 1, INT32_MAX, mesh, &t->mesh_ndim);
       for (int i = 0; !st && i < t->mesh_ndim; i++) t->mesh[i] = (int)mesh[i];
     } else if (dt__json_span_equals(key, "placements")) {
+      st = first_time(rd, &seen, 16, "placements");
       bool pfirst = true;
       int phas = 0, n = 0;
       t->placements[0] = '\0';
@@ -245,6 +274,8 @@ static dt_status read_tensor(reader *rd, void *into) {
         dt__free(p);
       }
     } else if (dt__json_span_equals(key, "blocks")) {
+      st = first_time(rd, &seen, 32, "blocks");
+      if (st) break;
       if (t->ndim < 0) return bad(rd, "a tensor's shape must come before its blocks");
       blocks_seen = true;
       st = read_array(rd, read_block, t);
@@ -266,18 +297,32 @@ static dt_status read_file_entry(reader *rd, void *into) {
   dt__ckpt_file *f = &meta->files[meta->n_files++];
   bool first = true, seen_bytes = false;
   int has = 0;
+  unsigned seen = 0;
   dt_status st = open_object(rd, "expected a file object");
   while (!st) {
     dt__json_span key;
     st = next_key(rd, &first, &key, &has);
     if (st || !has) break;
+    int64_t v = 0;
     if (dt__json_span_equals(key, "name")) {
-      st = read_string(rd, &f->name);
+      st = first_time(rd, &seen, 1, "name");
+      if (!st) st = read_string(rd, &f->name);
     } else if (dt__json_span_equals(key, "bytes")) {
-      int64_t v = 0;
-      st = read_integer(rd, 0, INT64_LIMIT, &v);
+      st = first_time(rd, &seen, 2, "bytes");
+      if (!st) st = read_integer(rd, 0, INT64_LIMIT, &v);
       f->bytes = (uint64_t)v;
       seen_bytes = true;
+    } else if (dt__json_span_equals(key, "generation")) {
+      st = first_time(rd, &seen, 4, "generation");
+      if (!st) st = read_integer(rd, 0, INT64_LIMIT, &f->generation);
+    } else if (dt__json_span_equals(key, "rank")) {
+      st = first_time(rd, &seen, 8, "rank");
+      if (!st) st = read_integer(rd, 0, INT32_MAX, &v);
+      f->rank = (int)v;
+    } else if (dt__json_span_equals(key, "crc32c")) {
+      st = first_time(rd, &seen, 16, "crc32c");
+      if (!st) st = read_integer(rd, 0, UINT32_MAX, &v);
+      f->crc32c = (uint32_t)v;
     } else {
       st = skip_value(rd);
     }
@@ -286,6 +331,10 @@ static dt_status read_file_entry(reader *rd, void *into) {
   /* A file name is a plain name inside the checkpoint's directory, never a path. */
   if (!f->name || !seen_bytes || !f->name[0] || strchr(f->name, '/') || f->name[0] == '.')
     return bad(rd, "a file needs a plain name and its bytes");
+  /* Version 2 names each file's generation, rank and checksum; all three or none. */
+  f->has_identity = (seen & 28) == 28;
+  if ((seen & 28) && !f->has_identity)
+    return bad(rd, "a file needs all of generation, rank and crc32c, or none");
   return DT_OK;
 }
 
@@ -295,6 +344,8 @@ dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length
   reader rd = {.r = {.begin = text, .p = text, .end = text + length}, .label = label};
   bool first = true, format_ok = false;
   int has = 0;
+  unsigned seen = 0;
+  int64_t version = 0;
   dt_status st = open_object(&rd, "expected a JSON object");
   while (!st) {
     dt__json_span key;
@@ -302,19 +353,24 @@ dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length
     if (st || !has) break;
     if (dt__json_span_equals(key, "format")) {
       char *format = NULL;
-      st = read_string(&rd, &format);
+      st = first_time(&rd, &seen, 1, "format");
+      if (!st) st = read_string(&rd, &format);
       format_ok = format && strcmp(format, "dtensor-checkpoint") == 0;
       dt__free(format);
     } else if (dt__json_span_equals(key, "version")) {
-      int64_t v = 0;
-      st = read_integer(&rd, 0, 1000, &v);
-      if (!st && v != 1) st = bad(&rd, "unknown version (this library reads version 1)");
+      st = first_time(&rd, &seen, 2, "version");
+      if (!st) st = read_integer(&rd, 0, 1000, &version);
+      if (!st && version != 1 && version != 2)
+        st = bad(&rd, "unknown version (this library reads versions 1 and 2)");
     } else if (dt__json_span_equals(key, "generation")) {
-      st = read_integer(&rd, 0, INT64_LIMIT, &meta->generation);
+      st = first_time(&rd, &seen, 4, "generation");
+      if (!st) st = read_integer(&rd, 0, INT64_LIMIT, &meta->generation);
     } else if (dt__json_span_equals(key, "files")) {
-      st = read_array(&rd, read_file_entry, meta);
+      st = first_time(&rd, &seen, 8, "files");
+      if (!st) st = read_array(&rd, read_file_entry, meta);
     } else if (dt__json_span_equals(key, "tensors")) {
-      st = read_array(&rd, read_tensor, meta);
+      st = first_time(&rd, &seen, 16, "tensors");
+      if (!st) st = read_array(&rd, read_tensor, meta);
     } else {
       st = skip_value(&rd);
     }
@@ -324,35 +380,11 @@ dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length
     st = bad(&rd, "not a dtensor checkpoint (\"format\" is not \"dtensor-checkpoint\")");
     goto done;
   }
-  /* Cross-checks: every block names a listed file, lies inside the tensor, and its byte
-   * range is its element count times the element size. */
-  for (int i = 0; i < meta->n_tensors; i++) {
-    dt__ckpt_tensor *t = &meta->tensors[i];
-    for (int j = 0; j < i; j++) {
-      if (strcmp(meta->tensors[j].name, t->name) == 0) {
-        st = dt__error(DT_ERR_INVALID, "dt_checkpoint_load: %s: tensor `%s` is listed twice", label,
-                       t->name);
-        goto done;
-      }
-    }
-    for (int k = 0; k < t->n_blocks; k++) {
-      dt__ckpt_block *b = &t->blocks[k];
-      uint64_t numel = 1;
-      bool inside = b->file < meta->n_files;
-      for (int d = 0; d < t->ndim && inside; d++) {
-        inside = b->offsets[d] + b->lengths[d] <= t->shape[d];
-        numel *= (uint64_t)b->lengths[d];
-      }
-      if (!inside || b->end < b->begin || b->end - b->begin != numel * dt_dtype_size(t->dtype) ||
-          b->end > meta->files[b->file].bytes) {
-        st = dt__error(DT_ERR_INVALID,
-                       "dt_checkpoint_load: %s: tensor `%s` block %d is inconsistent (file "
-                       "index, offsets + lengths outside the shape, or byte range)",
-                       label, t->name, k);
-        goto done;
-      }
-    }
+  if (!(seen & 2)) {
+    st = bad(&rd, "no \"version\"");
+    goto done;
   }
+  st = dt__ckpt_meta_check(label, (int)version, meta);
 done:
   dt__free(rd.r.scratch);
   if (st) dt__ckpt_meta_free(meta);
@@ -421,12 +453,17 @@ static void put_integers(dt__ckpt_text *t, int n, const int64_t *v) {
 
 void dt__ckpt_meta_write(const dt__ckpt_meta *meta, dt__ckpt_text *out) {
   put(out,
-      "{\"format\":\"dtensor-checkpoint\",\"version\":1,\"generation\":%" PRId64 ",\n\"files\":[",
-      meta->generation);
+      "{\"format\":\"dtensor-checkpoint\",\"version\":%d,\"generation\":%" PRId64 ",\n\"files\":[",
+      meta->version ? meta->version : 2, meta->generation);
   for (int i = 0; i < meta->n_files; i++) {
     put(out, "%s\n {\"name\":", i ? "," : "");
     put_string(out, meta->files[i].name);
-    put(out, ",\"bytes\":%" PRIu64 "}", meta->files[i].bytes);
+    const dt__ckpt_file *f = &meta->files[i];
+    put(out, ",\"bytes\":%" PRIu64, f->bytes);
+    if (f->has_identity)
+      put(out, ",\"generation\":%" PRId64 ",\"rank\":%d,\"crc32c\":%" PRIu32, f->generation,
+          f->rank, f->crc32c);
+    put(out, "}");
   }
   put(out, "],\n\"tensors\":[");
   for (int i = 0; i < meta->n_tensors; i++) {
@@ -443,7 +480,10 @@ void dt__ckpt_meta_write(const dt__ckpt_meta *meta, dt__ckpt_text *out) {
     for (int m = 0; *p; m++) {
       const char *comma = strchr(p, ',');
       size_t n = comma ? (size_t)(comma - p) : strlen(p);
-      put(out, "%s\"%.*s\"", m ? "," : "", (int)n, p);
+      char item[sizeof t->placements];
+      snprintf(item, sizeof item, "%.*s", (int)n, p);
+      put(out, "%s", m ? "," : "");
+      put_string(out, item); /* as read: any byte, escaped */
       p += n;
       while (*p == ',' || *p == ' ') p++;
     }

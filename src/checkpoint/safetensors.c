@@ -39,6 +39,7 @@ static void file_free(dt_safetensors *f) {
   /* Borrowed tensors still alive hold their own references to the map. */
   if (f->map) map_release(f->map);
   if (f->fd >= 0) close(f->fd);
+  dt__name_index_free(&f->names);
   dt__free(f->entries);
   dt__free(f->meta_keys);
   dt__free(f->meta_values);
@@ -101,6 +102,11 @@ static dt_status open_common(dt_safetensors *f, const char *op, uint64_t size) {
   st = read_at(f, op, 8, text, length);
   if (!st) st = dt__safetensors_parse_header(f, op, text, length, size - 8 - length);
   dt__free(text);
+  /* The names are unique (the header check refused duplicates): an index for find. */
+  if (!st && dt__name_index_init(&f->names, f->count))
+    st = dt__error(DT_ERR_NOMEM, "%s: %s: cannot index %d names", op, f->label, f->count);
+  for (int i = 0; i < f->count && !st; i++)
+    (void)dt__name_index_add(&f->names, f->entries[i].name, i);
   f->data_start = 8 + length;
   atomic_store(&f->bytes_read, 0); /* the counter counts tensor bytes only */
   return st;
@@ -127,7 +133,9 @@ dt_status dt_safetensors_open(const char *path, dt_safetensors **out) {
   f->label = f->path_copy;
   dt_status st = DT_OK;
   struct stat sb;
-  f->fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO or a device in the file's place must not block the open; only a
+   * regular file is read, and for one the flag changes nothing (it is cleared anyway). */
+  f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (f->fd < 0 || fstat(f->fd, &sb) != 0) {
     st = dt__error(DT_ERR_IO, "%s: cannot open %s: %s", op, path, strerror(errno));
     goto fail;
@@ -136,6 +144,8 @@ dt_status dt_safetensors_open(const char *path, dt_safetensors **out) {
     st = dt__error(DT_ERR_IO, "%s: %s is not a regular file", op, path);
     goto fail;
   }
+  int flags = fcntl(f->fd, F_GETFL);
+  if (flags >= 0) (void)fcntl(f->fd, F_SETFL, flags & ~O_NONBLOCK);
   st = open_common(f, op, (uint64_t)sb.st_size);
   if (st) goto fail;
   f->image_size = (size_t)sb.st_size;
@@ -204,10 +214,7 @@ dt_status dt_safetensors_entry(const dt_safetensors *file, int index,
 
 int dt_safetensors_find(const dt_safetensors *file, const char *name) {
   if (!file || !name) return -1;
-  for (int i = 0; i < file->count; i++) {
-    if (strcmp(file->entries[i].name, name) == 0) return i;
-  }
-  return -1;
+  return dt__name_index_find(&file->names, name);
 }
 
 int dt_safetensors_metadata_count(const dt_safetensors *file) { return file ? file->n_meta : 0; }
