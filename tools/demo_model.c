@@ -117,7 +117,8 @@ static dt_status make_params(dt_mesh *mesh, dt_tensor **p) {
  * heads (Megatron's split of attention by heads). */
 static dt_status to_heads(tape *tp, dt_tensor *x, dt_tensor **out) {
   dt_tensor *v = NULL;
-  dt_status st = dt_view(x, 4, (int64_t[]){BATCH, SEQ, HEADS, HEAD_DIM}, &v);
+  int64_t rows = dt_dist_global_shape(x)[0]; /* BATCH, or a microbatch's rows */
+  dt_status st = dt_view(x, 4, (int64_t[]){rows, SEQ, HEADS, HEAD_DIM}, &v);
   keep(tp, v);
   if (!st) st = dt_transpose(v, 1, 2, out);
   if (!st) keep(tp, *out);
@@ -146,7 +147,8 @@ static dt_status block(tape *tp, dt_tensor *const *p, dt_tensor *x, dt_tensor *m
   if (!st) st = dt_softmax(sm, -1, &pr), keep(tp, pr);
   if (!st) st = dt_matmul(pr, vh, &a), keep(tp, a);
   if (!st) st = dt_transpose(a, 1, 2, &at), keep(tp, at);
-  if (!st) st = dt_reshape(at, 3, (int64_t[]){BATCH, SEQ, DMODEL}, &ar), keep(tp, ar);
+  int64_t rows = dt_dist_global_shape(x)[0];
+  if (!st) st = dt_reshape(at, 3, (int64_t[]){rows, SEQ, DMODEL}, &ar), keep(tp, ar);
   /* Rowwise: the output is Partial(sum) on tp; the residual add reduces it (all_reduce). */
   if (!st) st = dt_linear(ar, p[P_WO], NULL, &o), keep(tp, o);
   if (!st) st = dt_add(x, o, &x1), keep(tp, x1);
@@ -158,15 +160,30 @@ static dt_status block(tape *tp, dt_tensor *const *p, dt_tensor *x, dt_tensor *m
   return st;
 }
 
-/* The forward pass and the loss (a one-element distributed tensor, kept on the tape). */
-static dt_status forward(tape *tp, dt_tensor *const *p, dt_tensor *idx, dt_tensor *target,
-                         dt_tensor *mask, dt_tensor **loss) {
-  const int64_t norm_shape[1] = {DMODEL};
-  dt_tensor *e = NULL, *x = NULL, *h = NULL, *logits = NULL, *flat = NULL;
+/* The embeddings and blocks [0, last) on tokens idx: the residual stream in *out (kept). */
+static dt_status embed_and_blocks(tape *tp, dt_tensor *const *p, dt_tensor *idx, dt_tensor *mask,
+                                  int last, dt_tensor **out) {
+  dt_tensor *e = NULL, *x = NULL;
   dt_status st = dt_embedding(p[P_TOK], idx, &e);
   keep(tp, e);
   if (!st) st = dt_add(e, p[P_POS], &x), keep(tp, x);
-  for (int l = 0; l < LAYERS && !st; l++) {
+  for (int l = 0; l < last && !st; l++) {
+    dt_tensor *next = NULL;
+    st = block(tp, p + l * LAYER_PARAMS, x, mask, &next);
+    x = next;
+  }
+  *out = x;
+  return st;
+}
+
+/* Blocks [first, LAYERS), the final norm and the LM head on the residual stream x: the logits
+ * as [rows * SEQ, VOCAB] in *out (kept), Shard(-1) on tp. */
+static dt_status blocks_and_head(tape *tp, dt_tensor *const *p, dt_tensor *x, dt_tensor *mask,
+                                 int first, dt_tensor **out) {
+  const int64_t norm_shape[1] = {DMODEL};
+  dt_tensor *h = NULL, *logits = NULL;
+  dt_status st = DT_OK;
+  for (int l = first; l < LAYERS && !st; l++) {
     dt_tensor *next = NULL;
     st = block(tp, p + l * LAYER_PARAMS, x, mask, &next);
     x = next;
@@ -174,9 +191,23 @@ static dt_status forward(tape *tp, dt_tensor *const *p, dt_tensor *idx, dt_tenso
   if (!st) st = dt_layer_norm(x, 1, norm_shape, p[P_LNF_W], p[P_LNF_B], 1e-5, &h), keep(tp, h);
   /* Colwise LM head: logits Shard(-1) on tp, never gathered; the loss is vocabulary-parallel. */
   if (!st) st = dt_linear(h, p[P_HEAD], NULL, &logits), keep(tp, logits);
-  if (!st) st = dt_reshape(logits, 2, (int64_t[]){BATCH * SEQ, VOCAB}, &flat), keep(tp, flat);
+  int64_t rows = st ? 0 : dt_dist_global_shape(x)[0];
+  if (!st) st = dt_reshape(logits, 2, (int64_t[]){rows * SEQ, VOCAB}, out), keep(tp, *out);
+  return st;
+}
+
+static dt_status demo_loss(dt_tensor *flat, dt_tensor *target, dt_tensor **loss) {
   dt_cross_entropy_options co = {.ignore_index = &(int64_t){IGNORE}};
-  if (!st) st = dt_cross_entropy_ex(flat, target, &co, loss), keep(tp, *loss);
+  return dt_cross_entropy_ex(flat, target, &co, loss);
+}
+
+/* The forward pass and the loss (a one-element distributed tensor, kept on the tape). */
+static dt_status forward(tape *tp, dt_tensor *const *p, dt_tensor *idx, dt_tensor *target,
+                         dt_tensor *mask, dt_tensor **loss) {
+  dt_tensor *x = NULL, *flat = NULL;
+  dt_status st = embed_and_blocks(tp, p, idx, mask, LAYERS, &x);
+  if (!st) st = blocks_and_head(tp, p, x, mask, LAYERS, &flat);
+  if (!st) st = demo_loss(flat, target, loss), keep(tp, *loss);
   return st;
 }
 
@@ -199,15 +230,32 @@ static dt_status scalar_value(dt_tensor *t, double *value) {
 }
 
 struct demo_model {
-  dt_mesh *mesh; /* the caller's */
-  dt_tensor *p[N_PARAMS];
+  dt_mesh *mesh;          /* the caller's; pipelined: the stage mesh ("dp", "tp") */
+  dt_tensor *p[N_PARAMS]; /* pipelined: NULL where another stage holds the parameter */
   dt_tensor *mask;
   dt_optimizer *opt;
   tape tp;
+  /* Pipelined (demo_model_create_pipelined): this pp rank's stage and the pipeline. */
+  int pp_rank;
+  dt_module *stage;
+  dt_pp_schedule *schedule;
+  dt_pipeline *pipe;
 };
+
+/* The causal mask: true above the diagonal (a position must not see later ones). */
+static dt_status make_mask(demo_model *m) {
+  bool causal[SEQ * SEQ];
+  for (int i = 0; i < SEQ; i++)
+    for (int j = 0; j < SEQ; j++) causal[i * SEQ + j] = j > i;
+  return distribute_data(m->mesh, causal, 2, (int64_t[]){SEQ, SEQ}, DT_BOOL, dt_replicate(),
+                         &m->mask);
+}
 
 void demo_model_destroy(demo_model *m) {
   if (!m) return;
+  dt_pipeline_destroy(m->pipe);
+  dt_pp_schedule_destroy(m->schedule);
+  dt_module_destroy(m->stage);
   tape_clear(&m->tp);
   dt_optimizer_destroy(m->opt);
   for (int i = 0; i < N_PARAMS; i++) dt_tensor_release(m->p[i]);
@@ -221,14 +269,82 @@ dt_status demo_model_create(dt_mesh *mesh, demo_model **out) {
   if (!m) return DT_ERR_NOMEM;
   m->mesh = mesh;
   dt_status st = make_params(mesh, m->p);
-  /* The causal mask: true above the diagonal (a position must not see later ones). */
-  bool causal[SEQ * SEQ];
-  for (int i = 0; i < SEQ; i++)
-    for (int j = 0; j < SEQ; j++) causal[i * SEQ + j] = j > i;
-  if (!st)
-    st = distribute_data(mesh, causal, 2, (int64_t[]){SEQ, SEQ}, DT_BOOL, dt_replicate(), &m->mask);
+  if (!st) st = make_mask(m);
   dt_adam_options ao = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-8, .weight_decay = 0.01};
   if (!st) st = dt_optimizer_create_adamw(N_PARAMS, m->p, &ao, &m->opt);
+  if (st) {
+    demo_model_destroy(m);
+    return st;
+  }
+  *out = m;
+  return DT_OK;
+}
+
+/* ---- Two pipeline stages ------------------------------------------------------------------- */
+
+/* The first half of the blocks run on pp rank 0 (with the embeddings), the rest on pp rank 1
+ * (with the final norm and the LM head). */
+#define SPLIT (LAYERS / 2)
+
+static bool on_stage(int i, int pp_rank) {
+  bool first = i < P_TOK ? i / LAYER_PARAMS < SPLIT : i == P_TOK || i == P_POS;
+  return pp_rank == 0 ? first : !first;
+}
+
+static dt_status first_stage(dt_module *self, dt_tensor *idx, dt_tensor **out) {
+  demo_model *m = dt_module_user(self);
+  dt_tensor *x = NULL;
+  dt_status st = embed_and_blocks(&m->tp, m->p, idx, m->mask, SPLIT, &x);
+  *out = st ? NULL : dt_tensor_retain(x);
+  return st;
+}
+
+static dt_status last_stage(dt_module *self, dt_tensor *x, dt_tensor **out) {
+  demo_model *m = dt_module_user(self);
+  dt_tensor *flat = NULL;
+  dt_status st = blocks_and_head(&m->tp, m->p, x, m->mask, SPLIT, &flat);
+  *out = st ? NULL : dt_tensor_retain(flat);
+  return st;
+}
+
+static dt_status pipeline_loss(dt_tensor *flat, dt_tensor *target, void *user, dt_tensor **loss) {
+  (void)user;
+  return demo_loss(flat, target, loss);
+}
+
+dt_status demo_model_create_pipelined(dt_pp_mesh *pm, int microbatches, demo_model **out) {
+  *out = NULL;
+  dt_comm *pp = dt_pp_mesh_group(pm);
+  dt_mesh *mesh = dt_pp_mesh_stage_mesh(pm);
+  if (!pp || !mesh || dt_comm_size(pp) != 2 || dt_mesh_ndim(mesh) != 2) {
+    return DT_ERR_INVALID; /* the demo checks its --mesh first: 2 pp ranks, a (dp, tp) mesh */
+  }
+  demo_model *m = calloc(1, sizeof *m);
+  if (!m) return DT_ERR_NOMEM;
+  m->mesh = mesh;
+  m->pp_rank = dt_comm_rank(pp);
+  /* Every parameter from its seed (the same initial weights as on one rank), then only this
+   * stage's kept. */
+  dt_status st = make_params(mesh, m->p);
+  dt_tensor *mine[N_PARAMS];
+  int n = 0;
+  for (int i = 0; i < N_PARAMS && !st; i++) {
+    if (on_stage(i, m->pp_rank)) {
+      mine[n++] = m->p[i];
+    } else {
+      dt_tensor_release(m->p[i]);
+      m->p[i] = NULL;
+    }
+  }
+  if (!st) st = make_mask(m);
+  dt_adam_options ao = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-8, .weight_decay = 0.01};
+  if (!st) st = dt_optimizer_create_adamw(n, mine, &ao, &m->opt);
+  if (!st)
+    st = dt_module_create("DemoStage", m->pp_rank == 0 ? first_stage : last_stage, m, &m->stage);
+  if (!st) st = dt_pp_schedule_create(DT_PP_1F1B, 2, 1, microbatches, &m->schedule);
+  dt_pipeline_options po = {.stage_mesh = mesh, .profile_actions = true};
+  if (!st)
+    st = dt_pipeline_create(pp, m->schedule, 1, &m->stage, pipeline_loss, NULL, &po, &m->pipe);
   if (st) {
     demo_model_destroy(m);
     return st;
@@ -250,10 +366,15 @@ dt_status demo_model_step(demo_model *m, int step, double *loss_value) {
     st = distribute_data(m->mesh, target, 1, (int64_t[]){BATCH * SEQ}, DT_I64, dt_shard(0), &tgt);
   keep(tp, tgt);
   if (!st) st = dt_optimizer_zero_grad(m->opt, true);
-  if (!st) st = forward(tp, m->p, idx, tgt, m->mask, &loss);
   double value = NAN;
-  if (!st) st = scalar_value(loss, &value);
-  if (!st) st = dt_backward(loss, NULL);
+  if (m->pipe) {
+    /* Microbatches through the two stages; the loss comes back on every pp rank. */
+    if (!st) st = dt_pipeline_step(m->pipe, idx, tgt, &value);
+  } else {
+    if (!st) st = forward(tp, m->p, idx, tgt, m->mask, &loss);
+    if (!st) st = scalar_value(loss, &value);
+    if (!st) st = dt_backward(loss, NULL);
+  }
   if (!st) st = dt_optimizer_step(m->opt);
   dt_profiler_range_pop();
   tape_clear(tp);

@@ -31,6 +31,13 @@ dt_status demo_model_create(dt_mesh *mesh, demo_model **out);
  * loss (may be NULL). Collective. */
 dt_status demo_model_step(demo_model *m, int step, double *loss);
 
+/* The same model as two pipeline stages (embeddings and the first half of the blocks; the
+ * rest, the final norm and the LM head) on the 2 pp ranks of pm, each stage with the Megatron
+ * and data-parallel placements on pm's ("dp", "tp") stage mesh, run with 1F1B over
+ * `microbatches` microbatches (dtensor/pipeline.h). demo_model_step then runs the pipeline;
+ * its loss is the same on every rank. pm must outlive the model. Collective over pm's world. */
+dt_status demo_model_create_pipelined(dt_pp_mesh *pm, int microbatches, demo_model **out);
+
 void demo_model_destroy(demo_model *m);
 
 #endif /* TOOLS_DEMO_MODEL_H */

@@ -30,10 +30,12 @@
 
 #define MAX_STEPS 100000
 #define MIN_LEARNING_STEPS 20 /* from this many steps on, the demo fails unless the loss fell */
-#define LOSS_TOLERANCE 1e-4   /* max |loss(4 ranks) - loss(1 rank)| accepted over all steps */
+#define LOSS_TOLERANCE 1e-4   /* max |loss(N ranks) - loss(1 rank)| accepted over all steps */
+#define PP_MICROBATCHES 4     /* with --mesh dp=..,pp=2,tp=..: 1F1B over 4 microbatches */
 
 typedef struct train_run {
-  int world; /* 4 (2 x 2) or 1 (1 x 1) */
+  int world;      /* dp x pp x tp ranks */
+  int dp, pp, tp; /* the mesh: pp 1 is the 2-D ("dp", "tp") mesh, pp 2 two pipeline stages */
   int steps, log_every;
   dt_profiler *profiler;  /* started and stopped by rank 0 around each logged step, or NULL */
   const char *trace_path; /* where rank 0 writes the trace (also at every progress line) */
@@ -91,12 +93,19 @@ static dt_status trace_comm_us(const dt_profiler *profiler, const char *path, do
 static dt_status train_rank(dt_comm *world, void *arg) {
   train_run *r = arg;
   int rank = dt_comm_rank(world);
-  int shape[2] = {r->world == 1 ? 1 : 2, r->world == 1 ? 1 : 2};
   dt_mesh *mesh = NULL;
+  dt_pp_mesh *pm = NULL;
   demo_model *model = NULL;
   dt_comm_ledger *ledger = NULL;
-  dt_status st = dt_mesh_create(world, 2, shape, (const char *const[]){"dp", "tp"}, &mesh);
-  if (!st) st = demo_model_create(mesh, &model);
+  dt_status st;
+  if (r->pp > 1) {
+    st = dt_pp_mesh_create(world, 3, (int[]){r->dp, r->pp, r->tp},
+                           (const char *const[]){"dp", "pp", "tp"}, "pp", &pm);
+    if (!st) st = demo_model_create_pipelined(pm, PP_MICROBATCHES, &model);
+  } else {
+    st = dt_mesh_create(world, 2, (int[]){r->dp, r->tp}, (const char *const[]){"dp", "tp"}, &mesh);
+    if (!st) st = demo_model_create(mesh, &model);
+  }
   if (!st) st = dt_comm_ledger_start(&ledger);
   double t0 = now_seconds(), t_log = t0, overhead = 0; /* overhead: writing traces (rank 0) */
   double profiled_s = 0, comm_us = 0;                  /* over the profiled steps so far */
@@ -153,12 +162,14 @@ static dt_status train_rank(dt_comm *world, void *arg) {
   dt_comm_ledger_destroy(ledger);
   demo_model_destroy(model);
   dt_mesh_destroy(mesh);
+  dt_pp_mesh_destroy(pm);
   return st;
 }
 
 /* The loss curves as an SVG polyline each, written to a temporary file then renamed, so a
  * reader never sees half a file. */
-static int write_loss_svg(const char *path, const double *a, const double *b, int n) {
+static int write_loss_svg(const char *path, const char *label, const double *a, const double *b,
+                          int n) {
   char tmp[512];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
@@ -171,8 +182,8 @@ static int write_loss_svg(const char *path, const double *a, const double *b, in
   fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
   fprintf(f,
           "<text x=\"%.0f\" y=\"20\" font-family=\"sans-serif\" font-size=\"14\">dtensor demo: "
-          "training loss per step (blue: 2x2 mesh, orange dashed: 1 rank)</text>\n",
-          m);
+          "training loss per step (blue: %s mesh, orange dashed: 1 rank)</text>\n",
+          m, label);
   fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", m, h - m,
           w - 10, h - m);
   fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", m, h - m,
@@ -201,16 +212,42 @@ static int write_loss_svg(const char *path, const double *a, const double *b, in
   return 0;
 }
 
-static void print_header(void) {
+static void print_header(const train_run *r) {
   printf("libdtensor %s: training a decoder-only transformer to reverse sequences\n",
          dt_version_string());
   printf("  vocab %d, d_model %d, %d heads, %d layers, MLP %d, seq %d, batch %d, AdamW lr 1e-2\n",
          VOCAB, DMODEL, HEADS, LAYERS, FFN, SEQ, BATCH);
-  printf("  mesh 2 (dp) x 2 (tp): batch Shard(0) on dp; q/k/v, MLP up and LM head colwise, "
+  if (r->pp > 1) {
+    printf("  mesh %d (dp) x %d (pp) x %d (tp), %d ranks: two pipeline stages (embeddings and "
+           "block 1; block 2, norm and LM head),\n  1F1B over %d microbatches; inside each "
+           "stage",
+           r->dp, r->pp, r->tp, r->world, PP_MICROBATCHES);
+  } else {
+    printf("  mesh %d (dp) x %d (tp):", r->dp, r->tp);
+  }
+  printf(" batch Shard(0) on dp; q/k/v, MLP up and LM head colwise, "
          "attention out and MLP down rowwise on tp;\n  logits Shard(-1) into the "
          "vocabulary-parallel cross-entropy; dp gradients Partial(sum), reduced by the "
          "optimizer step\n\n");
   fflush(stdout);
+}
+
+/* --mesh dp=A,tp=B or dp=A,pp=P,tp=B (names in that order; pp 1 or 2, dp 1, 2 or 4, tp 1 or
+ * 2: the model's 2 heads and 2 layers, the batch of 16). */
+static bool parse_mesh(const char *s, train_run *r) {
+  int dp = 0, pp = 1, tp = 0, used = 0;
+  if (sscanf(s, "dp=%d,pp=%d,tp=%d%n", &dp, &pp, &tp, &used) == 3 && s[used] == '\0') {
+  } else if (pp = 1, sscanf(s, "dp=%d,tp=%d%n", &dp, &tp, &used) == 2 && s[used] == '\0') {
+  } else {
+    return false;
+  }
+  if (!(dp == 1 || dp == 2 || dp == 4) || !(tp == 1 || tp == 2) || !(pp == 1 || pp == 2))
+    return false;
+  r->dp = dp;
+  r->pp = pp;
+  r->tp = tp;
+  r->world = dp * pp * tp;
+  return true;
 }
 
 static int fail(const char *what) {
@@ -228,6 +265,7 @@ static bool parse_count(const char *s, int *out) {
 
 int tool_demo_train(int argc, char **argv) {
   int steps = 300, log_every = 0;
+  train_run mesh = {.world = 4, .dp = 2, .pp = 1, .tp = 2};
   bool use_mpi = false;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
@@ -238,6 +276,14 @@ int tool_demo_train(int argc, char **argv) {
     } else if (strcmp(argv[i], "--log-every") == 0 && i + 1 < argc) {
       if (!parse_count(argv[++i], &log_every)) {
         fprintf(stderr, "demo: --log-every must be in 1..%d, got '%s'\n", MAX_STEPS, argv[i]);
+        return 2;
+      }
+    } else if (strcmp(argv[i], "--mesh") == 0 && i + 1 < argc) {
+      if (!parse_mesh(argv[++i], &mesh)) {
+        fprintf(stderr,
+                "demo: --mesh is dp=A,tp=B or dp=A,pp=P,tp=B with dp 1, 2 or 4, pp 1 or "
+                "2, tp 1 or 2; got '%s'\n",
+                argv[i]);
         return 2;
       }
     } else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
@@ -268,7 +314,20 @@ int tool_demo_train(int argc, char **argv) {
   dt_profiler *profiler = NULL;
   int rc = 0, my_rank = 0;
   if (dt_profiler_create(&profiler)) rc = fail("creating the profiler");
-  train_run run = {.world = 4, .steps = steps, .log_every = log_every, .losses = losses};
+  train_run run = {.world = mesh.world,
+                   .dp = mesh.dp,
+                   .pp = mesh.pp,
+                   .tp = mesh.tp,
+                   .steps = steps,
+                   .log_every = log_every,
+                   .losses = losses};
+  char label[32], ranks_text[32];
+  if (run.pp > 1) {
+    snprintf(label, sizeof label, "%dx%dx%d", run.dp, run.pp, run.tp);
+  } else {
+    snprintf(label, sizeof label, "%dx%d", run.dp, run.tp);
+  }
+  snprintf(ranks_text, sizeof ranks_text, "training on %d ranks", run.world);
   run.profiler = profiler;
   char trace_path[64] = "dtensor_demo_trace.json";
   run.trace_path = trace_path;
@@ -276,22 +335,22 @@ int tool_demo_train(int argc, char **argv) {
     dt_comm *world = NULL;
     if (dt_comm_init(&(dt_comm_options){.backend = "mpi"}, &world)) {
       rc = fail("starting MPI");
-    } else if (dt_comm_size(world) != 4) {
-      fprintf(stderr, "demo: under MPI the demo needs 4 ranks (mpirun -n 4), got %d\n",
-              dt_comm_size(world));
+    } else if (dt_comm_size(world) != run.world) {
+      fprintf(stderr, "demo: under MPI the demo on %s needs %d ranks (mpirun -n %d), got %d\n",
+              label, run.world, run.world, dt_comm_size(world));
       rc = 2;
     } else {
       my_rank = dt_comm_rank(world);
       run.quiet = my_rank != 0;
       run.process_per_rank = true;
-      if (my_rank == 0) print_header();
+      if (my_rank == 0) print_header(&run);
       snprintf(trace_path, sizeof trace_path, "dtensor_demo_trace.rank%d.json", my_rank);
-      if (train_rank(world, &run)) rc = fail("training on 4 ranks");
+      if (train_rank(world, &run)) rc = fail(ranks_text);
     }
     dt_comm_destroy(world);
   } else if (!rc) {
-    print_header();
-    if (dt_comm_spawn(4, train_rank, &run)) rc = fail("training on 4 ranks");
+    print_header(&run);
+    if (dt_comm_spawn(run.world, train_rank, &run)) rc = fail(ranks_text);
   }
   if (!rc && my_rank != 0) { /* under MPI, rank 0 checks and reports */
     if (dt_profiler_write_chrome_trace(profiler, trace_path)) rc = fail("writing the trace");
@@ -303,8 +362,14 @@ int tool_demo_train(int argc, char **argv) {
   /* The trace is complete: rank 0 wrote it at the last progress line. */
   dt_profiler_destroy(profiler);
   /* The reference: the same program on a 1 x 1 mesh in one thread. */
-  train_run ref = {
-      .world = 1, .steps = steps, .log_every = log_every, .quiet = true, .losses = reference};
+  train_run ref = {.world = 1,
+                   .dp = 1,
+                   .pp = 1,
+                   .tp = 1,
+                   .steps = steps,
+                   .log_every = log_every,
+                   .quiet = true,
+                   .losses = reference};
   if (!rc && dt_comm_spawn(1, train_rank, &ref)) rc = fail("the 1-rank reference run");
   if (!rc) {
     double max_diff = 0;
@@ -313,11 +378,12 @@ int tool_demo_train(int argc, char **argv) {
       max_diff = isfinite(d) ? fmax(max_diff, d) : INFINITY;
     }
     printf("\n== Results\n");
-    printf("  loss %.4f -> %.4f (uniform guess: %.4f) in %d steps, %.2f s on 4 ranks, %.2f s on "
-           "1 rank\n",
-           losses[0], losses[steps - 1], log((double)(VOCAB - 1)), steps, run.seconds, ref.seconds);
-    printf("  max |loss(2x2) - loss(1 rank)| over %d steps = %.3g (%s %.0e)\n", steps, max_diff,
-           max_diff <= LOSS_TOLERANCE ? "<=" : "EXCEEDS", LOSS_TOLERANCE);
+    printf("  loss %.4f -> %.4f (uniform guess: %.4f) in %d steps, %.2f s on %d ranks, %.2f s "
+           "on 1 rank\n",
+           losses[0], losses[steps - 1], log((double)(VOCAB - 1)), steps, run.seconds, run.world,
+           ref.seconds);
+    printf("  max |loss(%s) - loss(1 rank)| over %d steps = %.3g (%s %.0e)\n", label, steps,
+           max_diff, max_diff <= LOSS_TOLERANCE ? "<=" : "EXCEEDS", LOSS_TOLERANCE);
     printf("  collectives: %.1f KB per step on rank 0 (comm ledger)\n",
            (double)run.comm_bytes / steps / 1024);
     printf("%s", run.ledger);
@@ -328,7 +394,7 @@ int tool_demo_train(int argc, char **argv) {
            "'dtensor trace stats')\n",
            trace_path, run.profiled_steps);
     const char *svg = "dtensor_demo_loss.svg";
-    if (write_loss_svg(svg, losses, reference, steps) == 0) {
+    if (write_loss_svg(svg, label, losses, reference, steps) == 0) {
       printf("  loss curve: %s\n", svg);
     } else {
       fprintf(stderr, "demo: could not write %s\n", svg);
