@@ -32,6 +32,7 @@
 #include "dtensor/loss.h"
 #include "dtensor/mesh.h"
 #include "dtensor/mode.h"
+#include "dtensor/models.h"
 #include "dtensor/nn.h"
 #include "dtensor/ops.h"
 #include "dtensor/optim.h"

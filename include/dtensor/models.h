@@ -1,0 +1,165 @@
+/*
+ * libdtensor — real models: Hugging Face checkpoints of LlamaForCausalLM and GPT2LMHeadModel
+ * loaded onto a device mesh (tensor parallel, fully sharded, both), run forward, generated
+ * from with a KV cache, fine-tuned with autograd and AdamW, and saved back in Hugging Face's
+ * layout. Token ids in and out; no tokenizer. docs/models.md is the guide.
+ *
+ * A model directory holds config.json and either model.safetensors or a sharded checkpoint
+ * (model.safetensors.index.json naming the shard file of every tensor). Each rank reads only
+ * the bytes of its own block of every parameter.
+ *
+ * Parallel plan (dt_hf_plan): mesh dims by name. On the tensor-parallel dim, Megatron's
+ * layout: q/k/v and gate/up (GPT-2: c_attn's three parts, c_fc) colwise, o/down (c_proj)
+ * rowwise, the token embedding and the LM head vocabulary-parallel (logits stay sharded over
+ * the vocabulary into the parallel cross-entropy). Head counts need not divide the TP degree:
+ * shards follow torch.chunk over the rows, and when a rank's rows do not hold whole heads the
+ * sharding propagation moves what attention needs (more communication, same values). On the
+ * FSDP dim every parameter is sharded on its first tensor dim the TP dim leaves alone (a
+ * parameter with none stays replicated there) and gathered when used (the gradient's
+ * reduce-scatter is the gather's backward); the batch is split over that dim.
+ *
+ * Ownership: the model owns its parameters; tensors returned through `dt_tensor **out` are
+ * new references the caller releases.
+ */
+#ifndef DTENSOR_MODELS_H
+#define DTENSOR_MODELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtensor/core.h"
+#include "dtensor/mesh.h"
+#include "dtensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dt_hf_arch {
+  DT_HF_LLAMA = 1, /* LlamaForCausalLM */
+  DT_HF_GPT2 = 2,  /* GPT2LMHeadModel */
+} dt_hf_arch;
+
+/* The facts of config.json the model uses (GPT-2's n_embd, n_layer, ... under Llama's names). */
+typedef struct dt_hf_config {
+  dt_hf_arch arch;
+  int64_t vocab_size;
+  int64_t hidden_size;
+  int64_t intermediate_size; /* GPT-2: n_inner, or 4 * n_embd when null */
+  int64_t num_layers;
+  int64_t num_heads;
+  int64_t num_kv_heads; /* GPT-2: num_heads */
+  int64_t head_dim;
+  int64_t max_positions;
+  double norm_eps; /* rms_norm_eps / layer_norm_epsilon */
+  double rope_theta;
+  /* rope_scaling / rope_parameters with rope_type "llama3" (0 factor: none). */
+  double rope_factor;
+  double rope_low_freq_factor;
+  double rope_high_freq_factor;
+  int64_t rope_original_max_positions;
+  bool tie_word_embeddings;
+  bool attention_bias;  /* Llama: q/k/v/o biases */
+  bool mlp_bias;        /* Llama: gate/up/down biases */
+  int64_t bos_token_id; /* -1 when absent */
+  int64_t eos_token_id; /* -1 when absent */
+} dt_hf_config;
+
+/* Which mesh dims carry which parallelism, by the mesh's dim names; NULL: none. A zero plan
+ * (or NULL) with a mesh replicates the model on every rank. */
+typedef struct dt_hf_plan {
+  const char *tp;   /* Megatron tensor parallelism */
+  const char *fsdp; /* fully sharded data parallelism (batch split, parameters sharded) */
+} dt_hf_plan;
+
+typedef struct dt_hf_model dt_hf_model;
+
+/* Reads dir/config.json and the weights (dir/model.safetensors, or the files that
+ * dir/model.safetensors.index.json names) onto `mesh` laid out by `plan` (mesh NULL: local
+ * tensors, plan must be NULL or zero). Weights of any floating dtype become float32.
+ * Collective over the mesh only in that every rank must call it; each rank reads only its
+ * blocks. Errors: DT_ERR_INVALID (NULL dir or out; a plan naming a dim the mesh lacks or one
+ * dim twice), DT_ERR_IO (a missing or unreadable file, named), DT_ERR_UNSUPPORTED (an
+ * architecture other than the two, a rope type other than default/llama3, an activation
+ * other than SiLU / GELU-tanh: the message names config.json and the value; built without
+ * cJSON), DT_ERR_INVALID (a config field missing or out of range, a tensor missing from the
+ * checkpoint, or with a shape that disagrees with config.json: the message names the file,
+ * the tensor and both shapes), the errors of dt_safetensors_open. */
+DT_API dt_status dt_hf_model_load(const char *dir, dt_mesh *mesh, const dt_hf_plan *plan,
+                                  dt_hf_model **out);
+
+/* Frees the model and its parameters. NULL is ignored. */
+DT_API void dt_hf_model_destroy(dt_hf_model *model);
+
+/* The model's configuration (borrowed; valid while the model lives), NULL for NULL. */
+DT_API const dt_hf_config *dt_hf_model_config(const dt_hf_model *model);
+
+/* The mesh the model lives on (NULL: local). */
+DT_API dt_mesh *dt_hf_model_mesh(const dt_hf_model *model);
+
+/* The parameters that are trained (leaves that require grad after
+ * dt_hf_model_set_trainable): count, and entry i with its Hugging Face name (GPT-2's
+ * c_attn is held as three parameters, named "<prefix>.c_attn.weight#q", "#k", "#v", and the
+ * same for its bias; a tied LM head is the embedding). Borrowed. */
+DT_API int dt_hf_model_param_count(const dt_hf_model *model);
+DT_API dt_tensor *dt_hf_model_param(const dt_hf_model *model, int i, const char **name);
+
+/* Marks every parameter as a leaf that requires grad (true) or not. Errors: DT_ERR_INVALID. */
+DT_API dt_status dt_hf_model_set_trainable(dt_hf_model *model, bool trainable);
+
+/* A KV cache for generation: per layer the keys and values of the positions seen so far
+ * ([batch, kv_heads, positions, head_dim], sharded by heads under TP). */
+typedef struct dt_hf_kv_cache dt_hf_kv_cache;
+DT_API dt_status dt_hf_kv_cache_create(const dt_hf_model *model, dt_hf_kv_cache **out);
+DT_API void dt_hf_kv_cache_destroy(dt_hf_kv_cache *cache);
+/* Positions the cache holds (0 for NULL). */
+DT_API int64_t dt_hf_kv_cache_length(const dt_hf_kv_cache *cache);
+
+/* Logits [B, T, vocab] of input_ids [B, T] (int64, a local tensor every rank passes the same,
+ * or a distributed one): the positions continue those of `cache` (NULL: no cache, positions
+ * from 0), and the cache, when given, is extended by the T new positions. With a mesh the
+ * logits are distributed (vocabulary on the TP dim, batch on the FSDP dim): dt_dist_full_tensor
+ * gathers them. Recorded by autograd when parameters require grad.
+ * Errors: DT_ERR_INVALID (NULL, input not 2-D int64, a token outside [0, vocab), positions
+ * past max_positions), the errors of the ops. */
+DT_API dt_status dt_hf_model_forward(dt_hf_model *model, dt_tensor *input_ids,
+                                     dt_hf_kv_cache *cache, dt_tensor **logits);
+
+/* The causal-LM loss of input_ids [B, T] (T >= 2): cross-entropy of the logits at positions
+ * 0..T-2 against the ids at 1..T-1, the mean over the B * (T - 1) predictions (transformers'
+ * labels = input_ids). A 0-d tensor (distributed with a mesh). Errors: as forward. */
+DT_API dt_status dt_hf_model_loss(dt_hf_model *model, dt_tensor *input_ids, dt_tensor **loss);
+
+/* Sampling of dt_hf_generate. Zero-initialised: greedy. */
+typedef struct dt_hf_sampling {
+  double temperature; /* > 0 samples: logits / temperature; 0: greedy (argmax) */
+  int64_t top_k;      /* > 0: only the k most likely tokens; 0: all */
+  double top_p;       /* in (0, 1): the smallest set whose probability reaches p; 0 or 1: all */
+  uint64_t seed;      /* the draws come from Philox (seed, step): the same on every rank and mesh */
+  int64_t stop_token; /* stop after generating it; -1 (or eos when use_eos): never */
+  bool use_eos;       /* stop at config eos_token_id */
+} dt_hf_sampling;
+
+/* Generates max_new tokens after prompt (n_prompt ids) with a KV cache: one forward over the
+ * prompt (prefill), then one per new token (decode). out receives n_prompt + generated ids
+ * (capacity at least n_prompt + max_new), *n_out their count. Every rank draws the same token.
+ * prefill_s / decode_s (may be NULL) receive the seconds spent in each phase.
+ * Errors: DT_ERR_INVALID (NULL, n_prompt < 1, max_new < 0, bad sampling values, ids outside
+ * the vocabulary, a total length past max_positions), the errors of the forward. */
+DT_API dt_status dt_hf_generate(dt_hf_model *model, const int64_t *prompt, int64_t n_prompt,
+                                int64_t max_new, const dt_hf_sampling *sampling, int64_t *out,
+                                int64_t *n_out, double *prefill_s, double *decode_s);
+
+/* Writes the model into directory dir (created if absent) in Hugging Face's layout:
+ * config.json (the loaded config with the fields rewritten from the model) and
+ * model.safetensors with transformers' tensor names (GPT-2's c_attn joined again; a tied
+ * head not written). Distributed parameters are gathered (collective); the rank at
+ * coordinate 0 of the mesh writes. Errors: DT_ERR_INVALID (NULL), DT_ERR_IO (naming the
+ * path), the errors of the gather and of dt_safetensors_save. */
+DT_API dt_status dt_hf_model_save(const dt_hf_model *model, const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DTENSOR_MODELS_H */

@@ -1,0 +1,292 @@
+/*
+ * config.json and model.safetensors.index.json of a Hugging Face model directory, read with
+ * cJSON: the fields the two architectures use, each checked, with a message naming the file
+ * and the field.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core_impl.h"
+#include "models/models_impl.h"
+
+#ifdef DT_HAVE_CJSON
+#include <cjson/cJSON.h>
+#endif
+
+dt_status dt__hf_read_text(const char *path, char **out) {
+  *out = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return dt__error(DT_ERR_IO, "dt_hf_model_load: cannot open %s: %s", path, strerror(errno));
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len + 4096 + 1 > cap) {
+      size_t ncap = cap ? cap * 2 : 65536;
+      if (ncap > ((size_t)64 << 20)) {
+        dt__free(buf);
+        fclose(f);
+        return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s is larger than 64 MiB", path);
+      }
+      char *nb = dt__alloc(ncap);
+      if (!nb) {
+        dt__free(buf);
+        fclose(f);
+        return dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory reading %s", path);
+      }
+      if (len) memcpy(nb, buf, len);
+      dt__free(buf);
+      buf = nb;
+      cap = ncap;
+    }
+    size_t n = fread(buf + len, 1, cap - len - 1, f);
+    len += n;
+    if (n == 0) break;
+  }
+  bool bad = ferror(f) != 0;
+  fclose(f);
+  if (bad) {
+    dt__free(buf);
+    return dt__error(DT_ERR_IO, "dt_hf_model_load: cannot read %s", path);
+  }
+  buf[len] = '\0';
+  *out = buf;
+  return DT_OK;
+}
+
+#ifdef DT_HAVE_CJSON
+
+/* An integer field: required (def < -1 means required), else def when absent or null. */
+static dt_status get_int(const cJSON *root, const char *key, int64_t def, int64_t min,
+                         const char *path, int64_t *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (!v || cJSON_IsNull(v)) {
+    if (def < -1)
+      return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s lacks the field \"%s\"", path, key);
+    *out = def;
+    return DT_OK;
+  }
+  double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+  if (!(d >= (double)min && d <= 4.0e15) || d != floor(d))
+    return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s: \"%s\" must be an integer >= %lld",
+                     path, key, (long long)min);
+  *out = (int64_t)d;
+  return DT_OK;
+}
+
+static dt_status get_double(const cJSON *root, const char *key, double def, const char *path,
+                            double *out) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (!v || cJSON_IsNull(v)) {
+    if (isnan(def))
+      return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s lacks the field \"%s\"", path, key);
+    *out = def;
+    return DT_OK;
+  }
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+    return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s: \"%s\" must be a number", path, key);
+  *out = v->valuedouble;
+  return DT_OK;
+}
+
+static bool get_bool(const cJSON *root, const char *key, bool def) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  if (cJSON_IsBool(v)) return cJSON_IsTrue(v);
+  return def;
+}
+
+static const char *get_string(const cJSON *root, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* rope_parameters (transformers 5) or rope_scaling + rope_theta (earlier). */
+static dt_status parse_rope(const cJSON *root, const char *path, dt_hf_config *cfg) {
+  const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+  const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+  dt_status st = get_double(root, "rope_theta", 10000.0, path, &cfg->rope_theta);
+  if (!st && cJSON_IsObject(rp))
+    st = get_double(rp, "rope_theta", cfg->rope_theta, path, &cfg->rope_theta);
+  const cJSON *scaling = cJSON_IsObject(rp) ? rp : cJSON_IsObject(rs) ? rs : NULL;
+  if (st || !scaling) return st;
+  const char *type = get_string(scaling, "rope_type");
+  if (!type) type = get_string(scaling, "type");
+  if (!type || !strcmp(type, "default")) return DT_OK;
+  if (strcmp(type, "llama3") != 0)
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_hf_model_load: %s: rope_type \"%s\" is not supported (default, llama3)",
+                     path, type);
+  st = get_double(scaling, "factor", NAN, path, &cfg->rope_factor);
+  if (!st) st = get_double(scaling, "low_freq_factor", NAN, path, &cfg->rope_low_freq_factor);
+  if (!st) st = get_double(scaling, "high_freq_factor", NAN, path, &cfg->rope_high_freq_factor);
+  if (!st)
+    st = get_int(scaling, "original_max_position_embeddings", -2, 1, path,
+                 &cfg->rope_original_max_positions);
+  if (!st &&
+      (!(cfg->rope_factor > 0) || !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor) ||
+       !(cfg->rope_low_freq_factor > 0)))
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: llama3 rope_scaling needs factor > 0 and "
+                     "high_freq_factor > low_freq_factor > 0 (got %g, %g, %g)",
+                     path, cfg->rope_factor, cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
+  return st;
+}
+
+static dt_status parse_llama(const cJSON *root, const char *path, dt_hf_config *cfg) {
+  const char *act = get_string(root, "hidden_act");
+  if (act && strcmp(act, "silu") != 0)
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_hf_model_load: %s: hidden_act \"%s\" is not supported (silu)", path, act);
+  dt_status st = get_int(root, "vocab_size", -2, 1, path, &cfg->vocab_size);
+  if (!st) st = get_int(root, "hidden_size", -2, 1, path, &cfg->hidden_size);
+  if (!st) st = get_int(root, "intermediate_size", -2, 1, path, &cfg->intermediate_size);
+  if (!st) st = get_int(root, "num_hidden_layers", -2, 1, path, &cfg->num_layers);
+  if (!st) st = get_int(root, "num_attention_heads", -2, 1, path, &cfg->num_heads);
+  if (!st) st = get_int(root, "num_key_value_heads", cfg->num_heads, 1, path, &cfg->num_kv_heads);
+  if (!st && cfg->hidden_size % cfg->num_heads != 0 &&
+      !cJSON_GetObjectItemCaseSensitive(root, "head_dim"))
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: hidden_size %lld is not a multiple of "
+                     "num_attention_heads %lld and head_dim is absent",
+                     path, (long long)cfg->hidden_size, (long long)cfg->num_heads);
+  if (!st)
+    st = get_int(root, "head_dim", cfg->hidden_size / cfg->num_heads, 1, path, &cfg->head_dim);
+  if (!st) st = get_int(root, "max_position_embeddings", 2048, 1, path, &cfg->max_positions);
+  if (!st) st = get_double(root, "rms_norm_eps", 1e-6, path, &cfg->norm_eps);
+  if (!st) st = parse_rope(root, path, cfg);
+  if (st) return st;
+  if (cfg->num_heads % cfg->num_kv_heads != 0)
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: num_attention_heads %lld is not a multiple of "
+                     "num_key_value_heads %lld",
+                     path, (long long)cfg->num_heads, (long long)cfg->num_kv_heads);
+  if (cfg->head_dim % 2 != 0)
+    return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s: head_dim %lld must be even (rotary)",
+                     path, (long long)cfg->head_dim);
+  cfg->tie_word_embeddings = get_bool(root, "tie_word_embeddings", false);
+  cfg->attention_bias = get_bool(root, "attention_bias", false);
+  cfg->mlp_bias = get_bool(root, "mlp_bias", false);
+  return DT_OK;
+}
+
+static dt_status parse_gpt2(const cJSON *root, const char *path, dt_hf_config *cfg) {
+  const char *act = get_string(root, "activation_function");
+  if (act && strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0)
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_hf_model_load: %s: activation_function \"%s\" is not supported "
+                     "(gelu_new, gelu_pytorch_tanh)",
+                     path, act);
+  if (get_bool(root, "scale_attn_by_inverse_layer_idx", false) ||
+      !get_bool(root, "scale_attn_weights", true))
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_hf_model_load: %s: scale_attn_by_inverse_layer_idx or "
+                     "scale_attn_weights=false is not supported",
+                     path);
+  dt_status st = get_int(root, "vocab_size", -2, 1, path, &cfg->vocab_size);
+  if (!st) st = get_int(root, "n_embd", -2, 1, path, &cfg->hidden_size);
+  if (!st) st = get_int(root, "n_layer", -2, 1, path, &cfg->num_layers);
+  if (!st) st = get_int(root, "n_head", -2, 1, path, &cfg->num_heads);
+  if (!st) st = get_int(root, "n_inner", -1, 1, path, &cfg->intermediate_size);
+  if (!st) st = get_int(root, "n_positions", -2, 1, path, &cfg->max_positions);
+  if (!st) st = get_double(root, "layer_norm_epsilon", 1e-5, path, &cfg->norm_eps);
+  if (st) return st;
+  if (cfg->intermediate_size < 0) cfg->intermediate_size = 4 * cfg->hidden_size;
+  if (cfg->hidden_size % cfg->num_heads != 0)
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: n_embd %lld is not a multiple of n_head %lld", path,
+                     (long long)cfg->hidden_size, (long long)cfg->num_heads);
+  cfg->num_kv_heads = cfg->num_heads;
+  cfg->head_dim = cfg->hidden_size / cfg->num_heads;
+  cfg->tie_word_embeddings = get_bool(root, "tie_word_embeddings", true);
+  cfg->attention_bias = true;
+  cfg->mlp_bias = true;
+  return DT_OK;
+}
+
+dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cJSON *root = cJSON_Parse(text);
+  if (!cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s is not a JSON object", path);
+  }
+  const char *arch = NULL;
+  const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+  if (cJSON_IsArray(archs) && cJSON_GetArraySize(archs) > 0 &&
+      cJSON_IsString(cJSON_GetArrayItem(archs, 0)))
+    arch = cJSON_GetArrayItem(archs, 0)->valuestring;
+  const char *type = get_string(root, "model_type");
+  dt_status st;
+  if ((arch && !strcmp(arch, "LlamaForCausalLM")) || (!arch && type && !strcmp(type, "llama"))) {
+    cfg->arch = DT_HF_LLAMA;
+    st = parse_llama(root, path, cfg);
+  } else if ((arch && !strcmp(arch, "GPT2LMHeadModel")) ||
+             (!arch && type && !strcmp(type, "gpt2"))) {
+    cfg->arch = DT_HF_GPT2;
+    st = parse_gpt2(root, path, cfg);
+  } else {
+    st = dt__error(DT_ERR_UNSUPPORTED,
+                   "dt_hf_model_load: %s: architecture \"%s\" (model_type \"%s\") is not "
+                   "supported (LlamaForCausalLM, GPT2LMHeadModel)",
+                   path, arch ? arch : "?", type ? type : "?");
+  }
+  if (!st) st = get_int(root, "bos_token_id", -1, 0, path, &cfg->bos_token_id);
+  if (!st) {
+    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+    if (cJSON_IsArray(eos) && cJSON_GetArraySize(eos) > 0) {
+      const cJSON *first = cJSON_GetArrayItem(eos, 0);
+      cfg->eos_token_id = cJSON_IsNumber(first) ? (int64_t)first->valuedouble : -1;
+    } else {
+      st = get_int(root, "eos_token_id", -1, 0, path, &cfg->eos_token_id);
+    }
+  }
+  cJSON_Delete(root);
+  return st;
+}
+
+dt_status dt__hf_index_parse(const char *text, const char *path,
+                             dt_status (*fn)(const char *tensor, const char *file, void *user),
+                             void *user) {
+  cJSON *root = cJSON_Parse(text);
+  const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+  if (!cJSON_IsObject(map)) {
+    cJSON_Delete(root);
+    return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s has no \"weight_map\" object", path);
+  }
+  dt_status st = DT_OK;
+  const cJSON *item = NULL;
+  cJSON_ArrayForEach(item, map) {
+    if (!cJSON_IsString(item) || strchr(item->valuestring, '/') || !item->valuestring[0]) {
+      st = dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: the file of tensor \"%s\" must be a file name in "
+                     "the model directory",
+                     path, item->string);
+      break;
+    }
+    st = fn(item->string, item->valuestring, user);
+    if (st) break;
+  }
+  cJSON_Delete(root);
+  return st;
+}
+
+#else
+
+dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *cfg) {
+  (void)text;
+  memset(cfg, 0, sizeof *cfg);
+  return dt__error(DT_ERR_UNSUPPORTED,
+                   "dt_hf_model_load: cannot read %s: libdtensor was built without cJSON", path);
+}
+
+dt_status dt__hf_index_parse(const char *text, const char *path,
+                             dt_status (*fn)(const char *tensor, const char *file, void *user),
+                             void *user) {
+  (void)text, (void)fn, (void)user;
+  return dt__error(DT_ERR_UNSUPPORTED,
+                   "dt_hf_model_load: cannot read %s: libdtensor was built without cJSON", path);
+}
+
+#endif

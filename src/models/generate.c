@@ -1,0 +1,266 @@
+/*
+ * Generation with a KV cache (greedy and sampled: temperature, top-k, top-p, draws from
+ * Philox so that every rank picks the same token), and saving a model back in Hugging Face's
+ * layout.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "core/core_impl.h"
+#include "dtensor/autograd.h"
+#include "dtensor/checkpoint.h"
+#include "dtensor/ops.h"
+#include "models/models_impl.h"
+
+dt_status dt_hf_kv_cache_create(const dt_hf_model *m, dt_hf_kv_cache **out) {
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_hf_kv_cache_create: out is NULL");
+  *out = NULL;
+  if (!m) return dt__error(DT_ERR_INVALID, "dt_hf_kv_cache_create: model is NULL");
+  dt_hf_kv_cache *c = dt__calloc(sizeof *c);
+  if (c) c->k = dt__calloc(sizeof(dt_tensor *) * (size_t)m->cfg.num_layers);
+  if (c) c->v = dt__calloc(sizeof(dt_tensor *) * (size_t)m->cfg.num_layers);
+  if (!c || !c->k || !c->v) {
+    dt_hf_kv_cache_destroy(c);
+    return dt__error(DT_ERR_NOMEM, "dt_hf_kv_cache_create: out of memory");
+  }
+  c->n_layers = (int)m->cfg.num_layers;
+  *out = c;
+  return DT_OK;
+}
+
+void dt_hf_kv_cache_destroy(dt_hf_kv_cache *c) {
+  if (!c) return;
+  for (int i = 0; i < c->n_layers; i++) {
+    if (c->k) dt_tensor_release(c->k[i]);
+    if (c->v) dt_tensor_release(c->v[i]);
+  }
+  dt__free(c->k);
+  dt__free(c->v);
+  dt__free(c);
+}
+
+int64_t dt_hf_kv_cache_length(const dt_hf_kv_cache *c) { return c ? c->length : 0; }
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The last position's logits of a [1, T, V] result as doubles (gathered on every rank). */
+static dt_status last_logits(dt_tensor *logits, int64_t V, double *row) {
+  const int64_t *shape =
+      dt_tensor_is_distributed(logits) ? dt_dist_global_shape(logits) : dt_tensor_shape(logits);
+  dt_tensor *last = NULL, *full = NULL;
+  dt_status st = dt_narrow(logits, 1, shape[1] - 1, 1, &last);
+  if (!st && dt_tensor_is_distributed(last)) st = dt_dist_full_tensor(last, &full);
+  if (!st && !full) full = dt_tensor_retain(last);
+  dt_tensor *c = NULL;
+  if (!st) st = dt_contiguous(full, &c);
+  if (!st) st = dt_tensor_to_doubles(c, row, V);
+  dt_tensor_release(last);
+  dt_tensor_release(full);
+  dt_tensor_release(c);
+  return st;
+}
+
+/* A uniform draw in [0, 1) from Philox, a function of (seed, step) only. */
+static dt_status draw(uint64_t seed, int64_t step, double *u) {
+  dt_tensor *r = NULL;
+  dt_status st = dt_rand(1, (int64_t[]){1}, DT_F64, dt__hash_mix(seed, (uint64_t)step), &r);
+  if (!st) st = dt_tensor_to_doubles(r, u, 1);
+  dt_tensor_release(r);
+  return st;
+}
+
+typedef struct scored {
+  double logit;
+  int64_t id;
+} scored;
+
+static int by_logit_desc(const void *a, const void *b) {
+  const scored *x = a, *y = b;
+  if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* The next token from one row of logits (transformers' order: temperature, top-k, top-p). */
+static dt_status pick(const dt_hf_sampling *s, double *row, int64_t V, int64_t step, scored *work,
+                      int64_t *token) {
+  if (!s || s->temperature <= 0) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < V; i++)
+      if (row[i] > row[best]) best = i;
+    *token = best;
+    return DT_OK;
+  }
+  for (int64_t i = 0; i < V; i++) work[i] = (scored){row[i] / s->temperature, i};
+  qsort(work, (size_t)V, sizeof *work, by_logit_desc);
+  int64_t keep = s->top_k > 0 && s->top_k < V ? s->top_k : V;
+  double total = 0;
+  for (int64_t i = 0; i < keep; i++) total += exp(work[i].logit - work[0].logit);
+  if (s->top_p > 0 && s->top_p < 1) {
+    double cum = 0;
+    int64_t n = 0;
+    while (n < keep) {
+      cum += exp(work[n].logit - work[0].logit) / total;
+      n++;
+      if (cum >= s->top_p) break;
+    }
+    keep = n;
+    total = 0;
+    for (int64_t i = 0; i < keep; i++) total += exp(work[i].logit - work[0].logit);
+  }
+  double u = 0;
+  dt_status st = draw(s->seed, step, &u);
+  if (st) return st;
+  double target = u * total, cum = 0;
+  *token = work[keep - 1].id;
+  for (int64_t i = 0; i < keep; i++) {
+    cum += exp(work[i].logit - work[0].logit);
+    if (cum > target) {
+      *token = work[i].id;
+      break;
+    }
+  }
+  return DT_OK;
+}
+
+static dt_status check_generate(const dt_hf_model *m, const int64_t *prompt, int64_t n_prompt,
+                                int64_t max_new, const dt_hf_sampling *s, const int64_t *out,
+                                const int64_t *n_out) {
+  const char *fn = "dt_hf_generate";
+  if (!m || !prompt || !out || !n_out)
+    return dt__error(DT_ERR_INVALID, "%s: model, prompt, out and n_out must not be NULL", fn);
+  if (n_prompt < 1 || max_new < 0)
+    return dt__error(DT_ERR_INVALID, "%s: n_prompt %lld must be >= 1 and max_new %lld >= 0", fn,
+                     (long long)n_prompt, (long long)max_new);
+  if (n_prompt + max_new > m->cfg.max_positions)
+    return dt__error(DT_ERR_INVALID, "%s: %lld prompt + %lld new tokens exceed max_positions %lld",
+                     fn, (long long)n_prompt, (long long)max_new, (long long)m->cfg.max_positions);
+  for (int64_t i = 0; i < n_prompt; i++)
+    if (prompt[i] < 0 || prompt[i] >= m->cfg.vocab_size)
+      return dt__error(DT_ERR_INVALID, "%s: prompt[%lld] = %lld is outside [0, %lld)", fn,
+                       (long long)i, (long long)prompt[i], (long long)m->cfg.vocab_size);
+  if (s && (!(s->temperature >= 0) || !isfinite(s->temperature) || s->top_k < 0 ||
+            !(s->top_p >= 0 && s->top_p <= 1)))
+    return dt__error(DT_ERR_INVALID,
+                     "%s: sampling needs temperature >= 0, top_k >= 0, top_p in [0, 1] (got %g, "
+                     "%lld, %g)",
+                     fn, s->temperature, (long long)s->top_k, s->top_p);
+  return DT_OK;
+}
+
+dt_status dt_hf_generate(dt_hf_model *m, const int64_t *prompt, int64_t n_prompt, int64_t max_new,
+                         const dt_hf_sampling *s, int64_t *out, int64_t *n_out, double *prefill_s,
+                         double *decode_s) {
+  dt_status st = check_generate(m, prompt, n_prompt, max_new, s, out, n_out);
+  if (st) return st;
+  int64_t V = m->cfg.vocab_size;
+  int64_t stop = -1;
+  if (s && s->use_eos)
+    stop = m->cfg.eos_token_id;
+  else if (s && s->stop_token > 0)
+    stop = s->stop_token;
+  double *row = dt__alloc(sizeof(double) * (size_t)V);
+  scored *work = dt__alloc(sizeof(scored) * (size_t)V);
+  dt_hf_kv_cache *cache = NULL;
+  if (!row || !work) st = dt__error(DT_ERR_NOMEM, "dt_hf_generate: out of memory");
+  if (!st) st = dt_hf_kv_cache_create(m, &cache);
+  memcpy(out, prompt, sizeof(int64_t) * (size_t)n_prompt);
+  int64_t n = n_prompt;
+  double t0 = now_s(), t1 = t0;
+  bool prev = dt_grad_mode_set(false);
+  for (int64_t step = 0; step < max_new && !st; step++) {
+    const int64_t *feed = step == 0 ? prompt : out + n - 1;
+    int64_t len = step == 0 ? n_prompt : 1;
+    dt_tensor *ids = NULL, *logits = NULL;
+    st = dt_from_data(feed, 2, (int64_t[]){1, len}, DT_I64, &ids);
+    if (!st) st = dt_hf_model_forward(m, ids, cache, &logits);
+    if (!st) st = last_logits(logits, V, row);
+    dt_tensor_release(ids);
+    dt_tensor_release(logits);
+    int64_t token = 0;
+    if (!st) st = pick(s, row, V, step, work, &token);
+    if (st) break;
+    out[n++] = token;
+    if (step == 0) t1 = now_s();
+    if (token == stop) break;
+  }
+  dt_grad_mode_set(prev);
+  double t2 = now_s();
+  if (prefill_s) *prefill_s = (max_new > 0 ? t1 : t2) - t0;
+  if (decode_s) *decode_s = max_new > 0 ? t2 - t1 : 0;
+  *n_out = n;
+  dt_hf_kv_cache_destroy(cache);
+  dt__free(row);
+  dt__free(work);
+  return st;
+}
+
+/* Parameter i gathered whole (collective), GPT-2's c_attn parts joined. */
+static dt_status gathered(const dt_hf_model *m, int i, dt_tensor **out) {
+  const hf_param *p = &m->params[i];
+  int nparts = p->part == 0 ? 3 : 1;
+  dt_tensor *parts[3] = {NULL, NULL, NULL};
+  dt_status st = DT_OK;
+  for (int k = 0; k < nparts && !st; k++) {
+    dt_tensor *t = m->params[i + k].t;
+    if (dt_tensor_is_distributed(t))
+      st = dt_dist_full_tensor(t, &parts[k]);
+    else
+      st = dt_detach(t, &parts[k]);
+  }
+  if (!st && nparts == 1) *out = dt_tensor_retain(parts[0]);
+  if (!st && nparts == 3) st = dt_cat(3, parts, p->ndim - 1, out);
+  for (int k = 0; k < 3; k++) dt_tensor_release(parts[k]);
+  return st;
+}
+
+dt_status dt_hf_model_save(const dt_hf_model *m, const char *dir) {
+  if (!m || !dir)
+    return dt__error(DT_ERR_INVALID, "dt_hf_model_save: %s is NULL", m ? "dir" : "model");
+  if (strlen(dir) > 3000) return dt__error(DT_ERR_INVALID, "dt_hf_model_save: dir is too long");
+  bool writer = true;
+  if (m->mesh)
+    for (int d = 0; d < dt_mesh_ndim(m->mesh); d++) writer &= dt_mesh_coordinate(m->mesh, d) == 0;
+  int n = 0;
+  const char **names = dt__calloc(sizeof(char *) * (size_t)m->n_params);
+  dt_tensor **tensors = dt__calloc(sizeof(dt_tensor *) * (size_t)m->n_params);
+  dt_status st =
+      names && tensors ? DT_OK : dt__error(DT_ERR_NOMEM, "dt_hf_model_save: out of memory");
+  bool prev = dt_grad_mode_set(false);
+  for (int i = 0; i < m->n_params && !st; i++) {
+    if (m->params[i].part > 0) continue;
+    st = gathered(m, i, &tensors[n]);
+    names[n++] = m->params[i].file_name;
+  }
+  dt_grad_mode_set(prev);
+  if (!st && writer) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+      st = dt__error(DT_ERR_IO, "dt_hf_model_save: cannot create %s: %s", dir, strerror(errno));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = st ? NULL : fopen(path, "wb");
+    if (!st && !f)
+      st = dt__error(DT_ERR_IO, "dt_hf_model_save: cannot write %s: %s", path, strerror(errno));
+    if (f) {
+      size_t len = strlen(m->config_text);
+      bool ok = fwrite(m->config_text, 1, len, f) == len;
+      ok = (fclose(f) == 0) && ok;
+      if (!ok) st = dt__error(DT_ERR_IO, "dt_hf_model_save: cannot write %s", path);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    const char *keys[1] = {"format"}, *values[1] = {"pt"};
+    if (!st) st = dt_safetensors_save(path, n, names, tensors, 1, keys, values);
+  }
+  for (int i = 0; i < n; i++) dt_tensor_release(tensors[i]);
+  dt__free(names);
+  dt__free(tensors);
+  return st;
+}

@@ -1,0 +1,347 @@
+/*
+ * dt_hf_model_load: config.json, the checkpoint's files (one, or those the index names), each
+ * parameter read as this rank's block with the plan's placements and checked against the
+ * config; the model's accessors and destruction.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core_impl.h"
+#include "distributed/dist_impl.h"
+#include "dtensor/checkpoint.h"
+#include "dtensor/autograd.h"
+#include "dtensor/ops.h"
+#include "models/models_impl.h"
+
+#define MAX_FILES 256
+
+/* The checkpoint's files: the index's map (tensor -> file name) and the files opened so far. */
+typedef struct file_set {
+  const char *dir;
+  int n_map;
+  int cap_map;
+  char **map_tensor;
+  char **map_file;
+  int n_open;
+  char *open_name[MAX_FILES];
+  dt_safetensors *open_file[MAX_FILES];
+} file_set;
+
+static char *copy_string(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *c = dt__alloc(n);
+  if (c) memcpy(c, s, n);
+  return c;
+}
+
+static dt_status add_mapping(const char *tensor, const char *file, void *user) {
+  file_set *fs = user;
+  if (fs->n_map == fs->cap_map) {
+    void *arrays[2] = {&fs->map_tensor, &fs->map_file};
+    size_t sizes[2] = {sizeof(char *), sizeof(char *)};
+    if (!dt__reserve_arrays(fs->n_map, &fs->cap_map, 64, 2, arrays, sizes))
+      return dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory");
+  }
+  fs->map_tensor[fs->n_map] = copy_string(tensor);
+  fs->map_file[fs->n_map] = copy_string(file);
+  fs->n_map++;
+  if (!fs->map_tensor[fs->n_map - 1] || !fs->map_file[fs->n_map - 1])
+    return dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory");
+  return DT_OK;
+}
+
+static void file_set_clear(file_set *fs) {
+  for (int i = 0; i < fs->n_map; i++) {
+    dt__free(fs->map_tensor[i]);
+    dt__free(fs->map_file[i]);
+  }
+  dt__free(fs->map_tensor);
+  dt__free(fs->map_file);
+  for (int i = 0; i < fs->n_open; i++) {
+    dt__free(fs->open_name[i]);
+    dt_safetensors_destroy(fs->open_file[i]);
+  }
+}
+
+/* The open file holding `tensor` (and its name, for messages). */
+static dt_status file_of(file_set *fs, const char *tensor, dt_safetensors **out,
+                         const char **file_name) {
+  const char *name = "model.safetensors";
+  if (fs->cap_map > 0) {
+    name = NULL;
+    for (int i = 0; i < fs->n_map && !name; i++)
+      if (!strcmp(fs->map_tensor[i], tensor)) name = fs->map_file[i];
+    if (!name)
+      return dt__error(DT_ERR_INVALID,
+                       "dt_hf_model_load: %s/model.safetensors.index.json names no file for "
+                       "tensor \"%s\"",
+                       fs->dir, tensor);
+  }
+  *file_name = name;
+  for (int i = 0; i < fs->n_open; i++)
+    if (!strcmp(fs->open_name[i], name)) {
+      *out = fs->open_file[i];
+      return DT_OK;
+    }
+  if (fs->n_open == MAX_FILES)
+    return dt__error(DT_ERR_UNSUPPORTED, "dt_hf_model_load: more than %d checkpoint files",
+                     MAX_FILES);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", fs->dir, name);
+  dt_safetensors *f = NULL;
+  dt_status st = dt_safetensors_open(path, &f);
+  if (st) return st;
+  fs->open_name[fs->n_open] = copy_string(name);
+  fs->open_file[fs->n_open] = f;
+  if (!fs->open_name[fs->n_open]) {
+    dt_safetensors_destroy(f);
+    return dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory");
+  }
+  fs->n_open++;
+  *out = f;
+  return DT_OK;
+}
+
+/* GPT-2's c_attn part of a borrowed whole tensor, this rank's block of it, copied. */
+static dt_status load_part(const dt_hf_model *m, dt_safetensors *f, const hf_param *p,
+                           const dt_placement *pl, dt_tensor **out) {
+  dt_tensor *whole = NULL, *part = NULL, *block = NULL, *local = NULL;
+  dt_status st = dt_safetensors_load(f, p->file_name, DT_SAFETENSORS_BORROW, &whole);
+  int last = p->ndim - 1;
+  if (!st) st = dt_narrow(whole, last, p->part * p->shape[last], p->shape[last], &part);
+  if (!st && !m->mesh) st = dt_clone(part, out);
+  if (!st && m->mesh) {
+    int nd = dt_mesh_ndim(m->mesh);
+    int64_t msize[DT_MAX_DIMS], coord[DT_MAX_DIMS], lshape[DT_MAX_DIMS], off[DT_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+      msize[i] = dt_mesh_size(m->mesh, i);
+      coord[i] = dt_mesh_coordinate(m->mesh, i);
+    }
+    dt__local_region(p->ndim, p->shape, nd, msize, coord, pl, lshape, off);
+    block = dt_tensor_retain(part);
+    for (int d = 0; d < p->ndim && !st; d++) {
+      dt_tensor *next = NULL;
+      st = dt_narrow(block, d, off[d], lshape[d], &next);
+      dt_tensor_release(block);
+      block = next;
+    }
+    if (!st) st = dt_clone(block, &local);
+    dt_dist_from_local_options o = {.global_shape = p->shape, .global_ndim = p->ndim};
+    if (!st) st = dt_dist_from_local(m->mesh, local, nd, pl, &o, out);
+  }
+  dt_tensor_release(whole);
+  dt_tensor_release(part);
+  dt_tensor_release(block);
+  dt_tensor_release(local);
+  return st;
+}
+
+static dt_status load_param(dt_hf_model *m, file_set *fs, hf_param *p) {
+  dt_safetensors *f = NULL;
+  const char *fname = NULL;
+  dt_status st = file_of(fs, p->file_name, &f, &fname);
+  if (st) return st;
+  int idx = dt_safetensors_find(f, p->file_name);
+  if (idx < 0)
+    return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s/%s lacks tensor \"%s\"", fs->dir, fname,
+                     p->file_name);
+  dt_safetensors_entry_info e;
+  st = dt_safetensors_entry(f, idx, &e);
+  if (st) return st;
+  int64_t want[2] = {p->shape[0], p->shape[1]};
+  if (p->part >= 0) want[p->ndim - 1] *= 3;
+  bool same = e.ndim == p->ndim;
+  for (int d = 0; d < p->ndim && same; d++) same = e.shape[d] == want[d];
+  if (!same) {
+    char a[96], b[96];
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s/%s: tensor \"%s\" has shape %s, config.json says %s",
+                     fs->dir, fname, p->file_name, dt__format_ints(a, sizeof a, e.ndim, e.shape),
+                     dt__format_ints(b, sizeof b, p->ndim, want));
+  }
+  if (!dt_dtype_is_floating(e.dtype))
+    return dt__error(DT_ERR_DTYPE, "dt_hf_model_load: %s/%s: tensor \"%s\" is %s, not floating",
+                     fs->dir, fname, p->file_name, dt_dtype_name(e.dtype));
+  dt_placement pl[DT_MAX_DIMS];
+  dt__hf_param_placements(m, p, pl);
+  dt_tensor *t = NULL;
+  if (p->part >= 0)
+    st = load_part(m, f, p, pl, &t);
+  else if (m->mesh)
+    st = dt_safetensors_load_distributed(f, p->file_name, m->mesh, dt_mesh_ndim(m->mesh), pl, &t);
+  else
+    st = dt_safetensors_load(f, p->file_name, DT_SAFETENSORS_COPY, &t);
+  if (!st && e.dtype != DT_F32) {
+    dt_tensor *c = NULL;
+    st = dt_to(t, DT_F32, &c);
+    dt_tensor *owned = NULL;
+    if (!st) st = dt_clone(c, &owned);
+    dt_tensor_release(c);
+    dt_tensor_release(t);
+    t = owned;
+  }
+  if (st) {
+    dt_tensor_release(t);
+    return st;
+  }
+  p->t = t;
+  return DT_OK;
+}
+
+static dt_status resolve_plan(dt_hf_model *m, dt_mesh *mesh, const dt_hf_plan *plan) {
+  m->tp_dim = m->fsdp_dim = -1;
+  const char *names[2] = {plan ? plan->tp : NULL, plan ? plan->fsdp : NULL};
+  int *dims[2] = {&m->tp_dim, &m->fsdp_dim};
+  for (int i = 0; i < 2; i++) {
+    if (!names[i]) continue;
+    if (!mesh)
+      return dt__error(DT_ERR_INVALID,
+                       "dt_hf_model_load: plan names mesh dim \"%s\" but mesh is NULL", names[i]);
+    dt_status st = dt_mesh_dim_by_name(mesh, names[i], dims[i]);
+    if (st)
+      return dt__error(DT_ERR_INVALID,
+                       "dt_hf_model_load: the mesh has no dim named \"%s\" (plan.%s)", names[i],
+                       i ? "fsdp" : "tp");
+  }
+  if (m->tp_dim >= 0 && m->tp_dim == m->fsdp_dim)
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: plan.tp and plan.fsdp name the same mesh dim \"%s\"",
+                     names[0]);
+  return DT_OK;
+}
+
+static dt_status read_weights(dt_hf_model *m, const char *dir) {
+  file_set fs;
+  memset(&fs, 0, sizeof fs);
+  fs.dir = dir;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+  dt_status st = DT_OK;
+  FILE *probe = fopen(path, "rb");
+  if (probe) {
+    fclose(probe);
+    char *text = NULL;
+    st = dt__hf_read_text(path, &text);
+    if (!st) st = dt__hf_index_parse(text, path, add_mapping, &fs);
+    if (!st && fs.cap_map == 0) fs.cap_map = 1; /* an empty map still means "use the index" */
+    dt__free(text);
+  }
+  for (int i = 0; i < m->n_params && !st; i++) st = load_param(m, &fs, &m->params[i]);
+  file_set_clear(&fs);
+  return st;
+}
+
+dt_status dt_hf_model_load(const char *dir, dt_mesh *mesh, const dt_hf_plan *plan,
+                           dt_hf_model **out) {
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_hf_model_load: out is NULL");
+  *out = NULL;
+  if (!dir) return dt__error(DT_ERR_INVALID, "dt_hf_model_load: dir is NULL");
+  if (strlen(dir) > 3000) return dt__error(DT_ERR_INVALID, "dt_hf_model_load: dir is too long");
+  dt_hf_model *m = dt__calloc(sizeof *m);
+  if (!m) return dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory");
+  m->mesh = mesh;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  dt_status st = resolve_plan(m, mesh, plan);
+  if (!st) st = dt__hf_read_text(path, &m->config_text);
+  if (!st) st = dt__hf_config_parse(m->config_text, path, &m->cfg);
+  if (!st) st = dt__hf_params_build(m);
+  if (!st) st = read_weights(m, dir);
+  if (!st && m->cfg.arch == DT_HF_LLAMA) st = dt__hf_rope_tables(m);
+  if (st) {
+    dt_hf_model_destroy(m);
+    return st;
+  }
+  *out = m;
+  return DT_OK;
+}
+
+void dt_hf_model_destroy(dt_hf_model *m) {
+  if (!m) return;
+  for (int i = 0; i < m->n_params; i++) dt_tensor_release(m->params[i].t);
+  dt__free(m->params);
+  dt__free(m->layer_index);
+  dt__free(m->config_text);
+  dt_tensor_release(m->rope_cos);
+  dt_tensor_release(m->rope_sin);
+  dt__free(m);
+}
+
+const dt_hf_config *dt_hf_model_config(const dt_hf_model *m) { return m ? &m->cfg : NULL; }
+
+dt_mesh *dt_hf_model_mesh(const dt_hf_model *m) { return m ? m->mesh : NULL; }
+
+int dt_hf_model_param_count(const dt_hf_model *m) { return m ? m->n_params : 0; }
+
+dt_tensor *dt_hf_model_param(const dt_hf_model *m, int i, const char **name) {
+  if (!m || i < 0 || i >= m->n_params) return NULL;
+  if (name) *name = m->params[i].name;
+  return m->params[i].t;
+}
+
+dt_status dt_hf_model_set_trainable(dt_hf_model *m, bool trainable) {
+  if (!m) return dt__error(DT_ERR_INVALID, "dt_hf_model_set_trainable: model is NULL");
+  for (int i = 0; i < m->n_params; i++) {
+    dt_status st = dt_tensor_set_requires_grad(m->params[i].t, trainable);
+    if (st) return st;
+  }
+  return DT_OK;
+}
+
+/* Llama's rotary tables as transformers computes them in float32: inv_freq = 1 / theta^(2i/d)
+ * (llama3 scaling applied to it), the angle pos * inv_freq, and cos/sin of [angle, angle]. */
+dt_status dt__hf_rope_tables(dt_hf_model *m) {
+  const dt_hf_config *c = &m->cfg;
+  int64_t P = c->max_positions, hd = c->head_dim, half = hd / 2;
+  float *cosv = dt__alloc(sizeof(float) * (size_t)(P * hd));
+  float *sinv = dt__alloc(sizeof(float) * (size_t)(P * hd));
+  float *inv = dt__alloc(sizeof(float) * (size_t)half);
+  if (!cosv || !sinv || !inv) {
+    dt__free(cosv), dt__free(sinv), dt__free(inv);
+    return dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory (rotary tables)");
+  }
+  for (int64_t i = 0; i < half; i++) {
+    float e = (float)(2 * i) / (float)hd;
+    inv[i] = 1.0f / powf((float)c->rope_theta, e);
+    if (c->rope_factor > 0) {
+      double old = (double)c->rope_original_max_positions;
+      double low_wl = old / c->rope_low_freq_factor, high_wl = old / c->rope_high_freq_factor;
+      double wl = 2.0 * 3.14159265358979323846 / inv[i];
+      double f = inv[i];
+      if (wl > low_wl) {
+        f = f / c->rope_factor;
+      } else if (!(wl < high_wl)) {
+        double s = (old / wl - c->rope_low_freq_factor) /
+                   (c->rope_high_freq_factor - c->rope_low_freq_factor);
+        f = (1 - s) * f / c->rope_factor + s * f;
+      }
+      inv[i] = (float)f;
+    }
+  }
+  for (int64_t p = 0; p < P; p++)
+    for (int64_t i = 0; i < half; i++) {
+      float a = (float)p * inv[i];
+      cosv[p * hd + i] = cosv[p * hd + half + i] = (float)cos((double)a);
+      sinv[p * hd + i] = sinv[p * hd + half + i] = (float)sin((double)a);
+    }
+  dt__free(inv);
+  int64_t shape[2] = {P, hd};
+  dt_tensor *tc = NULL, *ts = NULL;
+  dt_status st = dt_from_data(cosv, 2, shape, DT_F32, &tc);
+  if (!st) st = dt_from_data(sinv, 2, shape, DT_F32, &ts);
+  dt__free(cosv), dt__free(sinv);
+  if (!st && m->mesh) {
+    dt_placement pl[DT_MAX_DIMS];
+    int nd = dt_mesh_ndim(m->mesh);
+    for (int i = 0; i < nd; i++) pl[i] = dt_replicate();
+    st = dt_dist_distribute_tensor(m->mesh, tc, nd, pl, &m->rope_cos);
+    if (!st) st = dt_dist_distribute_tensor(m->mesh, ts, nd, pl, &m->rope_sin);
+    dt_tensor_release(tc), dt_tensor_release(ts);
+  } else if (!st) {
+    m->rope_cos = tc, m->rope_sin = ts;
+  } else {
+    dt_tensor_release(tc), dt_tensor_release(ts);
+  }
+  return st;
+}

@@ -1,0 +1,87 @@
+/* Private parts of the models layer (src/models/): the model, its parameter table, the KV
+ * cache, and the helpers the files share. */
+#ifndef DT_MODELS_IMPL_H
+#define DT_MODELS_IMPL_H
+
+#include "dtensor/dist.h"
+#include "dtensor/models.h"
+
+/* The parameters of one decoder layer, indexes into dt_hf_model.params (-1: absent). */
+enum {
+  L_NORM1_W, /* input_layernorm / ln_1 */
+  L_NORM1_B,
+  L_Q_W, /* Llama: [H*hd, D]; GPT-2 (Conv1D, [in, out]): [D, D] */
+  L_Q_B,
+  L_K_W,
+  L_K_B,
+  L_V_W,
+  L_V_B,
+  L_O_W,
+  L_O_B,
+  L_NORM2_W, /* post_attention_layernorm / ln_2 */
+  L_NORM2_B,
+  L_GATE_W, /* Llama only */
+  L_GATE_B,
+  L_UP_W, /* Llama up_proj [I, D]; GPT-2 c_fc [D, I] */
+  L_UP_B,
+  L_DOWN_W, /* Llama down_proj [D, I]; GPT-2 c_proj [I, D] */
+  L_DOWN_B,
+  L_COUNT
+};
+
+/* Global parameters. */
+enum { G_EMBED, G_POS, G_NORM_W, G_NORM_B, G_HEAD, G_COUNT };
+
+typedef struct hf_param {
+  char name[128];      /* Hugging Face name (with "#q" etc. for GPT-2's c_attn parts) */
+  char file_name[128]; /* the checkpoint tensor it comes from */
+  int ndim;
+  int64_t shape[2];
+  int part;     /* GPT-2 c_attn: 0, 1, 2 = q, k, v (a third of the last dim); -1 whole */
+  int tp_dim;   /* the tensor dim the TP plan shards (colwise, rowwise, vocabulary); -1 none */
+  dt_tensor *t; /* the parameter (owned) */
+} hf_param;
+
+#define HF_MAX_PARAMS 2048
+
+struct dt_hf_model {
+  dt_hf_config cfg;
+  char *config_text; /* config.json as read, written back by save */
+  dt_mesh *mesh;
+  int tp_dim;   /* -1: none */
+  int fsdp_dim; /* -1: none */
+  int n_params;
+  hf_param *params;
+  int *layer_index; /* [num_layers][L_COUNT] */
+  int global_index[G_COUNT];
+  dt_tensor *rope_cos; /* [max_positions, head_dim] (Llama), replicated on the mesh */
+  dt_tensor *rope_sin;
+};
+
+struct dt_hf_kv_cache {
+  int64_t length;
+  int n_layers;
+  dt_tensor **k; /* [n_layers] */
+  dt_tensor **v;
+};
+
+/* config.json -> cfg (config.c). `path` names the file in messages. */
+dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *cfg);
+/* The shard file of each tensor from model.safetensors.index.json: calls fn(tensor, file). */
+dt_status dt__hf_index_parse(const char *text, const char *path,
+                             dt_status (*fn)(const char *tensor, const char *file, void *user),
+                             void *user);
+/* Reads a whole text file (NUL-terminated, owned by the caller: dt_free). */
+dt_status dt__hf_read_text(const char *path, char **out);
+
+/* The parameter table of cfg's architecture (params.c): fills model->params and the indexes. */
+dt_status dt__hf_params_build(dt_hf_model *model);
+/* The placements of parameter p on the model's mesh. */
+void dt__hf_param_placements(const dt_hf_model *model, const hf_param *p, dt_placement *out);
+/* The parameter as the forward uses it: gathered over the FSDP dim (recorded by autograd),
+ * else retained. */
+dt_status dt__hf_param_use(const dt_hf_model *model, int index, dt_tensor **out);
+/* Llama's rotary tables (rope.c). */
+dt_status dt__hf_rope_tables(dt_hf_model *model);
+
+#endif /* DT_MODELS_IMPL_H */

@@ -1,0 +1,174 @@
+/*
+ * The parameter table of the two architectures (Hugging Face names, shapes from config.json,
+ * the tensor-parallel split of each) and the placements the plan gives each parameter.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core_impl.h"
+#include "models/models_impl.h"
+
+typedef struct table_builder {
+  dt_hf_model *m;
+  int capacity;
+} table_builder;
+
+/* Adds parameter `name` (printf-style prefix + suffix) and returns its index, or -1 when the
+ * table is full (an error is set). tp_dim: the tensor dim the TP plan shards (-1: none). */
+static int add(table_builder *b, const char *prefix, const char *suffix, int ndim, int64_t d0,
+               int64_t d1, int tp_dim, int part) {
+  dt_hf_model *m = b->m;
+  if (m->n_params >= b->capacity) {
+    dt__error(DT_ERR_INVALID, "dt_hf_model_load: more than %d parameters", b->capacity);
+    return -1;
+  }
+  hf_param *p = &m->params[m->n_params];
+  memset(p, 0, sizeof *p);
+  snprintf(p->file_name, sizeof p->file_name, "%s%s", prefix, suffix);
+  size_t len = strlen(p->file_name);
+  memcpy(p->name, p->file_name, len + 1);
+  if (part >= 0 && len + 2 < sizeof p->name) {
+    p->name[len] = '#';
+    p->name[len + 1] = "qkv"[part];
+    p->name[len + 2] = '\0';
+  }
+  p->ndim = ndim;
+  p->shape[0] = d0;
+  p->shape[1] = d1;
+  p->part = part;
+  p->tp_dim = tp_dim;
+  return m->n_params++;
+}
+
+static dt_status build_llama(table_builder *b) {
+  dt_hf_model *m = b->m;
+  const dt_hf_config *c = &m->cfg;
+  int64_t D = c->hidden_size, Q = c->num_heads * c->head_dim, KV = c->num_kv_heads * c->head_dim;
+  int64_t I = c->intermediate_size;
+  m->global_index[G_EMBED] = add(b, "model.embed_tokens.weight", "", 2, c->vocab_size, D, 0, -1);
+  for (int64_t l = 0; l < c->num_layers; l++) {
+    char pre[64];
+    snprintf(pre, sizeof pre, "model.layers.%lld.", (long long)l);
+    int *li = m->layer_index + l * L_COUNT;
+    char buf[96];
+#define ADD(slot, name, nd, a0, a1, tpd)                                                           \
+  do {                                                                                             \
+    snprintf(buf, sizeof buf, "%s%s", pre, name);                                                  \
+    li[slot] = add(b, buf, "", nd, a0, a1, tpd, -1);                                               \
+    if (li[slot] < 0) return DT_ERR_INVALID;                                                       \
+  } while (0)
+    ADD(L_NORM1_W, "input_layernorm.weight", 1, D, 0, -1);
+    ADD(L_Q_W, "self_attn.q_proj.weight", 2, Q, D, 0);
+    ADD(L_K_W, "self_attn.k_proj.weight", 2, KV, D, 0);
+    ADD(L_V_W, "self_attn.v_proj.weight", 2, KV, D, 0);
+    ADD(L_O_W, "self_attn.o_proj.weight", 2, D, Q, 1);
+    if (c->attention_bias) {
+      ADD(L_Q_B, "self_attn.q_proj.bias", 1, Q, 0, 0);
+      ADD(L_K_B, "self_attn.k_proj.bias", 1, KV, 0, 0);
+      ADD(L_V_B, "self_attn.v_proj.bias", 1, KV, 0, 0);
+      ADD(L_O_B, "self_attn.o_proj.bias", 1, D, 0, -1);
+    }
+    ADD(L_NORM2_W, "post_attention_layernorm.weight", 1, D, 0, -1);
+    ADD(L_GATE_W, "mlp.gate_proj.weight", 2, I, D, 0);
+    ADD(L_UP_W, "mlp.up_proj.weight", 2, I, D, 0);
+    ADD(L_DOWN_W, "mlp.down_proj.weight", 2, D, I, 1);
+    if (c->mlp_bias) {
+      ADD(L_GATE_B, "mlp.gate_proj.bias", 1, I, 0, 0);
+      ADD(L_UP_B, "mlp.up_proj.bias", 1, I, 0, 0);
+      ADD(L_DOWN_B, "mlp.down_proj.bias", 1, D, 0, -1);
+    }
+  }
+  m->global_index[G_NORM_W] = add(b, "model.norm.weight", "", 1, D, 0, -1, -1);
+  m->global_index[G_HEAD] = c->tie_word_embeddings
+                                ? m->global_index[G_EMBED]
+                                : add(b, "lm_head.weight", "", 2, c->vocab_size, D, 0, -1);
+  return m->global_index[G_HEAD] < 0 || m->global_index[G_NORM_W] < 0 ? DT_ERR_INVALID : DT_OK;
+}
+
+static dt_status build_gpt2(table_builder *b) {
+  dt_hf_model *m = b->m;
+  const dt_hf_config *c = &m->cfg;
+  int64_t D = c->hidden_size, I = c->intermediate_size;
+  m->global_index[G_EMBED] = add(b, "transformer.wte.weight", "", 2, c->vocab_size, D, 0, -1);
+  m->global_index[G_POS] = add(b, "transformer.wpe.weight", "", 2, c->max_positions, D, -1, -1);
+  for (int64_t l = 0; l < c->num_layers; l++) {
+    char pre[64];
+    snprintf(pre, sizeof pre, "transformer.h.%lld.", (long long)l);
+    int *li = m->layer_index + l * L_COUNT;
+    char buf[96];
+#define ADDP(slot, name, nd, a0, a1, tpd, part)                                                    \
+  do {                                                                                             \
+    snprintf(buf, sizeof buf, "%s%s", pre, name);                                                  \
+    li[slot] = add(b, buf, "", nd, a0, a1, tpd, part);                                             \
+    if (li[slot] < 0) return DT_ERR_INVALID;                                                       \
+  } while (0)
+    ADDP(L_NORM1_W, "ln_1.weight", 1, D, 0, -1, -1);
+    ADDP(L_NORM1_B, "ln_1.bias", 1, D, 0, -1, -1);
+    /* Conv1D weights are [in, out]: colwise shards dim 1, rowwise dim 0. */
+    ADDP(L_Q_W, "attn.c_attn.weight", 2, D, D, 1, 0);
+    ADDP(L_K_W, "attn.c_attn.weight", 2, D, D, 1, 1);
+    ADDP(L_V_W, "attn.c_attn.weight", 2, D, D, 1, 2);
+    ADDP(L_Q_B, "attn.c_attn.bias", 1, D, 0, 0, 0);
+    ADDP(L_K_B, "attn.c_attn.bias", 1, D, 0, 0, 1);
+    ADDP(L_V_B, "attn.c_attn.bias", 1, D, 0, 0, 2);
+    ADDP(L_O_W, "attn.c_proj.weight", 2, D, D, 0, -1);
+    ADDP(L_O_B, "attn.c_proj.bias", 1, D, 0, -1, -1);
+    ADDP(L_NORM2_W, "ln_2.weight", 1, D, 0, -1, -1);
+    ADDP(L_NORM2_B, "ln_2.bias", 1, D, 0, -1, -1);
+    ADDP(L_UP_W, "mlp.c_fc.weight", 2, D, I, 1, -1);
+    ADDP(L_UP_B, "mlp.c_fc.bias", 1, I, 0, 0, -1);
+    ADDP(L_DOWN_W, "mlp.c_proj.weight", 2, I, D, 0, -1);
+    ADDP(L_DOWN_B, "mlp.c_proj.bias", 1, D, 0, -1, -1);
+  }
+  m->global_index[G_NORM_W] = add(b, "transformer.ln_f.weight", "", 1, D, 0, -1, -1);
+  m->global_index[G_NORM_B] = add(b, "transformer.ln_f.bias", "", 1, D, 0, -1, -1);
+  m->global_index[G_HEAD] = c->tie_word_embeddings
+                                ? m->global_index[G_EMBED]
+                                : add(b, "lm_head.weight", "", 2, c->vocab_size, D, 0, -1);
+  return m->global_index[G_HEAD] < 0 || m->global_index[G_NORM_B] < 0 ? DT_ERR_INVALID : DT_OK;
+}
+
+dt_status dt__hf_params_build(dt_hf_model *m) {
+  const dt_hf_config *c = &m->cfg;
+  const int64_t per_layer = L_COUNT;
+  if (c->num_layers > (HF_MAX_PARAMS - 8) / per_layer)
+    return dt__error(DT_ERR_UNSUPPORTED, "dt_hf_model_load: %lld layers is more than %lld",
+                     (long long)c->num_layers, (long long)((HF_MAX_PARAMS - 8) / per_layer));
+  int capacity = (int)(c->num_layers * per_layer + 8);
+  m->params = dt__calloc(sizeof *m->params * (size_t)capacity);
+  m->layer_index = dt__alloc(sizeof *m->layer_index * (size_t)(c->num_layers * L_COUNT));
+  if (!m->params || !m->layer_index)
+    return dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory");
+  for (int64_t i = 0; i < c->num_layers * L_COUNT; i++) m->layer_index[i] = -1;
+  for (int i = 0; i < G_COUNT; i++) m->global_index[i] = -1;
+  table_builder b = {m, capacity};
+  return c->arch == DT_HF_LLAMA ? build_llama(&b) : build_gpt2(&b);
+}
+
+void dt__hf_param_placements(const dt_hf_model *m, const hf_param *p, dt_placement *out) {
+  int nd = m->mesh ? dt_mesh_ndim(m->mesh) : 0;
+  for (int i = 0; i < nd; i++) out[i] = dt_replicate();
+  int tp_dim = p->tp_dim;
+  if (m->tp_dim >= 0 && tp_dim >= 0) out[m->tp_dim] = dt_shard(tp_dim);
+  if (m->fsdp_dim >= 0) {
+    int taken = m->tp_dim >= 0 ? tp_dim : -1;
+    for (int d = 0; d < p->ndim; d++)
+      if (d != taken) {
+        out[m->fsdp_dim] = dt_shard(d);
+        break;
+      }
+  }
+}
+
+dt_status dt__hf_param_use(const dt_hf_model *m, int index, dt_tensor **out) {
+  dt_tensor *t = m->params[index].t;
+  if (m->fsdp_dim < 0 || dt_dist_placements(t)[m->fsdp_dim].kind != DT_SHARD) {
+    *out = dt_tensor_retain(t);
+    return DT_OK;
+  }
+  dt_placement pl[DT_MAX_DIMS];
+  int nd = dt_mesh_ndim(m->mesh);
+  memcpy(pl, dt_dist_placements(t), sizeof(dt_placement) * (size_t)nd);
+  pl[m->fsdp_dim] = dt_replicate();
+  return dt_dist_redistribute(t, nd, pl, out);
+}

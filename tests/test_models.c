@@ -1,0 +1,457 @@
+/*
+ * Hugging Face models (src/models/): the tiny Llama and GPT-2 of ../shared/fixtures/hf
+ * (written by transformers) loaded on 1 rank, TP 2 and 4, FSDP 2 and 2x2, checked against the
+ * logits, the greedy generation and the five fine-tuning losses transformers computed.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comm_helpers.h"
+#include "dtensor/dtensor.h"
+#include "models_reference.h"
+
+#define HF DT_FIXTURES_DIR "/hf"
+
+static bool hf_present(void) {
+  FILE *f = fopen(HF "/expected.json", "r");
+  if (f) fclose(f);
+  return f != NULL;
+}
+
+#define SKIP_WITHOUT_FIXTURES()                                                                    \
+  do {                                                                                             \
+    if (!hf_present()) cr_skip_test("the hf fixtures are absent (%s)", HF);                        \
+  } while (0)
+
+/* Tensor `name` of model's io.safetensors. */
+static dt_status io_tensor(const char *model, const char *name, dt_tensor **out) {
+  char path[512];
+  snprintf(path, sizeof path, HF "/%s/io.safetensors", model);
+  dt_safetensors *f = NULL;
+  dt_status st = dt_safetensors_open(path, &f);
+  if (!st) st = dt_safetensors_load(f, name, DT_SAFETENSORS_COPY, out);
+  dt_safetensors_destroy(f);
+  return st;
+}
+
+/* max |a - b| / max |b| over two tensors of the same numel. */
+static dt_status rel_diff(dt_tensor *a, dt_tensor *b, double *rel) {
+  int64_t n = dt_tensor_numel(b);
+  if (dt_tensor_numel(a) != n) return dt__error(DT_ERR_SHAPE, "rel_diff: numel differs");
+  double *x = malloc(sizeof(double) * (size_t)n), *y = malloc(sizeof(double) * (size_t)n);
+  dt_tensor *ca = NULL, *cb = NULL;
+  dt_status st = dt_contiguous(a, &ca);
+  if (!st) st = dt_contiguous(b, &cb);
+  if (!st) st = dt_tensor_to_doubles(ca, x, n);
+  if (!st) st = dt_tensor_to_doubles(cb, y, n);
+  double md = 0, mb = 0;
+  for (int64_t i = 0; i < n && !st; i++) {
+    md = fmax(md, fabs(x[i] - y[i]));
+    mb = fmax(mb, fabs(y[i]));
+  }
+  *rel = md / (mb > 0 ? mb : 1);
+  free(x), free(y);
+  dt_tensor_release(ca), dt_tensor_release(cb);
+  return st;
+}
+
+/* The loaded model's logits of io's input_ids against transformers', on this rank. */
+static dt_status check_logits(dt_hf_model *m, const char *model) {
+  dt_tensor *ids = NULL, *want = NULL, *logits = NULL, *full = NULL;
+  RANK_OK(io_tensor(model, "input_ids", &ids));
+  RANK_OK(io_tensor(model, "logits", &want));
+  RANK_OK(dt_hf_model_forward(m, ids, NULL, &logits));
+  if (dt_tensor_is_distributed(logits)) {
+    RANK_OK(dt_dist_full_tensor(logits, &full));
+  } else {
+    full = dt_tensor_retain(logits);
+  }
+  double rel = 1;
+  RANK_OK(rel_diff(full, want, &rel));
+  RANK_CHECK(rel <= 1e-4, "%s logits differ from transformers' by %.3g of the largest", model, rel);
+  dt_tensor_release(ids), dt_tensor_release(want), dt_tensor_release(logits),
+      dt_tensor_release(full);
+  return DT_OK;
+}
+
+/* Greedy generation of 12 tokens after the 5-token prompt equals transformers', id for id. */
+static dt_status check_greedy(dt_hf_model *m, const char *model) {
+  dt_tensor *prompt = NULL, *want = NULL;
+  RANK_OK(io_tensor(model, "prompt_ids", &prompt));
+  RANK_OK(io_tensor(model, "greedy_ids", &want));
+  int64_t np = dt_tensor_numel(prompt), nw = dt_tensor_numel(want);
+  int64_t p[64], w[64], out[64], n = 0;
+  double d[64];
+  RANK_OK(dt_tensor_to_doubles(prompt, d, np));
+  for (int64_t i = 0; i < np; i++) p[i] = (int64_t)d[i];
+  RANK_OK(dt_tensor_to_doubles(want, d, nw));
+  for (int64_t i = 0; i < nw; i++) w[i] = (int64_t)d[i];
+  RANK_OK(dt_hf_generate(m, p, np, nw - np, NULL, out, &n, NULL, NULL));
+  RANK_CHECK(n == nw, "%s generated %lld ids, transformers %lld", model, (long long)n,
+             (long long)nw);
+  for (int64_t i = 0; i < nw; i++)
+    RANK_CHECK(out[i] == w[i], "%s token %lld: %lld, transformers %lld", model, (long long)i,
+               (long long)out[i], (long long)w[i]);
+  dt_tensor_release(prompt), dt_tensor_release(want);
+  return DT_OK;
+}
+
+/* Five fine-tuning steps (AdamW lr 1e-3, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,
+ * clip_grad_norm 1.0) give transformers' losses. */
+static dt_status check_finetune(dt_hf_model *m, const char *model) {
+  dt_tensor *ids = NULL, *want = NULL;
+  RANK_OK(io_tensor(model, "ft_input_ids", &ids));
+  RANK_OK(io_tensor(model, "ft_losses", &want));
+  double losses[5];
+  RANK_OK(dt_tensor_to_doubles(want, losses, 5));
+  RANK_OK(dt_hf_model_set_trainable(m, true));
+  int n = dt_hf_model_param_count(m);
+  dt_tensor *params[2048];
+  for (int i = 0; i < n; i++) params[i] = dt_hf_model_param(m, i, NULL);
+  dt_optimizer *opt = NULL;
+  dt_adam_options o = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  RANK_OK(dt_optimizer_create_adamw(n, params, &o, &opt));
+  for (int step = 0; step < 5; step++) {
+    dt_tensor *loss = NULL, *full = NULL;
+    RANK_OK(dt_optimizer_zero_grad(opt, true));
+    RANK_OK(dt_hf_model_loss(m, ids, &loss));
+    RANK_OK(dt_backward(loss, NULL));
+    double v = 0;
+    if (dt_tensor_is_distributed(loss)) {
+      RANK_OK(dt_dist_full_tensor(loss, &full));
+    } else {
+      full = dt_tensor_retain(loss);
+    }
+    RANK_OK(dt_tensor_to_doubles(full, &v, 1));
+    RANK_CHECK(fabs(v - losses[step]) <= 1e-4 * fabs(losses[step]),
+               "%s step %d: loss %.7f, transformers %.7f", model, step + 1, v, losses[step]);
+    RANK_OK(dt_clip_grad_norm(n, params, 1.0, NULL, NULL));
+    RANK_OK(dt_optimizer_step(opt));
+    dt_tensor_release(loss), dt_tensor_release(full);
+  }
+  dt_optimizer_destroy(opt);
+  dt_tensor_release(ids), dt_tensor_release(want);
+  return DT_OK;
+}
+
+Test(models, llama_one_rank_logits_generation_finetune) {
+  SKIP_WITHOUT_FIXTURES();
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(HF "/llama_tiny", NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(check_logits(m, "llama_tiny"), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(check_greedy(m, "llama_tiny"), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(check_finetune(m, "llama_tiny"), DT_OK, "%s", dt_last_error());
+  dt_hf_model_destroy(m);
+}
+
+Test(models, gpt2_one_rank_logits_generation_finetune) {
+  SKIP_WITHOUT_FIXTURES();
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(HF "/gpt2_tiny", NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(check_logits(m, "gpt2_tiny"), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(check_greedy(m, "gpt2_tiny"), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(check_finetune(m, "gpt2_tiny"), DT_OK, "%s", dt_last_error());
+  dt_hf_model_destroy(m);
+}
+
+/* One parallel configuration: a mesh of dims (names "dp", "tp"), the plan, the checks. */
+typedef struct par_case {
+  const char *model;
+  int ndim;
+  int shape[2];
+  const char *names[2];
+  dt_hf_plan plan;
+  bool generate;
+  bool finetune;
+} par_case;
+
+static dt_status par_rank(dt_comm *world, void *arg) {
+  const par_case *c = arg;
+  dt_mesh *mesh = NULL;
+  dt_hf_model *m = NULL;
+  char dir[256];
+  snprintf(dir, sizeof dir, HF "/%s", c->model);
+  RANK_OK(dt_mesh_create(world, c->ndim, c->shape, c->names, &mesh));
+  RANK_OK(dt_hf_model_load(dir, mesh, &c->plan, &m));
+  RANK_OK(check_logits(m, c->model));
+  if (c->generate) RANK_OK(check_greedy(m, c->model));
+  if (c->finetune) RANK_OK(check_finetune(m, c->model));
+  dt_hf_model_destroy(m);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+static void run_case(par_case c) {
+  if (!hf_present()) cr_skip_test("the hf fixtures are absent (%s)", HF);
+  int world = c.ndim == 1 ? c.shape[0] : c.shape[0] * c.shape[1];
+  SPAWN_OK(world, par_rank, &c);
+}
+
+#define TP1(n) .ndim = 1, .shape = {n}, .names = {"tp"}, .plan = {.tp = "tp"}
+#define DP1(n) .ndim = 1, .shape = {n}, .names = {"dp"}, .plan = {.fsdp = "dp"}
+#define DP_TP(a, b)                                                                                \
+  .ndim = 2, .shape = {a, b}, .names = {"dp", "tp"}, .plan = {.tp = "tp", .fsdp = "dp"}
+
+Test(models, llama_tp2, .timeout = 120) {
+  run_case((par_case){.model = "llama_tiny", TP1(2), .generate = true, .finetune = true});
+}
+Test(models, llama_tp4, .timeout = 120) {
+  run_case((par_case){.model = "llama_tiny", TP1(4), .generate = true, .finetune = true});
+}
+Test(models, llama_fsdp2, .timeout = 120) {
+  run_case((par_case){.model = "llama_tiny", DP1(2), .generate = true, .finetune = true});
+}
+Test(models, llama_fsdp2_tp2, .timeout = 120) {
+  run_case((par_case){.model = "llama_tiny", DP_TP(2, 2), .generate = true, .finetune = true});
+}
+Test(models, gpt2_tp2, .timeout = 120) {
+  run_case((par_case){.model = "gpt2_tiny", TP1(2), .generate = true, .finetune = true});
+}
+Test(models, gpt2_tp4, .timeout = 120) {
+  run_case((par_case){.model = "gpt2_tiny", TP1(4), .generate = true, .finetune = true});
+}
+Test(models, gpt2_fsdp2, .timeout = 120) {
+  run_case((par_case){.model = "gpt2_tiny", DP1(2), .generate = true, .finetune = true});
+}
+Test(models, gpt2_fsdp2_tp2, .timeout = 120) {
+  run_case((par_case){.model = "gpt2_tiny", DP_TP(2, 2), .generate = true, .finetune = true});
+}
+
+/* ---- Models written by the library at odd sizes, against the naive loops ------------------ */
+
+typedef struct own_case {
+  const ref_cfg *cfg;
+  char dir[200];
+  ref_weights w;
+  int ndim;
+  int shape[2];
+  const char *names[2];
+  dt_hf_plan plan;
+  char save_dir[200]; /* when set: save there (every rank calls) */
+} own_case;
+
+#define OWN_B 3
+#define OWN_T 11
+
+static void own_ids(const ref_cfg *c, int64_t *ids) {
+  for (int i = 0; i < OWN_B * OWN_T; i++) ids[i] = (i * 7 + 3) % c->V;
+}
+
+/* The model's logits of own_ids against ref_forward, row by row, and greedy generation against
+ * argmax of the naive forward over the whole sequence at every step. */
+static dt_status own_check(dt_hf_model *m, const own_case *oc) {
+  const ref_cfg *c = oc->cfg;
+  int64_t ids[OWN_B * OWN_T];
+  own_ids(c, ids);
+  dt_tensor *t = NULL, *logits = NULL, *full = NULL;
+  RANK_OK(dt_from_data(ids, 2, (int64_t[]){OWN_B, OWN_T}, DT_I64, &t));
+  RANK_OK(dt_hf_model_forward(m, t, NULL, &logits));
+  if (dt_tensor_is_distributed(logits)) {
+    RANK_OK(dt_dist_full_tensor(logits, &full));
+  } else {
+    full = dt_tensor_retain(logits);
+  }
+  int64_t n = OWN_B * OWN_T * c->V;
+  double *got = malloc(sizeof(double) * (size_t)n), *want = malloc(sizeof(double) * (size_t)n);
+  RANK_OK(dt_tensor_to_doubles(full, got, n));
+  for (int b = 0; b < OWN_B; b++)
+    ref_forward(c, &oc->w, ids + b * OWN_T, OWN_T, want + b * OWN_T * c->V);
+  double md = 0, mx = 0;
+  for (int64_t i = 0; i < n; i++)
+    md = fmax(md, fabs(got[i] - want[i])), mx = fmax(mx, fabs(want[i]));
+  free(got), free(want);
+  RANK_CHECK(md <= 1e-4 * mx, "logits differ from the naive loops by %.3g of %.3g", md, mx);
+  dt_tensor_release(t), dt_tensor_release(logits), dt_tensor_release(full);
+  /* greedy: 4-token prompt, 9 new tokens */
+  int64_t seq[16] = {5, 1, 4, 2}, out[16], nout = 0;
+  RANK_OK(dt_hf_generate(m, seq, 4, 9, NULL, out, &nout, NULL, NULL));
+  RANK_CHECK(nout == 13, "generated %lld ids", (long long)nout);
+  double *row = malloc(sizeof(double) * (size_t)(16 * c->V));
+  for (int64_t len = 4; len < 13; len++) {
+    ref_forward(c, &oc->w, seq, len, row);
+    int64_t best = 0;
+    for (int64_t v = 1; v < c->V; v++)
+      if (row[(len - 1) * c->V + v] > row[(len - 1) * c->V + best]) best = v;
+    seq[len] = best;
+    RANK_CHECK(out[len] == best, "token %lld: %lld, naive loops %lld", (long long)len,
+               (long long)out[len], (long long)best);
+  }
+  free(row);
+  return DT_OK;
+}
+
+static dt_status own_rank(dt_comm *world, void *arg) {
+  own_case *oc = arg;
+  dt_mesh *mesh = NULL;
+  dt_hf_model *m = NULL;
+  if (world) RANK_OK(dt_mesh_create(world, oc->ndim, oc->shape, oc->names, &mesh));
+  RANK_OK(dt_hf_model_load(oc->dir, mesh, world ? &oc->plan : NULL, &m));
+  RANK_OK(own_check(m, oc));
+  if (oc->save_dir[0]) RANK_OK(dt_hf_model_save(m, oc->save_dir));
+  dt_hf_model_destroy(m);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+static void own_setup(own_case *oc, const ref_cfg *c, uint64_t seed) {
+  oc->cfg = c;
+  snprintf(oc->dir, sizeof oc->dir, "/tmp/dt_models_XXXXXX");
+  cr_assert_not_null(mkdtemp(oc->dir));
+  ref_make(c, seed, &oc->w);
+  cr_assert_eq(ref_write(c, &oc->w, oc->dir), DT_OK, "%s", dt_last_error());
+}
+
+static void remove_dir(const char *dir) {
+  char path[512];
+  const char *files[] = {"config.json", "model.safetensors"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    remove(path);
+  }
+  remove(dir);
+}
+
+static void own_teardown(own_case *oc) {
+  remove_dir(oc->dir);
+  ref_free(&oc->w);
+}
+
+static void own_run(const ref_cfg *c, int world) {
+  own_case oc = {0};
+  own_setup(&oc, c, 11);
+  cr_assert_eq(own_rank(NULL, &oc), DT_OK, "1 rank: %s", dt_last_error());
+  if (world == 4) {
+    own_case tp = oc;
+    tp.ndim = 1, tp.shape[0] = 4, tp.names[0] = "tp", tp.plan = (dt_hf_plan){.tp = "tp"};
+    SPAWN_OK(4, own_rank, &tp);
+    own_case two = oc;
+    two.ndim = 2, two.shape[0] = two.shape[1] = 2, two.names[0] = "dp", two.names[1] = "tp";
+    two.plan = (dt_hf_plan){.tp = "tp", .fsdp = "dp"};
+    SPAWN_OK(4, own_rank, &two);
+  }
+  own_teardown(&oc);
+}
+
+Test(models, own_llama_odd_sizes_6_heads_on_4_ranks, .timeout = 120) { own_run(&REF_LLAMA, 4); }
+Test(models, own_gpt2_odd_sizes_3_heads_on_4_ranks, .timeout = 120) { own_run(&REF_GPT2, 4); }
+
+/* Saved on TP 2 in Hugging Face's layout, reloaded on 1 rank: the same logits as the naive
+ * loops on the original weights (GPT-2's c_attn is joined back). */
+static void save_reload(const ref_cfg *c) {
+  own_case oc = {0};
+  own_setup(&oc, c, 23);
+  own_case tp = oc;
+  tp.ndim = 1, tp.shape[0] = 2, tp.names[0] = "tp", tp.plan = (dt_hf_plan){.tp = "tp"};
+  snprintf(tp.save_dir, sizeof tp.save_dir, "%.150s/saved", oc.dir);
+  SPAWN_OK(2, own_rank, &tp);
+  own_case back = oc;
+  snprintf(back.dir, sizeof back.dir, "%s", tp.save_dir);
+  cr_assert_eq(own_rank(NULL, &back), DT_OK, "reloaded: %s", dt_last_error());
+  remove_dir(tp.save_dir);
+  own_teardown(&oc);
+}
+
+Test(models, save_reload_llama, .timeout = 60) { save_reload(&REF_LLAMA); }
+Test(models, save_reload_gpt2, .timeout = 60) { save_reload(&REF_GPT2); }
+
+/* Bad checkpoints are refused with a message naming the file and the tensor. */
+static void expect_load_error(const char *dir, dt_status want, const char *const *words, int n) {
+  dt_hf_model *m = NULL;
+  dt_status st = dt_hf_model_load(dir, NULL, NULL, &m);
+  cr_assert_eq(st, want, "status %s: %s", dt_status_string(st), dt_last_error());
+  cr_assert_null(m);
+  for (int i = 0; i < n; i++)
+    cr_assert(strstr(dt_last_error(), words[i]), "message lacks \"%s\": %s", words[i],
+              dt_last_error());
+}
+
+static void write_text(const char *dir, const char *name, const char *text) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+Test(models, refuses_bad_checkpoints) {
+  own_case oc = {0};
+  own_setup(&oc, &REF_LLAMA, 5);
+  /* A tensor missing: rewrite the file without the last layer's down_proj. */
+  char path[512];
+  snprintf(path, sizeof path, "%s/model.safetensors", oc.dir);
+  ref_weights w = oc.w;
+  int drop = -1;
+  for (int i = 0; i < w.n; i++)
+    if (!strcmp(w.names[i], "model.layers.1.mlp.down_proj.weight")) drop = i;
+  cr_assert_geq(drop, 0);
+  w.names[drop][0] = 'X'; /* renamed: the checkpoint lacks the real name */
+  cr_assert_eq(ref_write(&REF_LLAMA, &w, oc.dir), DT_OK);
+  expect_load_error(
+      oc.dir, DT_ERR_INVALID,
+      (const char *[]){"model.safetensors", "model.layers.1.mlp.down_proj.weight", "lacks"}, 3);
+  w.names[drop][0] = 'm';
+  /* A shape that disagrees with config.json: intermediate_size says 18, the file holds 17. */
+  ref_cfg wrong = REF_LLAMA;
+  cr_assert_eq(ref_write(&wrong, &w, oc.dir), DT_OK);
+  char cfg[1024];
+  snprintf(cfg, sizeof cfg,
+           "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 37, \"hidden_size\": 22, "
+           "\"intermediate_size\": 18, \"num_hidden_layers\": 2, \"num_attention_heads\": 6, "
+           "\"num_key_value_heads\": 3, \"head_dim\": 4, \"max_position_embeddings\": 40}");
+  write_text(oc.dir, "config.json", cfg);
+  expect_load_error(
+      oc.dir, DT_ERR_INVALID,
+      (const char *[]){"model.safetensors", "mlp.gate_proj.weight", "[17, 22]", "[18, 22]"}, 4);
+  /* Unknown architectures, rope types and activations. */
+  write_text(oc.dir, "config.json",
+             "{\"architectures\": [\"BertForMaskedLM\"], \"model_type\": \"bert\"}");
+  expect_load_error(oc.dir, DT_ERR_UNSUPPORTED, (const char *[]){"config.json", "BertForMaskedLM"},
+                    2);
+  write_text(oc.dir, "config.json",
+             "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 37, \"hidden_size\": 22, "
+             "\"intermediate_size\": 17, \"num_hidden_layers\": 2, \"num_attention_heads\": 6, "
+             "\"head_dim\": 4, "
+             "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}");
+  expect_load_error(oc.dir, DT_ERR_UNSUPPORTED, (const char *[]){"config.json", "yarn"}, 2);
+  write_text(oc.dir, "config.json",
+             "{\"architectures\": [\"LlamaForCausalLM\"], \"vocab_size\": 37}");
+  expect_load_error(oc.dir, DT_ERR_INVALID, (const char *[]){"config.json", "hidden_size"}, 2);
+  write_text(oc.dir, "config.json", "not json");
+  expect_load_error(oc.dir, DT_ERR_INVALID, (const char *[]){"config.json", "JSON"}, 2);
+  remove(path);
+  snprintf(path, sizeof path, "%s/config.json", oc.dir);
+  remove(path);
+  expect_load_error(oc.dir, DT_ERR_IO, (const char *[]){"config.json"}, 1);
+  own_teardown(&oc);
+  /* Arguments. */
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(NULL, NULL, NULL, &m), DT_ERR_INVALID);
+  cr_assert_eq(dt_hf_model_load("/nonexistent", NULL, NULL, NULL), DT_ERR_INVALID);
+  dt_hf_plan plan = {.tp = "tp"};
+  cr_assert_eq(dt_hf_model_load(HF "/llama_tiny", NULL, &plan, &m), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "mesh is NULL"), "%s", dt_last_error());
+}
+
+Test(models, forward_and_generate_refuse_bad_arguments) {
+  SKIP_WITHOUT_FIXTURES();
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(HF "/gpt2_tiny", NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  dt_tensor *ids = NULL, *out = NULL, *f = NULL;
+  cr_assert_eq(dt_from_data((int64_t[]){1, 2, 300}, 2, (int64_t[]){1, 3}, DT_I64, &ids), DT_OK);
+  cr_assert_eq(dt_hf_model_forward(m, ids, NULL, &out), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "input_ids[0][2] = 300"), "%s", dt_last_error());
+  cr_assert_eq(dt_from_data((float[]){1, 2}, 2, (int64_t[]){1, 2}, DT_F32, &f), DT_OK);
+  cr_assert_eq(dt_hf_model_forward(m, f, NULL, &out), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "int64"), "%s", dt_last_error());
+  int64_t prompt[3] = {1, 2, 3}, gen[400], n = 0;
+  cr_assert_eq(dt_hf_generate(m, prompt, 3, 300, NULL, gen, &n, NULL, NULL), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "max_positions"), "%s", dt_last_error());
+  dt_hf_sampling bad = {.temperature = 1, .top_p = 1.5};
+  cr_assert_eq(dt_hf_generate(m, prompt, 3, 2, &bad, gen, &n, NULL, NULL), DT_ERR_INVALID);
+  cr_assert_eq(dt_hf_model_loss(m, ids, NULL), DT_ERR_INVALID);
+  dt_tensor_release(ids), dt_tensor_release(f);
+  dt_hf_model_destroy(m);
+}
