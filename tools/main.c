@@ -1,4 +1,4 @@
-/* dtensor — the command-line tool: demo, info, plan, bench, trace. */
+/* dtensor — the command-line tool: demo, info, plan, generate, finetune, bench, ckpt, trace. */
 #include "tools.h"
 
 static const tool_command commands[] = {
@@ -25,6 +25,23 @@ static const tool_command commands[] = {
      .usage = "[--json] MESH OP ARG... [ATTR=VALUE...] | --stdin",
      .details = tool_plan_details,
      .run = tool_plan},
+    {.name = "generate",
+     .summary = "token ids from a Hugging Face Llama or GPT-2 directory, with tokens/s",
+     .usage = "--model DIR --prompt-ids 1,2,3 [--max-new N] [--tp N] [--fsdp N] "
+              "[--temperature T] [--top-k K] [--top-p P] [--seed S]",
+     .details = "Greedy by default (KV cache); --temperature > 0 samples (then top-k, top-p), "
+                "the same\ntoken on every rank. Ranks are threads: --tp x --fsdp of them "
+                "(docs/models.md).",
+     .run = tool_generate},
+    {.name = "finetune",
+     .summary = "fine-tune a Hugging Face Llama or GPT-2 on token ids, save in its layout",
+     .usage = "--model DIR --data TOKENS.safetensors [--key NAME] [--steps N] [--lr LR] "
+              "[--tp N] [--fsdp N] [--out DIR]",
+     .details = "Each step: the causal-LM loss of the whole int64 [N, T] tensor NAME "
+                "(default input_ids),\nbackward, clip_grad_norm 1.0, AdamW (betas 0.9, 0.95, "
+                "weight decay 0.1; --lr default 1e-3).\nPrints every loss; saves --out "
+                "(default finetuned) as config.json + model.safetensors.",
+     .run = tool_finetune},
     {.name = "bench",
      .summary = "benchmarks against baselines measured in the same run",
      .subcommands = tool_bench_suites,

@@ -35,6 +35,8 @@ extern const tool_command tool_ckpt_commands[];
 int tool_demo(int argc, char **argv);
 int tool_demo_train(int argc, char **argv);
 int tool_info(int argc, char **argv);
+int tool_generate(int argc, char **argv);
+int tool_finetune(int argc, char **argv);
 int tool_plan(int argc, char **argv);
 extern const char tool_plan_details[]; /* its --help text */
 int tool_trace_stats(int argc, char **argv);

@@ -1,0 +1,36 @@
+#!/bin/sh
+# dtensor generate and dtensor finetune on the hf fixtures (skipped when absent): greedy and
+# sampled ids the same on 1 rank, TP 2 and FSDP 2 x TP 2; the five fine-tuning losses of
+# transformers (expected.json) to 5 digits; the saved directory loads and generates; errors.
+# Usage: cli_models.sh PATH/TO/dtensor FIXTURES_DIR
+set -u
+tool=$1
+hf=$2/hf
+if [ ! -f "$hf/expected.json" ]; then echo "skip: no $hf"; exit 0; fi
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ids() { "$tool" generate --model "$@" | sed -n 's/^ids: //p'; }
+for m in llama_tiny gpt2_tiny; do
+  one=$(ids "$hf/$m" --prompt-ids 5,9,3,7,1 --max-new 8)
+  [ -n "$one" ] || fail "$m: no ids"
+  [ "$(ids "$hf/$m" --prompt-ids 5,9,3,7,1 --max-new 8 --tp 2)" = "$one" ] || fail "$m: tp 2 differs"
+  s1=$(ids "$hf/$m" --prompt-ids 5,9,3 --max-new 8 --temperature 0.9 --top-k 30 --top-p 0.95 --seed 7)
+  s4=$(ids "$hf/$m" --prompt-ids 5,9,3 --max-new 8 --temperature 0.9 --top-k 30 --top-p 0.95 --seed 7 --tp 2 --fsdp 2)
+  [ "$s1" = "$s4" ] || fail "$m: sampled ids differ between 1 rank ($s1) and 2x2 ($s4)"
+done
+
+out=$(cd "$tmp" && "$tool" finetune --model "$hf/llama_tiny" --data "$hf/llama_tiny/io.safetensors" \
+  --key ft_input_ids --steps 5 --tp 2 --out "$tmp/ft")
+for want in "step    1  loss 5.58765" "step    3  loss 5.17411" "step    5  loss 4.86764"; do
+  echo "$out" | grep -q "$want" || fail "finetune: no '$want' in: $out"
+done
+[ -f "$tmp/ft/model.safetensors" ] && [ -f "$tmp/ft/config.json" ] || fail "finetune saved nothing"
+[ -n "$(ids "$tmp/ft" --prompt-ids 1,2 --max-new 3)" ] || fail "the saved model does not load"
+
+"$tool" generate --model "$hf/llama_tiny" --prompt-ids 1,x >/dev/null 2>&1 && fail "bad ids accepted"
+"$tool" generate --model "$tmp/none" --prompt-ids 1 >/dev/null 2>&1 && fail "missing model accepted"
+"$tool" finetune --model "$hf/llama_tiny" >/dev/null 2>&1 && fail "finetune without --data accepted"
+exit $failures
