@@ -159,8 +159,10 @@ DT_API dt_status dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor 
                                dt_tensor *weight, dt_tensor *bias, double eps, dt_tensor **out);
 /* Training batch norm: like dt_batch_norm with the batch's own statistics (per channel, the
  * mean and biased variance over every dim but 1), as PyTorch's batch_norm(training=True).
- * Running statistics are not updated (do it under no_grad). On distributed tensors a shard of
- * the channel dim stays (weight and bias sliced alike); other dims are gathered. Errors: DT_ERR_INVALID (NULL x or out), DT_ERR_DTYPE (a non-floating argument),
+ * Running statistics are not updated (do it under no_grad). On distributed tensors every shard
+ * stays: the channel dim's with weight and bias sliced alike; the batch's (or a spatial dim's)
+ * as synchronized batch norm, the statistics all_reduced across the mesh dims sharding it
+ * (PyTorch's SyncBatchNorm). Errors: DT_ERR_INVALID (NULL x or out), DT_ERR_DTYPE (a non-floating argument),
  * DT_ERR_SHAPE (fewer than 2 dims; 1 value per channel; weight or bias not [C]). */
 DT_API dt_status dt_batch_norm_training(dt_tensor *x, dt_tensor *weight, dt_tensor *bias,
                                         double eps, dt_tensor **out);

@@ -29,6 +29,10 @@ typedef struct op_plan {
   bool shard_geometry;       /* uniform_ takes the global shape and this shard's offset */
   bool row_window; /* input 0's rows sharded (DT_TRAIT_ROW_WINDOW): {row offset, all rows} */
   int64_t window[2];
+  /* batch_norm_training with its batch sharded on these mesh dims (a bit each): statistics
+   * synchronized across them, over sync_count values per channel. */
+  uint32_t sync_dims;
+  int64_t sync_count;
   int64_t geometry[2 * DT_MAX_DIMS];
   int local_ndim;
   int64_t local_shape[DT_MAX_DIMS];
@@ -386,6 +390,15 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
       plan->window[1] = w->shape[0];
     }
   }
+  if (def->rule == DT_RULE_BATCH_NORM_TRAINING) {
+    /* A shard of a dim other than the channel dim 1: the statistics span the shards. */
+    for (int m = 0; m < spec->mesh_ndim; m++) {
+      dt_placement t = plan->targets[0][m];
+      if (dt__is_sharding(t) && t.dim != 1) plan->sync_dims |= 1u << m;
+    }
+    const dt_tensor *x = &a->global[0];
+    plan->sync_count = x->shape[1] > 0 ? dt__numel(x->ndim, x->shape) / x->shape[1] : 0;
+  }
   if (dt__op_has_trait(call->op, DT_TRAIT_RANDOM)) {
     /* A shard that is the whole tensor (every placement Replicate) needs no geometry. */
     const dt_dist_spec *self = a->t[0]->spec;
@@ -457,6 +470,40 @@ static dt_status keep_consumed(dt_op_call *call, const dist_args *a, int i,
   return DT_OK;
 }
 
+/* Synchronized batch norm (PyTorch's SyncBatchNorm): batch_norm_training on this rank's shard
+ * of a batch sharded on the plan's sync_dims, its per-channel sums all_reduced over each of
+ * them, so every shard is normalized with the whole batch's mean and biased variance. The
+ * channel dim may be sharded too (on other mesh dims): each group along a sync dim holds the
+ * same channels. Its backward needs nothing more: the formula's reductions over the batch
+ * are ops, which reduce their Partial results like any. */
+typedef struct sync_groups {
+  const dt_mesh *mesh;
+  uint32_t dims;
+} sync_groups;
+
+static dt_status all_reduce_channels(void *ctx, dt_tensor *sums) {
+  const sync_groups *g = ctx;
+  dt_status st = DT_OK;
+  for (int m = 0; m < DT_MESH_MAX_DIMS && !st; m++) {
+    if (g->dims & (1u << m))
+      st = dt_comm_all_reduce(dt_mesh_group(g->mesh, m), sums, DT_REDUCE_SUM);
+  }
+  return st;
+}
+
+static dt_status sync_batch_norm(dt_op_call *lc, const dt_mesh *mesh, const op_plan *plan) {
+  const dt_tensor *x = lc->inputs[0];
+  dt_status st = dt__tensor_new(x->ndim, x->shape, x->dtype, &lc->outputs[0]);
+  if (st) return st;
+  sync_groups g = {mesh, plan->sync_dims};
+  st = dt__batch_norm_training_stats(lc, plan->sync_count, all_reduce_channels, &g);
+  if (st) {
+    dt_tensor_release(lc->outputs[0]);
+    lc->outputs[0] = NULL;
+  }
+  return st;
+}
+
 static dt_status dist_dispatch(dt_op_call *call) {
   dist_args a;
   dt_status st = collect_args(call, &a);
@@ -491,7 +538,7 @@ static dt_status dist_dispatch(dt_op_call *call) {
     }
   }
   if (!plan->any_redistribute && !plan->local_shape_override && !plan->shard_geometry &&
-      !plan->row_window) {
+      !plan->row_window && !plan->sync_dims) {
     /* The common hit: the shards are the arguments as they are. */
     st = dt__dispatch_local(call);
     if (st) dt__error_prefix("on this rank's shard"); /* value errors: shapes are local */
@@ -533,7 +580,7 @@ static dt_status dist_dispatch(dt_op_call *call) {
       lc.ints[lc.n_ints++] = plan->window[0];
       lc.ints[lc.n_ints++] = plan->window[1];
     }
-    st = dt__dispatch_local(&lc);
+    st = plan->sync_dims ? sync_batch_norm(&lc, a.spec->mesh, plan) : dt__dispatch_local(&lc);
     if (st) dt__error_prefix("on this rank's shard"); /* value errors: shapes are local */
     call->n_outputs = lc.n_outputs; /* multi-output ops report how many pieces they made */
     if (!st) st = wrap_outputs(call, plan);

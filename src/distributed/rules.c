@@ -384,8 +384,9 @@ static void rule_keep_free_dims(const dt_rule_ctx *c, const dt_placement *cur, u
  * x sharded. The channel dim: the per-channel arguments (running statistics, weight, bias, all
  * [C]) are sliced alike (a replica is sliced locally, nothing moves) and each shard normalizes
  * its own channels. Another dim: the per-channel arguments stay replicated; the inference
- * form reads only its channel's constants (`other_dims`); the training form's statistics
- * would need the shards together, so it keeps only the channel dim sharded. */
+ * form reads only its channel's constants; the training form's statistics then run over the
+ * shards together (synchronized batch norm: the dist dispatcher all_reduces per-channel sums
+ * across the mesh dims that shard such a dim, distributed/dispatch.c). */
 static void push_per_channel(const dt_rule_ctx *c, int d, dt_strategies *s) {
   dt_placement in[DT_DIST_MAX_ARGS];
   in[0] = S(d);
@@ -393,20 +394,18 @@ static void push_per_channel(const dt_rule_ctx *c, int d, dt_strategies *s) {
   push(s, in, c->n_args, S(d));
 }
 
-static void rule_batch_norm(const dt_rule_ctx *c, const dt_placement *cur, bool other_dims,
-                            dt_strategies *s) {
+static void rule_batch_norm(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
   const dt_tensor *x = c->args[0];
-  if (cur[0].kind == DT_SHARD && (cur[0].dim == 1 || other_dims)) {
+  if (cur[0].kind == DT_SHARD) {
     push_per_channel(c, cur[0].dim, s);
     push_replicated(s, c->n_args);
     return;
   }
   /* Replicate first, so that it wins ties; then a dim to keep sharded: on an idle mesh dim a
-   * local slice, from a Partial a reduce_scatter, from a shard of a dim it may not keep an
-   * all_to_all (each in place of a larger gather). */
+   * local slice, from a Partial a reduce_scatter in place of an all_reduce. */
   push_replicated(s, c->n_args);
   for (int d = 0; d < x->ndim; d++) {
-    if ((d == 1 || other_dims) && x->shape[d] >= 2) push_per_channel(c, d, s);
+    if (x->shape[d] >= 2) push_per_channel(c, d, s);
   }
 }
 
@@ -710,8 +709,8 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
     rule_keep_free_dims(c, cur, busy, s);
     return true;
   }
-  case DT_RULE_BATCH_NORM: rule_batch_norm(c, cur, true, s); return true;
-  case DT_RULE_BATCH_NORM_TRAINING: rule_batch_norm(c, cur, false, s); return true;
+  case DT_RULE_BATCH_NORM:
+  case DT_RULE_BATCH_NORM_TRAINING: rule_batch_norm(c, cur, s); return true;
   case DT_RULE_ROWS: rule_rows(c, s); return true;
   case DT_RULE_EMBEDDING: rule_embedding(c, cur, s); return true;
   case DT_RULE_SCATTER_ADD: rule_scatter_add(c, cur, s); return true;

@@ -4,8 +4,9 @@
  * Running statistics are not updated here: a training loop updates them under no_grad.
  *
  * Inputs {input, weight?, bias?}; eps in scalars[0]. On distributed tensors a shard of the
- * channel dim stays (weight and bias sliced alike, distributed/rules.c): its statistics need
- * the whole batch and every spatial position of a channel, which such a shard has. */
+ * channel dim runs this kernel as it is (weight and bias sliced alike, distributed/rules.c);
+ * a shard of another dim runs dt__batch_norm_training_stats with the per-channel sums
+ * all_reduced across ranks (synchronized batch norm, distributed/dispatch.c). */
 #include <inttypes.h>
 
 #include "kernels/cpu/reduce.h"
@@ -51,44 +52,62 @@ dt_status dt__infer_batch_norm_training(dt_op_call *call, dt_tensor_meta *metas)
   return DT_OK;
 }
 
-/* Per channel: the mean, then the biased variance around it (two passes, in double). */
-static void batch_statistics(const dt_tensor *x, double *mean, double *var) {
-  int64_t channels = x->shape[1], n = dt__tensor_numel(x);
-  int64_t count = n / channels, esize = (int64_t)dt__dtype_sizes[x->dtype];
+/* Per channel: the sum of x (dev == NULL) or of its squared deviations from dev[c], in
+ * double, added into acc. */
+static void channel_sums(const dt_tensor *x, const double *dev, double *acc) {
+  int64_t n = dt__tensor_numel(x), esize = (int64_t)dt__dtype_sizes[x->dtype];
   const char *base = dt__tensor_base(x);
-  for (int64_t c = 0; c < channels; c++) mean[c] = var[c] = 0.0;
   dt_index_iter it;
   dt__iter_init(&it, x->ndim, x->shape);
   for (int64_t e = 0; e < n; e++, dt__iter_next(&it)) {
     const char *p = base + dt__offset_of(it.index, x->strides, x->ndim) * esize;
-    mean[it.index[1]] += dt__load_as_double(x->dtype, p);
+    double v = dt__load_as_double(x->dtype, p);
+    if (dev) {
+      v -= dev[it.index[1]];
+      v *= v;
+    }
+    acc[it.index[1]] += v;
   }
-  for (int64_t c = 0; c < channels; c++) mean[c] /= (double)count;
-  dt__iter_init(&it, x->ndim, x->shape);
-  for (int64_t e = 0; e < n; e++, dt__iter_next(&it)) {
-    const char *p = base + dt__offset_of(it.index, x->strides, x->ndim) * esize;
-    double d = dt__load_as_double(x->dtype, p) - mean[it.index[1]];
-    var[it.index[1]] += d * d;
+}
+
+dt_status dt__batch_norm_training_stats(dt_op_call *call, int64_t count,
+                                        dt__channel_reduce_fn reduce, void *ctx) {
+  const dt_tensor *x = call->inputs[0];
+  int64_t channels = x->shape[1];
+  if (channels == 0) return DT_OK;
+  /* The statistics as two float64 [C] tensors (the mean, then the biased variance around
+   * it: two passes), then the inference kernel normalizes. */
+  dt_tensor *mean = NULL, *var = NULL;
+  dt_status st = dt_zeros(1, &channels, DT_F64, &mean);
+  if (!st) st = dt_zeros(1, &channels, DT_F64, &var);
+  double *m = st ? NULL : (double *)dt__tensor_base(mean);
+  double *v = st ? NULL : (double *)dt__tensor_base(var);
+  if (!st) {
+    channel_sums(x, NULL, m);
+    if (reduce) st = reduce(ctx, mean);
   }
-  for (int64_t c = 0; c < channels; c++) var[c] /= (double)count;
+  if (!st) {
+    for (int64_t c = 0; c < channels; c++) m[c] /= (double)count;
+    channel_sums(x, m, v);
+    if (reduce) st = reduce(ctx, var);
+  }
+  if (!st) {
+    for (int64_t c = 0; c < channels; c++) v[c] /= (double)count;
+    if (dt__tensor_numel(x) > 0) {
+      st = dt__cpu_batch_norm(x, mean, var, call->inputs[1], call->inputs[2], call->scalars[0],
+                              call->outputs[0]);
+    }
+  }
+  dt_tensor_release(mean);
+  dt_tensor_release(var);
+  return st;
 }
 
 dt_status dt__kernel_batch_norm_training(dt_op_call *call) {
   const dt_tensor *x = call->inputs[0];
   int64_t channels = x->shape[1];
   if (channels == 0 || dt__tensor_numel(x) == 0) return DT_OK;
-  /* The statistics as two float64 [C] tensors, then the inference kernel normalizes. */
-  dt_tensor *mean = NULL, *var = NULL;
-  dt_status st = dt_zeros(1, &channels, DT_F64, &mean);
-  if (!st) st = dt_zeros(1, &channels, DT_F64, &var);
-  if (!st) {
-    batch_statistics(x, (double *)dt__tensor_base(mean), (double *)dt__tensor_base(var));
-    st = dt__cpu_batch_norm(x, mean, var, call->inputs[1], call->inputs[2], call->scalars[0],
-                            call->outputs[0]);
-  }
-  dt_tensor_release(mean);
-  dt_tensor_release(var);
-  return st;
+  return dt__batch_norm_training_stats(call, dt__tensor_numel(x) / channels, NULL, NULL);
 }
 
 dt_status dt_batch_norm_training(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, double eps,

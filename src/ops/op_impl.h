@@ -92,6 +92,19 @@ static inline dt_status dt__normalize_dim_pair(const dt_op_call *call, int *d0, 
  * op has none) and one output: the public binary functions' common call. (ops/dispatch.c) */
 dt_status dt__dispatch_two(dt_op op, dt_tensor *a, dt_tensor *b, double scalar, dt_tensor **out);
 
+/* Completes per-channel sums (a float64 [C] tensor) across ranks, in place (synchronized
+ * batch norm). */
+typedef dt_status (*dt__channel_reduce_fn)(void *ctx, dt_tensor *sums);
+
+/* batch_norm_training on call's inputs (this rank's shard) into call->outputs[0] (allocated,
+ * the shard's shape) with statistics over `count` values per channel: the per-channel sums of x and
+ * then of its squared deviations from the mean are passed to `reduce` (NULL: the shard is
+ * the whole batch) before they are divided by count. The kernel is this with reduce NULL;
+ * the dist dispatcher passes an all_reduce over the mesh dims that shard the batch.
+ * (ops/batch_norm_training.c) */
+dt_status dt__batch_norm_training_stats(dt_op_call *call, int64_t count,
+                                        dt__channel_reduce_fn reduce, void *ctx);
+
 static inline void dt__meta_set(dt_tensor_meta *m, dt_dtype dtype, int ndim, const int64_t *shape) {
   m->dtype = dtype;
   m->ndim = ndim;

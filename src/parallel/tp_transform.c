@@ -337,6 +337,13 @@ static bool tp_accept(void *user, int m, const dt_placement *in, dt_placement o)
       in[0].dim == 0) {
     return false;
   }
+  /* Synchronized batch norm (batch_norm_training keeping a shard of a dim other than the
+   * channel dim) reduces its statistics inside the op, which a graph node does not: the
+   * eager path only. */
+  if (dt__op_table[n->target].rule == DT_RULE_BATCH_NORM_TRAINING && dt__is_sharding(in[0]) &&
+      in[0].dim != 1) {
+    return false;
+  }
   /* A view with a symbolic dim is rewritten with -1 for it; if some rank's shard of the
    * output is empty, its -1 is ambiguous there. Decided from global sizes, so every rank
    * makes the same choice. */
