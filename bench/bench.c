@@ -38,10 +38,11 @@ const tool_command tool_bench_suites[] = {
      .run = bench_suite_autograd},
     {.name = "ckpt",
      .summary = "state-dict save and load bandwidth on 1 and 4 ranks vs raw write/read",
-     .usage = "[--json] [--size BYTES] [--1g] [--dir DIR] [--reps N] [--many N]",
+     .usage = "[--json] [--size BYTES] [--1g] [--dir DIR] [--reps N] [--no-checksum] [--many N]",
      .details =
          "--size takes K, M and G suffixes (default 256M; --1g: 1 GiB). DIR (default\n"
          "/tmp) holds the files, removed afterwards; best of N alternating runs (default 3).\n"
+         "--no-checksum: loads skip the data files' CRC32C (skip_data_checksum).\n"
          "--many N: save and load N small tensors on 1 and 4 ranks, and load each of a\n"
          "100,000-tensor safetensors file by name (per-tensor costs).",
      .run = bench_suite_ckpt},

@@ -37,6 +37,7 @@ typedef struct ckpt_bench {
   const char *dir;
   int64_t rows; /* per tensor */
   int reps;
+  bool skip_checksum; /* --no-checksum: dt_checkpoint_load_ex's skip_data_checksum */
   /* Rank 0's samples: save, load, raw write, raw read, microseconds per repetition. */
   double us[4][MAX_REPS];
 } ckpt_bench;
@@ -126,7 +127,8 @@ static dt_status ckpt_rank(dt_comm *world, void *arg) {
     if (!st) st = dt_comm_barrier(world);
     double save_us = bench_now_us() - t0;
     t0 = bench_now_us();
-    if (!st) st = dt_checkpoint_load(dir, N_TENSORS, names, loaded);
+    dt_checkpoint_load_options o = {.skip_data_checksum = b->skip_checksum};
+    if (!st) st = dt_checkpoint_load_ex(dir, N_TENSORS, names, loaded, &o);
     if (!st) st = dt_comm_barrier(world);
     double load_us = bench_now_us() - t0;
     double now[4] = {save_us, load_us, write_us, read_us};
@@ -345,7 +347,10 @@ int bench_suite_ckpt(int argc, char **argv) {
   bench_machine_print(json);
   const int worlds[2] = {1, 4};
   for (int w = 0; w < 2; w++) {
-    ckpt_bench b = {.dir = dir, .rows = rows, .reps = reps};
+    ckpt_bench b = {.dir = dir,
+                    .rows = rows,
+                    .reps = reps,
+                    .skip_checksum = tool_has_flag(argc, argv, "--no-checksum")};
     dt_status st = dt_comm_spawn(worlds[w], ckpt_rank, &b);
     double mmap_us = worlds[w] == 1 && !st ? mmap_first_tensor_us(dir) : -1;
     remove_checkpoint(dir, worlds[w]);
