@@ -22,8 +22,11 @@
  * adds the gradients into the .grad of every leaf that requires grad and that the function
  * reads (inputs, and tensors it reaches otherwise, such as module parameters), exactly as
  * eager `fn(...); dt_backward(out[0], NULL)` would (a new .grad, or old + new). The outputs
- * come back detached (their backward has run). Without options.backward a call whose inputs
- * require grad while grad mode is on fails with DT_ERR_UNSUPPORTED.
+ * come back detached (their backward has run). Without options.backward, a call under grad
+ * mode whose inputs, or tensors the function reads, require grad is recorded for autograd as
+ * PyTorch records a compiled forward: the compiled forward runs, and its floating outputs
+ * require grad through one node whose backward recomputes fn eagerly and back-propagates
+ * through it (the inputs' gradients flow on; the .grad of the tensors fn reads accumulates).
  *
  * Missing (see docs/compile.md): conversions between
  * local and distributed tensors inside fn, and redistributions as explicit nodes (a
@@ -87,8 +90,8 @@ DT_API dt_status dt_compile(dt_compile_fn fn, void *user, int n_in, int n_out,
 
 /* Calls the compiled function: out[0..n_out) receive new references. Errors: DT_ERR_INVALID
  * (NULL or wrong counts; a mark naming a dim an input does not have; options.backward with grad
- * mode off, or out[0] not a one-element tensor that requires grad), DT_ERR_UNSUPPORTED (an
- * input requires grad while grad mode is on without options.backward; a conversion of a
+ * mode off, or out[0] not a one-element tensor that requires grad), DT_ERR_UNSUPPORTED (fn
+ * turns grad mode on inside and computes on a tensor that requires grad; a conversion of a
  * traced value inside fn; with options.backward, a traced backward that reads a tensor no
  * traced op made, as a tensor-parallel step whose forward redistributes does), and
  * whatever fn returns eagerly for these inputs (a wrong dtype gives the op's own error, and

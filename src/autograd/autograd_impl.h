@@ -37,6 +37,11 @@ typedef struct dt_autograd_function {
   dt_status (*backward)(void *state, dt_tensor *grad_output, dt_tensor **grad_input);
   /* Frees state when the node dies (NULL: nothing to free). */
   void (*release)(void *state);
+  /* Or, for a node of several inputs and outputs (dt__autograd_record_function_n; backward
+   * NULL): grad_inputs[i] (NULL on entry) from grad_outputs[k] (NULL where no gradient came),
+   * for the inputs with needs_grad[i], with recording off. */
+  dt_status (*backward_n)(void *state, int n_out, dt_tensor *const *grad_outputs, int n_in,
+                          const bool *needs_grad, dt_tensor **grad_inputs);
 } dt_autograd_function;
 
 /* A tensor's autograd state; allocated only for tensors autograd touches. */
@@ -106,6 +111,20 @@ dt_status dt__autograd_dispatch(dt_op_call *call);
  * leaf (its `.grad` is the gradient's destination). Errors: DT_ERR_NOMEM. */
 dt_status dt__autograd_record_function(const dt_autograd_function *fn, void *state,
                                        dt_tensor *input, dt_tensor *output);
+
+/* A node of n_slots inputs and n_out outputs with room for n_ints attributes, in one allocation
+ * (record.c); only its per-slot and per-output pointers, edges and flags are zeroed. */
+dt_autograd_node *dt__autograd_node_alloc(int n_slots, int n_out, size_t n_ints);
+/* Points output (a meta in node's block) at node as its output output_nr, requiring grad. */
+void dt__autograd_attach_output(dt_autograd_node *node, dt_tensor *output, int output_nr);
+
+/* dt__autograd_record_function for a function of n_in inputs and n_out outputs (fresh handles
+ * without autograd state, floating point, which then require grad): the node's input i is
+ * inputs[i] (its gradient routed when it requires grad; kept only when it is such a leaf).
+ * fn->backward_n computes the gradients. Errors: DT_ERR_NOMEM (state released). */
+dt_status dt__autograd_record_function_n(const dt_autograd_function *fn, void *state, int n_in,
+                                         dt_tensor *const *inputs, int n_out,
+                                         dt_tensor *const *outputs);
 
 /* Whether n's saved tensors are still there and at the versions they were saved at (the
  * engine's check before a node's formula runs). Errors: DT_ERR_INVALID. */

@@ -199,6 +199,9 @@ static dt_status run_node(engine *e, dt_autograd_node *n, bool retain_graph) {
     st = formula(&ctx, n->grads, gi);
   } else if (n->function == &dt__copy_slices_function) {
     st = dt__copy_slices_backward(n, retain_graph, gi);
+  } else if (n->function->backward_n) {
+    st = n->function->backward_n(n->function_state, n->n_outputs, n->grads, n_slots, n->needs_grad,
+                                 gi);
   } else if (n->grads[0]) {
     st = n->function->backward(n->function_state, n->grads[0], &gi[0]);
   }

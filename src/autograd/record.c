@@ -67,7 +67,7 @@ static dt_status detached_alias(dt_tensor *t, dt_tensor **out) {
  * the front of the block: the per-slot pointers, edges and flags, then the per-output
  * pointers. Then the metas and versions (the caller fills them, and call), then the int
  * list. Slots hold saved inputs, then (for ops) the call's tensor list. */
-static dt_autograd_node *node_alloc(int n_slots, int n_out, size_t n_ints) {
+dt_autograd_node *dt__autograd_node_alloc(int n_slots, int n_out, size_t n_ints) {
   size_t head = (sizeof(dt_autograd_node) + 15) & ~(size_t)15;
   size_t zeroed_slots = (sizeof(dt_tensor *) * 2 + sizeof(dt_autograd_edge)) * (size_t)n_slots +
                         (((size_t)n_slots + 7) & ~(size_t)7);
@@ -108,7 +108,7 @@ static dt_autograd_node *node_alloc(int n_slots, int n_out, size_t n_ints) {
 }
 
 /* Points output at node (as output 0) once nothing else can fail. */
-static void attach_output(dt_autograd_node *node, dt_tensor *output, int output_nr) {
+void dt__autograd_attach_output(dt_autograd_node *node, dt_tensor *output, int output_nr) {
   dt_autograd_meta *meta = meta_of(output);
   meta->requires_grad = true;
   meta->grad_fn = node;
@@ -152,7 +152,7 @@ static dt_status record(dt_op_call *call, dt_tensor **consumed, int n_consumed) 
   }
 
   size_t n_ints = call->n_int_list > 0 && call->int_list ? (size_t)call->n_int_list : 0;
-  dt_autograd_node *node = node_alloc(n_slots, n_out, n_ints);
+  dt_autograd_node *node = dt__autograd_node_alloc(n_slots, n_out, n_ints);
   if (!node) return dt__error(DT_ERR_NOMEM, "%s: cannot allocate its autograd node", def->name);
   dt_tensor **list = node->saved + n_slots;
   int64_t *int_list = node->int_list;
@@ -228,43 +228,9 @@ static dt_status record(dt_op_call *call, dt_tensor **consumed, int n_consumed) 
     dt_tensor *out = call->outputs[k];
     if (!out || !dt_dtype_is_floating(out->dtype)) continue;
     dt__autograd_meta_in_node(out, node, k);
-    attach_output(node, out, k);
+    dt__autograd_attach_output(node, out, k);
   }
   dt__autograd_node_release(node); /* the outputs hold it now */
-  return DT_OK;
-}
-
-dt_status dt__autograd_record_function(const dt_autograd_function *fn, void *state,
-                                       dt_tensor *input, dt_tensor *output) {
-  dt_autograd_node *node = node_alloc(1, 1, 0);
-  if (!node) {
-    if (fn->release) fn->release(state);
-    return dt__error(DT_ERR_NOMEM, "%s: cannot allocate its autograd node", fn->name);
-  }
-  memset(&node->call, 0, sizeof node->call);
-  node->function = fn;
-  node->function_state = state;
-  node->saved_versions[0] = 0;
-  node->output_versions[0] = 0;
-  dt__autograd_meta_of(input, &node->input_metas[0]);
-  dt__autograd_meta_of(output, &node->output_metas[0]);
-  node->needs_grad[0] = true;
-  dt_autograd_meta *in_meta = meta_of(input);
-  if (in_meta->grad_fn) {
-    /* The backward reads no saved value (only the layouts in state), so a non-leaf input is
-     * not kept: its storage can go as soon as the forward drops it. */
-    node->edges[0].node = in_meta->grad_fn;
-    node->edges[0].output_nr = in_meta->output_nr;
-    dt__autograd_node_retain(in_meta->grad_fn);
-  } else {
-    node->edges[0].to_leaf = true;
-    node->saved[0] = dt_tensor_retain(input);
-    node->saved_versions[0] = input->storage->version;
-  }
-  node->n_outputs = 1;
-  dt__autograd_meta_in_node(output, node, 0);
-  attach_output(node, output, 0);
-  dt__autograd_node_release(node); /* the output holds it now */
   return DT_OK;
 }
 
@@ -488,7 +454,7 @@ static dt_status inplace_node(dt_op_call *call, dt_tensor *old_self, const uint3
   dt_tensor *self = call->inputs[0];
   int n_slots = call->n_inputs;
   size_t n_ints = call->n_int_list > 0 && call->int_list ? (size_t)call->n_int_list : 0;
-  dt_autograd_node *node = node_alloc(n_slots, 1, n_ints);
+  dt_autograd_node *node = dt__autograd_node_alloc(n_slots, 1, n_ints);
   if (!node) {
     dt_tensor_release(old_self);
     return dt__error(DT_ERR_NOMEM, "%s: cannot allocate its autograd node", def->name);
@@ -567,7 +533,7 @@ static void rebase(dt_autograd_node *node, dt_tensor *t) {
     meta = dt__autograd_meta_in_node(t, node, 0);
   }
   if (meta->retains_grad) node->retain_meta[0] = meta;
-  attach_output(node, t, 0);
+  dt__autograd_attach_output(node, t, 0);
   dt__autograd_node_release(previous);
   dt__autograd_node_release(node); /* t holds it now */
 }
@@ -623,7 +589,7 @@ dt_status dt__autograd_refresh_view(dt_tensor *t) {
   /* A view whose base cannot be found (a leaf, freed, distributed) keeps its history. */
   if (find_view_base(NULL, t, &base, &chain) || !base) return DT_OK;
   const dt_autograd_meta *bm = meta_of(base);
-  dt_autograd_node *view = node_alloc(1, 1, 0);
+  dt_autograd_node *view = dt__autograd_node_alloc(1, 1, 0);
   if (!view) {
     dt__view_chain_free(chain);
     return dt__error(DT_ERR_NOMEM, "cannot allocate the autograd node of a view");
@@ -659,8 +625,8 @@ static dt_status record_inplace_view(dt_op_call *call, dt_tensor *old_self,
   state = dt__calloc(sizeof *state);
   view_chain = dt__view_chain_copy(chain);
   st = view_chain ? DT_OK : DT_ERR_NOMEM;
-  slices = st || !state ? NULL : node_alloc(n_slots, 1, 0);
-  view = slices ? node_alloc(1, 1, 0) : NULL;
+  slices = st || !state ? NULL : dt__autograd_node_alloc(n_slots, 1, 0);
+  view = slices ? dt__autograd_node_alloc(1, 1, 0) : NULL;
   if (!view) {
     dt__autograd_node_release(slices); /* a fresh node owns nothing yet */
     dt__free(state);

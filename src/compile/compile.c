@@ -199,6 +199,33 @@ static dt_status eager_backward(int n_out, dt_tensor **out) {
   return st;
 }
 
+static dt_status call_variants(dt_compiled *c, int n_in, dt_tensor *const *in, int n_out,
+                               dt_tensor **out, bool grad, const dt_compile_variant **ran);
+
+/* Without options.backward under grad mode: the compiled forward runs with recording off, and
+ * when an input or a constant it read requires grad, the call is recorded for autograd
+ * (compile/grad_call.c). At the cache limit fn runs eagerly with recording on instead. */
+static dt_status call_recorded(dt_compiled *c, int n_in, dt_tensor *const *in, int n_out,
+                               dt_tensor **out) {
+  bool needs = false;
+  for (int i = 0; i < n_in; i++) needs |= in[i]->autograd && dt_tensor_requires_grad(in[i]);
+  bool prev = dt_grad_mode_set(false);
+  const dt_compile_variant *v = NULL;
+  dt_status st = call_variants(c, n_in, in, n_out, out, false, &v);
+  dt_grad_mode_set(prev);
+  if (st || !v) return st; /* an eager run (the cache limit) recorded itself */
+  for (int i = 0; v && i < v->g->n_nodes && !needs; i++) {
+    const dt_tensor *k = v->constants[i];
+    needs = k && k->autograd && dt_tensor_requires_grad(k);
+  }
+  if (needs) st = dt__compile_record_call(c, n_in, in, n_out, out);
+  for (int k = 0; st && k < n_out; k++) {
+    dt_tensor_release(out[k]);
+    out[k] = NULL;
+  }
+  return st;
+}
+
 dt_status dt_compiled_call(dt_compiled *c, int n_in, dt_tensor *const *in, int n_out,
                            dt_tensor **out) {
   if (!c) return dt__error(DT_ERR_INVALID, "dt_compiled_call: compiled is NULL");
@@ -224,16 +251,23 @@ dt_status dt_compiled_call(dt_compiled *c, int n_in, dt_tensor *const *in, int n
                          c->marks[m].dim, i, ndim);
       }
     }
-    if (grad && !c->backward && in[i]->autograd && dt_tensor_requires_grad(in[i])) {
-      return dt__error(DT_ERR_UNSUPPORTED, "dt_compiled_call: input %d requires grad: %s", i,
-                       DT_COMPILE_GRAD_MESSAGE);
-    }
   }
   if (c->backward && !dt_grad_mode_enabled()) {
     return dt__error(DT_ERR_INVALID,
                      "dt_compiled_call: compiled with options.backward, called with grad mode off "
                      "(the backward needs it on)");
   }
+  if (grad && !c->backward) return call_recorded(c, n_in, in, n_out, out);
+  return call_variants(c, n_in, in, n_out, out, grad, NULL);
+}
+
+/* Runs the first variant whose guards hold, or traces a new one, or (at the cache limit) fn
+ * eagerly. grad: recording is on (options.backward only; a call without it comes here with
+ * recording off). ran is not NULL when call_recorded calls: *ran gets the variant that ran, NULL
+ * after an eager run, which then records (grad mode on). */
+static dt_status call_variants(dt_compiled *c, int n_in, dt_tensor *const *in, int n_out,
+                               dt_tensor **out, bool grad, const dt_compile_variant **ran) {
+  if (ran) *ran = NULL;
   c->stats.calls++;
   char why[512];
   why[0] = '\0'; /* written only when a guard fails */
@@ -244,11 +278,12 @@ dt_status dt_compiled_call(dt_compiled *c, int n_in, dt_tensor *const *in, int n
       for (int i = 0; i < v->g->n_nodes; i++) {
         if (v->constants[i] && !v->const_grad[i] && v->constants[i]->autograd &&
             dt_tensor_requires_grad(v->constants[i]))
-          return dt__error(DT_ERR_UNSUPPORTED, "dt_compiled_call: constant %%%s requires grad: %s",
-                           v->g->nodes[i].name,
-                           c->backward ? "it did not when traced" : DT_COMPILE_GRAD_MESSAGE);
+          return dt__error(DT_ERR_UNSUPPORTED,
+                           "dt_compiled_call: constant %%%s requires grad: it did not when traced",
+                           v->g->nodes[i].name);
       }
     }
+    if (ran) *ran = v;
     if (!v->joint) return dt__compile_run(v, in, n_out, out, NULL);
     dt_tensor *grads_storage[16] = {0};
     dt_tensor **grads =
@@ -277,7 +312,10 @@ dt_status dt_compiled_call(dt_compiled *c, int n_in, dt_tensor *const *in, int n
               c->n_variants, why);
     }
     c->stats.eager_calls++;
+    /* Called by call_recorded (ran set, recording off for the variants): fn records itself. */
+    bool prev = ran && !c->backward ? dt_grad_mode_set(true) : dt_grad_mode_enabled();
     dt_status st = c->fn(c->user, n_in, in, n_out, out);
+    dt_grad_mode_set(prev);
     if (!st && c->backward) st = eager_backward(n_out, out);
     return st;
   }
@@ -297,6 +335,7 @@ dt_status dt_compiled_call(dt_compiled *c, int n_in, dt_tensor *const *in, int n
     c->stats.recompiles++;
   }
   c->stats.compiles++;
+  if (ran) *ran = v;
   c->variants[c->n_variants++] = v;
   c->stats.variants = c->n_variants;
   return DT_OK;

@@ -178,11 +178,6 @@ char *dt__compile_format_redistribute(const struct dt_compile_variant *v, int i,
 /* Inputs and outputs a compiled function may take. */
 #define DT_COMPILE_MAX_ARGS 64
 
-/* Why a call that would need autograd is refused (at the call and during the trace). */
-#define DT_COMPILE_GRAD_MESSAGE                                                                    \
-  "compile with options.backward to trace the joint forward+backward graph, or call the "          \
-  "compiled function under dt_grad_mode_set(false) or with inputs that do not require grad"
-
 /* What a variant requires of input i beyond the symbolic guards. */
 typedef struct dt_compile_input {
   dt_dtype dtype;
@@ -325,6 +320,13 @@ dt_status dt__compile_joint_backward(dt_compile_variant *v, int n_in, dt_tensor 
 /* After the mode is popped: each leaf's .grad becomes its old one plus the fresh one (the old
  * one back alone when the backward failed: ok false). Frees j. */
 dt_status dt__compile_joint_finish(dt_compile_joint *j, bool ok);
+
+/* Records a call that ran with recording off (no options.backward, grad mode on, an input
+ * or a constant requiring grad) for autograd: one node over the floating outputs (replaced by
+ * fresh handles) whose backward recomputes fn eagerly (compile/grad_call.c). On error out is
+ * left to the caller. */
+dt_status dt__compile_record_call(dt_compiled *c, int n_in, dt_tensor *const *in, int n_out,
+                                  dt_tensor **out);
 
 /* After a joint variant ran: adds grads[k] into the .grad of its leaf as dt_backward's commit
  * does (a copy when shared, a sum with the gradient already there). Consumes grads. */

@@ -608,8 +608,11 @@ static dt_status trace_mode(dt_invocation *inv, void *user) {
   dt__size_note = (dt_size_note){0};
   if (!tr->error && !tr->joint && dt_grad_mode_enabled() && any_requires_grad(call)) {
     tr->error =
-        dt__error(DT_ERR_UNSUPPORTED, "dt_compiled_call: %s of a tensor that requires grad: %s",
-                  dt__op_table[call->op].name, DT_COMPILE_GRAD_MESSAGE);
+        dt__error(DT_ERR_UNSUPPORTED,
+                  "dt_compiled_call: %s of a tensor that requires grad with grad mode turned on "
+                  "inside the compiled function (a call is recorded for autograd as a whole: "
+                  "turn grad mode on around the call, or compile with options.backward)",
+                  dt__op_table[call->op].name);
   }
   dt_op_call given = *call; /* attributes as the caller gave them, before infer normalizes */
   dt_size_note note = tr->note;

@@ -135,14 +135,15 @@ static dt_status full_tensor_backward(void *state, dt_tensor *grad, dt_tensor **
   return st;
 }
 
-static const dt_autograd_function redistribute_function = {
-    "dt_dist_redistribute", redistribute_backward, spec_state_release};
-static const dt_autograd_function from_local_function = {"dt_dist_from_local", from_local_backward,
-                                                         spec_state_release};
-static const dt_autograd_function to_local_function = {"dt_dist_to_local", to_local_backward,
-                                                       spec_state_release};
-static const dt_autograd_function full_tensor_function = {"dt_dist_full_tensor",
-                                                          full_tensor_backward, spec_state_release};
+static const dt_autograd_function redistribute_function = {.name = "dt_dist_redistribute",
+                                                           .backward = redistribute_backward,
+                                                           .release = spec_state_release};
+static const dt_autograd_function from_local_function = {
+    .name = "dt_dist_from_local", .backward = from_local_backward, .release = spec_state_release};
+static const dt_autograd_function to_local_function = {
+    .name = "dt_dist_to_local", .backward = to_local_backward, .release = spec_state_release};
+static const dt_autograd_function full_tensor_function = {
+    .name = "dt_dist_full_tensor", .backward = full_tensor_backward, .release = spec_state_release};
 
 /* After a conversion made *out from input (st is its status): records it when input requires
  * grad and grad mode is on. A failure releases *out, so the caller returns the status. */

@@ -51,8 +51,9 @@ static dt_status recompute_backward(void *p, dt_tensor *grad_output, dt_tensor *
   return st;
 }
 
-static const dt_autograd_function checkpoint_function = {"checkpoint (recompute)",
-                                                         recompute_backward, checkpoint_release};
+static const dt_autograd_function checkpoint_function = {.name = "checkpoint (recompute)",
+                                                         .backward = recompute_backward,
+                                                         .release = checkpoint_release};
 
 dt_status dt__checkpoint_forward(dt_module *m, const char *type, bool params,
                                  dt__plain_forward_fn plain, dt_tensor *input, dt_tensor **out) {

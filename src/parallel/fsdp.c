@@ -240,8 +240,9 @@ static void gather_release(void *state) {
   dt__free(g);
 }
 
-static const dt_autograd_function gather_function = {"dt_parallel_fsdp (all_gather)",
-                                                     gather_backward, gather_release};
+static const dt_autograd_function gather_function = {.name = "dt_parallel_fsdp (all_gather)",
+                                                     .backward = gather_backward,
+                                                     .release = gather_release};
 
 /* Rank r's rows of a dim of n rows over w ranks, as torch.chunk splits them. */
 static int64_t chunk_rows(int64_t n, int w, int r) {
@@ -492,8 +493,10 @@ static void prebackward_release(void *state) {
   dt__free(s);
 }
 
-static const dt_autograd_function prebackward_function = {"dt_parallel_fsdp (pre-backward gather)",
-                                                          prebackward, prebackward_release};
+static const dt_autograd_function prebackward_function = {
+    .name = "dt_parallel_fsdp (pre-backward gather)",
+    .backward = prebackward,
+    .release = prebackward_release};
 
 /* Reshard after a recorded forward: the gathered buffers the graph saved are freed, and the
  * output (in) comes back as out through the pre-backward identity that refills them. */
