@@ -8,6 +8,9 @@
  *   exit_mid_job   rank 1 calls exit(0) with its world alive while rank 0 waits in an
  *                  all_reduce: the exit handler must end the whole job within seconds
  *                  (run under tests/mpi/timed_run.cmake), naming the rank's last collective.
+ *   tidy_failure   rank 1 fails tidily: it releases everything, destroys its world and exits
+ *                  1, while rank 0 waits in an all_reduce under the default (10-minute)
+ *                  timeout: the exit handler must still end the whole job within seconds.
  *   idle_exit      every rank returns from main without destroying its world: they all
  *                  exit together, so the job must still end normally with status 0.
  *   mismatch       collectives whose sizes, dtypes or ops differ across ranks (no debug
@@ -132,6 +135,17 @@ int main(int argc, char **argv) {
     /* One collective both ranks finish, then rank 1 leaves while rank 0 waits in the next. */
     dt_comm_all_reduce(world, t, DT_REDUCE_SUM);
     if (rank == 1) exit(0);
+    dt_comm_all_reduce(world, t, DT_REDUCE_SUM);
+    fprintf(stderr, "rank 0 came back from an all_reduce its peer left\n");
+    code = 1;
+  } else if (strcmp(mode, "tidy_failure") == 0) {
+    dt_comm_all_reduce(world, t, DT_REDUCE_SUM);
+    if (rank == 1) {
+      fprintf(stderr, "rank 1 fails and cleans up\n");
+      dt_tensor_release(t);
+      dt_comm_destroy(world);
+      exit(1);
+    }
     dt_comm_all_reduce(world, t, DT_REDUCE_SUM);
     fprintf(stderr, "rank 0 came back from an all_reduce its peer left\n");
     code = 1;

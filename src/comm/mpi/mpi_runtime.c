@@ -2,6 +2,8 @@
  * the library offers it, else whatever it gives, with every backend MPI call serialised by
  * a lock) and finalised at exit when this library initialised it. Also the error strings,
  * dtype mapping, reduction operators and the timeout watchdog. */
+/* glibc declares on_exit (the exit handler that sees the exit status) with _DEFAULT_SOURCE. */
+#define _DEFAULT_SOURCE 1
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -372,7 +374,47 @@ _Noreturn static void abort_leaving(int live, int64_t grace_ms) {
   dt__mp_abort_job(message);
 }
 
-static void runtime_finalize(void) {
+/* The process is exiting with a non-zero status: it failed. Its peers may be waiting for it
+ * in a collective (or will call one), and, when it destroyed its groups first, nothing else
+ * tells them it is gone: MPI_Finalize would leave them blocked until their timeout. End the
+ * job now, with the process's status. */
+_Noreturn static void abort_failing(int status, int live) {
+  char message[768], groups[96];
+  char group[sizeof last_collective.group];
+  memcpy(group, last_collective.group, sizeof group);
+  group[sizeof group - 1] = '\0';
+  if (live > 0)
+    snprintf(groups, sizeof groups, "with %d group(s) not destroyed", live);
+  else
+    snprintf(groups, sizeof groups, "after destroying its groups");
+  if (last_collective.op_name) {
+    snprintf(message, sizeof message,
+             "DT_ERR_ABORTED: the process is exiting with status %d (exit() or a return from "
+             "main) %s; its last collective was %s on group '%s' (rank %d of %d, sequence "
+             "number %llu). Aborting the MPI job so that its peers do not wait for it until "
+             "their timeout",
+             status, groups, last_collective.op_name, group, last_collective.rank,
+             last_collective.size, (unsigned long long)last_collective.seq);
+  } else {
+    snprintf(message, sizeof message,
+             "DT_ERR_ABORTED: the process is exiting with status %d (exit() or a return from "
+             "main) %s; it made no collective call. Aborting the MPI job so that its peers do "
+             "not wait for it until their timeout",
+             status, groups);
+  }
+  /* exit() flushes stdio only after its handlers: what the program printed must not be lost. */
+  fflush(NULL);
+  int world_rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  fprintf(stderr, "dtensor [MPI rank %d]: %s\n", world_rank, message);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, status & 0xff ? status & 0xff : 1);
+  abort();
+}
+
+/* At exit with the process's status (status_known: glibc's on_exit; else atexit, which does
+ * not see it, and only the handshake below protects the peers). */
+static void finalize_with(int status, bool status_known) {
   if (watchdog_running) {
     pthread_mutex_lock(&watchdog_lock);
     watchdog_stop = true;
@@ -385,6 +427,7 @@ static void runtime_finalize(void) {
   MPI_Finalized(&finalized);
   if (finalized) return;
   int live = atomic_load(&dt__mp_live_groups);
+  if (status_known && status != 0) abort_failing(status, live);
   if (we_initialized && live > 0 && exit_comm != MPI_COMM_NULL) {
     int64_t grace_ms = exit_grace_ms();
     if (!peers_exit_too(grace_ms)) abort_leaving(live, grace_ms);
@@ -394,6 +437,15 @@ static void runtime_finalize(void) {
   if (exit_comm != MPI_COMM_NULL) MPI_Comm_free(&exit_comm);
   if (we_initialized) MPI_Finalize();
 }
+
+#if defined(__GLIBC__)
+static void runtime_finalize_status(int status, void *arg) {
+  (void)arg;
+  finalize_with(status, true);
+}
+#else
+static void runtime_finalize(void) { finalize_with(0, false); }
+#endif
 
 static const char *thread_level_name(int level) {
   switch (level) {
@@ -457,8 +509,13 @@ static dt_status runtime_init_locked(void) {
                          "out");
   }
   /* Finalise at exit rather than when the last world handle goes, so a program may make
-   * and destroy worlds as often as it likes (MPI cannot be initialised twice). */
+   * and destroy worlds as often as it likes (MPI cannot be initialised twice). Where the
+   * handler can see the exit status (glibc), a failing process ends the job at once. */
+#if defined(__GLIBC__)
+  on_exit(runtime_finalize_status, NULL);
+#else
   atexit(runtime_finalize);
+#endif
   runtime_ready = true;
   return DT_OK;
 }
