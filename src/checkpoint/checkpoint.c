@@ -99,8 +99,9 @@ static dt_status phase_agree(dt_comm *comm, const char *op, dt_status mine, cons
     memcpy(buf + sizeof head, message, head.message_length);
     if (payload_length) memcpy(buf + sizeof head + padded, payload, payload_length);
   }
-  /* Without memory this rank still takes part, so the others do not wait for it. */
-  phase_head fallback = {.status = DT_ERR_NOMEM};
+  /* Without memory this rank still takes part, so the others do not wait for it; its status
+   * (its own failure, else NOMEM) is what every rank then returns. */
+  phase_head fallback = {.status = mine ? mine : DT_ERR_NOMEM};
   dt_objects *all = NULL;
   dt_status st = buf ? dt_comm_all_gather_object(comm, buf, total, &all)
                      : dt_comm_all_gather_object(comm, &fallback, sizeof fallback, &all);
