@@ -109,7 +109,11 @@ static dt_status resume_rank(dt_comm *world, void *varg) {
   named w = {0};
   RANK_OK(dt_module_visit_tensors(model, collect_named, &w));
   RANK_CHECK(w.n == 4, "%d parameters", w.n);
-  for (int i = 0; i < 4; i++) RANK_OK(dt_tensor_set_requires_grad(w.t[i], true));
+  /* The wrappers make every parameter require grad; a local module's are made so here. */
+  for (int i = 0; i < 4; i++) {
+    RANK_CHECK(l == LOCAL1 || dt_tensor_requires_grad(w.t[i]), "%s", w.names[i]);
+    RANK_OK(dt_tensor_set_requires_grad(w.t[i], true));
+  }
   dt_optimizer *opt = NULL;
   RANK_OK(make_optimizer(arg->optimizer, arg->load, w.t, &opt));
   const char *pnames[4] = {w.names[0], w.names[1], w.names[2], w.names[3]};

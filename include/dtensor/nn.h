@@ -20,6 +20,14 @@
  * Parameters are float32 and initialised from a seed as PyTorch does in distribution:
  * Linear U(-1/sqrt(in), 1/sqrt(in)), Embedding N(0, 1), norms ones and zeros.
  *
+ * requires_grad: a module's parameters start as leaves with requires_grad false (unlike
+ * PyTorch's nn.Parameter), so a forward records no autograd graph unless asked: an inference
+ * model costs nothing extra. To train, turn it on (dt_tensor_set_requires_grad on each
+ * parameter, dt_module_visit_tensors lists them), or use a parallel wrapper: dt_parallel_fsdp,
+ * dt_parallel_ddp and dt_parallel_tp_module all make every parameter of the tree a leaf that
+ * requires grad (the distributed ones they create and the local ones they leave). Buffers
+ * never require grad.
+ *
  * Ownership: a module owns its parameters, buffers and children; dt_module_destroy frees the
  * whole tree (NULL allowed). Adding a child hands it to the parent, also on failure.
  */

@@ -108,7 +108,9 @@ typedef struct dt_tp_style_options {
  * (a batch split over "dp") it stays distributed whatever the option: a local piece could not
  * say how it is split there, and the next module would take it as Replicate. For 2-D FSDP x
  * TP (TorchTitan) call this first, then dt_parallel_fsdp on the other dim; for DDP x TP,
- * dt_parallel_ddp. `options` may be NULL or hold plan->n entries. Collective over the mesh.
+ * dt_parallel_ddp. Every parameter of the tree (distributed or left local) is then a leaf that
+ * requires grad, as after dt_parallel_fsdp and dt_parallel_ddp (nn.h, "requires_grad").
+ * `options` may be NULL or hold plan->n entries. Collective over the mesh.
  * Errors: as dt_parallel_tp_transform (colwise/rowwise on a module other than Linear and Embedding
  * is DT_ERR_UNSUPPORTED, as PyTorch's NotImplementedError), plus DT_ERR_UNSUPPORTED for
  * SEQUENCE_PARALLEL on a module with parameters
@@ -161,8 +163,11 @@ typedef struct dt_fsdp_options {
  * them again before the unit's backward, and the gather's backward frees them once more, so
  * peak memory holds one unit's gathered parameters (PyTorch FSDP2). A forward that fails
  * inside the unit's hooks puts the shards back and frees the gathered buffers. A local input is
- * taken as this rank's rows of the batch (Shard(0) on the dim, even sizes assumed); pass a
- * distributed input for uneven batches. The output is distributed: take the loss on it, so the loss
+ * taken as this rank's rows of the batch (Shard(0) on the dim): the ranks' row counts are
+ * gathered first (one all_gather_into_tensor of one int64 per forward), so an uneven split in
+ * torch.chunk's sizes gets its true global batch and any other split is refused
+ * (DT_ERR_INVALID naming the counts) instead of each rank seeing another global shape; a
+ * distributed input skips the gather. The output is distributed: take the loss on it, so the loss
  * is the mean over the global batch and each parameter's gradient, Partial over the dim, is
  * reduce-scattered back to Shard(0) by the all-gather's backward (equal to PyTorch's
  * average of per-rank gradients). Collective over the mesh. Adds its hooks around any the
@@ -191,19 +196,19 @@ typedef struct dt_ddp_options {
 
 /* Replicates module's parameters over mesh dim `dim`: each becomes a Replicate distributed
  * leaf that requires grad (hand them to the optimizer), and the root gets an input hook that
- * takes a local input as this rank's rows of the batch (Shard(0) on dim, even sizes assumed;
- * a distributed input is passed through). After backward each gradient is a Partial sum over
- * dim: call dt_parallel_ddp_reduce_gradients before the optimizer step. Collective over the
- * mesh. The input hook is added around any the root has (dt_module_add_hooks, outermost).
- * 2-D (DDP x TP): parameters already distributed by dt_parallel_tp_module on another dim of
- * the same mesh (Replicate on dim) are kept as they are, made to require grad; their
- * gradients come back Partial(sum) on dim with the tp placement, and the reduce all-reduces
- * the tp-local pieces over dim only. Every parameter is checked before any is replaced.
- * Errors: DT_ERR_INVALID (NULL, dim outside the mesh, a parameter distributed on another mesh
- * or not a leaf, the root already has DT_MODULE_MAX_HOOKS hook pairs; nothing changed),
- * DT_ERR_UNSUPPORTED (a
- * parameter distributed with a non-Replicate placement on dim, e.g. after dt_parallel_fsdp),
- * dt_dist_distribute_tensor's. */
+ * takes a local input as this rank's rows of the batch (Shard(0) on dim; the row counts are
+ * gathered first as for dt_parallel_fsdp, so an uneven torch.chunk split gets its true global
+ * batch and another split is refused; a distributed input is passed through). After backward each
+ * gradient is a Partial sum over dim: call dt_parallel_ddp_reduce_gradients before the optimizer
+ * step. Collective over the mesh. The input hook is added around any the root has
+ * (dt_module_add_hooks, outermost). 2-D (DDP x TP): parameters already distributed by
+ * dt_parallel_tp_module on another dim of the same mesh (Replicate on dim) are kept as they are,
+ * made to require grad; their gradients come back Partial(sum) on dim with the tp placement, and
+ * the reduce all-reduces the tp-local pieces over dim only. Every parameter is checked before any
+ * is replaced. Errors: DT_ERR_INVALID (NULL, dim outside the mesh, a parameter distributed on
+ * another mesh or not a leaf, the root already has DT_MODULE_MAX_HOOKS hook pairs; nothing
+ * changed), DT_ERR_UNSUPPORTED (a parameter distributed with a non-Replicate placement on dim, e.g.
+ * after dt_parallel_fsdp), dt_dist_distribute_tensor's. */
 DT_API dt_status dt_parallel_ddp(dt_module *module, dt_mesh *mesh, int dim,
                                  const dt_ddp_options *options);
 

@@ -17,6 +17,7 @@
 #include "dtensor/ops.h"
 #include "dtensor/parallel.h"
 #include "mesh/mesh_impl.h"
+#include "parallel/parallel_impl.h"
 #include "tensor/tensor_impl.h"
 
 /* PyTorch's bucket_cap_mb default. */
@@ -33,25 +34,13 @@ static void free_state(void *user) {
   dt__free(s);
 }
 
-/* A local input is this rank's rows of the batch (even sizes assumed, as PyTorch's
- * from_local does); a distributed one is passed through. */
+/* A local input is this rank's rows of the batch (their counts gathered over the dim, so an
+ * uneven split gets its true global size or a clear error); a distributed one is passed
+ * through. */
 static dt_status pre_hook(dt_module *m, dt_tensor *in, dt_tensor **out, void *user) {
   (void)m;
   ddp_state *s = user;
-  if (in->spec) {
-    *out = dt_tensor_retain(in);
-    return DT_OK;
-  }
-  if (dt_tensor_ndim(in) < 1) {
-    return dt__error(DT_ERR_INVALID, "dt_parallel_ddp: input hook: a local input needs a batch "
-                                     "dim, got a scalar");
-  }
-  dt_placement p[DT_MAX_DIMS];
-  for (int d = 0; d < dt_mesh_ndim(s->mesh); d++) p[d] = dt_replicate();
-  p[s->dim] = dt_shard(0);
-  dt_status st = dt_dist_from_local(s->mesh, in, dt_mesh_ndim(s->mesh), p, NULL, out);
-  if (st) dt__error_prefix("dt_parallel_ddp: input hook");
-  return st;
+  return dt__parallel_batch_input("dt_parallel_ddp", s->mesh, s->dim, in, out);
 }
 
 typedef struct replicate_ctx {

@@ -179,19 +179,10 @@ static void placements_for(const fsdp_unit *u, dt_placement *p, dt_placement on_
 }
 
 /* A local input is this rank's rows of the batch: it is wrapped as Shard(0) on the
- * data-parallel dim (even sizes assumed, as PyTorch's from_local does), so a loss over the
- * output is the mean over the global batch and each weight gradient a Partial sum. */
+ * data-parallel dim with the true global batch (the row counts are gathered first), so a loss
+ * over the output is the mean over the global batch and each weight gradient a Partial sum. */
 static dt_status wrap_input(fsdp_unit *u, dt_tensor *in, dt_tensor **out) {
-  if (in->spec) {
-    *out = dt_tensor_retain(in);
-    return DT_OK;
-  }
-  if (dt_tensor_ndim(in) < 1) {
-    return dt__error(DT_ERR_INVALID, "a local input needs a batch dim, got a scalar");
-  }
-  dt_placement p[DT_MAX_DIMS];
-  placements_for(u, p, dt_shard(0));
-  return dt_dist_from_local(u->mesh, in, dt_mesh_ndim(u->mesh), p, NULL, out);
+  return dt__parallel_batch_input("dt_parallel_fsdp", u->mesh, u->mesh_dim, in, out);
 }
 
 /* With a param_dtype, a floating input is cast to it (PyTorch's cast_forward_inputs), so the

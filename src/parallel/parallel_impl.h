@@ -15,4 +15,13 @@ int64_t dt__tp_predicted_comm_bytes(const dt_graph *g);
 dt_status dt__parallel_hook_failed(dt_status st, const char *fn, const char *which,
                                    const char *fqn);
 
+/* A data-parallel module's local input (this rank's rows of the batch) as a distributed tensor
+ * Shard(0) on mesh dim `dim`, Replicate on the others, with the true global batch: the row
+ * counts are gathered over the dim first (one all_gather_into_tensor of one int64), and
+ * counts that are not torch.chunk's split of their sum are refused (DT_ERR_INVALID naming fn,
+ * the counts and the split expected). A distributed input is returned as it is (retained).
+ * Collective over the dim's group for a local input. */
+dt_status dt__parallel_batch_input(const char *fn, dt_mesh *mesh, int dim, dt_tensor *in,
+                                   dt_tensor **out);
+
 #endif /* DT_PARALLEL_IMPL_H */

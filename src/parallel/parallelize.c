@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "distributed/dist_impl.h"
+#include "dtensor/autograd.h"
 #include "dtensor/parallel.h"
 #include "graph/graph_impl.h"
 #include "mesh/mesh_impl.h"
@@ -241,6 +242,13 @@ dt_status dt_parallel_tp_module(dt_module *model, dt_mesh *mesh, const dt_tp_pla
   return dt_parallel_tp_module_on_dim(model, mesh, dt_mesh_ndim(mesh) - 1, plan, options);
 }
 
+static dt_status require_grad(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
+  (void)fqn;
+  (void)user;
+  if (is_buffer || dt_tensor_requires_grad(t)) return DT_OK;
+  return dt_tensor_set_requires_grad(t, true);
+}
+
 dt_status dt_parallel_tp_module_on_dim(dt_module *model, dt_mesh *mesh, int tp_dim,
                                        const dt_tp_plan *plan, const dt_tp_style_options *options) {
   if (!model || !mesh || !plan || plan->n < 0 || (plan->n > 0 && !plan->entries)) {
@@ -331,5 +339,8 @@ dt_status dt_parallel_tp_module_on_dim(dt_module *model, dt_mesh *mesh, int tp_d
     dt_tensor_release(t->bias);
   }
   dt__free(work_list);
+  /* As dt_parallel_fsdp and dt_parallel_ddp do: every parameter of the tree is a leaf that
+   * requires grad, ready for an optimizer (nn.h: modules make them without). */
+  if (!st) st = dt_module_visit_tensors(model, require_grad, NULL);
   return st;
 }
