@@ -38,7 +38,26 @@ typedef struct save_case {
   int culprit;
   const char *phrase;
   const char *retry_dir; /* saved again on the same world right after, when not NULL */
+  bool oom;              /* the culprit's report of its blocks cannot be allocated */
 } save_case;
+
+/* An allocator that fails, on the thread that asks, the allocation of a save's report of its
+ * blocks: 16 bytes of report and 152 per block, room for count + 1 blocks (count 1 here). */
+#define REPORT_BYTES (16 + 152 * 2)
+static _Thread_local bool fail_report;
+
+static void *failing_alloc(size_t size, size_t alignment, void *user) {
+  (void)user;
+  if (fail_report && size == REPORT_BYTES) return NULL;
+  void *p = NULL;
+  if (alignment < sizeof(void *)) alignment = sizeof(void *);
+  return posix_memalign(&p, alignment, size ? size : 1) ? NULL : p;
+}
+
+static void plain_free(void *p, void *user) {
+  (void)user;
+  free(p);
+}
 
 static dt_status save_once(dt_comm *world, const char *dir, int generation, dt_status *result) {
   dt_mesh *mesh = NULL;
@@ -57,7 +76,9 @@ static dt_status save_rank(dt_comm *world, void *arg) {
   save_case *c = arg;
   int rank = dt_comm_rank(world);
   dt_status st = DT_OK;
+  fail_report = c->oom && rank == c->culprit;
   RANK_OK(save_once(world, c->dir, c->generation, &st));
+  fail_report = false;
   char message[2048];
   snprintf(message, sizeof message, "%s", dt_last_error());
   RANK_CHECK(st == c->expected, "rank %d: status %d (%s), expected %d: %.300s", rank, (int)st,
@@ -379,5 +400,27 @@ Test(checkpoint_faults, umask_077_gives_0600_files) {
   cr_assert_eq(mode_of(dir, "__2_1.safetensors"), 0600, "umask 077");
   cr_assert(!exists(dir, ".metadata.json.tmp"));
   expect_values(dir, 2);
+  remove_dir(dir);
+}
+
+/* Item 12: a rank out of memory for its report still takes part in the collective: every
+ * rank returns DT_ERR_NOMEM with its message, and the committed checkpoint is untouched. */
+Test(checkpoint_faults, rank_out_of_memory_fails_every_rank) {
+  dt_set_allocator(&(dt_allocator){failing_alloc, plain_free, NULL}); /* before any object */
+  char dir[64], before[4096], after[4096];
+  temp_dir(dir, sizeof dir);
+  save_case first = {.dir = dir, .generation = 1};
+  SPAWN_OK(3, save_rank, &first);
+  listing(dir, before, sizeof before);
+  save_case c = {.dir = dir,
+                 .generation = 2,
+                 .expected = DT_ERR_NOMEM,
+                 .culprit = 1,
+                 .phrase = "cannot allocate for 1 tensors",
+                 .oom = true};
+  SPAWN_OK(3, save_rank, &c);
+  listing(dir, after, sizeof after);
+  cr_assert_str_eq(after, before, "the failed save left files behind");
+  expect_values(dir, 1);
   remove_dir(dir);
 }
