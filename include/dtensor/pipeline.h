@@ -147,7 +147,8 @@ DT_API dt_status dt_pp_schedule_bubble(const dt_pp_schedule *schedule, double ba
  * The children move out of model (which is left with none; the caller still destroys it);
  * the caller owns stages[0..n_stages), each to be destroyed with dt_module_destroy.
  * Errors: DT_ERR_INVALID (NULL arguments, n_stages < 1, more stages than children, sizes
- * that are < 1 or do not add up to the children; nothing moved), DT_ERR_NOMEM. */
+ * that are < 1 or do not add up to the children; checked before anything moves),
+ * DT_ERR_NOMEM (the stages made so far are destroyed with the children moved into them). */
 DT_API dt_status dt_pp_split_model(dt_module *model, int n_stages, const int *sizes,
                                    dt_module **stages);
 
