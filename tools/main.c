@@ -1,4 +1,8 @@
 /* dtensor — the command-line tool: demo, info, plan, generate, finetune, bench, ckpt, trace. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "kernels/cpu/blas.h"
 #include "tools.h"
 
 static const tool_command commands[] = {
@@ -58,5 +62,9 @@ static const tool_command commands[] = {
 };
 
 int main(int argc, char **argv) {
+  /* OpenBLAS chose its kernels when it loaded; when it fell back to SSE3 on a CPU with AVX2
+   * or AVX-512, run again with the core type named (once: the variable is then set). */
+  const char *core = dt__blas_better_coretype();
+  if (core && setenv("OPENBLAS_CORETYPE", core, 1) == 0) execv("/proc/self/exe", argv);
   return tool_dispatch("dtensor", commands, "command", argc, argv);
 }

@@ -1,8 +1,9 @@
 /*
  * Elementwise binary kernels. Fast paths: contiguous float32 and float64 operands of the
  * same shape or with a broadcast scalar (arithmetic, maximum/minimum, pow, comparisons) run
- * a tight loop the compiler vectorizes. Every
- * other case runs the strided loop: integer results are computed in int64 (exact), floating
+ * a tight loop the compiler vectorizes, and so does each row of a broadcast whose operands
+ * step by one element or repeat one (a [B, T, D] with a [B, T, 1] or a [D]). Every other
+ * case runs the strided loop: integer results are computed in int64 (exact), floating
  * results in double, then stored in the output dtype.
  */
 #include <math.h>
@@ -10,12 +11,14 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/loop.h"
 #include "kernels/cpu/pointwise.h"
+#include "kernels/cpu/vmath.h"
 
 typedef struct binary_ctx {
   dt_binary_op op;
   double alpha;
   dt_dtype a_dtype, b_dtype, out_dtype;
   bool compare_as_int; /* comparisons of two integer operands: exact in int64 */
+  int64_t fast_size;   /* 4 or 8: the operands suit the fast loops (fast_dtypes); else 0 */
 } binary_ctx;
 
 /* A comparison op's result from the three orderings of its operands; unordered (NaN)
@@ -71,10 +74,23 @@ static inline int64_t apply_i64(dt_binary_op op, int64_t x, int64_t y, int64_t a
   }
 }
 
+static bool fast_row_f32(dt_binary_op op, double alpha_d, void *out, const void *va, const void *vb,
+                         int64_t n, int64_t a_step, int64_t b_step);
+static bool fast_row_f64(dt_binary_op op, double alpha_d, void *out, const void *va, const void *vb,
+                         int64_t n, int64_t a_step, int64_t b_step);
+
 static void inner_generic(char **ptrs, const int64_t *strides, int64_t n, void *opaque) {
   const binary_ctx *ctx = opaque;
   char *o = ptrs[0];
   const char *a = ptrs[1], *b = ptrs[2];
+  if (ctx->fast_size) { /* a row of a broadcast: the fast loops when every step is 0 or 1 */
+    int64_t e = ctx->fast_size, os = ctx->out_dtype == DT_BOOL ? 1 : e;
+    bool steps = strides[0] == os && (strides[1] == e || strides[1] == 0) &&
+                 (strides[2] == e || strides[2] == 0) && (strides[1] || strides[2]);
+    if (steps && (e == 4 ? fast_row_f32 : fast_row_f64)(ctx->op, ctx->alpha, o, a, b, n,
+                                                        strides[1] / e, strides[2] / e))
+      return;
+  }
   bool integer =
       !dt_dtype_is_floating(ctx->out_dtype) && (ctx->out_dtype != DT_BOOL || ctx->compare_as_int);
   if (integer) {
@@ -99,24 +115,35 @@ static void inner_generic(char **ptrs, const int64_t *strides, int64_t n, void *
   }
 }
 
-/* Contiguous fast paths: a and out contiguous with out's shape, b either the same or a single
- * element (`b_step` 1 or 0). The broadcast-scalar case hoists y out of the loop so both
- * forms vectorize. maximum/minimum propagate NaN through selects, not branches. Each loop is
- * its own small function: inside one large function gcc 12 gives up vectorizing them. */
+/* Contiguous fast paths: out and each operand step by one element (`a_step`/`b_step` 1) or
+ * repeat one element (0: a broadcast operand, hoisted out of the loop), so that every form
+ * vectorizes. They serve whole tensors (same shape, or a scalar operand) and each row of the
+ * strided loop (a [B, T, D] times a [B, T, 1] or a [D] runs rows of D with one operand
+ * stepping and the other repeated or stepping): float32 never converts to double.
+ * maximum/minimum propagate NaN through selects, not branches. Each loop is its own small
+ * function: inside one large function gcc 12 gives up vectorizing them. */
 #define DT_FAST_FN(name, T, OT, expr)                                                              \
-  static void name(OT *o, const T *a, const T *b, int64_t n, int64_t b_step, T alpha) {            \
+  DT_VECTOR_CLONES static void name(OT *o, const T *a, const T *b, int64_t n, int64_t a_step,      \
+                                    int64_t b_step, T alpha) {                                     \
     (void)alpha;                                                                                   \
-    if (b_step) {                                                                                  \
+    if (a_step && b_step) {                                                                        \
       for (int64_t i = 0; i < n; i++) {                                                            \
         T x = a[i], y = b[i];                                                                      \
         (void)y;                                                                                   \
         o[i] = (OT)(expr);                                                                         \
       }                                                                                            \
-    } else {                                                                                       \
+    } else if (a_step) {                                                                           \
       const T y = b[0];                                                                            \
       (void)y;                                                                                     \
       for (int64_t i = 0; i < n; i++) {                                                            \
         T x = a[i];                                                                                \
+        o[i] = (OT)(expr);                                                                         \
+      }                                                                                            \
+    } else {                                                                                       \
+      const T x = a[0];                                                                            \
+      for (int64_t i = 0; i < n; i++) {                                                            \
+        T y = b[i];                                                                                \
+        (void)y;                                                                                   \
         o[i] = (OT)(expr);                                                                         \
       }                                                                                            \
     }                                                                                              \
@@ -146,50 +173,59 @@ static void inner_generic(char **ptrs, const int64_t *strides, int64_t n, void *
 DT_FAST_FNS(float, f32, powf)
 DT_FAST_FNS(double, f64, pow)
 
-/* Runs the fast loop of op on contiguous T operands; false when op has none. */
-#define DT_FAST_DISPATCH(T, sfx)                                                                   \
-  do {                                                                                             \
-    const T *a = (const T *)dt__tensor_base(ta), *b = (const T *)dt__tensor_base(tb);              \
-    T *o = (T *)dt__tensor_base(tout);                                                             \
-    uint8_t *ob = (uint8_t *)dt__tensor_base(tout);                                                \
+/* Runs the fast loop of op on n elements of T operands stepping as a_step and b_step (each 0
+ * or 1; not both 0); false when op has none. */
+#define DT_FAST_ROW(T, sfx)                                                                        \
+  static bool fast_row_##sfx(dt_binary_op op, double alpha_d, void *out, const void *va,           \
+                             const void *vb, int64_t n, int64_t a_step, int64_t b_step) {          \
+    const T *a = va, *b = vb;                                                                      \
+    T *o = out;                                                                                    \
+    uint8_t *ob = out;                                                                             \
     T alpha = (T)alpha_d;                                                                          \
+    int64_t as = a_step, bs = b_step;                                                              \
     switch (op) {                                                                                  \
-    case DT_BINARY_ADD: (alpha == 1 ? add1_##sfx : add_##sfx)(o, a, b, n, b_step, alpha); break;   \
-    case DT_BINARY_SUB: (alpha == 1 ? sub1_##sfx : sub_##sfx)(o, a, b, n, b_step, alpha); break;   \
-    case DT_BINARY_MUL: mul_##sfx(o, a, b, n, b_step, alpha); break;                               \
-    case DT_BINARY_DIV: div_##sfx(o, a, b, n, b_step, alpha); break;                               \
-    case DT_BINARY_MAXIMUM: max_##sfx(o, a, b, n, b_step, alpha); break;                           \
-    case DT_BINARY_MINIMUM: min_##sfx(o, a, b, n, b_step, alpha); break;                           \
+    case DT_BINARY_ADD: (alpha == 1 ? add1_##sfx : add_##sfx)(o, a, b, n, as, bs, alpha); break;   \
+    case DT_BINARY_SUB: (alpha == 1 ? sub1_##sfx : sub_##sfx)(o, a, b, n, as, bs, alpha); break;   \
+    case DT_BINARY_MUL: mul_##sfx(o, a, b, n, as, bs, alpha); break;                               \
+    case DT_BINARY_DIV: div_##sfx(o, a, b, n, as, bs, alpha); break;                               \
+    case DT_BINARY_MAXIMUM: max_##sfx(o, a, b, n, as, bs, alpha); break;                           \
+    case DT_BINARY_MINIMUM: min_##sfx(o, a, b, n, as, bs, alpha); break;                           \
     case DT_BINARY_POW:                                                                            \
       /* Common exponents become multiplications, as PyTorch does. */                              \
-      if (!b_step && b[0] == 2)                                                                    \
-        square_##sfx(o, a, b, n, b_step, alpha);                                                   \
-      else if (!b_step && b[0] == 3)                                                               \
-        cube_##sfx(o, a, b, n, b_step, alpha);                                                     \
-      else if (!b_step && b[0] == 1)                                                               \
-        ident_##sfx(o, a, b, n, b_step, alpha);                                                    \
-      else if (!b_step && b[0] == -1)                                                              \
-        recip_##sfx(o, a, b, n, b_step, alpha);                                                    \
+      if (as && !bs && b[0] == 2)                                                                  \
+        square_##sfx(o, a, b, n, as, bs, alpha);                                                   \
+      else if (as && !bs && b[0] == 3)                                                             \
+        cube_##sfx(o, a, b, n, as, bs, alpha);                                                     \
+      else if (as && !bs && b[0] == 1)                                                             \
+        ident_##sfx(o, a, b, n, as, bs, alpha);                                                    \
+      else if (as && !bs && b[0] == -1)                                                            \
+        recip_##sfx(o, a, b, n, as, bs, alpha);                                                    \
       else                                                                                         \
-        pow_##sfx(o, a, b, n, b_step, alpha);                                                      \
+        pow_##sfx(o, a, b, n, as, bs, alpha);                                                      \
       break;                                                                                       \
-    case DT_BINARY_EQ: eq_##sfx(ob, a, b, n, b_step, alpha); break;                                \
-    case DT_BINARY_NE: ne_##sfx(ob, a, b, n, b_step, alpha); break;                                \
-    case DT_BINARY_LT: lt_##sfx(ob, a, b, n, b_step, alpha); break;                                \
-    case DT_BINARY_LE: le_##sfx(ob, a, b, n, b_step, alpha); break;                                \
-    case DT_BINARY_GT: gt_##sfx(ob, a, b, n, b_step, alpha); break;                                \
-    case DT_BINARY_GE: ge_##sfx(ob, a, b, n, b_step, alpha); break;                                \
+    case DT_BINARY_EQ: eq_##sfx(ob, a, b, n, as, bs, alpha); break;                                \
+    case DT_BINARY_NE: ne_##sfx(ob, a, b, n, as, bs, alpha); break;                                \
+    case DT_BINARY_LT: lt_##sfx(ob, a, b, n, as, bs, alpha); break;                                \
+    case DT_BINARY_LE: le_##sfx(ob, a, b, n, as, bs, alpha); break;                                \
+    case DT_BINARY_GT: gt_##sfx(ob, a, b, n, as, bs, alpha); break;                                \
+    case DT_BINARY_GE: ge_##sfx(ob, a, b, n, as, bs, alpha); break;                                \
     default: return false;                                                                         \
     }                                                                                              \
     return true;                                                                                   \
-  } while (0)
+  }
+
+DT_FAST_ROW(float, f32)
+DT_FAST_ROW(double, f64)
+
+/* The fast loops take T operands of one floating dtype and an output of that dtype (bool for
+ * comparisons). */
+static bool fast_dtypes(dt_binary_op op, dt_dtype a, dt_dtype b, dt_dtype out) {
+  return (a == DT_F32 || a == DT_F64) && b == a && out == (op >= DT_BINARY_EQ ? DT_BOOL : a);
+}
 
 static bool try_fast(dt_binary_op op, double alpha_d, const dt_tensor *ta, const dt_tensor *tb,
                      dt_tensor *tout) {
-  dt_dtype dt = ta->dtype;
-  if ((dt != DT_F32 && dt != DT_F64) || tb->dtype != dt) return false;
-  bool compare = op >= DT_BINARY_EQ;
-  if (tout->dtype != (compare ? DT_BOOL : dt)) return false;
+  if (!fast_dtypes(op, ta->dtype, tb->dtype, tout->dtype)) return false;
   int64_t n = dt__tensor_numel(tout);
   if (!dt__is_contiguous(tout->ndim, tout->shape, tout->strides)) return false;
   if (ta != tout &&
@@ -206,8 +242,10 @@ static bool try_fast(dt_binary_op op, double alpha_d, const dt_tensor *ta, const
   } else {
     return false;
   }
-  if (dt == DT_F32) DT_FAST_DISPATCH(float, f32);
-  DT_FAST_DISPATCH(double, f64);
+  void *o = dt__tensor_base(tout);
+  const void *a = dt__tensor_base(ta), *b = dt__tensor_base(tb);
+  if (ta->dtype == DT_F32) return fast_row_f32(op, alpha_d, o, a, b, n, 1, b_step);
+  return fast_row_f64(op, alpha_d, o, a, b, n, 1, b_step);
 }
 
 dt_status dt__cpu_binary(dt_binary_op op, double alpha, const dt_tensor *a, const dt_tensor *b,
@@ -220,6 +258,8 @@ dt_status dt__cpu_binary(dt_binary_op op, double alpha, const dt_tensor *a, cons
       .b_dtype = b->dtype,
       .out_dtype = out->dtype,
       .compare_as_int = !dt_dtype_is_floating(a->dtype) && !dt_dtype_is_floating(b->dtype),
+      .fast_size =
+          fast_dtypes(op, a->dtype, b->dtype, out->dtype) ? (int64_t)dt__dtype_sizes[a->dtype] : 0,
   };
   dt__loop_tensors(3, (const dt_tensor *[]){out, a, b}, inner_generic, &ctx);
   return DT_OK;

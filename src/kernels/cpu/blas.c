@@ -3,6 +3,8 @@
 #include "kernels/cpu/blas.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #if defined(DT_BLAS_OPENBLAS)
 #include <cblas.h>
@@ -40,4 +42,16 @@ void dt__blas_set_threads(int threads) {
 #else
   (void)threads;
 #endif
+}
+
+const char *dt__blas_better_coretype(void) {
+#if defined(DT_BLAS_OPENBLAS) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (getenv("OPENBLAS_CORETYPE") || strcmp(openblas_get_corename(), "Prescott") != 0) return NULL;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+  return NULL;
 }

@@ -11,4 +11,12 @@ const char *dt__blas_name(void);
  * knob, so this does nothing there). Ranks that are threads want 1 each. */
 void dt__blas_set_threads(int threads);
 
+/* OpenBLAS's DYNAMIC_ARCH build picks its kernels from the CPU's model number when it loads,
+ * and falls back to "Prescott" (SSE3) for a model it does not know (0.3.21 on family 6
+ * model 207, a Xeon with AVX-512: sgemm 6x slower than its SkylakeX kernels, measured in
+ * docs/benchmarks.md). Returns the core type to ask for through OPENBLAS_CORETYPE (read only
+ * when the library loads) when that happened: "SkylakeX" with AVX-512, "Haswell" with AVX2 +
+ * FMA; NULL otherwise, with another BLAS, or when OPENBLAS_CORETYPE is already set. */
+const char *dt__blas_better_coretype(void);
+
 #endif /* DT_KERNELS_CPU_BLAS_H */

@@ -1,12 +1,16 @@
 /*
- * Cross-entropy rows. Each row is read with its strides, in double: the log-sum-exp is
- * taken around the row maximum so that large logits do not overflow. One row at a time,
- * so the kernel needs no scratch memory.
+ * Cross-entropy rows. The log-sum-exp is taken around the row maximum so that large logits
+ * do not overflow. Float32 rows with unit class stride run in float32 (rows.h: blocked sums,
+ * vmath.h's exp; the backward writes exp(x - max) into its output row and scales it in
+ * place: two passes over the logits, one over the output); any other layout or dtype is
+ * read with its strides, in double. One row at a time, so the kernel needs no scratch memory.
  */
 #include <math.h>
 
 #include "core/core_impl.h"
 #include "kernels/cpu/loss.h"
+#include "kernels/cpu/rows.h"
+#include "kernels/cpu/vmath.h"
 #include "tensor/dtype_impl.h"
 
 static double load(const dt_tensor *t, int64_t i, int64_t j) {
@@ -64,6 +68,39 @@ static double row_loss(const dt_tensor *logits, int64_t i, int64_t classes, int6
   return loss;
 }
 
+/* Float32 rows with unit class stride: max, sum of exp and (label smoothing) sum in float32
+ * (rows.h), the loss assembled in double from those three numbers. */
+static bool fast_rows(const dt_tensor *logits, const dt_tensor *grad_in) {
+  return logits->dtype == DT_F32 && (logits->shape[1] <= 1 || logits->strides[1] == 1) &&
+         (!grad_in ||
+          (grad_in->dtype == DT_F32 && (grad_in->shape[1] <= 1 || grad_in->strides[1] == 1)));
+}
+
+static const float *row_f32(const dt_tensor *t, int64_t i) {
+  return (const float *)dt__tensor_base(t) + i * t->strides[0];
+}
+
+/* Row i of float32 logits: the forward's loss into out[i, 0], or the backward's gradient
+ * g (softmax - want) into grad_in's row. */
+DT_VECTOR_CLONES static void fast_row(const dt_tensor *logits, int64_t i, int64_t t, double eps,
+                                      double g, dt_tensor *out, dt_tensor *grad_in) {
+  int64_t classes = logits->shape[1];
+  const float *x = row_f32(logits, i);
+  float m = dt__row_max_f32(x, classes);
+  if (!grad_in) {
+    double log_z = (double)m + log((double)dt__row_exp_sum_f32(x, m, NULL, classes));
+    double loss = (1.0 - eps) * (log_z - (double)x[t]);
+    if (eps != 0.0) loss += eps * (log_z - (double)dt__row_sum_f32(x, classes) / (double)classes);
+    store(out, i, 0, loss);
+    return;
+  }
+  float *y = (float *)dt__tensor_base(grad_in) + i * grad_in->strides[0];
+  float scale = (float)(g / (double)dt__row_exp_sum_f32(x, m, y, classes));
+  float smooth = (float)(g * eps / (double)classes);
+  for (int64_t j = 0; j < classes; j++) y[j] = y[j] * scale - smooth;
+  y[t] -= (float)(g * (1.0 - eps));
+}
+
 /* The forward (grad NULL: out[i, 0] = row i's loss) and the backward (out = grad_in) walk the
  * rows alike: check the target, write zeros for an ignored row (and, backward, for a zero
  * incoming gradient), else compute from the row's max and log-sum-exp. */
@@ -73,6 +110,7 @@ static dt_status cross_entropy_rows(const char *op, const dt_tensor *grad, const
   int64_t rows = logits->shape[0], classes = logits->shape[1];
   int64_t out_cols = grad ? classes : 1;
   double eps = p->label_smoothing;
+  bool fast = fast_rows(logits, grad ? out : NULL);
   for (int64_t i = 0; i < rows; i++) {
     int64_t t;
     bool ignored;
@@ -81,6 +119,10 @@ static dt_status cross_entropy_rows(const char *op, const dt_tensor *grad, const
     double g = ignored || !grad ? 0.0 : load(grad, i, 0);
     if (ignored || (grad && g == 0.0)) {
       for (int64_t j = 0; j < out_cols; j++) store(out, i, j, 0.0);
+      continue;
+    }
+    if (fast) {
+      fast_row(logits, i, t, eps, g, out, grad ? out : NULL);
       continue;
     }
     double m, lse;

@@ -3,12 +3,15 @@
  *
  * Each works line by line: a line is the run of elements one normalization covers (the
  * softmax dim, the trailing normalized dims, one channel of one sample). Statistics are
- * computed in double. Contiguous float32 lines are read in place; any other layout or dtype
- * is gathered into a double buffer first, so every stride and dtype takes the same path.
+ * computed in double, except contiguous float32 lines of softmax and layer norm, which run in
+ * float32 with blocked sums (rows.h) and vmath.h's exp; any other layout or dtype is
+ * gathered into a double buffer first, so every stride and dtype takes the same path.
  */
 #include <math.h>
 
 #include "kernels/cpu/reduce.h"
+#include "kernels/cpu/rows.h"
+#include "kernels/cpu/vmath.h"
 
 /* Element offset of line l, where lines run row-major over t's dims outside
  * [skip_from, skip_to). */
@@ -48,23 +51,16 @@ static double *alloc_doubles(int64_t n) {
 /* A NaN anywhere makes the maximum NaN, and so the whole line NaN, as in PyTorch. */
 #define PICK_MAX(v, best) (((v) > (best) || (v) != (v)) ? (v) : (best))
 
-static void softmax_f32_line(const float *x, float *y, int64_t n, bool take_log) {
-  float m = -INFINITY;
-  for (int64_t i = 0; i < n; i++) m = PICK_MAX(x[i], m);
-  double s = 0;
+/* float32 throughout (rows.h's blocked sums, vmath.h's exp): no double conversion. */
+DT_VECTOR_CLONES static void softmax_f32_line(const float *x, float *y, int64_t n, bool take_log) {
+  float m = dt__row_max_f32(x, n);
   if (take_log) {
-    for (int64_t i = 0; i < n; i++) s += expf(x[i] - m);
     /* (x - m) first: subtracting m + log(s) at once would round at the scale of m. */
-    float log_sum = (float)log(s);
+    float log_sum = logf(dt__row_exp_sum_f32(x, m, NULL, n));
     for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - log_sum;
     return;
   }
-  for (int64_t i = 0; i < n; i++) {
-    float e = expf(x[i] - m);
-    y[i] = e;
-    s += e;
-  }
-  float inv = (float)(1.0 / s);
+  float inv = 1.0f / dt__row_exp_sum_f32(x, m, y, n);
   for (int64_t i = 0; i < n; i++) y[i] *= inv;
 }
 
@@ -136,6 +132,47 @@ dt_status dt__cpu_softmax(const dt_tensor *a, int dim, bool take_log, dt_tensor 
     (rstd) = 1.0 / sqrt(sq_ / (double)(n) + (eps));                                                \
   } while (0)
 
+DT_VECTOR_CLONES static void normalize_row(const float *x, float mean, float rstd, const float *w,
+                                           const float *b, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd * w[i] + b[i];
+}
+
+/* float32 rows in float32: mean and biased variance by two blocked passes (rows.h), then
+ * y = (x - mean) rstd w + b; weight and bias gathered once into float32 (w is all ones, b all
+ * zeros when absent). */
+static dt_status layer_norm_f32(const dt_tensor *x, int lead, int64_t len, int64_t lines,
+                                const dt_tensor *weight, const dt_tensor *bias, double eps,
+                                dt_tensor *out) {
+  float *wb = dt__alloc(sizeof(float) * (size_t)(2 * len));
+  double *tmp = alloc_doubles(len);
+  if (!wb || !tmp) {
+    dt__free(wb);
+    dt__free(tmp);
+    return dt__error(DT_ERR_NOMEM, "layer_norm: out of memory for a line of %lld", (long long)len);
+  }
+  float *w = wb, *b = wb + len;
+  for (int64_t i = 0; i < len; i++) w[i] = 1.0f, b[i] = 0.0f;
+  if (weight) {
+    gather(weight, 0, dt__tensor_base(weight), tmp);
+    for (int64_t i = 0; i < len; i++) w[i] = (float)tmp[i];
+  }
+  if (bias) {
+    gather(bias, 0, dt__tensor_base(bias), tmp);
+    for (int64_t i = 0; i < len; i++) b[i] = (float)tmp[i];
+  }
+  dt__free(tmp);
+  const char *xbase = dt__tensor_base(x);
+  for (int64_t l = 0; l < lines; l++) {
+    const float *p = (const float *)(xbase + line_offset(x, lead, x->ndim, l) * 4);
+    float *y = (float *)dt__tensor_base(out) + l * len;
+    float mean = dt__row_sum_f32(p, len) / (float)len;
+    float rstd = 1.0f / sqrtf(dt__row_sq_dev_sum_f32(p, mean, len) / (float)len + (float)eps);
+    normalize_row(p, mean, rstd, w, b, y, len);
+  }
+  dt__free(wb);
+  return DT_OK;
+}
+
 dt_status dt__cpu_layer_norm(const dt_tensor *x, int ndims, const dt_tensor *weight,
                              const dt_tensor *bias, double eps, dt_tensor *out) {
   int lead = x->ndim - ndims;
@@ -143,6 +180,8 @@ dt_status dt__cpu_layer_norm(const dt_tensor *x, int ndims, const dt_tensor *wei
   int64_t lines = dt__numel(lead, x->shape);
   if (len == 0 || lines == 0) return DT_OK;
   bool fast = x->dtype == DT_F32 && dt__is_contiguous(ndims, x->shape + lead, x->strides + lead);
+  if (fast && out->dtype == DT_F32)
+    return layer_norm_f32(x, lead, len, lines, weight, bias, eps, out);
   /* buf holds [weight | bias | gathered line]. */
   double *buf = alloc_doubles(3 * len);
   if (!buf)
@@ -161,18 +200,11 @@ dt_status dt__cpu_layer_norm(const dt_tensor *x, int ndims, const dt_tensor *wei
     double mean, rstd;
     if (fast) {
       const float *p = (const float *)row;
-      LINE_STATS(p, len, eps, mean, rstd);
-      if (out->dtype == DT_F32) {
-        float *y = (float *)dt__tensor_base(out) + l * len;
-        for (int64_t i = 0; i < len; i++)
-          y[i] = (float)(((double)p[i] - mean) * rstd * w[i] + b[i]);
-        continue;
-      }
       for (int64_t i = 0; i < len; i++) line[i] = p[i];
     } else {
       gather(x, lead, row, line);
-      LINE_STATS(line, len, eps, mean, rstd);
     }
+    LINE_STATS(line, len, eps, mean, rstd);
     char *y = dt__tensor_base(out) + l * len * (int64_t)dt__dtype_sizes[out->dtype];
     for (int64_t i = 0; i < len; i++) {
       dt__store_from_double(out->dtype, y + i * (int64_t)dt__dtype_sizes[out->dtype],

@@ -30,7 +30,8 @@ dt_status dt__cpu_reduce(dt_cpu_reduce_kind kind, const dt_tensor *a, uint32_t m
 dt_status dt__cpu_softmax(const dt_tensor *a, int dim, bool take_log, dt_tensor *out);
 
 /* Layer norm over the last `ndims` dims of x; weight and bias (of those dims' shape) may
- * be NULL. Statistics in double, biased variance. */
+ * be NULL. Statistics in double (contiguous float32 rows: in float32 with blocked sums),
+ * biased variance. */
 dt_status dt__cpu_layer_norm(const dt_tensor *x, int ndims, const dt_tensor *weight,
                              const dt_tensor *bias, double eps, dt_tensor *out);
 
