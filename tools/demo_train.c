@@ -30,7 +30,17 @@
 
 #define MAX_STEPS 100000
 #define MIN_LEARNING_STEPS 20 /* from this many steps on, the demo fails unless the loss fell */
-#define LOSS_TOLERANCE 1e-4   /* max |loss(N ranks) - loss(1 rank)| accepted over all steps */
+/* The N-rank run against the 1-rank run. The two sum in different orders, so their losses
+ * differ by float rounding, which a long run amplifies once it has converged (loss ~1e-8,
+ * where Adam's steps are dominated by rounding): at 3,000 steps each run has a few isolated
+ * spikes, at different steps (a 0.74 difference at step 2,377 after agreeing within 1e-7).
+ * So the first TIGHT_STEPS steps are compared one by one, and the rest in distribution: in
+ * blocks of BLOCK_STEPS (the last one absorbing the remainder), the two runs' median losses,
+ * which isolated spikes do not move, must agree. */
+#define TIGHT_STEPS 300       /* compared step by step (the default run: every step) */
+#define LOSS_TOLERANCE 1e-4   /* max |loss(N ranks) - loss(1 rank)| over those steps */
+#define BLOCK_STEPS 500       /* after them, blocks of at least this many steps ... */
+#define MEDIAN_TOLERANCE 1e-3 /* ... whose median losses differ by at most this */
 #define PP_MICROBATCHES 4     /* with --mesh dp=..,pp=2,tp=..: 1F1B over 4 microbatches */
 
 typedef struct train_run {
@@ -48,6 +58,46 @@ typedef struct train_run {
   int64_t comm_bytes;    /* bytes rank 0 sent through collectives over the run */
   char ledger[4096];     /* rank 0's comm ledger table: op, collective, calls, bytes */
 } train_run;
+
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (n >= 1), sorted in scratch. */
+static double median_of(const double *v, int n, double *scratch) {
+  memcpy(scratch, v, sizeof *v * (size_t)n);
+  qsort(scratch, (size_t)n, sizeof *scratch, compare_doubles);
+  return n % 2 ? scratch[n / 2] : 0.5 * (scratch[n / 2 - 1] + scratch[n / 2]);
+}
+
+/* What the loss check found (see TIGHT_STEPS). */
+typedef struct loss_check {
+  int tight_steps;
+  double tight_max;  /* max |a - b| over the first tight_steps steps (INFINITY: not finite) */
+  int blocks;        /* blocks of the steps after them */
+  double median_max; /* max |median(a) - median(b)| over the blocks */
+  double step_max;   /* max |a - b| over the steps after them (reported, not a criterion) */
+  bool finite;       /* every loss of both runs is finite */
+} loss_check;
+
+static loss_check check_losses(const double *a, const double *b, int steps, double *scratch) {
+  loss_check c = {.tight_steps = steps < TIGHT_STEPS ? steps : TIGHT_STEPS, .finite = true};
+  for (int i = 0; i < steps; i++) {
+    c.finite &= isfinite(a[i]) && isfinite(b[i]);
+    double d = fabs(a[i] - b[i]);
+    if (i < c.tight_steps) c.tight_max = isfinite(d) ? fmax(c.tight_max, d) : INFINITY;
+    if (i >= c.tight_steps) c.step_max = isfinite(d) ? fmax(c.step_max, d) : INFINITY;
+  }
+  for (int start = c.tight_steps; start < steps;) {
+    int n = steps - start < 2 * BLOCK_STEPS ? steps - start : BLOCK_STEPS;
+    double d = fabs(median_of(a + start, n, scratch) - median_of(b + start, n, scratch));
+    c.median_max = isfinite(d) ? fmax(c.median_max, d) : INFINITY;
+    c.blocks++;
+    start += n;
+  }
+  return c;
+}
 
 static double now_seconds(void) {
   struct timespec ts;
@@ -372,18 +422,34 @@ int tool_demo_train(int argc, char **argv) {
                    .losses = reference};
   if (!rc && dt_comm_spawn(1, train_rank, &ref)) rc = fail("the 1-rank reference run");
   if (!rc) {
-    double max_diff = 0;
-    for (int i = 0; i < steps; i++) {
-      double d = fabs(losses[i] - reference[i]);
-      max_diff = isfinite(d) ? fmax(max_diff, d) : INFINITY;
+    double *scratch = malloc(sizeof *scratch * (size_t)steps);
+    if (!scratch) {
+      free(losses);
+      free(reference);
+      return fail("allocating the loss check");
     }
+    loss_check check = check_losses(losses, reference, steps, scratch);
+    free(scratch);
+    bool tight_ok = check.tight_max <= LOSS_TOLERANCE;
+    bool blocks_ok = check.median_max <= MEDIAN_TOLERANCE;
     printf("\n== Results\n");
     printf("  loss %.4f -> %.4f (uniform guess: %.4f) in %d steps, %.2f s on %d ranks, %.2f s "
            "on 1 rank\n",
            losses[0], losses[steps - 1], log((double)(VOCAB - 1)), steps, run.seconds, run.world,
            ref.seconds);
-    printf("  max |loss(%s) - loss(1 rank)| over %d steps = %.3g (%s %.0e)\n", label, steps,
-           max_diff, max_diff <= LOSS_TOLERANCE ? "<=" : "EXCEEDS", LOSS_TOLERANCE);
+    printf("  max |loss(%s) - loss(1 rank)| over %s%d steps = %.3g (%s %.0e)\n", label,
+           check.tight_steps < steps ? "the first " : "", check.tight_steps, check.tight_max,
+           tight_ok ? "<=" : "EXCEEDS", LOSS_TOLERANCE);
+    if (check.blocks > 0) {
+      printf("  steps %d-%d in %d block(s) of %d+ steps: max |median(%s) - median(1 rank)| = "
+             "%.3g (%s %.0e); single steps differ by up to %.3g there (float rounding "
+             "amplified by the converged run; not a criterion)\n",
+             check.tight_steps + 1, steps, check.blocks,
+             steps - check.tight_steps < BLOCK_STEPS ? steps - check.tight_steps : BLOCK_STEPS,
+             label, check.median_max, blocks_ok ? "<=" : "EXCEEDS", MEDIAN_TOLERANCE,
+             check.step_max);
+    }
+    if (!check.finite) fprintf(stderr, "demo: a loss is not finite\n");
     printf("  collectives: %.1f KB per step on rank 0 (comm ledger)\n",
            (double)run.comm_bytes / steps / 1024);
     printf("%s", run.ledger);
@@ -400,7 +466,7 @@ int tool_demo_train(int argc, char **argv) {
       fprintf(stderr, "demo: could not write %s\n", svg);
       rc = 1;
     }
-    if (!(max_diff <= LOSS_TOLERANCE)) rc = 1;
+    if (!tight_ok || !blocks_ok || !check.finite) rc = 1;
     /* A few steps of Adam may not lower the loss yet (it rises at step 3); from 20 on it must. */
     if (steps >= MIN_LEARNING_STEPS && !(losses[steps - 1] < losses[0])) {
       fprintf(stderr, "demo: the loss did not decrease in %d steps\n", steps);
