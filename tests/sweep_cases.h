@@ -36,6 +36,9 @@ static dt_status f_relu(dt_tensor **i, dt_tensor **o) { return dt_relu(i[0], o);
 static dt_status f_neg(dt_tensor **i, dt_tensor **o) { return dt_neg(i[0], o); }
 static dt_status f_exp(dt_tensor **i, dt_tensor **o) { return dt_exp(i[0], o); }
 static dt_status f_gelu(dt_tensor **i, dt_tensor **o) { return dt_gelu(i[0], o); }
+static dt_status f_gelu_backward(dt_tensor **i, dt_tensor **o) {
+  return dt__gelu_backward(i[0], i[1], 0, o);
+}
 static dt_status f_mul_scalar(dt_tensor **i, dt_tensor **o) { return dt_mul_scalar(i[0], 3, o); }
 static dt_status f_add_scalar(dt_tensor **i, dt_tensor **o) { return dt_add_scalar(i[0], 3, o); }
 static dt_status f_gt(dt_tensor **i, dt_tensor **o) { return dt_gt(i[0], i[1], o); }
@@ -301,6 +304,7 @@ static const op_case cases[] = {
     {"neg", f_neg, 1, {2}, {S2(5, 7)}},
     {"exp", f_exp, 1, {2}, {S2(5, 7)}},
     {"gelu", f_gelu, 1, {2}, {S2(5, 7)}},
+    {"gelu_backward", f_gelu_backward, 2, {2, 2}, {S2(5, 7), S2(5, 7)}},
     {"mul.Scalar", f_mul_scalar, 1, {2}, {S2(5, 7)}},
     {"add.Scalar", f_add_scalar, 1, {2}, {S2(5, 7)}},
     {"add_", f_add_inplace, 2, {2, 2}, {S2(5, 7), S2(5, 7)}},

@@ -503,6 +503,8 @@ static const struct {
                     "(a gather) is needed only for double backward"},
     {"cross_entropy_loss_backward", "the backward op of cross_entropy_loss; its own gradient is "
                                     "needed only for double backward"},
+    {"gelu_backward", "the backward op of gelu; its own gradient is needed only for double "
+                      "backward"},
 };
 
 static const char *reason_of(const char *name) {

@@ -7,9 +7,6 @@
 #include "autograd/autograd_impl.h"
 #include "dtensor/ops.h"
 
-/* C11 has no pi. */
-static const double pi = 3.14159265358979323846;
-
 /* grad_inputs[slot] = reduce_to(g * d): consumes d (which may be NULL after a failure). */
 static dt_status give_times(const dt_backward_ctx *ctx, int slot, dt_tensor *g, dt_tensor *d,
                             dt_status st, dt_tensor **grad_inputs) {
@@ -105,61 +102,17 @@ dt_status dt__backward_silu(const dt_backward_ctx *ctx, dt_tensor *const *grad_o
   return give_times(ctx, 0, g, d, st, grad_inputs);
 }
 
-/* Exact gelu y = x Phi(x): dy/dx = Phi(x) + x phi(x). There is no erf op, so Phi(x) is read
- * back from the saved output as y / x (0.5 where x == 0, the limit), and phi(x) =
- * exp(-x^2 / 2) / sqrt(2 pi). */
-static dt_status gelu_exact_derivative(dt_tensor *x, dt_tensor *y, dt_tensor **out) {
-  dt_tensor *q = NULL, *zero = NULL, *cdf = NULL, *sq = NULL, *h = NULL, *ex = NULL, *pdf = NULL,
-            *xpdf = NULL;
-  dt_status st = dt_div(y, x, &q);
-  if (!st) st = dt_eq_scalar(x, 0.0, &zero);
-  if (!st) st = dt_masked_fill(q, zero, 0.5, &cdf);
-  if (!st) st = dt_mul(x, x, &sq);
-  if (!st) st = dt_mul_scalar(sq, -0.5, &h);
-  if (!st) st = dt_exp(h, &ex);
-  if (!st) st = dt_mul_scalar(ex, 1.0 / sqrt(2.0 * pi), &pdf);
-  if (!st) st = dt_mul(x, pdf, &xpdf);
-  if (!st) st = dt_add(cdf, xpdf, out);
-  DT_RELEASE_ALL(q, zero, cdf, sq, h, ex, pdf, xpdf);
-  return st;
-}
-
-/* gelu(approximate='tanh'): y = 0.5 x (1 + t), t = tanh(u), u = k (x + c x^3):
- * dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2). */
-static dt_status gelu_tanh_derivative(dt_tensor *x, dt_tensor **out) {
-  const double k = sqrt(2.0 / pi), c = 0.044715;
-  dt_tensor *sq = NULL, *inner = NULL, *inner1 = NULL, *u0 = NULL, *u = NULL, *t = NULL,
-            *left = NULL, *left1 = NULL, *tt = NULL, *sech = NULL, *du = NULL, *du1 = NULL,
-            *xs = NULL, *right = NULL, *right1 = NULL;
-  dt_status st = dt_mul(x, x, &sq);
-  if (!st) st = dt_mul_scalar(sq, c, &inner);
-  if (!st) st = dt_add_scalar(inner, 1.0, &inner1); /* 1 + c x^2 */
-  if (!st) st = dt_mul(x, inner1, &u0);
-  if (!st) st = dt_mul_scalar(u0, k, &u);
-  if (!st) st = dt_tanh(u, &t);
-  if (!st) st = dt_add_scalar(t, 1.0, &left1);
-  if (!st) st = dt_mul_scalar(left1, 0.5, &left); /* 0.5 (1 + t) */
-  if (!st) st = dt_mul(t, t, &tt);
-  if (!st) st = one_minus(tt, &sech);             /* 1 - t^2 */
-  if (!st) st = dt_mul_scalar(sq, 3.0 * c, &du1); /* 3 c x^2 */
-  if (!st) st = dt_add_scalar(du1, 1.0, &du);     /* 1 + 3 c x^2 */
-  if (!st) st = dt_mul(x, sech, &xs);
-  if (!st) st = dt_mul(xs, du, &right1);
-  if (!st) st = dt_mul_scalar(right1, 0.5 * k, &right);
-  if (!st) st = dt_add(left, right, out);
-  DT_RELEASE_ALL(sq, inner, inner1, u0, u, t, left, left1, tt, sech, du, du1, xs, right, right1);
-  return st;
-}
-
+/* gelu: one op, gelu_backward (grad * gelu'(x) in one pass over x; the exact form's
+ * Phi(x) + x phi(x), or the tanh form's 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)). */
 dt_status dt__backward_gelu(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
                             dt_tensor **grad_inputs) {
   dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
-  dt_tensor *d = NULL;
-  dt_status st = (ctx->call->flags & DT_OP_FLAG_GELU_TANH)
-                     ? gelu_tanh_derivative(ctx->call->inputs[0], &d)
-                     : gelu_exact_derivative(ctx->call->inputs[0], ctx->call->outputs[0], &d);
-  return give_times(ctx, 0, g, d, st, grad_inputs);
+  if (!g || !ctx->needs_grad[0]) return DT_OK;
+  dt_tensor *t = NULL;
+  dt_status st = dt__gelu_backward(g, ctx->call->inputs[0], ctx->call->flags, &t);
+  if (!st) st = dt__grad_reduce_to(t, &ctx->input_metas[0], &grad_inputs[0]);
+  dt_tensor_release(t);
+  return st;
 }
 
 /* d|x| = sign(x) dx, 0 at x == 0 (as PyTorch). */

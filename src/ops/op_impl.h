@@ -105,6 +105,11 @@ typedef dt_status (*dt__channel_reduce_fn)(void *ctx, dt_tensor *sums);
 dt_status dt__batch_norm_training_stats(dt_op_call *call, int64_t count,
                                         dt__channel_reduce_fn reduce, void *ctx);
 
+/* Dispatches gelu_backward: grad * gelu'(x), the tanh form when flags has
+ * DT_OP_FLAG_GELU_TANH; for gelu's backward formula (src/autograd/backward_activation.c).
+ * (ops/unary.c) */
+dt_status dt__gelu_backward(dt_tensor *grad, dt_tensor *x, int flags, dt_tensor **out);
+
 static inline void dt__meta_set(dt_tensor_meta *m, dt_dtype dtype, int ndim, const int64_t *shape) {
   m->dtype = dtype;
   m->ndim = ndim;

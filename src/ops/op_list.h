@@ -38,8 +38,9 @@
 
 /* Pointwise: unary, binary with broadcasting, scalar and in-place forms, comparisons,
  * where, masked_fill, fill. Scalar forms: Scalar other/exponent -> scalars[0], alpha ->
- * scalars[1]; infer stores the dtype the scalar is computed in into call->dtype. gelu:
- * approximate='tanh' -> flags & DT_OP_FLAG_GELU_TANH. */
+ * scalars[1]; infer stores the dtype the scalar is computed in into call->dtype. gelu and
+ * gelu_backward: approximate='tanh' -> flags & DT_OP_FLAG_GELU_TANH; gelu_backward (the
+ * gradient of gelu in one pass: grad_output * gelu'(self)) is gelu's backward formula. */
 #define DT_OPS_POINTWISE(X)                                                                        \
   X(NEG, "neg", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_NEG,      \
     DT_TRAIT_LINEAR, BACKWARD(neg), "neg(Tensor self) -> Tensor")                                  \
@@ -56,8 +57,11 @@
   X(RELU, "relu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_RELU,   \
     DT_TRAIT_MONOTONE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(relu), "relu(Tensor self) -> Tensor")      \
   X(GELU, "gelu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_GELU,   \
-    DT_TRAIT_SAVES_OUTPUT, BACKWARD(gelu),                                                         \
+    0, BACKWARD(gelu),                                                                             \
     "gelu(Tensor self, *, str approximate='none') -> Tensor")                                      \
+  X(GELU_BACKWARD, "gelu_backward", COMPUTE, 2, dt__infer_gelu_backward, dt__kernel_gelu_backward, \
+    POINTWISE, BROADCAST, NO_FUNC, DT_TRAIT_LINEAR_FIRST, NO_BACKWARD,                             \
+    "gelu_backward(Tensor grad_output, Tensor self, *, str approximate='none') -> Tensor")         \
   X(SILU, "silu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_SILU,   \
     0, BACKWARD(silu), "silu(Tensor self) -> Tensor")                                              \
   X(TANH, "tanh", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_TANH,   \

@@ -32,6 +32,35 @@ dt_status dt__kernel_unary(dt_op_call *call) {
   return DT_OK;
 }
 
+/* gelu_backward: grad_output and self floating of one dtype, broadcasting together. */
+dt_status dt__infer_gelu_backward(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *g = call->inputs[0], *x = call->inputs[1];
+  if (!dt_dtype_is_floating(x->dtype) || g->dtype != x->dtype) {
+    return dt__error(DT_ERR_DTYPE,
+                     "%s: grad_output has dtype %s and self %s; expected one floating dtype",
+                     dt__op_name(call), dt_dtype_name(g->dtype), dt_dtype_name(x->dtype));
+  }
+  metas[0].dtype = x->dtype;
+  return dt__broadcast_shapes(dt__op_name(call), g->ndim, g->shape, x->ndim, x->shape,
+                              &metas[0].ndim, metas[0].shape);
+}
+
+dt_status dt__kernel_gelu_backward(dt_op_call *call) {
+  dt__cpu_gelu_backward((call->flags & DT_OP_FLAG_GELU_TANH) != 0, call->inputs[0], call->inputs[1],
+                        call->outputs[0]);
+  return DT_OK;
+}
+
+dt_status dt__gelu_backward(dt_tensor *grad, dt_tensor *x, int flags, dt_tensor **out) {
+  dt_op_call call = {.op = DT_OP_GELU_BACKWARD,
+                     .n_inputs = 2,
+                     .inputs = {grad, x},
+                     .flags = flags & DT_OP_FLAG_GELU_TANH,
+                     .n_outputs = 1,
+                     .outputs = out};
+  return dt__dispatch(&call);
+}
+
 /* ---- Public functions ------------------------------------------------------------------- */
 
 static dt_status unary(dt_op op, int flags, dt_tensor *a, dt_tensor **out) {

@@ -17,6 +17,11 @@ static inline bool dt__unary_takes_integers(dt_unary_op op) { return op <= DT_UN
  * dt__unary_takes_integers(op)); a may have any strides. out may alias a. */
 void dt__cpu_unary(dt_unary_op op, const dt_tensor *a, dt_tensor *out);
 
+/* out = g * gelu'(x) (the tanh approximation's derivative when `tanh_form`); g and x of one
+ * floating dtype broadcast to out's shape, which has that dtype. Contiguous float32 runs
+ * vmath.h's normal CDF and density in one pass; other layouts and dtypes compute in double. */
+void dt__cpu_gelu_backward(bool tanh_form, const dt_tensor *g, const dt_tensor *x, dt_tensor *out);
+
 /* ---- Binary with a scalar operand ----------------------------------------------------- */
 /* out = a <op> s, the scalar held in scalar_dtype (the dtype the op layer chose so that the
  * computation matches PyTorch's scalar rules) and broadcast to every element without any

@@ -194,3 +194,57 @@ void dt__cpu_unary(dt_unary_op op, const dt_tensor *a, dt_tensor *out) {
   unary_ctx ctx = {.op = op, .dtype = a->dtype};
   dt__loop_tensors(2, (const dt_tensor *[]){out, a}, inner_unary, &ctx);
 }
+
+/* ---- gelu_backward ------------------------------------------------------------------------ */
+
+/* d/dx of x Phi(x): Phi(x) + x phi(x). */
+static inline float gelu_grad_f32(float x) {
+  return dt__normal_cdf_f32(x) + x * dt__normal_pdf_f32(x);
+}
+
+/* d/dx of 0.5 x (1 + t), t = tanh(k (x + c x^3)): 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2). */
+static inline float gelu_tanh_grad_f32(float x) {
+  const float k = (float)DT_SQRT_2_OVER_PI, c = 0.044715f;
+  float t = dt__tanh_f32(k * (x + c * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * c * x * x);
+}
+
+static inline double gelu_grad_f64(bool tanh_form, double x) {
+  if (tanh_form) {
+    const double k = DT_SQRT_2_OVER_PI, c = 0.044715;
+    double t = tanh(k * (x + c * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * c * x * x);
+  }
+  return 0.5 * erfc(-x * DT_SQRT_HALF) + x * exp(-0.5 * x * x) * 0.398942280401432678;
+}
+
+DT_VECTOR_CLONES static void gelu_grad_loop(const float *g, const float *x, float *o, int64_t n) {
+  for (int64_t i = 0; i < n; i++) o[i] = g[i] * gelu_grad_f32(x[i]);
+}
+
+DT_VECTOR_CLONES static void gelu_tanh_grad_loop(const float *g, const float *x, float *o,
+                                                 int64_t n) {
+  for (int64_t i = 0; i < n; i++) o[i] = g[i] * gelu_tanh_grad_f32(x[i]);
+}
+
+static void inner_gelu_backward(char **ptrs, const int64_t *strides, int64_t n, void *opaque) {
+  const unary_ctx *ctx = opaque;
+  bool tanh_form = ctx->op == DT_UNARY_GELU_TANH;
+  char *o = ptrs[0];
+  const char *g = ptrs[1], *x = ptrs[2];
+  if (ctx->dtype == DT_F32 && strides[0] == 4 && strides[1] == 4 && strides[2] == 4) {
+    (tanh_form ? gelu_tanh_grad_loop : gelu_grad_loop)((const float *)g, (const float *)x,
+                                                       (float *)o, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++, o += strides[0], g += strides[1], x += strides[2]) {
+    double v = dt__load_as_double(ctx->dtype, g) *
+               gelu_grad_f64(tanh_form, dt__load_as_double(ctx->dtype, x));
+    dt__store_from_double(ctx->dtype, o, v);
+  }
+}
+
+void dt__cpu_gelu_backward(bool tanh_form, const dt_tensor *g, const dt_tensor *x, dt_tensor *out) {
+  unary_ctx ctx = {.op = tanh_form ? DT_UNARY_GELU_TANH : DT_UNARY_GELU, .dtype = x->dtype};
+  dt__loop_tensors(3, (const dt_tensor *[]){out, g, x}, inner_gelu_backward, &ctx);
+}
