@@ -105,7 +105,8 @@ static dt_status create_errors_rank(dt_comm *world, void *arg) {
              "%s", dt_last_error());
   RANK_CHECK(p == NULL, "a pipeline after a refusal");
   /* A step without the input on pp rank 0 / the target on pp rank 1: refused before any
-   * transfer, on the rank that lacks it. */
+   * transfer, on the rank that lacks it. Then only pp rank 1 lacks its target: pp rank 0 is
+   * told (no hang), and the group still works. */
   RANK_OK(dt_pipeline_create(world, s2, 1, &m, mse, NULL, NULL, &p));
   dt_tensor *x = NULL;
   RANK_OK(dt_randn(2, (int64_t[]){1, 4}, DT_F32, 1, &x));
@@ -114,6 +115,17 @@ static dt_status create_errors_rank(dt_comm *world, void *arg) {
   RANK_CHECK(st == DT_ERR_INVALID &&
                  strstr(dt_last_error(), rank == 0 ? "needs the input" : "needs the target"),
              "%s", dt_last_error());
+  dt_tensor *rows = NULL;
+  RANK_OK(dt_randn(2, (int64_t[]){4, 4}, DT_F32, 2, &rows));
+  st = dt_pipeline_step(p, rows, NULL, NULL);
+  RANK_CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), rank == 0 ? "pp rank 1 refused its "
+                                                                         "arguments"
+                                                                       : "needs the target"),
+             "%s", dt_last_error());
+  double loss = 0;
+  RANK_OK(dt_pipeline_step(p, rows, rows, &loss));
+  RANK_CHECK(loss > 0, "loss %g", loss);
+  dt_tensor_release(rows);
   /* One row for 2 microbatches. */
   st = dt_pipeline_step(p, x, x, NULL);
   RANK_CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "1 rows, fewer than the 2"), "%s",

@@ -224,8 +224,12 @@ DT_API dt_status dt_pipeline_create(dt_comm *pp_group, const dt_pp_schedule *sch
  * microbatches, an activation whose header does not match what the receiving stage expects,
  * a loss of more than one element), DT_ERR_UNSUPPORTED (dim 0 sharded by two mesh dims, a
  * StridedShard or Partial input, a distributed activation without options->stage_mesh), the
- * errors of the stages' forward and backward, the loss function's and the transfers'. After
- * an error the pipeline's in-flight state is dropped; parameters' gradients may be partial. */
+ * errors of the stages' forward and backward, the loss function's and the transfers'.
+ * Arguments are checked on every pp rank and the ranks agree (one all_reduce of an int64 per
+ * step) before any transfer: a refusal on one rank makes every pp rank return DT_ERR_INVALID
+ * and the pipeline stays usable. A failure after the transfers started aborts the pp group
+ * (dt_comm_abort) so that no peer waits forever; the in-flight state is dropped and the
+ * parameters' gradients may be partial. */
 DT_API dt_status dt_pipeline_step(dt_pipeline *pipeline, dt_tensor *input, dt_tensor *target,
                                   double *loss);
 

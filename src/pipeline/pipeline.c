@@ -161,7 +161,6 @@ static dt_status split_batch(const char *what, dt_tensor *t, int m, dt_tensor **
   }
   /* The local rows of each coordinate along the sharding mesh dim (torch.chunk). */
   int ranks = shard_dim >= 0 ? dt_mesh_size(mesh, shard_dim) : 1;
-  int me = shard_dim >= 0 ? dt_mesh_coordinate(mesh, shard_dim) : 0;
   int64_t chunk = (global[0] + ranks - 1) / ranks;
   dt_tensor *local = NULL;
   PP_CHECK(dt_dist_to_local(t, &local));
@@ -191,7 +190,6 @@ static dt_status split_batch(const char *what, dt_tensor *t, int m, dt_tensor **
     if (!st) st = dt_dist_from_local(mesh, piece, mesh_ndim, pl, &fo, &pieces[i]);
     dt_tensor_release(piece);
   }
-  (void)me;
   dt_tensor_release(local);
   return st;
 }
@@ -233,8 +231,7 @@ static dt_status describe(const dt_tensor *t, int kind, int stage, int mb, dt__p
 
 /* The tensor a received buffer stands for: a fresh handle on buf (local) or buf wrapped with
  * the header's placements on mesh. */
-static dt_status rebuild(dt_pipeline *p, dt_mesh *mesh, const dt__pp_header *h, dt_tensor *buf,
-                         dt_tensor **out) {
+static dt_status rebuild(dt_mesh *mesh, const dt__pp_header *h, dt_tensor *buf, dt_tensor **out) {
   if (h->n_placements == 0) return dt_detach(buf, out);
   if (!mesh) {
     return dt__error(DT_ERR_UNSUPPORTED,
@@ -248,7 +245,6 @@ static dt_status rebuild(dt_pipeline *p, dt_mesh *mesh, const dt__pp_header *h, 
                      "is %d-D",
                      FN, h->stage, h->n_placements, dt_mesh_ndim(mesh));
   }
-  (void)p;
   dt_dist_from_local_options fo = {.global_shape = h->global_shape, .global_ndim = h->ndim};
   return dt_dist_from_local(mesh, buf, h->n_placements, h->placements, &fo, out);
 }
@@ -429,7 +425,7 @@ static dt_status run_recv(dt_pipeline *p, dt_pp_action a) {
   PP_CHECK(dt__pp_recv(&p->link, dt__pp_stage_rank(p->schedule, from), &want, &got, &buf));
   dt_status st = act ? DT_OK : check_grad_layout(&got, s->output);
   dt_mesh *mesh = act ? p->opt.stage_mesh : dt_dist_mesh(s->output);
-  if (!st) st = rebuild(p, mesh, &got, buf, &t);
+  if (!st) st = rebuild(mesh, &got, buf, &t);
   if (!st && act) st = make_leaf(t);
   if (st) {
     dt_tensor_release(t);
@@ -498,15 +494,41 @@ static dt_status prepare(dt_pipeline *p, dt_tensor *input, dt_tensor *target) {
   return st;
 }
 
+/* Every pp rank learns whether one refused its arguments (one all_reduce of an int64), so
+ * that a refusal on one rank does not leave the others waiting for its transfers. */
+static dt_status agree(dt_pipeline *p, dt_status mine) {
+  int64_t flag = mine ? p->rank + 1 : 0;
+  dt_tensor *t = NULL;
+  dt_status st = dt_from_data(&flag, 1, (int64_t[]){1}, DT_I64, &t);
+  char message[512];
+  snprintf(message, sizeof message, "%s", dt_last_error());
+  if (!st) st = dt_comm_all_reduce(p->link.comm, t, DT_REDUCE_MAX);
+  if (!st) flag = ((const int64_t *)dt_tensor_data(t))[0];
+  dt_tensor_release(t);
+  if (mine) return dt__error(mine, "%s", message);
+  if (st) return st;
+  if (flag > 0) {
+    return dt__error(DT_ERR_INVALID,
+                     "%s: pp rank %d refused its arguments (its error says "
+                     "why); no transfer started",
+                     FN, (int)flag - 1);
+  }
+  return DT_OK;
+}
+
 dt_status dt_pipeline_step(dt_pipeline *p, dt_tensor *input, dt_tensor *target, double *loss) {
   if (!p) return dt__error(DT_ERR_INVALID, "%s: pipeline is NULL", FN);
   if (loss) *loss = 0;
   p->loss_sum = 0;
-  dt_status st = prepare(p, input, target);
+  dt_status st = agree(p, prepare(p, input, target));
+  if (st) { /* nothing was sent: every pp rank returns the refusal, the group stays usable */
+    drop_step(p);
+    return st;
+  }
   int n = p->schedule->counts[p->rank];
   const dt_pp_action *actions = p->schedule->actions[p->rank];
   for (int i = 0; i < n && !st; i++) st = run_action(p, actions[i]);
-  if (st && st != DT_ERR_ABORTED && p->link.count) {
+  if (st && st != DT_ERR_ABORTED) {
     /* The peers wait for this rank's transfers: abort the group rather than leave them hung. */
     char reason[256];
     snprintf(reason, sizeof reason, "%s failed on pp rank %d: %s", FN, p->rank, dt_last_error());
