@@ -205,6 +205,15 @@ typedef struct dt_compile_step {
   int inputs[DT_OP_MAX_INPUTS];
 } dt_compile_step;
 
+/* A rewrite of one node (compile/fuse.c). */
+typedef struct dt_compile_fused {
+  bool folded;  /* not run: the node reading it computes it, or the outputs skip it */
+  int n_inputs; /* > 0: the step reads these nodes instead of its graph inputs */
+  int inputs[DT_OP_MAX_INPUTS];
+  dt_op_kernel_fn kernel; /* NULL: the op's own */
+  double scalar;          /* the kernel's scalars[0] */
+} dt_compile_fused;
+
 typedef struct dt_compile_variant {
   dt_graph *g;
   dt_compile_input *inputs;
@@ -255,6 +264,7 @@ typedef struct dt_compile_variant {
   /* Per node: the owned values whose last use it is (release_list[release_at[i] ..
    * release_at[i + 1])), so that a call does not scan every input of every node. */
   int *release_at, *release_list;
+  dt_compile_fused *fused; /* per node (compile/fuse.c) */
   /* Call-time scratch, allocated once: one thread calls a dt_compiled at a time. */
   dt_tensor **values;
   dt_tensor **tuple_vals;
@@ -289,6 +299,14 @@ void dt__compile_variant_destroy(dt_compile_variant *v);
  * new variant, planned. A failure of the function itself is returned as it returned it. */
 dt_status dt__compile_trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **out,
                             dt_compile_variant **made);
+
+/* The rewrites of a traced variant (compile/fuse.c): gradient outputs that are clones return
+ * the cloned value; mask multiplies fold their comparison and conversion; a mul or add with an
+ * operand expanded from one element reads the element. Called by dt__compile_plan first. */
+dt_status dt__compile_fuse(dt_compile_variant *v);
+/* escapes[i] (room for the node count, false on entry): node i's value or a view of it
+ * reaches the outputs. */
+void dt__compile_escapes(const dt_compile_variant *v, bool *escapes);
 
 /* Last uses, tuple slots, planned buffers and the call-time scratch of a traced variant. */
 dt_status dt__compile_plan(dt_compile_variant *v);

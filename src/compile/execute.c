@@ -37,6 +37,7 @@ void dt__compile_variant_destroy(dt_compile_variant *v) {
   dt__free(v->steps);
   dt__free(v->release_at);
   dt__free(v->release_list);
+  dt__free(v->fused);
   dt__free(v->slot_buf);
   dt__free(v->slot_bytes);
   dt__free(v->slot_of);
@@ -84,6 +85,7 @@ static bool direct_eligible(const dt_compile_variant *v, int i) {
   for (int k = 0; k < n->n_inputs; k++) {
     if (n->inputs[k] >= 0 && v->placements[n->inputs[k]]) return false;
   }
+  if (v->fused[i].folded) return false;
   dt_op_infer_fn f = def->infer;
   if (f == dt__infer_embedding) return v->templates[i].n_ints == 0;
   return f == dt__infer_unary || f == dt__infer_binary || f == dt__infer_binary_scalar ||
@@ -126,14 +128,12 @@ static dt_status plan_buffers(dt_compile_variant *v) {
     st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
     goto done;
   }
-  int o = dt__graph_output_node(g);
-  for (int k = 0; k < g->nodes[o].n_list; k++) escapes[g->nodes[o].list[k]] = true;
+  dt__compile_escapes(v, escapes);
   for (int i = 0; i < n; i++) storage_last[i] = v->last_use[i];
   for (int i = n - 1; i >= 0; i--) {
     const dt_node *nd = &g->nodes[i];
     if (!aliases_input(nd) || nd->inputs[0] < 0) continue;
     int src = nd->inputs[0];
-    escapes[src] |= escapes[i];
     if (storage_last[i] > storage_last[src]) storage_last[src] = storage_last[i];
   }
   for (int i = 0; i < n; i++) {
@@ -180,6 +180,15 @@ static dt_status plan_buffers(dt_compile_variant *v) {
     sp->n_inputs = nd->n_inputs;
     sp->scalar_expr = v->scalar_expr[i];
     memcpy(sp->inputs, nd->inputs, sizeof sp->inputs);
+    const dt_compile_fused *f = &v->fused[i];
+    if (f->n_inputs > 0) { /* a rewrite (compile/fuse.c) */
+      sp->n_inputs = f->n_inputs;
+      memcpy(sp->inputs, f->inputs, sizeof(int) * (size_t)f->n_inputs);
+    }
+    if (f->kernel) {
+      sp->kernel = f->kernel;
+      sp->call.scalars[0] = f->scalar;
+    }
   }
   /* Other calls keep their attributes as the caller gave them (dispatch infers again), ready
    * to copy: only the tensors change between calls. v->values is all NULL here. */
@@ -218,13 +227,19 @@ dt_status dt__compile_plan(dt_compile_variant *v) {
   v->exprvals = dt__calloc(sizeof(int64_t) * (size_t)(v->pool.n + 1));
   if (!v->last_use || !v->tuple_base || !v->values || !v->owned || !v->symvals || !v->exprvals)
     return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  dt_status st = dt__compile_fuse(v);
+  if (st) return st;
   for (size_t i = 0; i < n; i++) {
     const dt_node *nd = &g->nodes[i];
+    const dt_compile_fused *f = &v->fused[i];
     v->last_use[i] = (int)i;
     v->tuple_base[i] = nd->is_tuple ? slots : -1;
     if (nd->is_tuple) slots += nd->n_out;
-    for (int k = 0; k < nd->n_inputs; k++) {
-      if (nd->inputs[k] >= 0) v->last_use[nd->inputs[k]] = (int)i;
+    if (f->folded) continue; /* not run: reads nothing */
+    int n_in = f->n_inputs > 0 ? f->n_inputs : nd->n_inputs;
+    const int *ins = f->n_inputs > 0 ? f->inputs : nd->inputs;
+    for (int k = 0; k < n_in; k++) {
+      if (ins[k] >= 0 && v->last_use[ins[k]] < (int)i) v->last_use[ins[k]] = (int)i;
     }
     for (int k = 0; k < nd->n_list; k++) v->last_use[nd->list[k]] = (int)i;
   }
@@ -421,7 +436,7 @@ dt_status dt__compile_run(dt_compile_variant *v, dt_tensor *const *in, int n_out
   for (int i = 0; i < g->n_nodes; i++) {
     if (v->direct[i]) { /* the common case first, without reading the node */
       st = run_direct(v, i);
-    } else {
+    } else if (!v->fused[i].folded) {
       const dt_node *n = &g->nodes[i];
       switch (n->kind) {
       case DT_NODE_PLACEHOLDER: v->values[i] = in[input_index++]; break;

@@ -112,6 +112,16 @@ dt_status dt__compile_joint_finish(dt_compile_joint *j, bool ok) {
   return st;
 }
 
+/* Whether .grad old (held by its leaf and by the caller's reference) can take g in place: a
+ * local contiguous tensor nobody else holds, of g's dtype and shape. */
+static bool accumulate_in_place(const dt_tensor *old, const dt_tensor *g) {
+  if (old->spec || g->spec || old->dtype != g->dtype || old->ndim != g->ndim ||
+      atomic_load(&old->refcount) != 2 || atomic_load(&old->storage->refcount) != 1 ||
+      !dt__is_contiguous(old->ndim, old->shape, old->strides))
+    return false;
+  return memcmp(old->shape, g->shape, sizeof(int64_t) * (size_t)g->ndim) == 0;
+}
+
 dt_status dt__compile_apply_grads(dt_compile_variant *v, dt_tensor *const *in, dt_tensor **grads) {
   dt_status st = DT_OK;
   dt_tensor *final[DT_COMPILE_MAX_ARGS * 4];
@@ -126,7 +136,12 @@ dt_status dt__compile_apply_grads(dt_compile_variant *v, dt_tensor *const *in, d
     dt_tensor *old = NULL, *g = grads[k];
     st = dt_tensor_grad(leaf, &old);
     if (st) break;
-    if (old) {
+    if (old && accumulate_in_place(old, g)) {
+      /* .grad is ours alone: old += g, the same sum without a new tensor (PyTorch's
+       * AccumulateGrad does the same). */
+      st = dt_add_(old, g);
+      if (!st) fin[k] = dt_tensor_retain(old);
+    } else if (old) {
       st = dt_add(old, g, &fin[k]);
     } else {
       /* As dt_backward's commit: a gradient that is a view or shares its storage gets its
