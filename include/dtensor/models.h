@@ -136,7 +136,7 @@ typedef struct dt_hf_sampling {
   int64_t top_k;      /* > 0: only the k most likely tokens; 0: all */
   double top_p;       /* in (0, 1): the smallest set whose probability reaches p; 0 or 1: all */
   uint64_t seed;      /* the draws come from Philox (seed, step): the same on every rank and mesh */
-  int64_t stop_token; /* stop after generating it; -1 (or eos when use_eos): never */
+  int64_t stop_token; /* > 0: stop after generating it; 0 or -1: never (use_eos: eos) */
   bool use_eos;       /* stop at config eos_token_id */
 } dt_hf_sampling;
 

@@ -134,6 +134,8 @@ DT_API dt_status dt_module_set_tensor(dt_module *m, const char *name, dt_tensor 
 
 /* Visits every parameter (is_buffer false) and buffer (true) of the tree in PyTorch's order
  * (a module's own parameters, then its buffers... per module, depth first) with its FQN.
+ * Both are borrowed: fqn is a scratch buffer valid only during that call (copy it to keep
+ * it), t lives while the module holds it (dt_tensor_retain to keep it longer).
  * Stops at the first non-OK status the visitor returns and returns it. */
 typedef dt_status (*dt_tensor_visit_fn)(const char *fqn, dt_tensor *t, bool is_buffer, void *user);
 DT_API dt_status dt_module_visit_tensors(const dt_module *m, dt_tensor_visit_fn fn, void *user);
