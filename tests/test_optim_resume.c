@@ -4,7 +4,8 @@
  * optimizer created with other hyperparameters loads it on 4 FSDP ranks, on 3, on 2
  * tensor-parallel ranks and on 1 rank and continues: every loss equals the uninterrupted
  * run's (bitwise on the same layout, relative 1e-5 across layouts, whose reductions add in
- * another order), for SGD with momentum, AdamW and Lion. Resuming without the optimizer's
+ * another order), for SGD with momentum, AdamW and Lion, each under a learning-rate schedule
+ * (warmup then cosine) whose state travels in the checkpoint too. Resuming without the optimizer's
  * state (the control) gives other losses. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -58,7 +59,12 @@ static dt_status make_optimizer(const char *name, bool other, dt_tensor *const *
   if (strcmp(name, "sgd") == 0) h[n++] = (dt_optimizer_hyperparameter){"momentum", 0.9};
   if (strcmp(name, "sgd") != 0) h[n++] = (dt_optimizer_hyperparameter){"weight_decay", 0.05};
   if (strcmp(name, "lion") == 0) h[n++] = (dt_optimizer_hyperparameter){"beta1", other ? 0.5 : 0.8};
-  return dt_optimizer_create(name, 4, w, n, h, opt);
+  RANK_OK(dt_optimizer_create(name, 4, w, n, h, opt));
+  /* A schedule: warmup then cosine to a floor; the loading run attaches another, which the
+   * checkpoint's replaces. */
+  dt_lr_schedule s = {DT_LR_DECAY_COSINE, lr, lr / 10, 2, STEPS, 0};
+  dt_lr_schedule wrong = {DT_LR_DECAY_LINEAR, 0.5, 0, 0, 100, 0};
+  return dt_optimizer_set_lr_schedule(*opt, other ? &wrong : &s);
 }
 
 static dt_status batch(dt_mesh *mesh, layout l, int s, dt_tensor **x, dt_tensor **y) {

@@ -154,9 +154,11 @@ Test(optim_table, state_dict_round_trip) {
                         "opt.hyper.beta1",
                         "opt.hyper.beta2",
                         "opt.hyper.eps",
-                        "opt.hyper.weight_decay"};
-  cr_assert_eq(sd.count, 8);
-  for (int e = 0; e < 8; e++) cr_expect_str_eq(sd.names[e], want[e]);
+                        "opt.hyper.weight_decay",
+                        "opt.steps_taken"};
+  cr_assert_eq(sd.count, 9);
+  for (int e = 0; e < 9; e++) cr_expect_str_eq(sd.names[e], want[e]);
+  cr_assert_eq(*(const int64_t *)dt_tensor_data(sd.tensors[8]), 3);
   cr_assert_eq(*(const int64_t *)dt_tensor_data(sd.tensors[2]), 3);
   cr_assert_eq(*(const double *)dt_tensor_data(sd.tensors[3]), 0.02);
   /* b takes a's parameters and state: both then step alike. */

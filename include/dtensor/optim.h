@@ -126,9 +126,9 @@ DT_API dt_status dt_optimizer_step_ex(dt_optimizer *opt, const dt_optimizer_step
 DT_API dt_status dt_optimizer_zero_grad(dt_optimizer *opt, bool set_to_none);
 
 /* The state tensor of slot `name` ("momentum_buffer" for SGD with momentum, "exp_avg" and
- * "exp_avg_sq" for Adam/AdamW, "exp_avg" for Lion) of parameter index, a new reference; and *steps, the steps
- * taken by that parameter (may be NULL). Errors: DT_ERR_INVALID (NULL, index out of range,
- * no state of that name). */
+ * "exp_avg_sq" for Adam/AdamW, "exp_avg" for Lion) of parameter index, a new reference; and *steps,
+ * the steps taken by that parameter (may be NULL). Errors: DT_ERR_INVALID (NULL, index out of
+ * range, no state of that name). */
 DT_API dt_status dt_optimizer_state(const dt_optimizer *opt, int index, const char *name,
                                     dt_tensor **out, int64_t *steps);
 
@@ -144,6 +144,46 @@ DT_API dt_status dt_optimizer_get_hyperparameter(const dt_optimizer *opt, const 
                                                  double *value);
 DT_API dt_status dt_optimizer_set_hyperparameter(dt_optimizer *opt, const char *name, double value);
 
+/* ---- Learning-rate schedules ----------------------------------------------------------------
+ * A schedule attached to an optimizer sets its "lr" before every step from the number of
+ * steps the optimizer has taken (t = 0 on the first step):
+ *   warmup  t < warmup_steps:  peak_lr * (t + 1) / warmup_steps
+ *   then, p = (t - warmup_steps) / (total_steps - warmup_steps), capped at 1:
+ *     COSINE  min_lr + (peak_lr - min_lr) (1 + cos(pi p)) / 2
+ *     LINEAR  min_lr + (peak_lr - min_lr) (1 - p)
+ *     WSD     (warmup-stable-decay) peak_lr until the last decay_steps of total_steps, then
+ *             linear from peak_lr to min_lr over those decay_steps
+ *   and never below min_lr (the floor; also during warmup); from total_steps on, min_lr.
+ * Its state (the step count and these settings) is part of the optimizer's state dict. */
+typedef enum dt_lr_decay {
+  DT_LR_DECAY_COSINE = 0,
+  DT_LR_DECAY_LINEAR = 1,
+  DT_LR_DECAY_WSD = 2,
+} dt_lr_decay;
+
+typedef struct dt_lr_schedule {
+  dt_lr_decay decay;
+  double peak_lr;       /* > 0 */
+  double min_lr;        /* the floor: 0 <= min_lr <= peak_lr */
+  int64_t warmup_steps; /* >= 0 */
+  int64_t total_steps;  /* > warmup_steps */
+  int64_t decay_steps;  /* WSD: 1 <= decay_steps <= total_steps - warmup_steps; else ignored */
+} dt_lr_schedule;
+
+/* The learning rate of step t (>= 0) under schedule s, the closed form above. Errors:
+ * DT_ERR_INVALID (NULL, t < 0, a setting out of range: named with its value). */
+DT_API dt_status dt_lr_schedule_value(const dt_lr_schedule *s, int64_t t, double *lr);
+
+/* Attaches schedule s (copied) to opt, or detaches it (NULL; lr keeps its last value). The
+ * schedule counts from the optimizer's steps taken so far (dt_optimizer_step calls that
+ * updated; skipped ones do not count), so attaching it to a fresh optimizer starts at t = 0.
+ * Not collective (every rank attaches the same). Errors: DT_ERR_INVALID (NULL opt, a bad
+ * setting, an lr the optimizer refuses). */
+DT_API dt_status dt_optimizer_set_lr_schedule(dt_optimizer *opt, const dt_lr_schedule *s);
+
+/* The optimizer's steps taken so far (see dt_optimizer_set_lr_schedule); -1 for NULL. */
+DT_API int64_t dt_optimizer_steps_taken(const dt_optimizer *opt);
+
 /* ---- The optimizer's state dict ------------------------------------------------------------
  * Everything a step depends on besides the parameters, as named tensors that go into a
  * distributed checkpoint beside the model's (dt_checkpoint_save / dt_checkpoint_load, which
@@ -153,6 +193,10 @@ DT_API dt_status dt_optimizer_set_hyperparameter(dt_optimizer *opt, const char *
  *                             (placed like the parameter): a checkpoint load writes into it
  *   P "state." FQN ".step"    the parameter's step count, a local int64 [1]
  *   P "hyper." NAME           each hyperparameter, a local float64 [1]
+ *   P "steps_taken"           the optimizer's step count, a local int64 [1]
+ *   P "schedule." FIELD       with a learning-rate schedule attached: its fields (decay,
+ *                             peak_lr, min_lr, warmup_steps, total_steps, decay_steps), each
+ *                             a local float64 [1]; loading them replaces the schedule
  * (PyTorch's flattened optimizer state dict: state.FQN.exp_avg, param_groups.lr.) The kind
  * is implied by the slot and hyperparameter names: loading an Adam checkpoint into SGD fails
  * in dt_checkpoint_load on the missing names. */

@@ -4,6 +4,8 @@
 #ifndef DT_OPTIM_IMPL_H
 #define DT_OPTIM_IMPL_H
 
+#include <string.h>
+
 #include "core/core_impl.h"
 #include "dtensor/autograd.h"
 #include "dtensor/comm.h"
@@ -88,14 +90,27 @@ struct dt_optimizer {
   float **data;
   int64_t *counts;
   /* params, state, grads, data, steps and counts share one allocation (see create). */
+  int64_t steps_taken;     /* steps that updated (dt_optimizer_steps_taken) */
+  bool has_schedule;       /* a learning-rate schedule sets lr before each step */
+  dt_lr_schedule schedule; /* checked when attached */
 };
+
+/* Checks a schedule's settings (the message names fn, the setting and its value). */
+dt_status dt__optim_check_schedule(const char *fn, const dt_lr_schedule *s);
+
+/* Sets opt's lr from its schedule for the step about to run (nothing without one). */
+void dt__optim_apply_schedule(dt_optimizer *opt);
 
 /* Whether opt keeps slot k (its kind's slot_used). */
 static inline bool dt__optim_slot_used(const dt_optimizer *opt, int k) {
   return k < opt->kind->n_slots && (!opt->kind->slot_used || opt->kind->slot_used(opt->hyper, k));
 }
 
-/* The index of hyperparameter `name` in opt's kind, or -1. */
-int dt__optim_hyper_index(const dt__optim_kind *kind, const char *name);
+/* The index of hyperparameter `name` in kind, or -1. */
+static inline int dt__optim_hyper_index(const dt__optim_kind *kind, const char *name) {
+  for (int j = 0; j < kind->n_hyper; j++)
+    if (strcmp(kind->hyper[j].name, name) == 0) return j;
+  return -1;
+}
 
 #endif /* DT_OPTIM_IMPL_H */

@@ -13,6 +13,39 @@
  * step count); < 0: hyperparameter -1 - roles[e]. */
 #define ROLE_STRIDE (DT__OPTIM_MAX_SLOTS + 1)
 #define ROLE_STEP DT__OPTIM_MAX_SLOTS
+/* Below the hyperparameters' roles (-1 - j, j < DT__OPTIM_MAX_HYPER): the optimizer's step
+ * count, and the schedule's field f at ROLE_SCHEDULE - f. */
+#define ROLE_STEPS_TAKEN (-50)
+#define ROLE_SCHEDULE (-100)
+
+/* The schedule's fields, as doubles, in the order of their roles. */
+static const char *const schedule_fields[] = {"decay",        "peak_lr",     "min_lr",
+                                              "warmup_steps", "total_steps", "decay_steps"};
+enum { N_SCHEDULE_FIELDS = 6 };
+
+static double schedule_get(const dt_lr_schedule *s, int f) {
+  switch (f) {
+  case 0: return (double)s->decay;
+  case 1: return s->peak_lr;
+  case 2: return s->min_lr;
+  case 3: return (double)s->warmup_steps;
+  case 4: return (double)s->total_steps;
+  default: return (double)s->decay_steps;
+  }
+}
+
+/* Sets field f from v; false when v is not an integer where one is needed. */
+static bool schedule_set(dt_lr_schedule *s, int f, double v) {
+  bool integral = v == floor(v) && fabs(v) < 9e15;
+  switch (f) {
+  case 0: s->decay = (dt_lr_decay)(int)v; return integral && fabs(v) < 1e6;
+  case 1: s->peak_lr = v; return true;
+  case 2: s->min_lr = v; return true;
+  case 3: s->warmup_steps = integral ? (int64_t)v : 0; return integral;
+  case 4: s->total_steps = integral ? (int64_t)v : 0; return integral;
+  default: s->decay_steps = integral ? (int64_t)v : 0; return integral;
+  }
+}
 
 void dt_optimizer_state_dict_clear(dt_optimizer_state_dict *sd) {
   if (!sd) return;
@@ -77,7 +110,7 @@ dt_status dt_optimizer_get_state_dict(const dt_optimizer *opt, const char *const
     }
   }
   const char *p = prefix ? prefix : "optim.";
-  size_t most = (size_t)opt->n * ROLE_STRIDE + (size_t)kind->n_hyper;
+  size_t most = (size_t)opt->n * ROLE_STRIDE + (size_t)kind->n_hyper + 1 + N_SCHEDULE_FIELDS;
   out->names = dt__calloc(sizeof *out->names * most);
   out->tensors = dt__calloc(sizeof *out->tensors * most);
   out->roles = dt__calloc(sizeof *out->roles * most);
@@ -107,6 +140,14 @@ dt_status dt_optimizer_get_state_dict(const dt_optimizer *opt, const char *const
     dt_tensor *h = NULL;
     st = scalar_tensor(DT_F64, opt->hyper[j], 0, &h);
     if (!st) st = add(out, join(p, "hyper.", kind->hyper[j].name, ""), h, -1 - j);
+  }
+  dt_tensor *taken = NULL;
+  if (!st) st = scalar_tensor(DT_I64, 0, opt->steps_taken, &taken);
+  if (!st) st = add(out, join(p, "steps_taken", "", ""), taken, ROLE_STEPS_TAKEN);
+  for (int f = 0; opt->has_schedule && f < N_SCHEDULE_FIELDS && !st; f++) {
+    dt_tensor *v = NULL;
+    st = scalar_tensor(DT_F64, schedule_get(&opt->schedule, f), 0, &v);
+    if (!st) st = add(out, join(p, "schedule.", schedule_fields[f], ""), v, ROLE_SCHEDULE - f);
   }
   if (st) dt_optimizer_state_dict_clear(out);
   return st;
@@ -182,13 +223,37 @@ dt_status dt_optimizer_load_state_dict(dt_optimizer *opt, const dt_optimizer_sta
   const dt__optim_kind *kind = opt->kind;
   double h[DT__OPTIM_MAX_HYPER];
   memcpy(h, opt->hyper, sizeof h);
-  int steps = 0, hypers = 0;
+  int steps = 0, hypers = 0, schedule_fields_seen = 0;
+  int64_t taken = opt->steps_taken;
+  dt_lr_schedule schedule = {0};
   /* Everything checked first. */
   for (int e = 0; e < sd->count; e++) {
     const char *name = sd->names[e];
     dt_tensor *t = sd->tensors[e];
     int role = sd->roles[e];
     if (!name || !t) return dt__error(DT_ERR_INVALID, "%s: entry %d is NULL", fn, e);
+    if (role == ROLE_STEPS_TAKEN) {
+      dt_status st = check_scalar(fn, name, t, DT_I64);
+      if (st) return st;
+      taken = *(const int64_t *)dt_tensor_data(t);
+      if (taken < 0) {
+        return dt__error(DT_ERR_INVALID, "%s: entry `%s` holds %lld steps", fn, name,
+                         (long long)taken);
+      }
+      continue;
+    }
+    if (role <= ROLE_SCHEDULE) {
+      int f = ROLE_SCHEDULE - role;
+      dt_status st = f < N_SCHEDULE_FIELDS ? check_scalar(fn, name, t, DT_F64)
+                                           : dt__error(DT_ERR_INVALID, "%s: entry `%s`", fn, name);
+      if (st) return st;
+      if (!schedule_set(&schedule, f, *(const double *)dt_tensor_data(t))) {
+        return dt__error(DT_ERR_INVALID, "%s: entry `%s` holds %g (expected an integer)", fn, name,
+                         *(const double *)dt_tensor_data(t));
+      }
+      schedule_fields_seen++;
+      continue;
+    }
     if (role < 0) {
       int j = -1 - role;
       if (j >= kind->n_hyper || !ends_with(name, "hyper.", kind->hyper[j].name)) {
@@ -231,7 +296,12 @@ dt_status dt_optimizer_load_state_dict(dt_optimizer *opt, const dt_optimizer_sta
                      "%d parameters and %d hyperparameters",
                      fn, steps, hypers, kind->name, opt->n, kind->n_hyper);
   }
+  if (schedule_fields_seen != 0 && schedule_fields_seen != N_SCHEDULE_FIELDS) {
+    return dt__error(DT_ERR_INVALID, "%s: the state dict has %d of the schedule's %d fields", fn,
+                     schedule_fields_seen, N_SCHEDULE_FIELDS);
+  }
   dt_status st = kind->check(fn, h);
+  if (!st && schedule_fields_seen) st = dt__optim_check_schedule(fn, &schedule);
   if (st) return st;
   for (int k = 0; k < kind->n_slots; k++) {
     bool then = !kind->slot_used || kind->slot_used(h, k);
@@ -252,5 +322,11 @@ dt_status dt_optimizer_load_state_dict(dt_optimizer *opt, const dt_optimizer_sta
     }
   }
   memcpy(opt->hyper, h, sizeof h);
+  opt->steps_taken = taken;
+  if (schedule_fields_seen) {
+    opt->schedule = schedule;
+    opt->has_schedule = true;
+  }
+  dt__optim_apply_schedule(opt);
   return st;
 }

@@ -16,12 +16,6 @@ static const dt__optim_kind *const kinds[] = {&dt__optim_sgd, &dt__optim_adam, &
                                               &dt__optim_lion};
 #define N_KINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
-int dt__optim_hyper_index(const dt__optim_kind *kind, const char *name) {
-  for (int j = 0; j < kind->n_hyper; j++)
-    if (strcmp(kind->hyper[j].name, name) == 0) return j;
-  return -1;
-}
-
 /* Zeros with p's layout: local, or a distributed tensor with p's mesh, placements and global
  * shape whose shard has the shape of p's shard. */
 static dt_status zeros_like_param(dt_tensor *p, dt_tensor **out) {
@@ -209,6 +203,7 @@ dt_status dt_optimizer_step_ex(dt_optimizer *opt, const dt_optimizer_step_option
     }
     DT_ASSERT(opt->counts[i] == gcount);
   }
+  dt__optim_apply_schedule(opt);
   _Alignas(16) unsigned char cache[DT__OPTIM_CACHE_BYTES] = {0};
   const dt__optim_kind *kind = opt->kind;
   for (int i = 0; i < opt->n; i++) {
@@ -217,6 +212,8 @@ dt_status dt_optimizer_step_ex(dt_optimizer *opt, const dt_optimizer_step_option
     kind->update(opt->hyper, ++opt->steps[i], d[0], d[1], d + 2, opt->counts[i], cache);
   }
   dt__optim_release_all(opt->n, opt->grads);
+  opt->steps_taken++;
+  dt__optim_apply_schedule(opt); /* the next step's rate, readable now (PyTorch's scheduler) */
   return DT_OK;
 }
 

@@ -10,7 +10,8 @@
 enum { LR, MOMENTUM, DAMPENING, WEIGHT_DECAY, NESTEROV };
 
 static dt_status sgd_check(const char *fn, const double *h) {
-  if (!(h[LR] > 0)) return dt__error(DT_ERR_INVALID, "%s: lr %g (expected > 0)", fn, h[LR]);
+  if (!(h[LR] >= 0) || !isfinite(h[LR]))
+    return dt__error(DT_ERR_INVALID, "%s: lr %g (expected >= 0)", fn, h[LR]);
   if (!(h[MOMENTUM] >= 0) || !isfinite(h[MOMENTUM]))
     return dt__error(DT_ERR_INVALID, "%s: momentum %g (expected >= 0)", fn, h[MOMENTUM]);
   if (!(h[WEIGHT_DECAY] >= 0) || !isfinite(h[WEIGHT_DECAY]))
