@@ -186,6 +186,17 @@ typedef struct dt_fsdp_options {
  * errors of dt_dist_distribute_tensor. On failure the units already made stay sharded. */
 DT_API dt_status dt_parallel_fsdp(dt_module *module, dt_mesh *mesh, const dt_fsdp_options *options);
 
+/* Gradient accumulation without a collective per microbatch (PyTorch FSDP2's
+ * set_requires_gradient_sync, DDP's no_sync): with sync false, the backward of every unit of
+ * module's tree (a tree dt_parallel_fsdp sharded; one call reaches all its units) leaves each
+ * gradient unreduced, Partial over the data-parallel dim, accumulated locally on the sharded
+ * leaf (the full local size: more memory). With sync true again (the default), the next
+ * backward adds what was accumulated to its own gradient before its one reduce-scatter, so a
+ * step of k microbatches reduces once, on the last. (Or leave sync false to the end: the
+ * optimizer step reduces the Partial gradients.) Not collective; every rank must set the same.
+ * Errors: DT_ERR_INVALID (NULL, a tree without dt_parallel_fsdp units). */
+DT_API dt_status dt_parallel_fsdp_set_gradient_sync(dt_module *module, bool sync);
+
 /* ---- Data parallel without sharding (PyTorch's DistributedDataParallel) --------------------- */
 
 /* Options of dt_parallel_ddp and dt_parallel_ddp_reduce_gradients. Zero-initialise; NULL

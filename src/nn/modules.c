@@ -274,6 +274,12 @@ dt_status dt_module_visit(dt_module *m, dt_module_visit_fn fn, void *user) {
   return visit_modules(m, prefix, 0, fn, user);
 }
 
+void *dt__module_hook_user(const dt_module *m, dt_hook_fn pre) {
+  for (int i = 0; m && i < m->n_hooks; i++)
+    if (m->hooks[i].pre == pre) return m->hooks[i].user;
+  return NULL;
+}
+
 void dt_module_set_hooks(dt_module *m, dt_hook_fn pre, dt_hook_fn post, void *user,
                          void (*release)(void *user)) {
   if (!m) return;

@@ -17,4 +17,8 @@ typedef dt_status (*dt__plain_forward_fn)(dt_module *m, dt_tensor *input, dt_ten
 dt_status dt__checkpoint_forward(dt_module *m, const char *type, bool params_require_grad,
                                  dt__plain_forward_fn plain, dt_tensor *input, dt_tensor **out);
 
+/* The user pointer of m's hook pair whose pre hook is `pre` (a wrapper finding its own state
+ * on a module, e.g. dt_parallel_fsdp_set_gradient_sync), or NULL. */
+void *dt__module_hook_user(const dt_module *m, dt_hook_fn pre);
+
 #endif /* DT_NN_IMPL_H */

@@ -12,12 +12,6 @@
 #include "dtensor/dist.h"
 #include "parallel/parallel_impl.h"
 
-/* Rank r's rows of n over w ranks, as torch.chunk splits them. */
-static int64_t chunk_rows(int64_t n, int w, int r) {
-  int64_t c = (n + w - 1) / w, rows = n - (int64_t)r * c;
-  return rows < 0 ? 0 : rows < c ? rows : c;
-}
-
 /* "[3, 5, 4]" into buf. */
 static void format_rows(const int64_t *rows, int w, char *buf, size_t size) {
   size_t at = 0;
@@ -48,12 +42,12 @@ dt_status dt__parallel_batch_input(const char *fn, dt_mesh *mesh, int dim, dt_te
   const int64_t *each = st ? NULL : dt_tensor_data(all);
   for (int r = 0; each && r < w; r++) total += each[r];
   bool chunked = true; /* the sizes torch.chunk gives the total, which Shard(0) describes */
-  for (int r = 0; each && r < w; r++) chunked = chunked && each[r] == chunk_rows(total, w, r);
+  for (int r = 0; each && r < w; r++) chunked = chunked && each[r] == dt__chunk_rows(total, w, r);
   if (!st && !chunked) {
     char got[256], want[256];
     int64_t expect[64];
     int shown = w < 64 ? w : 64;
-    for (int r = 0; r < shown; r++) expect[r] = chunk_rows(total, w, r);
+    for (int r = 0; r < shown; r++) expect[r] = dt__chunk_rows(total, w, r);
     format_rows(each, shown, got, sizeof got);
     format_rows(expect, shown, want, sizeof want);
     st = dt__error(DT_ERR_INVALID,

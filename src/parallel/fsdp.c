@@ -26,6 +26,7 @@
 #include "dtensor/ops.h"
 #include "dtensor/parallel.h"
 #include "mesh/mesh_impl.h"
+#include "nn/nn_impl.h"
 #include "parallel/parallel_impl.h"
 #include "tensor/tensor_impl.h"
 
@@ -60,6 +61,7 @@ typedef struct fsdp_unit fsdp_unit;
  * its slot. */
 typedef struct fsdp_group {
   int refs;
+  bool no_sync; /* dt_parallel_fsdp_set_gradient_sync(false): gradients accumulate unreduced */
   int n, cap;
   fsdp_unit **units;
 } fsdp_group;
@@ -210,17 +212,36 @@ typedef struct gather_state {
   int ndim;
   dt_placement p[DT_MAX_DIMS];
   dt_dtype reduce_dtype, master_dtype;
-  dt_tensor *local; /* owned, or NULL: kept gathered */
+  dt_tensor *local;  /* owned, or NULL: kept gathered */
+  dt_tensor *leaf;   /* the sharded leaf (a reference): its accumulated gradient */
+  fsdp_group *group; /* a reference: whether gradients are synchronized now */
 } gather_state;
 
+/* Without gradient sync the Partial gradient accumulates on the leaf unreduced; with sync, an
+ * accumulated one (Partial where the leaf is not) joins this one before its reduce-scatter and
+ * the leaf's gradient is cleared for the sum (PyTorch FSDP2's no_sync). */
 static dt_status gather_backward(void *state, dt_tensor *grad, dt_tensor **out) {
   gather_state *g = state;
-  dt_tensor *low = NULL, *reduced = NULL;
+  if (g->group->no_sync) return dt_to(grad, g->master_dtype, out);
+  dt_tensor *low = NULL, *reduced = NULL, *acc = NULL, *acc_low = NULL, *sum = NULL;
   dt_status st = dt_to(grad, g->reduce_dtype, &low);
-  if (!st) st = dt_dist_redistribute(low, g->ndim, g->p, &reduced);
+  if (!st) st = dt_tensor_grad(g->leaf, &acc);
+  bool unsynced = false;
+  for (int d = 0; acc && acc->spec && d < g->ndim; d++)
+    unsynced =
+        unsynced || (dt_dist_placements(acc)[d].kind == DT_PARTIAL && g->p[d].kind != DT_PARTIAL);
+  if (!st && unsynced) {
+    st = dt_to(acc, g->reduce_dtype, &acc_low);
+    if (!st) st = dt_add(low, acc_low, &sum);
+    if (!st) st = dt_tensor_set_grad(g->leaf, NULL);
+  }
+  if (!st) st = dt_dist_redistribute(sum ? sum : low, g->ndim, g->p, &reduced);
   if (!st) st = dt_to(reduced, g->master_dtype, out);
   dt_tensor_release(low);
   dt_tensor_release(reduced);
+  dt_tensor_release(acc);
+  dt_tensor_release(acc_low);
+  dt_tensor_release(sum);
   if (!st && g->local && !gathered_is_free(g->local)) gathered_free(g->local);
   return st;
 }
@@ -228,18 +249,14 @@ static dt_status gather_backward(void *state, dt_tensor *grad, dt_tensor **out) 
 static void gather_release(void *state) {
   gather_state *g = state;
   dt_tensor_release(g->local);
+  dt_tensor_release(g->leaf);
+  group_release(g->group);
   dt__free(g);
 }
 
 static const dt_autograd_function gather_function = {.name = "dt_parallel_fsdp (all_gather)",
                                                      .backward = gather_backward,
                                                      .release = gather_release};
-
-/* Rank r's rows of a dim of n rows over w ranks, as torch.chunk splits them. */
-static int64_t chunk_rows(int64_t n, int w, int r) {
-  int64_t c = (n + w - 1) / w, rows = n - (int64_t)r * c;
-  return rows < 0 ? 0 : rows < c ? rows : c;
-}
 
 /* The gathered local shape: this rank's tensor-parallel piece, whole along gather_dim. */
 static dt_status gathered_shape(fsdp_param *fp, int *ndim, int64_t *shape) {
@@ -265,7 +282,7 @@ static dt_status gather_start(fsdp_unit *u, fsdp_param *fp, dt_tensor *target, b
                      DT_FSDP_MAX_GATHER_RANKS);
   }
   int64_t n = dt_dist_global_shape(fp->sharded)[d];
-  for (int r = 0; r < w; r++) fp->gather_counts[r] = chunk_rows(n, w, r);
+  for (int r = 0; r < w; r++) fp->gather_counts[r] = dt__chunk_rows(n, w, r);
   bool prev = dt_grad_mode_set(false); /* the gather's backward is recorded by its caller */
   dt_tensor *piece = NULL, *cast = NULL, *moved = NULL;
   dt_status st = dt_dist_to_local(fp->sharded, &piece);
@@ -355,6 +372,9 @@ static dt_status record_gather(fsdp_unit *u, fsdp_param *fp, dt_tensor *local) {
   g->reduce_dtype = u->reduce_dtype;
   g->master_dtype = dt_tensor_dtype(fp->sharded);
   g->local = local ? dt_tensor_retain(local) : NULL;
+  g->leaf = dt_tensor_retain(fp->sharded);
+  g->group = u->group;
+  u->group->refs++;
   return dt__autograd_record_function(&gather_function, g, fp->sharded, fp->unsharded);
 }
 
@@ -754,6 +774,26 @@ dt_status dt_parallel_fsdp(dt_module *module, dt_mesh *mesh, const dt_fsdp_optio
   group_release(g);
   if (!st && c.units == 0) {
     return dt__error(DT_ERR_INVALID, "dt_parallel_fsdp: the module has no parameters to shard");
+  }
+  return st;
+}
+
+static dt_status set_sync(const char *fqn, dt_module *m, void *user) {
+  (void)fqn;
+  bool *c = user; /* c[0]: the setting; c[1]: a unit was found */
+  fsdp_unit *u = dt__module_hook_user(m, pre_hook);
+  if (u && u->group) u->group->no_sync = !c[0];
+  c[1] = c[1] || (u && u->group);
+  return DT_OK;
+}
+
+dt_status dt_parallel_fsdp_set_gradient_sync(dt_module *module, bool sync) {
+  if (!module) return dt__error(DT_ERR_INVALID, "dt_parallel_fsdp_set_gradient_sync: NULL module");
+  bool c[2] = {sync, false};
+  dt_status st = dt_module_visit(module, set_sync, c);
+  if (!st && !c[1]) {
+    return dt__error(DT_ERR_INVALID, "dt_parallel_fsdp_set_gradient_sync: the module tree has no "
+                                     "unit of dt_parallel_fsdp");
   }
   return st;
 }

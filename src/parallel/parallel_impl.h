@@ -15,6 +15,12 @@ int64_t dt__tp_predicted_comm_bytes(const dt_graph *g);
 dt_status dt__parallel_hook_failed(dt_status st, const char *fn, const char *which,
                                    const char *fqn);
 
+/* Rank r's rows of a dim of n rows over w ranks, as torch.chunk splits them. */
+static inline int64_t dt__chunk_rows(int64_t n, int w, int r) {
+  int64_t c = (n + w - 1) / w, rows = n - (int64_t)r * c;
+  return rows < 0 ? 0 : rows < c ? rows : c;
+}
+
 /* A data-parallel module's local input (this rank's rows of the batch) as a distributed tensor
  * Shard(0) on mesh dim `dim`, Replicate on the others, with the true global batch: the row
  * counts are gathered over the dim first (one all_gather_into_tensor of one int64), and
