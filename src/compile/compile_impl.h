@@ -295,6 +295,13 @@ struct dt_compiled {
 /* Frees a variant and everything it holds (NULL is ignored). */
 void dt__compile_variant_destroy(dt_compile_variant *v);
 
+/* Grows v's per-node arrays to its graph's node count (*cap: their capacity). (variant_nodes.c) */
+dt_status dt__compile_grow_nodes(dt_compile_variant *v, int *cap);
+/* Sets v->local_dims[i], the shard dims of distributed value x (node i) as expressions of its
+ * global dims, when they give x's traced shard shape. (variant_nodes.c) */
+dt_status dt__compile_set_local_dims(dt_compile_variant *v, int i, const dt_tensor *x,
+                                     const int *dims);
+
 /* Runs c's function eagerly under the tracer; on success out holds its results and *made the
  * new variant, planned. A failure of the function itself is returned as it returned it. */
 dt_status dt__compile_trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **out,
