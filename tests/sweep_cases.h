@@ -80,6 +80,14 @@ static dt_status f_layer_norm(dt_tensor **i, dt_tensor **o) {
   int64_t ns[] = {7};
   return dt_layer_norm(i[0], 1, ns, NULL, NULL, 1e-5, o);
 }
+static dt_status f_rms_norm(dt_tensor **i, dt_tensor **o) {
+  int64_t ns[] = {7};
+  return dt_rms_norm(i[0], 1, ns, NULL, 1e-5, o);
+}
+static dt_status f_attention(dt_tensor **i, dt_tensor **o) {
+  dt_attention_options opt = {.is_causal = true};
+  return dt_scaled_dot_product_attention(i[0], i[1], i[2], NULL, &opt, o, NULL);
+}
 static dt_status f_mm(dt_tensor **i, dt_tensor **o) { return dt_mm(i[0], i[1], o); }
 static dt_status f_bmm(dt_tensor **i, dt_tensor **o) { return dt_bmm(i[0], i[1], o); }
 static dt_status f_matmul(dt_tensor **i, dt_tensor **o) { return dt_matmul(i[0], i[1], o); }
@@ -319,6 +327,12 @@ static const op_case cases[] = {
     {"softmax", f_softmax1, 1, {2}, {S2(5, 7)}},
     {"log_softmax", f_log_softmax0, 1, {2}, {S2(5, 7)}},
     {"layer_norm", f_layer_norm, 1, {2}, {S2(5, 7)}},
+    {"rms_norm", f_rms_norm, 1, {2}, {S2(5, 7)}},
+    {"scaled_dot_product_attention",
+     f_attention,
+     3,
+     {4, 4, 4},
+     {{3, 4, 5, 6}, {3, 2, 7, 6}, {3, 2, 7, 5}}},
     {"mm", f_mm, 2, {2, 2}, {S2(5, 6), S2(6, 7)}},
     {"bmm", f_bmm, 2, {3, 3}, {{3, 5, 6}, {3, 6, 4}}},
     {"matmul 3d@2d", f_matmul, 2, {3, 2}, {{3, 5, 6}, S2(6, 4)}},

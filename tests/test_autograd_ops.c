@@ -501,6 +501,8 @@ static const struct {
     {"uniform_", "random fill: the values do not depend on the input"},
     {"scatter_add", "a helper of backward formulas (embedding, max.dim); its own gradient "
                     "(a gather) is needed only for double backward"},
+    {"scaled_dot_product_attention_backward",
+     "the backward op of scaled_dot_product_attention; no double backward yet"},
     {"cross_entropy_loss_backward", "the backward op of cross_entropy_loss; its own gradient is "
                                     "needed only for double backward"},
     {"gelu_backward", "the backward op of gelu; its own gradient is needed only for double "

@@ -264,6 +264,37 @@ static dt_status own_check(dt_hf_model *m, const own_case *oc) {
   free(got), free(want);
   RANK_CHECK(md <= 1e-4 * mx, "logits differ from the naive loops by %.3g of %.3g", md, mx);
   dt_tensor_release(t), dt_tensor_release(logits), dt_tensor_release(full);
+  /* The first sequence in two chunks through a KV cache (6 positions, then 5: the second
+   * chunk attends to the cache with the offset causal mask) equals the whole forward. */
+  {
+    dt_hf_kv_cache *cache = NULL;
+    dt_tensor *c1 = NULL, *c2 = NULL, *l1 = NULL, *l2 = NULL, *f2 = NULL;
+    RANK_OK(dt_hf_kv_cache_create(m, &cache));
+    RANK_OK(dt_from_data(ids, 2, (int64_t[]){1, 6}, DT_I64, &c1));
+    RANK_OK(dt_from_data(ids + 6, 2, (int64_t[]){1, OWN_T - 6}, DT_I64, &c2));
+    RANK_OK(dt_hf_model_forward(m, c1, cache, &l1));
+    RANK_OK(dt_hf_model_forward(m, c2, cache, &l2));
+    RANK_CHECK(dt_hf_kv_cache_length(cache) == OWN_T, "cache length %lld",
+               (long long)dt_hf_kv_cache_length(cache));
+    if (dt_tensor_is_distributed(l2)) {
+      RANK_OK(dt_dist_full_tensor(l2, &f2));
+    } else {
+      f2 = dt_tensor_retain(l2);
+    }
+    int64_t n2 = (OWN_T - 6) * c->V;
+    double *g2 = malloc(sizeof(double) * (size_t)n2),
+           *w2 = malloc(sizeof(double) * (size_t)(OWN_T * c->V));
+    RANK_OK(dt_tensor_to_doubles(f2, g2, n2));
+    ref_forward(c, &oc->w, ids, OWN_T, w2);
+    double md2 = 0, mx2 = 0;
+    for (int64_t i = 0; i < n2; i++)
+      md2 = fmax(md2, fabs(g2[i] - w2[6 * c->V + i])), mx2 = fmax(mx2, fabs(w2[6 * c->V + i]));
+    free(g2), free(w2);
+    RANK_CHECK(md2 <= 1e-4 * mx2, "chunked logits differ by %.3g of %.3g", md2, mx2);
+    dt_tensor_release(c1), dt_tensor_release(c2), dt_tensor_release(l1), dt_tensor_release(l2);
+    dt_tensor_release(f2);
+    dt_hf_kv_cache_destroy(cache);
+  }
   /* greedy: 4-token prompt, 9 new tokens */
   int64_t seq[16] = {5, 1, 4, 2}, out[16], nout = 0;
   RANK_OK(dt_hf_generate(m, seq, 4, 9, NULL, out, &nout, NULL, NULL));

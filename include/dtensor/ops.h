@@ -155,6 +155,33 @@ DT_API dt_status dt_layer_norm(dt_tensor *x, int ndims, const int64_t *normalize
                                dt_tensor *weight, dt_tensor *bias, double eps, dt_tensor **out);
 /* Inference batch norm over channel dim 1 of [N, C, ...] with running statistics [C];
  * weight and bias [C] may be NULL. */
+/* RMS norm over the last ndims dims (PyTorch's rms_norm, fused): x * rsqrt(mean(x^2) + eps) *
+ * weight; weight (normalized_shape, may be NULL). Statistics in double. Errors: as layer_norm,
+ * DT_ERR_INVALID for eps not finite or < 0. */
+DT_API dt_status dt_rms_norm(dt_tensor *x, int ndims, const int64_t *normalized_shape,
+                             dt_tensor *weight, double eps, dt_tensor **out);
+
+/* Options of dt_scaled_dot_product_attention. Zero-initialised: no causal mask, scale
+ * 1/sqrt(E). */
+typedef struct dt_attention_options {
+  bool is_causal; /* query i keeps keys j <= i (PyTorch's top-left alignment) */
+  double scale;   /* > 0; 0: 1/sqrt(E) */
+} dt_attention_options;
+
+/* Fused attention (flash style: the [T, S] scores are never stored; memory O(tile)):
+ * out = softmax(scale q k^T + mask) v for q [B, H, T, E], k [B, Hk, S, E], v [B, Hk, S, Ev]
+ * with Hk dividing H (grouped-query attention: query head h reads kv head h / (H / Hk)).
+ * mask may be NULL, bool (true: the pair takes part, as PyTorch's attn_mask) or of q's dtype
+ * (added to the scores), broadcasting to [B, H, T, S]. *lse (may be NULL) receives the
+ * log-sum-exp of each query's scores [B, H, T] (float32, float64 for float64 inputs); a query
+ * that keeps no key gets NaN outputs and lse -inf. Differentiable in q, k, v (not in a float
+ * mask). Distributed: batch or heads sharded run without communication. Errors: DT_ERR_SHAPE
+ * (not 4-D, sizes that disagree, a mask that does not broadcast), DT_ERR_DTYPE (dtypes
+ * differ, not floating), DT_ERR_INVALID (NULL out, a scale not finite or < 0). */
+DT_API dt_status dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor *v,
+                                                 dt_tensor *mask,
+                                                 const dt_attention_options *options,
+                                                 dt_tensor **out, dt_tensor **lse);
 DT_API dt_status dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor *running_var,
                                dt_tensor *weight, dt_tensor *bias, double eps, dt_tensor **out);
 /* Training batch norm: like dt_batch_norm with the batch's own statistics (per channel, the

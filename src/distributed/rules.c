@@ -685,6 +685,29 @@ static void rule_rows(const dt_rule_ctx *c, dt_strategies *s) {
   push_replicated(s, c->n_args);
 }
 
+/* scaled_dot_product_attention and its backward: the batch (dim 0) or the heads (dim 1) of
+ * every argument together; the heads only when there are as many kv heads as query heads
+ * (grouped-query heads split alike only for some nestings of mesh dims, which one mesh dim's
+ * rule cannot see: the caller repeats the kv heads first to shard by heads). A mask is sharded
+ * on the same dim when it has it (size > 1), else replicated. */
+static void rule_attention(const dt_rule_ctx *c, dt_strategies *s) {
+  bool backward = c->call->op == DT_OP_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD;
+  int qi = backward ? 1 : 0, mi = backward ? 4 : 3;
+  const dt_tensor *q = c->args[qi], *k = c->args[qi + 1];
+  const dt_tensor *m = mi < c->n_args ? c->args[mi] : NULL;
+  dt_placement in[DT_DIST_MAX_ARGS];
+  for (int dim = 0; dim < 2; dim++) {
+    if (dim == 1 && q->shape[1] != k->shape[1]) continue;
+    for (int i = 0; i < c->n_args; i++) in[i] = c->args[i] ? S(dim) : R();
+    if (m) {
+      int md = dim - (4 - m->ndim);
+      in[mi] = md >= 0 && m->shape[md] > 1 ? S(md) : R();
+    }
+    push(s, in, c->n_args, S(dim));
+  }
+  push_replicated(s, c->n_args);
+}
+
 bool dt_op_has_sharding_rule(int op) {
   return op >= 0 && op < DT_OP_COUNT && dt__op_table[op].rule != DT_RULE_REPLICATE;
 }
@@ -712,6 +735,7 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
   case DT_RULE_BATCH_NORM:
   case DT_RULE_BATCH_NORM_TRAINING: rule_batch_norm(c, cur, s); return true;
   case DT_RULE_ROWS: rule_rows(c, s); return true;
+  case DT_RULE_ATTENTION: rule_attention(c, s); return true;
   case DT_RULE_EMBEDDING: rule_embedding(c, cur, s); return true;
   case DT_RULE_SCATTER_ADD: rule_scatter_add(c, cur, s); return true;
   case DT_RULE_CAT: rule_cat(c, cur, s, false); return true;

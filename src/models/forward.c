@@ -48,7 +48,7 @@ typedef struct fwd {
   dt_hf_model *m;
   tape *tp;
   int64_t B, T, past;
-  dt_tensor *mask; /* [T, past + T] bool, true where a query may not look */
+  dt_tensor *mask; /* [T, past + T] bool, true where a query may look (chunks after a cache) */
 } fwd;
 
 /* Parameter `index` as used by the forward (gathered over FSDP), on the tape; NULL for -1. */
@@ -72,29 +72,16 @@ static dt_status replicated(const dt_hf_model *m, dt_tensor *local, dt_tensor **
   return dt_dist_distribute_tensor(m->mesh, local, nd, pl, out);
 }
 
-/* RMSNorm (Llama): x * rsqrt(mean(x^2) + eps) * w over the last dim. */
-static dt_status rms_norm(fwd *f, dt_tensor *x, dt_tensor *w, dt_tensor **out) {
-  tape *tp = f->tp;
-  dt_status st = DT_OK;
-  dt_tensor *sq = NULL, *ms = NULL, *me = NULL, *r = NULL, *n = NULL;
-  int64_t last = -1;
-  RUN(dt_mul(x, x, &sq), sq);
-  RUN(dt_mean_dims(sq, 1, &last, true, &ms), ms);
-  RUN(dt_add_scalar(ms, f->m->cfg.norm_eps, &me), me);
-  RUN(dt_rsqrt(me, &r), r);
-  RUN(dt_mul(x, r, &n), n);
-  RUN(dt_mul(n, w, out), *out);
-  return st;
-}
-
 static dt_status norm(fwd *f, dt_tensor *x, int wi, int bi, dt_tensor **out) {
   dt_tensor *w = NULL, *b = NULL;
   dt_status st = param(f, wi, &w);
   if (!st) st = param(f, bi, &b);
   if (st) return st;
-  if (f->m->cfg.arch == DT_HF_LLAMA) return rms_norm(f, x, w, out);
   const int64_t shape[1] = {f->m->cfg.hidden_size};
-  st = dt_layer_norm(x, 1, shape, w, b, f->m->cfg.norm_eps, out);
+  if (f->m->cfg.arch == DT_HF_LLAMA)
+    st = dt_rms_norm(x, 1, shape, w, f->m->cfg.norm_eps, out);
+  else
+    st = dt_layer_norm(x, 1, shape, w, b, f->m->cfg.norm_eps, out);
   if (!st && !keep(f->tp, *out)) st = DT_ERR_NOMEM;
   return st;
 }
@@ -137,11 +124,15 @@ static dt_status rotary(fwd *f, dt_tensor *x, dt_tensor **out) {
   return RUN(dt_add(a, b, out), *out);
 }
 
-/* [B, kvH, S, hd] -> [B, H, S, hd], each kv head repeated H / kvH times (repeat_kv). */
+/* [B, kvH, S, hd] -> [B, H, S, hd], each kv head repeated H / kvH times (repeat_kv): under
+ * TP when the kv heads split evenly over its ranks, so that the attention shards by heads (its
+ * rule needs as many kv heads as query heads); otherwise the attention reads them grouped and
+ * the propagator moves what it needs. */
 static dt_status repeat_kv(fwd *f, dt_tensor *x, dt_tensor **out) {
   const dt_hf_config *c = &f->m->cfg;
   int64_t rep = c->num_heads / c->num_kv_heads;
-  if (rep == 1) {
+  bool split = f->m->tp_dim >= 0 && c->num_kv_heads % dt_mesh_size(f->m->mesh, f->m->tp_dim) == 0;
+  if (rep == 1 || !split) {
     *out = x;
     return DT_OK;
   }
@@ -154,17 +145,14 @@ static dt_status repeat_kv(fwd *f, dt_tensor *x, dt_tensor **out) {
   return RUN(dt_reshape(e, 4, (int64_t[]){f->B, c->num_heads, S, c->head_dim}, out), *out);
 }
 
-/* softmax(q k^T / sqrt(hd) + causal mask) v on [B, H, T, hd] x [B, H, S, hd]. */
+/* The fused attention (grouped-query: without TP the kv heads are read, not repeated): causal when
+ * the cache is empty, every cached key for one new query, else the offset causal mask. */
 static dt_status attention(fwd *f, dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_tensor **out) {
-  tape *tp = f->tp;
-  dt_status st = DT_OK;
-  dt_tensor *kt = NULL, *s = NULL, *ss = NULL, *sm = NULL, *p = NULL;
-  RUN(dt_transpose(k, 2, 3, &kt), kt);
-  RUN(dt_matmul(q, kt, &s), s);
-  RUN(dt_mul_scalar(s, 1.0 / sqrt((double)f->m->cfg.head_dim), &ss), ss);
-  RUN(dt_masked_fill(ss, f->mask, -INFINITY, &sm), sm);
-  RUN(dt_softmax(sm, -1, &p), p);
-  return RUN(dt_matmul(p, v, out), *out);
+  dt_attention_options o = {.is_causal = f->past == 0 && f->T > 1};
+  dt_tensor *mask = f->past > 0 && f->T > 1 ? f->mask : NULL;
+  dt_status st = dt_scaled_dot_product_attention(q, k, v, mask, &o, out, NULL);
+  if (!st && !keep(f->tp, *out)) st = DT_ERR_NOMEM;
+  return st;
 }
 
 /* Appends the new keys/values to the cache's (dim 2) and stores the result in the cache. */
@@ -195,7 +183,7 @@ static dt_status layer(fwd *f, int64_t l, dt_hf_kv_cache *cache, dt_tensor *x, d
   const int *li = f->m->layer_index + l * L_COUNT;
   bool llama = c->arch == DT_HF_LLAMA;
   dt_tensor *h = NULL, *q = NULL, *k = NULL, *v = NULL, *qh = NULL, *kh = NULL, *vh = NULL;
-  dt_tensor *qr = NULL, *kr = NULL, *ka = NULL, *va = NULL, *kx = NULL, *vx = NULL, *a = NULL;
+  dt_tensor *qr = NULL, *kr = NULL, *ka = NULL, *va = NULL, *a = NULL;
   dt_tensor *at = NULL, *ar = NULL, *o = NULL, *x1 = NULL, *h2 = NULL, *d = NULL;
   dt_status st = norm(f, x, li[L_NORM1_W], li[L_NORM1_B], &h);
   if (!st) st = project(f, h, li[L_Q_W], li[L_Q_B], &q);
@@ -210,6 +198,7 @@ static dt_status layer(fwd *f, int64_t l, dt_hf_kv_cache *cache, dt_tensor *x, d
   if (!st && cache) st = cache_append(f, &cache->k[l], kr, &ka);
   if (!st && cache) st = cache_append(f, &cache->v[l], vh, &va);
   if (!cache) ka = kr, va = vh;
+  dt_tensor *kx = NULL, *vx = NULL;
   if (!st) st = repeat_kv(f, ka, &kx);
   if (!st) st = repeat_kv(f, va, &vx);
   if (!st) st = attention(f, qr, kx, vx, &a);
@@ -234,14 +223,16 @@ static dt_status layer(fwd *f, int64_t l, dt_hf_kv_cache *cache, dt_tensor *x, d
   return RUN(dt_add(x1, d, out), *out);
 }
 
-/* The causal mask [T, past + T]: query i (position past + i) may not see key j > past + i. */
+/* The attention mask [T, past + T] of a chunk after cached positions: query i (position
+ * past + i) sees key j <= past + i (true: takes part). Needed only when past > 0 and T > 1. */
 static dt_status make_mask(fwd *f) {
+  if (f->past == 0 || f->T == 1) return DT_OK;
   int64_t S = f->past + f->T;
   size_t n = (size_t)(f->T * S);
   uint8_t *bits = dt__alloc(n ? n : 1);
   if (!bits) return dt__error(DT_ERR_NOMEM, "dt_hf_model_forward: out of memory");
   for (int64_t i = 0; i < f->T; i++)
-    for (int64_t j = 0; j < S; j++) bits[i * S + j] = j > f->past + i;
+    for (int64_t j = 0; j < S; j++) bits[i * S + j] = j <= f->past + i;
   dt_tensor *local = NULL;
   dt_status st = dt_from_data(bits, 2, (int64_t[]){f->T, S}, DT_BOOL, &local);
   dt__free(bits);

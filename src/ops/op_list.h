@@ -223,7 +223,11 @@
  * borrowed in int_list (copied to ints by infer), eps in scalars[0]. batch_norm (inference):
  * inputs {input, running_mean, running_var, weight?, bias?}, eps in scalars[0];
  * batch_norm_training: inputs {input, weight?, bias?}, eps in scalars[0]. scatter_add (the
- * backward of embedding and max.dim): inputs {self, index, src}, dim in ints[0]. */
+ * backward of embedding and max.dim): inputs {self, index, src}, dim in ints[0]. rms_norm:
+ * layer_norm's arguments without bias. scaled_dot_product_attention: inputs {q [B, H, T, E],
+ * k [B, Hk, S, E], v [B, Hk, S, Ev], attn_mask?}, ints[0] is_causal, scalars[0] the scale
+ * (0: 1/sqrt(E)); outputs {out, logsumexp [B, H, T]}. Its backward: inputs {[grad, lse,
+ * rowsum(grad * out)] joined on the last dim [B, H, T, Ev + 2], q, k, v, attn_mask?}. */
 #define DT_OPS_NN(X)                                                                               \
   X(SOFTMAX, "softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax, SOFTMAX, SAME,      \
     NO_FUNC, DT_TRAIT_SAVES_OUTPUT, BACKWARD(softmax),                                             \
@@ -235,6 +239,21 @@
     LAYER_NORM, NO_FUNC, 0, BACKWARD(layer_norm),                                                  \
     "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "    \
     "float eps=1e-05) -> Tensor")                                                                  \
+  X(RMS_NORM, "rms_norm", COMPUTE, 1, dt__infer_layer_norm, dt__kernel_rms_norm, LAYER_NORM,       \
+    LAYER_NORM, NO_FUNC, 0, BACKWARD(rms_norm),                                                    \
+    "rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, float eps=1e-05) -> "   \
+    "Tensor")                                                                                      \
+  X(SCALED_DOT_PRODUCT_ATTENTION, "scaled_dot_product_attention", COMPUTE, 3,                      \
+    dt__infer_attention, dt__kernel_attention, ATTENTION, SPECIALIZE, NO_FUNC,                     \
+    DT_TRAIT_TUPLE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(attention),                                   \
+    "scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, " \
+    "bool is_causal=False, float scale=0.0) -> (Tensor output, Tensor logsumexp)")               \
+  X(SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, "scaled_dot_product_attention_backward", COMPUTE, 4,    \
+    dt__infer_attention_backward, dt__kernel_attention_backward, ATTENTION, SPECIALIZE, NO_FUNC,   \
+    DT_TRAIT_TUPLE | DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                     \
+    "scaled_dot_product_attention_backward(Tensor grad_and_stats, Tensor query, Tensor key, "      \
+    "Tensor value, Tensor? attn_mask=None, bool is_causal=False, float scale=0.0) -> "             \
+    "(Tensor grad_query, Tensor grad_key, Tensor grad_value)")              \
   X(BATCH_NORM, "batch_norm", COMPUTE, 3, dt__infer_batch_norm, dt__kernel_batch_norm, BATCH_NORM, \
     BATCH_NORM, NO_FUNC, 0, BACKWARD(batch_norm),                                                  \
     "batch_norm(Tensor input, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? "   \

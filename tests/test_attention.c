@@ -1,0 +1,266 @@
+/*
+ * The fused ops of the decoder models: rms_norm and scaled_dot_product_attention (flash-style
+ * tiles, causal or masked, grouped-query, with the log-sum-exp), against naive loops in double,
+ * their gradients against finite differences, and the attention distributed by batch and by
+ * heads against the whole tensor.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "comm_helpers.h"
+#include "dtensor/dtensor.h"
+#include "gradcheck.h"
+
+static double *values_of(dt_tensor *t) {
+  int64_t n = dt_tensor_numel(t);
+  double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  dt_tensor *c = NULL;
+  OK(dt_contiguous(t, &c));
+  OK(dt_tensor_to_doubles(c, v, n));
+  dt_tensor_release(c);
+  return v;
+}
+
+Test(rms_norm, equals_naive_loops) {
+  dt_tensor *x = NULL, *w = NULL, *y = NULL, *xt = NULL;
+  OK(dt_randn(3, (int64_t[]){3, 7, 5}, DT_F32, 3, &x));
+  OK(dt_transpose(x, 1, 2, &xt)); /* [3, 5, 7], not contiguous */
+  OK(dt_randn(1, (int64_t[]){7}, DT_F32, 4, &w));
+  OK(dt_rms_norm(xt, 1, (int64_t[]){7}, w, 1e-5, &y));
+  double *xv = values_of(xt), *wv = values_of(w), *yv = values_of(y);
+  for (int r = 0; r < 15; r++) {
+    double ss = 0;
+    for (int i = 0; i < 7; i++) ss += xv[r * 7 + i] * xv[r * 7 + i];
+    double rs = 1 / sqrt(ss / 7 + 1e-5);
+    for (int i = 0; i < 7; i++)
+      cr_assert_float_eq(yv[r * 7 + i], xv[r * 7 + i] * rs * wv[i], 1e-5, "row %d col %d", r, i);
+  }
+  free(xv), free(wv), free(yv);
+  dt_tensor_release(y);
+  /* Two normalized dims, no weight. */
+  OK(dt_rms_norm(xt, 2, (int64_t[]){5, 7}, NULL, 0.5, &y));
+  xv = values_of(xt), yv = values_of(y);
+  for (int b = 0; b < 3; b++) {
+    double ss = 0;
+    for (int i = 0; i < 35; i++) ss += xv[b * 35 + i] * xv[b * 35 + i];
+    for (int i = 0; i < 35; i++)
+      cr_assert_float_eq(yv[b * 35 + i], xv[b * 35 + i] / sqrt(ss / 35 + 0.5), 1e-5);
+  }
+  free(xv), free(yv);
+  dt_tensor_release(y);
+  cr_assert_eq(dt_rms_norm(xt, 1, (int64_t[]){5}, w, 1e-5, &y), DT_ERR_SHAPE);
+  cr_assert_eq(dt_rms_norm(xt, 1, (int64_t[]){7}, w, -1, &y), DT_ERR_INVALID);
+  dt_tensor_release(x), dt_tensor_release(xt), dt_tensor_release(w);
+}
+
+static dt_status f_rms(dt_tensor **x, dt_tensor **out) {
+  return dt_rms_norm(x[0], 1, (int64_t[]){6}, x[1], 1e-3, out);
+}
+static dt_status f_rms2(dt_tensor **x, dt_tensor **out) {
+  return dt_rms_norm(x[0], 2, (int64_t[]){3, 4}, NULL, 1e-3, out);
+}
+
+Test(rms_norm, gradients_match_finite_differences) {
+  grad_check(
+      &(grad_case){"rms_norm", f_rms, 2, {3, 1}, {{2, 3, 6}, {6}}, {NONCONTIG, PLAIN}, 0, 0});
+  grad_check(&(grad_case){"rms_norm 2 dims", f_rms2, 1, {3}, {{5, 3, 4}}, {PLAIN}, 0, 0});
+}
+
+/* ---- attention --------------------------------------------------------------------------- */
+
+/* Naive attention in double: out [B, H, T, Ev], lse [B, H, T]. mask: NULL, or [T, S] bool. */
+static void naive_attention(const double *q, const double *k, const double *v, const uint8_t *mask,
+                            bool causal, double scale, int64_t B, int64_t H, int64_t Hk, int64_t T,
+                            int64_t S, int64_t E, int64_t Ev, double *out, double *lse) {
+  double *s = malloc(sizeof(double) * (size_t)S);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      int64_t kh = h / (H / Hk);
+      for (int64_t i = 0; i < T; i++) {
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < S; j++) {
+          bool keep = (!causal || j <= i) && (!mask || mask[i * S + j]);
+          double d = 0;
+          for (int64_t e = 0; e < E; e++)
+            d += q[((b * H + h) * T + i) * E + e] * k[((b * Hk + kh) * S + j) * E + e];
+          s[j] = keep ? scale * d : -INFINITY;
+          mx = fmax(mx, s[j]);
+        }
+        for (int64_t j = 0; j < S; j++) sum += s[j] == -INFINITY ? 0 : exp(s[j] - mx);
+        lse[(b * H + h) * T + i] = mx + log(sum);
+        for (int64_t e = 0; e < Ev; e++) {
+          double a = 0;
+          for (int64_t j = 0; j < S; j++)
+            if (s[j] != -INFINITY) a += exp(s[j] - mx) / sum * v[((b * Hk + kh) * S + j) * Ev + e];
+          out[((b * H + h) * T + i) * Ev + e] = a;
+        }
+      }
+    }
+  free(s);
+}
+
+static void check_against_naive(int64_t B, int64_t H, int64_t Hk, int64_t T, int64_t S, int64_t E,
+                                int64_t Ev, bool causal, bool with_mask, double scale) {
+  dt_tensor *q = NULL, *k = NULL, *v = NULL, *m = NULL, *out = NULL, *lse = NULL;
+  OK(dt_randn(4, (int64_t[]){B, H, T, E}, DT_F32, 1, &q));
+  OK(dt_randn(4, (int64_t[]){B, Hk, S, E}, DT_F32, 2, &k));
+  OK(dt_randn(4, (int64_t[]){B, Hk, S, Ev}, DT_F32, 3, &v));
+  uint8_t *mask = NULL;
+  if (with_mask) {
+    mask = malloc((size_t)(T * S));
+    for (int64_t i = 0; i < T * S; i++) mask[i] = (i * 7 + i / S) % 5 != 0 || i % S == 0;
+    OK(dt_from_data(mask, 2, (int64_t[]){T, S}, DT_BOOL, &m));
+  }
+  dt_attention_options o = {.is_causal = causal, .scale = scale};
+  OK(dt_scaled_dot_product_attention(q, k, v, m, &o, &out, &lse));
+  double *qv = values_of(q), *kv = values_of(k), *vv = values_of(v), *ov = values_of(out),
+         *lv = values_of(lse);
+  double *want = malloc(sizeof(double) * (size_t)(B * H * T * Ev));
+  double *wl = malloc(sizeof(double) * (size_t)(B * H * T));
+  naive_attention(qv, kv, vv, mask, causal, scale > 0 ? scale : 1 / sqrt((double)E), B, H, Hk, T, S,
+                  E, Ev, want, wl);
+  for (int64_t i = 0; i < B * H * T * Ev; i++)
+    cr_assert_float_eq(ov[i], want[i], 1e-5, "out[%lld]: %g vs %g", (long long)i, ov[i], want[i]);
+  for (int64_t i = 0; i < B * H * T; i++)
+    cr_assert_float_eq(lv[i], wl[i], 1e-5, "lse[%lld]: %g vs %g", (long long)i, lv[i], wl[i]);
+  free(qv), free(kv), free(vv), free(ov), free(lv), free(want), free(wl), free(mask);
+  dt_tensor_release(q), dt_tensor_release(k), dt_tensor_release(v), dt_tensor_release(m);
+  dt_tensor_release(out), dt_tensor_release(lse);
+}
+
+Test(attention, equals_naive_loops_across_tiles) {
+  /* T and S past one tile (32 queries, 64 keys), grouped-query 6 over 3, odd sizes. */
+  check_against_naive(2, 6, 3, 37, 70, 5, 3, false, false, 0);
+  check_against_naive(2, 6, 3, 70, 70, 5, 3, true, false, 0);
+  check_against_naive(1, 4, 4, 33, 67, 4, 6, false, true, 0.3);
+  check_against_naive(1, 2, 1, 40, 40, 8, 8, true, true, 0);
+  check_against_naive(1, 1, 1, 1, 9, 3, 2, false, false, 0); /* one query: decode */
+}
+
+Test(attention, refuses_bad_arguments) {
+  dt_tensor *q = NULL, *k = NULL, *v = NULL, *out = NULL, *m = NULL;
+  OK(dt_zeros(4, (int64_t[]){1, 4, 3, 2}, DT_F32, &q));
+  OK(dt_zeros(4, (int64_t[]){1, 3, 5, 2}, DT_F32, &k));
+  OK(dt_zeros(4, (int64_t[]){1, 3, 5, 2}, DT_F32, &v));
+  cr_assert_eq(dt_scaled_dot_product_attention(q, k, v, NULL, NULL, &out, NULL), DT_ERR_SHAPE);
+  cr_assert(strstr(dt_last_error(), "Hk dividing H"), "%s", dt_last_error());
+  dt_tensor_release(k), dt_tensor_release(v);
+  OK(dt_zeros(4, (int64_t[]){1, 2, 5, 2}, DT_F32, &k));
+  OK(dt_zeros(4, (int64_t[]){1, 2, 5, 2}, DT_F64, &v));
+  cr_assert_eq(dt_scaled_dot_product_attention(q, k, v, NULL, NULL, &out, NULL), DT_ERR_DTYPE);
+  dt_tensor_release(v);
+  OK(dt_zeros(4, (int64_t[]){1, 2, 5, 2}, DT_F32, &v));
+  OK(dt_zeros(2, (int64_t[]){3, 4}, DT_BOOL, &m));
+  cr_assert_eq(dt_scaled_dot_product_attention(q, k, v, m, NULL, &out, NULL), DT_ERR_SHAPE);
+  cr_assert(strstr(dt_last_error(), "attn_mask"), "%s", dt_last_error());
+  cr_assert_eq(dt_scaled_dot_product_attention(q, k, v, NULL, NULL, NULL, NULL), DT_ERR_INVALID);
+  dt_attention_options bad = {.scale = -1};
+  cr_assert_eq(dt_scaled_dot_product_attention(q, k, v, NULL, &bad, &out, NULL), DT_ERR_INVALID);
+  dt_tensor_release(q), dt_tensor_release(k), dt_tensor_release(v), dt_tensor_release(m);
+}
+
+static dt_status f_attn(dt_tensor **x, dt_tensor **out) {
+  dt_attention_options o = {.is_causal = true};
+  return dt_scaled_dot_product_attention(x[0], x[1], x[2], NULL, &o, out, NULL);
+}
+static dt_status f_attn_lse(dt_tensor **x, dt_tensor **out) {
+  /* out and lse both reach the loss: lse's own gradient is checked too */
+  dt_tensor *o = NULL, *l = NULL, *lu = NULL;
+  dt_status st = dt_scaled_dot_product_attention(x[0], x[1], x[2], x[3], NULL, &o, &l);
+  if (!st) st = dt_unsqueeze(l, -1, &lu);
+  if (!st) st = dt_mul(o, lu, out);
+  dt_tensor_release(o), dt_tensor_release(l), dt_tensor_release(lu);
+  return st;
+}
+
+Test(attention, gradients_match_finite_differences) {
+  /* 35 queries: two query tiles; grouped-query 4 over 2; non-contiguous key. */
+  grad_check(&(grad_case){"sdpa causal gqa",
+                          f_attn,
+                          3,
+                          {4, 4, 4},
+                          {{1, 4, 35, 3}, {1, 2, 35, 3}, {1, 2, 35, 2}},
+                          {PLAIN, NONCONTIG, PLAIN},
+                          1e-6,
+                          1e-5});
+  grad_check(&(grad_case){"sdpa float mask and lse",
+                          f_attn_lse,
+                          4,
+                          {4, 4, 4, 2},
+                          {{2, 2, 5, 3}, {2, 2, 7, 3}, {2, 2, 7, 4}, {5, 7}},
+                          {PLAIN, PLAIN, PLAIN, CONSTANT},
+                          1e-6,
+                          1e-5});
+}
+
+/* On 2 ranks: batch-sharded and head-sharded inputs give the whole tensor's output and
+ * gradients, with no collective in the forward. */
+static dt_status dist_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int[]){2}, (const char *[]){"x"}, &mesh));
+  dt_tensor *q = NULL, *k = NULL, *v = NULL, *out = NULL, *want = NULL;
+  RANK_OK(dt_randn(4, (int64_t[]){3, 4, 9, 5}, DT_F64, 1, &q));
+  /* As many kv heads as query heads: the rule shards grouped-query heads only by batch. */
+  RANK_OK(dt_randn(4, (int64_t[]){3, 4, 9, 5}, DT_F64, 2, &k));
+  RANK_OK(dt_randn(4, (int64_t[]){3, 4, 9, 3}, DT_F64, 3, &v));
+  dt_attention_options o = {.is_causal = true};
+  RANK_OK(dt_scaled_dot_product_attention(q, k, v, NULL, &o, &want, NULL));
+  for (int dim = 0; dim < 2; dim++) {
+    dt_tensor *dq = NULL, *dk = NULL, *dv = NULL, *full = NULL;
+    dt_placement p = dt_shard(dim);
+    RANK_OK(dt_dist_distribute_tensor(mesh, q, 1, &p, &dq));
+    RANK_OK(dt_dist_distribute_tensor(mesh, k, 1, &p, &dk));
+    RANK_OK(dt_dist_distribute_tensor(mesh, v, 1, &p, &dv));
+    dt_comm_ledger *ledger = NULL;
+    RANK_OK(dt_comm_ledger_start(&ledger));
+    RANK_OK(dt_scaled_dot_product_attention(dq, dk, dv, NULL, &o, &out, NULL));
+    RANK_OK(dt_comm_ledger_stop(ledger));
+    RANK_CHECK(dt_comm_ledger_bytes(ledger, NULL) == 0, "dim %d: the forward communicated", dim);
+    RANK_CHECK(dt_dist_placements(out)[0].kind == DT_SHARD && dt_dist_placements(out)[0].dim == dim,
+               "output not sharded on dim %d", dim);
+    dt_comm_ledger_destroy(ledger);
+    RANK_OK(dt_dist_full_tensor(out, &full));
+    double *a = values_of(full), *b = values_of(want);
+    for (int64_t i = 0; i < dt_tensor_numel(want); i++)
+      RANK_CHECK(fabs(a[i] - b[i]) < 1e-12, "dim %d element %lld", dim, (long long)i);
+    free(a), free(b);
+    dt_tensor_release(dq), dt_tensor_release(dk), dt_tensor_release(dv);
+    dt_tensor_release(full), dt_tensor_release(out);
+    out = NULL;
+  }
+  /* The backward op by heads: dq of sum(out * out) against the local gradient. */
+  dt_tensor *lq = NULL, *lo = NULL, *lsq = NULL, *ls = NULL, *lg = NULL;
+  dt_tensor *sq = NULL, *so = NULL, *ssq = NULL, *ss = NULL, *sg = NULL, *sgf = NULL;
+  RANK_OK(dt_clone(q, &lq));
+  RANK_OK(dt_tensor_set_requires_grad(lq, true));
+  RANK_OK(dt_scaled_dot_product_attention(lq, k, v, NULL, &o, &lo, NULL));
+  RANK_OK(dt_mul(lo, lo, &lsq));
+  RANK_OK(dt_sum(lsq, &ls));
+  RANK_OK(dt_backward(ls, NULL));
+  RANK_OK(dt_tensor_grad(lq, &lg));
+  dt_placement heads = dt_shard(1);
+  dt_tensor *dk = NULL, *dv = NULL;
+  RANK_OK(dt_dist_distribute_tensor(mesh, q, 1, &heads, &sq));
+  RANK_OK(dt_dist_distribute_tensor(mesh, k, 1, &heads, &dk));
+  RANK_OK(dt_dist_distribute_tensor(mesh, v, 1, &heads, &dv));
+  RANK_OK(dt_tensor_set_requires_grad(sq, true));
+  RANK_OK(dt_scaled_dot_product_attention(sq, dk, dv, NULL, &o, &so, NULL));
+  RANK_OK(dt_mul(so, so, &ssq));
+  RANK_OK(dt_sum(ssq, &ss));
+  RANK_OK(dt_backward(ss, NULL));
+  RANK_OK(dt_tensor_grad(sq, &sg));
+  RANK_OK(dt_dist_full_tensor(sg, &sgf));
+  double *a = values_of(sgf), *b = values_of(lg);
+  for (int64_t i = 0; i < dt_tensor_numel(lg); i++)
+    RANK_CHECK(fabs(a[i] - b[i]) < 1e-12, "grad element %lld", (long long)i);
+  free(a), free(b);
+  dt_tensor *all[] = {lq, lo, lsq, ls, lg, sq, so, ssq, ss, sg, sgf, dk, dv};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) dt_tensor_release(all[i]);
+  dt_tensor_release(q), dt_tensor_release(k), dt_tensor_release(v), dt_tensor_release(want);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(attention, sharded_by_batch_or_heads_on_2_ranks) { SPAWN_OK(2, dist_rank, NULL); }
