@@ -27,6 +27,7 @@
 #include "bench_machine.h"
 #include "bench_util.h"
 #include "compile/compile_impl.h"
+#include "kernels/kernel_table.h"
 #include "dtensor/compile.h"
 #include "dtensor/dtensor.h"
 #include "tools.h"
@@ -115,7 +116,7 @@ static dt_status time_kernels(dt_tensor *x, dt_tensor *y, int reps, double *ns) 
   }
   double t0 = bench_now_us();
   for (int r = 0; r < reps && !st; r++) {
-    for (int k = 0; k < CHAIN && !st; k++) st = dt__op_table[calls[k].op].kernel(&calls[k]);
+    for (int k = 0; k < CHAIN && !st; k++) st = dt__cpu_kernels[calls[k].op](&calls[k]);
   }
   *ns = (bench_now_us() - t0) * 1e3 / reps / CHAIN;
   dt_tensor_release(bufs[0]);

@@ -7,13 +7,15 @@
 #     prototype declares and does not call, and a macro is pasted into the file that uses it.
 # Files that reach each other through these edges form a cycle; each is printed with the edges
 # that close it. Usage: scripts/check-includes.sh [src-dir]. Exit status 1 if cycles exist.
+# With DT_EDGES_OUT=path it also writes every edge, one "from to why" line each (what
+# scripts/check-layers.sh reads to check the folder-level order).
 set -euo pipefail
 src="${1:-$(dirname "$0")/../src}"
 cd "$src"
 files=$(find . -name '*.c' -o -name '*.h' | sed 's|^\./||' | LC_ALL=C sort)
 
 # shellcheck disable=SC2086
-awk '
+awk -v edges_out="${DT_EDGES_OUT:-}" '
   # Definitions: a line at column 0 naming dt_... (a function definition, or a variable with
   # external linkage), not static, not a prototype, in a .c file.
   function strip(line) {
@@ -85,6 +87,10 @@ awk '
         if (s in definer && definer[s] != f && !((f, s) in defined_here) && !((f, definer[s]) in edge))
           edge[f, definer[s]] = "uses " s
       }
+    }
+    if (edges_out != "") {
+      for (e in edge) { split(e, p, SUBSEP); printf "%s %s %s\n", p[1], p[2], edge[e] > edges_out }
+      close(edges_out)
     }
     # Reachability by Floyd-Warshall over the files that have edges.
     for (e in edge) { split(e, p, SUBSEP); node[p[1]] = 1; node[p[2]] = 1; reach[p[1], p[2]] = 1 }

@@ -123,3 +123,38 @@ Test(layering, script_sees_inline_calls) {
   snprintf(command, sizeof command, "rm -rf %s", dir);
   (void)system(command);
 }
+
+/* The folder-level check (scripts/check-layers.sh): src/ passes; a use that goes up the layers
+ * (core calling ops) and a folder without a layer fail. */
+Test(layering, folders_call_down) {
+  char here[4096];
+  snprintf(here, sizeof here, "%s", __FILE__);
+  *strrchr(here, '/') = '\0';
+  char command[8400];
+  snprintf(command, sizeof command, "bash '%s/../scripts/check-layers.sh' '%s/../src' >/dev/null",
+           here, here);
+  cr_assert_eq(system(command), 0, "src/ has an edge that goes up the layers (run the script)");
+  char dir[] = "/tmp/dt_layers_XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(command, sizeof command,
+           "mkdir -p %s/core %s/ops && printf 'void dt__b(void);\\nvoid dt__a(void) { dt__b(); "
+           "}\\n' > %s/core/a.c && printf 'void dt__b(void) {}\\n' > %s/ops/b.c",
+           dir, dir, dir, dir);
+  cr_assert_eq(system(command), 0);
+  snprintf(command, sizeof command, "bash '%s/../scripts/check-layers.sh' %s >/dev/null", here,
+           dir);
+  cr_assert_neq(system(command), 0, "core -> ops goes up");
+  snprintf(command, sizeof command, "mv %s/core/a.c %s/ops/a.c && mkdir -p %s/elsewhere", dir, dir,
+           dir);
+  cr_assert_eq(system(command), 0);
+  snprintf(command, sizeof command, "bash '%s/../scripts/check-layers.sh' %s >/dev/null", here,
+           dir);
+  cr_assert_neq(system(command), 0, "a folder without a layer fails");
+  snprintf(command, sizeof command, "rmdir %s/elsewhere", dir);
+  cr_assert_eq(system(command), 0);
+  snprintf(command, sizeof command, "bash '%s/../scripts/check-layers.sh' %s >/dev/null", here,
+           dir);
+  cr_assert_eq(system(command), 0, "ops -> ops is within a layer");
+  snprintf(command, sizeof command, "rm -rf %s", dir);
+  (void)system(command);
+}

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Private header: every op carries every fact: the test walks dt__op_table. */
+/* Private headers: every op carries every fact (the test walks dt__op_table), and the CPU's
+ * kernel table is the list's kernel column (dt__cpu_kernels, dt__device_kernels). */
+#include "kernels/kernel_table.h"
 #include "ops/op_impl.h"
 #include "sweep_cases.h"
 
@@ -101,10 +103,10 @@ static const char *binary_names[] = {"add", "sub", "mul", "div", "maximum", "min
 /* The element function an op's name says it applies, checked against the func column. */
 static void check_func(int op) {
   const dt_op_def *def = &dt__op_table[op];
-  bool unary = def->kernel == dt__kernel_unary;
-  bool binary = def->kernel == dt__kernel_binary || def->kernel == dt__kernel_binary_scalar ||
-                def->kernel == dt__kernel_binary_inplace ||
-                def->kernel == dt__kernel_binary_scalar_inplace;
+  dt_op_kernel_fn kernel = dt__cpu_kernels[op];
+  bool unary = kernel == dt__kernel_unary;
+  bool binary = kernel == dt__kernel_binary || kernel == dt__kernel_binary_scalar ||
+                kernel == dt__kernel_binary_inplace || kernel == dt__kernel_binary_scalar_inplace;
   if (!unary && !binary) {
     cr_assert_eq(def->func, NO_FUNC, "%s: an element function on a non-pointwise kernel",
                  def->name);
@@ -137,7 +139,11 @@ static bool listed_not_swept(int op) {
 Test(op_list, every_op_has_its_facts) {
   for (int op = 0; op < DT_OP_COUNT; op++) {
     const dt_op_def *def = &dt__op_table[op];
-    cr_assert(def->name && def->schema && def->infer && def->kernel, "op %d lacks a column", op);
+    cr_assert(def->name && def->schema && def->infer && dt__cpu_kernels[op], "op %d lacks a column",
+              op);
+    cr_assert(dt__device_kernels[DT_DEVICE_CPU][op] == dt__cpu_kernels[op] &&
+                  dt__device_has_kernel(DT_DEVICE_CPU, op),
+              "%s: the CPU's table is not the list's kernel column", def->name);
     cr_assert(def->shape >= 0 && def->shape < DT_SHAPE_COUNT, "%s: bad shape column", def->name);
     cr_assert_eq(def->shape == DT_SHAPE_SPECIALIZE, listed_specialized(op),
                  "%s: shape column %d, but the list of specialized ops says otherwise", def->name,
@@ -207,15 +213,22 @@ Test(op_list, the_sweep_covers_every_op) {
     dt_tensor_release(out);
   }
   int covered = 0, missing = 0;
-  printf("%-28s %-5s %-23s %-4s %s\n", "op", "rule", "shape", "cpu", "swept by");
+  /* The op x device table: a device column says whether the kind registered a kernel. */
+  int per_device[2] = {0, 0};
+  printf("%-28s %-5s %-23s %-4s %-4s %s\n", "op", "rule", "shape", "cpu", "cuda", "swept by");
   for (int op = 0; op < DT_OP_COUNT; op++) {
     const dt_op_def *def = &dt__op_table[op];
     const char *how = seen[op] ? by[op] : listed_not_swept(op) ? "(listed: not swept)" : "MISSING";
-    printf("%-28s %-5d %-23s %-4s %s\n", def->name, (int)def->rule, shape_names[def->shape],
-           def->kernel ? "yes" : "-", how);
+    bool cpu = dt__device_has_kernel(DT_DEVICE_CPU, op);
+    bool cuda = dt__device_has_kernel(DT_DEVICE_CUDA, op);
+    per_device[0] += cpu, per_device[1] += cuda;
+    printf("%-28s %-5d %-23s %-4s %-4s %s\n", def->name, (int)def->rule, shape_names[def->shape],
+           cpu ? "yes" : "-", cuda ? "yes" : "-", how);
     covered += seen[op];
     if (!seen[op] && !listed_not_swept(op)) missing++;
   }
-  printf("%d of %d ops swept\n", covered, DT_OP_COUNT);
+  printf("%d of %d ops swept; kernels: cpu %d of %d, cuda %d of %d\n", covered, DT_OP_COUNT,
+         per_device[0], DT_OP_COUNT, per_device[1], DT_OP_COUNT);
+  cr_assert_eq(per_device[0], DT_OP_COUNT, "the CPU column must be complete");
   cr_assert_eq(missing, 0, "%d ops are reached by no sweep case (see the table)", missing);
 }

@@ -61,6 +61,43 @@ DT_API float dt_f16_to_f32(uint16_t bits);
 
 typedef struct dt_tensor dt_tensor;
 
+/* ---- Devices -------------------------------------------------------------------------------
+ * A tensor lives on one device: its storage's, which its views share. The CPU is device
+ * {DT_DEVICE_CPU, 0}, the zero value, and the default everywhere. An op whose tensor arguments
+ * are on different devices fails (DT_ERR_INVALID, naming both); dt_to_device is the one way
+ * across. Memory of a device the host cannot read (a GPU's) is never dereferenced by host code:
+ * dt_tensor_data, element access, printing, checkpoints and DLPack export refuse it with a
+ * message that says to copy it to the CPU first. */
+typedef enum dt_device_kind {
+  DT_DEVICE_CPU = 0,
+  DT_DEVICE_CUDA = 1, /* NVIDIA GPUs; available when libdtensor is built with CUDA */
+} dt_device_kind;
+
+typedef struct dt_device {
+  dt_device_kind kind;
+  int index; /* which device of its kind (0 for the CPU) */
+} dt_device;
+
+/* The CPU device, as a value. */
+#define DT_DEVICE_CPU_VALUE ((dt_device){DT_DEVICE_CPU, 0})
+
+/* Options of the factories' _ex forms. A zeroed struct (or NULL) means the CPU. */
+typedef struct dt_tensor_options {
+  dt_device device;
+} dt_tensor_options;
+
+/* The device kind's name ("cpu", "cuda"), or NULL for a kind no device registered. */
+DT_API const char *dt_device_kind_name(int kind);
+/* Writes "cpu" or "cuda:1" into buf (truncated to size) and returns buf ("" for a NULL buf
+ * or size 0). Error messages name devices this way. */
+DT_API const char *dt_device_format(dt_device device, char *buf, size_t size);
+/* Parses "cpu", "cuda", "cuda:1" (the names of the registered device kinds). Errors:
+ * DT_ERR_INVALID (NULL argument, an unknown name or a bad index). */
+DT_API dt_status dt_device_parse(const char *text, dt_device *out);
+/* True when a device of this kind and index is present in this process (the CPU always;
+ * CUDA only in a CUDA build with a GPU). */
+DT_API bool dt_device_available(dt_device device);
+
 /* ---- Reference counting ------------------------------------------------------------ */
 
 /* Adds a reference and returns t (NULL is allowed and returned). Thread-safe. */
@@ -85,6 +122,15 @@ DT_API dt_status dt_arange(double start, double end, double step, dt_dtype dtype
 /* Copies `data` (contiguous, row-major, ndim/shape elements of dtype) into a new tensor. */
 DT_API dt_status dt_from_data(const void *data, int ndim, const int64_t *shape, dt_dtype dtype,
                               dt_tensor **out);
+/* The factories on a device: options->device (NULL options: the CPU). A non-CPU tensor is
+ * filled on the host and copied to its device. Errors: those of the basic forms, and
+ * DT_ERR_UNSUPPORTED naming the device when it is not available (dt_device_available). */
+DT_API dt_status dt_empty_ex(int ndim, const int64_t *shape, dt_dtype dtype,
+                             const dt_tensor_options *options, dt_tensor **out);
+DT_API dt_status dt_full_ex(int ndim, const int64_t *shape, double value, dt_dtype dtype,
+                            const dt_tensor_options *options, dt_tensor **out);
+DT_API dt_status dt_from_data_ex(const void *data, int ndim, const int64_t *shape, dt_dtype dtype,
+                                 const dt_tensor_options *options, dt_tensor **out);
 /* Wraps caller memory without copying: the tensor borrows `data`, a buffer of `nbytes` bytes
  * which must outlive every handle and view made from it. `strides` (in elements, >= 0) may be
  * NULL for contiguous. The buffer must hold the largest element offset the geometry reaches,
@@ -151,13 +197,24 @@ DT_API bool dt_tensor_is_contiguous(const dt_tensor *t);
 DT_API bool dt_tensor_shares_storage(const dt_tensor *a, const dt_tensor *b);
 /* True when t is a distributed tensor (carries a spec). */
 DT_API bool dt_tensor_is_distributed(const dt_tensor *t);
-/* Pointer to element 0 of t (storage base + offset). Borrowed; valid while t lives. */
+/* Pointer to element 0 of t (storage base + offset). Borrowed; valid while t lives. NULL
+ * (with dt_last_error() saying to copy it to the CPU first) for a tensor on a device whose
+ * memory the host cannot read. */
 DT_API void *dt_tensor_data(const dt_tensor *t);
+/* The device t lives on (its storage's); the CPU for NULL. */
+DT_API dt_device dt_tensor_device(const dt_tensor *t);
+/* t on `device`: a new contiguous copy there, or, when t already lives there, t itself (a
+ * new reference, as PyTorch's to() returns self). The caller owns *out. Not recorded by
+ * autograd. Errors: DT_ERR_INVALID (NULL t or out), DT_ERR_UNSUPPORTED (a device that is not
+ * available, naming it; a distributed t: move its local shard; a t that requires grad), the
+ * errors of a copy on the source device (a device without a contiguous kernel), DT_ERR_NOMEM. */
+DT_API dt_status dt_to_device(dt_tensor *t, dt_device device, dt_tensor **out);
 /* Current reference count (for tests and debugging). */
 DT_API int dt_tensor_refcount(const dt_tensor *t);
 
 /* Copies t's elements, row-major, converted to double, into out[0..capacity). Handles any
- * strides. DT_ERR_INVALID if capacity < numel. */
+ * strides. DT_ERR_INVALID if capacity < numel; DT_ERR_UNSUPPORTED for a tensor the host
+ * cannot read (copy it to the CPU first). The same holds for get, set and format. */
 DT_API dt_status dt_tensor_to_doubles(const dt_tensor *t, double *out, int64_t capacity);
 /* Reads one element at a multi-index (ndim entries) as double.
  * Errors: DT_ERR_INVALID (NULL t, index or value), DT_ERR_INDEX (index out of range). */

@@ -13,8 +13,20 @@ static dt_autograd_meta *meta_of(const dt_tensor *t) {
 /* The meta of t, created if missing, with autograd's dispatch installed first: the public
  * calls here are where tensors first get autograd state, so dispatch never sees a live meta
  * without it (the one entry of dt__upcalls that autograd owns). */
+static dt_status record_conversion(const dt_autograd_function *fn, struct dt_dist_spec *spec,
+                                   dt_tensor *input, dt_tensor *output) {
+  if (!dt__autograd_should_record(input)) return DT_OK;
+  return dt__autograd_record_function(fn, dt__upcall.spec_retain(spec), input, output);
+}
+
+static dt_status copy_requires_grad(const dt_tensor *from, dt_tensor *to) {
+  return dt_tensor_requires_grad(from) ? dt_tensor_set_requires_grad(to, true) : DT_OK;
+}
+
 static dt_autograd_meta *meta_create(dt_tensor *t) {
   dt__upcall.autograd_dispatch = dt__autograd_dispatch;
+  dt__upcall.autograd_record_conversion = record_conversion;
+  dt__upcall.autograd_copy_requires_grad = copy_requires_grad;
   return dt__autograd_meta_get(t);
 }
 

@@ -24,25 +24,8 @@
 
 typedef struct dt_autograd_node dt_autograd_node;
 
-/*
- * A recorded function that is not an op of the table: the distributed layer's conversions
- * (redistribute, from_local, to_local, full_tensor, distribute_tensor) record themselves with
- * dt__autograd_record_function. The distributed layer sits above autograd, so it calls down
- * into this API; the engine calls back through these pointers as it calls an op's formula.
- */
-typedef struct dt_autograd_function {
-  const char *name; /* in error messages: "redistribute" */
-  /* The gradient of the one input from the gradient of the one output (never NULL), with
-   * recording off: a new reference in *grad_input with the input's global shape. */
-  dt_status (*backward)(void *state, dt_tensor *grad_output, dt_tensor **grad_input);
-  /* Frees state when the node dies (NULL: nothing to free). */
-  void (*release)(void *state);
-  /* Or, for a node of several inputs and outputs (dt__autograd_record_function_n; backward
-   * NULL): grad_inputs[i] (NULL on entry) from grad_outputs[k] (NULL where no gradient came),
-   * for the inputs with needs_grad[i], with recording off. */
-  dt_status (*backward_n)(void *state, int n_out, dt_tensor *const *grad_outputs, int n_in,
-                          const bool *needs_grad, dt_tensor **grad_inputs);
-} dt_autograd_function;
+/* dt_autograd_function, what the distributed layer's conversions record, is in core/core_impl.h
+ * (the distributed layer, below autograd, names it in dt__upcall). */
 
 /* A tensor's autograd state; allocated only for tensors autograd touches. */
 typedef struct dt_autograd_meta {
@@ -111,12 +94,6 @@ dt_status dt__autograd_dispatch(dt_op_call *call);
  * leaf (its `.grad` is the gradient's destination). Errors: DT_ERR_NOMEM. */
 dt_status dt__autograd_record_function(const dt_autograd_function *fn, void *state,
                                        dt_tensor *input, dt_tensor *output);
-
-/* A node of n_slots inputs and n_out outputs with room for n_ints attributes, in one allocation
- * (record.c); only its per-slot and per-output pointers, edges and flags are zeroed. */
-dt_autograd_node *dt__autograd_node_alloc(int n_slots, int n_out, size_t n_ints);
-/* Points output (a meta in node's block) at node as its output output_nr, requiring grad. */
-void dt__autograd_attach_output(dt_autograd_node *node, dt_tensor *output, int output_nr);
 
 /* dt__autograd_record_function for a function of n_in inputs and n_out outputs (fresh handles
  * without autograd state, floating point, which then require grad): the node's input i is
@@ -188,6 +165,19 @@ dt_autograd_meta *dt__autograd_meta_in_node(dt_tensor *t, dt_autograd_node *node
 
 /* Counts a new node alive and returns its sequence number (recording order). */
 uint64_t dt__autograd_node_born(void);
+
+/* ---- Building a node (record_node.c) ------------------------------------------------------ */
+/* A handle on t's storage without autograd meta, so that a node keeps its output without the
+ * output's meta pointing back at the node (a reference cycle). Grad mode must be off. */
+dt_status dt__autograd_detached_alias(dt_tensor *t, dt_tensor **out);
+/* A node with n_slots saved slots, n_out outputs and room for n_ints attributes, in one
+ * allocation; NULL when out of memory. */
+dt_autograd_node *dt__autograd_node_alloc(int n_slots, int n_out, size_t n_ints);
+/* Points output (a tensor with a meta) at node as output output_nr; node gains a reference. */
+void dt__autograd_attach_output(dt_autograd_node *node, dt_tensor *output, int output_nr);
+/* Slot i's edge: to the node that made t, or into leaf's .grad (retained) when t is a leaf;
+ * nothing when t does not require grad. */
+void dt__autograd_set_edge(dt_autograd_node *node, int i, dt_tensor *t, dt_tensor *leaf);
 void dt__autograd_node_retain(dt_autograd_node *node);
 void dt__autograd_node_release(dt_autograd_node *node);
 /* Releases a node's saved tensors (after a backward without retain_graph). */

@@ -54,85 +54,6 @@ static bool any_input_requires_grad(const dt_op_call *call, bool *any_distribute
   return any;
 }
 
-/* A handle on the output's storage without autograd meta, so that a node can keep its
- * output without the output's meta pointing back at the node (a reference cycle). */
-static dt_status detached_alias(dt_tensor *t, dt_tensor **out) {
-  if (!t->spec) return dt__tensor_view(t, t->ndim, t->shape, t->strides, t->offset, out);
-  return dt_detach(t, out); /* grad mode is off here: not recorded */
-}
-
-/* A node with its per-slot and per-output arrays and room for n_ints attributes, in one
- * allocation (one allocation per recorded op keeps recording cheap, and the outputs' metas
- * live in it too). Only what the recorder does not always write is zeroed, with one memset at
- * the front of the block: the per-slot pointers, edges and flags, then the per-output
- * pointers. Then the metas and versions (the caller fills them, and call), then the int
- * list. Slots hold saved inputs, then (for ops) the call's tensor list. */
-dt_autograd_node *dt__autograd_node_alloc(int n_slots, int n_out, size_t n_ints) {
-  size_t head = (sizeof(dt_autograd_node) + 15) & ~(size_t)15;
-  size_t zeroed_slots = (sizeof(dt_tensor *) * 2 + sizeof(dt_autograd_edge)) * (size_t)n_slots +
-                        (((size_t)n_slots + 7) & ~(size_t)7);
-  size_t zeroed = zeroed_slots + sizeof(dt_tensor *) * 3 * (size_t)n_out;
-  size_t rest =
-      (sizeof(dt_tensor_meta) + sizeof(uint32_t)) * (size_t)n_slots +
-      (sizeof(dt_autograd_meta) + sizeof(dt_tensor_meta) + sizeof(uint32_t)) * (size_t)n_out;
-  rest = (rest + 15) & ~(size_t)15;
-  dt_autograd_node *node = dt__alloc(head + zeroed + rest + sizeof(int64_t) * n_ints);
-  if (!node) return NULL;
-  char *block = (char *)node + head;
-  memset(block, 0, zeroed);
-  atomic_init(&node->refcount, 1);
-  node->sequence = dt__autograd_node_born();
-  node->n_slots = n_slots;
-  node->n_outputs = n_out;
-  node->freed = false;
-  node->function = NULL;
-  node->function_state = NULL;
-  node->release_next = NULL;
-  node->visited_by = 0;
-  node->dependencies = 0;
-  /* Carve the block: the zeroed part, then the 8-byte aligned metas, then the versions. */
-  node->saved = (dt_tensor **)block;
-  dt_tensor **list = node->saved + n_slots;
-  node->edges = (dt_autograd_edge *)(list + n_slots);
-  node->needs_grad = (bool *)(node->edges + n_slots);
-  node->outputs = (dt_tensor **)(block + zeroed_slots);
-  node->grads = node->outputs + n_out;
-  node->retain_meta = (dt_autograd_meta **)(node->grads + n_out);
-  node->input_metas = (dt_tensor_meta *)(node->retain_meta + n_out);
-  node->metas = (dt_autograd_meta *)(node->input_metas + n_slots);
-  node->output_metas = (dt_tensor_meta *)(node->metas + n_out);
-  node->saved_versions = (uint32_t *)(node->output_metas + n_out);
-  node->output_versions = node->saved_versions + n_slots;
-  node->int_list = n_ints ? (int64_t *)(block + zeroed + rest) : NULL;
-  return node;
-}
-
-/* Points output at node (as output 0) once nothing else can fail. */
-void dt__autograd_attach_output(dt_autograd_node *node, dt_tensor *output, int output_nr) {
-  dt_autograd_meta *meta = meta_of(output);
-  meta->requires_grad = true;
-  meta->grad_fn = node;
-  meta->output_nr = output_nr;
-  dt__autograd_node_retain(node);
-}
-
-/* Slot i's edge: to the node that made t, or into t's .grad when t is a leaf (leaf, when not
- * NULL, is the tensor whose .grad receives it, retained: t itself when the slot saved another
- * tensor). Nothing when t does not require grad. */
-static void set_edge(dt_autograd_node *node, int i, dt_tensor *t, dt_tensor *leaf) {
-  dt_autograd_meta *meta = meta_of(t);
-  if (!meta || !meta->requires_grad) return;
-  node->needs_grad[i] = true;
-  if (meta->grad_fn) {
-    node->edges[i].node = meta->grad_fn;
-    node->edges[i].output_nr = meta->output_nr;
-    dt__autograd_node_retain(meta->grad_fn);
-  } else {
-    node->edges[i].to_leaf = true;
-    if (leaf) node->edges[i].leaf = dt_tensor_retain(leaf);
-  }
-}
-
 /* The node of a successful call whose inputs require grad. The slots' layout: one per
  * tensor argument, inputs first, then the tensor list. */
 static dt_status record(dt_op_call *call, dt_tensor **consumed, int n_consumed) {
@@ -198,7 +119,7 @@ static dt_status record(dt_op_call *call, dt_tensor **consumed, int n_consumed) 
     } else {
       list[i - call->n_inputs] = s;
     }
-    set_edge(node, i, t, s != t ? t : NULL);
+    dt__autograd_set_edge(node, i, t, s != t ? t : NULL);
   }
 
   node->n_outputs = n_out;
@@ -216,7 +137,7 @@ static dt_status record(dt_op_call *call, dt_tensor **consumed, int n_consumed) 
     dt__autograd_meta_of(out, &node->output_metas[k]);
     if (!save_outputs) continue;
     node->output_versions[k] = out->storage->version;
-    st = detached_alias(out, &node->outputs[k]);
+    st = dt__autograd_detached_alias(out, &node->outputs[k]);
   }
   if (st) {
     dt__autograd_node_release(node);
@@ -410,7 +331,7 @@ unsave_self(dt_autograd_node *node, dt_tensor *self) {
     for (int i = 0; i < n->n_slots && remaining > 0; i++) {
       if (n->saved[i] != self || (n->edges[i].to_leaf && !n->edges[i].leaf)) continue;
       dt_tensor *alias = NULL;
-      st = detached_alias(self, &alias);
+      st = dt__autograd_detached_alias(self, &alias);
       if (st) break;
       n->saved[i] = alias;
       if (i < n->call.n_inputs) {
@@ -484,7 +405,7 @@ static dt_status inplace_node(dt_op_call *call, dt_tensor *old_self, const uint3
        * to this node through self's history (self -> node -> t -> ... -> self), a cycle that
        * is never freed when no backward runs; a detached alias keeps the values and the
        * storage's version counter. The edge below still follows t's history. */
-      dt_status st = detached_alias(t, &node->saved[i]);
+      dt_status st = dt__autograd_detached_alias(t, &node->saved[i]);
       if (st) {
         dt__autograd_node_release(node); /* it owns old_self since slot 0 */
         return st;
@@ -495,14 +416,14 @@ static dt_status inplace_node(dt_op_call *call, dt_tensor *old_self, const uint3
       node->saved_versions[i] = pre_versions[i];
     }
     node->call.inputs[i] = node->saved[i];
-    set_edge(node, i, t, NULL); /* a leaf is never slot 0: check_inplace refused it */
+    dt__autograd_set_edge(node, i, t, NULL); /* a leaf is never slot 0: check_inplace refused it */
   }
   node->n_outputs = 1;
   dt__autograd_meta_of(self, &node->output_metas[0]);
   node->output_versions[0] = 0;
   if (dt__op_has_trait(call->op, DT_TRAIT_SAVES_OUTPUT)) {
     node->output_versions[0] = self->storage->version;
-    dt_status st = detached_alias(self, &node->outputs[0]);
+    dt_status st = dt__autograd_detached_alias(self, &node->outputs[0]);
     if (st) {
       dt__autograd_node_release(node);
       return st;
@@ -657,7 +578,7 @@ static dt_status record_inplace_view(dt_op_call *call, dt_tensor *old_self,
   memset(&inner->edges[0], 0, sizeof inner->edges[0]);
   slices->input_metas[0] = base_meta;
   slices->needs_grad[0] = true;
-  set_edge(slices, 0, base, NULL);
+  dt__autograd_set_edge(slices, 0, base, NULL);
   slices->n_outputs = 1;
   slices->output_metas[0] = base_meta;
   slices->output_versions[0] = 0;

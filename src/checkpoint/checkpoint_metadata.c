@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "checkpoint/checkpoint_meta.h"
-#include "trace/json_scanner.h"
+#include "core/json_scanner.h"
 
 void dt__ckpt_meta_free(dt__ckpt_meta *meta) {
   if (!meta) return;

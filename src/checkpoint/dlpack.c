@@ -10,7 +10,7 @@
 #include "core/core_impl.h"
 #include "dtensor/checkpoint.h"
 #include "dtensor/dist.h"
-#include "tensor/tensor_impl.h"
+#include "tensor/device_impl.h"
 
 #ifdef DT_HAVE_DLPACK
 #include <dlpack/dlpack.h>
@@ -87,6 +87,12 @@ static dt_status export_view(const char *op, dt_tensor *t, bool out_given, expor
   *out = NULL;
   if (!out_given) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   if (!t) return dt__error(DT_ERR_INVALID, "%s: t is NULL", op);
+  /* Only CPU memory is exported (kDLCPU); a device tensor is refused, never read. */
+  if (t->storage->device != 0) {
+    char name[48];
+    return dt__error(DT_ERR_UNSUPPORTED, "%s: the tensor is on %s; only CPU tensors are exported",
+                     op, dt__device_key_format(t->storage->device, name, sizeof name));
+  }
   dt_tensor *view = NULL;
   dt_status st = t->spec ? dt_dist_to_local(t, &view)
                          : dt__tensor_view(t, t->ndim, t->shape, t->strides, t->offset, &view);

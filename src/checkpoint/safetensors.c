@@ -17,7 +17,7 @@
 #include "dtensor/ops.h"
 #include "core/core_impl.h"
 #include "profile/output_file.h"
-#include "tensor/tensor_impl.h"
+#include "tensor/device_impl.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this reader assumes a little-endian host"
@@ -505,6 +505,12 @@ static dt_status save_file(const char *op, bool owned, const char *path, int cou
       return dt__error(DT_ERR_INVALID,
                        "%s: tensor `%s` is distributed: gather it with dt_dist_full_tensor first",
                        op, names[i]);
+    if (tensors[i]->storage->device != 0) {
+      char dev[48];
+      return dt__error(
+          DT_ERR_UNSUPPORTED, "%s: tensor `%s` is on %s; copy it to the CPU first (dt_to_device)",
+          op, names[i], dt__device_key_format(tensors[i]->storage->device, dev, sizeof dev));
+    }
     if (dtype_rank(dt_tensor_dtype(tensors[i])) < 0)
       return dt__error(DT_ERR_DTYPE, "%s: tensor `%s` has an unknown dtype %d", op, names[i],
                        (int)dt_tensor_dtype(tensors[i]));

@@ -12,7 +12,7 @@
 #include "checkpoint/checkpoint_impl.h"
 #include "core/core_impl.h"
 #include "tensor/tensor_impl.h"
-#include "trace/json_scanner.h"
+#include "core/json_scanner.h"
 
 /* Nesting allowed inside values we skip (unknown fields): deep enough for any real header,
  * shallow enough that recursion stays cheap. */

@@ -7,7 +7,7 @@
 
 #include "comm/comm_impl.h"
 #include "profile/profile_impl.h"
-#include "tensor/tensor_impl.h"
+#include "tensor/device_impl.h"
 
 /* ---- Argument checks ---------------------------------------------------------------------- */
 
@@ -16,8 +16,18 @@ static dt_status check_comm(const char *op, const dt_comm *comm) {
   return DT_OK;
 }
 
-static dt_status check_tensor(const char *op, const char *arg, const dt_tensor *t) {
+static dt_status check_tensor(const dt_comm *comm, const char *op, const char *arg,
+                              const dt_tensor *t) {
   if (DT_UNLIKELY(!t)) return dt__error(DT_ERR_INVALID, "dt_comm_%s: %s is NULL", op, arg);
+  if (DT_UNLIKELY(t->storage->device != 0) && comm &&
+      !dt__comm_moves_device(comm, (int)(t->storage->device & 0xffu))) {
+    char name[48];
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_comm_%s: %s is on %s, but the %s backend of group '%s' moves only "
+                     "memory of the devices it supports (cpu); copy it with dt_to_device",
+                     op, arg, dt__device_key_format(t->storage->device, name, sizeof name),
+                     comm->backend->name, comm->name);
+  }
   if (DT_UNLIKELY(!dt__is_contiguous(t->ndim, t->shape, t->strides))) {
     char shape[128], strides[128];
     return dt__error(
@@ -29,8 +39,9 @@ static dt_status check_tensor(const char *op, const char *arg, const dt_tensor *
   return DT_OK;
 }
 
-static dt_status check_rows_tensor(const char *op, const char *arg, const dt_tensor *t) {
-  dt_status status = check_tensor(op, arg, t);
+static dt_status check_rows_tensor(const dt_comm *comm, const char *op, const char *arg,
+                                   const dt_tensor *t) {
+  dt_status status = check_tensor(comm, op, arg, t);
   if (status != DT_OK) return status;
   if (DT_UNLIKELY(t->ndim < 1)) {
     return dt__error(DT_ERR_INVALID,
@@ -299,7 +310,7 @@ static dt_status on_tensor(dt_coll_kind kind, dt_comm *comm, dt_tensor *t, dt_re
   bool reduce = kind == DT_COLL_ALL_REDUCE;
   const char *name = reduce ? "all_reduce" : "broadcast";
   CHECK(check_comm(name, comm));
-  CHECK(check_tensor(name, "tensor", t));
+  CHECK(check_tensor(comm, name, "tensor", t));
   CHECK(reduce ? check_op(name, op, t->dtype) : check_root(name, comm, root, "root"));
   void *data = dt__tensor_base(t);
   dt_coll_args args = {.kind = kind,
@@ -329,8 +340,8 @@ dt_status dt_comm_all_reduce_async(dt_comm *comm, dt_tensor *tensor, dt_reduce_o
 static dt_status all_gather(const char *name, dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                             const int64_t *counts, dt_work **work) {
   CHECK(check_comm(name, comm));
-  CHECK(check_rows_tensor(name, "in", in));
-  CHECK(check_rows_tensor(name, "out", out));
+  CHECK(check_rows_tensor(comm, name, "in", in));
+  CHECK(check_rows_tensor(comm, name, "out", out));
   int64_t total = in->shape[0] * comm->size, first = in->shape[0] * comm->rank;
   if (counts) {
     CHECK(check_counts(name, "counts", comm, counts, &total));
@@ -385,8 +396,8 @@ static dt_status reduce_scatter(const char *name, dt_comm *comm, const dt_tensor
                                 dt_tensor *out, const int64_t *counts, dt_reduce_op op,
                                 dt_work **work) {
   CHECK(check_comm(name, comm));
-  CHECK(check_rows_tensor(name, "in", in));
-  CHECK(check_rows_tensor(name, "out", out));
+  CHECK(check_rows_tensor(comm, name, "in", in));
+  CHECK(check_rows_tensor(comm, name, "out", out));
   CHECK(check_op(name, op, in->dtype));
   int64_t rows = out->shape[0], total = out->shape[0] * comm->size;
   int64_t first = out->shape[0] * comm->rank;
@@ -446,8 +457,8 @@ static dt_status all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                             dt_work **work) {
   static const char name[] = "all_to_all";
   CHECK(check_comm(name, comm));
-  CHECK(check_rows_tensor(name, "in", in));
-  CHECK(check_rows_tensor(name, "out", out));
+  CHECK(check_rows_tensor(comm, name, "in", in));
+  CHECK(check_rows_tensor(comm, name, "out", out));
   if ((send_counts == NULL) != (recv_counts == NULL)) {
     return dt__error(DT_ERR_INVALID, "dt_comm_%s: %s is NULL but %s is not; pass both or neither",
                      name, send_counts ? "recv_counts" : "send_counts",
@@ -519,13 +530,13 @@ static dt_status rooted(dt_coll_kind kind, dt_comm *comm, const dt_tensor *in, d
   const dt_tensor *part = scatter ? out : in, *whole = scatter ? in : out;
   CHECK(check_comm(name, comm));
   CHECK(check_root(name, comm, root, "root"));
-  CHECK(check_rows_tensor(name, part_name, part));
+  CHECK(check_rows_tensor(comm, name, part_name, part));
   void *whole_base = NULL;
   if (comm->rank == root) {
     char on_root[32], why[64];
     snprintf(on_root, sizeof on_root, "%s (on the root)", whole_name);
     snprintf(why, sizeof why, "dim 0 = group size x %s dim 0", part_name);
-    CHECK(check_rows_tensor(name, on_root, whole));
+    CHECK(check_rows_tensor(comm, name, on_root, whole));
     CHECK(check_like(name, part_name, part, whole_name, whole, part->shape[0] * comm->size, why));
     if (bytes_overlap(in, out)) {
       return dt__error(DT_ERR_INVALID, "dt_comm_%s: in and out overlap on the root", name);
@@ -581,7 +592,7 @@ dt_status dt_comm_barrier_async(dt_comm *comm, dt_work **work) {
 static dt_status point_to_point(const char *name, dt_comm *comm, const dt_tensor *t, int peer,
                                 bool is_send, dt_work **work) {
   CHECK(check_comm(name, comm));
-  CHECK(check_tensor(name, "tensor", t));
+  CHECK(check_tensor(comm, name, "tensor", t));
   CHECK(check_root(name, comm, peer, is_send ? "dst" : "src"));
   if (peer == comm->rank) {
     return dt__error(DT_ERR_INVALID, "dt_comm_%s: rank %d cannot %s itself", name, peer,

@@ -141,6 +141,9 @@ typedef dt_status (*dt_coll_start_fn)(dt_comm *comm, dt_work *work);
 typedef struct dt_comm_backend {
   const char *name;
   uint32_t supports; /* DT_COLL_BIT of every kind start implements */
+  /* Bit 1 << kind of every device kind (dt_device_kind) whose memory it moves besides the
+   * CPU's, which every backend moves: 0 for the CPU only. */
+  uint32_t devices;
   dt_coll_start_fn start;
   dt_status (*wait)(dt_comm *comm, dt_work *work);
   dt_status (*test)(dt_comm *comm, dt_work *work, bool *done);
@@ -168,6 +171,11 @@ struct dt_comm {
   dt_work *free_works;
   void *state; /* the backend's */
 };
+
+/* True when comm's backend moves memory of device `kind` (the CPU's always). */
+static inline bool dt__comm_moves_device(const dt_comm *comm, int kind) {
+  return kind == 0 || (comm->backend->devices >> kind & 1u) != 0;
+}
 
 /* ---- group.c: handles, works and results, below the wrappers and the backends ------------ */
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "compile/compile_impl.h"
+#include "tensor/device_impl.h"
 #include "dtensor/autograd.h"
 #include "dtensor/dist.h"
 #include "dtensor/ops.h"
@@ -243,6 +244,13 @@ dt_status dt_compiled_call(dt_compiled *c, int n_in, dt_tensor *const *in, int n
       atomic_load_explicit(&dt__autograd_live, memory_order_relaxed) != 0 && dt_grad_mode_enabled();
   for (int i = 0; i < n_in; i++) {
     if (!in[i]) return dt__error(DT_ERR_INVALID, "dt_compiled_call: input %d is NULL", i);
+    if (DT_UNLIKELY(in[i]->storage->device != 0)) {
+      char name[48];
+      return dt__error(DT_ERR_UNSUPPORTED,
+                       "dt_compiled_call: input %d is on %s; compiled schedules run on the CPU "
+                       "only (planned buffers are host memory)",
+                       i, dt__device_key_format(in[i]->storage->device, name, sizeof name));
+    }
     int ndim = in[i]->spec ? in[i]->spec->ndim : in[i]->ndim;
     for (int m = 0; m < c->n_marks; m++) {
       if (c->marks[m].input == i && c->marks[m].dim >= ndim) {

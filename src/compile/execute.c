@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "compile/compile_impl.h"
+#include "kernels/kernel_table.h"
 #include "dtensor/dist.h"
 
 /* ---- Variants ---------------------------------------------------------------------------- */
@@ -172,7 +173,7 @@ static dt_status plan_buffers(dt_compile_variant *v) {
     sp->call.n_outputs = 1;
     sp->call.outputs = &v->handles[i];
     sp->handle = v->handles[i];
-    sp->kernel = dt__op_table[nd->target].kernel;
+    sp->kernel = dt__cpu_kernels[nd->target]; /* compiled schedules run on the CPU */
     sp->ndim = nd->types[0].ndim;
     sp->slot = v->slot_of[i];
     sp->elem_size = dt__dtype_sizes[nd->types[0].dtype];

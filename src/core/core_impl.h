@@ -102,13 +102,37 @@ struct dt_dist_spec;
 struct dt_op_call;
 struct dt_mesh;
 
+struct dt_tensor;
+
+/*
+ * A recorded function that is not an op of the table: the distributed layer's conversions
+ * (redistribute, from_local, to_local, full_tensor) record themselves as autograd function
+ * nodes through dt__upcall.autograd_record_conversion; the engine calls back through these
+ * pointers as it calls an op's formula.
+ */
+typedef struct dt_autograd_function {
+  const char *name; /* in error messages: "redistribute" */
+  /* The gradient of the one input from the gradient of the one output (never NULL), with
+   * recording off: a new reference in *grad_input with the input's global shape. */
+  dt_status (*backward)(void *state, struct dt_tensor *grad_output, struct dt_tensor **grad_input);
+  /* Frees state when the node dies (NULL: nothing to free). */
+  void (*release)(void *state);
+  /* Or, for a node of several inputs and outputs (dt__autograd_record_function_n; backward
+   * NULL): grad_inputs[i] (NULL on entry) from grad_outputs[k] (NULL where no gradient came),
+   * for the inputs with needs_grad[i], with recording off. */
+  dt_status (*backward_n)(void *state, int n_out, struct dt_tensor *const *grad_outputs, int n_in,
+                          const bool *needs_grad, struct dt_tensor **grad_inputs);
+} dt_autograd_function;
+
 typedef struct dt__upcalls {
   /* tensor -> distributed: a tensor that dies drops its reference to its spec. Specs are
    * refcounted by the distributed layer (they hold a mesh reference), and the tensor layer
    * must free them without knowing their layout. */
   void (*spec_release)(struct dt_dist_spec *spec);
-  /* The other half: a lower layer that copies a distributed tensor's local block (autograd
-   * giving a gradient storage of its own) takes a reference to the same spec for the copy. */
+  /* The other half: a layer that copies a distributed tensor's local block (autograd giving a
+   * gradient storage of its own) takes a reference to the same spec for the copy. Autograd
+   * stands above distributed now and could call it directly; the entry keeps spec references
+   * in one place. */
   struct dt_dist_spec *(*spec_retain)(struct dt_dist_spec *spec);
   /* ops -> distributed: dt__dispatch found a distributed argument. The op table and the
    * local path live in ops; sharding propagation, redistribution and wrapping live above. */
@@ -123,6 +147,18 @@ typedef struct dt__upcalls {
    * when it attaches state to a tensor (before that nothing requires grad), so the
    * distributed layer must install its own entries one by one, not the whole struct. */
   dt_status (*autograd_dispatch)(struct dt_op_call *call);
+  /* distributed -> autograd. Autograd stands on the distributed layer (its formulas
+   * redistribute, the engine seeds distributed gradients), but the conversions are public
+   * functions of the distributed layer that are not ops of the table: after one made output
+   * from input it records fn as output's node when input requires grad under grad mode (the
+   * node takes a reference to spec as its state, released by fn->release); otherwise it does
+   * nothing. Installed with autograd_dispatch, when autograd first attaches state to a tensor:
+   * before that nothing requires grad. */
+  dt_status (*autograd_record_conversion)(const dt_autograd_function *fn, struct dt_dist_spec *spec,
+                                          struct dt_tensor *input, struct dt_tensor *output);
+  /* distributed -> autograd: distribute_tensor's copy of a tensor that requires grad is a new
+   * leaf that requires grad (PyTorch's). Installed with the entry above. */
+  dt_status (*autograd_copy_requires_grad)(const struct dt_tensor *from, struct dt_tensor *to);
 } dt__upcalls;
 
 extern dt__upcalls dt__upcall;

@@ -2,10 +2,10 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "autograd/autograd_impl.h"
 #include "distributed/redistribute_impl.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "profile/profile_impl.h"
+#include "tensor/device_impl.h"
 
 static dt_status check_mesh(const char *op, const dt_mesh *mesh) {
   if (!mesh) return dt__error(DT_ERR_INVALID, "%s: mesh is NULL", op);
@@ -75,7 +75,8 @@ static dt_status check_partial_avg(const char *op, int n, const dt_placement *p,
 /* ---- Autograd of the conversions ----------------------------------------------------------
  *
  * The conversions are not ops of the table, so they record themselves as autograd function
- * nodes (autograd/autograd_impl.h; autograd sits below this layer, so these are calls down).
+ * nodes through dt__upcall.autograd_record_conversion (core/core_impl.h: autograd stands on
+ * this layer, so the call goes up through the one struct of upcalls).
  * Each node keeps one spec (retained) that says where the gradient goes back to; the rules
  * are PyTorch's, listed in docs/autograd.md. */
 
@@ -149,8 +150,10 @@ static const dt_autograd_function full_tensor_function = {
  * grad and grad mode is on. A failure releases *out, so the caller returns the status. */
 static dt_status record_conversion(dt_status st, const dt_autograd_function *fn, dt_dist_spec *spec,
                                    dt_tensor *input, dt_tensor **out) {
-  if (st || !dt__autograd_should_record(input)) return st;
-  st = dt__autograd_record_function(fn, dt__spec_retain(spec), input, *out);
+  /* A tensor without autograd state does not require grad, and the entry is installed
+   * before any tensor gets state. */
+  if (st || !input->autograd || !dt__upcall.autograd_record_conversion) return st;
+  st = dt__upcall.autograd_record_conversion(fn, spec, input, *out);
   if (st) {
     dt_tensor_release(*out);
     *out = NULL;
@@ -167,6 +170,13 @@ static dt_status check_to_distribute(const char *op, dt_mesh *mesh, const dt_ten
   if (st) return st;
   if (!t) return dt__error(DT_ERR_INVALID, "%s: %s is NULL", op, what);
   if (t->spec) return dt__error(DT_ERR_INVALID, "%s: the tensor is already distributed", op);
+  if (DT_UNLIKELY((int)(t->storage->device & 0xffu) != (int)dt_mesh_device_kind(mesh))) {
+    char dev[48], m[96];
+    return dt__error(
+        DT_ERR_INVALID, "%s: the %s is on %s but %s is a %s mesh; move it with dt_to_device first",
+        op, what, dt__device_key_format(t->storage->device, dev, sizeof dev),
+        dt_mesh_format(mesh, m, sizeof m), dt_device_kind_name((int)dt_mesh_device_kind(mesh)));
+  }
   dt__dist_init();
   return dt__check_placements(op, dt_mesh_ndim(mesh), t->ndim, n_placements, placements, norm);
 }
@@ -298,8 +308,8 @@ dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placem
     /* As PyTorch's: the distributed copy is a new leaf that requires grad when the source
      * does (a parameter distributed once is the leaf its optimizer updates); no gradient
      * flows back to the local source. */
-    if (!st && dt_tensor_requires_grad(full)) {
-      st = dt_tensor_set_requires_grad(*out, true);
+    if (!st && full->autograd && dt__upcall.autograd_copy_requires_grad) {
+      st = dt__upcall.autograd_copy_requires_grad(full, *out);
       if (st) {
         dt_tensor_release(*out);
         *out = NULL;

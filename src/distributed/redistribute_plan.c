@@ -253,6 +253,43 @@ static void decode(int s, int mesh_ndim, int base, int *codes) {
   }
 }
 
+/* The plan of the path the search found: walks back from goal along prev, then lists the
+ * steps in order with their kinds and estimated bytes. */
+static void fill_plan(const dt_redistribute_geometry *g, const code_book *book, int base, int start,
+                      int goal, const int *prev, dt_redistribute_plan *plan) {
+  int mesh_ndim = g->mesh_ndim;
+  int path[64];
+  int length = 0;
+  for (int s = goal; s != start && length < 64; s = prev[s]) path[length++] = s;
+  plan->n_steps = 0;
+  plan->bytes = 0;
+  int cur = start;
+  for (int i = length - 1; i >= 0; i--) {
+    int a[DT_MESH_MAX_DIMS], b[DT_MESH_MAX_DIMS];
+    decode(cur, mesh_ndim, base, a);
+    decode(path[i], mesh_ndim, base, b);
+    dt_placement before[DT_MESH_MAX_DIMS];
+    for (int m = 0; m < mesh_ndim; m++) before[m] = book->placements[a[m]];
+    for (int m = 0; m < mesh_ndim; m++) {
+      if (a[m] == b[m]) continue;
+      dt_redistribute_step *step = &plan->steps[plan->n_steps++];
+      step->mesh_dim = m;
+      step->from = book->placements[a[m]];
+      step->to = book->placements[b[m]];
+      step->kind = step_kind(before, mesh_ndim, m, step->from, step->to);
+      dt_placement after[DT_MESH_MAX_DIMS];
+      memcpy(after, before, sizeof after);
+      after[m] = step->to;
+      /* Even-shard estimate; dt__redistribute_exact_bytes replaces it with this rank's. */
+      step->bytes =
+          dt__step_bytes(step->kind, g->mesh_size[m], (int64_t)dt__local_bytes_estimate(g, before),
+                         (int64_t)dt__local_bytes_estimate(g, after));
+      plan->bytes += step->bytes;
+    }
+    cur = path[i];
+  }
+}
+
 /* Dijkstra from `from` to `to`. Stops as soon as nothing cheaper than `bound` is left
  * (then *cost is HUGE_VAL); fills `plan` when given and the goal is reached. */
 static dt_status plan_search(const dt_redistribute_geometry *g, const dt_placement *from,
@@ -369,37 +406,7 @@ static dt_status plan_search(const dt_redistribute_geometry *g, const dt_placeme
     st = dt__error(DT_ERR_INTERNAL, "dt_dist_redistribute: no plan found");
     goto done;
   }
-  /* Walk back from the goal to list the steps in order. */
-  int path[64];
-  int length = 0;
-  for (int s = goal; s != start && length < 64; s = prev[s]) path[length++] = s;
-  plan->n_steps = 0;
-  plan->bytes = 0;
-  int cur = start;
-  for (int i = length - 1; i >= 0; i--) {
-    int a[DT_MESH_MAX_DIMS], b[DT_MESH_MAX_DIMS];
-    decode(cur, mesh_ndim, base, a);
-    decode(path[i], mesh_ndim, base, b);
-    dt_placement before[DT_MESH_MAX_DIMS];
-    for (int m = 0; m < mesh_ndim; m++) before[m] = book.placements[a[m]];
-    for (int m = 0; m < mesh_ndim; m++) {
-      if (a[m] == b[m]) continue;
-      dt_redistribute_step *step = &plan->steps[plan->n_steps++];
-      step->mesh_dim = m;
-      step->from = book.placements[a[m]];
-      step->to = book.placements[b[m]];
-      step->kind = step_kind(before, mesh_ndim, m, step->from, step->to);
-      dt_placement after[DT_MESH_MAX_DIMS];
-      memcpy(after, before, sizeof after);
-      after[m] = step->to;
-      /* Even-shard estimate; dt__redistribute_exact_bytes replaces it with this rank's. */
-      step->bytes =
-          dt__step_bytes(step->kind, g->mesh_size[m], (int64_t)dt__local_bytes_estimate(g, before),
-                         (int64_t)dt__local_bytes_estimate(g, after));
-      plan->bytes += step->bytes;
-    }
-    cur = path[i];
-  }
+  fill_plan(g, &book, base, start, goal, prev, plan);
 done:
   if (!small) {
     dt__free(dist);

@@ -7,6 +7,7 @@
 
 #include "comm/comm_impl.h"
 #include "mesh/mesh_impl.h"
+#include "tensor/device_impl.h"
 
 struct dt_mesh {
   atomic_int refcount;        /* the user's reference plus one per distributed tensor spec */
@@ -20,6 +21,7 @@ struct dt_mesh {
   char names[DT_MESH_MAX_DIMS][DT_MESH_MAX_NAME + 1];
   dt_comm *world;
   dt_comm *groups[DT_MESH_MAX_DIMS];
+  dt_device_kind device_kind; /* where its tensors live: DT_DEVICE_CPU unless init_device_mesh */
 };
 
 /* Frees the mesh and its groups; the world is borrowed. */
@@ -237,4 +239,40 @@ dt_status dt_mesh_dim_by_name(const dt_mesh *mesh, const char *name, int *dim) {
                    dt_mesh_format(mesh, described, sizeof described), name,
                    mesh->named ? "its dimensions are " : "its dimensions are unnamed",
                    mesh->named ? list : "");
+}
+
+dt_status dt_mesh_create_on(const char *device_type, dt_comm *world, int ndim, const int *shape,
+                              const char *const *dim_names, dt_mesh **out) {
+  static const char op[] = "dt_mesh_create_on";
+  if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
+  *out = NULL;
+  if (!device_type) return dt__error(DT_ERR_INVALID, "%s: device_type is NULL", op);
+  dt_device device;
+  dt_status st = dt_device_parse(device_type, &device);
+  if (st) {
+    dt__error_prefix(op);
+    return st;
+  }
+  if (strchr(device_type, ':')) {
+    return dt__error(DT_ERR_INVALID,
+                     "%s: device_type \"%s\" names one device; a mesh takes a kind (\"%s\"): each "
+                     "rank uses its own device of that kind",
+                     op, device_type, dt_device_kind_name((int)device.kind));
+  }
+  st = dt__device_check_available(op, device);
+  if (st) return st;
+  if (world && !dt__comm_moves_device(world, (int)device.kind)) {
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "%s: the %s backend of group '%s' does not move %s memory; use a backend "
+                     "that does",
+                     op, world->backend->name, world->name, device_type);
+  }
+  st = dt_mesh_create(world, ndim, shape, dim_names, out);
+  if (st) return st;
+  (*out)->device_kind = device.kind;
+  return DT_OK;
+}
+
+dt_device_kind dt_mesh_device_kind(const dt_mesh *mesh) {
+  return mesh ? mesh->device_kind : DT_DEVICE_CPU;
 }

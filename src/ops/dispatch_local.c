@@ -2,6 +2,7 @@
  * distributed layer (through dt__upcall) and runs the others locally (infer, allocate the
  * outputs, the kernel). The dispatch modes (mode.c) re-enter here, so this file calls neither
  * dispatch.c nor mode.c. */
+#include "kernels/kernel_table.h"
 #include "ops/op_impl.h"
 #include "profile/profile_impl.h"
 
@@ -15,22 +16,58 @@ static bool has_distributed_input(const dt_op_call *call) {
   return false;
 }
 
-/* The local kernel, as a profiler event of its own (the op's ATen name, "kernel" category). */
-static dt_status run_kernel(const dt_op_def *def, dt_op_call *call) {
+/* The local kernel of the call's device, as a profiler event of its own (the op's ATen name,
+ * "kernel" category). */
+static dt_status run_kernel(const dt_op_def *def, uint32_t device, dt_op_call *call) {
   dt__profile_scope scope;
   dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_KERNEL, DT_PROFILER_LANE_COMPUTE);
-  dt_status st = def->kernel(call);
+  dt_status st = dt__device_kernels[device & 0xffu][call->op](call);
   dt__profile_end(&scope);
   return st;
 }
 
+/* The device of the call's tensor arguments: that of the first one (the CPU for none), and in
+ * *differ the OR of every other one's XOR with it, so that one compare tells whether they
+ * agree. */
+static inline uint32_t call_device(const dt_op_call *call, uint32_t *differ) {
+  const dt_tensor *first = call->n_inputs > 0 ? call->inputs[0] : NULL;
+  if (DT_UNLIKELY(!first)) first = call->n_input_list > 0 ? call->input_list[0] : NULL;
+  uint32_t device = first ? first->storage->device : 0, x = 0;
+  for (int i = 1; i < call->n_inputs; i++) {
+    if (call->inputs[i]) x |= call->inputs[i]->storage->device ^ device;
+  }
+  for (int i = 0; i < call->n_input_list; i++) x |= call->input_list[i]->storage->device ^ device;
+  *differ = x;
+  return device;
+}
+
+/* PyTorch's "Expected all tensors to be on the same device", naming the first two devices. */
+static dt_status devices_differ(const dt_op_call *call, uint32_t device) {
+  int n = call->n_inputs + call->n_input_list;
+  for (int k = 0; k < n; k++) {
+    const dt_tensor *t =
+        k < call->n_inputs ? call->inputs[k] : call->input_list[k - call->n_inputs];
+    if (!t || t->storage->device == device) continue;
+    char a[48], b[48];
+    return dt__error(DT_ERR_INVALID,
+                     "%s: expected all tensors to be on the same device, but found at least two "
+                     "devices, %s and %s (tensor argument %d); move one with dt_to_device",
+                     dt__op_name(call), dt__device_key_format(device, a, sizeof a),
+                     dt__device_key_format(t->storage->device, b, sizeof b), k);
+  }
+  return dt__error(DT_ERR_INTERNAL, "%s: devices differ", dt__op_name(call));
+}
+
 dt_status dt__dispatch_local(dt_op_call *call) {
   const dt_op_def *def = &dt__op_table[call->op];
+  uint32_t differ;
+  uint32_t device = call_device(call, &differ);
+  if (DT_UNLIKELY(differ)) return devices_differ(call, device);
   dt_tensor_meta metas[DT_OP_MAX_META];
   dt_status st = def->infer(call, metas);
   if (st) return st;
   if (def->kind != DT_OP_KIND_COMPUTE) {
-    st = run_kernel(def, call);
+    st = run_kernel(def, device, call);
     if (st && def->kind == DT_OP_KIND_VIEW) {
       for (int i = 0; i < call->n_outputs; i++) {
         dt_tensor_release(call->outputs[i]);
@@ -41,10 +78,13 @@ dt_status dt__dispatch_local(dt_op_call *call) {
   }
   DT_ASSERT(call->n_outputs <= DT_OP_MAX_META);
   for (int i = 0; i < call->n_outputs; i++) {
-    st = dt__tensor_new(metas[i].ndim, metas[i].shape, metas[i].dtype, &call->outputs[i]);
+    st = DT_LIKELY(device == 0)
+             ? dt__tensor_new(metas[i].ndim, metas[i].shape, metas[i].dtype, &call->outputs[i])
+             : dt__tensor_new_on(dt__device_of_key(device), metas[i].ndim, metas[i].shape,
+                                 metas[i].dtype, &call->outputs[i]);
     if (st) goto fail;
   }
-  st = run_kernel(def, call);
+  st = run_kernel(def, device, call);
   if (st) goto fail;
   return DT_OK;
 fail:

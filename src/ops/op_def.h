@@ -215,7 +215,8 @@ typedef struct dt_op_def {
   dt_op_kind kind;
   int n_required; /* inputs[0..n_required) must be non-NULL */
   dt_op_infer_fn infer;
-  dt_op_kernel_fn kernel;
+  /* The kernel column is not here: each device's table holds its kernels
+   * (kernels/kernel_table.h; the CPU's is the column, kernels/cpu/cpu_table.c). */
   dt_rule_family rule;
   dt_shape_family shape;      /* the symbolic shape rule (compile) */
   int func;                   /* a dt_unary_op or dt_binary_op, or NO_FUNC */

@@ -11,7 +11,6 @@ const dt_op_def dt__op_table[DT_OP_COUNT] = {
                   .kind = DT_OP_KIND_##op_kind,                                                    \
                   .n_required = required,                                                          \
                   .infer = infer_fn,                                                               \
-                  .kernel = kernel_fn,                                                             \
                   .rule = DT_RULE_##rule_family,                                                   \
                   .shape = DT_SHAPE_##shape_family,                                                \
                   .func = op_func,                                                                 \

@@ -2,7 +2,7 @@
 #include <inttypes.h>
 #include <math.h>
 
-#include "tensor/tensor_impl.h"
+#include "tensor/device_impl.h"
 
 dt_status dt__check_create(const char *op, int ndim, const int64_t *shape, dt_dtype dtype,
                            dt_tensor **out) {
@@ -124,4 +124,73 @@ dt_status dt_from_data(const void *data, int ndim, const int64_t *shape, dt_dtyp
   if (st) return st;
   if (numel > 0) memcpy(dt__tensor_base(*out), data, (size_t)numel * dt__dtype_sizes[dtype]);
   return DT_OK;
+}
+
+/* ---- On a device ------------------------------------------------------------------------- */
+
+/* The options' device, checked: NULL options are the CPU. */
+static dt_status options_device(const char *op, const dt_tensor_options *options,
+                                dt_device *device) {
+  *device = options ? options->device : DT_DEVICE_CPU_VALUE;
+  return dt__device_check_available(op, *device);
+}
+
+/* A CPU tensor's contents moved into a new tensor of its shape on device (the CPU: itself). */
+static dt_status move_to(dt_device device, dt_tensor **t) {
+  if (device.kind == DT_DEVICE_CPU) return DT_OK;
+  dt_tensor *host = *t, *moved = NULL;
+  *t = NULL;
+  dt_status st = dt__tensor_new_on(device, host->ndim, host->shape, host->dtype, &moved);
+  if (!st) {
+    st = dt__device_copy(device, moved->storage->data, DT_DEVICE_CPU_VALUE, dt__tensor_base(host),
+                         moved->storage->nbytes);
+  }
+  dt_tensor_release(host);
+  if (st) {
+    dt_tensor_release(moved);
+    return st;
+  }
+  *t = moved;
+  return DT_OK;
+}
+
+dt_status dt_empty_ex(int ndim, const int64_t *shape, dt_dtype dtype,
+                      const dt_tensor_options *options, dt_tensor **out) {
+  dt_device device;
+  dt_status st = dt__check_create("empty", ndim, shape, dtype, out);
+  if (!st) st = options_device("empty", options, &device);
+  if (st) return st;
+  return dt__tensor_new_on(device, ndim, shape, dtype, out);
+}
+
+dt_status dt_full_ex(int ndim, const int64_t *shape, double value, dt_dtype dtype,
+                     const dt_tensor_options *options, dt_tensor **out) {
+  dt_device device;
+  dt_status st = dt__check_create("full", ndim, shape, dtype, out);
+  if (!st) st = options_device("full", options, &device);
+  if (!st) st = full_named("full", ndim, shape, value, dtype, out);
+  if (!st) st = move_to(device, out);
+  return st;
+}
+
+dt_status dt_from_data_ex(const void *data, int ndim, const int64_t *shape, dt_dtype dtype,
+                          const dt_tensor_options *options, dt_tensor **out) {
+  dt_device device;
+  dt_status st = dt__check_create("from_data", ndim, shape, dtype, out);
+  if (!st) st = options_device("from_data", options, &device);
+  if (st) return st;
+  if (device.kind == DT_DEVICE_CPU) return dt_from_data(data, ndim, shape, dtype, out);
+  int64_t numel = dt__numel(ndim, shape);
+  if (!data && numel > 0)
+    return dt__error(DT_ERR_INVALID, "dt_from_data_ex: data is NULL for %" PRId64 " elements",
+                     numel);
+  st = dt__tensor_new_on(device, ndim, shape, dtype, out);
+  if (!st)
+    st = dt__device_copy(device, (*out)->storage->data, DT_DEVICE_CPU_VALUE, data,
+                         (*out)->storage->nbytes);
+  if (st) {
+    dt_tensor_release(*out);
+    *out = NULL;
+  }
+  return st;
 }

@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "core/thread_key.h"
-#include "tensor/tensor_impl.h"
+#include "tensor/device_impl.h"
 
 /* Owned data lives in the same allocation as its storage header (one malloc per tensor);
  * borrowed data (dt_wrap) is never freed here, but its owner's release function (dt_wrap_ex)
@@ -14,6 +14,10 @@ static void storage_release(dt_storage *s) {
   if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
   void (*release)(void *) = s->release;
   void *user = s->release_user;
+  if (DT_UNLIKELY(s->device != 0)) { /* data from a device's allocator */
+    const dt_device_memory *m = dt__device_memory((int)(s->device & 0xffu));
+    if (m && s->data) m->free((int)(s->device >> 8), s->data);
+  }
   dt__free(s);
   if (release) release(user);
 }
@@ -154,7 +158,10 @@ static dt_tensor *handle_alloc(void) {
   return t;
 }
 
-dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out) {
+/* A new contiguous tensor in one block: storage header, handle, then (with_data) its bytes.
+ * Without data, storage->data is NULL and nbytes is what the data needs. */
+static dt_status new_block(int ndim, const int64_t *shape, dt_dtype dtype, bool with_data,
+                           dt_tensor **out) {
   _Static_assert(DT_EMBEDDED_HANDLE_OFFSET >= sizeof(dt_storage), "storage header too small");
   _Static_assert(DT_EMBEDDED_DATA_OFFSET >= DT_EMBEDDED_HANDLE_OFFSET + sizeof(dt_tensor),
                  "embedded handle does not fit");
@@ -174,7 +181,7 @@ dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tens
   }
   /* span <= 2^59 and an element has at most 8 bytes: no overflow. */
   uint64_t nbytes = (empty ? 0 : span) * (uint64_t)dt__dtype_sizes[dtype];
-  char *block = dt__alloc(DT_EMBEDDED_DATA_OFFSET + (size_t)nbytes);
+  char *block = dt__alloc(DT_EMBEDDED_DATA_OFFSET + (with_data ? (size_t)nbytes : 0));
   if (!block) {
     char buf[160];
     return dt__error(DT_ERR_NOMEM, "cannot allocate %llu bytes for a %s tensor of shape %s",
@@ -185,7 +192,8 @@ dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tens
   dt_tensor *t = (dt_tensor *)(block + DT_EMBEDDED_HANDLE_OFFSET);
   atomic_init(&s->refcount, 1);
   s->owns_data = true;
-  s->data = block + DT_EMBEDDED_DATA_OFFSET;
+  s->device = 0;
+  s->data = with_data ? block + DT_EMBEDDED_DATA_OFFSET : NULL;
   s->nbytes = nbytes;
   s->version = 0;
   s->release = NULL;
@@ -200,6 +208,36 @@ dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tens
   t->spec = NULL;
   t->embedded = true;
   t->autograd = NULL;
+  *out = t;
+  return DT_OK;
+}
+
+dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out) {
+  return new_block(ndim, shape, dtype, true, out);
+}
+
+/* On another device the header and handle are one host block, as a CPU tensor's, and the data
+ * comes from the device's allocator; storage_release frees it through the same device. */
+dt_status dt__tensor_new_on(dt_device device, int ndim, const int64_t *shape, dt_dtype dtype,
+                            dt_tensor **out) {
+  if (DT_LIKELY(device.kind == DT_DEVICE_CPU)) return new_block(ndim, shape, dtype, true, out);
+  *out = NULL;
+  const dt_device_memory *m = dt__device_memory((int)device.kind);
+  if (!m) return dt__device_check_available("allocate", device);
+  dt_tensor *t = NULL;
+  dt_status st = new_block(ndim, shape, dtype, false, &t);
+  if (st) return st;
+  size_t nbytes = t->storage->nbytes;
+  void *data = nbytes ? m->alloc(device.index, nbytes) : NULL;
+  if (nbytes && !data) {
+    dt_tensor_release(t);
+    char name[48], buf[160];
+    return dt__error(DT_ERR_NOMEM, "cannot allocate %zu bytes on %s for a %s tensor of shape %s",
+                     nbytes, dt_device_format(device, name, sizeof name), dt_dtype_name(dtype),
+                     dt__format_ints(buf, sizeof buf, ndim, shape));
+  }
+  t->storage->data = data;
+  t->storage->device = dt__device_key(device);
   *out = t;
   return DT_OK;
 }
@@ -282,6 +320,7 @@ dt_status dt_wrap(void *data, size_t nbytes, int ndim, const int64_t *shape, con
   }
   atomic_init(&s->refcount, 1);
   s->owns_data = false;
+  s->device = 0;
   s->data = data;
   s->nbytes = nbytes;
   s->version = 0;
@@ -335,12 +374,17 @@ bool dt_tensor_shares_storage(const dt_tensor *a, const dt_tensor *b) {
   return a && b && a->storage == b->storage;
 }
 bool dt_tensor_is_distributed(const dt_tensor *t) { return t && t->spec; }
-void *dt_tensor_data(const dt_tensor *t) { return t ? dt__tensor_base(t) : NULL; }
+void *dt_tensor_data(const dt_tensor *t) {
+  if (!t || dt__check_host_readable("dt_tensor_data", t)) return NULL;
+  return dt__tensor_base(t);
+}
 int dt_tensor_refcount(const dt_tensor *t) { return t ? atomic_load(&t->refcount) : 0; }
 
 dt_status dt_tensor_to_doubles(const dt_tensor *t, double *out, int64_t capacity) {
   if (!t || !out)
     return dt__error(DT_ERR_INVALID, "dt_tensor_to_doubles: %s is NULL", t ? "out" : "tensor");
+  dt_status st = dt__check_host_readable("dt_tensor_to_doubles", t);
+  if (st) return st;
   int64_t numel = dt__tensor_numel(t);
   if (capacity < numel) {
     return dt__error(DT_ERR_INVALID, "dt_tensor_to_doubles: capacity %" PRId64 " < numel %" PRId64,
@@ -361,6 +405,8 @@ dt_status dt_tensor_to_doubles(const dt_tensor *t, double *out, int64_t capacity
 
 static dt_status check_index(const char *op, const dt_tensor *t, const int64_t *index) {
   if (!t) return dt__error(DT_ERR_INVALID, "%s: tensor is NULL", op);
+  dt_status st = dt__check_host_readable(op, t);
+  if (st) return st;
   if (t->ndim > 0 && !index) return dt__error(DT_ERR_INVALID, "%s: index is NULL", op);
   for (int i = 0; i < t->ndim; i++) {
     if (index[i] < 0 || index[i] >= t->shape[i]) {
@@ -430,6 +476,8 @@ static void format_rec(const dt_tensor *t, int dim, int64_t off, char *buf, size
 dt_status dt_tensor_format(const dt_tensor *t, char *buf, size_t size) {
   if (!t || !buf || size == 0)
     return dt__error(DT_ERR_INVALID, "dt_tensor_format: NULL argument or empty buffer");
+  dt_status st = dt__check_host_readable("dt_tensor_format", t);
+  if (st) return st;
   size_t used = 0;
   buf[0] = '\0';
   append(buf, size, &used, "tensor(");

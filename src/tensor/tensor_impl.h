@@ -15,7 +15,10 @@
 typedef struct dt_storage {
   atomic_int refcount;
   bool owns_data; /* false for dt_wrap: caller memory, never freed here */
-  void *data;     /* owned data starts DT_STORAGE_HEADER bytes after the header */
+  /* The device the data lives on, as dt__device_key (tensor/device_impl.h): 0 is the CPU. Data
+   * of another device is its allocator's, freed through it. */
+  uint32_t device;
+  void *data; /* owned data starts DT_STORAGE_HEADER bytes after the header */
   size_t nbytes;
   /* Bumped by every in-place op while autograd is in use: a tensor saved for backward
    * remembers the version it had, and backward refuses to read a modified one. */

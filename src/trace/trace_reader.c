@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "trace/json_scanner.h"
+#include "core/json_scanner.h"
 #include "trace/trace_impl.h"
 
 typedef struct reader {

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace/json_scanner.h"
+#include "core/json_scanner.h"
 
 #define MAX_DEPTH 512
 #define MAX_NUMBER_LENGTH 512

@@ -7,8 +7,8 @@
  * read. Errors are DT_ERR_INVALID with a message "byte N: ..." (N counted from r->begin), or
  * DT_ERR_NOMEM.
  */
-#ifndef DT_TRACE_JSON_SCANNER_H
-#define DT_TRACE_JSON_SCANNER_H
+#ifndef DT_CORE_JSON_SCANNER_H
+#define DT_CORE_JSON_SCANNER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -82,4 +82,4 @@ dt_status dt__json_skip_value(dt__json_scanner *r);
  * r->p at its value, or *has = 0 after the closing '}'. */
 dt_status dt__json_next_key(dt__json_scanner *r, bool *first, dt__json_span *key, int *has);
 
-#endif /* DT_TRACE_JSON_SCANNER_H */
+#endif /* DT_CORE_JSON_SCANNER_H */
