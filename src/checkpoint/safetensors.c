@@ -481,9 +481,11 @@ static dt_status write_all(FILE *f, const void *data, size_t n) {
   return n == 0 || fwrite(data, 1, n, f) == n ? DT_OK : DT_ERR_IO;
 }
 
-static dt_status save_file(const char *op, bool owned, const char *path, int count,
-                           const char *const *names, dt_tensor *const *tensors, int n_metadata,
-                           const char *const *keys, const char *const *values) {
+/* save_file's argument checks, before anything is allocated or written. */
+static dt_status check_save_args(const char *op, const char *path, int count,
+                                 const char *const *names, dt_tensor *const *tensors,
+                                 int n_metadata, const char *const *keys,
+                                 const char *const *values) {
   if (!path) return dt__error(DT_ERR_INVALID, "%s: path is NULL", op);
   if (count < 0 || n_metadata < 0)
     return dt__error(DT_ERR_INVALID, "%s: count %d and n_metadata %d must be >= 0", op, count,
@@ -519,7 +521,70 @@ static dt_status save_file(const char *op, bool owned, const char *path, int cou
     if (!keys[i] || !values[i])
       return dt__error(DT_ERR_INVALID, "%s: %s[%d] is NULL", op, !keys[i] ? "keys" : "values", i);
   }
-  dt_status st = DT_OK;
+  return DT_OK;
+}
+
+/* The JSON header: the sorted metadata, then each item's dtype, shape and byte range. */
+static void build_header(text *header, const save_item *items, int count,
+                         const char *const *sorted_keys, const char *const *sorted_values,
+                         int n_metadata) {
+  text_str(header, "{");
+  if (n_metadata > 0) {
+    text_str(header, "\"__metadata__\":{");
+    for (int i = 0; i < n_metadata; i++) {
+      if (i) text_str(header, ",");
+      text_json_string(header, sorted_keys[i]);
+      text_str(header, ":");
+      text_json_string(header, sorted_values[i]);
+    }
+    text_str(header, "}");
+  }
+  uint64_t offset = 0;
+  for (int i = 0; i < count; i++) {
+    dt_tensor *t = items[i].tensor;
+    char buf[64];
+    if (i || n_metadata > 0) text_str(header, ",");
+    text_json_string(header, items[i].name);
+    text_str(header, ":{\"dtype\":\"");
+    text_str(header, dt__safetensors_dtype_name(dt_tensor_dtype(t)));
+    text_str(header, "\",\"shape\":[");
+    for (int d = 0; d < dt_tensor_ndim(t); d++) {
+      snprintf(buf, sizeof buf, "%s%" PRId64, d ? "," : "", dt_tensor_size(t, d));
+      text_str(header, buf);
+    }
+    uint64_t bytes = (uint64_t)dt_tensor_numel(t) * dt_dtype_size(dt_tensor_dtype(t));
+    snprintf(buf, sizeof buf, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", offset,
+             offset + bytes);
+    text_str(header, buf);
+    offset += bytes;
+  }
+  text_str(header, "}");
+}
+
+/* Makes the rename of target durable: fsync of the folder that holds it. */
+static void sync_parent_dir(const char *target) {
+  char dir[4096];
+  const char *slash = strrchr(target, '/');
+  size_t n = slash ? (size_t)(slash - target) : 0;
+  if (n == 0 && slash) n = 1;
+  if (n >= sizeof dir) return;
+  if (n)
+    memcpy(dir, target, n);
+  else
+    dir[n++] = '.';
+  dir[n] = '\0';
+  int dfd = open(dir, O_RDONLY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)fsync(dfd);
+    close(dfd);
+  }
+}
+
+static dt_status save_file(const char *op, bool owned, const char *path, int count,
+                           const char *const *names, dt_tensor *const *tensors, int n_metadata,
+                           const char *const *keys, const char *const *values) {
+  dt_status st = check_save_args(op, path, count, names, tensors, n_metadata, keys, values);
+  if (st) return st;
   save_item *items = dt__calloc(sizeof *items * (size_t)(count > 0 ? count : 1));
   const char **sorted_keys = dt__calloc(sizeof *sorted_keys * (size_t)(n_metadata + 1));
   const char **sorted_values = dt__calloc(sizeof *sorted_values * (size_t)(n_metadata + 1));
@@ -563,37 +628,7 @@ static dt_status save_file(const char *op, bool owned, const char *path, int cou
       goto done;
     }
   }
-  text_str(&header, "{");
-  if (n_metadata > 0) {
-    text_str(&header, "\"__metadata__\":{");
-    for (int i = 0; i < n_metadata; i++) {
-      if (i) text_str(&header, ",");
-      text_json_string(&header, sorted_keys[i]);
-      text_str(&header, ":");
-      text_json_string(&header, sorted_values[i]);
-    }
-    text_str(&header, "}");
-  }
-  uint64_t offset = 0;
-  for (int i = 0; i < count; i++) {
-    dt_tensor *t = items[i].tensor;
-    char buf[64];
-    if (i || n_metadata > 0) text_str(&header, ",");
-    text_json_string(&header, items[i].name);
-    text_str(&header, ":{\"dtype\":\"");
-    text_str(&header, dt__safetensors_dtype_name(dt_tensor_dtype(t)));
-    text_str(&header, "\",\"shape\":[");
-    for (int d = 0; d < dt_tensor_ndim(t); d++) {
-      snprintf(buf, sizeof buf, "%s%" PRId64, d ? "," : "", dt_tensor_size(t, d));
-      text_str(&header, buf);
-    }
-    uint64_t bytes = (uint64_t)dt_tensor_numel(t) * dt_dtype_size(dt_tensor_dtype(t));
-    snprintf(buf, sizeof buf, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", offset,
-             offset + bytes);
-    text_str(&header, buf);
-    offset += bytes;
-  }
-  text_str(&header, "}");
+  build_header(&header, items, count, sorted_keys, sorted_values, n_metadata);
   /* The reference pads the header with spaces to a multiple of 8, so data starts aligned. */
   while (!header.failed && header.length % 8 != 0) text_str(&header, " ");
   if (header.failed) {
@@ -624,24 +659,7 @@ static dt_status save_file(const char *op, bool owned, const char *path, int cou
     goto done;
   }
   /* The rename itself becomes durable with the directory's fsync. */
-  {
-    char dir[4096];
-    const char *slash = strrchr(output.target, '/');
-    size_t n = slash ? (size_t)(slash - output.target) : 0;
-    if (n == 0 && slash) n = 1;
-    if (n < sizeof dir) {
-      if (n)
-        memcpy(dir, output.target, n);
-      else
-        dir[n++] = '.';
-      dir[n] = '\0';
-      int dfd = open(dir, O_RDONLY | O_CLOEXEC);
-      if (dfd >= 0) {
-        (void)fsync(dfd);
-        close(dfd);
-      }
-    }
-  }
+  sync_parent_dir(output.target);
 done:
   for (int i = 0; items && i < count; i++) dt_tensor_release(items[i].tensor);
   dt__free(items);
