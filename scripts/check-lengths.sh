@@ -9,7 +9,7 @@ max_file=800
 max_function=150
 # Over the limit today with the work that removes it under way, each with that work's issue;
 # the list only shrinks (a file listed here that is back under the limit fails too).
-pending="compile/trace.c:23.5"
+pending=""
 
 cd "$src"
 files=$(find . -name '*.c' -o -name '*.h' | sed 's|^\./||' | LC_ALL=C sort)
