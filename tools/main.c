@@ -64,7 +64,10 @@ static const tool_command commands[] = {
 int main(int argc, char **argv) {
   /* OpenBLAS chose its kernels when it loaded; when it fell back to SSE3 on a CPU with AVX2
    * or AVX-512, run again with the core type named (once: the variable is then set). */
-  const char *core = dt__blas_better_coretype();
-  if (core && setenv("OPENBLAS_CORETYPE", core, 1) == 0) execv("/proc/self/exe", argv);
+  /* DT_OPENBLAS_CORETYPE_CHOSEN marks a process (or its children) that chose already. */
+  const char *core = getenv("DT_OPENBLAS_CORETYPE_CHOSEN") ? NULL : dt__blas_better_coretype();
+  if (core && setenv("OPENBLAS_CORETYPE", core, 1) == 0 &&
+      setenv("DT_OPENBLAS_CORETYPE_CHOSEN", core, 1) == 0)
+    execv("/proc/self/exe", argv);
   return tool_dispatch("dtensor", commands, "command", argc, argv);
 }
