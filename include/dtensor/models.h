@@ -79,10 +79,12 @@ typedef struct dt_hf_model dt_hf_model;
  * tensors, plan must be NULL or zero). Weights of any floating dtype become float32.
  * Collective over the mesh only in that every rank must call it; each rank reads only its
  * blocks. Errors: DT_ERR_INVALID (NULL dir or out; a plan naming a dim the mesh lacks or one
- * dim twice), DT_ERR_IO (a missing or unreadable file, named), DT_ERR_UNSUPPORTED (an
+ * dim twice), DT_ERR_IO (a missing or unreadable file, or config.json or the index not a
+ * regular file: a FIFO is refused, not waited on; named), DT_ERR_UNSUPPORTED (an
  * architecture other than the two, a rope type other than default/llama3, an activation
  * other than SiLU / GELU-tanh: the message names config.json and the value; built without
- * cJSON), DT_ERR_INVALID (a config field missing or out of range, a tensor missing from the
+ * cJSON), DT_ERR_INVALID (a config field missing or out of range (an integer must lie in
+ * [0, 4e15], heads x head_dim too), a tensor missing from the
  * checkpoint, or with a shape that disagrees with config.json: the message names the file,
  * the tensor and both shapes), the errors of dt_safetensors_open. */
 DT_API dt_status dt_hf_model_load(const char *dir, dt_mesh *mesh, const dt_hf_plan *plan,

@@ -4,9 +4,12 @@
  * and the field.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/core_impl.h"
 #include "models/models_impl.h"
@@ -17,9 +20,23 @@
 
 dt_status dt__hf_read_text(const char *path, char **out) {
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f)
+  /* O_NONBLOCK: a FIFO in the file's place must not block the open; only a regular file is
+   * read (a directory or a device is refused by name). */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
     return dt__error(DT_ERR_IO, "dt_hf_model_load: cannot open %s: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return dt__error(DT_ERR_IO, "dt_hf_model_load: %s is not a regular file", path);
+  }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return dt__error(DT_ERR_IO, "dt_hf_model_load: cannot open %s: %s", path, strerror(errno));
+  }
   char *buf = NULL;
   size_t len = 0, cap = 0;
   for (;;) {
@@ -58,6 +75,17 @@ dt_status dt__hf_read_text(const char *path, char **out) {
 
 #ifdef DT_HAVE_CJSON
 
+/* A JSON number that is an integer in [min, 4e15] (the range a double holds exactly). */
+static dt_status int_value(const cJSON *v, const char *key, int64_t min, const char *path,
+                           int64_t *out) {
+  double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+  if (!(d >= (double)min && d <= 4.0e15) || d != floor(d))
+    return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s: \"%s\" must be an integer >= %lld",
+                     path, key, (long long)min);
+  *out = (int64_t)d;
+  return DT_OK;
+}
+
 /* An integer field: required (def < -1 means required), else def when absent or null. */
 static dt_status get_int(const cJSON *root, const char *key, int64_t def, int64_t min,
                          const char *path, int64_t *out) {
@@ -68,12 +96,7 @@ static dt_status get_int(const cJSON *root, const char *key, int64_t def, int64_
     *out = def;
     return DT_OK;
   }
-  double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-  if (!(d >= (double)min && d <= 4.0e15) || d != floor(d))
-    return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s: \"%s\" must be an integer >= %lld",
-                     path, key, (long long)min);
-  *out = (int64_t)d;
-  return DT_OK;
+  return int_value(v, key, min, path, out);
 }
 
 static dt_status get_double(const cJSON *root, const char *key, double def, const char *path,
@@ -162,6 +185,10 @@ static dt_status parse_llama(const cJSON *root, const char *path, dt_hf_config *
                      "dt_hf_model_load: %s: num_attention_heads %lld is not a multiple of "
                      "num_key_value_heads %lld",
                      path, (long long)cfg->num_heads, (long long)cfg->num_kv_heads);
+  if (cfg->head_dim > (int64_t)4e15 / cfg->num_heads)
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: num_attention_heads %lld x head_dim %lld is too large",
+                     path, (long long)cfg->num_heads, (long long)cfg->head_dim);
   if (cfg->head_dim % 2 != 0)
     return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s: head_dim %lld must be even (rotary)",
                      path, (long long)cfg->head_dim);
@@ -236,8 +263,8 @@ dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *
   if (!st) {
     const cJSON *eos = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
     if (cJSON_IsArray(eos) && cJSON_GetArraySize(eos) > 0) {
-      const cJSON *first = cJSON_GetArrayItem(eos, 0);
-      cfg->eos_token_id = cJSON_IsNumber(first) ? (int64_t)first->valuedouble : -1;
+      /* A list of ids (Llama 3): generation stops at the first. */
+      st = int_value(cJSON_GetArrayItem(eos, 0), "eos_token_id", 0, path, &cfg->eos_token_id);
     } else {
       st = get_int(root, "eos_token_id", -1, 0, path, &cfg->eos_token_id);
     }

@@ -140,7 +140,7 @@ static dt_status check_generate(const dt_hf_model *m, const int64_t *prompt, int
   if (n_prompt < 1 || max_new < 0)
     return dt__error(DT_ERR_INVALID, "%s: n_prompt %lld must be >= 1 and max_new %lld >= 0", fn,
                      (long long)n_prompt, (long long)max_new);
-  if (n_prompt + max_new > m->cfg.max_positions)
+  if (n_prompt > m->cfg.max_positions || max_new > m->cfg.max_positions - n_prompt)
     return dt__error(DT_ERR_INVALID, "%s: %lld prompt + %lld new tokens exceed max_positions %lld",
                      fn, (long long)n_prompt, (long long)max_new, (long long)m->cfg.max_positions);
   for (int64_t i = 0; i < n_prompt; i++)

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/core_impl.h"
 #include "distributed/dist_impl.h"
@@ -218,9 +219,8 @@ static dt_status read_weights(dt_hf_model *m, const char *dir) {
   char path[4096];
   snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
   dt_status st = DT_OK;
-  FILE *probe = fopen(path, "rb");
-  if (probe) {
-    fclose(probe);
+  struct stat sb;
+  if (stat(path, &sb) == 0) { /* present: read, or refused if not a regular file */
     char *text = NULL;
     st = dt__hf_read_text(path, &text);
     if (!st) st = dt__hf_index_parse(text, path, add_mapping, &fs);

@@ -1,0 +1,169 @@
+/*
+ * dt_hf_model_load and dt_hf_generate given hostile input: config.json or the index as a FIFO
+ * or a directory, an index naming a missing file, config values whose products overflow, an
+ * eos_token_id list holding a value no token id can be, prompt and generation lengths whose sum
+ * overflows. Each must be refused with a message naming the file or argument, never a hang or
+ * undefined behaviour. The model files come from ../shared/fixtures/hf, linked in place.
+ */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dtensor/dtensor.h"
+
+#define HF DT_FIXTURES_DIR "/hf"
+
+static bool hf_present(void) {
+  FILE *f = fopen(HF "/expected.json", "r");
+  if (f) fclose(f);
+  return f != NULL;
+}
+
+#define SKIP_WITHOUT_FIXTURES()                                                                    \
+  do {                                                                                             \
+    if (!hf_present()) cr_skip_test("the hf fixtures are absent (%s)", HF);                        \
+  } while (0)
+
+static void path_in(char *buf, size_t size, const char *dir, const char *name) {
+  snprintf(buf, size, "%s/%s", dir, name);
+}
+
+static void write_text(const char *dir, const char *name, const char *text) {
+  char path[512];
+  path_in(path, sizeof path, dir, name);
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* A fresh directory whose model.safetensors links to the tiny Llama's. */
+static void llama_dir(char *dir, size_t size) {
+  snprintf(dir, size, "/tmp/dt_hf_errors_XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  char path[512];
+  path_in(path, sizeof path, dir, "model.safetensors");
+  cr_assert_eq(symlink(HF "/llama_tiny/model.safetensors", path), 0);
+}
+
+static void remove_dir(const char *dir) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
+}
+
+static void expect_load_error(const char *dir, dt_status want, const char *w1, const char *w2) {
+  dt_hf_model *m = NULL;
+  dt_status st = dt_hf_model_load(dir, NULL, NULL, &m);
+  cr_assert_eq(st, want, "status %s: %s", dt_status_string(st), dt_last_error());
+  cr_assert_null(m);
+  cr_assert(strstr(dt_last_error(), "dt_hf_model_load"), "%s", dt_last_error());
+  cr_assert(strstr(dt_last_error(), w1), "message lacks \"%s\": %s", w1, dt_last_error());
+  if (w2) cr_assert(strstr(dt_last_error(), w2), "message lacks \"%s\": %s", w2, dt_last_error());
+}
+
+/* The tiny Llama's config.json with `extra` fields added at the end (later keys are not read:
+ * cJSON finds the first, so extra replaces only fields the fixture lacks). */
+static const char LLAMA_HEAD[] =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 160, "
+    "\"max_position_embeddings\": 256, \"num_hidden_layers\": 2, \"vocab_size\": 256, "
+    "\"rms_norm_eps\": 1e-05, \"num_key_value_heads\": 2";
+
+static void write_llama_config(const char *dir, const char *extra) {
+  char text[1024];
+  snprintf(text, sizeof text, "%s, %s}", LLAMA_HEAD, extra);
+  write_text(dir, "config.json", text);
+}
+
+Test(hf_model_errors, config_json_fifo_or_directory_is_refused, .timeout = 30) {
+  SKIP_WITHOUT_FIXTURES();
+  char dir[64], path[512];
+  llama_dir(dir, sizeof dir);
+  path_in(path, sizeof path, dir, "config.json");
+  cr_assert_eq(mkfifo(path, 0600), 0);
+  expect_load_error(dir, DT_ERR_IO, "config.json", "not a regular file");
+  cr_assert_eq(remove(path), 0);
+  cr_assert_eq(mkdir(path, 0700), 0);
+  expect_load_error(dir, DT_ERR_IO, "config.json", "not a regular file");
+  cr_assert_eq(rmdir(path), 0);
+  remove_dir(dir);
+}
+
+Test(hf_model_errors, index_fifo_or_missing_shard_is_refused, .timeout = 30) {
+  SKIP_WITHOUT_FIXTURES();
+  char dir[64], path[512];
+  llama_dir(dir, sizeof dir);
+  path_in(path, sizeof path, dir, "config.json");
+  cr_assert_eq(symlink(HF "/llama_tiny/config.json", path), 0);
+  /* The unsharded checkpoint loads. */
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(dir, NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  dt_hf_model_destroy(m);
+  path_in(path, sizeof path, dir, "model.safetensors.index.json");
+  cr_assert_eq(mkfifo(path, 0600), 0);
+  expect_load_error(dir, DT_ERR_IO, "model.safetensors.index.json", "not a regular file");
+  cr_assert_eq(remove(path), 0);
+  /* An index naming a file that is not there: the file is named. */
+  write_text(
+      dir, "model.safetensors.index.json",
+      "{\"weight_map\": {\"model.embed_tokens.weight\": \"model-00001-of-00002.safetensors\"}}");
+  dt_status st = dt_hf_model_load(dir, NULL, NULL, &m);
+  cr_assert_eq(st, DT_ERR_IO, "%s: %s", dt_status_string(st), dt_last_error());
+  cr_assert(strstr(dt_last_error(), "model-00001-of-00002.safetensors"), "%s", dt_last_error());
+  /* An index naming the directory itself or its parent. */
+  write_text(dir, "model.safetensors.index.json",
+             "{\"weight_map\": {\"model.embed_tokens.weight\": \"..\"}}");
+  st = dt_hf_model_load(dir, NULL, NULL, &m);
+  cr_assert_neq(st, DT_OK);
+  cr_assert_null(m);
+  remove_dir(dir);
+}
+
+Test(hf_model_errors, config_products_that_overflow_are_refused) {
+  SKIP_WITHOUT_FIXTURES();
+  char dir[64];
+  llama_dir(dir, sizeof dir);
+  /* 3e15 heads of 4e15 dims: q_proj's rows overflow int64. */
+  write_llama_config(dir, "\"num_attention_heads\": 3000000000000000, "
+                          "\"head_dim\": 4000000000000000");
+  expect_load_error(dir, DT_ERR_INVALID, "config.json", "head_dim");
+  remove_dir(dir);
+}
+
+Test(hf_model_errors, eos_token_id_list_entries_are_checked) {
+  SKIP_WITHOUT_FIXTURES();
+  char dir[64];
+  llama_dir(dir, sizeof dir);
+  const char *bad[] = {"[1e300]", "[-5]", "[2.5]", "[\"2\"]"};
+  for (int i = 0; i < 4; i++) {
+    char extra[128];
+    snprintf(extra, sizeof extra, "\"num_attention_heads\": 4, \"eos_token_id\": %s", bad[i]);
+    write_llama_config(dir, extra);
+    expect_load_error(dir, DT_ERR_INVALID, "config.json", "eos_token_id");
+  }
+  /* A list's first id is the one generation stops at. */
+  write_llama_config(dir, "\"num_attention_heads\": 4, \"eos_token_id\": [7, 2]");
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(dir, NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_hf_model_config(m)->eos_token_id, 7);
+  dt_hf_model_destroy(m);
+  remove_dir(dir);
+}
+
+Test(hf_model_errors, generate_lengths_that_overflow_are_refused) {
+  SKIP_WITHOUT_FIXTURES();
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(HF "/llama_tiny", NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  int64_t prompt[2] = {1, 2}, out[8], n = 0;
+  dt_status st = dt_hf_generate(m, prompt, 2, INT64_MAX, NULL, out, &n, NULL, NULL);
+  cr_assert_eq(st, DT_ERR_INVALID, "%s", dt_last_error());
+  cr_assert(strstr(dt_last_error(), "max_positions"), "%s", dt_last_error());
+  st = dt_hf_generate(m, prompt, INT64_MAX, 1, NULL, out, &n, NULL, NULL);
+  cr_assert_eq(st, DT_ERR_INVALID, "%s", dt_last_error());
+  cr_assert(strstr(dt_last_error(), "max_positions"), "%s", dt_last_error());
+  dt_hf_model_destroy(m);
+}
