@@ -4,6 +4,7 @@
  * stages give the same gradients as plain ones, and a frozen first stage (no parameter that
  * requires grad) is skipped in backward. */
 #include <criterion/criterion.h>
+#include <limits.h>
 
 #include "comm_helpers.h"
 #include "dtensor/pipeline.h"
@@ -236,4 +237,82 @@ Test(pipeline_errors, checkpointed_stages_bitwise) {
 Test(pipeline_errors, frozen_first_stage) {
   variant_arg a = {.freeze_first = true};
   SPAWN_OK(2, variant_rank, &a);
+}
+
+/* ---- Hostile sizes: schedules with more ranks or (stage, microbatch) pairs than the
+ * validation's simulation can hold, a pp mesh whose shape's product overflows or that names
+ * the pp dim twice, stage sizes that overflow their sum. Each is refused quickly, never
+ * undefined behaviour or an allocation of gigabytes. */
+
+static void expect_message(const char *a, const char *b) {
+  cr_assert(strstr(dt_last_error(), a), "message lacks \"%s\": %s", a, dt_last_error());
+  if (b) cr_assert(strstr(dt_last_error(), b), "message lacks \"%s\": %s", b, dt_last_error());
+}
+
+Test(pipeline_errors, schedules_past_the_bounds_are_refused, .timeout = 30) {
+  dt_pp_schedule *s = NULL;
+  /* 65536 ranks: the simulation's pair indexes would overflow an int. */
+  cr_assert_eq(dt_pp_schedule_create(DT_PP_GPIPE, 65536, 1, 1, &s), DT_ERR_INVALID);
+  cr_assert_null(s);
+  expect_message("dt_pp_schedule_create", "65536 ranks");
+  cr_assert_eq(dt_pp_schedule_create(DT_PP_1F1B, DT_PP_MAX_RANKS + 1, 1, 1, &s), DT_ERR_INVALID);
+  /* 2 stages x 2^23 microbatches: gigabytes of simulation. */
+  cr_assert_eq(dt_pp_schedule_create(DT_PP_GPIPE, 2, 1, 1 << 23, &s), DT_ERR_INVALID);
+  expect_message("dt_pp_schedule_create", "too many");
+  int counts[1] = {0};
+  const dt_pp_action *lists[1] = {NULL};
+  cr_assert_eq(dt_pp_schedule_create_custom(1 << 20, 1 << 20, 1, counts, lists, &s),
+               DT_ERR_INVALID);
+  expect_message("dt_pp_schedule_create_custom", "ranks");
+  /* The largest allowed degree is made and validated. */
+  cr_assert_eq(dt_pp_schedule_create(DT_PP_1F1B, 64, 1, 64, &s), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_pp_schedule_ranks(s), 64);
+  double bubble = 0;
+  cr_assert_eq(dt_pp_schedule_bubble(s, 1.0, &bubble), DT_OK);
+  cr_assert_float_eq(bubble, 63.0 / 127.0, 1e-12);
+  dt_pp_schedule_destroy(s);
+}
+
+static dt_status pp_mesh_overflow_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_pp_mesh *pm = NULL;
+  const char *names[3] = {"pp", "dp", "tp"};
+  /* INT_MAX^3 ranks: the product overflows int64. */
+  dt_status st = dt_pp_mesh_create(world, 3, (int[]){INT_MAX, INT_MAX, INT_MAX}, names, "pp", &pm);
+  RANK_CHECK(st == DT_ERR_INVALID && !pm, "status %d: %s", st, dt_last_error());
+  RANK_CHECK(strstr(dt_last_error(), "more than"), "%s", dt_last_error());
+  /* Two dims named pp. */
+  const char *twice[2] = {"pp", "pp"};
+  st = dt_pp_mesh_create(world, 2, (int[]){1, 2}, twice, "pp", &pm);
+  RANK_CHECK(st == DT_ERR_INVALID && !pm, "status %d: %s", st, dt_last_error());
+  RANK_CHECK(strstr(dt_last_error(), "both named 'pp'"), "%s", dt_last_error());
+  /* The good one still works. */
+  RANK_OK(dt_pp_mesh_create(world, 2, (int[]){2, 1}, names, "pp", &pm));
+  RANK_CHECK(dt_comm_size(dt_pp_mesh_group(pm)) == 2, "pp group of %d",
+             dt_comm_size(dt_pp_mesh_group(pm)));
+  dt_pp_mesh_destroy(pm);
+  return DT_OK;
+}
+
+Test(pipeline_errors, pp_mesh_shapes_that_overflow_or_repeat_pp_are_refused, .timeout = 30) {
+  dt_status st = dt_comm_spawn(2, pp_mesh_overflow_rank, NULL);
+  cr_assert_eq(st, DT_OK, "%s", dt_last_error());
+}
+
+Test(pipeline_errors, stage_sizes_that_overflow_are_refused) {
+  dt_module *c[3] = {NULL, NULL, NULL}, *model = NULL;
+  for (int i = 0; i < 3; i++) cr_assert_eq(dt_nn_relu(&c[i]), DT_OK);
+  cr_assert_eq(dt_nn_sequential(3, c, &model), DT_OK);
+  dt_module *stages[2] = {NULL, NULL};
+  /* INT_MAX + INT_MAX + 5 wraps to 3 in int arithmetic. */
+  cr_assert_eq(dt_pp_split_model(model, 2, (int[]){INT_MAX, INT_MAX}, stages), DT_ERR_INVALID);
+  expect_message("dt_pp_split_model", "sizes[0]");
+  cr_assert_null(stages[0]);
+  cr_assert_eq(dt_module_child_count(model), 3, "children moved on a refusal");
+  cr_assert_eq(dt_pp_split_model(model, 2, (int[]){1, 2}, stages), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_module_child_count(stages[0]), 1);
+  cr_assert_eq(dt_module_child_count(stages[1]), 2);
+  dt_module_destroy(stages[0]);
+  dt_module_destroy(stages[1]);
+  dt_module_destroy(model);
 }

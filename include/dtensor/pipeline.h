@@ -66,6 +66,10 @@ extern "C" {
  * not yet received; a further send waits. The validation's simulation uses the same bound. */
 #define DT_PP_SEND_WINDOW 4
 
+/* The most pp ranks a schedule may have, and the most (stage, microbatch) pairs (2^20): the
+ * validation simulates every pair of ranks over every transfer. */
+#define DT_PP_MAX_RANKS 1024
+
 /* ---- Schedules ----------------------------------------------------------------------------- */
 
 typedef enum dt_pp_schedule_kind {
@@ -96,15 +100,16 @@ typedef struct dt_pp_schedule dt_pp_schedule;
  * GPipe and 1F1B; >= 1 for interleaved, where n_microbatches must be a multiple of n_ranks
  * as in Megatron's order) and n_microbatches microbatches, and validates it (as
  * dt_pp_schedule_create_custom). The caller owns *out (dt_pp_schedule_destroy).
- * Errors: DT_ERR_INVALID (NULL out, counts < 1, an unknown kind, stages_per_rank != 1 for
- * GPipe or 1F1B), DT_ERR_UNSUPPORTED (interleaved with n_microbatches not a multiple of
- * n_ranks), DT_ERR_NOMEM. */
+ * Errors: DT_ERR_INVALID (NULL out, counts < 1, more than DT_PP_MAX_RANKS ranks or 2^20
+ * stages x microbatches, an unknown kind, stages_per_rank != 1 for GPipe or 1F1B),
+ * DT_ERR_UNSUPPORTED (interleaved with n_microbatches not a multiple of n_ranks), DT_ERR_NOMEM. */
 DT_API dt_status dt_pp_schedule_create(dt_pp_schedule_kind kind, int n_ranks, int stages_per_rank,
                                        int n_microbatches, dt_pp_schedule **out);
 
 /* A schedule from explicit lists: rank r runs n_actions[r] actions actions[r][0..] (copied).
  * n_stages must be a multiple of n_ranks (stage s on rank s % n_ranks). Validated as the
- * header comment says. Errors: DT_ERR_INVALID (NULL pointers, counts < 1, and a schedule that
+ * header comment says. Errors: DT_ERR_INVALID (NULL pointers, counts < 1, the bounds of
+ * dt_pp_schedule_create, and a schedule that
  * fails validation: the message names the rank, the action's index and formatted name, and
  * the rule it breaks, or, for a deadlock, each blocked rank and the action it waits in),
  * DT_ERR_NOMEM. */
@@ -162,7 +167,8 @@ typedef struct dt_pp_mesh dt_pp_mesh;
  * pp coordinate), the stage mesh is the mesh of the remaining dims (with their names) over the
  * ranks that share this rank's pp coordinate; NULL when pp is the only dim. Collective over
  * world. The caller owns *out; release the stage mesh's tensors before dt_pp_mesh_destroy.
- * Errors: DT_ERR_INVALID (NULL, no dim named pp_name, and dt_mesh_create's), DT_ERR_NOMEM,
+ * Errors: DT_ERR_INVALID (NULL, no dim or two dims named pp_name, a shape whose product is
+ * not the world's size, and dt_mesh_create's), DT_ERR_NOMEM,
  * dt_comm_split's. */
 DT_API dt_status dt_pp_mesh_create(dt_comm *world, int ndim, const int *shape,
                                    const char *const *dim_names, const char *pp_name,

@@ -3,6 +3,7 @@
  * split two ways, along the pp dim (the ranks that exchange activations) and across it (the
  * ranks of one stage, on which the stage's tensor- and data-parallel mesh is built).
  */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -40,14 +41,22 @@ dt_status dt_pp_mesh_create(dt_comm *world, int ndim, const int *shape,
   int64_t total = 1;
   for (int d = 0; d < ndim; d++) {
     if (shape[d] < 1) return dt__error(DT_ERR_INVALID, "%s: shape[%d] = %d", fn, d, shape[d]);
-    total *= shape[d];
-    if (dim_names[d] && strcmp(dim_names[d], pp_name) == 0) pp_dim = d;
+    /* Stop before the product can overflow: it must equal the world's size, an int. */
+    if (total <= INT_MAX) total *= shape[d];
+    if (dim_names[d] && strcmp(dim_names[d], pp_name) == 0) {
+      if (pp_dim >= 0) {
+        return dt__error(DT_ERR_INVALID, "%s: mesh dims %d and %d are both named '%s'", fn, pp_dim,
+                         d, pp_name);
+      }
+      pp_dim = d;
+    }
   }
   if (pp_dim < 0) return dt__error(DT_ERR_INVALID, "%s: no mesh dim is named '%s'", fn, pp_name);
   int world_size = dt_comm_size(world), rank = dt_comm_rank(world);
   if (total != world_size) {
-    return dt__error(DT_ERR_INVALID, "%s: the shape holds %lld ranks, the world has %d", fn,
-                     (long long)total, world_size);
+    return dt__error(DT_ERR_INVALID, "%s: the shape holds %s%lld ranks, the world has %d", fn,
+                     total > INT_MAX ? "more than " : "",
+                     (long long)(total > INT_MAX ? INT_MAX : total), world_size);
   }
   /* This rank's coordinates (row-major), its pp coordinate and its index over the others. */
   int coords[DT_MESH_MAX_DIMS], rest_shape[DT_MESH_MAX_DIMS];

@@ -363,10 +363,13 @@ static dt_status check_counts(const char *fn, int n_ranks, int n_stages, int n_m
     FAIL("%s: ranks %d, stages %d and microbatches %d must all be >= 1", fn, n_ranks, n_stages,
          n_microbatches);
   }
+  /* The validation simulates every pair of ranks: a bound keeps its indexes in an int and its
+   * memory small (pp degrees in use are tens). */
+  if (n_ranks > DT_PP_MAX_RANKS) FAIL("%s: %d ranks is more than %d", fn, n_ranks, DT_PP_MAX_RANKS);
   if (n_stages % n_ranks != 0)
     FAIL("%s: %d stages do not divide over %d ranks (stage s lives on rank s %% ranks)", fn,
          n_stages, n_ranks);
-  if ((int64_t)n_stages * n_microbatches > (1 << 24))
+  if ((int64_t)n_stages * n_microbatches > (1 << 20))
     FAIL("%s: %d stages x %d microbatches is too many", fn, n_stages, n_microbatches);
   return DT_OK;
 }

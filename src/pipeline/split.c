@@ -45,19 +45,20 @@ dt_status dt_pp_split_model(dt_module *model, int n_stages, const int *sizes, dt
   int *count = dt__alloc(sizeof *count * (size_t)n_stages);
   if (!count) return dt__error(DT_ERR_NOMEM, "%s: out of memory", fn);
   if (sizes) {
-    int sum = 0;
+    int64_t sum = 0;
     for (int k = 0; k < n_stages; k++) {
-      if (sizes[k] < 1) {
+      if (sizes[k] < 1 || sizes[k] > n) {
         dt__free(count);
-        return dt__error(DT_ERR_INVALID, "%s: sizes[%d] = %d is < 1", fn, k, sizes[k]);
+        return dt__error(DT_ERR_INVALID, "%s: sizes[%d] = %d is outside 1..%d (the children)", fn,
+                         k, sizes[k], n);
       }
       sum += sizes[k];
       count[k] = sizes[k];
     }
     if (sum != n) {
       dt__free(count);
-      return dt__error(DT_ERR_INVALID, "%s: sizes add up to %d, the model has %d children", fn, sum,
-                       n);
+      return dt__error(DT_ERR_INVALID, "%s: sizes add up to %lld, the model has %d children", fn,
+                       (long long)sum, n);
     }
   } else {
     even_sizes(n, n_stages, count);
