@@ -22,6 +22,7 @@ typedef struct checkpoint_state {
   const char *type;  /* borrowed, lives with the module */
   dt__plain_forward_fn plain;
   dt_tensor *input;    /* a detached alias of the input (the only activation kept) */
+  uint32_t version;    /* its storage's version at the forward: the recomputation reads it */
   bool input_requires; /* the input requires grad: its gradient is computed and returned */
 } checkpoint_state;
 
@@ -33,6 +34,15 @@ static void checkpoint_release(void *p) {
 
 static dt_status recompute_backward(void *p, dt_tensor *grad_output, dt_tensor **grad_input) {
   checkpoint_state *s = p;
+  /* The plain backward would refuse an input its ops saved that was written since; the
+   * recomputation reads the whole input, so it refuses any write. */
+  if (s->input->storage->version != s->version) {
+    return dt__error(DT_ERR_INVALID,
+                     "dt_backward: the input of checkpointed %s was modified in place after its "
+                     "forward (version %u, saved at version %u); its backward recomputes the "
+                     "forward from that input",
+                     s->type, (unsigned)s->input->storage->version, (unsigned)s->version);
+  }
   dt_tensor *x = NULL, *y = NULL;
   dt_status st = dt_detach(s->input, &x);
   if (!st && s->input_requires) st = dt_tensor_set_requires_grad(x, true);
@@ -90,6 +100,7 @@ dt_status dt__checkpoint_forward(dt_module *m, const char *type, bool params,
   s->type = type;
   s->plain = plain;
   s->input = saved;
+  s->version = saved->storage->version;
   s->input_requires = input_requires;
   st = dt__autograd_record_function(&checkpoint_function, s, anchor ? anchor : input, alias);
   dt_tensor_release(anchor);
