@@ -52,9 +52,9 @@ typedef struct dt_optimizer_hyperparameter {
  * comment for what a parameter must be) with the hyperparameters given (n_hyper of them, any
  * order; the others take their defaults). The state is allocated here, zero, placed like each
  * parameter; the arrays are copied, the parameters retained. Not collective.
- * Errors: DT_ERR_INVALID (NULL name or out, an unknown optimizer or hyperparameter name, a
- * value out of range: the message names it and its value, and the parameter errors of
- * dt_optimizer_create_sgd), DT_ERR_DTYPE, DT_ERR_NOMEM. */
+ * Errors: DT_ERR_INVALID (NULL name or out, an unknown optimizer or hyperparameter name, a name
+ * given twice, a value out of range: the message names it and its value, and the parameter errors
+ * of dt_optimizer_create_sgd), DT_ERR_DTYPE, DT_ERR_NOMEM. */
 DT_API dt_status dt_optimizer_create(const char *name, int n, dt_tensor *const *params, int n_hyper,
                                      const dt_optimizer_hyperparameter *hyper, dt_optimizer **out);
 

@@ -95,13 +95,20 @@ dt_status dt_optimizer_create(const char *name, int n, dt_tensor *const *params,
                      name);
   }
   double h[DT__OPTIM_MAX_HYPER];
-  for (int j = 0; j < kind->n_hyper; j++) h[j] = kind->hyper[j].default_value;
+  int given[DT__OPTIM_MAX_HYPER];
+  for (int j = 0; j < kind->n_hyper; j++) h[j] = kind->hyper[j].default_value, given[j] = -1;
   for (int i = 0; i < n_hyper; i++) {
     int j = hyper[i].name ? dt__optim_hyper_index(kind, hyper[i].name) : -1;
     if (j < 0) {
       return dt__error(DT_ERR_INVALID, "%s: %s has no hyperparameter \"%s\" (entry %d)", fn,
                        kind->name, hyper[i].name ? hyper[i].name : "(NULL)", i);
     }
+    /* Two values for one name: which one the caller meant is unknown. */
+    if (given[j] >= 0) {
+      return dt__error(DT_ERR_INVALID, "%s: hyperparameter \"%s\" given twice (entries %d and %d)",
+                       fn, hyper[i].name, given[j], i);
+    }
+    given[j] = i;
     h[j] = hyper[i].value; /* exactly as given, zero included */
   }
   return create(kind, fn, n, params, h, out);

@@ -1,0 +1,31 @@
+/*
+ * dt_optimizer_create given one hyperparameter twice: refused naming it and both entries
+ * (the second silently won before), while distinct names still apply exactly as given.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "dtensor/dtensor.h"
+
+Test(optim_errors, a_hyperparameter_given_twice_is_refused) {
+  float v[4] = {1, 2, 3, 4};
+  dt_tensor *w = NULL;
+  cr_assert_eq(dt_from_data(v, 1, (int64_t[]){4}, DT_F32, &w), DT_OK);
+  cr_assert_eq(dt_tensor_set_requires_grad(w, true), DT_OK);
+  dt_optimizer *o = NULL;
+  dt_optimizer_hyperparameter twice[3] = {{"lr", 0.5}, {"beta1", 0.8}, {"lr", 0.25}};
+  cr_assert_eq(dt_optimizer_create("lion", 1, &w, 3, twice, &o), DT_ERR_INVALID);
+  cr_assert_null(o);
+  cr_assert(strstr(dt_last_error(), "dt_optimizer_create"), "%s", dt_last_error());
+  cr_assert(strstr(dt_last_error(), "\"lr\" given twice (entries 0 and 2)"), "%s", dt_last_error());
+  cr_assert_eq(dt_optimizer_create("lion", 1, &w, 2, twice, &o), DT_OK, "%s", dt_last_error());
+  double lr = 0, beta1 = 0, beta2 = 0;
+  cr_assert_eq(dt_optimizer_get_hyperparameter(o, "lr", &lr), DT_OK);
+  cr_assert_eq(dt_optimizer_get_hyperparameter(o, "beta1", &beta1), DT_OK);
+  cr_assert_eq(dt_optimizer_get_hyperparameter(o, "beta2", &beta2), DT_OK);
+  cr_assert_eq(lr, 0.5);
+  cr_assert_eq(beta1, 0.8);
+  cr_assert_eq(beta2, 0.99); /* Lion's default */
+  dt_optimizer_destroy(o);
+  dt_tensor_release(w);
+}
