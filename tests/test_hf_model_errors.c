@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "comm_helpers.h" /* rank threads report failures with dt__error */
 #include "dtensor/dtensor.h"
 
 #define HF DT_FIXTURES_DIR "/hf"
@@ -166,4 +167,75 @@ Test(hf_model_errors, generate_lengths_that_overflow_are_refused) {
   cr_assert_eq(st, DT_ERR_INVALID, "%s", dt_last_error());
   cr_assert(strstr(dt_last_error(), "max_positions"), "%s", dt_last_error());
   dt_hf_model_destroy(m);
+}
+
+/* The weights cannot be written (model.safetensors is a directory): the save fails naming it
+ * and config.json keeps its old contents (it was rewritten before the weights failed). */
+Test(hf_model_errors, a_failed_save_leaves_config_json_whole) {
+  SKIP_WITHOUT_FIXTURES();
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(HF "/llama_tiny", NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  char dir[64], path[512];
+  snprintf(dir, sizeof dir, "/tmp/dt_hf_errors_XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  write_text(dir, "config.json", "{\"old\": true}");
+  path_in(path, sizeof path, dir, "model.safetensors");
+  cr_assert_eq(mkdir(path, 0700), 0);
+  dt_status st = dt_hf_model_save(m, dir);
+  cr_assert_eq(st, DT_ERR_IO, "%s: %s", dt_status_string(st), dt_last_error());
+  cr_assert(strstr(dt_last_error(), "model.safetensors"), "%s", dt_last_error());
+  path_in(path, sizeof path, dir, "config.json");
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f);
+  char text[64] = {0};
+  size_t got = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  cr_assert_str_eq(text, "{\"old\": true}", "config.json now holds %zu bytes: %s", got, text);
+  /* Into a fresh directory the save works and reloads. */
+  remove_dir(dir);
+  cr_assert_eq(dt_hf_model_save(m, dir), DT_OK, "%s", dt_last_error());
+  dt_hf_model *back = NULL;
+  cr_assert_eq(dt_hf_model_load(dir, NULL, NULL, &back), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_hf_model_param_count(back), dt_hf_model_param_count(m));
+  dt_hf_model_destroy(back);
+  dt_hf_model_destroy(m);
+  remove_dir(dir);
+}
+
+/* On a mesh only the rank at coordinate 0 writes; when it fails, every rank fails. */
+static dt_status failing_save_rank(dt_comm *world, void *arg) {
+  const char *dir = arg;
+  dt_mesh *mesh = NULL;
+  dt_status st = dt_mesh_create(world, 1, (int[]){2}, (const char *[]){"tp"}, &mesh);
+  dt_hf_model *m = NULL;
+  dt_hf_plan plan = {.tp = "tp"};
+  if (!st) st = dt_hf_model_load(HF "/llama_tiny", mesh, &plan, &m);
+  if (st) {
+    dt_mesh_destroy(mesh);
+    return dt__error(DT_ERR_INTERNAL, "setup: %s", dt_last_error());
+  }
+  st = dt_hf_model_save(m, dir);
+  char message[512];
+  snprintf(message, sizeof message, "%s", dt_last_error());
+  int rank = dt_comm_rank(world);
+  dt_hf_model_destroy(m);
+  dt_mesh_destroy(mesh);
+  if (st != DT_ERR_IO || !strstr(message, dir)) {
+    return dt__error(DT_ERR_INTERNAL, "rank %d: save returned %s: %s", rank, dt_status_string(st),
+                     message);
+  }
+  return DT_OK;
+}
+
+Test(hf_model_errors, every_rank_returns_the_writers_failure, .timeout = 60) {
+  SKIP_WITHOUT_FIXTURES();
+  /* The target is a regular file: the writer cannot make the directory. */
+  char dir[64];
+  snprintf(dir, sizeof dir, "/tmp/dt_hf_errors_file_XXXXXX");
+  int fd = mkstemp(dir);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  dt_status st = dt_comm_spawn(2, failing_save_rank, dir);
+  cr_assert_eq(st, DT_OK, "%s", dt_last_error());
+  remove(dir);
 }

@@ -16,6 +16,7 @@
 #include "dtensor/checkpoint.h"
 #include "dtensor/ops.h"
 #include "models/models_impl.h"
+#include "profile/output_file.h" /* config.json written whole or not at all */
 
 dt_status dt_hf_kv_cache_create(const dt_hf_model *m, dt_hf_kv_cache **out) {
   if (!out) return dt__error(DT_ERR_INVALID, "dt_hf_kv_cache_create: out is NULL");
@@ -222,6 +223,58 @@ static dt_status gathered(const dt_hf_model *m, int i, dt_tensor **out) {
   return st;
 }
 
+/* The writer's part of dt_hf_model_save: the weights, then config.json, each written to a
+ * temporary and renamed in place, so a failure leaves the old files whole. */
+static dt_status write_files(const dt_hf_model *m, const char *dir, int n, const char **names,
+                             dt_tensor **tensors) {
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    return dt__error(DT_ERR_IO, "dt_hf_model_save: cannot create %s: %s", dir, strerror(errno));
+  char path[4096];
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  const char *keys[1] = {"format"}, *values[1] = {"pt"};
+  dt_status st = dt_safetensors_save(path, n, names, tensors, 1, keys, values);
+  if (st) return st;
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  dt__output_file output;
+  FILE *f = dt__output_open(&output, path);
+  if (!f) {
+    int err = errno;
+    return dt__error(DT_ERR_IO, "dt_hf_model_save: cannot write %s: %s", path,
+                     dt__output_strerror(&output, err));
+  }
+  size_t len = strlen(m->config_text);
+  bool failed = fwrite(m->config_text, 1, len, f) != len;
+  int err = dt__output_close(&output, f, failed);
+  if (err)
+    return dt__error(DT_ERR_IO, "dt_hf_model_save: writing %s failed: %s", path, strerror(err));
+  return DT_OK;
+}
+
+/* Every rank of the mesh returns the writer's verdict (or its own earlier error): the writer
+ * broadcasts its status over the mesh's world. */
+static dt_status agree(const dt_hf_model *m, const char *dir, dt_status mine) {
+  int zeros[DT_MESH_MAX_DIMS] = {0};
+  int root = dt_mesh_rank_at(m->mesh, zeros);
+  dt_comm *world = dt_mesh_world(m->mesh);
+  bool writer = dt_comm_rank(world) == root;
+  char message[512];
+  snprintf(message, sizeof message, "%s", mine ? dt_last_error() : "");
+  int64_t verdict = mine;
+  dt_tensor *t = NULL;
+  dt_status st = dt_from_data(&verdict, 1, (int64_t[]){1}, DT_I64, &t);
+  if (!st) st = dt_comm_broadcast(world, t, root);
+  if (!st) verdict = *(const int64_t *)dt_tensor_data(t);
+  dt_tensor_release(t);
+  if (st) return st;
+  if (mine) return dt__error(mine, "%s", message);
+  if (verdict != DT_OK && !writer) {
+    return dt__error((dt_status)verdict,
+                     "dt_hf_model_save: the writing rank (%d) failed to save %s: %s", root, dir,
+                     dt_status_string((dt_status)verdict));
+  }
+  return (dt_status)verdict;
+}
+
 dt_status dt_hf_model_save(const dt_hf_model *m, const char *dir) {
   if (!m || !dir)
     return dt__error(DT_ERR_INVALID, "dt_hf_model_save: %s is NULL", m ? "dir" : "model");
@@ -241,24 +294,8 @@ dt_status dt_hf_model_save(const dt_hf_model *m, const char *dir) {
     names[n++] = m->params[i].file_name;
   }
   dt_grad_mode_set(prev);
-  if (!st && writer) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-      st = dt__error(DT_ERR_IO, "dt_hf_model_save: cannot create %s: %s", dir, strerror(errno));
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = st ? NULL : fopen(path, "wb");
-    if (!st && !f)
-      st = dt__error(DT_ERR_IO, "dt_hf_model_save: cannot write %s: %s", path, strerror(errno));
-    if (f) {
-      size_t len = strlen(m->config_text);
-      bool ok = fwrite(m->config_text, 1, len, f) == len;
-      ok = (fclose(f) == 0) && ok;
-      if (!ok) st = dt__error(DT_ERR_IO, "dt_hf_model_save: cannot write %s", path);
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    const char *keys[1] = {"format"}, *values[1] = {"pt"};
-    if (!st) st = dt_safetensors_save(path, n, names, tensors, 1, keys, values);
-  }
+  if (!st && writer) st = write_files(m, dir, n, names, tensors);
+  if (m->mesh) st = agree(m, dir, st);
   for (int i = 0; i < n; i++) dt_tensor_release(tensors[i]);
   dt__free(names);
   dt__free(tensors);
