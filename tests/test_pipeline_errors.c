@@ -316,3 +316,53 @@ Test(pipeline_errors, stage_sizes_that_overflow_are_refused) {
   dt_module_destroy(stages[1]);
   dt_module_destroy(model);
 }
+
+static dt_status sum_loss(dt_tensor *y, dt_tensor *target, void *user, dt_tensor **loss) {
+  (void)user;
+  return dt_mse_loss(y, target, DT_LOSS_SUM, loss);
+}
+
+/* Rank 0 makes GPipe over 2 microbatches, rank 1 over 4: without a check rank 1 waits for a
+ * third activation that never comes while rank 0 waits for a gradient (a hang until the
+ * comm's timeout). Both ranks must fail at once, naming the mismatch; a
+ * matching pair still runs. */
+static dt_status mismatched_rank(dt_comm *world, void *arg) {
+  bool mismatch = *(const bool *)arg;
+  int rank = dt_comm_rank(world);
+  dt_module *stage = NULL;
+  RANK_OK(dt_nn_linear(3, 3, true, 5 + (uint64_t)rank, &stage));
+  dt_pp_schedule *sched = NULL;
+  dt_pipeline *pipe = NULL;
+  int m = mismatch && rank == 1 ? 4 : 2;
+  RANK_OK(dt_pp_schedule_create(DT_PP_GPIPE, 2, 1, m, &sched));
+  RANK_OK(dt_pipeline_create(world, sched, 1, &stage, sum_loss, NULL, NULL, &pipe));
+  /* Two rows per microbatch on each rank, so every microbatch's shapes agree and only the
+   * count differs. */
+  float v[24];
+  for (int i = 0; i < 24; i++) v[i] = (float)(i % 7) - 3.0f;
+  dt_tensor *x = NULL;
+  RANK_OK(dt_from_data(v, 2, (int64_t[]){2 * m, 3}, DT_F32, &x));
+  double loss = 0;
+  dt_status st = dt_pipeline_step(pipe, x, x, &loss);
+  char message[256];
+  snprintf(message, sizeof message, "%s", dt_last_error());
+  dt_tensor_release(x);
+  dt_pipeline_destroy(pipe);
+  dt_pp_schedule_destroy(sched);
+  dt_module_destroy(stage);
+  if (mismatch) {
+    RANK_CHECK(st == DT_ERR_INVALID, "rank %d: %s: %s", rank, dt_status_string(st), message);
+    RANK_CHECK(strstr(message, "different schedules"), "rank %d: %s", rank, message);
+  } else {
+    RANK_CHECK(st == DT_OK, "rank %d: %s: %s", rank, dt_status_string(st), message);
+    RANK_CHECK(loss > 0, "loss %g", loss);
+  }
+  return DT_OK;
+}
+
+Test(pipeline_errors, ranks_with_different_schedules_fail_at_once, .timeout = 60) {
+  bool mismatch = true;
+  cr_assert_eq(dt_comm_spawn(2, mismatched_rank, &mismatch), DT_OK, "%s", dt_last_error());
+  mismatch = false;
+  cr_assert_eq(dt_comm_spawn(2, mismatched_rank, &mismatch), DT_OK, "%s", dt_last_error());
+}

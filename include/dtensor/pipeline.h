@@ -226,13 +226,15 @@ DT_API dt_status dt_pipeline_create(dt_comm *pp_group, const dt_pp_schedule *sch
  * placements: a Shard(0) mesh dim splits each rank's rows; at most one mesh dim may shard dim
  * 0). *loss (may be NULL) receives the step's loss on every pp rank. Collective over the pp
  * group and, inside each stage, over the stage mesh.
- * Errors: DT_ERR_INVALID (NULL input or target where needed, a batch of fewer rows than
+ * Errors: DT_ERR_INVALID (the pp ranks made different schedules, on every rank; NULL input
+ * or target where needed, a batch of fewer rows than
  * microbatches, an activation whose header does not match what the receiving stage expects,
  * a loss of more than one element), DT_ERR_UNSUPPORTED (dim 0 sharded by two mesh dims, a
  * StridedShard or Partial input, a distributed activation without options->stage_mesh), the
  * errors of the stages' forward and backward, the loss function's and the transfers'.
- * Arguments are checked on every pp rank and the ranks agree (one all_reduce of an int64 per
- * step) before any transfer: a refusal on one rank makes every pp rank return DT_ERR_INVALID
+ * Arguments are checked on every pp rank and the ranks agree, on the refusals and on a hash
+ * of the schedule (one all_reduce of three int64 per step), before any transfer: a refusal
+ * on one rank, or a rank with another schedule, makes every pp rank return DT_ERR_INVALID
  * and the pipeline stays usable. A failure after the transfers started aborts the pp group
  * (dt_comm_abort) so that no peer waits forever; the in-flight state is dropped and the
  * parameters' gradients may be partial. */

@@ -41,6 +41,7 @@ struct dt_pipeline {
   dt_tensor **targets;
   double *scales; /* [n_micro] loss scales (rank of the last stage) */
   double loss_sum;
+  int64_t schedule_hash; /* of the schedule's counts and actions, compared across pp ranks */
 };
 
 /* ---- Creating ----------------------------------------------------------------------------- */
@@ -55,6 +56,22 @@ void dt_pipeline_destroy(dt_pipeline *p) {
   dt__free(p->targets);
   dt__free(p->scales);
   dt__free(p);
+}
+
+/* A hash of the schedule: its counts and every rank's actions. */
+static int64_t schedule_hash(const dt_pp_schedule *s) {
+  uint64_t h = dt__hash_mix(dt__hash_mix(dt__hash_mix(0x9e3779b97f4a7c15ull, (uint64_t)s->n_ranks),
+                                         (uint64_t)s->n_stages),
+                            (uint64_t)s->n_microbatches);
+  for (int r = 0; r < s->n_ranks; r++) {
+    h = dt__hash_mix(h, (uint64_t)s->counts[r]);
+    for (int i = 0; i < s->counts[r]; i++) {
+      const dt_pp_action *a = &s->actions[r][i];
+      h = dt__hash_mix(h, ((uint64_t)a->kind << 56) ^ ((uint64_t)(uint32_t)a->stage << 28) ^
+                              (uint64_t)(uint32_t)a->microbatch);
+    }
+  }
+  return (int64_t)(h >> 2); /* non-negative, so its negation is too */
 }
 
 dt_status dt_pipeline_create(dt_comm *pp_group, const dt_pp_schedule *schedule, int n_local_stages,
@@ -100,6 +117,7 @@ dt_status dt_pipeline_create(dt_comm *pp_group, const dt_pp_schedule *schedule, 
                      ? DT_OK
                      : dt__error(DT_ERR_NOMEM, "%s: out of memory", fn);
   if (!st) st = dt__pp_schedule_copy(schedule, &p->schedule);
+  if (!st) p->schedule_hash = schedule_hash(p->schedule);
   if (!st) st = dt__pp_link_init(&p->link, pp_group);
   if (st) {
     dt_pipeline_destroy(p);
@@ -494,24 +512,32 @@ static dt_status prepare(dt_pipeline *p, dt_tensor *input, dt_tensor *target) {
   return st;
 }
 
-/* Every pp rank learns whether one refused its arguments (one all_reduce of an int64), so
- * that a refusal on one rank does not leave the others waiting for its transfers. */
+/* Every pp rank learns whether one refused its arguments, and whether all made the same
+ * schedule (one all_reduce of three int64: the refusing rank, the schedule's hash and its
+ * negation), so that a refusal on one rank, or a rank with other counts or actions, does not
+ * leave the others waiting for transfers that never come. */
 static dt_status agree(dt_pipeline *p, dt_status mine) {
-  int64_t flag = mine ? p->rank + 1 : 0;
+  int64_t h = p->schedule_hash, v[3] = {mine ? p->rank + 1 : 0, h, -h};
   dt_tensor *t = NULL;
-  dt_status st = dt_from_data(&flag, 1, (int64_t[]){1}, DT_I64, &t);
+  dt_status st = dt_from_data(v, 1, (int64_t[]){3}, DT_I64, &t);
   char message[512];
   snprintf(message, sizeof message, "%s", dt_last_error());
   if (!st) st = dt_comm_all_reduce(p->link.comm, t, DT_REDUCE_MAX);
-  if (!st) flag = ((const int64_t *)dt_tensor_data(t))[0];
+  if (!st) memcpy(v, dt_tensor_data(t), sizeof v);
   dt_tensor_release(t);
   if (mine) return dt__error(mine, "%s", message);
   if (st) return st;
-  if (flag > 0) {
+  if (v[1] != h || -v[2] != h) {
+    return dt__error(DT_ERR_INVALID,
+                     "%s: the pp ranks run different schedules (pp rank %d: %d ranks, %d stages, "
+                     "%d microbatches); every rank must make the same one; no transfer started",
+                     FN, p->rank, p->n_ranks, p->n_stages, p->n_micro);
+  }
+  if (v[0] > 0) {
     return dt__error(DT_ERR_INVALID,
                      "%s: pp rank %d refused its arguments (its error says "
                      "why); no transfer started",
-                     FN, (int)flag - 1);
+                     FN, (int)v[0] - 1);
   }
   return DT_OK;
 }
