@@ -1,8 +1,10 @@
 /*
- * dt_optimizer_create given one hyperparameter twice: refused naming it and both entries
- * (the second silently won before), while distinct names still apply exactly as given.
+ * dt_optimizer_create given hostile hyperparameters: one name twice (the second silently won
+ * before) is refused naming both entries, an infinite learning rate is refused by every
+ * optimizer; distinct names still apply exactly as given.
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <string.h>
 
 #include "dtensor/dtensor.h"
@@ -27,5 +29,36 @@ Test(optim_errors, a_hyperparameter_given_twice_is_refused) {
   cr_assert_eq(beta1, 0.8);
   cr_assert_eq(beta2, 0.99); /* Lion's default */
   dt_optimizer_destroy(o);
+  dt_tensor_release(w);
+}
+
+/* An infinite learning rate makes every parameter NaN after one step: refused by every
+ * optimizer (Lion refused it; SGD, Adam and AdamW took it), at creation and when set. */
+Test(optim_errors, an_infinite_learning_rate_is_refused) {
+  float v[4] = {1, 2, 3, 4};
+  dt_tensor *w = NULL;
+  cr_assert_eq(dt_from_data(v, 1, (int64_t[]){4}, DT_F32, &w), DT_OK);
+  cr_assert_eq(dt_tensor_set_requires_grad(w, true), DT_OK);
+  const char *names[4] = {"sgd", "adam", "adamw", "lion"};
+  for (int k = 0; k < 4; k++) {
+    dt_optimizer *o = NULL;
+    dt_optimizer_hyperparameter lr = {"lr", INFINITY};
+    cr_assert_eq(dt_optimizer_create(names[k], 1, &w, 1, &lr, &o), DT_ERR_INVALID, "%s", names[k]);
+    cr_assert_null(o);
+    cr_assert(strstr(dt_last_error(), "lr inf"), "%s: %s", names[k], dt_last_error());
+    cr_assert_eq(dt_optimizer_create(names[k], 1, &w, 0, NULL, &o), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_optimizer_set_hyperparameter(o, "lr", INFINITY), DT_ERR_INVALID, "%s",
+                 names[k]);
+    double got = 0;
+    cr_assert_eq(dt_optimizer_get_hyperparameter(o, "lr", &got), DT_OK);
+    cr_assert(isfinite(got), "%s: lr became %g", names[k], got);
+    dt_optimizer_destroy(o);
+  }
+  dt_adam_options ao = {.lr = INFINITY};
+  dt_optimizer *o = NULL;
+  cr_assert_eq(dt_optimizer_create_adamw(1, &w, &ao, &o), DT_ERR_INVALID);
+  dt_sgd_options so = {.lr = INFINITY};
+  cr_assert_eq(dt_optimizer_create_sgd(1, &w, &so, &o), DT_ERR_INVALID);
+  cr_assert_null(o);
   dt_tensor_release(w);
 }
