@@ -60,8 +60,16 @@ int gpt_sizes_option(int argc, char **argv, int *i, gpt_sizes *s) {
 }
 
 bool gpt_sizes_valid(const gpt_sizes *s) {
-  return s->vocab >= 1 && s->dmodel >= 1 && s->heads >= 1 && s->layers >= 1 && s->seq >= 1 &&
-         s->batch >= 1 && s->dmodel % s->heads == 0;
+  if (!(s->vocab >= 1 && s->dmodel >= 1 && s->heads >= 1 && s->layers >= 1 && s->seq >= 1 &&
+        s->batch >= 1 && s->dmodel % s->heads == 0))
+    return false;
+  /* Counted in double first: each size may be 2^30, and the int64 counts below (the
+   * parameters, the logits, the attention scores) must not overflow. */
+  double d = (double)s->dmodel, rows = (double)s->batch * (double)s->seq;
+  double params = 2 * (double)s->vocab * d + (double)s->seq * d + (double)s->layers * 13 * d * d;
+  double logits = rows * (double)s->vocab, scores = rows * (double)s->seq * (double)s->heads;
+  const double most = (double)GPT_MAX_ELEMENTS;
+  return params <= most && logits <= most && scores <= most && rows * 4 * d <= most;
 }
 
 int64_t gpt_param_count(const gpt_sizes *s) {

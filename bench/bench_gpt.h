@@ -29,7 +29,12 @@ void gpt_sizes_start(int argc, char **argv, gpt_sizes *s);
  * 0 when argv[*i] is no size option, -1 on a bad value. */
 int gpt_sizes_option(int argc, char **argv, int *i, gpt_sizes *s);
 
-/* True when the sizes make a model: every size >= 1 and heads dividing d_model. */
+/* The most elements of any one count of a model (parameters, logits, attention scores): 2^34,
+ * 64 GiB of float32, beyond any machine this runs on and far from int64's overflow. */
+#define GPT_MAX_ELEMENTS (1LL << 34)
+
+/* True when the sizes make a model: every size >= 1, heads dividing d_model, and the counts
+ * within GPT_MAX_ELEMENTS. */
 bool gpt_sizes_valid(const gpt_sizes *s);
 
 /* Parameters of the model, and the FLOPs of the matrix products of one training step

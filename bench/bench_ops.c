@@ -394,6 +394,14 @@ int bench_suite_ops(int argc, char **argv) {
     }
   }
   if (!gpt_sizes_valid(&s) || iters < 1 || iters > MAX_ITERS) goto usage;
+  /* --only names a case, adamw or gemm: another name would time nothing and exit 0. */
+  bool known = !only || strcmp(only, "adamw") == 0 || strcmp(only, "gemm") == 0;
+  for (size_t k = 0; k < sizeof cases / sizeof *cases && !known; k++)
+    known = strcmp(only, cases[k].name) == 0;
+  if (!known) {
+    fprintf(stderr, "bench ops: --only %s names no case (see 'dtensor bench ops --help')\n", only);
+    return 2;
+  }
   if (threads) dt__blas_set_threads(threads);
   bench_machine_print(json);
   if (!json)

@@ -32,6 +32,16 @@ for bad in "--size huge" "--heads 3 --size small" "--steps 0 --size small" "--si
 done
 "$tool" bench ops --size small --dmodel 0 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "'bench ops --dmodel 0' did not exit 2"
+# Sizes whose counts overflow int64 (d_model^2 x layers = 2^90) or need terabytes, and an
+# --only that names no case, are refused before anything runs.
+for bad in "--dmodel 1073741824 --heads 1 --layers 1073741824" "--vocab 1073741824 --seq 1073741824" \
+  "--size small --only no_such_op"; do
+  # shellcheck disable=SC2086
+  "$tool" bench ops $bad >/dev/null 2>&1
+  [ $? -eq 2 ] || fail "'bench ops $bad' did not exit 2"
+done
+"$tool" bench train --dmodel 1073741824 --heads 1 --layers 1073741824 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "'bench train --dmodel 2^30 --layers 2^30' did not exit 2"
 
 [ $failures -eq 0 ] && echo "bench_gpt_smoke: ok"
 exit $failures
