@@ -366,3 +366,34 @@ Test(pipeline_errors, ranks_with_different_schedules_fail_at_once, .timeout = 60
   mismatch = false;
   cr_assert_eq(dt_comm_spawn(2, mismatched_rank, &mismatch), DT_OK, "%s", dt_last_error());
 }
+
+/* The pp mesh (and so the pp group) destroyed before the pipeline: dt_pipeline_destroy must
+ * not touch the group (it read its size from the freed group). */
+static dt_status group_first_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_pp_mesh *pm = NULL;
+  RANK_OK(dt_pp_mesh_create(world, 1, (int[]){2}, (const char *[]){"pp"}, "pp", &pm));
+  int rank = dt_comm_rank(world);
+  dt_module *stage = NULL;
+  RANK_OK(dt_nn_linear(3, 3, true, 9 + (uint64_t)rank, &stage));
+  dt_pp_schedule *sched = NULL;
+  dt_pipeline *pipe = NULL;
+  RANK_OK(dt_pp_schedule_create(DT_PP_1F1B, 2, 1, 2, &sched));
+  RANK_OK(dt_pipeline_create(dt_pp_mesh_group(pm), sched, 1, &stage, sum_loss, NULL, NULL, &pipe));
+  float v[12];
+  for (int i = 0; i < 12; i++) v[i] = (float)(i % 5) - 2.0f;
+  dt_tensor *x = NULL;
+  RANK_OK(dt_from_data(v, 2, (int64_t[]){4, 3}, DT_F32, &x));
+  double loss = 0;
+  RANK_OK(dt_pipeline_step(pipe, x, x, &loss));
+  dt_tensor_release(x);
+  dt_pp_schedule_destroy(sched);
+  dt_pp_mesh_destroy(pm);
+  dt_pipeline_destroy(pipe);
+  dt_module_destroy(stage);
+  return DT_OK;
+}
+
+Test(pipeline_errors, the_pp_group_may_go_before_the_pipeline, .timeout = 60) {
+  SPAWN_OK(2, group_first_rank, NULL);
+}

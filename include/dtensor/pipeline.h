@@ -246,7 +246,8 @@ DT_API dt_status dt_pipeline_step(dt_pipeline *pipeline, dt_tensor *input, dt_te
 DT_API int64_t dt_pipeline_bytes_sent(const dt_pipeline *pipeline);
 DT_API int64_t dt_pipeline_buffers_allocated(const dt_pipeline *pipeline);
 
-/* Frees the pipeline (NULL allowed); the stage modules are left alone. */
+/* Frees the pipeline (NULL allowed); the stage modules and the pp group are left alone and
+ * not used, so they may be destroyed before it. */
 DT_API void dt_pipeline_destroy(dt_pipeline *pipeline);
 
 #ifdef __cplusplus

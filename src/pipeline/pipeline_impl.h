@@ -62,7 +62,8 @@ typedef struct dt__pp_pending {
 
 /* The point-to-point state of one rank in its pp group. */
 typedef struct dt__pp_link {
-  dt_comm *comm;
+  dt_comm *comm; /* borrowed: flush and free never touch it (the group may be gone by then) */
+  int size;      /* the group's size */
   dt__pp_pool pool;
   dt__pp_pending *pending; /* [size][DT_PP_SEND_WINDOW] rings */
   int *first, *count;      /* [size]: ring start and length per peer */

@@ -113,6 +113,7 @@ dt_status dt__pp_link_init(dt__pp_link *link, dt_comm *comm) {
   memset(link, 0, sizeof *link);
   int n = dt_comm_size(comm);
   link->comm = comm;
+  link->size = n;
   link->pending = dt__calloc(sizeof *link->pending * (size_t)n * DT_PP_SEND_WINDOW);
   link->first = dt__calloc(sizeof *link->first * (size_t)n);
   link->count = dt__calloc(sizeof *link->count * (size_t)n);
@@ -145,7 +146,7 @@ static dt_status wait_oldest(dt__pp_link *link, int peer) {
 
 dt_status dt__pp_link_flush(dt__pp_link *link) {
   dt_status st = DT_OK;
-  int n = link->comm ? dt_comm_size(link->comm) : 0;
+  int n = link->size;
   for (int peer = 0; peer < n; peer++) {
     while (link->count && link->count[peer] > 0) {
       dt_status w = wait_oldest(link, peer);
@@ -156,7 +157,7 @@ dt_status dt__pp_link_flush(dt__pp_link *link) {
 }
 
 void dt__pp_link_free(dt__pp_link *link) {
-  int n = link->comm ? dt_comm_size(link->comm) : 0;
+  int n = link->size;
   for (int i = 0; link->pending && i < n * DT_PP_SEND_WINDOW; i++) {
     /* Only after an error: a send still in flight is abandoned (its work destroyed). */
     for (int k = 0; k < 2; k++) dt_work_destroy(link->pending[i].works[k]);
