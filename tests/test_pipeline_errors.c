@@ -71,8 +71,11 @@ Test(pipeline_errors, schedule_queries) {
   cr_assert_eq(dt_pp_schedule_ranks(NULL), 0);
   cr_assert_eq(dt_pp_schedule_microbatches(s), 2);
   const dt_pp_action *lists[2] = {a, a};
-  expect(dt_pp_schedule_create_custom(2, 3, 2, (int[]){0, 0}, lists, &s), DT_ERR_INVALID,
+  /* A failed create sets its out to NULL: a second handle, so that s is still destroyed. */
+  dt_pp_schedule *bad = NULL;
+  expect(dt_pp_schedule_create_custom(2, 3, 2, (int[]){0, 0}, lists, &bad), DT_ERR_INVALID,
          "3 stages do not divide over 2 ranks");
+  cr_assert_null(bad);
   dt_pp_schedule_destroy(s);
   char buf[32];
   cr_assert_str_eq(dt_pp_action_format((dt_pp_action){DT_PP_RECV_GRAD, 3, 7}, buf, sizeof buf),
