@@ -25,9 +25,11 @@
 /* Put before a function whose loops call these: gcc compiles it for AVX-512 (x86-64-v4),
  * AVX2 + FMA (x86-64-v3) and the build's baseline, and the loader picks the clone this CPU
  * runs (an ifunc: the runtime CPU check, with the portable fallback). The source is the
- * same, and the build is ISO C (-ffp-contract=off), so the clones round alike. */
+ * same, and the build is ISO C (-ffp-contract=off), so the clones round alike. Not under
+ * ThreadSanitizer: the loader runs the ifunc resolver before TSan's runtime is up, and the
+ * instrumented resolver crashes (tsan_threads segfaulted at start). */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) &&       \
-    !defined(DT_NO_VECTOR_CLONES)
+    !defined(DT_NO_VECTOR_CLONES) && !defined(__SANITIZE_THREAD__)
 #define DT_VECTOR_CLONES                                                                           \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
