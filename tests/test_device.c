@@ -263,8 +263,7 @@ Test(device, meshes_and_collectives_check_the_device) {
       dt_comm_init(&(dt_comm_options){.backend = "fake", .rank = 0, .world_size = 2}, &world),
       DT_OK);
   dt_mesh *mesh = NULL, *none = NULL;
-  cr_assert_eq(dt_mesh_create_on("mirror", world, 1, (int[]){2}, NULL, &none),
-               DT_ERR_UNSUPPORTED);
+  cr_assert_eq(dt_mesh_create_on("mirror", world, 1, (int[]){2}, NULL, &none), DT_ERR_UNSUPPORTED);
   cr_assert(strstr(dt_last_error(), "fake backend") && strstr(dt_last_error(), "mirror"), "%s",
             dt_last_error());
   cr_assert_eq(dt_mesh_create_on("cuda", world, 1, (int[]){2}, NULL, &none), DT_ERR_UNSUPPORTED);

@@ -66,7 +66,7 @@ DT_API dt_status dt_mesh_create(dt_comm *world, int ndim, const int *shape,
  * device_type, an unknown kind, a device index such as "cuda:1"); DT_ERR_UNSUPPORTED (a kind not
  * available in this build, or one the world's backend does not move). */
 DT_API dt_status dt_mesh_create_on(const char *device_type, dt_comm *world, int ndim,
-                                     const int *shape, const char *const *dim_names, dt_mesh **out);
+                                   const int *shape, const char *const *dim_names, dt_mesh **out);
 
 /* The device kind of the mesh's tensors (DT_DEVICE_CPU for NULL). */
 DT_API dt_device_kind dt_mesh_device_kind(const dt_mesh *mesh);

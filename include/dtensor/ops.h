@@ -189,8 +189,8 @@ DT_API dt_status dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor 
  * Running statistics are not updated (do it under no_grad). On distributed tensors every shard
  * stays: the channel dim's with weight and bias sliced alike; the batch's (or a spatial dim's)
  * as synchronized batch norm, the statistics all_reduced across the mesh dims sharding it
- * (PyTorch's SyncBatchNorm). Errors: DT_ERR_INVALID (NULL x or out), DT_ERR_DTYPE (a non-floating argument),
- * DT_ERR_SHAPE (fewer than 2 dims; 1 value per channel; weight or bias not [C]). */
+ * (PyTorch's SyncBatchNorm). Errors: DT_ERR_INVALID (NULL x or out), DT_ERR_DTYPE (a non-floating
+ * argument), DT_ERR_SHAPE (fewer than 2 dims; 1 value per channel; weight or bias not [C]). */
 DT_API dt_status dt_batch_norm_training(dt_tensor *x, dt_tensor *weight, dt_tensor *bias,
                                         double eps, dt_tensor **out);
 /* Concatenates n tensors along dim (shapes equal elsewhere; 1-D empty tensors are skipped

@@ -242,7 +242,7 @@ dt_status dt_mesh_dim_by_name(const dt_mesh *mesh, const char *name, int *dim) {
 }
 
 dt_status dt_mesh_create_on(const char *device_type, dt_comm *world, int ndim, const int *shape,
-                              const char *const *dim_names, dt_mesh **out) {
+                            const char *const *dim_names, dt_mesh **out) {
   static const char op[] = "dt_mesh_create_on";
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;

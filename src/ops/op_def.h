@@ -60,7 +60,7 @@ typedef enum dt_rule_family {
   DT_RULE_SELECT,
   DT_RULE_SLICE, /* narrow, slice, split, chunk: the sliced dim must be whole */
   DT_RULE_EXPAND,
-  DT_RULE_ROWS, /* the losses: all arguments and the output sharded on dim 0 together */
+  DT_RULE_ROWS,      /* the losses: all arguments and the output sharded on dim 0 together */
   DT_RULE_ATTENTION, /* attention: batch or heads of every argument together */
 } dt_rule_family;
 

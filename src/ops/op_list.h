@@ -57,8 +57,7 @@
   X(RELU, "relu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_RELU,   \
     DT_TRAIT_MONOTONE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(relu), "relu(Tensor self) -> Tensor")      \
   X(GELU, "gelu", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_GELU,   \
-    0, BACKWARD(gelu),                                                                             \
-    "gelu(Tensor self, *, str approximate='none') -> Tensor")                                      \
+    0, BACKWARD(gelu), "gelu(Tensor self, *, str approximate='none') -> Tensor")                   \
   X(GELU_BACKWARD, "gelu_backward", COMPUTE, 2, dt__infer_gelu_backward, dt__kernel_gelu_backward, \
     POINTWISE, BROADCAST, NO_FUNC, DT_TRAIT_LINEAR_FIRST, NO_BACKWARD,                             \
     "gelu_backward(Tensor grad_output, Tensor self, *, str approximate='none') -> Tensor")         \
@@ -241,19 +240,20 @@
     "float eps=1e-05) -> Tensor")                                                                  \
   X(RMS_NORM, "rms_norm", COMPUTE, 1, dt__infer_layer_norm, dt__kernel_rms_norm, LAYER_NORM,       \
     LAYER_NORM, NO_FUNC, 0, BACKWARD(rms_norm),                                                    \
-    "rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, float eps=1e-05) -> "   \
+    "rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, float eps=1e-05) -> "     \
     "Tensor")                                                                                      \
-  X(SCALED_DOT_PRODUCT_ATTENTION, "scaled_dot_product_attention", COMPUTE, 3,                      \
-    dt__infer_attention, dt__kernel_attention, ATTENTION, SPECIALIZE, NO_FUNC,                     \
-    DT_TRAIT_TUPLE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(attention),                                   \
-    "scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, " \
-    "bool is_causal=False, float scale=0.0) -> (Tensor output, Tensor logsumexp)")               \
+  X(SCALED_DOT_PRODUCT_ATTENTION, "scaled_dot_product_attention", COMPUTE, 3, dt__infer_attention, \
+    dt__kernel_attention, ATTENTION, SPECIALIZE, NO_FUNC, DT_TRAIT_TUPLE | DT_TRAIT_SAVES_OUTPUT,  \
+    BACKWARD(attention),                                                                           \
+    "scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? "                \
+    "attn_mask=None, "                                                                             \
+    "bool is_causal=False, float scale=0.0) -> (Tensor output, Tensor logsumexp)")                 \
   X(SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, "scaled_dot_product_attention_backward", COMPUTE, 4,    \
     dt__infer_attention_backward, dt__kernel_attention_backward, ATTENTION, SPECIALIZE, NO_FUNC,   \
     DT_TRAIT_TUPLE | DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                     \
     "scaled_dot_product_attention_backward(Tensor grad_and_stats, Tensor query, Tensor key, "      \
     "Tensor value, Tensor? attn_mask=None, bool is_causal=False, float scale=0.0) -> "             \
-    "(Tensor grad_query, Tensor grad_key, Tensor grad_value)")              \
+    "(Tensor grad_query, Tensor grad_key, Tensor grad_value)")                                     \
   X(BATCH_NORM, "batch_norm", COMPUTE, 3, dt__infer_batch_norm, dt__kernel_batch_norm, BATCH_NORM, \
     BATCH_NORM, NO_FUNC, 0, BACKWARD(batch_norm),                                                  \
     "batch_norm(Tensor input, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? "   \

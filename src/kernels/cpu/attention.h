@@ -33,7 +33,7 @@ dt_status dt__cpu_attention(const dt_attention_args *a, dt_tensor *out, dt_tenso
 /* The gradients of dt__cpu_attention given gs [B, H, T, Ev + 2]: the output's gradient in
  * columns [0, Ev), the forward's lse in column Ev, delta = sum over Ev of grad * out in Ev + 1:
  * dq, dk, dv of q's, k's and v's shapes (any of them NULL: not written). */
-dt_status dt__cpu_attention_backward(const dt_attention_args *a, const dt_tensor *gs,
-                                     dt_tensor *dq, dt_tensor *dk, dt_tensor *dv);
+dt_status dt__cpu_attention_backward(const dt_attention_args *a, const dt_tensor *gs, dt_tensor *dq,
+                                     dt_tensor *dk, dt_tensor *dv);
 
 #endif /* DT_KERNELS_CPU_ATTENTION_H */
