@@ -1,10 +1,12 @@
 /* Loads the tiny Hugging Face Llama fixture onto 2 tensor-parallel ranks (threads backend),
  * generates 12 tokens greedily after its 5-token prompt and checks them against the ids
  * transformers generated (io.safetensors: prompt_ids [1, 5], greedy_ids [1, 17]).
- *   example_hf_generate_tp [MODEL_DIR]   (default: ../shared/fixtures/hf/llama_tiny) */
+ *   example_hf_generate_tp [MODEL_DIR]   (default: ../shared/fixtures/hf/llama_tiny)
+ * Exits 77 (CTest's skip) when the fixture is absent. */
 #include <dtensor/dtensor.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { MAX_NEW = 12 };
 
@@ -39,6 +41,10 @@ int main(int argc, char **argv) {
   job j = {.dir = argc > 1 ? argv[1] : "../shared/fixtures/hf/llama_tiny"};
   char path[1024];
   snprintf(path, sizeof path, "%s/io.safetensors", j.dir);
+  if (access(path, R_OK) != 0) { /* the fixtures are not on this machine: nothing to check */
+    printf("skipped: %s is absent (the Hugging Face fixtures)\n", path);
+    return 77;
+  }
   dt_safetensors *io = NULL;
   dt_tensor *prompt = NULL, *expected = NULL;
   dt_status st = dt_safetensors_open(path, &io);

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Private header: a crash at any step of a save keeps the previous checkpoint:
@@ -365,14 +367,31 @@ Test(checkpoint, crash_at_each_step_leaves_old_or_new) {
     SPAWN_OK(4, load_rank, &load);
     /* A later save succeeds and cleans up what the crash left, including a temporary that a
      * crash inside dt_safetensors_save would leave. */
-    char stale[128];
-    snprintf(stale, sizeof stale, "%s/.dt-AbCdEf", dir);
-    FILE *tmp = fopen(stale, "w");
-    cr_assert(tmp != NULL);
-    fclose(tmp);
+    char stale[128], fresh[128], user[128];
+    snprintf(stale, sizeof stale, "%s/.dt-AbCdEf12", dir);
+    snprintf(fresh, sizeof fresh, "%s/.dt-Writing1", dir);
+    snprintf(user, sizeof user, "%s/.dt-notes.txt", dir);
+    const char *made[] = {stale, fresh, user};
+    for (int k = 0; k < 3; k++) {
+      FILE *tmp = fopen(made[k], "w");
+      cr_assert(tmp != NULL);
+      fclose(tmp);
+    }
+    /* The crash's leftover is an hour old; another writer's temporary is being written now
+     * (its time is ahead of the save's start); the user's file is old but not our form. */
+    time_t now = time(NULL);
+    struct timeval hour_ago[2] = {{now - 3600, 0}, {now - 3600, 0}};
+    struct timeval ahead[2] = {{now + 60, 0}, {now + 60, 0}};
+    cr_assert_eq(utimes(stale, hour_ago), 0);
+    cr_assert_eq(utimes(user, hour_ago), 0);
+    cr_assert_eq(utimes(fresh, ahead), 0);
     dcp_case third = {.from = &layouts[1], .dir = dir, .generation = 3};
     SPAWN_OK(2, save_rank, &third);
     cr_assert_neq(access(stale, F_OK), 0, "the stale temporary was removed");
+    cr_assert_eq(access(fresh, F_OK), 0, "a temporary being written now is kept");
+    cr_assert_eq(access(user, F_OK), 0, "a user's file that is not our temporary is kept");
+    unlink(fresh);
+    unlink(user);
     for (int r = 0; r < 4; r++) {
       char old_file[128];
       snprintf(old_file, sizeof old_file, "%s/__%d_%d.safetensors", dir, 1, r);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -280,7 +281,7 @@ done:
  * whether metadata.json now names the new generation. */
 static dt_status commit_save(const char *dir, const char *op, int64_t generation, int count,
                              const char *const *names, dt_tensor *const *tensors,
-                             const dt_objects *all, bool *committed) {
+                             const dt_objects *all, time_t started, bool *committed) {
   *committed = false;
   dt__ckpt_meta meta = {.version = 2, .generation = generation, .n_tensors = count};
   dt__ckpt_text text = {0};
@@ -364,7 +365,7 @@ static dt_status commit_save(const char *dir, const char *op, int64_t generation
     st = fail_injected(op, DT__CKPT_STEP_COMMITTED);
     goto done;
   }
-  dt__ckpt_remove_old_files(dir, generation);
+  dt__ckpt_remove_old_files(dir, generation, started);
 done:
   for (int i = 0; meta.tensors && i < count; i++) meta.tensors[i].name = NULL;
   dt__free(text.data);
@@ -424,6 +425,7 @@ dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count, const ch
   /* 1. The start: rank 0 makes the directory and reads the committed generation; the new
    * one is past it, so no file the save writes is one the committed metadata names. */
   int64_t generation = 0;
+  time_t started = time(NULL);
   dt_status mine = rank == 0 ? start_save(dir, op, &generation) : DT_OK;
   dt_objects *all = NULL;
   bool heard = false;
@@ -459,8 +461,9 @@ dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count, const ch
   /* 3. Rank 0 commits; every rank learns the verdict, and a save that did not commit removes
    * the files it wrote. */
   bool committed = false;
-  mine =
-      rank == 0 ? commit_save(dir, op, generation, count, names, tensors, all, &committed) : DT_OK;
+  mine = rank == 0
+             ? commit_save(dir, op, generation, count, names, tensors, all, started, &committed)
+             : DT_OK;
   dt_free(all);
   int32_t flag = committed;
   st = phase_agree(world, op, mine, &flag, sizeof flag, &all, &heard);

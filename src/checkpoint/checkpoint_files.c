@@ -203,7 +203,17 @@ dt_status dt__ckpt_commit_metadata(const char *dir, const char *op, const char *
   return DT_OK;
 }
 
-void dt__ckpt_remove_old_files(const char *dir, int64_t generation) {
+/* ".dt-" and eight letters or digits: the temporaries profile/output_file.c creates. */
+static bool is_library_temp(const char *name) {
+  if (strncmp(name, ".dt-", 4) != 0) return false;
+  for (int i = 4; i < 12; i++) {
+    char c = name[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))) return false;
+  }
+  return name[12] == '\0';
+}
+
+void dt__ckpt_remove_old_files(const char *dir, int64_t generation, time_t started) {
   DIR *d = opendir(dir);
   if (!d) return;
   struct dirent *e;
@@ -211,11 +221,16 @@ void dt__ckpt_remove_old_files(const char *dir, int64_t generation) {
   while ((e = readdir(d)) != NULL) {
     int64_t g = generation_of_name(e->d_name);
     bool data = g >= 0 && g != generation;
-    /* Temporaries a crashed save left: dt_safetensors_save's ".dt-XXXXXX"; ours is removed,
-     * when it is ours, by the next commit. */
-    bool temp = strncmp(e->d_name, ".dt-", 4) == 0;
+    bool temp = is_library_temp(e->d_name);
     if (!data && !temp) continue;
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path) continue;
+    if (temp) {
+      /* Only a crash's leftover: a file of ours, not written since this save began. */
+      struct stat sb;
+      if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid() ||
+          sb.st_mtime >= started)
+        continue;
+    }
     (void)unlink(path);
   }
   closedir(d);

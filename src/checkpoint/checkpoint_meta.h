@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "checkpoint/checkpoint_impl.h"
 #include "core/core_impl.h"
@@ -97,9 +98,12 @@ dt_status dt__ckpt_committed_generation(const char *dir, const char *op, int64_t
 dt_status dt__ckpt_commit_metadata(const char *dir, const char *op, const char *text, size_t length,
                                    bool *committed);
 
-/* Removes data files of generations other than `generation` and dt_safetensors_save's stale
- * temporaries: unreferenced once the new metadata is committed. */
-void dt__ckpt_remove_old_files(const char *dir, int64_t generation);
+/* Removes data files of generations other than `generation` and the stale temporaries a
+ * crashed writer of this library left (".dt-" and eight letters or digits, the form
+ * profile/output_file.c creates): only regular files of this user last written before
+ * `started` (the save's start), so a temporary another writer is filling now is kept, and
+ * no other name is touched. Unreferenced once the new metadata is committed. */
+void dt__ckpt_remove_old_files(const char *dir, int64_t generation, time_t started);
 
 /* fsync of a directory, so that the names created or renamed in it are durable. */
 void dt__ckpt_fsync_dir(const char *dir);
