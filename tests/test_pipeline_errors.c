@@ -172,6 +172,43 @@ static dt_status pp_mesh_rank(dt_comm *world, void *arg) {
 
 Test(pipeline_errors, pp_mesh) { SPAWN_OK(4, pp_mesh_rank, NULL); }
 
+/* A refusal in one pp group stops the step in the others too (their stages share stage
+ * meshes with it, whose collectives would wait for the ranks that returned): on a dp 2 x pp 2
+ * mesh only world rank 0 passes no input, and all four ranks return the refusal. */
+static dt_status other_group_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  int rank = dt_comm_rank(world);
+  dt_pp_mesh *pm = NULL;
+  dt_pp_schedule *s = NULL;
+  dt_pipeline *p = NULL;
+  dt_module *m = NULL;
+  dt_tensor *x = NULL, *y = NULL;
+  RANK_OK(dt_pp_mesh_create(world, 2, (int[]){2, 2}, (const char *[]){"dp", "pp"}, "pp", &pm));
+  RANK_OK(dt_nn_relu(&m));
+  RANK_OK(dt_pp_schedule_create(DT_PP_1F1B, 2, 1, 2, &s));
+  dt_pipeline_options opt = {.stage_mesh = dt_pp_mesh_stage_mesh(pm)};
+  RANK_OK(dt_pipeline_create(dt_pp_mesh_group(pm), s, 1, &m, mse, NULL, &opt, &p));
+  RANK_OK(dt_randn(2, (int64_t[]){4, 3}, DT_F32, 1, &x));
+  RANK_OK(dt_randn(2, (int64_t[]){4, 3}, DT_F32, 2, &y));
+  dt_status st = dt_pipeline_step(p, rank == 0 ? NULL : x, y, NULL);
+  RANK_CHECK(st == DT_ERR_INVALID, "rank %d: status %d (%s)", rank, st, dt_last_error());
+  const char *want = rank == 0   ? "needs the input"
+                     : rank == 1 ? "pp rank 0 refused"
+                                 : "another pp group refused";
+  RANK_CHECK(strstr(dt_last_error(), want), "rank %d: %s", rank, dt_last_error());
+  /* Nothing was sent: the same pipeline steps once every rank passes its arguments. */
+  RANK_OK(dt_pipeline_step(p, x, y, NULL));
+  dt_pipeline_destroy(p);
+  dt_pp_schedule_destroy(s);
+  dt_module_destroy(m);
+  dt_tensor_release(x);
+  dt_tensor_release(y);
+  dt_pp_mesh_destroy(pm);
+  return DT_OK;
+}
+
+Test(pipeline_errors, refusal_reaches_other_pp_groups) { SPAWN_OK(4, other_group_rank, NULL); }
+
 /* ---- Checkpointed and frozen stages ------------------------------------------------------- */
 
 static dt_status requires_grad(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {

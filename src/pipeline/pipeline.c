@@ -515,7 +515,10 @@ static dt_status prepare(dt_pipeline *p, dt_tensor *input, dt_tensor *target) {
 /* Every pp rank learns whether one refused its arguments, and whether all made the same
  * schedule (one all_reduce of three int64: the refusing rank, the schedule's hash and its
  * negation), so that a refusal on one rank, or a rank with other counts or actions, does not
- * leave the others waiting for transfers that never come. */
+ * leave the others waiting for transfers that never come. With a stage mesh, a second
+ * all_reduce over it tells the other pp groups: a stage mesh holds one rank of every pp group,
+ * so a refusal in one group stops every group's step, and no stage's tensor-parallel or
+ * data-parallel collective waits for a rank that returned. */
 static dt_status agree(dt_pipeline *p, dt_status mine) {
   int64_t h = p->schedule_hash, v[3] = {mine ? p->rank + 1 : 0, h, -h};
   dt_tensor *t = NULL;
@@ -525,19 +528,34 @@ static dt_status agree(dt_pipeline *p, dt_status mine) {
   if (!st) st = dt_comm_all_reduce(p->link.comm, t, DT_REDUCE_MAX);
   if (!st) memcpy(v, dt_tensor_data(t), sizeof v);
   dt_tensor_release(t);
+  bool differ = !st && (v[1] != h || -v[2] != h), refused = !st && v[0] > 0;
+  int64_t elsewhere = mine || differ || refused;
+  if (!st && p->opt.stage_mesh) {
+    t = NULL;
+    st = dt_from_data(&elsewhere, 1, (int64_t[]){1}, DT_I64, &t);
+    if (!st) st = dt_comm_all_reduce(dt_mesh_world(p->opt.stage_mesh), t, DT_REDUCE_MAX);
+    if (!st) memcpy(&elsewhere, dt_tensor_data(t), sizeof elsewhere);
+    dt_tensor_release(t);
+  }
   if (mine) return dt__error(mine, "%s", message);
   if (st) return st;
-  if (v[1] != h || -v[2] != h) {
+  if (differ) {
     return dt__error(DT_ERR_INVALID,
                      "%s: the pp ranks run different schedules (pp rank %d: %d ranks, %d stages, "
                      "%d microbatches); every rank must make the same one; no transfer started",
                      FN, p->rank, p->n_ranks, p->n_stages, p->n_micro);
   }
-  if (v[0] > 0) {
+  if (refused) {
     return dt__error(DT_ERR_INVALID,
                      "%s: pp rank %d refused its arguments (its error says "
                      "why); no transfer started",
                      FN, (int)v[0] - 1);
+  }
+  if (elsewhere) {
+    return dt__error(DT_ERR_INVALID,
+                     "%s: a rank of another pp group refused its arguments or schedule (its error "
+                     "says why); no transfer started in any pp group",
+                     FN);
   }
   return DT_OK;
 }
