@@ -87,23 +87,8 @@ dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params
   return DT_OK;
 }
 
-static const char *format_placements(dt_tensor *t, char *buf, size_t size) {
-  int n = dt_mesh_ndim(dt_dist_mesh(t));
-  size_t used = 0;
-  buf[0] = '\0';
-  for (int d = 0; d < n && used + 1 < size; d++) {
-    char one[32];
-    dt_placement_format(dt_dist_placements(t)[d], one, sizeof one);
-    int w = snprintf(buf + used, size - used, "%s%s", d ? ", " : "[", one);
-    if (w < 0) break;
-    used += (size_t)w;
-  }
-  if (used + 1 < size) snprintf(buf + used, size - used, "]");
-  return buf;
-}
-
-/* Checks parameter i's gradient g without communicating; *reduce is set when g is a
- * Partial to reduce to the parameter's placements. */
+/* Checks parameter i's gradient g without communicating; *reduce is set when g has other
+ * placements than the parameter's, to redistribute to them. */
 static dt_status check_grad(const char *fn, int i, dt_tensor *p, dt_tensor *g, bool *reduce) {
   *reduce = false;
   if (g->dtype != DT_F32) {
@@ -136,19 +121,10 @@ static dt_status check_grad(const char *fn, int i, dt_tensor *p, dt_tensor *g, b
   }
   int n = dt_mesh_ndim(dt_dist_mesh(p));
   const dt_placement *pp = dt_dist_placements(p), *gp = dt_dist_placements(g);
-  for (int d = 0; d < n; d++) {
-    /* The whole placement, split factor included: SS(0,6) and SS(0,3) hold different elements. */
-    if (dt__placements_equal(1, &pp[d], &gp[d])) continue;
-    if (gp[d].kind == DT_PARTIAL && pp[d].kind != DT_PARTIAL) {
-      *reduce = true;
-      continue;
-    }
-    char a[128], b[128];
-    return dt__error(DT_ERR_INVALID,
-                     "%s: parameter %d's gradient has placements %s; expected %s (the "
-                     "parameter's) or a Partial to reduce to them",
-                     fn, i, format_placements(g, b, sizeof b), format_placements(p, a, sizeof a));
-  }
+  /* The whole placement, split factor included: SS(0,6) and SS(0,3) hold different elements.
+   * Any other placements are redistributed to the parameter's (a Partial reduced, a Replicate
+   * sliced, a shard moved), as PyTorch's sharding propagation does for the update's ops. */
+  *reduce = !dt__placements_equal(n, pp, gp);
   return DT_OK;
 }
 
