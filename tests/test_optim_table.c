@@ -194,6 +194,19 @@ Test(optim_table, state_dict_round_trip) {
   cr_assert(strstr(dt_last_error(), "beta1 2"), "%s", dt_last_error());
   cr_assert_eq(dt_optimizer_get_hyperparameter(ob, "beta1", &lr), DT_OK);
   cr_assert_eq(lr, 0.9); /* unchanged */
+  /* A tampered dict whose lr entry is a second beta1 entry (so the count of hyperparameters
+   * still matches and lr would silently keep its value) is refused, not half-applied. */
+  *(double *)dt_tensor_data(sd.tensors[4]) = 0.9;
+  char *saved_name = sd.names[3];
+  int saved_role = sd.roles[3];
+  sd.names[3] = sd.names[4];
+  sd.roles[3] = sd.roles[4];
+  cr_assert_eq(dt_optimizer_load_state_dict(ob, &sd), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "opt.hyper.beta1") && strstr(dt_last_error(), "repeats"), "%s",
+            dt_last_error());
+  sd.names[3] = saved_name;
+  sd.roles[3] = saved_role;
+  cr_assert_eq(dt_optimizer_load_state_dict(ob, &sd), DT_OK, "%s", dt_last_error());
   dt_optimizer_state_dict_clear(&sd);
   cr_assert_eq(dt_optimizer_get_state_dict(oa, NULL, NULL, &sd), DT_ERR_INVALID);
   cr_assert_eq(sd.count, 0);

@@ -214,6 +214,103 @@ static dt_status copy_slot(dt_tensor *s, dt_tensor *t) {
   return st;
 }
 
+/* What dt_optimizer_load_state_dict reads from a state dict, checked entry by entry. */
+typedef struct loaded {
+  double h[DT__OPTIM_MAX_HYPER];
+  int steps, hypers, schedule_fields_seen;
+  int64_t taken;
+  dt_lr_schedule schedule;
+  bool *seen; /* per role: every role once, so a repeated entry cannot stand in for a missing
+               * one in the counts */
+} loaded;
+
+/* The index of a role in loaded.seen (roles are checked against their ranges first). */
+static size_t seen_index(const dt_optimizer *opt, int role) {
+  size_t params = (size_t)opt->n * ROLE_STRIDE;
+  if (role >= 0) return (size_t)role;
+  if (role == ROLE_STEPS_TAKEN) return params;
+  if (role <= ROLE_SCHEDULE) return params + 1 + (size_t)(ROLE_SCHEDULE - role);
+  return params + 1 + N_SCHEDULE_FIELDS + (size_t)(-1 - role);
+}
+
+static dt_status check_entry(const char *fn, dt_optimizer *opt, const dt_optimizer_state_dict *sd,
+                             int e, loaded *l) {
+  const dt__optim_kind *kind = opt->kind;
+  const char *name = sd->names[e];
+  dt_tensor *t = sd->tensors[e];
+  int role = sd->roles[e];
+  if (!name || !t) return dt__error(DT_ERR_INVALID, "%s: entry %d is NULL", fn, e);
+  bool in_range = role == ROLE_STEPS_TAKEN ||
+                  (role <= ROLE_SCHEDULE && ROLE_SCHEDULE - role < N_SCHEDULE_FIELDS) ||
+                  (role < 0 && role > ROLE_STEPS_TAKEN && -1 - role < kind->n_hyper) ||
+                  (role >= 0 && role / ROLE_STRIDE < opt->n);
+  if (in_range) {
+    size_t k = seen_index(opt, role);
+    if (l->seen[k]) {
+      return dt__error(DT_ERR_INVALID, "%s: entry `%s` repeats an earlier entry's role", fn, name);
+    }
+    l->seen[k] = true;
+  }
+  if (role == ROLE_STEPS_TAKEN) {
+    dt_status st = check_scalar(fn, name, t, DT_I64);
+    if (st) return st;
+    l->taken = *(const int64_t *)dt_tensor_data(t);
+    if (l->taken < 0) {
+      return dt__error(DT_ERR_INVALID, "%s: entry `%s` holds %lld steps", fn, name,
+                       (long long)l->taken);
+    }
+    return DT_OK;
+  }
+  if (role <= ROLE_SCHEDULE) {
+    int f = ROLE_SCHEDULE - role;
+    dt_status st = f < N_SCHEDULE_FIELDS ? check_scalar(fn, name, t, DT_F64)
+                                         : dt__error(DT_ERR_INVALID, "%s: entry `%s`", fn, name);
+    if (st) return st;
+    if (!schedule_set(&l->schedule, f, *(const double *)dt_tensor_data(t))) {
+      return dt__error(DT_ERR_INVALID, "%s: entry `%s` holds %g (expected an integer)", fn, name,
+                       *(const double *)dt_tensor_data(t));
+    }
+    l->schedule_fields_seen++;
+    return DT_OK;
+  }
+  if (role < 0) {
+    int j = -1 - role;
+    if (j >= kind->n_hyper || !ends_with(name, "hyper.", kind->hyper[j].name)) {
+      return dt__error(DT_ERR_INVALID, "%s: entry `%s` is no hyperparameter of %s", fn, name,
+                       kind->name);
+    }
+    dt_status st = check_scalar(fn, name, t, DT_F64);
+    if (st) return st;
+    l->h[j] = *(const double *)dt_tensor_data(t);
+    l->hypers++;
+    return DT_OK;
+  }
+  int i = role / ROLE_STRIDE, k = role % ROLE_STRIDE;
+  if (i >= opt->n) {
+    return dt__error(DT_ERR_INVALID, "%s: entry `%s` is for parameter %d of %d", fn, name, i,
+                     opt->n);
+  }
+  if (k == ROLE_STEP) {
+    dt_status st = check_scalar(fn, name, t, DT_I64);
+    if (st) return st;
+    int64_t v = *(const int64_t *)dt_tensor_data(t);
+    if (v < 0)
+      return dt__error(DT_ERR_INVALID, "%s: entry `%s` holds step %lld", fn, name, (long long)v);
+    l->steps++;
+    return DT_OK;
+  }
+  dt_tensor *s = opt->state[DT__OPTIM_MAX_SLOTS * i + k];
+  if (k >= kind->n_slots || !s || !ends_with(name, ".", kind->slots[k])) {
+    return dt__error(DT_ERR_INVALID, "%s: entry `%s` is no state slot of this %s", fn, name,
+                     kind->name);
+  }
+  if (t != s) {
+    dt_status st = check_slot(fn, name, t, s);
+    if (st) return st;
+  }
+  return DT_OK;
+}
+
 dt_status dt_optimizer_load_state_dict(dt_optimizer *opt, const dt_optimizer_state_dict *sd) {
   static const char fn[] = "dt_optimizer_load_state_dict";
   if (!opt || !sd || (sd->count > 0 && (!sd->names || !sd->tensors || !sd->roles))) {
@@ -221,75 +318,19 @@ dt_status dt_optimizer_load_state_dict(dt_optimizer *opt, const dt_optimizer_sta
                      (void *)opt, (const void *)sd);
   }
   const dt__optim_kind *kind = opt->kind;
-  double h[DT__OPTIM_MAX_HYPER];
-  memcpy(h, opt->hyper, sizeof h);
-  int steps = 0, hypers = 0, schedule_fields_seen = 0;
-  int64_t taken = opt->steps_taken;
-  dt_lr_schedule schedule = {0};
+  loaded l = {.taken = opt->steps_taken};
+  memcpy(l.h, opt->hyper, sizeof l.h);
   /* Everything checked first. */
-  for (int e = 0; e < sd->count; e++) {
-    const char *name = sd->names[e];
-    dt_tensor *t = sd->tensors[e];
-    int role = sd->roles[e];
-    if (!name || !t) return dt__error(DT_ERR_INVALID, "%s: entry %d is NULL", fn, e);
-    if (role == ROLE_STEPS_TAKEN) {
-      dt_status st = check_scalar(fn, name, t, DT_I64);
-      if (st) return st;
-      taken = *(const int64_t *)dt_tensor_data(t);
-      if (taken < 0) {
-        return dt__error(DT_ERR_INVALID, "%s: entry `%s` holds %lld steps", fn, name,
-                         (long long)taken);
-      }
-      continue;
-    }
-    if (role <= ROLE_SCHEDULE) {
-      int f = ROLE_SCHEDULE - role;
-      dt_status st = f < N_SCHEDULE_FIELDS ? check_scalar(fn, name, t, DT_F64)
-                                           : dt__error(DT_ERR_INVALID, "%s: entry `%s`", fn, name);
-      if (st) return st;
-      if (!schedule_set(&schedule, f, *(const double *)dt_tensor_data(t))) {
-        return dt__error(DT_ERR_INVALID, "%s: entry `%s` holds %g (expected an integer)", fn, name,
-                         *(const double *)dt_tensor_data(t));
-      }
-      schedule_fields_seen++;
-      continue;
-    }
-    if (role < 0) {
-      int j = -1 - role;
-      if (j >= kind->n_hyper || !ends_with(name, "hyper.", kind->hyper[j].name)) {
-        return dt__error(DT_ERR_INVALID, "%s: entry `%s` is no hyperparameter of %s", fn, name,
-                         kind->name);
-      }
-      dt_status st = check_scalar(fn, name, t, DT_F64);
-      if (st) return st;
-      h[j] = *(const double *)dt_tensor_data(t);
-      hypers++;
-      continue;
-    }
-    int i = role / ROLE_STRIDE, k = role % ROLE_STRIDE;
-    if (i >= opt->n) {
-      return dt__error(DT_ERR_INVALID, "%s: entry `%s` is for parameter %d of %d", fn, name, i,
-                       opt->n);
-    }
-    if (k == ROLE_STEP) {
-      dt_status st = check_scalar(fn, name, t, DT_I64);
-      if (st) return st;
-      int64_t v = *(const int64_t *)dt_tensor_data(t);
-      if (v < 0)
-        return dt__error(DT_ERR_INVALID, "%s: entry `%s` holds step %lld", fn, name, (long long)v);
-      steps++;
-      continue;
-    }
-    dt_tensor *s = opt->state[DT__OPTIM_MAX_SLOTS * i + k];
-    if (k >= kind->n_slots || !s || !ends_with(name, ".", kind->slots[k])) {
-      return dt__error(DT_ERR_INVALID, "%s: entry `%s` is no state slot of this %s", fn, name,
-                       kind->name);
-    }
-    if (t != s) {
-      dt_status st = check_slot(fn, name, t, s);
-      if (st) return st;
-    }
-  }
+  l.seen = dt__calloc((size_t)opt->n * ROLE_STRIDE + 1 + N_SCHEDULE_FIELDS + DT__OPTIM_MAX_HYPER);
+  if (!l.seen) return dt__error(DT_ERR_NOMEM, "%s: out of memory", fn);
+  dt_status checked = DT_OK;
+  for (int e = 0; e < sd->count && !checked; e++) checked = check_entry(fn, opt, sd, e, &l);
+  dt__free(l.seen);
+  if (checked) return checked;
+  double *h = l.h;
+  int steps = l.steps, hypers = l.hypers, schedule_fields_seen = l.schedule_fields_seen;
+  int64_t taken = l.taken;
+  dt_lr_schedule schedule = l.schedule;
   if (steps != opt->n || hypers != kind->n_hyper) {
     return dt__error(DT_ERR_INVALID,
                      "%s: the state dict has %d step counts and %d hyperparameters; this %s has "
@@ -321,7 +362,7 @@ dt_status dt_optimizer_load_state_dict(dt_optimizer *opt, const dt_optimizer_sta
       st = copy_slot(opt->state[DT__OPTIM_MAX_SLOTS * i + k], sd->tensors[e]);
     }
   }
-  memcpy(opt->hyper, h, sizeof h);
+  memcpy(opt->hyper, l.h, sizeof l.h);
   opt->steps_taken = taken;
   if (schedule_fields_seen) {
     opt->schedule = schedule;
