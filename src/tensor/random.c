@@ -11,47 +11,13 @@
 #include <inttypes.h>
 #include <math.h>
 
+#include "tensor/philox.h"
 #include "tensor/tensor_impl.h"
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-typedef struct philox_block {
-  uint32_t v[4];
-} philox_block;
-
-static inline void mulhilo(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo) {
-  uint64_t product = (uint64_t)a * b;
-  *hi = (uint32_t)(product >> 32);
-  *lo = (uint32_t)product;
-}
-
-/* Philox4x32 with 10 rounds on counter (c0..c3) and key (k0, k1). */
-static inline __attribute__((always_inline)) philox_block
-philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1) {
-  for (int round = 0; round < 10; round++) {
-    uint32_t hi0, lo0, hi1, lo1;
-    mulhilo(PHILOX_M0, c0, &hi0, &lo0);
-    mulhilo(PHILOX_M1, c2, &hi1, &lo1);
-    uint32_t n0 = hi1 ^ c1 ^ k0;
-    uint32_t n1 = lo1;
-    uint32_t n2 = hi0 ^ c3 ^ k1;
-    uint32_t n3 = lo0;
-    c0 = n0;
-    c1 = n1;
-    c2 = n2;
-    c3 = n3;
-    k0 += PHILOX_W0;
-    k1 += PHILOX_W1;
-  }
-  return (philox_block){{c0, c1, c2, c3}};
-}
+typedef dt_philox_block philox_block;
 
 static inline philox_block block_for(uint64_t seed, uint64_t index) {
-  return philox4x32_10((uint32_t)index, (uint32_t)(index >> 32), 0, 0, (uint32_t)seed,
-                       (uint32_t)(seed >> 32));
+  return dt__philox_block(seed, index);
 }
 
 /* An integer range [a, b) must be non-empty, integral, exactly representable (|a|, |b| <=
@@ -78,57 +44,17 @@ static dt_status check_integer_range(const char *op, double a, double b, dt_dtyp
   return DT_OK;
 }
 
-/* Stores the largest value of dtype below b (toward a): what a uniform draw that rounded up
- * to b becomes. */
-static void store_below(dt_dtype dtype, char *e, double b, double a) {
-  if (dtype == DT_F64) {
-    *(double *)e = nextafter(b, a);
-  } else if (dtype == DT_F32) {
-    *(float *)e = nextafterf((float)b, (float)a);
-  } else { /* bf16 / f16: step the bit pattern of b toward a */
-    dt__store_from_double(dtype, e, b);
-    uint16_t bits;
-    memcpy(&bits, e, sizeof bits);
-    if (bits == 0x0000u || bits == 0x8000u) {
-      bits = 0x8001u; /* below +-0: the smallest negative value */
-    } else if (bits & 0x8000u) {
-      bits++; /* negative: a larger magnitude is smaller */
-    } else {
-      bits--;
-    }
-    memcpy(e, &bits, sizeof bits);
-  }
-}
-
-/* Slot s (0..4) of a block: 24 bits at bit 24 * s of the 128-bit output. */
-static inline uint32_t bits24(const philox_block *r, unsigned s) {
-  switch (s) {
-  case 0: return r->v[0] & 0xffffffu;
-  case 1: return (r->v[0] >> 24) | ((r->v[1] & 0xffffu) << 8);
-  case 2: return (r->v[1] >> 16) | ((r->v[2] & 0xffu) << 16);
-  case 3: return r->v[2] >> 8;
-  default: return r->v[3] & 0xffffffu;
-  }
-}
-
-/* Rounding lo + span * u in float can land on the upper bound: results are capped at the
- * largest float below it (a branch-free min). */
-static inline float clamp_below(float v, float below) { return v < below ? v : below; }
-
-/* A double in [0, 1) from 53 random bits. */
-static inline double to_unit(uint32_t hi, uint32_t lo) {
-  uint64_t bits = ((uint64_t)hi << 21) ^ (uint64_t)(lo >> 11);
-  return (double)(bits & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
-}
+static inline uint32_t bits24(const philox_block *r, unsigned s) { return dt__philox_bits24(r, s); }
 
 /* The value of element `index` of the stream. */
 static double random_value(dt_random_kind kind, double a, double b, uint64_t seed, uint64_t index) {
+  if (kind == DT_RANDOM_UNIFORM) return dt__philox_uniform_f64_at(seed, index, a, b);
   philox_block r = block_for(seed, index);
   switch (kind) {
-  case DT_RANDOM_UNIFORM: return a + (b - a) * to_unit(r.v[0], r.v[1]);
+  case DT_RANDOM_UNIFORM: break;
   case DT_RANDOM_NORMAL: {
-    double u1 = 1.0 - to_unit(r.v[0], r.v[1]); /* (0, 1]: log is finite */
-    double u2 = to_unit(r.v[2], r.v[3]);
+    double u1 = 1.0 - dt__philox_unit_f64(r.v[0], r.v[1]); /* (0, 1]: log is finite */
+    double u2 = dt__philox_unit_f64(r.v[2], r.v[3]);
     return a + b * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
   }
   case DT_RANDOM_INTEGER: {
@@ -179,26 +105,26 @@ void dt__random_fill_checked(dt_tensor *t, dt_random_kind kind, double a, double
     philox_block r;
     if (slot != 0) { /* the rest of a block started before this range */
       r = block_for(seed, blk++);
-      while (k < n && slot < 5) f[k++] = clamp_below(lo + step * (float)bits24(&r, slot++), below);
+      while (k < n && slot < 5)
+        f[k++] = dt__philox_uniform_f32(bits24(&r, slot++), lo, step, below);
     }
     for (; k + 5 <= n; k += 5) { /* whole blocks: five elements each */
       r = block_for(seed, blk++);
-      f[k] = clamp_below(lo + step * (float)(r.v[0] & 0xffffffu), below);
-      f[k + 1] =
-          clamp_below(lo + step * (float)((r.v[0] >> 24) | ((r.v[1] & 0xffffu) << 8)), below);
-      f[k + 2] = clamp_below(lo + step * (float)((r.v[1] >> 16) | ((r.v[2] & 0xffu) << 16)), below);
-      f[k + 3] = clamp_below(lo + step * (float)(r.v[2] >> 8), below);
-      f[k + 4] = clamp_below(lo + step * (float)(r.v[3] & 0xffffffu), below);
+      for (unsigned w = 0; w < 5; w++)
+        f[k + w] = dt__philox_uniform_f32(bits24(&r, w), lo, step, below);
     }
     if (k < n) r = block_for(seed, blk); /* the head of the last block */
-    for (unsigned w = 0; k < n; w++) f[k++] = clamp_below(lo + step * (float)bits24(&r, w), below);
+    for (unsigned w = 0; k < n; w++)
+      f[k++] = dt__philox_uniform_f32(bits24(&r, w), lo, step, below);
     return;
   }
   for (int64_t i = 0; i < n; i++) {
     char *e = p + i * (int64_t)esize;
-    dt__store_from_double(t->dtype, e, random_value(kind, a, b, seed, first_index + (uint64_t)i));
-    if (kind == DT_RANDOM_UNIFORM && b > a && dt__load_as_double(t->dtype, e) >= b) {
-      store_below(t->dtype, e, b, a); /* rounding to the dtype reached the upper bound */
+    double v = random_value(kind, a, b, seed, first_index + (uint64_t)i);
+    if (kind == DT_RANDOM_UNIFORM) {
+      dt__philox_store_uniform(t->dtype, e, v, a, b); /* kept below b after rounding */
+    } else {
+      dt__store_from_double(t->dtype, e, v);
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/math/norm.h"
 
 #define BR 32
 #define BC 64
@@ -44,7 +45,7 @@ dt_status dt__cpu_rms_norm(const dt_tensor *x, int ndims, const dt_tensor *weigh
       buf[i] = dt__load_as_double(x->dtype, dt__tensor_base(x) + xo * (int64_t)xs);
       ss += buf[i] * buf[i];
     }
-    double rs = 1.0 / sqrt(ss / (double)len + eps);
+    double rs = dt__norm_rstd(ss, (double)len, eps);
     for (int64_t i = 0; i < len; i++) {
       int64_t oo = ooff, wo = 0, e = i;
       for (int d = x->ndim - 1; d >= lead; d--) {

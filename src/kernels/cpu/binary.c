@@ -4,7 +4,8 @@
  * a tight loop the compiler vectorizes, and so does each row of a broadcast whose operands
  * step by one element or repeat one (a [B, T, D] with a [B, T, 1] or a [D]). Every other
  * case runs the strided loop: integer results are computed in int64 (exact), floating
- * results in double, then stored in the output dtype.
+ * results in double, then stored in the output dtype, by kernels/math/binary.h's element
+ * functions (the CUDA kernels apply the same).
  */
 #include <math.h>
 
@@ -12,6 +13,7 @@
 #include "kernels/cpu/loop.h"
 #include "kernels/cpu/pointwise.h"
 #include "kernels/cpu/vmath.h"
+#include "kernels/math/binary.h"
 
 typedef struct binary_ctx {
   dt_binary_op op;
@@ -20,59 +22,6 @@ typedef struct binary_ctx {
   bool compare_as_int; /* comparisons of two integer operands: exact in int64 */
   int64_t fast_size;   /* 4 or 8: the operands suit the fast loops (fast_dtypes); else 0 */
 } binary_ctx;
-
-/* A comparison op's result from the three orderings of its operands; unordered (NaN)
- * operands have all three false, which makes every comparison but ne false. */
-static inline bool compare_result(dt_binary_op op, bool lt, bool eq, bool gt) {
-  switch (op) {
-  case DT_BINARY_EQ: return eq;
-  case DT_BINARY_NE: return !eq;
-  case DT_BINARY_LT: return lt;
-  case DT_BINARY_LE: return lt || eq;
-  case DT_BINARY_GT: return gt;
-  case DT_BINARY_GE: return gt || eq;
-  default: return false; /* not a comparison */
-  }
-}
-
-static inline double apply_double(dt_binary_op op, double x, double y, double alpha) {
-  switch (op) {
-  case DT_BINARY_ADD: return x + alpha * y;
-  case DT_BINARY_SUB: return x - alpha * y;
-  case DT_BINARY_MUL: return x * y;
-  case DT_BINARY_DIV: return x / y;
-  case DT_BINARY_MAXIMUM: return (isnan(x) || isnan(y)) ? NAN : (x > y ? x : y);
-  case DT_BINARY_MINIMUM: return (isnan(x) || isnan(y)) ? NAN : (x < y ? x : y);
-  case DT_BINARY_POW: return pow(x, y);
-  default: return compare_result(op, x<y, x == y, x> y); /* NaN: all three false */
-  }
-}
-
-/* Integer pow by squaring; negative exponents give 0 except for bases 1 and -1 (PyTorch
- * raises an error there; we return the exact integer result instead). */
-static int64_t ipow(int64_t base, int64_t exp) {
-  if (exp < 0) return base == 1 ? 1 : base == -1 ? ((exp & 1) ? -1 : 1) : 0;
-  uint64_t result = 1, b = (uint64_t)base;
-  while (exp) {
-    if (exp & 1) result *= b;
-    b *= b;
-    exp >>= 1;
-  }
-  return (int64_t)result;
-}
-
-static inline int64_t apply_i64(dt_binary_op op, int64_t x, int64_t y, int64_t alpha) {
-  switch (op) {
-  case DT_BINARY_ADD: return (int64_t)((uint64_t)x + (uint64_t)alpha * (uint64_t)y);
-  case DT_BINARY_SUB: return (int64_t)((uint64_t)x - (uint64_t)alpha * (uint64_t)y);
-  case DT_BINARY_MUL: return (int64_t)((uint64_t)x * (uint64_t)y);
-  case DT_BINARY_MAXIMUM: return x > y ? x : y;
-  case DT_BINARY_MINIMUM: return x < y ? x : y;
-  case DT_BINARY_POW: return ipow(x, y);
-  case DT_BINARY_DIV: return y ? x / y : 0; /* never reached: div promotes to float */
-  default: return compare_result(op, x<y, x == y, x> y);
-  }
-}
 
 static bool fast_row_f32(dt_binary_op op, double alpha_d, void *out, const void *va, const void *vb,
                          int64_t n, int64_t a_step, int64_t b_step);
@@ -91,13 +40,13 @@ static void inner_generic(char **ptrs, const int64_t *strides, int64_t n, void *
                                                         strides[1] / e, strides[2] / e))
       return;
   }
-  bool integer =
-      !dt_dtype_is_floating(ctx->out_dtype) && (ctx->out_dtype != DT_BOOL || ctx->compare_as_int);
+  bool integer = dt__binary_is_integer(dt_dtype_is_floating(ctx->out_dtype),
+                                       ctx->out_dtype == DT_BOOL, ctx->compare_as_int);
   if (integer) {
     int64_t alpha = (int64_t)ctx->alpha;
     for (int64_t i = 0; i < n; i++) {
-      int64_t v = apply_i64(ctx->op, dt__cpu_load_i64(ctx->a_dtype, a),
-                            dt__cpu_load_i64(ctx->b_dtype, b), alpha);
+      int64_t v = dt__binary_i64(ctx->op, dt__cpu_load_i64(ctx->a_dtype, a),
+                                 dt__cpu_load_i64(ctx->b_dtype, b), alpha);
       dt__cpu_store_i64(ctx->out_dtype, o, v);
       o += strides[0];
       a += strides[1];
@@ -106,8 +55,8 @@ static void inner_generic(char **ptrs, const int64_t *strides, int64_t n, void *
     return;
   }
   for (int64_t i = 0; i < n; i++) {
-    double v = apply_double(ctx->op, dt__load_as_double(ctx->a_dtype, a),
-                            dt__load_as_double(ctx->b_dtype, b), ctx->alpha);
+    double v = dt__binary_f64(ctx->op, dt__load_as_double(ctx->a_dtype, a),
+                              dt__load_as_double(ctx->b_dtype, b), ctx->alpha);
     dt__store_from_double(ctx->out_dtype, o, v);
     o += strides[0];
     a += strides[1];

@@ -7,30 +7,20 @@
 #define DT_KERNELS_CPU_H
 
 #include "kernels/elementwise.h"
+#include "tensor/element.h"
 #include "tensor/tensor_impl.h"
 
 /* ---- Integer element access --------------------------------------------------------------- */
 /* Integer kernels compute in int64_t; these load and store one element of any dtype so that
- * integer and bool operands never round-trip through double (floats still do). */
+ * integer and bool operands never round-trip through double (floats still do): tensor/element.h,
+ * which the CUDA kernels share. */
 static inline int64_t dt__cpu_load_i64(dt_dtype dtype, const char *p) {
-  switch (dtype) {
-  case DT_I64: return *(const int64_t *)p;
-  case DT_I32: return *(const int32_t *)p;
-  case DT_U8:
-  case DT_BOOL: return *(const uint8_t *)p;
-  default: return (int64_t)dt__load_as_double(dtype, p);
-  }
+  return dt__elem_load_i64(dtype, p);
 }
 
 /* Integers wrap to the dtype's width as C's unsigned conversions do; bool stores v != 0. */
 static inline void dt__cpu_store_i64(dt_dtype dtype, char *p, int64_t v) {
-  switch (dtype) {
-  case DT_I64: *(int64_t *)p = v; break;
-  case DT_I32: *(int32_t *)p = (int32_t)(uint32_t)(uint64_t)v; break;
-  case DT_U8: *(uint8_t *)p = (uint8_t)(uint64_t)v; break;
-  case DT_BOOL: *(uint8_t *)p = v != 0; break;
-  default: dt__store_from_double(dtype, p, (double)v); break;
-  }
+  dt__elem_store_i64(dtype, p, v);
 }
 
 /* ---- Elementwise binary ----------------------------------------------------------------- */

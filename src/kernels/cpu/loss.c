@@ -11,6 +11,7 @@
 #include "kernels/cpu/loss.h"
 #include "kernels/cpu/rows.h"
 #include "kernels/cpu/vmath.h"
+#include "kernels/math/norm.h"
 #include "tensor/dtype_impl.h"
 
 static double load(const dt_tensor *t, int64_t i, int64_t j) {
@@ -47,7 +48,7 @@ static void row_stats(const dt_tensor *x, int64_t i, int64_t classes, double *ma
   double m = -INFINITY;
   for (int64_t j = 0; j < classes; j++) {
     double v = load(x, i, j);
-    if (v > m || isnan(v)) m = v;
+    m = dt__max_nan(v, m);
   }
   double s = 0.0;
   for (int64_t j = 0; j < classes; j++) s += exp(load(x, i, j) - m);
@@ -58,14 +59,11 @@ static void row_stats(const dt_tensor *x, int64_t i, int64_t classes, double *ma
 /* Row i's loss, given its target t, max m and log-sum-exp lse. */
 static double row_loss(const dt_tensor *logits, int64_t i, int64_t classes, int64_t t, double m,
                        double lse, double eps) {
-  double log_z = m + lse; /* -log p_j = log_z - x_j */
-  double loss = (1.0 - eps) * (log_z - load(logits, i, t));
+  double x_sum = 0.0;
   if (eps != 0.0) {
-    double smooth = 0.0;
-    for (int64_t j = 0; j < classes; j++) smooth += log_z - load(logits, i, j);
-    loss += eps / (double)classes * smooth;
+    for (int64_t j = 0; j < classes; j++) x_sum += load(logits, i, j);
   }
-  return loss;
+  return dt__cross_entropy_row(m + lse, load(logits, i, t), x_sum, eps, (double)classes);
 }
 
 /* Float32 rows with unit class stride: max, sum of exp and (label smoothing) sum in float32
@@ -89,9 +87,8 @@ DT_VECTOR_CLONES static void fast_row(const dt_tensor *logits, int64_t i, int64_
   float m = dt__row_max_f32(x, classes);
   if (!grad_in) {
     double log_z = (double)m + log((double)dt__row_exp_sum_f32(x, m, NULL, classes));
-    double loss = (1.0 - eps) * (log_z - (double)x[t]);
-    if (eps != 0.0) loss += eps * (log_z - (double)dt__row_sum_f32(x, classes) / (double)classes);
-    store(out, i, 0, loss);
+    double x_sum = eps != 0.0 ? (double)dt__row_sum_f32(x, classes) : 0.0;
+    store(out, i, 0, dt__cross_entropy_row(log_z, (double)x[t], x_sum, eps, (double)classes));
     return;
   }
   float *y = (float *)dt__tensor_base(grad_in) + i * grad_in->strides[0];
@@ -133,8 +130,7 @@ static dt_status cross_entropy_rows(const char *op, const dt_tensor *grad, const
     }
     for (int64_t j = 0; j < classes; j++) {
       double softmax = exp(load(logits, i, j) - m - lse);
-      double want = (j == t ? 1.0 - eps : 0.0) + eps / (double)classes;
-      store(out, i, j, g * (softmax - want));
+      store(out, i, j, dt__cross_entropy_grad(g, softmax, j == t, eps, (double)classes));
     }
   }
   return DT_OK;

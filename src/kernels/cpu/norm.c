@@ -12,6 +12,7 @@
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/rows.h"
 #include "kernels/cpu/vmath.h"
+#include "kernels/math/norm.h"
 
 /* Element offset of line l, where lines run row-major over t's dims outside
  * [skip_from, skip_to). */
@@ -48,9 +49,6 @@ static double *alloc_doubles(int64_t n) {
 
 /* ---- softmax ------------------------------------------------------------------------------ */
 
-/* A NaN anywhere makes the maximum NaN, and so the whole line NaN, as in PyTorch. */
-#define PICK_MAX(v, best) (((v) > (best) || (v) != (v)) ? (v) : (best))
-
 /* float32 throughout (rows.h's blocked sums, vmath.h's exp): no double conversion. */
 DT_VECTOR_CLONES static void softmax_f32_line(const float *x, float *y, int64_t n, bool take_log) {
   float m = dt__row_max_f32(x, n);
@@ -66,14 +64,14 @@ DT_VECTOR_CLONES static void softmax_f32_line(const float *x, float *y, int64_t 
 
 static void softmax_double_line(const double *x, double *y, int64_t n, bool take_log) {
   double m = -INFINITY;
-  for (int64_t i = 0; i < n; i++) m = PICK_MAX(x[i], m);
+  for (int64_t i = 0; i < n; i++) m = dt__max_nan(x[i], m);
   double s = 0;
   for (int64_t i = 0; i < n; i++) s += exp(x[i] - m);
   if (take_log) {
     double log_sum = log(s);
-    for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) - log_sum;
+    for (int64_t i = 0; i < n; i++) y[i] = dt__log_softmax_value(x[i], m, log_sum);
   } else {
-    for (int64_t i = 0; i < n; i++) y[i] = exp(x[i] - m) / s;
+    for (int64_t i = 0; i < n; i++) y[i] = dt__softmax_value(x[i], m, s);
   }
 }
 
@@ -129,7 +127,7 @@ dt_status dt__cpu_softmax(const dt_tensor *a, int dim, bool take_log, dt_tensor 
       sq_ += dx_ * dx_;                                                                            \
     }                                                                                              \
     (mean) = mean_;                                                                                \
-    (rstd) = 1.0 / sqrt(sq_ / (double)(n) + (eps));                                                \
+    (rstd) = dt__norm_rstd(sq_, (double)(n), (eps));                                               \
   } while (0)
 
 DT_VECTOR_CLONES static void normalize_row(const float *x, float mean, float rstd, const float *w,
@@ -237,8 +235,7 @@ dt_status dt__cpu_batch_norm(const dt_tensor *x, const dt_tensor *mean, const dt
   double *scale = buf, *shift = buf + channels, *line = buf + 2 * channels;
   for (int64_t c = 0; c < channels; c++) {
     double w = weight ? element(weight, c) : 1.0, b = bias ? element(bias, c) : 0.0;
-    scale[c] = w / sqrt(element(var, c) + eps);
-    shift[c] = b - element(mean, c) * scale[c];
+    dt__batch_norm_affine(w, b, element(mean, c), element(var, c), eps, &scale[c], &shift[c]);
   }
   bool fast = x->dtype == DT_F32 && out->dtype == DT_F32 &&
               dt__is_contiguous(x->ndim - 2, x->shape + 2, x->strides + 2);

@@ -6,7 +6,8 @@
  * one row per output element. Floating sums accumulate in double with Neumaier compensation
  * (so a million float32 values sum to within an ulp of the exact result), integer sums in
  * wrapping 64-bit integers (exact, as PyTorch's int64 result), max/min compare floating
- * values in double (exact for every floating dtype) and integers in int64.
+ * values in double (exact for every floating dtype) and integers in int64. The accumulation
+ * and the choice of an extreme are kernels/math/reduce.h's, which the CUDA kernels share.
  *
  * Fast paths: a contiguous float32 input whose reduced dims form one block [A, R, B] runs
  * row loops (B == 1, eight double lanes) or column loops (B > 1, vectorizable over B).
@@ -14,6 +15,7 @@
 #include <math.h>
 
 #include "kernels/cpu/reduce.h"
+#include "kernels/math/reduce.h"
 
 /* Dims of one class with the input's strides in bytes; size-1 dims are dropped and dims that
  * step through memory as one run are merged, which keeps row-major positions intact. */
@@ -37,8 +39,8 @@ static void dim_set_add(dim_set *s, int64_t size, int64_t stride) {
 
 /* Running state of one output element's reduction. */
 typedef struct acc {
-  double sum, comp; /* Neumaier: the exact sum is about sum + comp */
-  uint64_t isum;    /* integer sums wrap like int64 arithmetic, without overflow UB */
+  dt_neumaier sum; /* compensated (kernels/math/reduce.h) */
+  uint64_t isum;   /* integer sums wrap like int64 arithmetic, without overflow UB */
   double best;
   int64_t ibest;
   int64_t best_index;
@@ -53,32 +55,9 @@ typedef struct reduce_ctx {
   int64_t count; /* reduced elements per output element */
 } reduce_ctx;
 
-static void acc_init(const reduce_ctx *c, acc *s) {
+static void acc_init(acc *s) {
   *s = (acc){0};
-  /* Starting from the extreme value with a strict comparison picks the first element when
-   * every element equals that extreme, so the index is always a first occurrence. */
-  if (c->kind == DT_CPU_MAX) {
-    s->best = -INFINITY;
-    s->ibest = INT64_MIN;
-  } else if (c->kind == DT_CPU_MIN) {
-    s->best = INFINITY;
-    s->ibest = INT64_MAX;
-  }
-}
-
-static inline void add_compensated(acc *s, double v) {
-  double t = s->sum + v;
-  if (fabs(s->sum) >= fabs(v)) {
-    s->comp += (s->sum - t) + v;
-  } else {
-    s->comp += (v - t) + s->sum;
-  }
-  s->sum = t;
-}
-
-static double acc_sum(const acc *s) {
-  /* Once the sum overflowed or met a NaN the compensation is meaningless (inf - inf). */
-  return isfinite(s->sum) ? s->sum + s->comp : s->sum;
+  s->best_index = -1; /* no choice yet (dt__extreme_better) */
 }
 
 /* One strided row of n elements of C type T converted by CONV; BODY sees `v` and `i`. */
@@ -117,19 +96,19 @@ static void reduce_row(const reduce_ctx *c, const char *p, int64_t stride, int64
   case DT_CPU_SUM:
   case DT_CPU_MEAN:
     if (c->floating) {
-      FLOAT_ROWS(add_compensated(s, v);)
+      FLOAT_ROWS(dt__neumaier_add(&s->sum, v);)
     } else {
       INT_ROWS(s->isum += (uint64_t)v;)
     }
     break;
   case DT_CPU_MAX:
     if (c->floating) {
-      FLOAT_ROWS(if (v > s->best || (isnan(v) && !isnan(s->best))) {
+      FLOAT_ROWS(if (dt__extreme_better(1, v, first + i, s->best, s->best_index)) {
         s->best = v;
         s->best_index = first + i;
       })
     } else {
-      INT_ROWS(if (v > s->ibest) {
+      INT_ROWS(if (dt__extreme_better_i64(1, v, first + i, s->ibest, s->best_index)) {
         s->ibest = v;
         s->best_index = first + i;
       })
@@ -137,12 +116,12 @@ static void reduce_row(const reduce_ctx *c, const char *p, int64_t stride, int64
     break;
   case DT_CPU_MIN:
     if (c->floating) {
-      FLOAT_ROWS(if (v < s->best || (isnan(v) && !isnan(s->best))) {
+      FLOAT_ROWS(if (dt__extreme_better(0, v, first + i, s->best, s->best_index)) {
         s->best = v;
         s->best_index = first + i;
       })
     } else {
-      INT_ROWS(if (v < s->ibest) {
+      INT_ROWS(if (dt__extreme_better_i64(0, v, first + i, s->ibest, s->best_index)) {
         s->ibest = v;
         s->best_index = first + i;
       })
@@ -191,13 +170,13 @@ static void finish(const reduce_ctx *c, const acc *s, dt_tensor *values, dt_tens
     switch (c->kind) {
     case DT_CPU_SUM:
       if (c->floating) {
-        dt__store_from_double(values->dtype, dst, acc_sum(s));
+        dt__store_from_double(values->dtype, dst, dt__neumaier_result(s->sum));
       } else {
         store_int(values->dtype, dst, (int64_t)s->isum);
       }
       break;
     case DT_CPU_MEAN:
-      dt__store_from_double(values->dtype, dst, acc_sum(s) / (double)c->count);
+      dt__store_from_double(values->dtype, dst, dt__neumaier_result(s->sum) / (double)c->count);
       break;
     case DT_CPU_MAX:
     case DT_CPU_MIN:
@@ -380,7 +359,7 @@ dt_status dt__cpu_reduce(dt_cpu_reduce_kind kind, const dt_tensor *a, uint32_t m
     const char *p = base;
     for (int d = 0; d < c.kept.n; d++) p += index[d] * c.kept.stride[d];
     acc s;
-    acc_init(&c, &s);
+    acc_init(&s);
     if (c.count > 0) reduce_one(&c, p, &s);
     finish(&c, &s, values, indices, o);
     for (int d = c.kept.n - 1; d >= 0; d--) {
