@@ -39,9 +39,14 @@ expect --json 4 add 5x7:S0 7:Pmax -- '"out_placements":["S(0)"]' '"all_reduce":{
 # the rows instead of the columns (S(1) -> S(0)): this rank's [8, 3] floats = 96 bytes, as
 # many as gathering dim 1 after slicing dim 0 on the idle mesh dim 1, and no local step.
 expect 2x2 log_softmax 8x6:S1,R dim=1 -- "output: [8,6] S(0),R" "all_to_all" "bytes: 96"
+# Overloads by tensor count and attributes: one tensor makes `add` add.Scalar (other=), dim=
+# makes `sum` sum.dim_IntList, and the ATen name picks it directly.
+expect 4 add 8x6:S0 other=2 -- "output: [8,6] S(0)" "bytes: 0"
+expect 4 sum 8x6:S0 dim=0 -- "output: [6] P(sum)" "bytes: 0"
+expect 4 sum.dim_IntList 8x6:S1 dim=1 keepdim=true -- "output: [8,1] P(sum)"
 # A StridedShard input (SS0/6: '/' since ',' separates placements): [24] SS(0,6) on 4 ranks
 # viewed back as [6, 4] is Shard(1), moving nothing.
-expect 4 view 24:SS0/6 shape=6x4 -- "output: [6,4] S(1)" "bytes: 0"
+expect 4 view 24:SS0/6 size=6x4 -- "output: [6,4] S(1)" "bytes: 0"
 
 # Bad input: usage errors exit 2 with a message on stderr, nothing on stdout.
 check_usage() {
@@ -61,7 +66,11 @@ check_usage 4 relu 8x6:S2
 # A separator with nothing after it is not a dim (it was read as "2" and "8").
 check_usage 2x relu 8:R
 check_usage 4 relu 8x:R
-check_usage 4 layer_norm 8x4:S0 normalized=2147483648
+check_usage 4 layer_norm 8x4:S0 normalized_shape=99999999999999999999
+# Arguments are the schema's: a name it lacks, a required one left out, a bad value.
+check_usage 4 softmax 8x6:S0
+check_usage 4 transpose 8x6:S0 dim0=0 dim1=x
+check_usage 4 view 24:S0 shape=6x4
 check_usage 4 relu 24:SS0/0
 check_usage 4 relu 24:SS0
 check_usage

@@ -39,7 +39,7 @@ static dt_status fail(const char *what, const op_case *c, const char *combo) {
 /* loss = sum(fn(x) * weights); *out_shape_of receives fn(x) when weights is NULL. */
 static dt_status loss_of(const op_case *c, dt_tensor **x, dt_tensor *weights, dt_tensor **loss) {
   dt_tensor *y = NULL, *yw = NULL;
-  dt_status st = c->fn(x, &y);
+  dt_status st = case_run(c, x, &y);
   if (!st) st = dt_mul(y, weights, &yw);
   if (!st) st = dt_sum(yw, loss);
   dt_tensor_release(y);
@@ -100,7 +100,7 @@ static dt_status run_case(dt_mesh *mesh, const sweep *sw, const op_case *c, uint
   }
   /* The weights take the output's shape and dtype. */
   bool prev = dt_grad_mode_set(false);
-  st = c->fn(full, &y);
+  st = case_run(c, full, &y);
   dt_grad_mode_set(prev);
   if (st || !dt_dtype_is_floating(dt_tensor_dtype(y))) {
     st = DT_OK; /* integer or bool output: not differentiable */

@@ -43,7 +43,7 @@ static dt_status run_case(dt_mesh *mesh, const sweep *sw, const op_case *c, uint
     full[i] = ref_random(c->ndim[i], c->shape[i], dt, lo, hi, seed + (uint64_t)i);
   }
   dt_tensor *expected = NULL;
-  if (c->fn(full, &expected)) {
+  if (case_run(c, full, &expected)) {
     st = fail("reference failed", c, "local");
     goto done;
   }
@@ -80,7 +80,7 @@ static dt_status run_case(dt_mesh *mesh, const sweep *sw, const op_case *c, uint
       dt_tensor_release(r);
       if (st) st = fail("making the input", c, desc);
     }
-    if (!st && c->fn(dist, &out)) st = fail("distributed op failed", c, desc);
+    if (!st && case_run(c, dist, &out)) st = fail("distributed op failed", c, desc);
     if (!st && dt_dist_full_tensor(out, &gathered)) st = fail("full_tensor failed", c, desc);
     if (!st) {
       int64_t n = dt_tensor_numel(expected);

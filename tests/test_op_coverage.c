@@ -3,6 +3,8 @@
  * - the op list gives it every fact (a sharding-rule family, or REPLICATE with a reason
  *   listed here; a symbolic shape rule, or SPECIALIZE listed here; the element function of a
  *   pointwise kernel, named as the op is), and its traits agree with its schema;
+ * - its schema maps onto dt_op_call, so the list's one adapter (src/ops/op_args.h) calls it:
+ *   an op that would need a hand-written call fails, named;
  * - the op sweep (tests/sweep_cases.h, run distributed by tests/test_dist_sweep.c) reaches
  *   it. A coverage table is printed; an op no case reaches fails the test unless it is
  *   listed below with a reason.
@@ -183,6 +185,29 @@ Test(op_list, every_op_has_its_facts) {
   }
 }
 
+/* Every op's schema maps onto dt_op_call: the adapter reads its tensors, and its attributes
+ * parse from the schema's defaults, or name a required argument, which a caller gives (slice's
+ * start=None cannot precede end and step in ints: start is required there). */
+Test(op_list, every_op_adapts_from_its_schema) {
+  int adapted = 0;
+  for (int op = 0; op < DT_OP_COUNT; op++) {
+    const dt_op_def *def = &dt__op_table[op];
+    dt_op_params p;
+    cr_assert_eq(dt__op_params(op, &p), DT_OK, "%s: the adapter cannot call it: %s", def->name,
+                 dt_last_error());
+    cr_assert(p.min_tensors <= p.max_tensors, "%s: %d required of %d tensor parameters", def->name,
+              p.min_tensors, p.max_tensors);
+    cr_assert_eq(p.tensor_list, dt__op_has_trait(op, DT_TRAIT_TENSOR_LIST), "%s", def->name);
+    dt_op_args args;
+    dt_status st = dt__op_args_parse(op, NULL, &args);
+    cr_assert(st == DT_OK || strstr(dt_last_error(), "is required"),
+              "%s: its defaults do not parse: %s", def->name, dt_last_error());
+    adapted++;
+  }
+  printf("%d of %d ops called through the list's one adapter (dt__op_run)\n", adapted, DT_OP_COUNT);
+  cr_assert_eq(adapted, DT_OP_COUNT);
+}
+
 /* Records which ops a call reaches. */
 static dt_status record(dt_invocation *inv, void *user) {
   bool *seen = user;
@@ -192,9 +217,11 @@ static dt_status record(dt_invocation *inv, void *user) {
 }
 
 Test(op_list, the_sweep_covers_every_op) {
-  bool seen[DT_OP_COUNT] = {0};
+  bool seen[DT_OP_COUNT] = {0}, direct[DT_OP_COUNT] = {0};
   const char *by[DT_OP_COUNT] = {0};
   for (size_t c = 0; c < N_CASES; c++) {
+    direct[cases[c].op] = true;
+    if (cases[c].then.on) direct[cases[c].then.op] = true;
     dt_tensor *in[3] = {0}, *out = NULL;
     for (int i = 0; i < cases[c].n_in; i++) {
       double lo = cases[c].lo, hi = cases[c].hi;
@@ -203,7 +230,7 @@ Test(op_list, the_sweep_covers_every_op) {
     }
     bool now[DT_OP_COUNT] = {0};
     cr_assert_eq(dt_mode_push(record, now), DT_OK);
-    dt_status st = cases[c].fn(in, &out);
+    dt_status st = case_run(&cases[c], in, &out);
     cr_assert_eq(dt_mode_pop(), DT_OK);
     cr_assert_eq(st, DT_OK, "case %s: %s", cases[c].name, dt_last_error());
     for (int op = 0; op < DT_OP_COUNT; op++) {
@@ -212,7 +239,7 @@ Test(op_list, the_sweep_covers_every_op) {
     for (int i = 0; i < cases[c].n_in; i++) dt_tensor_release(in[i]);
     dt_tensor_release(out);
   }
-  int covered = 0, missing = 0;
+  int covered = 0, missing = 0, n_direct = 0;
   /* The op x device table: a device column says whether the kind registered a kernel. */
   int per_device[2] = {0, 0};
   printf("%-28s %-5s %-23s %-4s %-4s %s\n", "op", "rule", "shape", "cpu", "cuda", "swept by");
@@ -225,10 +252,13 @@ Test(op_list, the_sweep_covers_every_op) {
     printf("%-28s %-5d %-23s %-4s %-4s %s\n", def->name, (int)def->rule, shape_names[def->shape],
            cpu ? "yes" : "-", cuda ? "yes" : "-", how);
     covered += seen[op];
+    n_direct += direct[op];
     if (!seen[op] && !listed_not_swept(op)) missing++;
   }
-  printf("%d of %d ops swept; kernels: cpu %d of %d, cuda %d of %d\n", covered, DT_OP_COUNT,
-         per_device[0], DT_OP_COUNT, per_device[1], DT_OP_COUNT);
+  printf("%d of %d ops swept (%d named by a case, %zu cases); kernels: cpu %d of %d, cuda %d of "
+         "%d\n",
+         covered, DT_OP_COUNT, n_direct, N_CASES, per_device[0], DT_OP_COUNT, per_device[1],
+         DT_OP_COUNT);
   cr_assert_eq(per_device[0], DT_OP_COUNT, "the CPU column must be complete");
   cr_assert_eq(missing, 0, "%d ops are reached by no sweep case (see the table)", missing);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/op_args.h"
 #include "plan.h"
 #include "tools.h"
 
@@ -97,12 +98,9 @@ static dt_status make_input(dt_mesh *mesh, const plan_input *in, dt_tensor **out
   return st;
 }
 
+/* The op through the list's one adapter; a tuple op shows its first output. */
 static dt_status call_op(const plan_case *c, dt_tensor **in, dt_tensor **out) {
-  const plan_op *o = c->op;
-  if (o->unary) return o->unary(in[0], out);
-  if (o->binary) return o->binary(in[0], in[1], out);
-  if (o->scalar) return o->scalar(in[0], c->attrs.scalar, out);
-  return o->call(in, c->n_in, &c->attrs, out);
+  return dt__op_run(c->op, in, c->n_in, c->attrs, 0, out);
 }
 
 /* The collectives the ledger can name (comm.h's), for the per-collective lines. */
@@ -221,7 +219,7 @@ static void print_ints(FILE *f, int n, const int64_t *v) {
 static void print_json(FILE *f, const plan_case *c, const plan_result *r, long id) {
   fputc('{', f);
   if (id >= 0) fprintf(f, "\"id\":%ld,", id);
-  fprintf(f, "\"op\":\"%s\",\"mesh\":", c->op->name);
+  fprintf(f, "\"op\":\"%s\",\"mesh\":", c->op_name);
   fputc('[', f);
   for (int d = 0; d < c->mesh_ndim; d++) fprintf(f, "%s%d", d ? "," : "", c->mesh_shape[d]);
   fputc(']', f);
@@ -250,7 +248,7 @@ static void print_json(FILE *f, const plan_case *c, const plan_result *r, long i
 }
 
 static void print_text(FILE *f, const plan_case *c, const plan_result *r) {
-  fprintf(f, "%s on mesh ", c->op->name);
+  fprintf(f, "%s on mesh ", c->op_name);
   for (int d = 0; d < c->mesh_ndim; d++) fprintf(f, "%s%d", d ? "x" : "", c->mesh_shape[d]);
   fputs(" (rank 0, fake backend)\n", f);
   fputs("output: ", f);
@@ -308,13 +306,14 @@ const char tool_plan_details[] =
     "  ARG    SHAPE:PLACEMENTS[:DTYPE], one placement per mesh dim: 8x6:S0,R  [6]:Psum  5:R:i64\n"
     "         placements R, S0 or S(0), SS0/6 (StridedShard(0, 6)), P or Psum, Pavg, Pmax, Pmin;\n"
     "         dtype f32 (default), i64...\n"
-    "  ATTR   dim=1 | dim=0,1, keepdim=true, shape=6x5 (view, reshape), dims=2,0,1 (permute),\n"
-    "         start=, end= (flatten; 0, -1), dim0=, dim1= (transpose; 0, 1), scalar= (2),\n"
-    "         normalized= (layer_norm: trailing dims, 1)\n"
-    "ops: add sub mul div maximum minimum pow neg abs exp log sqrt rsqrt relu gelu silu tanh\n"
-    "  sigmoid add_scalar sub_scalar mul_scalar div_scalar pow_scalar sum mean amax amin softmax\n"
-    "  log_softmax mm matmul bmm linear (x, w[, b]) addmm (bias, a, b) view reshape flatten\n"
-    "  transpose permute cat stack embedding (weight, indices:i64) layer_norm (x[, w[, b]])\n"
+    "  OP     any op of the list (dtensor info --ops prints their schemas), by its ATen name\n"
+    "         (add.Tensor, sum.dim_IntList) or its base name (add, sum): the first overload whose\n"
+    "         tensor count and attributes fit, so `add` with one tensor is add.Scalar and `sum`\n"
+    "         with dim= is sum.dim_IntList; a tuple op (max.dim, split) shows its first output\n"
+    "  ATTR   the op's arguments by their schema names: dim=1 | dim=0,1, keepdim=true,\n"
+    "         size=6x5 (view), shape=-1 (reshape), dims=2,0,1 (permute), start_dim=, end_dim=\n"
+    "         (flatten), dim0=, dim1= (transpose), other=2.5 (add.Scalar), normalized_shape=6\n"
+    "         (layer_norm), ...; defaults as the schema gives them\n"
     "--stdin: JSON lines in, one JSON line out per case, e.g.\n"
     "  "
     "{\"id\":1,\"mesh\":[2,2],\"op\":\"sum\",\"args\":[{\"shape\":[8,6],\"placements\":[\"S0\","
@@ -385,6 +384,6 @@ int tool_plan(int argc, char **argv) {
     print_json(stdout, &c, &r, -1);
   else if (!r.status)
     print_text(stdout, &c, &r);
-  if (r.status && !json) fprintf(stderr, "dtensor plan: %s: %s\n", c.op->name, r.error);
+  if (r.status && !json) fprintf(stderr, "dtensor plan: %s: %s\n", c.op_name, r.error);
   return r.bad_input ? 2 : r.status ? 1 : 0;
 }

@@ -1,158 +1,19 @@
-/* dtensor plan's cases: the table of ops it can run, and the parsing of a case from the command
- * line or from a JSON line (tools/plan.h). */
+/* dtensor plan's cases: the parsing of a case from the command line or from a JSON line
+ * (tools/plan.h). The ops are the list's (src/ops/op_list.h), called through its one adapter
+ * (src/ops/op_args.h): every op of the list, by its ATen name or its base name, with its
+ * arguments by the names its schema gives them. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/op_args.h"
 #include "plan.h"
 
 #ifdef DT_HAVE_CJSON
 #include <cjson/cJSON.h>
 #endif
-
-typedef dt_status (*plan_reduce_fn)(dt_tensor *, int, const int64_t *, bool, dt_tensor **);
-
-static dt_status reduce(plan_reduce_fn fn, dt_tensor *x, const plan_attrs *a, dt_tensor **out) {
-  int64_t all[DT_MAX_DIMS];
-  int n = a->n_dim;
-  const int64_t *dims = a->dim;
-  if (n == 0) { /* no dim: every dim, as torch.sum(x) (keepdim then keeps them all) */
-    n = dt_dist_ndim(x);
-    for (int d = 0; d < n; d++) all[d] = d;
-    dims = all;
-  }
-  return fn(x, n, dims, a->keepdim, out);
-}
-static dt_status call_sum(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  (void)n;
-  return reduce(dt_sum_dims, in[0], a, out);
-}
-static dt_status call_mean(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  (void)n;
-  return reduce(dt_mean_dims, in[0], a, out);
-}
-static dt_status call_amax(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  (void)n;
-  return reduce(dt_amax, in[0], a, out);
-}
-static dt_status call_amin(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  (void)n;
-  return reduce(dt_amin, in[0], a, out);
-}
-static int64_t first_dim(const plan_attrs *a, int64_t fallback) {
-  return a->n_dim > 0 ? a->dim[0] : fallback;
-}
-static dt_status call_softmax(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  (void)n;
-  return dt_softmax(in[0], first_dim(a, -1), out);
-}
-static dt_status call_log_softmax(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  (void)n;
-  return dt_log_softmax(in[0], first_dim(a, -1), out);
-}
-static dt_status call_linear(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  (void)a;
-  return dt_linear(in[0], in[1], n > 2 ? in[2] : NULL, out);
-}
-static dt_status call_addmm(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  (void)n, (void)a;
-  return dt_addmm(in[0], in[1], in[2], out);
-}
-static dt_status call_view(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  (void)n;
-  return dt_view(in[0], a->n_shape, a->shape, out);
-}
-static dt_status call_reshape(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  (void)n;
-  return dt_reshape(in[0], a->n_shape, a->shape, out);
-}
-static dt_status call_flatten(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  (void)n;
-  return dt_flatten(in[0], a->start, a->end, out);
-}
-static dt_status call_transpose(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  (void)n;
-  return dt_transpose(in[0], a->dim0, a->dim1, out);
-}
-static dt_status call_permute(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  (void)n;
-  return dt_permute(in[0], a->n_dims, a->dims, out);
-}
-static dt_status call_cat(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  return dt_cat(n, in, first_dim(a, 0), out);
-}
-static dt_status call_stack(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  return dt_stack(n, in, first_dim(a, 0), out);
-}
-static dt_status call_layer_norm(dt_tensor **in, int n, const plan_attrs *a, dt_tensor **out) {
-  int ndim = dt_dist_ndim(in[0]), k = a->normalized; /* plan_parse_case checked 1 <= k <= ndim */
-  return dt_layer_norm(in[0], k, dt_dist_global_shape(in[0]) + ndim - k, n > 1 ? in[1] : NULL,
-                       n > 2 ? in[2] : NULL, 1e-5, out);
-}
-
-#define UNARY(n, f)                                                                                \
-  { .name = n, .min_in = 1, .max_in = 1, .unary = f }
-#define BINARY(n, f)                                                                               \
-  { .name = n, .min_in = 2, .max_in = 2, .binary = f }
-#define SCALAR(n, f)                                                                               \
-  { .name = n, .min_in = 1, .max_in = 1, .scalar = f, .attrs = "scalar" }
-#define CALL(n, lo, hi, f, at)                                                                     \
-  { .name = n, .min_in = lo, .max_in = hi, .call = f, .attrs = at }
-
-static const plan_op plan_ops[] = {
-    BINARY("add", dt_add),
-    BINARY("sub", dt_sub),
-    BINARY("mul", dt_mul),
-    BINARY("div", dt_div),
-    BINARY("maximum", dt_maximum),
-    BINARY("minimum", dt_minimum),
-    BINARY("pow", dt_pow),
-    UNARY("neg", dt_neg),
-    UNARY("abs", dt_abs),
-    UNARY("exp", dt_exp),
-    UNARY("log", dt_log),
-    UNARY("sqrt", dt_sqrt),
-    UNARY("rsqrt", dt_rsqrt),
-    UNARY("relu", dt_relu),
-    UNARY("gelu", dt_gelu),
-    UNARY("silu", dt_silu),
-    UNARY("tanh", dt_tanh),
-    UNARY("sigmoid", dt_sigmoid),
-    SCALAR("add_scalar", dt_add_scalar),
-    SCALAR("sub_scalar", dt_sub_scalar),
-    SCALAR("mul_scalar", dt_mul_scalar),
-    SCALAR("div_scalar", dt_div_scalar),
-    SCALAR("pow_scalar", dt_pow_scalar),
-    CALL("sum", 1, 1, call_sum, "dim keepdim"),
-    CALL("mean", 1, 1, call_mean, "dim keepdim"),
-    CALL("amax", 1, 1, call_amax, "dim keepdim"),
-    CALL("amin", 1, 1, call_amin, "dim keepdim"),
-    CALL("softmax", 1, 1, call_softmax, "dim"),
-    CALL("log_softmax", 1, 1, call_log_softmax, "dim"),
-    BINARY("mm", dt_mm),
-    BINARY("matmul", dt_matmul),
-    BINARY("bmm", dt_bmm),
-    CALL("linear", 2, 3, call_linear, NULL),
-    CALL("addmm", 3, 3, call_addmm, NULL),
-    CALL("view", 1, 1, call_view, "shape"),
-    CALL("reshape", 1, 1, call_reshape, "shape"),
-    CALL("flatten", 1, 1, call_flatten, "start end"),
-    CALL("transpose", 1, 1, call_transpose, "dim0 dim1"),
-    CALL("permute", 1, 1, call_permute, "dims"),
-    CALL("cat", 1, PLAN_MAX_INPUTS, call_cat, "dim"),
-    CALL("stack", 1, PLAN_MAX_INPUTS, call_stack, "dim"),
-    BINARY("embedding", dt_embedding),
-    CALL("layer_norm", 1, 3, call_layer_norm, "normalized"),
-    {0},
-};
-
-const plan_op *plan_find_op(const char *name) {
-  for (const plan_op *o = plan_ops; o->name; o++) {
-    if (strcmp(o->name, name) == 0) return o;
-  }
-  return NULL;
-}
 
 /* ---- Parsing ------------------------------------------------------------------------------- */
 
@@ -268,67 +129,60 @@ static bool parse_input(const char *text, int mesh_ndim, plan_input *in, char *e
   return true;
 }
 
-static bool parse_attr(const char *text, plan_attrs *a, char *err, size_t size) {
-  const char *eq = strchr(text, '=');
-  size_t klen = eq ? (size_t)(eq - text) : 0;
-  const char *v = eq ? eq + 1 : "";
-  int n = 0;
-  int64_t one[1];
-#define KEY(k) (klen == strlen(k) && strncmp(text, k, klen) == 0)
-  if (KEY("dim")) {
-    if (!parse_ints(v, DT_MAX_DIMS, a->dim, &a->n_dim, true))
-      return fail(err, size, "attribute '%.200s': dim=1 or dim=0,1", text);
-  } else if (KEY("keepdim")) {
-    if (strcmp(v, "1") && strcmp(v, "true") && strcmp(v, "0") && strcmp(v, "false"))
-      return fail(err, size, "attribute '%.200s': keepdim=true|false", text);
-    a->keepdim = strcmp(v, "1") == 0 || strcmp(v, "true") == 0;
-  } else if (KEY("shape")) {
-    if (!parse_ints(v, DT_MAX_DIMS, a->shape, &a->n_shape, true))
-      return fail(err, size, "attribute '%.200s': shape=6x5 or shape=-1", text);
-  } else if (KEY("dims")) {
-    if (!parse_ints(v, DT_MAX_DIMS, a->dims, &a->n_dims, true))
-      return fail(err, size, "attribute '%.200s': dims=2,0,1", text);
-  } else if (KEY("start") || KEY("end") || KEY("dim0") || KEY("dim1") || KEY("normalized")) {
-    if (!parse_ints(v, 1, one, &n, true) || n != 1)
-      return fail(err, size, "attribute '%.200s': an integer", text);
-    if (KEY("start"))
-      a->start = one[0];
-    else if (KEY("end"))
-      a->end = one[0];
-    else if (KEY("dim0"))
-      a->dim0 = one[0];
-    else if (KEY("dim1"))
-      a->dim1 = one[0];
-    else if (one[0] < 0 || one[0] > DT_MAX_DIMS) /* an int cast would wrap 2147483648 */
-      return fail(err, size, "attribute '%.200s': normalized=1 up to the input's dims", text);
-    else
-      a->normalized = (int)one[0];
-  } else if (KEY("scalar")) {
-    char *end;
-    a->scalar = strtod(v, &end);
-    if (end == v || *end) return fail(err, size, "attribute '%.200s': a number", text);
-  } else {
-    return fail(err, size,
-                "unknown attribute '%.200s' (dim, keepdim, shape, dims, start, end, dim0, dim1, "
-                "scalar, normalized)",
-                text);
-  }
-#undef KEY
+/* Appends one attribute word "name=value" to the case's attributes. */
+static bool add_attr(plan_case *c, const char *word, char *err, size_t size) {
+  size_t used = strlen(c->attrs);
+  if (word[0] == '=' || strchr(word, ' '))
+    return fail(err, size, "attribute '%.200s' is not name=value without spaces", word);
+  if (used + strlen(word) + 2 > sizeof c->attrs)
+    return fail(err, size, "%s", "too many attributes");
+  snprintf(c->attrs + used, sizeof c->attrs - used, "%s%s", used ? " " : "", word);
   return true;
 }
 
-static void default_attrs(plan_attrs *a) {
-  memset(a, 0, sizeof *a);
-  a->end = -1;
-  a->dim1 = 1;
-  a->scalar = 2;
-  a->normalized = 1;
+/* The op a name means: the list's op of that ATen name ("add.Tensor"), or the first op of that
+ * base name ("add") whose tensor count and attributes fit, as PyTorch picks an overload. */
+static bool resolve_op(const char *name, plan_case *c, char *err, size_t size) {
+  bool named = false;
+  for (int op = 0; op < DT_OP_COUNT; op++) {
+    const char *full = dt__op_table[op].name;
+    size_t base = strcspn(full, ".");
+    if (strcmp(full, name) != 0 && (strlen(name) != base || strncmp(full, name, base) != 0))
+      continue;
+    dt_op_params p;
+    dt_op_args args;
+    const char *why = NULL;
+    char count[160];
+    if (dt__op_params(op, &p)) {
+      why = dt_last_error();
+    } else if (c->n_in < p.min_tensors || c->n_in > p.max_tensors) {
+      if (p.max_tensors == INT_MAX)
+        snprintf(count, sizeof count, "%s takes %d or more tensor arguments, %d given", full,
+                 p.min_tensors, c->n_in);
+      else if (p.min_tensors == p.max_tensors)
+        snprintf(count, sizeof count, "%s takes %d tensor arguments, %d given", full, p.min_tensors,
+                 c->n_in);
+      else
+        snprintf(count, sizeof count, "%s takes %d to %d tensor arguments, %d given", full,
+                 p.min_tensors, p.max_tensors, c->n_in);
+      why = count;
+    } else if (dt__op_args_parse(op, c->attrs, &args)) {
+      why = dt_last_error();
+    }
+    if (!why) {
+      c->op = op;
+      return true;
+    }
+    if (!named) snprintf(err, size, "%s", why); /* the first candidate's reason */
+    named = true;
+  }
+  if (!named) snprintf(err, size, "unknown op '%.200s' (dtensor info --ops lists them)", name);
+  return false;
 }
 
 /* MESH OP ARG... [key=value...] after the options; false with a message on a usage error. */
 bool plan_parse_case(int argc, char **argv, plan_case *c, char *err, size_t size) {
   memset(c, 0, sizeof *c);
-  default_attrs(&c->attrs);
   if (argc < 3) return fail(err, size, "%s", "expected MESH OP ARG... (see --help)");
   int64_t mesh[DT_MESH_MAX_DIMS];
   int n = 0;
@@ -342,33 +196,17 @@ bool plan_parse_case(int argc, char **argv, plan_case *c, char *err, size_t size
   }
   if (world > 1024) return fail(err, size, "mesh '%.200s' has too many ranks", argv[0]);
   c->mesh_ndim = n;
-  c->op = plan_find_op(argv[1]);
-  if (!c->op) return fail(err, size, "unknown op '%.200s' (see --help for the list)", argv[1]);
+  snprintf(c->op_name, sizeof c->op_name, "%s", argv[1]);
   for (int i = 2; i < argc; i++) {
     if (strchr(argv[i], '=')) {
-      if (!parse_attr(argv[i], &c->attrs, err, size)) return false;
+      if (!add_attr(c, argv[i], err, size)) return false;
     } else {
       if (c->n_in == PLAN_MAX_INPUTS) return fail(err, size, "%s", "too many tensor arguments");
       if (!parse_input(argv[i], c->mesh_ndim, &c->in[c->n_in], err, size)) return false;
       c->n_in++;
     }
   }
-  if (c->n_in < c->op->min_in || c->n_in > c->op->max_in) {
-    if (c->op->min_in == c->op->max_in)
-      snprintf(err, size, "%s takes %d tensor arguments, %d given", c->op->name, c->op->min_in,
-               c->n_in);
-    else
-      snprintf(err, size, "%s takes %d to %d tensor arguments, %d given", c->op->name,
-               c->op->min_in, c->op->max_in, c->n_in);
-    return false;
-  }
-  if (c->op->call == call_layer_norm &&
-      (c->attrs.normalized < 1 || c->attrs.normalized > c->in[0].ndim)) {
-    snprintf(err, size, "layer_norm: normalized=%d outside 1..%d", c->attrs.normalized,
-             c->in[0].ndim);
-    return false;
-  }
-  return true;
+  return resolve_op(argv[1], c, err, size);
 }
 
 /* ---- Batch mode: JSON lines -------------------------------------------------------------------

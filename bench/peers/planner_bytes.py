@@ -330,8 +330,26 @@ def torch_side(cases):
 
 # ---- Our side -----------------------------------------------------------------------------------
 
+def plan_case(c):
+    """A case as `dtensor plan` takes it: the op by its ATen base name, attributes by the names
+    of the op's schema (the tool calls every op of the list through its schema)."""
+    op, at = c["op"], dict(c["attrs"])
+    if op in SCALAR:
+        op = op[:-len("_scalar")]
+        at["other"] = at.pop("scalar")
+    elif op == "flatten":
+        at["start_dim"], at["end_dim"] = at.pop("start"), at.pop("end")
+    elif op == "view":
+        at["size"] = at.pop("shape")
+    elif op in ("softmax", "log_softmax", "cat", "stack"):
+        at["dim"] = at["dim"][0]
+    elif op == "layer_norm":
+        at["normalized_shape"] = [c["args"][0]["shape"][-1]]
+    return dict(c, op=op, attrs=at)
+
+
 def our_side(dtensor, cases):
-    text = "".join(json.dumps(c) + "\n" for c in cases)
+    text = "".join(json.dumps(plan_case(c)) + "\n" for c in cases)
     p = subprocess.run([dtensor, "plan", "--stdin", "--json"], input=text, capture_output=True,
                        text=True, check=False)
     if p.returncode != 0:

@@ -11,8 +11,11 @@
 
 /* ---- cross_entropy_loss and its backward: infer and kernels ------------------------------ */
 
+/* ints = {ignore_index, is set}; ignore_index alone (a call made from the schema, as
+ * ops/op_args.c makes it) is PyTorch's: always in force, -100 by default. */
 static dt_cross_entropy_params params_of(const dt_op_call *call) {
-  return (dt_cross_entropy_params){.has_ignore_index = call->n_ints > 1 && call->ints[1] != 0,
+  bool has = call->n_ints > 1 ? call->ints[1] != 0 : call->n_ints == 1;
+  return (dt_cross_entropy_params){.has_ignore_index = has,
                                    .ignore_index = call->ints[0],
                                    .label_smoothing = call->scalars[0]};
 }
@@ -80,7 +83,7 @@ dt_status dt__cross_entropy_backward(const dt_op_call *fwd, dt_tensor *grad, dt_
                      .n_inputs = 3,
                      .inputs = {grad, logits, target},
                      .n_ints = 2,
-                     .ints = {fwd->ints[0], fwd->n_ints > 1 ? fwd->ints[1] : 0},
+                     .ints = {fwd->ints[0], params_of(fwd).has_ignore_index},
                      .scalars = {fwd->scalars[0]},
                      .n_outputs = 1,
                      .outputs = out};

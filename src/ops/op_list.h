@@ -352,7 +352,8 @@
 /* Losses. cross_entropy_loss is the per-row loss of reduction='none' with the class dim
  * kept (logits [N, C], target [N, 1] int64 -> [N, 1]); the ROWS rule shards logits, target
  * and output on dim 0 together and never the class dim; dt_cross_entropy (src/ops/loss.c)
- * reduces the rows. ignore_index in ints[0], ints[1] = 1 when an index is ignored (0: none),
+ * reduces the rows. ignore_index in ints[0], ints[1] = 1 when an index is ignored (0: none;
+ * ints[0] alone, as a call made from the schema has it: ignored, PyTorch's default -100),
  * label_smoothing in scalars[0]. The backward op takes {grad [N, 1], logits, target}. */
 #define DT_OPS_LOSS(X)                                                                             \
   X(CROSS_ENTROPY_LOSS, "cross_entropy_loss", COMPUTE, 2, dt__infer_cross_entropy,                 \
