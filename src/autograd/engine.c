@@ -254,8 +254,9 @@ static dt_status run_node(engine *e, dt_autograd_node *n, bool retain_graph) {
  * does every copy while a dispatch mode is active: a tracer (dt_compile's joint graph) then
  * sees the copy as the clone op it is. */
 static dt_status copy_grad(dt_tensor *g, bool traced, dt_tensor **out) {
-  if (DT_UNLIKELY(traced) || !dt__is_contiguous(g->ndim, g->shape, g->strides) ||
-      (g->spec && !dt__upcall.spec_retain)) {
+  /* (A gradient on another device than the CPU is copied there, by its device's clone.) */
+  if (DT_UNLIKELY(traced) || g->storage->device != 0 ||
+      !dt__is_contiguous(g->ndim, g->shape, g->strides) || (g->spec && !dt__upcall.spec_retain)) {
     return dt_clone(g, out);
   }
   dt_tensor *copy = NULL;
@@ -303,10 +304,13 @@ static dt_status commit(engine *e) {
   return DT_OK;
 }
 
-/* The default seed gradient of a one-element loss: ones, Replicate when distributed (a
- * Partial loss must not be seeded with a Partial one, which would sum to the mesh size). */
+/* The default seed gradient of a one-element loss: ones on its device, Replicate when distributed
+ * (a Partial loss must not be seeded with a Partial one, which would sum to the mesh size). */
 static dt_status seed_ones(dt_tensor *loss, const dt_tensor_meta *lm, dt_tensor **out) {
-  if (!loss->spec) return dt_ones(lm->ndim, lm->shape, lm->dtype, out);
+  if (!loss->spec) { /* on the loss's device */
+    dt_tensor_options on = {.device = dt_tensor_device(loss)};
+    return dt_full_ex(lm->ndim, lm->shape, 1.0, lm->dtype, &on, out);
+  }
   dt_mesh *mesh = dt_dist_mesh(loss);
   dt_placement placements[DT_MESH_MAX_DIMS];
   int mesh_ndim = dt_mesh_ndim(mesh);

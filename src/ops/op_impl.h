@@ -60,6 +60,12 @@ typedef struct dt_reduction_facts {
 } dt_reduction_facts;
 dt_reduction_facts dt__reduction_facts(const dt_op_call *call, int ndim);
 
+/* The strides that view a tensor of (ndim, shape, strides) with new_shape without copying
+ * (ops/shape.c: view, reshape); false when no view can (reshape then copies). Every device's
+ * reshape uses it. */
+bool dt__view_strides(int ndim, const int64_t *shape, const int64_t *strides, int new_ndim,
+                      const int64_t *new_shape, int64_t *new_strides);
+
 /* For in-place ops: other must broadcast to self's shape exactly. DT_ERR_SHAPE naming op,
  * what (the argument's name, "other", "mask", "src") and both shapes otherwise. */
 dt_status dt__check_broadcasts_to_self(const char *op, const char *what, const dt_tensor *self,

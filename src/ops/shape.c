@@ -77,8 +77,8 @@ static dt_status resolve_shape(const dt_op_call *call, const dt_tensor *a, int n
  * block of evenly spaced elements, which any row-major split can index. Each run must therefore
  * be covered exactly by consecutive new dims; a new dim spanning two runs is impossible.
  */
-static bool view_strides(int ndim, const int64_t *shape, const int64_t *strides, int new_ndim,
-                         const int64_t *new_shape, int64_t *new_strides) {
+bool dt__view_strides(int ndim, const int64_t *shape, const int64_t *strides, int new_ndim,
+                      const int64_t *new_shape, int64_t *new_strides) {
   if (dt__numel(ndim, shape) <= 1) {
     /* Nothing to step over (or at most one element): any strides do. */
     dt__contiguous_strides(new_ndim, new_shape, new_strides);
@@ -137,7 +137,7 @@ static dt_status infer_reshape_like(dt_op_call *call, dt_tensor_meta *metas, boo
   if (st) return st;
   if (must_view) {
     int64_t strides[DT_MAX_DIMS];
-    if (!view_strides(a->ndim, a->shape, a->strides, call->n_ints, call->ints, strides)) {
+    if (!dt__view_strides(a->ndim, a->shape, a->strides, call->n_ints, call->ints, strides)) {
       return view_error(call, a, call->n_ints, call->ints);
     }
   }
@@ -182,7 +182,7 @@ dt_status dt__infer_flatten(dt_op_call *call, dt_tensor_meta *metas) {
 dt_status dt__kernel_view(dt_op_call *call) {
   const dt_tensor *a = call->inputs[0];
   int64_t strides[DT_MAX_DIMS];
-  bool ok = view_strides(a->ndim, a->shape, a->strides, call->n_ints, call->ints, strides);
+  bool ok = dt__view_strides(a->ndim, a->shape, a->strides, call->n_ints, call->ints, strides);
   DT_ASSERT(ok);
   return dt__tensor_view(a, call->n_ints, call->ints, strides, a->offset, &call->outputs[0]);
 }
@@ -191,7 +191,7 @@ dt_status dt__kernel_view(dt_op_call *call) {
 dt_status dt__kernel_reshape(dt_op_call *call) {
   const dt_tensor *a = call->inputs[0];
   int64_t strides[DT_MAX_DIMS];
-  if (view_strides(a->ndim, a->shape, a->strides, call->n_ints, call->ints, strides)) {
+  if (dt__view_strides(a->ndim, a->shape, a->strides, call->n_ints, call->ints, strides)) {
     return dt__tensor_view(a, call->n_ints, call->ints, strides, a->offset, &call->outputs[0]);
   }
   dt_tensor *out = NULL;
