@@ -21,12 +21,13 @@ if [ -z "$layers" ]; then
   exit 1
 fi
 
-# A file's layer: its top folder, except the per-device kernel tables, which live in their
-# device's folder (a device is one folder) but index the op list and name the ops' kernel
-# adapters: they rank with ops.
+# A file's layer: its top folder, except the per-device kernel tables and a device's op
+# adapters (kernels/<device>/op_*: they read the op's call record, as the CPU's adapters in
+# src/ops/ do), which live in their device's folder (a device is one folder) but index the op
+# list or read its calls: they rank with ops.
 layer_of() {
   case "$1" in
-    kernels/kernel_table.h | kernels/registry.c | kernels/*/*_table.c) echo ops ;;
+    kernels/kernel_table.h | kernels/registry.c | kernels/*/*_table.c | kernels/*/op_*) echo ops ;;
     *) echo "${1%%/*}" ;;
   esac
 }

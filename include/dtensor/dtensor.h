@@ -27,6 +27,7 @@
 #include "dtensor/comm.h"
 #include "dtensor/compile.h"
 #include "dtensor/core.h"
+#include "dtensor/cuda.h"
 #include "dtensor/dist.h"
 #include "dtensor/graph.h"
 #include "dtensor/loss.h"

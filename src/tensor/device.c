@@ -95,6 +95,10 @@ dt_status dt__device_check_available(const char *op, dt_device device) {
   }
   if (!m) return dt__error(DT_ERR_UNSUPPORTED, "%s: device %s is not registered", op, name);
   int count = m->count();
+  if (count == 0 && m->absent) {
+    return dt__error(DT_ERR_UNSUPPORTED, "%s: device %s is not available: %s", op, name,
+                     m->absent());
+  }
   if (device.index < 0 || device.index >= count) {
     return dt__error(DT_ERR_UNSUPPORTED, "%s: device %s is not present (%d device%s of kind %s)",
                      op, name, count, count == 1 ? "" : "s", m->name);

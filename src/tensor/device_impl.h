@@ -27,12 +27,16 @@ static inline dt_device dt__device_of_key(uint32_t key) {
 }
 static inline uint32_t dt__tensor_device_key(const dt_tensor *t) { return t->storage->device; }
 
-/* What a device kind provides to the tensor layer. Copies never overlap and are synchronous:
- * they return when the bytes have arrived. */
+/* What a device kind provides to the tensor layer. Copies never overlap. A copy to the host
+ * returns when the bytes have arrived; a copy from the host returns when the source may be
+ * reused; every copy is ordered before the calling thread's later work on the devices it
+ * touches (a GPU kind queues device work on the thread's stream and need not wait for it). */
 typedef struct dt_device_memory {
   const char *name;     /* "cpu", "cuda", ... */
   bool host_accessible; /* host code may dereference its memory */
   int (*count)(void);   /* devices of this kind present in this process */
+  /* Optional: why count() is 0, for error messages ("no CUDA device (...)"). */
+  const char *(*absent)(void);
   /* nbytes (> 0) of device memory on device `index`; NULL when out of memory. */
   void *(*alloc)(int index, size_t nbytes);
   void (*free)(int index, void *ptr);

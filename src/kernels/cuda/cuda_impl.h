@@ -1,0 +1,48 @@
+/*
+ * The CUDA device's private interface (a CUDA build only): devices and their count, the
+ * calling thread's current stream per device, CUDA errors as dt_status, the TF32 setting.
+ * C only, on the CUDA runtime's C API (tensor_impl.h's C11 atomics are not C++): .cu files get
+ * plain arguments from the C files that include this.
+ */
+#ifndef DT_KERNELS_CUDA_IMPL_H
+#define DT_KERNELS_CUDA_IMPL_H
+
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+
+#include "dtensor/cuda.h"
+#include "tensor/device_impl.h"
+
+/* Devices beyond this many are not used (the count is clamped). */
+#define DT__CUDA_MAX_DEVICES 16
+
+/* The devices present, counted once per process (0 without a GPU or a driver). */
+int dt__cuda_count(void);
+
+/* Why dt__cuda_count is 0: "no CUDA device (...the runtime's reason...)"; "" when it is not. */
+const char *dt__cuda_absent_reason(void);
+
+/* DT_OK when index names a present device; otherwise DT_ERR_UNSUPPORTED (no device) or
+ * DT_ERR_INVALID (a bad index) naming `op`. */
+dt_status dt__cuda_check_device(const char *op, int index);
+
+/* Makes device index (present: the caller checked) the calling thread's current device. */
+dt_status dt__cuda_use_device(const char *op, int index);
+
+/* The calling thread's current stream on device index, made the current device. The
+ * thread takes a stream from the device's pool on first use and returns it at exit, so
+ * streams live as long as the process (the caching allocator keys free blocks by stream). */
+dt_status dt__cuda_stream(const char *op, int index, cudaStream_t *out);
+
+/* A failed CUDA call as a dt_status with "op: what: cudaErrorName: description": DT_ERR_NOMEM
+ * for cudaErrorMemoryAllocation, DT_ERR_UNSUPPORTED for no device or driver, otherwise
+ * DT_ERR_INTERNAL. Clears the runtime's last (non-sticky) error. */
+dt_status dt__cuda_error(const char *op, const char *what, cudaError_t error);
+
+/* Whether f32 GEMMs may use TF32 (dt_cuda_set_allow_tf32). */
+bool dt__cuda_allow_tf32(void);
+
+/* The CUDA kind's memory (cuda_memory.c), registered by cuda_table.c at start-up. */
+extern const dt_device_memory dt__cuda_memory;
+
+#endif /* DT_KERNELS_CUDA_IMPL_H */
