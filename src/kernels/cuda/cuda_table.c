@@ -8,7 +8,9 @@
 
 /* Indexed by op id; an op left out is refused, naming the op and the device. */
 const dt_op_kernel_fn dt__cuda_kernels[DT_OP_COUNT] = {
-    NULL, /* [DT_OP_<ID>] = dt__cuda_kernel_<name>, one line per op */
+    [DT_OP_MM] = dt__cuda_kernel_mm,         [DT_OP_BMM] = dt__cuda_kernel_mm,
+    [DT_OP_MATMUL] = dt__cuda_kernel_matmul, [DT_OP_ADDMM] = dt__cuda_kernel_addmm,
+    [DT_OP_LINEAR] = dt__cuda_kernel_linear,
 };
 
 __attribute__((constructor)) static void register_cuda(void) {

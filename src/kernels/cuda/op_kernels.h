@@ -10,4 +10,10 @@
 
 #include "ops/op_def.h"
 
+/* The GEMM family on cuBLAS (op_gemm.c): mm and bmm share one kernel, as on the CPU. */
+dt_status dt__cuda_kernel_mm(dt_op_call *call);
+dt_status dt__cuda_kernel_matmul(dt_op_call *call);
+dt_status dt__cuda_kernel_addmm(dt_op_call *call);
+dt_status dt__cuda_kernel_linear(dt_op_call *call);
+
 #endif /* DT_KERNELS_CUDA_OP_KERNELS_H */
