@@ -1,6 +1,7 @@
 /*
  * libdtensor — tensor parallelism: styles, the eager parallelize_module, and the
- * tensor-parallel transformation of exported programs.
+ * tensor-parallel transformation of exported programs; FSDP and DDP; context parallelism
+ * (ring attention over a "cp" mesh dim, at the end).
  *
  * A plan maps module FQNs to a style, applied on one mesh dim (dt_parallel_tp_transform: a group of
  * world_size ranks; dt_parallel_tp_module: the last dim of an N-D mesh, e.g. "tp" of
@@ -233,6 +234,90 @@ DT_API dt_status dt_parallel_ddp(dt_module *module, dt_mesh *mesh, int dim,
  * collective errors. */
 DT_API dt_status dt_parallel_ddp_reduce_gradients(int n, dt_tensor *const *params, int dim,
                                                   const dt_ddp_options *options, int *buckets);
+
+/* ---- Context parallelism (PyTorch's experimental context_parallel) ------------------------ */
+
+/* How a sequence of T positions lies over the n ranks of the cp mesh dim. Chunks follow
+ * torch.chunk (ceil(T / chunks) positions each, the trailing ones fewer or none), so T need not
+ * divide.
+ *   HEAD_TAIL   2n chunks; rank i holds chunks i and 2n-1-i, in that order (the load-balanced
+ *               layout for causal attention: every rank gets the same share of the triangle).
+ *   CONTIGUOUS  n chunks; rank i holds chunk i. */
+typedef enum dt_cp_layout {
+  DT_CP_LAYOUT_HEAD_TAIL = 0,
+  DT_CP_LAYOUT_CONTIGUOUS = 1,
+} dt_cp_layout;
+
+/* The global positions rank cp_rank of cp_size holds under layout, for a sequence of seq_len
+ * positions: *n_segments (1 or 2; a segment may be empty) runs of lengths[i] positions starting
+ * at starts[i], in the order the rank's local sequence holds them. What position ids, rotary
+ * tables and labels are built from (or shard them with dt_parallel_cp_shard_sequence). Pure.
+ * Errors: DT_ERR_INVALID (NULL output, seq_len < 0, cp_size < 1, cp_rank outside it, an
+ * unknown layout). */
+DT_API dt_status dt_parallel_cp_segments(int64_t seq_len, int cp_size, int cp_rank,
+                                         dt_cp_layout layout, int64_t starts[2], int64_t lengths[2],
+                                         int *n_segments);
+
+/* This rank's part of full, a local tensor holding the whole sequence on dim seq_dim (negative
+ * counts from the end; every rank passes the same values): the positions
+ * dt_parallel_cp_segments gives this rank's coordinate on mesh dim cp_dim, concatenated in that
+ * order, in a new tensor (*out: a new reference, contiguous). Recorded by autograd (narrow and
+ * cat). Not collective. Errors: DT_ERR_INVALID (NULL, cp_dim outside the mesh, an unknown
+ * layout), DT_ERR_INDEX (seq_dim outside full's dims), DT_ERR_UNSUPPORTED (a distributed full). */
+DT_API dt_status dt_parallel_cp_shard_sequence(dt_mesh *mesh, int cp_dim, dt_tensor *full,
+                                               int64_t seq_dim, dt_cp_layout layout,
+                                               dt_tensor **out);
+
+/* The inverse: gathers every cp rank's local part (dim seq_dim, sizes as the layout gives them;
+ * the lengths are all_gathered first, so the total is found and a wrong split is refused) and
+ * returns the whole sequence in global order, the same on every cp rank (*out: a new
+ * reference). Differentiable: the gradient of the whole tensor comes back as this rank's part
+ * of it (the backward does not communicate: every rank holds the same whole gradient, as when
+ * a loss is computed on the unsharded output everywhere). Collective over the cp dim's group.
+ * Errors: DT_ERR_INVALID (NULL, cp_dim outside the mesh, an unknown layout), DT_ERR_INDEX
+ * (seq_dim), DT_ERR_UNSUPPORTED (a distributed local), DT_ERR_SHAPE (a rank's length, or its other
+ * dims, not what the layout gives it; reported on every rank), the collective errors. */
+DT_API dt_status dt_parallel_cp_unshard_sequence(dt_mesh *mesh, int cp_dim, dt_tensor *local,
+                                                 int64_t seq_dim, dt_cp_layout layout,
+                                                 dt_tensor **out);
+
+/* Options of dt_parallel_cp_attention. Zero-initialise; NULL means all defaults. */
+typedef struct dt_cp_attention_options {
+  bool is_causal;      /* global query i keeps global keys j <= i (top-left, as SDPA's) */
+  double scale;        /* > 0; 0: 1/sqrt(E) */
+  dt_cp_layout layout; /* how q, k, v and the outputs lie on the cp dim (default HEAD_TAIL) */
+} dt_cp_attention_options;
+
+/* Ring attention (context parallelism): dt_scaled_dot_product_attention of the whole sequence,
+ * computed from each rank's part of it. q [B, H, Tl, E], k [B, Hk, Sl, E], v [B, Hk, Sl, Ev] are
+ * local tensors holding this rank's positions of the sequence dim (2) as options->layout lays a
+ * T-position (S for keys) sequence over the n ranks of mesh dim cp_dim (the other dims are
+ * equal on every cp rank; on a 2-D mesh the other dims may shard the batch or the heads
+ * independently). Each rank attends its queries to its own key/value block, then to the
+ * others' as the blocks rotate around the ring (send/recv to the next rank, the next block's
+ * transfer posted before the current block's compute); the partial outputs are merged through
+ * their log-sum-exps. Causal: a block pair is attended in full, with the causal mask (the
+ * diagonal chunk) or not at all (a block entirely in the future), by global position; causal
+ * needs S == T. mask (NULL, bool or q's dtype) is a local tensor of the whole problem,
+ * broadcasting to [B, H, T, S] and equal on every rank; each block reads its rows and columns.
+ * *out [B, H, Tl, Ev] (q's dtype) and *lse [B, H, Tl] (may be NULL; float32, float64 for
+ * float64) are this rank's rows of SDPA's outputs, in the same layout; the merge runs in
+ * double. Differentiable in q, k and v: the backward computes dq locally and sends dk and dv
+ * around the ring with their blocks back to their owners, so gradients equal the unsharded
+ * attention's. Collective over the cp dim's group, in the forward and in the backward (every
+ * cp rank must run both; the mesh is retained until the backward's node dies). The arguments are
+ * checked on every rank, then a small descriptor is all_gathered, so every rank returns the
+ * same verdict. Errors: DT_ERR_INVALID (NULL mesh, q, k, v or out, cp_dim outside the mesh, a
+ * scale not finite or < 0, an unknown layout, another cp rank refused
+ * its arguments), DT_ERR_DTYPE (not floating, dtypes differ, a mask neither bool nor q's dtype),
+ * DT_ERR_SHAPE (not 4-D, sizes that disagree within a rank or across ranks, a rank's length
+ * that is not the layout's share (shard with dt_parallel_cp_shard_sequence), causal with S != T,
+ * a mask that does not broadcast), DT_ERR_UNSUPPORTED (a distributed argument: pass the local
+ * parts; tensors off the CPU), the collective errors. */
+DT_API dt_status dt_parallel_cp_attention(dt_mesh *mesh, int cp_dim, dt_tensor *q, dt_tensor *k,
+                                          dt_tensor *v, dt_tensor *mask,
+                                          const dt_cp_attention_options *options, dt_tensor **out,
+                                          dt_tensor **lse);
 
 #ifdef __cplusplus
 }
