@@ -18,15 +18,7 @@ dt_status dt_rms_norm(dt_tensor *x, int ndims, const int64_t *normalized_shape, 
   if (out) *out = NULL;
   if (!(eps >= 0) || !isfinite(eps))
     return dt__error(DT_ERR_INVALID, "rms_norm: eps %g must be finite and >= 0", eps);
-  dt_op_call call = {.op = DT_OP_RMS_NORM,
-                     .n_inputs = 2,
-                     .inputs = {x, weight},
-                     .int_list = normalized_shape,
-                     .n_int_list = ndims,
-                     .scalars = {eps},
-                     .n_outputs = 1,
-                     .outputs = out};
-  return dt__dispatch(&call);
+  return dt__norm_dispatch(DT_OP_RMS_NORM, x, ndims, normalized_shape, weight, NULL, eps, out);
 }
 
 /* ---- scaled_dot_product_attention ---------------------------------------------------------- */

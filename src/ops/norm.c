@@ -143,10 +143,10 @@ dt_status dt_log_softmax(dt_tensor *a, int64_t dim, dt_tensor **out) {
   return softmax(DT_OP_LOG_SOFTMAX, a, dim, out);
 }
 
-dt_status dt_layer_norm(dt_tensor *x, int ndims, const int64_t *normalized_shape, dt_tensor *weight,
-                        dt_tensor *bias, double eps, dt_tensor **out) {
-  dt_op_call call = {.op = DT_OP_LAYER_NORM,
-                     .n_inputs = 3,
+dt_status dt__norm_dispatch(dt_op op, dt_tensor *x, int ndims, const int64_t *normalized_shape,
+                            dt_tensor *weight, dt_tensor *bias, double eps, dt_tensor **out) {
+  dt_op_call call = {.op = op,
+                     .n_inputs = op == DT_OP_RMS_NORM ? 2 : 3,
                      .inputs = {x, weight, bias},
                      .int_list = normalized_shape,
                      .n_int_list = ndims,
@@ -154,6 +154,11 @@ dt_status dt_layer_norm(dt_tensor *x, int ndims, const int64_t *normalized_shape
                      .n_outputs = 1,
                      .outputs = out};
   return dt__dispatch(&call);
+}
+
+dt_status dt_layer_norm(dt_tensor *x, int ndims, const int64_t *normalized_shape, dt_tensor *weight,
+                        dt_tensor *bias, double eps, dt_tensor **out) {
+  return dt__norm_dispatch(DT_OP_LAYER_NORM, x, ndims, normalized_shape, weight, bias, eps, out);
 }
 
 dt_status dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor *running_var,

@@ -108,6 +108,11 @@ typedef dt_status (*dt__channel_reduce_fn)(void *ctx, dt_tensor *sums);
  * the whole batch) before they are divided by count. The kernel is this with reduce NULL;
  * the dist dispatcher passes an all_reduce over the mesh dims that shard the batch.
  * (ops/batch_norm_training.c) */
+/* layer_norm (inputs {x, weight?, bias?}) or rms_norm ({x, weight?}; bias unused): the call
+ * with normalized_shape borrowed in int_list and eps in scalars[0], dispatched. (ops/norm.c) */
+dt_status dt__norm_dispatch(dt_op op, dt_tensor *x, int ndims, const int64_t *normalized_shape,
+                            dt_tensor *weight, dt_tensor *bias, double eps, dt_tensor **out);
+
 dt_status dt__batch_norm_training_stats(dt_op_call *call, int64_t count,
                                         dt__channel_reduce_fn reduce, void *ctx);
 
