@@ -163,3 +163,21 @@ bool dt_grad_mode_set(bool enabled) {
 }
 
 bool dt_grad_mode_enabled(void) { return !dt__grad_disabled; }
+
+dt_status dt__copy_values_no_grad(dt_tensor *dst, dt_tensor *src) {
+  bool prev = dt_grad_mode_set(false);
+  dt_tensor *d = NULL, *s = NULL;
+  dt_status st = DT_OK;
+  if (dt_tensor_is_distributed(dst)) {
+    st = dt_dist_to_local(dst, &d);
+    if (!st) st = dt_dist_to_local(src, &s);
+  } else {
+    d = dt_tensor_retain(dst);
+    s = dt_tensor_retain(src);
+  }
+  if (!st) st = dt_copy_(d, s);
+  dt_tensor_release(d);
+  dt_tensor_release(s);
+  dt_grad_mode_set(prev);
+  return st;
+}

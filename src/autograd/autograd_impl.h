@@ -211,4 +211,9 @@ void dt__grad_release(dt_tensor *const *tensors, size_t n);
   dt__grad_release((dt_tensor *[]){__VA_ARGS__},                                                   \
                    sizeof((dt_tensor *[]){__VA_ARGS__}) / sizeof(dt_tensor *))
 
+/* Copies src's values into dst in place, under no_grad: for a distributed dst, src is read in
+ * the same placements and only this rank's block is copied (loading a state dict into a
+ * parameter or an optimizer slot, which are leaves and no part of any graph). (autograd.c) */
+dt_status dt__copy_values_no_grad(dt_tensor *dst, dt_tensor *src);
+
 #endif /* DT_AUTOGRAD_IMPL_H */

@@ -8,6 +8,7 @@
 
 #include "checkpoint/checkpoint_impl.h"
 #include "checkpoint/checkpoint_meta.h"
+#include "autograd/autograd_impl.h"
 #include "core/core_impl.h"
 #include "dtensor/autograd.h"
 #include "dtensor/nn.h"
@@ -82,27 +83,6 @@ static void slot_list_free(slot_list *list) {
   dt__free(list->items);
   dt__free(list->name_offsets);
   dt__free(list->names);
-}
-
-/* Copies value (read in target's own placements, so the local blocks match) into target
- * in place, under no_grad: a parameter is a leaf that requires grad, and a load is not part
- * of any graph (PyTorch copies under torch.no_grad too). */
-static dt_status copy_into(dt_tensor *target, dt_tensor *value) {
-  bool prev = dt_grad_mode_set(false);
-  dt_tensor *dst = NULL, *src = NULL;
-  dt_status st = DT_OK;
-  if (dt_tensor_is_distributed(target)) {
-    st = dt_dist_to_local(target, &dst);
-    if (!st) st = dt_dist_to_local(value, &src);
-  } else {
-    dst = dt_tensor_retain(target);
-    src = dt_tensor_retain(value);
-  }
-  if (!st) st = dt_copy_(dst, src);
-  dt_tensor_release(dst);
-  dt_tensor_release(src);
-  dt_grad_mode_set(prev);
-  return st;
 }
 
 static void shape_text(int ndim, const int64_t *shape, char *buf, size_t size) {
@@ -189,7 +169,8 @@ dt_status dt_state_dict_load(dt_module *module, dt_safetensors *file,
    * placements and requires_grad stay, and whoever else holds them (an optimizer, FSDP's
    * units) sees the new values. */
   for (int i = 0; i < slots.count && !st; i++) {
-    if (slots.items[i].value) st = copy_into(slots.items[i].target, slots.items[i].value);
+    if (slots.items[i].value)
+      st = dt__copy_values_no_grad(slots.items[i].target, slots.items[i].value);
   }
   if (st) {
     dt__error_prefix(op);

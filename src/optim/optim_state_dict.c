@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd/autograd_impl.h"
 #include "optim/optim_impl.h"
 #include "tensor/tensor_impl.h"
 
@@ -195,25 +196,6 @@ static dt_status check_slot(const char *fn, const char *name, dt_tensor *t, dt_t
   return DT_OK;
 }
 
-/* Copies t's values into s (same layout), this rank's block only, under no_grad. */
-static dt_status copy_slot(dt_tensor *s, dt_tensor *t) {
-  bool prev = dt_grad_mode_set(false);
-  dt_tensor *dst = NULL, *src = NULL;
-  dt_status st = DT_OK;
-  if (dt_tensor_is_distributed(s)) {
-    st = dt_dist_to_local(s, &dst);
-    if (!st) st = dt_dist_to_local(t, &src);
-  } else {
-    dst = dt_tensor_retain(s);
-    src = dt_tensor_retain(t);
-  }
-  if (!st) st = dt_copy_(dst, src);
-  dt_tensor_release(dst);
-  dt_tensor_release(src);
-  dt_grad_mode_set(prev);
-  return st;
-}
-
 /* What dt_optimizer_load_state_dict reads from a state dict, checked entry by entry. */
 typedef struct loaded {
   double h[DT__OPTIM_MAX_HYPER];
@@ -359,7 +341,7 @@ dt_status dt_optimizer_load_state_dict(dt_optimizer *opt, const dt_optimizer_sta
     if (k == ROLE_STEP) {
       opt->steps[i] = *(const int64_t *)dt_tensor_data(sd->tensors[e]);
     } else if (sd->tensors[e] != opt->state[DT__OPTIM_MAX_SLOTS * i + k]) {
-      st = copy_slot(opt->state[DT__OPTIM_MAX_SLOTS * i + k], sd->tensors[e]);
+      st = dt__copy_values_no_grad(opt->state[DT__OPTIM_MAX_SLOTS * i + k], sd->tensors[e]);
     }
   }
   memcpy(opt->hyper, l.h, sizeof l.h);
