@@ -502,41 +502,27 @@ static dt_status step_strided_reduce_scatter(dt_comm *comm, dt_tensor *local, in
   return st;
 }
 
-/* SS(d, f) -> S(e), e != d: with d seen as [f, chunk], an all_to_all from the chunk dim to e
- * (each rank receives every rank's chunks of its piece of e); the received chunks stack
- * into whole blocks, which seen as one dim are d in order. */
-static dt_status strided_to_shard(dt_comm *comm, dt_tensor *local, int d, int64_t f, int e,
-                                  int64_t extent, int n, int coord, const int64_t *out_shape,
-                                  int ndim, dt_tensor **out) {
+/* SS(d, f) <-> S(e) (to_strided: S(e) -> SS(d, f)); extent is the extent of the dim that is
+ * sharded before the step (d's from SS, e's from S) at this mesh level. For e == d the exchange
+ * above. For e != d, with d seen as [f, chunk], one all_to_all: from SS, from the chunk dim to e
+ * (each rank receives every rank's chunks of its piece of e), the received chunks stacking
+ * into whole blocks, which seen as one dim are d in order; to SS, the inverse, from e to the
+ * chunk dim, whose chunks are this rank's strided chunks. */
+static dt_status strided_shard_swap(dt_comm *comm, dt_tensor *local, int d, int64_t f, int e,
+                                    bool to_strided, int64_t extent, int n, int coord,
+                                    const int64_t *out_shape, int ndim, dt_tensor **out) {
   dt_status st = check_split_rank(ndim);
   if (st) return st;
   if (e == d)
-    return strided_shard_exchange(comm, local, d, f, extent, n, coord, false, out_shape, ndim, out);
-  dt_tensor blocks = split_dim(local, d, f);
-  int64_t shape[DT_MAX_DIMS];
-  blocks_shape(out_shape, ndim, d, f, extent, shape);
-  st = step_all_to_all(comm, &blocks, d + 1, e < d ? e : e + 1, extent / f, n, coord, shape,
-                       ndim + 1, out);
-  if (!st) merge_in_place(*out, d);
-  return st;
-}
-
-/* S(e) -> SS(d, f), the inverse of strided_to_shard: for e = d the exchange above; for e != d,
- * with d seen as [f, block], the all_to_all from e to the block dim, whose chunks are this
- * rank's strided chunks. */
-static dt_status shard_to_strided(dt_comm *comm, dt_tensor *local, int e, int d, int64_t f,
-                                  int64_t extent_e, int n, int coord, const int64_t *out_shape,
-                                  int ndim, dt_tensor **out) {
-  dt_status st = check_split_rank(ndim);
-  if (st) return st;
-  if (e == d)
-    return strided_shard_exchange(comm, local, d, f, extent_e, n, coord, true, out_shape, ndim,
+    return strided_shard_exchange(comm, local, d, f, extent, n, coord, to_strided, out_shape, ndim,
                                   out);
   dt_tensor blocks = split_dim(local, d, f);
   int64_t shape[DT_MAX_DIMS];
-  blocks_shape(out_shape, ndim, d, f, out_shape[d], shape);
-  st = step_all_to_all(comm, &blocks, e < d ? e : e + 1, d + 1, extent_e, n, coord, shape, ndim + 1,
-                       out);
+  blocks_shape(out_shape, ndim, d, f, to_strided ? out_shape[d] : extent, shape);
+  int chunk_dim = d + 1, other = e < d ? e : e + 1;
+  st =
+      step_all_to_all(comm, &blocks, to_strided ? other : chunk_dim, to_strided ? chunk_dim : other,
+                      to_strided ? extent : extent / f, n, coord, shape, ndim + 1, out);
   if (!st) merge_in_place(*out, d);
   return st;
 }
@@ -587,15 +573,17 @@ dt_status dt__redistribute_execute(dt_tensor *local, const dt_dist_spec *from,
       case DT_STEP_ALL_REDUCE: st = step_all_reduce(comm, current, step->from.op, &next); break;
       case DT_STEP_ALL_TO_ALL:
         if (step->from.kind == DT_STRIDED_SHARD) {
-          st = strided_to_shard(comm, current, step->from.dim, step->from.split_factor,
-                                step->to.dim, level_extent(from, &mi, state, m, step->from.dim), n,
-                                coord, out_shape, from->ndim, &next);
+          st = strided_shard_swap(comm, current, step->from.dim, step->from.split_factor,
+                                  step->to.dim, false,
+                                  level_extent(from, &mi, state, m, step->from.dim), n, coord,
+                                  out_shape, from->ndim, &next);
           break;
         }
         if (step->to.kind == DT_STRIDED_SHARD) {
-          st = shard_to_strided(comm, current, step->from.dim, step->to.dim, step->to.split_factor,
-                                level_extent(from, &mi, state, m, step->from.dim), n, coord,
-                                out_shape, from->ndim, &next);
+          st =
+              strided_shard_swap(comm, current, step->to.dim, step->to.split_factor, step->from.dim,
+                                 true, level_extent(from, &mi, state, m, step->from.dim), n, coord,
+                                 out_shape, from->ndim, &next);
           break;
         }
         st = step_all_to_all(comm, current, step->from.dim, step->to.dim,
