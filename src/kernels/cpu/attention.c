@@ -141,19 +141,27 @@ static int64_t key_end(const dt_attention_args *a, int64_t i0, int64_t nr, int64
   return e < S ? e : S;
 }
 
+/* Keys j0.. (up to BC, before end) of head h's kv head packed into t->k and t->v, and the
+ * scores of the query tile (packed in t->q) against them in t->s; returns how many keys. */
+static int64_t key_tile(const dt_attention_args *a, tiles *t, int64_t b, int64_t h, int64_t i0,
+                        int64_t nr, int64_t j0, int64_t end) {
+  int64_t kh = h / (a->q->shape[1] / a->k->shape[1]);
+  int64_t nc = end - j0 < BC ? end - j0 : BC;
+  pack(a->k, b, kh, j0, nc, a->q->shape[3], t->k);
+  pack(a->v, b, kh, j0, nc, a->v->shape[3], t->v);
+  tile_scores(a, b, h, i0, nr, j0, nc, t->q, t->k, t->s);
+  return nc;
+}
+
 static void forward_tile(const dt_attention_args *a, tiles *t, int64_t b, int64_t h, int64_t i0,
                          int64_t nr, dt_tensor *out, dt_tensor *lse) {
   int64_t E = a->q->shape[3], Ev = a->v->shape[3], S = a->k->shape[2];
-  int64_t kh = h / (a->q->shape[1] / a->k->shape[1]);
   pack(a->q, b, h, i0, nr, E, t->q);
   for (int64_t r = 0; r < nr; r++) t->m[r] = -INFINITY, t->l[r] = 0;
   memset(t->acc, 0, sizeof(double) * (size_t)(nr * Ev));
   int64_t end = key_end(a, i0, nr, S);
   for (int64_t j0 = 0; j0 < end; j0 += BC) {
-    int64_t nc = end - j0 < BC ? end - j0 : BC;
-    pack(a->k, b, kh, j0, nc, E, t->k);
-    pack(a->v, b, kh, j0, nc, Ev, t->v);
-    tile_scores(a, b, h, i0, nr, j0, nc, t->q, t->k, t->s);
+    int64_t nc = key_tile(a, t, b, h, i0, nr, j0, end);
     for (int64_t r = 0; r < nr; r++) {
       double *s = t->s + r * BC, mx = t->m[r];
       for (int64_t c = 0; c < nc; c++) mx = s[c] > mx ? s[c] : mx;
@@ -201,7 +209,6 @@ dt_status dt__cpu_attention(const dt_attention_args *a, dt_tensor *out, dt_tenso
 static void backward_tile(const dt_attention_args *a, tiles *t, int64_t b, int64_t h, int64_t i0,
                           int64_t nr, const dt_tensor *gs, double *dk, double *dv, dt_tensor *dq) {
   int64_t E = a->q->shape[3], Ev = a->v->shape[3], S = a->k->shape[2];
-  int64_t kh = h / (a->q->shape[1] / a->k->shape[1]);
   pack(a->q, b, h, i0, nr, E, t->q);
   pack(gs, b, h, i0, nr, Ev, t->g);
   for (int64_t r = 0; r < nr; r++) {
@@ -211,10 +218,7 @@ static void backward_tile(const dt_attention_args *a, tiles *t, int64_t b, int64
   memset(t->dq, 0, sizeof(double) * (size_t)(nr * E));
   int64_t end = key_end(a, i0, nr, S);
   for (int64_t j0 = 0; j0 < end; j0 += BC) {
-    int64_t nc = end - j0 < BC ? end - j0 : BC;
-    pack(a->k, b, kh, j0, nc, E, t->k);
-    pack(a->v, b, kh, j0, nc, Ev, t->v);
-    tile_scores(a, b, h, i0, nr, j0, nc, t->q, t->k, t->s);
+    int64_t nc = key_tile(a, t, b, h, i0, nr, j0, end);
     for (int64_t r = 0; r < nr; r++) {
       if (t->lse[r] == -INFINITY) continue;
       const double *g = t->g + r * Ev, *q = t->q + r * E;
