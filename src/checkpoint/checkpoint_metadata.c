@@ -152,6 +152,43 @@ static dt_status first_time(reader *rd, unsigned *seen, unsigned bit, const char
   return DT_OK;
 }
 
+/* Walks an object's keys: its '{' on the first call, then one key a call; false at the
+ * closing '}' or once *st holds an error (the body's or the scan's). seen: the keys met so
+ * far (first_time). */
+typedef struct members {
+  const char *expected; /* the message when there is no object */
+  bool opened, first;
+  unsigned seen;
+} members;
+
+static bool next_member(reader *rd, members *m, dt__json_span *key, dt_status *st) {
+  int has = 0;
+  if (*st) return false;
+  if (!m->opened) {
+    m->opened = m->first = true;
+    if ((*st = open_object(rd, m->expected))) return false;
+  }
+  *st = next_key(rd, &m->first, key, &has);
+  return !*st && has;
+}
+
+/* Appends a zeroed item to the array *items of *n (capacity: *n rounded up to a power of two);
+ * NULL with DT_ERR_NOMEM set naming what when out of memory. */
+static void *append(void **items, int *n, size_t size, const char *what) {
+  if (!(*n & (*n - 1))) { /* full: double */
+    int capacity = *n ? *n * 2 : 1;
+    void *bigger = dt__calloc(size * (size_t)capacity);
+    if (!bigger) {
+      dt__error(DT_ERR_NOMEM, "dt_checkpoint_load: cannot allocate %s", what);
+      return NULL;
+    }
+    if (*n) memcpy(bigger, *items, size * (size_t)*n);
+    dt__free(*items);
+    *items = bigger;
+  }
+  return (char *)*items + size * (size_t)(*n)++;
+}
+
 /* An array of objects: read_element parses each into `into` (the meta or a tensor). */
 static dt_status read_array(reader *rd, dt_status (*read_element)(reader *, void *), void *into) {
   bool first = true;
@@ -164,47 +201,32 @@ static dt_status read_array(reader *rd, dt_status (*read_element)(reader *, void
   }
 }
 
-/* Grows an array of `size`-byte items to hold n + 1. */
-static void *grow(void *items, int n, size_t size) {
-  if (n & (n - 1)) return items; /* the capacity is n rounded up to a power of two */
-  int capacity = n ? n * 2 : 1;
-  void *bigger = dt__calloc(size * (size_t)capacity);
-  if (!bigger) return NULL;
-  if (n) memcpy(bigger, items, size * (size_t)n);
-  dt__free(items);
-  return bigger;
-}
-
 #define INT64_LIMIT ((int64_t)1 << 62)
 
 static dt_status read_block(reader *rd, void *into) {
   dt__ckpt_tensor *t = into;
-  void *items = grow(t->blocks, t->n_blocks, sizeof *t->blocks);
-  if (!items) return dt__error(DT_ERR_NOMEM, "dt_checkpoint_load: cannot allocate blocks");
-  t->blocks = items;
-  dt__ckpt_block *b = &t->blocks[t->n_blocks++];
+  dt__ckpt_block *b = append((void **)&t->blocks, &t->n_blocks, sizeof *b, "blocks");
+  if (!b) return DT_ERR_NOMEM;
   b->file = -1;
-  bool first = true, seen_range = false;
-  int has = 0, n_offsets = -1, n_lengths = -1;
-  unsigned seen = 0;
-  dt_status st = open_object(rd, "expected a block object");
-  while (!st) {
-    dt__json_span key;
-    st = next_key(rd, &first, &key, &has);
-    if (st || !has) break;
+  bool seen_range = false;
+  int n_offsets = -1, n_lengths = -1;
+  members m = {.expected = "expected a block object"};
+  dt__json_span key;
+  dt_status st = DT_OK;
+  while (next_member(rd, &m, &key, &st)) {
     if (dt__json_span_equals(key, "file")) {
       int64_t v = 0;
-      st = first_time(rd, &seen, 1, "file");
+      st = first_time(rd, &m.seen, 1, "file");
       if (!st) st = read_integer(rd, 0, INT32_MAX, &v);
       b->file = (int)v;
     } else if (dt__json_span_equals(key, "offsets")) {
-      st = first_time(rd, &seen, 2, "offsets");
+      st = first_time(rd, &m.seen, 2, "offsets");
       if (!st) st = read_integers(rd, DT_MAX_DIMS, 0, INT64_LIMIT, b->offsets, &n_offsets);
     } else if (dt__json_span_equals(key, "lengths")) {
-      st = first_time(rd, &seen, 4, "lengths");
+      st = first_time(rd, &m.seen, 4, "lengths");
       if (!st) st = read_integers(rd, DT_MAX_DIMS, 0, INT64_LIMIT, b->lengths, &n_lengths);
     } else if (dt__json_span_equals(key, "byte_range")) {
-      st = first_time(rd, &seen, 8, "byte_range");
+      st = first_time(rd, &m.seen, 8, "byte_range");
       if (st) break;
       int64_t range[2];
       int n = 0;
@@ -225,41 +247,35 @@ static dt_status read_block(reader *rd, void *into) {
 
 static dt_status read_tensor(reader *rd, void *into) {
   dt__ckpt_meta *meta = into;
-  void *items = grow(meta->tensors, meta->n_tensors, sizeof *meta->tensors);
-  if (!items) return dt__error(DT_ERR_NOMEM, "dt_checkpoint_load: cannot allocate tensors");
-  meta->tensors = items;
-  dt__ckpt_tensor *t = &meta->tensors[meta->n_tensors++];
+  dt__ckpt_tensor *t = append((void **)&meta->tensors, &meta->n_tensors, sizeof *t, "tensors");
+  if (!t) return DT_ERR_NOMEM;
   t->ndim = -1;
   t->dtype = DT_DTYPE_COUNT;
-  bool first = true;
-  int has = 0;
   bool blocks_seen = false;
-  unsigned seen = 0;
-  dt_status st = open_object(rd, "expected a tensor object");
-  while (!st) {
-    dt__json_span key;
-    st = next_key(rd, &first, &key, &has);
-    if (st || !has) break;
+  members m = {.expected = "expected a tensor object"};
+  dt__json_span key;
+  dt_status st = DT_OK;
+  while (next_member(rd, &m, &key, &st)) {
     if (dt__json_span_equals(key, "name")) {
-      st = first_time(rd, &seen, 1, "name");
+      st = first_time(rd, &m.seen, 1, "name");
       if (!st) st = read_string(rd, &t->name);
     } else if (dt__json_span_equals(key, "dtype")) {
       char *name = NULL;
-      st = first_time(rd, &seen, 2, "dtype");
+      st = first_time(rd, &m.seen, 2, "dtype");
       if (!st) st = read_string(rd, &name);
       if (!st) t->dtype = dt__safetensors_dtype_parse(name);
       dt__free(name);
       if (!st && t->dtype == DT_DTYPE_COUNT) return bad(rd, "unknown dtype");
     } else if (dt__json_span_equals(key, "shape")) {
-      st = first_time(rd, &seen, 4, "shape");
+      st = first_time(rd, &m.seen, 4, "shape");
       if (!st) st = read_integers(rd, DT_MAX_DIMS, 0, INT64_LIMIT, t->shape, &t->ndim);
     } else if (dt__json_span_equals(key, "mesh")) {
       int64_t mesh[DT_MAX_DIMS];
-      st = first_time(rd, &seen, 8, "mesh");
+      st = first_time(rd, &m.seen, 8, "mesh");
       if (!st) st = read_integers(rd, DT_MAX_DIMS, 1, INT32_MAX, mesh, &t->mesh_ndim);
       for (int i = 0; !st && i < t->mesh_ndim; i++) t->mesh[i] = (int)mesh[i];
     } else if (dt__json_span_equals(key, "placements")) {
-      st = first_time(rd, &seen, 16, "placements");
+      st = first_time(rd, &m.seen, 16, "placements");
       bool pfirst = true;
       int phas = 0, n = 0;
       t->placements[0] = '\0';
@@ -274,7 +290,7 @@ static dt_status read_tensor(reader *rd, void *into) {
         dt__free(p);
       }
     } else if (dt__json_span_equals(key, "blocks")) {
-      st = first_time(rd, &seen, 32, "blocks");
+      st = first_time(rd, &m.seen, 32, "blocks");
       if (st) break;
       if (t->ndim < 0) return bad(rd, "a tensor's shape must come before its blocks");
       blocks_seen = true;
@@ -291,36 +307,31 @@ static dt_status read_tensor(reader *rd, void *into) {
 
 static dt_status read_file_entry(reader *rd, void *into) {
   dt__ckpt_meta *meta = into;
-  void *items = grow(meta->files, meta->n_files, sizeof *meta->files);
-  if (!items) return dt__error(DT_ERR_NOMEM, "dt_checkpoint_load: cannot allocate files");
-  meta->files = items;
-  dt__ckpt_file *f = &meta->files[meta->n_files++];
-  bool first = true, seen_bytes = false;
-  int has = 0;
-  unsigned seen = 0;
-  dt_status st = open_object(rd, "expected a file object");
-  while (!st) {
-    dt__json_span key;
-    st = next_key(rd, &first, &key, &has);
-    if (st || !has) break;
+  dt__ckpt_file *f = append((void **)&meta->files, &meta->n_files, sizeof *f, "files");
+  if (!f) return DT_ERR_NOMEM;
+  bool seen_bytes = false;
+  members m = {.expected = "expected a file object"};
+  dt__json_span key;
+  dt_status st = DT_OK;
+  while (next_member(rd, &m, &key, &st)) {
     int64_t v = 0;
     if (dt__json_span_equals(key, "name")) {
-      st = first_time(rd, &seen, 1, "name");
+      st = first_time(rd, &m.seen, 1, "name");
       if (!st) st = read_string(rd, &f->name);
     } else if (dt__json_span_equals(key, "bytes")) {
-      st = first_time(rd, &seen, 2, "bytes");
+      st = first_time(rd, &m.seen, 2, "bytes");
       if (!st) st = read_integer(rd, 0, INT64_LIMIT, &v);
       f->bytes = (uint64_t)v;
       seen_bytes = true;
     } else if (dt__json_span_equals(key, "generation")) {
-      st = first_time(rd, &seen, 4, "generation");
+      st = first_time(rd, &m.seen, 4, "generation");
       if (!st) st = read_integer(rd, 0, INT64_LIMIT, &f->generation);
     } else if (dt__json_span_equals(key, "rank")) {
-      st = first_time(rd, &seen, 8, "rank");
+      st = first_time(rd, &m.seen, 8, "rank");
       if (!st) st = read_integer(rd, 0, INT32_MAX, &v);
       f->rank = (int)v;
     } else if (dt__json_span_equals(key, "crc32c")) {
-      st = first_time(rd, &seen, 16, "crc32c");
+      st = first_time(rd, &m.seen, 16, "crc32c");
       if (!st) st = read_integer(rd, 0, UINT32_MAX, &v);
       f->crc32c = (uint32_t)v;
     } else {
@@ -332,8 +343,8 @@ static dt_status read_file_entry(reader *rd, void *into) {
   if (!f->name || !seen_bytes || !f->name[0] || strchr(f->name, '/') || f->name[0] == '.')
     return bad(rd, "a file needs a plain name and its bytes");
   /* Version 2 names each file's generation, rank and checksum; all three or none. */
-  f->has_identity = (seen & 28) == 28;
-  if ((seen & 28) && !f->has_identity)
+  f->has_identity = (m.seen & 28) == 28;
+  if ((m.seen & 28) && !f->has_identity)
     return bad(rd, "a file needs all of generation, rank and crc32c, or none");
   return DT_OK;
 }
@@ -342,34 +353,31 @@ dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length
                               dt__ckpt_meta *meta) {
   memset(meta, 0, sizeof *meta);
   reader rd = {.r = {.begin = text, .p = text, .end = text + length}, .label = label};
-  bool first = true, format_ok = false;
-  int has = 0;
-  unsigned seen = 0;
+  bool format_ok = false;
   int64_t version = 0;
-  dt_status st = open_object(&rd, "expected a JSON object");
-  while (!st) {
-    dt__json_span key;
-    st = next_key(&rd, &first, &key, &has);
-    if (st || !has) break;
+  members m = {.expected = "expected a JSON object"};
+  dt__json_span key;
+  dt_status st = DT_OK;
+  while (next_member(&rd, &m, &key, &st)) {
     if (dt__json_span_equals(key, "format")) {
       char *format = NULL;
-      st = first_time(&rd, &seen, 1, "format");
+      st = first_time(&rd, &m.seen, 1, "format");
       if (!st) st = read_string(&rd, &format);
       format_ok = format && strcmp(format, "dtensor-checkpoint") == 0;
       dt__free(format);
     } else if (dt__json_span_equals(key, "version")) {
-      st = first_time(&rd, &seen, 2, "version");
+      st = first_time(&rd, &m.seen, 2, "version");
       if (!st) st = read_integer(&rd, 0, 1000, &version);
       if (!st && version != 1 && version != 2)
         st = bad(&rd, "unknown version (this library reads versions 1 and 2)");
     } else if (dt__json_span_equals(key, "generation")) {
-      st = first_time(&rd, &seen, 4, "generation");
+      st = first_time(&rd, &m.seen, 4, "generation");
       if (!st) st = read_integer(&rd, 0, INT64_LIMIT, &meta->generation);
     } else if (dt__json_span_equals(key, "files")) {
-      st = first_time(&rd, &seen, 8, "files");
+      st = first_time(&rd, &m.seen, 8, "files");
       if (!st) st = read_array(&rd, read_file_entry, meta);
     } else if (dt__json_span_equals(key, "tensors")) {
-      st = first_time(&rd, &seen, 16, "tensors");
+      st = first_time(&rd, &m.seen, 16, "tensors");
       if (!st) st = read_array(&rd, read_tensor, meta);
     } else {
       st = skip_value(&rd);
@@ -380,7 +388,7 @@ dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length
     st = bad(&rd, "not a dtensor checkpoint (\"format\" is not \"dtensor-checkpoint\")");
     goto done;
   }
-  if (!(seen & 2)) {
+  if (!(m.seen & 2)) {
     st = bad(&rd, "no \"version\"");
     goto done;
   }
