@@ -50,22 +50,6 @@ dt_status dt__backward_rsqrt(const dt_backward_ctx *ctx, dt_tensor *const *grad_
   return give_times(ctx, 0, g, d, st, grad_inputs);
 }
 
-/* dy/dx = 1 - y^2. */
-dt_status dt__backward_tanh(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                            dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
-  dt_tensor *y = ctx->call->outputs[0], *sq = NULL, *d = NULL;
-  dt_status st = dt_mul(y, y, &sq);
-  if (!st) st = dt_mul_scalar(sq, -1.0, &d);
-  dt_tensor_release(sq);
-  sq = d;
-  d = NULL;
-  if (!st) st = dt_add_scalar(sq, 1.0, &d);
-  dt_tensor_release(sq);
-  return give_times(ctx, 0, g, d, st, grad_inputs);
-}
-
 /* 1 - s for a tensor s. */
 static dt_status one_minus(dt_tensor *s, dt_tensor **out) {
   dt_tensor *n = NULL;
@@ -73,6 +57,18 @@ static dt_status one_minus(dt_tensor *s, dt_tensor **out) {
   if (!st) st = dt_add_scalar(n, 1.0, out);
   dt_tensor_release(n);
   return st;
+}
+
+/* dy/dx = 1 - y^2. */
+dt_status dt__backward_tanh(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                            dt_tensor **grad_inputs) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  dt_tensor *y = ctx->call->outputs[0], *sq = NULL, *d = NULL;
+  dt_status st = dt_mul(y, y, &sq);
+  if (!st) st = one_minus(sq, &d);
+  dt_tensor_release(sq);
+  return give_times(ctx, 0, g, d, st, grad_inputs);
 }
 
 /* dy/dx = y (1 - y). */

@@ -64,6 +64,24 @@ static dt_tensor_meta unsqueezed_meta(const dt_tensor_meta *m, int at) {
   return r;
 }
 
+/* An operand x of matmul as a matrix: a 1-D one unsqueezed at `at` (with its meta), and the
+ * gradient *g given back, at g_at, the dim the product dropped; others as they are. */
+static dt_status as_matrix(dt_tensor *x, const dt_tensor_meta *m, int at, int g_at, dt_tensor **x2,
+                           dt_tensor_meta *m2, dt_tensor **g) {
+  *m2 = *m;
+  if (m->ndim != 1) {
+    *x2 = dt_tensor_retain(x);
+    return DT_OK;
+  }
+  *m2 = unsqueezed_meta(m, at);
+  dt_tensor *u = NULL;
+  dt_status st = dt_unsqueeze(x, at, x2);
+  if (!st) st = dt_unsqueeze(*g, g_at, &u);
+  dt_tensor_release(*g);
+  *g = u;
+  return st;
+}
+
 /* matmul (and bmm): a 1-D a is [1, k], a 1-D b is [k, 1], and g gets the dims the product
  * dropped back; the operands' gradients are then reshaped to their own shapes. */
 dt_status dt__backward_matmul(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
@@ -73,28 +91,9 @@ dt_status dt__backward_matmul(const dt_backward_ctx *ctx, dt_tensor *const *grad
   dt_tensor *a = ctx->call->inputs[0], *b = ctx->call->inputs[1];
   const dt_tensor_meta *ma = &ctx->input_metas[0], *mb = &ctx->input_metas[1];
   dt_tensor *a2 = NULL, *b2 = NULL, *g2 = dt_tensor_retain(g), *ga = NULL, *gb = NULL;
-  dt_tensor_meta ma2 = *ma, mb2 = *mb;
-  dt_status st = DT_OK;
-  if (mb->ndim == 1) {
-    mb2 = unsqueezed_meta(mb, 1);
-    st = dt_unsqueeze(b, 1, &b2);
-    dt_tensor *u = NULL;
-    if (!st) st = dt_unsqueeze(g2, -1, &u);
-    dt_tensor_release(g2);
-    g2 = u;
-  } else {
-    b2 = dt_tensor_retain(b);
-  }
-  if (!st && ma->ndim == 1) {
-    ma2 = unsqueezed_meta(ma, 0);
-    st = dt_unsqueeze(a, 0, &a2);
-    dt_tensor *u = NULL;
-    if (!st) st = dt_unsqueeze(g2, -2, &u);
-    dt_tensor_release(g2);
-    g2 = u;
-  } else if (!st) {
-    a2 = dt_tensor_retain(a);
-  }
+  dt_tensor_meta ma2, mb2;
+  dt_status st = as_matrix(b, mb, 1, -1, &b2, &mb2, &g2);
+  if (!st) st = as_matrix(a, ma, 0, -2, &a2, &ma2, &g2);
   if (!st) {
     st = product_grads(g2, a2, &ma2, ctx->needs_grad[0], b2, &mb2, ctx->needs_grad[1], 1.0, &ga,
                        &gb);
