@@ -2,6 +2,7 @@
 #ifndef DT_PARALLEL_IMPL_H
 #define DT_PARALLEL_IMPL_H
 
+#include "dtensor/parallel.h"
 #include "graph/graph_impl.h"
 
 /* The bytes this rank's collectives move when the transformed graph g runs, by the cost
@@ -29,5 +30,9 @@ static inline int64_t dt__chunk_rows(int64_t n, int w, int r) {
  * Collective over the dim's group for a local input. */
 dt_status dt__parallel_batch_input(const char *fn, dt_mesh *mesh, int dim, dt_tensor *in,
                                    dt_tensor **out);
+
+/* Entry k of a TP plan as every path checks it: an FQN, a known style, no earlier entry with
+ * the same FQN. DT_ERR_INVALID naming fn, the entry and the fault. (tp_transform.c) */
+dt_status dt__tp_plan_entry_check(const char *fn, const dt_tp_plan *plan, int k);
 
 #endif /* DT_PARALLEL_IMPL_H */

@@ -182,19 +182,8 @@ static dt_status check_layout(const char *fqn, const char *field, dt_placement p
 
 static dt_status check_entry(dt_module *model, dt_mesh *mesh, const dt_tp_plan *plan, int k) {
   const dt_tp_plan_entry *e = &plan->entries[k];
-  if (!e->fqn)
-    return dt__error(DT_ERR_INVALID, "dt_parallel_tp_module: plan entry %d has no FQN", k);
-  if (e->style != DT_TP_COLWISE && e->style != DT_TP_ROWWISE &&
-      e->style != DT_TP_SEQUENCE_PARALLEL) {
-    return dt__error(DT_ERR_INVALID,
-                     "dt_parallel_tp_module: plan entry '%s' has an unknown style %d", e->fqn,
-                     (int)e->style);
-  }
-  for (int j = 0; j < k; j++) {
-    if (strcmp(plan->entries[j].fqn, e->fqn) == 0) {
-      return dt__error(DT_ERR_INVALID, "dt_parallel_tp_module: plan names '%s' twice", e->fqn);
-    }
-  }
+  dt_status st = dt__tp_plan_entry_check("dt_parallel_tp_module", plan, k);
+  if (st) return st;
   dt_module *m = dt_module_find(model, e->fqn);
   if (!m)
     return dt__error(DT_ERR_INVALID,

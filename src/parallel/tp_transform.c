@@ -91,27 +91,33 @@ static bool same_placement(dt_placement a, dt_placement b) {
 
 /* ---- Plan ------------------------------------------------------------------------------------ */
 
+dt_status dt__tp_plan_entry_check(const char *fn, const dt_tp_plan *plan, int k) {
+  const dt_tp_plan_entry *e = &plan->entries[k];
+  if (!e->fqn) return dt__error(DT_ERR_INVALID, "%s: plan entry %d has no FQN", fn, k);
+  if (e->style != DT_TP_COLWISE && e->style != DT_TP_ROWWISE &&
+      e->style != DT_TP_SEQUENCE_PARALLEL) {
+    return dt__error(DT_ERR_INVALID, "%s: plan entry '%s' has an unknown style %d", fn, e->fqn,
+                     (int)e->style);
+  }
+  for (int j = 0; j < k; j++) {
+    if (strcmp(plan->entries[j].fqn, e->fqn) == 0) {
+      return dt__error(DT_ERR_INVALID, "%s: plan names '%s' twice", fn, e->fqn);
+    }
+  }
+  return DT_OK;
+}
+
 static dt_status check_plan(const dt_program *prog, const dt_tp_plan *plan) {
   for (int k = 0; k < plan->n; k++) {
     const dt_tp_plan_entry *e = &plan->entries[k];
-    if (!e->fqn)
-      return dt__error(DT_ERR_INVALID, "dt_parallel_tp_transform: plan entry %d has no FQN", k);
+    dt_status st = dt__tp_plan_entry_check("dt_parallel_tp_transform", plan, k);
+    if (st) return st;
     if (e->style == DT_TP_SEQUENCE_PARALLEL) {
       return dt__error(
           DT_ERR_UNSUPPORTED,
           "dt_parallel_tp_transform: sequence_parallel style on '%s': the graph path has "
           "colwise and rowwise Linear only (use dt_parallel_tp_module)",
           e->fqn);
-    }
-    if (e->style != DT_TP_COLWISE && e->style != DT_TP_ROWWISE) {
-      return dt__error(DT_ERR_INVALID,
-                       "dt_parallel_tp_transform: plan entry '%s' has an unknown style %d", e->fqn,
-                       (int)e->style);
-    }
-    for (int j = 0; j < k; j++) {
-      if (strcmp(plan->entries[j].fqn, e->fqn) == 0) {
-        return dt__error(DT_ERR_INVALID, "dt_parallel_tp_transform: plan names '%s' twice", e->fqn);
-      }
     }
     char weight[300];
     snprintf(weight, sizeof weight, "%s%sweight", e->fqn, e->fqn[0] ? "." : "");
