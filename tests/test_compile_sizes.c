@@ -77,7 +77,7 @@ static dt_status one_op(void *user, int n_in, dt_tensor *const *in, int n_out, d
   case SOFTMAX: return dt_softmax(in[0], 1, &out[0]);
   case LOG_SOFTMAX: return dt_log_softmax(in[0], 1, &out[0]);
   case LAYER_NORM: {
-    int64_t f = dt_tensor_shape(in[0])[1];
+    int64_t f = dt_tensor_size(in[0], 1); /* guards dim 1 only (dt_tensor_shape: both) */
     return dt_layer_norm(in[0], 1, &f, NULL, NULL, 1e-5, &out[0]);
   }
   case BATCH_NORM_TRAINING: return dt_batch_norm_training(in[0], NULL, NULL, 1e-5, &out[0]);

@@ -53,8 +53,11 @@ typedef struct dt_compiled dt_compiled;
 
 /* The function compiled: reads in[0..n_in) (borrowed) and stores n_out new references in
  * out[0..n_out). It must compute its outputs with ops only (through the op table), the same
- * way on every call; it may read sizes, but a decision it takes on a size the trace does not
- * see (a C `if` on a shape) is not guarded. */
+ * way on every call. It may read sizes: a size of a traced value read through dt_tensor_size,
+ * dt_tensor_shape, dt_tensor_numel, dt_tensor_strides, dt_tensor_offset or dt_dist_global_shape
+ * is guarded to its traced value (another size traces again), so a number computed from it
+ * stays right; give -1 to view/reshape/expand to keep a dim symbolic. A decision on element
+ * values (read through dt_tensor_data) is not guarded. */
 typedef dt_status (*dt_compile_fn)(void *user, int n_in, dt_tensor *const *in, int n_out,
                                    dt_tensor **out);
 

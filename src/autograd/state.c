@@ -3,7 +3,7 @@
 #include <inttypes.h>
 
 #include "autograd/autograd_impl.h"
-#include "dtensor/dist.h"
+#include "distributed/dist_impl.h"
 
 static void meta_destroy(dt_tensor_ext *ext) {
   dt_autograd_meta *meta = (dt_autograd_meta *)ext;
@@ -42,9 +42,9 @@ dt_autograd_meta *dt__autograd_meta_in_node(dt_tensor *t, dt_autograd_node *node
 }
 
 bool dt__autograd_has_shape(const dt_tensor *t, const dt_tensor_meta *meta) {
-  int ndim = t->spec ? dt_dist_ndim(t) : t->ndim;
+  int ndim = t->spec ? t->spec->ndim : t->ndim;
   if (ndim != meta->ndim) return false;
-  const int64_t *shape = t->spec ? dt_dist_global_shape(t) : t->shape;
+  const int64_t *shape = t->spec ? t->spec->shape : t->shape; /* not the accessor: no size read */
   for (int i = 0; i < ndim; i++) {
     if (shape[i] != meta->shape[i]) return false;
   }
@@ -53,8 +53,8 @@ bool dt__autograd_has_shape(const dt_tensor *t, const dt_tensor_meta *meta) {
 
 void dt__autograd_dist_meta_of(const dt_tensor *t, dt_tensor_meta *meta) {
   meta->dtype = t->dtype;
-  meta->ndim = dt_dist_ndim(t);
-  const int64_t *shape = dt_dist_global_shape(t);
+  meta->ndim = t->spec ? t->spec->ndim : t->ndim;
+  const int64_t *shape = t->spec ? t->spec->shape : t->shape; /* the fields: no size read */
   for (int i = 0; i < meta->ndim; i++) meta->shape[i] = shape[i];
 }
 

@@ -302,6 +302,12 @@ dt_status dt__compile_grow_nodes(dt_compile_variant *v, int *cap);
 dt_status dt__compile_set_local_dims(dt_compile_variant *v, int i, const dt_tensor *x,
                                      const int *dims);
 
+/* Appends guard g to v (a guard equal to one v has is kept once). (variant_nodes.c) */
+dt_status dt__compile_add_guard(dt_compile_variant *v, const dt_guard *g);
+/* Guards expression e to its traced value (e == value at v->hints), why saying what needed it;
+ * nothing for a constant. (variant_nodes.c) */
+dt_status dt__compile_pin(dt_compile_variant *v, int e, const char *why);
+
 /* Runs c's function eagerly under the tracer; on success out holds its results and *made the
  * new variant, planned. A failure of the function itself is returned as it returned it. */
 dt_status dt__compile_trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **out,

@@ -62,11 +62,11 @@ dt_status dt__compile_joint_backward(dt_compile_variant *v, int n_in, dt_tensor 
                      "dt_compiled_call: options.backward, but output 0 does not require grad (no "
                      "input or tensor the function read requires grad, or grad mode is off)");
   }
-  if (dt_tensor_numel(loss) != 1) {
+  if (dt__tensor_numel(loss) != 1) {
     return dt__error(DT_ERR_INVALID,
                      "dt_compiled_call: options.backward needs output 0 to be a loss of one "
                      "element (its gradient is ones); it has %lld elements",
-                     (long long)dt_tensor_numel(loss));
+                     (long long)dt__tensor_numel(loss));
   }
   st = dt_backward(loss, NULL);
   if (st) {

@@ -20,26 +20,6 @@
 #include "dtensor/mode.h"
 #include "dtensor/ops.h"
 
-/* ---- Per-node arrays and guards of the variant being traced ------------------------------ */
-
-static dt_status add_guard(dt_compile_variant *v, const dt_guard *g) {
-  for (int i = 0; i < v->n_guards; i++) { /* the same fact once */
-    const dt_guard *o = &v->guards[i];
-    if (o->kind == g->kind && o->a == g->a && o->b == g->b && o->c == g->c) return DT_OK;
-  }
-  if (v->n_guards == v->cap_guards) {
-    int cap = v->cap_guards ? 2 * v->cap_guards : 16;
-    dt_guard *gs = dt__alloc(sizeof *gs * (size_t)cap);
-    if (!gs) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
-    if (v->n_guards) memcpy(gs, v->guards, sizeof *gs * (size_t)v->n_guards);
-    dt__free(v->guards);
-    v->guards = gs;
-    v->cap_guards = cap;
-  }
-  v->guards[v->n_guards++] = *g;
-  return DT_OK;
-}
-
 /* ---- Tracing ------------------------------------------------------------------------------ */
 
 typedef struct tracer {
@@ -55,6 +35,7 @@ typedef struct tracer {
   int n_constants;
   dt_status error;
   const char *refused;
+  int quiet; /* > 0 while the library runs (dispatch, the traced backward): its size reads */
 } tracer;
 
 static dt_value_entry *lookup(tracer *tr, const dt_tensor *x) {
@@ -240,19 +221,16 @@ static dt_status infer_symbolic(tracer *tr, int i, const dt_op_call *given, cons
   dt_status st = DT_OK;
   *inferred = ok;
   if (ok) {
-    for (int g = 0; g < c->n_guards && !st; g++) st = add_guard(v, &c->guards[g]);
+    for (int g = 0; g < c->n_guards && !st; g++) st = dt__compile_add_guard(v, &c->guards[g]);
     for (int k = 0; k < n_out; k++) memcpy(out[k], c->out_dims[k], sizeof out[k]);
   } else {
     for (int k = 0; k < n_args && !st; k++) {
       if (!c->arg_dims[k]) continue;
       for (int d = 0; d < c->arg_ndim[k] && !st; d++) {
-        int e = c->arg_dims[k][d];
-        if (dt__sx_is_const(&v->pool, e, NULL)) continue;
-        int64_t value = dt__sx_eval(&v->pool, e, v->hints);
-        dt_guard gd = {.kind = DT_GUARD_EQ, .a = e, .b = dt__sx_const(&v->pool, value)};
-        snprintf(gd.why, sizeof gd.why, "%s: specialized (no symbolic shape rule) at dim %d",
+        char why[96];
+        snprintf(why, sizeof why, "%s: specialized (no symbolic shape rule) at dim %d",
                  dt__op_table[done->op].name, d);
-        st = add_guard(v, &gd);
+        st = dt__compile_pin(v, c->arg_dims[k][d], why);
       }
     }
     for (int k = 0; k < n_out; k++) {
@@ -280,13 +258,9 @@ static dt_status specialize_dims(tracer *tr, int j, const char *why) {
   dt_compile_variant *v = tr->v;
   dt_status st = DT_OK;
   for (int d = 0; d < v->g->nodes[j].types[0].ndim && !st; d++) {
-    int e = v->dims[j][d];
-    if (dt__sx_is_const(&v->pool, e, NULL)) continue;
-    dt_guard gd = {.kind = DT_GUARD_EQ,
-                   .a = e,
-                   .b = dt__sx_const(&v->pool, dt__sx_eval(&v->pool, e, v->hints))};
-    snprintf(gd.why, sizeof gd.why, "%s: specialized size at dim %d", why, d);
-    st = add_guard(v, &gd);
+    char text[96];
+    snprintf(text, sizeof text, "%s: specialized size at dim %d", why, d);
+    st = dt__compile_pin(v, v->dims[j][d], text);
   }
   return st;
 }
@@ -323,12 +297,9 @@ static dt_status reuse_scalar(tracer *tr, int i, const dt_op_call *given, const 
     if (n->kind != DT_NODE_CALL || n->target != tr->note.scalar_op || n->n_inputs < 1 ||
         n->inputs[0] != j || e < 0)
       continue;
-    dt_guard gd = {.kind = DT_GUARD_EQ,
-                   .a = e,
-                   .b = dt__sx_const(&v->pool, dt__sx_eval(&v->pool, e, v->hints))};
-    snprintf(gd.why, sizeof gd.why, "%s: a backward's scalar from one of several forward calls",
-             name);
-    st = add_guard(v, &gd);
+    char why[96];
+    snprintf(why, sizeof why, "%s: a backward's scalar from one of several forward calls", name);
+    st = dt__compile_pin(v, e, why);
   }
   return st;
 }
@@ -475,7 +446,7 @@ static dt_status record_call(tracer *tr, const dt_op_call *caller, const dt_op_c
   /* Redistributions are pinned over the sizes where the sharding choice stays (guards). */
   bool unplanned = false;
   if (!st && redist[0] != -2)
-    st = dt__compile_guard_choice(v, caller, redist, add_guard, &unplanned);
+    st = dt__compile_guard_choice(v, caller, redist, dt__compile_add_guard, &unplanned);
   for (int k = 0; k < caller->n_inputs + caller->n_input_list && unplanned && !st; k++)
     if (redist[k] >= 0) st = specialize_dims(tr, redist[k], "redistribute: no planned choice");
   if (!st && (tr->note.count_of || tr->note.scalar_input)) st = apply_size_note(tr, i, given);
@@ -544,7 +515,9 @@ static dt_status trace_mode(dt_invocation *inv, void *user) {
     call->consumed = mine;
     call->n_consumed = n_args < DT_DIST_MAX_ARGS ? n_args : DT_DIST_MAX_ARGS;
   }
+  tr->quiet++;
   dt_status st = dt_invocation_run(inv);
+  tr->quiet--;
   if (!st && !tr->error) {
     tr->note = note;
     tr->error = record(tr, &given, call);
@@ -569,6 +542,27 @@ static dt_status guard_conversion(void *user, const char *call, const dt_tensor 
                    "dt_compiled_call: %s of the traced value %%%s inside the compiled function "
                    "is not supported (not an op-table call); convert before calling it",
                    call, tr->v->g->nodes[e->node].name);
+}
+
+/* fn read size `dim` (-1: every size) of x as a number (tensor/tensor_impl.h: dt__size_read):
+ * whatever the function does with it is a constant of the trace, so each symbolic dim read is
+ * guarded to its traced size and another size traces again (PyTorch specializes a SymInt read
+ * as an int). A distributed x's shard dims follow its global ones: those are pinned. */
+static void size_read(void *user, const dt_tensor *x, int dim, const char *fn) {
+  tracer *tr = user;
+  if (tr->quiet || tr->error) return;
+  const dt_value_entry *e = lookup(tr, x);
+  if (!e) e = alias_of(tr, x);
+  if (!e) return; /* not a traced value: its sizes are constants */
+  dt_compile_variant *v = tr->v;
+  int k = e->item < 0 ? 0 : e->item, ndim = v->g->nodes[e->node].types[k].ndim;
+  const int *dims = v->dims[e->node] + k * DT_MAX_DIMS;
+  for (int d = dim < 0 ? 0 : dim; d < (dim < 0 ? ndim : dim + 1) && d < ndim && !tr->error; d++) {
+    char why[96];
+    snprintf(why, sizeof why, "%s: dim %d of %%%s read as a number", fn, d,
+             v->g->nodes[e->node].name);
+    tr->error = dt__compile_pin(v, dims[d], why);
+  }
 }
 
 /* Which dims of input i are dynamic. */
@@ -698,14 +692,19 @@ dt_status dt__compile_trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **ou
   if (!st) {
     dt__dist_convert_guard outer = dt__dist_guard;
     dt__dist_guard = (dt__dist_convert_guard){guard_conversion, &tr};
+    dt__size_read_hook outer_reader = dt__size_reader;
+    dt__size_reader = (dt__size_read_hook){size_read, &tr};
     st = c->fn(c->user, c->n_in, in, c->n_out, out);
     if (!st && c->backward && !tr.refused && !tr.error && out[0]) {
       tr.v->joint = true;
       first_backward = tr.v->g->n_nodes;
       tr.in_backward = true;
+      tr.quiet++;
       st = dt__compile_joint_backward(tr.v, c->n_in, in, out[0], &joint);
+      tr.quiet--;
       tr.in_backward = false;
     }
+    dt__size_reader = outer_reader;
     dt__dist_guard = outer;
     dt_mode_pop();
     ran = true;

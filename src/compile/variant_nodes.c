@@ -1,7 +1,8 @@
 /*
  * The per-node arrays of a variant being traced (compile/trace.c): growing them with the graph,
- * and a distributed value's shard dims as expressions of its global dims.
+ * a distributed value's shard dims as expressions of its global dims, and its guards.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "compile/compile_impl.h"
@@ -89,4 +90,31 @@ dt_status dt__compile_set_local_dims(dt_compile_variant *v, int i, const dt_tens
   if (!v->local_dims[i]) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   memcpy(v->local_dims[i], local, sizeof(int) * (size_t)spec->ndim);
   return DT_OK;
+}
+
+dt_status dt__compile_add_guard(dt_compile_variant *v, const dt_guard *g) {
+  for (int i = 0; i < v->n_guards; i++) { /* the same fact once */
+    const dt_guard *o = &v->guards[i];
+    if (o->kind == g->kind && o->a == g->a && o->b == g->b && o->c == g->c) return DT_OK;
+  }
+  if (v->n_guards == v->cap_guards) {
+    int cap = v->cap_guards ? 2 * v->cap_guards : 16;
+    dt_guard *gs = dt__alloc(sizeof *gs * (size_t)cap);
+    if (!gs) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+    if (v->n_guards) memcpy(gs, v->guards, sizeof *gs * (size_t)v->n_guards);
+    dt__free(v->guards);
+    v->guards = gs;
+    v->cap_guards = cap;
+  }
+  v->guards[v->n_guards++] = *g;
+  return DT_OK;
+}
+
+dt_status dt__compile_pin(dt_compile_variant *v, int e, const char *why) {
+  if (dt__sx_is_const(&v->pool, e, NULL)) return DT_OK;
+  dt_guard gd = {
+      .kind = DT_GUARD_EQ, .a = e, .b = dt__sx_const(&v->pool, dt__sx_eval(&v->pool, e, v->hints))};
+  snprintf(gd.why, sizeof gd.why, "%s", why);
+  if (v->pool.oom) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  return dt__compile_add_guard(v, &gd);
 }

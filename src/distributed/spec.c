@@ -290,5 +290,6 @@ int dt_dist_ndim(const dt_tensor *t) {
 
 const int64_t *dt_dist_global_shape(const dt_tensor *t) {
   if (!t) return NULL;
+  dt__size_read(t, -1, "dt_dist_global_shape");
   return t->spec ? t->spec->shape : t->shape;
 }

@@ -88,7 +88,7 @@ static dt_status start(const dt_graph *g, int i, dt_tensor *x, bool consumable,
       st = dt_clone(x, &p->result);
     }
     if (!st) st = dt_comm_all_reduce_async(comm, p->result, n->reduce_op, &p->work);
-    if (stats) stats->comm_bytes[DT_COMM_ALL_REDUCE] += dt_tensor_numel(x) * esize;
+    if (stats) stats->comm_bytes[DT_COMM_ALL_REDUCE] += dt__tensor_numel(x) * esize;
     break;
   case DT_COMM_ALL_GATHER: {
     int64_t full = t->sym[dim] >= 0 ? symbols[t->sym[dim]] : t->shape[dim];
@@ -107,7 +107,7 @@ static dt_status start(const dt_graph *g, int i, dt_tensor *x, bool consumable,
       st = dt_empty(x->ndim, shape, x->dtype, &p->result);
     }
     if (!st) st = dt_comm_all_gather_uneven_async(comm, p->send, p->result, p->counts, &p->work);
-    if (stats && !st) stats->comm_bytes[DT_COMM_ALL_GATHER] += dt_tensor_numel(p->result) * esize;
+    if (stats && !st) stats->comm_bytes[DT_COMM_ALL_GATHER] += dt__tensor_numel(p->result) * esize;
     break;
   }
   case DT_COMM_REDUCE_SCATTER: {
@@ -123,7 +123,7 @@ static dt_status start(const dt_graph *g, int i, dt_tensor *x, bool consumable,
     if (!st)
       st = dt_comm_reduce_scatter_uneven_async(comm, p->send, p->result, p->counts, n->reduce_op,
                                                &p->work);
-    if (stats) stats->comm_bytes[DT_COMM_REDUCE_SCATTER] += dt_tensor_numel(x) * esize;
+    if (stats) stats->comm_bytes[DT_COMM_REDUCE_SCATTER] += dt__tensor_numel(x) * esize;
     break;
   }
   case DT_COMM_ALL_TO_ALL: {

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "autograd/size_note.h"
+#include "distributed/dist_impl.h"
 #include "dtensor/autograd.h"
 #include "dtensor/dist.h"
 #include "dtensor/loss.h"
@@ -15,8 +16,11 @@
 #include "kernels/cpu/loss.h"
 #include "ops/loss_impl.h"
 
+/* Read from the fields, not through dt_tensor_shape: the count goes to a tracer as a symbolic
+ * size (the size note below), so it must not specialize the dims (tensor/tensor_impl.h:
+ * dt__size_read). */
 static const int64_t *global_shape(const dt_tensor *t) {
-  return dt_tensor_is_distributed(t) ? dt_dist_global_shape(t) : dt_tensor_shape(t);
+  return t->spec ? t->spec->shape : t->shape;
 }
 
 static int global_ndim(const dt_tensor *t) {
@@ -155,7 +159,7 @@ static dt_status check_targets(const char *fn, dt_tensor *target, int64_t classe
   if (!st) st = dt_contiguous(local, &dense);
   if (!st) {
     const int64_t *t = dt_tensor_data(dense);
-    for (int64_t i = 0; i < dt_tensor_numel(dense) && !st; i++) {
+    for (int64_t i = 0; i < dt__tensor_numel(dense) && !st; i++) {
       if ((o->has_ignore_index && t[i] == o->ignore_index) || (t[i] >= 0 && t[i] < classes))
         continue;
       st = dt__error(DT_ERR_INVALID,

@@ -355,17 +355,37 @@ dt_status dt_wrap_ex(void *data, size_t nbytes, int ndim, const int64_t *shape,
 
 int dt_tensor_ndim(const dt_tensor *t) { return t ? t->ndim : 0; }
 
+_Thread_local dt__size_read_hook dt__size_reader;
+
+void dt__size_read(const dt_tensor *t, int dim, const char *fn) {
+  if (DT_UNLIKELY(dt__size_reader.read != NULL) && t)
+    dt__size_reader.read(dt__size_reader.user, t, dim, fn);
+}
+
 int64_t dt_tensor_size(const dt_tensor *t, int dim) {
   if (!t) return -1;
   if (dim < 0) dim += t->ndim;
   if (dim < 0 || dim >= t->ndim) return -1;
+  dt__size_read(t, dim, "dt_tensor_size");
   return t->shape[dim];
 }
 
-const int64_t *dt_tensor_shape(const dt_tensor *t) { return t ? t->shape : NULL; }
-const int64_t *dt_tensor_strides(const dt_tensor *t) { return t ? t->strides : NULL; }
-int64_t dt_tensor_offset(const dt_tensor *t) { return t ? t->offset : 0; }
-int64_t dt_tensor_numel(const dt_tensor *t) { return t ? dt__tensor_numel(t) : 0; }
+const int64_t *dt_tensor_shape(const dt_tensor *t) {
+  dt__size_read(t, -1, "dt_tensor_shape");
+  return t ? t->shape : NULL;
+}
+const int64_t *dt_tensor_strides(const dt_tensor *t) {
+  dt__size_read(t, -1, "dt_tensor_strides");
+  return t ? t->strides : NULL;
+}
+int64_t dt_tensor_offset(const dt_tensor *t) {
+  dt__size_read(t, -1, "dt_tensor_offset");
+  return t ? t->offset : 0;
+}
+int64_t dt_tensor_numel(const dt_tensor *t) {
+  dt__size_read(t, -1, "dt_tensor_numel");
+  return t ? dt__tensor_numel(t) : 0;
+}
 dt_dtype dt_tensor_dtype(const dt_tensor *t) { return t ? t->dtype : DT_DTYPE_COUNT; }
 bool dt_tensor_is_contiguous(const dt_tensor *t) {
   return t && dt__is_contiguous(t->ndim, t->shape, t->strides);

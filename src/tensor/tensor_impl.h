@@ -184,4 +184,24 @@ static inline int64_t dt__offset_of(const int64_t *index, const int64_t *strides
   return off;
 }
 
+/* Sizes read as plain numbers through the public API (dt_tensor_size, dt_tensor_shape,
+ * dt_tensor_numel, dt_tensor_strides, dt_tensor_offset, dt_dist_global_shape): a tracer that
+ * gives sizes symbols must know when its function reads one, since the number it then passes on
+ * is a constant of the trace. compile installs `read` on its thread while it traces (and only
+ * there) and specializes the dim read (a guard that it keeps its traced size, as PyTorch's int()
+ * of a SymInt does). dim is the dim read, or -1 for all of them; fn names the accessor. Library
+ * code whose reads put no number into the trace (dispatch, autograd's bookkeeping, a loss's
+ * count passed on as a size note) reads the fields instead; a library function that passes a
+ * size on as a number (a model's forward reading its batch) reads through the accessors and is
+ * specialized like the function's own code. Per thread; read == NULL when nothing traces. */
+typedef struct dt__size_read_hook {
+  void (*read)(void *user, const dt_tensor *t, int dim, const char *fn);
+  void *user;
+} dt__size_read_hook;
+
+extern _Thread_local dt__size_read_hook dt__size_reader;
+
+/* Tells the hook, when one is installed, that size `dim` (-1: all) of t was read by fn. */
+void dt__size_read(const dt_tensor *t, int dim, const char *fn);
+
 #endif /* DT_TENSOR_IMPL_H */
