@@ -507,6 +507,14 @@ static const struct {
                                     "needed only for double backward"},
     {"gelu_backward", "the backward op of gelu; its own gradient is needed only for double "
                       "backward"},
+    {"softmax_backward", "a backward op (softmax's); needed only for double backward"},
+    {"log_softmax_backward", "a backward op (log_softmax's); needed only for double backward"},
+    {"layer_norm_backward", "a backward op (layer_norm's); needed only for double backward"},
+    {"rms_norm_backward", "a backward op (rms_norm's); needed only for double backward"},
+    {"layer_norm_backward_affine", "a backward op (layer_norm's); needed only for double "
+                                   "backward"},
+    {"rms_norm_backward_weight", "a backward op (rms_norm's); needed only for double backward"},
+    {"embedding_backward", "a backward op (embedding's); needed only for double backward"},
 };
 
 static const char *reason_of(const char *name) {

@@ -75,6 +75,8 @@ static const struct {
     {DT_OP_UNIFORM_, "not written yet"},
     {DT_OP_SCALED_DOT_PRODUCT_ATTENTION, "not written yet (4-D shapes of three arguments)"},
     {DT_OP_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, "not written yet"},
+    {DT_OP_LAYER_NORM_BACKWARD_AFFINE, "not written yet (outputs of normalized_shape)"},
+    {DT_OP_RMS_NORM_BACKWARD_WEIGHT, "not written yet (output of normalized_shape)"},
 };
 
 static bool listed_specialized(int op) {

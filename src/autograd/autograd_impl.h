@@ -200,6 +200,11 @@ dt_status dt__grad_sum_to(dt_tensor *grad, const dt_tensor_meta *meta, dt_tensor
 /* Casts grad to meta's dtype when they differ (retained otherwise). */
 dt_status dt__grad_cast_to(dt_tensor *grad, const dt_tensor_meta *meta, dt_tensor **out);
 
+/* The backward formula of layer_norm and rms_norm (rms): their fused backward ops
+ * (backward_nn.c). */
+dt_status dt__backward_norm(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                            dt_tensor **grad_inputs, bool rms);
+
 /* Sum-to then cast: the gradient of a broadcasting, promoting pointwise input. */
 dt_status dt__grad_reduce_to(dt_tensor *grad, const dt_tensor_meta *meta, dt_tensor **out);
 

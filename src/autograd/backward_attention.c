@@ -1,49 +1,14 @@
-/* Backward formulas of rms_norm and scaled_dot_product_attention, written with ops (the
- * attention's through its backward op) so that they run distributed like any op. */
+/* Backward formulas of rms_norm (through backward_nn.c's) and scaled_dot_product_attention,
+ * written with ops (the attention's through its backward op) so that they run distributed like any
+ * op. */
 #include "autograd/autograd_impl.h"
 #include "dtensor/ops.h"
 #include "ops/attention_impl.h"
 
-/* rms_norm over the last k dims, r = rsqrt(mean(x^2) + eps), gw = g * w:
- *   dx = r * (gw - x * r^2 * mean(gw * x)),  dw = sum over the leading dims of g * x * r. */
+/* rms_norm: its fused backward ops, as layer_norm's (backward_nn.c). */
 dt_status dt__backward_rms_norm(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
                                 dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
-  const dt_op_call *call = ctx->call;
-  dt_tensor *x = call->inputs[0], *w = call->inputs[1];
-  const dt_tensor_meta *in = &ctx->input_metas[0];
-  int k = call->int_list ? call->n_int_list : call->n_ints, lead = in->ndim - k;
-  int64_t norm_dims[DT_MAX_DIMS], lead_dims[DT_MAX_DIMS];
-  for (int i = 0; i < k; i++) norm_dims[i] = lead + i;
-  for (int i = 0; i < lead; i++) lead_dims[i] = i;
-  dt_tensor *sq = NULL, *ms = NULL, *mse = NULL, *r = NULL, *gw = NULL, *gx = NULL, *dot = NULL;
-  dt_tensor *r2 = NULL, *t = NULL, *t2 = NULL, *d = NULL, *dx = NULL, *xr = NULL, *gxr = NULL,
-            *dw = NULL;
-  dt_status st = dt_mul(x, x, &sq);
-  if (!st) st = dt_mean_dims(sq, k, norm_dims, true, &ms);
-  if (!st) st = dt_add_scalar(ms, call->scalars[0], &mse);
-  if (!st) st = dt_rsqrt(mse, &r);
-  if (!st) st = w ? dt_mul(g, w, &gw) : (gw = dt_tensor_retain(g), DT_OK);
-  if (!st && ctx->needs_grad[0]) {
-    st = dt_mul(gw, x, &gx);
-    if (!st) st = dt_mean_dims(gx, k, norm_dims, true, &dot);
-    if (!st) st = dt_mul(r, r, &r2);
-    if (!st) st = dt_mul(x, r2, &t);
-    if (!st) st = dt_mul(t, dot, &t2);
-    if (!st) st = dt_sub(gw, t2, &d);
-    if (!st) st = dt_mul(d, r, &dx);
-    if (!st) st = dt__grad_cast_to(dx, in, &grad_inputs[0]);
-  }
-  if (!st && w && ctx->needs_grad[1]) {
-    st = dt_mul(x, r, &xr);
-    if (!st) st = dt_mul(g, xr, &gxr);
-    if (!st && lead > 0) st = dt_sum_dims(gxr, lead, lead_dims, false, &dw);
-    if (!st && lead == 0) dw = dt_tensor_retain(gxr);
-    if (!st) st = dt__grad_cast_to(dw, &ctx->input_metas[1], &grad_inputs[1]);
-  }
-  DT_RELEASE_ALL(sq, ms, mse, r, gw, gx, dot, r2, t, t2, d, dx, xr, gxr, dw);
-  return st;
+  return dt__backward_norm(ctx, grad_outputs, grad_inputs, true);
 }
 
 /* scaled_dot_product_attention: with P the probabilities and D = rowsum(g * out),

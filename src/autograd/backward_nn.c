@@ -1,41 +1,33 @@
-/* Backward formulas of softmax, log_softmax, layer_norm and batch_norm (inference form:
- * the running statistics are constants), written with ops. The normalizations recompute
- * their statistics from the saved input with ops rather than saving them from the kernel. */
+/* Backward formulas of softmax, log_softmax, layer_norm, rms_norm and batch_norm (inference
+ * form: the running statistics are constants), written with ops. softmax, log_softmax,
+ * layer_norm and rms_norm call their fused backward ops; training batch_norm recomputes its
+ * statistics from the saved input with ops rather than saving them from the kernel. */
 #include "autograd/autograd_impl.h"
-#include "autograd/size_note.h"
 #include "dtensor/dist.h"
 #include "dtensor/ops.h"
+#include "ops/op_impl.h"
 
-/* softmax: dx = y (g - sum(g y, dim)). */
-dt_status dt__backward_softmax(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                               dt_tensor **grad_inputs) {
+/* softmax: dx = y (g - sum(g y, dim)); log_softmax: dx = g - exp(y) sum(g, dim). Each one op,
+ * softmax_backward / log_softmax_backward, from the saved output. */
+static dt_status softmax_family_backward(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                                         dt_tensor **grad_inputs, bool take_log) {
   dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
-  dt_tensor *y = ctx->call->outputs[0], *gy = NULL, *s = NULL, *diff = NULL, *t = NULL;
-  int64_t dim = ctx->call->ints[0];
-  dt_status st = dt_mul(g, y, &gy);
-  if (!st) st = dt_sum_dims(gy, 1, &dim, true, &s);
-  if (!st) st = dt_sub(g, s, &diff);
-  if (!st) st = dt_mul(y, diff, &t);
+  if (!g || !ctx->needs_grad[0]) return DT_OK;
+  dt_tensor *t = NULL;
+  dt_status st = dt__softmax_backward(g, ctx->call->outputs[0], ctx->call->ints[0], take_log, &t);
   if (!st) st = dt__grad_cast_to(t, &ctx->input_metas[0], &grad_inputs[0]);
-  DT_RELEASE_ALL(gy, s, diff, t);
+  dt_tensor_release(t);
   return st;
 }
 
-/* log_softmax: dx = g - exp(y) sum(g, dim). */
+dt_status dt__backward_softmax(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                               dt_tensor **grad_inputs) {
+  return softmax_family_backward(ctx, grad_outputs, grad_inputs, false);
+}
+
 dt_status dt__backward_log_softmax(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
                                    dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
-  dt_tensor *p = NULL, *s = NULL, *ps = NULL, *t = NULL;
-  int64_t dim = ctx->call->ints[0];
-  dt_status st = dt_exp(ctx->call->outputs[0], &p);
-  if (!st) st = dt_sum_dims(g, 1, &dim, true, &s);
-  if (!st) st = dt_mul(p, s, &ps);
-  if (!st) st = dt_sub(g, ps, &t);
-  if (!st) st = dt__grad_cast_to(t, &ctx->input_metas[0], &grad_inputs[0]);
-  DT_RELEASE_ALL(p, s, ps, t);
-  return st;
+  return softmax_family_backward(ctx, grad_outputs, grad_inputs, true);
 }
 
 /* The normalization shared by layer_norm and training batch_norm, over `dims` of x:
@@ -134,22 +126,39 @@ static dt_status normalization_backward(const dt_backward_ctx *ctx, dt_tensor *g
   return st;
 }
 
-/* layer_norm over the last k dims (normalized_shape, eps = scalars[0]): dx as above; dw =
- * sum over the leading dims of g xhat, db = sum over the leading dims of g. */
-dt_status dt__backward_layer_norm(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                                  dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
+/* layer_norm and rms_norm (rms) over the last k dims (normalized_shape, eps = scalars[0];
+ * inputs {x, weight?, bias?}): dx is one op (layer_norm_backward / rms_norm_backward), the
+ * affine gradients another (sums over the leading dims), both from the saved input. */
+dt_status dt__backward_norm(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                            dt_tensor **grad_inputs, bool rms) {
+  dt_tensor *g_in = grad_outputs[0];
+  if (!g_in) return DT_OK;
   const dt_op_call *call = ctx->call;
   const dt_tensor_meta *in = &ctx->input_metas[0];
   /* normalized_shape: in int_list as the caller gave it (infer copies it to ints only on
    * the local path). */
-  int k = call->int_list ? call->n_int_list : call->n_ints, lead = in->ndim - k;
-  int64_t norm_dims[DT_MAX_DIMS], lead_dims[DT_MAX_DIMS];
-  for (int i = 0; i < k; i++) norm_dims[i] = lead + i;
-  for (int i = 0; i < lead; i++) lead_dims[i] = i;
-  return normalization_backward(ctx, g, call->inputs[1], k, norm_dims, lead, lead_dims,
-                                grad_inputs);
+  int k = call->int_list ? call->n_int_list : call->n_ints;
+  const int64_t *shape = in->shape + in->ndim - k;
+  dt_tensor *x = call->inputs[0], *w = call->inputs[1], *b = rms ? NULL : call->inputs[2];
+  bool want_w = w && ctx->needs_grad[1], want_b = b && ctx->needs_grad[2];
+  dt_tensor *g = NULL, *dx = NULL, *dw = NULL, *db = NULL;
+  dt_status st = grad_like_input(g_in, x, &g);
+  if (!st && ctx->needs_grad[0]) {
+    st = dt__norm_backward_input(rms, g, x, k, shape, w, call->scalars[0], &dx);
+    if (!st) st = dt__grad_cast_to(dx, in, &grad_inputs[0]);
+  }
+  if (!st && (want_w || want_b)) {
+    st = dt__norm_backward_affine(rms, g, x, k, shape, call->scalars[0], &dw, rms ? NULL : &db);
+    if (!st && want_w) st = dt__grad_cast_to(dw, &ctx->input_metas[1], &grad_inputs[1]);
+    if (!st && want_b) st = dt__grad_cast_to(db, &ctx->input_metas[2], &grad_inputs[2]);
+  }
+  DT_RELEASE_ALL(g, dx, dw, db);
+  return st;
+}
+
+dt_status dt__backward_layer_norm(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                                  dt_tensor **grad_inputs) {
+  return dt__backward_norm(ctx, grad_outputs, grad_inputs, false);
 }
 
 /* A channel vector [C] viewed as [1, C, 1, ...] against an input of ndim dims. */
@@ -212,30 +221,17 @@ dt_status dt__backward_batch_norm(const dt_backward_ctx *ctx, dt_tensor *const *
 }
 
 /* embedding: the weight's gradient is the output's gradient rows added into the rows the
- * indices picked (repeated indices accumulate): scatter_add along dim 0 of zeros like the
- * weight. The indices are not differentiable. */
+ * indices picked (repeated indices accumulate): one op, embedding_backward, which writes the
+ * zeros and accumulates in one pass (the weight gives it only the gradient's geometry). The
+ * indices are not differentiable. */
 dt_status dt__backward_embedding(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
                                  dt_tensor **grad_inputs) {
   dt_tensor *g = grad_outputs[0];
   if (!g || !ctx->needs_grad[0]) return DT_OK;
-  const dt_tensor_meta *w = &ctx->input_metas[0], *idx = &ctx->input_metas[1];
-  int64_t n = dt__numel(idx->ndim, idx->shape), d = w->shape[1];
-  dt_tensor *zeros = NULL, *rows = NULL, *col = NULL, *index = NULL, *g2 = NULL, *t = NULL;
-  dt_status st = dt_zeros_like(ctx->call->inputs[0], &zeros);
-  /* -1 for the rows where it is unambiguous: the same result, and a tracer (compile) sees a
-   * size it keeps symbolic instead of the index count as a constant. */
-  if (!st) st = dt_reshape(ctx->call->inputs[1], 2, (int64_t[]){-1, 1}, &col);
-  /* d is the weight's dim 1: told to a tracer (size_note.h), so that the embedding dim stays
-   * a symbolic size. */
-  dt_size_note note = {.sizes_of = ctx->call->inputs[0], .size_dim = {0, 2}};
-  dt__size_note = note;
-  if (!st) st = dt_expand(col, 2, (int64_t[]){-1, d}, &index);
-  dt__size_note = d > 0 ? note : (dt_size_note){0};
-  if (!st) st = dt_reshape(g, 2, (int64_t[]){d > 0 ? -1 : n, d}, &g2);
-  dt__size_note = (dt_size_note){0};
-  if (!st) st = dt_scatter_add(zeros, 0, index, g2, &t);
-  if (!st) st = dt__grad_cast_to(t, w, &grad_inputs[0]);
-  DT_RELEASE_ALL(zeros, rows, col, index, g2, t);
+  dt_tensor *t = NULL;
+  dt_status st = dt__embedding_backward(ctx->call->inputs[0], ctx->call->inputs[1], g, &t);
+  if (!st) st = dt__grad_cast_to(t, &ctx->input_metas[0], &grad_inputs[0]);
+  dt_tensor_release(t);
   return st;
 }
 

@@ -353,31 +353,28 @@ static void rule_linear(const dt_rule_ctx *c, const dt_placement *cur, dt_strate
 /* ---- NN ops -----------------------------------------------------------------------------------
  */
 
-/* The op works along `busy` dims (a bit mask of input 0's dims); other dims may stay sharded;
- * extra arguments (weights) are replicated. */
+/* The op works along `busy` dims (a bit mask of input 0's dims); other dims may stay sharded.
+ * The first `alike` arguments (a backward's gradient and saved tensor) take input 0's
+ * placement; the others (weights) are replicated. `reduces`: the op sums over the free dims
+ * (a normalization's affine gradients), so a shard of one gives a Partial(sum). */
 static void rule_keep_free_dims(const dt_rule_ctx *c, const dt_placement *cur, uint32_t busy,
-                                dt_strategies *s) {
+                                int alike, bool reduces, dt_strategies *s) {
   dt_placement in[DT_DIST_MAX_ARGS];
-  for (int i = 0; i < c->n_args; i++) in[i] = R();
-  if (cur[0].kind == DT_SHARD && !(busy & (1u << cur[0].dim))) {
-    in[0] = cur[0];
-    push(s, in, c->n_args, cur[0]);
-    in[0] = R();
-  } else {
-    /* Replicate first, so that it wins ties. Then a dim the op leaves alone: on an idle mesh
-     * dim a local slice; from a Partial a reduce_scatter in place of an all_reduce, from a
-     * shard of a busy dim an all_to_all in place of a gather: either leaves a smaller buffer
-     * for what the other mesh dims move (layer_norm of [P, S(normalized)] on 2x2:
-     * reduce-scatter to S(0), then gather half). */
-    push(s, in, c->n_args, R());
-    for (int d = 0; d < c->args[0]->ndim; d++) {
-      if ((busy & (1u << d)) || c->args[0]->shape[d] < 2) continue;
-      in[0] = S(d);
-      push(s, in, c->n_args, S(d));
-    }
-    return;
-  }
+  bool keeps = cur[0].kind == DT_SHARD && !(busy & (1u << cur[0].dim));
+  for (int i = 0; i < c->n_args; i++) in[i] = keeps && i < alike ? cur[0] : R();
+  if (keeps) push(s, in, c->n_args, reduces ? dt_partial(DT_REDUCE_SUM) : cur[0]);
+  for (int i = 0; i < alike; i++) in[i] = R();
+  /* Replicate (first unless a shard is kept, so that it wins ties). Then a dim the op leaves
+   * alone: on an idle mesh dim a local slice; from a Partial a reduce_scatter in place of an
+   * all_reduce, from a shard of a busy dim an all_to_all in place of a gather: either leaves a
+   * smaller buffer for what the other mesh dims move (layer_norm of [P, S(normalized)] on 2x2:
+   * reduce-scatter to S(0), then gather half). */
   push(s, in, c->n_args, R());
+  for (int d = 0; d < c->args[0]->ndim && !keeps && !reduces; d++) {
+    if ((busy & (1u << d)) || c->args[0]->shape[d] < 2) continue;
+    for (int i = 0; i < alike; i++) in[i] = S(d);
+    push(s, in, c->n_args, S(d));
+  }
 }
 
 /* batch_norm and batch_norm_training work per channel (dim 1 of x), and so may keep any dim of
@@ -423,6 +420,21 @@ static void rule_embedding(const dt_rule_ctx *c, const dt_placement *cur, dt_str
     push(s, in, 2, cur[1]);
   }
   push_replicated(s, 2);
+}
+
+/* embedding_backward(weight, indices, grad): the weight (never read) sharded by rows with the
+ * rest replicated, each shard adds the indices in its rows (row window); its dim 1 with
+ * grad's last dim; or a batch (indices and grad sharded alike) gives a Partial(sum). */
+static void rule_embedding_backward(const dt_rule_ctx *c, const dt_placement *cur,
+                                    dt_strategies *s) {
+  int last = c->args[1]->ndim;
+  if (cur[0].kind == DT_SHARD)
+    push(s, (dt_placement[]){cur[0], R(), cur[0].dim ? S(last) : R()}, 3, cur[0]);
+  for (int i = 1; i < 3; i++) {
+    if (cur[i].kind == DT_SHARD && cur[i].dim < last)
+      push(s, (dt_placement[]){R(), cur[i], cur[i]}, 3, dt_partial(DT_REDUCE_SUM));
+  }
+  push_replicated(s, 3);
 }
 
 /* scatter_add(self, dim, index, src) = self plus src's values added at the index rows:
@@ -718,18 +730,25 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
   int map[DT_MAX_DIMS];
   s->n = 0;
   s->keeps_outer = 0;
-  switch (dt__op_table[call->op].rule) {
+  dt_rule_family rule = dt__op_table[call->op].rule;
+  switch (rule) {
   case DT_RULE_POINTWISE: rule_pointwise(c, cur, s); return true;
   case DT_RULE_LIKE: rule_like(c, cur, s); return true;
   case DT_RULE_REDUCTION: rule_reduction(c, cur, s); return true;
   case DT_RULE_MATMUL: rule_matmul(c, cur, s); return true;
   case DT_RULE_ADDMM: rule_addmm(c, cur, s); return true;
   case DT_RULE_LINEAR: rule_linear(c, cur, s); return true;
-  case DT_RULE_SOFTMAX: rule_keep_free_dims(c, cur, 1u << call->ints[0], s); return true;
-  case DT_RULE_LAYER_NORM: {
+  case DT_RULE_SOFTMAX:
+  case DT_RULE_SOFTMAX_BACKWARD:
+    rule_keep_free_dims(c, cur, 1u << call->ints[0], rule == DT_RULE_SOFTMAX ? 1 : 2, false, s);
+    return true;
+  case DT_RULE_LAYER_NORM:
+  case DT_RULE_NORM_BACKWARD:
+  case DT_RULE_NORM_AFFINE_GRAD: {
     uint32_t busy = 0;
     for (int i = 0; i < call->n_ints; i++) busy |= 1u << (a->ndim - 1 - i);
-    rule_keep_free_dims(c, cur, busy, s);
+    rule_keep_free_dims(c, cur, busy, rule == DT_RULE_LAYER_NORM ? 1 : 2,
+                        rule == DT_RULE_NORM_AFFINE_GRAD, s);
     return true;
   }
   case DT_RULE_BATCH_NORM:
@@ -737,6 +756,7 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
   case DT_RULE_ROWS: rule_rows(c, s); return true;
   case DT_RULE_ATTENTION: rule_attention(c, s); return true;
   case DT_RULE_EMBEDDING: rule_embedding(c, cur, s); return true;
+  case DT_RULE_EMBEDDING_BACKWARD: rule_embedding_backward(c, cur, s); return true;
   case DT_RULE_SCATTER_ADD: rule_scatter_add(c, cur, s); return true;
   case DT_RULE_CAT: rule_cat(c, cur, s, false); return true;
   case DT_RULE_STACK: rule_cat(c, cur, s, true); return true;

@@ -47,3 +47,48 @@ dt_status dt__kernel_embedding(dt_op_call *call) {
 dt_status dt_embedding(dt_tensor *weight, dt_tensor *indices, dt_tensor **out) {
   return dt__dispatch_two(DT_OP_EMBEDDING, weight, indices, 0.0, out);
 }
+
+/* embedding_backward(weight, indices, grad_output): weight gives only the gradient's geometry
+ * (shape, dtype and, distributed, its row window); it is never read. */
+dt_status dt__infer_embedding_backward(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *weight = call->inputs[0], *g = call->inputs[2];
+  const char *op = dt__op_name(call);
+  dt_tensor_meta lookup;
+  dt_op_call probe = *call;
+  probe.n_inputs = 2;
+  dt_status st = dt__infer_embedding(&probe, &lookup);
+  if (st) return st;
+  if (!dt_dtype_is_floating(weight->dtype) || g->dtype != weight->dtype) {
+    return dt__error(DT_ERR_DTYPE,
+                     "%s: grad_output has dtype %s and weight %s (expected one "
+                     "floating dtype)",
+                     op, dt_dtype_name(g->dtype), dt_dtype_name(weight->dtype));
+  }
+  if (g->ndim != lookup.ndim ||
+      memcmp(g->shape, lookup.shape, sizeof(int64_t) * (size_t)g->ndim) != 0) {
+    char bg[160], bl[160];
+    return dt__error(DT_ERR_SHAPE, "%s: grad_output of shape %s does not match the lookup's %s", op,
+                     dt__format_ints(bg, sizeof bg, g->ndim, g->shape),
+                     dt__format_ints(bl, sizeof bl, lookup.ndim, lookup.shape));
+  }
+  dt__meta_set(&metas[0], weight->dtype, weight->ndim, weight->shape);
+  return DT_OK;
+}
+
+dt_status dt__kernel_embedding_backward(dt_op_call *call) {
+  bool window = call->n_ints == 2;
+  int64_t rows = call->inputs[0]->shape[0];
+  return dt__cpu_embedding_backward(dt__op_name(call), call->inputs[1], call->inputs[2],
+                                    window ? call->ints[0] : 0, window ? call->ints[1] : rows,
+                                    call->outputs[0]);
+}
+
+dt_status dt__embedding_backward(dt_tensor *weight, dt_tensor *indices, dt_tensor *grad,
+                                 dt_tensor **out) {
+  dt_op_call call = {.op = DT_OP_EMBEDDING_BACKWARD,
+                     .n_inputs = 3,
+                     .inputs = {weight, indices, grad},
+                     .n_outputs = 1,
+                     .outputs = out};
+  return dt__dispatch(&call);
+}

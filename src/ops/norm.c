@@ -82,6 +82,134 @@ dt_status dt__kernel_layer_norm(dt_op_call *call) {
                             call->scalars[0], call->outputs[0]);
 }
 
+/* ---- backward ops ------------------------------------------------------------------------ */
+
+/* grad_output and the saved tensor: one floating dtype, one shape. */
+static dt_status check_grad_pair(const dt_op_call *call, const char *saved) {
+  const dt_tensor *g = call->inputs[0], *t = call->inputs[1];
+  dt_status st = check_floating(call, saved, t);
+  if (st) return st;
+  if (g->dtype != t->dtype) {
+    return dt__error(DT_ERR_DTYPE, "%s: grad_output has dtype %s and %s %s (expected one dtype)",
+                     dt__op_name(call), dt_dtype_name(g->dtype), saved, dt_dtype_name(t->dtype));
+  }
+  if (g->ndim != t->ndim || memcmp(g->shape, t->shape, sizeof(int64_t) * (size_t)g->ndim) != 0) {
+    char bg[160], bt[160];
+    return dt__error(DT_ERR_SHAPE, "%s: grad_output of shape %s does not match %s of shape %s",
+                     dt__op_name(call), dt__format_ints(bg, sizeof bg, g->ndim, g->shape), saved,
+                     dt__format_ints(bt, sizeof bt, t->ndim, t->shape));
+  }
+  return DT_OK;
+}
+
+/* softmax_backward, log_softmax_backward: {grad_output, output}, dim in ints[0]. */
+dt_status dt__infer_softmax_backward(dt_op_call *call, dt_tensor_meta *metas) {
+  const dt_tensor *y = call->inputs[1];
+  dt_status st = check_grad_pair(call, "output");
+  if (st) return st;
+  int d;
+  st = dt__normalize_dim(dt__op_name(call), call->ints[0], y->ndim, &d);
+  if (st) return st;
+  call->ints[0] = d;
+  call->n_ints = 1;
+  dt__meta_set(&metas[0], y->dtype, y->ndim, y->shape);
+  return DT_OK;
+}
+
+dt_status dt__kernel_softmax_backward(dt_op_call *call) {
+  return dt__cpu_softmax_backward(call->inputs[0], call->inputs[1], (int)call->ints[0],
+                                  call->op == DT_OP_LOG_SOFTMAX_BACKWARD, call->outputs[0]);
+}
+
+static bool is_rms_backward(dt_op op) {
+  return op == DT_OP_RMS_NORM_BACKWARD || op == DT_OP_RMS_NORM_BACKWARD_WEIGHT;
+}
+
+/* The four normalization backward ops: {grad_output, input, weight?}, normalized_shape in
+ * int_list as layer_norm's (copied to ints). *_backward gives the input's gradient (input's
+ * metas); layer_norm_backward_affine the weight's and the bias's, rms_norm_backward_weight
+ * the weight's (normalized_shape, the input's dtype). */
+dt_status dt__infer_norm_backward(dt_op_call *call, dt_tensor_meta *metas) {
+  dt_status st = check_grad_pair(call, "input");
+  if (st) return st;
+  dt_tensor *g = call->inputs[0];
+  /* layer_norm's checks on {input, weight}, then the call back to this op's inputs. */
+  call->inputs[0] = call->inputs[1];
+  call->inputs[1] = call->inputs[2];
+  call->inputs[2] = NULL;
+  st = dt__infer_layer_norm(call, metas);
+  call->inputs[2] = call->inputs[1];
+  call->inputs[1] = call->inputs[0];
+  call->inputs[0] = g;
+  if (st) return st;
+  dt_op op = call->op;
+  if (op == DT_OP_LAYER_NORM_BACKWARD || op == DT_OP_RMS_NORM_BACKWARD) return DT_OK;
+  int n_out = op == DT_OP_LAYER_NORM_BACKWARD_AFFINE ? 2 : 1;
+  for (int i = 0; i < n_out; i++) dt__meta_set(&metas[i], g->dtype, call->n_ints, call->ints);
+  if (call->n_outputs > n_out) call->n_outputs = n_out;
+  return DT_OK;
+}
+
+dt_status dt__kernel_norm_backward(dt_op_call *call) {
+  dt_tensor **in = call->inputs;
+  bool rms = is_rms_backward(call->op);
+  if (call->op == DT_OP_LAYER_NORM_BACKWARD || call->op == DT_OP_RMS_NORM_BACKWARD) {
+    return dt__cpu_norm_backward_input(rms, in[0], in[1], call->n_ints, in[2], call->scalars[0],
+                                       call->outputs[0]);
+  }
+  return dt__cpu_norm_backward_affine(rms, in[0], in[1], call->n_ints, call->scalars[0],
+                                      call->outputs[0], rms ? NULL : call->outputs[1]);
+}
+
+dt_status dt__softmax_backward(dt_tensor *grad, dt_tensor *output, int64_t dim, bool take_log,
+                               dt_tensor **out) {
+  dt_op_call call = {.op = take_log ? DT_OP_LOG_SOFTMAX_BACKWARD : DT_OP_SOFTMAX_BACKWARD,
+                     .n_inputs = 2,
+                     .inputs = {grad, output},
+                     .n_ints = 1,
+                     .ints = {dim},
+                     .n_outputs = 1,
+                     .outputs = out};
+  return dt__dispatch(&call);
+}
+
+/* A normalization backward op over the last k dims of input, of sizes `shape`. */
+static dt_status norm_backward(dt_op op, dt_tensor *grad, dt_tensor *input, int k,
+                               const int64_t *shape, dt_tensor *weight, double eps, int n_out,
+                               dt_tensor **outs) {
+  dt_op_call call = {.op = op,
+                     .n_inputs = 3,
+                     .inputs = {grad, input, weight},
+                     .int_list = shape,
+                     .n_int_list = k,
+                     .scalars = {eps},
+                     .n_outputs = n_out,
+                     .outputs = outs};
+  return dt__dispatch(&call);
+}
+
+dt_status dt__norm_backward_input(bool rms, dt_tensor *grad, dt_tensor *input, int k,
+                                  const int64_t *shape, dt_tensor *weight, double eps,
+                                  dt_tensor **out) {
+  dt_op op = rms ? DT_OP_RMS_NORM_BACKWARD : DT_OP_LAYER_NORM_BACKWARD;
+  return norm_backward(op, grad, input, k, shape, weight, eps, 1, out);
+}
+
+dt_status dt__norm_backward_affine(bool rms, dt_tensor *grad, dt_tensor *input, int k,
+                                   const int64_t *shape, double eps, dt_tensor **grad_weight,
+                                   dt_tensor **grad_bias) {
+  dt_tensor *outs[2] = {NULL, NULL};
+  dt_op op = rms ? DT_OP_RMS_NORM_BACKWARD_WEIGHT : DT_OP_LAYER_NORM_BACKWARD_AFFINE;
+  dt_status st = norm_backward(op, grad, input, k, shape, NULL, eps, rms ? 1 : 2, outs);
+  *grad_weight = outs[0];
+  if (grad_bias) {
+    *grad_bias = outs[1];
+  } else {
+    dt_tensor_release(outs[1]);
+  }
+  return st;
+}
+
 /* ---- batch_norm ------------------------------------------------------------------------------ */
 
 /* A per-channel statistic or parameter: floating, shape [C]. */

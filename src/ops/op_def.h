@@ -45,12 +45,16 @@ typedef enum dt_rule_family {
   DT_RULE_MATMUL,        /* mm, bmm, matmul: rows, columns, contraction, batch dims */
   DT_RULE_ADDMM,
   DT_RULE_LINEAR,
-  DT_RULE_SOFTMAX,    /* any shard but the softmax dim */
-  DT_RULE_LAYER_NORM, /* any shard but the normalized dims */
+  DT_RULE_SOFTMAX,          /* any shard but the softmax dim */
+  DT_RULE_SOFTMAX_BACKWARD, /* the same, the gradient and the output alike */
+  DT_RULE_LAYER_NORM,       /* any shard but the normalized dims */
+  DT_RULE_NORM_BACKWARD,    /* the same, the gradient and the input alike */
+  DT_RULE_NORM_AFFINE_GRAD, /* sums over the free dims: their shard gives Partial(sum) */
   DT_RULE_BATCH_NORM, /* per channel: any shard, the channel's with the [C] arguments sliced */
   DT_RULE_BATCH_NORM_TRAINING, /* the same, and other dims with synchronized statistics */
   DT_RULE_EMBEDDING,
-  DT_RULE_SCATTER_ADD, /* shards off the scatter dim, row windows, Partial(sum) */
+  DT_RULE_EMBEDDING_BACKWARD, /* the weight's shard (row window), or a batch: Partial(sum) */
+  DT_RULE_SCATTER_ADD,        /* shards off the scatter dim, row windows, Partial(sum) */
   DT_RULE_CAT,
   DT_RULE_STACK,
   DT_RULE_TRANSPOSE, /* views that map input dims to output dims one to one */

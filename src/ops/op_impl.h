@@ -121,6 +121,26 @@ dt_status dt__batch_norm_training_stats(dt_op_call *call, int64_t count,
  * (ops/unary.c) */
 dt_status dt__gelu_backward(dt_tensor *grad, dt_tensor *x, int flags, dt_tensor **out);
 
+/* Dispatch the fused backward ops of softmax (log_softmax when take_log: grad and the
+ * forward's output, along dim), and of layer_norm / rms_norm (rms) over the last k dims of
+ * input (their sizes in shape): the input's gradient (weight may be NULL), and the parameters'
+ * gradients (grad_bias NULL for rms_norm, which has none). For the backward formulas
+ * (src/autograd/backward_nn.c). (ops/norm.c) */
+dt_status dt__softmax_backward(dt_tensor *grad, dt_tensor *output, int64_t dim, bool take_log,
+                               dt_tensor **out);
+dt_status dt__norm_backward_input(bool rms, dt_tensor *grad, dt_tensor *input, int k,
+                                  const int64_t *shape, dt_tensor *weight, double eps,
+                                  dt_tensor **out);
+dt_status dt__norm_backward_affine(bool rms, dt_tensor *grad, dt_tensor *input, int k,
+                                   const int64_t *shape, double eps, dt_tensor **grad_weight,
+                                   dt_tensor **grad_bias);
+
+/* Dispatches embedding_backward: the weight's gradient from the lookup's indices and
+ * grad_output (weight only gives its shape, dtype and placements); for embedding's backward
+ * formula. (ops/embedding.c) */
+dt_status dt__embedding_backward(dt_tensor *weight, dt_tensor *indices, dt_tensor *grad,
+                                 dt_tensor **out);
+
 static inline void dt__meta_set(dt_tensor_meta *m, dt_dtype dtype, int ndim, const int64_t *shape) {
   m->dtype = dtype;
   m->ndim = ndim;

@@ -223,10 +223,17 @@
  * inputs {input, running_mean, running_var, weight?, bias?}, eps in scalars[0];
  * batch_norm_training: inputs {input, weight?, bias?}, eps in scalars[0]. scatter_add (the
  * backward of embedding and max.dim): inputs {self, index, src}, dim in ints[0]. rms_norm:
- * layer_norm's arguments without bias. scaled_dot_product_attention: inputs {q [B, H, T, E],
- * k [B, Hk, S, E], v [B, Hk, S, Ev], attn_mask?}, ints[0] is_causal, scalars[0] the scale
+ * layer_norm's arguments without bias. embedding_backward (embedding's gradient of the weight,
+ * grad_output's rows added into zeros at the indices): weight gives only the output's
+ * geometry, and its row window when sharded by rows. scaled_dot_product_attention: inputs {q [B, H,
+ * T, E], k [B, Hk, S, E], v [B, Hk, S, Ev], attn_mask?}, ints[0] is_causal, scalars[0] the scale
  * (0: 1/sqrt(E)); outputs {out, logsumexp [B, H, T]}. Its backward: inputs {[grad, lse,
- * rowsum(grad * out)] joined on the last dim [B, H, T, Ev + 2], q, k, v, attn_mask?}. */
+ * rowsum(grad * out)] joined on the last dim [B, H, T, Ev + 2], q, k, v, attn_mask?}.
+ * The backward ops of softmax, log_softmax (grad_output and the forward's output, dim in
+ * ints[0]), layer_norm and rms_norm (grad_output and the saved input, normalized_shape and
+ * eps as the forward's): each one pass over its lines (src/kernels/cpu/norm_backward.c);
+ * *_backward gives the input's gradient, *_backward_affine / _weight the parameters' (sums
+ * over the leading dims). */
 #define DT_OPS_NN(X)                                                                               \
   X(SOFTMAX, "softmax.int", COMPUTE, 1, dt__infer_softmax, dt__kernel_softmax, SOFTMAX, SAME,      \
     NO_FUNC, DT_TRAIT_SAVES_OUTPUT, BACKWARD(softmax),                                             \
@@ -242,6 +249,28 @@
     LAYER_NORM, NO_FUNC, 0, BACKWARD(rms_norm),                                                    \
     "rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, float eps=1e-05) -> "     \
     "Tensor")                                                                                      \
+  X(SOFTMAX_BACKWARD, "softmax_backward", COMPUTE, 2, dt__infer_softmax_backward,                  \
+    dt__kernel_softmax_backward, SOFTMAX_BACKWARD, SAME, NO_FUNC, 0, NO_BACKWARD,                  \
+    "softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor")                      \
+  X(LOG_SOFTMAX_BACKWARD, "log_softmax_backward", COMPUTE, 2, dt__infer_softmax_backward,          \
+    dt__kernel_softmax_backward, SOFTMAX_BACKWARD, SAME, NO_FUNC, 0, NO_BACKWARD,                  \
+    "log_softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor")                  \
+  X(LAYER_NORM_BACKWARD, "layer_norm_backward", COMPUTE, 2, dt__infer_norm_backward,               \
+    dt__kernel_norm_backward, NORM_BACKWARD, LAYER_NORM, NO_FUNC, 0, NO_BACKWARD,                  \
+    "layer_norm_backward(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor? "       \
+    "weight=None, float eps=1e-05) -> Tensor")                                                     \
+  X(RMS_NORM_BACKWARD, "rms_norm_backward", COMPUTE, 2, dt__infer_norm_backward,                   \
+    dt__kernel_norm_backward, NORM_BACKWARD, LAYER_NORM, NO_FUNC, 0, NO_BACKWARD,                  \
+    "rms_norm_backward(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor? "         \
+    "weight=None, float eps=1e-05) -> Tensor")                                                     \
+  X(LAYER_NORM_BACKWARD_AFFINE, "layer_norm_backward_affine", COMPUTE, 2, dt__infer_norm_backward, \
+    dt__kernel_norm_backward, NORM_AFFINE_GRAD, SPECIALIZE, NO_FUNC, DT_TRAIT_TUPLE, NO_BACKWARD,  \
+    "layer_norm_backward_affine(Tensor grad_output, Tensor input, int[] normalized_shape, "        \
+    "float eps=1e-05) -> (Tensor grad_weight, Tensor grad_bias)")                                  \
+  X(RMS_NORM_BACKWARD_WEIGHT, "rms_norm_backward_weight", COMPUTE, 2, dt__infer_norm_backward,     \
+    dt__kernel_norm_backward, NORM_AFFINE_GRAD, SPECIALIZE, NO_FUNC, 0, NO_BACKWARD,               \
+    "rms_norm_backward_weight(Tensor grad_output, Tensor input, int[] normalized_shape, "          \
+    "float eps=1e-05) -> Tensor")                                                                  \
   X(SCALED_DOT_PRODUCT_ATTENTION, "scaled_dot_product_attention", COMPUTE, 3, dt__infer_attention, \
     dt__kernel_attention, ATTENTION, SPECIALIZE, NO_FUNC, DT_TRAIT_TUPLE | DT_TRAIT_SAVES_OUTPUT,  \
     BACKWARD(attention),                                                                           \
@@ -265,6 +294,10 @@
   X(EMBEDDING, "embedding", COMPUTE, 2, dt__infer_embedding, dt__kernel_embedding, EMBEDDING,      \
     EMBEDDING, NO_FUNC, DT_TRAIT_ROW_WINDOW, BACKWARD(embedding),                                  \
     "embedding(Tensor weight, Tensor indices) -> Tensor")                                          \
+  X(EMBEDDING_BACKWARD, "embedding_backward", COMPUTE, 3, dt__infer_embedding_backward,            \
+    dt__kernel_embedding_backward, EMBEDDING_BACKWARD, SAME, NO_FUNC, DT_TRAIT_ROW_WINDOW,         \
+    NO_BACKWARD,                                                                                   \
+    "embedding_backward(Tensor weight, Tensor indices, Tensor grad_output) -> Tensor")             \
   X(SCATTER_ADD, "scatter_add", COMPUTE, 3, dt__infer_scatter_add, dt__kernel_scatter_add,         \
     SCATTER_ADD, SCATTER_ADD, NO_FUNC, DT_TRAIT_ROW_WINDOW, NO_BACKWARD,                           \
     "scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor")                       \

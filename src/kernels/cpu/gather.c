@@ -3,6 +3,8 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/matrix.h"
+#include "kernels/cpu/reduce.h"
+#include "kernels/cpu/vmath.h"
 
 /* ---- embedding ------------------------------------------------------------------------------ */
 
@@ -93,6 +95,47 @@ dt_status dt__cpu_embedding_window(const char *op, const dt_tensor *weight,
 dt_status dt__cpu_embedding(const char *op, const dt_tensor *weight, const dt_tensor *indices,
                             dt_tensor *out) {
   return dt__cpu_embedding_window(op, weight, indices, 0, weight->shape[0], out);
+}
+
+/* ---- embedding's weight gradient ------------------------------------------------------------ */
+
+DT_VECTOR_CLONES static void add_row_f32(float *restrict dst, const float *restrict src,
+                                         int64_t n) {
+  for (int64_t j = 0; j < n; j++) dst[j] += src[j];
+}
+
+dt_status dt__cpu_embedding_backward(const char *op, const dt_tensor *indices,
+                                     const dt_tensor *grad, int64_t offset, int64_t total,
+                                     dt_tensor *out) {
+  int64_t rows = out->shape[0], dim = out->shape[1], count = dt__tensor_numel(indices);
+  dt_status st = check_indices(op, indices, total);
+  if (st) return st;
+  size_t os = dt__dtype_sizes[out->dtype];
+  memset(dt__tensor_base(out), 0, (size_t)(rows * dim) * os);
+  if (dim == 0) return DT_OK;
+  bool fast = grad->dtype == DT_F32 && out->dtype == DT_F32 &&
+              dt__is_contiguous(grad->ndim, grad->shape, grad->strides);
+  int64_t gs = (int64_t)dt__dtype_sizes[grad->dtype], last = grad->strides[grad->ndim - 1];
+  index_walk w;
+  index_walk_init(&w, indices);
+  for (int64_t r = 0; r < count; r++) {
+    int64_t local = index_walk_get(&w, r) - offset;
+    if (local < 0 || local >= rows) continue; /* another shard's row */
+    if (fast) {
+      add_row_f32((float *)dt__tensor_base(out) + local * dim,
+                  (const float *)dt__tensor_base(grad) + r * dim, dim);
+      continue;
+    }
+    const char *g =
+        dt__tensor_base(grad) + dt__line_offset(grad, grad->ndim - 1, grad->ndim, r) * gs;
+    char *o = dt__tensor_base(out) + local * dim * (int64_t)os;
+    for (int64_t j = 0; j < dim; j++) {
+      double v = dt__load_as_double(grad->dtype, g + j * last * gs);
+      dt__store_from_double(out->dtype, o + j * (int64_t)os,
+                            dt__load_as_double(out->dtype, o + j * (int64_t)os) + v);
+    }
+  }
+  return DT_OK;
 }
 
 /* ---- cat and stack -------------------------------------------------------------------------- */

@@ -56,6 +56,14 @@ dt_status dt__cpu_embedding_window(const char *op, const dt_tensor *weight,
                                    const dt_tensor *indices, int64_t offset, int64_t total,
                                    dt_tensor *out);
 
+/* The embedding's weight gradient on a window of rows [offset, offset + out's rows) of a table
+ * of `total` rows: out [rows, dim] is zeroed, then grad's row r ([indices.shape..., dim], any
+ * strides) is added into row indices[r] - offset when that row is in the window (repeated
+ * indices accumulate). Indices are checked against [0, total) first (DT_ERR_INDEX). */
+dt_status dt__cpu_embedding_backward(const char *op, const dt_tensor *indices,
+                                     const dt_tensor *grad, int64_t offset, int64_t total,
+                                     dt_tensor *out);
+
 /* Copies tensors[i] (converted to out's dtype) into out along dim, one after the other.
  * When `stack` is true each tensor fills index i of out's dim (the tensors lack that dim);
  * otherwise tensor i fills its own extent along dim. Tensors without elements contribute

@@ -14,9 +14,7 @@
 #include "kernels/cpu/vmath.h"
 #include "kernels/math/norm.h"
 
-/* Element offset of line l, where lines run row-major over t's dims outside
- * [skip_from, skip_to). */
-static int64_t line_offset(const dt_tensor *t, int skip_from, int skip_to, int64_t l) {
+int64_t dt__line_offset(const dt_tensor *t, int skip_from, int skip_to, int64_t l) {
   int64_t off = 0;
   for (int d = t->ndim - 1; d >= 0; d--) {
     if (d >= skip_from && d < skip_to) continue;
@@ -26,8 +24,7 @@ static int64_t line_offset(const dt_tensor *t, int skip_from, int skip_to, int64
   return off;
 }
 
-/* Copies the elements of t's dims [first, ndim), starting at base, row-major into dst. */
-static void gather(const dt_tensor *t, int first, const char *base, double *dst) {
+void dt__gather_double(const dt_tensor *t, int first, const char *base, double *dst) {
   int n = t->ndim - first;
   int64_t esize = (int64_t)dt__dtype_sizes[t->dtype];
   int64_t count = dt__numel(n, t->shape + first);
@@ -96,8 +93,8 @@ dt_status dt__cpu_softmax(const dt_tensor *a, int dim, bool take_log, dt_tensor 
   const char *abase = dt__tensor_base(a);
   char *obase = dt__tensor_base(out);
   for (int64_t l = 0; l < lines; l++) {
-    const char *x = abase + line_offset(a, dim, dim + 1, l) * in_size;
-    char *y = obase + line_offset(out, dim, dim + 1, l) * out_size;
+    const char *x = abase + dt__line_offset(a, dim, dim + 1, l) * in_size;
+    char *y = obase + dt__line_offset(out, dim, dim + 1, l) * out_size;
     if (fast) {
       softmax_f32_line((const float *)x, (float *)y, len, take_log);
       continue;
@@ -151,17 +148,17 @@ static dt_status layer_norm_f32(const dt_tensor *x, int lead, int64_t len, int64
   float *w = wb, *b = wb + len;
   for (int64_t i = 0; i < len; i++) w[i] = 1.0f, b[i] = 0.0f;
   if (weight) {
-    gather(weight, 0, dt__tensor_base(weight), tmp);
+    dt__gather_double(weight, 0, dt__tensor_base(weight), tmp);
     for (int64_t i = 0; i < len; i++) w[i] = (float)tmp[i];
   }
   if (bias) {
-    gather(bias, 0, dt__tensor_base(bias), tmp);
+    dt__gather_double(bias, 0, dt__tensor_base(bias), tmp);
     for (int64_t i = 0; i < len; i++) b[i] = (float)tmp[i];
   }
   dt__free(tmp);
   const char *xbase = dt__tensor_base(x);
   for (int64_t l = 0; l < lines; l++) {
-    const float *p = (const float *)(xbase + line_offset(x, lead, x->ndim, l) * 4);
+    const float *p = (const float *)(xbase + dt__line_offset(x, lead, x->ndim, l) * 4);
     float *y = (float *)dt__tensor_base(out) + l * len;
     float mean = dt__row_sum_f32(p, len) / (float)len;
     float rstd = 1.0f / sqrtf(dt__row_sq_dev_sum_f32(p, mean, len) / (float)len + (float)eps);
@@ -189,18 +186,18 @@ dt_status dt__cpu_layer_norm(const dt_tensor *x, int ndims, const dt_tensor *wei
     w[i] = 1.0;
     b[i] = 0.0;
   }
-  if (weight) gather(weight, 0, dt__tensor_base(weight), w);
-  if (bias) gather(bias, 0, dt__tensor_base(bias), b);
+  if (weight) dt__gather_double(weight, 0, dt__tensor_base(weight), w);
+  if (bias) dt__gather_double(bias, 0, dt__tensor_base(bias), b);
   int64_t in_size = (int64_t)dt__dtype_sizes[x->dtype];
   const char *xbase = dt__tensor_base(x);
   for (int64_t l = 0; l < lines; l++) {
-    const char *row = xbase + line_offset(x, lead, x->ndim, l) * in_size;
+    const char *row = xbase + dt__line_offset(x, lead, x->ndim, l) * in_size;
     double mean, rstd;
     if (fast) {
       const float *p = (const float *)row;
       for (int64_t i = 0; i < len; i++) line[i] = p[i];
     } else {
-      gather(x, lead, row, line);
+      dt__gather_double(x, lead, row, line);
     }
     LINE_STATS(line, len, eps, mean, rstd);
     char *y = dt__tensor_base(out) + l * len * (int64_t)dt__dtype_sizes[out->dtype];
@@ -252,7 +249,7 @@ dt_status dt__cpu_batch_norm(const dt_tensor *x, const dt_tensor *mean, const dt
       for (int64_t i = 0; i < len; i++) q[i] = (float)(p[i] * s + t);
       continue;
     }
-    gather(x, 2, row, line);
+    dt__gather_double(x, 2, row, line);
     for (int64_t i = 0; i < len; i++)
       dt__store_from_double(out->dtype, y + i * out_size, line[i] * s + t);
   }

@@ -26,6 +26,14 @@ typedef enum dt_cpu_reduce_kind {
 dt_status dt__cpu_reduce(dt_cpu_reduce_kind kind, const dt_tensor *a, uint32_t mask,
                          dt_tensor *values, dt_tensor *indices);
 
+/* Element offset of line l of t, where lines run row-major over t's dims outside
+ * [skip_from, skip_to). */
+int64_t dt__line_offset(const dt_tensor *t, int skip_from, int skip_to, int64_t l);
+
+/* Copies the elements of t's dims [first, ndim), starting at base, row-major into dst (as
+ * double, any dtype and strides). */
+void dt__gather_double(const dt_tensor *t, int first, const char *base, double *dst);
+
 /* softmax (log_softmax when `take_log`) of a floating tensor along dim; out has a's shape. */
 dt_status dt__cpu_softmax(const dt_tensor *a, int dim, bool take_log, dt_tensor *out);
 
@@ -34,6 +42,21 @@ dt_status dt__cpu_softmax(const dt_tensor *a, int dim, bool take_log, dt_tensor 
  * biased variance. */
 dt_status dt__cpu_layer_norm(const dt_tensor *x, int ndims, const dt_tensor *weight,
                              const dt_tensor *bias, double eps, dt_tensor *out);
+
+/* The backward of softmax (log_softmax when take_log) along dim: g and y (the forward's
+ * output) of out's shape and dtype, any strides. (norm_backward.c) */
+dt_status dt__cpu_softmax_backward(const dt_tensor *g, const dt_tensor *y, int dim, bool take_log,
+                                   dt_tensor *out);
+
+/* The input's gradient dx of layer_norm (rms_norm when rms) over the last ndims dims of x,
+ * from g (x's shape and dtype) and the weight (NULL: none). (norm_backward.c) */
+dt_status dt__cpu_norm_backward_input(bool rms, const dt_tensor *g, const dt_tensor *x, int ndims,
+                                      const dt_tensor *weight, double eps, dt_tensor *dx);
+
+/* The parameters' gradients: dw = sum over the leading dims of g xhat, db = sum of g (db NULL:
+ * not computed); both of the normalized dims' shape. (norm_backward.c) */
+dt_status dt__cpu_norm_backward_affine(bool rms, const dt_tensor *g, const dt_tensor *x, int ndims,
+                                       double eps, dt_tensor *dw, dt_tensor *db);
 
 /* Inference batch norm over channel dim 1 of x [N, C, ...] with running statistics [C];
  * weight and bias [C] may be NULL. */

@@ -1,0 +1,232 @@
+/*
+ * Backward kernels of softmax, log_softmax, layer_norm and rms_norm, each one pass per line.
+ *
+ * The normalizations recompute their row statistics from the saved input (a row of the step's
+ * sizes stays in L1, so the recomputation costs less than reading saved statistics). With
+ * xhat = (x - mean) rstd (rms_norm: mean = 0, rstd = 1 / sqrt(mean(x^2) + eps)) and gy = g w:
+ *   dx = rstd (gy - mean(gy) - xhat mean(gy xhat))    (rms_norm: without the mean(gy) term)
+ *   dw = sum over rows of g xhat,  db = sum over rows of g.
+ * softmax: dx = y (g - sum(g y)); log_softmax: dx = g - exp(y) sum(g).
+ *
+ * Contiguous float32 lines run in float32 (rows.h's blocked sums, vmath.h's exp, clones for
+ * AVX-512 / AVX2 / the baseline); the affine sums add float32 partial sums of 64 rows into
+ * double totals. Any other dtype or layout gathers each line into doubles and computes in
+ * double. Outputs are contiguous (the dispatcher allocates them).
+ */
+#include <math.h>
+
+#include "kernels/cpu/reduce.h"
+#include "kernels/cpu/rows.h"
+#include "kernels/cpu/vmath.h"
+
+/* Rows whose float32 affine partial sums are added into the double totals at once. */
+#define AFFINE_CHUNK 64
+
+/* ---- softmax, log_softmax ----------------------------------------------------------------- */
+
+DT_VECTOR_CLONES static void softmax_line_f32(const float *g, const float *y, float *dx, int64_t n,
+                                              bool take_log) {
+  if (take_log) {
+    float s = dt__row_sum_f32(g, n);
+    for (int64_t i = 0; i < n; i++) dx[i] = g[i] - dt__exp_f32(y[i]) * s;
+    return;
+  }
+  float s = dt__row_dot_f32(g, y, n);
+  for (int64_t i = 0; i < n; i++) dx[i] = y[i] * (g[i] - s);
+}
+
+/* One line in double: g and y gathered into buf[0, n) and buf[n, 2n), dx into buf[2n, 3n). */
+static void softmax_line_double(double *buf, int64_t n, bool take_log) {
+  const double *g = buf, *y = buf + n;
+  double *dx = buf + 2 * n, s = 0;
+  for (int64_t i = 0; i < n; i++) s += take_log ? g[i] : g[i] * y[i];
+  for (int64_t i = 0; i < n; i++) dx[i] = take_log ? g[i] - exp(y[i]) * s : y[i] * (g[i] - s);
+}
+
+dt_status dt__cpu_softmax_backward(const dt_tensor *g, const dt_tensor *y, int dim, bool take_log,
+                                   dt_tensor *out) {
+  int64_t total = dt__tensor_numel(y);
+  if (total == 0) return DT_OK;
+  bool scalar = y->ndim == 0;
+  int64_t len = scalar ? 1 : y->shape[dim], lines = total / len;
+  int64_t gs = scalar ? 1 : g->strides[dim], ys = scalar ? 1 : y->strides[dim];
+  int64_t os = scalar ? 1 : out->strides[dim];
+  bool fast = g->dtype == DT_F32 && y->dtype == DT_F32 && out->dtype == DT_F32 &&
+              ((gs == 1 && ys == 1 && os == 1) || len == 1);
+  double *buf = NULL;
+  if (!fast && !(buf = dt__alloc(sizeof(double) * (size_t)(3 * len))))
+    return dt__error(DT_ERR_NOMEM, "softmax_backward: out of memory for a line of %lld",
+                     (long long)len);
+  int64_t gz = (int64_t)dt__dtype_sizes[g->dtype], yz = (int64_t)dt__dtype_sizes[y->dtype];
+  int64_t oz = (int64_t)dt__dtype_sizes[out->dtype];
+  for (int64_t l = 0; l < lines; l++) {
+    const char *gl = (const char *)dt__tensor_base(g) + dt__line_offset(g, dim, dim + 1, l) * gz;
+    const char *yl = (const char *)dt__tensor_base(y) + dt__line_offset(y, dim, dim + 1, l) * yz;
+    char *ol = dt__tensor_base(out) + dt__line_offset(out, dim, dim + 1, l) * oz;
+    if (fast) {
+      softmax_line_f32((const float *)gl, (const float *)yl, (float *)ol, len, take_log);
+      continue;
+    }
+    for (int64_t i = 0; i < len; i++) {
+      buf[i] = dt__load_as_double(g->dtype, gl + i * gs * gz);
+      buf[len + i] = dt__load_as_double(y->dtype, yl + i * ys * yz);
+    }
+    softmax_line_double(buf, len, take_log);
+    for (int64_t i = 0; i < len; i++)
+      dt__store_from_double(out->dtype, ol + i * os * oz, buf[2 * len + i]);
+  }
+  dt__free(buf);
+  return DT_OK;
+}
+
+/* ---- layer_norm, rms_norm ----------------------------------------------------------------- */
+
+/* Scratch rows of float32 (f) or double (d) for one call. */
+typedef struct norm_scratch {
+  float *w, *xhat, *gy, *dwf, *dbf;
+  double *dw, *db, *gd, *xd, *wd;
+} norm_scratch;
+
+/* One float32 row: xhat into s->xhat, dx (when given), the affine partial sums (when s->dwf). */
+DT_VECTOR_CLONES static void norm_row_f32(bool rms, const float *g, const float *x, int64_t n,
+                                          float eps, const norm_scratch *s, float *dx) {
+  float mean = rms ? 0.0f : dt__row_sum_f32(x, n) / (float)n;
+  float rstd = 1.0f / sqrtf(dt__row_sq_dev_sum_f32(x, mean, n) / (float)n + eps);
+  float *xhat = s->xhat, *gy = s->gy;
+  for (int64_t i = 0; i < n; i++) xhat[i] = (x[i] - mean) * rstd;
+  if (dx) {
+    const float *w = s->w;
+    for (int64_t i = 0; i < n; i++) gy[i] = g[i] * w[i];
+    float ca = rms ? 0.0f : dt__row_sum_f32(gy, n) / (float)n;
+    float cb = dt__row_dot_f32(gy, xhat, n) / (float)n;
+    for (int64_t i = 0; i < n; i++) dx[i] = rstd * (gy[i] - ca - xhat[i] * cb);
+  }
+  if (s->dwf) {
+    float *dw = s->dwf, *db = s->dbf;
+    for (int64_t i = 0; i < n; i++) dw[i] += g[i] * xhat[i];
+    if (db)
+      for (int64_t i = 0; i < n; i++) db[i] += g[i];
+  }
+}
+
+/* One row in double, from s->gd and s->xd (the gathered rows): dx (when given) and the affine
+ * sums (when s->dw). */
+static void norm_row_double(bool rms, int64_t n, double eps, const norm_scratch *s, double *dx) {
+  const double *g = s->gd, *x = s->xd;
+  double mean = 0, var = 0, a = 0, b = 0;
+  if (!rms) {
+    for (int64_t i = 0; i < n; i++) mean += x[i];
+    mean /= (double)n;
+  }
+  for (int64_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+  double rstd = 1.0 / sqrt(var / (double)n + eps);
+  if (dx) {
+    for (int64_t i = 0; i < n; i++) {
+      double gy = g[i] * s->wd[i];
+      a += gy;
+      b += gy * (x[i] - mean) * rstd;
+    }
+    double ca = rms ? 0.0 : a / (double)n, cb = b / (double)n;
+    for (int64_t i = 0; i < n; i++)
+      dx[i] = rstd * (g[i] * s->wd[i] - ca - (x[i] - mean) * rstd * cb);
+  }
+  if (s->dw) {
+    for (int64_t i = 0; i < n; i++) s->dw[i] += g[i] * (x[i] - mean) * rstd;
+    if (s->db)
+      for (int64_t i = 0; i < n; i++) s->db[i] += g[i];
+  }
+}
+
+/* Adds the float32 partial sums into the double totals and clears them. */
+static void flush_affine(norm_scratch *s, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    s->dw[i] += s->dwf[i];
+    s->dwf[i] = 0.0f;
+    if (s->db) {
+      s->db[i] += s->dbf[i];
+      s->dbf[i] = 0.0f;
+    }
+  }
+}
+
+static void store_row(dt_tensor *t, int64_t row, const double *v, int64_t n) {
+  int64_t z = (int64_t)dt__dtype_sizes[t->dtype];
+  char *p = dt__tensor_base(t) + row * n * z;
+  for (int64_t i = 0; i < n; i++) dt__store_from_double(t->dtype, p + i * z, v[i]);
+}
+
+/* The shared walk of both backward kernels: dx (when not NULL) and the affine gradients dw,
+ * db (when not NULL) of the normalization over the last ndims dims of x. */
+static dt_status norm_backward(bool rms, const dt_tensor *g, const dt_tensor *x, int ndims,
+                               const dt_tensor *weight, double eps, dt_tensor *dx, dt_tensor *dw,
+                               dt_tensor *db) {
+  int lead = x->ndim - ndims;
+  int64_t n = dt__numel(ndims, x->shape + lead), rows = dt__numel(lead, x->shape);
+  bool fast = x->dtype == DT_F32 && g->dtype == DT_F32 && (!dx || dx->dtype == DT_F32) &&
+              dt__is_contiguous(ndims, x->shape + lead, x->strides + lead) &&
+              dt__is_contiguous(ndims, g->shape + lead, g->strides + lead);
+  /* Doubles: the dw and db totals, the weight, then (double path) the g, x and dx rows;
+   * floats (float32 path): w, xhat, gy and the dw and db partial sums. */
+  size_t nd = (size_t)(fast ? 3 * n : 6 * n), nf = (size_t)(fast ? 5 * n : 0);
+  size_t bytes = sizeof(double) * nd + sizeof(float) * nf;
+  double *dmem = dt__alloc(bytes);
+  if (!dmem)
+    return dt__error(DT_ERR_NOMEM, "%s_backward: out of memory for a row of %lld",
+                     rms ? "rms_norm" : "layer_norm", (long long)n);
+  memset(dmem, 0, bytes);
+  float *fmem = (float *)(dmem + nd);
+  norm_scratch s = {.dw = dw ? dmem : NULL, .db = db ? dmem + n : NULL, .wd = dmem + 2 * n};
+  for (int64_t i = 0; i < n; i++) s.wd[i] = 1.0;
+  if (weight) dt__gather_double(weight, 0, dt__tensor_base(weight), s.wd);
+  double *dx_row = NULL;
+  if (fast) {
+    s.w = fmem, s.xhat = fmem + n, s.gy = fmem + 2 * n;
+    s.dwf = dw ? fmem + 3 * n : NULL, s.dbf = db ? fmem + 4 * n : NULL;
+    for (int64_t i = 0; i < n; i++) s.w[i] = (float)s.wd[i];
+  } else {
+    s.gd = dmem + 3 * n, s.xd = dmem + 4 * n, dx_row = dx ? dmem + 5 * n : NULL;
+  }
+  int64_t xz = (int64_t)dt__dtype_sizes[x->dtype], gz = (int64_t)dt__dtype_sizes[g->dtype];
+  for (int64_t r = 0; r < rows; r++) {
+    const char *xr = (const char *)dt__tensor_base(x) + dt__line_offset(x, lead, x->ndim, r) * xz;
+    const char *gr = (const char *)dt__tensor_base(g) + dt__line_offset(g, lead, g->ndim, r) * gz;
+    if (fast) {
+      float *out = dx ? (float *)dt__tensor_base(dx) + r * n : NULL;
+      norm_row_f32(rms, (const float *)gr, (const float *)xr, n, (float)eps, &s, out);
+      if (s.dwf && (r % AFFINE_CHUNK == AFFINE_CHUNK - 1 || r == rows - 1)) flush_affine(&s, n);
+      continue;
+    }
+    dt__gather_double(x, lead, xr, s.xd);
+    dt__gather_double(g, lead, gr, s.gd);
+    norm_row_double(rms, n, eps, &s, dx_row);
+    if (dx) store_row(dx, r, dx_row, n);
+  }
+  if (dw) store_row(dw, 0, s.dw, n);
+  if (db) store_row(db, 0, s.db, n);
+  dt__free(dmem);
+  return DT_OK;
+}
+
+dt_status dt__cpu_norm_backward_input(bool rms, const dt_tensor *g, const dt_tensor *x, int ndims,
+                                      const dt_tensor *weight, double eps, dt_tensor *dx) {
+  if (dt__tensor_numel(x) == 0) return DT_OK;
+  return norm_backward(rms, g, x, ndims, weight, eps, dx, NULL, NULL);
+}
+
+dt_status dt__cpu_norm_backward_affine(bool rms, const dt_tensor *g, const dt_tensor *x, int ndims,
+                                       double eps, dt_tensor *dw, dt_tensor *db) {
+  int lead = x->ndim - ndims;
+  int64_t n = dt__numel(ndims, x->shape + lead);
+  if (n == 0) return DT_OK;
+  if (dt__numel(lead, x->shape) == 0) {
+    /* No rows: the sums are zero. */
+    double *zeros = dt__alloc(sizeof(double) * (size_t)n);
+    if (!zeros) return dt__error(DT_ERR_NOMEM, "norm_backward_affine: out of memory");
+    memset(zeros, 0, sizeof(double) * (size_t)n);
+    store_row(dw, 0, zeros, n);
+    if (db) store_row(db, 0, zeros, n);
+    dt__free(zeros);
+    return DT_OK;
+  }
+  return norm_backward(rms, g, x, ndims, NULL, eps, NULL, dw, db);
+}
