@@ -24,7 +24,7 @@ static dt_status check_tensor(const dt_comm *comm, const char *op, const char *a
     char name[48];
     return dt__error(DT_ERR_UNSUPPORTED,
                      "dt_comm_%s: %s is on %s, but the %s backend of group '%s' moves only "
-                     "memory of the devices it supports (cpu); copy it with dt_to_device",
+                     "memory of the devices it supports; copy it to the CPU with dt_to_device",
                      op, arg, dt__device_key_format(t->storage->device, name, sizeof name),
                      comm->backend->name, comm->name);
   }
@@ -51,6 +51,18 @@ static dt_status check_rows_tensor(const dt_comm *comm, const char *op, const ch
 }
 
 static int64_t row_numel(const dt_tensor *t) { return dt__numel(t->ndim - 1, t->shape + 1); }
+
+/* A rank's two tensors of one collective live on one device (backends copy between the ranks'
+ * devices, never between a rank's own two). */
+static dt_status check_same_device(const char *op, const char *a_name, const dt_tensor *a,
+                                   const char *b_name, const dt_tensor *b) {
+  if (DT_LIKELY(a->storage->device == b->storage->device)) return DT_OK;
+  char da[48], db[48];
+  return dt__error(DT_ERR_INVALID,
+                   "dt_comm_%s: %s is on %s but %s is on %s; they must be on one device", op,
+                   a_name, dt__device_key_format(a->storage->device, da, sizeof da), b_name,
+                   dt__device_key_format(b->storage->device, db, sizeof db));
+}
 
 /* Checks that `b` has a's dtype and a's shape except dim 0, which must be `dim0`. */
 static dt_status check_like(const char *op, const char *a_name, const dt_tensor *a,
@@ -321,7 +333,8 @@ static dt_status on_tensor(dt_coll_kind kind, dt_comm *comm, dt_tensor *t, dt_re
                        .recv = data,
                        .count = dt__tensor_numel(t),
                        .row_numel = 1,
-                       .op_name = name};
+                       .op_name = name,
+                       .device = t->storage->device};
   return run(comm, &args, work);
 }
 
@@ -342,6 +355,7 @@ static dt_status all_gather(const char *name, dt_comm *comm, const dt_tensor *in
   CHECK(check_comm(name, comm));
   CHECK(check_rows_tensor(comm, name, "in", in));
   CHECK(check_rows_tensor(comm, name, "out", out));
+  CHECK(check_same_device(name, "in", in, "out", out));
   int64_t total = in->shape[0] * comm->size, first = in->shape[0] * comm->rank;
   if (counts) {
     CHECK(check_counts(name, "counts", comm, counts, &total));
@@ -362,7 +376,8 @@ static dt_status all_gather(const char *name, dt_comm *comm, const dt_tensor *in
                        .count = dt__tensor_numel(in),
                        .row_numel = row_numel(in),
                        .counts = counts,
-                       .op_name = name};
+                       .op_name = name,
+                       .device = in->storage->device};
   return run(comm, &args, work);
 }
 
@@ -398,6 +413,7 @@ static dt_status reduce_scatter(const char *name, dt_comm *comm, const dt_tensor
   CHECK(check_comm(name, comm));
   CHECK(check_rows_tensor(comm, name, "in", in));
   CHECK(check_rows_tensor(comm, name, "out", out));
+  CHECK(check_same_device(name, "in", in, "out", out));
   CHECK(check_op(name, op, in->dtype));
   int64_t rows = out->shape[0], total = out->shape[0] * comm->size;
   int64_t first = out->shape[0] * comm->rank;
@@ -420,7 +436,8 @@ static dt_status reduce_scatter(const char *name, dt_comm *comm, const dt_tensor
                        .count = dt__tensor_numel(out),
                        .row_numel = row_numel(in),
                        .counts = counts,
-                       .op_name = name};
+                       .op_name = name,
+                       .device = in->storage->device};
   return run(comm, &args, work);
 }
 
@@ -459,6 +476,7 @@ static dt_status all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
   CHECK(check_comm(name, comm));
   CHECK(check_rows_tensor(comm, name, "in", in));
   CHECK(check_rows_tensor(comm, name, "out", out));
+  CHECK(check_same_device(name, "in", in, "out", out));
   if ((send_counts == NULL) != (recv_counts == NULL)) {
     return dt__error(DT_ERR_INVALID, "dt_comm_%s: %s is NULL but %s is not; pass both or neither",
                      name, send_counts ? "recv_counts" : "send_counts",
@@ -493,7 +511,8 @@ static dt_status all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                        .row_numel = row_numel(in),
                        .send_counts = send_counts,
                        .recv_counts = recv_counts,
-                       .op_name = name};
+                       .op_name = name,
+                       .device = in->storage->device};
   return run(comm, &args, work);
 }
 
@@ -537,6 +556,7 @@ static dt_status rooted(dt_coll_kind kind, dt_comm *comm, const dt_tensor *in, d
     snprintf(on_root, sizeof on_root, "%s (on the root)", whole_name);
     snprintf(why, sizeof why, "dim 0 = group size x %s dim 0", part_name);
     CHECK(check_rows_tensor(comm, name, on_root, whole));
+    CHECK(check_same_device(name, part_name, part, on_root, whole));
     CHECK(check_like(name, part_name, part, whole_name, whole, part->shape[0] * comm->size, why));
     if (bytes_overlap(in, out)) {
       return dt__error(DT_ERR_INVALID, "dt_comm_%s: in and out overlap on the root", name);
@@ -550,7 +570,8 @@ static dt_status rooted(dt_coll_kind kind, dt_comm *comm, const dt_tensor *in, d
                        .recv = scatter ? dt__tensor_base(part) : whole_base,
                        .count = dt__tensor_numel(part),
                        .row_numel = row_numel(part),
-                       .op_name = name};
+                       .op_name = name,
+                       .device = part->storage->device};
   return run(comm, &args, work);
 }
 
@@ -606,7 +627,8 @@ static dt_status point_to_point(const char *name, dt_comm *comm, const dt_tensor
                        .recv = is_send ? NULL : data,
                        .count = dt__tensor_numel(t),
                        .row_numel = 1,
-                       .op_name = name};
+                       .op_name = name,
+                       .device = t->storage->device};
   return run(comm, &args, work);
 }
 

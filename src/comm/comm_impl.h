@@ -63,6 +63,10 @@ typedef struct dt_coll_args {
   const int64_t *send_counts;
   const int64_t *recv_counts;
   const char *op_name; /* the public name, for messages ("all_gather_into_tensor") */
+  /* Where send and recv live on this rank: a device key (tensor/device_impl.h, kind | index
+   * << 8), 0 for host memory (the CPU's; barrier and all_gather_object move host bytes). A
+   * rank's send and recv are on one device; ranks may differ where a backend allows it. */
+  uint32_t device;
 } dt_coll_args;
 
 /* Observer of completed collectives on the calling thread (the dist layer's comm ledger):
@@ -144,6 +148,9 @@ typedef struct dt_comm_backend {
   /* Bit 1 << kind of every device kind (dt_device_kind) whose memory it moves besides the
    * CPU's, which every backend moves: 0 for the CPU only. */
   uint32_t devices;
+  /* Optional: true when it moves memory of device kind `kind` besides those of `devices` (a
+   * kind whose mover registers at run time: the threads backend's test stand-in). */
+  bool (*moves_device)(int kind);
   dt_coll_start_fn start;
   dt_status (*wait)(dt_comm *comm, dt_work *work);
   dt_status (*test)(dt_comm *comm, dt_work *work, bool *done);
@@ -174,7 +181,8 @@ struct dt_comm {
 
 /* True when comm's backend moves memory of device `kind` (the CPU's always). */
 static inline bool dt__comm_moves_device(const dt_comm *comm, int kind) {
-  return kind == 0 || (comm->backend->devices >> kind & 1u) != 0;
+  return kind == 0 || (comm->backend->devices >> kind & 1u) != 0 ||
+         (comm->backend->moves_device && comm->backend->moves_device(kind));
 }
 
 /* ---- group.c: handles, works and results, below the wrappers and the backends ------------ */

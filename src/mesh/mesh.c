@@ -267,6 +267,16 @@ dt_status dt_mesh_create_on(const char *device_type, dt_comm *world, int ndim, c
                      "that does",
                      op, world->backend->name, world->name, device_type);
   }
+  if (device.kind != DT_DEVICE_CPU) {
+    /* Collectives move such memory (the threads backend in a CUDA build), but the
+     * distributed layer above the mesh (redistribution, sharded dispatch) still reads and
+     * writes shards as host memory. */
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "%s: meshes of %s tensors are not supported yet: the distributed layer "
+                     "(redistribution, sharded ops) runs on host memory only; the collectives "
+                     "(dt_comm_*) of the %s backend do move %s tensors",
+                     op, device_type, world ? world->backend->name : "threads", device_type);
+  }
   st = dt_mesh_create(world, ndim, shape, dim_names, out);
   if (st) return st;
   (*out)->device_kind = device.kind;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/threads/threads_impl.h"
+#include "tensor/device_impl.h"
 
 /* ---- Rings and groups ------------------------------------------------------------------- */
 
@@ -34,6 +35,12 @@ static bool ring_init(th_ring *ring, int nparties) {
 
 static void ring_free(th_ring *ring) {
   for (int i = 0; i < TH_SLOTS; i++) {
+    /* A collective left unfinished by an abort still holds its device markers. */
+    th_slot *slot = &ring->slots[i];
+    for (int p = 0; slot->posts && p < ring->nparties; p++) {
+      if (slot->posts[p].marker) slot->posts[p].marker_ops->release(slot->posts[p].marker);
+    }
+    if (slot->done) slot->device_ops->release(slot->done);
     dt__free(ring->slots[i].posts);
     dt__free((void *)ring->slots[i].posted);
     dt__free(ring->slots[i].offsets);
@@ -123,6 +130,28 @@ th_ring *dt__th_channel(th_group *g, int src, int dst) {
   ring_free(fresh);
   dt__free(fresh);
   return expected;
+}
+
+/* ---- Device movers ----------------------------------------------------------------------- */
+
+static const th_device_ops *registered_devices[DT__DEVICE_KINDS];
+
+const th_device_ops *dt__th_device_ops(int kind) {
+  if (kind <= 0 || kind >= DT__DEVICE_KINDS) return NULL;
+#ifdef DT_HAVE_CUDA
+  if (kind == DT_DEVICE_CUDA) return &dt__th_cuda_ops;
+#endif
+  return registered_devices[kind];
+}
+
+dt_status dt__th_register_device(int kind, const th_device_ops *ops) {
+  if (kind < DT__DEVICE_RUNTIME_KIND || kind >= DT__DEVICE_KINDS) {
+    return dt__error(DT_ERR_INVALID,
+                     "dt__th_register_device: kind %d is not a run-time device kind (%d..%d)", kind,
+                     DT__DEVICE_RUNTIME_KIND, DT__DEVICE_KINDS - 1);
+  }
+  registered_devices[kind] = ops;
+  return DT_OK;
 }
 
 /* ---- Domains: aborts and wake-ups ------------------------------------------------------- */

@@ -41,9 +41,51 @@ enum { TH_GATHERING = 0, TH_READY = 1, TH_FAILED = 2 };
 
 typedef struct th_group th_group;
 
+/* How the threads backend moves the memory of a device kind the host cannot read (CUDA; a test's
+ * host-memory stand-in). The rendezvous is the CPU path's (post, prepare, tasks, release);
+ * what differs is who moves the bytes. Such a collective is ONE task that queues every copy
+ * and reduction on the queue of the rank whose thread runs it (a CUDA stream), after a wait
+ * for every party's marker; it ends with a `done` marker that every party's own queue waits
+ * for before its collective completes. No host thread reads device memory or waits for the
+ * device: ordering between the ranks' queues is by markers (CUDA events).
+ * Errors set dt_last_error() and return a status; begin's run state is always ended. */
+typedef struct th_device_ops {
+  /* On the posting rank's thread: marks the point of its queue on `device` after which the
+   * buffers it posted hold their values (a CUDA event recorded on its current stream). */
+  dt_status (*mark)(const char *op, int device, void **marker);
+  /* On the running thread, its queue on `device`: waits for the n parties' markers. */
+  dt_status (*begin)(const char *op, int device, void *const *markers, int n, void **run);
+  dt_status (*copy)(void *run, int dst_device, void *dst, int src_device, const void *src,
+                    size_t bytes);
+  /* dt__reduce_buffers' contract (sources read before any destination is written, avg
+   * divides by world) on buffers of the given devices. */
+  dt_status (*reduce)(void *run, dt_dtype dtype, dt_reduce_op op, int nsrc, const void *const *src,
+                      const int *src_devices, int ndst, void *const *dst, const int *dst_devices,
+                      int64_t n, int world);
+  /* Marks the end of everything queued since begin (*done) and frees the run. *done is NULL
+   * when it fails. */
+  dt_status (*end)(void *run, dt_status so_far, void **done);
+  /* On a party's thread: its queue on `device` waits for `done`. */
+  dt_status (*wait)(const char *op, int device, void *done);
+  /* Frees a marker (mark's or end's) once nothing will wait for it again. */
+  void (*release)(void *marker);
+} th_device_ops;
+
+/* The mover of device kind `kind` (CUDA in a CUDA build, or one registered), or NULL. */
+const th_device_ops *dt__th_device_ops(int kind);
+/* Registers (NULL: removes) the mover of a run-time device kind (tests' stand-in). Not thread
+ * safe: before any rank uses the kind. DT_ERR_INVALID for the CPU, CUDA or a kind outside the
+ * table. */
+dt_status dt__th_register_device(int kind, const th_device_ops *ops);
+#ifdef DT_HAVE_CUDA
+extern const th_device_ops dt__th_cuda_ops; /* threads_cuda.c */
+#endif
+
 typedef struct th_post {
   dt_coll_args args;
   dt_work *work; /* the poster's work while it holds the slot; NULL once released */
+  void *marker;  /* device collectives: the poster's marker (th_device_ops.mark) */
+  const th_device_ops *marker_ops; /* who made it (frees it) */
   /* dt_comm_split results, written by the task that builds the new groups. */
   th_group *split_group;
   int split_rank;
@@ -58,14 +100,18 @@ typedef struct th_slot {
   atomic_int active;   /* threads inside a task right now */
   atomic_int released; /* parties done with the slot */
   int64_t ntasks;      /* set by the last arriver before READY */
+  int64_t npieces;     /* pieces of the collective (a device collective runs them in one task) */
   int64_t chunks_per_piece;
   int64_t chunk_elems;
-  dt_status task_status;    /* a task's failure (split: out of memory) */
-  dt_status error;          /* FAILED: the status every party returns */
-  char message[TH_MESSAGE]; /* FAILED: the message */
-  _Atomic uint64_t *posted; /* [nparties]: seq + 1 once that party posted */
-  th_post *posts;           /* [nparties] */
-  int64_t *offsets;         /* [nparties + 1]: element offsets for uneven kinds */
+  dt_status task_status;           /* a task's failure (split: out of memory; a device's error) */
+  char task_message[TH_MESSAGE];   /* its message */
+  const th_device_ops *device_ops; /* set by prepare for device memory; NULL for host memory */
+  void *done;                      /* device collectives: the marker every party waits for */
+  dt_status error;                 /* FAILED: the status every party returns */
+  char message[TH_MESSAGE];        /* FAILED: the message */
+  _Atomic uint64_t *posted;        /* [nparties]: seq + 1 once that party posted */
+  th_post *posts;                  /* [nparties] */
+  int64_t *offsets;                /* [nparties + 1]: element offsets for uneven kinds */
 } th_slot;
 
 typedef struct th_ring {
@@ -142,6 +188,6 @@ dt_status dt__th_complete(dt_comm *comm, dt_work *work, bool blocking, bool *don
 
 /* threads_tasks.c */
 bool dt__th_prepare(dt_comm *comm, th_ring *ring, th_slot *slot);
-void dt__th_run_task(th_group *group, th_ring *ring, th_slot *slot, int64_t task);
+void dt__th_run_task(th_group *group, th_ring *ring, th_slot *slot, int64_t task, int party);
 
 #endif /* DT_THREADS_IMPL_H */

@@ -193,8 +193,17 @@ static bool slot_free(const void *ctx) {
 }
 
 static void release(th_group *g, th_ring *ring, th_slot *slot, int party, uint64_t seq) {
-  slot->posts[party].work = NULL;
+  th_post *post = &slot->posts[party];
+  post->work = NULL;
+  if (post->marker) {
+    post->marker_ops->release(post->marker);
+    post->marker = NULL;
+  }
   if (atomic_fetch_add(&slot->released, 1) + 1 == ring->nparties) {
+    if (slot->done) slot->device_ops->release(slot->done);
+    slot->done = NULL;
+    slot->device_ops = NULL;
+    slot->task_message[0] = '\0';
     atomic_store(&slot->arrived, 0);
     atomic_store(&slot->next_task, 0);
     atomic_store(&slot->tasks_done, 0);
@@ -207,7 +216,7 @@ static void release(th_group *g, th_ring *ring, th_slot *slot, int party, uint64
   }
 }
 
-static void run_tasks(th_group *g, th_ring *ring, th_slot *slot) {
+static void run_tasks(th_group *g, th_ring *ring, th_slot *slot, int party) {
   th_domain *d = g->domain;
   int64_t n = slot->ntasks;
   while (atomic_load(&slot->next_task) < n) {
@@ -221,7 +230,7 @@ static void run_tasks(th_group *g, th_ring *ring, th_slot *slot) {
       atomic_fetch_sub(&slot->active, 1);
       return;
     }
-    dt__th_run_task(g, ring, slot, task);
+    dt__th_run_task(g, ring, slot, task, party);
     int64_t done = atomic_fetch_add(&slot->tasks_done, 1) + 1;
     atomic_fetch_sub(&slot->active, 1);
     if (done == n) dt__th_notify(g);
@@ -240,19 +249,25 @@ dt_status dt__th_complete(dt_comm *comm, dt_work *work, bool blocking, bool *don
   for (;;) {
     int state = atomic_load(&slot->state);
     if (state == TH_READY) {
-      run_tasks(g, ring, slot);
+      run_tasks(g, ring, slot, party);
       if (atomic_load(&slot->tasks_done) == slot->ntasks) {
         dt_status status = slot->task_status;
+        char message[TH_MESSAGE];
+        if (status != DT_OK) snprintf(message, sizeof message, "%s", slot->task_message);
         if (work->args.kind == DT_COLL_SPLIT) {
           work->backend_ptr[1] = slot->posts[party].split_group;
           work->scratch[0] = slot->posts[party].split_rank;
         }
+        /* Device memory: this rank's queue waits for the collective's end before anything
+         * it queues later (the host does not wait). */
+        if (status == DT_OK && slot->done) {
+          status =
+              slot->device_ops->wait(work->args.op_name, (int)(work->args.device >> 8), slot->done);
+          if (status != DT_OK) snprintf(message, sizeof message, "%s", dt_last_error());
+        }
         release(g, ring, slot, party, seq);
         *done = true;
-        if (status != DT_OK) {
-          return dt__error(status, "%s: out of memory while building the result",
-                           work->args.op_name);
-        }
+        if (status != DT_OK) return dt__error(status, "%s: %s", work->args.op_name, message);
         return DT_OK;
       }
     } else if (state == TH_FAILED) {
@@ -335,6 +350,22 @@ dt_status dt__th_post(dt_comm *comm, th_ring *ring, int party, uint64_t seq, dt_
   if (status != DT_OK) return status;
 
   th_post *post = &slot->posts[party];
+  post->marker = NULL;
+  post->marker_ops = NULL;
+  /* Device memory: mark where this rank's queue stands, so that the collective reads its
+   * buffers after the work it queued before. */
+  int kind = (int)(work->args.device & 0xffu);
+  if (kind != 0) {
+    const th_device_ops *ops = dt__th_device_ops(kind);
+    if (!ops) {
+      return dt__error(DT_ERR_UNSUPPORTED,
+                       "%s: the threads backend has no mover for device kind %d",
+                       work->args.op_name, kind);
+    }
+    status = ops->mark(work->args.op_name, (int)(work->args.device >> 8), &post->marker);
+    if (status != DT_OK) return status;
+    post->marker_ops = ops;
+  }
   post->args = work->args;
   post->work = work;
   post->split_group = NULL;

@@ -93,9 +93,12 @@ static void th_abort(dt_comm *comm, const char *reason) {
   dt__th_abort(g->domain, DT_ERR_ABORTED, NULL, 0, message);
 }
 
+static bool th_moves_device(int kind) { return dt__th_device_ops(kind) != NULL; }
+
 const dt_comm_backend dt__threads_backend = {
     .name = "threads",
     .supports = DT_COLL_ALL,
+    .moves_device = th_moves_device,
     .start = th_start,
     .wait = th_wait,
     .test = th_test,
