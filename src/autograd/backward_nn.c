@@ -96,6 +96,25 @@ static dt_status affine_grad(dt_tensor *src, int n, const int64_t *dims, const d
   return st;
 }
 
+/* A normalization's affine gradients: dw = sum over dims of g xhat into slot w_slot and db =
+ * sum over dims of g into slot b_slot, each when that parameter is there and wants one (xhat
+ * NULL: no dw). */
+static dt_status affine_grads(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor *xhat, int w_slot,
+                              int b_slot, int n, const int64_t *dims, dt_tensor **grad_inputs) {
+  const dt_op_call *call = ctx->call;
+  dt_status st = DT_OK;
+  if (xhat && call->inputs[w_slot] && ctx->needs_grad[w_slot]) {
+    dt_tensor *gxh = NULL;
+    st = dt_mul(g, xhat, &gxh);
+    if (!st) st = affine_grad(gxh, n, dims, &ctx->input_metas[w_slot], &grad_inputs[w_slot]);
+    dt_tensor_release(gxh);
+  }
+  if (!st && call->inputs[b_slot] && ctx->needs_grad[b_slot]) {
+    st = affine_grad(g, n, dims, &ctx->input_metas[b_slot], &grad_inputs[b_slot]);
+  }
+  return st;
+}
+
 /* The gradients of a normalization of inputs {x, weight?, bias?} (eps = scalars[0]) whose
  * statistics run over norm_dims: dx, then dw = sum of g xhat and db = sum of g over sum_dims.
  * w is the weight as it broadcasts against x (NULL: none). layer_norm and batch_norm_training
@@ -104,7 +123,7 @@ static dt_status normalization_backward(const dt_backward_ctx *ctx, dt_tensor *g
                                         int n_norm, const int64_t *norm_dims, int n_sum,
                                         const int64_t *sum_dims, dt_tensor **grad_inputs) {
   const dt_op_call *call = ctx->call;
-  dt_tensor *xhat = NULL, *dx = NULL, *gxh = NULL, *g = NULL;
+  dt_tensor *xhat = NULL, *dx = NULL, *g = NULL;
   /* As PyTorch's layer_norm backward strategy: a Partial gradient is first brought to the
    * placements of the saved input (what the forward kernel read). The formula is linear in
    * g, so a Partial g would go through, but its reduction would then happen further down,
@@ -115,14 +134,8 @@ static dt_status normalization_backward(const dt_backward_ctx *ctx, dt_tensor *g
                              ctx->needs_grad[0] ? &dx : NULL);
   }
   if (!st && dx) st = dt__grad_cast_to(dx, &ctx->input_metas[0], &grad_inputs[0]);
-  if (!st && call->inputs[1] && ctx->needs_grad[1]) {
-    st = dt_mul(g, xhat, &gxh);
-    if (!st) st = affine_grad(gxh, n_sum, sum_dims, &ctx->input_metas[1], &grad_inputs[1]);
-  }
-  if (!st && call->inputs[2] && ctx->needs_grad[2]) {
-    st = affine_grad(g, n_sum, sum_dims, &ctx->input_metas[2], &grad_inputs[2]);
-  }
-  DT_RELEASE_ALL(xhat, dx, gxh, g);
+  if (!st) st = affine_grads(ctx, g, xhat, 1, 2, n_sum, sum_dims, grad_inputs);
+  DT_RELEASE_ALL(xhat, dx, g);
   return st;
 }
 
@@ -192,7 +205,7 @@ dt_status dt__backward_batch_norm(const dt_backward_ctx *ctx, dt_tensor *const *
   int n_other = non_channel_dims(in, other);
   dt_tensor *w = call->inputs[3];
   dt_tensor *ve = NULL, *rstd = NULL, *scale = NULL, *scale_b = NULL, *t = NULL, *rm_b = NULL,
-            *xc = NULL, *rstd_b = NULL, *xhat = NULL, *gxh = NULL;
+            *xc = NULL, *rstd_b = NULL, *xhat = NULL;
   dt_status st = dt_add_scalar(call->inputs[2], call->scalars[0], &ve);
   if (!st) st = dt_rsqrt(ve, &rstd);
   if (!st && ctx->needs_grad[0]) {
@@ -210,13 +223,9 @@ dt_status dt__backward_batch_norm(const dt_backward_ctx *ctx, dt_tensor *const *
     if (!st) st = dt_sub(call->inputs[0], rm_b, &xc);
     if (!st) st = channel_view(rstd, in, &rstd_b);
     if (!st) st = dt_mul(xc, rstd_b, &xhat);
-    if (!st) st = dt_mul(g, xhat, &gxh);
-    if (!st) st = affine_grad(gxh, n_other, other, &ctx->input_metas[3], &grad_inputs[3]);
   }
-  if (!st && call->inputs[4] && ctx->needs_grad[4]) {
-    st = affine_grad(g, n_other, other, &ctx->input_metas[4], &grad_inputs[4]);
-  }
-  DT_RELEASE_ALL(ve, rstd, scale, scale_b, t, rm_b, xc, rstd_b, xhat, gxh);
+  if (!st) st = affine_grads(ctx, g, xhat, 3, 4, n_other, other, grad_inputs);
+  DT_RELEASE_ALL(ve, rstd, scale, scale_b, t, rm_b, xc, rstd_b, xhat);
   return st;
 }
 
