@@ -4,7 +4,7 @@ SANITIZE_BUILD ?= build-sanitize
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: fuzz-build all deps build tool run test test-sanitize test-tsan test-valgrind bench bench-check format clean install-test
+.PHONY: fuzz-build all deps build tool run test test-sanitize test-tsan test-valgrind test-cuda bench bench-check format clean install-test
 
 all: build
 
@@ -45,6 +45,17 @@ test-tsan: deps
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target tsan_threads
 	cd $(TSAN_BUILD) && ctest --output-on-failure
 
+# The CUDA variant (docs/cuda.md), as CI builds it: the library, the tool and the `cuda` tests
+# only, nvcc's and gcc's warnings as errors, then those tests (they skip without a GPU). The
+# toolkit is /usr/local/cuda or nvcc on PATH, else NVIDIA's wheels (scripts/install-cuda-toolkit.sh).
+CUDA_BUILD ?= build-cuda
+test-cuda: deps
+	flags=$$(bash scripts/install-cuda-toolkit.sh | tail -1) && \
+	  cmake -S . -B $(CUDA_BUILD) -DCMAKE_BUILD_TYPE=Release -DDT_WITH_CUDA=ON -DDT_CUDA_TESTS_ONLY=ON \
+	    -DDT_WITH_MPI=OFF $$flags $(CMAKE_FLAGS)
+	cmake --build $(CUDA_BUILD) -j $(JOBS) --target dtensor_cli cuda_tests
+	cd $(CUDA_BUILD) && ctest -L cuda --output-on-failure
+
 # valgrind memcheck with the allocator caches ON (the sanitizer builds turn them off): the
 # demos (a few training steps, the TP walkthrough) and the distributed tests, threads backend.
 test-valgrind: build
@@ -77,7 +88,7 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(SANITIZE_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(SANITIZE_BUILD) $(TSAN_BUILD) $(CUDA_BUILD)
 
 # Builds every libFuzzer target without running it (fuzz/run.sh TARGET [SECONDS] runs one).
 fuzz-build: deps
