@@ -16,10 +16,9 @@
 #include <limits.h>
 
 #include "kernels/cuda/cuda_blas.h"
+#include "kernels/cuda/gemm_plan.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/op_kernels.h"
-
-static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
 
 static int device_of(const dt_tensor *t) { return (int)(t->storage->device >> 8); }
 
@@ -35,37 +34,6 @@ static void alias(dt_tensor *view, const dt_tensor *base, int ndim, const int64_
   }
   view->offset = offset;
   view->storage = base->storage;
-}
-
-/* How cuBLAS reads a [rows, cols] row-major matrix with strides (rs, cs) as the transposed
- * operand of the column-major product: CUBLAS_OP_N when rows are contiguous, CUBLAS_OP_T when
- * columns are; false when neither (or the leading dimension is too large). */
-typedef struct gemm_layout {
-  cublasOperation_t op;
-  int64_t ld;
-} gemm_layout;
-
-static bool layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs, gemm_layout *out) {
-  if (cs == 1 || cols <= 1) {
-    int64_t ld = rows <= 1 ? max1(cols) : rs;
-    if (ld >= max1(cols) && ld <= INT_MAX) {
-      *out = (gemm_layout){CUBLAS_OP_N, ld};
-      return true;
-    }
-  }
-  if (rs == 1 || rows <= 1) {
-    int64_t ld = cols <= 1 ? max1(rows) : cs;
-    if (ld >= max1(rows) && ld <= INT_MAX) {
-      *out = (gemm_layout){CUBLAS_OP_T, ld};
-      return true;
-    }
-  }
-  return false;
-}
-
-static bool matrix_layout(const dt_tensor *t, gemm_layout *out) {
-  int nd = t->ndim;
-  return layout_of(t->shape[nd - 2], t->shape[nd - 1], t->strides[nd - 2], t->strides[nd - 1], out);
 }
 
 static dt_cuda_strided strided_of(int ndim, const int64_t *shape, const int64_t *strides) {
@@ -99,15 +67,15 @@ static dt_status broadcast_copy(const char *op, dt_tensor *dst, const dt_tensor 
 /* *view = t when cuBLAS can read its matrices as they are; otherwise a contiguous copy on the
  * device in *copy (the caller releases it). */
 static dt_status prepare_operand(const char *op, const dt_tensor *t, const dt_tensor **view,
-                                 dt_tensor **copy, gemm_layout *layout) {
+                                 dt_tensor **copy, dt_gemm_layout *layout) {
   *view = t;
-  if (matrix_layout(t, layout)) return DT_OK;
+  if (dt__gemm_matrix_layout(t, layout)) return DT_OK;
   dt_status st =
       dt__tensor_new_on(dt__device_of_key(t->storage->device), t->ndim, t->shape, t->dtype, copy);
   if (!st) st = broadcast_copy(op, *copy, t);
   if (st) return st;
   *view = *copy;
-  if (!matrix_layout(*copy, layout)) {
+  if (!dt__gemm_matrix_layout(*copy, layout)) {
     return dt__error(DT_ERR_UNSUPPORTED, "%s: a row of %" PRId64 " elements is too long for cuBLAS",
                      op, t->shape[t->ndim - 1]);
   }
@@ -137,122 +105,33 @@ static bool types_of(dt_dtype dtype, gemm_types *out) {
 
 /* One GEMM description: the column-major out^T = b^T a^T of every batch. */
 typedef struct gemm_call {
+  const char *op;
   cublasHandle_t handle;
   gemm_types types;
-  gemm_layout la, lb;
-  int64_t n, m, k; /* out is [n, m] per batch */
   double alpha, beta;
 } gemm_call;
 
-static dt_status run_gemm(const char *op, const gemm_call *g, const char *pa, int64_t stride_a,
-                          const char *pb, int64_t stride_b, char *pc, int64_t stride_c,
-                          int64_t batch) {
+/* One launch of dt__gemm_run through cuBLAS, with the call's types and scalars. */
+static dt_status cublas_launch(void *context, const dt_gemm_launch *l) {
+  const gemm_call *g = context;
   float alpha32 = (float)g->alpha, beta32 = (float)g->beta;
   const void *alpha = g->types.double_scalars ? (const void *)&g->alpha : (const void *)&alpha32;
   const void *beta = g->types.double_scalars ? (const void *)&g->beta : (const void *)&beta32;
+  cublasOperation_t op_a = l->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t op_b = l->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cudaDataType_t t = g->types.data;
   cublasStatus_t s;
-  if (batch == 1) {
-    s = cublasGemmEx(g->handle, g->lb.op, g->la.op, (int)g->m, (int)g->n, (int)g->k, alpha, pb,
-                     g->types.data, (int)g->lb.ld, pa, g->types.data, (int)g->la.ld, beta, pc,
-                     g->types.data, (int)max1(g->m), g->types.compute, CUBLAS_GEMM_DEFAULT);
+  if (l->batch == 1) {
+    s = cublasGemmEx(g->handle, op_a, op_b, (int)l->m, (int)l->n, (int)l->k, alpha, l->a, t,
+                     (int)l->lda, l->b, t, (int)l->ldb, beta, l->c, t, (int)l->ldc,
+                     g->types.compute, CUBLAS_GEMM_DEFAULT);
   } else {
-    s = cublasGemmStridedBatchedEx(g->handle, g->lb.op, g->la.op, (int)g->m, (int)g->n, (int)g->k,
-                                   alpha, pb, g->types.data, (int)g->lb.ld, stride_b, pa,
-                                   g->types.data, (int)g->la.ld, stride_a, beta, pc, g->types.data,
-                                   (int)max1(g->m), stride_c, (int)batch, g->types.compute,
-                                   CUBLAS_GEMM_DEFAULT);
+    s = cublasGemmStridedBatchedEx(g->handle, op_a, op_b, (int)l->m, (int)l->n, (int)l->k, alpha,
+                                   l->a, t, (int)l->lda, l->stride_a, l->b, t, (int)l->ldb,
+                                   l->stride_b, beta, l->c, t, (int)l->ldc, l->stride_c,
+                                   (int)l->batch, g->types.compute, CUBLAS_GEMM_DEFAULT);
   }
-  return s == CUBLAS_STATUS_SUCCESS ? DT_OK : dt__cuda_blas_error(op, "cublasGemmEx", s);
-}
-
-/* When b has one matrix and a's batch and row dims form one strided run, the product is one
- * GEMM of all of a's rows (out is contiguous, so its rows form a run too). */
-static bool fold_batch_into_rows(const dt_tensor *a, const dt_tensor *b, const dt_tensor *out,
-                                 int64_t *rows, gemm_layout *layout) {
-  if (out->ndim == 2 || dt__numel(b->ndim - 2, b->shape) != 1 ||
-      dt__numel(a->ndim - 2, a->shape) != dt__numel(out->ndim - 2, out->shape)) {
-    return false;
-  }
-  int64_t total = 1, rs = 0, next = 0;
-  bool first = true;
-  for (int d = a->ndim - 2; d >= 0; d--) {
-    if (a->shape[d] == 1) continue;
-    if (first) {
-      rs = a->strides[d];
-      first = false;
-    } else if (a->strides[d] != next) {
-      return false;
-    }
-    next = a->strides[d] * a->shape[d];
-    total *= a->shape[d];
-  }
-  if (total > INT_MAX) return false;
-  if (!layout_of(total, a->shape[a->ndim - 1], rs, a->strides[a->ndim - 1], layout)) return false;
-  /* The folded operand must be row-major: rows of a become rows of one matrix. */
-  if (layout->op != CUBLAS_OP_N) return false;
-  *rows = total;
-  return true;
-}
-
-/* The batch dims of out with each operand's strides (0 where it broadcasts), adjacent dims
- * merged where all three run on: nb dims in shape and the three stride arrays. */
-typedef struct batch_dims {
-  int nb;
-  int64_t shape[DT_MAX_DIMS];
-  int64_t sa[DT_MAX_DIMS], sb[DT_MAX_DIMS], sc[DT_MAX_DIMS];
-} batch_dims;
-
-static int64_t batch_stride(const dt_tensor *t, int nb, int d) {
-  int td = t->ndim - 2 - nb + d;
-  return td >= 0 && t->shape[td] != 1 ? t->strides[td] : 0;
-}
-
-static void batch_dims_of(const dt_tensor *a, const dt_tensor *b, const dt_tensor *c,
-                          batch_dims *bd) {
-  int nb = c->ndim - 2;
-  bd->nb = 0;
-  for (int d = 0; d < nb; d++) {
-    int64_t size = c->shape[d];
-    if (size == 1) continue;
-    int64_t sa = batch_stride(a, nb, d), sb = batch_stride(b, nb, d), sc = c->strides[d];
-    int j = bd->nb - 1;
-    if (j >= 0 && bd->sa[j] == sa * size && bd->sb[j] == sb * size && bd->sc[j] == sc * size) {
-      bd->shape[j] *= size; /* the previous dim runs on into this one */
-      bd->sa[j] = sa, bd->sb[j] = sb, bd->sc[j] = sc;
-      continue;
-    }
-    bd->shape[bd->nb] = size;
-    bd->sa[bd->nb] = sa, bd->sb[bd->nb] = sb, bd->sc[bd->nb] = sc;
-    bd->nb++;
-  }
-}
-
-/* Every batch: strided-batched calls over the last merged batch dim, a host loop over the
- * others (none for a 3-D or contiguous product). */
-static dt_status batched(const char *op, const gemm_call *g, const dt_tensor *a, const dt_tensor *b,
-                         dt_tensor *c) {
-  batch_dims bd;
-  batch_dims_of(a, b, c, &bd);
-  size_t es = dt__dtype_sizes[c->dtype];
-  const char *pa = dt__tensor_base(a), *pb = dt__tensor_base(b);
-  char *pc = dt__tensor_base(c);
-  if (bd.nb == 0) return run_gemm(op, g, pa, 0, pb, 0, pc, 0, 1);
-  int last = bd.nb - 1;
-  if (bd.shape[last] > INT_MAX) {
-    return dt__error(DT_ERR_UNSUPPORTED, "%s: %" PRId64 " batches exceed what cuBLAS takes", op,
-                     bd.shape[last]);
-  }
-  int64_t outer = dt__numel(last, bd.shape), idx[DT_MAX_DIMS] = {0};
-  for (int64_t i = 0; i < outer; i++) {
-    int64_t oa = 0, ob = 0, oc = 0;
-    for (int d = 0; d < last; d++)
-      oa += idx[d] * bd.sa[d], ob += idx[d] * bd.sb[d], oc += idx[d] * bd.sc[d];
-    dt_status st = run_gemm(op, g, pa + oa * (int64_t)es, bd.sa[last], pb + ob * (int64_t)es,
-                            bd.sb[last], pc + oc * (int64_t)es, bd.sc[last], bd.shape[last]);
-    if (st) return st;
-    for (int d = last - 1; d >= 0 && ++idx[d] == bd.shape[d]; d--) idx[d] = 0;
-  }
-  return DT_OK;
+  return s == CUBLAS_STATUS_SUCCESS ? DT_OK : dt__cuda_blas_error(g->op, "cublasGemmEx", s);
 }
 
 /* out = beta * bias + alpha * (a @ b); a [..., n, k], b [..., k, m], out [..., n, m]
@@ -260,7 +139,7 @@ static dt_status batched(const char *op, const gemm_call *g, const dt_tensor *a,
 static dt_status cuda_matmul(const char *op, const dt_tensor *a, const dt_tensor *b,
                              const dt_tensor *bias, double beta, double alpha, dt_tensor *out) {
   if (dt__tensor_numel(out) == 0) return DT_OK;
-  gemm_call g = {.alpha = alpha};
+  gemm_call g = {.op = op, .alpha = alpha};
   if (!types_of(out->dtype, &g.types)) {
     return dt__error(DT_ERR_UNSUPPORTED,
                      "%s: no %s matrix product on CUDA (cuBLAS has no integer GEMM); compute in a "
@@ -273,14 +152,7 @@ static dt_status cuda_matmul(const char *op, const dt_tensor *a, const dt_tensor
                      op, dt_dtype_name(a->dtype), dt_dtype_name(b->dtype), bias ? ", bias " : "",
                      bias ? dt_dtype_name(bias->dtype) : "", dt_dtype_name(out->dtype));
   }
-  int nd = out->ndim;
-  g.n = out->shape[nd - 2], g.m = out->shape[nd - 1], g.k = a->shape[a->ndim - 1];
-  if (g.n > INT_MAX || g.m > INT_MAX || g.k > INT_MAX) {
-    return dt__error(DT_ERR_UNSUPPORTED,
-                     "%s: sizes n=%" PRId64 ", m=%" PRId64 ", k=%" PRId64
-                     " exceed what cuBLAS takes",
-                     op, g.n, g.m, g.k);
-  }
+  int64_t k = a->shape[a->ndim - 1];
   dt_status st = dt__cuda_blas(op, device_of(out), &g.handle);
   if (st) return st;
   bool use_bias = bias && beta != 0;
@@ -289,7 +161,7 @@ static dt_status cuda_matmul(const char *op, const dt_tensor *a, const dt_tensor
     if (st) return st;
     g.beta = beta;
   }
-  if (g.k == 0) { /* no product: out = beta * bias, or zeros */
+  if (k == 0) { /* no product: out = beta * bias, or zeros */
     if (!use_bias) {
       cudaStream_t stream;
       st = dt__cuda_stream(op, device_of(out), &stream);
@@ -310,20 +182,11 @@ static dt_status cuda_matmul(const char *op, const dt_tensor *a, const dt_tensor
   }
   const dt_tensor *ta, *tb;
   dt_tensor *a_copy = NULL, *b_copy = NULL;
-  st = prepare_operand(op, a, &ta, &a_copy, &g.la);
-  if (!st) st = prepare_operand(op, b, &tb, &b_copy, &g.lb);
+  dt_gemm_layout la, lb;
+  st = prepare_operand(op, a, &ta, &a_copy, &la);
+  if (!st) st = prepare_operand(op, b, &tb, &b_copy, &lb);
   if (!st) {
-    int64_t rows;
-    gemm_layout folded;
-    if (fold_batch_into_rows(ta, tb, out, &rows, &folded)) {
-      gemm_call whole = g;
-      whole.n = rows;
-      whole.la = folded;
-      st = run_gemm(op, &whole, dt__tensor_base(ta), 0, dt__tensor_base(tb), 0,
-                    dt__tensor_base(out), 0, 1);
-    } else {
-      st = batched(op, &g, ta, tb, out);
-    }
+    st = dt__gemm_run(op, ta, tb, out, cublas_launch, &g);
   }
   /* Freed to the stream's blocks: the GEMMs queued before any reuse of them. */
   dt_tensor_release(a_copy);
