@@ -1,10 +1,11 @@
 /*
- * Tracing for dt_compile: the compiled function runs eagerly under a dispatch mode that records
- * every op call (attributes as the caller gave them) as a call node of a dt_graph, tensors
- * recognized by identity (export's approach); tensors the trace has not seen become constants.
- * Each recorded value also gets its dims as symbolic expressions (compile/shape_rules.c),
- * checked against the traced sizes, and the guards the rules assumed. The variant made is
- * planned for running by compile/execute.c.
+ * Tracing for dt_compile: the compiled function runs eagerly under the tracer export uses too
+ * (graph/tracer.c), which records every op call (attributes as the caller gave them) as a call
+ * node of a dt_graph, tensors recognized by identity; tensors the trace has not seen become
+ * constants. This file is compile's part (the tracer's hooks): each recorded value also gets its
+ * dims as symbolic expressions (compile/shape_rules.c), checked against the traced sizes, and
+ * the guards the rules assumed; sizes the function reads as numbers are pinned. The variant
+ * made is planned for running by compile/execute.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,12 +18,13 @@
 #include "dtensor/autograd.h"
 #include "dtensor/dist.h"
 #include "dtensor/mesh.h"
-#include "dtensor/mode.h"
 #include "dtensor/ops.h"
+#include "graph/tracer_impl.h"
 
 /* ---- Tracing ------------------------------------------------------------------------------ */
 
 typedef struct tracer {
+  dt_tracer base; /* first: the hooks get &base */
   dt_compile_variant *v;
   bool joint;        /* options.backward: ops on tensors that require grad are traced */
   dt_size_note note; /* the size note of the call being recorded (autograd/size_note.h) */
@@ -31,28 +33,18 @@ typedef struct tracer {
   int backward_constants; /* tensors it read that no traced op made */
   dt_shape_cache *cache;  /* NULL with options.no_shape_cache */
   int64_t cache_hits;
-  dt_value_map map;
-  int n_constants;
-  dt_status error;
-  const char *refused;
-  int quiet; /* > 0 while the library runs (dispatch, the traced backward): its size reads */
+  /* The call being recorded: dispatch reports the arguments it redistributes in
+   * call->consumed, autograd's slots when it records the call, else these (own). */
+  dt_tensor *consumed[DT_DIST_MAX_ARGS];
+  bool own;
 } tracer;
 
 static dt_value_entry *lookup(tracer *tr, const dt_tensor *x) {
-  return dt__value_map_find(&tr->map, x);
+  return dt__tracer_lookup(&tr->base, x);
 }
 
 static dt_status map_tensor(tracer *tr, dt_tensor *x, int node, int item) {
-  return dt__value_map_set(&tr->map, x, node, item, "dt_compile");
-}
-
-/* Global dims and dtype of x (a distributed tensor's, not its shard's). */
-static void type_of(dt_value_type *t, const dt_tensor *x) {
-  dt__type_from_tensor(t, x);
-  if (x->spec) {
-    t->ndim = x->spec->ndim;
-    memcpy(t->shape, x->spec->shape, sizeof(int64_t) * (size_t)t->ndim);
-  }
+  return dt__tracer_map(&tr->base, x, node, item);
 }
 
 /* Node i's value k: its type, symbolic dims (NULL: constants of its shape) and placements. */
@@ -66,7 +58,7 @@ static dt_status set_value(tracer *tr, int i, int k, const dt_tensor *x, const i
     if (!v->dims[i]) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   }
   dt_value_type *t = &n->types[k];
-  type_of(t, x);
+  dt__tracer_type_of(t, x);
   int *dims = v->dims[i] + k * DT_MAX_DIMS;
   for (int d = 0; d < t->ndim; d++) {
     dims[d] = sdims ? sdims[d] : dt__sx_const(&v->pool, t->shape[d]);
@@ -85,13 +77,24 @@ static dt_status set_value(tracer *tr, int i, int k, const dt_tensor *x, const i
   return DT_OK;
 }
 
-/* The node standing for x: a traced value, a getitem made on first use of a tuple element,
- * or a new constant. */
+/* A new node of one value standing for x (dims as set_value takes them); *node its index. */
+static dt_status add_value_node(tracer *tr, dt_node_kind kind, const char *name, dt_tensor *x,
+                                const int *sdims, int *node) {
+  dt_graph *g = tr->v->g;
+  int i = dt__graph_add_node(g, kind, name);
+  if (i < 0) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  dt_status st = dt__graph_node_types(g, i, 1);
+  if (!st) st = set_value(tr, i, 0, x, sdims);
+  if (!st) st = map_tensor(tr, x, i, -1);
+  *node = i;
+  return st;
+}
+
 /* A traced value x is an alias of (another handle on the same elements: autograd saves a
  * detached alias of each output for its formula), or NULL. */
 static dt_value_entry *alias_of(tracer *tr, const dt_tensor *x) {
-  for (int k = tr->map.n - 1; k >= 0; k--) {
-    dt_value_entry *e = &tr->map.entries[k];
+  for (int k = tr->base.map.n - 1; k >= 0; k--) {
+    dt_value_entry *e = &tr->base.map.entries[k];
     const dt_tensor *t = e->tensor;
     if (t->storage != x->storage || t->offset != x->offset || t->dtype != x->dtype ||
         t->ndim != x->ndim || (t->spec != NULL) != (x->spec != NULL))
@@ -109,17 +112,17 @@ static dt_value_entry *alias_of(tracer *tr, const dt_tensor *x) {
   return NULL;
 }
 
-static dt_status value_of(tracer *tr, dt_tensor *x, int *node) {
+/* A tensor the trace has not seen (dt__tracer_value): in a joint trace an alias of a traced
+ * value is that value; else it becomes a constant of the variant. */
+static dt_status unseen(dt_tracer *base, dt_tensor *x) {
+  tracer *tr = (tracer *)base;
   dt_compile_variant *v = tr->v;
-  dt_value_entry *e = lookup(tr, x);
-  dt_status st;
-  if (!e && tr->joint && (e = alias_of(tr, x)) != NULL) {
+  dt_value_entry *e = tr->joint ? alias_of(tr, x) : NULL;
+  if (e) {
     dt_value_entry found = *e;
-    st = map_tensor(tr, x, found.node, found.item);
-    if (st) return st;
-    e = lookup(tr, x);
+    return map_tensor(tr, x, found.node, found.item);
   }
-  if (!e && tr->in_backward && tr->backward_constants++ > 0) {
+  if (tr->in_backward && tr->backward_constants++ > 0) {
     /* The traced backward reads a tensor no traced op made (dt_backward's seed of ones is the
      * first one): autograd saved a value dispatch made for the forward (a redistributed
      * argument). It would be a constant of this trace, with this call's values. */
@@ -129,40 +132,24 @@ static dt_status value_of(tracer *tr, dt_tensor *x, int *node) {
                      "values would be constants of the trace",
                      x->spec ? "distributed" : "local");
   }
-  if (!e) {
-    char name[48];
-    snprintf(name, sizeof name, "_tensor_constant%d", tr->n_constants++);
-    int i = dt__graph_add_node(v->g, DT_NODE_BUFFER, name);
-    if (i < 0) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
-    st = dt__graph_node_types(v->g, i, 1);
-    if (!st) st = set_value(tr, i, 0, x, NULL);
-    if (!st) st = map_tensor(tr, x, i, -1);
-    if (st) return st;
-    v->constants[i] = dt_tensor_retain(x);
-    v->const_grad[i] = x->autograd && dt_tensor_requires_grad(x);
-    *node = i;
-    return DT_OK;
-  }
-  if (e->item < 0) {
-    *node = e->node;
-    return DT_OK;
-  }
-  int src = e->node, item = e->item;
-  int i = dt__graph_add_node(v->g, DT_NODE_GETITEM, "getitem");
-  if (i < 0) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
-  st = dt__graph_node_types(v->g, i, 1);
-  if (!st) st = set_value(tr, i, 0, x, v->dims[src] + item * DT_MAX_DIMS);
+  char name[48];
+  dt__tracer_constant_name(base, name, sizeof name);
+  int i = -1;
+  dt_status st = add_value_node(tr, DT_NODE_BUFFER, name, x, NULL, &i);
   if (st) return st;
-  dt_node *n = &v->g->nodes[i];
-  n->inputs[0] = src;
-  n->n_inputs = 1;
-  n->ints[0] = item;
-  n->n_ints = 1;
-  e = lookup(tr, x);
-  e->node = i;
-  e->item = -1;
-  *node = i;
+  v->constants[i] = dt_tensor_retain(x);
+  v->const_grad[i] = x->autograd && dt_tensor_requires_grad(x);
   return DT_OK;
+}
+
+/* A getitem of tuple node src: item's symbolic dims. */
+static dt_status getitem(dt_tracer *base, int i, int src, int item, dt_tensor *x) {
+  tracer *tr = (tracer *)base;
+  return set_value(tr, i, 0, x, tr->v->dims[src] + item * DT_MAX_DIMS);
+}
+
+static dt_status value_of(tracer *tr, dt_tensor *x, int *node) {
+  return dt__tracer_value(&tr->base, x, node);
 }
 
 /* The symbolic dims of node i: the op's rule when it has one and it agrees with the traced
@@ -241,8 +228,6 @@ static dt_status infer_symbolic(tracer *tr, int i, const dt_op_call *given, cons
   if (!st && v->pool.oom) st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   return st;
 }
-
-static dt_status value_lookup(void *tr, dt_tensor *x, int *node) { return value_of(tr, x, node); }
 
 /* The traced node of a tensor a size note names, or -1 (an untraced tensor is a constant:
  * its sizes are too). */
@@ -417,15 +402,14 @@ static dt_status record_call(tracer *tr, const dt_op_call *caller, const dt_op_c
   redist[0] = -2; /* -2: no redistribution; else the arguments' nodes, inputs then list */
   dt_status st =
       !inplace && done->consumed ? add_redistributions(tr, &call, done, redist, list) : DT_OK;
-  if (!st)
-    st = dt__graph_record_call(v->g, given, done, value_lookup, tr, "dt_compile", &n_out, &i);
+  if (!st) st = dt__tracer_record_call(&tr->base, given, done, &n_out, &i);
   if (!st) st = dt__compile_grow_nodes(v, &tr->node_cap);
   if (st) return st;
   dt_tensor_meta metas[DT_OP_MAX_META];
   for (int k = 0; k < n_out; k++) {
     dt_tensor *x = inplace ? given->inputs[0] : done->outputs[k];
     dt_value_type t;
-    type_of(&t, x);
+    dt__tracer_type_of(&t, x);
     dt__meta_set(&metas[k], t.dtype, t.ndim, t.shape);
   }
   /* The call as infer left it (normalized dims, result dtype), without its tensors. */
@@ -472,9 +456,9 @@ static dt_status record_call(tracer *tr, const dt_op_call *caller, const dt_op_c
   return st;
 }
 
-static dt_status record(tracer *tr, const dt_op_call *caller, const dt_op_call *done) {
+static dt_status record(dt_tracer *base, const dt_op_call *given, const dt_op_call *done) {
   dt_tensor **list = NULL;
-  dt_status st = record_call(tr, caller, done, &list);
+  dt_status st = record_call((tracer *)base, given, done, &list);
   dt__free(list);
   return st;
 }
@@ -490,80 +474,70 @@ static bool any_requires_grad(const dt_op_call *call) {
   return false;
 }
 
-static dt_status trace_mode(dt_invocation *inv, void *user) {
-  tracer *tr = user;
-  dt_op_call *call = dt__invocation_call(inv);
-  tr->note = dt__size_note; /* for this call only */
+/* Before a call runs: its size note (for this call only), the refusal of autograd inside the
+ * function, and the slots where dispatch reports what it redistributes. */
+static void before(dt_tracer *base, dt_op_call *call) {
+  tracer *tr = (tracer *)base;
+  tr->note = dt__size_note;
   dt__size_note = (dt_size_note){0};
-  if (!tr->error && !tr->joint && dt_grad_mode_enabled() && any_requires_grad(call)) {
-    tr->error =
+  if (!base->error && !tr->joint && dt_grad_mode_enabled() && any_requires_grad(call)) {
+    base->error =
         dt__error(DT_ERR_UNSUPPORTED,
                   "dt_compiled_call: %s of a tensor that requires grad with grad mode turned on "
                   "inside the compiled function (a call is recorded for autograd as a whole: "
                   "turn grad mode on around the call, or compile with options.backward)",
                   dt__op_table[call->op].name);
   }
-  dt_op_call given = *call; /* attributes as the caller gave them, before infer normalizes */
-  dt_size_note note = tr->note;
-  tr->note = (dt_size_note){0}; /* ops the call makes itself are not noted */
-  /* Dispatch reports the arguments it redistributes in call->consumed: autograd's slots when
-   * it records the call, else the tracer's own. */
-  dt_tensor *mine[DT_DIST_MAX_ARGS] = {0};
-  bool own = !call->consumed && dt__op_table[call->op].kind != DT_OP_KIND_INPLACE;
-  if (own) { /* the inputs, then the tensor list (dispatch takes DT_DIST_MAX_ARGS at most) */
+  tr->own = !call->consumed && dt__op_table[call->op].kind != DT_OP_KIND_INPLACE;
+  if (tr->own) { /* the inputs, then the tensor list (dispatch takes DT_DIST_MAX_ARGS at most) */
     int n_args = call->n_inputs + call->n_input_list;
-    call->consumed = mine;
+    memset(tr->consumed, 0, sizeof tr->consumed);
+    call->consumed = tr->consumed;
     call->n_consumed = n_args < DT_DIST_MAX_ARGS ? n_args : DT_DIST_MAX_ARGS;
   }
-  tr->quiet++;
-  dt_status st = dt_invocation_run(inv);
-  tr->quiet--;
-  if (!st && !tr->error) {
-    tr->note = note;
-    tr->error = record(tr, &given, call);
-    tr->note = (dt_size_note){0};
-  }
-  if (own) {
-    for (int k = 0; k < call->n_consumed; k++) dt_tensor_release(mine[k]);
-    call->consumed = NULL;
-    call->n_consumed = 0;
-  }
-  return st;
 }
 
-/* A conversion between local and distributed tensors is not an op-table call: its result
- * would be a constant of this trace's values. Refused when its input is a traced value. */
-static dt_status guard_conversion(void *user, const char *call, const dt_tensor *input) {
-  tracer *tr = user;
-  const dt_value_entry *e = lookup(tr, input);
-  if (!e) return DT_OK;
-  tr->refused = call;
-  return dt__error(DT_ERR_UNSUPPORTED,
-                   "dt_compiled_call: %s of the traced value %%%s inside the compiled function "
-                   "is not supported (not an op-table call); convert before calling it",
-                   call, tr->v->g->nodes[e->node].name);
+static void after(dt_tracer *base, dt_op_call *call) {
+  tracer *tr = (tracer *)base;
+  tr->note = (dt_size_note){0};
+  if (!tr->own) return;
+  for (int k = 0; k < call->n_consumed; k++) dt_tensor_release(tr->consumed[k]);
+  call->consumed = NULL;
+  call->n_consumed = 0;
+  tr->own = false;
 }
 
 /* fn read size `dim` (-1: every size) of x as a number (tensor/tensor_impl.h: dt__size_read):
  * whatever the function does with it is a constant of the trace, so each symbolic dim read is
  * guarded to its traced size and another size traces again (PyTorch specializes a SymInt read
  * as an int). A distributed x's shard dims follow its global ones: those are pinned. */
-static void size_read(void *user, const dt_tensor *x, int dim, const char *fn) {
-  tracer *tr = user;
-  if (tr->quiet || tr->error) return;
+static void size_read(dt_tracer *base, const dt_tensor *x, int dim, const char *fn) {
+  tracer *tr = (tracer *)base;
   const dt_value_entry *e = lookup(tr, x);
   if (!e) e = alias_of(tr, x);
   if (!e) return; /* not a traced value: its sizes are constants */
   dt_compile_variant *v = tr->v;
   int k = e->item < 0 ? 0 : e->item, ndim = v->g->nodes[e->node].types[k].ndim;
   const int *dims = v->dims[e->node] + k * DT_MAX_DIMS;
-  for (int d = dim < 0 ? 0 : dim; d < (dim < 0 ? ndim : dim + 1) && d < ndim && !tr->error; d++) {
+  for (int d = dim < 0 ? 0 : dim; d < (dim < 0 ? ndim : dim + 1) && d < ndim && !base->error; d++) {
     char why[96];
     snprintf(why, sizeof why, "%s: dim %d of %%%s read as a number", fn, d,
              v->g->nodes[e->node].name);
-    tr->error = dt__compile_pin(v, dims[d], why);
+    base->error = dt__compile_pin(v, dims[d], why);
   }
 }
+
+/* In the order of dt_tracer_hooks: who, what, advice; unseen, getitem, before, record, after,
+ * size_read. */
+static const dt_tracer_hooks compile_hooks = {"dt_compiled_call",
+                                              "the compiled function",
+                                              "convert before calling the compiled function",
+                                              unseen,
+                                              getitem,
+                                              before,
+                                              record,
+                                              after,
+                                              size_read};
 
 /* Which dims of input i are dynamic. */
 static bool dim_is_dynamic(const dt_compiled *c, int i, int d) {
@@ -584,7 +558,7 @@ static dt_status add_inputs(dt_compiled *c, tracer *tr, dt_tensor *const *in) {
     dt_tensor *x = in[i];
     dt_compile_input *desc = &v->inputs[i];
     dt_value_type t;
-    type_of(&t, x);
+    dt__tracer_type_of(&t, x);
     desc->dtype = t.dtype;
     desc->ndim = t.ndim;
     desc->dist = x->spec != NULL;
@@ -608,11 +582,8 @@ static dt_status add_inputs(dt_compiled *c, tracer *tr, dt_tensor *const *in) {
     }
     char name[16];
     snprintf(name, sizeof name, "in%d", i);
-    int node = dt__graph_add_node(v->g, DT_NODE_PLACEHOLDER, name);
-    if (node < 0) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
-    dt_status st = dt__graph_node_types(v->g, node, 1);
-    if (!st) st = set_value(tr, node, 0, x, sdims);
-    if (!st) st = map_tensor(tr, x, node, -1);
+    int node = -1;
+    dt_status st = add_value_node(tr, DT_NODE_PLACEHOLDER, name, x, sdims, &node);
     if (st) return st;
   }
   v->g->n_symbols = v->n_symbols < DT_GRAPH_MAX_SYMBOLS ? v->n_symbols : DT_GRAPH_MAX_SYMBOLS;
@@ -628,8 +599,8 @@ static dt_status add_inputs(dt_compiled *c, tracer *tr, dt_tensor *const *in) {
 static dt_tensor *copy_source(tracer *tr, const dt_tensor *g, int first_backward) {
   if (g->spec || !dt__is_contiguous(g->ndim, g->shape, g->strides)) return NULL;
   size_t bytes = (size_t)dt__numel(g->ndim, g->shape) * dt__dtype_sizes[g->dtype];
-  for (int k = tr->map.n - 1; k >= 0; k--) {
-    dt_value_entry *e = &tr->map.entries[k];
+  for (int k = tr->base.map.n - 1; k >= 0; k--) {
+    dt_value_entry *e = &tr->base.map.entries[k];
     dt_tensor *t = e->tensor;
     if (e->node < first_backward || e->item >= 0 || t->spec || t->dtype != g->dtype ||
         t->ndim != g->ndim || memcmp(t->shape, g->shape, sizeof(int64_t) * (size_t)g->ndim) ||
@@ -677,46 +648,32 @@ static double now_us(void) {
 dt_status dt__compile_trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **out,
                             dt_compile_variant **made) {
   double t0 = now_us();
-  tracer tr = {.joint = c->backward};
+  tracer tr = {.base.hooks = &compile_hooks, .joint = c->backward};
   dt_compile_joint joint = {0};
   int first_backward = 0;
   tr.v = dt__calloc(sizeof *tr.v);
   if (c->shape_cache) tr.cache = dt__shape_cache_create();
   dt_status st =
       tr.v ? dt__graph_create(&tr.v->g) : dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  if (!st) tr.base.g = tr.v->g;
   if (!st) st = add_inputs(c, &tr, in);
-  if (!st && dt_mode_depth() >= DT_MAX_MODES)
-    st = dt__error(DT_ERR_INVALID, "dt_compiled_call: no room for the tracing mode");
   bool ran = false;
-  if (!st) st = dt_mode_push(trace_mode, &tr);
+  if (!st) st = dt__tracer_start(&tr.base);
   if (!st) {
-    dt__dist_convert_guard outer = dt__dist_guard;
-    dt__dist_guard = (dt__dist_convert_guard){guard_conversion, &tr};
-    dt__size_read_hook outer_reader = dt__size_reader;
-    dt__size_reader = (dt__size_read_hook){size_read, &tr};
     st = c->fn(c->user, c->n_in, in, c->n_out, out);
-    if (!st && c->backward && !tr.refused && !tr.error && out[0]) {
+    if (!st && c->backward && !tr.base.refused && !tr.base.error && out[0]) {
       tr.v->joint = true;
       first_backward = tr.v->g->n_nodes;
       tr.in_backward = true;
-      tr.quiet++;
+      tr.base.quiet++; /* the backward's size reads are the library's */
       st = dt__compile_joint_backward(tr.v, c->n_in, in, out[0], &joint);
-      tr.quiet--;
+      tr.base.quiet--;
       tr.in_backward = false;
     }
-    dt__size_reader = outer_reader;
-    dt__dist_guard = outer;
-    dt_mode_pop();
     ran = true;
     if (st) c->stats.failed_traces++;
+    st = dt__tracer_stop(&tr.base, st);
   }
-  if (ran && !st && tr.refused) {
-    st = dt__error(DT_ERR_UNSUPPORTED,
-                   "dt_compiled_call: the function succeeded without the %s of a traced value that "
-                   "compile refused",
-                   tr.refused);
-  }
-  if (!st) st = tr.error;
   int outputs[DT_COMPILE_MAX_ARGS], *grad_nodes = NULL;
   for (int k = 0; k < c->n_out && !st; k++) {
     if (!out[k]) {
@@ -744,7 +701,7 @@ dt_status dt__compile_trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **ou
   }
   dt__free(grad_nodes);
   if (!st) st = dt__compile_plan(tr.v);
-  dt__value_map_clear(&tr.map);
+  dt__tracer_clear(&tr.base);
   dt__shape_cache_destroy(tr.cache);
   if (tr.v && tr.v->joint) {
     dt_status s2 = dt__compile_joint_finish(&joint, !st);
