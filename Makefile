@@ -74,6 +74,7 @@ bench: tool
 	./$(BUILD)/dtensor bench train
 	./$(BUILD)/dtensor bench compile
 	./$(BUILD)/dtensor bench ckpt
+	./$(BUILD)/dtensor bench context
 
 # Instruction counts against bench/expected_results.csv (+-10 %), as PyTorch's gate.
 bench-check: tool

@@ -78,5 +78,11 @@ const tool_command tool_bench_suites[] = {
      .summary = "1F1B bubble from a trace vs (p-1)/(m+p-1); activation checkpointing cost",
      .usage = "[--json]",
      .run = bench_suite_pipeline},
+    {.name = "context",
+     .summary =
+         "ring attention on 2 cp ranks vs attention of the whole sequence: time, peak memory",
+     .usage = "[--json] [--seq T] [--reps N]",
+     .details = "Causal, B 1, H 4, E 64, float32; T defaults to 2048, N (<= 15) to 3.",
+     .run = bench_suite_context},
     {0},
 };

@@ -435,3 +435,39 @@ static dt_status errors_rank(dt_comm *world, void *arg) {
 }
 
 Test(context_parallel, refuses_bad_arguments_on_every_rank) { SPAWN_OK(2, errors_rank, NULL); }
+
+/* ---- The work each rank does ------------------------------------------------------------ */
+
+/* Causal, T = 8n: head-tail gives every rank 2n + 1 of the n(2n + 1) attended chunk pairs;
+ * contiguous gives rank i i + 1 of n(n + 1) / 2. Each rank sends n - 1 blocks of k and v. */
+static dt_status balance_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  int n = dt_comm_size(world), rank = dt_comm_rank(world);
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int[]){n}, (const char *[]){"cp"}, &mesh));
+  for (int layout = 0; layout < 2; layout++) {
+    dt_tensor *whole = NULL, *part = NULL, *out = NULL;
+    RANK_OK(dt_randn(4, (int64_t[]){1, 2, 8 * n, 4}, DT_F32, 3, &whole));
+    RANK_OK(dt_parallel_cp_shard_sequence(mesh, 0, whole, 2, (dt_cp_layout)layout, &part));
+    dt_cp_attention_stats s;
+    memset(&s, 0xff, sizeof s);
+    dt_cp_attention_options o = {.is_causal = true, .layout = (dt_cp_layout)layout, .stats = &s};
+    RANK_OK(dt_parallel_cp_attention(mesh, 0, part, part, part, NULL, &o, &out, NULL));
+    int want = layout == DT_CP_LAYOUT_HEAD_TAIL ? 2 * n + 1 : rank + 1;
+    int pairs = layout == DT_CP_LAYOUT_HEAD_TAIL ? 4 * n : n;
+    RANK_CHECK(s.pairs_attended == want && s.pairs_attended + s.pairs_skipped == pairs,
+               "layout %d: %d attended, %d skipped (want %d of %d)", layout, s.pairs_attended,
+               s.pairs_skipped, want, pairs);
+    RANK_CHECK(s.bytes_sent == (int64_t)(n - 1) * 2 * dt_tensor_numel(part) * 4, "bytes %lld",
+               (long long)s.bytes_sent);
+    RANK_CHECK(s.compute_us > 0 && s.wait_us >= 0, "times %g %g", s.compute_us, s.wait_us);
+    dt_tensor_release(whole), dt_tensor_release(part), dt_tensor_release(out);
+  }
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(context_parallel, head_tail_balances_the_causal_work) {
+  SPAWN_OK(2, balance_rank, NULL);
+  SPAWN_OK(4, balance_rank, NULL);
+}

@@ -281,11 +281,23 @@ DT_API dt_status dt_parallel_cp_unshard_sequence(dt_mesh *mesh, int cp_dim, dt_t
                                                  int64_t seq_dim, dt_cp_layout layout,
                                                  dt_tensor **out);
 
+/* What this rank's forward of one dt_parallel_cp_attention call did (the backward is not
+ * counted): how the causal mask cut the work, and how much of the ring's transfer time the
+ * compute hid (the wait is what it did not). */
+typedef struct dt_cp_attention_stats {
+  int pairs_attended; /* (query chunk, key chunk) pairs attended */
+  int pairs_skipped;  /* pairs wholly in the future under a causal mask, or empty */
+  int64_t bytes_sent; /* key and value bytes this rank sent to the next */
+  double compute_us;  /* wall time attending blocks and merging them */
+  double wait_us;     /* wall time blocked on the transfers once a block's compute was done */
+} dt_cp_attention_stats;
+
 /* Options of dt_parallel_cp_attention. Zero-initialise; NULL means all defaults. */
 typedef struct dt_cp_attention_options {
   bool is_causal;      /* global query i keeps global keys j <= i (top-left, as SDPA's) */
   double scale;        /* > 0; 0: 1/sqrt(E) */
   dt_cp_layout layout; /* how q, k, v and the outputs lie on the cp dim (default HEAD_TAIL) */
+  dt_cp_attention_stats *stats; /* NULL, or overwritten by the call (this rank's forward) */
 } dt_cp_attention_options;
 
 /* Ring attention (context parallelism): dt_scaled_dot_product_attention of the whole sequence,

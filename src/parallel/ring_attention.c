@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "autograd/autograd_impl.h"
 #include "core/core_impl.h"
@@ -387,13 +388,21 @@ static void merge(const cp_ring *r, merge_acc *acc, const dt_tensor *o, const dt
     }
 }
 
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
 static dt_status forward_block(const cp_ring *r, dt_tensor *q, dt_tensor *k, dt_tensor *v, int j,
-                               merge_acc *acc) {
+                               merge_acc *acc, dt_cp_attention_stats *stats) {
   const dt__cp_segments *qs = &r->qseg[r->rank];
   dt_status st = DT_OK;
   for (int a = 0; a < qs->n && !st; a++)
     for (int b = 0; b < r->kseg[j].n && !st; b++) {
       pair_kind kind = pair_of(r, a, j, b);
+      stats->pairs_skipped += kind == PAIR_SKIP;
+      stats->pairs_attended += kind != PAIR_SKIP;
       if (kind == PAIR_SKIP) continue;
       pair_views p;
       dt_tensor *o = NULL, *l = NULL;
@@ -432,7 +441,7 @@ static dt_status forward_outputs(const cp_ring *r, merge_acc *acc, dt_tensor **o
 
 /* kc and vc: this rank's own block, contiguous. */
 static dt_status ring_forward(const cp_ring *r, dt_tensor *q, dt_tensor *kc, dt_tensor *vc,
-                              dt_tensor **out, dt_tensor **lse) {
+                              dt_tensor **out, dt_tensor **lse, dt_cp_attention_stats *stats) {
   int64_t Lq = r->qseg[r->rank].total, rows = r->B * r->H * Lq;
   double *mem = dt__alloc(sizeof(double) * (size_t)(rows * (r->Ev + 1) + 1));
   if (!mem) return dt__error(DT_ERR_NOMEM, FN ": out of memory for the merge");
@@ -449,10 +458,16 @@ static dt_status ring_forward(const cp_ring *r, dt_tensor *q, dt_tensor *kc, dt_
     if (s < r->size - 1) {
       st = block_empty(r, (j + r->size - 1) % r->size, false, &kn, &vn);
       if (!st) st = post(r, k, v, kn, vn, &w);
+      stats->bytes_sent +=
+          (dt_tensor_numel(k) + dt_tensor_numel(v)) * (int64_t)dt__dtype_sizes[r->dtype];
     }
-    if (!st) st = forward_block(r, q, k, v, j, &acc);
+    double t0 = now_us();
+    if (!st) st = forward_block(r, q, k, v, j, &acc, stats);
+    double t1 = now_us();
     dt_status ws = works_wait(&w);
     if (!st) st = ws;
+    stats->compute_us += t1 - t0;
+    stats->wait_us += now_us() - t1;
     dt_tensor_release(k), dt_tensor_release(v);
     k = kn, v = vn;
   }
@@ -655,7 +670,9 @@ dt_status dt_parallel_cp_attention(dt_mesh *mesh, int cp_dim, dt_tensor *q, dt_t
   dt_status st = plan(&r, mesh, cp_dim, q, k, v, mask, options, out);
   if (!st) st = dt_contiguous(k, &kc);
   if (!st) st = dt_contiguous(v, &vc);
-  if (!st) st = ring_forward(&r, q, kc, vc, &o, &l);
+  dt_cp_attention_stats stats = {0};
+  if (!st) st = ring_forward(&r, q, kc, vc, &o, &l, &stats);
+  if (!st && options && options->stats) *options->stats = stats;
   dt_grad_mode_set(prev);
   if (!st && requires) st = record(&r, q, kc, vc, (dt_tensor *[]){q, k, v}, o, l);
   ring_clear(&r);
