@@ -14,10 +14,10 @@
 /* ints = {ignore_index, is set}; ignore_index alone (a call made from the schema, as
  * ops/op_args.c makes it) is PyTorch's: always in force, -100 by default. */
 static dt_cross_entropy_params params_of(const dt_op_call *call) {
-  bool has = call->n_ints > 1 ? call->ints[1] != 0 : call->n_ints == 1;
-  return (dt_cross_entropy_params){.has_ignore_index = has,
-                                   .ignore_index = call->ints[0],
-                                   .label_smoothing = call->scalars[0]};
+  int64_t ignore;
+  bool has = dt__cross_entropy_ignores(call, &ignore);
+  return (dt_cross_entropy_params){
+      .has_ignore_index = has, .ignore_index = ignore, .label_smoothing = call->scalars[0]};
 }
 
 /* logits [N, C] floating, target [N, 1] int64. */

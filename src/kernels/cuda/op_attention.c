@@ -1,0 +1,70 @@
+/*
+ * The CUDA adapters of scaled_dot_product_attention and its backward op: the call read as
+ * src/ops/attention.c reads it (q, k, v, mask; is_causal in ints[0]; scale in scalars[0], 0
+ * meaning 1/sqrt(E)), launched on attention.cu's kernels.
+ */
+#include <math.h>
+
+#include "kernels/cuda/op_kernels.h"
+#include "kernels/cuda/op_launch.h"
+
+/* q, k, v at `first`, the mask after them; its strides seen as [B, H, T, S]. */
+typedef struct attn_refs {
+  dt_cuda_ref q, k, v, mask;
+  bool has_mask, causal;
+  int64_t mask_strides[4];
+  double scale;
+} attn_refs;
+
+static void refs_of(const dt_op_call *call, int first, attn_refs *r) {
+  const dt_tensor *q = call->inputs[first], *k = call->inputs[first + 1];
+  const dt_tensor *mask = call->inputs[first + 3];
+  r->q = dt__cuda_ref(q);
+  r->k = dt__cuda_ref(k);
+  r->v = dt__cuda_ref(call->inputs[first + 2]);
+  r->has_mask = mask != NULL;
+  if (mask) {
+    int64_t full[4] = {q->shape[0], q->shape[1], q->shape[2], k->shape[2]};
+    r->mask = dt__cuda_ref(mask);
+    dt__broadcast_strides(mask, 4, full, r->mask_strides);
+  }
+  r->causal = call->ints[0] != 0;
+  r->scale = call->scalars[0] > 0 ? call->scalars[0] : 1.0 / sqrt((double)q->shape[3]);
+}
+
+/* The kernel keeps a query row, a key row and their sums in shared memory. */
+static dt_status too_large(const dt_op_call *call, int error, const attn_refs *r) {
+  if (error != (int)cudaErrorInvalidValue) return dt__cuda_launched(call, error);
+  return dt__error(DT_ERR_UNSUPPORTED,
+                   "%s: head dims E = %lld and Ev = %lld are too large for the CUDA kernel's "
+                   "shared memory (E + Ev up to about 5000)",
+                   dt__op_name(call), (long long)r->q.shape[3], (long long)r->v.shape[3]);
+}
+
+dt_status dt__cuda_kernel_attention(dt_op_call *call) {
+  attn_refs r;
+  refs_of(call, 0, &r);
+  cudaStream_t s;
+  dt_status st = dt__cuda_call_stream(call, call->inputs[0], &s);
+  if (st) return st;
+  dt_cuda_ref out = dt__cuda_ref(call->outputs[0]), lse = dt__cuda_ref(call->outputs[1]);
+  int error = dt__cuda_launch_attention(s, &r.q, &r.k, &r.v, r.has_mask ? &r.mask : NULL,
+                                        r.mask_strides, r.causal, r.scale, &out, &lse);
+  return too_large(call, error, &r);
+}
+
+dt_status dt__cuda_kernel_attention_backward(dt_op_call *call) {
+  attn_refs r;
+  refs_of(call, 1, &r);
+  cudaStream_t s;
+  dt_status st = dt__cuda_call_stream(call, call->inputs[0], &s);
+  if (st) return st;
+  dt_cuda_ref gs = dt__cuda_ref(call->inputs[0]), d[3];
+  for (int i = 0; i < 3; i++)
+    if (call->outputs[i]) d[i] = dt__cuda_ref(call->outputs[i]);
+  int error = dt__cuda_launch_attention_backward(
+      s, &r.q, &r.k, &r.v, r.has_mask ? &r.mask : NULL, r.mask_strides, r.causal, r.scale, &gs,
+      call->outputs[0] ? &d[0] : NULL, call->outputs[1] ? &d[1] : NULL,
+      call->outputs[2] ? &d[2] : NULL);
+  return too_large(call, error, &r);
+}

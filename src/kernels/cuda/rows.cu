@@ -1,0 +1,483 @@
+/*
+ * Row kernels on CUDA: softmax and log_softmax, layer norm and RMS norm, batch norm
+ * (inference and training statistics) and cross-entropy with its backward. One block per row
+ * (a softmax line, a normalized row, a channel, a sample); statistics in double, combined in
+ * a fixed tree (deterministic); the formulas are kernels/math/norm.h's, the CPU's.
+ */
+#include "kernels/cuda/indexer.cuh"
+#include "kernels/math/norm.h"
+
+/* Sizes and element strides of a few dims, walked row-major. */
+struct dt_cuda_walk {
+  int n;
+  int64_t shape[DT_CUDA_MAX_DIMS];
+  int64_t stride[DT_CUDA_MAX_DIMS];
+
+  __device__ __forceinline__ int64_t offset(int64_t linear) const {
+    int64_t off = 0;
+    for (int d = n - 1; d >= 0; d--) {
+      off += (linear % shape[d]) * stride[d];
+      linear /= shape[d];
+    }
+    return off;
+  }
+};
+
+/* The dims [from, to) of t except `skip` (-1: none). */
+static dt_cuda_walk walk_of(const dt_cuda_ref *t, int from, int to, int skip) {
+  dt_cuda_walk w;
+  w.n = 0;
+  for (int d = from; d < to; d++) {
+    if (d == skip) continue;
+    w.shape[w.n] = t->shape[d];
+    w.stride[w.n] = t->strides[d];
+    w.n++;
+  }
+  return w;
+}
+
+static __device__ __forceinline__ double load_at(const dt_cuda_ref &t, int64_t off) {
+  return dt__elem_load_f64(t.dtype, t.data + off * dt_cuda_esize(t.dtype));
+}
+
+static __device__ __forceinline__ void store_at(const dt_cuda_ref &t, int64_t off, double v) {
+  dt__elem_store_f64(t.dtype, t.data + off * dt_cuda_esize(t.dtype), v);
+}
+
+/* The block's sum (max_nan when is_max) of v, in a fixed tree; every thread gets it. */
+static __device__ double block_reduce(double v, bool is_max) {
+  __shared__ double buf[DT_CUDA_THREADS];
+  buf[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned width = blockDim.x / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width) {
+      double o = buf[threadIdx.x + width];
+      buf[threadIdx.x] = is_max ? dt__max_nan(o, buf[threadIdx.x]) : buf[threadIdx.x] + o;
+    }
+    __syncthreads();
+  }
+  double r = buf[0];
+  __syncthreads();
+  return r;
+}
+
+/* ---- softmax ------------------------------------------------------------------------------------
+ */
+
+struct dt_cuda_softmax_args {
+  dt_cuda_ref in, out;
+  dt_cuda_walk in_lines, out_lines;
+  int64_t lines, len, in_step, out_step;
+  bool take_log;
+};
+
+__global__ void dt_cuda_softmax_kernel(dt_cuda_softmax_args a) {
+  for (int64_t l = blockIdx.x; l < a.lines; l += gridDim.x) {
+    int64_t xo = a.in_lines.offset(l), yo = a.out_lines.offset(l);
+    double m = -INFINITY;
+    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x)
+      m = dt__max_nan(load_at(a.in, xo + i * a.in_step), m);
+    m = block_reduce(m, true);
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x)
+      s += exp(load_at(a.in, xo + i * a.in_step) - m);
+    s = block_reduce(s, false);
+    double log_s = log(s);
+    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) {
+      double x = load_at(a.in, xo + i * a.in_step);
+      store_at(a.out, yo + i * a.out_step,
+               a.take_log ? dt__log_softmax_value(x, m, log_s) : dt__softmax_value(x, m, s));
+    }
+  }
+}
+
+static unsigned row_blocks(int64_t rows) { return (unsigned)(rows < 65536 ? rows : 65536); }
+
+extern "C" int dt__cuda_launch_softmax(void *stream, const dt_cuda_ref *a, int dim, bool take_log,
+                                       const dt_cuda_ref *out) {
+  dt_cuda_softmax_args r;
+  r.in = *a;
+  r.out = *out;
+  bool scalar = a->ndim == 0;
+  r.len = scalar ? 1 : a->shape[dim];
+  int64_t numel = 1;
+  for (int d = 0; d < a->ndim; d++) numel *= a->shape[d];
+  if (numel == 0) return 0;
+  r.lines = numel / r.len;
+  r.in_step = scalar ? 1 : a->strides[dim];
+  r.out_step = scalar ? 1 : out->strides[dim];
+  r.in_lines = walk_of(a, 0, a->ndim, dim);
+  r.out_lines = walk_of(out, 0, out->ndim, dim);
+  r.take_log = take_log;
+  dt_cuda_softmax_kernel<<<row_blocks(r.lines), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(r);
+  return (int)cudaGetLastError();
+}
+
+/* ---- layer norm, RMS norm
+ * ------------------------------------------------------------------------ */
+
+struct dt_cuda_norm_args {
+  dt_cuda_ref x, out, weight, bias;
+  bool has_weight, has_bias, rms;
+  dt_cuda_walk x_rows, out_rows, x_row, out_row, w_row, b_row;
+  int64_t rows, len;
+  double eps;
+};
+
+/* Layer norm: mean, then the squared deviations (two passes, as the CPU); RMS norm: the sum
+ * of squares. y = (x - mean) * rstd * w + b, or x * rstd * w. */
+__global__ void dt_cuda_norm_kernel(dt_cuda_norm_args a) {
+  for (int64_t l = blockIdx.x; l < a.rows; l += gridDim.x) {
+    int64_t xo = a.x_rows.offset(l), yo = a.out_rows.offset(l);
+    double mean = 0;
+    if (!a.rms) {
+      double s = 0;
+      for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x)
+        s += load_at(a.x, xo + a.x_row.offset(i));
+      mean = block_reduce(s, false) / (double)a.len;
+    }
+    double sq = 0;
+    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) {
+      double d = load_at(a.x, xo + a.x_row.offset(i)) - mean;
+      sq += d * d;
+    }
+    double rstd = dt__norm_rstd(block_reduce(sq, false), (double)a.len, a.eps);
+    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) {
+      double w = a.has_weight ? load_at(a.weight, a.w_row.offset(i)) : 1.0;
+      double b = a.has_bias ? load_at(a.bias, a.b_row.offset(i)) : 0.0;
+      double x = load_at(a.x, xo + a.x_row.offset(i));
+      double y = a.rms ? x * rstd * w : (x - mean) * rstd * w + b;
+      store_at(a.out, yo + a.out_row.offset(i), y);
+    }
+  }
+}
+
+extern "C" int dt__cuda_launch_layer_norm(void *stream, bool rms, const dt_cuda_ref *x, int ndims,
+                                          const dt_cuda_ref *weight, const dt_cuda_ref *bias,
+                                          double eps, const dt_cuda_ref *out) {
+  dt_cuda_norm_args a;
+  memset(&a, 0, sizeof a);
+  int lead = x->ndim - ndims;
+  a.x = *x;
+  a.out = *out;
+  a.rms = rms;
+  a.eps = eps;
+  a.has_weight = weight != nullptr;
+  a.has_bias = bias != nullptr && !rms;
+  if (weight) a.weight = *weight, a.w_row = walk_of(weight, 0, weight->ndim, -1);
+  if (a.has_bias) a.bias = *bias, a.b_row = walk_of(bias, 0, bias->ndim, -1);
+  a.x_rows = walk_of(x, 0, lead, -1);
+  a.out_rows = walk_of(out, 0, lead, -1);
+  a.x_row = walk_of(x, lead, x->ndim, -1);
+  a.out_row = walk_of(out, lead, out->ndim, -1);
+  a.rows = 1;
+  a.len = 1;
+  for (int d = 0; d < x->ndim; d++) (d < lead ? a.rows : a.len) *= x->shape[d];
+  if (a.rows == 0 || a.len == 0) return 0;
+  dt_cuda_norm_kernel<<<row_blocks(a.rows), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(a);
+  return (int)cudaGetLastError();
+}
+
+/* ---- batch norm
+ * ---------------------------------------------------------------------------------- */
+
+struct dt_cuda_bn_args {
+  dt_cuda_ref x, out, mean, var, weight, bias;
+  bool has_stats, has_weight, has_bias;
+  int64_t n, channels, inner; /* x viewed as [N, C, inner] */
+  dt_cuda_walk x_inner, out_inner;
+  double eps;
+  double *stats; /* [C] means and [C] biased variances (training) */
+};
+
+static __device__ __forceinline__ int64_t bn_offset(const dt_cuda_ref &t, const dt_cuda_walk &w,
+                                                    int64_t n, int64_t c, int64_t i) {
+  return n * t.strides[0] + c * t.strides[1] + w.offset(i);
+}
+
+/* The batch's statistics of channel c: mean, then biased variance by a second pass. */
+__global__ void dt_cuda_bn_stats_kernel(dt_cuda_bn_args a) {
+  int64_t per = a.n * a.inner;
+  for (int64_t c = blockIdx.x; c < a.channels; c += gridDim.x) {
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < per; j += blockDim.x)
+      s += load_at(a.x, bn_offset(a.x, a.x_inner, j / a.inner, c, j % a.inner));
+    double mean = block_reduce(s, false) / (double)per;
+    double sq = 0;
+    for (int64_t j = threadIdx.x; j < per; j += blockDim.x) {
+      double d = load_at(a.x, bn_offset(a.x, a.x_inner, j / a.inner, c, j % a.inner)) - mean;
+      sq += d * d;
+    }
+    double var = block_reduce(sq, false) / (double)per;
+    if (threadIdx.x == 0) a.stats[c] = mean, a.stats[a.channels + c] = var;
+  }
+}
+
+__global__ void dt_cuda_bn_apply_kernel(dt_cuda_bn_args a) {
+  int64_t total = a.n * a.channels * a.inner, step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
+    int64_t i = e % a.inner, c = (e / a.inner) % a.channels, n = e / (a.inner * a.channels);
+    double mean = a.has_stats ? load_at(a.mean, c * a.mean.strides[0]) : a.stats[c];
+    double var = a.has_stats ? load_at(a.var, c * a.var.strides[0]) : a.stats[a.channels + c];
+    double w = a.has_weight ? load_at(a.weight, c * a.weight.strides[0]) : 1.0;
+    double b = a.has_bias ? load_at(a.bias, c * a.bias.strides[0]) : 0.0;
+    double scale, shift;
+    dt__batch_norm_affine(w, b, mean, var, a.eps, &scale, &shift);
+    double x = load_at(a.x, bn_offset(a.x, a.x_inner, n, c, i));
+    store_at(a.out, bn_offset(a.out, a.out_inner, n, c, i), x * scale + shift);
+  }
+}
+
+extern "C" int dt__cuda_launch_batch_norm(void *stream, const dt_cuda_ref *x,
+                                          const dt_cuda_ref *mean, const dt_cuda_ref *var,
+                                          const dt_cuda_ref *weight, const dt_cuda_ref *bias,
+                                          double eps, double *scratch, const dt_cuda_ref *out) {
+  dt_cuda_bn_args a;
+  memset(&a, 0, sizeof a);
+  a.x = *x;
+  a.out = *out;
+  a.has_stats = mean != nullptr;
+  if (mean) a.mean = *mean, a.var = *var;
+  a.has_weight = weight != nullptr;
+  a.has_bias = bias != nullptr;
+  if (weight) a.weight = *weight;
+  if (bias) a.bias = *bias;
+  a.n = x->shape[0];
+  a.channels = x->shape[1];
+  a.inner = 1;
+  for (int d = 2; d < x->ndim; d++) a.inner *= x->shape[d];
+  a.x_inner = walk_of(x, 2, x->ndim, -1);
+  a.out_inner = walk_of(out, 2, out->ndim, -1);
+  a.eps = eps;
+  a.stats = scratch;
+  int64_t total = a.n * a.channels * a.inner;
+  if (total == 0) return 0;
+  cudaStream_t s = (cudaStream_t)stream;
+  if (!a.has_stats) dt_cuda_bn_stats_kernel<<<row_blocks(a.channels), DT_CUDA_THREADS, 0, s>>>(a);
+  dt_cuda_bn_apply_kernel<<<dt_cuda_blocks(total), DT_CUDA_THREADS, 0, s>>>(a);
+  return (int)cudaGetLastError();
+}
+
+/* ---- cross-entropy
+ * ---------------------------------------------------------------------------------- */
+
+struct dt_cuda_ce_args {
+  dt_cuda_ref grad, logits, target, out;
+  bool backward, has_ignore;
+  int64_t ignore_index, rows, classes;
+  double eps;
+};
+
+/* Row i: the loss into out[i, 0], or g * (softmax - want) into out's row; zeros for an ignored
+ * row (and, backward, a zero incoming gradient), as the CPU's kernel. */
+__global__ void dt_cuda_ce_kernel(dt_cuda_ce_args a) {
+  for (int64_t i = blockIdx.x; i < a.rows; i += gridDim.x) {
+    int64_t t = *(const int64_t *)(a.target.data + i * a.target.strides[0] * 8);
+    bool ignored = a.has_ignore && t == a.ignore_index;
+    double g = ignored || !a.backward ? 0.0 : load_at(a.grad, i * a.grad.strides[0]);
+    int64_t xo = i * a.logits.strides[0], cs = a.logits.strides[1];
+    int64_t oo = i * a.out.strides[0], os = a.out.strides[1];
+    if (ignored || (a.backward && g == 0.0)) {
+      int64_t cols = a.backward ? a.classes : 1;
+      for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) store_at(a.out, oo + j * os, 0.0);
+      continue;
+    }
+    double m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < a.classes; j += blockDim.x)
+      m = dt__max_nan(load_at(a.logits, xo + j * cs), m);
+    m = block_reduce(m, true);
+    double s = 0, xs = 0;
+    for (int64_t j = threadIdx.x; j < a.classes; j += blockDim.x) {
+      double x = load_at(a.logits, xo + j * cs);
+      s += exp(x - m);
+      xs += x;
+    }
+    s = block_reduce(s, false);
+    double lse = log(s);
+    if (!a.backward) {
+      xs = block_reduce(xs, false);
+      if (threadIdx.x == 0) {
+        double x_t = load_at(a.logits, xo + t * cs);
+        store_at(a.out, oo, dt__cross_entropy_row(m + lse, x_t, xs, a.eps, (double)a.classes));
+      }
+      continue;
+    }
+    for (int64_t j = threadIdx.x; j < a.classes; j += blockDim.x) {
+      double p = exp(load_at(a.logits, xo + j * cs) - m - lse);
+      store_at(a.out, oo + j * os, dt__cross_entropy_grad(g, p, j == t, a.eps, (double)a.classes));
+    }
+  }
+}
+
+extern "C" int dt__cuda_launch_cross_entropy(void *stream, const dt_cuda_ref *grad,
+                                             const dt_cuda_ref *logits, const dt_cuda_ref *target,
+                                             bool has_ignore, int64_t ignore_index,
+                                             double label_smoothing, const dt_cuda_ref *out) {
+  dt_cuda_ce_args a;
+  memset(&a, 0, sizeof a);
+  a.backward = grad != nullptr;
+  if (grad) a.grad = *grad;
+  a.logits = *logits;
+  a.target = *target;
+  a.out = *out;
+  a.has_ignore = has_ignore;
+  a.ignore_index = ignore_index;
+  a.rows = logits->shape[0];
+  a.classes = logits->shape[1];
+  a.eps = label_smoothing;
+  if (a.rows == 0) return 0;
+  dt_cuda_ce_kernel<<<row_blocks(a.rows), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(a);
+  return (int)cudaGetLastError();
+}
+
+/* ---- softmax and norm backward ----------------------------------------------------------------
+ */
+
+struct dt_cuda_softmax_bwd_args {
+  dt_cuda_ref g, y, out;
+  dt_cuda_walk g_lines, y_lines, out_lines;
+  int64_t lines, len, g_step, y_step, out_step;
+  bool take_log;
+};
+
+/* softmax: dx = y (g - sum(g y)); log_softmax: dx = g - exp(y) sum(g) (as the CPU's). */
+__global__ void dt_cuda_softmax_bwd_kernel(dt_cuda_softmax_bwd_args a) {
+  for (int64_t l = blockIdx.x; l < a.lines; l += gridDim.x) {
+    int64_t go = a.g_lines.offset(l), yo = a.y_lines.offset(l), oo = a.out_lines.offset(l);
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) {
+      double g = load_at(a.g, go + i * a.g_step);
+      s += a.take_log ? g : g * load_at(a.y, yo + i * a.y_step);
+    }
+    s = block_reduce(s, false);
+    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) {
+      double g = load_at(a.g, go + i * a.g_step), y = load_at(a.y, yo + i * a.y_step);
+      store_at(a.out, oo + i * a.out_step, a.take_log ? g - exp(y) * s : y * (g - s));
+    }
+  }
+}
+
+extern "C" int dt__cuda_launch_softmax_backward(void *stream, const dt_cuda_ref *g,
+                                                const dt_cuda_ref *y, int dim, bool take_log,
+                                                const dt_cuda_ref *out) {
+  dt_cuda_softmax_bwd_args r;
+  r.g = *g, r.y = *y, r.out = *out;
+  bool scalar = y->ndim == 0;
+  r.len = scalar ? 1 : y->shape[dim];
+  int64_t numel = 1;
+  for (int d = 0; d < y->ndim; d++) numel *= y->shape[d];
+  if (numel == 0) return 0;
+  r.lines = numel / r.len;
+  r.g_step = scalar ? 1 : g->strides[dim];
+  r.y_step = scalar ? 1 : y->strides[dim];
+  r.out_step = scalar ? 1 : out->strides[dim];
+  r.g_lines = walk_of(g, 0, g->ndim, dim);
+  r.y_lines = walk_of(y, 0, y->ndim, dim);
+  r.out_lines = walk_of(out, 0, out->ndim, dim);
+  r.take_log = take_log;
+  dt_cuda_softmax_bwd_kernel<<<row_blocks(r.lines), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(r);
+  return (int)cudaGetLastError();
+}
+
+struct dt_cuda_norm_bwd_args {
+  dt_cuda_ref g, x, weight, dx, dw, db;
+  bool rms, has_weight;
+  dt_cuda_walk g_rows, x_rows, g_row, x_row, w_row;
+  int64_t rows, len;
+  double eps;
+  double *stats; /* [rows] means, [rows] rstds (affine) */
+};
+
+/* The row's mean (0 for RMS norm) and rstd, two passes as the forward. */
+static __device__ void norm_row_stats(const dt_cuda_norm_bwd_args &a, int64_t xo, double *mean,
+                                      double *rstd) {
+  double m = 0;
+  if (!a.rms) {
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x)
+      s += load_at(a.x, xo + a.x_row.offset(i));
+    m = block_reduce(s, false) / (double)a.len;
+  }
+  double sq = 0;
+  for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) {
+    double d = load_at(a.x, xo + a.x_row.offset(i)) - m;
+    sq += d * d;
+  }
+  *mean = m;
+  *rstd = dt__norm_rstd(block_reduce(sq, false), (double)a.len, a.eps);
+}
+
+/* dx = rstd (g w - mean(g w) - xhat mean(g w xhat)); RMS norm without the mean(g w) term. With
+ * stats set (affine), only each row's mean and rstd are stored. */
+__global__ void dt_cuda_norm_bwd_kernel(dt_cuda_norm_bwd_args a) {
+  for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    int64_t xo = a.x_rows.offset(r), go = a.g_rows.offset(r);
+    double mean, rstd;
+    norm_row_stats(a, xo, &mean, &rstd);
+    if (a.stats) {
+      if (threadIdx.x == 0) a.stats[r] = mean, a.stats[a.rows + r] = rstd;
+      continue;
+    }
+    double sa = 0, sb = 0;
+    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) {
+      double w = a.has_weight ? load_at(a.weight, a.w_row.offset(i)) : 1.0;
+      double gy = load_at(a.g, go + a.g_row.offset(i)) * w;
+      sa += gy;
+      sb += gy * (load_at(a.x, xo + a.x_row.offset(i)) - mean) * rstd;
+    }
+    double ca = a.rms ? 0.0 : block_reduce(sa, false) / (double)a.len;
+    double cb = block_reduce(sb, false) / (double)a.len;
+    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) {
+      double w = a.has_weight ? load_at(a.weight, a.w_row.offset(i)) : 1.0;
+      double gy = load_at(a.g, go + a.g_row.offset(i)) * w;
+      double xhat = (load_at(a.x, xo + a.x_row.offset(i)) - mean) * rstd;
+      store_at(a.dx, r * a.len + i, rstd * (gy - ca - xhat * cb));
+    }
+  }
+}
+
+/* dw[i] = sum over rows of g xhat, db[i] = sum of g: a thread per column, rows in order. */
+__global__ void dt_cuda_norm_affine_kernel(dt_cuda_norm_bwd_args a) {
+  int64_t step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.len; i += step) {
+    double dw = 0, db = 0;
+    int64_t xi = a.x_row.offset(i), gi = a.g_row.offset(i);
+    for (int64_t r = 0; r < a.rows; r++) {
+      double g = load_at(a.g, a.g_rows.offset(r) + gi);
+      dw += g * (load_at(a.x, a.x_rows.offset(r) + xi) - a.stats[r]) * a.stats[a.rows + r];
+      db += g;
+    }
+    store_at(a.dw, i, dw);
+    if (a.db.data) store_at(a.db, i, db);
+  }
+}
+
+extern "C" int dt__cuda_launch_norm_backward(void *stream, bool rms, const dt_cuda_ref *g,
+                                             const dt_cuda_ref *x, int ndims,
+                                             const dt_cuda_ref *weight, double eps, double *scratch,
+                                             const dt_cuda_ref *dx, const dt_cuda_ref *dw,
+                                             const dt_cuda_ref *db) {
+  dt_cuda_norm_bwd_args a;
+  memset(&a, 0, sizeof a);
+  int lead = x->ndim - ndims;
+  a.g = *g, a.x = *x, a.rms = rms, a.eps = eps;
+  a.has_weight = weight != nullptr;
+  if (weight) a.weight = *weight, a.w_row = walk_of(weight, 0, weight->ndim, -1);
+  if (dx) a.dx = *dx;
+  if (dw) a.dw = *dw;
+  if (db) a.db = *db;
+  a.g_rows = walk_of(g, 0, lead, -1), a.x_rows = walk_of(x, 0, lead, -1);
+  a.g_row = walk_of(g, lead, g->ndim, -1), a.x_row = walk_of(x, lead, x->ndim, -1);
+  a.rows = 1, a.len = 1;
+  for (int d = 0; d < x->ndim; d++) (d < lead ? a.rows : a.len) *= x->shape[d];
+  if (a.len == 0) return 0;
+  cudaStream_t s = (cudaStream_t)stream;
+  if (dx) {
+    if (a.rows > 0) dt_cuda_norm_bwd_kernel<<<row_blocks(a.rows), DT_CUDA_THREADS, 0, s>>>(a);
+    return (int)cudaGetLastError();
+  }
+  a.stats = scratch; /* the affine gradients: row statistics first, then the column sums */
+  if (a.rows > 0) dt_cuda_norm_bwd_kernel<<<row_blocks(a.rows), DT_CUDA_THREADS, 0, s>>>(a);
+  dt_cuda_norm_affine_kernel<<<dt_cuda_blocks(a.len), DT_CUDA_THREADS, 0, s>>>(a);
+  return (int)cudaGetLastError();
+}
