@@ -515,6 +515,8 @@ static const struct {
                                    "backward"},
     {"rms_norm_backward_weight", "a backward op (rms_norm's); needed only for double backward"},
     {"embedding_backward", "a backward op (embedding's); needed only for double backward"},
+    {"cross_entropy_vocab_terms_backward", "a backward op (the vocabulary-parallel terms'); "
+                                           "needed only for double backward"},
 };
 
 static const char *reason_of(const char *name) {

@@ -373,6 +373,11 @@ Test(loss, vocab_parallel_cross_entropy, .timeout = 60) {
       cr_assert_eq(small.bytes, large.bytes, "%d ranks case %d: %lld bytes at C=50, %lld at C=400",
                    ranks, c, (long long)small.bytes, (long long)large.bytes);
       cr_assert_lt(small.bytes, (int64_t)(VR * 50 * 4), "bytes %lld", (long long)small.bytes);
+      /* Exactly the row max [N, 1] and the terms [N, 2] ([N, 3] with label smoothing), all
+       * float32 and in the forward: the backward moves nothing. */
+      int64_t terms = opts[c].label_smoothing != 0.0 ? 3 : 2;
+      cr_assert_eq(small.bytes, (int64_t)(VR * (1 + terms) * 4), "%d ranks case %d: %lld bytes",
+                   ranks, c, (long long)small.bytes);
       if (ranks == 4 && c == 1)
         cr_log_info("vocab-parallel: %lld collective bytes on rank 0 (N=6, C=50 or 400)",
                     (long long)small.bytes);

@@ -375,10 +375,12 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
     plan->n_out++;
   }
   if (dt__op_has_trait(call->op, DT_TRAIT_ROW_WINDOW)) {
-    /* Weight rows sharded on some mesh dim: pass this shard's row window to the kernel. */
+    /* Weight rows sharded on some mesh dim: pass this shard's row window to the kernel (the
+     * window of classes, dim 1, for the vocabulary-parallel cross-entropy terms). */
+    int wd = def->rule == DT_RULE_VOCAB_TERMS ? 1 : 0;
     bool rows_sharded = false;
     for (int m = 0; m < spec->mesh_ndim; m++) {
-      rows_sharded |= plan->targets[0][m].kind == DT_SHARD && plan->targets[0][m].dim == 0;
+      rows_sharded |= plan->targets[0][m].kind == DT_SHARD && plan->targets[0][m].dim == wd;
     }
     if (rows_sharded) {
       const dt_tensor *w = &a->global[0];
@@ -386,8 +388,8 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
       dt__local_region(w->ndim, w->shape, spec->mesh_ndim, mi.size, mi.coord, plan->targets[0],
                        shape, offset);
       plan->row_window = true;
-      plan->window[0] = offset[0];
-      plan->window[1] = w->shape[0];
+      plan->window[0] = offset[wd];
+      plan->window[1] = w->shape[wd];
     }
   }
   if (def->rule == DT_RULE_BATCH_NORM_TRAINING) {

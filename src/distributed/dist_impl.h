@@ -194,6 +194,11 @@ typedef struct dt_strategies {
   uint32_t unsharded_before[DT_RULE_MAX_STRATEGIES];
 } dt_strategies;
 
+/* The losses' rules (rules_loss.c): rows (every argument and the output sharded on dim 0
+ * together) and the vocabulary-parallel cross-entropy terms (classes sharded). */
+void dt__rule_rows(const dt_rule_ctx *c, dt_strategies *s);
+void dt__rule_vocab_terms(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s);
+
 /* Proposes strategies for one mesh dim given the arguments' current placements on it.
  * Returns false when the op has no rule (the caller replicates). */
 bool dt__sharding_rule(const dt_rule_ctx *ctx, const dt_placement *current, dt_strategies *s);

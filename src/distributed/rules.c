@@ -688,15 +688,6 @@ static void rule_view(const dt_rule_ctx *c, const dt_placement *cur, dt_strategi
   rule_dim_map(c, cur, map, true, s);
 }
 
-/* Row-wise ops (the losses): every argument and the output sharded on dim 0 together, or
- * everything replicated. No other dim: a row needs all its classes. */
-static void rule_rows(const dt_rule_ctx *c, dt_strategies *s) {
-  dt_placement in[DT_DIST_MAX_ARGS];
-  for (int i = 0; i < c->n_args; i++) in[i] = c->args[i] ? S(0) : R();
-  push(s, in, c->n_args, S(0));
-  push_replicated(s, c->n_args);
-}
-
 /* scaled_dot_product_attention and its backward: the batch (dim 0) or the heads (dim 1) of
  * every argument together; the heads only when there are as many kv heads as query heads
  * (grouped-query heads split alike only for some nestings of mesh dims, which one mesh dim's
@@ -753,7 +744,8 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
   }
   case DT_RULE_BATCH_NORM:
   case DT_RULE_BATCH_NORM_TRAINING: rule_batch_norm(c, cur, s); return true;
-  case DT_RULE_ROWS: rule_rows(c, s); return true;
+  case DT_RULE_ROWS: dt__rule_rows(c, s); return true;
+  case DT_RULE_VOCAB_TERMS: dt__rule_vocab_terms(c, cur, s); return true;
   case DT_RULE_ATTENTION: rule_attention(c, s); return true;
   case DT_RULE_EMBEDDING: rule_embedding(c, cur, s); return true;
   case DT_RULE_EMBEDDING_BACKWARD: rule_embedding_backward(c, cur, s); return true;

@@ -129,26 +129,6 @@ static bool class_sharded(dt_tensor *logits) {
   return false;
 }
 
-/* The class indices [1, C] as float, sharded on the class dim like logits (replicated on the
- * other mesh dims), so that comparing them with the targets gives each rank the one-hot
- * columns of its own classes. */
-static dt_status class_ids_like(dt_tensor *logits, int64_t classes, dt_tensor **out) {
-  dt_mesh *mesh = dt_dist_mesh(logits);
-  int n = dt_mesh_ndim(mesh);
-  dt_placement pl[DT_MESH_MAX_DIMS];
-  for (int d = 0; d < n; d++) {
-    dt_placement p = dt_dist_placements(logits)[d];
-    pl[d] = p.kind == DT_SHARD && p.dim == 1 ? p : dt_replicate();
-  }
-  dt_tensor *ids = NULL, *row = NULL;
-  dt_status st = dt_arange(0, (double)classes, 1, dt_tensor_dtype(logits), &ids);
-  if (!st) st = dt_reshape(ids, 2, (int64_t[]){1, classes}, &row);
-  if (!st) st = dt_dist_distribute_tensor(mesh, row, n, pl, out);
-  dt_tensor_release(ids);
-  dt_tensor_release(row);
-  return st;
-}
-
 /* Every local target in [0, classes) or the ignored index. Each rank checks the targets it
  * holds: with replicated targets (the usual layout) every rank finds the same error. */
 static dt_status check_targets(const char *fn, dt_tensor *target, int64_t classes,
@@ -172,40 +152,50 @@ static dt_status check_targets(const char *fn, dt_tensor *target, int64_t classe
   return st;
 }
 
+/* terms with every Partial mesh dim reduced (one all_reduce of the [N, k] terms). */
+static dt_status reduce_partials(dt_tensor *terms, dt_tensor **out) {
+  if (!dt_tensor_is_distributed(terms)) {
+    *out = dt_tensor_retain(terms);
+    return DT_OK;
+  }
+  int n = dt_mesh_ndim(dt_dist_mesh(terms));
+  dt_placement pl[DT_MESH_MAX_DIMS];
+  for (int d = 0; d < n; d++) {
+    dt_placement p = dt_dist_placements(terms)[d];
+    pl[d] = p.kind == DT_PARTIAL ? dt_replicate() : p;
+  }
+  return dt_dist_redistribute(terms, n, pl, out);
+}
+
 /* PyTorch's loss_parallel: logits [N, C] sharded on C are never gathered. Per row, the max
- * (detached: it only shifts), the sum of exponentials and the target logit are reduced across
- * the class shards as [N, 1] tensors, so the collectives move O(N) bytes, in the forward and
- * in the backward (the gradient softmax - one-hot stays sharded like the logits). Returns the
- * per-row losses [N, 1], zero for ignored rows. */
+ * (detached: it only shifts; one all_reduce of [N, 1]), then one op over the local classes,
+ * cross_entropy_vocab_terms: the sum of exp(x - max), the target's x - max (on the rank
+ * holding it) and, with label smoothing, the sum of x - max, summed over the class shards by
+ * one all_reduce of [N, 2] (or [N, 3]). No one-hot is made; the backward is one op on the
+ * local shard (softmax - one-hot from the same terms) and moves nothing. Returns the per-row
+ * losses [N, 1], zero for ignored rows. */
 static dt_status vocab_parallel_rows(const char *fn, dt_tensor *logits, dt_tensor *target,
                                      const dt_cross_entropy_params *o, int64_t classes,
                                      dt_tensor **rows) {
-  dt_tensor *max = NULL, *shift = NULL, *z = NULL, *e = NULL, *s = NULL, *lse = NULL, *ids = NULL,
-            *t2 = NULL, *tf = NULL, *hit = NULL, *onehot = NULL, *zsel = NULL, *zt = NULL,
-            *loss = NULL, *tmp = NULL, *keep = NULL, *keepf = NULL;
+  dt_tensor *max = NULL, *shift = NULL, *t2 = NULL, *terms = NULL, *sums = NULL, *s = NULL,
+            *zt = NULL, *lse = NULL, *loss = NULL, *tmp = NULL, *keep = NULL, *keepf = NULL;
   double eps = o->label_smoothing;
   dt_status st = check_targets(fn, target, classes, o);
   bool prev = dt_grad_mode_set(false);
   if (!st) st = dt_amax(logits, 1, (int64_t[]){1}, true, &max);
   dt_grad_mode_set(prev);
   if (!st) st = dt_detach(max, &shift);
-  if (!st) st = dt_sub(logits, shift, &z);
-  if (!st) st = dt_exp(z, &e);
-  if (!st) st = dt_sum_dims(e, 1, (int64_t[]){1}, true, &s);
-  if (!st) st = dt_log(s, &lse);
-  /* The target logit: z where the class id equals the target, summed over the classes. */
-  if (!st) st = class_ids_like(logits, classes, &ids);
   if (!st) st = dt_unsqueeze(target, 1, &t2);
-  if (!st) st = dt_to(t2, dt_tensor_dtype(logits), &tf);
-  if (!st) st = dt_eq(ids, tf, &hit);
-  if (!st) st = dt_to(hit, dt_tensor_dtype(logits), &onehot);
-  if (!st) st = dt_mul(z, onehot, &zsel);
-  if (!st) st = dt_sum_dims(zsel, 1, (int64_t[]){1}, true, &zt);
-  /* loss = lse - (1 - eps) z_t - eps / C sum_j z_j (z is shifted; lse is of z). */
+  if (!st) st = dt__cross_entropy_vocab_terms(logits, shift, t2, eps != 0.0 ? 3 : 2, &terms);
+  if (!st) st = reduce_partials(terms, &sums);
+  if (!st) st = dt_narrow(sums, 1, 0, 1, &s);
+  if (!st) st = dt_narrow(sums, 1, 1, 1, &zt);
+  if (!st) st = dt_log(s, &lse);
+  /* loss = lse - (1 - eps) z_t - eps / C sum_j z_j (z = x - max; lse is of z). */
   if (!st) st = dt_sub_ex(lse, zt, 1.0 - eps, &loss);
   if (!st && eps != 0.0) {
     dt_tensor *sumz = NULL, *next = NULL;
-    st = dt_sum_dims(z, 1, (int64_t[]){1}, true, &sumz);
+    st = dt_narrow(sums, 1, 2, 1, &sumz);
     if (!st) st = dt_sub_ex(loss, sumz, eps / (double)classes, &next);
     dt_tensor_release(sumz);
     dt_tensor_release(loss);
@@ -222,8 +212,7 @@ static dt_status vocab_parallel_rows(const char *fn, dt_tensor *logits, dt_tenso
     }
   }
   if (!st) *rows = dt_tensor_retain(loss);
-  dt_tensor *all[] = {max, shift,  z,    e,  s,    lse, ids,  t2,   tf,
-                      hit, onehot, zsel, zt, loss, tmp, keep, keepf};
+  dt_tensor *all[] = {max, shift, t2, terms, sums, s, zt, lse, loss, tmp, keep, keepf};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) dt_tensor_release(all[i]);
   return st;
 }

@@ -89,3 +89,91 @@ dt_status dt__cross_entropy_backward(const dt_op_call *fwd, dt_tensor *grad, dt_
                      .outputs = out};
   return dt__dispatch(&call);
 }
+
+/* ---- Vocabulary-parallel terms ---------------------------------------------------------- */
+
+/* {logits [N, C], max [N, 1] of logits' dtype, target [N, 1] int64}; ints[0] the number of
+ * terms (2, or 3 with the sum for label smoothing), then the class window when sharded. */
+static dt_status check_vocab_terms(const dt_op_call *call) {
+  const dt_tensor *logits = call->inputs[0], *max = call->inputs[1];
+  dt_status st = check_logits_target(call, logits, call->inputs[2]);
+  if (st) return st;
+  if (max->dtype != logits->dtype || max->ndim != 2 || max->shape[0] != logits->shape[0] ||
+      max->shape[1] != 1) {
+    char b[160];
+    return dt__error(DT_ERR_SHAPE, "%s: max %s %s (expected [%lld, 1] %s)", dt__op_name(call),
+                     dt__format_ints(b, sizeof b, max->ndim, max->shape), dt_dtype_name(max->dtype),
+                     (long long)logits->shape[0], dt_dtype_name(logits->dtype));
+  }
+  if (call->n_ints < 1 || (call->ints[0] != 2 && call->ints[0] != 3)) {
+    return dt__error(DT_ERR_INVALID, "%s: terms = %lld (expected 2 or 3)", dt__op_name(call),
+                     call->n_ints < 1 ? 0LL : (long long)call->ints[0]);
+  }
+  return DT_OK;
+}
+
+dt_status dt__infer_vocab_terms(dt_op_call *call, dt_tensor_meta *metas) {
+  dt_status st = check_vocab_terms(call);
+  if (st) return st;
+  const dt_tensor *logits = call->inputs[0];
+  dt__meta_set(&metas[0], logits->dtype, 2, (int64_t[]){logits->shape[0], call->ints[0]});
+  return DT_OK;
+}
+
+/* The class window the dist dispatcher appended, or the whole of logits' classes. */
+static int64_t class_offset(const dt_op_call *call) {
+  return call->n_ints == 3 ? call->ints[1] : 0;
+}
+
+dt_status dt__kernel_vocab_terms(dt_op_call *call) {
+  dt_tensor **in = call->inputs;
+  return dt__cpu_vocab_terms(in[0], in[1], in[2], class_offset(call), call->outputs[0]);
+}
+
+/* The same inputs, then grad_output [N, terms]. */
+dt_status dt__infer_vocab_terms_backward(dt_op_call *call, dt_tensor_meta *metas) {
+  dt_status st = check_vocab_terms(call);
+  if (st) return st;
+  const dt_tensor *logits = call->inputs[0], *g = call->inputs[3];
+  if (g->dtype != logits->dtype || g->ndim != 2 || g->shape[0] != logits->shape[0] ||
+      g->shape[1] != call->ints[0]) {
+    char b[160];
+    return dt__error(DT_ERR_SHAPE, "%s: grad_output %s %s (expected [%lld, %lld] %s)",
+                     dt__op_name(call), dt__format_ints(b, sizeof b, g->ndim, g->shape),
+                     dt_dtype_name(g->dtype), (long long)logits->shape[0], (long long)call->ints[0],
+                     dt_dtype_name(logits->dtype));
+  }
+  dt__meta_set(&metas[0], logits->dtype, 2, logits->shape);
+  return DT_OK;
+}
+
+dt_status dt__kernel_vocab_terms_backward(dt_op_call *call) {
+  dt_tensor **in = call->inputs;
+  return dt__cpu_vocab_terms_backward(in[0], in[1], in[2], in[3], class_offset(call),
+                                      call->outputs[0]);
+}
+
+dt_status dt__cross_entropy_vocab_terms(dt_tensor *logits, dt_tensor *max, dt_tensor *target,
+                                        int terms, dt_tensor **out) {
+  dt_op_call call = {.op = DT_OP_CROSS_ENTROPY_VOCAB_TERMS,
+                     .n_inputs = 3,
+                     .inputs = {logits, max, target},
+                     .n_ints = 1,
+                     .ints = {terms},
+                     .n_outputs = 1,
+                     .outputs = out};
+  return dt__dispatch(&call);
+}
+
+dt_status dt__cross_entropy_vocab_terms_backward(dt_tensor *logits, dt_tensor *max,
+                                                 dt_tensor *target, dt_tensor *grad,
+                                                 dt_tensor **out) {
+  dt_op_call call = {.op = DT_OP_CROSS_ENTROPY_VOCAB_TERMS_BACKWARD,
+                     .n_inputs = 4,
+                     .inputs = {logits, max, target, grad},
+                     .n_ints = 1,
+                     .ints = {dt_tensor_ndim(grad) == 2 ? dt_tensor_size(grad, 1) : 0},
+                     .n_outputs = 1,
+                     .outputs = out};
+  return dt__dispatch(&call);
+}

@@ -64,8 +64,9 @@ typedef enum dt_rule_family {
   DT_RULE_SELECT,
   DT_RULE_SLICE, /* narrow, slice, split, chunk: the sliced dim must be whole */
   DT_RULE_EXPAND,
-  DT_RULE_ROWS,      /* the losses: all arguments and the output sharded on dim 0 together */
-  DT_RULE_ATTENTION, /* attention: batch or heads of every argument together */
+  DT_RULE_ROWS,        /* the losses: all arguments and the output sharded on dim 0 together */
+  DT_RULE_VOCAB_TERMS, /* cross-entropy terms of a shard of classes: Partial(sum), or rows */
+  DT_RULE_ATTENTION,   /* attention: batch or heads of every argument together */
 } dt_rule_family;
 
 /* The symbolic shape rule of an op (the list's shape column): how compile's tracer
@@ -117,7 +118,8 @@ enum {
   /* Takes a Tensor[] argument (cat, stack). */
   DT_TRAIT_TENSOR_LIST = 1 << 4,
   /* On an input 0 sharded by rows, the local kernel needs the shard's row window, appended
-   * to its ints (vocabulary-parallel embedding, scatter_add into row shards). */
+   * to its ints (vocabulary-parallel embedding, scatter_add into row shards; the window of
+   * classes, dim 1, for the VOCAB_TERMS rule's ops). */
   DT_TRAIT_ROW_WINDOW = 1 << 5,
   /* Fills with counter-based random numbers: the local kernel needs the shard's place in
    * the global tensor so that every shard draws the numbers of the whole. */

@@ -387,7 +387,11 @@
  * and output on dim 0 together and never the class dim; dt_cross_entropy (src/ops/loss.c)
  * reduces the rows. ignore_index in ints[0], ints[1] = 1 when an index is ignored (0: none;
  * ints[0] alone, as a call made from the schema has it: ignored, PyTorch's default -100),
- * label_smoothing in scalars[0]. The backward op takes {grad [N, 1], logits, target}. */
+ * label_smoothing in scalars[0]. The backward op takes {grad [N, 1], logits, target}.
+ * cross_entropy_vocab_terms (the vocabulary-parallel loss, src/nn/loss.c): per row, the sums
+ * over this shard's classes [N, terms] from the logits, the detached row max and the target,
+ * with the class window of a shard (dim 1) appended to ints; its backward adds grad_output
+ * [N, terms] (the max gets no gradient: it only shifts). */
 #define DT_OPS_LOSS(X)                                                                             \
   X(CROSS_ENTROPY_LOSS, "cross_entropy_loss", COMPUTE, 2, dt__infer_cross_entropy,                 \
     dt__kernel_cross_entropy, ROWS, CROSS_ENTROPY, NO_FUNC, 0, BACKWARD(cross_entropy),            \
@@ -397,7 +401,16 @@
     dt__infer_cross_entropy_backward, dt__kernel_cross_entropy_backward, ROWS,                     \
     CROSS_ENTROPY_BACKWARD, NO_FUNC, DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                     \
     "cross_entropy_loss_backward(Tensor grad_output, Tensor self, Tensor target, "                 \
-    "int ignore_index=-100, float label_smoothing=0.0) -> Tensor")
+    "int ignore_index=-100, float label_smoothing=0.0) -> Tensor")                                 \
+  X(CROSS_ENTROPY_VOCAB_TERMS, "cross_entropy_vocab_terms", COMPUTE, 3, dt__infer_vocab_terms,     \
+    dt__kernel_vocab_terms, VOCAB_TERMS, SPECIALIZE, NO_FUNC, DT_TRAIT_ROW_WINDOW,                 \
+    BACKWARD(vocab_terms),                                                                         \
+    "cross_entropy_vocab_terms(Tensor self, Tensor max, Tensor target, int terms=2) -> Tensor")    \
+  X(CROSS_ENTROPY_VOCAB_TERMS_BACKWARD, "cross_entropy_vocab_terms_backward", COMPUTE, 4,          \
+    dt__infer_vocab_terms_backward, dt__kernel_vocab_terms_backward, VOCAB_TERMS, SPECIALIZE,      \
+    NO_FUNC, DT_TRAIT_ROW_WINDOW, NO_BACKWARD,                                                     \
+    "cross_entropy_vocab_terms_backward(Tensor self, Tensor max, Tensor target, Tensor "           \
+    "grad_output) -> Tensor")
 
 #define DT_OP_LIST(X)                                                                              \
   DT_OPS_POINTWISE(X)                                                                              \

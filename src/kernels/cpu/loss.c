@@ -146,3 +146,63 @@ dt_status dt__cpu_cross_entropy_backward(const dt_tensor *grad, const dt_tensor 
                                          dt_tensor *grad_in) {
   return cross_entropy_rows("cross_entropy_loss_backward", grad, logits, target, p, grad_in);
 }
+
+/* ---- Vocabulary-parallel terms -------------------------------------------------------------- */
+
+/* Row i's class of this shard's window [offset, offset + C), or -1. */
+static int64_t local_class(const dt_tensor *target, int64_t i, int64_t offset, int64_t classes) {
+  int64_t j = target_at(target, i) - offset;
+  return j >= 0 && j < classes ? j : -1;
+}
+
+dt_status dt__cpu_vocab_terms(const dt_tensor *logits, const dt_tensor *max,
+                              const dt_tensor *target, int64_t offset, dt_tensor *terms) {
+  int64_t rows = logits->shape[0], classes = logits->shape[1], k = terms->shape[1];
+  bool fast = fast_rows(logits, NULL);
+  for (int64_t i = 0; i < rows; i++) {
+    double m = load(max, i, 0), s = 0, sz = 0;
+    int64_t j = local_class(target, i, offset, classes);
+    if (fast && classes > 0) {
+      const float *x = row_f32(logits, i);
+      s = (double)dt__row_exp_sum_f32(x, (float)m, NULL, classes);
+      if (k > 2) sz = (double)dt__row_sum_f32(x, classes) - (double)classes * m;
+    } else {
+      for (int64_t c = 0; c < classes; c++) {
+        double v = load(logits, i, c);
+        s += exp(v - m);
+        sz += v - m;
+      }
+    }
+    store(terms, i, 0, s);
+    store(terms, i, 1, j >= 0 ? load(logits, i, j) - m : 0.0);
+    if (k > 2) store(terms, i, 2, sz);
+  }
+  return DT_OK;
+}
+
+/* y = g0 exp(x - m) + g2 over a float32 row. */
+DT_VECTOR_CLONES static void vocab_row_f32(const float *x, float m, float g0, float g2, float *y,
+                                           int64_t n) {
+  for (int64_t c = 0; c < n; c++) y[c] = g0 * dt__exp_f32(x[c] - m) + g2;
+}
+
+dt_status dt__cpu_vocab_terms_backward(const dt_tensor *logits, const dt_tensor *max,
+                                       const dt_tensor *target, const dt_tensor *grad,
+                                       int64_t offset, dt_tensor *out) {
+  int64_t rows = logits->shape[0], classes = logits->shape[1], k = grad->shape[1];
+  bool fast = fast_rows(logits, out);
+  for (int64_t i = 0; i < rows; i++) {
+    double m = load(max, i, 0), g0 = load(grad, i, 0), g1 = load(grad, i, 1);
+    double g2 = k > 2 ? load(grad, i, 2) : 0.0;
+    int64_t j = local_class(target, i, offset, classes);
+    if (fast && classes > 0) {
+      float *y = (float *)dt__tensor_base(out) + i * out->strides[0];
+      vocab_row_f32(row_f32(logits, i), (float)m, (float)g0, (float)g2, y, classes);
+      if (j >= 0) y[j] = (float)((double)y[j] + g1);
+      continue;
+    }
+    for (int64_t c = 0; c < classes; c++)
+      store(out, i, c, g0 * exp(load(logits, i, c) - m) + g2 + (c == j ? g1 : 0.0));
+  }
+  return DT_OK;
+}
