@@ -350,12 +350,25 @@ dt_status dt_comm_all_reduce_async(dt_comm *comm, dt_tensor *tensor, dt_reduce_o
 
 /* ---- all_gather ------------------------------------------------------------------------- */
 
-static dt_status all_gather(const char *name, dt_comm *comm, const dt_tensor *in, dt_tensor *out,
-                            const int64_t *counts, dt_work **work) {
+/* The checks every row-split collective from `in` to `out` starts with. */
+static dt_status check_row_pair(const char *name, dt_comm *comm, const dt_tensor *in,
+                                const dt_tensor *out) {
   CHECK(check_comm(name, comm));
   CHECK(check_rows_tensor(comm, name, "in", in));
   CHECK(check_rows_tensor(comm, name, "out", out));
-  CHECK(check_same_device(name, "in", in, "out", out));
+  return check_same_device(name, "in", in, "out", out);
+}
+
+/* The rows the ranks before `rank` hold when rank r holds counts[r]. */
+static int64_t rows_before(const int64_t *counts, int rank) {
+  int64_t first = 0;
+  for (int r = 0; r < rank; r++) first += counts[r];
+  return first;
+}
+
+static dt_status all_gather(const char *name, dt_comm *comm, const dt_tensor *in, dt_tensor *out,
+                            const int64_t *counts, dt_work **work) {
+  CHECK(check_row_pair(name, comm, in, out));
   int64_t total = in->shape[0] * comm->size, first = in->shape[0] * comm->rank;
   if (counts) {
     CHECK(check_counts(name, "counts", comm, counts, &total));
@@ -363,8 +376,7 @@ static dt_status all_gather(const char *name, dt_comm *comm, const dt_tensor *in
       return dt__error(DT_ERR_INVALID, "dt_comm_%s: in has %lld rows but counts[%d] is %lld", name,
                        (long long)in->shape[0], comm->rank, (long long)counts[comm->rank]);
     }
-    first = 0;
-    for (int r = 0; r < comm->rank; r++) first += counts[r];
+    first = rows_before(counts, comm->rank);
   }
   CHECK(check_like(name, "in", in, "out", out, total,
                    counts ? "dim 0 = sum of counts" : "dim 0 = group size x in dim 0"));
@@ -410,18 +422,14 @@ dt_status dt_comm_all_gather_uneven_async(dt_comm *comm, const dt_tensor *in, dt
 static dt_status reduce_scatter(const char *name, dt_comm *comm, const dt_tensor *in,
                                 dt_tensor *out, const int64_t *counts, dt_reduce_op op,
                                 dt_work **work) {
-  CHECK(check_comm(name, comm));
-  CHECK(check_rows_tensor(comm, name, "in", in));
-  CHECK(check_rows_tensor(comm, name, "out", out));
-  CHECK(check_same_device(name, "in", in, "out", out));
+  CHECK(check_row_pair(name, comm, in, out));
   CHECK(check_op(name, op, in->dtype));
   int64_t rows = out->shape[0], total = out->shape[0] * comm->size;
   int64_t first = out->shape[0] * comm->rank;
   if (counts) {
     CHECK(check_counts(name, "counts", comm, counts, &total));
     rows = counts[comm->rank];
-    first = 0;
-    for (int r = 0; r < comm->rank; r++) first += counts[r];
+    first = rows_before(counts, comm->rank);
   }
   CHECK(check_like(name, "in", in, "in", in, total,
                    counts ? "dim 0 = sum of counts" : "dim 0 = group size x out dim 0"));
@@ -473,10 +481,7 @@ static dt_status all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
                             const int64_t *send_counts, const int64_t *recv_counts,
                             dt_work **work) {
   static const char name[] = "all_to_all";
-  CHECK(check_comm(name, comm));
-  CHECK(check_rows_tensor(comm, name, "in", in));
-  CHECK(check_rows_tensor(comm, name, "out", out));
-  CHECK(check_same_device(name, "in", in, "out", out));
+  CHECK(check_row_pair(name, comm, in, out));
   if ((send_counts == NULL) != (recv_counts == NULL)) {
     return dt__error(DT_ERR_INVALID, "dt_comm_%s: %s is NULL but %s is not; pass both or neither",
                      name, send_counts ? "recv_counts" : "send_counts",

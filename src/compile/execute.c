@@ -322,31 +322,42 @@ static inline void patch_sizes(const dt_compile_variant *v, int i, dt_op_call *c
   }
 }
 
+/* Node i's call at this call's values: a tensor-list call rebuilt into `list`, any other from
+ * the step's prepared record; outputs into `outs`, the noted sizes patched in. On success
+ * the caller frees `list`. */
+static dt_status prepare_call(dt_compile_variant *v, int i, dt_call_list *list, dt_tensor **outs,
+                              dt_op_call *call) {
+  const dt_node *n = &v->g->nodes[i];
+  if (n->has_list) {
+    if (!dt__call_list_init(list, n->n_list))
+      return dt__error(DT_ERR_NOMEM, "dt_compiled_call: out of memory");
+    dt__graph_build_call(v->g, i, v->values, list->entries, outs, call);
+  } else {
+    dt__call_list_init(list, 0);
+    *call = v->steps[i].call;
+    for (int k = 0; k < n->n_inputs; k++)
+      call->inputs[k] = n->inputs[k] >= 0 ? v->values[n->inputs[k]] : NULL;
+    call->outputs = outs;
+  }
+  patch_sizes(v, i, call);
+  return DT_OK;
+}
+
 static dt_status run_call(dt_compile_variant *v, int i) {
   const dt_node *n = &v->g->nodes[i];
   const dt_op_def *def = &dt__op_table[n->target];
-  dt_tensor *list_storage[64];
-  dt_tensor **list =
-      n->n_list <= 64 ? list_storage : dt__alloc(sizeof(dt_tensor *) * (size_t)n->n_list);
-  if (!list) return dt__error(DT_ERR_NOMEM, "dt_compiled_call: out of memory");
+  dt_call_list list;
   dt_tensor *outs[DT_OP_MAX_META] = {0};
   dt_op_call call;
-  if (n->has_list) {
-    dt__graph_build_call(v->g, i, v->values, list, outs, &call);
-  } else {
-    call = v->steps[i].call;
-    for (int k = 0; k < n->n_inputs; k++)
-      call.inputs[k] = n->inputs[k] >= 0 ? v->values[n->inputs[k]] : NULL;
-    call.outputs = outs;
-  }
-  patch_sizes(v, i, &call);
+  dt_status st = prepare_call(v, i, &list, outs, &call);
+  if (st) return st;
   bool dist = false;
   for (int k = 0; k < call.n_inputs; k++) dist |= call.inputs[k] && call.inputs[k]->spec;
   for (int k = 0; k < call.n_input_list; k++) dist |= call.input_list[k]->spec != NULL;
   /* Past the argument checks, the modes and autograd: the trace checked the arguments and
    * guards hold them; a distributed call still goes through sharding propagation. */
-  dt_status st = dist ? dt__dispatch_inner(&call) : dt__dispatch_local(&call);
-  if (list != list_storage) dt__free(list);
+  st = dist ? dt__dispatch_inner(&call) : dt__dispatch_local(&call);
+  dt__call_list_free(&list);
   if (st) return st;
   if (def->kind == DT_OP_KIND_INPLACE) {
     v->values[i] = dt_tensor_retain(call.inputs[0]);
@@ -381,22 +392,14 @@ static dt_status run_dist_plain(dt_compile_variant *v, int i) {
         !dt__placements_equal(x->spec->mesh_ndim, x->spec->placements, v->placements[j]))
       return run_call(v, i);
   }
+  /* A tensor-list call's elements are placed by its redistribute nodes. */
   dt_tensor *outs[DT_OP_MAX_META] = {0};
-  dt_tensor *list_storage[64], **list = list_storage;
+  dt_call_list list;
   dt_op_call call;
-  if (n->has_list) { /* a tensor-list call whose elements its redistribute nodes placed */
-    if (n->n_list > 64 && !(list = dt__alloc(sizeof(dt_tensor *) * (size_t)n->n_list)))
-      return dt__error(DT_ERR_NOMEM, "dt_compiled_call: out of memory");
-    dt__graph_build_call(v->g, i, v->values, list, outs, &call);
-  } else {
-    call = v->steps[i].call;
-    for (int k = 0; k < n->n_inputs; k++)
-      call.inputs[k] = n->inputs[k] >= 0 ? v->values[n->inputs[k]] : NULL;
-    call.outputs = outs;
-  }
-  patch_sizes(v, i, &call);
-  dt_status st = dt__dispatch_local(&call);
-  if (list != list_storage) dt__free(list);
+  dt_status st = prepare_call(v, i, &list, outs, &call);
+  if (st) return st;
+  st = dt__dispatch_local(&call);
+  dt__call_list_free(&list);
   if (st) {
     dt__error_prefix("on this rank's shard"); /* as dispatch says it: shapes are local */
     return st;

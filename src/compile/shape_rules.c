@@ -264,23 +264,30 @@ static bool rule_reduce(dt_shape_ctx *c) {
   return true;
 }
 
+/* Whether the tensor-list entries (arguments first on) all have the first one's rank; their
+ * dims, but along `skip` (-1: none), are guarded equal to the first one's. */
+static bool list_entries_agree(dt_shape_ctx *c, int first, int skip, const char *what) {
+  int nd = c->arg_ndim[first];
+  for (int k = first + 1; k < c->n_args; k++) {
+    if (c->arg_ndim[k] != nd) return false;
+    for (int d = 0; d < nd; d++) {
+      if (d != skip) need_equal(c, c->arg_dims[first][d], c->arg_dims[k][d], what, d);
+    }
+  }
+  return true;
+}
+
 static bool rule_cat(dt_shape_ctx *c) {
   dt_sx_pool *p = c->pool;
   const dt_op_call *done = c->done;
-  /* Every entry has the first one's dims except along dim, where the sizes add up. */
+  /* Every entry has the first one's dims except along dim, where the sizes add up; a rank
+   * differing is one of the 1-D empty entries cat skips. */
   int first = done->n_inputs, dim = (int)done->ints[0];
-  if (c->n_args <= first) return false;
+  if (c->n_args <= first || !list_entries_agree(c, first, dim, "cat")) return false;
   int nd = c->arg_ndim[first];
   int sum = dt__sx_const(p, 0);
-  for (int k = first; k < c->n_args; k++) {
-    if (c->arg_ndim[k] != nd) return false; /* the 1-D empty entries cat skips */
-    for (int d = 0; d < nd; d++) {
-      if (d == dim)
-        sum = dt__sx_add(p, sum, c->arg_dims[k][d]);
-      else
-        need_equal(c, c->arg_dims[first][d], c->arg_dims[k][d], "cat", d);
-    }
-  }
+  for (int k = first; k < c->n_args && dim >= 0 && dim < nd; k++)
+    sum = dt__sx_add(p, sum, c->arg_dims[k][dim]);
   for (int d = 0; d < nd; d++) c->out_dims[0][d] = d == dim ? sum : c->arg_dims[first][d];
   return true;
 }
@@ -293,11 +300,7 @@ static bool rule_stack(dt_shape_ctx *c) {
   if (c->n_args <= first) return false;
   int nd = c->arg_ndim[first];
   if (dim < 0 || dim > nd || c->metas[0].ndim != nd + 1) return false;
-  for (int k = first + 1; k < c->n_args; k++) {
-    if (c->arg_ndim[k] != nd) return false;
-    for (int d = 0; d < nd; d++)
-      need_equal(c, c->arg_dims[first][d], c->arg_dims[k][d], "stack", d);
-  }
+  if (!list_entries_agree(c, first, -1, "stack")) return false;
   for (int d = 0, s = 0; d < nd + 1; d++)
     c->out_dims[0][d] = d == dim ? dt__sx_const(p, c->n_args - first) : c->arg_dims[first][s++];
   return true;

@@ -174,6 +174,23 @@ void dt__node_call_attributes(const dt_node *n, dt_op_call *call);
 void dt__graph_build_call(const dt_graph *g, int i, dt_tensor *const *values,
                           dt_tensor **list_storage, dt_tensor **outs, dt_op_call *call);
 
+/* The tensor-list array a call rebuilt from a node needs: the inline entries when the list
+ * fits (the common case, no allocation), else a heap array. */
+typedef struct dt_call_list {
+  dt_tensor *inline_entries[64];
+  dt_tensor **entries;
+} dt_call_list;
+
+/* Points l->entries at room for n entries; returns it, NULL when out of memory. */
+static inline dt_tensor **dt__call_list_init(dt_call_list *l, int n) {
+  l->entries = n <= 64 ? l->inline_entries : dt__alloc(sizeof(dt_tensor *) * (size_t)n);
+  return l->entries;
+}
+
+static inline void dt__call_list_free(dt_call_list *l) {
+  if (l->entries != l->inline_entries) dt__free(l->entries);
+}
+
 /* Runs the op's infer on fake inputs of the types of node i's inputs (sizes at the symbol
  * values) and writes the output metas; *n_out gets the output count. */
 dt_status dt__graph_infer_call(const dt_graph *g, int i, const int64_t *symbol_values,

@@ -81,15 +81,14 @@ static dt_status run_call(run_state *s, int i) {
   const dt_graph *g = s->g;
   const dt_node *n = &g->nodes[i];
   const dt_op_def *def = &dt__op_table[n->target];
-  dt_tensor *list_storage[64];
-  dt_tensor **list =
-      n->n_list <= 64 ? list_storage : dt__alloc(sizeof(dt_tensor *) * (size_t)n->n_list);
-  if (!list) return dt__error(DT_ERR_NOMEM, "out of memory building a graph");
+  dt_call_list list;
+  if (!dt__call_list_init(&list, n->n_list))
+    return dt__error(DT_ERR_NOMEM, "out of memory building a graph");
   dt_tensor *outs[DT_OP_MAX_META] = {0};
   dt_op_call call;
-  dt__graph_build_call(g, i, s->values, list, outs, &call);
+  dt__graph_build_call(g, i, s->values, list.entries, outs, &call);
   dt_status st = dt__dispatch(&call);
-  if (list != list_storage) dt__free(list);
+  dt__call_list_free(&list);
   if (st) return st;
   if (def->kind == DT_OP_KIND_INPLACE) {
     s->values[i] = dt_tensor_retain(call.inputs[0]);
