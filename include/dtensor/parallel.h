@@ -262,7 +262,9 @@ DT_API dt_status dt_parallel_cp_segments(int64_t seq_len, int cp_size, int cp_ra
  * counts from the end; every rank passes the same values): the positions
  * dt_parallel_cp_segments gives this rank's coordinate on mesh dim cp_dim, concatenated in that
  * order, in a new tensor (*out: a new reference, contiguous). Recorded by autograd (narrow and
- * cat). Not collective. Errors: DT_ERR_INVALID (NULL, cp_dim outside the mesh, an unknown
+ * cat): the gradient it passes back to full holds this rank's positions only (zeros at the
+ * other ranks' positions), so full's gradient over the whole sequence is the sum over the cp
+ * ranks. Not collective. Errors: DT_ERR_INVALID (NULL, cp_dim outside the mesh, an unknown
  * layout), DT_ERR_INDEX (seq_dim outside full's dims), DT_ERR_UNSUPPORTED (a distributed full). */
 DT_API dt_status dt_parallel_cp_shard_sequence(dt_mesh *mesh, int cp_dim, dt_tensor *full,
                                                int64_t seq_dim, dt_cp_layout layout,
