@@ -19,8 +19,11 @@
 
 /* Chunk c of a sequence of len positions cut into `chunks` by torch.chunk's rule. */
 static void chunk_of(int64_t len, int64_t chunks, int64_t c, int64_t *start, int64_t *length) {
-  int64_t size = (len + chunks - 1) / chunks;
-  int64_t lo = c * size < len ? c * size : len, hi = (c + 1) * size < len ? (c + 1) * size : len;
+  /* Written so that no product or sum passes len (a len near INT64_MAX must not overflow):
+   * chunk c starts at c * size, or at len when c >= len / size. */
+  int64_t size = len / chunks + (len % chunks != 0);
+  int64_t lo = size > 0 && c <= len / size ? c * size : len;
+  int64_t hi = size > 0 && c + 1 <= len / size ? (c + 1) * size : len;
   *start = lo;
   *length = hi - lo;
 }
