@@ -394,6 +394,48 @@ Test(bad_devices, host_reads_of_device_memory_are_refused) {
   dt_tensor_release(m), dt_tensor_release(t);
 }
 
+/* An optimizer state dict whose entries were replaced by tensors on a device the host cannot
+ * read: refused, naming the entry, nothing dereferenced and nothing changed. */
+Test(bad_devices, optimizer_state_dict_on_another_device) {
+  dt_tensor *p = NULL;
+  OK(dt_randn(1, (int64_t[]){4}, DT_F32, 3, &p));
+  OK(dt_tensor_set_requires_grad(p, true));
+  dt_optimizer *opt = NULL;
+  OK(dt_optimizer_create_adam(1, &p, NULL, &opt));
+  dt_optimizer_state_dict sd = {0};
+  OK(dt_optimizer_get_state_dict(opt, (const char *[]){"w"}, NULL, &sd));
+  double lr0 = 0, lr = 0;
+  OK(dt_optimizer_get_hyperparameter(opt, "lr", &lr0));
+  /* The state dict asks for another lr: a refusal must leave the optimizer's as it was. */
+  for (int e = 0; e < sd.count; e++)
+    if (strcmp(sd.names[e], "optim.hyper.lr") == 0) *(double *)dt_tensor_data(sd.tensors[e]) = 0.5;
+  for (int e = 0; e < sd.count; e++) {
+    dt_tensor *orig = sd.tensors[e], *moved = NULL;
+    dt_tensor *host = NULL;
+    OK(dt_clone(orig, &host));
+    OK(dt_to_device(host, mirror0, &moved));
+    dt_tensor_release(host);
+    sd.tensors[e] = moved;
+    dt_status st = dt_optimizer_load_state_dict(opt, &sd);
+    cr_assert(st == DT_ERR_INVALID || st == DT_ERR_UNSUPPORTED, "entry %s: %s: %s", sd.names[e],
+              dt_status_string(st), dt_last_error());
+    cr_assert(strstr(dt_last_error(), "dt_optimizer_load_state_dict") &&
+                  strstr(dt_last_error(), sd.names[e]),
+              "entry %s: %s", sd.names[e], dt_last_error());
+    sd.tensors[e] = orig;
+    dt_tensor_release(moved);
+    OK(dt_optimizer_get_hyperparameter(opt, "lr", &lr));
+    cr_assert_eq(lr, lr0, "entry %s: lr %g after a refusal", sd.names[e], lr);
+  }
+  /* The state dict as it was still loads. */
+  OK(dt_optimizer_load_state_dict(opt, &sd));
+  OK(dt_optimizer_get_hyperparameter(opt, "lr", &lr));
+  cr_assert_eq(lr, 0.5);
+  dt_optimizer_state_dict_clear(&sd);
+  dt_optimizer_destroy(opt);
+  dt_tensor_release(p);
+}
+
 Test(bad_devices, mesh_on_an_unavailable_device_kind) {
   dt_mesh *mesh = (dt_mesh *)(uintptr_t)1;
   REFUSED(dt_mesh_create_on("bogus", NULL, 1, (int[]){1}, NULL, &mesh), DT_ERR_INVALID,

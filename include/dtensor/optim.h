@@ -219,8 +219,9 @@ DT_API dt_status dt_optimizer_get_state_dict(const dt_optimizer *opt,
 /* Sets opt's step counts and hyperparameters from sd's tensors (after dt_checkpoint_load
  * filled them), and copies a slot tensor into opt's state when it is not opt's own (a state
  * dict of another optimizer of the same kind and parameter shapes). Everything is checked
- * before anything changes: each step count >= 0, the hyperparameters as creation checks them,
- * slot tensors of the state's dtype, global shape and placements. Not collective.
+ * before anything changes: each step count >= 0, the hyperparameters as creation checks them
+ * (step counts and hyperparameters are CPU tensors), slot tensors of the state's dtype, device,
+ * global shape and placements. Not collective.
  * Errors: DT_ERR_INVALID (NULL, a state dict of another kind or parameter count, a bad value:
  * the message names the entry), DT_ERR_SHAPE. */
 DT_API dt_status dt_optimizer_load_state_dict(dt_optimizer *opt, const dt_optimizer_state_dict *sd);

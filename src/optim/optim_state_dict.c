@@ -161,6 +161,11 @@ static bool ends_with(const char *s, const char *a, const char *b) {
 
 /* A local [1] tensor of dtype (a step or a hyperparameter entry). */
 static dt_status check_scalar(const char *fn, const char *name, dt_tensor *t, dt_dtype dtype) {
+  if (dt_tensor_device(t).kind != DT_DEVICE_CPU) {
+    char dev[64];
+    return dt__error(DT_ERR_INVALID, "%s: entry `%s` is on %s (expected the CPU: it is read there)",
+                     fn, name, dt_device_format(dt_tensor_device(t), dev, sizeof dev));
+  }
   if (dt_tensor_is_distributed(t) || dt_tensor_dtype(t) != dtype || dt_tensor_numel(t) != 1) {
     return dt__error(DT_ERR_INVALID,
                      "%s: entry `%s` is %s %s with %lld elements (expected a "
@@ -173,8 +178,15 @@ static dt_status check_scalar(const char *fn, const char *name, dt_tensor *t, dt
 }
 
 /* A slot tensor t of another state dict against opt's state s: the same dtype, global shape,
- * mesh and placements. */
+ * device, mesh and placements (a copy across devices would fail after other entries were
+ * applied). */
 static dt_status check_slot(const char *fn, const char *name, dt_tensor *t, dt_tensor *s) {
+  dt_device td = dt_tensor_device(t), ds = dt_tensor_device(s);
+  if (td.kind != ds.kind || td.index != ds.index) {
+    char a[64], b[64];
+    return dt__error(DT_ERR_INVALID, "%s: entry `%s` is on %s and the optimizer's state on %s", fn,
+                     name, dt_device_format(td, a, sizeof a), dt_device_format(ds, b, sizeof b));
+  }
   bool dist = dt_tensor_is_distributed(s);
   bool same = dt_tensor_is_distributed(t) == dist && dt_tensor_dtype(t) == DT_F32;
   if (same && dist) {
@@ -333,16 +345,20 @@ dt_status dt_optimizer_load_state_dict(dt_optimizer *opt, const dt_optimizer_sta
                        fn, then ? "need" : "drop", kind->slots[k]);
     }
   }
-  /* Then applied. */
+  /* Then applied: the slot copies first, the only step that can still fail (out of memory),
+   * so that a failure leaves the step counts and hyperparameters as they were. */
   for (int e = 0; e < sd->count && !st; e++) {
     int role = sd->roles[e];
-    if (role < 0) continue;
+    if (role < 0 || role % ROLE_STRIDE == ROLE_STEP) continue;
     int i = role / ROLE_STRIDE, k = role % ROLE_STRIDE;
-    if (k == ROLE_STEP) {
-      opt->steps[i] = *(const int64_t *)dt_tensor_data(sd->tensors[e]);
-    } else if (sd->tensors[e] != opt->state[DT__OPTIM_MAX_SLOTS * i + k]) {
+    if (sd->tensors[e] != opt->state[DT__OPTIM_MAX_SLOTS * i + k])
       st = dt__copy_values_no_grad(opt->state[DT__OPTIM_MAX_SLOTS * i + k], sd->tensors[e]);
-    }
+  }
+  if (st) return st;
+  for (int e = 0; e < sd->count; e++) {
+    int role = sd->roles[e];
+    if (role >= 0 && role % ROLE_STRIDE == ROLE_STEP)
+      opt->steps[role / ROLE_STRIDE] = *(const int64_t *)dt_tensor_data(sd->tensors[e]);
   }
   memcpy(opt->hyper, l.h, sizeof l.h);
   opt->steps_taken = taken;
@@ -351,5 +367,5 @@ dt_status dt_optimizer_load_state_dict(dt_optimizer *opt, const dt_optimizer_sta
     opt->has_schedule = true;
   }
   dt__optim_apply_schedule(opt);
-  return st;
+  return DT_OK;
 }
