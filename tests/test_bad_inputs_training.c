@@ -149,6 +149,45 @@ Test(bad_inputs, embedding_backward_refuses_bad_arguments) {
   for (size_t i = 0; i < sizeof list / sizeof *list; i++) dt_tensor_release(list[i]);
 }
 
+/* The row window of a vocabulary-parallel lookup (ints {offset, rows of the whole table}, which
+ * the CLI's raw ints also set): an offset whose window passes INT64_MAX is refused, not wrapped
+ * around into a window that fits. */
+Test(bad_inputs, embedding_row_window_does_not_wrap) {
+  dt_tensor *w = filled(2, (int64_t[]){5, 3}, DT_F32, 1),
+            *g = filled(2, (int64_t[]){2, 3}, DT_F32, 1);
+  dt_tensor *idx = filled(1, (int64_t[]){2}, DT_I64, 1), *out = NULL;
+  const int64_t bad[][2] = {
+      {INT64_MAX, INT64_MAX}, {INT64_MAX - 2, INT64_MAX}, {0, 4}, {-1, 9}, {3, -9},
+      {INT64_MAX, INT64_MIN}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    for (int backward = 0; backward < 2; backward++) {
+      dt_op_call call = {.op = backward ? DT_OP_EMBEDDING_BACKWARD : DT_OP_EMBEDDING,
+                         .n_inputs = backward ? 3 : 2,
+                         .inputs = {w, idx, g},
+                         .n_ints = 2,
+                         .ints = {bad[i][0], bad[i][1]},
+                         .n_outputs = 1,
+                         .outputs = &out};
+      REFUSED(dt__dispatch(&call), DT_ERR_INTERNAL, backward ? "embedding_backward" : "embedding",
+              "row window");
+      cr_assert_null(out);
+    }
+  }
+  /* The last rows of the largest table still fit. */
+  dt_op_call call = {.op = DT_OP_EMBEDDING,
+                     .n_inputs = 2,
+                     .inputs = {w, idx},
+                     .n_ints = 2,
+                     .ints = {INT64_MAX - 5, INT64_MAX},
+                     .n_outputs = 1,
+                     .outputs = &out};
+  OK(dt__dispatch(&call));
+  double v[6];
+  OK(dt_tensor_to_doubles(out, v, 6));
+  for (int i = 0; i < 6; i++) cr_assert_eq(v[i], 0.0); /* index 1 lies outside these rows */
+  dt_tensor_release(out), dt_tensor_release(w), dt_tensor_release(g), dt_tensor_release(idx);
+}
+
 /* ---- Context parallelism --------------------------------------------------------------------- */
 
 Test(bad_inputs, cp_segments_of_huge_sequences) {

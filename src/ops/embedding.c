@@ -25,8 +25,11 @@ dt_status dt__infer_embedding(dt_op_call *call, dt_tensor_meta *metas) {
         "%s: indices of shape %s leave no room for the embedding dim (at most %d dims)", op,
         dt__format_ints(buf, sizeof buf, indices->ndim, indices->shape), DT_MAX_DIMS);
   }
-  if (call->n_ints != 0 && (call->n_ints != 2 || call->ints[0] < 0 ||
-                            call->ints[0] + weight->shape[0] > call->ints[1])) {
+  /* The window's checks never add: offsets come from the CLI's raw ints as well, and
+   * offset + rows past INT64_MAX would wrap and pass. */
+  if (call->n_ints != 0 &&
+      (call->n_ints != 2 || call->ints[0] < 0 || call->ints[1] < weight->shape[0] ||
+       call->ints[0] > call->ints[1] - weight->shape[0])) {
     return dt__error(DT_ERR_INTERNAL, "%s: a row window of %d entries does not fit the table", op,
                      call->n_ints);
   }
