@@ -493,3 +493,27 @@ Test(bad_devices, mesh_on_an_unavailable_device_kind) {
   REFUSED(dt_mesh_create_on("cpu", NULL, 1, (int[]){1}, NULL, NULL), DT_ERR_INVALID,
           "dt_mesh_create_on", "out");
 }
+
+/* A gradient on another device than its tensor's (PyTorch: "assigned grad has data located on
+ * a different device"), and parameters the host cannot read: refused, never dereferenced. */
+Test(bad_devices, gradients_and_parameters_on_another_device) {
+  dt_tensor *p = filled(1, (int64_t[]){4}, DT_F32, 1.0),
+            *g = filled(1, (int64_t[]){4}, DT_F32, 1.0);
+  dt_tensor *gm = NULL, *pm = NULL;
+  OK(dt_tensor_set_requires_grad(p, true));
+  OK(dt_to_device(g, mirror0, &gm));
+  REFUSED(dt_tensor_set_grad(p, gm), DT_ERR_INVALID, "dt_tensor_set_grad", "mirror:0", "cpu");
+  dt_tensor *now = NULL;
+  OK(dt_tensor_grad(p, &now));
+  cr_assert_null(now);
+  OK(dt_to_device(g, mirror0, &pm));
+  OK(dt_tensor_set_requires_grad(pm, true));
+  dt_optimizer *opt = NULL;
+  REFUSED(dt_optimizer_create_sgd(1, &pm, NULL, &opt), DT_ERR_UNSUPPORTED,
+          "dt_optimizer_create_sgd", "parameter 0", "mirror:0");
+  cr_assert_null(opt);
+  double norm = 1;
+  REFUSED(dt_clip_grad_norm(1, &pm, 1.0, NULL, &norm), DT_ERR_UNSUPPORTED, "dt_clip_grad_norm",
+          "parameter 0", "mirror:0");
+  dt_tensor_release(p), dt_tensor_release(g), dt_tensor_release(gm), dt_tensor_release(pm);
+}

@@ -51,7 +51,7 @@ DT_API dt_status dt_tensor_grad(const dt_tensor *t, dt_tensor **out);
  * that requires grad is stored as a detached alias (dt_detach: the same values, no graph), so
  * that t never holds a graph that leads back to t.
  * Errors: DT_ERR_INVALID (NULL t; grad is t; grad whose global shape differs from t's; grad
- * local for a distributed t or the reverse),
+ * local for a distributed t or the reverse; grad on another device than t's),
  * DT_ERR_DTYPE (grad's dtype differs from t's), DT_ERR_NOMEM. */
 DT_API dt_status dt_tensor_set_grad(dt_tensor *t, dt_tensor *grad);
 

@@ -96,6 +96,14 @@ dt_status dt_tensor_set_grad(dt_tensor *t, dt_tensor *grad) {
       return dt__error(DT_ERR_DTYPE, "dt_tensor_set_grad: grad is %s but t is %s",
                        dt_dtype_name(gm.dtype), dt_dtype_name(tm.dtype));
     }
+    /* PyTorch: "assigned grad has data located on a different device". The optimizer and
+     * clip_grad_norm would read it as the parameter's memory. */
+    dt_device gd = dt_tensor_device(grad), td = dt_tensor_device(t);
+    if (gd.kind != td.kind || gd.index != td.index) {
+      char a[64], b[64];
+      return dt__error(DT_ERR_INVALID, "dt_tensor_set_grad: grad is on %s but t is on %s",
+                       dt_device_format(gd, a, sizeof a), dt_device_format(td, b, sizeof b));
+    }
     bool same = gm.ndim == tm.ndim;
     for (int i = 0; same && i < tm.ndim; i++) same = gm.shape[i] == tm.shape[i];
     if (!same) {

@@ -69,6 +69,13 @@ dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params
     if (!dt_tensor_is_leaf(p) || !dt_tensor_requires_grad(p)) {
       return dt__error(DT_ERR_INVALID, "%s: parameter %d is not a leaf that requires grad", fn, i);
     }
+    if (dt_tensor_device(p).kind != DT_DEVICE_CPU) {
+      char d[64];
+      return dt__error(DT_ERR_UNSUPPORTED,
+                       "%s: parameter %d is on %s (the optimizers update host memory only; move "
+                       "it with dt_to_device)",
+                       fn, i, dt_device_format(dt_tensor_device(p), d, sizeof d));
+    }
     if (!local_contiguous(p)) {
       return dt__error(DT_ERR_INVALID, "%s: parameter %d's local data is not contiguous", fn, i);
     }
