@@ -11,6 +11,9 @@
  *              async ones the MPI_I* forms. A timeout or dt_comm_abort ends the whole job
  *              (MPI_Abort) with a clear message on stderr instead of hanging. See
  *              docs/mpi_backend.md.
+ *   "nccl"     one rank per GPU (a build with CUDA and NCCL): dt_comm_nccl_create over a
+ *              threads world (one rank per thread) or an MPI world (one per process), or
+ *              dt_comm_init under mpirun. Moves GPU memory only. See docs/gpu-distributed.md.
  *   "fake"     one process impersonating rank r of W (dt_comm_init): every collective
  *              validates its arguments and completes at once WITHOUT moving data. Output
  *              tensors are left exactly as they were (their shapes are the caller's).
@@ -98,7 +101,8 @@ DT_API dt_status dt_comm_spawn(int world_size, dt_rank_fn fn, void *arg);
 /* Options of dt_comm_init. Zero-initialise (`dt_comm_options o = {0};`) and set what you
  * need: zero / NULL fields mean "default". */
 typedef struct dt_comm_options {
-  /* "fake", "mpi" or "threads"; NULL: the DT_BACKEND environment variable, else "threads". */
+  /* "fake", "mpi", "nccl" or "threads"; NULL: the DT_BACKEND environment variable, else
+   * "threads". */
   const char *backend;
   /* fake: the rank to impersonate and the world size (default rank 0 of 1). With
    * world_size 0 the environment variables DT_FAKE_RANK and DT_FAKE_WORLD are used. */
@@ -121,6 +125,24 @@ typedef struct dt_comm_options {
  * Errors: DT_ERR_INVALID (NULL out, unknown backend name, rank outside the world),
  * DT_ERR_UNSUPPORTED, DT_ERR_NOMEM. On failure *out is NULL. */
 DT_API dt_status dt_comm_init(const dt_comm_options *opts, dt_comm **out);
+
+/* An NCCL group over the ranks of `bootstrap` (a build with CUDA and NCCL): the threads world
+ * under dt_comm_spawn (one rank per thread) or an MPI world (one rank per process). Collective
+ * over bootstrap: every rank calls it. Rank r of bootstrap is rank r of the new group, on GPU
+ * `device`, or with -1 on its index among the bootstrap's ranks on its host. The ranks agree on
+ * the GPUs before any NCCL call, so a refusal reaches every rank: NCCL refuses two ranks on
+ * one GPU (same host and PCI bus id) and so does this, with DT_ERR_UNSUPPORTED saying so
+ * (ranks sharing a GPU can use the threads backend on CUDA tensors). The group moves the
+ * memory of its rank's GPU only; its collectives are queued on a communication stream after
+ * the calling thread's current stream and polled with the group's timeout (inherited from
+ * bootstrap): an NCCL or CUDA error or the deadline aborts the world (ncclCommAbort) and
+ * pending and later collectives return DT_ERR_ABORTED. bootstrap must outlive the group (it is
+ * used only at creation, and under dt_comm_spawn its abort is followed). Destroy the group with
+ * dt_comm_destroy. Errors: DT_ERR_INVALID (NULL, device < -1 or past the count),
+ * DT_ERR_UNSUPPORTED (no NCCL in this build, no CUDA device on a rank, two ranks on one GPU),
+ * DT_ERR_COMM / DT_ERR_TIMEOUT (NCCL's initialisation failed or did not finish), DT_ERR_NOMEM
+ * and the bootstrap's collective errors. On failure *out is NULL. */
+DT_API dt_status dt_comm_nccl_create(dt_comm *bootstrap, int device, dt_comm **out);
 
 /* Splits comm into disjoint sub-groups, one per distinct color >= 0, ordered by (key,
  * rank in comm). Collective: every rank of comm must call it. A rank passing a negative

@@ -30,11 +30,16 @@ dt_status dt_comm_init(const dt_comm_options *opts, dt_comm **out) {
   dt__comm_backend_names(names, sizeof names);
   dt_comm_backend_init_fn init = dt__comm_backend_find(backend, &unbuilt);
   if (!init && unbuilt) {
+    bool nccl = strcmp(backend, "nccl") == 0;
     return dt__error(DT_ERR_UNSUPPORTED,
-                     "dt_comm_init: backend \"%s\" is not built into this libdtensor (CMake "
-                     "found no MPI, or DT_WITH_MPI=OFF); install an MPI (e.g. Open MPI) and "
-                     "reconfigure, or use one of %s",
-                     backend, names);
+                     "dt_comm_init: backend \"%s\" is not built into this libdtensor (%s); %s, or "
+                     "use one of %s",
+                     backend,
+                     nccl ? "it needs -DDT_WITH_CUDA=ON and NCCL found by CMake"
+                          : "CMake found no MPI, or DT_WITH_MPI=OFF",
+                     nccl ? "install NCCL and reconfigure with CUDA"
+                          : "install an MPI (e.g. Open MPI) and reconfigure",
+                     names);
   }
   if (!init) {
     return dt__error(DT_ERR_INVALID, "dt_comm_init: unknown backend \"%s\" (from %s); expected %s",

@@ -161,6 +161,9 @@ typedef struct dt_comm_backend {
   /* Required. Aborts the group's world; reason may be NULL. */
   void (*abort)(dt_comm *comm, const char *reason);
   dt_status (*all_gather_object)(dt_comm *comm, const void *data, size_t nbytes, dt_objects **out);
+  /* Optional: true once the group's world is aborted. A backend whose groups are made over
+   * another group (nccl over a threads world) follows that group's abort through it. */
+  bool (*is_aborted)(const dt_comm *comm);
 } dt_comm_backend;
 
 /* A process group as seen by one rank. Used by one thread at a time. */
@@ -245,13 +248,14 @@ int64_t dt__env_positive(const char *name, int64_t fallback);
 typedef dt_status (*dt_comm_backend_init_fn)(const dt_comm_options *opts, dt_comm **out);
 dt_status dt__threads_init_single(const dt_comm_options *opts, dt_comm **out);
 dt_status dt__fake_init(const dt_comm_options *opts, dt_comm **out);
-dt_status dt__mpi_init(const dt_comm_options *opts, dt_comm **out); /* only with DT_HAVE_MPI */
+dt_status dt__mpi_init(const dt_comm_options *opts, dt_comm **out);  /* only with DT_HAVE_MPI */
+dt_status dt__nccl_init(const dt_comm_options *opts, dt_comm **out); /* only with DT_HAVE_NCCL */
 
 /* The registered backend called `name`, or NULL. `*known_unbuilt` is set when the name is a
  * backend this build leaves out (mpi without an MPI). */
 dt_comm_backend_init_fn dt__comm_backend_find(const char *name, bool *known_unbuilt);
 
-/* The registered backends' names for messages: "threads", "fake" or "mpi". */
+/* The registered backends' names for messages: "threads", "fake", "mpi" or "nccl". */
 void dt__comm_backend_names(char *buf, size_t size);
 
 #endif /* DT_COMM_IMPL_H */

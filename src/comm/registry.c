@@ -14,10 +14,13 @@ static const struct {
 #ifdef DT_HAVE_MPI
     {"mpi", dt__mpi_init},
 #endif
+#ifdef DT_HAVE_NCCL
+    {"nccl", dt__nccl_init},
+#endif
 };
 
 /* Backends this project has but a build may leave out, so that asking for one says so. */
-static const char *const optional_backends[] = {"mpi"};
+static const char *const optional_backends[] = {"mpi", "nccl"};
 
 dt_comm_backend_init_fn dt__comm_backend_find(const char *name, bool *known_unbuilt) {
   *known_unbuilt = false;
@@ -42,3 +45,14 @@ void dt__comm_backend_names(char *buf, size_t size) {
              backends[i].name);
   }
 }
+
+#ifndef DT_HAVE_NCCL
+dt_status dt_comm_nccl_create(dt_comm *bootstrap, int device, dt_comm **out) {
+  (void)bootstrap;
+  (void)device;
+  if (out) *out = NULL;
+  return dt__error(DT_ERR_UNSUPPORTED,
+                   "dt_comm_nccl_create: this libdtensor has no NCCL backend (build with "
+                   "-DDT_WITH_CUDA=ON where CMake finds nccl.h and libnccl)");
+}
+#endif

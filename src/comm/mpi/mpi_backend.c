@@ -60,6 +60,9 @@ static void mp_abort(dt_comm *comm, const char *reason) {
 const dt_comm_backend dt__mpi_backend = {
     .name = "mpi",
     .supports = DT_COLL_ALL,
+#ifdef DT_HAVE_CUDA
+    .devices = 1u << DT_DEVICE_CUDA, /* staged or CUDA-aware (mpi_cuda.c) */
+#endif
     .start = dt__mp_start,
     .wait = dt__mp_wait,
     .test = dt__mp_test,

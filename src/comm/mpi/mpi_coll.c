@@ -561,6 +561,16 @@ static dt_status send_recv(ctx *x) {
 
 /* ---- Entry ------------------------------------------------------------------------------ */
 
+/* A collective on GPU memory that completed or failed: its staging copied back and freed. */
+static dt_status finish_device(dt_work *w, dt_status status) {
+#ifdef DT_HAVE_CUDA
+  if (w->backend_ptr[1]) return dt__mp_cuda_end(w, status);
+#else
+  (void)w;
+#endif
+  return status;
+}
+
 dt_status dt__mp_start(dt_comm *comm, dt_work *w) {
   ctx x = {.comm = comm,
            .w = w,
@@ -571,6 +581,12 @@ dt_status dt__mp_start(dt_comm *comm, dt_work *w) {
            .max = dt__mp_max_count};
   dt_coll_kind kind = w->args.kind;
   dt_status status = DT_OK;
+#ifdef DT_HAVE_CUDA
+  if (w->args.device & 0xffu) {
+    status = dt__mp_cuda_begin(comm, w); /* GPU memory: staged, or handed to a CUDA-aware MPI */
+    if (status != DT_OK) return status;
+  }
+#endif
   if (kind != DT_COLL_SEND && kind != DT_COLL_RECV) {
     /* No data moves before the ranks agree on the call (see dt__mp_check_agreement):
      * Open MPI writes past a receive buffer when sizes disagree. Point-to-point needs no
@@ -578,7 +594,7 @@ dt_status dt__mp_start(dt_comm *comm, dt_work *w) {
     dt__mp_note_collective(comm, w->args.op_name, w->seq);
     status = comm->debug ? dt__mp_check_fingerprints(comm, &w->args, w->seq, w->pooled)
                          : dt__mp_check_agreement(comm, &w->args, w->seq, w->pooled);
-    if (status != DT_OK) return status;
+    if (status != DT_OK) return finish_device(w, status);
     /* The agreement exchange is itself a barrier. */
     if (kind == DT_COLL_BARRIER && !comm->debug) {
       w->done = true;
@@ -604,5 +620,5 @@ dt_status dt__mp_start(dt_comm *comm, dt_work *w) {
   /* On failure nothing is pending (a partly started operation aborted the job). */
   dt__mp_op_free(x.op);
   dt__free(x.scratch);
-  return status;
+  return status != DT_OK || w->done ? finish_device(w, status) : status;
 }

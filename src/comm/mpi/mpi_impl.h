@@ -185,4 +185,16 @@ dt_status dt__mp_check_agreement(dt_comm *comm, const dt_coll_args *args, uint64
 
 dt_status dt__mp_start(dt_comm *comm, dt_work *work);
 
+/* mpi_cuda.c (a CUDA build): GPU tensors. dt__mp_cuda_begin, at the start of a collective
+ * on device memory, synchronizes the caller's stream and, unless MPI is CUDA-aware for this
+ * collective, stages the buffers through pinned host memory (w->args then points at it;
+ * w->backend_ptr[1] holds the staging). dt__mp_cuda_end, once the collective completed or
+ * failed, copies the received bytes back and frees the staging; it returns `status` or its
+ * own error. */
+#ifdef DT_HAVE_CUDA
+bool dt__mp_cuda_aware(void);
+dt_status dt__mp_cuda_begin(dt_comm *comm, dt_work *w);
+dt_status dt__mp_cuda_end(dt_work *w, dt_status status);
+#endif
+
 #endif /* DT_MPI_IMPL_H */

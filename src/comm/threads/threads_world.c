@@ -95,6 +95,10 @@ static void th_abort(dt_comm *comm, const char *reason) {
 
 static bool th_moves_device(int kind) { return dt__th_device_ops(kind) != NULL; }
 
+static bool th_is_aborted(const dt_comm *comm) {
+  return atomic_load(&((const th_comm *)comm->state)->group->domain->aborted) != 0;
+}
+
 const dt_comm_backend dt__threads_backend = {
     .name = "threads",
     .supports = DT_COLL_ALL,
@@ -105,6 +109,7 @@ const dt_comm_backend dt__threads_backend = {
     .split = th_split,
     .destroy = th_destroy,
     .abort = th_abort,
+    .is_aborted = th_is_aborted,
     .all_gather_object = NULL, /* the generic two-step exchange */
 };
 
