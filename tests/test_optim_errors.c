@@ -62,3 +62,30 @@ Test(optim_errors, an_infinite_learning_rate_is_refused) {
   cr_assert_null(o);
   dt_tensor_release(w);
 }
+
+/* A module's parameters start without requires_grad (nn.h): the refusal says so and names the
+ * call that fixes it; a parameter that is an op's result is refused as not a leaf. */
+Test(optim_errors, a_parameter_without_requires_grad_names_the_fix) {
+  dt_module *m = NULL;
+  cr_assert_eq(dt_nn_linear(3, 2, true, 1, &m), DT_OK);
+  dt_tensor *params[2] = {dt_module_parameter(m, "weight"), dt_module_parameter(m, "bias")};
+  dt_optimizer *o = NULL;
+  cr_assert_eq(dt_optimizer_create("adamw", 2, params, 0, NULL, &o), DT_ERR_INVALID);
+  cr_assert_null(o);
+  cr_assert(strstr(dt_last_error(), "dt_optimizer_create: parameter 0 does not require grad"), "%s",
+            dt_last_error());
+  cr_assert(strstr(dt_last_error(), "dt_tensor_set_requires_grad"), "%s", dt_last_error());
+  cr_assert_eq(dt_tensor_set_requires_grad(params[0], true), DT_OK);
+  cr_assert_eq(dt_optimizer_create("adamw", 2, params, 0, NULL, &o), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "parameter 1 does not require grad"), "%s", dt_last_error());
+  dt_tensor *doubled = NULL;
+  cr_assert_eq(dt_mul_scalar(params[0], 2.0, &doubled), DT_OK);
+  cr_assert_eq(dt_optimizer_create("sgd", 1, &doubled, 0, NULL, &o), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "dt_optimizer_create: parameter 0 is not a leaf"), "%s",
+            dt_last_error());
+  cr_assert_eq(dt_tensor_set_requires_grad(params[1], true), DT_OK);
+  cr_assert_eq(dt_optimizer_create("adamw", 2, params, 0, NULL, &o), DT_OK, "%s", dt_last_error());
+  dt_optimizer_destroy(o);
+  dt_tensor_release(doubled);
+  dt_module_destroy(m);
+}

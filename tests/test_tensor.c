@@ -1,6 +1,7 @@
 /* Tensor handles: creation, dtypes, refcounts, element access, random numbers. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "reference.h"
 
@@ -120,7 +121,18 @@ Test(tensor, bad_creation_arguments) {
   double v;
   cr_assert_eq(dt_tensor_get(z, (int64_t[]){2, 0}, &v), DT_ERR_INDEX);
   ref_assert_error_mentions("[2, 0]", "[2, 2]");
+  /* Messages start with the public function's name (docs/api.md, "Naming"). */
+  cr_assert_eq(strncmp(dt_last_error(), "dt_tensor_get: ", 15), 0, "%s", dt_last_error());
+  cr_assert_eq(dt_tensor_set(z, NULL, 1.0), DT_ERR_INVALID);
+  cr_assert_eq(strncmp(dt_last_error(), "dt_tensor_set: index is NULL", 28), 0, "%s",
+               dt_last_error());
   dt_tensor_release(z);
+  /* A 0-d tensor (a loss) takes a NULL index. */
+  dt_tensor *s = NULL;
+  cr_assert_eq(dt_full(0, NULL, 2.5, DT_F32, &s), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_tensor_get(s, NULL, &v), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(v, 2.5);
+  dt_tensor_release(s);
 }
 
 Test(random, slices_equal_the_whole) {

@@ -213,11 +213,14 @@ DT_API dt_status dt_to_device(dt_tensor *t, dt_device device, dt_tensor **out);
 DT_API int dt_tensor_refcount(const dt_tensor *t);
 
 /* Copies t's elements, row-major, converted to double, into out[0..capacity). Handles any
- * strides. DT_ERR_INVALID if capacity < numel; DT_ERR_UNSUPPORTED for a tensor the host
- * cannot read (copy it to the CPU first). The same holds for get, set and format. */
+ * strides. A distributed t gives its local shard (dt_dist_full_tensor first for the whole).
+ * DT_ERR_INVALID if capacity < numel; DT_ERR_UNSUPPORTED for a tensor the host cannot read (copy it
+ * to the CPU first). The same holds for get, set and format. */
 DT_API dt_status dt_tensor_to_doubles(const dt_tensor *t, double *out, int64_t capacity);
-/* Reads one element at a multi-index (ndim entries) as double.
- * Errors: DT_ERR_INVALID (NULL t, index or value), DT_ERR_INDEX (index out of range). */
+/* Reads one element at a multi-index (ndim entries; NULL for a 0-d tensor, e.g. a loss) as
+ * double. A distributed t reads its local shard (dt_dist_to_local's view).
+ * Errors: DT_ERR_INVALID (NULL t or value, NULL index with ndim > 0), DT_ERR_INDEX (index out
+ * of range). */
 DT_API dt_status dt_tensor_get(const dt_tensor *t, const int64_t *index, double *value);
 /* Writes one element at a multi-index, converting from double. Errors as dt_tensor_get. */
 DT_API dt_status dt_tensor_set(dt_tensor *t, const int64_t *index, double value);

@@ -66,8 +66,19 @@ dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params
       return dt__error(DT_ERR_DTYPE, "%s: parameter %d has dtype %s (expected float32)", fn, i,
                        dt_dtype_name(p->dtype));
     }
-    if (!dt_tensor_is_leaf(p) || !dt_tensor_requires_grad(p)) {
-      return dt__error(DT_ERR_INVALID, "%s: parameter %d is not a leaf that requires grad", fn, i);
+    if (!dt_tensor_is_leaf(p)) {
+      return dt__error(DT_ERR_INVALID,
+                       "%s: parameter %d is not a leaf (an op's result): pass the tensor the "
+                       "model holds",
+                       fn, i);
+    }
+    if (!dt_tensor_requires_grad(p)) {
+      return dt__error(DT_ERR_INVALID,
+                       "%s: parameter %d does not require grad (a module's parameters start "
+                       "without: call dt_tensor_set_requires_grad on each, or parallelize the "
+                       "model first with dt_parallel_tp_module, dt_parallel_fsdp or "
+                       "dt_parallel_ddp, which set it)",
+                       fn, i);
     }
     if (dt_tensor_device(p).kind != DT_DEVICE_CPU) {
       char d[64];

@@ -440,7 +440,7 @@ static dt_status check_index(const char *op, const dt_tensor *t, const int64_t *
 }
 
 dt_status dt_tensor_get(const dt_tensor *t, const int64_t *index, double *value) {
-  dt_status st = check_index("tensor_get", t, index);
+  dt_status st = check_index("dt_tensor_get", t, index);
   if (st) return st;
   if (!value) return dt__error(DT_ERR_INVALID, "dt_tensor_get: value is NULL");
   int64_t off = dt__offset_of(index, t->strides, t->ndim);
@@ -450,7 +450,7 @@ dt_status dt_tensor_get(const dt_tensor *t, const int64_t *index, double *value)
 }
 
 dt_status dt_tensor_set(dt_tensor *t, const int64_t *index, double value) {
-  dt_status st = check_index("tensor_set", t, index);
+  dt_status st = check_index("dt_tensor_set", t, index);
   if (st) return st;
   int64_t off = dt__offset_of(index, t->strides, t->ndim);
   t->storage->version++; /* an in-place write, as autograd's saved tensors see it */
