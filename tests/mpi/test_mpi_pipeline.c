@@ -15,34 +15,7 @@
 
 #include "dtensor/dtensor.h"
 #include "mpi_check.h"
-
-#define ROWS 10
-#define IN 6
-#define HIDDEN 8
-#define OUT 3
-#define MAX_PARAMS 16
-
-static dt_status requires_grad(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
-  (void)fqn;
-  (void)user;
-  return is_buffer ? DT_OK : dt_tensor_set_requires_grad(t, true);
-}
-
-/* Linear(6, 8), ReLU, (Linear(8, 8), ReLU) x 3, Linear(8, 3): 9 children. */
-static dt_status build_model(dt_module **out) {
-  dt_module *c[9];
-  int n = 0;
-  dt_status st = dt_nn_linear(IN, HIDDEN, true, 11, &c[n++]);
-  for (int i = 0; i < 3 && !st; i++) {
-    st = dt_nn_relu(&c[n++]);
-    if (!st) st = dt_nn_linear(HIDDEN, HIDDEN, true, 12 + (uint64_t)i, &c[n++]);
-  }
-  if (!st) st = dt_nn_relu(&c[n++]);
-  if (!st) st = dt_nn_linear(HIDDEN, OUT, true, 20, &c[n++]);
-  if (st) return st;
-  st = dt_nn_sequential(n, c, out);
-  return st ? st : dt_module_visit_tensors(*out, requires_grad, NULL);
-}
+#include "pipeline_mlp.h"
 
 static dt_status mse(dt_tensor *y, dt_tensor *target, void *user, dt_tensor **loss) {
   (void)user;
