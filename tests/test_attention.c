@@ -202,7 +202,7 @@ static dt_status dist_rank(dt_comm *world, void *arg) {
   RANK_OK(dt_mesh_create(world, 1, (int[]){2}, (const char *[]){"x"}, &mesh));
   dt_tensor *q = NULL, *k = NULL, *v = NULL, *out = NULL, *want = NULL;
   RANK_OK(dt_randn(4, (int64_t[]){3, 4, 9, 5}, DT_F64, 1, &q));
-  /* As many kv heads as query heads: the rule shards grouped-query heads only by batch. */
+  /* As many kv heads as query heads (grouped-query heads: grouped_query_heads_sharded_by_heads). */
   RANK_OK(dt_randn(4, (int64_t[]){3, 4, 9, 5}, DT_F64, 2, &k));
   RANK_OK(dt_randn(4, (int64_t[]){3, 4, 9, 3}, DT_F64, 3, &v));
   dt_attention_options o = {.is_causal = true};
@@ -264,3 +264,82 @@ static dt_status dist_rank(dt_comm *world, void *arg) {
 }
 
 Test(attention, sharded_by_batch_or_heads_on_2_ranks) { SPAWN_OK(2, dist_rank, NULL); }
+
+/* Grouped-query heads sharded by heads: 6 query heads over 3 kv heads on 3 ranks (2 and 1 per
+ * rank) and 8 over 4 on a 2x2 mesh whose two dims both shard the heads stay sharded on heads
+ * with no collective in the forward, and the output and dq equal the whole tensor's; 6 over 3
+ * on 2 ranks (3 kv heads do not split in 2) is not sharded by heads but still right. */
+typedef struct gqa_case {
+  int mesh_ndim, mesh[2];
+  int64_t H, Hk;
+  bool by_heads; /* expected to run sharded by heads with no collective */
+} gqa_case;
+
+static dt_status gqa_rank(dt_comm *world, void *arg) {
+  const gqa_case *g = arg;
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, g->mesh_ndim, g->mesh, NULL, &mesh));
+  dt_tensor *q = NULL, *k = NULL, *v = NULL, *want = NULL, *lq = NULL, *lo = NULL, *ls = NULL;
+  dt_tensor *lg = NULL;
+  RANK_OK(dt_randn(4, (int64_t[]){2, g->H, 7, 4}, DT_F64, 21, &q));
+  RANK_OK(dt_randn(4, (int64_t[]){2, g->Hk, 7, 4}, DT_F64, 22, &k));
+  RANK_OK(dt_randn(4, (int64_t[]){2, g->Hk, 7, 3}, DT_F64, 23, &v));
+  dt_attention_options o = {.is_causal = true};
+  RANK_OK(dt_scaled_dot_product_attention(q, k, v, NULL, &o, &want, NULL));
+  RANK_OK(dt_clone(q, &lq));
+  RANK_OK(dt_tensor_set_requires_grad(lq, true));
+  RANK_OK(dt_scaled_dot_product_attention(lq, k, v, NULL, &o, &lo, NULL));
+  RANK_OK(dt_sum(lo, &ls));
+  RANK_OK(dt_backward(ls, NULL));
+  RANK_OK(dt_tensor_grad(lq, &lg));
+  dt_placement p[2] = {dt_shard(1), dt_shard(1)};
+  dt_tensor *dq = NULL, *dk = NULL, *dv = NULL, *out = NULL, *full = NULL, *s = NULL;
+  dt_tensor *grad = NULL, *gf = NULL;
+  RANK_OK(dt_dist_distribute_tensor(mesh, q, g->mesh_ndim, p, &dq));
+  RANK_OK(dt_dist_distribute_tensor(mesh, k, g->mesh_ndim, p, &dk));
+  RANK_OK(dt_dist_distribute_tensor(mesh, v, g->mesh_ndim, p, &dv));
+  RANK_OK(dt_tensor_set_requires_grad(dq, true));
+  dt_comm_ledger *ledger = NULL;
+  RANK_OK(dt_comm_ledger_start(&ledger));
+  RANK_OK(dt_scaled_dot_product_attention(dq, dk, dv, NULL, &o, &out, NULL));
+  RANK_OK(dt_comm_ledger_stop(ledger));
+  int64_t moved = dt_comm_ledger_bytes(ledger, NULL);
+  dt_comm_ledger_destroy(ledger);
+  if (g->by_heads) {
+    RANK_CHECK(moved == 0, "H %lld over Hk %lld: the forward moved %lld bytes", (long long)g->H,
+               (long long)g->Hk, (long long)moved);
+    for (int m = 0; m < g->mesh_ndim; m++)
+      RANK_CHECK(dt_dist_placements(out)[m].kind == DT_SHARD && dt_dist_placements(out)[m].dim == 1,
+                 "output not sharded on the heads on mesh dim %d", m);
+  } else {
+    RANK_CHECK(moved > 0, "H %lld over Hk %lld cannot run sharded by heads as it is",
+               (long long)g->H, (long long)g->Hk);
+  }
+  RANK_OK(dt_dist_full_tensor(out, &full));
+  RANK_OK(dt_sum(out, &s));
+  RANK_OK(dt_backward(s, NULL));
+  RANK_OK(dt_tensor_grad(dq, &grad));
+  RANK_OK(dt_dist_full_tensor(grad, &gf));
+  double *a = values_of(full), *b = values_of(want), *ga = values_of(gf), *gb = values_of(lg);
+  dt_status st = DT_OK;
+  for (int64_t i = 0; i < dt_tensor_numel(want) && !st; i++)
+    if (!(fabs(a[i] - b[i]) < 1e-12))
+      st = dt__error(DT_ERR_INTERNAL, "output element %lld", (long long)i);
+  for (int64_t i = 0; i < dt_tensor_numel(lg) && !st; i++)
+    if (!(fabs(ga[i] - gb[i]) < 1e-12))
+      st = dt__error(DT_ERR_INTERNAL, "dq element %lld", (long long)i);
+  free(a), free(b), free(ga), free(gb);
+  dt_tensor *all[] = {q, k, v, want, lq, lo, ls, lg, dq, dk, dv, out, full, s, grad, gf};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) dt_tensor_release(all[i]);
+  dt_mesh_destroy(mesh);
+  return st;
+}
+
+Test(attention, grouped_query_heads_sharded_by_heads) {
+  gqa_case three = {1, {3, 1}, 6, 3, true};
+  SPAWN_OK(3, gqa_rank, &three);
+  gqa_case nested = {2, {2, 2}, 8, 4, true};
+  SPAWN_OK(4, gqa_rank, &nested);
+  gqa_case uneven = {1, {2, 1}, 6, 3, false};
+  SPAWN_OK(2, gqa_rank, &uneven);
+}

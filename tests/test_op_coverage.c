@@ -48,6 +48,15 @@ static const struct {
     {DT_OP_CROSS_ENTROPY_VOCAB_TERMS, "not written yet for CUDA (issue 26's vocabulary-parallel "
                                       "terms have a CPU kernel only)"},
     {DT_OP_CROSS_ENTROPY_VOCAB_TERMS_BACKWARD, "not written yet for CUDA (as the forward)"},
+    {DT_OP_SIN, "not registered for CUDA yet (issue 27's ops have CPU kernels only; the element "
+                "function is in kernels/math/unary.h, untested on a GPU)"},
+    {DT_OP_COS, "not registered for CUDA yet (as sin)"},
+    {DT_OP_TRIL, "not written yet for CUDA (issue 27: CPU kernel only)"},
+    {DT_OP_TRIU, "not written yet for CUDA (issue 27: CPU kernel only)"},
+    {DT_OP_CUMSUM, "not written yet for CUDA (issue 27: CPU kernel only)"},
+    {DT_OP_TOPK, "not written yet for CUDA (issue 27: CPU kernel only)"},
+    {DT_OP_INDEX_SELECT, "not written yet for CUDA (issue 27: CPU kernel only)"},
+    {DT_OP_GATHER, "not written yet for CUDA (issue 27: CPU kernel only)"},
 };
 
 static bool listed_cuda_refused(int op) {
@@ -84,6 +93,9 @@ static const struct {
     {DT_OP_RMS_NORM_BACKWARD_WEIGHT, "not written yet (output of normalized_shape)"},
     {DT_OP_CROSS_ENTROPY_VOCAB_TERMS, "not written yet"},
     {DT_OP_CROSS_ENTROPY_VOCAB_TERMS_BACKWARD, "not written yet"},
+    {DT_OP_TOPK, "k is a constant"},
+    {DT_OP_INDEX_SELECT, "not written yet (the index's length)"},
+    {DT_OP_GATHER, "not written yet (the index's shape)"},
 };
 
 static bool listed_specialized(int op) {
@@ -122,8 +134,8 @@ _Static_assert(sizeof shape_names / sizeof *shape_names == DT_SHAPE_COUNT,
 
 /* The names of the element functions (kernels/elementwise.h), as the ops that apply them
  * begin. */
-static const char *unary_names[] = {"neg",   "abs",  "relu", "exp",  "log",  "sqrt",
-                                    "rsqrt", "gelu", "gelu", "silu", "tanh", "sigmoid"};
+static const char *unary_names[] = {"neg",  "abs",  "relu", "exp",  "log",     "sqrt", "rsqrt",
+                                    "gelu", "gelu", "silu", "tanh", "sigmoid", "sin",  "cos"};
 static const char *binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
                                      "eq",  "ne",  "lt",  "le",  "gt",      "ge"};
 

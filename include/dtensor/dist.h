@@ -198,6 +198,11 @@ DT_API dt_status dt_dist_rand(dt_mesh *mesh, int ndim, const int64_t *shape, dt_
 DT_API dt_status dt_dist_randn(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
                                uint64_t seed, int n_placements, const dt_placement *placements,
                                dt_tensor **out);
+/* dt_arange's 1-D tensor (start, start + step, ... short of end) with the given placements:
+ * each rank computes only its shard's values, the same as the whole tensor's. */
+DT_API dt_status dt_dist_arange(dt_mesh *mesh, double start, double end, double step,
+                                dt_dtype dtype, int n_placements, const dt_placement *placements,
+                                dt_tensor **out);
 
 /* Writes a text table of which ranks hold which block of a 1-D or 2-D distributed tensor.
  * Not collective. Errors: DT_ERR_INVALID (local tensor, ndim > 2, NULL). */

@@ -42,6 +42,9 @@ DT_API dt_status dt_gelu_tanh(dt_tensor *a, dt_tensor **out);
 DT_API dt_status dt_silu(dt_tensor *a, dt_tensor **out);
 DT_API dt_status dt_tanh(dt_tensor *a, dt_tensor **out);
 DT_API dt_status dt_sigmoid(dt_tensor *a, dt_tensor **out);
+/* Sine and cosine (radians); float32 through libm's sinf/cosf, exact argument reduction. */
+DT_API dt_status dt_sin(dt_tensor *a, dt_tensor **out);
+DT_API dt_status dt_cos(dt_tensor *a, dt_tensor **out);
 
 /* ---- Pointwise binary, with broadcasting ---------------------------------------------- */
 /* out = a + alpha * b (dt_add: alpha = 1). */
@@ -198,6 +201,31 @@ DT_API dt_status dt_batch_norm_training(dt_tensor *x, dt_tensor *weight, dt_tens
 DT_API dt_status dt_cat(int n, dt_tensor *const *tensors, int64_t dim, dt_tensor **out);
 /* Stacks n equal-shaped tensors along a new dim. */
 DT_API dt_status dt_stack(int n, dt_tensor *const *tensors, int64_t dim, dt_tensor **out);
+
+/* ---- Index and ordering ops ------------------------------------------------------------ */
+/* tril / triu: a copy of a (at least 2-D, any dtype) with the elements below (triu) or above
+ * (tril) the given diagonal of its last two dims zeroed: tril keeps column - row <= diagonal,
+ * triu column - row >= diagonal. A distributed a keeps any shard, the matrix dims included
+ * (each shard applies the global diagonal). Errors: DT_ERR_SHAPE (fewer than 2 dims). */
+DT_API dt_status dt_tril(dt_tensor *a, int64_t diagonal, dt_tensor **out);
+DT_API dt_status dt_triu(dt_tensor *a, int64_t diagonal, dt_tensor **out);
+/* Running sum along dim; integer and bool inputs give int64, floating inputs keep their dtype
+ * (accumulated in double). A shard of dim is gathered first; other shards stay. */
+DT_API dt_status dt_cumsum(dt_tensor *a, int64_t dim, dt_tensor **out);
+/* The k largest (largest = false: smallest) elements along dim, sorted (ties: the lower
+ * index first; NaN above every number), and their int64 indices; both a's shape with k along
+ * dim. Errors: DT_ERR_INVALID (k outside [0, size of dim], NULL values or indices),
+ * DT_ERR_DTYPE (bool). */
+DT_API dt_status dt_topk(dt_tensor *a, int64_t k, int64_t dim, bool largest, dt_tensor **values,
+                         dt_tensor **indices);
+/* The slices of a along dim at the positions of the 1-D index (int64 or int32): the result has
+ * a's shape with index's length along dim. Errors: DT_ERR_DTYPE, DT_ERR_SHAPE (index not
+ * 1-D), DT_ERR_INDEX (an index outside [0, size of dim), checked before anything is written). */
+DT_API dt_status dt_index_select(dt_tensor *a, int64_t dim, dt_tensor *index, dt_tensor **out);
+/* PyTorch's gather: out[p] = a[p with p[dim] replaced by index[p]] for every position p of
+ * index (int64 or int32, a's number of dims, no larger than a outside dim); out has index's
+ * shape. Errors: as index_select, DT_ERR_SHAPE for an index too large outside dim. */
+DT_API dt_status dt_gather(dt_tensor *a, int64_t dim, dt_tensor *index, dt_tensor **out);
 
 /* ---- Views, reshapes and copies --------------------------------------------------------- */
 /* view: a view with the new shape (one entry may be -1); DT_ERR_SHAPE when the strides

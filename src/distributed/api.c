@@ -492,11 +492,17 @@ dt_status dt_dist_redistribute_explain(const dt_tensor *t, int n_placements,
 
 /* ---- Factories ---------------------------------------------------------------------------- */
 
-typedef enum factory_kind { FACTORY_FULL, FACTORY_UNIFORM, FACTORY_NORMAL } factory_kind;
+typedef enum factory_kind {
+  FACTORY_FULL,
+  FACTORY_UNIFORM,
+  FACTORY_NORMAL,
+  FACTORY_ARANGE
+} factory_kind;
 
 static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int64_t *shape,
                               dt_dtype dtype, factory_kind kind, double value, uint64_t seed,
-                              int n_placements, const dt_placement *placements, dt_tensor **out) {
+                              int n_placements, const dt_placement *placements, dt_tensor **out,
+                              double step) {
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
   dt_status st = check_mesh(op, mesh);
@@ -504,7 +510,7 @@ static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int
   if (st) return st;
   if (!dt__dtype_valid(dtype))
     return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
-  if (kind != FACTORY_FULL && !dt_dtype_is_floating(dtype)) {
+  if ((kind == FACTORY_UNIFORM || kind == FACTORY_NORMAL) && !dt_dtype_is_floating(dtype)) {
     return dt__error(DT_ERR_DTYPE, "%s: needs a floating dtype, got %s", op, dt_dtype_name(dtype));
   }
   dt__dist_init();
@@ -520,8 +526,8 @@ static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int
   for (int m = 0; m < n_placements && kind != FACTORY_FULL; m++) {
     if (norm[m].kind == DT_STRIDED_SHARD) {
       return dt__error(DT_ERR_UNSUPPORTED,
-                       "%s: placement %d is a StridedShard, which random factories do not "
-                       "make; create it Shard or Replicate and redistribute",
+                       "%s: placement %d is a StridedShard, which random and arange factories "
+                       "do not make; create it Shard or Replicate and redistribute",
                        op, m);
     }
   }
@@ -533,6 +539,9 @@ static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int
   dt_tensor *local = NULL;
   if (kind == FACTORY_FULL) {
     st = dt_full(ndim, lshape, value, dtype, &local);
+  } else if (kind == FACTORY_ARANGE) {
+    st = dt__tensor_new(ndim, lshape, dtype, &local);
+    if (!st) dt__arange_fill(local, value, step, offset[0]);
   } else {
     st = dt__tensor_new(ndim, lshape, dtype, &local);
     if (!st) {
@@ -555,28 +564,39 @@ dt_status dt_dist_constant(dt_mesh *mesh, int ndim, const int64_t *shape, double
                            dt_dtype dtype, int n_placements, const dt_placement *placements,
                            dt_tensor **out) {
   return dist_factory("dt_dist_constant", mesh, ndim, shape, dtype, FACTORY_FULL, value, 0,
-                      n_placements, placements, out);
+                      n_placements, placements, out, 0.0);
 }
 dt_status dt_dist_zeros(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
                         int n_placements, const dt_placement *placements, dt_tensor **out) {
   return dist_factory("dt_dist_zeros", mesh, ndim, shape, dtype, FACTORY_FULL, 0.0, 0, n_placements,
-                      placements, out);
+                      placements, out, 0.0);
 }
 dt_status dt_dist_ones(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
                        int n_placements, const dt_placement *placements, dt_tensor **out) {
   return dist_factory("dt_dist_ones", mesh, ndim, shape, dtype, FACTORY_FULL, 1.0, 0, n_placements,
-                      placements, out);
+                      placements, out, 0.0);
 }
 dt_status dt_dist_rand(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype, uint64_t seed,
                        int n_placements, const dt_placement *placements, dt_tensor **out) {
   return dist_factory("dt_dist_rand", mesh, ndim, shape, dtype, FACTORY_UNIFORM, 0.0, seed,
-                      n_placements, placements, out);
+                      n_placements, placements, out, 0.0);
 }
 dt_status dt_dist_randn(dt_mesh *mesh, int ndim, const int64_t *shape, dt_dtype dtype,
                         uint64_t seed, int n_placements, const dt_placement *placements,
                         dt_tensor **out) {
   return dist_factory("dt_dist_randn", mesh, ndim, shape, dtype, FACTORY_NORMAL, 0.0, seed,
-                      n_placements, placements, out);
+                      n_placements, placements, out, 0.0);
+}
+
+dt_status dt_dist_arange(dt_mesh *mesh, double start, double end, double step, dt_dtype dtype,
+                         int n_placements, const dt_placement *placements, dt_tensor **out) {
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_dist_arange: out is NULL");
+  *out = NULL;
+  int64_t n = 0;
+  dt_status st = dt__arange_count("dt_dist_arange", start, end, step, dtype, &n);
+  if (st) return st;
+  return dist_factory("dt_dist_arange", mesh, 1, &n, dtype, FACTORY_ARANGE, start, 0, n_placements,
+                      placements, out, step);
 }
 
 dt_status dt_is_same_size(const dt_tensor *a, const dt_tensor *b, bool *same) {

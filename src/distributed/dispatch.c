@@ -29,6 +29,9 @@ typedef struct op_plan {
   bool shard_geometry;       /* uniform_ takes the global shape and this shard's offset */
   bool row_window; /* input 0's rows sharded (DT_TRAIT_ROW_WINDOW): {row offset, all rows} */
   int64_t window[2];
+  /* tril/triu on a shard of the matrix dims: its row offset minus its column offset, added to
+   * the diagonal so that the shard keeps its part of the global triangle. */
+  int64_t diagonal_shift;
   /* batch_norm_training with its batch sharded on these mesh dims (a bit each): statistics
    * synchronized across them, over sync_count values per channel. */
   uint32_t sync_dims;
@@ -392,6 +395,13 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
       plan->window[1] = w->shape[wd];
     }
   }
+  if (def->rule == DT_RULE_TRIANGLE) {
+    const dt_tensor *x = &a->global[0];
+    int64_t shape[DT_MAX_DIMS], offset[DT_MAX_DIMS];
+    dt__local_region(x->ndim, x->shape, spec->mesh_ndim, mi.size, mi.coord, plan->targets[0], shape,
+                     offset);
+    plan->diagonal_shift = offset[x->ndim - 2] - offset[x->ndim - 1];
+  }
   if (def->rule == DT_RULE_BATCH_NORM_TRAINING) {
     /* A shard of a dim other than the channel dim 1: the statistics span the shards. */
     for (int m = 0; m < spec->mesh_ndim; m++) {
@@ -540,7 +550,7 @@ static dt_status dist_dispatch(dt_op_call *call) {
     }
   }
   if (!plan->any_redistribute && !plan->local_shape_override && !plan->shard_geometry &&
-      !plan->row_window && !plan->sync_dims) {
+      !plan->row_window && !plan->sync_dims && !plan->diagonal_shift) {
     /* The common hit: the shards are the arguments as they are. */
     st = dt__dispatch_local(call);
     if (st) dt__error_prefix("on this rank's shard"); /* value errors: shapes are local */
@@ -576,6 +586,7 @@ static dt_status dist_dispatch(dt_op_call *call) {
       lc.int_list = plan->geometry;
       lc.n_int_list = 2 * a.t[0]->spec->ndim;
     }
+    lc.ints[0] += plan->diagonal_shift;
     if (plan->row_window) {
       /* After the op's own attributes: embedding {offset, rows}, scatter_add {dim, offset,
        * rows}. */

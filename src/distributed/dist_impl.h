@@ -203,6 +203,22 @@ void dt__rule_vocab_terms(const dt_rule_ctx *c, const dt_placement *cur, dt_stra
  * Returns false when the op has no rule (the caller replicates). */
 bool dt__sharding_rule(const dt_rule_ctx *ctx, const dt_placement *current, dt_strategies *s);
 
+/* Helpers the rule files share (distributed/rules_common.c): push adds a candidate (a repeat is
+ * dropped); keep_free_dims offers the shards of argument 0's dims outside `busy` (a bit mask),
+ * the first `alike` arguments placed as argument 0 and the others replicated (`reduces`: a
+ * shard of a free dim gives a Partial(sum)), and Replicate. */
+void dt__rule_push(dt_strategies *s, const dt_placement *in, int n_in, dt_placement out);
+void dt__rule_keep_free_dims(const dt_rule_ctx *c, const dt_placement *cur, uint32_t busy,
+                             int alike, bool reduces, dt_strategies *s);
+/* A Partial that linear ops keep: sum or avg. */
+static inline bool dt__is_linear_partial(dt_placement p) {
+  return p.kind == DT_PARTIAL && (p.op == DT_REDUCE_SUM || p.op == DT_REDUCE_AVG);
+}
+/* The rules of the index ops (distributed/rules_index.c). */
+void dt__rule_triangle(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s);
+void dt__rule_index_select(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s);
+void dt__rule_gather(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s);
+
 /* A cached redistribution plan between two placement tuples of a spec. */
 struct dt_redistribute_plan;
 dt_status dt__redistribute_plan_cached(const dt_dist_spec *from, const dt_placement *to,

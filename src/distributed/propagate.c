@@ -31,6 +31,14 @@ static void nested_split(const dt_propagation *p, const dt_placement *state, int
   }
 }
 
+/* Attention (or its backward) with fewer kv heads than query heads: its rule's head split
+ * relies on the nesting (rules.c, rule_attention). */
+static bool grouped_heads(const dt_propagation *p) {
+  int qi = p->call->op == DT_OP_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD ? 1 : 0;
+  return p->n_args > qi + 1 && p->args[qi] && p->args[qi + 1] && p->args[qi]->ndim == 4 &&
+         p->args[qi + 1]->ndim == 4 && p->args[qi]->shape[1] != p->args[qi + 1]->shape[1];
+}
+
 static dt_redistribute_geometry geometry_of(const dt_propagation *p, int i) {
   const dt_tensor *t = p->args[i];
   return dt__redistribute_geometry(t->ndim, t->shape, t->dtype, p->mesh_ndim, p->mesh_size);
@@ -275,7 +283,8 @@ static dt_status build_candidates(const dt_propagation *p, candidates *c, dt_pro
     if (p->args[i]) g[i] = geometry_of(p, i);
   }
   *choices = 1;
-  c->uses_split = def->rule == DT_RULE_REDUCTION || def->rule == DT_RULE_VIEW;
+  c->uses_split = def->rule == DT_RULE_REDUCTION || def->rule == DT_RULE_VIEW ||
+                  (def->rule == DT_RULE_ATTENTION && grouped_heads(p));
   memset(c->n_memo, 0, sizeof c->n_memo);
   c->any_strided = false;
   for (int m = 0; m < p->mesh_ndim; m++) {

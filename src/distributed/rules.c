@@ -24,16 +24,7 @@ static dt_placement R(void) { return dt_replicate(); }
 static dt_placement S(int d) { return dt_shard(d); }
 
 static void push(dt_strategies *s, const dt_placement *in, int n_in, dt_placement out) {
-  if (s->n >= DT_RULE_MAX_STRATEGIES) return;
-  s->unsharded_before[s->n] = 0;
-  /* A repeated candidate would only make the propagator's joint search longer. */
-  for (int k = 0; k < s->n; k++) {
-    if (dt__placements_equal(1, &s->out[k], &out) && dt__placements_equal(n_in, s->in[k], in))
-      return;
-  }
-  for (int i = 0; i < n_in; i++) s->in[s->n][i] = in[i];
-  s->out[s->n] = out;
-  s->n++;
+  dt__rule_push(s, in, n_in, out);
 }
 
 /* push, for a strategy that relies on argument 0's placements on the earlier mesh dims. */
@@ -62,9 +53,7 @@ static void push_replicated(dt_strategies *s, int n_args) {
 /* A Partial that an op linear in its argument keeps: sum or avg. Linear ops keep it when every
  * Partial argument of the strategy has the same one (sum_r f(x_r) = f(sum_r x_r), and alike
  * for the mean); the two never mix, and a contraction's partial products are a Partial(sum). */
-static bool is_linear_partial(dt_placement p) {
-  return p.kind == DT_PARTIAL && (p.op == DT_REDUCE_SUM || p.op == DT_REDUCE_AVG);
-}
+static bool is_linear_partial(dt_placement p) { return dt__is_linear_partial(p); }
 
 static bool is_order_partial(dt_placement p) {
   return p.kind == DT_PARTIAL && (p.op == DT_REDUCE_MAX || p.op == DT_REDUCE_MIN);
@@ -352,30 +341,6 @@ static void rule_linear(const dt_rule_ctx *c, const dt_placement *cur, dt_strate
 
 /* ---- NN ops -----------------------------------------------------------------------------------
  */
-
-/* The op works along `busy` dims (a bit mask of input 0's dims); other dims may stay sharded.
- * The first `alike` arguments (a backward's gradient and saved tensor) take input 0's
- * placement; the others (weights) are replicated. `reduces`: the op sums over the free dims
- * (a normalization's affine gradients), so a shard of one gives a Partial(sum). */
-static void rule_keep_free_dims(const dt_rule_ctx *c, const dt_placement *cur, uint32_t busy,
-                                int alike, bool reduces, dt_strategies *s) {
-  dt_placement in[DT_DIST_MAX_ARGS];
-  bool keeps = cur[0].kind == DT_SHARD && !(busy & (1u << cur[0].dim));
-  for (int i = 0; i < c->n_args; i++) in[i] = keeps && i < alike ? cur[0] : R();
-  if (keeps) push(s, in, c->n_args, reduces ? dt_partial(DT_REDUCE_SUM) : cur[0]);
-  for (int i = 0; i < alike; i++) in[i] = R();
-  /* Replicate (first unless a shard is kept, so that it wins ties). Then a dim the op leaves
-   * alone: on an idle mesh dim a local slice; from a Partial a reduce_scatter in place of an
-   * all_reduce, from a shard of a busy dim an all_to_all in place of a gather: either leaves a
-   * smaller buffer for what the other mesh dims move (layer_norm of [P, S(normalized)] on 2x2:
-   * reduce-scatter to S(0), then gather half). */
-  push(s, in, c->n_args, R());
-  for (int d = 0; d < c->args[0]->ndim && !keeps && !reduces; d++) {
-    if ((busy & (1u << d)) || c->args[0]->shape[d] < 2) continue;
-    for (int i = 0; i < alike; i++) in[i] = S(d);
-    push(s, in, c->n_args, S(d));
-  }
-}
 
 /* batch_norm and batch_norm_training work per channel (dim 1 of x), and so may keep any dim of
  * x sharded. The channel dim: the per-channel arguments (running statistics, weight, bias, all
@@ -689,10 +654,14 @@ static void rule_view(const dt_rule_ctx *c, const dt_placement *cur, dt_strategi
 }
 
 /* scaled_dot_product_attention and its backward: the batch (dim 0) or the heads (dim 1) of
- * every argument together; the heads only when there are as many kv heads as query heads
- * (grouped-query heads split alike only for some nestings of mesh dims, which one mesh dim's
- * rule cannot see: the caller repeats the kv heads first to shard by heads). A mask is sharded
- * on the same dim when it has it (size > 1), else replicated. */
+ * every argument together. With as many kv heads as query heads any split of the heads works
+ * (both chunk alike). Grouped-query heads (H query heads over Hk kv heads) shard by heads when
+ * both counts divide into the pieces the head dim is cut into (ctx->split, nesting included):
+ * then every rank's query heads [r H/n, (r+1) H/n) read exactly its kv heads
+ * [r Hk/n, (r+1) Hk/n), the groups stay whole and the local kernel's grouping is the global
+ * one; the propagator keeps only final choices whose nesting divides that split (splits_hold).
+ * Otherwise the heads are not offered. A mask is sharded on the same dim when it has it
+ * (size > 1), else replicated. */
 static void rule_attention(const dt_rule_ctx *c, dt_strategies *s) {
   bool backward = c->call->op == DT_OP_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD;
   int qi = backward ? 1 : 0, mi = backward ? 4 : 3;
@@ -700,7 +669,9 @@ static void rule_attention(const dt_rule_ctx *c, dt_strategies *s) {
   const dt_tensor *m = mi < c->n_args ? c->args[mi] : NULL;
   dt_placement in[DT_DIST_MAX_ARGS];
   for (int dim = 0; dim < 2; dim++) {
-    if (dim == 1 && q->shape[1] != k->shape[1]) continue;
+    if (dim == 1 && q->shape[1] != k->shape[1] &&
+        (c->split[1] < 1 || q->shape[1] % c->split[1] != 0 || k->shape[1] % c->split[1] != 0))
+      continue;
     for (int i = 0; i < c->n_args; i++) in[i] = c->args[i] ? S(dim) : R();
     if (m) {
       int md = dim - (4 - m->ndim);
@@ -731,15 +702,15 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
   case DT_RULE_LINEAR: rule_linear(c, cur, s); return true;
   case DT_RULE_SOFTMAX:
   case DT_RULE_SOFTMAX_BACKWARD:
-    rule_keep_free_dims(c, cur, 1u << call->ints[0], rule == DT_RULE_SOFTMAX ? 1 : 2, false, s);
+    dt__rule_keep_free_dims(c, cur, 1u << call->ints[0], rule == DT_RULE_SOFTMAX ? 1 : 2, false, s);
     return true;
   case DT_RULE_LAYER_NORM:
   case DT_RULE_NORM_BACKWARD:
   case DT_RULE_NORM_AFFINE_GRAD: {
     uint32_t busy = 0;
     for (int i = 0; i < call->n_ints; i++) busy |= 1u << (a->ndim - 1 - i);
-    rule_keep_free_dims(c, cur, busy, rule == DT_RULE_LAYER_NORM ? 1 : 2,
-                        rule == DT_RULE_NORM_AFFINE_GRAD, s);
+    dt__rule_keep_free_dims(c, cur, busy, rule == DT_RULE_LAYER_NORM ? 1 : 2,
+                            rule == DT_RULE_NORM_AFFINE_GRAD, s);
     return true;
   }
   case DT_RULE_BATCH_NORM:
@@ -786,6 +757,17 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
     rule_dim_map(c, cur, map, false, s);
     return true;
   }
+  case DT_RULE_TRIANGLE: dt__rule_triangle(c, cur, s); return true;
+  case DT_RULE_SCAN:
+    if (dt__is_linear_partial(cur[0]) && dt_dtype_is_floating(c->out[0].dtype))
+      push(s, cur, 1, cur[0]); /* a running sum is linear */
+    dt__rule_keep_free_dims(c, cur, 1u << call->ints[0], 1, false, s);
+    return true;
+  case DT_RULE_ALONG_DIM:
+    dt__rule_keep_free_dims(c, cur, 1u << call->ints[1], 1, false, s);
+    return true;
+  case DT_RULE_INDEX_SELECT: dt__rule_index_select(c, cur, s); return true;
+  case DT_RULE_GATHER: dt__rule_gather(c, cur, s); return true;
   case DT_RULE_REPLICATE: break;
   }
   return false;

@@ -20,6 +20,8 @@ typedef enum dt_unary_op {
   DT_UNARY_SILU,
   DT_UNARY_TANH,
   DT_UNARY_SIGMOID,
+  DT_UNARY_SIN,
+  DT_UNARY_COS,
 } dt_unary_op;
 
 /* Binary arithmetic and comparisons (comparisons last: dt_binary_op >= DT_BINARY_EQ). */

@@ -64,9 +64,14 @@ typedef enum dt_rule_family {
   DT_RULE_SELECT,
   DT_RULE_SLICE, /* narrow, slice, split, chunk: the sliced dim must be whole */
   DT_RULE_EXPAND,
-  DT_RULE_ROWS,        /* the losses: all arguments and the output sharded on dim 0 together */
-  DT_RULE_VOCAB_TERMS, /* cross-entropy terms of a shard of classes: Partial(sum), or rows */
-  DT_RULE_ATTENTION,   /* attention: batch or heads of every argument together */
+  DT_RULE_ROWS,         /* the losses: all arguments and the output sharded on dim 0 together */
+  DT_RULE_VOCAB_TERMS,  /* cross-entropy terms of a shard of classes: Partial(sum), or rows */
+  DT_RULE_ATTENTION,    /* attention: batch or heads of every argument together */
+  DT_RULE_TRIANGLE,     /* tril/triu: any shard (the diagonal shifted per shard), linear Partials */
+  DT_RULE_SCAN,         /* cumsum: any shard but the scanned dim, linear Partials */
+  DT_RULE_ALONG_DIM,    /* topk: any shard but the dim it works along */
+  DT_RULE_INDEX_SELECT, /* self's shards off dim; the index's shard becomes dim's */
+  DT_RULE_GATHER,       /* self and index sharded alike off dim; the index's along dim */
 } dt_rule_family;
 
 /* The symbolic shape rule of an op (the list's shape column): how compile's tracer

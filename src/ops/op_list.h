@@ -68,6 +68,10 @@
   X(SIGMOID, "sigmoid", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME,            \
     DT_UNARY_SIGMOID, DT_TRAIT_MONOTONE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(sigmoid),                \
     "sigmoid(Tensor self) -> Tensor")                                                              \
+  X(SIN, "sin", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_SIN, 0,   \
+    BACKWARD(sin), "sin(Tensor self) -> Tensor")                                                   \
+  X(COS, "cos", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_COS, 0,   \
+    BACKWARD(cos), "cos(Tensor self) -> Tensor")                                                   \
   X(ADD, "add.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,      \
     DT_BINARY_ADD, DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(add),                             \
     "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")                          \
@@ -306,6 +310,30 @@
   X(STACK, "stack", COMPUTE, 0, dt__infer_stack, dt__kernel_stack, STACK, STACK, NO_FUNC,          \
     DT_TRAIT_TENSOR_LIST, BACKWARD(stack), "stack(Tensor[] tensors, int dim=0) -> Tensor")
 
+/* Index and ordering ops (the Hugging Face models, issue 27). tril/triu: ints[0] = diagonal
+ * (the distributed dispatch shifts it by a shard's offsets in the two matrix dims); cumsum:
+ * ints[0] = dim, integer and bool inputs give int64; topk: ints {k, dim, largest}, always
+ * sorted, outputs {values, indices}; index_select: {self, index (1-D)}, ints[0] = dim;
+ * gather: {self, index (self's number of dims)}, ints[0] = dim. */
+#define DT_OPS_INDEX(X)                                                                            \
+  X(TRIL, "tril", COMPUTE, 1, dt__infer_triangle, dt__kernel_triangle, TRIANGLE, SAME, NO_FUNC, 0, \
+    BACKWARD(triangle), "tril(Tensor self, int diagonal=0) -> Tensor")                             \
+  X(TRIU, "triu", COMPUTE, 1, dt__infer_triangle, dt__kernel_triangle, TRIANGLE, SAME, NO_FUNC, 0, \
+    BACKWARD(triangle), "triu(Tensor self, int diagonal=0) -> Tensor")                             \
+  X(CUMSUM, "cumsum", COMPUTE, 1, dt__infer_cumsum, dt__kernel_cumsum, SCAN, SAME, NO_FUNC, 0,     \
+    BACKWARD(cumsum), "cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor")         \
+  X(TOPK, "topk", COMPUTE, 1, dt__infer_topk, dt__kernel_topk, ALONG_DIM, SPECIALIZE, NO_FUNC,     \
+    DT_TRAIT_TUPLE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(topk),                                        \
+    "topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor "     \
+    "values, Tensor indices)")                                                                     \
+  X(INDEX_SELECT, "index_select", COMPUTE, 2, dt__infer_index_select, dt__kernel_index_select,     \
+    INDEX_SELECT, SPECIALIZE, NO_FUNC, 0, BACKWARD(index_select),                                  \
+    "index_select(Tensor self, int dim, Tensor index) -> Tensor")                                  \
+  X(GATHER, "gather", COMPUTE, 2, dt__infer_gather, dt__kernel_gather, GATHER, SPECIALIZE,         \
+    NO_FUNC, 0, BACKWARD(gather),                                                                  \
+    "gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> "                    \
+    "Tensor")
+
 /* Views, reshapes, copies and conversions. */
 #define DT_OPS_VIEW(X)                                                                             \
   X(TRANSPOSE, "transpose.int", VIEW, 1, dt__infer_transpose, dt__kernel_transpose, TRANSPOSE,     \
@@ -417,6 +445,7 @@
   DT_OPS_REDUCTION(X)                                                                              \
   DT_OPS_MATRIX(X)                                                                                 \
   DT_OPS_NN(X)                                                                                     \
+  DT_OPS_INDEX(X)                                                                                  \
   DT_OPS_VIEW(X)                                                                                   \
   DT_OPS_FACTORY(X)                                                                                \
   DT_OPS_LOSS(X)

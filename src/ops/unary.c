@@ -83,3 +83,5 @@ dt_status dt_gelu_tanh(dt_tensor *a, dt_tensor **out) {
 dt_status dt_silu(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_SILU, 0, a, out); }
 dt_status dt_tanh(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_TANH, 0, a, out); }
 dt_status dt_sigmoid(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_SIGMOID, 0, a, out); }
+dt_status dt_sin(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_SIN, 0, a, out); }
+dt_status dt_cos(dt_tensor *a, dt_tensor **out) { return unary(DT_OP_COS, 0, a, out); }

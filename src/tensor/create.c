@@ -87,29 +87,40 @@ dt_status dt_ones(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **ou
   return full_named("ones", ndim, shape, 1.0, dtype, out);
 }
 
-dt_status dt_arange(double start, double end, double step, dt_dtype dtype, dt_tensor **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "dt_arange: out is NULL");
-  *out = NULL;
+dt_status dt__arange_count(const char *op, double start, double end, double step, dt_dtype dtype,
+                           int64_t *n) {
   if (!dt__dtype_valid(dtype))
-    return dt__error(DT_ERR_DTYPE, "dt_arange: invalid dtype %d", (int)dtype);
+    return dt__error(DT_ERR_DTYPE, "%s: invalid dtype %d", op, (int)dtype);
   if (step == 0.0 || !isfinite(start) || !isfinite(end) || !isfinite(step)) {
-    return dt__error(DT_ERR_INVALID,
-                     "dt_arange: start %g, end %g, step %g must be finite with step != 0", start,
-                     end, step);
+    return dt__error(DT_ERR_INVALID, "%s: start %g, end %g, step %g must be finite with step != 0",
+                     op, start, end, step);
   }
   if ((step > 0 && end < start) || (step < 0 && end > start)) {
-    return dt__error(DT_ERR_INVALID, "dt_arange: step %g does not lead from %g to %g", step, start,
+    return dt__error(DT_ERR_INVALID, "%s: step %g does not lead from %g to %g", op, step, start,
                      end);
   }
   double count = ceil((end - start) / step);
-  if (count > 1e15) return dt__error(DT_ERR_INVALID, "dt_arange: %g elements is too many", count);
-  int64_t n = (int64_t)count;
-  dt_status st = dt__tensor_new(1, &n, dtype, out);
-  if (st) return st;
-  char *p = dt__tensor_base(*out);
-  size_t esize = dt__dtype_sizes[dtype];
+  if (count > 1e15) return dt__error(DT_ERR_INVALID, "%s: %g elements is too many", op, count);
+  *n = (int64_t)count;
+  return DT_OK;
+}
+
+void dt__arange_fill(dt_tensor *t, double start, double step, int64_t first) {
+  char *p = dt__tensor_base(t);
+  size_t esize = dt__dtype_sizes[t->dtype];
+  int64_t n = t->shape[0];
   for (int64_t i = 0; i < n; i++)
-    dt__store_from_double(dtype, p + i * (int64_t)esize, start + (double)i * step);
+    dt__store_from_double(t->dtype, p + i * (int64_t)esize, start + (double)(first + i) * step);
+}
+
+dt_status dt_arange(double start, double end, double step, dt_dtype dtype, dt_tensor **out) {
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_arange: out is NULL");
+  *out = NULL;
+  int64_t n = 0;
+  dt_status st = dt__arange_count("dt_arange", start, end, step, dtype, &n);
+  if (!st) st = dt__tensor_new(1, &n, dtype, out);
+  if (st) return st;
+  dt__arange_fill(*out, start, step, 0);
   return DT_OK;
 }
 

@@ -114,6 +114,12 @@ dt_status dt__check_create(const char *op, int ndim, const int64_t *shape, dt_dt
  * allow_scalar). Returns DT_ERR_INVALID with a message naming op and dim otherwise. */
 dt_status dt__normalize_dim(const char *op, int64_t dim, int ndim, int *out);
 
+/* dt_arange's element count for (start, end, step), checked (messages name op). */
+dt_status dt__arange_count(const char *op, double start, double end, double step, dt_dtype dtype,
+                           int64_t *n);
+/* Fills the contiguous 1-D t with start + (first + i) * step: elements first.. of an arange. */
+void dt__arange_fill(dt_tensor *t, double start, double step, int64_t first);
+
 /* A new contiguous tensor with uninitialised contents. */
 dt_status dt__tensor_new(int ndim, const int64_t *shape, dt_dtype dtype, dt_tensor **out);
 

@@ -8,7 +8,9 @@
  * (kernels/math/vmath.h: range reduction plus short polynomials, a few ulp, documented and
  * tested there) written without branches, so that gcc -O3 vectorizes the contiguous loops;
  * libm's expf/logf/erfcf are scalar calls. sqrt and rsqrt stay libm calls: without
- * -fno-math-errno gcc cannot vectorize sqrtf.
+ * -fno-math-errno gcc cannot vectorize sqrtf. sin and cos are libm's sinf/cosf (float32) and
+ * sin/cos (float64): correctly reduced for any argument, as rotary tables need at large
+ * positions.
  */
 #include <math.h>
 
@@ -39,6 +41,8 @@ DT_UNARY_F32_FN(gelu_tanh_loop, dt__gelu_tanh_f32)
 DT_UNARY_F32_FN(silu_loop, dt__silu_f32)
 DT_UNARY_F32_FN(tanh_loop, dt__tanh_f32)
 DT_UNARY_F32_FN(sigmoid_loop, dt__sigmoid_f32)
+DT_UNARY_F32_FN(sin_loop, sinf)
+DT_UNARY_F32_FN(cos_loop, cosf)
 
 static void contiguous_f32(dt_unary_op op, const float *a, float *o, int64_t n) {
   switch (op) {
@@ -54,6 +58,8 @@ static void contiguous_f32(dt_unary_op op, const float *a, float *o, int64_t n) 
   case DT_UNARY_SILU: silu_loop(a, o, n); return;
   case DT_UNARY_TANH: tanh_loop(a, o, n); return;
   case DT_UNARY_SIGMOID: sigmoid_loop(a, o, n); return;
+  case DT_UNARY_SIN: sin_loop(a, o, n); return;
+  case DT_UNARY_COS: cos_loop(a, o, n); return;
   }
 }
 

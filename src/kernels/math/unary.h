@@ -3,6 +3,7 @@
  * gelu_backward, written once for the CPU and CUDA (core/host_device.h):
  *   float32 (and bfloat16 / float16, computed in float32): kernels/math/vmath.h's
  *     approximations for exp, log, tanh and the normal CDF; sqrt and rsqrt correctly rounded;
+ *     sin and cos the math library's sinf/cosf (exact argument reduction at any angle);
  *   float64: the math library's functions;
  *   integers (neg, abs, relu only): int64, wrapping in two's complement like PyTorch.
  * The CPU's contiguous float32 loops apply these same functions (kernels/cpu/unary.c), so a
@@ -51,6 +52,8 @@ static inline DT_HOST_DEVICE float dt__unary_f32(dt_unary_op op, float x) {
   case DT_UNARY_SILU: return dt__silu_f32(x);
   case DT_UNARY_TANH: return dt__tanh_f32(x);
   case DT_UNARY_SIGMOID: return dt__sigmoid_f32(x);
+  case DT_UNARY_SIN: return sinf(x);
+  case DT_UNARY_COS: return cosf(x);
   }
   return x;
 }
@@ -72,6 +75,8 @@ static inline DT_HOST_DEVICE double dt__unary_f64(dt_unary_op op, double x) {
   case DT_UNARY_SILU: return x / (1.0 + exp(-x));
   case DT_UNARY_TANH: return tanh(x);
   case DT_UNARY_SIGMOID: return 1.0 / (1.0 + exp(-x));
+  case DT_UNARY_SIN: return sin(x);
+  case DT_UNARY_COS: return cos(x);
   }
   return x;
 }
