@@ -16,10 +16,32 @@ typedef struct ref_cfg {
   int64_t V, D, I, L, H, KV, hd, P;
   double eps, theta;
   bool tied;
+  /* Llama 3 rope_scaling (factor 0: none): factor, low_freq_factor, high_freq_factor,
+   * original_max_position_embeddings. */
+  double rope_factor, rope_low, rope_high;
+  int64_t rope_original;
 } ref_cfg;
 
-static const ref_cfg REF_LLAMA = {true, 37, 22, 17, 2, 6, 3, 4, 40, 1e-5, 500.0, false};
-static const ref_cfg REF_GPT2 = {false, 29, 18, 72, 2, 3, 3, 6, 40, 1e-5, 0, true};
+static const ref_cfg REF_LLAMA = {true, 37, 22, 17, 2, 6, 3, 4, 40, 1e-5, 500.0, false, 0, 0, 0, 0};
+static const ref_cfg REF_GPT2 = {false, 29, 18, 72, 2, 3, 3, 6, 40, 1e-5, 0, true, 0, 0, 0, 0};
+/* Llama 3 scaling over head_dim 8 (wavelengths 6.3, 29.7, 140, 664 against the bands 25 and
+ * 100: one frequency of each kind) and max_position_embeddings 1e9, which rotary tables for
+ * every position could not hold. */
+static const ref_cfg REF_LLAMA3 = {true,       37,   22,    17,    2,   6,   3,   8,
+                                   1000000000, 1e-5, 500.0, false, 8.0, 1.0, 4.0, 100};
+
+/* The rotary inverse frequency i of a Llama (transformers' formulas, in double). */
+static double ref_inv_freq(const ref_cfg *c, int64_t i) {
+  double inv = pow(c->theta, -2.0 * (double)i / (double)c->hd);
+  if (c->rope_factor <= 0) return inv;
+  double wavelen = 2 * 3.14159265358979323846 / inv;
+  double low_wl = (double)c->rope_original / c->rope_low;
+  double high_wl = (double)c->rope_original / c->rope_high;
+  if (wavelen < high_wl) return inv;
+  if (wavelen > low_wl) return inv / c->rope_factor;
+  double smooth = ((double)c->rope_original / wavelen - c->rope_low) / (c->rope_high - c->rope_low);
+  return (1 - smooth) * inv / c->rope_factor + smooth * inv;
+}
 
 typedef struct ref_weights {
   int n;
@@ -117,9 +139,17 @@ static dt_status ref_write(const ref_cfg *c, const ref_weights *w, const char *d
             "\"num_hidden_layers\": %lld, \"num_attention_heads\": %lld, "
             "\"num_key_value_heads\": %lld, \"head_dim\": %lld, \"max_position_embeddings\": %lld, "
             "\"rms_norm_eps\": %g, \"rope_theta\": %g, \"hidden_act\": \"silu\", "
-            "\"tie_word_embeddings\": false, \"eos_token_id\": 2}\n",
+            "\"tie_word_embeddings\": false, \"eos_token_id\": 2",
             (long long)c->V, (long long)c->D, (long long)c->I, (long long)c->L, (long long)c->H,
             (long long)c->KV, (long long)c->hd, (long long)c->P, c->eps, c->theta);
+  if (c->llama && c->rope_factor > 0)
+    fprintf(f,
+            ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": %g, "
+            "\"low_freq_factor\": %g, \"high_freq_factor\": %g, "
+            "\"original_max_position_embeddings\": %lld}",
+            c->rope_factor, c->rope_low, c->rope_high, (long long)c->rope_original);
+  if (c->llama)
+    fprintf(f, "}\n");
   else
     fprintf(f,
             "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", "
@@ -200,7 +230,7 @@ static void ref_forward(const ref_cfg *c, const ref_weights *w, const int64_t *i
         for (int64_t hh = 0; hh < c->H + c->KV; hh++) {
           double *r = hh < c->H ? q + t * Q + hh * hd : k + t * K + (hh - c->H) * hd;
           for (int64_t i = 0; i < hd / 2; i++) {
-            double ang = (double)t * pow(c->theta, -2.0 * (double)i / (double)hd);
+            double ang = (double)t * ref_inv_freq(c, i);
             double x1 = r[i], x2 = r[i + hd / 2];
             r[i] = x1 * cos(ang) - x2 * sin(ang);
             r[i + hd / 2] = x2 * cos(ang) + x1 * sin(ang);

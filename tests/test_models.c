@@ -368,6 +368,10 @@ static void own_run(const ref_cfg *c, int world) {
 Test(models, own_llama_odd_sizes_6_heads_on_4_ranks, .timeout = 120) { own_run(&REF_LLAMA, 4); }
 Test(models, own_gpt2_odd_sizes_3_heads_on_4_ranks, .timeout = 120) { own_run(&REF_GPT2, 4); }
 
+/* Llama 3 rope scaling (a frequency in each band) against the naive loops' own formula, with
+ * max_position_embeddings 1e9: the rotary tables cover only the positions a forward uses. */
+Test(models, own_llama3_rope_scaling_1e9_positions, .timeout = 120) { own_run(&REF_LLAMA3, 4); }
+
 /* Saved on TP 2 in Hugging Face's layout, reloaded on 1 rank: the same logits as the naive
  * loops on the original weights (GPT-2's c_attn is joined back). */
 static void save_reload(const ref_cfg *c) {
@@ -485,4 +489,64 @@ Test(models, forward_and_generate_refuse_bad_arguments) {
   cr_assert_eq(dt_hf_model_loss(m, ids, NULL), DT_ERR_INVALID);
   dt_tensor_release(ids), dt_tensor_release(f);
   dt_hf_model_destroy(m);
+}
+
+/* eos_token_id as a list (Llama 3): generation stops after any of them. */
+static void replace_eos(const char *dir, const char *eos) {
+  char path[512], text[4096];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f);
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  char *at = strstr(text, "\"eos_token_id\": 2");
+  cr_assert_not_null(at);
+  char out[4200];
+  snprintf(out, sizeof out, "%.*s\"eos_token_id\": %s%s", (int)(at - text), text, eos,
+           at + strlen("\"eos_token_id\": 2"));
+  write_text(dir, "config.json", out);
+}
+
+Test(models, eos_token_id_list_stops_at_any, .timeout = 60) {
+  own_case oc = {0};
+  own_setup(&oc, &REF_LLAMA, 31);
+  dt_hf_model *m = NULL;
+  int64_t prompt[4] = {5, 1, 4, 2}, full[16], n_full = 0, out[16], n_out = 0;
+  cr_assert_eq(dt_hf_model_load(oc.dir, NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_hf_generate(m, prompt, 4, 9, NULL, full, &n_full, NULL, NULL), DT_OK);
+  dt_hf_model_destroy(m);
+  /* The first generated token after the second that is new: generation must stop there. */
+  int64_t j = -1;
+  for (int64_t k = 5; k < n_full && j < 0; k++) {
+    bool seen = false;
+    for (int64_t i = 4; i < k; i++) seen |= full[i] == full[k];
+    if (!seen) j = k;
+  }
+  cr_assert_geq(j, 0, "no new token among the generated ones");
+  int64_t unused = 0;
+  for (bool hit = true; hit; unused++) {
+    hit = false;
+    for (int64_t i = 4; i < n_full; i++) hit |= full[i] == unused;
+    if (!hit) break;
+  }
+  char eos[64];
+  snprintf(eos, sizeof eos, "[%lld, %lld]", (long long)unused, (long long)full[j]);
+  replace_eos(oc.dir, eos);
+  cr_assert_eq(dt_hf_model_load(oc.dir, NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  const dt_hf_config *c = dt_hf_model_config(m);
+  cr_assert(c->n_eos_token_ids == 2 && c->eos_token_ids[0] == unused &&
+            c->eos_token_ids[1] == full[j] && c->eos_token_id == unused);
+  dt_hf_sampling s = {.use_eos = true};
+  cr_assert_eq(dt_hf_generate(m, prompt, 4, 9, &s, out, &n_out, NULL, NULL), DT_OK);
+  cr_assert_eq(n_out, j + 1, "stopped after %lld ids, expected %lld (%s)", (long long)n_out,
+               (long long)(j + 1), eos);
+  for (int64_t i = 0; i < n_out; i++) cr_assert_eq(out[i], full[i], "id %lld", (long long)i);
+  dt_hf_model_destroy(m);
+  /* A list longer than DT_HF_MAX_EOS is refused by name. */
+  cr_assert_eq(ref_write(oc.cfg, &oc.w, oc.dir), DT_OK);
+  replace_eos(oc.dir, "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]");
+  expect_load_error(oc.dir, DT_ERR_INVALID, (const char *const[]){"config.json", "eos_token_id"},
+                    2);
+  own_teardown(&oc);
 }

@@ -41,6 +41,9 @@ typedef enum dt_hf_arch {
 } dt_hf_arch;
 
 /* The facts of config.json the model uses (GPT-2's n_embd, n_layer, ... under Llama's names). */
+/* The most end-of-sequence ids config.json's eos_token_id list may hold. */
+#define DT_HF_MAX_EOS 16
+
 typedef struct dt_hf_config {
   dt_hf_arch arch;
   int64_t vocab_size;
@@ -62,7 +65,10 @@ typedef struct dt_hf_config {
   bool attention_bias;  /* Llama: q/k/v/o biases */
   bool mlp_bias;        /* Llama: gate/up/down biases */
   int64_t bos_token_id; /* -1 when absent */
-  int64_t eos_token_id; /* -1 when absent */
+  int64_t eos_token_id; /* -1 when absent; the first of a list */
+  /* Every end-of-sequence id: eos_token_id as a list (Llama 3 has several) or the one id. */
+  int n_eos_token_ids;
+  int64_t eos_token_ids[DT_HF_MAX_EOS];
 } dt_hf_config;
 
 /* Which mesh dims carry which parallelism, by the mesh's dim names; NULL: none. A zero plan
@@ -84,7 +90,8 @@ typedef struct dt_hf_model dt_hf_model;
  * architecture other than the two, a rope type other than default/llama3, an activation
  * other than SiLU / GELU-tanh: the message names config.json and the value; built without
  * cJSON), DT_ERR_INVALID (a config field missing or out of range (an integer must lie in
- * [0, 4e15], heads x head_dim too), a tensor missing from the
+ * [0, 4e15], heads x head_dim too; an eos_token_id list longer than DT_HF_MAX_EOS), a tensor
+ * missing from the
  * checkpoint, or with a shape that disagrees with config.json: the message names the file,
  * the tensor and both shapes), the errors of dt_safetensors_open. */
 DT_API dt_status dt_hf_model_load(const char *dir, dt_mesh *mesh, const dt_hf_plan *plan,
@@ -139,7 +146,7 @@ typedef struct dt_hf_sampling {
   double top_p;       /* in (0, 1): the smallest set whose probability reaches p; 0 or 1: all */
   uint64_t seed;      /* the draws come from Philox (seed, step): the same on every rank and mesh */
   int64_t stop_token; /* > 0: stop after generating it; 0 or -1: never (use_eos: eos) */
-  bool use_eos;       /* stop at config eos_token_id */
+  bool use_eos;       /* stop after any of config's eos_token_ids */
 } dt_hf_sampling;
 
 /* Generates max_new tokens after prompt (n_prompt ids) with a KV cache: one forward over the

@@ -232,6 +232,31 @@ static dt_status parse_gpt2(const cJSON *root, const char *path, dt_hf_config *c
   return DT_OK;
 }
 
+/* eos_token_id: one id, or a list of them (Llama 3: generation stops at any). */
+static dt_status parse_eos(const cJSON *root, const char *path, dt_hf_config *cfg) {
+  const cJSON *eos = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+  cfg->n_eos_token_ids = 0;
+  if (!cJSON_IsArray(eos)) {
+    dt_status st = get_int(root, "eos_token_id", -1, 0, path, &cfg->eos_token_id);
+    if (!st && cfg->eos_token_id >= 0)
+      cfg->eos_token_ids[cfg->n_eos_token_ids++] = cfg->eos_token_id;
+    return st;
+  }
+  int n = cJSON_GetArraySize(eos);
+  if (n > DT_HF_MAX_EOS)
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: \"eos_token_id\" lists %d ids, more than %d", path, n,
+                     DT_HF_MAX_EOS);
+  for (int i = 0; i < n; i++) {
+    dt_status st =
+        int_value(cJSON_GetArrayItem(eos, i), "eos_token_id", 0, path, &cfg->eos_token_ids[i]);
+    if (st) return st;
+  }
+  cfg->n_eos_token_ids = n;
+  cfg->eos_token_id = n > 0 ? cfg->eos_token_ids[0] : -1;
+  return DT_OK;
+}
+
 dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cJSON *root = cJSON_Parse(text);
@@ -260,15 +285,7 @@ dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *
                    path, arch ? arch : "?", type ? type : "?");
   }
   if (!st) st = get_int(root, "bos_token_id", -1, 0, path, &cfg->bos_token_id);
-  if (!st) {
-    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
-    if (cJSON_IsArray(eos) && cJSON_GetArraySize(eos) > 0) {
-      /* A list of ids (Llama 3): generation stops at the first. */
-      st = int_value(cJSON_GetArrayItem(eos, 0), "eos_token_id", 0, path, &cfg->eos_token_id);
-    } else {
-      st = get_int(root, "eos_token_id", -1, 0, path, &cfg->eos_token_id);
-    }
-  }
+  if (!st) st = parse_eos(root, path, cfg);
   cJSON_Delete(root);
   return st;
 }

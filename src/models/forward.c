@@ -48,7 +48,8 @@ typedef struct fwd {
   dt_hf_model *m;
   tape *tp;
   int64_t B, T, past;
-  dt_tensor *mask; /* [T, past + T] bool, true where a query may look (chunks after a cache) */
+  dt_tensor *mask;      /* [T, past + T] bool, true where a query may look (chunks after a cache) */
+  dt_tensor *cos, *sin; /* Llama: rotary tables [T, head_dim] of this forward's positions */
 } fwd;
 
 /* Parameter `index` as used by the forward (gathered over FSDP), on the tape; NULL for -1. */
@@ -111,10 +112,8 @@ static dt_status rotary(fwd *f, dt_tensor *x, dt_tensor **out) {
   tape *tp = f->tp;
   dt_status st = DT_OK;
   int64_t half = f->m->cfg.head_dim / 2;
-  dt_tensor *c = NULL, *s = NULL, *x1 = NULL, *x2 = NULL, *nx2 = NULL, *rot = NULL, *a = NULL,
+  dt_tensor *c = f->cos, *s = f->sin, *x1 = NULL, *x2 = NULL, *nx2 = NULL, *rot = NULL, *a = NULL,
             *b = NULL;
-  RUN(dt_narrow(f->m->rope_cos, 0, f->past, f->T, &c), c);
-  RUN(dt_narrow(f->m->rope_sin, 0, f->past, f->T, &s), s);
   RUN(dt_narrow(x, 3, 0, half, &x1), x1);
   RUN(dt_narrow(x, 3, half, half, &x2), x2);
   RUN(dt_neg(x2, &nx2), nx2);
@@ -124,29 +123,9 @@ static dt_status rotary(fwd *f, dt_tensor *x, dt_tensor **out) {
   return RUN(dt_add(a, b, out), *out);
 }
 
-/* [B, kvH, S, hd] -> [B, H, S, hd], each kv head repeated H / kvH times (repeat_kv): under
- * TP when the kv heads split evenly over its ranks, so that the attention shards by heads (its
- * rule needs as many kv heads as query heads); otherwise the attention reads them grouped and
- * the propagator moves what it needs. */
-static dt_status repeat_kv(fwd *f, dt_tensor *x, dt_tensor **out) {
-  const dt_hf_config *c = &f->m->cfg;
-  int64_t rep = c->num_heads / c->num_kv_heads;
-  bool split = f->m->tp_dim >= 0 && c->num_kv_heads % dt_mesh_size(f->m->mesh, f->m->tp_dim) == 0;
-  if (rep == 1 || !split) {
-    *out = x;
-    return DT_OK;
-  }
-  tape *tp = f->tp;
-  dt_status st = DT_OK;
-  int64_t S = f->past + f->T;
-  dt_tensor *u = NULL, *e = NULL;
-  RUN(dt_unsqueeze(x, 2, &u), u);
-  RUN(dt_expand(u, 5, (int64_t[]){f->B, c->num_kv_heads, rep, S, c->head_dim}, &e), e);
-  return RUN(dt_reshape(e, 4, (int64_t[]){f->B, c->num_heads, S, c->head_dim}, out), *out);
-}
-
-/* The fused attention (grouped-query: without TP the kv heads are read, not repeated): causal when
- * the cache is empty, every cached key for one new query, else the offset causal mask. */
+/* The fused attention (grouped-query: the kv heads are read in place, never repeated; under TP
+ * it runs sharded by heads when the query and kv heads both split evenly): causal when the
+ * cache is empty, every cached key for one new query, else the offset causal mask. */
 static dt_status attention(fwd *f, dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_tensor **out) {
   dt_attention_options o = {.is_causal = f->past == 0 && f->T > 1};
   dt_tensor *mask = f->past > 0 && f->T > 1 ? f->mask : NULL;
@@ -198,10 +177,7 @@ static dt_status layer(fwd *f, int64_t l, dt_hf_kv_cache *cache, dt_tensor *x, d
   if (!st && cache) st = cache_append(f, &cache->k[l], kr, &ka);
   if (!st && cache) st = cache_append(f, &cache->v[l], vh, &va);
   if (!cache) ka = kr, va = vh;
-  dt_tensor *kx = NULL, *vx = NULL;
-  if (!st) st = repeat_kv(f, ka, &kx);
-  if (!st) st = repeat_kv(f, va, &vx);
-  if (!st) st = attention(f, qr, kx, vx, &a);
+  if (!st) st = attention(f, qr, ka, va, &a);
   RUN(dt_transpose(a, 1, 2, &at), at);
   RUN(dt_reshape(at, 3, (int64_t[]){f->B, f->T, c->num_heads * c->head_dim}, &ar), ar);
   if (!st) st = project(f, ar, li[L_O_W], li[L_O_B], &o);
@@ -281,7 +257,7 @@ static dt_status forward_ids(dt_hf_model *m, dt_tensor *ids, dt_hf_kv_cache *cac
   const dt_hf_config *c = &m->cfg;
   const int64_t *gshape =
       dt_tensor_is_distributed(ids) ? dt_dist_global_shape(ids) : dt_tensor_shape(ids);
-  fwd f = {m, tp, gshape[0], gshape[1], cache ? cache->length : 0, NULL};
+  fwd f = {m, tp, gshape[0], gshape[1], cache ? cache->length : 0, NULL, NULL, NULL};
   if (f.T < 1) return dt__error(DT_ERR_INVALID, "dt_hf_model_forward: input_ids has no positions");
   if (f.past + f.T > c->max_positions)
     return dt__error(DT_ERR_INVALID,
@@ -293,6 +269,12 @@ static dt_status forward_ids(dt_hf_model *m, dt_tensor *ids, dt_hf_kv_cache *cac
     return dt__error(DT_ERR_INVALID, "dt_hf_model_forward: batch %lld differs from the cache's",
                      (long long)f.B);
   dt_status st = make_mask(&f);
+  if (!st && c->arch == DT_HF_LLAMA) {
+    st = dt__hf_rope_tables(m, f.past, f.T, &f.cos, &f.sin);
+    bool kept_cos = !st && keep(tp, f.cos), kept_sin = !st && keep(tp, f.sin);
+    if (!st && (!kept_cos || !kept_sin))
+      st = dt__error(DT_ERR_NOMEM, "dt_hf_model_forward: out of memory");
+  }
   dt_tensor *emb = NULL, *x = NULL, *h = NULL, *head = NULL;
   if (!st) st = param(&f, m->global_index[G_EMBED], &emb);
   RUN(dt_embedding(emb, ids, &x), x);

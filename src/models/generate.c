@@ -79,20 +79,23 @@ static dt_status draw(uint64_t seed, int64_t step, double *u) {
   return st;
 }
 
-typedef struct scored {
-  double logit;
-  int64_t id;
-} scored;
-
-static int by_logit_desc(const void *a, const void *b) {
-  const scored *x = a, *y = b;
-  if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-  return x->id < y->id ? -1 : x->id > y->id;
+/* The `keep` largest of the V scaled logits, sorted (ties: the lower id first), by the topk op:
+ * their logits into vals and ids into ids. */
+static dt_status top_logits(const double *row, int64_t V, double temperature, int64_t keep,
+                            double *vals, int64_t *ids) {
+  dt_tensor *t = NULL, *scaled = NULL, *tv = NULL, *ti = NULL;
+  dt_status st = dt_from_data(row, 1, &V, DT_F64, &t);
+  if (!st) st = dt_div_scalar(t, temperature, &scaled);
+  if (!st) st = dt_topk(scaled, keep, 0, true, &tv, &ti);
+  if (!st) st = dt_tensor_to_doubles(tv, vals, keep);
+  if (!st) memcpy(ids, dt_tensor_data(ti), sizeof(int64_t) * (size_t)keep);
+  dt_tensor_release(t), dt_tensor_release(scaled), dt_tensor_release(tv), dt_tensor_release(ti);
+  return st;
 }
 
 /* The next token from one row of logits (transformers' order: temperature, top-k, top-p). */
-static dt_status pick(const dt_hf_sampling *s, double *row, int64_t V, int64_t step, scored *work,
-                      int64_t *token) {
+static dt_status pick(const dt_hf_sampling *s, double *row, int64_t V, int64_t step, double *vals,
+                      int64_t *ids, int64_t *token) {
   if (!s || s->temperature <= 0) {
     int64_t best = 0;
     for (int64_t i = 1; i < V; i++)
@@ -100,32 +103,32 @@ static dt_status pick(const dt_hf_sampling *s, double *row, int64_t V, int64_t s
     *token = best;
     return DT_OK;
   }
-  for (int64_t i = 0; i < V; i++) work[i] = (scored){row[i] / s->temperature, i};
-  qsort(work, (size_t)V, sizeof *work, by_logit_desc);
   int64_t keep = s->top_k > 0 && s->top_k < V ? s->top_k : V;
+  dt_status st = top_logits(row, V, s->temperature, keep, vals, ids);
+  if (st) return st;
   double total = 0;
-  for (int64_t i = 0; i < keep; i++) total += exp(work[i].logit - work[0].logit);
+  for (int64_t i = 0; i < keep; i++) total += exp(vals[i] - vals[0]);
   if (s->top_p > 0 && s->top_p < 1) {
     double cum = 0;
     int64_t n = 0;
     while (n < keep) {
-      cum += exp(work[n].logit - work[0].logit) / total;
+      cum += exp(vals[n] - vals[0]) / total;
       n++;
       if (cum >= s->top_p) break;
     }
     keep = n;
     total = 0;
-    for (int64_t i = 0; i < keep; i++) total += exp(work[i].logit - work[0].logit);
+    for (int64_t i = 0; i < keep; i++) total += exp(vals[i] - vals[0]);
   }
   double u = 0;
-  dt_status st = draw(s->seed, step, &u);
+  st = draw(s->seed, step, &u);
   if (st) return st;
   double target = u * total, cum = 0;
-  *token = work[keep - 1].id;
+  *token = ids[keep - 1];
   for (int64_t i = 0; i < keep; i++) {
-    cum += exp(work[i].logit - work[0].logit);
+    cum += exp(vals[i] - vals[0]);
     if (cum > target) {
-      *token = work[i].id;
+      *token = ids[i];
       break;
     }
   }
@@ -163,15 +166,20 @@ dt_status dt_hf_generate(dt_hf_model *m, const int64_t *prompt, int64_t n_prompt
   dt_status st = check_generate(m, prompt, n_prompt, max_new, s, out, n_out);
   if (st) return st;
   int64_t V = m->cfg.vocab_size;
-  int64_t stop = -1;
-  if (s && s->use_eos)
-    stop = m->cfg.eos_token_id;
-  else if (s && s->stop_token > 0)
-    stop = s->stop_token;
+  /* The ids that end generation: every eos id of the config, or the caller's stop token. */
+  int64_t stops[DT_HF_MAX_EOS];
+  int n_stops = 0;
+  if (s && s->use_eos) {
+    n_stops = m->cfg.n_eos_token_ids;
+    memcpy(stops, m->cfg.eos_token_ids, sizeof(int64_t) * (size_t)n_stops);
+  } else if (s && s->stop_token > 0) {
+    stops[n_stops++] = s->stop_token;
+  }
   double *row = dt__alloc(sizeof(double) * (size_t)V);
-  scored *work = dt__alloc(sizeof(scored) * (size_t)V);
+  double *vals = dt__alloc(sizeof(double) * (size_t)V);
+  int64_t *top_ids = dt__alloc(sizeof(int64_t) * (size_t)V);
   dt_hf_kv_cache *cache = NULL;
-  if (!row || !work) st = dt__error(DT_ERR_NOMEM, "dt_hf_generate: out of memory");
+  if (!row || !vals || !top_ids) st = dt__error(DT_ERR_NOMEM, "dt_hf_generate: out of memory");
   if (!st) st = dt_hf_kv_cache_create(m, &cache);
   memcpy(out, prompt, sizeof(int64_t) * (size_t)n_prompt);
   int64_t n = n_prompt;
@@ -187,11 +195,13 @@ dt_status dt_hf_generate(dt_hf_model *m, const int64_t *prompt, int64_t n_prompt
     dt_tensor_release(ids);
     dt_tensor_release(logits);
     int64_t token = 0;
-    if (!st) st = pick(s, row, V, step, work, &token);
+    if (!st) st = pick(s, row, V, step, vals, top_ids, &token);
     if (st) break;
     out[n++] = token;
     if (step == 0) t1 = now_s();
-    if (token == stop) break;
+    bool end = false;
+    for (int k = 0; k < n_stops; k++) end |= token == stops[k];
+    if (end) break;
   }
   dt_grad_mode_set(prev);
   double t2 = now_s();
@@ -200,7 +210,8 @@ dt_status dt_hf_generate(dt_hf_model *m, const int64_t *prompt, int64_t n_prompt
   *n_out = n;
   dt_hf_kv_cache_destroy(cache);
   dt__free(row);
-  dt__free(work);
+  dt__free(vals);
+  dt__free(top_ids);
   return st;
 }
 

@@ -248,7 +248,7 @@ dt_status dt_hf_model_load(const char *dir, dt_mesh *mesh, const dt_hf_plan *pla
   if (!st) st = dt__hf_config_parse(m->config_text, path, &m->cfg);
   if (!st) st = dt__hf_params_build(m);
   if (!st) st = read_weights(m, dir);
-  if (!st && m->cfg.arch == DT_HF_LLAMA) st = dt__hf_rope_tables(m);
+  if (!st && m->cfg.arch == DT_HF_LLAMA) st = dt__hf_rope_init(m);
   if (st) {
     dt_hf_model_destroy(m);
     return st;
@@ -263,8 +263,7 @@ void dt_hf_model_destroy(dt_hf_model *m) {
   dt__free(m->params);
   dt__free(m->layer_index);
   dt__free(m->config_text);
-  dt_tensor_release(m->rope_cos);
-  dt_tensor_release(m->rope_sin);
+  dt_tensor_release(m->rope_inv);
   dt__free(m);
 }
 
@@ -287,61 +286,4 @@ dt_status dt_hf_model_set_trainable(dt_hf_model *m, bool trainable) {
     if (st) return st;
   }
   return DT_OK;
-}
-
-/* Llama's rotary tables as transformers computes them in float32: inv_freq = 1 / theta^(2i/d)
- * (llama3 scaling applied to it), the angle pos * inv_freq, and cos/sin of [angle, angle]. */
-dt_status dt__hf_rope_tables(dt_hf_model *m) {
-  const dt_hf_config *c = &m->cfg;
-  int64_t P = c->max_positions, hd = c->head_dim, half = hd / 2;
-  float *cosv = dt__alloc(sizeof(float) * (size_t)(P * hd));
-  float *sinv = dt__alloc(sizeof(float) * (size_t)(P * hd));
-  float *inv = dt__alloc(sizeof(float) * (size_t)half);
-  if (!cosv || !sinv || !inv) {
-    dt__free(cosv), dt__free(sinv), dt__free(inv);
-    return dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory (rotary tables)");
-  }
-  for (int64_t i = 0; i < half; i++) {
-    float e = (float)(2 * i) / (float)hd;
-    inv[i] = 1.0f / powf((float)c->rope_theta, e);
-    if (c->rope_factor > 0) {
-      double old = (double)c->rope_original_max_positions;
-      double low_wl = old / c->rope_low_freq_factor, high_wl = old / c->rope_high_freq_factor;
-      double wl = 2.0 * 3.14159265358979323846 / inv[i];
-      double f = inv[i];
-      if (wl > low_wl) {
-        f = f / c->rope_factor;
-      } else if (!(wl < high_wl)) {
-        double s = (old / wl - c->rope_low_freq_factor) /
-                   (c->rope_high_freq_factor - c->rope_low_freq_factor);
-        f = (1 - s) * f / c->rope_factor + s * f;
-      }
-      inv[i] = (float)f;
-    }
-  }
-  for (int64_t p = 0; p < P; p++)
-    for (int64_t i = 0; i < half; i++) {
-      float a = (float)p * inv[i];
-      cosv[p * hd + i] = cosv[p * hd + half + i] = (float)cos((double)a);
-      sinv[p * hd + i] = sinv[p * hd + half + i] = (float)sin((double)a);
-    }
-  dt__free(inv);
-  int64_t shape[2] = {P, hd};
-  dt_tensor *tc = NULL, *ts = NULL;
-  dt_status st = dt_from_data(cosv, 2, shape, DT_F32, &tc);
-  if (!st) st = dt_from_data(sinv, 2, shape, DT_F32, &ts);
-  dt__free(cosv), dt__free(sinv);
-  if (!st && m->mesh) {
-    dt_placement pl[DT_MAX_DIMS];
-    int nd = dt_mesh_ndim(m->mesh);
-    for (int i = 0; i < nd; i++) pl[i] = dt_replicate();
-    st = dt_dist_distribute_tensor(m->mesh, tc, nd, pl, &m->rope_cos);
-    if (!st) st = dt_dist_distribute_tensor(m->mesh, ts, nd, pl, &m->rope_sin);
-    dt_tensor_release(tc), dt_tensor_release(ts);
-  } else if (!st) {
-    m->rope_cos = tc, m->rope_sin = ts;
-  } else {
-    dt_tensor_release(tc), dt_tensor_release(ts);
-  }
-  return st;
 }

@@ -54,8 +54,10 @@ struct dt_hf_model {
   hf_param *params;
   int *layer_index; /* [num_layers][L_COUNT] */
   int global_index[G_COUNT];
-  dt_tensor *rope_cos; /* [max_positions, head_dim] (Llama), replicated on the mesh */
-  dt_tensor *rope_sin;
+  /* Llama's rotary inverse frequencies [head_dim / 2] (float32, llama3 scaling applied): the
+   * cos/sin tables are computed per forward for the positions it covers (rope.c), never for
+   * all max_positions. */
+  dt_tensor *rope_inv;
 };
 
 struct dt_hf_kv_cache {
@@ -81,7 +83,11 @@ void dt__hf_param_placements(const dt_hf_model *model, const hf_param *p, dt_pla
 /* The parameter as the forward uses it: gathered over the FSDP dim (recorded by autograd),
  * else retained. */
 dt_status dt__hf_param_use(const dt_hf_model *model, int index, dt_tensor **out);
-/* Llama's rotary tables (rope.c). */
-dt_status dt__hf_rope_tables(dt_hf_model *model);
+/* Llama's rotary inverse frequencies into model->rope_inv (rope.c). */
+dt_status dt__hf_rope_init(dt_hf_model *model);
+/* cos and sin [T, head_dim] of positions past .. past + T - 1 (replicated on the model's mesh),
+ * made with arange, mul, cat, cos and sin: new references. */
+dt_status dt__hf_rope_tables(const dt_hf_model *model, int64_t past, int64_t T, dt_tensor **cos_out,
+                             dt_tensor **sin_out);
 
 #endif /* DT_MODELS_IMPL_H */

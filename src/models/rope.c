@@ -1,0 +1,90 @@
+/*
+ * Llama's rotary embedding tables. The inverse frequencies are computed once at load, in
+ * float32 with transformers' operations in its order (so that the llama3 scaling's bands and
+ * roundings are the same); the cos/sin tables are made per forward for the positions it covers
+ * only, with the op API (arange, mul, cat, cos, sin): a model with max_position_embeddings of
+ * 1e9 loads in the memory of its weights, and a decode step computes one row.
+ */
+#include <math.h>
+
+#include "core/core_impl.h"
+#include "dtensor/ops.h"
+#include "models/models_impl.h"
+
+/* transformers' _compute_llama3_parameters on one frequency, float32 step by step: Python
+ * scalars meet float32 tensors as float32 values; `scalar / tensor` is reciprocal(tensor) *
+ * scalar (Tensor.__rtruediv__). */
+static float llama3_scaled(const dt_hf_config *c, float inv) {
+  const float factor = (float)c->rope_factor, low = (float)c->rope_low_freq_factor;
+  const double old = (double)c->rope_original_max_positions;
+  const float low_wl = (float)(old / c->rope_low_freq_factor);
+  const float high_wl = (float)(old / c->rope_high_freq_factor);
+  float wavelen = (1.0f / inv) * (float)(2.0 * 3.14159265358979323846);
+  float scaled = wavelen > low_wl ? inv / factor : inv;
+  float smooth = ((1.0f / wavelen) * (float)old - low) /
+                 (float)(c->rope_high_freq_factor - c->rope_low_freq_factor);
+  float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
+  bool medium = !(wavelen < high_wl) && !(wavelen > low_wl);
+  return medium ? smoothed : scaled;
+}
+
+dt_status dt__hf_rope_init(dt_hf_model *m) {
+  const dt_hf_config *c = &m->cfg;
+  int64_t half = c->head_dim / 2;
+  float *inv = dt__alloc(sizeof(float) * (size_t)(half > 0 ? half : 1));
+  if (!inv) return dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory (rotary)");
+  for (int64_t i = 0; i < half; i++) {
+    /* 1 / theta ** (arange(0, hd, 2).float() / hd) */
+    float e = (float)(2 * i) / (float)c->head_dim;
+    inv[i] = 1.0f / powf((float)c->rope_theta, e);
+    if (c->rope_factor > 0) inv[i] = llama3_scaled(c, inv[i]);
+  }
+  dt_status st = dt_from_data(inv, 1, &half, DT_F32, &m->rope_inv);
+  dt__free(inv);
+  return st;
+}
+
+/* A local tensor made the same on every rank, replicated on the model's mesh (consumes t). */
+static dt_status on_mesh(const dt_hf_model *m, dt_tensor *t, dt_tensor **out) {
+  if (!m->mesh) {
+    *out = t;
+    return DT_OK;
+  }
+  dt_placement pl[DT_MAX_DIMS];
+  int nd = dt_mesh_ndim(m->mesh);
+  for (int i = 0; i < nd; i++) pl[i] = dt_replicate();
+  dt_status st = dt_dist_distribute_tensor(m->mesh, t, nd, pl, out);
+  dt_tensor_release(t);
+  return st;
+}
+
+/* As transformers: freqs = positions (float32) x inv_freq, emb = cat(freqs, freqs), then
+ * cos(emb) and sin(emb) in float32. */
+dt_status dt__hf_rope_tables(const dt_hf_model *m, int64_t past, int64_t T, dt_tensor **cos_out,
+                             dt_tensor **sin_out) {
+  *cos_out = *sin_out = NULL;
+  dt_tensor *pos = NULL, *col = NULL, *freqs = NULL, *emb = NULL, *c = NULL, *s = NULL;
+  dt_status st = dt_arange((double)past, (double)(past + T), 1.0, DT_F32, &pos);
+  if (!st) st = dt_unsqueeze(pos, 1, &col);
+  if (!st) st = dt_mul(col, m->rope_inv, &freqs);
+  if (!st) st = dt_cat(2, (dt_tensor *[]){freqs, freqs}, 1, &emb);
+  if (!st) st = dt_cos(emb, &c);
+  if (!st) st = dt_sin(emb, &s);
+  dt_tensor *rel[] = {pos, col, freqs, emb};
+  for (int i = 0; i < 4; i++) dt_tensor_release(rel[i]);
+  if (!st) {
+    st = on_mesh(m, c, cos_out);
+    c = NULL;
+  }
+  if (!st) {
+    st = on_mesh(m, s, sin_out);
+    s = NULL;
+  }
+  dt_tensor_release(c);
+  dt_tensor_release(s);
+  if (st) {
+    dt_tensor_release(*cos_out);
+    *cos_out = NULL;
+  }
+  return st;
+}
