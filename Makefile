@@ -73,6 +73,7 @@ bench: tool
 	./$(BUILD)/dtensor bench autograd
 	./$(BUILD)/dtensor bench train
 	./$(BUILD)/dtensor bench compile
+	./$(BUILD)/dtensor bench models
 	./$(BUILD)/dtensor bench ckpt
 	./$(BUILD)/dtensor bench context
 

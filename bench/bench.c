@@ -74,6 +74,16 @@ const tool_command tool_bench_suites[] = {
          "memcpy of the bytes it must move, alternating; --clock: process CPU time\n"
          "(default) or wall time; --threads sets the BLAS's threads.",
      .run = bench_suite_ops},
+    {.name = "models",
+     .summary = "Hugging Face Llama generation: prefill and decode tokens/s, 1 rank and TP 2",
+     .usage = "[--json] [--model DIR | --size small|tiny] [--prompt N] [--new N] [--reps N] "
+              "[--keep]",
+     .details =
+         "Without --model a random Llama of --size (default small: vocab 2048, hidden\n"
+         "256, 4 layers, 8 heads over 4 kv heads, intermediate 688) is written to a\n"
+         "temporary directory (--keep keeps it). 1 rank and TP 2 (threads) alternate; one\n"
+         "BLAS thread per rank. bench/peers/models.py runs the same model with transformers.",
+     .run = bench_suite_models},
     {.name = "pipeline",
      .summary = "1F1B bubble from a trace vs (p-1)/(m+p-1); activation checkpointing cost",
      .usage = "[--json]",
