@@ -220,7 +220,7 @@ static dt_status bad_value(const filling *f, const param *p, const char *v, cons
 
 static dt_status put_int(filling *f, const param *p, const char *v, bool given) {
   dt_op_call *call = &f->args->call;
-  int64_t x;
+  int64_t x = 0;
   bool b;
   if (p->kind == P_BOOL && f->s->has_list && !f->s->has_int) {
     /* expand's implicit: the ints hold the list, so only the default fits. */
