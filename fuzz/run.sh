@@ -22,11 +22,16 @@ checkpoint_meta) seeds="$here/seeds_checkpoint" dict="$here/checkpoint_meta.dict
 esac
 out="$here/build/$target"
 mkdir -p "$out/corpus" "$out/crashes"
-# The whole library but the MPI backend (the fuzzers need no MPI).
+# The library as the CPU build of CMakeLists.txt lists it: no MPI backend (the fuzzers need no
+# MPI), no NCCL backend, none of the CUDA sources but the three plain-C ones the CPU build keeps.
+sources=$(find "$root/src" -name '*.c' ! -path '*/comm/mpi/*' ! -path '*/comm/nccl/*' \
+  ! -path '*/kernels/cuda/*' ! -name '*_cuda.c')
+sources="$sources $root/src/kernels/cuda/cuda_absent.c $root/src/kernels/cuda/caching_allocator.c"
+sources="$sources $root/src/kernels/cuda/gemm_plan.c"
 clang -std=c11 -D_POSIX_C_SOURCE=200809L -DDT_BUILDING_LIBRARY -g -O1 \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$root/include" -I"$root/src" \
-  "$here/fuzz_$target.c" $(find "$root/src" -name '*.c' ! -path '*/comm/mpi/*') \
+  "$here/fuzz_$target.c" $sources \
   $(pkg-config --cflags --libs openblas) -lpthread -lm -o "$out/fuzz_$target"
 if [ "$seconds" = 0 ]; then exit 0; fi
 if [ -n "$seeds" ]; then cp -n "$seeds"/* "$out/corpus/" 2>/dev/null || true; fi
