@@ -75,14 +75,21 @@ const tool_command tool_bench_suites[] = {
          "(default) or wall time; --threads sets the BLAS's threads.",
      .run = bench_suite_ops},
     {.name = "models",
-     .summary = "Hugging Face Llama generation: prefill and decode tokens/s, 1 rank and TP 2",
-     .usage = "[--json] [--model DIR | --size small|tiny] [--prompt N] [--new N] [--reps N] "
-              "[--keep]",
+     .summary = "Hugging Face models: prefill, decode and fine-tuning tokens/s, 1 rank and TP 2; "
+                "attention memory",
+     .usage = "[--json] [--model DIR | --size small|tiny|gpt2-small] [--only generate|train] "
+              "[--prompt N] [--new N] [--batch N] [--seq N] [--reps N] [--keep] [--write-only] "
+              "| --attention-memory [--seq N] [--heads N] [--head-dim N] [--batch N] [--reps N]",
      .details =
-         "Without --model a random Llama of --size (default small: vocab 2048, hidden\n"
-         "256, 4 layers, 8 heads over 4 kv heads, intermediate 688) is written to a\n"
-         "temporary directory (--keep keeps it). 1 rank and TP 2 (threads) alternate; one\n"
-         "BLAS thread per rank. bench/peers/models.py runs the same model with transformers.",
+         "Without --model a random model of --size is written to a temporary directory\n"
+         "(--keep keeps it, --write-only only writes it): small (default; Llama: vocab 2048,\n"
+         "hidden 256, 4 layers, 8 heads over 4 kv heads, intermediate 688), tiny, or\n"
+         "gpt2-small (GPT-2: vocab 50257, 768 wide, 12 layers, 12 heads). 1 rank and TP 2\n"
+         "(threads) alternate; one BLAS thread per rank. Training: --batch x --seq token ids,\n"
+         "loss, backward, AdamW per step; both sides' losses are printed.\n"
+         "--attention-memory: peak bytes of causal attention forward+backward, fused against\n"
+         "matmul+softmax (default B 1, 12 heads of 64, seq 2048). bench/peers/models.py runs\n"
+         "the same model with transformers.",
      .run = bench_suite_models},
     {.name = "pipeline",
      .summary = "1F1B bubble from a trace vs (p-1)/(m+p-1); activation checkpointing cost",
