@@ -15,27 +15,8 @@
 #include <math.h>
 
 #include "kernels/cpu/reduce.h"
+#include "kernels/dims.h"
 #include "kernels/math/reduce.h"
-
-/* Dims of one class with the input's strides in bytes; size-1 dims are dropped and dims that
- * step through memory as one run are merged, which keeps row-major positions intact. */
-typedef struct dim_set {
-  int n;
-  int64_t shape[DT_MAX_DIMS];
-  int64_t stride[DT_MAX_DIMS];
-} dim_set;
-
-static void dim_set_add(dim_set *s, int64_t size, int64_t stride) {
-  if (size == 1) return;
-  if (s->n > 0 && s->stride[s->n - 1] == stride * size) {
-    s->shape[s->n - 1] *= size;
-    s->stride[s->n - 1] = stride;
-    return;
-  }
-  s->shape[s->n] = size;
-  s->stride[s->n] = stride;
-  s->n++;
-}
 
 /* Running state of one output element's reduction. */
 typedef struct acc {
@@ -51,8 +32,8 @@ typedef struct reduce_ctx {
   dt_cpu_reduce_kind kind;
   dt_dtype dtype;
   bool floating;
-  dim_set kept, reduced;
-  int64_t count; /* reduced elements per output element */
+  dt_dims kept, reduced; /* strides in bytes (kernels/dims.h) */
+  int64_t count;         /* reduced elements per output element */
 } reduce_ctx;
 
 static void acc_init(acc *s) {
@@ -133,7 +114,7 @@ static void reduce_row(const reduce_ctx *c, const char *p, int64_t stride, int64
 
 /* Visits every reduced element of one output element, innermost dim as a strided row. */
 static void reduce_one(const reduce_ctx *c, const char *base, acc *s) {
-  const dim_set *r = &c->reduced;
+  const dt_dims *r = &c->reduced;
   if (r->n == 0) {
     reduce_row(c, base, 0, 1, s);
     return;
@@ -341,17 +322,8 @@ dt_status dt__cpu_reduce(dt_cpu_reduce_kind kind, const dt_tensor *a, uint32_t m
   if (try_fast_f32(kind, a, mask, values, indices)) return DT_OK;
   reduce_ctx c = {.kind = kind, .dtype = a->dtype, .floating = dt_dtype_is_floating(a->dtype)};
   int64_t esize = (int64_t)dt__dtype_sizes[a->dtype];
-  int64_t n_out = 1;
-  c.count = 1;
-  for (int d = 0; d < a->ndim; d++) {
-    if ((mask >> d) & 1u) {
-      dim_set_add(&c.reduced, a->shape[d], a->strides[d] * esize);
-      c.count *= a->shape[d];
-    } else {
-      dim_set_add(&c.kept, a->shape[d], a->strides[d] * esize);
-      n_out *= a->shape[d];
-    }
-  }
+  int64_t n_out;
+  dt__dims_split(a->ndim, a->shape, a->strides, esize, mask, &c.kept, &c.reduced, &n_out, &c.count);
   if (n_out == 0) return DT_OK;
   const char *base = dt__tensor_base(a);
   int64_t index[DT_MAX_DIMS] = {0};

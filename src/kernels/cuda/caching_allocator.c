@@ -59,14 +59,20 @@ static size_t lower_bound(const free_set *s, uintptr_t stream, size_t size, uint
   return lo;
 }
 
+/* Room for one more block pointer in *items, which holds n of *capacity: the capacity doubles
+ * (from `initial`) when full. false, nothing changed, when the memory cannot be had. */
+static bool reserve_one(block ***items, size_t n, size_t *capacity, size_t initial) {
+  if (n < *capacity) return true;
+  size_t grown_capacity = *capacity ? 2 * *capacity : initial;
+  block **grown = realloc(*items, sizeof *grown * grown_capacity);
+  if (!grown) return false;
+  *items = grown;
+  *capacity = grown_capacity;
+  return true;
+}
+
 static bool set_insert(free_set *s, block *b) {
-  if (s->n == s->capacity) {
-    size_t capacity = s->capacity ? 2 * s->capacity : 64;
-    block **grown = realloc(s->items, sizeof *grown * capacity);
-    if (!grown) return false;
-    s->items = grown;
-    s->capacity = capacity;
-  }
+  if (!reserve_one(&s->items, s->n, &s->capacity, 64)) return false;
   size_t at = lower_bound(s, b->stream, b->size, b->ptr);
   memmove(s->items + at + 1, s->items + at, sizeof *s->items * (s->n - at));
   s->items[at] = b;
@@ -212,13 +218,7 @@ static size_t release_free_segments(dt_caching_allocator *a) {
 
 /* A new segment for a block of `size` as one free block outside the free sets, or NULL. */
 static block *new_segment(dt_caching_allocator *a, size_t size, uintptr_t stream) {
-  if (a->n_segments == a->segments_capacity) {
-    size_t capacity = a->segments_capacity ? 2 * a->segments_capacity : 16;
-    block **grown = realloc(a->segments, sizeof *grown * capacity);
-    if (!grown) return NULL;
-    a->segments = grown;
-    a->segments_capacity = capacity;
-  }
+  if (!reserve_one(&a->segments, a->n_segments, &a->segments_capacity, 16)) return NULL;
   block *b = calloc(1, sizeof *b);
   if (!b) return NULL;
   size_t bytes = segment_size(size);

@@ -7,34 +7,6 @@
  */
 #include "kernels/cuda/indexer.cuh"
 
-/* Row-major walk over a tensor's dims, optionally without one dim. */
-struct dt_cuda_pos_walk {
-  int n;
-  int64_t shape[DT_CUDA_MAX_DIMS];
-  int64_t stride[DT_CUDA_MAX_DIMS];
-
-  __device__ __forceinline__ int64_t offset(int64_t linear) const {
-    int64_t off = 0;
-    for (int d = n - 1; d >= 0; d--) {
-      off += (linear % shape[d]) * stride[d];
-      linear /= shape[d];
-    }
-    return off;
-  }
-};
-
-static dt_cuda_pos_walk pos_walk(const dt_cuda_ref *t, int skip) {
-  dt_cuda_pos_walk w;
-  w.n = 0;
-  for (int d = 0; d < t->ndim; d++) {
-    if (d == skip) continue;
-    w.shape[w.n] = t->shape[d];
-    w.stride[w.n] = t->strides[d];
-    w.n++;
-  }
-  return w;
-}
-
 static __device__ __forceinline__ int64_t load_index(const char *base, int dtype, int64_t off) {
   return dtype == DT_I64 ? ((const int64_t *)base)[off] : (int64_t)((const int32_t *)base)[off];
 }
@@ -52,7 +24,7 @@ __global__ void dt_cuda_check_init_kernel(int64_t *first) {
   first[1] = 0;
 }
 
-__global__ void dt_cuda_check_kernel(const char *base, int dtype, dt_cuda_pos_walk w, int64_t n,
+__global__ void dt_cuda_check_kernel(const char *base, int dtype, dt_cuda_dims w, int64_t n,
                                      int64_t lo, int64_t hi, bool allow, int64_t allowed,
                                      int64_t *first) {
   int64_t step = (int64_t)gridDim.x * blockDim.x;
@@ -64,7 +36,7 @@ __global__ void dt_cuda_check_kernel(const char *base, int dtype, dt_cuda_pos_wa
 }
 
 /* first[0] = -1 when every index is valid; else first[1] = the first bad index's value. */
-__global__ void dt_cuda_check_done_kernel(const char *base, int dtype, dt_cuda_pos_walk w,
+__global__ void dt_cuda_check_done_kernel(const char *base, int dtype, dt_cuda_dims w,
                                           int64_t *first) {
   if (first[0] == INT64_MAX) {
     first[0] = -1;
@@ -77,7 +49,7 @@ extern "C" int dt__cuda_launch_check_index(void *stream, const dt_cuda_ref *idx,
                                            int64_t hi, bool allow, int64_t allowed,
                                            int64_t *first) {
   cudaStream_t s = (cudaStream_t)stream;
-  dt_cuda_pos_walk w = pos_walk(idx, -1);
+  dt_cuda_dims w = dt_cuda_dims_of(idx, 0, idx->ndim, -1);
   int64_t n = numel_of(idx);
   dt_cuda_check_init_kernel<<<1, 1, 0, s>>>(first);
   if (n > 0)
@@ -91,7 +63,7 @@ extern "C" int dt__cuda_launch_check_index(void *stream, const dt_cuda_ref *idx,
  */
 
 __global__ void dt_cuda_embedding_kernel(dt_cuda_ref weight, const char *idx, int idx_dtype,
-                                         dt_cuda_pos_walk iw, int64_t offset, int64_t count,
+                                         dt_cuda_dims iw, int64_t offset, int64_t count,
                                          char *out) {
   int64_t rows = weight.shape[0], dim = weight.shape[1], total = count * dim;
   int es = dt_cuda_esize(weight.dtype);
@@ -115,7 +87,8 @@ extern "C" int dt__cuda_launch_embedding(void *stream, const dt_cuda_ref *weight
   int64_t count = numel_of(idx), total = count * weight->shape[1];
   if (total == 0) return 0;
   dt_cuda_embedding_kernel<<<dt_cuda_blocks(total), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
-      *weight, idx->data, idx->dtype, pos_walk(idx, -1), offset, count, out->data);
+      *weight, idx->data, idx->dtype, dt_cuda_dims_of(idx, 0, idx->ndim, -1), offset, count,
+      out->data);
   return (int)cudaGetLastError();
 }
 
@@ -126,7 +99,7 @@ struct dt_cuda_scatter_args {
   dt_cuda_ref out, index, src;
   int dim;
   int64_t columns, len, offset;
-  dt_cuda_pos_walk index_cols, src_cols, out_cols; /* index's dims without dim */
+  dt_cuda_dims index_cols, src_cols, out_cols; /* index's dims without dim */
 };
 
 __global__ void dt_cuda_scatter_add_kernel(dt_cuda_scatter_args a) {
@@ -158,11 +131,11 @@ extern "C" int dt__cuda_launch_scatter_add(void *stream, const dt_cuda_ref *out,
   a.len = index->ndim > 0 ? index->shape[dim] : 1;
   a.columns = a.len > 0 ? numel_of(index) / a.len : 0;
   /* the columns walk index's shape off dim, through each tensor's own strides */
-  a.index_cols = pos_walk(index, dim);
+  a.index_cols = dt_cuda_dims_of(index, 0, index->ndim, dim);
   dt_cuda_ref src_view = *src, out_view = *out;
   for (int d = 0; d < index->ndim; d++) src_view.shape[d] = out_view.shape[d] = index->shape[d];
-  a.src_cols = pos_walk(&src_view, dim);
-  a.out_cols = pos_walk(&out_view, dim);
+  a.src_cols = dt_cuda_dims_of(&src_view, 0, src_view.ndim, dim);
+  a.out_cols = dt_cuda_dims_of(&out_view, 0, out_view.ndim, dim);
   if (a.columns == 0) return 0;
   dt_cuda_scatter_add_kernel<<<dt_cuda_blocks(a.columns), DT_CUDA_THREADS, 0,
                                (cudaStream_t)stream>>>(a);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/dims.h"
 #include "tensor/element.h"
 
 #define DT_CUDA_MAX_OPERANDS 4
@@ -32,6 +33,32 @@ static inline __host__ __device__ int dt_cuda_esize(int dtype) {
 
 static inline __host__ __device__ bool dt_cuda_floating(int dtype) {
   return dtype == DT_F32 || dtype == DT_F64 || dtype == DT_BF16 || dtype == DT_F16;
+}
+
+/* A few dims of an operand (kernels/dims.h), walked row-major on the device: the offset of the
+ * linear-th position, in the strides' unit. */
+struct dt_cuda_dims : dt_dims {
+  __device__ __forceinline__ int64_t offset(int64_t linear) const {
+    int64_t off = 0;
+    for (int d = n - 1; d >= 0; d--) {
+      off += (linear % shape[d]) * stride[d];
+      linear /= shape[d];
+    }
+    return off;
+  }
+};
+
+/* The dims [from, to) of t except `skip` (-1: none), with t's element strides, unmerged. */
+static inline dt_cuda_dims dt_cuda_dims_of(const dt_cuda_ref *t, int from, int to, int skip) {
+  dt_cuda_dims w;
+  w.n = 0;
+  for (int d = from; d < to; d++) {
+    if (d == skip) continue;
+    w.shape[w.n] = t->shape[d];
+    w.stride[w.n] = t->strides[d];
+    w.n++;
+  }
+  return w;
 }
 
 /* The merged iteration space on the host. */

@@ -16,7 +16,8 @@ typedef struct attn_refs {
   double scale;
 } attn_refs;
 
-static void refs_of(const dt_op_call *call, int first, attn_refs *r) {
+/* Also the calling thread's stream on inputs[0]'s device, in *s. */
+static dt_status refs_of(const dt_op_call *call, int first, attn_refs *r, cudaStream_t *s) {
   const dt_tensor *q = call->inputs[first], *k = call->inputs[first + 1];
   const dt_tensor *mask = call->inputs[first + 3];
   r->q = dt__cuda_ref(q);
@@ -30,6 +31,7 @@ static void refs_of(const dt_op_call *call, int first, attn_refs *r) {
   }
   r->causal = call->ints[0] != 0;
   r->scale = call->scalars[0] > 0 ? call->scalars[0] : 1.0 / sqrt((double)q->shape[3]);
+  return dt__cuda_call_stream(call, call->inputs[0], s);
 }
 
 /* The kernel keeps a query row, a key row and their sums in shared memory. */
@@ -43,9 +45,8 @@ static dt_status too_large(const dt_op_call *call, int error, const attn_refs *r
 
 dt_status dt__cuda_kernel_attention(dt_op_call *call) {
   attn_refs r;
-  refs_of(call, 0, &r);
   cudaStream_t s;
-  dt_status st = dt__cuda_call_stream(call, call->inputs[0], &s);
+  dt_status st = refs_of(call, 0, &r, &s);
   if (st) return st;
   dt_cuda_ref out = dt__cuda_ref(call->outputs[0]), lse = dt__cuda_ref(call->outputs[1]);
   int error = dt__cuda_launch_attention(s, &r.q, &r.k, &r.v, r.has_mask ? &r.mask : NULL,
@@ -55,9 +56,8 @@ dt_status dt__cuda_kernel_attention(dt_op_call *call) {
 
 dt_status dt__cuda_kernel_attention_backward(dt_op_call *call) {
   attn_refs r;
-  refs_of(call, 1, &r);
   cudaStream_t s;
-  dt_status st = dt__cuda_call_stream(call, call->inputs[0], &s);
+  dt_status st = refs_of(call, 1, &r, &s);
   if (st) return st;
   dt_cuda_ref gs = dt__cuda_ref(call->inputs[0]), d[3];
   for (int i = 0; i < 3; i++)

@@ -32,6 +32,18 @@ static inline dt_status dt__cuda_call_stream(const dt_op_call *call, const dt_te
   return dt__cuda_stream(dt__op_name(call), dt__cuda_index_of(t), stream);
 }
 
+/* The operands of a kernel that writes outputs[0] from inputs[0, n): the calling thread's
+ * stream on inputs[0]'s device in *stream, refs[0] = outputs[0], refs[1 + i] = inputs[i]
+ * (refs holds n + 1). */
+static inline dt_status dt__cuda_call_operands(const dt_op_call *call, int n, cudaStream_t *stream,
+                                               dt_cuda_ref *refs) {
+  dt_status st = dt__cuda_call_stream(call, call->inputs[0], stream);
+  if (st) return st;
+  refs[0] = dt__cuda_ref(call->outputs[0]);
+  for (int i = 0; i < n; i++) refs[1 + i] = dt__cuda_ref(call->inputs[i]);
+  return DT_OK;
+}
+
 /* A launcher's result as a dt_status naming the op. */
 static inline dt_status dt__cuda_launched(const dt_op_call *call, int error) {
   if (!error) return DT_OK;

@@ -13,20 +13,19 @@ static dt_unary_op unary_op_of(const dt_op_call *call) {
 
 dt_status dt__cuda_kernel_unary(dt_op_call *call) {
   cudaStream_t s;
-  dt_status st = dt__cuda_call_stream(call, call->inputs[0], &s);
+  dt_cuda_ref r[2]; /* out, a */
+  dt_status st = dt__cuda_call_operands(call, 1, &s, r);
   if (st) return st;
-  dt_cuda_ref out = dt__cuda_ref(call->outputs[0]), a = dt__cuda_ref(call->inputs[0]);
-  return dt__cuda_launched(call, dt__cuda_launch_unary(s, unary_op_of(call), &out, &a));
+  return dt__cuda_launched(call, dt__cuda_launch_unary(s, unary_op_of(call), &r[0], &r[1]));
 }
 
 dt_status dt__cuda_kernel_gelu_backward(dt_op_call *call) {
   cudaStream_t s;
-  dt_status st = dt__cuda_call_stream(call, call->inputs[0], &s);
+  dt_cuda_ref r[3]; /* out, g, x */
+  dt_status st = dt__cuda_call_operands(call, 2, &s, r);
   if (st) return st;
-  dt_cuda_ref out = dt__cuda_ref(call->outputs[0]), g = dt__cuda_ref(call->inputs[0]),
-              x = dt__cuda_ref(call->inputs[1]);
   bool tanh_form = (call->flags & DT_OP_FLAG_GELU_TANH) != 0;
-  return dt__cuda_launched(call, dt__cuda_launch_gelu_backward(s, tanh_form, &out, &g, &x));
+  return dt__cuda_launched(call, dt__cuda_launch_gelu_backward(s, tanh_form, &r[0], &r[1], &r[2]));
 }
 
 static dt_binary_op binary_op_of(const dt_op_call *call) {
@@ -89,20 +88,19 @@ dt_status dt__cuda_kernel_binary_scalar_inplace(dt_op_call *call) {
 
 dt_status dt__cuda_kernel_where(dt_op_call *call) {
   cudaStream_t s;
-  dt_status st = dt__cuda_call_stream(call, call->inputs[0], &s);
+  dt_cuda_ref r[4]; /* out, cond, a, b */
+  dt_status st = dt__cuda_call_operands(call, 3, &s, r);
   if (st) return st;
-  dt_cuda_ref out = dt__cuda_ref(call->outputs[0]), c = dt__cuda_ref(call->inputs[0]),
-              a = dt__cuda_ref(call->inputs[1]), b = dt__cuda_ref(call->inputs[2]);
-  return dt__cuda_launched(call, dt__cuda_launch_where(s, &out, &c, &a, &b));
+  return dt__cuda_launched(call, dt__cuda_launch_where(s, &r[0], &r[1], &r[2], &r[3]));
 }
 
 dt_status dt__cuda_kernel_masked_fill(dt_op_call *call) {
   cudaStream_t s;
-  dt_status st = dt__cuda_call_stream(call, call->inputs[0], &s);
+  dt_cuda_ref r[3]; /* out, a, mask */
+  dt_status st = dt__cuda_call_operands(call, 2, &s, r);
   if (st) return st;
-  dt_cuda_ref out = dt__cuda_ref(call->outputs[0]), a = dt__cuda_ref(call->inputs[0]),
-              m = dt__cuda_ref(call->inputs[1]);
-  return dt__cuda_launched(call, dt__cuda_launch_masked_fill(s, &out, &a, &m, call->scalars[0]));
+  return dt__cuda_launched(call,
+                           dt__cuda_launch_masked_fill(s, &r[0], &r[1], &r[2], call->scalars[0]));
 }
 
 /* Every element of t = value (t's dtype). */

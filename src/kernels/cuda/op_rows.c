@@ -60,11 +60,11 @@ dt_status dt__cuda_kernel_reduce(dt_op_call *call) {
 
 dt_status dt__cuda_kernel_softmax(dt_op_call *call) {
   cudaStream_t s;
-  dt_status st = dt__cuda_call_stream(call, call->inputs[0], &s);
+  dt_cuda_ref r[2]; /* out, a */
+  dt_status st = dt__cuda_call_operands(call, 1, &s, r);
   if (st) return st;
-  dt_cuda_ref a = dt__cuda_ref(call->inputs[0]), out = dt__cuda_ref(call->outputs[0]);
-  return dt__cuda_launched(call, dt__cuda_launch_softmax(s, &a, (int)call->ints[0],
-                                                         call->op == DT_OP_LOG_SOFTMAX, &out));
+  return dt__cuda_launched(call, dt__cuda_launch_softmax(s, &r[1], (int)call->ints[0],
+                                                         call->op == DT_OP_LOG_SOFTMAX, &r[0]));
 }
 
 /* layer_norm {input, weight?, bias?} and rms_norm {input, weight?}: normalized_shape in ints. */
@@ -116,14 +116,17 @@ dt_status dt__cuda_kernel_batch_norm_training(dt_op_call *call) {
 
 /* ---- embedding, scatter_add ------------------------------------------------------------------ */
 
-dt_status dt__cuda_kernel_embedding(dt_op_call *call) {
-  const dt_tensor *weight = call->inputs[0], *idx = call->inputs[1];
+/* embedding and its backward: weight's stream in *s, and every index checked against the
+ * table's rows [0, total) before anything is written; *offset is the first row of weight's
+ * window (ints {offset, total} when the table is sharded by rows, else 0 and all its rows). */
+static dt_status embedding_indices(const dt_op_call *call, const dt_tensor *weight,
+                                   const dt_tensor *idx, cudaStream_t *s, int64_t *offset) {
   bool window = call->n_ints == 2;
-  int64_t offset = window ? call->ints[0] : 0, total = window ? call->ints[1] : weight->shape[0];
-  cudaStream_t s;
-  dt_status st = dt__cuda_call_stream(call, weight, &s);
+  int64_t total = window ? call->ints[1] : weight->shape[0];
+  *offset = window ? call->ints[0] : 0;
+  dt_status st = dt__cuda_call_stream(call, weight, s);
   int64_t bad = -1, value = 0;
-  if (!st) st = dt__cuda_check_indices(call, s, idx, 0, total, false, 0, &bad, &value);
+  if (!st) st = dt__cuda_check_indices(call, *s, idx, 0, total, false, 0, &bad, &value);
   if (st) return st;
   if (bad >= 0) {
     char buf[160];
@@ -133,6 +136,15 @@ dt_status dt__cuda_kernel_embedding(dt_op_call *call) {
                      dt__op_name(call), value, bad,
                      dt__format_ints(buf, sizeof buf, idx->ndim, idx->shape), total);
   }
+  return DT_OK;
+}
+
+dt_status dt__cuda_kernel_embedding(dt_op_call *call) {
+  const dt_tensor *weight = call->inputs[0], *idx = call->inputs[1];
+  cudaStream_t s;
+  int64_t offset;
+  dt_status st = embedding_indices(call, weight, idx, &s, &offset);
+  if (st) return st;
   dt_cuda_ref w = dt__cuda_ref(weight), i = dt__cuda_ref(idx), out = dt__cuda_ref(call->outputs[0]);
   return dt__cuda_launched(call, dt__cuda_launch_embedding(s, &w, &i, offset, &out));
 }
@@ -200,13 +212,12 @@ dt_status dt__cuda_kernel_cross_entropy_backward(dt_op_call *call) {
 
 dt_status dt__cuda_kernel_softmax_backward(dt_op_call *call) {
   cudaStream_t s;
-  dt_status st = dt__cuda_call_stream(call, call->inputs[0], &s);
+  dt_cuda_ref r[3]; /* out, g, y */
+  dt_status st = dt__cuda_call_operands(call, 2, &s, r);
   if (st) return st;
-  dt_cuda_ref g = dt__cuda_ref(call->inputs[0]), y = dt__cuda_ref(call->inputs[1]),
-              out = dt__cuda_ref(call->outputs[0]);
   bool take_log = call->op == DT_OP_LOG_SOFTMAX_BACKWARD;
   return dt__cuda_launched(
-      call, dt__cuda_launch_softmax_backward(s, &g, &y, (int)call->ints[0], take_log, &out));
+      call, dt__cuda_launch_softmax_backward(s, &r[1], &r[2], (int)call->ints[0], take_log, &r[0]));
 }
 
 /* layer_norm_backward / rms_norm_backward {grad, input, weight?} -> the input's gradient;
@@ -244,22 +255,11 @@ dt_status dt__cuda_kernel_norm_backward(dt_op_call *call) {
 dt_status dt__cuda_kernel_embedding_backward(dt_op_call *call) {
   const dt_tensor *weight = call->inputs[0], *idx = call->inputs[1], *grad = call->inputs[2];
   dt_tensor *out = call->outputs[0], *idx64 = NULL, *gc = NULL;
-  bool window = call->n_ints == 2;
-  int64_t offset = window ? call->ints[0] : 0, total = window ? call->ints[1] : weight->shape[0];
   int64_t count = dt__tensor_numel(idx), dim = out->shape[1];
   cudaStream_t s;
-  dt_status st = dt__cuda_call_stream(call, weight, &s);
-  int64_t bad = -1, value = 0;
-  if (!st) st = dt__cuda_check_indices(call, s, idx, 0, total, false, 0, &bad, &value);
+  int64_t offset;
+  dt_status st = embedding_indices(call, weight, idx, &s, &offset);
   if (st) return st;
-  if (bad >= 0) {
-    char buf[160];
-    return dt__error(DT_ERR_INDEX,
-                     "%s: index %" PRId64 " (element %" PRId64
-                     " of indices %s) is out of range for a weight of %" PRId64 " rows",
-                     dt__op_name(call), value, bad,
-                     dt__format_ints(buf, sizeof buf, idx->ndim, idx->shape), total);
-  }
   dt_cuda_ref ro = dt__cuda_ref(out);
   st = dt__cuda_launched(call, dt__cuda_launch_masked_fill(s, &ro, NULL, NULL, 0.0));
   if (st || count == 0 || dim == 0) return st;

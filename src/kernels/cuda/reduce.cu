@@ -11,34 +11,6 @@
 #include "kernels/cuda/indexer.cuh"
 #include "kernels/math/reduce.h"
 
-/* Dims of one class: sizes and byte strides, merged. */
-struct dt_cuda_dims {
-  int n;
-  int64_t shape[DT_CUDA_MAX_DIMS];
-  int64_t stride[DT_CUDA_MAX_DIMS];
-
-  __device__ __forceinline__ int64_t offset(int64_t linear) const {
-    int64_t off = 0;
-    for (int d = n - 1; d >= 0; d--) {
-      off += (linear % shape[d]) * stride[d];
-      linear /= shape[d];
-    }
-    return off;
-  }
-};
-
-static void dims_add(dt_cuda_dims *s, int64_t size, int64_t stride) {
-  if (size == 1) return;
-  if (s->n > 0 && s->stride[s->n - 1] == stride * size) {
-    s->shape[s->n - 1] *= size;
-    s->stride[s->n - 1] = stride;
-    return;
-  }
-  s->shape[s->n] = size;
-  s->stride[s->n] = stride;
-  s->n++;
-}
-
 struct dt_cuda_reduce_args {
   dt_cuda_reduce_kind kind;
   int dtype, out_dtype;
@@ -175,17 +147,7 @@ extern "C" int dt__cuda_launch_reduce(void *stream, dt_cuda_reduce_kind kind, co
   r.values = values ? values->data : nullptr;
   r.indices = indices ? (int64_t *)indices->data : nullptr;
   int64_t es = dt_cuda_esize(a->dtype);
-  r.n_out = 1;
-  r.count = 1;
-  for (int d = 0; d < a->ndim; d++) {
-    if ((mask >> d) & 1u) {
-      dims_add(&r.reduced, a->shape[d], a->strides[d] * es);
-      r.count *= a->shape[d];
-    } else {
-      dims_add(&r.kept, a->shape[d], a->strides[d] * es);
-      r.n_out *= a->shape[d];
-    }
-  }
+  dt__dims_split(a->ndim, a->shape, a->strides, es, mask, &r.kept, &r.reduced, &r.n_out, &r.count);
   if (r.n_out == 0) return 0;
   cudaStream_t s = (cudaStream_t)stream;
   if (r.count < 64 || r.n_out >= 8 * r.count) {

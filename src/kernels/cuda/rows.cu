@@ -7,35 +7,6 @@
 #include "kernels/cuda/indexer.cuh"
 #include "kernels/math/norm.h"
 
-/* Sizes and element strides of a few dims, walked row-major. */
-struct dt_cuda_walk {
-  int n;
-  int64_t shape[DT_CUDA_MAX_DIMS];
-  int64_t stride[DT_CUDA_MAX_DIMS];
-
-  __device__ __forceinline__ int64_t offset(int64_t linear) const {
-    int64_t off = 0;
-    for (int d = n - 1; d >= 0; d--) {
-      off += (linear % shape[d]) * stride[d];
-      linear /= shape[d];
-    }
-    return off;
-  }
-};
-
-/* The dims [from, to) of t except `skip` (-1: none). */
-static dt_cuda_walk walk_of(const dt_cuda_ref *t, int from, int to, int skip) {
-  dt_cuda_walk w;
-  w.n = 0;
-  for (int d = from; d < to; d++) {
-    if (d == skip) continue;
-    w.shape[w.n] = t->shape[d];
-    w.stride[w.n] = t->strides[d];
-    w.n++;
-  }
-  return w;
-}
-
 static __device__ __forceinline__ double load_at(const dt_cuda_ref &t, int64_t off) {
   return dt__elem_load_f64(t.dtype, t.data + off * dt_cuda_esize(t.dtype));
 }
@@ -66,7 +37,7 @@ static __device__ double block_reduce(double v, bool is_max) {
 
 struct dt_cuda_softmax_args {
   dt_cuda_ref in, out;
-  dt_cuda_walk in_lines, out_lines;
+  dt_cuda_dims in_lines, out_lines;
   int64_t lines, len, in_step, out_step;
   bool take_log;
 };
@@ -106,8 +77,8 @@ extern "C" int dt__cuda_launch_softmax(void *stream, const dt_cuda_ref *a, int d
   r.lines = numel / r.len;
   r.in_step = scalar ? 1 : a->strides[dim];
   r.out_step = scalar ? 1 : out->strides[dim];
-  r.in_lines = walk_of(a, 0, a->ndim, dim);
-  r.out_lines = walk_of(out, 0, out->ndim, dim);
+  r.in_lines = dt_cuda_dims_of(a, 0, a->ndim, dim);
+  r.out_lines = dt_cuda_dims_of(out, 0, out->ndim, dim);
   r.take_log = take_log;
   dt_cuda_softmax_kernel<<<row_blocks(r.lines), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(r);
   return (int)cudaGetLastError();
@@ -119,7 +90,7 @@ extern "C" int dt__cuda_launch_softmax(void *stream, const dt_cuda_ref *a, int d
 struct dt_cuda_norm_args {
   dt_cuda_ref x, out, weight, bias;
   bool has_weight, has_bias, rms;
-  dt_cuda_walk x_rows, out_rows, x_row, out_row, w_row, b_row;
+  dt_cuda_dims x_rows, out_rows, x_row, out_row, w_row, b_row;
   int64_t rows, len;
   double eps;
 };
@@ -164,12 +135,12 @@ extern "C" int dt__cuda_launch_layer_norm(void *stream, bool rms, const dt_cuda_
   a.eps = eps;
   a.has_weight = weight != nullptr;
   a.has_bias = bias != nullptr && !rms;
-  if (weight) a.weight = *weight, a.w_row = walk_of(weight, 0, weight->ndim, -1);
-  if (a.has_bias) a.bias = *bias, a.b_row = walk_of(bias, 0, bias->ndim, -1);
-  a.x_rows = walk_of(x, 0, lead, -1);
-  a.out_rows = walk_of(out, 0, lead, -1);
-  a.x_row = walk_of(x, lead, x->ndim, -1);
-  a.out_row = walk_of(out, lead, out->ndim, -1);
+  if (weight) a.weight = *weight, a.w_row = dt_cuda_dims_of(weight, 0, weight->ndim, -1);
+  if (a.has_bias) a.bias = *bias, a.b_row = dt_cuda_dims_of(bias, 0, bias->ndim, -1);
+  a.x_rows = dt_cuda_dims_of(x, 0, lead, -1);
+  a.out_rows = dt_cuda_dims_of(out, 0, lead, -1);
+  a.x_row = dt_cuda_dims_of(x, lead, x->ndim, -1);
+  a.out_row = dt_cuda_dims_of(out, lead, out->ndim, -1);
   a.rows = 1;
   a.len = 1;
   for (int d = 0; d < x->ndim; d++) (d < lead ? a.rows : a.len) *= x->shape[d];
@@ -185,12 +156,12 @@ struct dt_cuda_bn_args {
   dt_cuda_ref x, out, mean, var, weight, bias;
   bool has_stats, has_weight, has_bias;
   int64_t n, channels, inner; /* x viewed as [N, C, inner] */
-  dt_cuda_walk x_inner, out_inner;
+  dt_cuda_dims x_inner, out_inner;
   double eps;
   double *stats; /* [C] means and [C] biased variances (training) */
 };
 
-static __device__ __forceinline__ int64_t bn_offset(const dt_cuda_ref &t, const dt_cuda_walk &w,
+static __device__ __forceinline__ int64_t bn_offset(const dt_cuda_ref &t, const dt_cuda_dims &w,
                                                     int64_t n, int64_t c, int64_t i) {
   return n * t.strides[0] + c * t.strides[1] + w.offset(i);
 }
@@ -246,8 +217,8 @@ extern "C" int dt__cuda_launch_batch_norm(void *stream, const dt_cuda_ref *x,
   a.channels = x->shape[1];
   a.inner = 1;
   for (int d = 2; d < x->ndim; d++) a.inner *= x->shape[d];
-  a.x_inner = walk_of(x, 2, x->ndim, -1);
-  a.out_inner = walk_of(out, 2, out->ndim, -1);
+  a.x_inner = dt_cuda_dims_of(x, 2, x->ndim, -1);
+  a.out_inner = dt_cuda_dims_of(out, 2, out->ndim, -1);
   a.eps = eps;
   a.stats = scratch;
   int64_t total = a.n * a.channels * a.inner;
@@ -335,7 +306,7 @@ extern "C" int dt__cuda_launch_cross_entropy(void *stream, const dt_cuda_ref *gr
 
 struct dt_cuda_softmax_bwd_args {
   dt_cuda_ref g, y, out;
-  dt_cuda_walk g_lines, y_lines, out_lines;
+  dt_cuda_dims g_lines, y_lines, out_lines;
   int64_t lines, len, g_step, y_step, out_step;
   bool take_log;
 };
@@ -371,9 +342,9 @@ extern "C" int dt__cuda_launch_softmax_backward(void *stream, const dt_cuda_ref 
   r.g_step = scalar ? 1 : g->strides[dim];
   r.y_step = scalar ? 1 : y->strides[dim];
   r.out_step = scalar ? 1 : out->strides[dim];
-  r.g_lines = walk_of(g, 0, g->ndim, dim);
-  r.y_lines = walk_of(y, 0, y->ndim, dim);
-  r.out_lines = walk_of(out, 0, out->ndim, dim);
+  r.g_lines = dt_cuda_dims_of(g, 0, g->ndim, dim);
+  r.y_lines = dt_cuda_dims_of(y, 0, y->ndim, dim);
+  r.out_lines = dt_cuda_dims_of(out, 0, out->ndim, dim);
   r.take_log = take_log;
   dt_cuda_softmax_bwd_kernel<<<row_blocks(r.lines), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(r);
   return (int)cudaGetLastError();
@@ -382,7 +353,7 @@ extern "C" int dt__cuda_launch_softmax_backward(void *stream, const dt_cuda_ref 
 struct dt_cuda_norm_bwd_args {
   dt_cuda_ref g, x, weight, dx, dw, db;
   bool rms, has_weight;
-  dt_cuda_walk g_rows, x_rows, g_row, x_row, w_row;
+  dt_cuda_dims g_rows, x_rows, g_row, x_row, w_row;
   int64_t rows, len;
   double eps;
   double *stats; /* [rows] means, [rows] rstds (affine) */
@@ -462,12 +433,12 @@ extern "C" int dt__cuda_launch_norm_backward(void *stream, bool rms, const dt_cu
   int lead = x->ndim - ndims;
   a.g = *g, a.x = *x, a.rms = rms, a.eps = eps;
   a.has_weight = weight != nullptr;
-  if (weight) a.weight = *weight, a.w_row = walk_of(weight, 0, weight->ndim, -1);
+  if (weight) a.weight = *weight, a.w_row = dt_cuda_dims_of(weight, 0, weight->ndim, -1);
   if (dx) a.dx = *dx;
   if (dw) a.dw = *dw;
   if (db) a.db = *db;
-  a.g_rows = walk_of(g, 0, lead, -1), a.x_rows = walk_of(x, 0, lead, -1);
-  a.g_row = walk_of(g, lead, g->ndim, -1), a.x_row = walk_of(x, lead, x->ndim, -1);
+  a.g_rows = dt_cuda_dims_of(g, 0, lead, -1), a.x_rows = dt_cuda_dims_of(x, 0, lead, -1);
+  a.g_row = dt_cuda_dims_of(g, lead, g->ndim, -1), a.x_row = dt_cuda_dims_of(x, lead, x->ndim, -1);
   a.rows = 1, a.len = 1;
   for (int d = 0; d < x->ndim; d++) (d < lead ? a.rows : a.len) *= x->shape[d];
   if (a.len == 0) return 0;
