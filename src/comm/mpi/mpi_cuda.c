@@ -41,37 +41,27 @@ typedef struct mp_stage {
   char *host;
 } mp_stage;
 
+/* The elements of every rank's part together: the rows of counts[0, size) of row_numel each,
+ * or size parts of count when counts is NULL (equal parts). */
+static int64_t parts_numel(const dt_coll_args *a, const int64_t *counts, int64_t size) {
+  if (!counts) return size * a->count;
+  int64_t rows = 0;
+  for (int i = 0; i < size; i++) rows += counts[i];
+  return rows * a->row_numel;
+}
+
 /* This rank's send and recv bytes for the call (0 for a NULL buffer). */
 static void buffer_bytes(const dt_comm *comm, const dt_coll_args *a, size_t *send, size_t *recv) {
   size_t es = dt_dtype_size(a->dtype);
-  int64_t size = comm->size, rows_in = 0, rows_out = 0;
+  int64_t size = comm->size;
   int64_t s = a->count, r = a->count;
   switch (a->kind) {
-  case DT_COLL_ALL_GATHER:
-    if (a->counts) {
-      for (int i = 0; i < size; i++) rows_out += a->counts[i];
-      r = rows_out * a->row_numel;
-    } else {
-      r = size * a->count;
-    }
-    break;
-  case DT_COLL_REDUCE_SCATTER:
-    if (a->counts) {
-      for (int i = 0; i < size; i++) rows_in += a->counts[i];
-      s = rows_in * a->row_numel;
-    } else {
-      s = size * a->count;
-    }
-    break;
+  case DT_COLL_ALL_GATHER: r = parts_numel(a, a->counts, size); break;
+  case DT_COLL_REDUCE_SCATTER: s = parts_numel(a, a->counts, size); break;
   case DT_COLL_ALL_TO_ALL:
-    if (a->send_counts) {
-      for (int i = 0; i < size; i++) rows_in += a->send_counts[i];
-      for (int i = 0; i < size; i++) rows_out += a->recv_counts[i];
-      s = rows_in * a->row_numel;
-      r = rows_out * a->row_numel;
-    } else {
-      s = r = size * a->count;
-    }
+    /* recv_counts is read only along with send_counts (rows per peer, or equal parts) */
+    s = parts_numel(a, a->send_counts, size);
+    r = parts_numel(a, a->send_counts ? a->recv_counts : NULL, size);
     break;
   case DT_COLL_SCATTER: s = size * a->count; break;
   case DT_COLL_GATHER: r = size * a->count; break;

@@ -511,12 +511,24 @@ static bool nc_is_aborted(const dt_comm *comm) {
 }
 
 /* all_gather_object: the bytes staged through device memory (NCCL moves nothing else): an
- * all_gather of the lengths, then an uneven all_gather of the bytes. */
-static dt_status gather_on_device(dt_comm *comm, const dt_coll_args *args) {
+ * all_gather of the lengths, then an uneven all_gather of the bytes. One all_gather of count
+ * elements of dtype from send into recv (counts: every rank's count; NULL: all equal), on the
+ * device of key, run to its end. */
+static dt_status gather_on_device(dt_comm *comm, const char *op, uint32_t key, dt_dtype dtype,
+                                  const void *send, void *recv, int64_t count,
+                                  const int64_t *counts) {
   dt_work w;
   memset(&w, 0, sizeof w);
   w.comm = comm;
-  w.args = *args;
+  w.args = (dt_coll_args){.kind = DT_COLL_ALL_GATHER,
+                          .dtype = dtype,
+                          .send = send,
+                          .recv = recv,
+                          .count = count,
+                          .row_numel = 1,
+                          .counts = counts,
+                          .op_name = op,
+                          .device = key};
   w.seq = comm->seq++;
   dt_status status = nc_start(comm, &w);
   return status == DT_OK ? nc_wait(comm, &w) : status;
@@ -541,17 +553,7 @@ static dt_status nc_all_gather_object(dt_comm *comm, const void *data, size_t nb
     if (e == cudaSuccess) e = cudaMemcpy(dlen + n, &mine, sizeof mine, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) status = fail(comm, DT_ERR_ABORTED, op, "staging the lengths failed");
   }
-  if (status == DT_OK) {
-    dt_coll_args a = {.kind = DT_COLL_ALL_GATHER,
-                      .dtype = DT_I64,
-                      .send = dlen + n,
-                      .recv = dlen,
-                      .count = 1,
-                      .row_numel = 1,
-                      .op_name = op,
-                      .device = key};
-    status = gather_on_device(comm, &a);
-  }
+  if (status == DT_OK) status = gather_on_device(comm, op, key, DT_I64, dlen + n, dlen, 1, NULL);
   if (status == DT_OK && cudaMemcpy(lengths, dlen, sizeof *lengths * (size_t)n,
                                     cudaMemcpyDeviceToHost) != cudaSuccess) {
     status = fail(comm, DT_ERR_ABORTED, op, "reading the lengths back failed");
@@ -566,18 +568,8 @@ static dt_status nc_all_gather_object(dt_comm *comm, const void *data, size_t nb
     /* The peers go on to the second exchange: abort rather than leave them waiting. */
     if (e != cudaSuccess) status = fail(comm, DT_ERR_NOMEM, op, "out of memory on one rank");
   }
-  if (status == DT_OK) {
-    dt_coll_args a = {.kind = DT_COLL_ALL_GATHER,
-                      .dtype = DT_U8,
-                      .send = dbytes + total,
-                      .recv = dbytes,
-                      .count = mine,
-                      .row_numel = 1,
-                      .counts = lengths,
-                      .op_name = op,
-                      .device = key};
-    status = gather_on_device(comm, &a);
-  }
+  if (status == DT_OK)
+    status = gather_on_device(comm, op, key, DT_U8, dbytes + total, dbytes, mine, lengths);
   if (status == DT_OK && total &&
       cudaMemcpy((void *)objects->data, dbytes, total, cudaMemcpyDeviceToHost) != cudaSuccess) {
     status = fail(comm, DT_ERR_ABORTED, op, "reading the bytes back failed");

@@ -1,11 +1,12 @@
 // The threads backend's reduction kernel on CUDA memory (threads_cuda.h): one thread per
 // element (grid-stride), reading the element of every source in rank order, then writing the
 // result to every destination. Semantics are comm/reduce.c's, written again for the device;
-// the 16-bit conversions follow tensor/dtype.c's bit for bit.
+// the 16-bit conversions are tensor/element.h's, the CPU's.
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 #include "comm/threads/threads_cuda.h"
+#include "tensor/element.h"
 
 namespace {
 
@@ -27,103 +28,38 @@ struct TablePtrs {
   __device__ void *d(int i) const { return dst[i]; }
 };
 
-__device__ float bf16_to_f32(uint16_t bits) { return __uint_as_float((uint32_t)bits << 16); }
-
-__device__ uint16_t f32_to_bf16(float value) {
-  uint32_t bits = __float_as_uint(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);  // NaN
-  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return (uint16_t)((bits + rounding) >> 16);
-}
-
-__device__ float f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exponent = (h >> 10) & 0x1fu;
-  uint32_t mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      int e = -1;
-      do {
-        e++;
-        mantissa <<= 1;
-      } while ((mantissa & 0x400u) == 0);
-      bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mantissa & 0x3ffu) << 13);
-    }
-  } else if (exponent == 31) {
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else {
-    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-  }
-  return __uint_as_float(bits);
-}
-
-__device__ uint16_t f32_to_f16(float value) {
-  uint32_t x = __float_as_uint(value);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);   // NaN
-  if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  // overflow to inf
-  if (abs < 0x38800000u) {                                    // subnormal or zero
-    if (abs < 0x33000000u) return (uint16_t)sign;             // rounds to zero
-    uint32_t exponent = abs >> 23;
-    uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126 - exponent;
-    uint32_t half = mantissa >> shift;
-    uint32_t remainder = mantissa & ((1u << shift) - 1);
-    uint32_t halfway = 1u << (shift - 1);
-    if (remainder > halfway || (remainder == halfway && (half & 1u))) half++;
-    return (uint16_t)(sign | half);
-  }
-  uint32_t rebias = abs - 0x38000000u;
-  uint32_t rounded = rebias + 0xfffu + ((rebias >> 13) & 1u);
-  return (uint16_t)(sign | (rounded >> 13));
-}
-
-// T: element, A: accumulator, U: the type sums and products are done in (unsigned for
-// integers, so that they wrap).
-template <typename T_, typename A_, typename U_, bool Floating>
-struct Plain {
+// How a dtype's elements combine: T the element, A the accumulator, U the type sums and
+// products are done in (unsigned for integers, so that they wrap).
+template <typename T_, typename A_, typename U_, bool Floating, bool Boolean = false>
+struct Arith {
   using T = T_;
   using A = A_;
   using U = U_;
   static constexpr bool floating = Floating;
-  static constexpr bool boolean = false;
-  __device__ static A load(T v) { return (A)v; }
-  __device__ static T store(A v) { return (T)v; }
+  static constexpr bool boolean = Boolean;
 };
 
-struct BF16 {
-  using T = uint16_t;
-  using A = float;
-  using U = float;
-  static constexpr bool floating = true;
-  static constexpr bool boolean = false;
-  __device__ static A load(T v) { return bf16_to_f32(v); }
-  __device__ static T store(A v) { return f32_to_bf16(v); }
+template <typename T_, typename A_, typename U_, bool Floating>
+struct Plain : Arith<T_, A_, U_, Floating> {
+  __device__ static A_ load(T_ v) { return (A_)v; }
+  __device__ static T_ store(A_ v) { return (T_)v; }
 };
 
-struct F16 {
-  using T = uint16_t;
-  using A = float;
-  using U = float;
-  static constexpr bool floating = true;
-  static constexpr bool boolean = false;
-  __device__ static A load(T v) { return f16_to_f32(v); }
-  __device__ static T store(A v) { return f32_to_f16(v); }
+// bfloat16 and float16 compute in float, converted as on the CPU (tensor/element.h).
+struct BF16 : Arith<uint16_t, float, float, true> {
+  __device__ static float load(uint16_t v) { return dt__elem_bf16_to_f32(v); }
+  __device__ static uint16_t store(float v) { return dt__elem_f32_to_bf16(v); }
+};
+
+struct F16 : Arith<uint16_t, float, float, true> {
+  __device__ static float load(uint16_t v) { return dt__elem_f16_to_f32(v); }
+  __device__ static uint16_t store(float v) { return dt__elem_f32_to_f16(v); }
 };
 
 // bool: any nonzero byte reads as true; sum, avg and max are "or", prod and min "and".
-struct Bool {
-  using T = uint8_t;
-  using A = uint8_t;
-  using U = uint32_t;
-  static constexpr bool floating = false;
-  static constexpr bool boolean = true;
-  __device__ static A load(T v) { return v != 0; }
-  __device__ static T store(A v) { return v; }
+struct Bool : Arith<uint8_t, uint8_t, uint32_t, false, true> {
+  __device__ static uint8_t load(uint8_t v) { return v != 0; }
+  __device__ static uint8_t store(uint8_t v) { return v; }
 };
 
 template <class Tr>
