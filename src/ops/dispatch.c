@@ -92,6 +92,14 @@ dt_status dt__dispatch_two(dt_op op, dt_tensor *a, dt_tensor *b, double scalar, 
   return dt__dispatch(&call);
 }
 
+dt_status dt__dispatch_tensors(dt_op op, int n, dt_tensor *const *inputs, int n_ints, int64_t v,
+                               dt_tensor **out) {
+  dt_op_call call = {
+      .op = op, .n_inputs = n, .n_ints = n_ints, .ints = {v}, .n_outputs = 1, .outputs = out};
+  for (int i = 0; i < n; i++) call.inputs[i] = inputs[i];
+  return dt__dispatch(&call);
+}
+
 dt_status dt__broadcast_shapes(const char *op, int ndim_a, const int64_t *shape_a, int ndim_b,
                                const int64_t *shape_b, int *out_ndim, int64_t *out_shape) {
   int ndim = ndim_a > ndim_b ? ndim_a : ndim_b;

@@ -88,10 +88,6 @@ dt_status dt__kernel_embedding_backward(dt_op_call *call) {
 
 dt_status dt__embedding_backward(dt_tensor *weight, dt_tensor *indices, dt_tensor *grad,
                                  dt_tensor **out) {
-  dt_op_call call = {.op = DT_OP_EMBEDDING_BACKWARD,
-                     .n_inputs = 3,
-                     .inputs = {weight, indices, grad},
-                     .n_outputs = 1,
-                     .outputs = out};
-  return dt__dispatch(&call);
+  return dt__dispatch_tensors(DT_OP_EMBEDDING_BACKWARD, 3, (dt_tensor *[]){weight, indices, grad},
+                              0, 0, out);
 }

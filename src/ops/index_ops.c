@@ -31,11 +31,8 @@ dt_status dt__kernel_triangle(dt_op_call *call) {
 
 dt_status dt__infer_cumsum(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *a = call->inputs[0];
-  int d;
-  dt_status st = dt__normalize_dim(dt__op_name(call), call->ints[0], a->ndim, &d);
+  dt_status st = dt__call_dim(call, a, NULL);
   if (st) return st;
-  call->ints[0] = d;
-  call->n_ints = 1;
   /* Integers and bool sum in int64, as PyTorch promotes them. */
   dt_dtype out = dt_dtype_is_floating(a->dtype) ? a->dtype : DT_I64;
   dt__meta_set(&metas[0], out, a->ndim, a->shape);
@@ -92,11 +89,9 @@ static dt_status check_index(const dt_op_call *call, const dt_tensor *index, int
 dt_status dt__infer_index_select(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *a = call->inputs[0], *index = call->inputs[1];
   int d;
-  dt_status st = dt__normalize_dim(dt__op_name(call), call->ints[0], a->ndim, &d);
+  dt_status st = dt__call_dim(call, a, &d);
   if (!st) st = check_index(call, index, 1);
   if (st) return st;
-  call->ints[0] = d;
-  call->n_ints = 1;
   dt__meta_set(&metas[0], a->dtype, a->ndim, a->shape);
   metas[0].shape[d] = index->shape[0];
   return DT_OK;
@@ -113,7 +108,7 @@ dt_status dt__infer_gather(dt_op_call *call, dt_tensor_meta *metas) {
   if (call->n_ints > 1 && call->ints[1] != 0)
     return dt__error(DT_ERR_UNSUPPORTED, "%s: sparse_grad=true is not supported", op);
   int d;
-  dt_status st = dt__normalize_dim(op, call->ints[0], a->ndim, &d);
+  dt_status st = dt__call_dim(call, a, &d);
   if (!st) st = check_index(call, index, a->ndim);
   if (st) return st;
   for (int i = 0; i < a->ndim; i++) {
@@ -124,8 +119,6 @@ dt_status dt__infer_gather(dt_op_call *call, dt_tensor_meta *metas) {
                        dt__format_ints(ba, sizeof ba, a->ndim, a->shape), i, d);
     }
   }
-  call->ints[0] = d;
-  call->n_ints = 1;
   dt__meta_set(&metas[0], a->dtype, index->ndim, index->shape);
   return DT_OK;
 }
@@ -138,14 +131,7 @@ dt_status dt__kernel_gather(dt_op_call *call) {
 /* ---- Public functions ------------------------------------------------------------------- */
 
 static dt_status one_int(dt_op op, dt_tensor *a, dt_tensor *index, int64_t v, dt_tensor **out) {
-  dt_op_call call = {.op = op,
-                     .n_inputs = index ? 2 : 1,
-                     .inputs = {a, index},
-                     .n_ints = 1,
-                     .ints = {v},
-                     .n_outputs = 1,
-                     .outputs = out};
-  return dt__dispatch(&call);
+  return dt__dispatch_tensors(op, index ? 2 : 1, (dt_tensor *[]){a, index}, 1, v, out);
 }
 
 dt_status dt_tril(dt_tensor *a, int64_t diagonal, dt_tensor **out) {

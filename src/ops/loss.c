@@ -42,6 +42,18 @@ static dt_status check_logits_target(const dt_op_call *call, const dt_tensor *lo
   return DT_OK;
 }
 
+/* t (grad_output, max) must be [N, 1] with logits' N and dtype. */
+static dt_status check_column(const dt_op_call *call, const char *arg, const dt_tensor *t,
+                              const dt_tensor *logits) {
+  if (t->dtype == logits->dtype && t->ndim == 2 && t->shape[0] == logits->shape[0] &&
+      t->shape[1] == 1)
+    return DT_OK;
+  char b[160];
+  return dt__error(DT_ERR_SHAPE, "%s: %s %s %s (expected [%lld, 1] %s)", dt__op_name(call), arg,
+                   dt__format_ints(b, sizeof b, t->ndim, t->shape), dt_dtype_name(t->dtype),
+                   (long long)logits->shape[0], dt_dtype_name(logits->dtype));
+}
+
 dt_status dt__infer_cross_entropy(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *logits = call->inputs[0];
   dt_status st = check_logits_target(call, logits, call->inputs[1]);
@@ -58,15 +70,8 @@ dt_status dt__kernel_cross_entropy(dt_op_call *call) {
 dt_status dt__infer_cross_entropy_backward(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *grad = call->inputs[0], *logits = call->inputs[1];
   dt_status st = check_logits_target(call, logits, call->inputs[2]);
+  if (!st) st = check_column(call, "grad_output", grad, logits);
   if (st) return st;
-  if (grad->dtype != logits->dtype || grad->ndim != 2 || grad->shape[0] != logits->shape[0] ||
-      grad->shape[1] != 1) {
-    char b[160];
-    return dt__error(DT_ERR_SHAPE, "%s: grad_output %s %s (expected [%lld, 1] %s)",
-                     dt__op_name(call), dt__format_ints(b, sizeof b, grad->ndim, grad->shape),
-                     dt_dtype_name(grad->dtype), (long long)logits->shape[0],
-                     dt_dtype_name(logits->dtype));
-  }
   dt__meta_set(&metas[0], logits->dtype, 2, logits->shape);
   return DT_OK;
 }
@@ -97,14 +102,8 @@ dt_status dt__cross_entropy_backward(const dt_op_call *fwd, dt_tensor *grad, dt_
 static dt_status check_vocab_terms(const dt_op_call *call) {
   const dt_tensor *logits = call->inputs[0], *max = call->inputs[1];
   dt_status st = check_logits_target(call, logits, call->inputs[2]);
+  if (!st) st = check_column(call, "max", max, logits);
   if (st) return st;
-  if (max->dtype != logits->dtype || max->ndim != 2 || max->shape[0] != logits->shape[0] ||
-      max->shape[1] != 1) {
-    char b[160];
-    return dt__error(DT_ERR_SHAPE, "%s: max %s %s (expected [%lld, 1] %s)", dt__op_name(call),
-                     dt__format_ints(b, sizeof b, max->ndim, max->shape), dt_dtype_name(max->dtype),
-                     (long long)logits->shape[0], dt_dtype_name(logits->dtype));
-  }
   if (call->n_ints < 1 || (call->ints[0] != 2 && call->ints[0] != 3)) {
     return dt__error(DT_ERR_INVALID, "%s: terms = %lld (expected 2 or 3)", dt__op_name(call),
                      call->n_ints < 1 ? 0LL : (long long)call->ints[0]);
@@ -155,25 +154,14 @@ dt_status dt__kernel_vocab_terms_backward(dt_op_call *call) {
 
 dt_status dt__cross_entropy_vocab_terms(dt_tensor *logits, dt_tensor *max, dt_tensor *target,
                                         int terms, dt_tensor **out) {
-  dt_op_call call = {.op = DT_OP_CROSS_ENTROPY_VOCAB_TERMS,
-                     .n_inputs = 3,
-                     .inputs = {logits, max, target},
-                     .n_ints = 1,
-                     .ints = {terms},
-                     .n_outputs = 1,
-                     .outputs = out};
-  return dt__dispatch(&call);
+  return dt__dispatch_tensors(DT_OP_CROSS_ENTROPY_VOCAB_TERMS, 3,
+                              (dt_tensor *[]){logits, max, target}, 1, terms, out);
 }
 
 dt_status dt__cross_entropy_vocab_terms_backward(dt_tensor *logits, dt_tensor *max,
                                                  dt_tensor *target, dt_tensor *grad,
                                                  dt_tensor **out) {
-  dt_op_call call = {.op = DT_OP_CROSS_ENTROPY_VOCAB_TERMS_BACKWARD,
-                     .n_inputs = 4,
-                     .inputs = {logits, max, target, grad},
-                     .n_ints = 1,
-                     .ints = {dt_tensor_ndim(grad) == 2 ? dt_tensor_size(grad, 1) : 0},
-                     .n_outputs = 1,
-                     .outputs = out};
-  return dt__dispatch(&call);
+  int64_t classes = dt_tensor_ndim(grad) == 2 ? dt_tensor_size(grad, 1) : 0;
+  return dt__dispatch_tensors(DT_OP_CROSS_ENTROPY_VOCAB_TERMS_BACKWARD, 4,
+                              (dt_tensor *[]){logits, max, target, grad}, 1, classes, out);
 }

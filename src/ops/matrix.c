@@ -286,10 +286,5 @@ dt_status dt_addmm_ex(dt_tensor *bias, dt_tensor *a, dt_tensor *b, double beta, 
 }
 
 dt_status dt_linear(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, dt_tensor **out) {
-  dt_op_call call = {.op = DT_OP_LINEAR,
-                     .n_inputs = 3,
-                     .inputs = {x, weight, bias},
-                     .n_outputs = 1,
-                     .outputs = out};
-  return dt__dispatch(&call);
+  return dt__dispatch_tensors(DT_OP_LINEAR, 3, (dt_tensor *[]){x, weight, bias}, 0, 0, out);
 }

@@ -16,12 +16,8 @@ static dt_status check_floating(const dt_op_call *call, const char *arg, const d
 dt_status dt__infer_softmax(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *a = call->inputs[0];
   dt_status st = check_floating(call, "input", a);
+  if (!st) st = dt__call_dim(call, a, NULL);
   if (st) return st;
-  int d;
-  st = dt__normalize_dim(dt__op_name(call), call->ints[0], a->ndim, &d);
-  if (st) return st;
-  call->ints[0] = d;
-  call->n_ints = 1;
   dt__meta_set(&metas[0], a->dtype, a->ndim, a->shape);
   return DT_OK;
 }
@@ -106,12 +102,8 @@ static dt_status check_grad_pair(const dt_op_call *call, const char *saved) {
 dt_status dt__infer_softmax_backward(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *y = call->inputs[1];
   dt_status st = check_grad_pair(call, "output");
+  if (!st) st = dt__call_dim(call, y, NULL);
   if (st) return st;
-  int d;
-  st = dt__normalize_dim(dt__op_name(call), call->ints[0], y->ndim, &d);
-  if (st) return st;
-  call->ints[0] = d;
-  call->n_ints = 1;
   dt__meta_set(&metas[0], y->dtype, y->ndim, y->shape);
   return DT_OK;
 }
@@ -163,14 +155,8 @@ dt_status dt__kernel_norm_backward(dt_op_call *call) {
 
 dt_status dt__softmax_backward(dt_tensor *grad, dt_tensor *output, int64_t dim, bool take_log,
                                dt_tensor **out) {
-  dt_op_call call = {.op = take_log ? DT_OP_LOG_SOFTMAX_BACKWARD : DT_OP_SOFTMAX_BACKWARD,
-                     .n_inputs = 2,
-                     .inputs = {grad, output},
-                     .n_ints = 1,
-                     .ints = {dim},
-                     .n_outputs = 1,
-                     .outputs = out};
-  return dt__dispatch(&call);
+  return dt__dispatch_tensors(take_log ? DT_OP_LOG_SOFTMAX_BACKWARD : DT_OP_SOFTMAX_BACKWARD, 2,
+                              (dt_tensor *[]){grad, output}, 1, dim, out);
 }
 
 /* A normalization backward op over the last k dims of input, of sizes `shape`. */
@@ -252,23 +238,12 @@ dt_status dt__kernel_batch_norm(dt_op_call *call) {
 
 /* ---- Public functions ------------------------------------------------------------------------ */
 
-static dt_status softmax(dt_op op, dt_tensor *a, int64_t dim, dt_tensor **out) {
-  dt_op_call call = {.op = op,
-                     .n_inputs = 1,
-                     .inputs = {a},
-                     .n_ints = 1,
-                     .ints = {dim},
-                     .n_outputs = 1,
-                     .outputs = out};
-  return dt__dispatch(&call);
-}
-
 dt_status dt_softmax(dt_tensor *a, int64_t dim, dt_tensor **out) {
-  return softmax(DT_OP_SOFTMAX, a, dim, out);
+  return dt__dispatch_tensors(DT_OP_SOFTMAX, 1, &a, 1, dim, out);
 }
 
 dt_status dt_log_softmax(dt_tensor *a, int64_t dim, dt_tensor **out) {
-  return softmax(DT_OP_LOG_SOFTMAX, a, dim, out);
+  return dt__dispatch_tensors(DT_OP_LOG_SOFTMAX, 1, &a, 1, dim, out);
 }
 
 dt_status dt__norm_dispatch(dt_op op, dt_tensor *x, int ndims, const int64_t *normalized_shape,

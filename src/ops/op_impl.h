@@ -87,6 +87,19 @@ static inline const char *dt__op_name(const dt_op_call *call) {
   return dt__op_table[call->op].name;
 }
 
+/* ints[0] as a dim of t, normalized and stored back (ints[0] = the dim, n_ints = 1), and into
+ * *d unless d is NULL: the ops whose one dim attribute the kernel reads (softmax, cumsum,
+ * index_select, gather, squeeze.dim). */
+static inline dt_status dt__call_dim(dt_op_call *call, const dt_tensor *t, int *d) {
+  int dim;
+  dt_status st = dt__normalize_dim(dt__op_name(call), call->ints[0], t->ndim, &dim);
+  if (st) return st;
+  call->ints[0] = dim;
+  call->n_ints = 1;
+  if (d) *d = dim;
+  return DT_OK;
+}
+
 /* ints[0] and ints[1] as dims of inputs[0] (transpose's dims, flatten's start and end). */
 static inline dt_status dt__normalize_dim_pair(const dt_op_call *call, int *d0, int *d1) {
   int ndim = call->inputs[0]->ndim;
@@ -97,6 +110,13 @@ static inline dt_status dt__normalize_dim_pair(const dt_op_call *call, int *d0, 
 /* Dispatches op on inputs {a, b} with scalars[0] = scalar (alpha, a fill value; 0 when the
  * op has none) and one output: the public binary functions' common call. (ops/dispatch.c) */
 dt_status dt__dispatch_two(dt_op op, dt_tensor *a, dt_tensor *b, double scalar, dt_tensor **out);
+
+/* Dispatches op on the n tensors `inputs` (n <= DT_OP_MAX_INPUTS; NULL entries stay NULL) with
+ * one output and, when n_ints is 1, ints {v} (none when 0): the public functions' common call
+ * for the ops whose only attribute, if any, is one int (a dim, a diagonal, a count).
+ * (ops/dispatch.c) */
+dt_status dt__dispatch_tensors(dt_op op, int n, dt_tensor *const *inputs, int n_ints, int64_t v,
+                               dt_tensor **out);
 
 /* Completes per-channel sums (a float64 [C] tensor) across ranks, in place (synchronized
  * batch norm). */

@@ -63,12 +63,5 @@ dt_status dt__kernel_scatter_add(dt_op_call *call) {
 
 dt_status dt_scatter_add(dt_tensor *self, int64_t dim, dt_tensor *index, dt_tensor *src,
                          dt_tensor **out) {
-  dt_op_call call = {.op = DT_OP_SCATTER_ADD,
-                     .n_inputs = 3,
-                     .inputs = {self, index, src},
-                     .n_ints = 1,
-                     .ints = {dim},
-                     .n_outputs = 1,
-                     .outputs = out};
-  return dt__dispatch(&call);
+  return dt__dispatch_tensors(DT_OP_SCATTER_ADD, 3, (dt_tensor *[]){self, index, src}, 1, dim, out);
 }

@@ -330,7 +330,7 @@ dt_status dt__infer_squeeze(dt_op_call *call, dt_tensor_meta *metas) {
 dt_status dt__infer_squeeze_dim(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *a = call->inputs[0];
   int d;
-  dt_status st = dt__normalize_dim(dt__op_name(call), call->ints[0], a->ndim, &d);
+  dt_status st = dt__call_dim(call, a, &d);
   if (st) return st;
   bool removes = a->ndim > 0 && a->shape[d] == 1;
   call->ints[0] = removes ? d : -2;
