@@ -74,6 +74,10 @@ check_usage 4 view 24:S0 shape=6x4
 check_usage 4 relu 24:SS0/0
 check_usage 4 relu 24:SS0
 check_usage
+# A bad value of an attribute an overload knows names that attribute, not "unknown attribute"
+# from the overload tried first.
+err=$("$tool" plan 4 sum 8x6:S0 dim=1.5 2>&1)
+case "$err" in *"sum.dim_IntList"*"dim=1.5"*) ;; *) fail "sum dim=1.5: $err" ;; esac
 # The op refuses its inputs: exit 1 and the library's message.
 err=$("$tool" plan 4 mm 8x5:R 6x4:R 2>&1)
 status=$?

@@ -168,7 +168,7 @@ Test(bad_inputs, embedding_row_window_does_not_wrap) {
                          .ints = {bad[i][0], bad[i][1]},
                          .n_outputs = 1,
                          .outputs = &out};
-      REFUSED(dt__dispatch(&call), DT_ERR_INTERNAL, backward ? "embedding_backward" : "embedding",
+      REFUSED(dt__dispatch(&call), DT_ERR_INVALID, backward ? "embedding_backward" : "embedding",
               "row window");
       cr_assert_null(out);
     }
@@ -186,6 +186,26 @@ Test(bad_inputs, embedding_row_window_does_not_wrap) {
   OK(dt_tensor_to_doubles(out, v, 6));
   for (int i = 0; i < 6; i++) cr_assert_eq(v[i], 0.0); /* index 1 lies outside these rows */
   dt_tensor_release(out), dt_tensor_release(w), dt_tensor_release(g), dt_tensor_release(idx);
+}
+
+/* scatter_add's row window (ints {dim, offset, rows of the whole}): the same checks, no wrap. */
+Test(bad_inputs, scatter_add_row_window_does_not_wrap) {
+  dt_tensor *self = filled(2, (int64_t[]){3, 2}, DT_F32, 0),
+            *src = filled(2, (int64_t[]){2, 2}, DT_F32, 1);
+  dt_tensor *idx = filled(2, (int64_t[]){2, 2}, DT_I64, 0), *out = NULL;
+  const int64_t bad[][2] = {{INT64_MAX - 1, INT64_MAX}, {0, 2}, {-1, 9}, {1, INT64_MIN}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    dt_op_call call = {.op = DT_OP_SCATTER_ADD,
+                       .n_inputs = 3,
+                       .inputs = {self, idx, src},
+                       .n_ints = 3,
+                       .ints = {0, bad[i][0], bad[i][1]},
+                       .n_outputs = 1,
+                       .outputs = &out};
+    REFUSED(dt__dispatch(&call), DT_ERR_INVALID, "scatter_add", "row window offset");
+    cr_assert_null(out);
+  }
+  dt_tensor_release(self), dt_tensor_release(src), dt_tensor_release(idx);
 }
 
 /* ---- Context parallelism --------------------------------------------------------------------- */

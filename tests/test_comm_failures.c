@@ -113,6 +113,19 @@ Test(failures, failing_rank_aborts_peers) {
   cr_assert_eq(dt_comm_spawn(3, failing_rank, &failing), DT_ERR_INVALID, "%s", dt_last_error());
 }
 
+/* A rank function that fails without setting an error message still gets a reason. */
+static dt_status silent_failing_rank(dt_comm *comm, void *arg) {
+  (void)arg;
+  return dt_comm_rank(comm) == 1 ? DT_ERR_INVALID : DT_OK;
+}
+
+Test(failures, silent_failing_rank_gets_a_reason) {
+  cr_assert_eq(dt_comm_spawn(2, silent_failing_rank, NULL), DT_ERR_INVALID);
+  cr_assert(mentions(dt_last_error(), "rank 1: its function returned") &&
+                mentions(dt_last_error(), "without an error message"),
+            "%s", dt_last_error());
+}
+
 static dt_status abort_call_rank(dt_comm *comm, void *arg) {
   (void)arg;
   if (dt_comm_rank(comm) == 0) {

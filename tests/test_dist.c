@@ -333,6 +333,11 @@ static dt_status bad_input_rank(dt_comm *world, void *arg) {
   CHECK(!dt_mul(d, scalar, &sum) && !dt_dist_full_tensor(sum, &back), "dist * scalar");
   double v;
   CHECK(!dt_tensor_get(back, (int64_t[]){3, 3}, &v) && v == 2, "value");
+  /* d is [4, 4] Shard(0) on 2 ranks: element [3, 0] is not in the local [2, 4] shard. */
+  st = dt_tensor_get(d, (int64_t[]){3, 0}, &v);
+  CHECK(st == DT_ERR_INDEX && strstr(dt_last_error(), "local shard's shape [2, 4]") &&
+            strstr(dt_last_error(), "dt_dist_full_tensor"),
+        "get past the local shard: %s", dt_last_error());
   dt_tensor_release(scalar);
   dt_tensor_release(sum);
   dt_tensor_release(back);

@@ -92,6 +92,8 @@ static void refused(const dt_pp_action *r0, int n0, const dt_pp_action *r1, int 
   dt_status st = dt_pp_schedule_create_custom(2, 2, 2, counts, lists, &s);
   cr_assert_eq(st, DT_ERR_INVALID, "accepted; expected '%s'", words);
   cr_assert(strstr(dt_last_error(), words), "'%s' lacks '%s'", dt_last_error(), words);
+  cr_assert(strncmp(dt_last_error(), "dt_pp_schedule_create_custom: ", 30) == 0, "%s",
+            dt_last_error());
   cr_assert_null(s);
 }
 

@@ -5,6 +5,7 @@
  * requires grad) is skipped in backward. */
 #include <criterion/criterion.h>
 #include <limits.h>
+#include <math.h>
 
 #include "comm_helpers.h"
 #include "dtensor/pipeline.h"
@@ -67,6 +68,11 @@ Test(pipeline_errors, schedule_queries) {
   expect(dt_pp_schedule_actions(NULL, 0, &n, &a), DT_ERR_INVALID, "dt_pp_schedule_actions");
   double b = 0;
   expect(dt_pp_schedule_bubble(s, 0, &b), DT_ERR_INVALID, "backward_cost 0");
+  expect(dt_pp_schedule_bubble(s, INFINITY, &b), DT_ERR_INVALID, "backward_cost inf");
+  expect(dt_pp_schedule_bubble(s, NAN, &b), DT_ERR_INVALID, "not a finite number > 0");
+  dt_pp_schedule *big = NULL;
+  expect(dt_pp_schedule_create(DT_PP_INTERLEAVED_1F1B, 2, 70000, 2, &big), DT_ERR_INVALID,
+         "stages_per_rank at most 65536");
   expect(dt_pp_schedule_bubble(NULL, 1, &b), DT_ERR_INVALID, "dt_pp_schedule_bubble");
   cr_assert_eq(dt_pp_schedule_ranks(NULL), 0);
   cr_assert_eq(dt_pp_schedule_microbatches(s), 2);

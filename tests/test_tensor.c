@@ -38,6 +38,28 @@ Test(tensor, every_dtype_round_trips_small_integers) {
   }
 }
 
+/* Integer to integer conversions are exact past 2^53 and wrap when narrowing (as a C cast
+ * through the unsigned type, and as torch's .to(torch.int32)). */
+Test(tensor, integer_conversions_are_exact) {
+  const int64_t big[3] = {(INT64_C(1) << 53) + 1, INT64_MAX, INT64_C(0x100000005)};
+  dt_tensor *a = NULL, *b = NULL, *c = NULL;
+  cr_assert_eq(dt_from_data(big, 1, (int64_t[]){3}, DT_I64, &a), DT_OK);
+  cr_assert_eq(dt_to(a, DT_I32, &b), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_to(b, DT_I64, &c), DT_OK, "%s", dt_last_error());
+  const int32_t *narrow = dt_tensor_data(b);
+  const int64_t *wide = dt_tensor_data(c);
+  for (int i = 0; i < 3; i++) {
+    int32_t want = (int32_t)(uint32_t)(uint64_t)big[i];
+    cr_assert_eq(narrow[i], want, "element %d: %d, want %d", i, narrow[i], want);
+    cr_assert_eq(wide[i], want);
+  }
+  dt_tensor *d = NULL;
+  cr_assert_eq(dt_empty(1, (int64_t[]){3}, DT_I64, &d), DT_OK);
+  cr_assert_eq(dt_copy_(d, a), DT_OK);
+  cr_assert_eq(memcmp(dt_tensor_data(d), big, sizeof big), 0);
+  dt_tensor_release(a), dt_tensor_release(b), dt_tensor_release(c), dt_tensor_release(d);
+}
+
 Test(tensor, half_precision_conversions) {
   cr_assert_eq(dt_f32_to_bf16(1.0f), 0x3f80);
   cr_assert_eq(dt_bf16_to_f32(0x3f80), 1.0f);

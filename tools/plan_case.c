@@ -141,9 +141,12 @@ static bool add_attr(plan_case *c, const char *word, char *err, size_t size) {
 }
 
 /* The op a name means: the list's op of that ATen name ("add.Tensor"), or the first op of that
- * base name ("add") whose tensor count and attributes fit, as PyTorch picks an overload. */
+ * base name ("add") whose tensor count and attributes fit, as PyTorch picks an overload. When
+ * none fits, the reason told is the most specific one: a bad value of an attribute the overload
+ * knows (sum dim=1.5) over an attribute it does not know, over a wrong tensor count. */
 static bool resolve_op(const char *name, plan_case *c, char *err, size_t size) {
   bool named = false;
+  int told = -1; /* the rank of the reason in err: 0 count, 1 unknown attribute, 2 a value */
   for (int op = 0; op < DT_OP_COUNT; op++) {
     const char *full = dt__op_table[op].name;
     size_t base = strcspn(full, ".");
@@ -173,7 +176,11 @@ static bool resolve_op(const char *name, plan_case *c, char *err, size_t size) {
       c->op = op;
       return true;
     }
-    if (!named) snprintf(err, size, "%s", why); /* the first candidate's reason */
+    int rank = why == count ? 0 : strstr(why, "unknown attribute") ? 1 : 2;
+    if (rank > told) {
+      snprintf(err, size, "%s", why);
+      told = rank;
+    }
     named = true;
   }
   if (!named) snprintf(err, size, "unknown op '%.200s' (dtensor info --ops lists them)", name);

@@ -1,5 +1,6 @@
 /* Autograd's public API on tensors: requires_grad, .grad, retain_grad, grad mode. */
 #include <inttypes.h>
+#include <pthread.h>
 
 #include "autograd/autograd_impl.h"
 #include "autograd/meta_of.h"
@@ -23,10 +24,18 @@ static dt_status copy_requires_grad(const dt_tensor *from, dt_tensor *to) {
   return dt_tensor_requires_grad(from) ? dt_tensor_set_requires_grad(to, true) : DT_OK;
 }
 
-static dt_autograd_meta *meta_create(dt_tensor *t) {
+static void install_upcalls(void) {
   dt__upcall.autograd_dispatch = dt__autograd_dispatch;
   dt__upcall.autograd_record_conversion = record_conversion;
   dt__upcall.autograd_copy_requires_grad = copy_requires_grad;
+}
+
+/* The upcalls are written once (rank threads call this concurrently while others dispatch);
+ * a meta's creation then raises dt__autograd_live with release order, and dispatch reads it
+ * with acquire before it reads dt__upcall.autograd_dispatch. */
+static dt_autograd_meta *meta_create(dt_tensor *t) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, install_upcalls);
   return dt__autograd_meta_get(t);
 }
 

@@ -64,7 +64,7 @@ dt_status dt__dispatch(dt_op_call *call) {
   dt__profile_scope scope;
   dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_OP, DT_PROFILER_LANE_COMPUTE);
   /* Modes and autograd share one predictable branch: neither is in use on the hot path. */
-  int autograd_live = atomic_load_explicit(&dt__autograd_live, memory_order_relaxed);
+  int autograd_live = atomic_load_explicit(&dt__autograd_live, memory_order_acquire);
   if (DT_UNLIKELY((autograd_live | dt__modes_visible) != 0)) {
     /* Autograd runs the modes itself, around its recording. */
     st = autograd_live && dt__upcall.autograd_dispatch ? dt__upcall.autograd_dispatch(call)

@@ -4,6 +4,8 @@
  * (weight sharded by rows) with ints {row offset of this shard, rows of the whole table}:
  * indices are checked against the whole table, rows outside this shard come out as zeros,
  * and the sum over the shards is the full lookup (a Partial(sum) result). */
+#include <inttypes.h>
+
 #include "kernels/cpu/matrix.h"
 #include "ops/op_impl.h"
 
@@ -30,8 +32,15 @@ dt_status dt__infer_embedding(dt_op_call *call, dt_tensor_meta *metas) {
   if (call->n_ints != 0 &&
       (call->n_ints != 2 || call->ints[0] < 0 || call->ints[1] < weight->shape[0] ||
        call->ints[0] > call->ints[1] - weight->shape[0])) {
-    return dt__error(DT_ERR_INTERNAL, "%s: a row window of %d entries does not fit the table", op,
-                     call->n_ints);
+    if (call->n_ints != 2) {
+      return dt__error(DT_ERR_INVALID,
+                       "%s: a row window takes 2 ints (offset, rows of the whole table), got %d",
+                       op, call->n_ints);
+    }
+    return dt__error(DT_ERR_INVALID,
+                     "%s: the row window offset %" PRId64 " of a %" PRId64
+                     "-row table does not hold the local weight's %" PRId64 " rows",
+                     op, call->ints[0], call->ints[1], weight->shape[0]);
   }
   dt_tensor_meta *m = &metas[0];
   dt__meta_set(m, weight->dtype, indices->ndim, indices->shape);

@@ -7,6 +7,8 @@
  * scatter along dim 0 each shard adds only the indices that fall in its rows (the others
  * contribute nothing there), so the shards together are the whole result; along another dim
  * the window does not matter (index and src are sharded with self). */
+#include <inttypes.h>
+
 #include "kernels/cpu/scatter.h"
 #include "ops/op_impl.h"
 
@@ -42,9 +44,13 @@ dt_status dt__infer_scatter_add(dt_op_call *call, dt_tensor_meta *metas) {
                        dt__format_ints(bs, sizeof bs, self->ndim, self->shape), i, d);
     }
   }
-  if (call->n_ints == 3 &&
-      (call->ints[1] < 0 || self->ndim == 0 || call->ints[1] + self->shape[0] > call->ints[2])) {
-    return dt__error(DT_ERR_INTERNAL, "%s: a row window does not fit the whole tensor", op);
+  /* Never adds: the window's ints also come from the CLI's raw ints. */
+  if (call->n_ints == 3 && (call->ints[1] < 0 || call->ints[2] < 0 || self->ndim == 0 ||
+                            call->ints[1] > call->ints[2] - self->shape[0])) {
+    return dt__error(DT_ERR_INVALID,
+                     "%s: the row window offset %" PRId64 " of a %" PRId64
+                     "-row tensor does not hold self's %" PRId64 " rows",
+                     op, call->ints[1], call->ints[2], self->ndim ? self->shape[0] : 0);
   }
   call->ints[0] = d;
   if (call->n_ints != 3) call->n_ints = 1;

@@ -6,6 +6,7 @@
  * DT_PP_SEND_WINDOW unreceived transfers per ordered pair, receives wait, FIFO per pair with
  * no tags) that must finish with each receive meeting the send it expects.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -332,26 +333,38 @@ static dt_status simulate(const dt_pp_schedule *s, double backward_cost, double 
   return st;
 }
 
-static dt_status validate(const dt_pp_schedule *s) {
+/* The checks below say "pp schedule: ..."; the public function that called them names itself
+ * instead. */
+static dt_status named(const char *fn, dt_status st) {
+  if (!st) return st;
+  char message[1024];
+  const char *text = dt_last_error();
+  if (strncmp(text, "pp schedule: ", 13) == 0) text += 13;
+  snprintf(message, sizeof message, "%s", text);
+  return dt__error(st, "%s: %s", fn, message);
+}
+
+static dt_status validate(const char *fn, const dt_pp_schedule *s) {
   checker c = {.s = s};
   size_t cells = (size_t)N_KINDS * (size_t)s->n_stages * (size_t)s->n_microbatches;
   c.pos = dt__alloc(sizeof *c.pos * cells);
-  if (!c.pos) return dt__error(DT_ERR_NOMEM, "pp schedule: out of memory for the validation");
+  if (!c.pos) return dt__error(DT_ERR_NOMEM, "%s: out of memory for the validation", fn);
   dt_status st = DT_OK;
   for (int r = 0; r < s->n_ranks && !st; r++) st = check_rank(&c, r);
   dt__free(c.pos);
   if (!st) st = simulate(s, 1.0, NULL, NULL);
-  return st;
+  return named(fn, st);
 }
 
 dt_status dt_pp_schedule_bubble(const dt_pp_schedule *s, double backward_cost, double *bubble) {
   if (!s || !bubble) return dt__error(DT_ERR_INVALID, "dt_pp_schedule_bubble: NULL argument");
-  if (!(backward_cost > 0)) {
-    return dt__error(DT_ERR_INVALID, "dt_pp_schedule_bubble: backward_cost %g is not > 0",
+  if (!(backward_cost > 0) || !isfinite(backward_cost)) {
+    return dt__error(DT_ERR_INVALID,
+                     "dt_pp_schedule_bubble: backward_cost %g is not a finite number > 0",
                      backward_cost);
   }
   double makespan = 0, busy = 0;
-  PP_CHECK(simulate(s, backward_cost, &makespan, &busy));
+  PP_CHECK(named("dt_pp_schedule_bubble", simulate(s, backward_cost, &makespan, &busy)));
   *bubble = makespan > 0 ? 1.0 - busy / (makespan * s->n_ranks) : 0.0;
   return DT_OK;
 }
@@ -400,7 +413,7 @@ dt_status dt_pp_schedule_create_custom(int n_ranks, int n_stages, int n_microbat
       memcpy(s->actions[r], actions[r], sizeof **actions * (size_t)n_actions[r]);
     s->counts[r] = n_actions[r];
   }
-  if (!st) st = validate(s);
+  if (!st) st = validate(fn, s);
   if (st) {
     dt_pp_schedule_destroy(s);
     return st;
@@ -490,7 +503,8 @@ dt_status dt_pp_schedule_create(dt_pp_schedule_kind kind, int n_ranks, int stage
   if (kind != DT_PP_GPIPE && kind != DT_PP_1F1B && kind != DT_PP_INTERLEAVED_1F1B)
     FAIL("%s: unknown schedule kind %d", fn, (int)kind);
   if (n_ranks < 1 || stages_per_rank < 1 || stages_per_rank > (1 << 16))
-    FAIL("%s: n_ranks %d and stages_per_rank %d must be >= 1", fn, n_ranks, stages_per_rank);
+    FAIL("%s: n_ranks %d and stages_per_rank %d must be >= 1 (stages_per_rank at most 65536)", fn,
+         n_ranks, stages_per_rank);
   if (kind != DT_PP_INTERLEAVED_1F1B && stages_per_rank != 1) {
     FAIL("%s: %s runs one stage per rank, not %d (use DT_PP_INTERLEAVED_1F1B)", fn,
          kind == DT_PP_GPIPE ? "GPipe" : "1F1B", stages_per_rank);
@@ -520,7 +534,7 @@ dt_status dt_pp_schedule_create(dt_pp_schedule_kind kind, int n_ranks, int stage
     s->actions[r] = b.list;
     s->counts[r] = b.n;
   }
-  if (!st) st = validate(s);
+  if (!st) st = validate(fn, s);
   if (st) {
     dt_pp_schedule_destroy(s);
     return st;

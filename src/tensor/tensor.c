@@ -431,9 +431,13 @@ static dt_status check_index(const char *op, const dt_tensor *t, const int64_t *
   for (int i = 0; i < t->ndim; i++) {
     if (index[i] < 0 || index[i] >= t->shape[i]) {
       char buf[160], ibuf[160];
-      return dt__error(DT_ERR_INDEX, "%s: index %s is out of range for shape %s", op,
+      return dt__error(DT_ERR_INDEX, "%s: index %s is out of range for %sshape %s%s", op,
                        dt__format_ints(ibuf, sizeof ibuf, t->ndim, index),
-                       dt__format_ints(buf, sizeof buf, t->ndim, t->shape));
+                       t->spec ? "the local shard's " : "",
+                       dt__format_ints(buf, sizeof buf, t->ndim, t->shape),
+                       t->spec ? " (t is distributed and this reads its local shard; "
+                                 "dt_dist_full_tensor gives the whole tensor)"
+                               : "");
     }
   }
   return DT_OK;

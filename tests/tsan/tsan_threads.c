@@ -1,8 +1,9 @@
 /*
  * A ThreadSanitizer workout of the threads backend, without Criterion (whose forked test
  * runner cannot start under TSan): 4 ranks run every collective, sync and async, on the
- * world and on a 2x2 mesh's groups, then distributed ops that redistribute. Values are
- * checked; the closing line is "N passed, N failed". Built and run by `make test-tsan`.
+ * world and on a 2x2 mesh's groups, then distributed ops that redistribute, then autograd on every
+ * rank at once. Values are checked; the closing line is "N passed, N failed". Built and run by
+ * `make test-tsan`.
  */
 #include <math.h>
 #include <stdio.h>
@@ -27,6 +28,12 @@ static _Atomic int passed, failed;
 static double at(dt_tensor *t, int64_t i) {
   double v = NAN;
   dt_tensor_get(t, &i, &v);
+  return v;
+}
+
+static double at2(dt_tensor *t, int64_t i, int64_t j) {
+  double v = NAN;
+  dt_tensor_get(t, (int64_t[]){i, j}, &v);
   return v;
 }
 
@@ -69,6 +76,21 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
     EXPECT(!dt_sum(z, &s) && !dt_dist_full_tensor(s, &full), "dist sum");
     dt_tensor *rel[] = {x, y, z, s, full};
     for (int i = 0; i < 5; i++) dt_tensor_release(rel[i]);
+  }
+  /* Autograd on every rank at once: each rank's first dt_tensor_set_requires_grad installs
+   * autograd's dispatch while the other ranks dispatch ops. d(sum(x*x))/dx = 2x. */
+  for (int round = 0; round < 5; round++) {
+    dt_tensor *x = NULL, *y = NULL, *s = NULL, *grad = NULL, *gfull = NULL, *xfull = NULL;
+    dt_dist_rand(mesh, 2, (int64_t[]){6, 5}, DT_F32, 3, 2,
+                 (dt_placement[]){dt_shard(0), dt_replicate()}, &x);
+    EXPECT(!dt_tensor_set_requires_grad(x, true), "requires_grad");
+    EXPECT(!dt_mul(x, x, &y) && !dt_sum(y, &s) && !dt_backward(s, NULL), "backward");
+    EXPECT(!dt_tensor_grad(x, &grad) && grad && !dt_dist_full_tensor(grad, &gfull) &&
+               !dt_dist_full_tensor(x, &xfull) &&
+               fabs(at2(gfull, 4, 3) - 2 * at2(xfull, 4, 3)) < 1e-6,
+           "grad = 2x");
+    dt_tensor *rel[] = {x, y, s, grad, gfull, xfull};
+    for (int i = 0; i < 6; i++) dt_tensor_release(rel[i]);
   }
   dt_mesh_destroy(mesh);
   return DT_OK;

@@ -151,7 +151,12 @@ static void run_rank(spawn_rank *r) {
   dt_status status = r->fn(r->comm, r->arg);
   if (status != DT_OK) {
     char message[TH_MESSAGE];
-    snprintf(message, sizeof message, "%s", dt_last_error());
+    if (dt_last_error()[0]) {
+      snprintf(message, sizeof message, "%s", dt_last_error());
+    } else {
+      snprintf(message, sizeof message, "its function returned %s without an error message",
+               dt_status_string(status));
+    }
     pthread_mutex_lock(&d->lock);
     if (d->first_status == DT_OK) {
       d->first_status = status;

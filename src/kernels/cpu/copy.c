@@ -32,6 +32,16 @@ static void inner_copy(char **ptrs, const int64_t *strides, int64_t n, void *opa
     }
     return;
   }
+  if (!dt_dtype_is_floating(ctx->dst_dtype) && !dt_dtype_is_floating(ctx->src_dtype)) {
+    /* Integer to integer never goes through double: int64 values past 2^53 stay exact, and
+     * narrowing wraps as C's unsigned conversions do (the CUDA copy does the same). */
+    for (int64_t i = 0; i < n; i++) {
+      dt__elem_store_i64(ctx->dst_dtype, d, dt__elem_load_i64(ctx->src_dtype, s));
+      d += strides[0];
+      s += strides[1];
+    }
+    return;
+  }
   for (int64_t i = 0; i < n; i++) {
     dt__store_from_double(ctx->dst_dtype, d, dt__load_as_double(ctx->src_dtype, s));
     d += strides[0];
