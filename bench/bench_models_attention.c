@@ -10,9 +10,9 @@
  * counting allocator (dt_set_allocator, installed before any library object exists) keeps the
  * live and the peak bytes; the peak counts every tensor, saved activation, gradient and kernel
  * scratch buffer the library allocates (the BLAS's own buffers are not the library's). Also
- * the seconds of each (median of --reps, alternating) and the largest difference between the
- * two paths' outputs and gradients. Defaults: GPT-2 small's one layer at seq 2048 (B 1, H 12,
- * E 64).
+ * the wall and process CPU seconds of each (median of --reps, alternating) and the largest
+ * difference between the two paths' outputs and gradients. Defaults: GPT-2 small's one layer
+ * at seq 2048 (B 1, H 12, E 64).
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -58,9 +58,9 @@ typedef struct attn_case {
 } attn_case;
 
 typedef struct attn_result {
-  long long peak_extra; /* bytes above the live bytes before the forward */
-  double seconds;
-  double *out, *dq, *dk, *dv; /* malloc'd values, for the comparison */
+  long long peak_extra;        /* bytes above the live bytes before the forward */
+  double seconds, cpu_seconds; /* wall; process CPU time (every thread) */
+  double *out, *dq, *dk, *dv;  /* malloc'd values, for the comparison */
 } attn_result;
 
 static void result_free(attn_result *r) { free(r->out), free(r->dq), free(r->dk), free(r->dv); }
@@ -107,15 +107,16 @@ static dt_status run_once(const attn_case *c, bool fused, bool keep, attn_result
     st = dt_tensor_set_requires_grad((dt_tensor *[]){q, k, v}[i], true);
   long long base = atomic_load(&live_bytes);
   atomic_store(&peak_bytes, base);
-  double t0 = bench_now_us();
+  double t0 = bench_now_us(), c0 = bench_process_cpu_us();
   dt_attention_options o_causal = {.is_causal = true};
   if (!st)
     st = fused ? dt_scaled_dot_product_attention(q, k, v, NULL, &o_causal, &o, NULL)
                : unfused(c, q, k, v, &o);
   if (!st) st = dt_backward(o, g);
-  double t1 = bench_now_us();
+  double t1 = bench_now_us(), c1 = bench_process_cpu_us();
   r->peak_extra = atomic_load(&peak_bytes) - base;
   r->seconds = (t1 - t0) * 1e-6;
+  r->cpu_seconds = (c1 - c0) * 1e-6;
   if (!st && keep) st = values(o, false, &r->out);
   if (!st && keep) st = values(q, true, &r->dq);
   if (!st && keep) st = values(k, true, &r->dk);
@@ -164,7 +165,7 @@ int bench_models_attention(int argc, char **argv) {
   bench_machine_print(json);
   dt__blas_set_threads(1);
   attn_result fz = {0}, uf = {0};
-  double secs[2][MAX_REPS];
+  double secs[2][MAX_REPS], cpu[2][MAX_REPS];
   dt_status st = DT_OK;
   for (int r = 0; r < reps && !st; r++) {
     attn_result a = {0}, b = {0};
@@ -172,6 +173,8 @@ int bench_models_attention(int argc, char **argv) {
     if (!st) st = run_once(&c, false, r == 0, r == 0 ? &uf : &b);
     secs[0][r] = r == 0 ? fz.seconds : a.seconds;
     secs[1][r] = r == 0 ? uf.seconds : b.seconds;
+    cpu[0][r] = r == 0 ? fz.cpu_seconds : a.cpu_seconds;
+    cpu[1][r] = r == 0 ? uf.cpu_seconds : b.cpu_seconds;
   }
   if (st) {
     fprintf(stderr, "bench models --attention-memory: %s\n", dt_last_error());
@@ -182,25 +185,29 @@ int bench_models_attention(int argc, char **argv) {
   double d = fmax(fmax(max_diff(fz.out, uf.out, n), max_diff(fz.dq, uf.dq, n)),
                   fmax(max_diff(fz.dk, uf.dk, n), max_diff(fz.dv, uf.dv, n)));
   double sf = bench_median(secs[0], reps), su = bench_median(secs[1], reps);
+  double cf = bench_median(cpu[0], reps), cu = bench_median(cpu[1], reps);
   double mib = 1024.0 * 1024.0, in_bytes = 4.0 * (double)n;
   double scores = 4.0 * (double)(c.B * c.H) * (double)c.T * (double)c.T;
   if (json) {
     printf("{\"name\":\"models_attention_memory\",\"batch\":%lld,\"heads\":%lld,\"seq\":%lld,"
            "\"head_dim\":%lld,\"input_bytes\":%.0f,\"scores_bytes\":%.0f,"
            "\"fused_peak_bytes\":%lld,\"unfused_peak_bytes\":%lld,\"ratio\":%.2f,"
-           "\"fused_s\":%.3f,\"unfused_s\":%.3f,\"max_abs_diff\":%.3g,\"reps\":%d}\n",
+           "\"fused_s\":%.3f,\"unfused_s\":%.3f,\"fused_cpu_s\":%.3f,\"unfused_cpu_s\":%.3f,\"max_"
+           "abs_diff\":%.3g,\"reps\":%d}\n",
            (long long)c.B, (long long)c.H, (long long)c.T, (long long)c.E, in_bytes, scores,
-           fz.peak_extra, uf.peak_extra, (double)uf.peak_extra / (double)fz.peak_extra, sf, su, d,
-           reps);
+           fz.peak_extra, uf.peak_extra, (double)uf.peak_extra / (double)fz.peak_extra, sf, su, cf,
+           cu, d, reps);
   } else {
     printf("attention forward+backward, causal, B %lld H %lld T %lld E %lld float32 (one of q, "
            "k, v: %.2f MiB; one [B, H, T, T] scores tensor: %.1f MiB):\n",
            (long long)c.B, (long long)c.H, (long long)c.T, (long long)c.E, in_bytes / mib,
            scores / mib);
-    printf("  fused scaled_dot_product_attention: peak %.2f MiB above the inputs, %.2f s\n",
-           (double)fz.peak_extra / mib, sf);
-    printf("  matmul + softmax composition:       peak %.2f MiB above the inputs, %.2f s\n",
-           (double)uf.peak_extra / mib, su);
+    printf("  fused scaled_dot_product_attention: peak %.2f MiB above the inputs, %.2f s (CPU "
+           "%.2f s)\n",
+           (double)fz.peak_extra / mib, sf, cf);
+    printf("  matmul + softmax composition:       peak %.2f MiB above the inputs, %.2f s (CPU "
+           "%.2f s)\n",
+           (double)uf.peak_extra / mib, su, cu);
     printf("  %.1fx less memory fused; outputs and gradients differ by at most %.3g\n",
            (double)uf.peak_extra / (double)fz.peak_extra, d);
   }
