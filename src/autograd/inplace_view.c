@@ -15,6 +15,7 @@
 #include "autograd/autograd_impl.h"
 #include "autograd/meta_of.h"
 #include "core/core_impl.h"
+#include "tensor/device_impl.h"
 #include "tensor/tensor_impl.h"
 #include "dtensor/ops.h"
 
@@ -143,14 +144,24 @@ dt_status dt__view_chain_append(dt_view_chain *chain, const dt_view_chain *steps
 
 /* Zeros laid out as the base: its shape, and for a distributed base its placements (this
  * rank's block, the base's spec), so that the replayed view ops cut the same local views. */
-static dt_status zeros_like_base(const dt_view_chain *chain, dt_tensor **out) {
-  if (!chain->spec) return dt_zeros(chain->base.ndim, chain->base.shape, chain->base.dtype, out);
+/* Zeros of the base's (local) shape on `device`, the device of the gradient that fills them.
+ * Host memory is cleared directly; another device's runs its fill kernel through dispatch,
+ * before the spec makes the tensor distributed. */
+static dt_status zeros_like_base(const dt_view_chain *chain, dt_device device, dt_tensor **out) {
   dt_tensor *t = NULL;
-  dt_status st = dt__tensor_new(chain->local.ndim, chain->local.shape, chain->local.dtype, &t);
-  if (st) return st;
-  size_t nbytes = (size_t)dt__tensor_numel(t) * dt__dtype_sizes[t->dtype];
-  if (nbytes) memset(dt__tensor_base(t), 0, nbytes);
-  t->spec = dt__upcall.spec_retain(chain->spec);
+  dt_status st =
+      dt__tensor_new_on(device, chain->local.ndim, chain->local.shape, chain->local.dtype, &t);
+  if (!st && device.kind == DT_DEVICE_CPU) {
+    size_t nbytes = (size_t)dt__tensor_numel(t) * dt__dtype_sizes[t->dtype];
+    if (nbytes) memset(dt__tensor_base(t), 0, nbytes);
+  } else if (!st) {
+    st = dt_fill_(t, 0.0);
+  }
+  if (st) {
+    dt_tensor_release(t);
+    return st;
+  }
+  if (chain->spec) t->spec = dt__upcall.spec_retain(chain->spec);
   *out = t;
   return DT_OK;
 }
@@ -197,7 +208,7 @@ static dt_status view_of_base_backward(void *state, dt_tensor *grad_output,
                                        dt_tensor **grad_input) {
   const dt_view_chain *chain = state;
   dt_tensor *g = NULL, *region = NULL;
-  dt_status st = zeros_like_base(chain, &g);
+  dt_status st = zeros_like_base(chain, dt_tensor_device(grad_output), &g);
   if (!st) st = replay(chain, g, &region);
   if (!st) st = dt_copy_(region, grad_output);
   dt_tensor_release(region);
@@ -229,7 +240,7 @@ dt_status dt__copy_slices_backward(dt_autograd_node *node, bool retain_graph,
   dt_tensor *result = NULL, *region = NULL, *region_grad = NULL;
   dt_tensor *inner_grads[DT_OP_MAX_INPUTS] = {0};
   /* A copy of the gradient laid out as the base (copy_ redistributes a distributed one). */
-  st = zeros_like_base(s->chain, &result);
+  st = zeros_like_base(s->chain, dt_tensor_device(grad), &result);
   if (!st) st = dt_copy_(result, grad);
   if (!st) st = replay(s->chain, result, &region);
   if (!st) st = dt_clone(region, &region_grad);
