@@ -170,27 +170,9 @@ dt_status dt__infer_matmul(dt_op_call *call, dt_tensor_meta *metas) {
 dt_status dt__kernel_matmul(dt_op_call *call) {
   const dt_tensor *a = call->inputs[0], *b = call->inputs[1];
   dt_tensor *out = call->outputs[0];
-  bool a1 = a->ndim == 1, b1 = b->ndim == 1;
-  if (!a1 && !b1) return dt__cpu_matmul(a, b, NULL, 0.0, 1.0, out);
-  dt_tensor a2, b2, out2;
-  if (a1) {
-    dt__tensor_alias(&a2, a, 2, (int64_t[]){1, a->shape[0]}, (int64_t[]){0, a->strides[0]},
-                     a->offset);
-    a = &a2;
-  }
-  if (b1) {
-    dt__tensor_alias(&b2, b, 2, (int64_t[]){b->shape[0], 1}, (int64_t[]){b->strides[0], 0},
-                     b->offset);
-    b = &b2;
-  }
-  int bnd = out->ndim - (a1 ? 0 : 1) - (b1 ? 0 : 1);
-  int64_t shape[DT_MAX_DIMS], strides[DT_MAX_DIMS];
-  for (int i = 0; i < bnd; i++) shape[i] = out->shape[i];
-  shape[bnd] = a1 ? 1 : out->shape[bnd];
-  shape[bnd + 1] = b1 ? 1 : out->shape[out->ndim - 1];
-  dt__contiguous_strides(bnd + 2, shape, strides);
-  dt__tensor_alias(&out2, out, bnd + 2, shape, strides, out->offset);
-  return dt__cpu_matmul(a, b, NULL, 0.0, 1.0, &out2);
+  dt_tensor views[3];
+  dt__matmul_as_matrices(&a, &b, &out, views);
+  return dt__cpu_matmul(a, b, NULL, 0.0, 1.0, out);
 }
 
 /* ---- addmm -------------------------------------------------------------------------------------
@@ -244,17 +226,9 @@ dt_status dt__infer_linear(dt_op_call *call, dt_tensor_meta *metas) {
 dt_status dt__kernel_linear(dt_op_call *call) {
   const dt_tensor *x = call->inputs[0], *w = call->inputs[1], *bias = call->inputs[2];
   dt_tensor *out = call->outputs[0];
-  dt_tensor wt, x2, out2;
-  dt__tensor_alias(&wt, w, 2, (int64_t[]){w->shape[1], w->shape[0]},
-                   (int64_t[]){w->strides[1], w->strides[0]}, w->offset);
-  if (x->ndim == 1) {
-    dt__tensor_alias(&x2, x, 2, (int64_t[]){1, x->shape[0]}, (int64_t[]){0, x->strides[0]},
-                     x->offset);
-    dt__tensor_alias(&out2, out, 2, (int64_t[]){1, out->shape[0]}, (int64_t[]){0, 1}, out->offset);
-    x = &x2;
-    out = &out2;
-  }
-  return dt__cpu_matmul(x, &wt, bias, 1.0, 1.0, out);
+  dt_tensor views[3];
+  const dt_tensor *wt = dt__linear_as_matmul(&x, w, &out, views);
+  return dt__cpu_matmul(x, wt, bias, 1.0, 1.0, out);
 }
 
 /* ---- Public functions

@@ -144,26 +144,12 @@ static dt_status prepare_operand(const dt_tensor *t, dt_dtype cd, const dt_tenso
   return DT_OK;
 }
 
-/* When b has a single matrix and a's batch and row dims form one strided run (as in a
- * contiguous [B, S, k] activation), the whole product is one GEMM of B*S rows: fewer, larger
- * calls, which is what CBLAS is fast at. */
+/* The whole product as one GEMM of all of a's rows when they form one strided run
+ * (dt__matmul_row_run): fewer, larger calls, which is what CBLAS is fast at. */
 static bool fold_batch_into_rows(const dt_tensor *a, const dt_tensor *b, const dt_tensor *out,
                                  int64_t *rows, blas_layout *layout) {
-  if (out->ndim == 2 || batch_count(b) != 1 || batch_count(a) != batch_count(out)) return false;
-  int64_t total = 1, rs = 0, next = 0;
-  bool first = true;
-  for (int d = a->ndim - 2; d >= 0; d--) {
-    if (a->shape[d] == 1) continue;
-    if (first) {
-      rs = a->strides[d];
-      first = false;
-    } else if (a->strides[d] != next) {
-      return false;
-    }
-    next = a->strides[d] * a->shape[d];
-    total *= a->shape[d];
-  }
-  if (total > INT_MAX) return false;
+  int64_t total, rs;
+  if (!dt__matmul_row_run(a, b, out, &total, &rs)) return false;
   if (!blas_layout_of(total, a->shape[a->ndim - 1], rs, a->strides[a->ndim - 1], layout)) {
     return false;
   }
@@ -196,18 +182,12 @@ static void scale(dt_tensor *c, double beta) {
 
 static dt_status float_matmul(const dt_tensor *a, const dt_tensor *b, const dt_tensor *bias,
                               double beta, double alpha, dt_tensor *out) {
-  int nd = out->ndim;
-  int64_t n = out->shape[nd - 2], m = out->shape[nd - 1], k = a->shape[a->ndim - 1];
-  if (n > INT_MAX || m > INT_MAX || k > INT_MAX) {
-    return dt__error(DT_ERR_UNSUPPORTED,
-                     "matmul: sizes n=%" PRId64 ", m=%" PRId64 ", k=%" PRId64
-                     " exceed what CBLAS takes",
-                     n, m, k);
-  }
+  int64_t n, m, k;
+  dt_status st = dt__matmul_sizes("matmul", "CBLAS", a, out, &n, &m, &k);
+  if (st) return st;
   dt_dtype cd = out->dtype == DT_F64 ? DT_F64 : DT_F32;
   dt_tensor *a_copy = NULL, *b_copy = NULL, *c_temp = NULL;
   dt_tensor *c = out;
-  dt_status st = DT_OK;
   if (out->dtype != cd) {
     st = dt__tensor_new(out->ndim, out->shape, cd, &c_temp);
     if (st) goto done;

@@ -7,26 +7,8 @@
 #ifndef DT_KERNELS_CPU_MATRIX_H
 #define DT_KERNELS_CPU_MATRIX_H
 
+#include "kernels/matmul_views.h"
 #include "tensor/tensor_impl.h"
-
-/*
- * Fills *alias with a handle that sees base's storage through another geometry, without
- * taking a reference: it lives on the caller's stack, must not be retained or released, and
- * is valid only while base lives. Kernels use it to reshape operands (a 1-D vector as a
- * [1, k] matrix, weight^T for linear) without allocating a handle.
- */
-static inline void dt__tensor_alias(dt_tensor *alias, const dt_tensor *base, int ndim,
-                                    const int64_t *shape, const int64_t *strides, int64_t offset) {
-  memset(alias, 0, sizeof *alias);
-  alias->dtype = base->dtype;
-  alias->ndim = ndim;
-  for (int i = 0; i < ndim; i++) {
-    alias->shape[i] = shape[i];
-    alias->strides[i] = strides[i];
-  }
-  alias->offset = offset;
-  alias->storage = base->storage;
-}
 
 /*
  * out = beta * bias + alpha * (a @ b), batched with broadcasting:

@@ -3,6 +3,7 @@
 #include <limits.h>
 
 #include "kernels/cuda/gemm_plan.h"
+#include "kernels/matmul_views.h"
 
 static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
 
@@ -32,24 +33,8 @@ bool dt__gemm_matrix_layout(const dt_tensor *t, dt_gemm_layout *out) {
 
 bool dt__gemm_fold_rows(const dt_tensor *a, const dt_tensor *b, const dt_tensor *out, int64_t *rows,
                         dt_gemm_layout *layout) {
-  if (out->ndim == 2 || dt__numel(b->ndim - 2, b->shape) != 1 ||
-      dt__numel(a->ndim - 2, a->shape) != dt__numel(out->ndim - 2, out->shape)) {
-    return false;
-  }
-  int64_t total = 1, rs = 0, next = 0;
-  bool first = true;
-  for (int d = a->ndim - 2; d >= 0; d--) {
-    if (a->shape[d] == 1) continue;
-    if (first) {
-      rs = a->strides[d];
-      first = false;
-    } else if (a->strides[d] != next) {
-      return false;
-    }
-    next = a->strides[d] * a->shape[d];
-    total *= a->shape[d];
-  }
-  if (total > INT_MAX) return false;
+  int64_t total, rs;
+  if (!dt__matmul_row_run(a, b, out, &total, &rs)) return false;
   if (!dt__gemm_layout_of(total, a->shape[a->ndim - 1], rs, a->strides[a->ndim - 1], layout)) {
     return false;
   }
@@ -86,14 +71,9 @@ void dt__gemm_batches(const dt_tensor *a, const dt_tensor *b, const dt_tensor *o
 
 dt_status dt__gemm_run(const char *op, const dt_tensor *a, const dt_tensor *b, dt_tensor *out,
                        dt_gemm_launch_fn fn, void *context) {
-  int nd = out->ndim;
-  int64_t n = out->shape[nd - 2], m = out->shape[nd - 1], k = a->shape[a->ndim - 1];
-  if (n > INT_MAX || m > INT_MAX || k > INT_MAX) {
-    return dt__error(DT_ERR_UNSUPPORTED,
-                     "%s: sizes n=%" PRId64 ", m=%" PRId64 ", k=%" PRId64
-                     " exceed what cuBLAS takes",
-                     op, n, m, k);
-  }
+  int64_t n, m, k;
+  dt_status st = dt__matmul_sizes(op, "cuBLAS", a, out, &n, &m, &k);
+  if (st) return st;
   dt_gemm_layout la, lb;
   if (!dt__gemm_matrix_layout(a, &la) || !dt__gemm_matrix_layout(b, &lb))
     return dt__error(DT_ERR_INTERNAL, "%s: an operand without a BLAS layout", op);
@@ -141,7 +121,7 @@ dt_status dt__gemm_run(const char *op, const dt_tensor *a, const dt_tensor *b, d
     l.a = pb + ob * es;
     l.b = pa + oa * es;
     l.c = pc + oc * es;
-    dt_status st = fn(context, &l);
+    st = fn(context, &l);
     if (st) return st;
     for (int d = last - 1; d >= 0 && ++idx[d] == bd.shape[d]; d--) idx[d] = 0;
   }
