@@ -80,6 +80,35 @@ static __device__ double block_sum(double v, double *buf) {
   return r;
 }
 
+/* Query row `row` of the B * H * T rows: batch b, head h, position i, its kv head kh, and the
+ * end of the keys it sees (causal: up to i). */
+struct dt_cuda_attn_row {
+  int64_t b, h, i, kh, end;
+};
+
+static __device__ __forceinline__ dt_cuda_attn_row query_row(const dt_cuda_attn &a, int64_t row) {
+  dt_cuda_attn_row q;
+  q.i = row % a.T, q.h = (row / a.T) % a.H, q.b = row / (a.T * a.H);
+  q.kh = q.h / (a.H / a.Hk), q.end = a.causal ? (q.i + 1 < a.S ? q.i + 1 : a.S) : a.S;
+  return q;
+}
+
+/* This thread's share of acc[e] = acc[e] * alpha + sum_c w[c] t[b, h, j0 + c, e] for e < n, over
+ * the tile's rows c (rows j0 .. end, at most blockDim); zero weights are passed over (a
+ * dropped row adds nothing, even where t holds an inf). */
+static __device__ __forceinline__ void accumulate_tile(double *acc, int64_t n, double alpha,
+                                                       const double *w, const dt_cuda_ref &t,
+                                                       int64_t b, int64_t h, int64_t j0,
+                                                       int64_t end) {
+  int64_t nc = end - j0 < (int64_t)blockDim.x ? end - j0 : (int64_t)blockDim.x;
+  for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+    double v = acc[e] * alpha;
+    for (int64_t c = 0; c < nc; c++)
+      if (w[c] != 0) v += w[c] * at4(t, b, h, j0 + c, e);
+    acc[e] = v;
+  }
+}
+
 /* Shared memory: q or k row [E], acc [Ev], g row [Ev], a tile's p [blockDim], ds [blockDim],
  * the reduction buffer [blockDim]. */
 __global__ void dt_cuda_attn_forward_kernel(dt_cuda_attn a) {
@@ -87,8 +116,8 @@ __global__ void dt_cuda_attn_forward_kernel(dt_cuda_attn a) {
   double *q = smem, *acc = q + a.E, *p = acc + a.Ev, *buf = p + blockDim.x;
   int64_t rows = a.B * a.H * a.T;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    int64_t i = row % a.T, h = (row / a.T) % a.H, b = row / (a.T * a.H);
-    int64_t kh = h / (a.H / a.Hk), end = a.causal ? (i + 1 < a.S ? i + 1 : a.S) : a.S;
+    dt_cuda_attn_row r = query_row(a, row);
+    int64_t i = r.i, h = r.h, b = r.b, kh = r.kh, end = r.end;
     for (int64_t e = threadIdx.x; e < a.E; e += blockDim.x) q[e] = at4(a.q, b, h, i, e);
     for (int64_t e = threadIdx.x; e < a.Ev; e += blockDim.x) acc[e] = 0;
     __syncthreads();
@@ -102,13 +131,7 @@ __global__ void dt_cuda_attn_forward_kernel(dt_cuda_attn a) {
       p[threadIdx.x] = pj;
       double alpha = exp(m - mx);
       double sum = block_sum(pj, buf); /* also orders p's writes before the reads below */
-      int64_t nc = end - j0 < (int64_t)blockDim.x ? end - j0 : (int64_t)blockDim.x;
-      for (int64_t e = threadIdx.x; e < a.Ev; e += blockDim.x) {
-        double v = acc[e] * alpha;
-        for (int64_t c = 0; c < nc; c++)
-          if (p[c] != 0) v += p[c] * at4(a.v, b, kh, j0 + c, e);
-        acc[e] = v;
-      }
+      accumulate_tile(acc, a.Ev, alpha, p, a.v, b, kh, j0, end);
       l = l * alpha + sum;
       m = mx;
       __syncthreads();
@@ -130,8 +153,8 @@ __global__ void dt_cuda_attn_dq_kernel(dt_cuda_attn a) {
   double *q = smem, *acc = q + a.E, *g = acc + a.E, *ds = g + a.Ev;
   int64_t rows = a.B * a.H * a.T;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    int64_t i = row % a.T, h = (row / a.T) % a.H, b = row / (a.T * a.H);
-    int64_t kh = h / (a.H / a.Hk), end = a.causal ? (i + 1 < a.S ? i + 1 : a.S) : a.S;
+    dt_cuda_attn_row r = query_row(a, row);
+    int64_t i = r.i, h = r.h, b = r.b, kh = r.kh, end = r.end;
     double lse = at4(a.gs, b, h, i, a.Ev), dd = at4(a.gs, b, h, i, a.Ev + 1);
     for (int64_t e = threadIdx.x; e < a.E; e += blockDim.x) q[e] = at4(a.q, b, h, i, e), acc[e] = 0;
     for (int64_t e = threadIdx.x; e < a.Ev; e += blockDim.x) g[e] = at4(a.gs, b, h, i, e);
@@ -149,13 +172,7 @@ __global__ void dt_cuda_attn_dq_kernel(dt_cuda_attn a) {
       }
       ds[threadIdx.x] = d;
       __syncthreads();
-      int64_t nc = end - j0 < (int64_t)blockDim.x ? end - j0 : (int64_t)blockDim.x;
-      for (int64_t e = threadIdx.x; e < a.E; e += blockDim.x) {
-        double v = acc[e];
-        for (int64_t c = 0; c < nc; c++)
-          if (ds[c] != 0) v += ds[c] * at4(a.k, b, kh, j0 + c, e);
-        acc[e] = v;
-      }
+      accumulate_tile(acc, a.E, 1.0, ds, a.k, b, kh, j0, end);
       __syncthreads();
     }
     for (int64_t e = threadIdx.x; e < a.E; e += blockDim.x) put4(a.dq, b, h, i, e, acc[e]);
@@ -199,19 +216,8 @@ __global__ void dt_cuda_attn_dkv_kernel(dt_cuda_attn a) {
         p[threadIdx.x] = pi;
         ds[threadIdx.x] = d;
         __syncthreads();
-        int64_t nr = a.T - i0 < (int64_t)blockDim.x ? a.T - i0 : (int64_t)blockDim.x;
-        for (int64_t e = threadIdx.x; e < a.Ev; e += blockDim.x) {
-          double v = dv[e];
-          for (int64_t r = 0; r < nr; r++)
-            if (p[r] != 0) v += p[r] * at4(a.gs, b, h, i0 + r, e);
-          dv[e] = v;
-        }
-        for (int64_t e = threadIdx.x; e < a.E; e += blockDim.x) {
-          double v = dk[e];
-          for (int64_t r = 0; r < nr; r++)
-            if (ds[r] != 0) v += ds[r] * at4(a.q, b, h, i0 + r, e);
-          dk[e] = v;
-        }
+        accumulate_tile(dv, a.Ev, 1.0, p, a.gs, b, h, i0, a.T);
+        accumulate_tile(dk, a.E, 1.0, ds, a.q, b, h, i0, a.T);
         __syncthreads();
       }
     }

@@ -35,29 +35,59 @@ static __device__ double block_reduce(double v, bool is_max) {
 /* ---- softmax ------------------------------------------------------------------------------------
  */
 
+/* One operand of softmax or its backward seen as lines along dim: where line l starts (the
+ * walk over the other dims) and the step along it. A 0-d tensor is one line of one element. */
+struct dt_cuda_lines {
+  dt_cuda_ref t;
+  dt_cuda_dims starts;
+  int64_t step;
+
+  __device__ __forceinline__ double load(int64_t start, int64_t i) const {
+    return load_at(t, start + i * step);
+  }
+  __device__ __forceinline__ void store(int64_t start, int64_t i, double v) const {
+    store_at(t, start + i * step, v);
+  }
+};
+
+static dt_cuda_lines lines_of(const dt_cuda_ref *t, int dim) {
+  dt_cuda_lines w;
+  w.t = *t;
+  w.starts = dt_cuda_dims_of(t, 0, t->ndim, dim);
+  w.step = t->ndim == 0 ? 1 : t->strides[dim];
+  return w;
+}
+
+/* How many lines t has along dim (*lines) and their length (*len); false when t is empty. */
+static bool count_lines(const dt_cuda_ref *t, int dim, int64_t *lines, int64_t *len) {
+  *len = t->ndim == 0 ? 1 : t->shape[dim];
+  int64_t numel = 1;
+  for (int d = 0; d < t->ndim; d++) numel *= t->shape[d];
+  if (numel == 0) return false;
+  *lines = numel / *len;
+  return true;
+}
+
 struct dt_cuda_softmax_args {
-  dt_cuda_ref in, out;
-  dt_cuda_dims in_lines, out_lines;
-  int64_t lines, len, in_step, out_step;
+  dt_cuda_lines in, out;
+  int64_t lines, len;
   bool take_log;
 };
 
 __global__ void dt_cuda_softmax_kernel(dt_cuda_softmax_args a) {
   for (int64_t l = blockIdx.x; l < a.lines; l += gridDim.x) {
-    int64_t xo = a.in_lines.offset(l), yo = a.out_lines.offset(l);
+    int64_t xo = a.in.starts.offset(l), yo = a.out.starts.offset(l);
     double m = -INFINITY;
-    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x)
-      m = dt__max_nan(load_at(a.in, xo + i * a.in_step), m);
+    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) m = dt__max_nan(a.in.load(xo, i), m);
     m = block_reduce(m, true);
     double s = 0;
-    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x)
-      s += exp(load_at(a.in, xo + i * a.in_step) - m);
+    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) s += exp(a.in.load(xo, i) - m);
     s = block_reduce(s, false);
     double log_s = log(s);
     for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) {
-      double x = load_at(a.in, xo + i * a.in_step);
-      store_at(a.out, yo + i * a.out_step,
-               a.take_log ? dt__log_softmax_value(x, m, log_s) : dt__softmax_value(x, m, s));
+      double x = a.in.load(xo, i);
+      a.out.store(yo, i,
+                  a.take_log ? dt__log_softmax_value(x, m, log_s) : dt__softmax_value(x, m, s));
     }
   }
 }
@@ -67,18 +97,9 @@ static unsigned row_blocks(int64_t rows) { return (unsigned)(rows < 65536 ? rows
 extern "C" int dt__cuda_launch_softmax(void *stream, const dt_cuda_ref *a, int dim, bool take_log,
                                        const dt_cuda_ref *out) {
   dt_cuda_softmax_args r;
-  r.in = *a;
-  r.out = *out;
-  bool scalar = a->ndim == 0;
-  r.len = scalar ? 1 : a->shape[dim];
-  int64_t numel = 1;
-  for (int d = 0; d < a->ndim; d++) numel *= a->shape[d];
-  if (numel == 0) return 0;
-  r.lines = numel / r.len;
-  r.in_step = scalar ? 1 : a->strides[dim];
-  r.out_step = scalar ? 1 : out->strides[dim];
-  r.in_lines = dt_cuda_dims_of(a, 0, a->ndim, dim);
-  r.out_lines = dt_cuda_dims_of(out, 0, out->ndim, dim);
+  if (!count_lines(a, dim, &r.lines, &r.len)) return 0;
+  r.in = lines_of(a, dim);
+  r.out = lines_of(out, dim);
   r.take_log = take_log;
   dt_cuda_softmax_kernel<<<row_blocks(r.lines), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(r);
   return (int)cudaGetLastError();
@@ -95,24 +116,33 @@ struct dt_cuda_norm_args {
   double eps;
 };
 
-/* Layer norm: mean, then the squared deviations (two passes, as the CPU); RMS norm: the sum
- * of squares. y = (x - mean) * rstd * w + b, or x * rstd * w. */
+/* The mean (0 for RMS norm) and rstd of the row of len elements at x + xo (its elements at
+ * row's offsets), for every thread of the block. Layer norm: the mean, then the squared
+ * deviations (two passes, as the CPU); RMS norm: the sum of squares. */
+static __device__ void norm_row_stats(const dt_cuda_ref &x, const dt_cuda_dims &row, int64_t len,
+                                      bool rms, double eps, int64_t xo, double *mean,
+                                      double *rstd) {
+  double m = 0;
+  if (!rms) {
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) s += load_at(x, xo + row.offset(i));
+    m = block_reduce(s, false) / (double)len;
+  }
+  double sq = 0;
+  for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
+    double d = load_at(x, xo + row.offset(i)) - m;
+    sq += d * d;
+  }
+  *mean = m;
+  *rstd = dt__norm_rstd(block_reduce(sq, false), (double)len, eps);
+}
+
+/* y = (x - mean) * rstd * w + b (layer norm), or x * rstd * w (RMS norm). */
 __global__ void dt_cuda_norm_kernel(dt_cuda_norm_args a) {
   for (int64_t l = blockIdx.x; l < a.rows; l += gridDim.x) {
     int64_t xo = a.x_rows.offset(l), yo = a.out_rows.offset(l);
-    double mean = 0;
-    if (!a.rms) {
-      double s = 0;
-      for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x)
-        s += load_at(a.x, xo + a.x_row.offset(i));
-      mean = block_reduce(s, false) / (double)a.len;
-    }
-    double sq = 0;
-    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) {
-      double d = load_at(a.x, xo + a.x_row.offset(i)) - mean;
-      sq += d * d;
-    }
-    double rstd = dt__norm_rstd(block_reduce(sq, false), (double)a.len, a.eps);
+    double mean, rstd;
+    norm_row_stats(a.x, a.x_row, a.len, a.rms, a.eps, xo, &mean, &rstd);
     for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) {
       double w = a.has_weight ? load_at(a.weight, a.w_row.offset(i)) : 1.0;
       double b = a.has_bias ? load_at(a.bias, a.b_row.offset(i)) : 0.0;
@@ -305,25 +335,24 @@ extern "C" int dt__cuda_launch_cross_entropy(void *stream, const dt_cuda_ref *gr
  */
 
 struct dt_cuda_softmax_bwd_args {
-  dt_cuda_ref g, y, out;
-  dt_cuda_dims g_lines, y_lines, out_lines;
-  int64_t lines, len, g_step, y_step, out_step;
+  dt_cuda_lines g, y, out;
+  int64_t lines, len;
   bool take_log;
 };
 
 /* softmax: dx = y (g - sum(g y)); log_softmax: dx = g - exp(y) sum(g) (as the CPU's). */
 __global__ void dt_cuda_softmax_bwd_kernel(dt_cuda_softmax_bwd_args a) {
   for (int64_t l = blockIdx.x; l < a.lines; l += gridDim.x) {
-    int64_t go = a.g_lines.offset(l), yo = a.y_lines.offset(l), oo = a.out_lines.offset(l);
+    int64_t go = a.g.starts.offset(l), yo = a.y.starts.offset(l), oo = a.out.starts.offset(l);
     double s = 0;
     for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) {
-      double g = load_at(a.g, go + i * a.g_step);
-      s += a.take_log ? g : g * load_at(a.y, yo + i * a.y_step);
+      double g = a.g.load(go, i);
+      s += a.take_log ? g : g * a.y.load(yo, i);
     }
     s = block_reduce(s, false);
     for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) {
-      double g = load_at(a.g, go + i * a.g_step), y = load_at(a.y, yo + i * a.y_step);
-      store_at(a.out, oo + i * a.out_step, a.take_log ? g - exp(y) * s : y * (g - s));
+      double g = a.g.load(go, i), y = a.y.load(yo, i);
+      a.out.store(oo, i, a.take_log ? g - exp(y) * s : y * (g - s));
     }
   }
 }
@@ -332,19 +361,10 @@ extern "C" int dt__cuda_launch_softmax_backward(void *stream, const dt_cuda_ref 
                                                 const dt_cuda_ref *y, int dim, bool take_log,
                                                 const dt_cuda_ref *out) {
   dt_cuda_softmax_bwd_args r;
-  r.g = *g, r.y = *y, r.out = *out;
-  bool scalar = y->ndim == 0;
-  r.len = scalar ? 1 : y->shape[dim];
-  int64_t numel = 1;
-  for (int d = 0; d < y->ndim; d++) numel *= y->shape[d];
-  if (numel == 0) return 0;
-  r.lines = numel / r.len;
-  r.g_step = scalar ? 1 : g->strides[dim];
-  r.y_step = scalar ? 1 : y->strides[dim];
-  r.out_step = scalar ? 1 : out->strides[dim];
-  r.g_lines = dt_cuda_dims_of(g, 0, g->ndim, dim);
-  r.y_lines = dt_cuda_dims_of(y, 0, y->ndim, dim);
-  r.out_lines = dt_cuda_dims_of(out, 0, out->ndim, dim);
+  if (!count_lines(y, dim, &r.lines, &r.len)) return 0;
+  r.g = lines_of(g, dim);
+  r.y = lines_of(y, dim);
+  r.out = lines_of(out, dim);
   r.take_log = take_log;
   dt_cuda_softmax_bwd_kernel<<<row_blocks(r.lines), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(r);
   return (int)cudaGetLastError();
@@ -359,32 +379,13 @@ struct dt_cuda_norm_bwd_args {
   double *stats; /* [rows] means, [rows] rstds (affine) */
 };
 
-/* The row's mean (0 for RMS norm) and rstd, two passes as the forward. */
-static __device__ void norm_row_stats(const dt_cuda_norm_bwd_args &a, int64_t xo, double *mean,
-                                      double *rstd) {
-  double m = 0;
-  if (!a.rms) {
-    double s = 0;
-    for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x)
-      s += load_at(a.x, xo + a.x_row.offset(i));
-    m = block_reduce(s, false) / (double)a.len;
-  }
-  double sq = 0;
-  for (int64_t i = threadIdx.x; i < a.len; i += blockDim.x) {
-    double d = load_at(a.x, xo + a.x_row.offset(i)) - m;
-    sq += d * d;
-  }
-  *mean = m;
-  *rstd = dt__norm_rstd(block_reduce(sq, false), (double)a.len, a.eps);
-}
-
 /* dx = rstd (g w - mean(g w) - xhat mean(g w xhat)); RMS norm without the mean(g w) term. With
  * stats set (affine), only each row's mean and rstd are stored. */
 __global__ void dt_cuda_norm_bwd_kernel(dt_cuda_norm_bwd_args a) {
   for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
     int64_t xo = a.x_rows.offset(r), go = a.g_rows.offset(r);
     double mean, rstd;
-    norm_row_stats(a, xo, &mean, &rstd);
+    norm_row_stats(a.x, a.x_row, a.len, a.rms, a.eps, xo, &mean, &rstd);
     if (a.stats) {
       if (threadIdx.x == 0) a.stats[r] = mean, a.stats[a.rows + r] = rstd;
       continue;
