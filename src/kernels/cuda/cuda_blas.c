@@ -1,24 +1,14 @@
 /* cuBLAS handles per thread and device (cuda_blas.h). */
-#include <stdlib.h>
-
-#include "core/thread_key.h"
 #include "kernels/cuda/cuda_blas.h"
 
-typedef struct thread_handles {
-  cublasHandle_t handle[DT__CUDA_MAX_DEVICES];
-} thread_handles;
-
-static void destroy_handles(void *object) {
-  thread_handles *th = object;
-  for (int d = 0; d < DT__CUDA_MAX_DEVICES; d++) {
-    if (!th->handle[d]) continue;
-    if (cudaSetDevice(d) == cudaSuccess) cublasDestroy(th->handle[d]);
-  }
-  free(th);
+static void destroy_handle(int device, void *slot) {
+  cublasHandle_t handle = *(cublasHandle_t *)slot;
+  if (handle && cudaSetDevice(device) == cudaSuccess) cublasDestroy(handle);
 }
 
-static dt_thread_key handles_key = DT_THREAD_KEY_INIT(destroy_handles);
-static _Thread_local thread_handles *my_handles;
+static dt_cuda_thread_table handles_table =
+    DT_CUDA_THREAD_TABLE_INIT(cublasHandle_t, destroy_handle);
+static _Thread_local cublasHandle_t *my_handles; /* one per device */
 
 dt_status dt__cuda_blas_error(const char *op, const char *what, cublasStatus_t status) {
   dt_status st = DT_ERR_INTERNAL;
@@ -35,10 +25,10 @@ dt_status dt__cuda_blas(const char *op, int index, cublasHandle_t *out) {
   dt_status st = dt__cuda_stream(op, index, &stream); /* also makes index current */
   if (st) return st;
   if (!my_handles) {
-    my_handles = dt__thread_key_set(&handles_key, calloc(1, sizeof *my_handles));
+    my_handles = dt__cuda_thread_slots(&handles_table);
     if (!my_handles) return dt__error(DT_ERR_NOMEM, "%s: cannot allocate the cuBLAS handles", op);
   }
-  cublasHandle_t h = my_handles->handle[index];
+  cublasHandle_t h = my_handles[index];
   if (!h) {
     cublasStatus_t s = cublasCreate(&h);
     if (s != CUBLAS_STATUS_SUCCESS) return dt__cuda_blas_error(op, "cublasCreate", s);
@@ -47,7 +37,7 @@ dt_status dt__cuda_blas(const char *op, int index, cublasHandle_t *out) {
       cublasDestroy(h);
       return dt__cuda_blas_error(op, "cublasSetStream", s);
     }
-    my_handles->handle[index] = h;
+    my_handles[index] = h;
   }
   /* TF32 only when allowed: CUBLAS_DEFAULT_MATH keeps f32 products in f32 (the compute type
    * the GEMMs pass says the same; both are set so that no path uses TF32 by accident). bf16 and

@@ -9,7 +9,10 @@
 
 #include <cuda_runtime_api.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdlib.h>
 
+#include "core/thread_key.h"
 #include "dtensor/cuda.h"
 #include "tensor/device_impl.h"
 
@@ -33,6 +36,47 @@ dt_status dt__cuda_use_device(const char *op, int index);
  * thread takes a stream from the device's pool on first use and returns it at exit, so
  * streams live as long as the process (the caching allocator keys free blocks by stream). */
 dt_status dt__cuda_stream(const char *op, int index, cudaStream_t *out);
+
+/* Objects each thread keeps per device (its streams, cuBLAS handles, staging buffers): a table
+ * of DT__CUDA_MAX_DEVICES zeroed slots of slot_size bytes, slot d for device d, made on the
+ * thread's first use. When the thread exits, release(d, slot) runs on every slot, used or
+ * still zero, and the table is freed. One static table per kind of object, initialised with
+ * DT_CUDA_THREAD_TABLE_INIT. */
+typedef struct dt_cuda_thread_table {
+  size_t slot_size;
+  void (*release)(int device, void *slot);
+  dt_thread_key key;
+} dt_cuda_thread_table;
+
+/* One thread's objects of a table: the table, then the slots (aligned for any slot type). */
+typedef struct dt_cuda_thread_objects {
+  const dt_cuda_thread_table *table;
+  max_align_t slots[];
+} dt_cuda_thread_objects;
+
+/* The key's destructor: releases every slot of the exiting thread's table, then frees it. */
+static inline void dt__cuda_thread_table_free(void *object) {
+  dt_cuda_thread_objects *t = object;
+  for (int d = 0; d < DT__CUDA_MAX_DEVICES; d++)
+    t->table->release(d, (char *)t->slots + (size_t)d * t->table->slot_size);
+  free(t);
+}
+
+#define DT_CUDA_THREAD_TABLE_INIT(slot_type, release_fn)                                           \
+  {                                                                                                \
+    .slot_size = sizeof(slot_type), .release = (release_fn),                                       \
+    .key = DT_THREAD_KEY_INIT(dt__cuda_thread_table_free)                                          \
+  }
+
+/* Makes the calling thread's slots of table and returns them, or NULL when memory cannot be
+ * had. Called once per thread: the caller keeps the result in its own _Thread_local pointer. */
+static inline void *dt__cuda_thread_slots(dt_cuda_thread_table *table) {
+  dt_cuda_thread_objects *t = calloc(1, sizeof *t + DT__CUDA_MAX_DEVICES * table->slot_size);
+  if (!t) return NULL;
+  t->table = table;
+  dt__thread_key_set(&table->key, t);
+  return t->slots;
+}
 
 /* A failed CUDA call as a dt_status with "op: what: cudaErrorName: description": DT_ERR_NOMEM
  * for cudaErrorMemoryAllocation, DT_ERR_UNSUPPORTED for no device or driver, otherwise

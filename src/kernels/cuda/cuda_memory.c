@@ -5,7 +5,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "core/thread_key.h"
 #include "kernels/cuda/caching_allocator.h"
 #include "kernels/cuda/cuda_impl.h"
 
@@ -97,33 +96,25 @@ typedef struct staging {
   bool pending[2];
 } staging;
 
-typedef struct thread_staging {
-  staging device[DT__CUDA_MAX_DEVICES];
-} thread_staging;
-
-static void free_staging(void *object) {
-  thread_staging *ts = object;
-  for (int d = 0; d < DT__CUDA_MAX_DEVICES; d++) {
-    for (int i = 0; i < 2; i++) {
-      staging *s = &ts->device[d];
-      if (s->done[i]) cudaEventSynchronize(s->done[i]), cudaEventDestroy(s->done[i]);
-      if (s->buffer[i]) cudaFreeHost(s->buffer[i]);
-    }
+static void free_staging(int device, void *slot) {
+  staging *s = slot;
+  for (int i = 0; i < 2; i++) {
+    if (s->done[i]) cudaEventSynchronize(s->done[i]), cudaEventDestroy(s->done[i]);
+    if (s->buffer[i]) cudaFreeHost(s->buffer[i]);
   }
-  free(ts);
 }
 
-static dt_thread_key staging_key = DT_THREAD_KEY_INIT(free_staging);
-static _Thread_local thread_staging *my_staging;
+static dt_cuda_thread_table staging_table = DT_CUDA_THREAD_TABLE_INIT(staging, free_staging);
+static _Thread_local staging *my_staging; /* one per device */
 
 /* The thread's staging buffers for device index (the current device), or NULL when pinned
  * memory is not to be had (the copy then goes from pageable memory). */
 static staging *staging_of(int index) {
   if (!my_staging) {
-    my_staging = dt__thread_key_set(&staging_key, calloc(1, sizeof *my_staging));
+    my_staging = dt__cuda_thread_slots(&staging_table);
     if (!my_staging) return NULL;
   }
-  staging *s = &my_staging->device[index];
+  staging *s = &my_staging[index];
   for (int i = 0; i < 2; i++) {
     if (!s->buffer[i] && cudaHostAlloc(&s->buffer[i], STAGING_CHUNK, cudaHostAllocPortable)) {
       s->buffer[i] = NULL;
@@ -187,36 +178,35 @@ static cudaError_t staged_to_host(staging *s, cudaStream_t stream, char *host, c
   return e;
 }
 
-static dt_status cuda_to_host(int index, void *host, const void *dev, size_t nbytes) {
-  static const char op[] = "copy to the CPU";
+/* A copy between the host and device index's memory on the thread's stream: through the
+ * pinned staging buffers from STAGING_MIN bytes, otherwise one cudaMemcpyAsync. Either way the
+ * call returns once the host's bytes may be used (to the host: they have arrived) or reused
+ * (from the host: they have been read). */
+static dt_status host_copy(const char *op, int index, bool to_host, void *dst, const void *src,
+                           size_t nbytes) {
   cudaStream_t stream;
   dt_status st = dt__cuda_stream(op, index, &stream);
   if (st) return st;
   staging *s = nbytes >= STAGING_MIN ? staging_of(index) : NULL;
   cudaError_t e;
   if (s) {
-    e = staged_to_host(s, stream, host, dev, nbytes);
+    e = to_host ? staged_to_host(s, stream, dst, src, nbytes)
+                : staged_from_host(s, stream, dst, src, nbytes);
   } else {
-    e = cudaMemcpyAsync(host, dev, nbytes, cudaMemcpyDeviceToHost, stream);
-    if (!e) e = cudaStreamSynchronize(stream);
+    /* From pageable memory the call returns once the source has been read. */
+    e = cudaMemcpyAsync(dst, src, nbytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+                        stream);
+    if (!e && to_host) e = cudaStreamSynchronize(stream);
   }
   return e ? dt__cuda_error(op, "cudaMemcpyAsync", e) : DT_OK;
 }
 
+static dt_status cuda_to_host(int index, void *host, const void *dev, size_t nbytes) {
+  return host_copy("copy to the CPU", index, true, host, dev, nbytes);
+}
+
 static dt_status cuda_from_host(int index, void *dev, const void *host, size_t nbytes) {
-  static const char op[] = "copy from the CPU";
-  cudaStream_t stream;
-  dt_status st = dt__cuda_stream(op, index, &stream);
-  if (st) return st;
-  staging *s = nbytes >= STAGING_MIN ? staging_of(index) : NULL;
-  cudaError_t e;
-  if (s) {
-    e = staged_from_host(s, stream, dev, host, nbytes);
-  } else {
-    /* From pageable memory the call returns once the source has been read. */
-    e = cudaMemcpyAsync(dev, host, nbytes, cudaMemcpyHostToDevice, stream);
-  }
-  return e ? dt__cuda_error(op, "cudaMemcpyAsync", e) : DT_OK;
+  return host_copy("copy from the CPU", index, false, dev, host, nbytes);
 }
 
 /* `waiter` (on the current device) waits for the work queued so far on `stream`, which is on

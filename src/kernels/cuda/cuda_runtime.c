@@ -79,33 +79,27 @@ static void init_pools(void) {
   for (int i = 0; i < DT__CUDA_MAX_DEVICES; i++) pthread_mutex_init(&pools[i].lock, NULL);
 }
 
-typedef struct thread_streams {
-  cudaStream_t stream[DT__CUDA_MAX_DEVICES];
-} thread_streams;
-
-static void give_back_streams(void *object) {
-  thread_streams *ts = object;
-  for (int d = 0; d < DT__CUDA_MAX_DEVICES; d++) {
-    if (!ts->stream[d]) continue;
-    stream_pool *p = &pools[d];
-    pthread_mutex_lock(&p->lock);
-    if (p->n == p->capacity) {
-      int capacity = p->capacity ? 2 * p->capacity : 8;
-      cudaStream_t *grown = realloc(p->streams, sizeof *grown * (size_t)capacity);
-      if (grown) {
-        p->streams = grown;
-        p->capacity = capacity;
-      }
+static void give_back_stream(int device, void *slot) {
+  cudaStream_t stream = *(cudaStream_t *)slot;
+  if (!stream) return;
+  stream_pool *p = &pools[device];
+  pthread_mutex_lock(&p->lock);
+  if (p->n == p->capacity) {
+    int capacity = p->capacity ? 2 * p->capacity : 8;
+    cudaStream_t *grown = realloc(p->streams, sizeof *grown * (size_t)capacity);
+    if (grown) {
+      p->streams = grown;
+      p->capacity = capacity;
     }
-    /* Without room the stream is leaked to the driver, never destroyed under a cached block. */
-    if (p->n < p->capacity) p->streams[p->n++] = ts->stream[d];
-    pthread_mutex_unlock(&p->lock);
   }
-  free(ts);
+  /* Without room the stream is leaked to the driver, never destroyed under a cached block. */
+  if (p->n < p->capacity) p->streams[p->n++] = stream;
+  pthread_mutex_unlock(&p->lock);
 }
 
-static dt_thread_key streams_key = DT_THREAD_KEY_INIT(give_back_streams);
-static _Thread_local thread_streams *my_streams;
+static dt_cuda_thread_table streams_table =
+    DT_CUDA_THREAD_TABLE_INIT(cudaStream_t, give_back_stream);
+static _Thread_local cudaStream_t *my_streams; /* one per device */
 
 /* Asks the runtime each time (a thread-local read there) rather than caching the device: the
  * user's own code may call cudaSetDevice between two of ours. */
@@ -138,16 +132,16 @@ static dt_status take_stream(const char *op, int index, cudaStream_t *out) {
 dt_status dt__cuda_stream(const char *op, int index, cudaStream_t *out) {
   dt_status st = dt__cuda_use_device(op, index);
   if (st) return st;
-  if (DT_LIKELY(my_streams && my_streams->stream[index])) {
-    *out = my_streams->stream[index];
+  if (DT_LIKELY(my_streams && my_streams[index])) {
+    *out = my_streams[index];
     return DT_OK;
   }
   if (!my_streams) {
-    my_streams = dt__thread_key_set(&streams_key, calloc(1, sizeof *my_streams));
+    my_streams = dt__cuda_thread_slots(&streams_table);
     if (!my_streams) return dt__error(DT_ERR_NOMEM, "%s: cannot allocate the thread's streams", op);
   }
-  st = take_stream(op, index, &my_streams->stream[index]);
-  if (!st) *out = my_streams->stream[index];
+  st = take_stream(op, index, &my_streams[index]);
+  if (!st) *out = my_streams[index];
   return st;
 }
 
