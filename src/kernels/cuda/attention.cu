@@ -93,6 +93,13 @@ static __device__ __forceinline__ dt_cuda_attn_row query_row(const dt_cuda_attn 
   return q;
 }
 
+/* This thread's share of a query row's start: the row into q [E], acc [n] zeroed. */
+static __device__ __forceinline__ void start_row(const dt_cuda_attn &a, const dt_cuda_attn_row &r,
+                                                 double *q, double *acc, int64_t n) {
+  for (int64_t e = threadIdx.x; e < a.E; e += blockDim.x) q[e] = at4(a.q, r.b, r.h, r.i, e);
+  for (int64_t e = threadIdx.x; e < n; e += blockDim.x) acc[e] = 0;
+}
+
 /* This thread's share of acc[e] = acc[e] * alpha + sum_c w[c] t[b, h, j0 + c, e] for e < n, over
  * the tile's rows c (rows j0 .. end, at most blockDim); zero weights are passed over (a
  * dropped row adds nothing, even where t holds an inf). */
@@ -118,8 +125,7 @@ __global__ void dt_cuda_attn_forward_kernel(dt_cuda_attn a) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     dt_cuda_attn_row r = query_row(a, row);
     int64_t i = r.i, h = r.h, b = r.b, kh = r.kh, end = r.end;
-    for (int64_t e = threadIdx.x; e < a.E; e += blockDim.x) q[e] = at4(a.q, b, h, i, e);
-    for (int64_t e = threadIdx.x; e < a.Ev; e += blockDim.x) acc[e] = 0;
+    start_row(a, r, q, acc, a.Ev);
     __syncthreads();
     double m = -INFINITY, l = 0;
     for (int64_t j0 = 0; j0 < end; j0 += blockDim.x) {
@@ -156,7 +162,7 @@ __global__ void dt_cuda_attn_dq_kernel(dt_cuda_attn a) {
     dt_cuda_attn_row r = query_row(a, row);
     int64_t i = r.i, h = r.h, b = r.b, kh = r.kh, end = r.end;
     double lse = at4(a.gs, b, h, i, a.Ev), dd = at4(a.gs, b, h, i, a.Ev + 1);
-    for (int64_t e = threadIdx.x; e < a.E; e += blockDim.x) q[e] = at4(a.q, b, h, i, e), acc[e] = 0;
+    start_row(a, r, q, acc, a.E);
     for (int64_t e = threadIdx.x; e < a.Ev; e += blockDim.x) g[e] = at4(a.gs, b, h, i, e);
     __syncthreads();
     for (int64_t j0 = 0; lse != -INFINITY && j0 < end; j0 += blockDim.x) {

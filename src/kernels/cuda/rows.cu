@@ -94,6 +94,14 @@ __global__ void dt_cuda_softmax_kernel(dt_cuda_softmax_args a) {
 
 static unsigned row_blocks(int64_t rows) { return (unsigned)(rows < 65536 ? rows : 65536); }
 
+/* Launches a row kernel on stream, one block per row (grid-stride past 65536 rows); the
+ * launch's cudaError_t. */
+template <typename Args>
+static int launch_rows(void (*kernel)(Args), const Args &a, int64_t rows, void *stream) {
+  kernel<<<row_blocks(rows), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(a);
+  return (int)cudaGetLastError();
+}
+
 extern "C" int dt__cuda_launch_softmax(void *stream, const dt_cuda_ref *a, int dim, bool take_log,
                                        const dt_cuda_ref *out) {
   dt_cuda_softmax_args r;
@@ -101,8 +109,7 @@ extern "C" int dt__cuda_launch_softmax(void *stream, const dt_cuda_ref *a, int d
   r.in = lines_of(a, dim);
   r.out = lines_of(out, dim);
   r.take_log = take_log;
-  dt_cuda_softmax_kernel<<<row_blocks(r.lines), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(r);
-  return (int)cudaGetLastError();
+  return launch_rows(dt_cuda_softmax_kernel, r, r.lines, stream);
 }
 
 /* ---- layer norm, RMS norm
@@ -175,8 +182,7 @@ extern "C" int dt__cuda_launch_layer_norm(void *stream, bool rms, const dt_cuda_
   a.len = 1;
   for (int d = 0; d < x->ndim; d++) (d < lead ? a.rows : a.len) *= x->shape[d];
   if (a.rows == 0 || a.len == 0) return 0;
-  dt_cuda_norm_kernel<<<row_blocks(a.rows), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(a);
-  return (int)cudaGetLastError();
+  return launch_rows(dt_cuda_norm_kernel, a, a.rows, stream);
 }
 
 /* ---- batch norm
@@ -327,8 +333,7 @@ extern "C" int dt__cuda_launch_cross_entropy(void *stream, const dt_cuda_ref *gr
   a.classes = logits->shape[1];
   a.eps = label_smoothing;
   if (a.rows == 0) return 0;
-  dt_cuda_ce_kernel<<<row_blocks(a.rows), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(a);
-  return (int)cudaGetLastError();
+  return launch_rows(dt_cuda_ce_kernel, a, a.rows, stream);
 }
 
 /* ---- softmax and norm backward ----------------------------------------------------------------
@@ -366,8 +371,7 @@ extern "C" int dt__cuda_launch_softmax_backward(void *stream, const dt_cuda_ref 
   r.y = lines_of(y, dim);
   r.out = lines_of(out, dim);
   r.take_log = take_log;
-  dt_cuda_softmax_bwd_kernel<<<row_blocks(r.lines), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(r);
-  return (int)cudaGetLastError();
+  return launch_rows(dt_cuda_softmax_bwd_kernel, r, r.lines, stream);
 }
 
 struct dt_cuda_norm_bwd_args {
