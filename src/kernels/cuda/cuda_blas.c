@@ -11,13 +11,10 @@ static dt_cuda_thread_table handles_table =
 static _Thread_local cublasHandle_t *my_handles; /* one per device */
 
 dt_status dt__cuda_blas_error(const char *op, const char *what, cublasStatus_t status) {
-  dt_status st = DT_ERR_INTERNAL;
-  if (status == CUBLAS_STATUS_ALLOC_FAILED) st = DT_ERR_NOMEM;
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_ARCH_MISMATCH) {
-    st = DT_ERR_UNSUPPORTED;
-  }
-  return dt__error(st, "%s: %s: %s: %s", op, what, cublasGetStatusName(status),
-                   cublasGetStatusString(status));
+  return dt__cuda_failure(op, what, status == CUBLAS_STATUS_ALLOC_FAILED,
+                          status == CUBLAS_STATUS_NOT_SUPPORTED ||
+                              status == CUBLAS_STATUS_ARCH_MISMATCH,
+                          cublasGetStatusName(status), cublasGetStatusString(status));
 }
 
 dt_status dt__cuda_blas(const char *op, int index, cublasHandle_t *out) {

@@ -83,6 +83,13 @@ static inline void *dt__cuda_thread_slots(dt_cuda_thread_table *table) {
  * DT_ERR_INTERNAL. Clears the runtime's last (non-sticky) error. */
 dt_status dt__cuda_error(const char *op, const char *what, cudaError_t error);
 
+/* A failed call of the CUDA runtime or a CUDA library (cuBLAS) as a dt_status with "op: what:
+ * name: description" (the library's name and text for its code): DT_ERR_NOMEM when the code
+ * says out_of_memory, DT_ERR_UNSUPPORTED when it says unsupported (no device or driver, an
+ * operation this GPU lacks), otherwise DT_ERR_INTERNAL. */
+dt_status dt__cuda_failure(const char *op, const char *what, bool out_of_memory, bool unsupported,
+                           const char *name, const char *description);
+
 /* Whether f32 GEMMs may use TF32 (dt_cuda_set_allow_tf32). */
 bool dt__cuda_allow_tf32(void);
 

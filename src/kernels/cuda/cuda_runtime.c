@@ -50,15 +50,19 @@ dt_status dt__cuda_check_device(const char *op, int index) {
   return DT_OK;
 }
 
+dt_status dt__cuda_failure(const char *op, const char *what, bool out_of_memory, bool unsupported,
+                           const char *name, const char *description) {
+  dt_status status = out_of_memory ? DT_ERR_NOMEM
+                     : unsupported ? DT_ERR_UNSUPPORTED
+                                   : DT_ERR_INTERNAL;
+  return dt__error(status, "%s: %s: %s: %s", op, what, name, description);
+}
+
 dt_status dt__cuda_error(const char *op, const char *what, cudaError_t error) {
   (void)cudaGetLastError();
-  dt_status status = DT_ERR_INTERNAL;
-  if (error == cudaErrorMemoryAllocation) status = DT_ERR_NOMEM;
-  if (error == cudaErrorNoDevice || error == cudaErrorInsufficientDriver) {
-    status = DT_ERR_UNSUPPORTED;
-  }
-  return dt__error(status, "%s: %s: %s: %s", op, what, cudaGetErrorName(error),
-                   cudaGetErrorString(error));
+  return dt__cuda_failure(op, what, error == cudaErrorMemoryAllocation,
+                          error == cudaErrorNoDevice || error == cudaErrorInsufficientDriver,
+                          cudaGetErrorName(error), cudaGetErrorString(error));
 }
 
 /* ---- The calling thread's device and streams --------------------------------------------- */
