@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint_meta.h"
 #include "dtensor/ops.h"
 #include "core/core_impl.h"
+#include "core/refcount.h"
 #include "profile/output_file.h"
 #include "tensor/device_impl.h"
 
@@ -29,7 +30,7 @@
  * of borrowed tensors' storage (dt_wrap_ex), so it may run on any thread. */
 static void map_release(void *user) {
   dt__safetensors_map *m = user;
-  if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
+  if (!dt__ref_drop(&m->refs)) return;
   munmap(m->addr, m->size);
   dt__free(m);
 }
@@ -40,12 +41,7 @@ static void file_free(dt_safetensors *f) {
   if (f->map) map_release(f->map);
   if (f->fd >= 0) close(f->fd);
   dt__name_index_free(&f->names);
-  dt__free(f->entries);
-  dt__free(f->meta_keys);
-  dt__free(f->meta_values);
-  dt__free(f->strings);
-  dt__free(f->path_copy);
-  dt__free(f);
+  DT__FREE_EACH(f->entries, f->meta_keys, f->meta_values, f->strings, f->path_copy, f);
 }
 
 /* Reads n bytes at offset: pread for a file (looping over short reads), memcpy for an image. */
@@ -124,12 +120,10 @@ dt_status dt_safetensors_open(const char *path, dt_safetensors **out) {
   *out = NULL;
   if (!path) return dt__error(DT_ERR_INVALID, "%s: path is NULL", op);
   dt_safetensors *f = file_new();
-  size_t n = strlen(path);
-  if (!f || !(f->path_copy = dt__alloc(n + 1))) {
+  if (!f || !(f->path_copy = dt__strdup(path))) {
     dt__free(f);
     return dt__error(DT_ERR_NOMEM, "%s: cannot allocate a file handle", op);
   }
-  memcpy(f->path_copy, path, n + 1);
   f->label = f->path_copy;
   dt_status st = DT_OK;
   struct stat sb;
@@ -272,7 +266,7 @@ static dt_status borrow(dt_safetensors *file, const char *op, const dt_safetenso
    * tensor's storage holds a reference to the map, dropped when its last view goes; a memory
    * image is the caller's, borrowed as it is. */
   dt__safetensors_map *map = file->map;
-  if (map) atomic_fetch_add_explicit(&map->refs, 1, memory_order_relaxed);
+  if (map) dt__ref_take(&map->refs);
   dt_tensor *t = NULL;
   dt_status st = dt_wrap_ex((void *)data, (size_t)(e->data_end - e->data_begin), e->ndim, e->shape,
                             NULL, e->dtype, map ? map_release : NULL, map, &t);

@@ -171,15 +171,13 @@ void dt_compiled_destroy(dt_compiled *c) {
 }
 
 static dt_status note_recompile(dt_compiled *c, const char *why) {
-  size_t len = strlen(why);
-  char *copy = dt__alloc(len + 1);
+  char *copy = dt__strdup(why);
   char **reasons = dt__alloc(sizeof *reasons * (size_t)(c->n_reasons + 1));
   if (!copy || !reasons) {
     dt__free(copy);
     dt__free(reasons);
     return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   }
-  memcpy(copy, why, len + 1);
   if (c->n_reasons) memcpy(reasons, c->reasons, sizeof *reasons * (size_t)c->n_reasons);
   dt__free(c->reasons);
   c->reasons = reasons;

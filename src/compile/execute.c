@@ -34,40 +34,13 @@ void dt__compile_variant_destroy(dt_compile_variant *v) {
     if (v->handles[i]) dt__free(v->handles[i]);
   }
   for (int k = 0; k < v->n_slots; k++) dt_tensor_release(v->slot_buf[k]);
-  dt__free(v->handles);
-  dt__free(v->steps);
-  dt__free(v->release_at);
-  dt__free(v->release_list);
-  dt__free(v->fused);
-  dt__free(v->slot_buf);
-  dt__free(v->slot_bytes);
-  dt__free(v->slot_of);
-  dt__free(v->direct);
-  dt__free(v->templates);
-  dt__free(v->dims);
-  dt__free(v->placements);
-  dt__free(v->local_dims);
-  dt__free(v->dist_plain);
-  dt__free(v->dist_mesh);
-  dt__free(v->dist_spec);
-  dt__free(v->mesh_ndim);
-  dt__free(v->constants);
-  dt__free(v->const_grad);
-  dt__free(v->scalar_expr);
-  dt__free(v->shape_expr);
-  dt__free(v->grad_input);
-  dt__free(v->grad_const);
-  dt__free(v->inputs);
-  dt__free(v->hints);
+  DT__FREE_EACH(v->handles, v->steps, v->release_at, v->release_list, v->fused, v->slot_buf,
+                v->slot_bytes, v->slot_of, v->direct, v->templates, v->dims, v->placements,
+                v->local_dims, v->dist_plain, v->dist_mesh, v->dist_spec, v->mesh_ndim,
+                v->constants, v->const_grad, v->scalar_expr, v->shape_expr, v->grad_input,
+                v->grad_const, v->inputs, v->hints, v->guards, v->last_use, v->tuple_base,
+                v->values, v->tuple_vals, v->owned, v->symvals, v->exprvals);
   dt__sx_pool_free(&v->pool);
-  dt__free(v->guards);
-  dt__free(v->last_use);
-  dt__free(v->tuple_base);
-  dt__free(v->values);
-  dt__free(v->tuple_vals);
-  dt__free(v->owned);
-  dt__free(v->symvals);
-  dt__free(v->exprvals);
   dt_graph_destroy(v->g);
   dt__free(v);
 }

@@ -173,6 +173,23 @@ bool dt__reserve_arrays(int used, int *capacity, int first_capacity, int n, void
   return true;
 }
 
+char *dt__strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *copy = dt__alloc(n);
+  if (copy) memcpy(copy, s, n);
+  return copy;
+}
+
+void dt__free_strings(char **strings, int n) {
+  if (!strings) return;
+  for (int i = 0; i < n; i++) dt__free(strings[i]);
+  dt__free(strings);
+}
+
+void dt__free_each(int n, void *const *blocks) {
+  for (int i = 0; i < n; i++) dt__free(blocks[i]);
+}
+
 void dt_free(void *ptr) { dt__free(ptr); }
 
 void dt__free(void *ptr) {

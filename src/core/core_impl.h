@@ -45,6 +45,20 @@ void dt__free(void *ptr);
 bool dt__reserve_arrays(int used, int *capacity, int first_capacity, int n, void *const *array_ptrs,
                         const size_t *element_sizes);
 
+/* A heap copy (dt__alloc) of the NUL-terminated string s; NULL when out of memory, without
+ * setting an error. */
+char *dt__strdup(const char *s);
+
+/* Frees strings[0..n) and then the array itself (NULL entries and a NULL array are fine):
+ * the end of an owned, growable list of names. */
+void dt__free_strings(char **strings, int n);
+
+/* Frees each of n blocks (NULL ones are fine): a struct's heap fields in one call, through
+ * DT__FREE_EACH(a->x, a->y, ...). */
+void dt__free_each(int n, void *const *blocks);
+#define DT__FREE_EACH(...)                                                                         \
+  dt__free_each((int)(sizeof((void *[]){__VA_ARGS__}) / sizeof(void *)), (void *[]){__VA_ARGS__})
+
 /* Logging through the user's callback. */
 DT_PRINTF(2, 3) void dt__log(dt_log_level level, const char *format, ...);
 

@@ -2,6 +2,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "core/refcount.h"
 #include "distributed/dist_impl.h"
 #include "mesh/mesh_impl.h"
 
@@ -252,12 +253,12 @@ dt_status dt__spec_create(dt_mesh *mesh, const dt_placement *placements, int ndi
 }
 
 dt_dist_spec *dt__spec_retain(dt_dist_spec *spec) {
-  if (spec) atomic_fetch_add_explicit(&spec->refcount, 1, memory_order_relaxed);
+  if (spec) dt__ref_take(&spec->refcount);
   return spec;
 }
 
 void dt__spec_release(dt_dist_spec *spec) {
-  if (spec && atomic_fetch_sub_explicit(&spec->refcount, 1, memory_order_acq_rel) == 1) {
+  if (spec && dt__ref_drop(&spec->refcount)) {
     dt__mesh_release(spec->mesh);
     dt__free(spec);
   }

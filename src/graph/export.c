@@ -90,10 +90,8 @@ static dt_status visit_module(const char *fqn, dt_module *m, void *user) {
                           (size_t[]){sizeof *t->fqns, sizeof *t->types})) {
     return dt__error(DT_ERR_NOMEM, "dt_export: out of memory");
   }
-  size_t len = strlen(fqn);
-  t->fqns[t->n] = dt__alloc(len + 1);
+  t->fqns[t->n] = dt__strdup(fqn);
   if (!t->fqns[t->n]) return dt__error(DT_ERR_NOMEM, "dt_export: out of memory");
-  memcpy(t->fqns[t->n], fqn, len + 1);
   t->types[t->n++] = (char *)dt_module_type(m);
   return DT_OK;
 }
@@ -204,8 +202,7 @@ dt_status dt_export(dt_module *model, dt_tensor *input, const dt_export_options 
   if (!st)
     st = dt__program_set_modules("dt_export", p, mt.n, (const char *const *)mt.fqns,
                                  (const char *const *)mt.types);
-  for (int i = 0; i < mt.n; i++) dt__free(mt.fqns[i]);
-  dt__free(mt.fqns);
+  dt__free_strings(mt.fqns, mt.n);
   dt__free(mt.types);
   dt__tracer_clear(&ex.tr);
   dt__free(ex.state_names);

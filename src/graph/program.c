@@ -4,21 +4,10 @@
 
 #include "graph/graph_impl.h"
 
-static char *dup_string(const char *s) {
-  size_t n = strlen(s);
-  char *p = dt__alloc(n + 1);
-  if (p) memcpy(p, s, n + 1);
-  return p;
-}
-
 void dt_program_destroy(dt_program *program) {
   if (!program) return;
-  for (int i = 0; i < program->n_state; i++) {
-    dt__free(program->state_names[i]);
-    dt_tensor_release(program->state_tensors[i]);
-  }
-  dt__free(program->state_names);
-  dt__free(program->state_tensors);
+  dt__free_strings(program->state_names, program->n_state);
+  dt__tensors_free(program->state_tensors, program->n_state);
   for (int i = 0; i < program->n_modules; i++) {
     dt__free(program->modules[i].fqn);
     dt__free(program->modules[i].type);
@@ -78,7 +67,7 @@ dt_status dt__program_create_owned(const char *fn, dt_graph *graph, int n, const
     }
     st = check_entry(fn, node, tensors[k]);
     if (st) break;
-    p->state_names[p->n_state] = dup_string(node->name);
+    p->state_names[p->n_state] = dt__strdup(node->name);
     if (!p->state_names[p->n_state]) {
       st = dt__error(DT_ERR_NOMEM, "%s: out of memory", fn);
       break;
@@ -121,8 +110,8 @@ dt_status dt__program_set_modules(const char *fn, dt_program *p, int n, const ch
   p->modules = dt__calloc(sizeof *p->modules * (size_t)(n ? n : 1));
   if (!p->modules) return dt__error(DT_ERR_NOMEM, "%s: out of memory", fn);
   for (int i = 0; i < n; i++) {
-    p->modules[i].fqn = dup_string(fqns[i]);
-    p->modules[i].type = dup_string(types[i]);
+    p->modules[i].fqn = dt__strdup(fqns[i]);
+    p->modules[i].type = dt__strdup(types[i]);
     p->n_modules++;
     if (!p->modules[i].fqn || !p->modules[i].type)
       return dt__error(DT_ERR_NOMEM, "%s: out of memory", fn);

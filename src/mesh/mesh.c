@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "core/refcount.h"
 #include "mesh/mesh_impl.h"
 #include "tensor/device_impl.h"
 
@@ -132,14 +133,12 @@ dt_status dt_mesh_create(dt_comm *world, int ndim, const int *shape, const char 
 }
 
 dt_mesh *dt__mesh_retain(dt_mesh *mesh) {
-  if (mesh) atomic_fetch_add_explicit(&mesh->refcount, 1, memory_order_relaxed);
+  if (mesh) dt__ref_take(&mesh->refcount);
   return mesh;
 }
 
 void dt__mesh_release(dt_mesh *mesh) {
-  if (mesh && atomic_fetch_sub_explicit(&mesh->refcount, 1, memory_order_acq_rel) == 1) {
-    mesh_free(mesh);
-  }
+  if (mesh && dt__ref_drop(&mesh->refcount)) mesh_free(mesh);
 }
 
 bool dt__mesh_user_destroyed(const dt_mesh *mesh) {

@@ -17,6 +17,7 @@
 #include "dtensor/ops.h"
 #include "models/models_impl.h"
 #include "profile/output_file.h" /* config.json written whole or not at all */
+#include "tensor/tensor_impl.h"
 
 dt_status dt_hf_kv_cache_create(const dt_hf_model *m, dt_hf_kv_cache **out) {
   if (!out) return dt__error(DT_ERR_INVALID, "dt_hf_kv_cache_create: out is NULL");
@@ -36,12 +37,8 @@ dt_status dt_hf_kv_cache_create(const dt_hf_model *m, dt_hf_kv_cache **out) {
 
 void dt_hf_kv_cache_destroy(dt_hf_kv_cache *c) {
   if (!c) return;
-  for (int i = 0; i < c->n_layers; i++) {
-    if (c->k) dt_tensor_release(c->k[i]);
-    if (c->v) dt_tensor_release(c->v[i]);
-  }
-  dt__free(c->k);
-  dt__free(c->v);
+  dt__tensors_free(c->k, c->n_layers);
+  dt__tensors_free(c->v, c->n_layers);
   dt__free(c);
 }
 

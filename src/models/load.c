@@ -29,13 +29,6 @@ typedef struct file_set {
   dt_safetensors *open_file[MAX_FILES];
 } file_set;
 
-static char *copy_string(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *c = dt__alloc(n);
-  if (c) memcpy(c, s, n);
-  return c;
-}
-
 static dt_status add_mapping(const char *tensor, const char *file, void *user) {
   file_set *fs = user;
   if (fs->n_map == fs->cap_map) {
@@ -44,8 +37,8 @@ static dt_status add_mapping(const char *tensor, const char *file, void *user) {
     if (!dt__reserve_arrays(fs->n_map, &fs->cap_map, 64, 2, arrays, sizes))
       return dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory");
   }
-  fs->map_tensor[fs->n_map] = copy_string(tensor);
-  fs->map_file[fs->n_map] = copy_string(file);
+  fs->map_tensor[fs->n_map] = dt__strdup(tensor);
+  fs->map_file[fs->n_map] = dt__strdup(file);
   fs->n_map++;
   if (!fs->map_tensor[fs->n_map - 1] || !fs->map_file[fs->n_map - 1])
     return dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory");
@@ -53,12 +46,8 @@ static dt_status add_mapping(const char *tensor, const char *file, void *user) {
 }
 
 static void file_set_clear(file_set *fs) {
-  for (int i = 0; i < fs->n_map; i++) {
-    dt__free(fs->map_tensor[i]);
-    dt__free(fs->map_file[i]);
-  }
-  dt__free(fs->map_tensor);
-  dt__free(fs->map_file);
+  dt__free_strings(fs->map_tensor, fs->n_map);
+  dt__free_strings(fs->map_file, fs->n_map);
   for (int i = 0; i < fs->n_open; i++) {
     dt__free(fs->open_name[i]);
     dt_safetensors_destroy(fs->open_file[i]);
@@ -93,7 +82,7 @@ static dt_status file_of(file_set *fs, const char *tensor, dt_safetensors **out,
   dt_safetensors *f = NULL;
   dt_status st = dt_safetensors_open(path, &f);
   if (st) return st;
-  fs->open_name[fs->n_open] = copy_string(name);
+  fs->open_name[fs->n_open] = dt__strdup(name);
   fs->open_file[fs->n_open] = f;
   if (!fs->open_name[fs->n_open]) {
     dt_safetensors_destroy(f);

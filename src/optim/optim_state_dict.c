@@ -50,12 +50,8 @@ static bool schedule_set(dt_lr_schedule *s, int f, double v) {
 
 void dt_optimizer_state_dict_clear(dt_optimizer_state_dict *sd) {
   if (!sd) return;
-  for (int e = 0; e < sd->count; e++) {
-    if (sd->names) dt__free(sd->names[e]);
-    if (sd->tensors) dt_tensor_release(sd->tensors[e]);
-  }
-  dt__free(sd->names);
-  dt__free(sd->tensors);
+  dt__free_strings(sd->names, sd->count);
+  dt__tensors_free(sd->tensors, sd->count);
   dt__free(sd->roles);
   memset(sd, 0, sizeof *sd);
 }

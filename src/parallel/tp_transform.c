@@ -481,13 +481,11 @@ static dt_status place_call(tp *s, int i) {
  * ---------------------------------------------------------------------------- */
 
 static dt_status add_state_entry(tp *s, const char *name, dt_tensor *t) {
-  size_t len = strlen(name);
-  s->state_names[s->n_state] = dt__alloc(len + 1);
+  s->state_names[s->n_state] = dt__strdup(name);
   if (!s->state_names[s->n_state]) {
     dt_tensor_release(t);
     return nomem();
   }
-  memcpy(s->state_names[s->n_state], name, len + 1);
   s->state_tensors[s->n_state++] = t;
   return DT_OK;
 }
@@ -591,12 +589,8 @@ static dt_status transform(tp *s, const dt_program *prog, const dt_tp_plan *plan
  * from them holds its own), the value table, and the graph unless a program took it over
  * (s->g is NULL then). */
 static void tp_free(tp *s) {
-  for (int i = 0; i < s->n_state; i++) {
-    dt__free(s->state_names[i]);
-    dt_tensor_release(s->state_tensors[i]);
-  }
-  dt__free(s->state_names);
-  dt__free(s->state_tensors);
+  dt__free_strings(s->state_names, s->n_state);
+  dt__tensors_free(s->state_tensors, s->n_state);
   dt__free(s->values);
   dt_graph_destroy(s->g);
 }

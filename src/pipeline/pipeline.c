@@ -50,12 +50,7 @@ void dt_pipeline_destroy(dt_pipeline *p) {
   if (!p) return;
   dt__pp_link_free(&p->link);
   dt_pp_schedule_destroy(p->schedule);
-  dt__free(p->stages);
-  dt__free(p->mb);
-  dt__free(p->inputs);
-  dt__free(p->targets);
-  dt__free(p->scales);
-  dt__free(p);
+  DT__FREE_EACH(p->stages, p->mb, p->inputs, p->targets, p->scales, p);
 }
 
 /* A hash of the schedule: its counts and every rank's actions. */

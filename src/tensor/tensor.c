@@ -79,6 +79,12 @@ void dt_tensor_release(dt_tensor *t) {
   if (!embedded) handle_free(t);
 }
 
+void dt__tensors_free(dt_tensor **tensors, int n) {
+  if (!tensors) return;
+  for (int i = 0; i < n; i++) dt_tensor_release(tensors[i]);
+  dt__free(tensors);
+}
+
 /* The product of a shape's sizes with zero sizes counted as 1: the element count of a
  * non-empty shape, and what the contiguous strides and view offsets of any shape reach. False
  * when it overflows uint64. Sizes must be >= 0. */

@@ -60,6 +60,10 @@ struct dt_tensor {
 
 /* A tensor's spec is released through dt__upcall.spec_release (core/core_impl.h). */
 
+/* Releases tensors[0..n) and then frees the array itself (NULL entries and a NULL array are
+ * fine): the end of an owned list of tensor references. */
+void dt__tensors_free(dt_tensor **tensors, int n);
+
 static inline int64_t dt__numel(int ndim, const int64_t *shape) {
   int64_t n = 1;
   for (int i = 0; i < ndim; i++) n *= shape[i];
