@@ -61,18 +61,6 @@ static dt_status param(fwd *f, int index, dt_tensor **out) {
   return st;
 }
 
-/* A local tensor made the same on every rank, replicated on the model's mesh. */
-static dt_status replicated(const dt_hf_model *m, dt_tensor *local, dt_tensor **out) {
-  if (!m->mesh) {
-    *out = dt_tensor_retain(local);
-    return DT_OK;
-  }
-  dt_placement pl[DT_MAX_DIMS];
-  int nd = dt_mesh_ndim(m->mesh);
-  for (int i = 0; i < nd; i++) pl[i] = dt_replicate();
-  return dt_dist_distribute_tensor(m->mesh, local, nd, pl, out);
-}
-
 static dt_status norm(fwd *f, dt_tensor *x, int wi, int bi, dt_tensor **out) {
   dt_tensor *w = NULL, *b = NULL;
   dt_status st = param(f, wi, &w);
@@ -212,7 +200,7 @@ static dt_status make_mask(fwd *f) {
   dt_tensor *local = NULL;
   dt_status st = dt_from_data(bits, 2, (int64_t[]){f->T, S}, DT_BOOL, &local);
   dt__free(bits);
-  if (!st) st = replicated(f->m, local, &f->mask);
+  if (!st) st = dt__hf_replicated(f->m, local, &f->mask);
   dt_tensor_release(local);
   if (!st && !keep(f->tp, f->mask)) st = DT_ERR_NOMEM;
   return st;

@@ -83,6 +83,9 @@ void dt__hf_param_placements(const dt_hf_model *model, const hf_param *p, dt_pla
 /* The parameter as the forward uses it: gathered over the FSDP dim (recorded by autograd),
  * else retained. */
 dt_status dt__hf_param_use(const dt_hf_model *model, int index, dt_tensor **out);
+/* A local tensor made the same on every rank, replicated on the model's mesh (params.c): a new
+ * reference in *out, `local` itself retained without a mesh; local stays the caller's. */
+dt_status dt__hf_replicated(const dt_hf_model *model, dt_tensor *local, dt_tensor **out);
 /* Llama's rotary inverse frequencies into model->rope_inv (rope.c). */
 dt_status dt__hf_rope_init(dt_hf_model *model);
 /* cos and sin [T, head_dim] of positions past .. past + T - 1 (replicated on the model's mesh),

@@ -40,43 +40,74 @@ static int add(table_builder *b, const char *prefix, const char *suffix, int ndi
   return m->n_params++;
 }
 
+/* One transformer block's parameters being added: their names start with `prefix`, their
+ * indexes go to the block's row of m->layer_index. */
+typedef struct layer_builder {
+  table_builder *b;
+  const char *prefix;
+  int *index;
+} layer_builder;
+
+/* Adds "<prefix><name>" as the block's parameter `slot` (see add); false on failure (error
+ * set). */
+static bool layer_add(layer_builder *l, int slot, const char *name, int ndim, int64_t d0,
+                      int64_t d1, int tp_dim, int part) {
+  l->index[slot] = add(l->b, l->prefix, name, ndim, d0, d1, tp_dim, part);
+  return l->index[slot] >= 0;
+}
+
+/* An nn.Linear of a block: "<name>.weight" [out, in] and "<name>.bias" [out]. */
+typedef struct linear_param {
+  int weight_slot, bias_slot;
+  const char *name;
+  int64_t out, in;
+  bool rowwise; /* the TP plan shards the weight's dim 1 (and not the bias), else dim 0 (and
+                   the bias) */
+} linear_param;
+
+/* Adds the weights of n linears, then, when the config has them, their biases: the order of
+ * the checkpoints' tensors. */
+static bool layer_add_linears(layer_builder *l, int n, const linear_param *p, bool bias) {
+  char name[64];
+  for (int i = 0; i < n; i++) {
+    snprintf(name, sizeof name, "%s.weight", p[i].name);
+    if (!layer_add(l, p[i].weight_slot, name, 2, p[i].out, p[i].in, p[i].rowwise ? 1 : 0, -1))
+      return false;
+  }
+  for (int i = 0; bias && i < n; i++) {
+    snprintf(name, sizeof name, "%s.bias", p[i].name);
+    if (!layer_add(l, p[i].bias_slot, name, 1, p[i].out, 0, p[i].rowwise ? -1 : 0, -1))
+      return false;
+  }
+  return true;
+}
+
 static dt_status build_llama(table_builder *b) {
   dt_hf_model *m = b->m;
   const dt_hf_config *c = &m->cfg;
   int64_t D = c->hidden_size, Q = c->num_heads * c->head_dim, KV = c->num_kv_heads * c->head_dim;
   int64_t I = c->intermediate_size;
+  const linear_param attention[] = {
+      {L_Q_W, L_Q_B, "self_attn.q_proj", Q, D, false},
+      {L_K_W, L_K_B, "self_attn.k_proj", KV, D, false},
+      {L_V_W, L_V_B, "self_attn.v_proj", KV, D, false},
+      {L_O_W, L_O_B, "self_attn.o_proj", D, Q, true},
+  };
+  const linear_param mlp[] = {
+      {L_GATE_W, L_GATE_B, "mlp.gate_proj", I, D, false},
+      {L_UP_W, L_UP_B, "mlp.up_proj", I, D, false},
+      {L_DOWN_W, L_DOWN_B, "mlp.down_proj", D, I, true},
+  };
   m->global_index[G_EMBED] = add(b, "model.embed_tokens.weight", "", 2, c->vocab_size, D, 0, -1);
   for (int64_t l = 0; l < c->num_layers; l++) {
     char pre[64];
     snprintf(pre, sizeof pre, "model.layers.%lld.", (long long)l);
-    int *li = m->layer_index + l * L_COUNT;
-    char buf[96];
-#define ADD(slot, name, nd, a0, a1, tpd)                                                           \
-  do {                                                                                             \
-    snprintf(buf, sizeof buf, "%s%s", pre, name);                                                  \
-    li[slot] = add(b, buf, "", nd, a0, a1, tpd, -1);                                               \
-    if (li[slot] < 0) return DT_ERR_INVALID;                                                       \
-  } while (0)
-    ADD(L_NORM1_W, "input_layernorm.weight", 1, D, 0, -1);
-    ADD(L_Q_W, "self_attn.q_proj.weight", 2, Q, D, 0);
-    ADD(L_K_W, "self_attn.k_proj.weight", 2, KV, D, 0);
-    ADD(L_V_W, "self_attn.v_proj.weight", 2, KV, D, 0);
-    ADD(L_O_W, "self_attn.o_proj.weight", 2, D, Q, 1);
-    if (c->attention_bias) {
-      ADD(L_Q_B, "self_attn.q_proj.bias", 1, Q, 0, 0);
-      ADD(L_K_B, "self_attn.k_proj.bias", 1, KV, 0, 0);
-      ADD(L_V_B, "self_attn.v_proj.bias", 1, KV, 0, 0);
-      ADD(L_O_B, "self_attn.o_proj.bias", 1, D, 0, -1);
-    }
-    ADD(L_NORM2_W, "post_attention_layernorm.weight", 1, D, 0, -1);
-    ADD(L_GATE_W, "mlp.gate_proj.weight", 2, I, D, 0);
-    ADD(L_UP_W, "mlp.up_proj.weight", 2, I, D, 0);
-    ADD(L_DOWN_W, "mlp.down_proj.weight", 2, D, I, 1);
-    if (c->mlp_bias) {
-      ADD(L_GATE_B, "mlp.gate_proj.bias", 1, I, 0, 0);
-      ADD(L_UP_B, "mlp.up_proj.bias", 1, I, 0, 0);
-      ADD(L_DOWN_B, "mlp.down_proj.bias", 1, D, 0, -1);
-    }
+    layer_builder lb = {b, pre, m->layer_index + l * L_COUNT};
+    if (!layer_add(&lb, L_NORM1_W, "input_layernorm.weight", 1, D, 0, -1, -1) ||
+        !layer_add_linears(&lb, 4, attention, c->attention_bias) ||
+        !layer_add(&lb, L_NORM2_W, "post_attention_layernorm.weight", 1, D, 0, -1, -1) ||
+        !layer_add_linears(&lb, 3, mlp, c->mlp_bias))
+      return DT_ERR_INVALID;
   }
   m->global_index[G_NORM_W] = add(b, "model.norm.weight", "", 1, D, 0, -1, -1);
   m->global_index[G_HEAD] = c->tie_word_embeddings
@@ -94,31 +125,26 @@ static dt_status build_gpt2(table_builder *b) {
   for (int64_t l = 0; l < c->num_layers; l++) {
     char pre[64];
     snprintf(pre, sizeof pre, "transformer.h.%lld.", (long long)l);
-    int *li = m->layer_index + l * L_COUNT;
-    char buf[96];
-#define ADDP(slot, name, nd, a0, a1, tpd, part)                                                    \
-  do {                                                                                             \
-    snprintf(buf, sizeof buf, "%s%s", pre, name);                                                  \
-    li[slot] = add(b, buf, "", nd, a0, a1, tpd, part);                                             \
-    if (li[slot] < 0) return DT_ERR_INVALID;                                                       \
-  } while (0)
-    ADDP(L_NORM1_W, "ln_1.weight", 1, D, 0, -1, -1);
-    ADDP(L_NORM1_B, "ln_1.bias", 1, D, 0, -1, -1);
-    /* Conv1D weights are [in, out]: colwise shards dim 1, rowwise dim 0. */
-    ADDP(L_Q_W, "attn.c_attn.weight", 2, D, D, 1, 0);
-    ADDP(L_K_W, "attn.c_attn.weight", 2, D, D, 1, 1);
-    ADDP(L_V_W, "attn.c_attn.weight", 2, D, D, 1, 2);
-    ADDP(L_Q_B, "attn.c_attn.bias", 1, D, 0, 0, 0);
-    ADDP(L_K_B, "attn.c_attn.bias", 1, D, 0, 0, 1);
-    ADDP(L_V_B, "attn.c_attn.bias", 1, D, 0, 0, 2);
-    ADDP(L_O_W, "attn.c_proj.weight", 2, D, D, 0, -1);
-    ADDP(L_O_B, "attn.c_proj.bias", 1, D, 0, -1, -1);
-    ADDP(L_NORM2_W, "ln_2.weight", 1, D, 0, -1, -1);
-    ADDP(L_NORM2_B, "ln_2.bias", 1, D, 0, -1, -1);
-    ADDP(L_UP_W, "mlp.c_fc.weight", 2, D, I, 1, -1);
-    ADDP(L_UP_B, "mlp.c_fc.bias", 1, I, 0, 0, -1);
-    ADDP(L_DOWN_W, "mlp.c_proj.weight", 2, I, D, 0, -1);
-    ADDP(L_DOWN_B, "mlp.c_proj.bias", 1, D, 0, -1, -1);
+    layer_builder lb = {b, pre, m->layer_index + l * L_COUNT};
+    /* Conv1D weights are [in, out]: colwise shards dim 1, rowwise dim 0. The fused c_attn
+     * weight and bias stand three times, once per part (q, k, v). */
+    bool ok = layer_add(&lb, L_NORM1_W, "ln_1.weight", 1, D, 0, -1, -1) &&
+              layer_add(&lb, L_NORM1_B, "ln_1.bias", 1, D, 0, -1, -1) &&
+              layer_add(&lb, L_Q_W, "attn.c_attn.weight", 2, D, D, 1, 0) &&
+              layer_add(&lb, L_K_W, "attn.c_attn.weight", 2, D, D, 1, 1) &&
+              layer_add(&lb, L_V_W, "attn.c_attn.weight", 2, D, D, 1, 2) &&
+              layer_add(&lb, L_Q_B, "attn.c_attn.bias", 1, D, 0, 0, 0) &&
+              layer_add(&lb, L_K_B, "attn.c_attn.bias", 1, D, 0, 0, 1) &&
+              layer_add(&lb, L_V_B, "attn.c_attn.bias", 1, D, 0, 0, 2) &&
+              layer_add(&lb, L_O_W, "attn.c_proj.weight", 2, D, D, 0, -1) &&
+              layer_add(&lb, L_O_B, "attn.c_proj.bias", 1, D, 0, -1, -1) &&
+              layer_add(&lb, L_NORM2_W, "ln_2.weight", 1, D, 0, -1, -1) &&
+              layer_add(&lb, L_NORM2_B, "ln_2.bias", 1, D, 0, -1, -1) &&
+              layer_add(&lb, L_UP_W, "mlp.c_fc.weight", 2, D, I, 1, -1) &&
+              layer_add(&lb, L_UP_B, "mlp.c_fc.bias", 1, I, 0, 0, -1) &&
+              layer_add(&lb, L_DOWN_W, "mlp.c_proj.weight", 2, I, D, 0, -1) &&
+              layer_add(&lb, L_DOWN_B, "mlp.c_proj.bias", 1, D, 0, -1, -1);
+    if (!ok) return DT_ERR_INVALID;
   }
   m->global_index[G_NORM_W] = add(b, "transformer.ln_f.weight", "", 1, D, 0, -1, -1);
   m->global_index[G_NORM_B] = add(b, "transformer.ln_f.bias", "", 1, D, 0, -1, -1);
@@ -171,4 +197,15 @@ dt_status dt__hf_param_use(const dt_hf_model *m, int index, dt_tensor **out) {
   memcpy(pl, dt_dist_placements(t), sizeof(dt_placement) * (size_t)nd);
   pl[m->fsdp_dim] = dt_replicate();
   return dt_dist_redistribute(t, nd, pl, out);
+}
+
+dt_status dt__hf_replicated(const dt_hf_model *m, dt_tensor *local, dt_tensor **out) {
+  if (!m->mesh) {
+    *out = dt_tensor_retain(local);
+    return DT_OK;
+  }
+  dt_placement pl[DT_MAX_DIMS];
+  int nd = dt_mesh_ndim(m->mesh);
+  for (int i = 0; i < nd; i++) pl[i] = dt_replicate();
+  return dt_dist_distribute_tensor(m->mesh, local, nd, pl, out);
 }

@@ -44,20 +44,6 @@ dt_status dt__hf_rope_init(dt_hf_model *m) {
   return st;
 }
 
-/* A local tensor made the same on every rank, replicated on the model's mesh (consumes t). */
-static dt_status on_mesh(const dt_hf_model *m, dt_tensor *t, dt_tensor **out) {
-  if (!m->mesh) {
-    *out = t;
-    return DT_OK;
-  }
-  dt_placement pl[DT_MAX_DIMS];
-  int nd = dt_mesh_ndim(m->mesh);
-  for (int i = 0; i < nd; i++) pl[i] = dt_replicate();
-  dt_status st = dt_dist_distribute_tensor(m->mesh, t, nd, pl, out);
-  dt_tensor_release(t);
-  return st;
-}
-
 /* As transformers: freqs = positions (float32) x inv_freq, emb = cat(freqs, freqs), then
  * cos(emb) and sin(emb) in float32. */
 dt_status dt__hf_rope_tables(const dt_hf_model *m, int64_t past, int64_t T, dt_tensor **cos_out,
@@ -72,14 +58,8 @@ dt_status dt__hf_rope_tables(const dt_hf_model *m, int64_t past, int64_t T, dt_t
   if (!st) st = dt_sin(emb, &s);
   dt_tensor *rel[] = {pos, col, freqs, emb};
   for (int i = 0; i < 4; i++) dt_tensor_release(rel[i]);
-  if (!st) {
-    st = on_mesh(m, c, cos_out);
-    c = NULL;
-  }
-  if (!st) {
-    st = on_mesh(m, s, sin_out);
-    s = NULL;
-  }
+  if (!st) st = dt__hf_replicated(m, c, cos_out);
+  if (!st) st = dt__hf_replicated(m, s, sin_out);
   dt_tensor_release(c);
   dt_tensor_release(s);
   if (st) {
