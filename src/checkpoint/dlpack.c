@@ -81,9 +81,39 @@ typedef struct export_ctx {
 #endif
 } export_ctx;
 
-/* A handle of its own on t's data (the local shard of a distributed tensor), so that what the
- * caller later does with t's handle does not affect the export. */
-static dt_status export_view(const char *op, dt_tensor *t, bool out_given, export_ctx **out) {
+static DLTensor export_dl_tensor(export_ctx *ctx) {
+  dt_tensor *v = ctx->view;
+  return (DLTensor){
+      .data = dt__tensor_base(v),
+      .device = {.device_type = kDLCPU, .device_id = 0},
+      .ndim = v->ndim,
+      .dtype = dtype_to_dl(v->dtype),
+      .shape = ctx->shape,
+      .strides = ctx->strides,
+      .byte_offset = 0,
+  };
+}
+
+static void export_ctx_free(export_ctx *ctx) {
+  dt_tensor_release(ctx->view);
+  dt__free(ctx);
+}
+
+static void managed_deleter(DLManagedTensor *self) {
+  if (self) export_ctx_free(self->manager_ctx);
+}
+
+#if DT_DLPACK_VERSIONED
+static void versioned_deleter(struct DLManagedTensorVersioned *self) {
+  if (self) export_ctx_free(self->manager_ctx);
+}
+#endif
+
+/* An export of t: a handle of its own on t's data (the local shard of a distributed tensor),
+ * so that what the caller later does with t's handle does not affect the export, and both
+ * managed structs (the unversioned and, with DLPack >= 1.0, the versioned one) describing it;
+ * the caller hands out the one it was asked for. */
+static dt_status export_new(const char *op, dt_tensor *t, bool out_given, export_ctx **out) {
   *out = NULL;
   if (!out_given) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   if (!t) return dt__error(DT_ERR_INVALID, "%s: t is NULL", op);
@@ -110,41 +140,25 @@ static dt_status export_view(const char *op, dt_tensor *t, bool out_given, expor
     ctx->shape[i] = view->shape[i];
     ctx->strides[i] = view->strides[i];
   }
+  ctx->managed = (struct DLManagedTensor){
+      .dl_tensor = export_dl_tensor(ctx), .manager_ctx = ctx, .deleter = managed_deleter};
+#if DT_DLPACK_VERSIONED
+  ctx->versioned = (struct DLManagedTensorVersioned){
+      .version = {.major = DLPACK_MAJOR_VERSION, .minor = DLPACK_MINOR_VERSION},
+      .manager_ctx = ctx,
+      .deleter = versioned_deleter,
+      .flags = 0,
+      .dl_tensor = export_dl_tensor(ctx)};
+#endif
   *out = ctx;
   return DT_OK;
 }
 
-static DLTensor export_dl_tensor(export_ctx *ctx) {
-  dt_tensor *v = ctx->view;
-  return (DLTensor){
-      .data = dt__tensor_base(v),
-      .device = {.device_type = kDLCPU, .device_id = 0},
-      .ndim = v->ndim,
-      .dtype = dtype_to_dl(v->dtype),
-      .shape = ctx->shape,
-      .strides = ctx->strides,
-      .byte_offset = 0,
-  };
-}
-
-static void export_ctx_free(export_ctx *ctx) {
-  dt_tensor_release(ctx->view);
-  dt__free(ctx);
-}
-
-static void managed_deleter(DLManagedTensor *self) {
-  if (self) export_ctx_free(self->manager_ctx);
-}
-
 dt_status dt_dlpack_export(dt_tensor *t, struct DLManagedTensor **out) {
-  if (out) *out = NULL;
   export_ctx *ctx = NULL;
-  dt_status st = export_view("dt_dlpack_export", t, out != NULL, &ctx);
-  if (st) return st;
-  ctx->managed = (struct DLManagedTensor){
-      .dl_tensor = export_dl_tensor(ctx), .manager_ctx = ctx, .deleter = managed_deleter};
-  *out = &ctx->managed;
-  return DT_OK;
+  dt_status st = export_new("dt_dlpack_export", t, out != NULL, &ctx);
+  if (out) *out = ctx ? &ctx->managed : NULL;
+  return st;
 }
 
 /* ---- Import ------------------------------------------------------------------------------ */
@@ -238,23 +252,11 @@ dt_status dt_dlpack_import(struct DLManagedTensor *managed, dt_tensor **out) {
 /* ---- Versioned (DLPack >= 1.0) ------------------------------------------------------------ */
 
 #if DT_DLPACK_VERSIONED
-static void versioned_deleter(struct DLManagedTensorVersioned *self) {
-  if (self) export_ctx_free(self->manager_ctx);
-}
-
 dt_status dt_dlpack_export_versioned(dt_tensor *t, struct DLManagedTensorVersioned **out) {
-  if (out) *out = NULL;
   export_ctx *ctx = NULL;
-  dt_status st = export_view("dt_dlpack_export_versioned", t, out != NULL, &ctx);
-  if (st) return st;
-  ctx->versioned = (struct DLManagedTensorVersioned){
-      .version = {.major = DLPACK_MAJOR_VERSION, .minor = DLPACK_MINOR_VERSION},
-      .manager_ctx = ctx,
-      .deleter = versioned_deleter,
-      .flags = 0,
-      .dl_tensor = export_dl_tensor(ctx)};
-  *out = &ctx->versioned;
-  return DT_OK;
+  dt_status st = export_new("dt_dlpack_export_versioned", t, out != NULL, &ctx);
+  if (out) *out = ctx ? &ctx->versioned : NULL;
+  return st;
 }
 
 static void call_versioned_deleter(void *user) {
