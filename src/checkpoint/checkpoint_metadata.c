@@ -127,13 +127,6 @@ static dt_status open_object(reader *rd, const char *expected) {
   return DT_OK;
 }
 
-/* The next key of an object opened by open_object (*first true before the first); *has is 0
- * at the closing '}'. */
-static dt_status next_key(reader *rd, bool *first, dt__json_span *key, int *has) {
-  dt_status st = dt__json_next_key(&rd->r, first, key, has);
-  return st ? scan_failed(rd, st) : DT_OK;
-}
-
 /* Unknown keys are skipped so that a later version's additions do not break this reader. */
 static dt_status skip_value(reader *rd) {
   dt_status st = dt__json_skip_value(&rd->r);
@@ -162,14 +155,14 @@ typedef struct members {
 } members;
 
 static bool next_member(reader *rd, members *m, dt__json_span *key, dt_status *st) {
-  int has = 0;
   if (*st) return false;
   if (!m->opened) {
     m->opened = m->first = true;
     if ((*st = open_object(rd, m->expected))) return false;
   }
-  *st = next_key(rd, &m->first, key, &has);
-  return !*st && has;
+  if (dt__json_next_key(&rd->r, &m->first, key, st)) return true;
+  if (*st) *st = scan_failed(rd, *st);
+  return false;
 }
 
 /* Appends a zeroed item to the array *items of *n (capacity: *n rounded up to a power of two);
@@ -189,24 +182,28 @@ static void *append(void **items, int *n, size_t size, const char *what) {
   return (char *)*items + size * (size_t)(*n)++;
 }
 
-/* An array of objects: read_element parses each into `into` (the meta or a tensor). */
-static dt_status read_array(reader *rd, dt_status (*read_element)(reader *, void *), void *into) {
+/* An array of objects: each is appended to the array *items of *n (see append) and parsed
+ * into its new, zeroed item by read_element, which is also given the items' owner. */
+static dt_status read_array(reader *rd, void **items, int *n, size_t size, const char *what,
+                            dt_status (*read_element)(reader *, void *item, const void *owner),
+                            const void *owner) {
   bool first = true;
   int has = 0;
   for (;;) {
     dt_status st = next_element(rd, &first, &has);
     if (st || !has) return st;
-    st = read_element(rd, into);
+    void *item = append(items, n, size, what);
+    if (!item) return DT_ERR_NOMEM;
+    st = read_element(rd, item, owner);
     if (st) return st;
   }
 }
 
 #define INT64_LIMIT ((int64_t)1 << 62)
 
-static dt_status read_block(reader *rd, void *into) {
-  dt__ckpt_tensor *t = into;
-  dt__ckpt_block *b = append((void **)&t->blocks, &t->n_blocks, sizeof *b, "blocks");
-  if (!b) return DT_ERR_NOMEM;
+static dt_status read_block(reader *rd, void *item, const void *owner) {
+  dt__ckpt_block *b = item;
+  const dt__ckpt_tensor *t = owner;
   b->file = -1;
   bool seen_range = false;
   int n_offsets = -1, n_lengths = -1;
@@ -245,10 +242,9 @@ static dt_status read_block(reader *rd, void *into) {
   return DT_OK;
 }
 
-static dt_status read_tensor(reader *rd, void *into) {
-  dt__ckpt_meta *meta = into;
-  dt__ckpt_tensor *t = append((void **)&meta->tensors, &meta->n_tensors, sizeof *t, "tensors");
-  if (!t) return DT_ERR_NOMEM;
+static dt_status read_tensor(reader *rd, void *item, const void *owner) {
+  (void)owner; /* the meta */
+  dt__ckpt_tensor *t = item;
   t->ndim = -1;
   t->dtype = DT_DTYPE_COUNT;
   bool blocks_seen = false;
@@ -294,7 +290,8 @@ static dt_status read_tensor(reader *rd, void *into) {
       if (st) break;
       if (t->ndim < 0) return bad(rd, "a tensor's shape must come before its blocks");
       blocks_seen = true;
-      st = read_array(rd, read_block, t);
+      st = read_array(rd, (void **)&t->blocks, &t->n_blocks, sizeof *t->blocks, "blocks",
+                      read_block, t);
     } else {
       st = skip_value(rd);
     }
@@ -305,10 +302,9 @@ static dt_status read_tensor(reader *rd, void *into) {
   return DT_OK;
 }
 
-static dt_status read_file_entry(reader *rd, void *into) {
-  dt__ckpt_meta *meta = into;
-  dt__ckpt_file *f = append((void **)&meta->files, &meta->n_files, sizeof *f, "files");
-  if (!f) return DT_ERR_NOMEM;
+static dt_status read_file_entry(reader *rd, void *item, const void *owner) {
+  (void)owner; /* the meta */
+  dt__ckpt_file *f = item;
   bool seen_bytes = false;
   members m = {.expected = "expected a file object"};
   dt__json_span key;
@@ -375,10 +371,14 @@ dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length
       if (!st) st = read_integer(&rd, 0, INT64_LIMIT, &meta->generation);
     } else if (dt__json_span_equals(key, "files")) {
       st = first_time(&rd, &m.seen, 8, "files");
-      if (!st) st = read_array(&rd, read_file_entry, meta);
+      if (!st)
+        st = read_array(&rd, (void **)&meta->files, &meta->n_files, sizeof *meta->files, "files",
+                        read_file_entry, meta);
     } else if (dt__json_span_equals(key, "tensors")) {
       st = first_time(&rd, &m.seen, 16, "tensors");
-      if (!st) st = read_array(&rd, read_tensor, meta);
+      if (!st)
+        st = read_array(&rd, (void **)&meta->tensors, &meta->n_tensors, sizeof *meta->tensors,
+                        "tensors", read_tensor, meta);
     } else {
       st = skip_value(&rd);
     }

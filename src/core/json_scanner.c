@@ -380,23 +380,18 @@ dt_status dt__json_skip_value(dt__json_scanner *r) {
   }
 }
 
-/* Object iteration: call first with *first = true at '{'. Returns 1 with the key, 0 at '}'. */
-dt_status dt__json_next_key(dt__json_scanner *r, bool *first, dt__json_span *key, int *has) {
+/* The next key of an object (see json_scanner.h); *st set only on an error. */
+static dt_status next_key(dt__json_scanner *r, bool *first, dt__json_span *key, bool *has) {
+  *has = false;
   dt__json_skip_ws(r);
   if (r->p >= r->end) return dt__json_fail(r, r->p, "unexpected end of input inside an object");
-  if (*first) {
-    *first = false;
-    if (*r->p == '}') {
-      r->p++;
-      *has = 0;
-      return DT_OK;
-    }
-  } else {
-    if (*r->p == '}') {
-      r->p++;
-      *has = 0;
-      return DT_OK;
-    }
+  bool was_first = *first;
+  *first = false;
+  if (*r->p == '}') {
+    r->p++;
+    return DT_OK;
+  }
+  if (!was_first) {
     if (*r->p != ',') return dt__json_expected(r, "',' or '}' in an object");
     r->p++;
     dt__json_skip_ws(r);
@@ -404,6 +399,12 @@ dt_status dt__json_next_key(dt__json_scanner *r, bool *first, dt__json_span *key
   dt_status st = read_key(r, key, "a string key");
   if (st) return st;
   dt__json_skip_ws(r);
-  *has = 1;
+  *has = true;
   return DT_OK;
+}
+
+bool dt__json_next_key(dt__json_scanner *r, bool *first, dt__json_span *key, dt_status *st) {
+  bool has = false;
+  if (!*st) *st = next_key(r, first, key, &has);
+  return !*st && has;
 }

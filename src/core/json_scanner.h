@@ -78,8 +78,10 @@ dt_status dt__json_number(dt__json_scanner *r, double *out, bool *integral);
 /* Skips one value of any kind without recursion; containers nest at most 512 deep. */
 dt_status dt__json_skip_value(dt__json_scanner *r);
 
-/* Object iteration: call with *first = true just after '{'. Sets *has = 1 with the key and
- * r->p at its value, or *has = 0 after the closing '}'. */
-dt_status dt__json_next_key(dt__json_scanner *r, bool *first, dt__json_span *key, int *has);
+/* Object iteration, as a loop's condition: call with *first = true just after '{' and *st =
+ * DT_OK. True with the next key and r->p at its value; false after the closing '}', or with
+ * the error in *st, or at once when *st already holds one (the loop body's):
+ *   while (dt__json_next_key(r, &first, &key, &st)) { ... }  if (st) ... */
+bool dt__json_next_key(dt__json_scanner *r, bool *first, dt__json_span *key, dt_status *st);
 
 #endif /* DT_CORE_JSON_SCANNER_H */

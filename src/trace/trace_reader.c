@@ -196,11 +196,8 @@ static dt_status metadata_value(reader *r, const char *args_at, const char *even
   }
   r->json.p++;
   bool first = true;
-  for (;;) {
-    dt__json_span key;
-    int has;
-    if ((st = dt__json_next_key(&r->json, &first, &key, &has))) goto done;
-    if (!has) break;
+  dt__json_span key;
+  while (dt__json_next_key(&r->json, &first, &key, &st)) {
     if (!dt__json_span_equals(key, want)) {
       if ((st = dt__json_skip_value(&r->json))) goto done;
       continue;
@@ -261,6 +258,7 @@ static dt_status metadata_value(reader *r, const char *args_at, const char *even
     dt__free(*out); /* a repeated key: the last one wins */
     *out = value;
   }
+  if (st) goto done;
   if (!*out) st = dt__json_fail(&r->json, args_at, "%s metadata has no args.%s", meta, want);
 done:
   if (st) {
@@ -366,11 +364,8 @@ static dt_status parse_event(reader *r) {
   r->json.p++;
   bool first = true;
   dt_status st = DT_OK;
-  for (;;) {
-    dt__json_span key;
-    int has;
-    if ((st = dt__json_next_key(&r->json, &first, &key, &has))) return st;
-    if (!has) break;
+  dt__json_span key;
+  while (dt__json_next_key(&r->json, &first, &key, &st)) {
     const char *k = key.s;
     size_t n = key.escaped ? 0 : key.n; /* escaped keys are not ours: skip them */
     if (n == 2 && memcmp(k, "ph", 2) == 0) {
@@ -405,6 +400,7 @@ static dt_status parse_event(reader *r) {
       return st;
     }
   }
+  if (st) return st;
   if (!f.has_ph)
     return dt__json_fail(&r->json, at, "event (traceEvents[%zu]) has no \"ph\"", r->event_index);
   if (f.ph.n == 1 && f.ph.s[0] == 'X') {
@@ -455,7 +451,7 @@ static dt_status parse_events(reader *r, bool may_be_truncated) {
 }
 
 static dt_status parse_trace(reader *r) {
-  dt_status st;
+  dt_status st = DT_OK;
   if (r->json.end - r->json.p >= 3 && memcmp(r->json.p, "\xef\xbb\xbf", 3) == 0)
     r->json.p += 3; /* UTF-8 BOM */
   dt__json_skip_ws(&r->json);
@@ -466,11 +462,8 @@ static dt_status parse_trace(reader *r) {
   } else if (*r->json.p == '{') {
     r->json.p++;
     bool first = true, found = false;
-    for (;;) {
-      dt__json_span key;
-      int has;
-      if ((st = dt__json_next_key(&r->json, &first, &key, &has))) return st;
-      if (!has) break;
+    dt__json_span key;
+    while (dt__json_next_key(&r->json, &first, &key, &st)) {
       if (dt__json_span_equals(key, "traceEvents")) {
         if (r->json.p >= r->json.end || *r->json.p != '[')
           return dt__json_fail(&r->json, r->json.p, "\"traceEvents\" must be an array");
@@ -480,6 +473,7 @@ static dt_status parse_trace(reader *r) {
         return st;
       }
     }
+    if (st) return st;
     if (!found)
       return dt__json_fail(&r->json, r->json.begin,
                            "the trace object has no \"traceEvents\" array");
