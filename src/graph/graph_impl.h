@@ -116,6 +116,10 @@ bool dt__op_returns_tuple(int op);
 int dt__op_by_name(const char *name, size_t len);
 
 dt_status dt__graph_create(dt_graph **out);
+/* The start of a public function `fn` that makes a graph from `input` (named input_name in
+ * messages): refuses a NULL out or input, sets *out to NULL and creates an empty graph in *g. */
+dt_status dt__graph_create_from(const char *fn, const void *input, const char *input_name,
+                                dt_graph **out, dt_graph **g);
 /* Appends a zeroed node named `name` (made unique: name, name_1, ...) and returns its index,
  * or -1 when out of memory or the graph already holds DT_GRAPH_MAX_NODES nodes. Pointers to
  * nodes are invalidated by the next append. */

@@ -34,6 +34,15 @@ dt_status dt__graph_create(dt_graph **out) {
   return DT_OK;
 }
 
+dt_status dt__graph_create_from(const char *fn, const void *input, const char *input_name,
+                                dt_graph **out, dt_graph **g) {
+  *g = NULL;
+  if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", fn);
+  *out = NULL;
+  if (!input) return dt__error(DT_ERR_INVALID, "%s: %s is NULL", fn, input_name);
+  return dt__graph_create(g);
+}
+
 void dt_graph_destroy(dt_graph *graph) {
   if (!graph) return;
   dt__free(graph->nodes);
@@ -158,11 +167,8 @@ int dt__graph_output_node(const dt_graph *g) {
 }
 
 dt_status dt_graph_clone(const dt_graph *graph, dt_graph **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "dt_graph_clone: out is NULL");
-  *out = NULL;
-  if (!graph) return dt__error(DT_ERR_INVALID, "dt_graph_clone: graph is NULL");
   dt_graph *g = NULL;
-  dt_status st = dt__graph_create(&g);
+  dt_status st = dt__graph_create_from("dt_graph_clone", graph, "graph", out, &g);
   if (st) return st;
   g->n_symbols = graph->n_symbols;
   memcpy(g->symbol_hints, graph->symbol_hints, sizeof g->symbol_hints);

@@ -739,11 +739,8 @@ static dt_status parse_graph(parser *p) {
 }
 
 dt_status dt_graph_parse(const char *text, dt_graph **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "dt_graph_parse: out is NULL");
-  *out = NULL;
-  if (!text) return dt__error(DT_ERR_INVALID, "dt_graph_parse: text is NULL");
   dt_graph *g = NULL;
-  dt_status st = dt__graph_create(&g);
+  dt_status st = dt__graph_create_from("dt_graph_parse", text, "text", out, &g);
   if (st) return st;
   parser p = {.s = text, .g = g};
   p.a = dt__alloc(sizeof *p.a);
