@@ -81,13 +81,10 @@ static void adamw_update(const double *h, int64_t step, float *p, const float *g
 }
 
 #define ADAM_HYPER(weight_decay)                                                                   \
-  .n_slots = 2, .slots = {"exp_avg", "exp_avg_sq"}, .n_hyper = 5,                                  \
-  .hyper = {{"lr", 1e-3},                                                                          \
-            {"beta1", 0.9},                                                                        \
-            {"beta2", 0.999},                                                                      \
-            {"eps", 1e-8},                                                                         \
-            {"weight_decay", weight_decay}},                                                       \
-  .check = adam_check
+  DT__OPTIM_SLOTS("exp_avg", "exp_avg_sq"),                                                        \
+      DT__OPTIM_HYPER({"lr", 1e-3}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8},               \
+                      {"weight_decay", weight_decay}),                                             \
+      .check = adam_check
 
 const dt__optim_kind dt__optim_adam = {.name = "adam",
                                        .create_fn = "dt_optimizer_create_adam",

@@ -42,10 +42,8 @@ static void lion_update(const double *h, int64_t step, float *restrict p, const 
 const dt__optim_kind dt__optim_lion = {
     .name = "lion",
     .create_fn = "dt_optimizer_create",
-    .n_slots = 1,
-    .slots = {"exp_avg"},
-    .n_hyper = 4,
-    .hyper = {{"lr", 1e-4}, {"beta1", 0.9}, {"beta2", 0.99}, {"weight_decay", 0}},
+    DT__OPTIM_SLOTS("exp_avg"),
+    DT__OPTIM_HYPER({"lr", 1e-4}, {"beta1", 0.9}, {"beta2", 0.99}, {"weight_decay", 0}),
     .check = lion_check,
     .update = lion_update,
 };

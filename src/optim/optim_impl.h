@@ -54,6 +54,16 @@ typedef struct dt__optim_hyper {
   double default_value;
 } dt__optim_hyper;
 
+/* A kind's slot names and hyperparameters with their counts, which the lists give: in a
+ * dt__optim_kind initializer, DT__OPTIM_SLOTS("exp_avg") and
+ * DT__OPTIM_HYPER({"lr", 1e-4}, {"beta1", 0.9}). */
+#define DT__OPTIM_SLOTS(...)                                                                       \
+  .n_slots = (int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *)),                  \
+  .slots = {__VA_ARGS__}
+#define DT__OPTIM_HYPER(...)                                                                       \
+  .n_hyper = (int)(sizeof((dt__optim_hyper[]){__VA_ARGS__}) / sizeof(dt__optim_hyper)),            \
+  .hyper = {__VA_ARGS__}
+
 typedef struct dt__optim_kind {
   const char *name;      /* "sgd": dt_optimizer_create's name */
   const char *create_fn; /* the public function messages name */

@@ -83,11 +83,9 @@ static void sgd_update(const double *h, int64_t step, float *restrict p, const f
 const dt__optim_kind dt__optim_sgd = {
     .name = "sgd",
     .create_fn = "dt_optimizer_create_sgd",
-    .n_slots = 1,
-    .slots = {"momentum_buffer"},
-    .n_hyper = 5,
-    .hyper =
-        {{"lr", 1e-3}, {"momentum", 0}, {"dampening", 0}, {"weight_decay", 0}, {"nesterov", 0}},
+    DT__OPTIM_SLOTS("momentum_buffer"),
+    DT__OPTIM_HYPER({"lr", 1e-3}, {"momentum", 0}, {"dampening", 0}, {"weight_decay", 0},
+                    {"nesterov", 0}),
     .check = sgd_check,
     .slot_used = sgd_slot_used,
     .update = sgd_update,
