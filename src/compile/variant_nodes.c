@@ -97,15 +97,9 @@ dt_status dt__compile_add_guard(dt_compile_variant *v, const dt_guard *g) {
     const dt_guard *o = &v->guards[i];
     if (o->kind == g->kind && o->a == g->a && o->b == g->b && o->c == g->c) return DT_OK;
   }
-  if (v->n_guards == v->cap_guards) {
-    int cap = v->cap_guards ? 2 * v->cap_guards : 16;
-    dt_guard *gs = dt__alloc(sizeof *gs * (size_t)cap);
-    if (!gs) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
-    if (v->n_guards) memcpy(gs, v->guards, sizeof *gs * (size_t)v->n_guards);
-    dt__free(v->guards);
-    v->guards = gs;
-    v->cap_guards = cap;
-  }
+  if (!dt__reserve_arrays(v->n_guards, &v->cap_guards, 16, 1, (void *[]){&v->guards},
+                          (size_t[]){sizeof *v->guards}))
+    return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   v->guards[v->n_guards++] = *g;
   return DT_OK;
 }

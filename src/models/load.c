@@ -249,11 +249,8 @@ dt_status dt_hf_model_load(const char *dir, dt_mesh *mesh, const dt_hf_plan *pla
 void dt_hf_model_destroy(dt_hf_model *m) {
   if (!m) return;
   for (int i = 0; i < m->n_params; i++) dt_tensor_release(m->params[i].t);
-  dt__free(m->params);
-  dt__free(m->layer_index);
-  dt__free(m->config_text);
   dt_tensor_release(m->rope_inv);
-  dt__free(m);
+  DT__FREE_EACH(m->params, m->layer_index, m->config_text, m);
 }
 
 const dt_hf_config *dt_hf_model_config(const dt_hf_model *m) { return m ? &m->cfg : NULL; }
