@@ -60,16 +60,24 @@ DT_API dt_status dt_mesh_create(dt_comm *world, int ndim, const int *shape,
                                 const char *const *dim_names, dt_mesh **out);
 
 /* PyTorch's init_device_mesh: dt_mesh_create for tensors on devices of `device_type` ("cpu",
- * "cuda": a kind, each rank using its own device of it). dt_mesh_create's meshes are CPU
- * meshes. distribute_tensor, from_local and the ops on the mesh's tensors check that every
- * tensor lives on a device of this kind. Errors: those of dt_mesh_create; DT_ERR_INVALID (NULL
- * device_type, an unknown kind, a device index such as "cuda:1"); DT_ERR_UNSUPPORTED (a kind not
- * available in this build, or one the world's backend does not move). */
+ * "cuda": a kind, each rank using its own device of it: dt_mesh_device). dt_mesh_create's
+ * meshes are CPU meshes. The rank's device: the one its backend binds it to (nccl: its
+ * communicator's GPU), else world rank r takes device r % count (threads ranks share one GPU,
+ * or take one each). distribute_tensor and from_local check that the tensor is on this rank's
+ * device; ops refuse mixed devices; redistribution keeps every buffer on it.
+ * Errors: those of dt_mesh_create; DT_ERR_INVALID (NULL device_type, an unknown kind, a device
+ * index such as "cuda:1"); DT_ERR_UNSUPPORTED (a kind not available in this build or process,
+ * e.g. no CUDA device, or one the world's backend does not move: fake). */
 DT_API dt_status dt_mesh_create_on(const char *device_type, dt_comm *world, int ndim,
                                    const int *shape, const char *const *dim_names, dt_mesh **out);
 
 /* The device kind of the mesh's tensors (DT_DEVICE_CPU for NULL). */
 DT_API dt_device_kind dt_mesh_device_kind(const dt_mesh *mesh);
+
+/* This rank's device of the mesh: where its shards live ({DT_DEVICE_CPU, 0} for a CPU mesh
+ * and for NULL). Create local tensors there (dt_tensor_options.device) before from_local or
+ * distribute_tensor. */
+DT_API dt_device dt_mesh_device(const dt_mesh *mesh);
 
 /* Drops the caller's reference (not collective). The mesh and its per-dimension groups (not
  * the world) are freed now if no distributed tensor refers to it, else when the last one is

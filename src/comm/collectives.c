@@ -259,6 +259,12 @@ static dt_status run(dt_comm *comm, const dt_coll_args *args, dt_work **work_out
   dt__profile_scope scope;
   dt__profile_begin(&scope, args->op_name, DT__PROFILE_CAT_COLLECTIVE, DT_PROFILER_LANE_COMM);
   if (!work_out) {
+    /* Device memory: the collective as this rank's queue sees it (from reaching it to the
+     * moment it may go on), unless the backend times its own queue (NCCL). */
+    void *timing =
+        DT_UNLIKELY(scope.start != 0 && args->device != 0) && !comm->backend->times_device
+            ? dt__profile_device_begin(args->device, NULL, false)
+            : NULL;
     dt_work w;
     work_init(&w, comm, args, false);
     dt_status status = work_start(comm, &w);
@@ -268,6 +274,8 @@ static dt_status run(dt_comm *comm, const dt_coll_args *args, dt_work **work_out
     }
     if (status == DT_OK && w.status != DT_OK) status = dt__error(w.status, "%s", w.message);
     dt__free(w.owned);
+    dt__profile_device_end(args->device, timing, args->op_name, DT__PROFILE_CAT_COLLECTIVE,
+                           status == DT_OK ? dt__coll_bytes(comm, args) : -1);
     if (status == DT_OK) report(comm, args, &scope);
     return status;
   }

@@ -151,6 +151,14 @@ typedef struct dt_comm_backend {
   /* Optional: true when it moves memory of device kind `kind` besides those of `devices` (a
    * kind whose mover registers at run time: the threads backend's test stand-in). */
   bool (*moves_device)(int kind);
+  /* Optional: the index of the device of kind `kind` this rank's group is bound to (NCCL: the
+   * GPU its communicator runs on), or -1 when the backend binds none (threads, MPI: a mesh
+   * then gives rank r device r % count). */
+  int (*device_index)(const dt_comm *comm, int kind);
+  /* True when the backend times its collectives on device queues itself for the profiler
+   * (dt__profile_device_begin on its own stream: NCCL); else collectives.c times a
+   * synchronous collective on device memory on the caller's queue. */
+  bool times_device;
   dt_coll_start_fn start;
   dt_status (*wait)(dt_comm *comm, dt_work *work);
   dt_status (*test)(dt_comm *comm, dt_work *work, bool *done);

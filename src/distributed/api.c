@@ -3,7 +3,6 @@
 #include <stdio.h>
 
 #include "distributed/redistribute_impl.h"
-#include "kernels/cpu/cpu_kernels.h"
 #include "profile/profile_impl.h"
 #include "tensor/device_impl.h"
 
@@ -170,12 +169,16 @@ static dt_status check_to_distribute(const char *op, dt_mesh *mesh, const dt_ten
   if (st) return st;
   if (!t) return dt__error(DT_ERR_INVALID, "%s: %s is NULL", op, what);
   if (t->spec) return dt__error(DT_ERR_INVALID, "%s: the tensor is already distributed", op);
-  if (DT_UNLIKELY((int)(t->storage->device & 0xffu) != (int)dt_mesh_device_kind(mesh))) {
-    char dev[48], m[96];
-    return dt__error(
-        DT_ERR_INVALID, "%s: the %s is on %s but %s is a %s mesh; move it with dt_to_device first",
-        op, what, dt__device_key_format(t->storage->device, dev, sizeof dev),
-        dt_mesh_format(mesh, m, sizeof m), dt_device_kind_name((int)dt_mesh_device_kind(mesh)));
+  uint32_t want = dt__device_key(dt_mesh_device(mesh));
+  if (DT_UNLIKELY(t->storage->device != want)) {
+    char dev[48], m[96], mine[48];
+    return dt__error(DT_ERR_INVALID,
+                     "%s: the %s is on %s but %s is a %s mesh whose device on this rank is %s; "
+                     "move it with dt_to_device first",
+                     op, what, dt__device_key_format(t->storage->device, dev, sizeof dev),
+                     dt_mesh_format(mesh, m, sizeof m),
+                     dt_device_kind_name((int)dt_mesh_device_kind(mesh)),
+                     dt__device_key_format(want, mine, sizeof mine));
   }
   dt__dist_init();
   return dt__check_placements(op, dt_mesh_ndim(mesh), t->ndim, n_placements, placements, norm);
@@ -301,9 +304,9 @@ dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placem
     view = sliced;
   }
   if (!st) memcpy(shape, view->shape, sizeof(int64_t) * (size_t)full->ndim);
-  if (!st) st = dt__tensor_new(full->ndim, shape, full->dtype, &local);
+  if (!st) st = dt__dist_new_like(full, full->ndim, shape, full->dtype, &local);
+  if (!st) st = dt__dist_copy(local, view);
   if (!st) {
-    dt__cpu_copy(local, view);
     st = dt__dist_wrap(local, spec, out);
     /* As PyTorch's: the distributed copy is a new leaf that requires grad when the source
      * does (a parameter distributed once is the leaf its optimizer updates); no gradient
@@ -319,6 +322,31 @@ dt_status dt_dist_distribute_tensor(dt_mesh *mesh, dt_tensor *full, int n_placem
   dt_tensor_release(view);
   dt_tensor_release(local);
   dt__spec_release(spec);
+  return st;
+}
+
+/* Broadcasts one int from src, through the mesh's device (an NCCL group moves only its GPU's
+ * memory; the threads and MPI backends take either). */
+static dt_status broadcast_flag(dt_comm *world, dt_device device, int32_t *value, int src) {
+  dt_tensor *flag = NULL, *host = NULL;
+  int64_t one = 1;
+  dt_status st = dt__tensor_new(1, &one, DT_I32, &host);
+  if (st) return st;
+  *(int32_t *)dt__tensor_base(host) = *value;
+  if (device.kind == DT_DEVICE_CPU) {
+    flag = dt_tensor_retain(host);
+  } else {
+    st = dt__tensor_new_on(device, 1, &one, DT_I32, &flag);
+    if (!st) st = dt__dist_from_host(flag, host);
+  }
+  if (!st) st = dt_comm_broadcast(world, flag, src);
+  if (!st && flag != host) {
+    st = dt__device_copy(DT_DEVICE_CPU_VALUE, dt__tensor_base(host), device, dt__tensor_base(flag),
+                         sizeof(int32_t));
+  }
+  if (!st) *value = *(int32_t *)dt__tensor_base(host);
+  dt_tensor_release(flag);
+  dt_tensor_release(host);
   return st;
 }
 
@@ -364,21 +392,18 @@ dt_status dt_dist_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src
       snprintf(reason, sizeof reason, "source tensor %s %s differs from the declared %s %s",
                dt__format_ints(a, sizeof a, full->ndim, full->shape), dt_dtype_name(full->dtype),
                dt__format_ints(b, sizeof b, ndim, shape), dt_dtype_name(dtype));
+    } else if (dt__device_key(dt_mesh_device(mesh)) != dt__tensor_device_key(full)) {
+      char have[48], want[48];
+      source_ok = 0;
+      snprintf(reason, sizeof reason, "source tensor is on %s, but the mesh's device on it is %s",
+               dt__device_key_format(dt__tensor_device_key(full), have, sizeof have),
+               dt__device_key_format(dt__device_key(dt_mesh_device(mesh)), want, sizeof want));
     } else if (check_guard(op, full)) {
       source_ok = 2;
       snprintf(reason, sizeof reason, "%s", dt_last_error());
     }
   }
-  dt_tensor flag = {0}; /* a 1-element view of source_ok on the stack */
-  dt_storage flag_storage = {.owns_data = false, .data = &source_ok, .nbytes = sizeof source_ok};
-  atomic_init(&flag_storage.refcount, 1);
-  atomic_init(&flag.refcount, 1);
-  flag.dtype = DT_I32;
-  flag.ndim = 1;
-  flag.shape[0] = 1;
-  flag.strides[0] = 1;
-  flag.storage = &flag_storage;
-  st = dt_comm_broadcast(world, &flag, src);
+  st = broadcast_flag(world, dt_mesh_device(mesh), &source_ok, src);
   if (st) return st;
   if (source_ok == 2) {
     return dt__error(DT_ERR_UNSUPPORTED, "%s: source rank %d: %s", op, src,
@@ -391,10 +416,10 @@ dt_status dt_dist_distribute_tensor_from(dt_mesh *mesh, dt_tensor *full, int src
   /* Broadcast the whole tensor, then keep the local block: simple, and the bytes moved are
    * what a scatter of replicated placements would move. */
   dt_tensor *buffer = NULL;
-  st = dt__tensor_new(ndim, shape, dtype, &buffer);
+  st = dt__tensor_new_on(dt_mesh_device(mesh), ndim, shape, dtype, &buffer);
   if (st) return st;
-  if (is_src) dt__cpu_copy(buffer, full);
-  st = dt_comm_broadcast(world, buffer, src);
+  if (is_src) st = dt__dist_copy(buffer, full);
+  if (!st) st = dt_comm_broadcast(world, buffer, src);
   if (!st) st = dt_dist_distribute_tensor(mesh, buffer, n_placements, placements, out);
   dt_tensor_release(buffer);
   return st;
@@ -499,6 +524,48 @@ typedef enum factory_kind {
   FACTORY_ARANGE
 } factory_kind;
 
+/* This rank's block (lshape at offset of the global shape) of a factory's tensor, on the
+ * mesh's device. Arange and random blocks are made on the host (Philox by global index, so
+ * the values do not depend on the mesh) and copied to a device mesh's device. */
+static dt_status factory_local(const char *op, const dt_mesh *mesh, factory_kind kind, double value,
+                               double step, uint64_t seed, int ndim, const int64_t *shape,
+                               const int64_t *lshape, const int64_t *offset, dt_dtype dtype,
+                               dt_tensor **out) {
+  dt_device device = dt_mesh_device(mesh);
+  if (kind == FACTORY_FULL && device.kind == DT_DEVICE_CPU) {
+    return dt_full(ndim, lshape, value, dtype, out);
+  }
+  dt_tensor *host = NULL, *local = NULL;
+  dt_status st = DT_OK;
+  if (kind == FACTORY_FULL) {
+    st = dt__check_fill_value(op, value, dtype);
+    if (!st) st = dt__tensor_new_on(device, ndim, lshape, dtype, &local);
+    if (!st) st = dt__dist_fill(local, value);
+  } else {
+    st = dt__tensor_new(ndim, lshape, dtype, &host);
+    if (!st && kind == FACTORY_ARANGE) {
+      dt__arange_fill(host, value, step, offset[0]);
+    } else if (!st) {
+      st = dt__random_fill_block(host,
+                                 kind == FACTORY_UNIFORM ? DT_RANDOM_UNIFORM : DT_RANDOM_NORMAL,
+                                 0.0, 1.0, seed, ndim, shape, offset);
+    }
+    if (!st && device.kind == DT_DEVICE_CPU) {
+      local = dt_tensor_retain(host);
+    } else if (!st) {
+      st = dt__tensor_new_on(device, ndim, lshape, dtype, &local);
+      if (!st) st = dt__dist_from_host(local, host);
+    }
+  }
+  dt_tensor_release(host);
+  if (st) {
+    dt_tensor_release(local);
+    return st;
+  }
+  *out = local;
+  return DT_OK;
+}
+
 static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int64_t *shape,
                               dt_dtype dtype, factory_kind kind, double value, uint64_t seed,
                               int n_placements, const dt_placement *placements, dt_tensor **out,
@@ -537,19 +604,7 @@ static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int
   int64_t lshape[DT_MAX_DIMS], offset[DT_MAX_DIMS];
   my_region(spec, lshape, offset);
   dt_tensor *local = NULL;
-  if (kind == FACTORY_FULL) {
-    st = dt_full(ndim, lshape, value, dtype, &local);
-  } else if (kind == FACTORY_ARANGE) {
-    st = dt__tensor_new(ndim, lshape, dtype, &local);
-    if (!st) dt__arange_fill(local, value, step, offset[0]);
-  } else {
-    st = dt__tensor_new(ndim, lshape, dtype, &local);
-    if (!st) {
-      st = dt__random_fill_block(local,
-                                 kind == FACTORY_UNIFORM ? DT_RANDOM_UNIFORM : DT_RANDOM_NORMAL,
-                                 0.0, 1.0, seed, ndim, shape, offset);
-    }
-  }
+  st = factory_local(op, mesh, kind, value, step, seed, ndim, shape, lshape, offset, dtype, &local);
   if (!st) {
     local->spec = dt__spec_retain(spec);
     *out = local;

@@ -505,6 +505,14 @@ static dt_status all_reduce_channels(void *ctx, dt_tensor *sums) {
 
 static dt_status sync_batch_norm(dt_op_call *lc, const dt_mesh *mesh, const op_plan *plan) {
   const dt_tensor *x = lc->inputs[0];
+  if (dt__tensor_device_key(x) != 0) {
+    char dev[48];
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "batch_norm_training: the statistics of a batch sharded over the mesh are "
+                     "summed on the host, and this input is on %s (a device mesh); use a CPU "
+                     "mesh, or replicate the batch dims",
+                     dt__device_key_format(dt__tensor_device_key(x), dev, sizeof dev));
+  }
   dt_status st = dt__tensor_new(x->ndim, x->shape, x->dtype, &lc->outputs[0]);
   if (st) return st;
   sync_groups g = {mesh, plan->sync_dims};

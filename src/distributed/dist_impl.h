@@ -7,6 +7,7 @@
 #include "dtensor/dist.h"
 #include "mesh/mesh_impl.h"
 #include "ops/op_impl.h"
+#include "tensor/device_impl.h"
 #include "tensor/tensor_impl.h"
 
 /* What a distributed tensor carries besides its local shard. Immutable once built and
@@ -223,5 +224,26 @@ void dt__rule_gather(const dt_rule_ctx *c, const dt_placement *cur, dt_strategie
 struct dt_redistribute_plan;
 dt_status dt__redistribute_plan_cached(const dt_dist_spec *from, const dt_placement *to,
                                        struct dt_redistribute_plan *plan);
+
+/* ---- Local buffers on the mesh's device (local_device.c) -----------------------------------
+ * The redistribution executor and the conversions work on each rank's shard where it lives: on
+ * the CPU through the CPU's code as ever, on a device (a CUDA mesh) through its kernels and
+ * copies, never through host reads. */
+
+/* A new contiguous, uninitialised tensor on like's device. */
+dt_status dt__dist_new_like(const dt_tensor *like, int ndim, const int64_t *shape, dt_dtype dtype,
+                            dt_tensor **out);
+/* dst = src element by element (same shape and dtype, one device; views allowed). */
+dt_status dt__dist_copy(dt_tensor *dst, const dt_tensor *src);
+/* Sets every element of t to value (representable in t's dtype: the caller checked). */
+dt_status dt__dist_fill(dt_tensor *t, double value);
+/* Moves rows of row_bytes bytes between two contiguous tensors of one device: dst[order[k]] =
+ * src[k] (scatter) or dst[k] = src[order[k]]; runs of consecutive rows are one copy. */
+dt_status dt__dist_permute_rows(const dt_tensor *src, dt_tensor *dst, const int64_t *order,
+                                int64_t rows, size_t row_bytes, bool scatter);
+/* A new contiguous CPU copy of t (any device, any strides); errors are prefixed with op. */
+dt_status dt__dist_to_host(const char *op, const dt_tensor *t, dt_tensor **out);
+/* Fills dst (contiguous, on any device) from host (a CPU tensor of its shape and dtype). */
+dt_status dt__dist_from_host(dt_tensor *dst, const dt_tensor *host);
 
 #endif /* DT_DIST_IMPL_H */

@@ -6,7 +6,6 @@
 #include <inttypes.h>
 
 #include "distributed/redistribute_impl.h"
-#include "kernels/cpu/cpu_kernels.h"
 
 /* Views used while packing live on the stack: they borrow the storage of a tensor that
  * outlives them and are never retained or released, so packing allocates only the
@@ -49,9 +48,14 @@ static void flatten_in_place(dt_tensor *t) {
 /* A flat contiguous copy of t laid out d-major. */
 static dt_status pack_front(const dt_tensor *t, int d, dt_tensor **out) {
   dt_tensor v = front_of(t, d);
-  dt_status st = dt__tensor_new(v.ndim, v.shape, v.dtype, out);
+  dt_status st = dt__dist_new_like(t, v.ndim, v.shape, v.dtype, out);
   if (st) return st;
-  dt__cpu_copy(*out, &v);
+  st = dt__dist_copy(*out, &v);
+  if (st) {
+    dt_tensor_release(*out);
+    *out = NULL;
+    return st;
+  }
   flatten_in_place(*out);
   return DT_OK;
 }
@@ -60,13 +64,17 @@ static dt_status pack_front(const dt_tensor *t, int d, dt_tensor **out) {
 static dt_status unpack_front(const dt_tensor *flat, int ndim, const int64_t *shape, int d,
                               dt_tensor **out) {
   dt_tensor *result = NULL;
-  dt_status st = dt__tensor_new(ndim, shape, flat->dtype, &result);
+  dt_status st = dt__dist_new_like(flat, ndim, shape, flat->dtype, &result);
   if (st) return st;
   dt_tensor result_front = front_of(result, d);
   int64_t strides[DT_MAX_DIMS];
   dt__contiguous_strides(ndim, result_front.shape, strides);
   dt_tensor src = stack_view(flat, ndim, result_front.shape, strides, flat->offset);
-  dt__cpu_copy(&result_front, &src);
+  st = dt__dist_copy(&result_front, &src);
+  if (st) {
+    dt_tensor_release(result);
+    return st;
+  }
   *out = result;
   return DT_OK;
 }
@@ -111,7 +119,7 @@ static dt_status step_all_gather(dt_comm *comm, dt_tensor *local, int d, int64_t
   if (d == 0) {
     /* Along dim 0 the d-major layout is the natural one: gather straight into the result,
      * from the shard itself when it is contiguous. */
-    st = dt__tensor_new(ndim, out_shape, local->dtype, out);
+    st = dt__dist_new_like(local, ndim, out_shape, local->dtype, out);
     if (st) goto done;
     dt_tensor out_flat = stack_view(*out, 1, &total, (int64_t[]){1}, 0);
     if (dt__is_contiguous(local->ndim, local->shape, local->strides)) {
@@ -129,7 +137,7 @@ static dt_status step_all_gather(dt_comm *comm, dt_tensor *local, int d, int64_t
     goto done;
   }
   st = pack_front(local, d, &packed);
-  if (!st) st = dt__tensor_new(1, &total, local->dtype, &gathered);
+  if (!st) st = dt__dist_new_like(local, 1, &total, local->dtype, &gathered);
   if (!st) st = dt_comm_all_gather_uneven(comm, packed, gathered, cnt);
   if (!st) st = unpack_front(gathered, ndim, out_shape, d, out);
 done:
@@ -156,7 +164,7 @@ static dt_status step_reduce_scatter(dt_comm *comm, dt_tensor *local, int d, int
   }
   dt_tensor *packed = NULL, *scattered = NULL;
   dt_status st = pack_front(local, d, &packed);
-  if (!st) st = dt__tensor_new(1, &cnt[coord], local->dtype, &scattered);
+  if (!st) st = dt__dist_new_like(local, 1, &cnt[coord], local->dtype, &scattered);
   if (!st) st = dt_comm_reduce_scatter_uneven(comm, packed, scattered, cnt, op);
   if (!st) st = unpack_front(scattered, ndim, out_shape, d, out);
   dt_tensor_release(packed);
@@ -168,9 +176,12 @@ static dt_status step_reduce_scatter(dt_comm *comm, dt_tensor *local, int d, int
 static dt_status step_all_reduce(dt_comm *comm, dt_tensor *local, dt_reduce_op op,
                                  dt_tensor **out) {
   dt_tensor *copy = NULL;
-  dt_status st = dt__tensor_new(local->ndim, local->shape, local->dtype, &copy);
-  if (st) return st;
-  dt__cpu_copy(copy, local);
+  dt_status st = dt__dist_new_like(local, local->ndim, local->shape, local->dtype, &copy);
+  if (!st) st = dt__dist_copy(copy, local);
+  if (st) {
+    dt_tensor_release(copy);
+    return st;
+  }
   dt_tensor flat = stack_view(copy, 1, (int64_t[]){dt__tensor_numel(copy)}, (int64_t[]){1}, 0);
   st = dt_comm_all_reduce(comm, &flat, op);
   if (st) {
@@ -207,8 +218,8 @@ static dt_status step_all_to_all(dt_comm *comm, dt_tensor *local, int d, int e, 
     recv_total += recv[r];
   }
   dt_tensor *sendbuf = NULL, *recvbuf = NULL;
-  dt_status st = dt__tensor_new(1, &send_total, local->dtype, &sendbuf);
-  if (!st) st = dt__tensor_new(1, &recv_total, local->dtype, &recvbuf);
+  dt_status st = dt__dist_new_like(local, 1, &send_total, local->dtype, &sendbuf);
+  if (!st) st = dt__dist_new_like(local, 1, &recv_total, local->dtype, &recvbuf);
   int64_t pos = 0;
   for (int r = 0; r < n && !st; r++) {
     /* Block r: local narrowed to e-chunk r, laid out d-major, at sendbuf[pos..). */
@@ -223,7 +234,7 @@ static dt_status step_all_to_all(dt_comm *comm, dt_tensor *local, int d, int e, 
     dt_tensor narrow_front = front_of(&narrow, d);
     dt__contiguous_strides(ndim, narrow_front.shape, strides);
     dt_tensor dst = stack_view(sendbuf, ndim, narrow_front.shape, strides, pos);
-    dt__cpu_copy(&dst, &narrow_front);
+    st = dt__dist_copy(&dst, &narrow_front);
     pos += send[r];
   }
   if (!st) st = dt_comm_all_to_all(comm, sendbuf, recvbuf, send, recv);
@@ -249,11 +260,13 @@ static dt_status step_slice(dt_tensor *local, int d, int n, int coord, dt_tensor
  * dtype); avg, max and min keep the value everywhere. */
 static dt_status step_to_partial(dt_tensor *local, dt_reduce_op op, int coord, dt_tensor **out) {
   if (op == DT_REDUCE_SUM && coord != 0) {
-    dt_status st = dt__tensor_new(local->ndim, local->shape, local->dtype, out);
-    if (st) return st;
-    memset(dt__tensor_base(*out), 0,
-           (size_t)dt__tensor_numel(local) * dt__dtype_sizes[local->dtype]);
-    return DT_OK;
+    dt_status st = dt__dist_new_like(local, local->ndim, local->shape, local->dtype, out);
+    if (!st) st = dt__dist_fill(*out, 0.0);
+    if (st) {
+      dt_tensor_release(*out);
+      *out = NULL;
+    }
+    return st;
   }
   *out = dt_tensor_retain(local);
   return DT_OK;
@@ -264,16 +277,18 @@ static dt_status step_to_partial(dt_tensor *local, dt_reduce_op op, int coord, d
 static dt_status step_shard_to_partial(dt_tensor *local, int d, int64_t extent, int n, int coord,
                                        const int64_t *out_shape, int ndim, dt_tensor **out) {
   dt_tensor *result = NULL;
-  dt_status st = dt__tensor_new(ndim, out_shape, local->dtype, &result);
-  if (st) return st;
-  memset(dt__tensor_base(result), 0,
-         (size_t)dt__tensor_numel(result) * dt__dtype_sizes[local->dtype]);
+  dt_status st = dt__dist_new_like(local, ndim, out_shape, local->dtype, &result);
+  if (!st) st = dt__dist_fill(result, 0.0);
   int64_t start, length;
   dt__chunk_range(extent, n, coord, &start, &length);
-  if (length > 0) {
+  if (!st && length > 0) {
     dt_tensor window = stack_view(result, ndim, local->shape, result->strides,
                                   result->offset + start * result->strides[d]);
-    dt__cpu_copy(&window, local);
+    st = dt__dist_copy(&window, local);
+  }
+  if (st) {
+    dt_tensor_release(result);
+    return st;
   }
   *out = result;
   return DT_OK;
@@ -329,9 +344,13 @@ dt_status dt__strided_slice(dt_tensor *local, int d, int64_t f, int n, int coord
   dt__chunk_range(blocks.shape[d + 1], n, coord, &start, &length);
   blocks.offset += start * blocks.strides[d + 1];
   blocks.shape[d + 1] = length;
-  st = dt__tensor_new(blocks.ndim, blocks.shape, local->dtype, out);
-  if (st) return st;
-  dt__cpu_copy(*out, &blocks);
+  st = dt__dist_new_like(local, blocks.ndim, blocks.shape, local->dtype, out);
+  if (!st) st = dt__dist_copy(*out, &blocks);
+  if (st) {
+    dt_tensor_release(*out);
+    *out = NULL;
+    return st;
+  }
   merge_in_place(*out, d);
   return DT_OK;
 }
@@ -402,18 +421,6 @@ static void contiguous_rows_by_strided(const strided_layout *s, int n, int64_t s
     order[g - start] = at[(g % s->block) / s->block_piece]++;
 }
 
-/* Moves rows of row_bytes bytes: dst[order[k]] = src[k] (scatter) or dst[k] = src[order[k]]. */
-static void permute_rows(const dt_tensor *src, dt_tensor *dst, const int64_t *order, int64_t rows,
-                         size_t row_bytes, bool scatter) {
-  const char *from = dt__tensor_base((dt_tensor *)src);
-  char *to = dt__tensor_base(dst);
-  for (int64_t k = 0; k < rows && row_bytes; k++) {
-    size_t a = (size_t)(scatter ? k : order[k]) * row_bytes;
-    size_t b = (size_t)(scatter ? order[k] : k) * row_bytes;
-    memcpy(to + b, from + a, row_bytes);
-  }
-}
-
 /* SS(d, f) <-> S(d) on one mesh dim, one all_to_all. The strided side sends its elements, already
  * in global order, to the ranks whose contiguous chunk holds them and receives its strided
  * elements in global order, which is its local order. The contiguous side groups its elements
@@ -448,16 +455,16 @@ static dt_status strided_shard_exchange(dt_comm *comm, dt_tensor *local, int d, 
   dt_tensor *packed = NULL, *sendbuf = NULL, *recvbuf = NULL, *ordered = NULL;
   dt_status st = pack_front(local, d, &packed);
   if (!st && to_strided) {
-    st = dt__tensor_new(1, &send_total, local->dtype, &sendbuf);
-    if (!st) permute_rows(packed, sendbuf, order, my_len, row, true);
+    st = dt__dist_new_like(local, 1, &send_total, local->dtype, &sendbuf);
+    if (!st) st = dt__dist_permute_rows(packed, sendbuf, order, my_len, row, true);
   } else if (!st) {
     sendbuf = dt_tensor_retain(packed);
   }
-  if (!st) st = dt__tensor_new(1, &recv_total, local->dtype, &recvbuf);
+  if (!st) st = dt__dist_new_like(local, 1, &recv_total, local->dtype, &recvbuf);
   if (!st) st = dt_comm_all_to_all(comm, sendbuf, recvbuf, send, recv);
   if (!st && !to_strided) {
-    st = dt__tensor_new(1, &recv_total, local->dtype, &ordered);
-    if (!st) permute_rows(recvbuf, ordered, order, my_len, row, false);
+    st = dt__dist_new_like(local, 1, &recv_total, local->dtype, &ordered);
+    if (!st) st = dt__dist_permute_rows(recvbuf, ordered, order, my_len, row, false);
   }
   if (!st) st = unpack_front(to_strided ? recvbuf : ordered, ndim, out_shape, d, out);
   dt_tensor_release(packed);
@@ -487,12 +494,12 @@ static dt_status step_strided_reduce_scatter(dt_comm *comm, dt_tensor *local, in
   int64_t total = extent * inner;
   dt_tensor *packed = NULL, *grouped = NULL, *scattered = NULL;
   dt_status st = pack_front(local, d, &packed);
-  if (!st) st = dt__tensor_new(1, &total, local->dtype, &grouped);
+  if (!st) st = dt__dist_new_like(local, 1, &total, local->dtype, &grouped);
   if (!st) {
-    permute_rows(packed, grouped, order, extent, (size_t)inner * dt__dtype_sizes[local->dtype],
-                 true);
-    st = dt__tensor_new(1, &cnt[coord], local->dtype, &scattered);
+    st = dt__dist_permute_rows(packed, grouped, order, extent,
+                               (size_t)inner * dt__dtype_sizes[local->dtype], true);
   }
+  if (!st) st = dt__dist_new_like(local, 1, &cnt[coord], local->dtype, &scattered);
   if (!st) st = dt_comm_reduce_scatter_uneven(comm, grouped, scattered, cnt, op);
   if (!st) st = unpack_front(scattered, ndim, out_shape, d, out);
   dt_tensor_release(packed);

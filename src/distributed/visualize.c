@@ -4,7 +4,6 @@
 #include <stdio.h>
 
 #include "distributed/dist_impl.h"
-#include "kernels/cpu/cpu_kernels.h"
 
 DT_PRINTF(4, 5) static void append(char *buf, size_t size, size_t *used, const char *fmt, ...) {
   if (*used + 1 >= size) return;
@@ -186,9 +185,8 @@ dt_status dt__from_local_check(dt_mesh *mesh, const dt_tensor *local,
   memcpy(me.global, global_shape, sizeof(int64_t) * (size_t)local->ndim);
   me.ok = fits;
   dt_tensor *copy = NULL;
-  dt_status st = dt__tensor_new(local->ndim, local->shape, local->dtype, &copy);
+  dt_status st = dt__dist_to_host(op, local, &copy); /* a device mesh's shard too */
   if (st) return st;
-  dt__cpu_copy(copy, local);
   me.hash = hash_bytes((const unsigned char *)dt__tensor_base(copy),
                        (size_t)dt__tensor_numel(copy) * dt__dtype_sizes[copy->dtype]);
   dt_tensor_release(copy);

@@ -23,6 +23,7 @@ struct dt_mesh {
   dt_comm *world;
   dt_comm *groups[DT_MESH_MAX_DIMS];
   dt_device_kind device_kind; /* where its tensors live: DT_DEVICE_CPU unless init_device_mesh */
+  int device_index;           /* this rank's device of that kind (mesh_device_index) */
 };
 
 /* Frees the mesh and its groups; the world is borrowed. */
@@ -240,6 +241,20 @@ dt_status dt_mesh_dim_by_name(const dt_mesh *mesh, const char *name, int *dim) {
                    mesh->named ? list : "");
 }
 
+/* This rank's device of `kind` on a mesh over world: the one the backend binds the rank to
+ * (NCCL: its communicator's GPU), else world rank r's r % count (threads: N ranks share one
+ * GPU, or take one each; MPI: the ranks of a host in order). 0 for the CPU. */
+static int mesh_device_index(const dt_comm *world, dt_device_kind kind) {
+  if (kind == DT_DEVICE_CPU) return 0;
+  if (world && world->backend->device_index) {
+    int index = world->backend->device_index(world, (int)kind);
+    if (index >= 0) return index;
+  }
+  const dt_device_memory *memory = dt__device_memory((int)kind);
+  int count = memory && memory->count ? memory->count() : 0;
+  return count > 0 && world ? world->rank % count : 0;
+}
+
 dt_status dt_mesh_create_on(const char *device_type, dt_comm *world, int ndim, const int *shape,
                             const char *const *dim_names, dt_mesh **out) {
   static const char op[] = "dt_mesh_create_on";
@@ -260,28 +275,25 @@ dt_status dt_mesh_create_on(const char *device_type, dt_comm *world, int ndim, c
   }
   st = dt__device_check_available(op, device);
   if (st) return st;
-  if (world && !dt__comm_moves_device(world, (int)device.kind)) {
+  if (!world) return dt__error(DT_ERR_INVALID, "%s: world is NULL", op);
+  if (!dt__comm_moves_device(world, (int)device.kind)) {
     return dt__error(DT_ERR_UNSUPPORTED,
                      "%s: the %s backend of group '%s' does not move %s memory; use a backend "
                      "that does",
                      op, world->backend->name, world->name, device_type);
   }
-  if (device.kind != DT_DEVICE_CPU) {
-    /* Collectives move such memory (the threads backend in a CUDA build), but the
-     * distributed layer above the mesh (redistribution, sharded dispatch) still reads and
-     * writes shards as host memory. */
-    return dt__error(DT_ERR_UNSUPPORTED,
-                     "%s: meshes of %s tensors are not supported yet: the distributed layer "
-                     "(redistribution, sharded ops) runs on host memory only; the collectives "
-                     "(dt_comm_*) of the %s backend do move %s tensors",
-                     op, device_type, world ? world->backend->name : "threads", device_type);
-  }
+  device.index = mesh_device_index(world, device.kind);
   st = dt_mesh_create(world, ndim, shape, dim_names, out);
   if (st) return st;
   (*out)->device_kind = device.kind;
+  (*out)->device_index = device.index;
   return DT_OK;
 }
 
 dt_device_kind dt_mesh_device_kind(const dt_mesh *mesh) {
   return mesh ? mesh->device_kind : DT_DEVICE_CPU;
+}
+
+dt_device dt_mesh_device(const dt_mesh *mesh) {
+  return mesh ? (dt_device){mesh->device_kind, mesh->device_index} : DT_DEVICE_CPU_VALUE;
 }

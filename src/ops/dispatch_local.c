@@ -17,11 +17,16 @@ static bool has_distributed_input(const dt_op_call *call) {
 }
 
 /* The local kernel of the call's device, as a profiler event of its own (the op's ATen name,
- * "kernel" category). */
+ * "kernel" category). On a device whose work is queued (CUDA), the host event is the launch;
+ * the device's timer also times the work itself on its queue (the device's track). */
 static dt_status run_kernel(const dt_op_def *def, uint32_t device, dt_op_call *call) {
   dt__profile_scope scope;
   dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_KERNEL, DT_PROFILER_LANE_COMPUTE);
+  void *timing = DT_UNLIKELY(scope.start != 0 && device != 0)
+                     ? dt__profile_device_begin(device, NULL, false)
+                     : NULL;
   dt_status st = dt__device_kernels[device & 0xffu][call->op](call);
+  dt__profile_device_end(device, timing, def->name, DT__PROFILE_CAT_KERNEL, -1);
   dt__profile_end(&scope);
   return st;
 }

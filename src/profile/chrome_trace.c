@@ -130,6 +130,76 @@ static void write_event(writer *w, const dt__profile_event *e, int pid, int tid)
   fputs("}", w->f);
 }
 
+/* ---- Device processes: one per device, one thread per queue (profile_event.h) ------------ */
+
+/* Chrome pids of device processes start here, past any rank. */
+#define DEVICE_PID_BASE 1000000
+
+static int device_pid(const dt__profile_device_event *e) {
+  return DEVICE_PID_BASE + e->kind * 1000 + e->device;
+}
+
+static bool wanted(const dt__profile_device_event *e, int rank) {
+  return rank < 0 || e->rank == rank;
+}
+
+/* Metadata of every device and queue the events name (each once, in order of appearance). */
+static void write_device_metadata(writer *w, int rank) {
+  const dt_profiler *p = w->profiler;
+  enum { SEEN = 256 }; /* queues remembered; beyond, a queue's metadata may repeat (harmless) */
+  struct {
+    int pid, track;
+  } seen[SEEN];
+  int n_seen = 0;
+  for (size_t i = 0; i < p->n_device_events; i++) {
+    const dt__profile_device_event *e = &p->device_events[i];
+    if (!wanted(e, rank)) continue;
+    int pid = device_pid(e);
+    bool process_seen = false, track_seen = false;
+    for (int j = 0; j < n_seen && !track_seen; j++) {
+      process_seen |= seen[j].pid == pid;
+      track_seen = seen[j].pid == pid && seen[j].track == e->track;
+    }
+    if (track_seen) continue;
+    if (n_seen < SEEN) {
+      seen[n_seen].pid = pid;
+      seen[n_seen++].track = e->track;
+    }
+    const dt__profile_device_timer *timer = dt__profile_device_timer_of(e->kind);
+    char buf[96];
+    if (!process_seen) {
+      snprintf(buf, sizeof buf, "%s %d", timer && timer->name ? timer->name : "device", e->device);
+      write_metadata(w, "process_name", pid, 0, "name", buf);
+      write_metadata(w, "process_labels", pid, 0, "labels",
+                     timer && timer->label ? timer->label : "device");
+      write_sort_index(w, "process_sort_index", pid, 0, pid);
+    }
+    snprintf(buf, sizeof buf, "%sstream %d (rank %d)", e->comm_track ? "comm " : "", e->track,
+             e->rank);
+    write_metadata(w, "thread_name", pid, e->track, "name", buf);
+    write_sort_index(w, "thread_sort_index", pid, e->track, e->track);
+  }
+}
+
+static void write_device_events(writer *w, int rank) {
+  const dt_profiler *p = w->profiler;
+  for (size_t i = 0; i < p->n_device_events; i++) {
+    const dt__profile_device_event *e = &p->device_events[i];
+    if (!wanted(e, rank)) continue;
+    double ts = (double)e->start_ns / 1000.0, end = (double)e->end_ns / 1000.0;
+    separator(w);
+    fputs("{\"name\":", w->f);
+    write_json_string(w->f, e->name);
+    fprintf(w->f,
+            ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
+            "\"args\":{\"rank\":%d",
+            dt__profile_category_name((dt__profile_category)e->category), ts,
+            end > ts ? end - ts : 0.0, device_pid(e), e->track, e->rank);
+    if (e->bytes >= 0) fprintf(w->f, ",\"bytes\":%" PRId64, e->bytes);
+    fputs("}}", w->f);
+  }
+}
+
 static int compare_threads(const void *a, const void *b) {
   const dt__profile_thread *x = *(const dt__profile_thread *const *)a;
   const dt__profile_thread *y = *(const dt__profile_thread *const *)b;
@@ -182,6 +252,8 @@ static dt_status write_trace(const char *fn, const dt_profiler *profiler, int ra
     }
     i = j;
   }
+  write_device_metadata(&w, rank);
+  write_device_events(&w, rank);
   fprintf(f,
           "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"libdtensor %s\","
           "\"clock\":\"%s\",\"dropped_events\":%" PRId64 "}}\n",

@@ -196,6 +196,7 @@ void dt_profiler_destroy(dt_profiler *profiler) {
     free_thread(t);
     t = next;
   }
+  dt__free(profiler->device_events);
   pthread_mutex_destroy(&profiler->lock);
   dt__free(profiler);
 }
@@ -222,6 +223,8 @@ dt_status dt_profiler_start(dt_profiler *profiler) {
   return DT_OK;
 }
 
+static void flush_device_timers(void);
+
 dt_status dt_profiler_stop(dt_profiler *profiler) {
   if (!profiler) return dt__error(DT_ERR_INVALID, "dt_profiler_stop: profiler is NULL");
   pthread_mutex_lock(&start_lock);
@@ -229,6 +232,8 @@ dt_status dt_profiler_stop(dt_profiler *profiler) {
     pthread_mutex_unlock(&start_lock);
     return dt__error(DT_ERR_INVALID, "dt_profiler_stop: the profiler is not running");
   }
+  /* Device work queued while it ran lands in it: wait for its markers now. */
+  flush_device_timers();
   atomic_store(&dt__profile_active, 0);
   profiler->running = false;
   profiler->stop_ns = dt__profile_monotonic_ns();
@@ -449,8 +454,63 @@ int64_t dt_profiler_event_count(const dt_profiler *profiler, int rank, int lane)
 }
 
 int64_t dt_profiler_dropped_count(const dt_profiler *profiler) {
-  int64_t n = 0;
   if (!profiler) return 0;
+  int64_t n = profiler->device_dropped;
   for (const dt__profile_thread *t = profiler->threads; t; t = t->next) n += t->dropped;
   return n;
+}
+
+/* ---- Device timing (profile_event.h) ------------------------------------------------------ */
+
+#define DT__PROFILE_TIMER_KINDS 8
+static const dt__profile_device_timer *device_timers[DT__PROFILE_TIMER_KINDS];
+
+void dt__profile_register_device_timer(int kind, const dt__profile_device_timer *timer) {
+  if (kind >= 0 && kind < DT__PROFILE_TIMER_KINDS) device_timers[kind] = timer;
+}
+
+const dt__profile_device_timer *dt__profile_device_timer_of(int kind) {
+  return kind >= 0 && kind < DT__PROFILE_TIMER_KINDS ? device_timers[kind] : NULL;
+}
+
+static void flush_device_timers(void) {
+  for (int k = 0; k < DT__PROFILE_TIMER_KINDS; k++) {
+    if (device_timers[k] && device_timers[k]->flush) device_timers[k]->flush();
+  }
+}
+
+void *dt__profile_device_begin(uint32_t device_key, void *queue, bool comm) {
+  if (!recording()) return NULL;
+  const dt__profile_device_timer *timer = dt__profile_device_timer_of((int)(device_key & 0xffu));
+  return timer ? timer->begin((int)(device_key >> 8), queue, comm) : NULL;
+}
+
+void dt__profile_device_end(uint32_t device_key, void *token, const char *name,
+                            dt__profile_category category, int64_t bytes) {
+  if (!token) return;
+  const dt__profile_device_timer *timer = dt__profile_device_timer_of((int)(device_key & 0xffu));
+  if (timer) timer->end(token, name, category, bytes, tls_rank);
+}
+
+void dt__profile_record_device(const dt__profile_device_event *event) {
+  dt_profiler *p = atomic_load(&current_profiler);
+  if (!p || !event) return;
+  pthread_mutex_lock(&p->lock);
+  if (p->n_device_events == p->device_capacity) {
+    size_t capacity = p->device_capacity ? 2 * p->device_capacity : 256;
+    dt__profile_device_event *grown = dt__alloc(sizeof *grown * capacity);
+    if (!grown) {
+      p->device_dropped++;
+      pthread_mutex_unlock(&p->lock);
+      return;
+    }
+    if (p->n_device_events) {
+      memcpy(grown, p->device_events, sizeof *grown * p->n_device_events);
+    }
+    dt__free(p->device_events);
+    p->device_events = grown;
+    p->device_capacity = capacity;
+  }
+  p->device_events[p->n_device_events++] = *event;
+  pthread_mutex_unlock(&p->lock);
 }

@@ -46,6 +46,10 @@ struct dt_profiler {
   /* Clock anchors: the tick and CLOCK_MONOTONIC ns at the first start and the last stop,
    * which convert ticks to absolute monotonic microseconds at export. */
   uint64_t start_tick, start_ns, stop_tick, stop_ns;
+  /* Device events (guarded by lock): recorded when a device timer resolves them. */
+  dt__profile_device_event *device_events;
+  size_t n_device_events, device_capacity;
+  int64_t device_dropped;
 };
 
 /* Events filled in a chunk of a thread. */

@@ -181,7 +181,7 @@ dt_status dt_trace_compute_stats(const dt_trace *t, const char *device_label, do
     out->events++;
     union_add(&all, e->start, e->end);
     if (e->flags & DT__TRACE_MATRIX) union_add(&mm, e->start, e->end);
-    if (comm[e->lane] || (e->flags & DT__TRACE_NCCL)) {
+    if (comm[e->lane] || (e->flags & (DT__TRACE_NCCL | DT__TRACE_COLLECTIVE))) {
       union_add(&comm_union, e->start, e->end);
     } else {
       union_add(&compute, e->start, e->end);

@@ -24,6 +24,7 @@
 
 #include "comm/nccl/nccl_impl.h"
 #include "kernels/cuda/cuda_impl.h"
+#include "profile/profile_event.h"
 
 /* ---- Worlds: the abort every group of one world shares ---------------------------------- */
 
@@ -308,8 +309,13 @@ static dt_status nc_start(dt_comm *comm, dt_work *w) {
   give_event(nc, ready);
   if (e != cudaSuccess) return dt__cuda_error(op, "ordering after the caller's stream", e);
   int64_t start = dt__nc_now_ns();
+  /* The profiler's device track: the collective on the communication stream. */
+  uint32_t key = (uint32_t)DT_DEVICE_CUDA | (uint32_t)nc->device << 8;
+  void *timing = dt__profile_device_begin(key, nc->stream, true);
   status = settle(comm, nc->comm, issue(comm, &w->args), op, "queuing the collective",
                   start + comm->timeout_ms * 1000000LL);
+  dt__profile_device_end(key, timing, op, DT__PROFILE_CAT_COLLECTIVE,
+                         status == DT_OK ? dt__coll_bytes(comm, &w->args) : -1);
   if (status != DT_OK) return status;
   status = take_event(nc, op, &done);
   if (status != DT_OK) return status;
@@ -591,10 +597,17 @@ static dt_status nc_all_gather_object(dt_comm *comm, const void *data, size_t nb
   return status;
 }
 
+/* A group runs on its communicator's GPU: a CUDA mesh over it puts this rank's tensors there. */
+static int nc_device_index(const dt_comm *comm, int kind) {
+  return kind == DT_DEVICE_CUDA ? ((const nc_comm *)comm->state)->device : -1;
+}
+
 const dt_comm_backend dt__nccl_backend = {
     .name = "nccl",
     .supports = DT_COLL_REQUIRED | DT_COLL_BIT(DT_COLL_BARRIER),
     .devices = 1u << DT_DEVICE_CUDA,
+    .device_index = nc_device_index,
+    .times_device = true,
     .start = nc_start,
     .wait = nc_wait,
     .test = nc_test,

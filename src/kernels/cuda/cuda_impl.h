@@ -93,6 +93,10 @@ dt_status dt__cuda_failure(const char *op, const char *what, bool out_of_memory,
 /* Whether f32 GEMMs may use TF32 (dt_cuda_set_allow_tf32). */
 bool dt__cuda_allow_tf32(void);
 
+/* Registers the CUDA kind's profiler timer (cuda_profile.c: GPU work timed with CUDA events on
+ * per-stream tracks); cuda_table.c calls it at start-up. */
+void dt__cuda_profile_register(void);
+
 /* The CUDA kind's memory (cuda_memory.c), registered by cuda_table.c at start-up. */
 extern const dt_device_memory dt__cuda_memory;
 

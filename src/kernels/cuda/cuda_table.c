@@ -129,4 +129,5 @@ __attribute__((constructor)) static void register_cuda(void) {
   /* Neither call can fail for the CUDA kind with a complete memory table. */
   (void)dt__device_register_memory(DT_DEVICE_CUDA, &dt__cuda_memory);
   (void)dt__kernels_register(DT_DEVICE_CUDA, dt__cuda_kernels);
+  dt__cuda_profile_register();
 }
