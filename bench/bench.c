@@ -8,13 +8,14 @@ const tool_command tool_bench_suites[] = {
      .run = bench_suite_kernels},
     {.name = "dispatch",
      .summary = "time to dispatch one distributed op (cache miss, hit, local op)",
-     .usage = "[--world N] [--json]",
-     .details = "Ranks are threads (default world 4).",
+     .usage = "[--world N] [--device cpu|cuda] [--json]",
+     .details = "Ranks are threads (default world 4). --device cuda: seed 000 on CUDA meshes.",
      .run = bench_suite_dispatch},
     {.name = "instructions",
      .summary = "instructions of one distributed op dispatch, counted under callgrind",
-     .usage = "[--json] [--results FILE.csv]",
-     .details = "Needs valgrind. --results appends CSV rows name,instruction_count,value.",
+     .usage = "[--json] [--results FILE.csv] [--device cpu|cuda] [--time]",
+     .details = "Needs valgrind. --results appends CSV rows name,instruction_count,value.\n"
+                "--device cuda: seed 001 on CUDA tensors. --time: ns per call, no valgrind.",
      .run = bench_suite_instructions},
     {.name = "collectives",
      .summary = "time and bandwidth of each collective over doubling sizes (nccl-tests style)",
@@ -48,11 +49,14 @@ const tool_command tool_bench_suites[] = {
      .run = bench_suite_ckpt},
     {.name = "compile",
      .summary = "compiled call vs eager per node, guard check, compile time, the seed embedding",
-     .usage = "[--json] [--iters N]",
+     .usage = "[--json] [--iters N] [--device cpu|cuda]",
+     .details = "--device cuda: seed 004 (the embedding over a Replicate 202048x256 weight) on a "
+                "CUDA mesh only.",
      .run = bench_suite_compile},
     {.name = "train",
      .summary = "optimizer step (SGD momentum, AdamW) over 1,000 x 1,000 floats vs a plain C loop",
      .usage = "[--json] [--iters N] [--params P] [--elems E] [--only optim|demo|fsdp]\n"
+              "       [--device cpu|cuda] (cuda: with --only demo)\n"
               "       --size gpt2-like|small [--vocab V] [--dmodel D] [--heads H] [--layers L]\n"
               "       [--seq T] [--batch B] [--steps N] [--threads N] [--clock cpu|wall] [--json]",
      .details =

@@ -39,7 +39,7 @@
 int bench_suite_compile(int argc, char **argv);
 
 static int usage(void) {
-  fprintf(stderr, "usage: dtensor bench compile [--json] [--iters N]\n");
+  fprintf(stderr, "usage: dtensor bench compile [--json] [--iters N] [--device cpu|cuda]\n");
   return 2;
 }
 
@@ -297,6 +297,7 @@ static dt_status seed_fn(void *user, int n_in, dt_tensor *const *in, int n_out, 
 typedef struct seed_arg {
   bool json;
   int iters;
+  const char *device; /* the seed's mesh: "cpu" or "cuda" (--device) */
 } seed_arg;
 
 static dt_status seed_rank(dt_comm *world, void *varg) {
@@ -305,8 +306,9 @@ static dt_status seed_rank(dt_comm *world, void *varg) {
   dt_mesh *mesh = NULL;
   dt_tensor *w = NULL, *weight = NULL;
   dt_compiled *c = NULL;
-  dt_status st = dt_mesh_create(world, 1, &size, NULL, &mesh);
-  if (!st) st = dt_ones(2, (int64_t[]){202048, 256}, DT_F32, &w);
+  dt_status st = dt_mesh_create_on(arg->device, world, 1, &size, NULL, &mesh);
+  dt_tensor_options on = {.device = dt_mesh_device(mesh)};
+  if (!st) st = dt_full_ex(2, (int64_t[]){202048, 256}, 1.0, DT_F32, &on, &w);
   dt_placement r = dt_replicate();
   if (!st) st = dt_dist_from_local(mesh, w, 1, &r, NULL, &weight);
   if (!st) st = dt_tensor_set_requires_grad(weight, true);
@@ -315,16 +317,16 @@ static dt_status seed_rank(dt_comm *world, void *varg) {
   static const int64_t sizes[4][2] = {{2, 512}, {3, 100}, {1, 1}, {8, 2048}};
   for (int s = 0; s < 4 && !st; s++) {
     dt_tensor *il = NULL, *idx = NULL;
-    st = dt_zeros(2, sizes[s], DT_I64, &il);
+    st = dt_full_ex(2, sizes[s], 0.0, DT_I64, &on, &il);
     if (!st) st = dt_dist_from_local(mesh, il, 1, &r, NULL, &idx);
     dt_tensor *in[2] = {weight, idx};
     int reps = sizes[s][0] * sizes[s][1] > 10000 ? 20 : 2000;
     double compiled = 0, eager = 0;
     if (!st) st = compare(c, seed_fn, NULL, 2, in, reps, arg->iters, &compiled, &eager);
     if (!st && arg->json) {
-      printf("{\"name\":\"compile_seed_embedding\",\"indices\":[%lld,%lld],\"compiled_us\":%.2f,"
-             "\"eager_us\":%.2f}\n",
-             (long long)sizes[s][0], (long long)sizes[s][1], compiled, eager);
+      printf("{\"name\":\"compile_seed_embedding\",\"device\":\"%s\",\"indices\":[%lld,%lld],"
+             "\"compiled_us\":%.2f,\"eager_us\":%.2f}\n",
+             arg->device, (long long)sizes[s][0], (long long)sizes[s][1], compiled, eager);
     } else if (!st) {
       printf("seed embedding (%lld, %lld): compiled %.2f us, eager %.2f us\n",
              (long long)sizes[s][0], (long long)sizes[s][1], compiled, eager);
@@ -337,9 +339,9 @@ static dt_status seed_rank(dt_comm *world, void *varg) {
   /* The weight is never copied: to(float32) of the float32 weight is the weight. */
   if (!st) {
     if (arg->json)
-      printf("{\"name\":\"compile_seed_recompiles\",\"recompiles\":%lld,\"weight_bytes\":%lld,"
-             "\"weight_copied\":false}\n",
-             (long long)stats.recompiles, (long long)202048 * 256 * 4);
+      printf("{\"name\":\"compile_seed_recompiles\",\"device\":\"%s\",\"recompiles\":%lld,"
+             "\"weight_bytes\":%lld,\"weight_copied\":false}\n",
+             arg->device, (long long)stats.recompiles, (long long)202048 * 256 * 4);
     else
       printf("seed: %lld recompiles over the four sizes; the %lld-byte weight is not copied\n",
              (long long)stats.recompiles, (long long)202048 * 256 * 4);
@@ -406,21 +408,28 @@ static dt_status redist_rank(dt_comm *world, void *varg) {
 int bench_suite_compile(int argc, char **argv) {
   bool json = tool_has_flag(argc, argv, "--json");
   int iters = 7;
+  const char *device = "cpu";
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--json") == 0) continue;
     if (i + 1 >= argc) return usage();
-    if (strcmp(argv[i], "--iters") == 0)
+    if (strcmp(argv[i], "--iters") == 0) {
       iters = atoi(argv[++i]);
-    else
+    } else if (strcmp(argv[i], "--device") == 0) {
+      device = argv[++i];
+      if (strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0) return usage();
+    } else {
       return usage();
+    }
   }
   if (iters < 1 || iters > MAX_ITERS) return usage();
   bench_machine_print(json);
-  dt_status st = bench_chain(json, iters);
-  if (!st) st = bench_train(json, iters);
-  seed_arg arg = {.json = json, .iters = iters};
+  bool cpu = strcmp(device, "cpu") == 0;
+  /* --device cuda: seed 004 only (the other rows are CPU figures). */
+  dt_status st = cpu ? bench_chain(json, iters) : DT_OK;
+  if (!st && cpu) st = bench_train(json, iters);
+  seed_arg arg = {.json = json, .iters = iters, .device = device};
   if (!st) st = dt_comm_spawn(1, seed_rank, &arg);
-  if (!st) st = dt_comm_spawn(2, redist_rank, &arg);
+  if (!st && cpu) st = dt_comm_spawn(2, redist_rank, &arg);
   if (st) {
     fprintf(stderr, "bench compile: %s\n", dt_last_error());
     return 1;

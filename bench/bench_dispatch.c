@@ -18,6 +18,9 @@
  * With an even world of at least 4 the same measure follows on a 2-D mesh (2 x world/2,
  * "mesh":[2,2] for world 4), 128x128 tensors, placements that make the propagator decide
  * both mesh dims (see run_2d). The ranks meet at a barrier before each op's timed runs.
+ * --device cuda: the meshes are CUDA meshes (rank r on cuda:(r mod count), seed 000's
+ * init_device_mesh("cuda")); the times are the host's, as the seed's are (ops queue their
+ * kernels and return); refused without a CUDA device (dt_mesh_create_on's message).
  * The 2-D rows then run once more on the fake backend (rank 0 of the same world in this
  * thread, "backend":"fake"): collectives are local copies there, no peer is waited for, so
  * miss - hit is what propagation and planning add, also for the ops that communicate, whose
@@ -131,6 +134,7 @@ typedef struct bench_args {
   bool json;
   int world;
   const char *backend; /* of the rows being printed: "threads" or "fake" */
+  const char *device;  /* the meshes' device kind: "cpu" or "cuda" (--device) */
 } bench_args;
 
 static double median_of(double *v, int n) { return bench_median(v, n); }
@@ -198,15 +202,17 @@ static void print(const bench_args *b, const char *name, const char *mesh, int r
   if (b->json) {
     char plan[48] = "";
     if (f->plan_us > 0) snprintf(plan, sizeof plan, ",\"plan_us\":%.3f", f->plan_us);
-    printf("{\"name\":\"%s\",\"backend\":\"%s\",\"world\":%d,\"mesh\":%s,%s\"miss_us\":%.3f,\"hit_"
-           "us\":%.3f,\"local_"
-           "us\":%.3f,"
-           "\"overhead_us\":%.3f,\"miss_minus_hit_us\":%.3f,\"hit_min_us\":%.3f,"
-           "\"hit_max_us\":%.3f,\"local_min_us\":%.3f,\"local_max_us\":%.3f,\"miss_min_us\":%.3f,"
-           "\"miss_max_us\":%.3f%s}\n",
-           name, b->backend, b->world, mesh, who, f->miss_us, f->hit_us, f->local_us,
-           f->hit_us - f->local_us, f->miss_hit_us, f->hit_min_us, f->hit_max_us, f->local_min_us,
-           f->local_max_us, f->miss_min_us, f->miss_max_us, plan);
+    printf(
+        "{\"name\":\"%s\",\"backend\":\"%s\",\"device\":\"%s\",\"world\":%d,\"mesh\":%s,%s\"miss_"
+        "us\":%.3f,\"hit_"
+        "us\":%.3f,\"local_"
+        "us\":%.3f,"
+        "\"overhead_us\":%.3f,\"miss_minus_hit_us\":%.3f,\"hit_min_us\":%.3f,"
+        "\"hit_max_us\":%.3f,\"local_min_us\":%.3f,\"local_max_us\":%.3f,\"miss_min_us\":%.3f,"
+        "\"miss_max_us\":%.3f%s}\n",
+        name, b->backend, b->device, b->world, mesh, who, f->miss_us, f->hit_us, f->local_us,
+        f->hit_us - f->local_us, f->miss_hit_us, f->hit_min_us, f->hit_max_us, f->local_min_us,
+        f->local_max_us, f->miss_min_us, f->miss_max_us, plan);
   } else {
     char label[24] = "median";
     if (rank >= 0)
@@ -228,13 +234,14 @@ static void print(const bench_args *b, const char *name, const char *mesh, int r
  * shards, one whose second argument changes on both mesh dims (the propagator prices it
  * with the planner's search), mm and linear producing a shard and a Partial(sum), a full
  * reduction and a softmax over a sharded dim. Fills mine and names; *n is the row count. */
-static dt_status run_2d(dt_comm *world, figures *mine, const char **names, int *n) {
+static dt_status run_2d(dt_comm *world, const char *device, figures *mine, const char **names,
+                        int *n) {
   int size = dt_comm_size(world);
   *n = 0;
   if (size < 4 || size % 2) return DT_OK;
   dt_mesh *mesh = NULL;
-  dt_status st =
-      dt_mesh_create(world, 2, (int[]){2, size / 2}, (const char *[]){"dp", "tp"}, &mesh);
+  dt_status st = dt_mesh_create_on(device, world, 2, (int[]){2, size / 2},
+                                   (const char *[]){"dp", "tp"}, &mesh);
   if (st) return st;
   enum { X_SS, X_SS_T, X_SR, W_RR, X_RS, W_RS, N_T };
   const dt_placement pl[N_T][2] = {
@@ -279,8 +286,11 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
   const bench_args *b = arg;
   int rank = dt_comm_rank(world), size = dt_comm_size(world);
   dt_mesh *mesh = NULL;
-  dt_status st = dt_mesh_create(world, 1, (int[]){size}, (const char *[]){"dp"}, &mesh);
+  dt_status st =
+      dt_mesh_create_on(b->device, world, 1, (int[]){size}, (const char *[]){"dp"}, &mesh);
   if (st) return st;
+  dt_device device = dt_mesh_device(mesh);
+  dt_tensor_options on_device = {.device = device};
   int64_t shape[] = {512, 512};
   dt_tensor *x = NULL, *w = NULL, *table = NULL, *idx = NULL, *xs = NULL, *x_local = NULL,
             *w_local = NULL;
@@ -295,6 +305,12 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
     st = dt_dist_rand(mesh, 2, (int64_t[]){1000, 64}, DT_F32, 3, 1,
                       (dt_placement[]){dt_replicate()}, &table);
   if (!st) st = dt_randint(0, 1000, 1, (int64_t[]){512}, DT_I64, 4, &full_idx);
+  if (!st && device.kind != DT_DEVICE_CPU) { /* the indices on the mesh's device */
+    dt_tensor *moved = NULL;
+    st = dt_to_device(full_idx, device, &moved);
+    dt_tensor_release(full_idx);
+    full_idx = moved;
+  }
   if (!st) st = dt_dist_distribute_tensor(mesh, full_idx, 1, (dt_placement[]){dt_shard(0)}, &idx);
   if (!st) st = dt_dist_to_local(x, &x_local);
   if (!st) st = dt_dist_to_local(w, &w_local);
@@ -337,7 +353,7 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
     /* local: the same all_gather issued directly, after each hit. */
     dt_tensor *full = NULL;
     double local_us[RUNS - 1];
-    if (!st) st = dt_empty(2, shape, DT_F32, &full);
+    if (!st) st = dt_empty_ex(2, shape, DT_F32, &on_device, &full);
     /* Line the ranks up, so the first (miss) call does not also time a late peer. */
     if (!st) st = dt_comm_barrier(world);
     for (int i = 0; i < RUNS && !st; i++) {
@@ -360,7 +376,7 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
   for (int c = 0; c < n_cases; c++) names[c] = cases[c].name;
   names[n_cases] = "redistribute S(0)->R";
   int n_2d = 0;
-  if (!st) st = run_2d(world, mine + n_cases + 1, names + n_cases + 1, &n_2d);
+  if (!st) st = run_2d(world, b->device, mine + n_cases + 1, names + n_cases + 1, &n_2d);
   int n_all = n_cases + 1 + n_2d;
   char mesh_1d[24], mesh_2d[24];
   snprintf(mesh_1d, sizeof mesh_1d, "[%d]", size);
@@ -415,7 +431,7 @@ static dt_status run_2d_fake(bench_args *b) {
   figures f[MAX_ROWS] = {0};
   const char *names[MAX_ROWS];
   int n = 0;
-  st = run_2d(world, f, names, &n);
+  st = run_2d(world, b->device, f, names, &n);
   char mesh[24];
   snprintf(mesh, sizeof mesh, "[2,%d]", b->world / 2);
   b->backend = "fake";
@@ -425,9 +441,18 @@ static dt_status run_2d_fake(bench_args *b) {
 }
 
 int bench_suite_dispatch(int argc, char **argv) {
-  bench_args b = {.json = tool_has_flag(argc, argv, "--json"), .world = 4, .backend = "threads"};
+  bench_args b = {.json = tool_has_flag(argc, argv, "--json"),
+                  .world = 4,
+                  .backend = "threads",
+                  .device = "cpu"};
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--world") == 0 && i + 1 < argc) {
+    if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+      b.device = argv[++i];
+      if (strcmp(b.device, "cpu") != 0 && strcmp(b.device, "cuda") != 0) {
+        fprintf(stderr, "bench dispatch: --device is cpu or cuda, got '%s'\n", b.device);
+        return 2;
+      }
+    } else if (strcmp(argv[i], "--world") == 0 && i + 1 < argc) {
       char *end = NULL;
       long w = strtol(argv[++i], &end, 10);
       b.world = end && *end == '\0' ? (int)w : 0;

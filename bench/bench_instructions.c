@@ -12,6 +12,9 @@
  *
  * Output: CSV rows `name,instruction_count,value` appended to a results file (--results,
  * default bench/results.csv is not touched unless given) and, with --json, JSON lines.
+ * --device cuda: seed 001 as its authors ran it, the meshes "cuda" (the fake backend takes
+ * CUDA tensors: it moves nothing) and the 10x10 tensors on cuda:0; refused without a GPU.
+ * --time: no valgrind; each case's median ns per call, JSON lines (the seed's "time").
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -24,6 +27,7 @@
 
 #include "dtensor/dtensor.h"
 #include "bench_machine.h"
+#include "bench_util.h"
 #include "tools.h"
 
 #define ITERATIONS 5
@@ -186,20 +190,61 @@ static const bench_case cases[] = {
 };
 #define N_CASES (int)(sizeof cases / sizeof *cases)
 
-/* The measured side, running under valgrind. */
-static int run_child(void) {
+/* The local tensors on the mesh's device (seed 001: device "cuda"). */
+static dt_status on_device(const dt_mesh *mesh, dt_tensor **t) {
+  dt_device device = dt_mesh_device(mesh);
+  if (device.kind == DT_DEVICE_CPU) return DT_OK;
+  dt_tensor *moved = NULL;
+  dt_status st = dt_to_device(*t, device, &moved);
+  dt_tensor_release(*t);
+  *t = moved;
+  return st;
+}
+
+/* Nanoseconds per call of each case, without valgrind: the median of 200 calls (miss cases:
+ * 50, each after a cache clear that is not timed), as JSON lines. */
+static int time_cases(bench_state *s, const char *device) {
+  enum { CALLS = 200, MISS_CALLS = 50 };
+  double ns[CALLS];
+  for (int c = 0; c < N_CASES; c++) {
+    if (cases[c].fn(s)) {
+      fprintf(stderr, "bench instructions: %s failed: %s\n", cases[c].name, dt_last_error());
+      return 1;
+    }
+    int n = cases[c].miss ? MISS_CALLS : CALLS;
+    for (int i = 0; i < n; i++) {
+      if (cases[c].miss) dt_dist_sharding_cache_clear();
+      double t0 = bench_now_us();
+      dt_status st = cases[c].fn(s);
+      ns[i] = (bench_now_us() - t0) * 1e3;
+      if (st) {
+        fprintf(stderr, "bench instructions: %s failed: %s\n", cases[c].name, dt_last_error());
+        return 1;
+      }
+    }
+    printf("{\"name\":\"%s\",\"metric\":\"time_ns\",\"value\":%.0f,\"device\":\"%s\","
+           "\"calls\":%d}\n",
+           cases[c].name, bench_median(ns, n), device, n);
+  }
+  return 0;
+}
+
+/* The measured side, running under valgrind (or timed: --time). */
+static int run_child(const char *device, bool timing) {
   dt_comm_options opts = {.backend = "fake", .rank = 0, .world_size = WORLD};
   dt_comm *world = NULL;
   bench_state s = {0};
   if (dt_comm_init(&opts, &world) ||
-      dt_mesh_create(world, 1, (int[]){WORLD}, (const char *[]){"dp"}, &s.mesh) ||
+      dt_mesh_create_on(device, world, 1, (int[]){WORLD}, (const char *[]){"dp"}, &s.mesh) ||
       dt_rand(2, (int64_t[]){10, 10}, DT_F32, 1, &s.local_a) ||
-      dt_rand(2, (int64_t[]){10, 10}, DT_F32, 2, &s.local_b) ||
+      dt_rand(2, (int64_t[]){10, 10}, DT_F32, 2, &s.local_b) || on_device(s.mesh, &s.local_a) ||
+      on_device(s.mesh, &s.local_b) ||
       dt_dist_from_local(s.mesh, s.local_a, 1, (dt_placement[]){dt_replicate()}, NULL, &s.a) ||
       dt_dist_from_local(s.mesh, s.local_b, 1, (dt_placement[]){dt_replicate()}, NULL, &s.b) ||
       dt_dist_from_local(s.mesh, s.local_b, 1, (dt_placement[]){dt_partial(DT_REDUCE_SUM)}, NULL,
                          &s.partial) ||
-      dt_mesh_create(world, 2, (int[]){16, WORLD / 16}, (const char *[]){"dp", "tp"}, &s.mesh_2d) ||
+      dt_mesh_create_on(device, world, 2, (int[]){16, WORLD / 16}, (const char *[]){"dp", "tp"},
+                        &s.mesh_2d) ||
       dt_dist_from_local(s.mesh_2d, s.local_a, 2, (dt_placement[]){dt_shard(0), dt_shard(1)}, NULL,
                          &s.a_2d) ||
       dt_dist_from_local(s.mesh_2d, s.local_b, 2, (dt_placement[]){dt_shard(1), dt_shard(0)}, NULL,
@@ -215,8 +260,8 @@ static int run_child(void) {
    * --collect-atstart=yes): the dumps then attribute costs to functions for
    * callgrind_annotate, at the price of counting the client requests too. */
   bool toggle = !getenv("DT_BENCH_PROFILE");
-  int rc = 0;
-  for (int c = 0; c < N_CASES && !rc; c++) {
+  int rc = timing ? time_cases(&s, device) : 0;
+  for (int c = 0; c < N_CASES && !rc && !timing; c++) {
     if (cases[c].fn(&s)) rc = 1; /* warm-up: caches, pools */
     for (int i = 0; i < ITERATIONS && !rc; i++) {
       if (cases[c].miss) dt_dist_sharding_cache_clear();
@@ -276,9 +321,18 @@ static int collect(const char *dir, long *best) {
 }
 
 int bench_suite_instructions(int argc, char **argv) {
-  if (tool_has_flag(argc, argv, "--child")) return run_child();
+  const char *device = "cpu";
+  for (int i = 1; i + 1 < argc; i++) {
+    if (strcmp(argv[i], "--device") == 0) device = argv[i + 1];
+  }
+  if (strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0) {
+    fprintf(stderr, "bench instructions: --device is cpu or cuda, got '%s'\n", device);
+    return 2;
+  }
+  if (tool_has_flag(argc, argv, "--child")) return run_child(device, false);
   bool json = tool_has_flag(argc, argv, "--json");
   bench_machine_print(json);
+  if (tool_has_flag(argc, argv, "--time")) return run_child(device, true);
   const char *results = NULL;
   for (int i = 1; i + 1 < argc; i++) {
     if (strcmp(argv[i], "--results") == 0) results = argv[i + 1];
@@ -305,7 +359,7 @@ int bench_suite_instructions(int argc, char **argv) {
      * so the child does not choose again). */
     if (getenv("DT_OPENBLAS_CORETYPE_CHOSEN")) unsetenv("OPENBLAS_CORETYPE");
     execlp("valgrind", "valgrind", "--tool=callgrind", "--collect-atstart=no", out_file, self,
-           "bench", "instructions", "--child", (char *)NULL);
+           "bench", "instructions", "--child", "--device", device, (char *)NULL);
     _exit(127);
   }
   int status = 0;

@@ -226,6 +226,7 @@ typedef struct demo_arg {
   int steps;          /* timed steps */
   double step_us;     /* rank 0: wall time per step */
   traced_step *trace; /* NULL: no traced step */
+  const char *device; /* the mesh's device kind: "cpu" or "cuda" */
 } demo_arg;
 
 static dt_status demo_rank(dt_comm *world, void *p) {
@@ -233,8 +234,8 @@ static dt_status demo_rank(dt_comm *world, void *p) {
   int rank = dt_comm_rank(world), side = a->world == 1 ? 1 : 2;
   dt_mesh *mesh = NULL;
   demo_model *model = NULL;
-  dt_status st =
-      dt_mesh_create(world, 2, (int[]){side, side}, (const char *const[]){"dp", "tp"}, &mesh);
+  dt_status st = dt_mesh_create_on(a->device, world, 2, (int[]){side, side},
+                                   (const char *const[]){"dp", "tp"}, &mesh);
   if (!st) st = demo_model_create(mesh, &model);
   if (!st) st = demo_model_step(model, 0, NULL); /* warm: first-step paths, plan caches */
   if (!st) st = dt_comm_barrier(world);
@@ -254,7 +255,7 @@ static dt_status demo_rank(dt_comm *world, void *p) {
   return st;
 }
 
-static dt_status bench_demo(bool json, int iters) {
+static dt_status bench_demo(bool json, int iters, const char *device) {
   int rounds = iters < 3 ? 3 : iters > 9 ? 9 : iters;
   double us[2][MAX_ITERS], fraction[2] = {NAN, NAN};
   static const int worlds[2] = {4, 1};
@@ -262,7 +263,8 @@ static dt_status bench_demo(bool json, int iters) {
   for (int r = 0; r < rounds && !st; r++) {
     for (int k = 0; k < 2 && !st; k++) { /* A B A B ...: 4 ranks, then 1 */
       traced_step ts = {0};
-      demo_arg a = {.world = worlds[k], .steps = 3, .trace = r == rounds - 1 ? &ts : NULL};
+      demo_arg a = {
+          .world = worlds[k], .steps = 3, .trace = r == rounds - 1 ? &ts : NULL, .device = device};
       if (a.trace) st = dt_profiler_create(&ts.profiler);
       if (!st) st = dt_comm_spawn(a.world, demo_rank, &a);
       if (!st && a.trace) st = exposed_fraction(&ts, a.world, &fraction[k]);
@@ -273,12 +275,14 @@ static dt_status bench_demo(bool json, int iters) {
   if (st) return st;
   bench_stats s4 = bench_stats_of(us[0], rounds), s1 = bench_stats_of(us[1], rounds);
   if (json) {
-    printf("{\"name\":\"demo_step\",\"ranks\":4,\"mesh\":\"2x2\",\"step_us\":%.1f,\"step_us_min\":"
-           "%.1f,\"step_us_max\":%.1f,\"one_rank_step_us\":%.1f,\"one_rank_min\":%.1f,"
-           "\"one_rank_max\":%.1f,\"ratio\":%.3f,\"exposed_comm_fraction\":%.3f,"
-           "\"one_rank_exposed_comm_fraction\":%.3f,\"rounds\":%d}\n",
-           s4.median, s4.min, s4.max, s1.median, s1.min, s1.max, s4.median / s1.median, fraction[0],
-           fraction[1], rounds);
+    printf(
+        "{\"name\":\"demo_step\",\"device\":\"%s\",\"ranks\":4,\"mesh\":\"2x2\",\"step_us\":%.1f,"
+        "\"step_us_min\":"
+        "%.1f,\"step_us_max\":%.1f,\"one_rank_step_us\":%.1f,\"one_rank_min\":%.1f,"
+        "\"one_rank_max\":%.1f,\"ratio\":%.3f,\"exposed_comm_fraction\":%.3f,"
+        "\"one_rank_exposed_comm_fraction\":%.3f,\"rounds\":%d}\n",
+        device, s4.median, s4.min, s4.max, s1.median, s1.min, s1.max, s4.median / s1.median,
+        fraction[0], fraction[1], rounds);
   } else {
     printf("demo step 4 ranks (2x2): %.0f us (%.0f..%.0f), 1 rank: %.0f us (%.0f..%.0f), ratio "
            "%.2f; exposed comm %.1f %% of the step (1 rank: %.1f %%), %d rounds\n",
@@ -429,11 +433,13 @@ int bench_suite_train(int argc, char **argv) {
   bool json = tool_has_flag(argc, argv, "--json");
   int iters = 15, n = 1000;
   int64_t e = 1000;
-  const char *only = NULL;
+  const char *only = NULL, *device = "cpu";
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--json") == 0) continue;
     if (i + 1 >= argc) return usage();
-    if (strcmp(argv[i], "--iters") == 0)
+    if (strcmp(argv[i], "--device") == 0)
+      device = argv[++i];
+    else if (strcmp(argv[i], "--iters") == 0)
       iters = atoi(argv[++i]);
     else if (strcmp(argv[i], "--params") == 0)
       n = atoi(argv[++i]);
@@ -446,10 +452,18 @@ int bench_suite_train(int argc, char **argv) {
   }
   if (iters < 1 || iters > MAX_ITERS || n < 1 || e < 1) return usage();
   if (only && strcmp(only, "optim") && strcmp(only, "demo") && strcmp(only, "fsdp")) return usage();
+  if (strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0) return usage();
+  if (strcmp(device, "cpu") != 0 && (!only || strcmp(only, "demo") != 0)) {
+    fprintf(stderr,
+            "bench train: --device %s times the demo's step only (--only demo); the "
+            "optimizer and FSDP rows are CPU figures\n",
+            device);
+    return 2;
+  }
   bench_machine_print(json);
   dt_status st = DT_OK;
   if (!only || strcmp(only, "optim") == 0) st = bench_optim(json, iters, n, e);
-  if (!st && (!only || strcmp(only, "demo") == 0)) st = bench_demo(json, iters);
+  if (!st && (!only || strcmp(only, "demo") == 0)) st = bench_demo(json, iters, device);
   if (!st && (!only || strcmp(only, "fsdp") == 0)) st = bench_fsdp(json, iters);
   if (st) {
     fprintf(stderr, "bench train: %s\n", dt_last_error());

@@ -1,9 +1,24 @@
 #!/usr/bin/env bash
-# The device check (issue 24): on a bare machine with an NVIDIA GPU, nvcc and no network, from
-# the repository root, builds the CUDA variant and runs the `cuda` tests (the differential
-# sweep among them, when it exists), then `dtensor bench cuda` when the tool has it, and
-# writes one summary, device-check.json, into $OUT (or device-check-out/). Under 6 minutes on
-# 16 cores: the library, the tool and the CUDA tests only, for the GPU's own architecture.
+# The device check (issues 24 and 25): on a bare machine with an NVIDIA GPU, nvcc and no
+# network, from the repository root, builds the CUDA variant and runs every test under
+# tests/cuda (ctest -L cuda: the differential sweep, the threads backend on GPU memory, CUDA
+# meshes, GPU traces, NCCL at world size 1 when the build has NCCL), then `dtensor bench cuda`
+# when the tool has it, then the seeds on CUDA and the demo on the GPU (below), and writes one
+# summary, device-check.json, into $OUT (or device-check-out/). One prepared run, well under 10
+# minutes on 16 cores: the library, the tool and the CUDA tests only, for the GPU's own
+# architecture, and every later step bounded by what is left of DT_CHECK_BUDGET.
+#
+# The seeds and the main job on CUDA (issue 25 items 5 and 6), each a `dtensor` command with
+# --device cuda, its output in $OUT/seeds/ (JSON lines where the command has them):
+#   seed000  bench dispatch --device cuda --json     (a + a, 512x512 Shard(0), 4 ranks: miss/hit)
+#   seed001  bench instructions --device cuda --time --json  (detach etc., fake world 256;
+#            instruction counts too when valgrind is there)
+#   seed003  demo tp --device cuda                   (refused: programs hold host parameters)
+#   seed004  bench compile --device cuda --json      (the Replicate 202048x256 embedding)
+#   demo     demo --device cuda --steps 100          (2 x 2 ranks sharing the GPU vs 1 rank)
+#   train    bench train --only demo --device cuda --json
+# Without a GPU each still runs once and must refuse at once naming the missing device; the
+# summary records every exit status and the first error line.
 #
 # What the machine lacks travels as Debian packages in .device-pack/ (scripts/device-pack.sh,
 # run on a CPU machine; name .device-pack in the device tool's `carry`): they are unpacked
@@ -15,7 +30,9 @@
 #
 # Environment: DT_CHECK_JOBS (build jobs, default 16), DT_CHECK_BUILD (build folder, default
 # build-device), DT_CHECK_ARCH (CMAKE_CUDA_ARCHITECTURES; default: the GPU's, else the
-# project's default), DT_CHECK_BUILD_TIMEOUT (default 240 s), DT_CHECK_BENCH_SECONDS (90).
+# project's default), DT_CHECK_BUILD_TIMEOUT (default 240 s), DT_CHECK_BENCH_SECONDS (90),
+# DT_CHECK_BUDGET (default 500 s: no step starts past it, and each step's timeout is cut to
+# what is left of it).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
@@ -29,6 +46,14 @@ log="$out/device-check.log"
 notes=()
 say() { echo "device-check: $*" | tee -a "$log"; }
 elapsed() { echo $(($(date +%s) - start)); }
+json_string() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
+budget="${DT_CHECK_BUDGET:-500}"
+# The timeout for a step that wants $1 seconds: at most what is left of the budget (0: none).
+step_timeout() {
+  local left=$((budget - $(elapsed)))
+  [ "$left" -lt 10 ] && { echo 0; return; }
+  [ "$1" -lt "$left" ] && echo "$1" || echo "$left"
+}
 
 # ---- The machine ----------------------------------------------------------------------------
 gpu_name="" gpu_driver="" gpu_memory="" gpu_cc=""
@@ -107,7 +132,9 @@ fi
 count_of() { grep -c "$1" "$2" 2> /dev/null || true; }
 if [ "$build_rc" -eq 0 ]; then
   tlog="$out/ctest-cuda.log"
-  (cd "$build" && timeout 150 ctest -L cuda --output-on-failure --timeout 120 -j 2) > "$tlog" 2>&1
+  t=$(step_timeout 200)
+  [ "$t" -eq 0 ] && t=1 # the budget is spent: ctest is cut at once, and fails
+  (cd "$build" && timeout "$t" ctest -L cuda --output-on-failure --timeout 150 -j 4) > "$tlog" 2>&1
   tests_rc=$?
   passed=$(grep -cE "Test +#[0-9]+: .* Passed" "$tlog")
   skipped=$(grep -cE "Test +#[0-9]+: .*Skipped" "$tlog")
@@ -139,12 +166,60 @@ if [ "$build_rc" -eq 0 ] && [ -x "$tool" ]; then
   fi
 fi
 
+# ---- The seeds and the demo on CUDA ----------------------------------------------------------
+seeds_json="null"
+nccl_in_build=false # CMake's configure output says whether it found NCCL (test_cuda_nccl)
+grep -q "dtensor: NCCL backend (" "$log" && nccl_in_build=true
+[ "$nccl_in_build" = false ] && notes+=("no NCCL in the build: test_cuda_nccl and the NCCL cases skip")
+if [ "$build_rc" -eq 0 ] && [ -x "$tool" ]; then
+  mkdir -p "$out/seeds"
+  seeds_json=""
+  seeds_ran_without_gpu=0 # commands that exited 0 without a GPU (each must refuse)
+  case "$tool" in /*) abs_tool=$tool ;; *) abs_tool="$root/$tool" ;; esac
+  # run_seed NAME SECONDS ARGS...: the tool with ARGS, its output in seeds/NAME.out.
+  run_seed() {
+    local name=$1 want=$2 t rc first
+    shift 2
+    t=$(step_timeout "$want")
+    if [ "$t" -eq 0 ]; then
+      seeds_json="${seeds_json:+$seeds_json, }\"$name\": {\"exit\": null, \"note\": \"no time left\"}"
+      say "$name: skipped, the budget is spent"
+      return
+    fi
+    # In seeds/: the demo writes its trace and loss curve into the working directory.
+    (cd "$out/seeds" && timeout "$t" "$abs_tool" "$@" > "$name.out" 2> "$name.err")
+    rc=$?
+    [ -z "$gpu_name" ] && [ "$rc" -eq 0 ] && seeds_ran_without_gpu=$((seeds_ran_without_gpu + 1))
+    first=$(grep -m1 -iE "error|fail|refus|not (available|supported)|skipped" "$out/seeds/$name.err" |
+      cut -c1-300)
+    seeds_json="${seeds_json:+$seeds_json, }\"$name\": {\"exit\": $rc, \"seconds_limit\": $t, \"first_error\": $(json_string "$first")}"
+    say "$name ($*): exit $rc${first:+: $first}"
+  }
+  run_seed seed000 90 bench dispatch --device cuda --json
+  run_seed seed001 60 bench instructions --device cuda --time --json
+  if command -v valgrind > /dev/null 2>&1 && [ -n "$gpu_name" ]; then
+    run_seed seed001_instructions 120 bench instructions --device cuda --json
+  else
+    notes+=("seed 001 instruction counts not run: valgrind absent or no GPU")
+  fi
+  run_seed seed003 20 demo tp --device cuda
+  run_seed seed004 90 bench compile --device cuda --json
+  run_seed demo 120 demo --device cuda --steps 100
+  run_seed train 90 bench train --only demo --device cuda --json
+  seeds_json="{$seeds_json}"
+  if [ -z "$gpu_name" ]; then
+    notes+=("the seed commands ran without a GPU: each must refuse (exit != 0)")
+    [ "$seeds_ran_without_gpu" -gt 0 ] &&
+      notes+=("$seeds_ran_without_gpu seed command(s) exited 0 without a GPU")
+  fi
+fi
+
 # ---- Summary -----------------------------------------------------------------------------------
 status="ok"
 [ "$configure_rc" -ne 0 ] || [ "$build_rc" -ne 0 ] && status="failed"
 [ "$tests_json" != "null" ] && [ "${tests_rc:-0}" -ne 0 ] && status="failed"
+[ "${seeds_ran_without_gpu:-0}" -gt 0 ] && status="failed"
 [ "$status" = "ok" ] && [ -z "$gpu_name" ] && status="no_gpu"
-json_string() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
 notes_json=""
 for n in "${notes[@]+"${notes[@]}"}"; do notes_json="${notes_json:+$notes_json, }$(json_string "$n")"; done
 cat > "$out/device-check.json" << JSON
@@ -153,6 +228,7 @@ cat > "$out/device-check.json" << JSON
  "nvcc": $(json_string "$nvcc_version"), "commit": $(json_string "$(git rev-parse --short HEAD 2> /dev/null || echo unknown)"),
  "configure_exit": $configure_rc, "build_exit": $build_rc, "build_s": $build_s, "architectures": $(json_string "${arch:-default}"),
  "cuda_tests": $tests_json, "differential": $diff_json, "bench_cuda": $bench_json,
+ "nccl_in_build": $nccl_in_build, "seeds": $seeds_json,
  "notes": [$notes_json]}
 JSON
 say "status $status in $(elapsed)s; summary in $out/device-check.json"

@@ -171,6 +171,16 @@ static int demo_tp(int argc, char **argv) {
         fprintf(stderr, "demo: unknown backend '%s' (threads or mpi)\n", backend);
         return 2;
       }
+    } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+      if (strcmp(argv[++i], "cpu") != 0) {
+        /* Seed 003 on CUDA needs programs whose state lives on the device. */
+        fprintf(stderr,
+                "demo tp: --device %s is not supported: exported programs (dt_export, "
+                "dt_program_run) hold their parameters in host memory; the collectives the TP "
+                "transformation inserts (seed 003's counts) do not depend on the device\n",
+                argv[i]);
+        return 1;
+      }
     } else if (strcmp(argv[i], "--json") != 0) {
       fprintf(stderr, "demo: unknown option '%s' (see 'dtensor demo --help')\n", argv[i]);
       return 2;

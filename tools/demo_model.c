@@ -63,6 +63,17 @@ static void make_batch(int step, int64_t *input, int64_t *target) {
   }
 }
 
+/* t (a CPU tensor) on the mesh's device of this rank: a new reference to t itself on a CPU
+ * mesh, a copy on a CUDA mesh. */
+static dt_status on_mesh_device(dt_mesh *mesh, dt_tensor *t, dt_tensor **out) {
+  dt_device device = dt_mesh_device(mesh);
+  if (device.kind == DT_DEVICE_CPU) {
+    *out = dt_tensor_retain(t);
+    return DT_OK;
+  }
+  return dt_to_device(t, device, out);
+}
+
 /* One parameter: made full on every rank from a fixed seed (so any world starts from the
  * same weights), distributed with its placements, and marked as a leaf requiring grad. */
 static dt_status make_param(dt_mesh *mesh, int ndim, const int64_t *shape, double init,
@@ -76,10 +87,13 @@ static dt_status make_param(dt_mesh *mesh, int ndim, const int64_t *shape, doubl
     if (!st) st = dt_mul_scalar(full, init, &scaled);
   }
   dt_placement pl[2] = {dt_replicate(), tp_placement};
-  if (!st) st = dt_dist_distribute_tensor(mesh, scaled, 2, pl, out);
+  dt_tensor *placed = NULL;
+  if (!st) st = on_mesh_device(mesh, scaled, &placed);
+  if (!st) st = dt_dist_distribute_tensor(mesh, placed, 2, pl, out);
   if (!st) st = dt_tensor_set_requires_grad(*out, true);
   dt_tensor_release(full);
   dt_tensor_release(scaled);
+  dt_tensor_release(placed);
   return st;
 }
 
@@ -214,10 +228,13 @@ static dt_status forward(tape *tp, dt_tensor *const *p, dt_tensor *idx, dt_tenso
 /* A full tensor every rank holds, as a distributed tensor with `placements`. */
 static dt_status distribute_data(dt_mesh *mesh, const void *data, int ndim, const int64_t *shape,
                                  dt_dtype dtype, dt_placement dp, dt_tensor **out) {
-  dt_tensor *full = NULL;
+  dt_tensor *full = NULL, *placed = NULL;
   dt_status st = dt_from_data(data, ndim, shape, dtype, &full);
-  if (!st) st = dt_dist_distribute_tensor(mesh, full, 2, (dt_placement[]){dp, dt_replicate()}, out);
+  if (!st) st = on_mesh_device(mesh, full, &placed);
+  if (!st)
+    st = dt_dist_distribute_tensor(mesh, placed, 2, (dt_placement[]){dp, dt_replicate()}, out);
   dt_tensor_release(full);
+  dt_tensor_release(placed);
   return st;
 }
 

@@ -16,7 +16,9 @@
  *
  * Writes dtensor_demo_trace.json (a Chrome trace of a few steps) and dtensor_demo_loss.svg.
  * Options: --steps N (default 300), --log-every N, --backend threads|mpi (or DT_BACKEND=mpi:
- * under mpirun -n 4 each process is one rank; rank 0 reports and runs the 1-rank check).
+ * under mpirun -n 4 each process is one rank; rank 0 reports and runs the 1-rank check),
+ * --device cpu|cuda (the meshes' device: on cuda the rank threads share the GPU, or take one
+ * each, and the 1-rank reference runs on the GPU too; without a GPU the mesh is refused).
  */
 #include <math.h>
 #include <stdio.h>
@@ -53,6 +55,7 @@ typedef struct train_run {
   int profiled_steps;
   bool process_per_rank; /* MPI: every rank drives the profiler of its own process */
   bool quiet;            /* no progress lines (the reference run) */
+  const char *device;    /* the meshes' device kind: "cpu" or "cuda" (--device) */
   double *losses;        /* [steps], written by rank 0 */
   double seconds;        /* wall time of the training loop, rank 0 */
   int64_t comm_bytes;    /* bytes rank 0 sent through collectives over the run */
@@ -153,7 +156,8 @@ static dt_status train_rank(dt_comm *world, void *arg) {
                            (const char *const[]){"dp", "pp", "tp"}, "pp", &pm);
     if (!st) st = demo_model_create_pipelined(pm, PP_MICROBATCHES, &model);
   } else {
-    st = dt_mesh_create(world, 2, (int[]){r->dp, r->tp}, (const char *const[]){"dp", "tp"}, &mesh);
+    st = dt_mesh_create_on(r->device, world, 2, (int[]){r->dp, r->tp},
+                           (const char *const[]){"dp", "tp"}, &mesh);
     if (!st) st = demo_model_create(mesh, &model);
   }
   if (!st) st = dt_comm_ledger_start(&ledger);
@@ -317,6 +321,7 @@ int tool_demo_train(int argc, char **argv) {
   int steps = 300, log_every = 0;
   train_run mesh = {.world = 4, .dp = 2, .pp = 1, .tp = 2};
   bool use_mpi = false;
+  const char *device = "cpu";
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
       if (!parse_count(argv[++i], &steps)) {
@@ -336,6 +341,12 @@ int tool_demo_train(int argc, char **argv) {
                 argv[i]);
         return 2;
       }
+    } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+      device = argv[++i];
+      if (strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0) {
+        fprintf(stderr, "demo: --device is cpu or cuda, got '%s'\n", device);
+        return 2;
+      }
     } else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
       const char *backend = argv[++i];
       if (strcmp(backend, "mpi") == 0) {
@@ -350,6 +361,13 @@ int tool_demo_train(int argc, char **argv) {
     }
   }
   if (log_every == 0) log_every = steps >= 100 ? 25 : 5;
+  if (strcmp(device, "cpu") != 0 && mesh.pp > 1) {
+    fprintf(stderr,
+            "demo: --device %s with pipeline stages (pp=%d) is not supported: the "
+            "pipeline's stage meshes are CPU meshes\n",
+            device, mesh.pp);
+    return 2;
+  }
   const char *env = getenv("DT_BACKEND");
   if (env && strcmp(env, "mpi") == 0) use_mpi = true;
 
@@ -370,6 +388,7 @@ int tool_demo_train(int argc, char **argv) {
                    .tp = mesh.tp,
                    .steps = steps,
                    .log_every = log_every,
+                   .device = device,
                    .losses = losses};
   char label[32], ranks_text[32];
   if (run.pp > 1) {
@@ -419,6 +438,7 @@ int tool_demo_train(int argc, char **argv) {
                    .steps = steps,
                    .log_every = log_every,
                    .quiet = true,
+                   .device = device,
                    .losses = reference};
   if (!rc && dt_comm_spawn(1, train_rank, &ref)) rc = fail("the 1-rank reference run");
   if (!rc) {

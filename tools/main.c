@@ -9,13 +9,15 @@ static const tool_command commands[] = {
     {.name = "demo",
      .summary = "the main job: train a transformer on a 2 (dp) x 2 (tp) mesh of 4 ranks",
      .usage = "[--steps N] [--log-every N] [--mesh dp=A,[pp=P,]tp=B] [--backend threads|mpi] "
-              "| tp [--world N] [--backend threads|mpi] [--json]",
+              "[--device cpu|cuda]\n       | tp [--world N] [--backend threads|mpi] [--json]",
      .details = "Trains a small decoder-only transformer (AdamW, vocabulary-parallel loss) to "
                 "reverse\nsequences on 4 ranks, checks every step's loss against 1 rank, writes "
                 "\ndtensor_demo_trace.json and dtensor_demo_loss.svg. --steps N (default 300).\n"
                 "--mesh dp=2,pp=2,tp=2: 8 ranks, two pipeline stages (1F1B, 4 microbatches) "
                 "with dp x tp\ninside each (dp 1, 2 or 4; pp 1 or 2; tp 1 or 2; default "
                 "dp=2,tp=2).\n"
+                "--device cuda: the meshes on the GPU (rank r on cuda:(r mod count); no pp); "
+                "refused\nwithout a CUDA device.\n"
                 "'tp': the TP-transform walkthrough: a TP MLP exported, transformed and run on N "
                 "ranks\n(default 4); --json ends with a one-line JSON summary. --backend mpi "
                 "(or DT_BACKEND=mpi):\nmpirun's ranks.",
