@@ -31,7 +31,9 @@ const tool_command tool_bench_suites[] = {
      .run = bench_suite_profile},
     {.name = "tp",
      .summary = "a tensor-parallel MLP on 2 ranks against the same graph on 1 rank",
-     .usage = "[--json] [--iters N] [--hidden H] [--batch B]",
+     .usage = "[--json] [--iters N] [--hidden H] [--batch B] [--device cpu]",
+     .details = "--device cuda is refused: the bench runs exported programs, whose parameters "
+                "live in host memory.",
      .run = bench_suite_tp},
     {.name = "autograd",
      .summary = "recording overhead per op and for a 1024^2 matmul; TP MLP backward, 2 vs 1 rank",

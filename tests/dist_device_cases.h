@@ -14,7 +14,8 @@
  *   - ops on sharded tensors (add, mul, relu, mm with a Shard/Replicate operand, sum to a
  *     Partial result), then full_tensor;
  *   - from_local with Partial(sum), reduced by full_tensor;
- *   - the factories (ones, arange, rand: the same values as on the CPU mesh);
+ *   - the factories (ones, arange, rand: the same values as on the CPU mesh) and
+ *     distribute_tensor_from (the source's verdict and tensor broadcast on the mesh's device);
  *   - refusals: a CPU tensor on the device mesh, and a device tensor on the CPU mesh.
  * Private header: RANK_CHECK reports through dt__error (comm_helpers.h).
  */
@@ -225,6 +226,23 @@ static inline dt_status ddc_factories(dt_mesh *dm, dt_mesh *cm, int ndim, dt_dev
   return DT_OK;
 }
 
+/* distribute_tensor_from: rank 0's tensor (on its device of the mesh) broadcast and sharded;
+ * the other ranks pass none. */
+static inline dt_status ddc_from_source(dt_mesh *dm, dt_mesh *cm, dt_tensor *a_dev,
+                                        dt_tensor *a_cpu, int rank, int ndim, dt_device device) {
+  dt_placement p[2] = {dt_shard(1), dt_shard(0)};
+  const int64_t *shape = dt_tensor_shape(a_cpu);
+  dt_tensor *d = NULL, *c = NULL;
+  RANK_OK(dt_dist_distribute_tensor_from(dm, rank == 0 ? a_dev : NULL, 0, 2, shape, DT_F32, ndim, p,
+                                         &d));
+  RANK_OK(dt_dist_distribute_tensor_from(cm, rank == 0 ? a_cpu : NULL, 0, 2, shape, DT_F32, ndim, p,
+                                         &c));
+  RANK_OK(ddc_check("distribute_tensor_from", d, c, device));
+  dt_tensor_release(d);
+  dt_tensor_release(c);
+  return DT_OK;
+}
+
 /* A CPU tensor on the device mesh and a device tensor on the CPU mesh: refused, naming the
  * function and both devices. */
 static inline dt_status ddc_refusals(dt_mesh *dm, dt_mesh *cm, dt_tensor *a_dev, dt_tensor *a_cpu,
@@ -266,6 +284,7 @@ static inline dt_status dist_device_cases(dt_comm *world, dt_comm *cpu_world, co
   }
   if (!st) st = ddc_partial_from_local(dm, cm, dt_comm_rank(world), ndim, device);
   if (!st) st = ddc_factories(dm, cm, ndim, device);
+  if (!st) st = ddc_from_source(dm, cm, a_dev, a_cpu, dt_comm_rank(world), ndim, device);
   if (!st) st = ddc_refusals(dm, cm, a_dev, a_cpu, ndim);
   dt_tensor_release(a_cpu);
   dt_tensor_release(a_dev);
