@@ -558,12 +558,12 @@ static dt_status factory_local(const char *op, const dt_mesh *mesh, factory_kind
     }
   }
   dt_tensor_release(host);
-  if (st) {
+  if (!st) {
+    *out = local;
+  } else {
     dt_tensor_release(local);
-    return st;
   }
-  *out = local;
-  return DT_OK;
+  return st;
 }
 
 static dt_status dist_factory(const char *op, dt_mesh *mesh, int ndim, const int64_t *shape,
