@@ -142,7 +142,7 @@ if [ "$build_rc" -eq 0 ]; then
   tests_json="{\"exit\": $tests_rc, \"passed\": $passed, \"failed\": $failed, \"skipped\": $skipped}"
   say "ctest -L cuda: exit $tests_rc, $passed passed, $failed failed, $skipped skipped"
   if grep -q "test_cuda_differential" "$tlog"; then
-    d=$(grep -E "Test +#[0-9]+: test_cuda_differential " "$tlog" | sed 's/.*test_cuda_differential *\.* *//; s/ .*//')
+    d=$(grep -E "Test +#[0-9]+: test_cuda_differential " "$tlog" | sed 's/.*test_cuda_differential *\.* *//; s/^\**//; s/ .*//')
     diff_json="{\"result\": \"${d:-unknown}\"}"
   else
     notes+=("no differential sweep (test_cuda_differential) in this tree")
