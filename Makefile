@@ -42,7 +42,7 @@ test-sanitize: deps $(SANITIZE_BUILD)/CMakeCache.txt
 TSAN_BUILD ?= build-tsan
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDT_TSAN=ON $(CMAKE_FLAGS)
-	cmake --build $(TSAN_BUILD) -j $(JOBS) --target tsan_threads
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target tsan_threads tsan_thread_pool
 	cd $(TSAN_BUILD) && ctest --output-on-failure
 
 # The CUDA variant (docs/cuda.md), as CI builds it: the library, the tool and the `cuda` tests

@@ -66,7 +66,8 @@ const tool_command tool_bench_suites[] = {
          "vocab 8192, d_model 512, 8 heads, 4 layers, seq 256, batch 8; small for quick runs;\n"
          "the other size options override the named size), 1 rank: ms/step, tokens/s and\n"
          "achieved GFLOP/s against cblas_sgemm's rate at the step's shapes, measured in the run.\n"
-         "--threads sets the BLAS's threads; --clock: process CPU time (default) or wall time.",
+         "--threads sets the BLAS's and the kernels' threads; --clock: process CPU time\n"
+         "(default) or wall time (use it with --threads above 1: CPU time adds the threads up).",
      .run = bench_suite_train},
     {.name = "ops",
      .summary = "each non-GEMM op of the GPT-2-like step, fwd and fwd+bwd, vs a memcpy; its GEMMs "
@@ -78,7 +79,7 @@ const tool_command tool_bench_suites[] = {
          "Ops: layer_norm gelu softmax log_softmax cross_entropy mul_btd_bt1 add_btd_d\n"
          "mul_btd_d masked_fill embedding, then adamw and the GEMM calls (gemm). Each against a\n"
          "memcpy of the bytes it must move, alternating; --clock: process CPU time\n"
-         "(default) or wall time; --threads sets the BLAS's threads.",
+         "(default) or wall time; --threads sets the BLAS's and the kernels' threads.",
      .run = bench_suite_ops},
     {.name = "models",
      .summary = "Hugging Face models: prefill, decode and fine-tuning tokens/s, 1 rank and TP 2; "

@@ -170,7 +170,7 @@ int bench_suite_autograd(int argc, char **argv) {
   }
   if (iters < 1 || iters > MAX_ITERS || hidden < 2 || hidden % 2 || batch < 1) return usage();
   bench_machine_print(json);
-  dt__blas_set_threads(1);
+  dt_set_num_threads(1); /* one thread: the BLAS's and the kernels' */
 
   /* Small ops: a requires grad, b does not. */
   static const struct {

@@ -468,7 +468,7 @@ int bench_suite_dispatch(int argc, char **argv) {
   }
   /* Ranks are threads on few cores: one BLAS thread each keeps linear's timings steady. */
   bench_machine_print(b.json);
-  dt__blas_set_threads(1);
+  dt_set_num_threads(1); /* one thread: the BLAS's and the kernels' */
   dt_status st = dt_comm_spawn(b.world, rank_fn, &b);
   if (!st && b.world >= 4 && b.world % 2 == 0) st = run_2d_fake(&b);
   if (st) {

@@ -370,7 +370,9 @@ int bench_gpt_train(int argc, char **argv) {
     }
   }
   if (!gpt_sizes_valid(&s) || steps < 1 || steps > 64) goto usage;
-  if (threads) dt__blas_set_threads(threads);
+  /* The BLAS's threads and the library's own kernels', as torch.set_num_threads. */
+  if (threads) dt_set_num_threads(threads);
+  dt__blas_sync_threads(); /* before sgemm_rate calls the BLAS directly */
   bench_machine_print(json);
   double rate = sgemm_rate(&s);
   gpt_model *m = NULL;

@@ -282,7 +282,8 @@ int bench_suite_kernels(int argc, char **argv) {
     return 2;
   }
   bench_machine_print(json);
-  dt__blas_set_threads(1);
+  dt_set_num_threads(1);   /* one thread: the BLAS's and the kernels' */
+  dt__blas_sync_threads(); /* before the first direct cblas_sgemm */
   const gemm_shape shapes[] = {
       {"mlp", 1, 64, 4096, 4096},   {"mlp_up", 1, 64, 4096, 16384}, {"square", 1, n, n, n},
       {"attn_qk", 32, 64, 128, 64}, {"attn_pv", 32, 64, 64, 128},

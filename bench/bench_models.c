@@ -314,7 +314,7 @@ int bench_suite_models(int argc, char **argv) {
   if (parse(argc, argv, &b, &model, &z)) return 2;
   if (write_only && model) return usage();
   if (!write_only) bench_machine_print(json);
-  dt__blas_set_threads(1);
+  dt_set_num_threads(1); /* one thread: the BLAS's and the kernels' */
   dt_status st = DT_OK;
   bool written = false;
   if (model) {

@@ -163,7 +163,7 @@ int bench_models_attention(int argc, char **argv) {
   }
   if (c.B < 1 || c.H < 1 || c.T < 1 || c.E < 1 || reps < 1 || reps > MAX_REPS) return usage();
   bench_machine_print(json);
-  dt__blas_set_threads(1);
+  dt_set_num_threads(1); /* one thread: the BLAS's and the kernels' */
   attn_result fz = {0}, uf = {0};
   double secs[2][MAX_REPS], cpu[2][MAX_REPS];
   dt_status st = DT_OK;

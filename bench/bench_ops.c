@@ -402,7 +402,9 @@ int bench_suite_ops(int argc, char **argv) {
     fprintf(stderr, "bench ops: --only %s names no case (see 'dtensor bench ops --help')\n", only);
     return 2;
   }
-  if (threads) dt__blas_set_threads(threads);
+  /* The BLAS's threads and the library's own kernels', as torch.set_num_threads. */
+  if (threads) dt_set_num_threads(threads);
+  dt__blas_sync_threads(); /* before the GEMM rows call the BLAS directly */
   bench_machine_print(json);
   if (!json)
     printf("# clock: %s time; sizes as bench train --size (see --help)\n", bench_clock_name());

@@ -102,7 +102,7 @@ int bench_suite_tp(int argc, char **argv) {
   }
   if (iters < 1 || iters > MAX_ITERS || hidden < 2 || batch < 1) return usage();
   bench_machine_print(json);
-  dt__blas_set_threads(1);
+  dt_set_num_threads(1); /* one thread: the BLAS's and the kernels' */
   dt_module *model = NULL;
   dt_program *prog = NULL;
   dt_tensor *x = NULL;

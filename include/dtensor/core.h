@@ -93,6 +93,29 @@ DT_API void dt_set_log_callback(dt_log_fn fn, void *user, dt_log_level min_level
 /* The library's version as "MAJOR.MINOR.PATCH". */
 DT_API const char *dt_version_string(void);
 
+/* Sets how many threads one rank's kernels may use, as PyTorch's torch.set_num_threads: the
+ * library's own large kernels (float32 elementwise loops, gelu's backward, softmax and
+ * log_softmax and their backwards, layer_norm and the input gradients of layer_norm and rms_norm,
+ * cross_entropy's rows) split their rows over an intra-op thread pool, and the BLAS's GEMMs
+ * get the same count. n >= 1, or 0 for the default: the environment's DT_NUM_THREADS when
+ * set (read at each kernel call), else the machine's online cores for the kernels and the
+ * BLAS's own count (OPENBLAS_NUM_THREADS, else its default) for the GEMMs.
+ *
+ * Whatever the setting, a call never uses more than cores / (rank threads of the process)
+ * threads, at least 1: dt_comm_spawn's N rank threads on C cores get C / N each (so n above
+ * the cores is the cores), and the ranks never oversubscribe the cores. Results do not
+ * depend on the count: every split kernel computes each row (or element) alone, so 1 and N
+ * threads give the same bits. Idle pool threads block on a condition variable (none spins);
+ * they start at the first kernel that needs them and are joined when the process exits. A
+ * custom allocator (dt_set_allocator) is called from pool threads too.
+ * Process-wide; safe to call from any thread; takes effect at the next kernel call.
+ * Errors: DT_ERR_INVALID (n < 0). */
+DT_API dt_status dt_set_num_threads(int n);
+
+/* The number of threads a kernel called now on this thread would use: the setting (or its
+ * default) after the cap at cores / rank threads described above; at least 1. */
+DT_API int dt_get_num_threads(void);
+
 #ifdef __cplusplus
 }
 #endif

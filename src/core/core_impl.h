@@ -177,4 +177,34 @@ typedef struct dt__upcalls {
 
 extern dt__upcalls dt__upcall;
 
+/* ---- Intra-op threads (thread_pool.c) ---------------------------------------------------- */
+
+/* A piece of a kernel's work: elements (or rows) [begin, end) of its range. */
+typedef void (*dt_chunk_fn)(void *ctx, int64_t begin, int64_t end);
+
+/* Elements per chunk below which splitting an elementwise loop does not pay for the wake-up
+ * of a pool thread (about 10-30 us of work). Row kernels pass this divided by the row length. */
+#define DT_PARALLEL_GRAIN 32768
+
+/* Runs fn over [0, n) split into contiguous chunks of at least `grain` (up to 4 per thread,
+ * the last one shorter), run by the calling thread and at most dt__intra_threads() - 1 pool
+ * threads; returns when every chunk has finished. Chunks must not fail and may run in any
+ * order, on any of those threads; with one thread (or one chunk) fn(ctx, 0, n) runs inline.
+ * fn may call dt__parallel_for itself. */
+void dt__parallel_for(int64_t n, int64_t grain, dt_chunk_fn fn, void *ctx);
+
+/* The threads one kernel call may use now: dt_set_num_threads's setting (else DT_NUM_THREADS,
+ * else the cores) capped at cores / live rank threads, at least 1. */
+int dt__intra_threads(void);
+
+/* Counts rank threads in or out of the process (dt_comm_spawn: +world_size, then back). */
+void dt__rank_threads_add(int delta);
+
+/* The threads the BLAS should use for a GEMM called now, given `base`, the count it was
+ * configured with (its own default or OPENBLAS_NUM_THREADS, or dt__blas_set_threads): the
+ * kernels' count (dt__intra_threads) when dt_set_num_threads or DT_NUM_THREADS chose one, so
+ * that one setting covers both as torch.set_num_threads does; otherwise base, capped at
+ * cores / rank threads like the kernels. */
+int dt__blas_threads_for(int base);
+
 #endif /* DT_CORE_IMPL_H */

@@ -209,6 +209,9 @@ dt_status dt_comm_spawn(int world_size, dt_rank_fn fn, void *arg) {
     }
     ranks[r].comm->owned_by_spawn = true;
   }
+  /* The ranks share the cores: each rank's kernels get cores / ranks threads (thread_pool.c).
+   * The calling thread is rank 0, one of them. */
+  dt__rank_threads_add(world_size);
   for (int r = 1; r < world_size; r++) {
     if (pthread_create(&ranks[r].thread, NULL, rank_main, &ranks[r]) != 0) {
       dt__th_abort(d, DT_ERR_ABORTED, NULL, 0, "dt_comm_spawn could not start every rank's thread");
@@ -222,6 +225,7 @@ dt_status dt_comm_spawn(int world_size, dt_rank_fn fn, void *arg) {
   for (int r = 1; r < world_size; r++) {
     if (ranks[r].started) pthread_join(ranks[r].thread, NULL);
   }
+  dt__rank_threads_add(-world_size);
   if (status == DT_OK && d->first_status != DT_OK) {
     status = dt__error(d->first_status, "rank %d: %s", d->first_rank, d->first_message);
   }

@@ -2,6 +2,10 @@
  * DT_BLAS_OPENBLAS, DT_BLAS_BLIS or DT_BLAS_GENERIC is defined by CMake. */
 #include "kernels/cpu/blas.h"
 
+#include "core/core_impl.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +37,7 @@ const char *dt__blas_name(void) {
   return name;
 }
 
-void dt__blas_set_threads(int threads) {
-  if (threads < 1) threads = 1;
+static void vendor_set_threads(int threads) {
 #if defined(DT_BLAS_OPENBLAS)
   openblas_set_num_threads(threads);
 #elif defined(DT_BLAS_BLIS)
@@ -42,6 +45,52 @@ void dt__blas_set_threads(int threads) {
 #else
   (void)threads;
 #endif
+}
+
+static int vendor_threads(void) {
+#if defined(DT_BLAS_OPENBLAS)
+  return openblas_get_num_threads();
+#elif defined(DT_BLAS_BLIS)
+  return (int)bli_thread_get_num_threads();
+#else
+  return 1;
+#endif
+}
+
+int dt__blas_threads(void) { return vendor_threads(); }
+
+/* base: the count the BLAS was configured with (0: not read yet); applied: the count last
+ * given to it. Changes happen under the lock, at most once per change of the setting or of
+ * the rank threads (every rank thread wants the same count), never per GEMM. */
+static atomic_int base_threads, applied_threads;
+static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void dt__blas_set_threads(int threads) {
+  if (threads < 1) threads = 1;
+  pthread_mutex_lock(&threads_lock);
+  vendor_set_threads(threads);
+  atomic_store(&base_threads, threads);
+  atomic_store(&applied_threads, threads);
+  pthread_mutex_unlock(&threads_lock);
+}
+
+void dt__blas_sync_threads(void) {
+  int base = atomic_load(&base_threads);
+  if (base == 0) {
+    pthread_mutex_lock(&threads_lock);
+    if (atomic_load(&base_threads) == 0) atomic_store(&base_threads, vendor_threads());
+    base = atomic_load(&base_threads);
+    atomic_store(&applied_threads, base);
+    pthread_mutex_unlock(&threads_lock);
+  }
+  int want = dt__blas_threads_for(base);
+  if (want == atomic_load(&applied_threads)) return;
+  pthread_mutex_lock(&threads_lock);
+  if (want != atomic_load(&applied_threads)) {
+    vendor_set_threads(want);
+    atomic_store(&applied_threads, want);
+  }
+  pthread_mutex_unlock(&threads_lock);
 }
 
 const char *dt__blas_better_coretype(void) {

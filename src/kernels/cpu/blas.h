@@ -8,8 +8,17 @@
 const char *dt__blas_name(void);
 
 /* Asks the BLAS to use `threads` threads for its own calls (a generic CBLAS has no portable
- * knob, so this does nothing there). Ranks that are threads want 1 each. */
+ * knob, so this does nothing there), and makes that the base count dt__blas_sync_threads
+ * caps: without a dt_set_num_threads setting, rank threads still get at most cores / ranks. */
 void dt__blas_set_threads(int threads);
+
+/* Before a GEMM: gives the BLAS dt__blas_threads_for(base) threads when that changed since
+ * the last call (dt_set_num_threads, DT_NUM_THREADS, rank threads starting or ending). Cheap
+ * when nothing changed (two atomic loads and the kernels' thread count). */
+void dt__blas_sync_threads(void);
+
+/* The threads the BLAS is set to use now (1 for a generic CBLAS). */
+int dt__blas_threads(void);
 
 /* OpenBLAS's DYNAMIC_ARCH build picks its kernels from the CPU's model number when it loads,
  * and falls back to "Prescott" (SSE3) for a model it does not know (0.3.21 on family 6

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <limits.h>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/matrix.h"
 
@@ -204,6 +205,7 @@ static dt_status float_matmul(const dt_tensor *a, const dt_tensor *b, const dt_t
   } else {
     const dt_tensor *ta, *tb;
     blas_layout la, lb;
+    dt__blas_sync_threads();
     st = prepare_operand(a, cd, &ta, &a_copy, &la);
     if (!st) st = prepare_operand(b, cd, &tb, &b_copy, &lb);
     if (st) goto done;

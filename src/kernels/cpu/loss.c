@@ -9,6 +9,7 @@
 
 #include "core/core_impl.h"
 #include "kernels/cpu/loss.h"
+#include "kernels/cpu/reduce.h"
 #include "kernels/cpu/rows.h"
 #include "kernels/cpu/vmath.h"
 #include "kernels/math/norm.h"
@@ -98,6 +99,28 @@ DT_VECTOR_CLONES static void fast_row(const dt_tensor *logits, int64_t i, int64_
   y[t] -= (float)(g * (1.0 - eps));
 }
 
+/* Rows [begin, end) of the float32 path (targets already checked), for the pool. */
+typedef struct ce_job {
+  const dt_tensor *grad, *logits, *target;
+  const dt_cross_entropy_params *p;
+  dt_tensor *out;
+} ce_job;
+
+static void ce_chunk(void *vp, int64_t begin, int64_t end) {
+  const ce_job *j = vp;
+  int64_t out_cols = j->grad ? j->logits->shape[1] : 1;
+  for (int64_t i = begin; i < end; i++) {
+    int64_t t = target_at(j->target, i);
+    bool ignored = j->p->has_ignore_index && t == j->p->ignore_index;
+    double g = ignored || !j->grad ? 0.0 : load(j->grad, i, 0);
+    if (ignored || (j->grad && g == 0.0)) {
+      for (int64_t c = 0; c < out_cols; c++) store(j->out, i, c, 0.0);
+      continue;
+    }
+    fast_row(j->logits, i, t, j->p->label_smoothing, g, j->out, j->grad ? j->out : NULL);
+  }
+}
+
 /* The forward (grad NULL: out[i, 0] = row i's loss) and the backward (out = grad_in) walk the
  * rows alike: check the target, write zeros for an ignored row (and, backward, for a zero
  * incoming gradient), else compute from the row's max and log-sum-exp. */
@@ -107,7 +130,19 @@ static dt_status cross_entropy_rows(const char *op, const dt_tensor *grad, const
   int64_t rows = logits->shape[0], classes = logits->shape[1];
   int64_t out_cols = grad ? classes : 1;
   double eps = p->label_smoothing;
-  bool fast = fast_rows(logits, grad ? out : NULL);
+  if (fast_rows(logits, grad ? out : NULL)) {
+    /* Every target checked first, so that the rows can run on the pool (and a bad target
+     * leaves out unwritten). */
+    for (int64_t i = 0; i < rows; i++) {
+      int64_t t;
+      bool ignored;
+      dt_status st = row_target(op, target, i, classes, p, &t, &ignored);
+      if (st) return st;
+    }
+    ce_job j = {.grad = grad, .logits = logits, .target = target, .p = p, .out = out};
+    dt__parallel_for(rows, dt__lines_grain(classes), ce_chunk, &j);
+    return DT_OK;
+  }
   for (int64_t i = 0; i < rows; i++) {
     int64_t t;
     bool ignored;
@@ -116,10 +151,6 @@ static dt_status cross_entropy_rows(const char *op, const dt_tensor *grad, const
     double g = ignored || !grad ? 0.0 : load(grad, i, 0);
     if (ignored || (grad && g == 0.0)) {
       for (int64_t j = 0; j < out_cols; j++) store(out, i, j, 0.0);
-      continue;
-    }
-    if (fast) {
-      fast_row(logits, i, t, eps, g, out, grad ? out : NULL);
       continue;
     }
     double m, lse;

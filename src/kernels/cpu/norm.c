@@ -59,6 +59,25 @@ DT_VECTOR_CLONES static void softmax_f32_line(const float *x, float *y, int64_t 
   for (int64_t i = 0; i < n; i++) y[i] *= inv;
 }
 
+/* Lines [begin, end) of a float32 softmax, for the pool. */
+typedef struct line_job {
+  const dt_tensor *a;
+  dt_tensor *out;
+  int dim;
+  int64_t len;
+  bool take_log;
+} line_job;
+
+static void softmax_chunk(void *p, int64_t begin, int64_t end) {
+  const line_job *j = p;
+  const float *abase = (const float *)dt__tensor_base(j->a);
+  float *obase = (float *)dt__tensor_base(j->out);
+  for (int64_t l = begin; l < end; l++) {
+    softmax_f32_line(abase + dt__line_offset(j->a, j->dim, j->dim + 1, l),
+                     obase + dt__line_offset(j->out, j->dim, j->dim + 1, l), j->len, j->take_log);
+  }
+}
+
 static void softmax_double_line(const double *x, double *y, int64_t n, bool take_log) {
   double m = -INFINITY;
   for (int64_t i = 0; i < n; i++) m = dt__max_nan(x[i], m);
@@ -84,6 +103,11 @@ dt_status dt__cpu_softmax(const dt_tensor *a, int dim, bool take_log, dt_tensor 
   int64_t out_size = (int64_t)dt__dtype_sizes[out->dtype];
   bool fast = a->dtype == DT_F32 && out->dtype == DT_F32 && (in_stride == 1 || len == 1) &&
               (out_stride == 1 || len == 1);
+  if (fast) {
+    line_job j = {.a = a, .out = out, .dim = dim, .len = len, .take_log = take_log};
+    dt__parallel_for(lines, dt__lines_grain(len), softmax_chunk, &j);
+    return DT_OK;
+  }
   double *buf = NULL;
   if (!fast) {
     buf = alloc_doubles(2 * len);
@@ -132,6 +156,29 @@ DT_VECTOR_CLONES static void normalize_row(const float *x, float mean, float rst
   for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd * w[i] + b[i];
 }
 
+/* Rows [begin, end) of a float32 layer norm, for the pool. */
+typedef struct ln_job {
+  const dt_tensor *x;
+  dt_tensor *out;
+  int lead;
+  int64_t len;
+  const float *w, *b;
+  float eps;
+} ln_job;
+
+static void layer_norm_chunk(void *p, int64_t begin, int64_t end) {
+  const ln_job *j = p;
+  int64_t len = j->len;
+  for (int64_t l = begin; l < end; l++) {
+    const float *x =
+        (const float *)dt__tensor_base(j->x) + dt__line_offset(j->x, j->lead, j->x->ndim, l);
+    float *y = (float *)dt__tensor_base(j->out) + l * len;
+    float mean = dt__row_sum_f32(x, len) / (float)len;
+    float rstd = 1.0f / sqrtf(dt__row_sq_dev_sum_f32(x, mean, len) / (float)len + j->eps);
+    normalize_row(x, mean, rstd, j->w, j->b, y, len);
+  }
+}
+
 /* float32 rows in float32: mean and biased variance by two blocked passes (rows.h), then
  * y = (x - mean) rstd w + b; weight and bias gathered once into float32 (w is all ones, b all
  * zeros when absent). */
@@ -156,14 +203,8 @@ static dt_status layer_norm_f32(const dt_tensor *x, int lead, int64_t len, int64
     for (int64_t i = 0; i < len; i++) b[i] = (float)tmp[i];
   }
   dt__free(tmp);
-  const char *xbase = dt__tensor_base(x);
-  for (int64_t l = 0; l < lines; l++) {
-    const float *p = (const float *)(xbase + dt__line_offset(x, lead, x->ndim, l) * 4);
-    float *y = (float *)dt__tensor_base(out) + l * len;
-    float mean = dt__row_sum_f32(p, len) / (float)len;
-    float rstd = 1.0f / sqrtf(dt__row_sq_dev_sum_f32(p, mean, len) / (float)len + (float)eps);
-    normalize_row(p, mean, rstd, w, b, y, len);
-  }
+  ln_job j = {.x = x, .out = out, .lead = lead, .len = len, .w = w, .b = b, .eps = (float)eps};
+  dt__parallel_for(lines, dt__lines_grain(len), layer_norm_chunk, &j);
   dt__free(wb);
   return DT_OK;
 }

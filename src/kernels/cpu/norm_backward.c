@@ -14,6 +14,7 @@
  * double. Outputs are contiguous (the dispatcher allocates them).
  */
 #include <math.h>
+#include <stdatomic.h>
 
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/rows.h"
@@ -35,6 +36,26 @@ DT_VECTOR_CLONES static void softmax_line_f32(const float *g, const float *y, fl
   for (int64_t i = 0; i < n; i++) dx[i] = y[i] * (g[i] - s);
 }
 
+/* Lines [begin, end) of the float32 path, for the pool. */
+typedef struct softmax_job {
+  const dt_tensor *g, *y;
+  dt_tensor *out;
+  int dim;
+  int64_t len;
+  bool take_log;
+} softmax_job;
+
+static void softmax_chunk(void *p, int64_t begin, int64_t end) {
+  const softmax_job *j = p;
+  for (int64_t l = begin; l < end; l++) {
+    int d = j->dim;
+    softmax_line_f32((const float *)dt__tensor_base(j->g) + dt__line_offset(j->g, d, d + 1, l),
+                     (const float *)dt__tensor_base(j->y) + dt__line_offset(j->y, d, d + 1, l),
+                     (float *)dt__tensor_base(j->out) + dt__line_offset(j->out, d, d + 1, l),
+                     j->len, j->take_log);
+  }
+}
+
 /* One line in double: g and y gathered into buf[0, n) and buf[n, 2n), dx into buf[2n, 3n). */
 static void softmax_line_double(double *buf, int64_t n, bool take_log) {
   const double *g = buf, *y = buf + n;
@@ -53,6 +74,11 @@ dt_status dt__cpu_softmax_backward(const dt_tensor *g, const dt_tensor *y, int d
   int64_t os = scalar ? 1 : out->strides[dim];
   bool fast = g->dtype == DT_F32 && y->dtype == DT_F32 && out->dtype == DT_F32 &&
               ((gs == 1 && ys == 1 && os == 1) || len == 1);
+  if (fast) {
+    softmax_job j = {.g = g, .y = y, .out = out, .dim = dim, .len = len, .take_log = take_log};
+    dt__parallel_for(lines, dt__lines_grain(len), softmax_chunk, &j);
+    return DT_OK;
+  }
   double *buf = NULL;
   if (!fast && !(buf = dt__alloc(sizeof(double) * (size_t)(3 * len))))
     return dt__error(DT_ERR_NOMEM, "softmax_backward: out of memory for a line of %lld",
@@ -207,10 +233,63 @@ static dt_status norm_backward(bool rms, const dt_tensor *g, const dt_tensor *x,
   return DT_OK;
 }
 
+/* Rows [begin, end) of dx on the float32 path, each chunk with its own scratch rows. */
+typedef struct dx_job {
+  bool rms;
+  const dt_tensor *g, *x;
+  dt_tensor *dx;
+  int lead;
+  int64_t n;
+  const float *w;
+  float eps;
+  atomic_bool failed; /* a chunk found no memory for its scratch */
+} dx_job;
+
+static void dx_chunk(void *p, int64_t begin, int64_t end) {
+  dx_job *j = p;
+  int64_t n = j->n;
+  float *mem = dt__alloc(sizeof(float) * (size_t)(2 * n));
+  if (!mem) {
+    atomic_store(&j->failed, true);
+    return;
+  }
+  norm_scratch s = {.w = (float *)j->w, .xhat = mem, .gy = mem + n};
+  for (int64_t r = begin; r < end; r++) {
+    const float *x =
+        (const float *)dt__tensor_base(j->x) + dt__line_offset(j->x, j->lead, j->x->ndim, r);
+    const float *g =
+        (const float *)dt__tensor_base(j->g) + dt__line_offset(j->g, j->lead, j->g->ndim, r);
+    norm_row_f32(j->rms, g, x, n, j->eps, &s, (float *)dt__tensor_base(j->dx) + r * n);
+  }
+  dt__free(mem);
+}
+
 dt_status dt__cpu_norm_backward_input(bool rms, const dt_tensor *g, const dt_tensor *x, int ndims,
                                       const dt_tensor *weight, double eps, dt_tensor *dx) {
   if (dt__tensor_numel(x) == 0) return DT_OK;
-  return norm_backward(rms, g, x, ndims, weight, eps, dx, NULL, NULL);
+  int lead = x->ndim - ndims;
+  int64_t n = dt__numel(ndims, x->shape + lead), rows = dt__numel(lead, x->shape);
+  bool fast = x->dtype == DT_F32 && g->dtype == DT_F32 && dx->dtype == DT_F32 &&
+              dt__is_contiguous(ndims, x->shape + lead, x->strides + lead) &&
+              dt__is_contiguous(ndims, g->shape + lead, g->strides + lead);
+  if (!fast) return norm_backward(rms, g, x, ndims, weight, eps, dx, NULL, NULL);
+  double *wd = dt__alloc(sizeof(double) * (size_t)n);
+  float *w = dt__alloc(sizeof(float) * (size_t)n);
+  dx_job j = {
+      .rms = rms, .g = g, .x = x, .dx = dx, .lead = lead, .n = n, .w = w, .eps = (float)eps};
+  atomic_init(&j.failed, !wd || !w);
+  if (wd && w) {
+    for (int64_t i = 0; i < n; i++) wd[i] = 1.0;
+    if (weight) dt__gather_double(weight, 0, dt__tensor_base(weight), wd);
+    for (int64_t i = 0; i < n; i++) w[i] = (float)wd[i];
+    dt__parallel_for(rows, dt__lines_grain(n), dx_chunk, &j);
+  }
+  dt__free(wd);
+  dt__free(w);
+  if (atomic_load(&j.failed))
+    return dt__error(DT_ERR_NOMEM, "%s_backward: out of memory for a row of %lld",
+                     rms ? "rms_norm" : "layer_norm", (long long)n);
+  return DT_OK;
 }
 
 dt_status dt__cpu_norm_backward_affine(bool rms, const dt_tensor *g, const dt_tensor *x, int ndims,

@@ -26,6 +26,12 @@ typedef enum dt_cpu_reduce_kind {
 dt_status dt__cpu_reduce(dt_cpu_reduce_kind kind, const dt_tensor *a, uint32_t mask,
                          dt_tensor *values, dt_tensor *indices);
 
+/* Lines per pool chunk for a row kernel of rows of `len` elements (DT_PARALLEL_GRAIN
+ * elements at least). */
+static inline int64_t dt__lines_grain(int64_t len) {
+  return len >= DT_PARALLEL_GRAIN ? 1 : DT_PARALLEL_GRAIN / (len > 0 ? len : 1);
+}
+
 /* Element offset of line l of t, where lines run row-major over t's dims outside
  * [skip_from, skip_to). */
 int64_t dt__line_offset(const dt_tensor *t, int skip_from, int skip_to, int64_t l);

@@ -124,11 +124,43 @@ static void inner_unary(char **ptrs, const int64_t *strides, int64_t n, void *op
   }
 }
 
+/* A contiguous float32 unary loop or gelu_backward for the pool, split in blocks of BLOCK
+ * elements: every chunk but the last starts and ends on a block boundary, so the vector loop
+ * and its scalar tail cover the same elements whatever the thread count (the same bits). */
+enum { BLOCK = 64 };
+
+typedef struct f32_job {
+  dt_unary_op op;
+  const float *a, *b;
+  float *o;
+  int64_t n; /* elements */
+} f32_job;
+
+/* Elements of blocks [begin, end): the first one and the count (the last block shorter). */
+static int64_t block_range(const f32_job *j, int64_t begin, int64_t end, int64_t *count) {
+  int64_t first = begin * BLOCK, last = end * BLOCK < j->n ? end * BLOCK : j->n;
+  *count = last - first;
+  return first;
+}
+
+static void run_blocks(f32_job *j, dt_chunk_fn fn) {
+  dt__parallel_for((j->n + BLOCK - 1) / BLOCK, DT_PARALLEL_GRAIN / BLOCK, fn, j);
+}
+
+static void unary_chunk(void *p, int64_t begin, int64_t end) {
+  const f32_job *j = p;
+  int64_t count, first = block_range(j, begin, end, &count);
+  contiguous_f32(j->op, j->a + first, j->o + first, count);
+}
+
 void dt__cpu_unary(dt_unary_op op, const dt_tensor *a, dt_tensor *out) {
   if (a->dtype == DT_F32 && dt__is_contiguous(a->ndim, a->shape, a->strides) &&
       dt__is_contiguous(out->ndim, out->shape, out->strides)) {
-    contiguous_f32(op, (const float *)dt__tensor_base(a), (float *)dt__tensor_base(out),
-                   dt__tensor_numel(out));
+    f32_job j = {.op = op,
+                 .a = (const float *)dt__tensor_base(a),
+                 .o = (float *)dt__tensor_base(out),
+                 .n = dt__tensor_numel(out)};
+    run_blocks(&j, unary_chunk);
     return;
   }
   unary_ctx ctx = {.op = op, .dtype = a->dtype};
@@ -163,7 +195,30 @@ static void inner_gelu_backward(char **ptrs, const int64_t *strides, int64_t n, 
   }
 }
 
+static void gelu_backward_chunk(void *p, int64_t begin, int64_t end) {
+  const f32_job *j = p;
+  int64_t count, first = block_range(j, begin, end, &count);
+  (j->op == DT_UNARY_GELU_TANH ? gelu_tanh_grad_loop : gelu_grad_loop)(j->a + first, j->b + first,
+                                                                       j->o + first, count);
+}
+
+static bool same_contiguous_f32(const dt_tensor *t, const dt_tensor *out) {
+  return t->dtype == DT_F32 && t->ndim == out->ndim &&
+         memcmp(t->shape, out->shape, sizeof(int64_t) * (size_t)t->ndim) == 0 &&
+         dt__is_contiguous(t->ndim, t->shape, t->strides);
+}
+
 void dt__cpu_gelu_backward(bool tanh_form, const dt_tensor *g, const dt_tensor *x, dt_tensor *out) {
+  if (out->dtype == DT_F32 && same_contiguous_f32(g, out) && same_contiguous_f32(x, out) &&
+      dt__is_contiguous(out->ndim, out->shape, out->strides)) {
+    f32_job j = {.op = tanh_form ? DT_UNARY_GELU_TANH : DT_UNARY_GELU,
+                 .a = (const float *)dt__tensor_base(g),
+                 .b = (const float *)dt__tensor_base(x),
+                 .o = (float *)dt__tensor_base(out),
+                 .n = dt__tensor_numel(out)};
+    run_blocks(&j, gelu_backward_chunk);
+    return;
+  }
   unary_ctx ctx = {.op = tanh_form ? DT_UNARY_GELU_TANH : DT_UNARY_GELU, .dtype = x->dtype};
   dt__loop_tensors(3, (const dt_tensor *[]){out, g, x}, inner_gelu_backward, &ctx);
 }

@@ -1,0 +1,345 @@
+/* The intra-op thread pool (src/core/thread_pool.c): dt_set_num_threads / DT_NUM_THREADS and the
+ * cap at cores / rank threads; dt__parallel_for covers its range exactly once, also with
+ * several threads submitting at once and with a chunk that submits a job of its own; waiting
+ * threads block (no CPU burnt); a forked child gets a pool of its own; the kernels that split
+ * their rows give the same bits on 1 and N threads and match naive loops; 8 rank threads get
+ * one thread each; the BLAS follows the setting and the rank cap. Includes core/core_impl.h
+ * (dt__parallel_for) and kernels/cpu/blas.h (dt__blas_threads): internal. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/core_impl.h"
+#include "dtensor/dtensor.h"
+#include "kernels/cpu/blas.h"
+#include "reference.h"
+
+static int cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : (int)n;
+}
+
+Test(thread_pool, setting_environment_and_errors) {
+  cr_assert_eq(dt_set_num_threads(-1), DT_ERR_INVALID);
+  ref_assert_error_mentions("dt_set_num_threads", "-1");
+  cr_assert_eq(dt_set_num_threads(1), DT_OK);
+  cr_assert_eq(dt_get_num_threads(), 1);
+  cr_assert_eq(dt_set_num_threads(1000), DT_OK);
+  cr_assert_eq(dt_get_num_threads(), cores(), "capped at the cores");
+  cr_assert_eq(dt_set_num_threads(0), DT_OK);
+  cr_assert_eq(dt_get_num_threads(), cores(), "default: the cores");
+  setenv("DT_NUM_THREADS", "1", 1);
+  cr_assert_eq(dt_get_num_threads(), 1, "DT_NUM_THREADS");
+  setenv("DT_NUM_THREADS", "x", 1);
+  cr_assert_eq(dt_get_num_threads(), cores(), "an unreadable DT_NUM_THREADS is ignored");
+  unsetenv("DT_NUM_THREADS");
+}
+
+typedef struct cover {
+  int64_t n;
+  atomic_int *hits;
+} cover;
+
+static void mark(void *p, int64_t begin, int64_t end) {
+  cover *c = p;
+  for (int64_t i = begin; i < end; i++) atomic_fetch_add(&c->hits[i], 1);
+}
+
+static void *submit(void *p) {
+  cover *c = p;
+  for (int k = 0; k < 20; k++) dt__parallel_for(c->n, 1000, mark, c);
+  return NULL;
+}
+
+/* Four threads submit 20 jobs each at once; every element is covered once per job. */
+Test(thread_pool, parallel_for_covers_each_element_once) {
+  cr_assert_eq(dt_set_num_threads(0), DT_OK);
+  enum { N = 100003, T = 4 };
+  cover c[T];
+  pthread_t th[T];
+  for (int t = 0; t < T; t++) {
+    c[t].n = N - t;
+    c[t].hits = calloc(N, sizeof(atomic_int));
+    cr_assert_eq(pthread_create(&th[t], NULL, submit, &c[t]), 0);
+  }
+  for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < T; t++) {
+    for (int64_t i = 0; i < N; i++)
+      cr_assert_eq(atomic_load(&c[t].hits[i]), i < c[t].n ? 20 : 0, "thread %d element %lld", t,
+                   (long long)i);
+    free(c[t].hits);
+  }
+  dt__parallel_for(0, 1, mark, &c[0]); /* nothing to do: fn is not called (hits is freed) */
+}
+
+/* A chunk that runs a parallel_for of its own (a kernel calling a kernel): the inner job's
+ * caller runs what no pool thread takes, so nothing waits forever. */
+typedef struct nested {
+  cover inner[8];
+} nested;
+
+static void outer_chunk(void *p, int64_t begin, int64_t end) {
+  nested *s = p;
+  for (int64_t i = begin; i < end; i++) dt__parallel_for(s->inner[i].n, 100, mark, &s->inner[i]);
+}
+
+Test(thread_pool, nested_parallel_for_finishes) {
+  cr_assert_eq(dt_set_num_threads(0), DT_OK);
+  nested s;
+  for (int i = 0; i < 8; i++) {
+    s.inner[i].n = 5000 + i;
+    s.inner[i].hits = calloc(5008, sizeof(atomic_int));
+  }
+  for (int rep = 0; rep < 10; rep++) dt__parallel_for(8, 1, outer_chunk, &s);
+  for (int i = 0; i < 8; i++) {
+    for (int64_t k = 0; k < 5008; k++)
+      cr_assert_eq(atomic_load(&s.inner[i].hits[k]), k < s.inner[i].n ? 10 : 0);
+    free(s.inner[i].hits);
+  }
+}
+
+static double cpu_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec t = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&t, &t) != 0) {
+  }
+}
+
+/* Chunk 0 sleeps 300 ms; whoever finished the other chunk waits for it. */
+static void slow_first(void *p, int64_t begin, int64_t end) {
+  (void)p;
+  (void)end;
+  if (begin == 0) sleep_ms(300);
+}
+
+/* Neither an idle pool thread nor a caller waiting for a chunk burns a core: the process
+ * uses far less CPU time than the wall time it waits (a spinning waiter would use ~all). */
+Test(thread_pool, waiting_threads_block) {
+  if (cores() < 2) cr_skip_test("one core: the pool never starts");
+  cr_assert_eq(dt_set_num_threads(0), DT_OK);
+  cr_assert_eq(dt_get_num_threads() >= 2, true);
+  dt__parallel_for(2, 1, slow_first, NULL); /* starts the pool */
+  double before = cpu_seconds();
+  dt__parallel_for(2, 1, slow_first, NULL); /* 300 ms: one thread sleeps, one waits */
+  sleep_ms(300);                            /* the pool idle */
+  double used = cpu_seconds() - before;
+  cr_assert_lt(used, 0.1, "%.3f s of CPU time over 0.6 s of waiting", used);
+}
+
+/* A child forked after the pool started gets a fresh pool: its kernels still split and
+ * finish (the parent's pool threads do not exist there). */
+Test(thread_pool, forked_child_gets_its_own_pool) {
+  cr_assert_eq(dt_set_num_threads(0), DT_OK);
+  cover c = {.n = 100000, .hits = calloc(100000, sizeof(atomic_int))};
+  dt__parallel_for(c.n, 1000, mark, &c);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    for (int k = 0; k < 5; k++) dt__parallel_for(c.n, 1000, mark, &c);
+    for (int64_t i = 0; i < c.n; i++)
+      if (atomic_load(&c.hits[i]) != 6) _exit(1);
+    _exit(0);
+  }
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's kernels failed");
+  free(c.hits);
+}
+
+/* ---- Kernels: the same bits on 1 and N threads, and right ---------------------------------- */
+
+enum { ROWS = 512, COLS = 1000, KERNELS = 11 };
+
+/* x's gradient through f (autograd: the backward kernels) for the incoming gradient g. */
+typedef dt_status (*unary_fn)(dt_tensor *x, void *arg, dt_tensor **out);
+
+static dt_tensor *grad_through(unary_fn f, void *arg, dt_tensor *x, dt_tensor *g) {
+  dt_tensor *xr = NULL, *y = NULL, *dx = NULL;
+  cr_assert_eq(dt_clone(x, &xr), DT_OK);
+  cr_assert_eq(dt_tensor_set_requires_grad(xr, true), DT_OK);
+  cr_assert_eq(f(xr, arg, &y), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_backward(y, g), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_tensor_grad(xr, &dx), DT_OK);
+  dt_tensor_release(y);
+  dt_tensor_release(xr);
+  return dx;
+}
+
+static dt_status softmax_fn(dt_tensor *x, void *arg, dt_tensor **out) {
+  (void)arg;
+  return dt_softmax(x, 1, out);
+}
+static dt_status log_softmax_fn(dt_tensor *x, void *arg, dt_tensor **out) {
+  (void)arg;
+  return dt_log_softmax(x, 1, out);
+}
+static dt_status layer_norm_fn(dt_tensor *x, void *w, dt_tensor **out) {
+  return dt_layer_norm(x, 1, (int64_t[]){COLS}, w, NULL, 1e-5, out);
+}
+static dt_status rms_norm_fn(dt_tensor *x, void *w, dt_tensor **out) {
+  return dt_rms_norm(x, 1, (int64_t[]){COLS}, w, 1e-5, out);
+}
+static dt_status gelu_fn(dt_tensor *x, void *arg, dt_tensor **out) {
+  (void)arg;
+  return dt_gelu(x, out);
+}
+static dt_status cross_entropy_fn(dt_tensor *x, void *targets, dt_tensor **out) {
+  return dt_cross_entropy_ex(x, targets, &(dt_cross_entropy_options){.reduction = DT_LOSS_NONE},
+                             out);
+}
+
+/* Every split kernel once: forwards, then backwards through autograd. gelu runs on a view
+ * that starts one element into its storage and has an odd length (chunk edges off the
+ * vector width and off the allocation's alignment). */
+static void run_kernels(dt_tensor *x, dt_tensor *g, dt_tensor *w, dt_tensor *tg, dt_tensor *flat,
+                        dt_tensor *gflat, dt_tensor **out) {
+  cr_assert_eq(softmax_fn(x, NULL, &out[0]), DT_OK);
+  cr_assert_eq(log_softmax_fn(x, NULL, &out[1]), DT_OK);
+  cr_assert_eq(layer_norm_fn(x, w, &out[2]), DT_OK);
+  cr_assert_eq(gelu_fn(flat, NULL, &out[3]), DT_OK);
+  cr_assert_eq(cross_entropy_fn(x, tg, &out[4]), DT_OK);
+  out[5] = grad_through(softmax_fn, NULL, x, g);
+  out[6] = grad_through(log_softmax_fn, NULL, x, g);
+  out[7] = grad_through(layer_norm_fn, w, x, g);
+  out[8] = grad_through(rms_norm_fn, w, x, g);
+  out[9] = grad_through(gelu_fn, NULL, flat, gflat);
+  dt_tensor *ones = NULL;
+  cr_assert_eq(dt_ones(1, (int64_t[]){ROWS}, DT_F32, &ones), DT_OK);
+  out[10] = grad_through(cross_entropy_fn, tg, x, ones);
+  dt_tensor_release(ones);
+}
+
+/* Naive double references for the softmax, log_softmax and gelu forwards. */
+static void check_against_naive(const double *xv, const double *fv, dt_tensor **out) {
+  double *sm = ref_values(out[0]), *lsm = ref_values(out[1]), *ge = ref_values(out[3]);
+  for (int r = 0; r < ROWS; r++) {
+    const double *row = xv + (int64_t)r * COLS;
+    double m = -INFINITY, s = 0;
+    for (int c = 0; c < COLS; c++) m = fmax(m, row[c]);
+    for (int c = 0; c < COLS; c++) s += exp(row[c] - m);
+    for (int c = 0; c < COLS; c++) {
+      int64_t i = (int64_t)r * COLS + c;
+      double want = exp(row[c] - m) / s;
+      cr_assert_float_eq(sm[i], want, 1e-6 + 1e-5 * want, "softmax[%d, %d]", r, c);
+      cr_assert_float_eq(lsm[i], row[c] - m - log(s), 2e-5, "log_softmax[%d, %d]", r, c);
+    }
+  }
+  for (int64_t i = 0; i < (int64_t)ROWS * COLS - 9; i++) {
+    double want = 0.5 * fv[i] * (1.0 + erf(fv[i] / sqrt(2.0)));
+    cr_assert_float_eq(ge[i], want, 1e-6 + 1e-5 * fabs(want), "gelu[%lld]", (long long)i);
+  }
+  free(sm);
+  free(lsm);
+  free(ge);
+}
+
+Test(thread_pool, kernels_equal_on_one_and_all_threads) {
+  dt_tensor *x = ref_random(2, (int64_t[]){ROWS, COLS}, DT_F32, -3, 3, 7);
+  dt_tensor *g = ref_random(2, (int64_t[]){ROWS, COLS}, DT_F32, -1, 1, 8);
+  dt_tensor *w = ref_random(1, (int64_t[]){COLS}, DT_F32, 0.5, 1.5, 9);
+  dt_tensor *tg = NULL, *xflat = NULL, *flat = NULL, *gflat_all = NULL, *gflat = NULL;
+  int64_t targets[ROWS];
+  for (int i = 0; i < ROWS; i++) targets[i] = (i * 37) % COLS;
+  cr_assert_eq(dt_from_data(targets, 1, (int64_t[]){ROWS}, DT_I64, &tg), DT_OK);
+  int64_t len = (int64_t)ROWS * COLS - 9; /* odd, not a multiple of any vector width */
+  cr_assert_eq(dt_reshape(x, 1, (int64_t[]){(int64_t)ROWS * COLS}, &xflat), DT_OK);
+  cr_assert_eq(dt_narrow(xflat, 0, 1, len, &flat), DT_OK);
+  cr_assert_eq(dt_reshape(g, 1, (int64_t[]){(int64_t)ROWS * COLS}, &gflat_all), DT_OK);
+  cr_assert_eq(dt_narrow(gflat_all, 0, 3, len, &gflat), DT_OK);
+  int threads[2] = {1, cores()};
+  dt_tensor *out[2][KERNELS] = {{NULL}};
+  for (int pass = 0; pass < 2; pass++) {
+    cr_assert_eq(dt_set_num_threads(threads[pass]), DT_OK);
+    cr_assert_eq(dt_get_num_threads(), threads[pass]);
+    run_kernels(x, g, w, tg, flat, gflat, out[pass]);
+  }
+  double *xv = ref_values(x), *fv = ref_values(flat);
+  check_against_naive(xv, fv, out[1]);
+  free(xv);
+  free(fv);
+  for (int k = 0; k < KERNELS; k++) {
+    int64_t n = dt_tensor_numel(out[0][k]);
+    cr_assert_eq(n, dt_tensor_numel(out[1][k]));
+    cr_assert(memcmp(dt_tensor_data(out[0][k]), dt_tensor_data(out[1][k]), (size_t)n * 4) == 0,
+              "kernel %d differs between 1 and %d threads", k, threads[1]);
+    dt_tensor_release(out[0][k]);
+    dt_tensor_release(out[1][k]);
+  }
+  dt_tensor *all[] = {x, g, w, tg, xflat, flat, gflat_all, gflat};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+}
+
+/* ---- Rank threads and the BLAS -------------------------------------------------------------- */
+
+/* 8 rank threads on this machine: one kernel thread each (cores / 8, at least 1), and a large
+ * softmax still right on every rank. */
+static dt_status rank_fn(dt_comm *world, void *arg) {
+  (void)world;
+  (void)arg;
+  int want = cores() / 8 > 0 ? cores() / 8 : 1;
+  if (dt_get_num_threads() != want) return DT_ERR_INTERNAL;
+  dt_tensor *x = ref_random(2, (int64_t[]){64, 4096}, DT_F32, -3, 3, 3), *y = NULL;
+  dt_status st = dt_softmax(x, 1, &y);
+  double *v = st ? NULL : ref_values(y);
+  for (int r = 0; v && r < 64 && !st; r++) {
+    double s = 0;
+    for (int c = 0; c < 4096; c++) s += v[r * 4096 + c];
+    if (fabs(s - 1.0) > 1e-4) st = DT_ERR_INTERNAL;
+  }
+  free(v);
+  dt_tensor_release(x);
+  dt_tensor_release(y);
+  return st;
+}
+
+Test(thread_pool, ranks_share_the_cores) {
+  cr_assert_eq(dt_set_num_threads(0), DT_OK);
+  cr_assert_eq(dt_comm_spawn(8, rank_fn, NULL), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_get_num_threads(), cores(), "back to the cores after the ranks ended");
+}
+
+/* One small GEMM through the library (the BLAS's count is synced before each). */
+static void matmul_once(void) {
+  dt_tensor *a = ref_random(2, (int64_t[]){8, 8}, DT_F32, -1, 1, 1), *c = NULL;
+  cr_assert_eq(dt_matmul(a, a, &c), DT_OK);
+  dt_tensor_release(a);
+  dt_tensor_release(c);
+}
+
+static dt_status blas_rank_fn(dt_comm *world, void *arg) {
+  (void)world;
+  int want = *(const int *)arg;
+  matmul_once();
+  return dt__blas_threads() == want ? DT_OK : DT_ERR_INTERNAL;
+}
+
+/* dt_set_num_threads sets the BLAS's threads too; without it the BLAS keeps its own count,
+ * capped at cores / ranks while rank threads run. (A generic CBLAS reports 1 always.) */
+Test(thread_pool, blas_follows_the_setting_and_the_ranks) {
+  matmul_once();
+  int base = dt__blas_threads();
+  if (base == 1 && cores() > 1) {
+    dt__blas_set_threads(cores());
+    if (dt__blas_threads() == 1) cr_skip_test("the BLAS has no thread knob");
+    base = cores();
+  }
+  cr_assert_eq(dt_set_num_threads(1), DT_OK);
+  matmul_once();
+  cr_assert_eq(dt__blas_threads(), 1, "dt_set_num_threads(1) reaches the BLAS");
+  cr_assert_eq(dt_set_num_threads(0), DT_OK);
+  matmul_once();
+  cr_assert_eq(dt__blas_threads(), base, "the default gives the BLAS its own count back");
+  int per_rank = base < cores() / 2 ? base : cores() / 2 > 0 ? cores() / 2 : 1;
+  cr_assert_eq(dt_comm_spawn(2, blas_rank_fn, &per_rank), DT_OK, "%s", dt_last_error());
+  matmul_once();
+  cr_assert_eq(dt__blas_threads(), base, "back after the ranks ended");
+}
