@@ -9,7 +9,7 @@
  * the window does not matter (index and src are sharded with self). */
 #include <inttypes.h>
 
-#include "kernels/cpu/scatter.h"
+#include "kernels/cpu/index.h"
 #include "ops/op_impl.h"
 
 dt_status dt__infer_scatter_add(dt_op_call *call, dt_tensor_meta *metas) {

@@ -1,6 +1,7 @@
-/* Index and ordering kernels: tril/triu, cumsum, topk, index_select, gather. Generic over
- * dtypes: elements are moved as bytes (exact), sums and comparisons go through double for
- * floating dtypes and int64 for integers. */
+/* Index and ordering kernels: tril/triu, cumsum, topk, index_select, gather, scatter_add.
+ * Generic over dtypes: elements are moved as bytes (exact), sums and comparisons go through
+ * double for floating dtypes and int64 for integers; scatter_add accumulates in the output's
+ * dtype through double. */
 #include "kernels/cpu/index.h"
 
 #include <inttypes.h>
@@ -155,8 +156,10 @@ dt_status dt__cpu_topk(const char *op, const dt_tensor *a, int64_t k, int dim, b
 
 /* ---- index_select, gather --------------------------------------------------------------- */
 
-dt_status dt__cpu_index_select(const char *op, const dt_tensor *a, int dim, const dt_tensor *index,
-                               dt_tensor *out) {
+/* index_select (select: index is 1-D, read at the output's position along dim) and gather
+ * (index has the output's shape, read at the output's position). */
+static dt_status gather_along(const char *op, const dt_tensor *a, int dim, const dt_tensor *index,
+                              bool select, dt_tensor *out) {
   dt_status st = check_indices(op, index, dim, a->shape[dim]);
   if (st) return st;
   int64_t n = dt__tensor_numel(out);
@@ -166,25 +169,48 @@ dt_status dt__cpu_index_select(const char *op, const dt_tensor *a, int dim, cons
   for (int64_t e = 0; e < n; e++, dt__iter_next(&it)) {
     int64_t pos[DT_MAX_DIMS], ipos[1] = {it.index[dim]};
     memcpy(pos, it.index, sizeof(int64_t) * (size_t)out->ndim);
-    pos[dim] = load_index(index, ipos);
+    pos[dim] = load_index(index, select ? ipos : it.index);
     memcpy(element(out, it.index), element(a, pos), esize);
   }
   return DT_OK;
 }
 
+dt_status dt__cpu_index_select(const char *op, const dt_tensor *a, int dim, const dt_tensor *index,
+                               dt_tensor *out) {
+  return gather_along(op, a, dim, index, true, out);
+}
+
 dt_status dt__cpu_gather(const char *op, const dt_tensor *a, int dim, const dt_tensor *index,
                          dt_tensor *out) {
-  dt_status st = check_indices(op, index, dim, a->shape[dim]);
+  return gather_along(op, a, dim, index, false, out);
+}
+
+/* ---- scatter_add ------------------------------------------------------------------------ */
+
+dt_status dt__cpu_scatter_add(const char *op, const dt_tensor *self, int dim,
+                              const dt_tensor *index, const dt_tensor *src, int64_t offset,
+                              int64_t limit, dt_tensor *out) {
+  /* Check every index first, so that a bad one leaves out unwritten. */
+  dt_status st = check_indices(op, index, dim, limit);
   if (st) return st;
-  int64_t n = dt__tensor_numel(out);
-  size_t esize = dt__dtype_sizes[a->dtype];
+  int64_t rows = self->shape[dim];
+  int64_t count = dt__tensor_numel(index);
+  int64_t n = dt__tensor_numel(self);
   dt_index_iter it;
-  dt__iter_init(&it, out->ndim, out->shape);
+  dt__iter_init(&it, self->ndim, self->shape);
   for (int64_t e = 0; e < n; e++, dt__iter_next(&it)) {
-    int64_t pos[DT_MAX_DIMS];
-    memcpy(pos, it.index, sizeof(int64_t) * (size_t)out->ndim);
-    pos[dim] = load_index(index, it.index);
-    memcpy(element(out, it.index), element(a, pos), esize);
+    dt__store_from_double(out->dtype, element(out, it.index),
+                          dt__load_as_double(self->dtype, element(self, it.index)));
+  }
+  dt__iter_init(&it, index->ndim, index->shape);
+  for (int64_t e = 0; e < count; e++, dt__iter_next(&it)) {
+    int64_t pos[DT_MAX_DIMS], j = load_index(index, it.index) - offset;
+    if (j < 0 || j >= rows) continue; /* another shard's row */
+    for (int d = 0; d < index->ndim; d++) pos[d] = it.index[d];
+    pos[dim] = j;
+    char *dst = element(out, pos);
+    double v = dt__load_as_double(src->dtype, element(src, it.index));
+    dt__store_from_double(out->dtype, dst, dt__load_as_double(out->dtype, dst) + v);
   }
   return DT_OK;
 }

@@ -83,31 +83,21 @@ static void reduce_row(const reduce_ctx *c, const char *p, int64_t stride, int64
     }
     break;
   case DT_CPU_MAX:
+  case DT_CPU_MIN: {
+    int is_max = c->kind == DT_CPU_MAX;
     if (c->floating) {
-      FLOAT_ROWS(if (dt__extreme_better(1, v, first + i, s->best, s->best_index)) {
+      FLOAT_ROWS(if (dt__extreme_better(is_max, v, first + i, s->best, s->best_index)) {
         s->best = v;
         s->best_index = first + i;
       })
     } else {
-      INT_ROWS(if (dt__extreme_better_i64(1, v, first + i, s->ibest, s->best_index)) {
+      INT_ROWS(if (dt__extreme_better_i64(is_max, v, first + i, s->ibest, s->best_index)) {
         s->ibest = v;
         s->best_index = first + i;
       })
     }
     break;
-  case DT_CPU_MIN:
-    if (c->floating) {
-      FLOAT_ROWS(if (dt__extreme_better(0, v, first + i, s->best, s->best_index)) {
-        s->best = v;
-        s->best_index = first + i;
-      })
-    } else {
-      INT_ROWS(if (dt__extreme_better_i64(0, v, first + i, s->ibest, s->best_index)) {
-        s->ibest = v;
-        s->best_index = first + i;
-      })
-    }
-    break;
+  }
   }
   s->seen += n;
 }
