@@ -6,17 +6,9 @@
 #include "comm/comm_impl.h"
 
 static const char *kind_name(dt_coll_kind kind) {
-  static const char *const names[DT_COLL_KIND_COUNT] = {[DT_COLL_ALL_REDUCE] = "all_reduce",
-                                                        [DT_COLL_ALL_GATHER] = "all_gather",
-                                                        [DT_COLL_REDUCE_SCATTER] = "reduce_scatter",
-                                                        [DT_COLL_ALL_TO_ALL] = "all_to_all",
-                                                        [DT_COLL_BROADCAST] = "broadcast",
-                                                        [DT_COLL_SCATTER] = "scatter",
-                                                        [DT_COLL_GATHER] = "gather",
-                                                        [DT_COLL_BARRIER] = "barrier",
-                                                        [DT_COLL_SEND] = "send",
-                                                        [DT_COLL_RECV] = "recv",
-                                                        [DT_COLL_SPLIT] = "split"};
+#define DT_COLL_KIND_NAME(id, name) [DT_COLL_##id] = #name,
+  static const char *const names[DT_COLL_KIND_COUNT] = {DT_COLL_KINDS(DT_COLL_KIND_NAME)};
+#undef DT_COLL_KIND_NAME
   return (int)kind >= 0 && kind < DT_COLL_KIND_COUNT ? names[kind] : "unknown";
 }
 

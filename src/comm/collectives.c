@@ -368,6 +368,20 @@ static dt_status check_row_pair(const char *name, dt_comm *comm, const dt_tensor
 }
 
 /* The rows the ranks before `rank` hold when rank r holds counts[r]. */
+/* A collective of rows from in to out (all_gather, reduce_scatter, all_to_all): count
+ * elements, rows of in's row size, on in's device. The caller adds op and counts. */
+static dt_coll_args rows_args(dt_coll_kind kind, const char *name, const dt_tensor *in,
+                              const dt_tensor *out, int64_t count) {
+  return (dt_coll_args){.kind = kind,
+                        .dtype = in->dtype,
+                        .send = dt__tensor_base(in),
+                        .recv = dt__tensor_base(out),
+                        .count = count,
+                        .row_numel = row_numel(in),
+                        .op_name = name,
+                        .device = in->storage->device};
+}
+
 static int64_t rows_before(const int64_t *counts, int rank) {
   int64_t first = 0;
   for (int r = 0; r < rank; r++) first += counts[r];
@@ -389,15 +403,8 @@ static dt_status all_gather(const char *name, dt_comm *comm, const dt_tensor *in
   CHECK(check_like(name, "in", in, "out", out, total,
                    counts ? "dim 0 = sum of counts" : "dim 0 = group size x in dim 0"));
   CHECK(check_in_place(name, "in", in, "out", out, first));
-  dt_coll_args args = {.kind = DT_COLL_ALL_GATHER,
-                       .dtype = in->dtype,
-                       .send = dt__tensor_base(in),
-                       .recv = dt__tensor_base(out),
-                       .count = dt__tensor_numel(in),
-                       .row_numel = row_numel(in),
-                       .counts = counts,
-                       .op_name = name,
-                       .device = in->storage->device};
+  dt_coll_args args = rows_args(DT_COLL_ALL_GATHER, name, in, out, dt__tensor_numel(in));
+  args.counts = counts;
   return run(comm, &args, work);
 }
 
@@ -444,16 +451,9 @@ static dt_status reduce_scatter(const char *name, dt_comm *comm, const dt_tensor
   CHECK(check_like(name, "in", in, "out", out, rows,
                    counts ? "dim 0 = counts[rank]" : "dim 0 = in dim 0 / group size"));
   CHECK(check_in_place(name, "out", out, "in", in, first));
-  dt_coll_args args = {.kind = DT_COLL_REDUCE_SCATTER,
-                       .dtype = in->dtype,
-                       .op = op,
-                       .send = dt__tensor_base(in),
-                       .recv = dt__tensor_base(out),
-                       .count = dt__tensor_numel(out),
-                       .row_numel = row_numel(in),
-                       .counts = counts,
-                       .op_name = name,
-                       .device = in->storage->device};
+  dt_coll_args args = rows_args(DT_COLL_REDUCE_SCATTER, name, in, out, dt__tensor_numel(out));
+  args.op = op;
+  args.counts = counts;
   return run(comm, &args, work);
 }
 
@@ -516,16 +516,9 @@ static dt_status all_to_all(dt_comm *comm, const dt_tensor *in, dt_tensor *out,
     return dt__error(DT_ERR_INVALID, "dt_comm_%s: in and out overlap; all_to_all is not in place",
                      name);
   }
-  dt_coll_args args = {.kind = DT_COLL_ALL_TO_ALL,
-                       .dtype = in->dtype,
-                       .send = dt__tensor_base(in),
-                       .recv = dt__tensor_base(out),
-                       .count = block,
-                       .row_numel = row_numel(in),
-                       .send_counts = send_counts,
-                       .recv_counts = recv_counts,
-                       .op_name = name,
-                       .device = in->storage->device};
+  dt_coll_args args = rows_args(DT_COLL_ALL_TO_ALL, name, in, out, block);
+  args.send_counts = send_counts;
+  args.recv_counts = recv_counts;
   return run(comm, &args, work);
 }
 

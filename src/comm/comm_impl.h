@@ -14,21 +14,27 @@
 #include "core/core_impl.h"
 #include "dtensor/comm.h"
 
-/* The collectives a backend implements. SPLIT is internal (dt_comm_split on backends that
- * build it as a collective). */
+/* The collectives a backend implements, each with the name a call description prints
+ * (dt__coll_describe): X(id, name) gives DT_COLL_<id>. SPLIT is internal (dt_comm_split on
+ * backends that build it as a collective). */
+#define DT_COLL_KINDS(X)                                                                           \
+  X(ALL_REDUCE, all_reduce)                                                                        \
+  X(ALL_GATHER, all_gather)                                                                        \
+  X(REDUCE_SCATTER, reduce_scatter)                                                                \
+  X(ALL_TO_ALL, all_to_all)                                                                        \
+  X(BROADCAST, broadcast)                                                                          \
+  X(SCATTER, scatter)                                                                              \
+  X(GATHER, gather)                                                                                \
+  X(BARRIER, barrier)                                                                              \
+  X(SEND, send)                                                                                    \
+  X(RECV, recv)                                                                                    \
+  X(SPLIT, split)
+
 typedef enum dt_coll_kind {
-  DT_COLL_ALL_REDUCE,
-  DT_COLL_ALL_GATHER,
-  DT_COLL_REDUCE_SCATTER,
-  DT_COLL_ALL_TO_ALL,
-  DT_COLL_BROADCAST,
-  DT_COLL_SCATTER,
-  DT_COLL_GATHER,
-  DT_COLL_BARRIER,
-  DT_COLL_SEND,
-  DT_COLL_RECV,
-  DT_COLL_SPLIT,
-  DT_COLL_KIND_COUNT
+#define DT_COLL_KIND_ENUM(id, name) DT_COLL_##id,
+  DT_COLL_KINDS(DT_COLL_KIND_ENUM)
+#undef DT_COLL_KIND_ENUM
+      DT_COLL_KIND_COUNT
 } dt_coll_kind;
 
 /* One collective, as flat buffers. Counts are in ELEMENTS unless said otherwise; the

@@ -22,6 +22,14 @@ static inline float load_f16(uint16_t bits) { return dt_f16_to_f32(bits); }
 static inline uint16_t store_f16(float v) { return dt_f32_to_f16(v); }
 #define IDENTITY(x) (x)
 
+/* acc[i] = COMBINE over the block, with v the source's element i loaded as the accumulator
+ * type. */
+#define FOLD(A, LOAD, COMBINE)                                                                     \
+  for (int64_t i = 0; i < m; i++) {                                                                \
+    A v = (A)LOAD(s[i]);                                                                           \
+    acc[i] = COMBINE;                                                                              \
+  }
+
 /* One function per dtype. T: element type, A: accumulator type, U: the type integer sums
  * and products are done in (unsigned, so they wrap instead of overflowing). */
 #define DEFINE_REDUCE(NAME, T, A, U, LOAD, STORE, MAXF, MINF, AVG_OK)                              \
@@ -36,24 +44,10 @@ static inline uint16_t store_f16(float v) { return dt_f32_to_f16(v); }
         const T *s = (const T *)src[r] + base;                                                     \
         switch (op) {                                                                              \
         case DT_REDUCE_SUM:                                                                        \
-        case DT_REDUCE_AVG:                                                                        \
-          for (int64_t i = 0; i < m; i++) acc[i] = (A)((U)acc[i] + (U)LOAD(s[i]));                 \
-          break;                                                                                   \
-        case DT_REDUCE_PROD:                                                                       \
-          for (int64_t i = 0; i < m; i++) acc[i] = (A)((U)acc[i] * (U)LOAD(s[i]));                 \
-          break;                                                                                   \
-        case DT_REDUCE_MAX:                                                                        \
-          for (int64_t i = 0; i < m; i++) {                                                        \
-            A v = (A)LOAD(s[i]);                                                                   \
-            acc[i] = MAXF(acc[i], v);                                                              \
-          }                                                                                        \
-          break;                                                                                   \
-        case DT_REDUCE_MIN:                                                                        \
-          for (int64_t i = 0; i < m; i++) {                                                        \
-            A v = (A)LOAD(s[i]);                                                                   \
-            acc[i] = MINF(acc[i], v);                                                              \
-          }                                                                                        \
-          break;                                                                                   \
+        case DT_REDUCE_AVG: FOLD(A, LOAD, (A)((U)acc[i] + (U)v)) break;                            \
+        case DT_REDUCE_PROD: FOLD(A, LOAD, (A)((U)acc[i] * (U)v)) break;                           \
+        case DT_REDUCE_MAX: FOLD(A, LOAD, MAXF(acc[i], v)) break;                                  \
+        case DT_REDUCE_MIN: FOLD(A, LOAD, MINF(acc[i], v)) break;                                  \
         }                                                                                          \
       }                                                                                            \
       if (AVG_OK && op == DT_REDUCE_AVG) {                                                         \

@@ -277,18 +277,27 @@ static dt_status barrier(ctx *x) {
 
 /* ---- all_gather ------------------------------------------------------------------------- */
 
+/* MPI_Allgather and MPI_Alltoall: count elements to or from every rank. */
+typedef int (*even_exchange_fn)(const void *send, int send_count, MPI_Datatype send_type,
+                                void *recv, int recv_count, MPI_Datatype recv_type, MPI_Comm mc);
+
+/* The common synchronous case of an even all_gather or all_to_all that fits one call:
+ * straight into MPI, nothing allocated. */
+static dt_status even_exchange(ctx *x, const char *name, even_exchange_fn exchange) {
+  const dt_coll_args *a = x->a;
+  MPI_Datatype type = dt__mp_move_type(a->dtype);
+  int m = (int)a->count;
+  ISSUE(x, name, exchange(a->send, m, type, a->recv, m, type, x->mc), MPI_ERR_OTHER);
+  return finish(x);
+}
+
 static dt_status all_gather(ctx *x) {
   const dt_coll_args *a = x->a;
   int size = x->comm->size, me = x->comm->rank;
   MPI_Datatype type = dt__mp_move_type(a->dtype);
   if (x->blocking && !a->counts && a->count * size <= x->max &&
-      a->send != AT(a->recv, a->count * me, x->elem)) {
-    /* The common synchronous case: straight into MPI, nothing allocated. */
-    int m = (int)a->count;
-    ISSUE(x, "MPI_Allgather", MPI_Allgather(a->send, m, type, a->recv, m, type, x->mc),
-          MPI_ERR_OTHER);
-    return finish(x);
-  }
+      a->send != AT(a->recv, a->count * me, x->elem))
+    return even_exchange(x, "MPI_Allgather", MPI_Allgather);
   dt_status status = per_rank(x, 2);
   if (status != DT_OK) return status;
   int64_t *e = x->scratch, *off = x->scratch + size, total = 0, g = 0;
@@ -429,12 +438,8 @@ static dt_status all_to_all(ctx *x) {
   const dt_coll_args *a = x->a;
   int size = x->comm->size, me = x->comm->rank;
   MPI_Datatype type = dt__mp_move_type(a->dtype);
-  if (x->blocking && !a->send_counts && a->count * size <= x->max) {
-    int m = (int)a->count;
-    ISSUE(x, "MPI_Alltoall", MPI_Alltoall(a->send, m, type, a->recv, m, type, x->mc),
-          MPI_ERR_OTHER);
-    return finish(x);
-  }
+  if (x->blocking && !a->send_counts && a->count * size <= x->max)
+    return even_exchange(x, "MPI_Alltoall", MPI_Alltoall);
   dt_status status = per_rank(x, 4);
   if (status != DT_OK) return status;
   int64_t *sc = x->scratch, *rc = sc + size, *sd = rc + size, *rd = sd + size;
@@ -561,16 +566,6 @@ static dt_status send_recv(ctx *x) {
 
 /* ---- Entry ------------------------------------------------------------------------------ */
 
-/* A collective on GPU memory that completed or failed: its staging copied back and freed. */
-static dt_status finish_device(dt_work *w, dt_status status) {
-#ifdef DT_HAVE_CUDA
-  if (w->backend_ptr[1]) return dt__mp_cuda_end(w, status);
-#else
-  (void)w;
-#endif
-  return status;
-}
-
 dt_status dt__mp_start(dt_comm *comm, dt_work *w) {
   ctx x = {.comm = comm,
            .w = w,
@@ -594,7 +589,7 @@ dt_status dt__mp_start(dt_comm *comm, dt_work *w) {
     dt__mp_note_collective(comm, w->args.op_name, w->seq);
     status = comm->debug ? dt__mp_check_fingerprints(comm, &w->args, w->seq, w->pooled)
                          : dt__mp_check_agreement(comm, &w->args, w->seq, w->pooled);
-    if (status != DT_OK) return finish_device(w, status);
+    if (status != DT_OK) return dt__mp_finish_device(w, status);
     /* The agreement exchange is itself a barrier. */
     if (kind == DT_COLL_BARRIER && !comm->debug) {
       w->done = true;
@@ -620,5 +615,5 @@ dt_status dt__mp_start(dt_comm *comm, dt_work *w) {
   /* On failure nothing is pending (a partly started operation aborted the job). */
   dt__mp_op_free(x.op);
   dt__free(x.scratch);
-  return status != DT_OK || w->done ? finish_device(w, status) : status;
+  return status != DT_OK || w->done ? dt__mp_finish_device(w, status) : status;
 }

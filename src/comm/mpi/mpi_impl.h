@@ -166,6 +166,11 @@ void dt__mp_divide(dt_dtype dtype, void *data, int64_t n, int world);
  * runs the post step) and frees it. */
 dt_status dt__mp_op_finish_blocking(dt_comm *comm, dt_work *work, mp_op *op);
 
+/* The end of a collective that completed or failed: on GPU memory, its staging copied back
+ * and freed (dt__mp_cuda_end); returns `status` or the copy's error. Without CUDA nothing is
+ * staged. */
+dt_status dt__mp_finish_device(dt_work *w, dt_status status);
+
 /* DT_DEBUG_COLLECTIVES: compares this rank's call with every other rank's (a blocking
  * MPI_Allgather of fingerprints); DT_ERR_MISMATCH on every rank when they differ. */
 /* `async` is part of the fingerprint: MPI does not match a blocking collective with a

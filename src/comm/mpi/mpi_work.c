@@ -181,8 +181,7 @@ dt_status dt__mp_op_finish_blocking(dt_comm *comm, dt_work *w, mp_op *op) {
   return status;
 }
 
-/* A collective on GPU memory that completed: its staging copied back and freed. */
-static dt_status finish_device(dt_work *w, dt_status status) {
+dt_status dt__mp_finish_device(dt_work *w, dt_status status) {
 #ifdef DT_HAVE_CUDA
   if (w->backend_ptr[1]) return dt__mp_cuda_end(w, status);
 #else
@@ -193,25 +192,25 @@ static dt_status finish_device(dt_work *w, dt_status status) {
 
 dt_status dt__mp_wait(dt_comm *comm, dt_work *w) {
   mp_op *op = w->backend_ptr[0];
-  if (!op) return finish_device(w, w->status);
+  if (!op) return dt__mp_finish_device(w, w->status);
   bool done = false;
   dt_status status = progress(comm, w, op, true, &done);
   dt__mp_op_free(op);
   w->backend_ptr[0] = NULL;
-  return finish_device(w, status);
+  return dt__mp_finish_device(w, status);
 }
 
 dt_status dt__mp_test(dt_comm *comm, dt_work *w, bool *done) {
   mp_op *op = w->backend_ptr[0];
   if (!op) {
     *done = true;
-    return finish_device(w, w->status);
+    return dt__mp_finish_device(w, w->status);
   }
   dt_status status = progress(comm, w, op, false, done);
   if (*done) {
     dt__mp_op_free(op);
     w->backend_ptr[0] = NULL;
-    status = finish_device(w, status);
+    status = dt__mp_finish_device(w, status);
   }
   return status;
 }
