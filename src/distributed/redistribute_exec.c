@@ -99,78 +99,98 @@ static int64_t level_extent(const dt_dist_spec *spec, const dt_mesh_info *mi,
   return shape[d];
 }
 
-static dt_status step_all_gather(dt_comm *comm, dt_tensor *local, int d, int64_t extent, int n,
-                                 const int64_t *out_shape, int ndim, dt_tensor **out) {
-  int64_t inner = 1;
-  for (int i = 0; i < ndim; i++) {
-    if (i != d) inner *= local->shape[i];
+/* The elements of local outside dims d and e (pass e = d for one dim). */
+static int64_t numel_without(const dt_tensor *local, int d, int e) {
+  int64_t numel = 1;
+  for (int i = 0; i < local->ndim; i++) {
+    if (i != d && i != e) numel *= local->shape[i];
   }
+  return numel;
+}
+
+/* The elements each of the n ranks holds when dim d of `extent` is chunked over them
+ * (torch.chunk), local's other dims whole: the counts of an uneven all_gather or
+ * reduce_scatter along d, and their sum in *total. NULL (the error set) without memory. */
+static int64_t *chunk_counts(const dt_tensor *local, int d, int64_t extent, int n, int64_t *total) {
+  int64_t inner = numel_without(local, d, d);
   int64_t *cnt = dt__alloc(sizeof(int64_t) * (size_t)n);
-  if (!cnt) return dt__error(DT_ERR_NOMEM, "dt_dist_redistribute: cannot allocate counts");
-  int64_t total = 0;
+  if (!cnt) {
+    dt__error(DT_ERR_NOMEM, "dt_dist_redistribute: cannot allocate counts");
+    return NULL;
+  }
+  *total = 0;
   for (int r = 0; r < n; r++) {
     int64_t start, length;
     dt__chunk_range(extent, n, r, &start, &length);
     cnt[r] = length * inner;
-    total += cnt[r];
+    *total += cnt[r];
+  }
+  return cnt;
+}
+
+/* The end of a step through flat d-major buffers: when st is OK, `received` unpacked into a
+ * new tensor of out_shape; then both buffers and the counts are freed. */
+static dt_status finish_packed(dt_status st, dt_tensor *sent, dt_tensor *received, int64_t *counts,
+                               int ndim, const int64_t *out_shape, int d, dt_tensor **out) {
+  if (!st) st = unpack_front(received, ndim, out_shape, d, out);
+  dt_tensor_release(sent);
+  dt_tensor_release(received);
+  dt__free(counts);
+  return st;
+}
+
+/* all_gather along dim 0, where the d-major layout is the natural one: straight into the
+ * result, from the shard itself when it is contiguous. */
+static dt_status gather_dim0(dt_comm *comm, dt_tensor *local, const int64_t *cnt, int64_t total,
+                             const int64_t *out_shape, int ndim, dt_tensor **out) {
+  dt_status st = dt__dist_new_like(local, ndim, out_shape, local->dtype, out);
+  if (st) return st;
+  dt_tensor out_flat = stack_view(*out, 1, &total, (int64_t[]){1}, 0);
+  dt_tensor *packed = NULL;
+  if (dt__is_contiguous(local->ndim, local->shape, local->strides)) {
+    dt_tensor in_flat = stack_view(local, 1, &cnt[0], (int64_t[]){1}, local->offset);
+    in_flat.shape[0] = dt__tensor_numel(local);
+    st = dt_comm_all_gather_uneven(comm, &in_flat, &out_flat, cnt);
+  } else {
+    st = pack_front(local, 0, &packed);
+    if (!st) st = dt_comm_all_gather_uneven(comm, packed, &out_flat, cnt);
+  }
+  dt_tensor_release(packed);
+  if (st) {
+    dt_tensor_release(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+static dt_status step_all_gather(dt_comm *comm, dt_tensor *local, int d, int64_t extent, int n,
+                                 const int64_t *out_shape, int ndim, dt_tensor **out) {
+  int64_t total;
+  int64_t *cnt = chunk_counts(local, d, extent, n, &total);
+  if (!cnt) return DT_ERR_NOMEM;
+  if (d == 0) {
+    dt_status st = gather_dim0(comm, local, cnt, total, out_shape, ndim, out);
+    dt__free(cnt);
+    return st;
   }
   dt_tensor *packed = NULL, *gathered = NULL;
-  dt_status st;
-  if (d == 0) {
-    /* Along dim 0 the d-major layout is the natural one: gather straight into the result,
-     * from the shard itself when it is contiguous. */
-    st = dt__dist_new_like(local, ndim, out_shape, local->dtype, out);
-    if (st) goto done;
-    dt_tensor out_flat = stack_view(*out, 1, &total, (int64_t[]){1}, 0);
-    if (dt__is_contiguous(local->ndim, local->shape, local->strides)) {
-      dt_tensor in_flat = stack_view(local, 1, &cnt[0], (int64_t[]){1}, local->offset);
-      in_flat.shape[0] = dt__tensor_numel(local);
-      st = dt_comm_all_gather_uneven(comm, &in_flat, &out_flat, cnt);
-    } else {
-      st = pack_front(local, 0, &packed);
-      if (!st) st = dt_comm_all_gather_uneven(comm, packed, &out_flat, cnt);
-    }
-    if (st) {
-      dt_tensor_release(*out);
-      *out = NULL;
-    }
-    goto done;
-  }
-  st = pack_front(local, d, &packed);
+  dt_status st = pack_front(local, d, &packed);
   if (!st) st = dt__dist_new_like(local, 1, &total, local->dtype, &gathered);
   if (!st) st = dt_comm_all_gather_uneven(comm, packed, gathered, cnt);
-  if (!st) st = unpack_front(gathered, ndim, out_shape, d, out);
-done:
-  dt_tensor_release(packed);
-  dt_tensor_release(gathered);
-  dt__free(cnt);
-  return st;
+  return finish_packed(st, packed, gathered, cnt, ndim, out_shape, d, out);
 }
 
 static dt_status step_reduce_scatter(dt_comm *comm, dt_tensor *local, int d, int n, int coord,
                                      dt_reduce_op op, const int64_t *out_shape, int ndim,
                                      dt_tensor **out) {
-  int64_t extent = local->shape[d];
-  int64_t inner = 1;
-  for (int i = 0; i < ndim; i++) {
-    if (i != d) inner *= local->shape[i];
-  }
-  int64_t *cnt = dt__alloc(sizeof(int64_t) * (size_t)n);
-  if (!cnt) return dt__error(DT_ERR_NOMEM, "dt_dist_redistribute: cannot allocate counts");
-  for (int r = 0; r < n; r++) {
-    int64_t start, length;
-    dt__chunk_range(extent, n, r, &start, &length);
-    cnt[r] = length * inner;
-  }
+  int64_t total;
+  int64_t *cnt = chunk_counts(local, d, local->shape[d], n, &total);
+  if (!cnt) return DT_ERR_NOMEM;
   dt_tensor *packed = NULL, *scattered = NULL;
   dt_status st = pack_front(local, d, &packed);
   if (!st) st = dt__dist_new_like(local, 1, &cnt[coord], local->dtype, &scattered);
   if (!st) st = dt_comm_reduce_scatter_uneven(comm, packed, scattered, cnt, op);
-  if (!st) st = unpack_front(scattered, ndim, out_shape, d, out);
-  dt_tensor_release(packed);
-  dt_tensor_release(scattered);
-  dt__free(cnt);
-  return st;
+  return finish_packed(st, packed, scattered, cnt, ndim, out_shape, d, out);
 }
 
 static dt_status step_all_reduce(dt_comm *comm, dt_tensor *local, dt_reduce_op op,
@@ -202,10 +222,7 @@ static dt_status step_all_to_all(dt_comm *comm, dt_tensor *local, int d, int e, 
   if (!send) return dt__error(DT_ERR_NOMEM, "dt_dist_redistribute: cannot allocate counts");
   int64_t *recv = send + n;
   int64_t send_total = 0, recv_total = 0;
-  int64_t other = 1; /* elements per (d, e) pair */
-  for (int i = 0; i < ndim; i++) {
-    if (i != d && i != e) other *= local->shape[i];
-  }
+  int64_t other = numel_without(local, d, e); /* elements per (d, e) pair */
   int64_t my_e_start, my_e_len;
   dt__chunk_range(extent_e, n, coord, &my_e_start, &my_e_len);
   for (int r = 0; r < n; r++) {
@@ -238,11 +255,7 @@ static dt_status step_all_to_all(dt_comm *comm, dt_tensor *local, int d, int e, 
     pos += send[r];
   }
   if (!st) st = dt_comm_all_to_all(comm, sendbuf, recvbuf, send, recv);
-  if (!st) st = unpack_front(recvbuf, ndim, out_shape, d, out);
-  dt_tensor_release(sendbuf);
-  dt_tensor_release(recvbuf);
-  dt__free(send);
-  return st;
+  return finish_packed(st, sendbuf, recvbuf, send, ndim, out_shape, d, out);
 }
 
 /* R -> S(d): this rank's chunk of d, as a view. */
