@@ -146,8 +146,10 @@ Test(mm, hand_computed) {
 }
 
 Test(mm, shapes_dtypes_layouts) {
-  static const int64_t shapes[][3] = {{7, 5, 3}, {1, 1, 1},   {4, 0, 3},  {0, 3, 2},
-                                      {3, 4, 0}, {33, 17, 9}, {2, 64, 5}, {1, 6, 1}};
+  /* Shapes of one row (n = 1) go through a matrix-vector product. */
+  static const int64_t shapes[][3] = {{7, 5, 3},   {1, 1, 1},   {4, 0, 3},  {0, 3, 2},
+                                      {3, 4, 0},   {33, 17, 9}, {2, 64, 5}, {1, 6, 1},
+                                      {1, 37, 23}, {1, 1, 9},   {1, 70, 2}};
   static const dt_dtype dtypes[] = {DT_F32, DT_F64, DT_BF16, DT_F16, DT_I64, DT_I32, DT_U8};
   uint64_t seed = 1;
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
@@ -477,6 +479,8 @@ Test(addmm, random_bias_shapes) {
     check_addmm(2, (int64_t[]){4, 6}, 4, 0, 6, dtypes[d], 2, 1, seed++); /* k = 0: beta * bias */
     check_addmm(1, (int64_t[]){1}, 1, 1, 1, dtypes[d], 1, 1, seed++);
     check_addmm(2, (int64_t[]){9, 11}, 9, 13, 11, dtypes[d], 0, 1, seed++);
+    check_addmm(1, (int64_t[]){11}, 1, 13, 11, dtypes[d], 2, -1, seed++); /* one row: gemv */
+    check_addmm(2, (int64_t[]){1, 11}, 1, 13, 11, dtypes[d], 0, 1, seed++);
   }
 }
 

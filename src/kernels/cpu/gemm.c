@@ -158,8 +158,31 @@ static bool fold_batch_into_rows(const dt_tensor *a, const dt_tensor *b, const d
   return true;
 }
 
+/* One row times a matrix (decoding a token, a batch of one): a matrix-vector product reads
+ * b once, where sgemm would pack all of b for a single row first. c's row is written whole
+ * (zeroed first when beta is 0, so that nothing depends on how the BLAS scales by 0). */
+static void gemv_row(dt_dtype cd, blas_layout la, blas_layout lb, int m, int k, double alpha,
+                     const char *pa, const char *pb, double beta, char *pc) {
+  int inc_a = la.trans == CblasNoTrans ? 1 : la.ld;
+  /* b holds op(b) [k, m] row-major (NoTrans: c = b^T a) or its transpose [m, k] (c = b a). */
+  CBLAS_TRANSPOSE t = lb.trans == CblasNoTrans ? CblasTrans : CblasNoTrans;
+  int rows = lb.trans == CblasNoTrans ? k : m, cols = lb.trans == CblasNoTrans ? m : k;
+  if (beta == 0) memset(pc, 0, (size_t)m * dt__dtype_sizes[cd]);
+  if (cd == DT_F32) {
+    cblas_sgemv(CblasRowMajor, t, rows, cols, (float)alpha, (const float *)pb, lb.ld,
+                (const float *)pa, inc_a, (float)beta, (float *)pc, 1);
+  } else {
+    cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, (const double *)pb, lb.ld, (const double *)pa,
+                inc_a, beta, (double *)pc, 1);
+  }
+}
+
 static void gemm(dt_dtype cd, blas_layout la, blas_layout lb, int n, int m, int k, double alpha,
                  const char *pa, const char *pb, double beta, char *pc) {
+  if (n == 1) {
+    gemv_row(cd, la, lb, m, k, alpha, pa, pb, beta, pc);
+    return;
+  }
   if (cd == DT_F32) {
     cblas_sgemm(CblasRowMajor, la.trans, lb.trans, n, m, k, (float)alpha, (const float *)pa, la.ld,
                 (const float *)pb, lb.ld, (float)beta, (float *)pc, m);
