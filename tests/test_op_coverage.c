@@ -40,23 +40,14 @@ static const struct {
 };
 
 /* Ops a CUDA build refuses on CUDA tensors (DT_ERR_UNSUPPORTED naming the op and the device),
- * with the reason. */
+ * with the reason. None today: every op of the list has a CUDA kernel. The one row is a
+ * sentinel (no op has the id DT_OP_COUNT); an op added without a CUDA kernel is listed here
+ * with its reason. */
 static const struct {
   dt_op op;
   const char *reason;
 } cuda_refused[] = {
-    {DT_OP_CROSS_ENTROPY_VOCAB_TERMS, "not written yet for CUDA (issue 26's vocabulary-parallel "
-                                      "terms have a CPU kernel only)"},
-    {DT_OP_CROSS_ENTROPY_VOCAB_TERMS_BACKWARD, "not written yet for CUDA (as the forward)"},
-    {DT_OP_SIN, "not registered for CUDA yet (issue 27's ops have CPU kernels only; the element "
-                "function is in kernels/math/unary.h, untested on a GPU)"},
-    {DT_OP_COS, "not registered for CUDA yet (as sin)"},
-    {DT_OP_TRIL, "not written yet for CUDA (issue 27: CPU kernel only)"},
-    {DT_OP_TRIU, "not written yet for CUDA (issue 27: CPU kernel only)"},
-    {DT_OP_CUMSUM, "not written yet for CUDA (issue 27: CPU kernel only)"},
-    {DT_OP_TOPK, "not written yet for CUDA (issue 27: CPU kernel only)"},
-    {DT_OP_INDEX_SELECT, "not written yet for CUDA (issue 27: CPU kernel only)"},
-    {DT_OP_GATHER, "not written yet for CUDA (issue 27: CPU kernel only)"},
+    {DT_OP_COUNT, "(none: a sentinel)"},
 };
 
 static bool listed_cuda_refused(int op) {

@@ -38,6 +38,73 @@ static const char *const variant_names[] = {"as is",   "float64", "bfloat16", "f
 
 static int compared, not_applicable, refused, grads_compared;
 
+/* The index and ordering ops beyond the sweep's cases: other dtypes (bfloat16 and integer
+ * elements, int32 indices), many ties (integers in a small range), long lines, other dims.
+ * Each runs in every variant as the sweep's cases do. */
+static const op_case index_cases[] = {
+    {"tril -2 bfloat16", DT_OP_TRIL, "diagonal=-2", 1, {3}, {{2, 9, 4}}, {DT_BF16}, .exact = true},
+    {"triu 2 int64",
+     DT_OP_TRIU,
+     "diagonal=2",
+     1,
+     {2},
+     {S2(6, 300)},
+     {DT_I64},
+     .lo = -50,
+     .hi = 50,
+     .exact = true},
+    {"cumsum dim 0 int32 (to int64)",
+     DT_OP_CUMSUM,
+     "dim=0",
+     1,
+     {2},
+     {S2(1031, 3)},
+     {DT_I32},
+     .lo = -100,
+     .hi = 100,
+     .exact = true},
+    {"cumsum dim 2 of 3-d", DT_OP_CUMSUM, "dim=2", 1, {3}, {{3, 4, 9}}},
+    {"topk int64 ties indices",
+     DT_OP_TOPK,
+     "k=5 dim=0",
+     1,
+     {2},
+     {S2(1031, 3)},
+     {DT_I64},
+     .lo = -3,
+     .hi = 3,
+     .exact = true,
+     .output = 1},
+    {"topk k=all dim 1", DT_OP_TOPK, "k=7 dim=1 largest=false", 1, {2}, {S2(5, 7)}},
+    {"index_select dim 0 int32 index",
+     DT_OP_INDEX_SELECT,
+     "dim=0",
+     2,
+     {2, 1},
+     {S2(6, 9), {11}},
+     {DT_F32, DT_I32},
+     .lo = 0,
+     .hi = 6},
+    {"gather dim 1 int32 index",
+     DT_OP_GATHER,
+     "dim=1",
+     2,
+     {2, 2},
+     {S2(5, 7), S2(4, 9)},
+     {DT_F32, DT_I32},
+     .lo = 0,
+     .hi = 5},
+    {"cross_entropy_vocab_terms 2 terms",
+     DT_OP_CROSS_ENTROPY_VOCAB_TERMS,
+     "terms=2",
+     3,
+     {2, 2, 2},
+     {S2(6, 300), S2(6, 1), S2(6, 1)},
+     {DT_F32, DT_F32, DT_I64},
+     .lo = 0,
+     .hi = 6},
+};
+
 /* Tolerances by the result's dtype: |got - want| <= atol + rtol |want|. float32 allows for
  * the CPU's float32 fast paths (blocked float sums, vmath.h's exp) against the GPU's double
  * statistics; the 16-bit formats one or two of their ulps. */
@@ -253,6 +320,31 @@ static void run_extremes(void) {
       {"amax dim 1", DT_OP_AMAX, "dim=1", 1, {2}, {{3, 5003}}},
       {"sum dim 1 (long rows)", DT_OP_SUM_DIM, "dim=1", 1, {2}, {{3, 5003}}},
       {"softmax dim 1 (long rows)", DT_OP_SOFTMAX, "dim=1", 1, {2}, {{3, 5003}}},
+      /* topk's order over a block's threads: the NaN first, the tie by position */
+      {"topk k=40 values (NaN, ties)",
+       DT_OP_TOPK,
+       "k=40 dim=1",
+       1,
+       {2},
+       {{3, 5003}},
+       .exact = true},
+      {"topk k=40 indices (NaN, ties)",
+       DT_OP_TOPK,
+       "k=40 dim=1",
+       1,
+       {2},
+       {{3, 5003}},
+       .exact = true,
+       .output = 1},
+      {"topk smallest k=40 indices",
+       DT_OP_TOPK,
+       "k=40 dim=1 largest=false",
+       1,
+       {2},
+       {{3, 5003}},
+       .exact = true,
+       .output = 1},
+      {"cumsum dim 1 (long rows, NaN)", DT_OP_CUMSUM, "dim=1", 1, {2}, {{3, 5003}}},
   };
   for (size_t k = 0; k < sizeof red / sizeof *red; k++) {
     dt_tensor *a = NULL, *b = NULL, *h = NULL;
@@ -302,9 +394,21 @@ static void run_bad_index(void) {
   dt_status st = dt_embedding(wg, ig, &out);
   CHECK(st == DT_ERR_INDEX && strstr(dt_last_error(), "12"),
         "embedding with index 12 of 10 rows: %d: %s", (int)st, dt_last_error());
+  /* index_select and gather check theirs on the device first, as the CPU does */
+  st = dt_index_select(wg, 0, ig, &out);
+  CHECK(st == DT_ERR_INDEX && strstr(dt_last_error(), "index 12 at position 1"),
+        "index_select with index 12 of 10: %d: %s", (int)st, dt_last_error());
+  dt_tensor *ig2 = NULL;
+  int64_t gidx[8] = {0, 1, 2, 3, 3, 2, -1, 0}, gs[2] = {2, 4};
+  CHECK_OK(dt_from_data_ex(gidx, 2, gs, DT_I64, &on, &ig2));
+  st = dt_gather(wg, 1, ig2, &out);
+  CHECK(st == DT_ERR_INDEX && strstr(dt_last_error(), "index -1 at position 6"),
+        "gather with index -1: %d: %s", (int)st, dt_last_error());
+  CHECK(out == NULL, "a failed gather left an output");
   dt_tensor_release(w);
   dt_tensor_release(wg);
   dt_tensor_release(ig);
+  dt_tensor_release(ig2);
   dt_tensor_release(out);
 }
 
@@ -314,6 +418,12 @@ int main(void) {
     for (int v = 0; v < V_COUNT; v++) run_variant(&cases[k], (variant)v, false, 1000 + 10 * k);
     run_variant(&cases[k], V_AS_IS, true, 5000 + 10 * k);
     run_variant(&cases[k], V_F64, true, 7000 + 10 * k);
+  }
+  for (size_t k = 0; k < sizeof index_cases / sizeof *index_cases; k++) {
+    const op_case *c = &index_cases[k];
+    for (int v = 0; v < V_COUNT; v++) run_variant(c, (variant)v, false, 3000 + 10 * k);
+    run_variant(c, V_AS_IS, true, 4000 + 10 * k);
+    run_variant(c, V_F64, true, 6000 + 10 * k);
   }
   run_extremes();
   run_random();

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/math/order.h"
 #include "tensor/dtype_impl.h"
 
 static char *element(const dt_tensor *t, const int64_t *pos) {
@@ -45,8 +46,7 @@ void dt__cpu_triangle(const dt_tensor *a, int64_t diagonal, bool upper, dt_tenso
   dt_index_iter it;
   dt__iter_init(&it, out->ndim, out->shape);
   for (int64_t e = 0; e < n; e++, dt__iter_next(&it)) {
-    int64_t off = it.index[c] - it.index[r];
-    bool keep = upper ? off >= diagonal : off <= diagonal;
+    bool keep = dt__triangle_keeps(it.index[r], it.index[c], diagonal, upper);
     char *dst = element(out, it.index);
     if (keep)
       memcpy(dst, element(a, it.index), esize);
@@ -89,30 +89,23 @@ typedef struct keyed {
   int64_t pos; /* along dim */
 } keyed;
 
-/* Orders: NaN above every number, then by value; equal values by position. */
+/* Orders by kernels/math/order.h's rule (NaN above every number, then by value, equal values
+ * by position, so no two elements are equal), which the CUDA kernel applies too. */
 static int cmp_float_desc(const void *x, const void *y) {
   const keyed *a = x, *b = y;
-  bool an = a->f != a->f, bn = b->f != b->f;
-  if (an != bn) return an ? -1 : 1;
-  if (!an && a->f != b->f) return a->f > b->f ? -1 : 1;
-  return a->pos < b->pos ? -1 : a->pos > b->pos;
+  return dt__topk_before_f64(a->f, a->pos, b->f, b->pos, true) ? -1 : a->pos != b->pos;
 }
 static int cmp_float_asc(const void *x, const void *y) {
   const keyed *a = x, *b = y;
-  bool an = a->f != a->f, bn = b->f != b->f;
-  if (an != bn) return an ? 1 : -1;
-  if (!an && a->f != b->f) return a->f < b->f ? -1 : 1;
-  return a->pos < b->pos ? -1 : a->pos > b->pos;
+  return dt__topk_before_f64(a->f, a->pos, b->f, b->pos, false) ? -1 : a->pos != b->pos;
 }
 static int cmp_int_desc(const void *x, const void *y) {
   const keyed *a = x, *b = y;
-  if (a->i != b->i) return a->i > b->i ? -1 : 1;
-  return a->pos < b->pos ? -1 : a->pos > b->pos;
+  return dt__topk_before_i64(a->i, a->pos, b->i, b->pos, true) ? -1 : a->pos != b->pos;
 }
 static int cmp_int_asc(const void *x, const void *y) {
   const keyed *a = x, *b = y;
-  if (a->i != b->i) return a->i < b->i ? -1 : 1;
-  return a->pos < b->pos ? -1 : a->pos > b->pos;
+  return dt__topk_before_i64(a->i, a->pos, b->i, b->pos, false) ? -1 : a->pos != b->pos;
 }
 
 dt_status dt__cpu_topk(const char *op, const dt_tensor *a, int64_t k, int dim, bool largest,

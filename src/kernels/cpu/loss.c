@@ -13,6 +13,7 @@
 #include "kernels/cpu/rows.h"
 #include "kernels/cpu/vmath.h"
 #include "kernels/math/norm.h"
+#include "kernels/math/order.h"
 #include "tensor/dtype_impl.h"
 
 static double load(const dt_tensor *t, int64_t i, int64_t j) {
@@ -233,7 +234,7 @@ dt_status dt__cpu_vocab_terms_backward(const dt_tensor *logits, const dt_tensor 
       continue;
     }
     for (int64_t c = 0; c < classes; c++)
-      store(out, i, c, g0 * exp(load(logits, i, c) - m) + g2 + (c == j ? g1 : 0.0));
+      store(out, i, c, dt__vocab_terms_grad(g0, exp(load(logits, i, c) - m), g1, g2, c == j));
   }
   return DT_OK;
 }

@@ -127,6 +127,28 @@ int dt__cuda_launch_embedding(void *stream, const dt_cuda_ref *weight, const dt_
 int dt__cuda_launch_scatter_add(void *stream, const dt_cuda_ref *out, int dim,
                                 const dt_cuda_ref *index, const dt_cuda_ref *src, int64_t offset);
 
+/* The vocabulary-parallel cross-entropy terms (kernels/cpu/loss.h's dt__cpu_vocab_terms) of
+ * logits [N, C] holding classes [offset, offset + C), max [N, 1], target [N, 1] int64 into
+ * out [N, terms]; with grad [N, terms] (not NULL) their gradient into out [N, C]. */
+int dt__cuda_launch_vocab_terms(void *stream, const dt_cuda_ref *logits, const dt_cuda_ref *max,
+                                const dt_cuda_ref *target, const dt_cuda_ref *grad, int64_t offset,
+                                const dt_cuda_ref *out);
+
+/* ---- Index and ordering (order.cu): tril/triu, cumsum, topk, index_select, gather -------- */
+/* out = a with the elements off the kept triangle of the last two dims zeroed (upper: triu). */
+int dt__cuda_launch_triangle(void *stream, const dt_cuda_ref *a, int64_t diagonal, bool upper,
+                             const dt_cuda_ref *out);
+/* out = the running sum of a along dim (floating in double, integers in int64). */
+int dt__cuda_launch_cumsum(void *stream, const dt_cuda_ref *a, int dim, const dt_cuda_ref *out);
+/* The k first elements of every line of a along dim in kernels/math/order.h's order, sorted,
+ * into values (a's dtype) and indices (int64). */
+int dt__cuda_launch_topk(void *stream, const dt_cuda_ref *a, int64_t k, int dim, bool largest,
+                         const dt_cuda_ref *values, const dt_cuda_ref *indices);
+/* index_select (gather false: index 1-D along dim) or gather (index of out's shape): out at p
+ * is a at p with p[dim] = the index there. The indices are checked by the caller first. */
+int dt__cuda_launch_take(void *stream, const dt_cuda_ref *a, int dim, const dt_cuda_ref *index,
+                         bool gather, const dt_cuda_ref *out);
+
 /* ---- Attention (attention.cu) ------------------------------------------------------------------
  */
 /* out [B, H, T, Ev] and lse [B, H, T] of q [B, H, T, E], k [B, Hk, S, E], v [B, Hk, S, Ev] with

@@ -21,6 +21,8 @@ const dt_op_kernel_fn dt__cuda_kernels[DT_OP_COUNT] = {
     [DT_OP_SILU] = dt__cuda_kernel_unary,
     [DT_OP_TANH] = dt__cuda_kernel_unary,
     [DT_OP_SIGMOID] = dt__cuda_kernel_unary,
+    [DT_OP_SIN] = dt__cuda_kernel_unary,
+    [DT_OP_COS] = dt__cuda_kernel_unary,
     [DT_OP_ADD] = dt__cuda_kernel_binary,
     [DT_OP_SUB] = dt__cuda_kernel_binary,
     [DT_OP_MUL] = dt__cuda_kernel_binary,
@@ -123,6 +125,16 @@ const dt_op_kernel_fn dt__cuda_kernels[DT_OP_COUNT] = {
     /* Losses (op_rows.c: rows.cu) */
     [DT_OP_CROSS_ENTROPY_LOSS] = dt__cuda_kernel_cross_entropy,
     [DT_OP_CROSS_ENTROPY_LOSS_BACKWARD] = dt__cuda_kernel_cross_entropy_backward,
+    /* Vocabulary-parallel cross-entropy terms (op_index.c: rows.cu) */
+    [DT_OP_CROSS_ENTROPY_VOCAB_TERMS] = dt__cuda_kernel_vocab_terms,
+    [DT_OP_CROSS_ENTROPY_VOCAB_TERMS_BACKWARD] = dt__cuda_kernel_vocab_terms_backward,
+    /* Index and ordering (op_index.c: order.cu) */
+    [DT_OP_TRIL] = dt__cuda_kernel_triangle,
+    [DT_OP_TRIU] = dt__cuda_kernel_triangle,
+    [DT_OP_CUMSUM] = dt__cuda_kernel_cumsum,
+    [DT_OP_TOPK] = dt__cuda_kernel_topk,
+    [DT_OP_INDEX_SELECT] = dt__cuda_kernel_index_select,
+    [DT_OP_GATHER] = dt__cuda_kernel_gather,
 };
 
 __attribute__((constructor)) static void register_cuda(void) {

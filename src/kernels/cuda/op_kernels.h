@@ -52,4 +52,13 @@ dt_status dt__cuda_kernel_embedding_backward(dt_op_call *call);
 dt_status dt__cuda_kernel_attention(dt_op_call *call);
 dt_status dt__cuda_kernel_attention_backward(dt_op_call *call);
 
+/* The index and ordering ops and the vocabulary-parallel cross-entropy terms (op_index.c). */
+dt_status dt__cuda_kernel_triangle(dt_op_call *call);
+dt_status dt__cuda_kernel_cumsum(dt_op_call *call);
+dt_status dt__cuda_kernel_topk(dt_op_call *call);
+dt_status dt__cuda_kernel_index_select(dt_op_call *call);
+dt_status dt__cuda_kernel_gather(dt_op_call *call);
+dt_status dt__cuda_kernel_vocab_terms(dt_op_call *call);
+dt_status dt__cuda_kernel_vocab_terms_backward(dt_op_call *call);
+
 #endif /* DT_KERNELS_CUDA_OP_KERNELS_H */

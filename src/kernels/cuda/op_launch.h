@@ -65,4 +65,10 @@ dt_status dt__cuda_check_indices(const dt_op_call *call, cudaStream_t stream, co
                                  int64_t lo, int64_t hi, bool allow, int64_t allowed,
                                  int64_t *bad_position, int64_t *bad_value);
 
+/* The same check of index against [0, size) along dim, failing with DT_ERR_INDEX naming the
+ * first bad index, its position and the dim, as the CPU's index_select, gather and
+ * scatter_add do (op_rows.c). */
+dt_status dt__cuda_check_dim_indices(const dt_op_call *call, cudaStream_t stream,
+                                     const dt_tensor *index, int dim, int64_t size);
+
 #endif /* DT_KERNELS_CUDA_OP_LAUNCH_H */

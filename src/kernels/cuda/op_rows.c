@@ -32,6 +32,17 @@ dt_status dt__cuda_check_indices(const dt_op_call *call, cudaStream_t stream, co
   return DT_OK;
 }
 
+dt_status dt__cuda_check_dim_indices(const dt_op_call *call, cudaStream_t stream,
+                                     const dt_tensor *index, int dim, int64_t size) {
+  int64_t bad = -1, value = 0;
+  dt_status st = dt__cuda_check_indices(call, stream, index, 0, size, false, 0, &bad, &value);
+  if (st || bad < 0) return st;
+  return dt__error(DT_ERR_INDEX,
+                   "%s: index %" PRId64 " at position %" PRId64
+                   " is out of range for dim %d of size %" PRId64,
+                   dt__op_name(call), value, bad, dim, size);
+}
+
 /* ---- reductions ------------------------------------------------------------------------------ */
 
 dt_status dt__cuda_kernel_reduce(dt_op_call *call) {
@@ -156,15 +167,8 @@ dt_status dt__cuda_kernel_scatter_add(dt_op_call *call) {
   int64_t offset = window ? call->ints[1] : 0, limit = window ? call->ints[2] : self->shape[dim];
   cudaStream_t s;
   dt_status st = dt__cuda_call_stream(call, self, &s);
-  int64_t bad = -1, value = 0;
-  if (!st) st = dt__cuda_check_indices(call, s, index, 0, limit, false, 0, &bad, &value);
+  if (!st) st = dt__cuda_check_dim_indices(call, s, index, dim, limit);
   if (st) return st;
-  if (bad >= 0) {
-    return dt__error(DT_ERR_INDEX,
-                     "%s: index %" PRId64 " at position %" PRId64
-                     " is out of range for dim %d of size %" PRId64,
-                     dt__op_name(call), value, bad, dim, limit);
-  }
   dt_cuda_ref out = dt__cuda_ref(call->outputs[0]), rs = dt__cuda_ref(self),
               ri = dt__cuda_ref(index), rx = dt__cuda_ref(src);
   st = dt__cuda_launched(call, dt__cuda_launch_copy(s, &out, &rs));

@@ -1,11 +1,13 @@
 /*
  * Row kernels on CUDA: softmax and log_softmax, layer norm and RMS norm, batch norm
- * (inference and training statistics) and cross-entropy with its backward. One block per row
+ * (inference and training statistics), cross-entropy with its backward and the
+ * vocabulary-parallel cross-entropy terms with their gradient. One block per row
  * (a softmax line, a normalized row, a channel, a sample); statistics in double, combined in
  * a fixed tree (deterministic); the formulas are kernels/math/norm.h's, the CPU's.
  */
 #include "kernels/cuda/indexer.cuh"
 #include "kernels/math/norm.h"
+#include "kernels/math/order.h"
 
 static __device__ __forceinline__ double load_at(const dt_cuda_ref &t, int64_t off) {
   return dt__elem_load_f64(t.dtype, t.data + off * dt_cuda_esize(t.dtype));
@@ -455,5 +457,74 @@ extern "C" int dt__cuda_launch_norm_backward(void *stream, bool rms, const dt_cu
   a.stats = scratch; /* the affine gradients: row statistics first, then the column sums */
   if (a.rows > 0) dt_cuda_norm_bwd_kernel<<<row_blocks(a.rows), DT_CUDA_THREADS, 0, s>>>(a);
   dt_cuda_norm_affine_kernel<<<dt_cuda_blocks(a.len), DT_CUDA_THREADS, 0, s>>>(a);
+  return (int)cudaGetLastError();
+}
+
+/* ---- vocabulary-parallel cross-entropy terms ----------------------------------------------- */
+
+struct dt_cuda_vocab_args {
+  dt_cuda_ref logits, max, target, grad, out;
+  int64_t rows, classes, offset, terms;
+};
+
+/* Row i's class in this shard's window [offset, offset + classes), or -1. */
+static __device__ __forceinline__ int64_t vocab_local_class(const dt_cuda_vocab_args &a,
+                                                            int64_t i) {
+  int64_t j = *(const int64_t *)(a.target.data + i * a.target.strides[0] * 8) - a.offset;
+  return j >= 0 && j < a.classes ? j : -1;
+}
+
+/* A block per row: sum exp(x - m), x_t - m, sum (x - m) (kernels/cpu/loss.h's terms). */
+__global__ void dt_cuda_vocab_terms_kernel(dt_cuda_vocab_args a) {
+  for (int64_t i = blockIdx.x; i < a.rows; i += gridDim.x) {
+    double m = load_at(a.max, i * a.max.strides[0]);
+    int64_t xo = i * a.logits.strides[0], cs = a.logits.strides[1];
+    double s = 0, sz = 0;
+    for (int64_t c = threadIdx.x; c < a.classes; c += blockDim.x) {
+      double v = load_at(a.logits, xo + c * cs);
+      s += exp(v - m);
+      sz += v - m;
+    }
+    s = block_reduce(s, false);
+    sz = block_reduce(sz, false);
+    if (threadIdx.x == 0) {
+      int64_t j = vocab_local_class(a, i), oo = i * a.out.strides[0], os = a.out.strides[1];
+      store_at(a.out, oo, s);
+      store_at(a.out, oo + os, j >= 0 ? load_at(a.logits, xo + j * cs) - m : 0.0);
+      if (a.terms > 2) store_at(a.out, oo + 2 * os, sz);
+    }
+  }
+}
+
+/* A thread per element: out[i, c] = g0 exp(x - m) + g2 (+ g1 at the target's class). */
+__global__ void dt_cuda_vocab_grad_kernel(dt_cuda_vocab_args a) {
+  int64_t n = a.rows * a.classes, step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += step) {
+    int64_t i = e / a.classes, c = e % a.classes, go = i * a.grad.strides[0];
+    double m = load_at(a.max, i * a.max.strides[0]);
+    double g0 = load_at(a.grad, go), g1 = load_at(a.grad, go + a.grad.strides[1]);
+    double g2 = a.terms > 2 ? load_at(a.grad, go + 2 * a.grad.strides[1]) : 0.0;
+    double x = load_at(a.logits, i * a.logits.strides[0] + c * a.logits.strides[1]);
+    store_at(a.out, i * a.out.strides[0] + c * a.out.strides[1],
+             dt__vocab_terms_grad(g0, exp(x - m), g1, g2, c == vocab_local_class(a, i)));
+  }
+}
+
+extern "C" int dt__cuda_launch_vocab_terms(void *stream, const dt_cuda_ref *logits,
+                                           const dt_cuda_ref *max, const dt_cuda_ref *target,
+                                           const dt_cuda_ref *grad, int64_t offset,
+                                           const dt_cuda_ref *out) {
+  dt_cuda_vocab_args a;
+  memset(&a, 0, sizeof a);
+  a.logits = *logits, a.max = *max, a.target = *target, a.out = *out;
+  if (grad) a.grad = *grad;
+  a.rows = logits->shape[0], a.classes = logits->shape[1], a.offset = offset;
+  a.terms = grad ? grad->shape[1] : out->shape[1];
+  cudaStream_t s = (cudaStream_t)stream;
+  if (!grad) {
+    if (a.rows > 0) dt_cuda_vocab_terms_kernel<<<row_blocks(a.rows), DT_CUDA_THREADS, 0, s>>>(a);
+  } else if (a.rows * a.classes > 0) {
+    dt_cuda_vocab_grad_kernel<<<dt_cuda_blocks(a.rows * a.classes), DT_CUDA_THREADS, 0, s>>>(a);
+  }
   return (int)cudaGetLastError();
 }
