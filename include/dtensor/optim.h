@@ -91,8 +91,10 @@ typedef struct dt_adam_options {
  * Errors: DT_ERR_INVALID (NULL params or out, n < 1, a NULL or repeated parameter, a parameter
  * that is not a leaf requiring grad, a non-contiguous local shard, parameters on different
  * meshes or mixing local and distributed, an option out of range: the message names it and
- * its value), DT_ERR_DTYPE (a parameter not float32), DT_ERR_UNSUPPORTED (a parameter off the
- * CPU: the updates run on host memory), DT_ERR_NOMEM. */
+ * its value), DT_ERR_DTYPE (a parameter not float32), DT_ERR_UNSUPPORTED (a parameter on a
+ * device kind without optimizer kernels; the CPU and, in a CUDA build, CUDA have them: a CUDA
+ * parameter's state lives on its device and its step is one fused kernel per parameter with the
+ * CPU's element arithmetic), DT_ERR_NOMEM. */
 DT_API dt_status dt_optimizer_create_sgd(int n, dt_tensor *const *params,
                                          const dt_sgd_options *options, dt_optimizer **out);
 DT_API dt_status dt_optimizer_create_adam(int n, dt_tensor *const *params,

@@ -26,16 +26,13 @@ static dt_status adam_check(const char *fn, const double *h) {
   return DT_OK;
 }
 
-/* The scalar factors of one step, in double and rounded to float32 once: parameters usually
- * share their step count, so a step computes them once (two pow calls per parameter were a
- * fifth of the per-parameter cost); they live in the step's cache. */
-typedef struct adam_factors {
-  int64_t step; /* the step they were computed for (0: none yet) */
-  float p_scale, g_decay, w1, b2, w2, neg_step_size, bc2_sqrt, eps;
-} adam_factors;
-_Static_assert(sizeof(adam_factors) <= DT__OPTIM_CACHE_BYTES, "adam_factors fits the cache");
+/* The scalar factors of one step (kernels/math/optim.h), in double and rounded to float32
+ * once: parameters usually share their step count, so a step computes them once (two pow
+ * calls per parameter were a fifth of the per-parameter cost); they live in the step's
+ * cache. */
+_Static_assert(sizeof(dt_adam_factors) <= DT__OPTIM_CACHE_BYTES, "dt_adam_factors fits the cache");
 
-static void factors_for(const double *h, bool decoupled, int64_t step, adam_factors *f) {
+static void factors_for(const double *h, bool decoupled, int64_t step, dt_adam_factors *f) {
   if (f->step == step) return;
   f->step = step;
   const float wd = (float)h[WEIGHT_DECAY], decay = (float)(1.0 - h[LR] * h[WEIGHT_DECAY]);
@@ -52,20 +49,12 @@ static void factors_for(const double *h, bool decoupled, int64_t step, adam_fact
 }
 
 /* m = lerp(m, g, 1 - beta1); v = beta2 v + (1 - beta2) g^2;
- * p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), AdamW decaying p by (1 - lr wd) first. */
-static void update(const adam_factors *f, float *restrict p, const float *restrict g,
+ * p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), AdamW decaying p by (1 - lr wd) first
+ * (dt__adam_element; the factors copied to a local, which nothing the loop stores aliases). */
+static void update(const dt_adam_factors *f, float *restrict p, const float *restrict g,
                    float *restrict m, float *restrict v, int64_t count) {
-  const float p_scale = f->p_scale, g_decay = f->g_decay, w1 = f->w1, b2 = f->b2, w2 = f->w2;
-  const float neg_step_size = f->neg_step_size, bc2_sqrt = f->bc2_sqrt, eps = f->eps;
-  for (int64_t k = 0; k < count; k++) {
-    float pk = p[k] * p_scale;
-    float gk = g[k] + g_decay * pk;
-    float mk = m[k] + w1 * (gk - m[k]);
-    float vk = v[k] * b2 + w2 * gk * gk;
-    m[k] = mk;
-    v[k] = vk;
-    p[k] = pk + neg_step_size * (mk / (sqrtf(vk) / bc2_sqrt + eps));
-  }
+  const dt_adam_factors local = *f;
+  for (int64_t k = 0; k < count; k++) dt__adam_element(&local, &p[k], g[k], &m[k], &v[k]);
 }
 
 static void adam_update(const double *h, int64_t step, float *p, const float *g, float *const *s,
@@ -80,6 +69,18 @@ static void adamw_update(const double *h, int64_t step, float *p, const float *g
   update(cache, p, g, s[0], s[1], count);
 }
 
+static void adam_factors(const double *h, int64_t step, dt_optim_update *u) {
+  u->rule = DT_OPTIM_ADAM;
+  u->f.adam.step = 0;
+  factors_for(h, false, step, &u->f.adam);
+}
+
+static void adamw_factors(const double *h, int64_t step, dt_optim_update *u) {
+  u->rule = DT_OPTIM_ADAM;
+  u->f.adam.step = 0;
+  factors_for(h, true, step, &u->f.adam);
+}
+
 #define ADAM_HYPER(weight_decay)                                                                   \
   DT__OPTIM_SLOTS("exp_avg", "exp_avg_sq"),                                                        \
       DT__OPTIM_HYPER({"lr", 1e-3}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8},               \
@@ -89,9 +90,11 @@ static void adamw_update(const double *h, int64_t step, float *p, const float *g
 const dt__optim_kind dt__optim_adam = {.name = "adam",
                                        .create_fn = "dt_optimizer_create_adam",
                                        ADAM_HYPER(0.0),
-                                       .update = adam_update};
+                                       .update = adam_update,
+                                       .factors = adam_factors};
 
 const dt__optim_kind dt__optim_adamw = {.name = "adamw",
                                         .create_fn = "dt_optimizer_create_adamw",
                                         ADAM_HYPER(0.01),
-                                        .update = adamw_update};
+                                        .update = adamw_update,
+                                        .factors = adamw_factors};

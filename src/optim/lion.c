@@ -23,20 +23,26 @@ static dt_status lion_check(const char *fn, const double *h) {
   return DT_OK;
 }
 
+static void lion_factors(const double *h, int64_t step, dt_optim_update *u) {
+  (void)step;
+  u->rule = DT_OPTIM_LION;
+  u->f.lion = (dt_lion_factors){.b1 = (float)h[BETA1],
+                                .w1 = (float)(1.0 - h[BETA1]),
+                                .b2 = (float)h[BETA2],
+                                .w2 = (float)(1.0 - h[BETA2]),
+                                .scale = (float)(1.0 - h[LR] * h[WEIGHT_DECAY]),
+                                .lr = (float)h[LR]};
+}
+
+/* dt__lion_element over the shard, its factors in a local nothing the loop stores aliases. */
 static void lion_update(const double *h, int64_t step, float *restrict p, const float *restrict g,
                         float *const *s, int64_t count, void *cache) {
-  (void)step;
   (void)cache;
   float *restrict m = s[0];
-  const float b1 = (float)h[BETA1], w1 = (float)(1.0 - h[BETA1]);
-  const float b2 = (float)h[BETA2], w2 = (float)(1.0 - h[BETA2]);
-  const float scale = (float)(1.0 - h[LR] * h[WEIGHT_DECAY]), lr = (float)h[LR];
-  for (int64_t k = 0; k < count; k++) {
-    float c = m[k] * b1 + w1 * g[k];
-    float sign = (float)(c > 0.0f) - (float)(c < 0.0f);
-    p[k] = p[k] * scale - lr * sign;
-    m[k] = m[k] * b2 + w2 * g[k];
-  }
+  dt_optim_update u;
+  lion_factors(h, step, &u);
+  const dt_lion_factors f = u.f.lion;
+  for (int64_t k = 0; k < count; k++) dt__lion_element(&f, &p[k], g[k], &m[k]);
 }
 
 const dt__optim_kind dt__optim_lion = {
@@ -46,4 +52,5 @@ const dt__optim_kind dt__optim_lion = {
     DT__OPTIM_HYPER({"lr", 1e-4}, {"beta1", 0.9}, {"beta2", 0.99}, {"weight_decay", 0}),
     .check = lion_check,
     .update = lion_update,
+    .factors = lion_factors,
 };

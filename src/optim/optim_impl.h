@@ -13,6 +13,8 @@
 #include "dtensor/mesh.h"
 #include "dtensor/optim.h"
 #include "dtensor/ops.h"
+#include "kernels/device_routines.h"
+#include "kernels/math/optim.h"
 
 /* Checks the parameter list (see dt_optimizer_create_*): *mesh is the common mesh, NULL when
  * every parameter is local. check_repeats looks for a parameter listed twice (quadratic in n:
@@ -32,8 +34,18 @@ dt_status dt__optim_resolve_grads(const char *fn, int n, dt_tensor *const *param
  * not NULL). */
 dt_status dt__optim_any_nonfinite(dt_mesh *mesh, int n, dt_tensor **grads, bool *any);
 
-/* This rank's elements of t: local or the local shard; contiguous float32 (checked before). */
+/* This rank's elements of t: local or the local shard; contiguous float32 (checked before).
+ * Host memory, or the device's memory for a tensor on another device (then only that device's
+ * routines may touch it: dt__optim_routines). */
 float *dt__optim_floats(dt_tensor *t, int64_t *count);
+
+/* The fused routines of t's device (kernels/device_routines.h), NULL for host memory (the
+ * optimizers' own loops); *index the device's index. */
+static inline const dt_device_routines *dt__optim_routines(const dt_tensor *t, int *index) {
+  dt_device d = dt_tensor_device(t);
+  *index = d.index;
+  return d.kind == DT_DEVICE_CPU ? NULL : dt__device_routines(d.kind);
+}
 
 void dt__optim_release_all(int n, dt_tensor **tensors);
 
@@ -80,6 +92,9 @@ typedef struct dt__optim_kind {
    * step is the parameter's step count including this one (1 on its first update). */
   void (*update)(const double *h, int64_t step, float *p, const float *g, float *const *s,
                  int64_t count, void *cache);
+  /* The same update described for a device's kernel (kernels/math/optim.h: the element
+   * functions update uses): its scalar factors for step. */
+  void (*factors)(const double *h, int64_t step, dt_optim_update *u);
 } dt__optim_kind;
 
 extern const dt__optim_kind dt__optim_sgd, dt__optim_adam, dt__optim_adamw, dt__optim_lion;

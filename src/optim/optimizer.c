@@ -19,12 +19,13 @@ static const dt__optim_kind *const kinds[] = {&dt__optim_sgd, &dt__optim_adam, &
 /* Zeros with p's layout: local, or a distributed tensor with p's mesh, placements and global
  * shape whose shard has the shape of p's shard. */
 static dt_status zeros_like_param(dt_tensor *p, dt_tensor **out) {
+  dt_tensor_options on = {.device = dt_tensor_device(p)}; /* the state lives with p */
   if (!dt_tensor_is_distributed(p)) {
-    return dt_zeros(dt_tensor_ndim(p), dt_tensor_shape(p), DT_F32, out);
+    return dt_full_ex(dt_tensor_ndim(p), dt_tensor_shape(p), 0.0, DT_F32, &on, out);
   }
   dt_tensor *local = NULL, *zeros = NULL;
   dt_status st = dt_dist_to_local(p, &local);
-  if (!st) st = dt_zeros(dt_tensor_ndim(local), dt_tensor_shape(local), DT_F32, &zeros);
+  if (!st) st = dt_full_ex(dt_tensor_ndim(local), dt_tensor_shape(local), 0.0, DT_F32, &on, &zeros);
   if (!st) {
     dt_mesh *mesh = dt_dist_mesh(p);
     dt_dist_from_local_options o = {.global_shape = dt_dist_global_shape(p),
@@ -216,9 +217,19 @@ dt_status dt_optimizer_step_ex(dt_optimizer *opt, const dt_optimizer_step_option
   for (int i = 0; i < opt->n; i++) {
     if (!opt->grads[i]) continue;
     float **d = data + PER * i;
+    int index;
+    const dt_device_routines *r = dt__optim_routines(opt->params[i], &index);
+    if (r) { /* device memory: the kind's update as the device's kernel */
+      dt_optim_update u;
+      kind->factors(opt->hyper, ++opt->steps[i], &u);
+      st = r->optim_update(index, &u, d[0], d[1], d[2], d[3], opt->counts[i]);
+      if (st) break; /* a launch failure: the device is unusable, the step incomplete */
+      continue;
+    }
     kind->update(opt->hyper, ++opt->steps[i], d[0], d[1], d + 2, opt->counts[i], cache);
   }
   dt__optim_release_all(opt->n, opt->grads);
+  if (st) return st;
   opt->steps_taken++;
   dt__optim_apply_schedule(opt); /* the next step's rate, readable now (PyTorch's scheduler) */
   return DT_OK;

@@ -21,7 +21,7 @@ float *dt__optim_floats(dt_tensor *t, int64_t *count) {
     return NULL;
   }
   *count = dt_tensor_numel(local);
-  float *data = (float *)dt_tensor_data(local);
+  float *data = (float *)dt__tensor_base(local); /* host or device memory */
   dt_tensor_release(local);
   return data;
 }
@@ -80,11 +80,12 @@ dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params
                        "dt_parallel_ddp, which set it)",
                        fn, i);
     }
-    if (dt_tensor_device(p).kind != DT_DEVICE_CPU) {
+    int index;
+    if (dt_tensor_device(p).kind != DT_DEVICE_CPU && !dt__optim_routines(p, &index)) {
       char d[64];
       return dt__error(DT_ERR_UNSUPPORTED,
-                       "%s: parameter %d is on %s (the optimizers update host memory only; move "
-                       "it with dt_to_device)",
+                       "%s: parameter %d is on %s, whose kind has no optimizer kernels (move it "
+                       "with dt_to_device)",
                        fn, i, dt_device_format(dt_tensor_device(p), d, sizeof d));
     }
     if (!local_contiguous(p)) {
@@ -202,7 +203,16 @@ dt_status dt__optim_any_nonfinite(dt_mesh *mesh, int n, dt_tensor **grads, bool 
   for (int i = 0; i < n && found == 0.0; i++) {
     if (!grads[i]) continue;
     int64_t count;
+    int index;
     const float *g = dt__optim_floats(grads[i], &count);
+    const dt_device_routines *r = dt__optim_routines(grads[i], &index);
+    if (r) {
+      bool bad = false;
+      dt_status st = r->any_nonfinite(index, g, count, &bad);
+      if (st) return st;
+      found = bad ? 1.0 : 0.0;
+      continue;
+    }
     for (int64_t k = 0; k < count; k++) {
       if (!isfinite(g[k])) {
         found = 1.0;
@@ -247,7 +257,15 @@ dt_status dt_clip_grad_norm(int n, dt_tensor *const *params, double max_norm,
   for (int i = 0; i < n && !st; i++) {
     if (!grads[i] || !counts_here(grads[i])) continue;
     int64_t count;
+    int index;
     const float *g = dt__optim_floats(grads[i], &count);
+    const dt_device_routines *r = dt__optim_routines(grads[i], &index);
+    if (r) { /* on the device, in double; its sum joins the host's */
+      double part = 0.0;
+      st = r->sum_squares(index, g, count, &part);
+      squares += part;
+      continue;
+    }
     for (int64_t k = 0; k < count; k++) squares += (double)g[k] * (double)g[k];
   }
   if (!st) st = all_reduce_sum(mesh, &squares);
@@ -261,10 +279,16 @@ dt_status dt_clip_grad_norm(int n, dt_tensor *const *params, double max_norm,
   double coef = max_norm / (norm + 1e-6);
   if (!st && isfinite(norm) && coef < 1.0) {
     float c = (float)coef;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !st; i++) {
       if (!grads[i]) continue;
       int64_t count;
+      int index;
       float *g = dt__optim_floats(grads[i], &count);
+      const dt_device_routines *r = dt__optim_routines(grads[i], &index);
+      if (r) {
+        st = r->scale(index, g, count, c);
+        continue;
+      }
       for (int64_t k = 0; k < count; k++) g[k] *= c;
     }
   }

@@ -34,23 +34,36 @@ static bool sgd_slot_used(const double *h, int k) {
   return h[MOMENTUM] != 0;
 }
 
+static void sgd_factors(const double *h, int64_t step, dt_optim_update *u) {
+  u->rule = DT_OPTIM_SGD;
+  u->f.sgd = (dt_sgd_factors){.wd = (float)h[WEIGHT_DECAY],
+                              .mom = (float)h[MOMENTUM],
+                              .keep = (float)(1.0 - h[DAMPENING]),
+                              .neg_lr = (float)-h[LR],
+                              .decay = h[WEIGHT_DECAY] != 0,
+                              .nesterov = h[NESTEROV] != 0,
+                              .first = step == 1,
+                              .has_buf = h[MOMENTUM] != 0};
+}
+
 /* d = g + wd p; buf = d on the first step, else momentum buf + (1 - dampening) d;
- * d = d + momentum buf (nesterov) or buf; p -= lr d. The common cases get their own
- * branch-free loops (restrict: the compiler vectorizes them); the general loop handles the
- * rest with the same arithmetic. */
+ * d = d + momentum buf (nesterov) or buf; p -= lr d (dt__sgd_element). The common cases get
+ * their own branch-free loops (restrict: the compiler vectorizes them), which are that
+ * function's arithmetic with its branches decided (1.0f * g is g exactly); the general loop
+ * calls it. */
 static void sgd_update(const double *h, int64_t step, float *restrict p, const float *restrict g,
                        float *const *s, int64_t count, void *cache) {
   (void)cache;
   float *restrict buf = s[0];
-  const bool first = step == 1;
-  const float wd = (float)h[WEIGHT_DECAY], mom = (float)h[MOMENTUM];
-  const float keep = (float)(1.0 - h[DAMPENING]), neg_lr = (float)-h[LR];
-  const bool decay = h[WEIGHT_DECAY] != 0, nesterov = h[NESTEROV] != 0;
-  if (!buf && !decay) {
+  dt_optim_update u;
+  sgd_factors(h, step, &u);
+  const dt_sgd_factors f = u.f.sgd;
+  const float mom = f.mom, keep = f.keep, neg_lr = f.neg_lr;
+  if (!buf && !f.decay) {
     for (int64_t k = 0; k < count; k++) p[k] = p[k] + neg_lr * g[k];
     return;
   }
-  if (buf && !first && !decay && !nesterov && keep == 1.0f) {
+  if (buf && !f.first && !f.decay && !f.nesterov && keep == 1.0f) {
     /* dampening 0 (the default): keep * g is g exactly, so the loop skips that multiply
      * (a quarter of this loop's vector arithmetic). */
     for (int64_t k = 0; k < count; k++) {
@@ -60,7 +73,7 @@ static void sgd_update(const double *h, int64_t step, float *restrict p, const f
     }
     return;
   }
-  if (buf && !first && !decay && !nesterov) {
+  if (buf && !f.first && !f.decay && !f.nesterov) {
     for (int64_t k = 0; k < count; k++) {
       float b = buf[k] * mom + keep * g[k];
       buf[k] = b;
@@ -68,16 +81,7 @@ static void sgd_update(const double *h, int64_t step, float *restrict p, const f
     }
     return;
   }
-  for (int64_t k = 0; k < count; k++) {
-    float d = g[k];
-    if (decay) d = d + wd * p[k];
-    if (buf) {
-      float b = first ? d : buf[k] * mom + keep * d;
-      buf[k] = b;
-      d = nesterov ? d + mom * b : b;
-    }
-    p[k] = p[k] + neg_lr * d;
-  }
+  for (int64_t k = 0; k < count; k++) dt__sgd_element(&f, &p[k], g[k], buf ? &buf[k] : NULL);
 }
 
 const dt__optim_kind dt__optim_sgd = {
@@ -89,4 +93,5 @@ const dt__optim_kind dt__optim_sgd = {
     .check = sgd_check,
     .slot_used = sgd_slot_used,
     .update = sgd_update,
+    .factors = sgd_factors,
 };

@@ -100,4 +100,8 @@ void dt__cuda_profile_register(void);
 /* The CUDA kind's memory (cuda_memory.c), registered by cuda_table.c at start-up. */
 extern const dt_device_memory dt__cuda_memory;
 
+/* The CUDA kind's fused routines for the optimizers (cuda_routines.c, kernels/device_routines.h),
+ * registered by cuda_table.c at start-up. */
+extern const struct dt_device_routines dt__cuda_routines;
+
 #endif /* DT_KERNELS_CUDA_IMPL_H */

@@ -1,9 +1,11 @@
 /* The CUDA kind's kernel table, and its registration: at start-up (a constructor: the library
- * has no init call) the kind's memory and kernels join the device tables. Nothing here
- * touches the CUDA runtime: the device count is taken on first use, so a process without a
- * GPU or a driver starts as any other and its CUDA tensors fail with "no CUDA device". */
+ * has no init call) the kind's memory, kernels and fused routines (the optimizers') join the
+ * device tables. Nothing here touches the CUDA runtime: the device count is taken on first
+ * use, so a process without a GPU or a driver starts as any other and its CUDA tensors fail
+ * with "no CUDA device". */
 #include "kernels/cuda/cuda_impl.h"
 #include "kernels/cuda/op_kernels.h"
+#include "kernels/device_routines.h"
 #include "kernels/kernel_table.h"
 
 /* Indexed by op id; an op left out is refused, naming the op and the device. */
@@ -142,4 +144,5 @@ __attribute__((constructor)) static void register_cuda(void) {
   (void)dt__device_register_memory(DT_DEVICE_CUDA, &dt__cuda_memory);
   (void)dt__kernels_register(DT_DEVICE_CUDA, dt__cuda_kernels);
   dt__cuda_profile_register();
+  (void)dt__device_routines_register(DT_DEVICE_CUDA, &dt__cuda_routines);
 }
