@@ -191,8 +191,17 @@ static void expect_refused(producer *p, dt_status status, const char *words) {
 Test(dlpack, bad_inputs_are_refused_and_left_to_the_caller) {
   producer p;
   producer_init(&p);
-  p.managed.dl_tensor.device.device_type = kDLCUDA;
-  expect_refused(&p, DT_ERR_UNSUPPORTED, "device type 2");
+  p.managed.dl_tensor.device.device_type = kDLROCM;
+  expect_refused(&p, DT_ERR_UNSUPPORTED, "device type 10");
+  /* CUDA memory of a device this process does not have (every build: without CUDA, without
+   * a GPU, or with fewer than 100 GPUs): refused naming it, before anything is wrapped. */
+  producer_init(&p);
+  p.managed.dl_tensor.device = (DLDevice){kDLCUDA, 99};
+  expect_refused(&p, DT_ERR_UNSUPPORTED, "cuda:99");
+  producer_init(&p);
+  p.managed.dl_tensor.device = (DLDevice){kDLCUDA, 99};
+  p.managed.dl_tensor.dtype = (DLDataType){kDLComplex, 64, 1};
+  expect_refused(&p, DT_ERR_DTYPE, "code 5"); /* the fields are checked before the device */
 
   producer_init(&p);
   p.managed.dl_tensor.dtype = (DLDataType){kDLComplex, 64, 1};

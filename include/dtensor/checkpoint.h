@@ -217,7 +217,10 @@ DT_API uint64_t dt_checkpoint_bytes_read(void);
  * them). DLManagedTensor is in every DLPack version; DLManagedTensorVersioned exists from
  * DLPack 1.0 on: the *_versioned functions need a library built against a >= 1.0 header and
  * return DT_ERR_UNSUPPORTED otherwise (dt_dlpack_header_version says which header that was).
- * Only CPU memory and the dtypes F32, F64, BF16, F16, I64, I32, U8 and BOOL are exchanged.
+ * CPU memory (kDLCPU) and, in a CUDA build, CUDA memory (kDLCUDA with its device id) are
+ * exchanged, with the dtypes F32, F64, BF16, F16, I64, I32, U8 and BOOL. The stream handshake
+ * without a stream argument: exporting a CUDA tensor waits for its device's queued work, and
+ * importing kDLCUDA memory waits for the device before any of its ops (dt_cuda_synchronize).
  * BOOL travels as kDLBool 8 when the header has that code, as kDLUInt 8 otherwise (DLPack
  * 0.6), so with an old header a bool tensor comes back as uint8. */
 struct DLManagedTensor;
@@ -229,23 +232,25 @@ DT_API int dt_dlpack_header_version(void);
 
 /* Exports t (a local tensor, or a distributed tensor's local shard) without copying: the
  * managed tensor holds a reference to the tensor's storage, and its deleter (call it exactly
- * once) drops that reference. Shape and strides are in elements; device kDLCPU; data points
- * at the storage and byte_offset is 0. Errors: DT_ERR_INVALID (NULL), DT_ERR_NOMEM,
- * DT_ERR_UNSUPPORTED (no DLPack header at build time; *_versioned: a header before 1.0). */
+ * once) drops that reference. Shape and strides are in elements; device kDLCPU (kDLCUDA and
+ * the device index for a CUDA tensor); data points at the storage and byte_offset is 0. Errors:
+ * DT_ERR_INVALID (NULL), DT_ERR_NOMEM, DT_ERR_UNSUPPORTED (no DLPack header at build time;
+ * *_versioned: a header before 1.0). */
 DT_API dt_status dt_dlpack_export(dt_tensor *t, struct DLManagedTensor **out);
 DT_API dt_status dt_dlpack_export_versioned(dt_tensor *t, struct DLManagedTensorVersioned **out);
 
 /* Imports a managed tensor without copying. Everything is checked first: a CPU device
- * (kDLCPU, kDLCUDAHost, kDLROCMHost), a known dtype with one lane, 0 <= ndim <= DT_MAX_DIMS,
- * sizes >= 0, strides >= 0 (NULL = contiguous), data non-NULL unless the tensor is empty,
- * byte_offset a multiple of the element size, no overflow of shape x strides. On success the
+ * (kDLCPU, kDLCUDAHost, kDLROCMHost) or kDLCUDA memory of a present CUDA device (the result is
+ * then a CUDA tensor that never frees that memory), a known dtype with one lane, 0 <= ndim <=
+ * DT_MAX_DIMS, sizes >= 0, strides >= 0 (NULL = contiguous), data non-NULL unless the tensor is
+ * empty, byte_offset a multiple of the element size, no overflow of shape x strides. On success the
  * tensor owns `managed`: its deleter is called exactly once, when the last handle or view
  * made from the result is released. On an error nothing is called and the caller keeps
  * ownership of `managed` (call its deleter yourself). The versioned form also requires the
  * producer's major version to match and accepts DLPACK_FLAG_BITMASK_READ_ONLY (the tensor
  * must then not be written). Errors: DT_ERR_INVALID (NULL, a bad field, named in the
- * message), DT_ERR_DTYPE, DT_ERR_UNSUPPORTED (a non-CPU device, a header before 1.0 for
- * the versioned form), DT_ERR_NOMEM. */
+ * message), DT_ERR_DTYPE, DT_ERR_UNSUPPORTED (another device type, a CUDA device this process
+ * does not have, a header before 1.0 for the versioned form), DT_ERR_NOMEM. */
 DT_API dt_status dt_dlpack_import(struct DLManagedTensor *managed, dt_tensor **out);
 DT_API dt_status dt_dlpack_import_versioned(struct DLManagedTensorVersioned *managed,
                                             dt_tensor **out);

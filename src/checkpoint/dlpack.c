@@ -1,14 +1,20 @@
 /*
  * DLPack: a local tensor (or a distributed tensor's local shard) exported as a managed tensor
  * without copying, and a managed tensor imported as a tensor, honouring the deleter contract
- * both ways. The header is the system's <dlpack/dlpack.h> (Debian's libdlpack-dev); the
- * versioned struct exists only from DLPack 1.0 on.
+ * both ways. CPU memory travels as kDLCPU, CUDA memory as kDLCUDA with its device id. The
+ * stream handshake, in C where no stream is passed: an export of a CUDA tensor waits for its
+ * device's queued work (the consumer may then read it on any stream), and an import of
+ * kDLCUDA memory waits for the device before libdtensor's stream touches it (the producer's
+ * queued writes, on whatever stream of this process, are done). The header is the system's
+ * <dlpack/dlpack.h> (Debian's libdlpack-dev); the versioned struct exists only from DLPack 1.0
+ * on.
  */
 #include <inttypes.h>
 #include <string.h>
 
 #include "core/core_impl.h"
 #include "dtensor/checkpoint.h"
+#include "dtensor/cuda.h"
 #include "dtensor/dist.h"
 #include "tensor/device_impl.h"
 
@@ -73,6 +79,7 @@ static dt_dtype dtype_from_dl(DLDataType d) {
  * DLTensor points at, and the managed tensor itself. */
 typedef struct export_ctx {
   dt_tensor *view;
+  DLDevice device;
   int64_t shape[DT_MAX_DIMS];
   int64_t strides[DT_MAX_DIMS];
   DLManagedTensor managed;
@@ -85,7 +92,7 @@ static DLTensor export_dl_tensor(export_ctx *ctx) {
   dt_tensor *v = ctx->view;
   return (DLTensor){
       .data = dt__tensor_base(v),
-      .device = {.device_type = kDLCPU, .device_id = 0},
+      .device = ctx->device,
       .ndim = v->ndim,
       .dtype = dtype_to_dl(v->dtype),
       .shape = ctx->shape,
@@ -117,15 +124,24 @@ static dt_status export_new(const char *op, dt_tensor *t, bool out_given, export
   *out = NULL;
   if (!out_given) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   if (!t) return dt__error(DT_ERR_INVALID, "%s: t is NULL", op);
-  /* Only CPU memory is exported (kDLCPU); a device tensor is refused, never read. */
-  if (t->storage->device != 0) {
+  /* CPU memory (kDLCPU) and CUDA memory (kDLCUDA) are exported; another device's is refused,
+   * never read. */
+  dt_device device = dt_tensor_device(t);
+  if (device.kind != DT_DEVICE_CPU && device.kind != DT_DEVICE_CUDA) {
     char name[48];
-    return dt__error(DT_ERR_UNSUPPORTED, "%s: the tensor is on %s; only CPU tensors are exported",
-                     op, dt__device_key_format(t->storage->device, name, sizeof name));
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "%s: the tensor is on %s; only CPU and CUDA tensors are exported", op,
+                     dt_device_format(device, name, sizeof name));
+  }
+  /* The handshake: the tensor's queued writes finish before the consumer reads it. */
+  dt_status st = device.kind == DT_DEVICE_CUDA ? dt_cuda_synchronize(device.index) : DT_OK;
+  if (st) {
+    dt__error_prefix(op);
+    return st;
   }
   dt_tensor *view = NULL;
-  dt_status st = t->spec ? dt_dist_to_local(t, &view)
-                         : dt__tensor_view(t, t->ndim, t->shape, t->strides, t->offset, &view);
+  st = t->spec ? dt_dist_to_local(t, &view)
+               : dt__tensor_view(t, t->ndim, t->shape, t->strides, t->offset, &view);
   if (st) {
     dt__error_prefix(op);
     return st;
@@ -136,6 +152,9 @@ static dt_status export_new(const char *op, dt_tensor *t, bool out_given, export
     return dt__error(DT_ERR_NOMEM, "%s: cannot allocate the managed tensor", op);
   }
   ctx->view = view;
+  ctx->device = device.kind == DT_DEVICE_CUDA
+                    ? (DLDevice){.device_type = kDLCUDA, .device_id = device.index}
+                    : (DLDevice){.device_type = kDLCPU, .device_id = 0};
   for (int i = 0; i < view->ndim; i++) {
     ctx->shape[i] = view->shape[i];
     ctx->strides[i] = view->strides[i];
@@ -168,12 +187,13 @@ dt_status dt_dlpack_export(dt_tensor *t, struct DLManagedTensor **out) {
 static dt_status import_dl_tensor(const char *op, const DLTensor *x, void (*release)(void *),
                                   void *user, dt_tensor **out) {
   DLDeviceType dev = x->device.device_type;
-  /* Pinned host memory of CUDA and ROCm is ordinary CPU memory to us. */
-  if (dev != kDLCPU && dev != kDLCUDAHost && dev != kDLROCMHost)
+  /* Pinned host memory of CUDA and ROCm is ordinary CPU memory to us; kDLCUDA is a CUDA
+   * device's (a build with CUDA and that device present, checked below). */
+  if (dev != kDLCPU && dev != kDLCUDAHost && dev != kDLROCMHost && dev != kDLCUDA)
     return dt__error(DT_ERR_UNSUPPORTED,
-                     "%s: device type %d (id %d) is not CPU memory (kDLCPU = %d); copy the tensor "
-                     "to the CPU first",
-                     op, (int)dev, x->device.device_id, (int)kDLCPU);
+                     "%s: device type %d (id %d) is neither CPU memory (kDLCPU = %d) nor CUDA "
+                     "memory (kDLCUDA = %d); copy the tensor to the CPU first",
+                     op, (int)dev, x->device.device_id, (int)kDLCPU, (int)kDLCUDA);
   dt_dtype dtype = dtype_from_dl(x->dtype);
   if (dtype == DT_DTYPE_COUNT)
     return dt__error(DT_ERR_DTYPE,
@@ -231,8 +251,18 @@ static dt_status import_dl_tensor(const char *op, const DLTensor *x, void (*rele
     dt__contiguous_strides(x->ndim, x->shape, contiguous_strides);
     strides = contiguous_strides;
   }
-  dt_status st = dt_wrap_ex(data, nbytes, x->ndim, x->shape, strides, dtype, release, user, out);
-  if (st) dt__error_prefix(op);
+  if (dev != kDLCUDA) {
+    dt_status st = dt_wrap_ex(data, nbytes, x->ndim, x->shape, strides, dtype, release, user, out);
+    if (st) dt__error_prefix(op);
+    return st;
+  }
+  /* The handshake: the producer's queued writes to the memory finish before ours start. */
+  dt_device device = {DT_DEVICE_CUDA, x->device.device_id};
+  dt_status st = dt__device_check_available(op, device);
+  if (!st) st = dt_cuda_synchronize(device.index);
+  if (!st)
+    st = dt__wrap_on(op, device, data, nbytes, x->ndim, x->shape, strides, dtype, release, user,
+                     out);
   return st;
 }
 

@@ -70,6 +70,14 @@ dt_status dt__device_copy(dt_device dst_device, void *dst, dt_device src_device,
 dt_status dt__tensor_new_on(dt_device device, int ndim, const int64_t *shape, dt_dtype dtype,
                             dt_tensor **out);
 
+/* dt_wrap_ex for memory of `device` owned elsewhere (a DLPack producer's): the tensor reads
+ * and writes it on that device and never frees it; release(user) runs after the last
+ * reference. Errors: the device's unavailability (DT_ERR_UNSUPPORTED naming op and the
+ * device), those of dt_wrap_ex. On an error release is not called. */
+dt_status dt__wrap_on(const char *op, dt_device device, void *data, size_t nbytes, int ndim,
+                      const int64_t *shape, const int64_t *strides, dt_dtype dtype,
+                      void (*release)(void *user), void *user, dt_tensor **out);
+
 /* The device of a key, written "cpu" or "cuda:0" into buf. */
 const char *dt__device_key_format(uint32_t key, char *buf, size_t size);
 

@@ -6,15 +6,16 @@
 #include "core/thread_key.h"
 #include "tensor/device_impl.h"
 
-/* Owned data lives in the same allocation as its storage header (one malloc per tensor);
- * borrowed data (dt_wrap) is never freed here, but its owner's release function (dt_wrap_ex)
+/* Owned data lives in the same allocation as its storage header (one malloc per tensor), or
+ * on another device comes from that device's allocator; borrowed data (dt_wrap, and
+ * dt__wrap_on for device memory) is never freed here, but its owner's release function (dt_wrap_ex)
  * runs once, after the last reference. Either way one free releases the storage. */
 static void storage_release(dt_storage *s) {
   if (!s) return;
   if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
   void (*release)(void *) = s->release;
   void *user = s->release_user;
-  if (DT_UNLIKELY(s->device != 0)) { /* data from a device's allocator */
+  if (DT_UNLIKELY(s->device != 0) && s->owns_data) { /* data from a device's allocator */
     const dt_device_memory *m = dt__device_memory((int)(s->device & 0xffu));
     if (m && s->data) m->free((int)(s->device >> 8), s->data);
   }
@@ -356,6 +357,18 @@ dt_status dt_wrap_ex(void *data, size_t nbytes, int ndim, const int64_t *shape,
   }
   (*out)->storage->release = release;
   (*out)->storage->release_user = user;
+  return DT_OK;
+}
+
+dt_status dt__wrap_on(const char *op, dt_device device, void *data, size_t nbytes, int ndim,
+                      const int64_t *shape, const int64_t *strides, dt_dtype dtype,
+                      void (*release)(void *user), void *user, dt_tensor **out) {
+  *out = NULL;
+  dt_status st = dt__device_check_available(op, device);
+  if (!st) st = dt_wrap_ex(data, nbytes, ndim, shape, strides, dtype, release, user, out);
+  if (st) return st;
+  /* borrowed (owns_data false): storage_release calls release, never the device's free */
+  (*out)->storage->device = dt__device_key(device);
   return DT_OK;
 }
 
