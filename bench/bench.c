@@ -108,5 +108,14 @@ const tool_command tool_bench_suites[] = {
      .usage = "[--json] [--seq T] [--reps N]",
      .details = "Causal, B 1, H 4, E 64, float32; T defaults to 2048, N (<= 15) to 3.",
      .run = bench_suite_context},
+    {.name = "cuda",
+     .summary = "CUDA kernels vs cuBLAS and device copies: GEMM, add, softmax/layer_norm, copies",
+     .usage = "[--json] [--reps N]",
+     .details =
+         "GEMM TFLOP/s (f32, tf32, bf16) against a direct cublasGemmEx; add, softmax and\n"
+         "layer_norm GB/s against cudaMemcpy device to device; host<->device copies of 256 MiB\n"
+         "against cudaMemcpy; alternating sides, median of N (default 7). Without a CUDA\n"
+         "device (or built without CUDA) one line says so and it exits 0.",
+     .run = bench_suite_cuda},
     {0},
 };

@@ -154,7 +154,7 @@ tool="$build/dtensor"
 if [ "$build_rc" -eq 0 ] && [ -x "$tool" ]; then
   if "$tool" bench --help 2>&1 | grep -qw cuda; then
     if [ -n "$gpu_name" ]; then
-      timeout "${DT_CHECK_BENCH_SECONDS:-90}" "$tool" bench cuda > "$out/bench-cuda.jsonl" 2>> "$log"
+      timeout "${DT_CHECK_BENCH_SECONDS:-90}" "$tool" bench cuda --json > "$out/bench-cuda.jsonl" 2>> "$log"
       bench_rc=$?
       bench_json="{\"exit\": $bench_rc, \"lines\": $(wc -l < "$out/bench-cuda.jsonl")}"
       say "dtensor bench cuda: exit $bench_rc"

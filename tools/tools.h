@@ -56,6 +56,7 @@ int bench_gpt_train(int argc, char **argv); /* bench train --size ... */
 int bench_suite_pipeline(int argc, char **argv);
 int bench_suite_context(int argc, char **argv);
 int bench_suite_models(int argc, char **argv);
+int bench_suite_cuda(int argc, char **argv);
 
 /* True if flag appears among argv[1..argc). */
 bool tool_has_flag(int argc, char **argv, const char *flag);
