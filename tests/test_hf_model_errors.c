@@ -2,10 +2,13 @@
  * dt_hf_model_load and dt_hf_generate given hostile input: config.json or the index as a FIFO
  * or a directory, an index naming a missing file, config values whose products overflow, an
  * eos_token_id list holding a value no token id can be, prompt and generation lengths whose sum
- * overflows. Each must be refused with a message naming the file or argument, never a hang or
- * undefined behaviour. The model files come from ../shared/fixtures/hf, linked in place.
+ * overflows, rope_theta <= 0 or a negative norm epsilon, a temperature so small the scaled
+ * logits overflow, NaN logits. Each must be refused with a message naming the file or argument,
+ * never a hang or undefined behaviour. The model files come from ../shared/fixtures/hf, linked in
+ * place.
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,4 +241,79 @@ Test(hf_model_errors, every_rank_returns_the_writers_failure, .timeout = 60) {
   dt_status st = dt_comm_spawn(2, failing_save_rank, dir);
   cr_assert_eq(st, DT_OK, "%s", dt_last_error());
   remove(dir);
+}
+
+/* rope_theta <= 0 (NaN rotary tables) and a negative norm epsilon (refused by the norm op at the
+ * first forward, naming no file) are refused at load, naming config.json and the field. */
+Test(hf_model_errors, rope_theta_and_norm_eps_out_of_range_are_refused) {
+  SKIP_WITHOUT_FIXTURES();
+  char dir[64];
+  llama_dir(dir, sizeof dir);
+  const char *theta[] = {
+      "\"rope_theta\": 0", "\"rope_theta\": -5",
+      "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 0}",
+      "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": -1e308}"};
+  for (int i = 0; i < 4; i++) {
+    char extra[256];
+    snprintf(extra, sizeof extra, "\"num_attention_heads\": 4, %s", theta[i]);
+    write_llama_config(dir, extra);
+    expect_load_error(dir, DT_ERR_INVALID, "config.json", "\"rope_theta\"");
+  }
+  /* LLAMA_HEAD sets rms_norm_eps; a config without it (default 1e-6) but a negative one. */
+  write_text(dir, "config.json",
+             "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, "
+             "\"intermediate_size\": 160, \"num_hidden_layers\": 2, \"vocab_size\": 256, "
+             "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"rms_norm_eps\": -1}");
+  expect_load_error(dir, DT_ERR_INVALID, "config.json", "\"rms_norm_eps\" -1");
+  write_text(dir, "config.json",
+             "{\"architectures\": [\"GPT2LMHeadModel\"], \"n_embd\": 64, \"n_layer\": 2, "
+             "\"n_head\": 4, \"n_positions\": 64, \"vocab_size\": 256, "
+             "\"layer_norm_epsilon\": -0.5}");
+  expect_load_error(dir, DT_ERR_INVALID, "config.json", "\"layer_norm_epsilon\" -0.5");
+  /* The fixture's own values still load. */
+  write_llama_config(dir, "\"num_attention_heads\": 4, \"rope_theta\": 10000.0");
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(dir, NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_hf_model_config(m)->rope_theta, 10000.0);
+  dt_hf_model_destroy(m);
+  remove_dir(dir);
+}
+
+/* A tiny temperature: the logits divided by it overflowed to +-inf, the weights became
+ * exp(inf - inf) = NaN and the draw took the least likely kept token. Now the limit holds:
+ * every seed, with or without top-k / top-p, gives the greedy ids. Logits that are NaN (a
+ * diverged model) are refused, naming the step, instead of drawing from no distribution. */
+Test(hf_model_errors, tiny_temperature_samples_the_greedy_ids_and_nan_logits_are_refused) {
+  SKIP_WITHOUT_FIXTURES();
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(HF "/llama_tiny", NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  int64_t prompt[3] = {1, 5, 7}, greedy[12], out[12], n_greedy = 0, n = 0;
+  cr_assert_eq(dt_hf_generate(m, prompt, 3, 8, NULL, greedy, &n_greedy, NULL, NULL), DT_OK, "%s",
+               dt_last_error());
+  cr_assert_eq(n_greedy, 11);
+  const double temps[] = {1e-320, 1e-300, 1e-30};
+  for (int t = 0; t < 3; t++) {
+    for (uint64_t seed = 0; seed < 3; seed++) {
+      dt_hf_sampling s = {.temperature = temps[t], .seed = seed};
+      if (seed == 1) s.top_k = 5;
+      if (seed == 2) s.top_p = 0.5;
+      cr_assert_eq(dt_hf_generate(m, prompt, 3, 8, &s, out, &n, NULL, NULL), DT_OK, "%s",
+                   dt_last_error());
+      cr_assert_eq(n, n_greedy);
+      for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(out[i], greedy[i], "temperature %g seed %d: id %lld is %lld, greedy %lld",
+                     temps[t], (int)seed, (long long)i, (long long)out[i], (long long)greedy[i]);
+    }
+  }
+  /* NaN weights in every parameter: NaN logits. */
+  for (int i = 0; i < dt_hf_model_param_count(m); i++) {
+    dt_tensor *p = dt_hf_model_param(m, i, NULL);
+    float *d = dt_tensor_data(p);
+    for (int64_t j = 0; j < dt_tensor_numel(p); j++) d[j] = NAN;
+  }
+  dt_hf_sampling s = {.temperature = 0.8, .seed = 3};
+  cr_assert_eq(dt_hf_generate(m, prompt, 3, 2, &s, out, &n, NULL, NULL), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "dt_hf_generate: the logits of step 0 hold nan"), "%s",
+            dt_last_error());
+  dt_hf_model_destroy(m);
 }

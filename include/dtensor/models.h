@@ -90,9 +90,8 @@ typedef struct dt_hf_model dt_hf_model;
  * architecture other than the two, a rope type other than default/llama3, an activation
  * other than SiLU / GELU-tanh: the message names config.json and the value; built without
  * cJSON), DT_ERR_INVALID (a config field missing or out of range (an integer must lie in
- * [0, 4e15], heads x head_dim too; an eos_token_id list longer than DT_HF_MAX_EOS), a tensor
- * missing from the
- * checkpoint, or with a shape that disagrees with config.json: the message names the file,
+ * [0, 4e15], heads x head_dim too; rope_theta must be > 0 and the norm epsilon >= 0; an
+ * eos_token_id list longer than DT_HF_MAX_EOS), a tensor missing from the checkpoint, or with a shape that disagrees with config.json: the message names the file,
  * the tensor and both shapes), the errors of dt_safetensors_open. */
 DT_API dt_status dt_hf_model_load(const char *dir, dt_mesh *mesh, const dt_hf_plan *plan,
                                   dt_hf_model **out);
@@ -154,7 +153,8 @@ typedef struct dt_hf_sampling {
  * (capacity at least n_prompt + max_new), *n_out their count. Every rank draws the same token.
  * prefill_s / decode_s (may be NULL) receive the seconds spent in each phase.
  * Errors: DT_ERR_INVALID (NULL, n_prompt < 1, max_new < 0, bad sampling values, ids outside
- * the vocabulary, a total length past max_positions), the errors of the forward. */
+ * the vocabulary, a total length past max_positions, NaN or infinite logits to sample from),
+ * the errors of the forward. */
 DT_API dt_status dt_hf_generate(dt_hf_model *model, const int64_t *prompt, int64_t n_prompt,
                                 int64_t max_new, const dt_hf_sampling *sampling, int64_t *out,
                                 int64_t *n_out, double *prefill_s, double *decode_s);

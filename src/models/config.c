@@ -114,6 +114,11 @@ static dt_status get_double(const cJSON *root, const char *key, double def, cons
   return DT_OK;
 }
 
+/* A norm's epsilon below 0 (the norm ops refuse it at the first forward, naming no file). */
+static dt_status negative_eps(const char *path, const char *key, double eps) {
+  return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s: \"%s\" %g must be >= 0", path, key, eps);
+}
+
 static bool get_bool(const cJSON *root, const char *key, bool def) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
   if (cJSON_IsBool(v)) return cJSON_IsTrue(v);
@@ -132,6 +137,9 @@ static dt_status parse_rope(const cJSON *root, const char *path, dt_hf_config *c
   dt_status st = get_double(root, "rope_theta", 10000.0, path, &cfg->rope_theta);
   if (!st && cJSON_IsObject(rp))
     st = get_double(rp, "rope_theta", cfg->rope_theta, path, &cfg->rope_theta);
+  if (!st && !(cfg->rope_theta > 0))
+    return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s: \"rope_theta\" %g must be > 0", path,
+                     cfg->rope_theta);
   const cJSON *scaling = cJSON_IsObject(rp) ? rp : cJSON_IsObject(rs) ? rs : NULL;
   if (st || !scaling) return st;
   const char *type = get_string(scaling, "rope_type");
@@ -178,6 +186,7 @@ static dt_status parse_llama(const cJSON *root, const char *path, dt_hf_config *
     st = get_int(root, "head_dim", cfg->hidden_size / cfg->num_heads, 1, path, &cfg->head_dim);
   if (!st) st = get_int(root, "max_position_embeddings", 2048, 1, path, &cfg->max_positions);
   if (!st) st = get_double(root, "rms_norm_eps", 1e-6, path, &cfg->norm_eps);
+  if (!st && cfg->norm_eps < 0) return negative_eps(path, "rms_norm_eps", cfg->norm_eps);
   if (!st) st = parse_rope(root, path, cfg);
   if (st) return st;
   if (cfg->num_heads % cfg->num_kv_heads != 0)
@@ -218,6 +227,7 @@ static dt_status parse_gpt2(const cJSON *root, const char *path, dt_hf_config *c
   if (!st) st = get_int(root, "n_inner", -1, 1, path, &cfg->intermediate_size);
   if (!st) st = get_int(root, "n_positions", -2, 1, path, &cfg->max_positions);
   if (!st) st = get_double(root, "layer_norm_epsilon", 1e-5, path, &cfg->norm_eps);
+  if (!st && cfg->norm_eps < 0) return negative_eps(path, "layer_norm_epsilon", cfg->norm_eps);
   if (st) return st;
   if (cfg->intermediate_size < 0) cfg->intermediate_size = 4 * cfg->hidden_size;
   if (cfg->hidden_size % cfg->num_heads != 0)

@@ -76,18 +76,25 @@ static dt_status draw(uint64_t seed, int64_t step, double *u) {
   return st;
 }
 
-/* The `keep` largest of the V scaled logits, sorted (ties: the lower id first), by the topk op:
- * their logits into vals and ids into ids. */
-static dt_status top_logits(const double *row, int64_t V, double temperature, int64_t keep,
-                            double *vals, int64_t *ids) {
-  dt_tensor *t = NULL, *scaled = NULL, *tv = NULL, *ti = NULL;
+/* The `keep` largest of the V logits, sorted (ties: the lower id first), by the topk op: their
+ * logits into vals and ids into ids. Dividing by a positive temperature keeps the order, so the
+ * logits are not scaled here (scaled by a tiny temperature they overflowed to +-inf). */
+static dt_status top_logits(const double *row, int64_t V, int64_t keep, double *vals,
+                            int64_t *ids) {
+  dt_tensor *t = NULL, *tv = NULL, *ti = NULL;
   dt_status st = dt_from_data(row, 1, &V, DT_F64, &t);
-  if (!st) st = dt_div_scalar(t, temperature, &scaled);
-  if (!st) st = dt_topk(scaled, keep, 0, true, &tv, &ti);
+  if (!st) st = dt_topk(t, keep, 0, true, &tv, &ti);
   if (!st) st = dt_tensor_to_doubles(tv, vals, keep);
   if (!st) memcpy(ids, dt_tensor_data(ti), sizeof(int64_t) * (size_t)keep);
-  dt_tensor_release(t), dt_tensor_release(scaled), dt_tensor_release(tv), dt_tensor_release(ti);
+  dt_tensor_release(t), dt_tensor_release(tv), dt_tensor_release(ti);
   return st;
+}
+
+/* The unnormalized probability of the i-th kept logit: exp((vals[i] - vals[0]) / temperature),
+ * the difference taken before the division so that a tiny temperature gives 1 for the largest
+ * logits and 0 for the rest (scaling first gave inf - inf = NaN and drew the least likely). */
+static double weight(const double *vals, int64_t i, double temperature) {
+  return exp((vals[i] - vals[0]) / temperature);
 }
 
 /* The next token from one row of logits (transformers' order: temperature, top-k, top-p). */
@@ -101,21 +108,26 @@ static dt_status pick(const dt_hf_sampling *s, double *row, int64_t V, int64_t s
     return DT_OK;
   }
   int64_t keep = s->top_k > 0 && s->top_k < V ? s->top_k : V;
-  dt_status st = top_logits(row, V, s->temperature, keep, vals, ids);
+  dt_status st = top_logits(row, V, keep, vals, ids);
   if (st) return st;
+  if (!isfinite(vals[0]))
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_generate: the logits of step %lld hold %g (token %lld): no "
+                     "distribution to sample from",
+                     (long long)step, vals[0], (long long)ids[0]);
   double total = 0;
-  for (int64_t i = 0; i < keep; i++) total += exp(vals[i] - vals[0]);
+  for (int64_t i = 0; i < keep; i++) total += weight(vals, i, s->temperature);
   if (s->top_p > 0 && s->top_p < 1) {
     double cum = 0;
     int64_t n = 0;
     while (n < keep) {
-      cum += exp(vals[n] - vals[0]) / total;
+      cum += weight(vals, n, s->temperature) / total;
       n++;
       if (cum >= s->top_p) break;
     }
     keep = n;
     total = 0;
-    for (int64_t i = 0; i < keep; i++) total += exp(vals[i] - vals[0]);
+    for (int64_t i = 0; i < keep; i++) total += weight(vals, i, s->temperature);
   }
   double u = 0;
   st = draw(s->seed, step, &u);
@@ -123,7 +135,7 @@ static dt_status pick(const dt_hf_sampling *s, double *row, int64_t V, int64_t s
   double target = u * total, cum = 0;
   *token = ids[keep - 1];
   for (int64_t i = 0; i < keep; i++) {
-    cum += exp(vals[i] - vals[0]);
+    cum += weight(vals, i, s->temperature);
     if (cum > target) {
       *token = ids[i];
       break;
