@@ -134,6 +134,27 @@ Test(tensor, bad_creation_arguments) {
   cr_assert_eq(dt_zeros(1, (int64_t[]){2}, DT_F32, NULL), DT_ERR_INVALID);
   cr_assert_eq(dt_arange(0, 5, 0, DT_F32, &t), DT_ERR_INVALID);
   cr_assert_eq(dt_arange(0, 5, -1, DT_F32, &t), DT_ERR_INVALID);
+  /* Integer values the dtype cannot hold were stored wrapped (uint8 256 -> 0) or saturated. */
+  cr_assert_eq(dt_arange(0, 300, 1, DT_U8, &t), DT_ERR_INVALID);
+  ref_assert_error_mentions("dt_arange", "uint8");
+  cr_assert_eq(dt_arange(-1, 5, 1, DT_U8, &t), DT_ERR_INVALID);
+  cr_assert_eq(dt_arange(0, 1e10, 1e9, DT_I32, &t), DT_ERR_INVALID);
+  ref_assert_error_mentions("int32", "9000000000");
+  cr_assert_eq(dt_arange(9.3e18, 9.4e18, 5e16, DT_I64, &t), DT_ERR_INVALID);
+  ref_assert_error_mentions("int64", NULL);
+  cr_assert_eq(dt_arange(0, 2, 1, DT_BOOL, &t), DT_ERR_DTYPE);
+  ref_assert_error_mentions("dt_arange", "bool");
+  cr_assert_null(t);
+  /* The edges of the range still fit: uint8 0..255, int32 down to INT32_MIN. */
+  cr_assert_eq(dt_arange(0, 256, 1, DT_U8, &t), DT_OK);
+  cr_assert_eq(dt_tensor_size(t, 0), 256);
+  cr_assert_eq(((const uint8_t *)dt_tensor_data(t))[255], 255);
+  dt_tensor_release(t);
+  cr_assert_eq(dt_arange(-2147483648.0, -2147483646.0, 1, DT_I32, &t), DT_OK);
+  cr_assert_eq(((const int32_t *)dt_tensor_data(t))[0], INT32_MIN);
+  cr_assert_eq(((const int32_t *)dt_tensor_data(t))[1], INT32_MIN + 1);
+  dt_tensor_release(t);
+  t = NULL;
   cr_assert_eq(dt_from_data(NULL, 1, (int64_t[]){3}, DT_F32, &t), DT_ERR_INVALID);
   cr_assert_eq(dt_rand(1, (int64_t[]){3}, DT_I64, 1, &t), DT_ERR_DTYPE);
   cr_assert_eq(dt_randint(5, 5, 1, (int64_t[]){3}, DT_I64, 1, &t), DT_ERR_INVALID);

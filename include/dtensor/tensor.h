@@ -117,7 +117,8 @@ DT_API dt_status dt_ones(int ndim, const int64_t *shape, dt_dtype dtype, dt_tens
 DT_API dt_status dt_full(int ndim, const int64_t *shape, double value, dt_dtype dtype,
                          dt_tensor **out);
 /* A 1-D tensor of start, start+step, ... below end (above, for a negative step).
- * DT_ERR_INVALID for step 0 or a non-finite bound. */
+ * DT_ERR_INVALID for step 0, a non-finite bound, or a value an integer dtype cannot hold
+ * (uint8 past 255, ...); DT_ERR_DTYPE for bool. */
 DT_API dt_status dt_arange(double start, double end, double step, dt_dtype dtype, dt_tensor **out);
 /* Copies `data` (contiguous, row-major, ndim/shape elements of dtype) into a new tensor. */
 DT_API dt_status dt_from_data(const void *data, int ndim, const int64_t *shape, dt_dtype dtype,

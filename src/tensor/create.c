@@ -101,6 +101,18 @@ dt_status dt__arange_count(const char *op, double start, double end, double step
   }
   double count = ceil((end - start) / step);
   if (count > 1e15) return dt__error(DT_ERR_INVALID, "%s: %g elements is too many", op, count);
+  if (dtype == DT_BOOL)
+    return dt__error(DT_ERR_DTYPE, "%s: dtype bool has no range of values (as PyTorch's arange)",
+                     op);
+  /* An integer dtype must hold every value (the stores would saturate or wrap: PyTorch refuses
+   * a bound that does not convert). */
+  double lo = dtype == DT_I32 ? -2147483648.0 : dtype == DT_U8 ? 0.0 : -9223372036854775808.0;
+  double hi = dtype == DT_I32 ? 2147483647.0 : dtype == DT_U8 ? 255.0 : 9223372036854775807.0;
+  double last = count > 0 ? start + (count - 1) * step : start;
+  if (!dt_dtype_is_floating(dtype) &&
+      (start < lo || start > hi || last < lo || last > hi || (dtype == DT_I64 && last >= hi)))
+    return dt__error(DT_ERR_INVALID, "%s: values from %.17g to %.17g do not fit %s [%.17g, %.17g]",
+                     op, start, last, dt_dtype_name(dtype), lo, hi);
   *n = (int64_t)count;
   return DT_OK;
 }
