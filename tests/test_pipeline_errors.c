@@ -70,6 +70,14 @@ Test(pipeline_errors, schedule_queries) {
   expect(dt_pp_schedule_bubble(s, 0, &b), DT_ERR_INVALID, "backward_cost 0");
   expect(dt_pp_schedule_bubble(s, INFINITY, &b), DT_ERR_INVALID, "backward_cost inf");
   expect(dt_pp_schedule_bubble(s, NAN, &b), DT_ERR_INVALID, "not a finite number > 0");
+  /* GPipe's bubble is (p - 1) / (m + p - 1) = 1/3 whatever the backward costs; a huge finite
+   * cost overflowed the simulated clocks to inf and gave NaN. */
+  const double costs[] = {1e308, 1e200, 1e16, 3.0, 1e-300};
+  for (int i = 0; i < 5; i++) {
+    b = -1;
+    cr_assert_eq(dt_pp_schedule_bubble(s, costs[i], &b), DT_OK, "%s", dt_last_error());
+    cr_assert(fabs(b - 1.0 / 3.0) < 1e-12, "cost %g: bubble %.17g", costs[i], b);
+  }
   dt_pp_schedule *big = NULL;
   expect(dt_pp_schedule_create(DT_PP_INTERLEAVED_1F1B, 2, 70000, 2, &big), DT_ERR_INVALID,
          "stages_per_rank at most 65536");

@@ -211,7 +211,7 @@ typedef struct sim {
   channel *ch; /* [n_ranks * n_ranks], [from * n_ranks + to] */
   double *clock;
   size_t stride; /* entries of times per channel */
-  double backward_cost;
+  double forward_cost, backward_cost;
   double busy;
 } sim;
 
@@ -234,7 +234,7 @@ static int sim_step(sim *m, int r, double *times) {
   switch (a.kind) {
   case DT_PP_FORWARD:
   case DT_PP_BACKWARD: {
-    double cost = a.kind == DT_PP_FORWARD ? 1.0 : m->backward_cost;
+    double cost = a.kind == DT_PP_FORWARD ? m->forward_cost : m->backward_cost;
     m->clock[r] += cost;
     m->busy += cost;
     break;
@@ -286,13 +286,16 @@ static dt_status deadlock_error(const sim *m) {
 }
 
 /* Runs the simulation; *makespan (may be NULL) receives the last rank's finish time. */
-static dt_status simulate(const dt_pp_schedule *s, double backward_cost, double *makespan,
-                          double *busy) {
+static dt_status simulate(const dt_pp_schedule *s, double forward_cost, double backward_cost,
+                          double *makespan, double *busy) {
   int n = s->n_ranks;
   int max_count = 0;
   for (int r = 0; r < n; r++)
     if (s->counts[r] > max_count) max_count = s->counts[r];
-  sim m = {.s = s, .backward_cost = backward_cost, .stride = (size_t)max_count + 1};
+  sim m = {.s = s,
+           .forward_cost = forward_cost,
+           .backward_cost = backward_cost,
+           .stride = (size_t)max_count + 1};
   m.pc = dt__calloc(sizeof *m.pc * (size_t)n);
   m.clock = dt__calloc(sizeof *m.clock * (size_t)n);
   m.ch = dt__calloc(sizeof *m.ch * (size_t)n * (size_t)n);
@@ -352,7 +355,7 @@ static dt_status validate(const char *fn, const dt_pp_schedule *s) {
   dt_status st = DT_OK;
   for (int r = 0; r < s->n_ranks && !st; r++) st = check_rank(&c, r);
   dt__free(c.pos);
-  if (!st) st = simulate(s, 1.0, NULL, NULL);
+  if (!st) st = simulate(s, 1.0, 1.0, NULL, NULL);
   return named(fn, st);
 }
 
@@ -363,8 +366,14 @@ dt_status dt_pp_schedule_bubble(const dt_pp_schedule *s, double backward_cost, d
                      "dt_pp_schedule_bubble: backward_cost %g is not a finite number > 0",
                      backward_cost);
   }
+  /* A huge backward_cost summed over the schedule overflowed to inf and the bubble came out
+   * NaN: past 1e15 the times are scaled so that a backward takes 1 (the ratio is what counts;
+   * below, the times stay as they were, exact for the usual small integer costs). */
+  bool scale = backward_cost > 1e15;
+  double forward = scale ? 1.0 / backward_cost : 1.0;
+  double backward = scale ? 1.0 : backward_cost;
   double makespan = 0, busy = 0;
-  PP_CHECK(named("dt_pp_schedule_bubble", simulate(s, backward_cost, &makespan, &busy)));
+  PP_CHECK(named("dt_pp_schedule_bubble", simulate(s, forward, backward, &makespan, &busy)));
   *bubble = makespan > 0 ? 1.0 - busy / (makespan * s->n_ranks) : 0.0;
   return DT_OK;
 }
