@@ -149,6 +149,15 @@ Test(attention, refuses_bad_arguments) {
   OK(dt_zeros(4, (int64_t[]){1, 2, 5, 2}, DT_F32, &k));
   OK(dt_zeros(4, (int64_t[]){1, 2, 5, 2}, DT_F64, &v));
   cr_assert_eq(dt_scaled_dot_product_attention(q, k, v, NULL, NULL, &out, NULL), DT_ERR_DTYPE);
+  cr_assert(strstr(dt_last_error(), "value has dtype float64 (expected the query's dtype float32)"),
+            "%s", dt_last_error());
+  /* An integer query: the message said "expected the query's floating dtype int64". */
+  dt_tensor *qi = NULL;
+  OK(dt_zeros(4, (int64_t[]){1, 4, 3, 2}, DT_I64, &qi));
+  cr_assert_eq(dt_scaled_dot_product_attention(qi, k, v, NULL, NULL, &out, NULL), DT_ERR_DTYPE);
+  cr_assert(strstr(dt_last_error(), "query has dtype int64 (expected a floating dtype)"), "%s",
+            dt_last_error());
+  dt_tensor_release(qi);
   dt_tensor_release(v);
   OK(dt_zeros(4, (int64_t[]){1, 2, 5, 2}, DT_F32, &v));
   OK(dt_zeros(2, (int64_t[]){3, 4}, DT_BOOL, &m));

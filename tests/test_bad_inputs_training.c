@@ -429,8 +429,9 @@ Test(bad_devices, to_device_refuses_bad_devices) {
   REFUSED(dt_to_device(t, mirror0, NULL), DT_ERR_INVALID, "dt_to_device");
   cr_assert_null(out);
   dt_device d;
-  const char *bad[] = {"",    "cuda:",  "cuda:-1", "cpu:x", "cuda:99999999999999999999",
-                       "gpu", "cuda:1x"};
+  /* strtol alone took a space or a sign before the index ("cuda: 1", "cuda:+1"). */
+  const char *bad[] = {"",    "cuda:",   "cuda:-1", "cpu:x",   "cuda:99999999999999999999",
+                       "gpu", "cuda:1x", "cuda: 1", "cuda:+1", "cpu: 0"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
     REFUSED(dt_device_parse(bad[i], &d), DT_ERR_INVALID, "dt_device_parse");
   REFUSED(dt_device_parse(NULL, &d), DT_ERR_INVALID, "dt_device_parse");

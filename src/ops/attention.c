@@ -30,8 +30,13 @@ static dt_status check_4d(const dt_op_call *call, const char *arg, const dt_tens
     return dt__error(DT_ERR_SHAPE, "%s: %s of shape %s must be 4-D [batch, heads, seq, dim]",
                      dt__op_name(call), arg, dt__format_ints(b, sizeof b, t->ndim, t->shape));
   }
-  if (!dt_dtype_is_floating(t->dtype) || t->dtype != dtype)
-    return dt__error(DT_ERR_DTYPE, "%s: %s has dtype %s (expected the query's floating dtype %s)",
+  /* The query's own dtype is checked first (its message said "expected the query's floating
+   * dtype int64" for an int64 query). */
+  if (!dt_dtype_is_floating(t->dtype))
+    return dt__error(DT_ERR_DTYPE, "%s: %s has dtype %s (expected a floating dtype)",
+                     dt__op_name(call), arg, dt_dtype_name(t->dtype));
+  if (t->dtype != dtype)
+    return dt__error(DT_ERR_DTYPE, "%s: %s has dtype %s (expected the query's dtype %s)",
                      dt__op_name(call), arg, dt_dtype_name(t->dtype), dt_dtype_name(dtype));
   return DT_OK;
 }

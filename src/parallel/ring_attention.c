@@ -57,9 +57,12 @@ static dt_status check_tensor(const char *arg, const dt_tensor *t, dt_dtype dtyp
   if (dt_tensor_ndim(t) != 4)
     return dt__error(DT_ERR_SHAPE, FN ": %s has %d dims (expected 4: [batch, heads, seq, dim])",
                      arg, dt_tensor_ndim(t));
-  if (!dt_dtype_is_floating(dt_tensor_dtype(t)) || dt_tensor_dtype(t) != dtype)
-    return dt__error(DT_ERR_DTYPE, FN ": %s has dtype %s (expected the query's floating dtype %s)",
-                     arg, dt_dtype_name(dt_tensor_dtype(t)), dt_dtype_name(dtype));
+  if (!dt_dtype_is_floating(dt_tensor_dtype(t)))
+    return dt__error(DT_ERR_DTYPE, FN ": %s has dtype %s (expected a floating dtype)", arg,
+                     dt_dtype_name(dt_tensor_dtype(t)));
+  if (dt_tensor_dtype(t) != dtype)
+    return dt__error(DT_ERR_DTYPE, FN ": %s has dtype %s (expected the query's dtype %s)", arg,
+                     dt_dtype_name(dt_tensor_dtype(t)), dt_dtype_name(dtype));
   return DT_OK;
 }
 

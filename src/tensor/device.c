@@ -60,8 +60,9 @@ dt_status dt_device_parse(const char *text, dt_device *out) {
   long index = 0;
   if (colon) {
     char *end = NULL;
-    index = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end != '\0' || index < 0 || index > 0xffffff)
+    /* Digits only: strtol alone took "cuda: 1" and "cuda:+1". */
+    if (colon[1] >= '0' && colon[1] <= '9') index = strtol(colon + 1, &end, 10);
+    if (!end || end == colon + 1 || *end != '\0' || index < 0 || index > 0xffffff)
       return dt__error(DT_ERR_INVALID, "dt_device_parse: bad device index in \"%s\"", text);
   }
   for (int kind = 0; kind < DT__DEVICE_KINDS; kind++) {
