@@ -208,6 +208,35 @@ dt_status dt__backward_norm(const dt_backward_ctx *ctx, dt_tensor *const *grad_o
 /* Sum-to then cast: the gradient of a broadcasting, promoting pointwise input. */
 dt_status dt__grad_reduce_to(dt_tensor *grad, const dt_tensor_meta *meta, dt_tensor **out);
 
+/* grad_inputs[slot] = dt__grad_reduce_to(t) to input slot's shape and dtype, consuming t; st is
+ * a failure while t was made (then returned as it is, t released). */
+dt_status dt__grad_give(const dt_backward_ctx *ctx, int slot, dt_tensor *t, dt_status st,
+                        dt_tensor **grad_inputs);
+
+/* The core of a formula whose one gradient goes to input slot 0: from the output's gradient g
+ * (not NULL) and the recorded call, slot 0's gradient before dt__grad_reduce_to, in *out (a new
+ * reference; left NULL on failure). */
+typedef dt_status (*dt_grad_input0_fn)(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out);
+
+/* The formula of an op whose gradient goes to input slot 0 alone (its other inputs are not
+ * differentiable): nothing when output 0 received no gradient or slot 0 wants none, else
+ * grad_inputs[0] = dt__grad_reduce_to(grad(ctx, g)). */
+dt_status dt__backward_input0(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                              dt_tensor **grad_inputs, dt_grad_input0_fn grad);
+
+/* The core of a formula whose inputs each get their own gradient: input slot's gradient
+ * before dt__grad_reduce_to, from the output's gradient g (not NULL) and the recorded call, in
+ * *out (a new reference; left NULL on failure). */
+typedef dt_status (*dt_grad_slot_fn)(const dt_backward_ctx *ctx, dt_tensor *g, int slot,
+                                     dt_tensor **out);
+
+/* The formula of an op whose tensor inputs each get a gradient of their own from output 0's:
+ * nothing when output 0 received none, else grad_inputs[slot] = dt__grad_reduce_to(grad(ctx, g,
+ * slot)) for each input slot that wants one, in slot order. On failure every grad_inputs entry
+ * is released and left NULL. */
+dt_status dt__backward_slots(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                             dt_tensor **grad_inputs, dt_grad_slot_fn grad);
+
 /* Releases n tensors (NULL entries are skipped). */
 void dt__grad_release(dt_tensor *const *tensors, size_t n);
 

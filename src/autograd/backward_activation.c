@@ -5,15 +5,13 @@
 #include <math.h>
 
 #include "autograd/autograd_impl.h"
+#include "autograd/backward_formula.h"
 #include "dtensor/ops.h"
 
-/* grad_inputs[slot] = reduce_to(g * d): consumes d (which may be NULL after a failure). */
-static dt_status give_times(const dt_backward_ctx *ctx, int slot, dt_tensor *g, dt_tensor *d,
-                            dt_status st, dt_tensor **grad_inputs) {
-  dt_tensor *t = NULL;
-  if (!st) st = dt_mul(g, d, &t);
-  if (!st) st = dt__grad_reduce_to(t, &ctx->input_metas[slot], &grad_inputs[slot]);
-  DT_RELEASE_ALL(t, d);
+/* *out = g * d, consuming d (NULL after a failure st, which is returned as it is). */
+static dt_status times(dt_tensor *g, dt_tensor *d, dt_status st, dt_tensor **out) {
+  if (!st) st = dt_mul(g, d, out);
+  dt_tensor_release(d);
   return st;
 }
 
@@ -25,31 +23,6 @@ static dt_status mask_as(dt_tensor *mask, dt_dtype dtype, dt_status st, dt_tenso
   return st;
 }
 
-/* d sqrt(x) = 0.5 / sqrt(x): from the saved output. */
-dt_status dt__backward_sqrt(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                            dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
-  dt_tensor *q = NULL, *t = NULL;
-  dt_status st = dt_div(g, ctx->call->outputs[0], &q);
-  if (!st) st = dt_mul_scalar(q, 0.5, &t);
-  if (!st) st = dt__grad_reduce_to(t, &ctx->input_metas[0], &grad_inputs[0]);
-  DT_RELEASE_ALL(q, t);
-  return st;
-}
-
-/* y = x^(-1/2): dy/dx = -0.5 x^(-3/2) = -0.5 y^3. */
-dt_status dt__backward_rsqrt(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                             dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
-  dt_tensor *cube = NULL, *d = NULL;
-  dt_status st = dt_pow_scalar(ctx->call->outputs[0], 3.0, &cube);
-  if (!st) st = dt_mul_scalar(cube, -0.5, &d);
-  dt_tensor_release(cube);
-  return give_times(ctx, 0, g, d, st, grad_inputs);
-}
-
 /* 1 - s for a tensor s. */
 static dt_status one_minus(dt_tensor *s, dt_tensor **out) {
   dt_tensor *n = NULL;
@@ -59,35 +32,48 @@ static dt_status one_minus(dt_tensor *s, dt_tensor **out) {
   return st;
 }
 
+/* d sqrt(x) = 0.5 / sqrt(x): (g / y) 0.5 from the saved output. */
+static dt_status sqrt_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
+  dt_tensor *q = NULL;
+  dt_status st = dt_div(g, ctx->call->outputs[0], &q);
+  if (!st) st = dt_mul_scalar(q, 0.5, out);
+  dt_tensor_release(q);
+  return st;
+}
+DT_BACKWARD_INPUT0(sqrt, sqrt_grad)
+
+/* y = x^(-1/2): dy/dx = -0.5 x^(-3/2) = -0.5 y^3. */
+static dt_status rsqrt_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
+  dt_tensor *cube = NULL, *d = NULL;
+  dt_status st = dt_pow_scalar(ctx->call->outputs[0], 3.0, &cube);
+  if (!st) st = dt_mul_scalar(cube, -0.5, &d);
+  dt_tensor_release(cube);
+  return times(g, d, st, out);
+}
+DT_BACKWARD_INPUT0(rsqrt, rsqrt_grad)
+
 /* dy/dx = 1 - y^2. */
-dt_status dt__backward_tanh(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                            dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
+static dt_status tanh_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
   dt_tensor *y = ctx->call->outputs[0], *sq = NULL, *d = NULL;
   dt_status st = dt_mul(y, y, &sq);
   if (!st) st = one_minus(sq, &d);
   dt_tensor_release(sq);
-  return give_times(ctx, 0, g, d, st, grad_inputs);
+  return times(g, d, st, out);
 }
+DT_BACKWARD_INPUT0(tanh, tanh_grad)
 
 /* dy/dx = y (1 - y). */
-dt_status dt__backward_sigmoid(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                               dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
+static dt_status sigmoid_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
   dt_tensor *y = ctx->call->outputs[0], *c = NULL, *d = NULL;
   dt_status st = one_minus(y, &c);
   if (!st) st = dt_mul(y, c, &d);
   dt_tensor_release(c);
-  return give_times(ctx, 0, g, d, st, grad_inputs);
+  return times(g, d, st, out);
 }
+DT_BACKWARD_INPUT0(sigmoid, sigmoid_grad)
 
 /* y = x s(x): dy/dx = s (1 + x (1 - s)). */
-dt_status dt__backward_silu(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                            dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
+static dt_status silu_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
   dt_tensor *x = ctx->call->inputs[0], *s = NULL, *c = NULL, *xc = NULL, *e = NULL, *d = NULL;
   dt_status st = dt_sigmoid(x, &s);
   if (!st) st = one_minus(s, &c);
@@ -95,27 +81,19 @@ dt_status dt__backward_silu(const dt_backward_ctx *ctx, dt_tensor *const *grad_o
   if (!st) st = dt_add_scalar(xc, 1.0, &e);
   if (!st) st = dt_mul(s, e, &d);
   DT_RELEASE_ALL(s, c, xc, e);
-  return give_times(ctx, 0, g, d, st, grad_inputs);
+  return times(g, d, st, out);
 }
+DT_BACKWARD_INPUT0(silu, silu_grad)
 
 /* gelu: one op, gelu_backward (grad * gelu'(x) in one pass over x; the exact form's
  * Phi(x) + x phi(x), or the tanh form's 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)). */
-dt_status dt__backward_gelu(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                            dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g || !ctx->needs_grad[0]) return DT_OK;
-  dt_tensor *t = NULL;
-  dt_status st = dt__gelu_backward(g, ctx->call->inputs[0], ctx->call->flags, &t);
-  if (!st) st = dt__grad_reduce_to(t, &ctx->input_metas[0], &grad_inputs[0]);
-  dt_tensor_release(t);
-  return st;
+static dt_status gelu_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
+  return dt__gelu_backward(g, ctx->call->inputs[0], ctx->call->flags, out);
 }
+DT_BACKWARD_INPUT0(gelu, gelu_grad)
 
 /* d|x| = sign(x) dx, 0 at x == 0 (as PyTorch). */
-dt_status dt__backward_abs(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                           dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
+static dt_status abs_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
   dt_tensor *x = ctx->call->inputs[0], *gt = NULL, *lt = NULL, *pos = NULL, *neg = NULL, *d = NULL;
   dt_status st = dt_gt_scalar(x, 0.0, &gt);
   st = mask_as(gt, g->dtype, st, &pos);
@@ -123,8 +101,9 @@ dt_status dt__backward_abs(const dt_backward_ctx *ctx, dt_tensor *const *grad_ou
   st = mask_as(lt, g->dtype, st, &neg);
   if (!st) st = dt_sub(pos, neg, &d);
   DT_RELEASE_ALL(pos, neg);
-  return give_times(ctx, 0, g, d, st, grad_inputs);
+  return times(g, d, st, out);
 }
+DT_BACKWARD_INPUT0(abs, abs_grad)
 
 /* maximum/minimum: the gradient goes to the selected input, half to each where they tie
  * (PyTorch's rule). wins(a, b) is a > b for maximum and a < b for minimum. */
@@ -141,40 +120,21 @@ static dt_status select_weight(dt_tensor *a, dt_tensor *b, bool maximum, dt_dtyp
   return st;
 }
 
-static dt_status max_min(const dt_backward_ctx *ctx, dt_tensor *g, bool maximum,
-                         dt_tensor **grad_inputs) {
-  if (!g) return DT_OK;
-  dt_tensor *a = ctx->call->inputs[0], *b = ctx->call->inputs[1];
-  dt_status st = DT_OK;
-  for (int slot = 0; slot < 2 && !st; slot++) {
-    if (!ctx->needs_grad[slot]) continue;
-    dt_tensor *w = NULL;
-    st = slot == 0 ? select_weight(a, b, maximum, g->dtype, &w)
-                   : select_weight(b, a, maximum, g->dtype, &w);
-    st = give_times(ctx, slot, g, w, st, grad_inputs);
-  }
-  return st;
+static dt_status maximum_minimum_grad(const dt_backward_ctx *ctx, dt_tensor *g, int slot,
+                                      dt_tensor **out) {
+  bool maximum = dt__op_table[ctx->call->op].func == DT_BINARY_MAXIMUM;
+  dt_tensor *mine = ctx->call->inputs[slot], *other = ctx->call->inputs[1 - slot], *w = NULL;
+  dt_status st = select_weight(mine, other, maximum, g->dtype, &w);
+  return times(g, w, st, out);
 }
-
-dt_status dt__backward_maximum(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                               dt_tensor **grad_inputs) {
-  return max_min(ctx, grad_outputs[0], true, grad_inputs);
-}
-
-dt_status dt__backward_minimum(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                               dt_tensor **grad_inputs) {
-  return max_min(ctx, grad_outputs[0], false, grad_inputs);
-}
+DT_BACKWARD_SLOTS(maximum_minimum, maximum_minimum_grad)
 
 /* out = a^b. da = b a^(b-1) (0 where b == 0); db = out log(a) (0 where a == 0 and b >= 0),
  * the masks PyTorch applies so that 0^0 and 0^b give finite gradients. */
-dt_status dt__backward_pow(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                           dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
+static dt_status pow_grad(const dt_backward_ctx *ctx, dt_tensor *g, int slot, dt_tensor **out) {
   dt_tensor *a = ctx->call->inputs[0], *b = ctx->call->inputs[1];
   dt_status st = DT_OK;
-  if (ctx->needs_grad[0]) {
+  if (slot == 0) {
     dt_tensor *bm1 = NULL, *p = NULL, *bp = NULL, *zero = NULL, *d = NULL;
     st = dt_sub_scalar(b, 1.0, &bm1);
     if (!st) st = dt_pow(a, bm1, &p);
@@ -182,25 +142,23 @@ dt_status dt__backward_pow(const dt_backward_ctx *ctx, dt_tensor *const *grad_ou
     if (!st) st = dt_eq_scalar(b, 0.0, &zero);
     if (!st) st = dt_masked_fill(bp, zero, 0.0, &d);
     DT_RELEASE_ALL(bm1, p, bp, zero);
-    st = give_times(ctx, 0, g, d, st, grad_inputs);
+    return times(g, d, st, out);
   }
-  if (!st && ctx->needs_grad[1]) {
-    dt_tensor *la = NULL, *ol = NULL, *az = NULL, *bn = NULL, *azf = NULL, *bnf = NULL,
-              *both = NULL, *mask = NULL, *d = NULL;
-    st = dt_log(a, &la);
-    if (!st) st = dt_mul(ctx->call->outputs[0], la, &ol);
-    if (!st) st = dt_eq_scalar(a, 0.0, &az);
-    st = mask_as(az, g->dtype, st, &azf);
-    if (!st) st = dt_ge_scalar(b, 0.0, &bn);
-    st = mask_as(bn, g->dtype, st, &bnf);
-    if (!st) st = dt_mul(azf, bnf, &both);
-    if (!st) st = dt_gt_scalar(both, 0.5, &mask);
-    if (!st) st = dt_masked_fill(ol, mask, 0.0, &d);
-    DT_RELEASE_ALL(la, ol, azf, bnf, both, mask);
-    st = give_times(ctx, 1, g, d, st, grad_inputs);
-  }
-  return st;
+  dt_tensor *la = NULL, *ol = NULL, *az = NULL, *bn = NULL, *azf = NULL, *bnf = NULL, *both = NULL,
+            *mask = NULL, *d = NULL;
+  st = dt_log(a, &la);
+  if (!st) st = dt_mul(ctx->call->outputs[0], la, &ol);
+  if (!st) st = dt_eq_scalar(a, 0.0, &az);
+  st = mask_as(az, g->dtype, st, &azf);
+  if (!st) st = dt_ge_scalar(b, 0.0, &bn);
+  st = mask_as(bn, g->dtype, st, &bnf);
+  if (!st) st = dt_mul(azf, bnf, &both);
+  if (!st) st = dt_gt_scalar(both, 0.5, &mask);
+  if (!st) st = dt_masked_fill(ol, mask, 0.0, &d);
+  DT_RELEASE_ALL(la, ol, azf, bnf, both, mask);
+  return times(g, d, st, out);
 }
+DT_BACKWARD_SLOTS(pow, pow_grad)
 
 /* where(cond, a, b): a's gradient where cond holds, b's elsewhere; cond has none. */
 dt_status dt__backward_where(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
@@ -221,13 +179,7 @@ dt_status dt__backward_where(const dt_backward_ctx *ctx, dt_tensor *const *grad_
 }
 
 /* masked_fill: the filled elements get no gradient; the mask has none. */
-dt_status dt__backward_masked_fill(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                                   dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g || !ctx->needs_grad[0]) return DT_OK;
-  dt_tensor *t = NULL;
-  dt_status st = dt_masked_fill(g, ctx->call->inputs[1], 0.0, &t);
-  if (!st) st = dt__grad_reduce_to(t, &ctx->input_metas[0], &grad_inputs[0]);
-  dt_tensor_release(t);
-  return st;
+static dt_status masked_fill_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
+  return dt_masked_fill(g, ctx->call->inputs[1], 0.0, out);
 }
+DT_BACKWARD_INPUT0(masked_fill, masked_fill_grad)

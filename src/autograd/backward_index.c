@@ -3,96 +3,86 @@
  * gradient is the reversed running sum of the gradient; topk, index_select and gather send
  * each output element's gradient back to the element it read, by scatter_add into zeros. */
 #include "autograd/autograd_impl.h"
+#include "autograd/backward_formula.h"
 #include "dtensor/ops.h"
 
-/* d sin(x) = cos(x) dx. */
-dt_status dt__backward_sin(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                           dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0], *c = NULL, *t = NULL;
-  if (!g) return DT_OK;
-  dt_status st = dt_cos(ctx->call->inputs[0], &c);
-  if (!st) st = dt_mul(g, c, &t);
-  if (!st) st = dt__grad_reduce_to(t, &ctx->input_metas[0], &grad_inputs[0]);
-  DT_RELEASE_ALL(c, t);
+/* scatter_add(zeros like input 0, dim, index, src): each element of src added into the
+ * element of the input it was read from. */
+static dt_status scatter_into_zeros(const dt_backward_ctx *ctx, int64_t dim, dt_tensor *index,
+                                    dt_tensor *src, dt_tensor **out) {
+  dt_tensor *zeros = NULL;
+  dt_status st = dt_zeros_like(ctx->call->inputs[0], &zeros);
+  if (!st) st = dt_scatter_add(zeros, dim, index, src, out);
+  dt_tensor_release(zeros);
   return st;
 }
+
+/* d sin(x) = cos(x) dx. */
+static dt_status sin_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
+  dt_tensor *c = NULL;
+  dt_status st = dt_cos(ctx->call->inputs[0], &c);
+  if (!st) st = dt_mul(g, c, out);
+  dt_tensor_release(c);
+  return st;
+}
+DT_BACKWARD_INPUT0(sin, sin_grad)
 
 /* d cos(x) = -sin(x) dx. */
-dt_status dt__backward_cos(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                           dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0], *sn = NULL, *t = NULL, *n = NULL;
-  if (!g) return DT_OK;
+static dt_status cos_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
+  dt_tensor *sn = NULL, *t = NULL;
   dt_status st = dt_sin(ctx->call->inputs[0], &sn);
   if (!st) st = dt_mul(g, sn, &t);
-  if (!st) st = dt_neg(t, &n);
-  if (!st) st = dt__grad_reduce_to(n, &ctx->input_metas[0], &grad_inputs[0]);
-  DT_RELEASE_ALL(sn, t, n);
+  if (!st) st = dt_neg(t, out);
+  DT_RELEASE_ALL(sn, t);
   return st;
 }
+DT_BACKWARD_INPUT0(cos, cos_grad)
 
 /* tril/triu are masks: the gradient is the same triangle of the output's gradient. */
-dt_status dt__backward_triangle(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                                dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
+static dt_status triangle_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
   int64_t diagonal = ctx->call->ints[0];
-  if (ctx->call->op == DT_OP_TRIU) return dt_triu(g, diagonal, &grad_inputs[0]);
-  return dt_tril(g, diagonal, &grad_inputs[0]);
+  if (ctx->call->op == DT_OP_TRIU) return dt_triu(g, diagonal, out);
+  return dt_tril(g, diagonal, out);
 }
+DT_BACKWARD_INPUT0(triangle, triangle_grad)
 
 /* y_i = sum_{j <= i} x_j, so dx_j = sum_{i >= j} g_i = total - cumsum(g)_j + g_j. */
-dt_status dt__backward_cumsum(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                              dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
+static dt_status cumsum_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
   int64_t dim = ctx->call->ints[0];
   dt_tensor *total = NULL, *run = NULL, *rest = NULL;
   dt_status st = dt_sum_dims(g, 1, &dim, true, &total);
   if (!st) st = dt_cumsum(g, dim, &run);
   if (!st) st = dt_sub(total, run, &rest);
-  if (!st) st = dt_add(rest, g, &grad_inputs[0]);
+  if (!st) st = dt_add(rest, g, out);
   DT_RELEASE_ALL(total, run, rest);
   return st;
 }
+DT_BACKWARD_INPUT0(cumsum, cumsum_grad)
 
 /* topk: the values' gradient goes to the positions the op chose. */
-dt_status dt__backward_topk(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                            dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0], *zeros = NULL;
-  if (!g) return DT_OK;
-  dt_status st = dt_zeros_like(ctx->call->inputs[0], &zeros);
-  if (!st)
-    st = dt_scatter_add(zeros, ctx->call->ints[1], ctx->call->outputs[1], g, &grad_inputs[0]);
-  dt_tensor_release(zeros);
-  return st;
+static dt_status topk_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
+  return scatter_into_zeros(ctx, ctx->call->ints[1], ctx->call->outputs[1], g, out);
 }
+DT_BACKWARD_INPUT0(topk, topk_grad)
 
 /* index_select: the index, viewed along dim and expanded to the gradient's shape, scatters the
  * gradient's slices back (a repeated index accumulates). */
-dt_status dt__backward_index_select(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                                    dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g || !ctx->needs_grad[0]) return DT_OK;
+static dt_status index_select_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
   const dt_tensor_meta *gm = &ctx->output_metas[0];
   int dim = (int)ctx->call->ints[0];
   int64_t along[DT_MAX_DIMS];
   for (int d = 0; d < gm->ndim; d++) along[d] = d == dim ? gm->shape[d] : 1;
-  dt_tensor *zeros = NULL, *iv = NULL, *ie = NULL;
-  dt_status st = dt_zeros_like(ctx->call->inputs[0], &zeros);
-  if (!st) st = dt_reshape(ctx->call->inputs[1], gm->ndim, along, &iv);
+  dt_tensor *iv = NULL, *ie = NULL;
+  dt_status st = dt_reshape(ctx->call->inputs[1], gm->ndim, along, &iv);
   if (!st) st = dt_expand(iv, gm->ndim, gm->shape, &ie);
-  if (!st) st = dt_scatter_add(zeros, dim, ie, g, &grad_inputs[0]);
-  DT_RELEASE_ALL(zeros, iv, ie);
+  if (!st) st = scatter_into_zeros(ctx, dim, ie, g, out);
+  DT_RELEASE_ALL(iv, ie);
   return st;
 }
+DT_BACKWARD_INPUT0(index_select, index_select_grad)
 
 /* gather: scatter_add is its adjoint. */
-dt_status dt__backward_gather(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                              dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0], *zeros = NULL;
-  if (!g || !ctx->needs_grad[0]) return DT_OK;
-  dt_status st = dt_zeros_like(ctx->call->inputs[0], &zeros);
-  if (!st) st = dt_scatter_add(zeros, ctx->call->ints[0], ctx->call->inputs[1], g, &grad_inputs[0]);
-  dt_tensor_release(zeros);
-  return st;
+static dt_status gather_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
+  return scatter_into_zeros(ctx, ctx->call->ints[0], ctx->call->inputs[1], g, out);
 }
+DT_BACKWARD_INPUT0(gather, gather_grad)

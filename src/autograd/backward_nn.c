@@ -3,32 +3,22 @@
  * layer_norm and rms_norm call their fused backward ops; training batch_norm recomputes its
  * statistics from the saved input with ops rather than saving them from the kernel. */
 #include "autograd/autograd_impl.h"
+#include "autograd/backward_formula.h"
 #include "dtensor/dist.h"
 #include "dtensor/ops.h"
 #include "ops/op_impl.h"
 
 /* softmax: dx = y (g - sum(g y, dim)); log_softmax: dx = g - exp(y) sum(g, dim). Each one op,
  * softmax_backward / log_softmax_backward, from the saved output. */
-static dt_status softmax_family_backward(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                                         dt_tensor **grad_inputs, bool take_log) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g || !ctx->needs_grad[0]) return DT_OK;
-  dt_tensor *t = NULL;
-  dt_status st = dt__softmax_backward(g, ctx->call->outputs[0], ctx->call->ints[0], take_log, &t);
-  if (!st) st = dt__grad_cast_to(t, &ctx->input_metas[0], &grad_inputs[0]);
-  dt_tensor_release(t);
-  return st;
+static dt_status softmax_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
+  return dt__softmax_backward(g, ctx->call->outputs[0], ctx->call->ints[0], false, out);
 }
+DT_BACKWARD_INPUT0(softmax, softmax_grad)
 
-dt_status dt__backward_softmax(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                               dt_tensor **grad_inputs) {
-  return softmax_family_backward(ctx, grad_outputs, grad_inputs, false);
+static dt_status log_softmax_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
+  return dt__softmax_backward(g, ctx->call->outputs[0], ctx->call->ints[0], true, out);
 }
-
-dt_status dt__backward_log_softmax(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                                   dt_tensor **grad_inputs) {
-  return softmax_family_backward(ctx, grad_outputs, grad_inputs, true);
-}
+DT_BACKWARD_INPUT0(log_softmax, log_softmax_grad)
 
 /* The normalization shared by layer_norm and training batch_norm, over `dims` of x:
  *   xhat = (x - mean) rstd, rstd = 1 / sqrt(var + eps) (biased variance),
@@ -233,16 +223,10 @@ dt_status dt__backward_batch_norm(const dt_backward_ctx *ctx, dt_tensor *const *
  * indices picked (repeated indices accumulate): one op, embedding_backward, which writes the
  * zeros and accumulates in one pass (the weight gives it only the gradient's geometry). The
  * indices are not differentiable. */
-dt_status dt__backward_embedding(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                                 dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g || !ctx->needs_grad[0]) return DT_OK;
-  dt_tensor *t = NULL;
-  dt_status st = dt__embedding_backward(ctx->call->inputs[0], ctx->call->inputs[1], g, &t);
-  if (!st) st = dt__grad_cast_to(t, &ctx->input_metas[0], &grad_inputs[0]);
-  dt_tensor_release(t);
-  return st;
+static dt_status embedding_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
+  return dt__embedding_backward(ctx->call->inputs[0], ctx->call->inputs[1], g, out);
 }
+DT_BACKWARD_INPUT0(embedding, embedding_grad)
 
 /* batch_norm_training (inputs {x, weight?, bias?}, eps = scalars[0]): the batch statistics
  * are functions of x, so dx is the normalization's full gradient over every dim but the

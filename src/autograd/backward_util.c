@@ -53,6 +53,41 @@ dt_status dt__grad_reduce_to(dt_tensor *grad, const dt_tensor_meta *meta, dt_ten
   return st;
 }
 
+dt_status dt__grad_give(const dt_backward_ctx *ctx, int slot, dt_tensor *t, dt_status st,
+                        dt_tensor **grad_inputs) {
+  if (!st) st = dt__grad_reduce_to(t, &ctx->input_metas[slot], &grad_inputs[slot]);
+  dt_tensor_release(t);
+  return st;
+}
+
+dt_status dt__backward_input0(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                              dt_tensor **grad_inputs, dt_grad_input0_fn grad) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g || !ctx->needs_grad[0]) return DT_OK;
+  dt_tensor *t = NULL;
+  dt_status st = grad(ctx, g, &t);
+  return dt__grad_give(ctx, 0, t, st, grad_inputs);
+}
+
+dt_status dt__backward_slots(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                             dt_tensor **grad_inputs, dt_grad_slot_fn grad) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  int n = ctx->call->n_inputs;
+  dt_status st = DT_OK;
+  for (int slot = 0; slot < n && !st; slot++) {
+    if (!ctx->needs_grad[slot]) continue;
+    dt_tensor *t = NULL;
+    st = grad(ctx, g, slot, &t);
+    st = dt__grad_give(ctx, slot, t, st, grad_inputs);
+  }
+  for (int slot = 0; slot < n && st; slot++) {
+    dt_tensor_release(grad_inputs[slot]);
+    grad_inputs[slot] = NULL;
+  }
+  return st;
+}
+
 void dt__grad_release(dt_tensor *const *tensors, size_t n) {
   for (size_t i = 0; i < n; i++) dt_tensor_release(tensors[i]);
 }

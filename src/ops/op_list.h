@@ -73,10 +73,10 @@
   X(COS, "cos", COMPUTE, 1, dt__infer_unary, dt__kernel_unary, POINTWISE, SAME, DT_UNARY_COS, 0,   \
     BACKWARD(cos), "cos(Tensor self) -> Tensor")                                                   \
   X(ADD, "add.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,      \
-    DT_BINARY_ADD, DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(add),                             \
+    DT_BINARY_ADD, DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(add_sub),                         \
     "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")                          \
   X(SUB, "sub.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,      \
-    DT_BINARY_SUB, DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(sub),                             \
+    DT_BINARY_SUB, DT_TRAIT_LINEAR | DT_TRAIT_MONOTONE, BACKWARD(add_sub),                         \
     "sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")                          \
   X(MUL, "mul.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,      \
     DT_BINARY_MUL, DT_TRAIT_LINEAR_EACH, BACKWARD(mul),                                            \
@@ -85,10 +85,10 @@
     DT_BINARY_DIV, DT_TRAIT_LINEAR_FIRST | DT_TRAIT_SAVES_OUTPUT, BACKWARD(div),                   \
     "div.Tensor(Tensor self, Tensor other) -> Tensor")                                             \
   X(MAXIMUM, "maximum", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,     \
-    DT_BINARY_MAXIMUM, DT_TRAIT_MONOTONE, BACKWARD(maximum),                                       \
+    DT_BINARY_MAXIMUM, DT_TRAIT_MONOTONE, BACKWARD(maximum_minimum),                               \
     "maximum(Tensor self, Tensor other) -> Tensor")                                                \
   X(MINIMUM, "minimum", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,     \
-    DT_BINARY_MINIMUM, DT_TRAIT_MONOTONE, BACKWARD(minimum),                                       \
+    DT_BINARY_MINIMUM, DT_TRAIT_MONOTONE, BACKWARD(maximum_minimum),                               \
     "minimum(Tensor self, Tensor other) -> Tensor")                                                \
   X(POW, "pow.Tensor_Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE,          \
     BROADCAST, DT_BINARY_POW, DT_TRAIT_SAVES_OUTPUT, BACKWARD(pow),                                \
@@ -100,19 +100,19 @@
     POINTWISE, SAME, DT_BINARY_SUB, DT_TRAIT_MONOTONE, BACKWARD(pass),                             \
     "sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor")                             \
   X(MUL_SCALAR, "mul.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,       \
-    POINTWISE, SAME, DT_BINARY_MUL, DT_TRAIT_LINEAR, BACKWARD(mul_scalar),                         \
+    POINTWISE, SAME, DT_BINARY_MUL, DT_TRAIT_LINEAR, BACKWARD(by_scalar),                          \
     "mul.Scalar(Tensor self, Scalar other) -> Tensor")                                             \
   X(DIV_SCALAR, "div.Scalar", COMPUTE, 1, dt__infer_binary_scalar, dt__kernel_binary_scalar,       \
-    POINTWISE, SAME, DT_BINARY_DIV, DT_TRAIT_LINEAR, BACKWARD(div_scalar),                         \
+    POINTWISE, SAME, DT_BINARY_DIV, DT_TRAIT_LINEAR, BACKWARD(by_scalar),                          \
     "div.Scalar(Tensor self, Scalar other) -> Tensor")                                             \
   X(POW_SCALAR, "pow.Tensor_Scalar", COMPUTE, 1, dt__infer_binary_scalar,                          \
     dt__kernel_binary_scalar, POINTWISE, SAME, DT_BINARY_POW, 0, BACKWARD(pow_scalar),             \
     "pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor")                                   \
   X(ADD_, "add_.Tensor", INPLACE, 2, dt__infer_binary_inplace, dt__kernel_binary_inplace,          \
-    POINTWISE, BROADCAST_INTO, DT_BINARY_ADD, DT_TRAIT_LINEAR, BACKWARD(add),                      \
+    POINTWISE, BROADCAST_INTO, DT_BINARY_ADD, DT_TRAIT_LINEAR, BACKWARD(add_sub),                  \
     "add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)")                 \
   X(SUB_, "sub_.Tensor", INPLACE, 2, dt__infer_binary_inplace, dt__kernel_binary_inplace,          \
-    POINTWISE, BROADCAST_INTO, DT_BINARY_SUB, DT_TRAIT_LINEAR, BACKWARD(sub),                      \
+    POINTWISE, BROADCAST_INTO, DT_BINARY_SUB, DT_TRAIT_LINEAR, BACKWARD(add_sub),                  \
     "sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)")                 \
   X(MUL_, "mul_.Tensor", INPLACE, 2, dt__infer_binary_inplace, dt__kernel_binary_inplace,          \
     POINTWISE, BROADCAST_INTO, DT_BINARY_MUL, DT_TRAIT_LINEAR_FIRST | DT_TRAIT_SAVES_OLD_SELF,     \
@@ -125,7 +125,7 @@
     "add_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)")                    \
   X(MUL_SCALAR_, "mul_.Scalar", INPLACE, 1, dt__infer_binary_scalar_inplace,                       \
     dt__kernel_binary_scalar_inplace, POINTWISE, SAME, DT_BINARY_MUL, DT_TRAIT_LINEAR,             \
-    BACKWARD(mul_scalar), "mul_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)")              \
+    BACKWARD(by_scalar), "mul_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)")               \
   X(FILL_, "fill_.Scalar", INPLACE, 1, dt__infer_fill_, dt__kernel_fill_, POINTWISE, SPECIALIZE,   \
     NO_FUNC, 0, BACKWARD(fill_), "fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)")      \
   X(EQ, "eq.Tensor", COMPUTE, 2, dt__infer_binary, dt__kernel_binary, POINTWISE, BROADCAST,        \
@@ -187,9 +187,9 @@
     NO_FUNC, 0, BACKWARD(mean_dim),                                                                \
     "mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor") \
   X(MAX, "max", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE, NO_FUNC,       \
-    DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum_all), "max(Tensor self) -> Tensor")                   \
+    DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum), "max(Tensor self) -> Tensor")                       \
   X(MIN, "min", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE, NO_FUNC,       \
-    DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum_all), "min(Tensor self) -> Tensor")                   \
+    DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum), "min(Tensor self) -> Tensor")                       \
   X(MAX_DIM, "max.dim", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE,        \
     NO_FUNC, DT_TRAIT_TUPLE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum_dim),                       \
     "max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
@@ -197,10 +197,10 @@
     NO_FUNC, DT_TRAIT_TUPLE | DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum_dim),                       \
     "min.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
   X(AMAX, "amax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE, NO_FUNC,     \
-    DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum_dims),                                                \
+    DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum),                                                     \
     "amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                              \
   X(AMIN, "amin", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE, NO_FUNC,     \
-    DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum_dims),                                                \
+    DT_TRAIT_SAVES_OUTPUT, BACKWARD(extremum),                                                     \
     "amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor")                              \
   X(ARGMAX, "argmax", COMPUTE, 1, dt__infer_reduce, dt__kernel_reduce, REDUCTION, REDUCE, NO_FUNC, \
     DT_TRAIT_NOT_DIFFERENTIABLE, NO_BACKWARD,                                                      \
