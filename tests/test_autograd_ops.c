@@ -378,6 +378,36 @@ Test(autograd_ops, split_missing_pieces_are_zeros) {
   dt_tensor_release(x);
 }
 
+/* cat and stack promote their inputs' dtypes: each input's gradient is cast back to its own
+ * dtype (PyTorch's rule), with its block's values. */
+Test(autograd_ops, cat_stack_give_each_input_its_dtype) {
+  dt_tensor *d = from_values(1, (int64_t[]){2}, (double[]){1, 2}), *x = NULL;
+  OK(dt_to(d, DT_F32, &x));
+  dt_tensor *z = from_values(1, (int64_t[]){2}, (double[]){3, 4});
+  OK(dt_tensor_set_requires_grad(x, true));
+  OK(dt_tensor_set_requires_grad(z, true));
+  dt_tensor *c = NULL, *s = NULL, *g = NULL;
+  OK(dt_cat(2, (dt_tensor *[]){x, z}, 0, &c));
+  cr_assert_eq(dt_tensor_dtype(c), DT_F64);
+  backward_weighted(c); /* weights 1..4 */
+  OK(dt_tensor_grad(x, &g));
+  cr_assert_eq(dt_tensor_dtype(g), DT_F32, "cat: the float32 input's gradient is float32");
+  dt_tensor_release(g);
+  expect_grad(x, (double[]){1, 2}, "cat, float32 input");
+  expect_grad(z, (double[]){3, 4}, "cat, float64 input");
+  OK(dt_tensor_zero_grad(x, true));
+  OK(dt_tensor_zero_grad(z, true));
+  OK(dt_stack(2, (dt_tensor *[]){x, z}, 1, &s)); /* [[x0, z0], [x1, z1]], weights 1..4 */
+  backward_weighted(s);
+  OK(dt_tensor_grad(x, &g));
+  cr_assert_eq(dt_tensor_dtype(g), DT_F32, "stack: the float32 input's gradient is float32");
+  dt_tensor_release(g);
+  expect_grad(x, (double[]){1, 3}, "stack, float32 input");
+  expect_grad(z, (double[]){2, 4}, "stack, float64 input");
+  dt_tensor *made[] = {d, x, z, c, s};
+  for (int i = 0; i < 5; i++) dt_tensor_release(made[i]);
+}
+
 Test(autograd_ops, slice_with_step_places_the_gradient) {
   dt_tensor *x = from_values(1, (int64_t[]){7}, (double[]){0, 1, 2, 3, 4, 5, 6});
   OK(dt_tensor_set_requires_grad(x, true));

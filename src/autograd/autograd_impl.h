@@ -178,6 +178,9 @@ void dt__autograd_attach_output(dt_autograd_node *node, dt_tensor *output, int o
 /* Slot i's edge: to the node that made t, or into leaf's .grad (retained) when t is a leaf;
  * nothing when t does not require grad. */
 void dt__autograd_set_edge(dt_autograd_node *node, int i, dt_tensor *t, dt_tensor *leaf);
+/* dt__autograd_set_edge for a tensor of meta meta, whether or not it requires grad. */
+void dt__autograd_set_edge_meta(dt_autograd_node *node, int i, dt_autograd_meta *meta,
+                                dt_tensor *leaf);
 void dt__autograd_node_retain(dt_autograd_node *node);
 void dt__autograd_node_release(dt_autograd_node *node);
 /* Releases a node's saved tensors (after a backward without retain_graph). */
@@ -230,10 +233,10 @@ dt_status dt__backward_input0(const dt_backward_ctx *ctx, dt_tensor *const *grad
 typedef dt_status (*dt_grad_slot_fn)(const dt_backward_ctx *ctx, dt_tensor *g, int slot,
                                      dt_tensor **out);
 
-/* The formula of an op whose tensor inputs each get a gradient of their own from output 0's:
- * nothing when output 0 received none, else grad_inputs[slot] = dt__grad_reduce_to(grad(ctx, g,
- * slot)) for each input slot that wants one, in slot order. On failure every grad_inputs entry
- * is released and left NULL. */
+/* The formula of an op whose tensor arguments (inputs, then the tensor list) each get a
+ * gradient of their own from output 0's: nothing when output 0 received none, else
+ * grad_inputs[slot] = dt__grad_reduce_to(grad(ctx, g, slot)) for each slot that wants one, in
+ * slot order. On failure every grad_inputs entry is released and left NULL. */
 dt_status dt__backward_slots(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
                              dt_tensor **grad_inputs, dt_grad_slot_fn grad);
 

@@ -17,26 +17,19 @@ static dt_status scatter_into_zeros(const dt_backward_ctx *ctx, int64_t dim, dt_
   return st;
 }
 
-/* d sin(x) = cos(x) dx. */
-static dt_status sin_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
-  dt_tensor *c = NULL;
-  dt_status st = dt_cos(ctx->call->inputs[0], &c);
-  if (!st) st = dt_mul(g, c, out);
-  dt_tensor_release(c);
+/* d sin(x) = cos(x) dx, d cos(x) = -sin(x) dx: g times the other function of x (the op's func
+ * tells which), negated for cos. */
+static dt_status sin_cos_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
+  bool is_sin = dt__op_table[ctx->call->op].func == DT_UNARY_SIN;
+  dt_tensor *x = ctx->call->inputs[0], *other = NULL, *t = NULL;
+  dt_status st = is_sin ? dt_cos(x, &other) : dt_sin(x, &other);
+  if (!st) st = dt_mul(g, other, is_sin ? out : &t);
+  if (!st && !is_sin) st = dt_neg(t, out);
+  DT_RELEASE_ALL(other, t);
   return st;
 }
-DT_BACKWARD_INPUT0(sin, sin_grad)
-
-/* d cos(x) = -sin(x) dx. */
-static dt_status cos_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
-  dt_tensor *sn = NULL, *t = NULL;
-  dt_status st = dt_sin(ctx->call->inputs[0], &sn);
-  if (!st) st = dt_mul(g, sn, &t);
-  if (!st) st = dt_neg(t, out);
-  DT_RELEASE_ALL(sn, t);
-  return st;
-}
-DT_BACKWARD_INPUT0(cos, cos_grad)
+DT_BACKWARD_INPUT0(sin, sin_cos_grad)
+DT_BACKWARD_INPUT0(cos, sin_cos_grad)
 
 /* tril/triu are masks: the gradient is the same triangle of the output's gradient. */
 static dt_status triangle_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {

@@ -171,28 +171,34 @@ static dt_status channel_view(dt_tensor *v, const dt_tensor_meta *in, dt_tensor 
   return dt_reshape(v, in->ndim, shape, out);
 }
 
-/* The dims of the input other than the channel dim 1, over which batch norm's affine
- * gradients are summed; returns their count. */
-static int non_channel_dims(const dt_tensor_meta *in, int64_t *dims) {
-  int n = 0;
+/* Batch norm's formulas (driver of its two forms): the form's gradients from g, with the
+ * input's meta and the dims other than the channel dim 1, over which the affine gradients are
+ * summed. */
+typedef dt_status (*batch_norm_form)(const dt_backward_ctx *ctx, dt_tensor *g,
+                                     const dt_tensor_meta *in, int n_other, const int64_t *other,
+                                     dt_tensor **grad_inputs);
+
+static dt_status batch_norm_backward(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
+                                     dt_tensor **grad_inputs, batch_norm_form form) {
+  dt_tensor *g = grad_outputs[0];
+  if (!g) return DT_OK;
+  const dt_tensor_meta *in = &ctx->input_metas[0];
+  int64_t other[DT_MAX_DIMS];
+  int n_other = 0;
   for (int d = 0; d < in->ndim; d++) {
-    if (d != 1) dims[n++] = d;
+    if (d != 1) other[n_other++] = d;
   }
-  return n;
+  return form(ctx, g, in, n_other, other, grad_inputs);
 }
 
 /* batch_norm, inference form (inputs {x, running_mean, running_var, weight?, bias?}):
  * y = (x - rm) rstd w + b with rstd = 1 / sqrt(rv + eps) per channel (dim 1). The running
  * statistics are constants: they get no gradient.
  *   dx = g rstd w, dw = sum over dims != 1 of g xhat, db = sum over dims != 1 of g. */
-dt_status dt__backward_batch_norm(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                                  dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
+static dt_status batch_norm_inference(const dt_backward_ctx *ctx, dt_tensor *g,
+                                      const dt_tensor_meta *in, int n_other, const int64_t *other,
+                                      dt_tensor **grad_inputs) {
   const dt_op_call *call = ctx->call;
-  const dt_tensor_meta *in = &ctx->input_metas[0];
-  int64_t other[DT_MAX_DIMS];
-  int n_other = non_channel_dims(in, other);
   dt_tensor *w = call->inputs[3];
   dt_tensor *ve = NULL, *rstd = NULL, *scale = NULL, *scale_b = NULL, *t = NULL, *rm_b = NULL,
             *xc = NULL, *rstd_b = NULL, *xhat = NULL;
@@ -219,6 +225,8 @@ dt_status dt__backward_batch_norm(const dt_backward_ctx *ctx, dt_tensor *const *
   return st;
 }
 
+DT_BACKWARD_FORMULA(batch_norm, batch_norm_backward, batch_norm_inference)
+
 /* embedding: the weight's gradient is the output's gradient rows added into the rows the
  * indices picked (repeated indices accumulate): one op, embedding_backward, which writes the
  * zeros and accumulates in one pass (the weight gives it only the gradient's geometry). The
@@ -231,18 +239,13 @@ DT_BACKWARD_INPUT0(embedding, embedding_grad)
 /* batch_norm_training (inputs {x, weight?, bias?}, eps = scalars[0]): the batch statistics
  * are functions of x, so dx is the normalization's full gradient over every dim but the
  * channel dim 1; dw = sum of g xhat and db = sum of g over those dims. */
-dt_status dt__backward_batch_norm_training(const dt_backward_ctx *ctx,
-                                           dt_tensor *const *grad_outputs,
-                                           dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
-  const dt_op_call *call = ctx->call;
-  const dt_tensor_meta *in = &ctx->input_metas[0];
-  int64_t other[DT_MAX_DIMS];
-  int n_other = non_channel_dims(in, other);
-  dt_tensor *w_b = NULL;
-  dt_status st = call->inputs[1] ? channel_view(call->inputs[1], in, &w_b) : DT_OK;
+static dt_status batch_norm_training(const dt_backward_ctx *ctx, dt_tensor *g,
+                                     const dt_tensor_meta *in, int n_other, const int64_t *other,
+                                     dt_tensor **grad_inputs) {
+  dt_tensor *w_b = NULL, *w = ctx->call->inputs[1];
+  dt_status st = w ? channel_view(w, in, &w_b) : DT_OK;
   if (!st) st = normalization_backward(ctx, g, w_b, n_other, other, n_other, other, grad_inputs);
   dt_tensor_release(w_b);
   return st;
 }
+DT_BACKWARD_FORMULA(batch_norm_training, batch_norm_backward, batch_norm_training)

@@ -4,6 +4,7 @@
  * carry the input's placements); joining ops cut the gradient into the inputs' pieces.
  * Every size comes from the recorded global shapes, so the formulas run distributed. */
 #include "autograd/autograd_impl.h"
+#include "autograd/backward_formula.h"
 #include "dtensor/ops.h"
 
 /* The recorded attributes are the caller's: normalized by infer on the local path, as given
@@ -74,22 +75,18 @@ static dt_status place(dt_tensor *input, const dt_tensor_meta *in, dt_tensor *g,
 
 /* narrow and slice.Tensor: ints = {dim, start, end or length, step} (narrow's step is 1);
  * the piece's length comes from the output's shape. */
-dt_status dt__backward_slice(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                             dt_tensor **grad_inputs) {
-  if (!grad_outputs[0]) return DT_OK;
+static dt_status slice_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
   const dt_op_call *call = ctx->call;
   const dt_tensor_meta *in = &ctx->input_metas[0];
   int dim = norm_dim(call->ints[0], in->ndim);
   int64_t start = norm_start(call->ints[1], in->shape[dim]);
   int64_t step = call->ints[3] > 1 ? call->ints[3] : 1;
-  return place(call->inputs[0], in, grad_outputs[0], &ctx->output_metas[0], dim, start, step,
-               &grad_inputs[0]);
+  return place(call->inputs[0], in, g, &ctx->output_metas[0], dim, start, step, out);
 }
+DT_BACKWARD_INPUT0(slice, slice_grad)
 
 /* select.int: ints = {dim, index}; the gradient gets its dim back, then is placed. */
-dt_status dt__backward_select(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                              dt_tensor **grad_inputs) {
-  if (!grad_outputs[0]) return DT_OK;
+static dt_status select_grad(const dt_backward_ctx *ctx, dt_tensor *g, dt_tensor **out) {
   const dt_op_call *call = ctx->call;
   const dt_tensor_meta *in = &ctx->input_metas[0];
   int dim = norm_dim(call->ints[0], in->ndim);
@@ -98,11 +95,12 @@ dt_status dt__backward_select(const dt_backward_ctx *ctx, dt_tensor *const *grad
   dt_tensor_meta um = {.dtype = om->dtype, .ndim = om->ndim + 1};
   for (int d = 0, k = 0; d < um.ndim; d++) um.shape[d] = d == dim ? 1 : om->shape[k++];
   dt_tensor *u = NULL;
-  dt_status st = dt_unsqueeze(grad_outputs[0], dim, &u);
-  if (!st) st = place(call->inputs[0], in, u, &um, dim, index, 1, &grad_inputs[0]);
+  dt_status st = dt_unsqueeze(g, dim, &u);
+  if (!st) st = place(call->inputs[0], in, u, &um, dim, index, 1, out);
   dt_tensor_release(u);
   return st;
 }
+DT_BACKWARD_INPUT0(select, select_grad)
 
 /* split, split_with_sizes, chunk: the pieces' gradients concatenated, a zero block for each
  * piece that received none. The split dim is read from the shapes (the one where a piece
@@ -151,44 +149,23 @@ dt_status dt__backward_split(const dt_backward_ctx *ctx, dt_tensor *const *grad_
 
 /* cat: each input's gradient is its block of the output's gradient (a legacy empty 1-D
  * input, skipped by cat, gets zeros). */
-dt_status dt__backward_cat(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                           dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
+static dt_status cat_grad(const dt_backward_ctx *ctx, dt_tensor *g, int slot, dt_tensor **out) {
   const dt_op_call *call = ctx->call;
   int ndim = ctx->output_metas[0].ndim, dim = norm_dim(call->ints[0], ndim);
-  dt_status st = DT_OK;
   int64_t offset = 0;
-  for (int i = 0; i < call->n_input_list && !st; i++) {
-    int slot = call->n_inputs + i;
-    const dt_tensor_meta *in = &ctx->input_metas[slot];
-    bool legacy_empty = in->ndim != ndim;
-    int64_t len = legacy_empty ? 0 : in->shape[dim];
-    if (ctx->needs_grad[slot]) {
-      if (legacy_empty) {
-        st = dt_zeros_like(call->input_list[i], &grad_inputs[slot]);
-      } else {
-        st = dt_narrow(g, dim, offset, len, &grad_inputs[slot]);
-      }
-    }
-    offset += len;
+  for (int s = call->n_inputs; s < slot; s++) {
+    const dt_tensor_meta *before = &ctx->input_metas[s];
+    offset += before->ndim != ndim ? 0 : before->shape[dim];
   }
-  return st;
+  const dt_tensor_meta *in = &ctx->input_metas[slot];
+  if (in->ndim != ndim) return dt_zeros_like(call->input_list[slot - call->n_inputs], out);
+  return dt_narrow(g, dim, offset, in->shape[dim], out);
 }
+DT_BACKWARD_SLOTS(cat, cat_grad)
 
 /* stack: input i's gradient is select(g, dim, i). */
-dt_status dt__backward_stack(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
-                             dt_tensor **grad_inputs) {
-  dt_tensor *g = grad_outputs[0];
-  if (!g) return DT_OK;
-  const dt_op_call *call = ctx->call;
-  dt_status st = DT_OK;
-  for (int i = 0; i < call->n_input_list && !st; i++) {
-    int slot = call->n_inputs + i;
-    if (ctx->needs_grad[slot]) {
-      int dim = norm_dim(call->ints[0], ctx->output_metas[0].ndim);
-      st = dt_select(g, dim, i, &grad_inputs[slot]);
-    }
-  }
-  return st;
+static dt_status stack_grad(const dt_backward_ctx *ctx, dt_tensor *g, int slot, dt_tensor **out) {
+  int dim = norm_dim(ctx->call->ints[0], ctx->output_metas[0].ndim);
+  return dt_select(g, dim, slot - ctx->call->n_inputs, out);
 }
+DT_BACKWARD_SLOTS(stack, stack_grad)

@@ -73,7 +73,7 @@ dt_status dt__backward_slots(const dt_backward_ctx *ctx, dt_tensor *const *grad_
                              dt_tensor **grad_inputs, dt_grad_slot_fn grad) {
   dt_tensor *g = grad_outputs[0];
   if (!g) return DT_OK;
-  int n = ctx->call->n_inputs;
+  int n = ctx->call->n_inputs + ctx->call->n_input_list;
   dt_status st = DT_OK;
   for (int slot = 0; slot < n && !st; slot++) {
     if (!ctx->needs_grad[slot]) continue;

@@ -19,10 +19,12 @@
 #include "tensor/tensor_impl.h"
 #include "dtensor/ops.h"
 
+/* A view op's list attribute is a shape or dims (a split_with_sizes, whose list is not, is
+ * pushed as a narrow), so a copy of at most DT_MAX_DIMS values lives in the step. */
 typedef struct view_step {
-  dt_op_call call;   /* op and attributes; inputs and outputs are set at replay */
-  int output_nr;     /* the piece of a split that continues the chain */
-  int64_t *int_list; /* owned copy of call.int_list (NULL when none) */
+  dt_op_call call; /* op and attributes; inputs, outputs and int_list are set at replay */
+  int output_nr;   /* the piece of a split that continues the chain */
+  int64_t int_list[DT_MAX_DIMS]; /* call.n_int_list values */
 } view_step;
 
 struct dt_view_chain {
@@ -33,28 +35,30 @@ struct dt_view_chain {
   view_step *steps;
 };
 
-dt_view_chain *dt__view_chain_new(const dt_tensor *base) {
+/* A chain of no step from a base of global meta base, local block local and layout spec. */
+static dt_view_chain *chain_alloc(const dt_tensor_meta *base, const dt_tensor_meta *local,
+                                  struct dt_dist_spec *spec) {
   dt_view_chain *chain = dt__calloc(sizeof *chain);
   if (!chain) {
     dt__error(DT_ERR_NOMEM, "out of memory for an in-place op's view chain");
     return NULL;
   }
-  dt__autograd_meta_of(base, &chain->base);
-  dt__meta_set(&chain->local, base->dtype, base->ndim, base->shape);
-  if (base->spec) chain->spec = dt__upcall.spec_retain(base->spec);
+  chain->base = *base;
+  chain->local = *local;
+  if (spec) chain->spec = dt__upcall.spec_retain(spec);
   return chain;
 }
 
+dt_view_chain *dt__view_chain_new(const dt_tensor *base) {
+  dt_tensor_meta global, local;
+  dt__autograd_meta_of(base, &global);
+  dt__meta_set(&local, base->dtype, base->ndim, base->shape);
+  return chain_alloc(&global, &local, base->spec);
+}
+
 dt_view_chain *dt__view_chain_copy(const dt_view_chain *chain) {
-  dt_view_chain *copy = dt__calloc(sizeof *copy);
-  if (!copy) {
-    dt__error(DT_ERR_NOMEM, "out of memory for an in-place op's view chain");
-    return NULL;
-  }
-  copy->base = chain->base;
-  copy->local = chain->local;
-  if (chain->spec) copy->spec = dt__upcall.spec_retain(chain->spec);
-  if (dt__view_chain_append(copy, chain)) {
+  dt_view_chain *copy = chain_alloc(&chain->base, &chain->local, chain->spec);
+  if (copy && dt__view_chain_append(copy, chain)) {
     dt__view_chain_free(copy);
     return NULL;
   }
@@ -63,37 +67,37 @@ dt_view_chain *dt__view_chain_copy(const dt_view_chain *chain) {
 
 void dt__view_chain_free(dt_view_chain *chain) {
   if (!chain) return;
-  for (int i = 0; i < chain->n_steps; i++) dt__free(chain->steps[i].int_list);
   dt__free(chain->steps);
   if (chain->spec) dt__upcall.spec_release(chain->spec);
   dt__free(chain);
+}
+
+/* The call a step records, its int_list pointing at the step's copy. */
+static dt_op_call step_call(const view_step *s) {
+  dt_op_call call = s->call;
+  if (call.n_int_list > 0) call.int_list = s->int_list;
+  return call;
 }
 
 static dt_status push_call(dt_view_chain *chain, const dt_op_call *call, int output_nr) {
   /* A squeeze.dim of a dim that is not of size 1 was the identity (its infer left -2, which
    * would name a dim if run again). */
   if (call->op == DT_OP_SQUEEZE_DIM && call->ints[0] == -2) return DT_OK;
-  if (chain->n_steps == chain->capacity) {
-    int cap = chain->capacity ? 2 * chain->capacity : 4;
-    view_step *steps = dt__alloc(sizeof *steps * (size_t)cap);
-    if (!steps) return dt__error(DT_ERR_NOMEM, "out of memory for an in-place op's view chain");
-    if (chain->n_steps) memcpy(steps, chain->steps, sizeof *steps * (size_t)chain->n_steps);
-    dt__free(chain->steps);
-    chain->steps = steps;
-    chain->capacity = cap;
+  if (!dt__reserve_arrays(chain->n_steps, &chain->capacity, 4, 1, (void *[]){&chain->steps},
+                          (size_t[]){sizeof *chain->steps})) {
+    return dt__error(DT_ERR_NOMEM, "out of memory for an in-place op's view chain");
+  }
+  int n_list = call->int_list ? call->n_int_list : 0;
+  if (n_list > DT_MAX_DIMS) {
+    return dt__error(DT_ERR_UNSUPPORTED, "%s on a view: a list of %d values (at most %d)",
+                     dt__op_table[call->op].name, n_list, DT_MAX_DIMS);
   }
   view_step *s = &chain->steps[chain->n_steps];
   s->call = *call;
   s->output_nr = output_nr;
-  s->int_list = NULL;
-  if (call->int_list && call->n_int_list > 0) {
-    s->int_list = dt__alloc(sizeof(int64_t) * (size_t)call->n_int_list);
-    if (!s->int_list) {
-      return dt__error(DT_ERR_NOMEM, "out of memory for an in-place op's view chain");
-    }
-    memcpy(s->int_list, call->int_list, sizeof(int64_t) * (size_t)call->n_int_list);
-  }
-  s->call.int_list = s->int_list;
+  if (n_list > 0) memcpy(s->int_list, call->int_list, sizeof(int64_t) * (size_t)n_list);
+  s->call.int_list = NULL;
+  s->call.n_int_list = n_list;
   s->call.inputs[0] = NULL;
   s->call.input_list = NULL;
   s->call.n_input_list = 0;
@@ -133,9 +137,10 @@ dt_status dt__view_chain_push(dt_view_chain *chain, const dt_autograd_node *node
 dt_status dt__view_chain_append(dt_view_chain *chain, const dt_view_chain *steps) {
   int before = chain->n_steps;
   for (int i = 0; i < steps->n_steps; i++) {
-    dt_status st = push_call(chain, &steps->steps[i].call, steps->steps[i].output_nr);
+    dt_op_call call = step_call(&steps->steps[i]);
+    dt_status st = push_call(chain, &call, steps->steps[i].output_nr);
     if (st) {
-      while (chain->n_steps > before) dt__free(chain->steps[--chain->n_steps].int_list);
+      chain->n_steps = before;
       return st;
     }
   }
@@ -174,7 +179,7 @@ static dt_status replay(const dt_view_chain *chain, dt_tensor *g, dt_tensor **ou
   for (int i = 0; i < chain->n_steps && !st; i++) {
     const view_step *s = &chain->steps[i];
     dt_tensor *pieces[DT_OP_MAX_META] = {0};
-    dt_op_call call = s->call;
+    dt_op_call call = step_call(s);
     call.inputs[0] = t;
     call.outputs = pieces;
     if (call.n_outputs < 1 || call.n_outputs > DT_OP_MAX_META) call.n_outputs = 1;

@@ -19,15 +19,11 @@ static void function_slot(dt_autograd_node *node, int i, dt_tensor *input, bool 
   dt__autograd_meta_of(input, &node->input_metas[i]);
   dt_autograd_meta *in_meta = meta_of(input);
   if (!always && (!in_meta || !in_meta->requires_grad)) return;
-  node->needs_grad[i] = true;
-  if (in_meta->grad_fn) {
-    /* The backward reads no saved value (only what its state keeps), so a non-leaf input is
-     * not kept: its storage can go as soon as the forward drops it. */
-    node->edges[i].node = in_meta->grad_fn;
-    node->edges[i].output_nr = in_meta->output_nr;
-    dt__autograd_node_retain(in_meta->grad_fn);
-  } else {
-    node->edges[i].to_leaf = true;
+  dt__autograd_set_edge_meta(node, i, in_meta, NULL);
+  /* The backward reads no saved value (only what its state keeps), so a non-leaf input is not
+   * kept: its storage can go as soon as the forward drops it. A leaf is, as the gradient's
+   * destination. */
+  if (node->edges[i].to_leaf) {
     node->saved[i] = dt_tensor_retain(input);
     node->saved_versions[i] = input->storage->version;
   }

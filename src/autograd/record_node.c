@@ -72,7 +72,11 @@ void dt__autograd_attach_output(dt_autograd_node *node, dt_tensor *output, int o
  * tensor). Nothing when t does not require grad. */
 void dt__autograd_set_edge(dt_autograd_node *node, int i, dt_tensor *t, dt_tensor *leaf) {
   dt_autograd_meta *meta = (dt_autograd_meta *)t->autograd;
-  if (!meta || !meta->requires_grad) return;
+  if (meta && meta->requires_grad) dt__autograd_set_edge_meta(node, i, meta, leaf);
+}
+
+void dt__autograd_set_edge_meta(dt_autograd_node *node, int i, dt_autograd_meta *meta,
+                                dt_tensor *leaf) {
   node->needs_grad[i] = true;
   if (meta->grad_fn) {
     node->edges[i].node = meta->grad_fn;
