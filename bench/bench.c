@@ -60,14 +60,17 @@ const tool_command tool_bench_suites[] = {
      .usage = "[--json] [--iters N] [--params P] [--elems E] [--only optim|demo|fsdp]\n"
               "       [--device cpu|cuda] (cuda: with --only demo)\n"
               "       --size gpt2-like|small [--vocab V] [--dmodel D] [--heads H] [--layers L]\n"
-              "       [--seq T] [--batch B] [--steps N] [--threads N] [--clock cpu|wall] [--json]",
+              "       [--seq T] [--batch B] [--steps N] [--threads N] [--forward]\n"
+              "       [--clock cpu|wall] [--json]",
      .details =
          "With --size: the training step of a GPT-2-like decoder (bench/bench_gpt.h; gpt2-like:\n"
          "vocab 8192, d_model 512, 8 heads, 4 layers, seq 256, batch 8; small for quick runs;\n"
          "the other size options override the named size), 1 rank: ms/step, tokens/s and\n"
          "achieved GFLOP/s against cblas_sgemm's rate at the step's shapes, measured in the run.\n"
-         "--threads sets the BLAS's and the kernels' threads; --clock: process CPU time\n"
-         "(default) or wall time (use it with --threads above 1: CPU time adds the threads up).",
+         "--threads sets the BLAS's and the kernels' threads; --forward times the forward and\n"
+         "the loss only, under no_grad; --clock: process CPU time (default) or wall time (use\n"
+         "it with --threads above 1: CPU time adds the threads up). Also prints the page\n"
+         "faults per step (fresh pages the allocator had to map).",
      .run = bench_suite_train},
     {.name = "ops",
      .summary = "each non-GEMM op of the GPT-2-like step, fwd and fwd+bwd, vs a memcpy; its GEMMs "

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "bench_machine.h"
 #include "bench_util.h"
@@ -304,6 +305,18 @@ dt_status gpt_model_step(gpt_model *m, double *loss_value) {
   return st;
 }
 
+dt_status gpt_model_forward(gpt_model *m, double *loss_value) {
+  bool prev = dt_grad_mode_set(false);
+  dt_tensor *loss = NULL;
+  dt_status st = forward(m, &loss);
+  double value = NAN;
+  if (!st) st = dt_tensor_to_doubles(loss, &value, 1);
+  dt_grad_mode_set(prev);
+  tape_clear(m);
+  if (loss_value) *loss_value = value;
+  return st;
+}
+
 int gpt_model_params(const gpt_model *m, dt_tensor *const **params) {
   *params = m->params;
   return m->n_params;
@@ -349,7 +362,7 @@ static double sgemm_rate(const gpt_sizes *s) {
 /* ---- dtensor bench train --size ... ------------------------------------------------------ */
 
 int bench_gpt_train(int argc, char **argv) {
-  bool json = false;
+  bool json = false, forward_only = false;
   int steps = 3, threads = 0;
   gpt_sizes s;
   gpt_sizes_start(argc, argv, &s);
@@ -360,6 +373,8 @@ int bench_gpt_train(int argc, char **argv) {
     if (took) continue;
     if (strcmp(argv[i], "--json") == 0) {
       json = true;
+    } else if (strcmp(argv[i], "--forward") == 0) {
+      forward_only = true;
     } else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
       steps = atoi(argv[++i]);
     } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
@@ -378,38 +393,49 @@ int bench_gpt_train(int argc, char **argv) {
   gpt_model *m = NULL;
   dt_status st = gpt_model_create(&s, 1234, &m);
   double loss0 = NAN, loss = NAN, ms[64];
-  if (!st) st = gpt_model_step(m, &loss0); /* warm: first-step paths, optimizer state */
+  dt_status (*run)(gpt_model *, double *) = forward_only ? gpt_model_forward : gpt_model_step;
+  if (!st) st = run(m, &loss0); /* warm: first-step paths, optimizer state */
+  struct rusage u0, u1;
+  getrusage(RUSAGE_SELF, &u0);
   for (int k = 0; k < steps && !st; k++) {
     double t0 = bench_clock();
-    st = gpt_model_step(m, &loss);
+    st = run(m, &loss);
     ms[k] = (bench_clock() - t0) / 1e3;
   }
+  getrusage(RUSAGE_SELF, &u1);
+  /* Fresh pages touched per timed step (first-touch faults: what the allocator's caches avoid). */
+  double faults = (double)(u1.ru_minflt - u0.ru_minflt) / steps;
   gpt_model_destroy(m);
   if (st) {
     fprintf(stderr, "bench train: %s\n", dt_last_error());
     return 1;
   }
   bench_stats t = bench_stats_of(ms, steps);
-  double tokens = (double)(s.batch * s.seq), flops = gpt_step_flops(&s);
+  double tokens = (double)(s.batch * s.seq), flops = gpt_step_flops(&s) / (forward_only ? 3 : 1);
   double gflops = flops / (t.median * 1e-3) / 1e9;
   if (json) {
-    printf("{\"name\":\"gpt_step\",\"vocab\":%lld,\"dmodel\":%lld,\"heads\":%lld,\"layers\":%lld,"
+    printf("{\"name\":\"gpt_step\",\"pass\":\"%s\",\"vocab\":%lld,\"dmodel\":%lld,\"heads\":%lld,"
+           "\"layers\":%lld,"
            "\"seq\":%lld,\"batch\":%lld,\"params\":%lld,\"gflop_per_step\":%.2f,\"ms_per_step\":"
            "%.1f,\"ms_min\":%.1f,\"ms_max\":%.1f,\"tokens_per_s\":%.0f,\"gflops\":%.2f,"
            "\"sgemm_gflops\":%.2f,\"fraction_of_sgemm\":%.3f,\"first_loss\":%.5f,\"loss\":%.5f,"
-           "\"steps\":%d,\"blas\":\"%s\",\"clock\":\"%s\",\"threads\":%d}\n",
-           (long long)s.vocab, (long long)s.dmodel, (long long)s.heads, (long long)s.layers,
-           (long long)s.seq, (long long)s.batch, (long long)gpt_param_count(&s), flops / 1e9,
-           t.median, t.min, t.max, tokens / (t.median * 1e-3), gflops, rate, gflops / rate, loss0,
-           loss, steps, dt__blas_name(), bench_clock_name(), threads);
+           "\"steps\":%d,\"faults_per_step\":%.0f,\"blas\":\"%s\",\"clock\":\"%s\","
+           "\"threads\":%d}\n",
+           forward_only ? "forward" : "step", (long long)s.vocab, (long long)s.dmodel,
+           (long long)s.heads, (long long)s.layers, (long long)s.seq, (long long)s.batch,
+           (long long)gpt_param_count(&s), flops / 1e9, t.median, t.min, t.max,
+           tokens / (t.median * 1e-3), gflops, rate, gflops / rate, loss0, loss, steps, faults,
+           dt__blas_name(), bench_clock_name(), threads);
   } else {
-    printf("gpt step (vocab %lld, d_model %lld, %lld heads, %lld layers, seq %lld, batch %lld; "
+    printf("gpt %s (vocab %lld, d_model %lld, %lld heads, %lld layers, seq %lld, batch %lld; "
            "%.1fM params, %.1f GFLOP): %.1f ms/step (%.1f..%.1f), %.0f tokens/s, %.1f GFLOP/s = "
-           "%.0f %% of sgemm's %.1f GFLOP/s at the step's shapes; loss %.4f -> %.4f (%s time)\n",
-           (long long)s.vocab, (long long)s.dmodel, (long long)s.heads, (long long)s.layers,
-           (long long)s.seq, (long long)s.batch, (double)gpt_param_count(&s) / 1e6, flops / 1e9,
-           t.median, t.min, t.max, tokens / (t.median * 1e-3), gflops, 100 * gflops / rate, rate,
-           loss0, loss, bench_clock_name());
+           "%.0f %% of sgemm's %.1f GFLOP/s at the step's shapes; loss %.4f -> %.4f; %.0f page "
+           "faults per step (%s time)\n",
+           forward_only ? "forward" : "step", (long long)s.vocab, (long long)s.dmodel,
+           (long long)s.heads, (long long)s.layers, (long long)s.seq, (long long)s.batch,
+           (double)gpt_param_count(&s) / 1e6, flops / 1e9, t.median, t.min, t.max,
+           tokens / (t.median * 1e-3), gflops, 100 * gflops / rate, rate, loss0, loss, faults,
+           bench_clock_name());
   }
   return 0;
 usage:

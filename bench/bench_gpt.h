@@ -53,6 +53,9 @@ void gpt_model_destroy(gpt_model *m);
  * (may be NULL). */
 dt_status gpt_model_step(gpt_model *m, double *loss);
 
+/* The forward and the loss only, under no_grad (nothing recorded for backward). */
+dt_status gpt_model_forward(gpt_model *m, double *loss);
+
 /* The model's parameters (borrowed), for `bench ops`' AdamW case. */
 int gpt_model_params(const gpt_model *m, dt_tensor *const **params);
 

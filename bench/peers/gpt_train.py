@@ -1,7 +1,9 @@
 """PyTorch twin of `dtensor bench train --size gpt2-like` (bench/bench_gpt.c): the same GPT-2-like
 decoder (token and position embeddings, pre-norm LayerNorm blocks with a fused qkv linear,
 causal attention, GELU MLP 4x, final LayerNorm, untied LM head, cross_entropy, AdamW lr 3e-4),
-one training step timed in process CPU time like ours (torch.set_num_threads(--threads)).
+one training step (or, with --forward, the forward and loss under no_grad) timed like ours in
+process CPU time, or wall time with --clock wall (needed for --threads > 1, where CPU time
+adds the threads up), torch.set_num_threads(--threads) and ours `--threads` alike.
 Two attention variants: "explicit" (matmul, scale, masked_fill, softmax, matmul: what our step
 runs) and "sdpa" (F.scaled_dot_product_attention, is_causal). Rounds alternate: PyTorch
 explicit, PyTorch sdpa, then `dtensor bench train --json` in a subprocess, ...; prints JSON
@@ -9,7 +11,7 @@ lines per side and round, then per variant the medians, spreads and the ratio Py
 (> 1: ours is faster).
 
     python bench/peers/gpt_train.py --dtensor build/dtensor [--rounds 3] [--steps 2] \\
-        [--threads 1] [--size gpt2-like|small]
+        [--threads 1] [--size gpt2-like|small] [--forward] [--clock cpu|wall]
 
 Not part of the build or CI; needs torch (the CPU build is enough).
 """
@@ -69,27 +71,38 @@ class Model(torch.nn.Module):
         return F.cross_entropy(logits, target)
 
 
-def torch_steps(s, sdpa, steps):
+def clock(args):
+    return time.process_time if args.clock == "cpu" else time.perf_counter
+
+
+def torch_steps(s, sdpa, args):
     torch.manual_seed(1234)
     m = Model(s, sdpa)
     opt = torch.optim.AdamW(m.parameters(), lr=3e-4)
     idx = torch.randint(0, s["vocab"], (s["batch"], s["seq"]))
     target = torch.randint(0, s["vocab"], (s["batch"] * s["seq"],))
+    now = clock(args)
     times = []
-    for k in range(steps + 1):  # the first step warms up (optimizer state, allocations)
-        t0 = time.process_time()
-        opt.zero_grad(set_to_none=True)
-        loss = m(idx, target)
-        loss.backward()
-        opt.step()
+    for k in range(args.steps + 1):  # the first step warms up (optimizer state, allocations)
+        t0 = now()
+        if args.forward:
+            with torch.no_grad():
+                m(idx, target).item()
+        else:
+            opt.zero_grad(set_to_none=True)
+            loss = m(idx, target)
+            loss.backward()
+            opt.step()
         if k:
-            times.append((time.process_time() - t0) * 1e3)
+            times.append((now() - t0) * 1e3)
     return times
 
 
 def ours_steps(args):
     cmd = [args.dtensor, "bench", "train", "--json", "--size", args.size, "--steps",
-           str(args.steps), "--threads", str(args.threads)]
+           str(args.steps), "--threads", str(args.threads), "--clock", args.clock]
+    if args.forward:
+        cmd.append("--forward")
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     for line in out.stdout.splitlines():
         j = json.loads(line)
@@ -103,11 +116,16 @@ def main():
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--size", default="gpt2-like", choices=sorted(SIZES))
+    p.add_argument("--forward", action="store_true", help="forward and loss only, no_grad")
+    p.add_argument("--clock", choices=("cpu", "wall"), default=None,
+                   help="cpu (default with 1 thread) or wall (default with more)")
     args = p.parse_args()
+    if args.clock is None:
+        args.clock = "cpu" if args.threads == 1 else "wall"
     torch.set_num_threads(args.threads)
     s = SIZES[args.size]
     emit({"name": "machine", "torch": torch.__version__, "threads": args.threads,
-          "size": args.size, "clock": "process cpu"})
+          "size": args.size, "clock": args.clock, "pass": "forward" if args.forward else "step"})
     ms = {"explicit": [], "sdpa": [], "ours": []}
     for r in range(args.rounds):
         for side in ("explicit", "sdpa", "ours"):
@@ -118,7 +136,7 @@ def main():
                       "sgemm_gflops": j["sgemm_gflops"], "fraction_of_sgemm":
                       j["fraction_of_sgemm"]})
             else:
-                t = torch_steps(s, side == "sdpa", args.steps)
+                t = torch_steps(s, side == "sdpa", args)
                 ms[side].append(statistics.median(t))
                 emit({"name": "sample", "side": "torch_" + side, "round": r,
                       "ms": round(statistics.median(t), 1)})
@@ -127,7 +145,8 @@ def main():
         t = statistics.median(ms[side])
         emit({"name": "summary", "torch_attention": side, "torch_ms": spread(ms[side]),
               "ours_ms": spread(ms["ours"]), "torch_over_ours": round(t / ours, 3),
-              "rounds": args.rounds, "threads": args.threads, "size": args.size})
+              "rounds": args.rounds, "threads": args.threads, "size": args.size,
+              "pass": "forward" if args.forward else "step", "clock": args.clock})
 
 
 if __name__ == "__main__":

@@ -3,15 +3,21 @@
  * additions:
  *   - alignment: every block carries a 16-byte header just before the user pointer that
  *     records how to find the raw block, so any alignment works with one free function;
- *   - a per-thread cache of freed blocks by power-of-two size class (256 B .. 64 MiB): small
- *     tensors then cost no malloc/free at all in steady state (aligned malloc alone was a
- *     third of a small op's dispatch), and large ones no fresh mmap -- glibc maps blocks of
- *     128 KiB and more anew each time, and first touch costs a page fault per 4 KiB, which
- *     made a 1 MiB redistribution buffer cost milliseconds. A class keeps up to 32 blocks
- *     (4 above 4 KiB) and a thread at most 256 MiB. Sanitizer builds (DT_NO_ALLOC_CACHE)
- *     skip the cache so that use-after-free stays detectable.
+ *   - per-thread caches of freed blocks, so that a training step's tensors, which recur with
+ *     the same sizes every step, cost no malloc and no fresh pages in steady state. glibc
+ *     maps blocks of 128 KiB and more (up to 32 MiB as its threshold adapts) anew each time,
+ *     and first touch costs a page fault and the zeroing of 4 KiB: it made a 1 MiB
+ *     redistribution buffer cost milliseconds, and a GPT-2-like training step took 118,000
+ *     faults (460 MiB of fresh pages) per step. Blocks up to 1 MiB go to power-of-two size
+ *     classes (256 B .. 1 MiB; 32 blocks per class up to 4 KiB, 4 above); larger ones to a
+ *     best-fit list of up to 512 blocks by their exact size (4 KiB pages), a request taking
+ *     the smallest block that fits with at most a quarter to spare, the oldest blocks
+ *     evicted past the thread's limit: DT_ALLOC_CACHE_MB (read at each free; 0 turns it off),
+ *     default 1024 MiB. Sanitizer builds (DT_NO_ALLOC_CACHE) skip both caches so that
+ *     use-after-free stays detectable.
  * A user allocator (dt_set_allocator) replaces all of this.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,14 +25,19 @@
 #include "core/thread_key.h"
 
 #define CLASS_MIN_SHIFT 8  /* 256 B */
-#define CLASS_MAX_SHIFT 26 /* 64 MiB */
+#define CLASS_MAX_SHIFT 20 /* 1 MiB; larger blocks go to the large-block list */
 #define CLASS_COUNT (CLASS_MAX_SHIFT - CLASS_MIN_SHIFT + 1)
 #define SMALL_CLASS_SHIFT 12 /* classes up to 4 KiB keep up to 32 blocks, larger ones 4 */
-#define CACHE_MAX_BYTES ((size_t)256 << 20)
+#define LARGE_SLOTS 512
+#define LARGE_PAGE ((size_t)4096)
+#define LARGE_DEFAULT_MB 1024
+
+/* size_class: class index + 1, or LARGE | the raw block's bytes, or 0: not cacheable. */
+#define LARGE ((size_t)1 << (sizeof(size_t) * 8 - 1))
 
 typedef struct block_header {
-  size_t size_class; /* class index + 1; 0: not cacheable */
-  size_t offset;     /* from the raw block to the user pointer */
+  size_t size_class;
+  size_t offset; /* from the raw block to the user pointer */
 } block_header;
 
 static bool custom;
@@ -44,9 +55,13 @@ void dt_set_allocator(const dt_allocator *allocator) {
 /* ---- The per-thread cache of freed blocks, by power-of-two size class ---------------------- */
 
 typedef struct block_cache {
-  size_t bytes;
   int count[CLASS_COUNT];
   void *raw[CLASS_COUNT][32];
+  /* Large blocks, oldest first, with their sizes; large_bytes is their sum. */
+  int large_count;
+  void *large_raw[LARGE_SLOTS];
+  size_t large_size[LARGE_SLOTS];
+  size_t large_bytes;
 } block_cache;
 
 #ifndef DT_NO_ALLOC_CACHE
@@ -63,6 +78,7 @@ static void cache_destroy(void *p) {
   for (int k = 0; k < CLASS_COUNT; k++) {
     for (int i = 0; i < c->count[k]; i++) free(c->raw[k][i]);
   }
+  for (int i = 0; i < c->large_count; i++) free(c->large_raw[i]);
   free(c);
 }
 
@@ -90,7 +106,6 @@ static void *cache_take(int k) {
 #else
   block_cache *c = thread_cache();
   if (!c || c->count[k] == 0) return NULL;
-  c->bytes -= (size_t)1 << (k + CLASS_MIN_SHIFT);
   return c->raw[k][--c->count[k]];
 #endif
 }
@@ -102,11 +117,73 @@ static bool cache_put(int k, void *raw) {
   return false;
 #else
   block_cache *c = thread_cache();
-  size_t bytes = (size_t)1 << (k + CLASS_MIN_SHIFT);
   int capacity = k + CLASS_MIN_SHIFT <= SMALL_CLASS_SHIFT ? 32 : 4;
-  if (!c || c->count[k] >= capacity || c->bytes + bytes > CACHE_MAX_BYTES) return false;
+  if (!c || c->count[k] >= capacity) return false;
   c->raw[k][c->count[k]++] = raw;
-  c->bytes += bytes;
+  return true;
+#endif
+}
+
+#ifndef DT_NO_ALLOC_CACHE
+/* The large-block list's limit in bytes: DT_ALLOC_CACHE_MB, else LARGE_DEFAULT_MB. */
+static size_t large_limit(void) {
+  const char *s = getenv("DT_ALLOC_CACHE_MB");
+  long long mb = LARGE_DEFAULT_MB;
+  if (s && *s) {
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (*end == '\0' && v >= 0 && v <= ((long long)1 << 30)) mb = v;
+  }
+  return (size_t)mb << 20;
+}
+
+static void large_remove(block_cache *c, int i) {
+  c->large_bytes -= c->large_size[i];
+  c->large_count--;
+  memmove(c->large_raw + i, c->large_raw + i + 1, sizeof(void *) * (size_t)(c->large_count - i));
+  memmove(c->large_size + i, c->large_size + i + 1, sizeof(size_t) * (size_t)(c->large_count - i));
+}
+#endif
+
+/* The smallest cached large block of at least `need` bytes and at most a quarter more; its
+ * size into *size. NULL when none fits. */
+static void *large_take(size_t need, size_t *size) {
+#ifdef DT_NO_ALLOC_CACHE
+  (void)need;
+  (void)size;
+  return NULL;
+#else
+  block_cache *c = thread_cache();
+  int best = -1;
+  for (int i = 0; c && i < c->large_count; i++) {
+    size_t s = c->large_size[i];
+    if (s >= need && s - need <= need / 4 && (best < 0 || s < c->large_size[best])) best = i;
+  }
+  if (best < 0) return NULL;
+  void *raw = c->large_raw[best];
+  *size = c->large_size[best];
+  large_remove(c, best);
+  return raw;
+#endif
+}
+
+/* Keeps a freed large block, evicting the oldest past the limit; false: free it now. */
+static bool large_put(void *raw, size_t size) {
+#ifdef DT_NO_ALLOC_CACHE
+  (void)raw;
+  (void)size;
+  return false;
+#else
+  block_cache *c = thread_cache();
+  size_t limit = large_limit();
+  if (!c || size > limit) return false;
+  while (c->large_count > 0 && (c->large_count == LARGE_SLOTS || c->large_bytes + size > limit)) {
+    free(c->large_raw[0]);
+    large_remove(c, 0);
+  }
+  c->large_raw[c->large_count] = raw;
+  c->large_size[c->large_count++] = size;
+  c->large_bytes += size;
   return true;
 #endif
 }
@@ -114,26 +191,38 @@ static bool cache_put(int k, void *raw) {
 /* ---- Allocation
  * ---------------------------------------------------------------------------------- */
 
+/* A new raw block of `total` bytes: 64-byte aligned when cacheable (any member of a class or
+ * the large list then serves any alignment <= 64), else as asked. */
+static void *raw_block(size_t total, size_t alignment, bool cacheable) {
+  void *raw = NULL;
+  size_t raw_alignment = cacheable ? 64 : alignment;
+  if (raw_alignment <= 16) return malloc(total);
+  return posix_memalign(&raw, raw_alignment, total) == 0 ? raw : NULL;
+}
+
 void *dt__alloc_aligned(size_t size, size_t alignment) {
   if (custom) return current.alloc(size, alignment, current.user);
   if (alignment < sizeof(block_header)) alignment = sizeof(block_header);
   size_t header = alignment; /* keeps the user pointer aligned; holds the block header */
-  int k = alignment <= 64 ? size_class_of(header + size) : -1;
-  size_t total = k >= 0 ? (size_t)1 << (k + CLASS_MIN_SHIFT) : header + size;
-  void *raw = k >= 0 ? cache_take(k) : NULL;
-  if (!raw) {
-    /* Cacheable blocks are 64-byte aligned so any class member serves any alignment <= 64. */
-    size_t raw_alignment = k >= 0 ? 64 : alignment;
-    if (raw_alignment <= 16) {
-      raw = malloc(total);
-    } else if (posix_memalign(&raw, raw_alignment, total) != 0) {
-      raw = NULL;
-    }
-    if (!raw) return NULL;
+  if (size > SIZE_MAX / 2 - header - LARGE_PAGE) return NULL;
+  size_t total = header + size, tag = 0;
+  int k = alignment <= 64 ? size_class_of(total) : -1;
+  void *raw = NULL;
+  if (k >= 0) {
+    total = (size_t)1 << (k + CLASS_MIN_SHIFT);
+    tag = (size_t)k + 1;
+    raw = cache_take(k);
+  } else if (alignment <= 64) {
+    total = (total + LARGE_PAGE - 1) / LARGE_PAGE * LARGE_PAGE;
+    size_t have = 0;
+    raw = large_take(total, &have);
+    if (raw) total = have; /* the block keeps its own size, so that it returns as it was */
+    tag = LARGE | total;
   }
+  if (!raw && !(raw = raw_block(total, alignment, tag != 0))) return NULL;
   char *user = (char *)raw + header;
   block_header *h = (block_header *)(user - sizeof(block_header));
-  h->size_class = k >= 0 ? (size_t)k + 1 : 0;
+  h->size_class = tag;
   h->offset = header;
   return user;
 }
@@ -200,6 +289,7 @@ void dt__free(void *ptr) {
   }
   block_header *h = (block_header *)((char *)ptr - sizeof(block_header));
   void *raw = (char *)ptr - h->offset;
-  if (h->size_class && cache_put((int)h->size_class - 1, raw)) return;
+  size_t tag = h->size_class;
+  if ((tag & LARGE) ? large_put(raw, tag & ~LARGE) : tag && cache_put((int)tag - 1, raw)) return;
   free(raw);
 }
