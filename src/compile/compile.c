@@ -164,8 +164,7 @@ dt_status dt_compile(dt_compile_fn fn, void *user, int n_in, int n_out,
 void dt_compiled_destroy(dt_compiled *c) {
   if (!c) return;
   for (int i = 0; i < c->n_variants; i++) dt__compile_variant_destroy(c->variants[i]);
-  for (int i = 0; i < c->n_reasons; i++) dt__free(c->reasons[i]);
-  dt__free(c->reasons);
+  dt__free_strings(c->reasons, c->n_reasons);
   dt__free(c->marks);
   dt__free(c);
 }
@@ -191,10 +190,7 @@ static dt_status note_recompile(dt_compiled *c, const char *why) {
 static dt_status eager_backward(int n_out, dt_tensor **out) {
   dt_status st = dt_backward(out[0], NULL);
   if (!st) st = dt__compile_detach_outputs(n_out, out);
-  for (int k = 0; k < n_out && st; k++) {
-    dt_tensor_release(out[k]);
-    out[k] = NULL;
-  }
+  if (st) dt__tensors_clear(out, n_out);
   return st;
 }
 
@@ -218,10 +214,7 @@ static dt_status call_recorded(dt_compiled *c, int n_in, dt_tensor *const *in, i
     needs = k && k->autograd && dt_tensor_requires_grad(k);
   }
   if (needs) st = dt__compile_record_call(c, n_in, in, n_out, out);
-  for (int k = 0; st && k < n_out; k++) {
-    dt_tensor_release(out[k]);
-    out[k] = NULL;
-  }
+  if (st) dt__tensors_clear(out, n_out);
   return st;
 }
 
@@ -298,10 +291,7 @@ static dt_status call_variants(dt_compiled *c, int n_in, dt_tensor *const *in, i
     dt_status st = dt__compile_run(v, in, n_out, out, grads);
     if (!st) st = dt__compile_apply_grads(v, in, grads);
     if (grads != grads_storage) dt__free(grads);
-    for (int j = 0; st && j < n_out; j++) {
-      dt_tensor_release(out[j]);
-      out[j] = NULL;
-    }
+    if (st) dt__tensors_clear(out, n_out);
     return st;
   }
   if (c->n_variants >= c->cache_limit) {
@@ -332,10 +322,7 @@ static dt_status call_variants(dt_compiled *c, int n_in, dt_tensor *const *in, i
     st = note_recompile(c, why);
     if (st) {
       dt__compile_variant_destroy(v);
-      for (int k = 0; k < n_out; k++) {
-        dt_tensor_release(out[k]);
-        out[k] = NULL;
-      }
+      dt__tensors_clear(out, n_out);
       return st;
     }
     c->stats.recompiles++;

@@ -448,13 +448,7 @@ dt_status dt__compile_run(dt_compile_variant *v, dt_tensor *const *in, int n_out
     if (v->owned[i] || (v->tuple_base[i] >= 0 && v->tuple_vals[v->tuple_base[i]]))
       release_value(v, i);
   }
-  for (int k = 0; k < n_out; k++) {
-    dt_tensor_release(out[k]);
-    out[k] = NULL;
-  }
-  for (int k = 0; k < v->n_grads; k++) {
-    dt_tensor_release(grads[k]);
-    grads[k] = NULL;
-  }
+  dt__tensors_clear(out, n_out);
+  dt__tensors_clear(grads, v->n_grads);
   return st;
 }

@@ -711,12 +711,7 @@ dt_status dt__compile_trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **ou
    * backward has run. */
   if (!st && tr.v->joint) st = dt__compile_detach_outputs(c->n_out, out);
   if (st) {
-    if (ran) {
-      for (int k = 0; k < c->n_out; k++) {
-        dt_tensor_release(out[k]);
-        out[k] = NULL;
-      }
-    }
+    if (ran) dt__tensors_clear(out, c->n_out);
     dt__compile_variant_destroy(tr.v);
     return st;
   }

@@ -11,6 +11,7 @@
 #include "dtensor/loss.h"
 #include "dtensor/ops.h"
 #include "models/models_impl.h"
+#include "tensor/tensor_impl.h"
 
 /* Tensors made during one forward, released together at its end. */
 typedef struct tape {
@@ -35,8 +36,7 @@ static dt_tensor *keep(tape *tp, dt_tensor *t) {
 }
 
 static void tape_clear(tape *tp) {
-  for (int i = 0; i < tp->n; i++) dt_tensor_release(tp->t[i]);
-  dt__free(tp->t);
+  dt__tensors_free(tp->t, tp->n);
   memset(tp, 0, sizeof *tp);
 }
 

@@ -316,8 +316,7 @@ dt_status dt_hf_model_save(const dt_hf_model *m, const char *dir) {
   dt_grad_mode_set(prev);
   if (!st && writer) st = write_files(m, dir, n, names, tensors);
   if (m->mesh) st = agree(m, dir, st);
-  for (int i = 0; i < n; i++) dt_tensor_release(tensors[i]);
-  dt__free(names);
-  dt__free(tensors);
+  dt__tensors_free(tensors, n);
+  dt__free(names); /* the parameters' own names */
   return st;
 }

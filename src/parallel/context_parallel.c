@@ -208,8 +208,7 @@ static dt_status reorder(dt_tensor *gathered, const int64_t *lens, int size, dt_
       st = dt_narrow(gathered, 0, base + s.offset[seg], s.length[seg], &pieces[n++]);
   }
   if (!st) st = n == 0 ? dt_clone(gathered, out) : dt_cat(n, pieces, 0, out);
-  for (int i = 0; i < n; i++) dt_tensor_release(pieces[i]);
-  dt__free(pieces);
+  dt__tensors_free(pieces, n);
   return st;
 }
 

@@ -266,7 +266,6 @@ dt_status dt_parallel_ddp_reduce_gradients(int n, dt_tensor *const *params, int 
     st = reduce_bucket(params, grads, &b, dim);
     if (buckets) (*buckets)++;
   }
-  for (int i = 0; i < n; i++) dt_tensor_release(grads[i]);
-  dt__free(grads);
+  dt__tensors_free(grads, n);
   return st;
 }

@@ -80,6 +80,13 @@ void dt_tensor_release(dt_tensor *t) {
   if (!embedded) handle_free(t);
 }
 
+void dt__tensors_clear(dt_tensor **tensors, int n) {
+  for (int i = 0; i < n; i++) {
+    dt_tensor_release(tensors[i]);
+    tensors[i] = NULL;
+  }
+}
+
 void dt__tensors_free(dt_tensor **tensors, int n) {
   if (!tensors) return;
   for (int i = 0; i < n; i++) dt_tensor_release(tensors[i]);

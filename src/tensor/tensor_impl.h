@@ -63,6 +63,9 @@ struct dt_tensor {
 /* Releases tensors[0..n) and then frees the array itself (NULL entries and a NULL array are
  * fine): the end of an owned list of tensor references. */
 void dt__tensors_free(dt_tensor **tensors, int n);
+/* Releases tensors[0..n) and sets them to NULL; the array stays the caller's: results taken
+ * back on a failure. */
+void dt__tensors_clear(dt_tensor **tensors, int n);
 
 static inline int64_t dt__numel(int ndim, const int64_t *shape) {
   int64_t n = 1;
