@@ -122,6 +122,13 @@ Test(device, names_parse_and_availability) {
   cr_assert(dt_device_available(mirror0));
   cr_assert_not(dt_device_available((dt_device){(dt_device_kind)MIRROR, 2}));
   cr_assert_eq(dt_tensor_device(NULL).kind, DT_DEVICE_CPU);
+  /* A kind no device registered: said once, with its number. */
+  dt_tensor *t = NULL;
+  dt_tensor_options o = {.device = {(dt_device_kind)(MIRROR2 + 1), 0}};
+  cr_assert_eq(dt_empty_ex(1, (int64_t[]){2}, DT_F32, &o, &t), DT_ERR_UNSUPPORTED);
+  cr_assert(strstr(dt_last_error(), "no device of kind") &&
+                !strstr(dt_last_error(), "device device"),
+            "%s", dt_last_error());
 }
 
 /* A build without CUDA says how to build it; a CUDA build without a GPU says there is none

@@ -14,15 +14,16 @@ enum { LR, BETA1, BETA2, EPS, WEIGHT_DECAY };
 
 static dt_status adam_check(const char *fn, const double *h) {
   if (!(h[LR] >= 0) || !isfinite(h[LR]))
-    return dt__error(DT_ERR_INVALID, "%s: lr %g (expected >= 0)", fn, h[LR]);
+    return dt__error(DT_ERR_INVALID, "%s: lr %g (expected a finite number >= 0)", fn, h[LR]);
   if (!(h[BETA1] >= 0 && h[BETA1] < 1))
     return dt__error(DT_ERR_INVALID, "%s: beta1 %g (expected in [0, 1))", fn, h[BETA1]);
   if (!(h[BETA2] >= 0 && h[BETA2] < 1))
     return dt__error(DT_ERR_INVALID, "%s: beta2 %g (expected in [0, 1))", fn, h[BETA2]);
   if (!(h[EPS] >= 0) || !isfinite(h[EPS]))
-    return dt__error(DT_ERR_INVALID, "%s: eps %g (expected >= 0)", fn, h[EPS]);
+    return dt__error(DT_ERR_INVALID, "%s: eps %g (expected a finite number >= 0)", fn, h[EPS]);
   if (!(h[WEIGHT_DECAY] >= 0) || !isfinite(h[WEIGHT_DECAY]))
-    return dt__error(DT_ERR_INVALID, "%s: weight_decay %g (expected >= 0)", fn, h[WEIGHT_DECAY]);
+    return dt__error(DT_ERR_INVALID, "%s: weight_decay %g (expected a finite number >= 0)", fn,
+                     h[WEIGHT_DECAY]);
   return DT_OK;
 }
 

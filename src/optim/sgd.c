@@ -11,11 +11,13 @@ enum { LR, MOMENTUM, DAMPENING, WEIGHT_DECAY, NESTEROV };
 
 static dt_status sgd_check(const char *fn, const double *h) {
   if (!(h[LR] >= 0) || !isfinite(h[LR]))
-    return dt__error(DT_ERR_INVALID, "%s: lr %g (expected >= 0)", fn, h[LR]);
+    return dt__error(DT_ERR_INVALID, "%s: lr %g (expected a finite number >= 0)", fn, h[LR]);
   if (!(h[MOMENTUM] >= 0) || !isfinite(h[MOMENTUM]))
-    return dt__error(DT_ERR_INVALID, "%s: momentum %g (expected >= 0)", fn, h[MOMENTUM]);
+    return dt__error(DT_ERR_INVALID, "%s: momentum %g (expected a finite number >= 0)", fn,
+                     h[MOMENTUM]);
   if (!(h[WEIGHT_DECAY] >= 0) || !isfinite(h[WEIGHT_DECAY]))
-    return dt__error(DT_ERR_INVALID, "%s: weight_decay %g (expected >= 0)", fn, h[WEIGHT_DECAY]);
+    return dt__error(DT_ERR_INVALID, "%s: weight_decay %g (expected a finite number >= 0)", fn,
+                     h[WEIGHT_DECAY]);
   if (!isfinite(h[DAMPENING]))
     return dt__error(DT_ERR_INVALID, "%s: dampening %g is not finite", fn, h[DAMPENING]);
   if (h[NESTEROV] != 0 && h[NESTEROV] != 1)

@@ -94,7 +94,10 @@ dt_status dt__device_check_available(const char *op, dt_device device) {
                      "(configure with -DDT_WITH_CUDA=ON)",
                      op, name);
   }
-  if (!m) return dt__error(DT_ERR_UNSUPPORTED, "%s: device %s is not registered", op, name);
+  if (!m) {
+    return dt__error(DT_ERR_UNSUPPORTED, "%s: no device of kind %d is registered (device %d:%d)",
+                     op, (int)device.kind, (int)device.kind, (int)device.index);
+  }
   int count = m->count();
   if (count == 0 && m->absent) {
     return dt__error(DT_ERR_UNSUPPORTED, "%s: device %s is not available: %s", op, name,
