@@ -148,10 +148,10 @@ dt_status dt__view_chain_append(dt_view_chain *chain, const dt_view_chain *steps
 }
 
 /* Zeros laid out as the base: its shape, and for a distributed base its placements (this
- * rank's block, the base's spec), so that the replayed view ops cut the same local views. */
-/* Zeros of the base's (local) shape on `device`, the device of the gradient that fills them.
- * Host memory is cleared directly; another device's runs its fill kernel through dispatch,
- * before the spec makes the tensor distributed. */
+ * rank's block, the base's spec), so that the replayed view ops cut the same local views. They
+ * live on `device`, the device of the gradient that fills them: host memory is cleared
+ * directly, another device's runs its fill kernel through dispatch, before the spec makes the
+ * tensor distributed. */
 static dt_status zeros_like_base(const dt_view_chain *chain, dt_device device, dt_tensor **out) {
   dt_tensor *t = NULL;
   dt_status st =
