@@ -90,3 +90,33 @@ Test(optim_errors, a_parameter_without_requires_grad_names_the_fix) {
   dt_tensor_release(doubled);
   dt_module_destroy(m);
 }
+
+/* A misspelt hyperparameter ("learning_rate", PyTorch's keyword being "lr") is refused with the
+ * names the optimizer takes, at creation and by get/set, so the caller sees the spelling. */
+Test(optim_errors, an_unknown_hyperparameter_lists_the_known_names) {
+  float v[4] = {1, 2, 3, 4};
+  dt_tensor *w = NULL;
+  cr_assert_eq(dt_from_data(v, 1, (int64_t[]){4}, DT_F32, &w), DT_OK);
+  cr_assert_eq(dt_tensor_set_requires_grad(w, true), DT_OK);
+  dt_optimizer *o = NULL;
+  dt_optimizer_hyperparameter h[2] = {{"lr", 0.5}, {"learning_rate", 0.1}};
+  cr_assert_eq(dt_optimizer_create("adamw", 1, &w, 2, h, &o), DT_ERR_INVALID);
+  cr_assert_null(o);
+  cr_assert_str_eq(dt_last_error(),
+                   "dt_optimizer_create: adamw has no hyperparameter \"learning_rate\" (entry 1); "
+                   "it takes: lr, beta1, beta2, eps, weight_decay");
+  cr_assert_eq(dt_optimizer_create("sgd", 1, &w, 1, h, &o), DT_OK, "%s", dt_last_error());
+  double got = 0;
+  cr_assert_eq(dt_optimizer_get_hyperparameter(o, "betas", &got), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "dt_optimizer_get_hyperparameter: sgd has no hyperparameter "
+                                    "\"betas\"; it takes: lr, "),
+            "%s", dt_last_error());
+  cr_assert_eq(dt_optimizer_set_hyperparameter(o, "learning_rate", 0.1), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "dt_optimizer_set_hyperparameter: sgd has no hyperparameter "
+                                    "\"learning_rate\"; it takes: lr, "),
+            "%s", dt_last_error());
+  cr_assert_eq(dt_optimizer_get_hyperparameter(o, "lr", &got), DT_OK);
+  cr_assert_eq(got, 0.5); /* the refused set changed nothing */
+  dt_optimizer_destroy(o);
+  dt_tensor_release(w);
+}

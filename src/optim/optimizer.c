@@ -6,6 +6,7 @@
  * (src/optim/params.c), then runs the kind's update per parameter over this rank's float32
  * shard.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "optim/optim_impl.h"
@@ -78,6 +79,23 @@ static dt_status create(const dt__optim_kind *kind, const char *fn, int n, dt_te
   return DT_OK;
 }
 
+/* The refusal of a hyperparameter name the optimizer does not take: the message lists the names
+ * it does take, so a caller who wrote "learning_rate" or "weight-decay" sees the spelling. */
+static dt_status unknown_hyper(const char *fn, const dt__optim_kind *kind, const char *name,
+                               int entry) {
+  char known[256] = "";
+  size_t len = 0;
+  for (int j = 0; j < kind->n_hyper && len < sizeof known; j++) {
+    int w = snprintf(known + len, sizeof known - len, "%s%s", j ? ", " : "", kind->hyper[j].name);
+    if (w < 0) break;
+    len += (size_t)w;
+  }
+  char where[32] = "";
+  if (entry >= 0) snprintf(where, sizeof where, " (entry %d)", entry);
+  return dt__error(DT_ERR_INVALID, "%s: %s has no hyperparameter \"%s\"%s; it takes: %s", fn,
+                   kind->name, name ? name : "(NULL)", where, known);
+}
+
 dt_status dt_optimizer_create(const char *name, int n, dt_tensor *const *params, int n_hyper,
                               const dt_optimizer_hyperparameter *hyper, dt_optimizer **out) {
   static const char fn[] = "dt_optimizer_create";
@@ -100,10 +118,7 @@ dt_status dt_optimizer_create(const char *name, int n, dt_tensor *const *params,
   for (int j = 0; j < kind->n_hyper; j++) h[j] = kind->hyper[j].default_value, given[j] = -1;
   for (int i = 0; i < n_hyper; i++) {
     int j = hyper[i].name ? dt__optim_hyper_index(kind, hyper[i].name) : -1;
-    if (j < 0) {
-      return dt__error(DT_ERR_INVALID, "%s: %s has no hyperparameter \"%s\" (entry %d)", fn,
-                       kind->name, hyper[i].name ? hyper[i].name : "(NULL)", i);
-    }
+    if (j < 0) return unknown_hyper(fn, kind, hyper[i].name, i);
     /* Two values for one name: which one the caller meant is unknown. */
     if (given[j] >= 0) {
       return dt__error(DT_ERR_INVALID, "%s: hyperparameter \"%s\" given twice (entries %d and %d)",
@@ -277,10 +292,7 @@ dt_status dt_optimizer_get_hyperparameter(const dt_optimizer *opt, const char *n
                      (const void *)opt, (const void *)name, (void *)value);
   }
   int j = dt__optim_hyper_index(opt->kind, name);
-  if (j < 0) {
-    return dt__error(DT_ERR_INVALID, "%s: %s has no hyperparameter \"%s\"", fn, opt->kind->name,
-                     name);
-  }
+  if (j < 0) return unknown_hyper(fn, opt->kind, name, -1);
   *value = opt->hyper[j];
   return DT_OK;
 }
@@ -292,10 +304,7 @@ dt_status dt_optimizer_set_hyperparameter(dt_optimizer *opt, const char *name, d
                      (const void *)name);
   }
   int j = dt__optim_hyper_index(opt->kind, name);
-  if (j < 0) {
-    return dt__error(DT_ERR_INVALID, "%s: %s has no hyperparameter \"%s\"", fn, opt->kind->name,
-                     name);
-  }
+  if (j < 0) return unknown_hyper(fn, opt->kind, name, -1);
   double h[DT__OPTIM_MAX_HYPER];
   memcpy(h, opt->hyper, sizeof h);
   h[j] = value;
