@@ -316,8 +316,11 @@ static dt_status bad_input_rank(dt_comm *world, void *arg) {
   st = dt_add(d, e, &out);
   CHECK(st == DT_ERR_INVALID && out == NULL && strstr(dt_last_error(), "mesh"), "different meshes");
   st = dt_add(d, full, &out);
-  CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "local tensor of shape [4, 4]"),
-        "mixing local");
+  CHECK(st == DT_ERR_INVALID && strstr(dt_last_error(), "local tensor of shape [4, 4]") &&
+            strstr(dt_last_error(), "make it distributed: dt_dist_distribute_tensor if every "
+                                    "rank holds the whole tensor, dt_dist_from_local if it is "
+                                    "this rank's shard"),
+        "mixing local (the message says how to make it distributed)");
   dt_tensor *bad_shape = NULL;
   CHECK(
       !dt_dist_ones(mesh, 1, (int64_t[]){5}, DT_F32, 1, (dt_placement[]){dt_shard(0)}, &bad_shape),

@@ -261,7 +261,9 @@ static dt_status collect_args(const dt_op_call *call, dist_args *a) {
       char buf[160];
       return dt__error(DT_ERR_INVALID,
                        "%s: argument %d is a local tensor of shape %s mixed with distributed "
-                       "tensors (only 0-d local tensors may be mixed in)",
+                       "tensors (only 0-d local tensors may be mixed in; make it distributed: "
+                       "dt_dist_distribute_tensor if every rank holds the whole tensor, "
+                       "dt_dist_from_local if it is this rank's shard)",
                        op, i, dt__format_ints(buf, sizeof buf, t->ndim, t->shape));
     }
   }
