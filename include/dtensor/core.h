@@ -69,6 +69,10 @@ typedef struct dt_allocator {
   void *user;
 } dt_allocator;
 
+/* Installs allocator for the whole process (the struct is copied; allocator->user is kept and
+ * passed back to both hooks, so it must outlive every object allocated through it). NULL, or a
+ * struct whose alloc or free is NULL, restores the default. Not thread-safe: call it before
+ * creating any object and before starting rank threads. No errors (nothing to return). */
 DT_API void dt_set_allocator(const dt_allocator *allocator);
 
 /* Frees a buffer the library allocated and handed to the caller (dt_graph_to_string's

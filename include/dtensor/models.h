@@ -118,7 +118,13 @@ DT_API dt_status dt_hf_model_set_trainable(dt_hf_model *model, bool trainable);
 /* A KV cache for generation: per layer the keys and values of the positions seen so far
  * ([batch, kv_heads, positions, head_dim], sharded by heads under TP). */
 typedef struct dt_hf_kv_cache dt_hf_kv_cache;
+/* Makes an empty cache (no positions) for model, one per batch being generated; on a mesh
+ * every rank makes its own (it will hold that rank's shards; not collective). Pass it to
+ * dt_hf_model_forward, which extends it (dt_hf_generate makes its own). The caller owns *out:
+ * dt_hf_kv_cache_destroy, on the threads backend before the rank function returns (its
+ * tensors lie on the mesh). Errors: DT_ERR_INVALID (NULL model or out), DT_ERR_NOMEM. */
 DT_API dt_status dt_hf_kv_cache_create(const dt_hf_model *model, dt_hf_kv_cache **out);
+/* Frees the cache and the keys and values it holds. NULL is ignored. */
 DT_API void dt_hf_kv_cache_destroy(dt_hf_kv_cache *cache);
 /* Positions the cache holds (0 for NULL). */
 DT_API int64_t dt_hf_kv_cache_length(const dt_hf_kv_cache *cache);
