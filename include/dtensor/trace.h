@@ -73,8 +73,8 @@ typedef struct dt_trace_stats {
   double utilization; /* busy_us / total_us (0 when total_us is 0) */
   double mm_us;       /* union of matrix events (see dt_trace_is_matrix_name) */
   double mm_fraction; /* mm_us / total_us */
-  double comm_us; /* union of comm events: on a lane named "comm...", named "nccl...", or of
-                     category "collective" (our GPU tracks: a collective on a rank's stream) */
+  double comm_us;     /* union of comm events: on a lane named "comm...", named "nccl...", or of
+                         category "collective" (our GPU tracks: a collective on a rank's stream) */
   double comm_fraction;
   double compute_us;       /* union of the other counted events */
   double overlap_us;       /* time when comm and compute both run */

@@ -117,12 +117,11 @@ int main(void) {
   dt_trace_stats s;
   CHECK_OK(dt_trace_compute_stats(trace, "GPU", 0, &s));
   printf("GPU: %lld events, busy %.1f us of %.1f us (utilization %.3f), mm %.3f, comm %.3f\n",
-         (long long)s.events, s.busy_us, s.total_us, s.utilization, s.mm_fraction,
-         s.comm_fraction);
+         (long long)s.events, s.busy_us, s.total_us, s.utilization, s.mm_fraction, s.comm_fraction);
   CHECK(s.processes >= 1, "GPU processes %d", s.processes);
   CHECK(s.start_us >= t0 - 50 && s.end_us <= t1 + 50,
-        "GPU events [%.1f, %.1f] outside the profiled host time [%.1f, %.1f]", s.start_us,
-        s.end_us, t0, t1);
+        "GPU events [%.1f, %.1f] outside the profiled host time [%.1f, %.1f]", s.start_us, s.end_us,
+        t0, t1);
   CHECK(s.utilization > 0 && s.utilization <= 1.0 + 1e-9, "utilization %g", s.utilization);
   CHECK(s.mm_us > 0 && s.comm_us > 0, "mm %g comm %g", s.mm_us, s.comm_us);
   /* One stream's events do not overlap (a stream runs its work in order). */
