@@ -33,16 +33,17 @@
 /* The step's activations at its shapes. */
 typedef struct op_env {
   gpt_sizes s;
-  dt_tensor *x;      /* [B, T, D] */
-  dt_tensor *w, *b;  /* [D]: layer_norm's affine, the bias of add */
-  dt_tensor *col;    /* [B, T, 1] */
-  dt_tensor *u;      /* [B T, 4 D]: the MLP's hidden layer */
-  dt_tensor *scores; /* [B, H, T, T] */
-  dt_tensor *mask;   /* [T, T] bool, causal */
-  dt_tensor *logits; /* [B T, V] */
-  dt_tensor *target; /* [B T] int64 */
-  dt_tensor *table;  /* [V, D]: the token embedding */
-  dt_tensor *idx;    /* [B, T] int64 */
+  dt_tensor *x;                   /* [B, T, D] */
+  dt_tensor *w, *b;               /* [D]: layer_norm's affine, the bias of add */
+  dt_tensor *col;                 /* [B, T, 1] */
+  dt_tensor *u;                   /* [B T, 4 D]: the MLP's hidden layer */
+  dt_tensor *scores;              /* [B, H, T, T] */
+  dt_tensor *mask;                /* [T, T] bool, causal */
+  dt_tensor *logits;              /* [B T, V] */
+  dt_tensor *target;              /* [B T] int64 */
+  dt_tensor *table;               /* [V, D]: the token embedding */
+  dt_tensor *idx;                 /* [B, T] int64 */
+  dt_tensor *rope_cos, *rope_sin; /* [T, D / H]: a rotary embedding's tables */
 } op_env;
 
 typedef struct op_case {
@@ -97,6 +98,28 @@ static dt_status run_embedding(op_env *e, dt_tensor **out) {
   return dt_embedding(e->table, e->idx, out);
 }
 
+/* Llama's rotary embedding as the model code composes it (src/models/forward.c): x viewed as
+ * heads [B, H, T, D / H], x * cos + cat(-x2, x1) * sin. A fused kernel would read x and write
+ * the output once: the memcpy of x's bytes is that bound. */
+static dt_status run_rotary(op_env *e, dt_tensor **out) {
+  const gpt_sizes *s = &e->s;
+  int64_t hd = s->dmodel / s->heads, half = hd / 2;
+  dt_tensor *v = NULL, *q = NULL, *x1 = NULL, *x2 = NULL, *nx2 = NULL, *rot = NULL, *a = NULL,
+            *b = NULL;
+  dt_status st = dt_view(e->x, 4, (int64_t[]){s->batch, s->seq, s->heads, hd}, &v);
+  if (!st) st = dt_transpose(v, 1, 2, &q);
+  if (!st) st = dt_narrow(q, 3, 0, half, &x1);
+  if (!st) st = dt_narrow(q, 3, half, half, &x2);
+  if (!st) st = dt_neg(x2, &nx2);
+  if (!st) st = dt_cat(2, (dt_tensor *[]){nx2, x1}, 3, &rot);
+  if (!st) st = dt_mul(q, e->rope_cos, &a);
+  if (!st) st = dt_mul(rot, e->rope_sin, &b);
+  if (!st) st = dt_add(a, b, out);
+  dt_tensor *all[] = {v, q, x1, x2, nx2, rot, a, b};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) dt_tensor_release(all[i]);
+  return st;
+}
+
 static const op_case cases[] = {
     {"layer_norm", run_layer_norm, LEAF_X | LEAF_W | LEAF_B, 3},
     {"gelu", run_gelu, LEAF_U, 3},
@@ -108,6 +131,7 @@ static const op_case cases[] = {
     {"mul_btd_d", run_mul_row, LEAF_X | LEAF_W, 3},
     {"masked_fill", run_masked_fill, LEAF_SCORES, 2},
     {"embedding", run_embedding, LEAF_TABLE, 2},
+    {"rotary", run_rotary, LEAF_X, 2},
 };
 
 static dt_status randn(int ndim, const int64_t *shape, uint64_t seed, dt_tensor **out) {
@@ -128,6 +152,8 @@ static dt_status env_create(const gpt_sizes *s, op_env *e) {
   if (!st) st = dt_randint(0, s->vocab, 1, &n, DT_I64, 8, &e->target);
   if (!st) st = randn(2, (int64_t[]){s->vocab, d}, 9, &e->table);
   if (!st) st = dt_randint(0, s->vocab, 2, (int64_t[]){s->batch, s->seq}, DT_I64, 10, &e->idx);
+  if (!st) st = randn(2, (int64_t[]){s->seq, d / s->heads}, 11, &e->rope_cos);
+  if (!st) st = randn(2, (int64_t[]){s->seq, d / s->heads}, 12, &e->rope_sin);
   bool *causal = st ? NULL : malloc((size_t)(s->seq * s->seq));
   if (!st && !causal) st = DT_ERR_NOMEM;
   for (int64_t i = 0; i < s->seq && causal; i++)
@@ -138,8 +164,8 @@ static dt_status env_create(const gpt_sizes *s, op_env *e) {
 }
 
 static void env_destroy(op_env *e) {
-  dt_tensor *all[] = {e->x,      e->w,      e->b,     e->col, e->u,   e->scores,
-                      e->logits, e->target, e->table, e->idx, e->mask};
+  dt_tensor *all[] = {e->x,      e->w,     e->b,   e->col,  e->u,        e->scores,  e->logits,
+                      e->target, e->table, e->idx, e->mask, e->rope_cos, e->rope_sin};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) dt_tensor_release(all[i]);
 }
 
