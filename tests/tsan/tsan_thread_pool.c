@@ -11,7 +11,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/core_impl.h"
@@ -122,7 +124,7 @@ static void *toggle_setting(void *p) {
   (void)p;
   for (int k = 0; !atomic_load(&stop_toggling); k++) {
     dt_set_num_threads(k % 3);
-    usleep(100);
+    nanosleep(&(struct timespec){0, 100000}, NULL);
   }
   return NULL;
 }
