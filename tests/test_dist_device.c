@@ -18,45 +18,8 @@
 #include "comm/threads/threads_impl.h"
 #include "dist_device_cases.h"
 #include "kernels/kernel_table.h"
+#include "mirror_device.h"
 #include "tensor/device_impl.h"
-
-#define MIRROR DT__DEVICE_RUNTIME_KIND
-
-static atomic_int live_blocks;
-
-static int mirror_count(void) { return 8; }
-static void *mirror_alloc(int index, size_t nbytes) {
-  (void)index;
-  void *p = malloc(nbytes);
-  if (p) atomic_fetch_add(&live_blocks, 1);
-  return p;
-}
-static void mirror_free(int index, void *p) {
-  (void)index;
-  atomic_fetch_sub(&live_blocks, 1);
-  free(p);
-}
-static dt_status mirror_copy(int index, void *dst, const void *src, size_t n) {
-  (void)index;
-  memcpy(dst, src, n);
-  return DT_OK;
-}
-static dt_status mirror_from_host(int index, void *dev, const void *host, size_t n) {
-  return mirror_copy(index, dev, host, n);
-}
-static dt_status mirror_within(int di, void *dst, int si, const void *src, size_t n) {
-  (void)si;
-  return mirror_copy(di, dst, src, n);
-}
-
-static const dt_device_memory mirror_memory = {.name = "mirror",
-                                               .host_accessible = false,
-                                               .count = mirror_count,
-                                               .alloc = mirror_alloc,
-                                               .free = mirror_free,
-                                               .to_host = mirror_copy,
-                                               .from_host = mirror_from_host,
-                                               .within = mirror_within};
 
 /* The mover: markers are tokens (the rank threads' rendezvous orders the host copies). */
 static int token;
