@@ -91,29 +91,12 @@ double gpt_step_flops(const gpt_sizes *s) {
 
 /* ---- The model ---------------------------------------------------------------------------- */
 
-enum {
-  P_LN1_W,
-  P_LN1_B,
-  P_QKV_W,
-  P_QKV_B,
-  P_OUT_W,
-  P_OUT_B,
-  P_LN2_W,
-  P_LN2_B,
-  P_FC1_W,
-  P_FC1_B,
-  P_FC2_W,
-  P_FC2_B,
-  BLOCK_PARAMS
-};
-enum { G_TOK, G_POS, G_LNF_W, G_LNF_B, G_HEAD, GLOBAL_PARAMS };
-
 #define TAPE_MAX 512
 
 struct gpt_model {
   gpt_sizes s;
   int n_params;
-  dt_tensor **params; /* GLOBAL_PARAMS, then BLOCK_PARAMS per layer */
+  dt_tensor **params; /* GPT_GLOBAL_PARAMS, then GPT_BLOCK_PARAMS per layer */
   dt_tensor *mask;    /* [T, T] bool, true above the diagonal */
   dt_tensor *idx;     /* [B, T] int64 */
   dt_tensor *target;  /* [B T] int64 */
@@ -155,26 +138,26 @@ static dt_status make_params(gpt_model *m, uint64_t seed) {
   const double one = -1.0, zero = 0.0; /* make_param: ones, zeros */
   double std = 0.02, res_std = 0.02 / sqrt(2.0 * (double)s->layers);
   dt_tensor **p = m->params;
-  dt_status st = make_param(2, (int64_t[]){s->vocab, d}, std, seed + 1, &p[G_TOK]);
-  if (!st) st = make_param(2, (int64_t[]){s->seq, d}, std, seed + 2, &p[G_POS]);
-  if (!st) st = make_param(1, &d, one, 0, &p[G_LNF_W]);
-  if (!st) st = make_param(1, &d, zero, 0, &p[G_LNF_B]);
-  if (!st) st = make_param(2, (int64_t[]){s->vocab, d}, std, seed + 3, &p[G_HEAD]);
+  dt_status st = make_param(2, (int64_t[]){s->vocab, d}, std, seed + 1, &p[GPT_TOK]);
+  if (!st) st = make_param(2, (int64_t[]){s->seq, d}, std, seed + 2, &p[GPT_POS]);
+  if (!st) st = make_param(1, &d, one, 0, &p[GPT_LNF_W]);
+  if (!st) st = make_param(1, &d, zero, 0, &p[GPT_LNF_B]);
+  if (!st) st = make_param(2, (int64_t[]){s->vocab, d}, std, seed + 3, &p[GPT_HEAD]);
   for (int64_t l = 0; l < s->layers && !st; l++) {
-    dt_tensor **q = p + GLOBAL_PARAMS + l * BLOCK_PARAMS;
+    dt_tensor **q = p + GPT_GLOBAL_PARAMS + l * GPT_BLOCK_PARAMS;
     uint64_t ls = seed + 16 * (uint64_t)(l + 1);
-    st = make_param(1, &d, one, 0, &q[P_LN1_W]);
-    if (!st) st = make_param(1, &d, zero, 0, &q[P_LN1_B]);
-    if (!st) st = make_param(2, (int64_t[]){3 * d, d}, std, ls + 1, &q[P_QKV_W]);
-    if (!st) st = make_param(1, (int64_t[]){3 * d}, zero, 0, &q[P_QKV_B]);
-    if (!st) st = make_param(2, (int64_t[]){d, d}, res_std, ls + 2, &q[P_OUT_W]);
-    if (!st) st = make_param(1, &d, zero, 0, &q[P_OUT_B]);
-    if (!st) st = make_param(1, &d, one, 0, &q[P_LN2_W]);
-    if (!st) st = make_param(1, &d, zero, 0, &q[P_LN2_B]);
-    if (!st) st = make_param(2, (int64_t[]){4 * d, d}, std, ls + 3, &q[P_FC1_W]);
-    if (!st) st = make_param(1, (int64_t[]){4 * d}, zero, 0, &q[P_FC1_B]);
-    if (!st) st = make_param(2, (int64_t[]){d, 4 * d}, res_std, ls + 4, &q[P_FC2_W]);
-    if (!st) st = make_param(1, &d, zero, 0, &q[P_FC2_B]);
+    st = make_param(1, &d, one, 0, &q[GPT_LN1_W]);
+    if (!st) st = make_param(1, &d, zero, 0, &q[GPT_LN1_B]);
+    if (!st) st = make_param(2, (int64_t[]){3 * d, d}, std, ls + 1, &q[GPT_QKV_W]);
+    if (!st) st = make_param(1, (int64_t[]){3 * d}, zero, 0, &q[GPT_QKV_B]);
+    if (!st) st = make_param(2, (int64_t[]){d, d}, res_std, ls + 2, &q[GPT_OUT_W]);
+    if (!st) st = make_param(1, &d, zero, 0, &q[GPT_OUT_B]);
+    if (!st) st = make_param(1, &d, one, 0, &q[GPT_LN2_W]);
+    if (!st) st = make_param(1, &d, zero, 0, &q[GPT_LN2_B]);
+    if (!st) st = make_param(2, (int64_t[]){4 * d, d}, std, ls + 3, &q[GPT_FC1_W]);
+    if (!st) st = make_param(1, (int64_t[]){4 * d}, zero, 0, &q[GPT_FC1_B]);
+    if (!st) st = make_param(2, (int64_t[]){d, 4 * d}, res_std, ls + 4, &q[GPT_FC2_W]);
+    if (!st) st = make_param(1, &d, zero, 0, &q[GPT_FC2_B]);
   }
   return st;
 }
@@ -196,7 +179,7 @@ static dt_status attention(gpt_model *m, dt_tensor *const *q, dt_tensor *h, dt_t
   dt_tensor *kt = NULL, *sc = NULL, *ss = NULL, *sm = NULL, *pr = NULL, *a = NULL, *at = NULL;
   dt_tensor *ar = NULL;
   int n_parts = 0;
-  dt_status st = dt_linear(h, q[P_QKV_W], q[P_QKV_B], &qkv);
+  dt_status st = dt_linear(h, q[GPT_QKV_W], q[GPT_QKV_B], &qkv);
   keep(m, qkv);
   if (!st) st = dt_split(qkv, s->dmodel, 2, parts, 3, &n_parts);
   for (int k = 0; k < n_parts; k++) keep(m, parts[k]);
@@ -212,7 +195,7 @@ static dt_status attention(gpt_model *m, dt_tensor *const *q, dt_tensor *h, dt_t
   if (!st) st = dt_matmul(pr, vh, &a), keep(m, a);
   if (!st) st = dt_transpose(a, 1, 2, &at), keep(m, at);
   if (!st) st = dt_reshape(at, 3, (int64_t[]){s->batch, s->seq, s->dmodel}, &ar), keep(m, ar);
-  if (!st) st = dt_linear(ar, q[P_OUT_W], q[P_OUT_B], out), keep(m, *out);
+  if (!st) st = dt_linear(ar, q[GPT_OUT_W], q[GPT_OUT_B], out), keep(m, *out);
   return st;
 }
 
@@ -220,14 +203,14 @@ static dt_status attention(gpt_model *m, dt_tensor *const *q, dt_tensor *h, dt_t
 static dt_status block(gpt_model *m, dt_tensor *const *q, dt_tensor *x, dt_tensor **out) {
   const int64_t norm[1] = {m->s.dmodel};
   dt_tensor *h = NULL, *o = NULL, *x1 = NULL, *h2 = NULL, *u = NULL, *g = NULL, *f = NULL;
-  dt_status st = dt_layer_norm(x, 1, norm, q[P_LN1_W], q[P_LN1_B], 1e-5, &h);
+  dt_status st = dt_layer_norm(x, 1, norm, q[GPT_LN1_W], q[GPT_LN1_B], 1e-5, &h);
   keep(m, h);
   if (!st) st = attention(m, q, h, &o);
   if (!st) st = dt_add(x, o, &x1), keep(m, x1);
-  if (!st) st = dt_layer_norm(x1, 1, norm, q[P_LN2_W], q[P_LN2_B], 1e-5, &h2), keep(m, h2);
-  if (!st) st = dt_linear(h2, q[P_FC1_W], q[P_FC1_B], &u), keep(m, u);
+  if (!st) st = dt_layer_norm(x1, 1, norm, q[GPT_LN2_W], q[GPT_LN2_B], 1e-5, &h2), keep(m, h2);
+  if (!st) st = dt_linear(h2, q[GPT_FC1_W], q[GPT_FC1_B], &u), keep(m, u);
   if (!st) st = dt_gelu(u, &g), keep(m, g);
-  if (!st) st = dt_linear(g, q[P_FC2_W], q[P_FC2_B], &f), keep(m, f);
+  if (!st) st = dt_linear(g, q[GPT_FC2_W], q[GPT_FC2_B], &f), keep(m, f);
   if (!st) st = dt_add(x1, f, out), keep(m, *out);
   return st;
 }
@@ -237,16 +220,16 @@ static dt_status forward(gpt_model *m, dt_tensor **loss) {
   const int64_t norm[1] = {s->dmodel};
   dt_tensor *const *p = m->params;
   dt_tensor *e = NULL, *x = NULL, *h = NULL, *logits = NULL, *flat = NULL;
-  dt_status st = dt_embedding(p[G_TOK], m->idx, &e);
+  dt_status st = dt_embedding(p[GPT_TOK], m->idx, &e);
   keep(m, e);
-  if (!st) st = dt_add(e, p[G_POS], &x), keep(m, x);
+  if (!st) st = dt_add(e, p[GPT_POS], &x), keep(m, x);
   for (int64_t l = 0; l < s->layers && !st; l++) {
     dt_tensor *next = NULL;
-    st = block(m, p + GLOBAL_PARAMS + l * BLOCK_PARAMS, x, &next);
+    st = block(m, p + GPT_GLOBAL_PARAMS + l * GPT_BLOCK_PARAMS, x, &next);
     x = next;
   }
-  if (!st) st = dt_layer_norm(x, 1, norm, p[G_LNF_W], p[G_LNF_B], 1e-5, &h), keep(m, h);
-  if (!st) st = dt_linear(h, p[G_HEAD], NULL, &logits), keep(m, logits);
+  if (!st) st = dt_layer_norm(x, 1, norm, p[GPT_LNF_W], p[GPT_LNF_B], 1e-5, &h), keep(m, h);
+  if (!st) st = dt_linear(h, p[GPT_HEAD], NULL, &logits), keep(m, logits);
   if (!st) st = dt_reshape(logits, 2, (int64_t[]){s->batch * s->seq, s->vocab}, &flat);
   keep(m, flat);
   if (!st) st = dt_cross_entropy(flat, m->target, loss), keep(m, *loss);
@@ -270,7 +253,7 @@ dt_status gpt_model_create(const gpt_sizes *s, uint64_t seed, gpt_model **out) {
   gpt_model *m = calloc(1, sizeof *m);
   if (!m) return DT_ERR_NOMEM;
   m->s = *s;
-  m->n_params = GLOBAL_PARAMS + (int)s->layers * BLOCK_PARAMS;
+  m->n_params = GPT_GLOBAL_PARAMS + (int)s->layers * GPT_BLOCK_PARAMS;
   m->params = calloc((size_t)m->n_params, sizeof *m->params);
   dt_status st = m->params ? make_params(m, seed) : DT_ERR_NOMEM;
   bool *causal = st ? NULL : malloc((size_t)(s->seq * s->seq));
@@ -322,6 +305,11 @@ int gpt_model_params(const gpt_model *m, dt_tensor *const **params) {
   return m->n_params;
 }
 
+void gpt_model_data(const gpt_model *m, dt_tensor **idx, dt_tensor **target) {
+  *idx = m->idx;
+  *target = m->target;
+}
+
 /* ---- The machine's sgemm rate at the step's shapes ---------------------------------------- */
 
 /* GFLOP/s of cblas_sgemm alone over the forward linears of the step (x W^T, as dt_linear
@@ -361,9 +349,16 @@ static double sgemm_rate(const gpt_sizes *s) {
 
 /* ---- dtensor bench train --size ... ------------------------------------------------------ */
 
+void gpt_print_losses(const double *losses, int n) {
+  printf("[");
+  for (int i = 0; i < n; i++) printf("%s%.9g", i ? "," : "", losses[i]);
+  printf("]}\n");
+}
+
 int bench_gpt_train(int argc, char **argv) {
   bool json = false, forward_only = false;
-  int steps = 3, threads = 0;
+  int steps = 3, threads = 0, ranks = 0;
+  const char *parallel = NULL; /* "tp" or "fsdp" on `ranks` rank threads */
   gpt_sizes s;
   gpt_sizes_start(argc, argv, &s);
   for (int i = 1; i < argc; i++) {
@@ -380,11 +375,26 @@ int bench_gpt_train(int argc, char **argv) {
     } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
       threads = atoi(argv[++i]);
       if (threads < 1) goto usage;
+    } else if ((strcmp(argv[i], "--tp") == 0 || strcmp(argv[i], "--fsdp") == 0) && i + 1 < argc &&
+               !parallel) {
+      parallel = argv[i] + 2;
+      ranks = atoi(argv[++i]);
+      if (ranks < 1 || ranks > 8) goto usage;
     } else {
       goto usage;
     }
   }
   if (!gpt_sizes_valid(&s) || steps < 1 || steps > 64) goto usage;
+  if (parallel) {
+    if (forward_only || threads > 1) {
+      fprintf(stderr,
+              "bench train: --%s runs the training step with 1 thread per rank (no "
+              "--forward, no --threads above 1)\n",
+              parallel);
+      return 2;
+    }
+    return bench_gpt_train_dist(&s, parallel, ranks, steps, json);
+  }
   /* The BLAS's threads and the library's own kernels', as torch.set_num_threads. */
   if (threads) dt_set_num_threads(threads);
   dt__blas_sync_threads(); /* before sgemm_rate calls the BLAS directly */
@@ -392,15 +402,17 @@ int bench_gpt_train(int argc, char **argv) {
   double rate = sgemm_rate(&s);
   gpt_model *m = NULL;
   dt_status st = gpt_model_create(&s, 1234, &m);
-  double loss0 = NAN, loss = NAN, ms[64];
+  double loss0 = NAN, loss = NAN, ms[64], losses[65];
   dt_status (*run)(gpt_model *, double *) = forward_only ? gpt_model_forward : gpt_model_step;
   if (!st) st = run(m, &loss0); /* warm: first-step paths, optimizer state */
+  losses[0] = loss0;
   struct rusage u0, u1;
   getrusage(RUSAGE_SELF, &u0);
   for (int k = 0; k < steps && !st; k++) {
     double t0 = bench_clock();
     st = run(m, &loss);
     ms[k] = (bench_clock() - t0) / 1e3;
+    losses[k + 1] = loss;
   }
   getrusage(RUSAGE_SELF, &u1);
   /* Fresh pages touched per timed step (first-touch faults: what the allocator's caches avoid). */
@@ -420,12 +432,13 @@ int bench_gpt_train(int argc, char **argv) {
            "%.1f,\"ms_min\":%.1f,\"ms_max\":%.1f,\"tokens_per_s\":%.0f,\"gflops\":%.2f,"
            "\"sgemm_gflops\":%.2f,\"fraction_of_sgemm\":%.3f,\"first_loss\":%.5f,\"loss\":%.5f,"
            "\"steps\":%d,\"faults_per_step\":%.0f,\"blas\":\"%s\",\"clock\":\"%s\","
-           "\"threads\":%d}\n",
+           "\"threads\":%d,\"ranks\":1,\"losses\":",
            forward_only ? "forward" : "step", (long long)s.vocab, (long long)s.dmodel,
            (long long)s.heads, (long long)s.layers, (long long)s.seq, (long long)s.batch,
            (long long)gpt_param_count(&s), flops / 1e9, t.median, t.min, t.max,
            tokens / (t.median * 1e-3), gflops, rate, gflops / rate, loss0, loss, steps, faults,
            dt__blas_name(), bench_clock_name(), threads);
+    gpt_print_losses(losses, steps + 1);
   } else {
     printf("gpt %s (vocab %lld, d_model %lld, %lld heads, %lld layers, seq %lld, batch %lld; "
            "%.1fM params, %.1f GFLOP): %.1f ms/step (%.1f..%.1f), %.0f tokens/s, %.1f GFLOP/s = "

@@ -56,7 +56,37 @@ dt_status gpt_model_step(gpt_model *m, double *loss);
 /* The forward and the loss only, under no_grad (nothing recorded for backward). */
 dt_status gpt_model_forward(gpt_model *m, double *loss);
 
-/* The model's parameters (borrowed), for `bench ops`' AdamW case. */
+/* The model's parameters (borrowed), for `bench ops`' AdamW case and the 2-rank models of
+ * bench/bench_gpt_dist.c (which start from these weights): GPT_GLOBAL_PARAMS, then
+ * GPT_BLOCK_PARAMS per layer, in the orders of the enums below. */
 int gpt_model_params(const gpt_model *m, dt_tensor *const **params);
+
+enum {
+  GPT_LN1_W,
+  GPT_LN1_B,
+  GPT_QKV_W, /* [3 d_model, d_model]: q, k, v stacked on dim 0 */
+  GPT_QKV_B,
+  GPT_OUT_W,
+  GPT_OUT_B,
+  GPT_LN2_W,
+  GPT_LN2_B,
+  GPT_FC1_W,
+  GPT_FC1_B,
+  GPT_FC2_W,
+  GPT_FC2_B,
+  GPT_BLOCK_PARAMS
+};
+enum { GPT_TOK, GPT_POS, GPT_LNF_W, GPT_LNF_B, GPT_HEAD, GPT_GLOBAL_PARAMS };
+
+/* The model's token ids [batch, seq] and targets [batch * seq] (int64, borrowed). */
+void gpt_model_data(const gpt_model *m, dt_tensor **idx, dt_tensor **target);
+
+/* Prints n losses as a JSON array and closes the JSON line ("[l0,l1,...]}\n"): 9 digits, so
+ * that runs can be compared to 1e-7. */
+void gpt_print_losses(const double *losses, int n);
+
+/* `dtensor bench train --size ... --tp 2 | --fsdp 2` (bench/bench_gpt_dist.c): the same model,
+ * data and initial weights on 2 rank threads. mode: "tp" or "fsdp". Returns the exit code. */
+int bench_gpt_train_dist(const gpt_sizes *s, const char *mode, int ranks, int steps, bool json);
 
 #endif /* BENCH_GPT_H */
