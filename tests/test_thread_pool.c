@@ -9,7 +9,9 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <sys/wait.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -276,6 +278,58 @@ Test(thread_pool, kernels_equal_on_one_and_all_threads) {
   }
   dt_tensor *all[] = {x, g, w, tg, xflat, flat, gflat_all, gflat};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+}
+
+/* AdamW splits a parameter's elements over the pool: 1 and N threads give the same bits,
+ * and both equal PyTorch's _single_tensor_adamw arithmetic written out in float32 here
+ * (factors in double, rounded once, as the optimizer computes them). */
+static void adamw_steps(int threads, int64_t n, float *p_out) {
+  cr_assert_eq(dt_set_num_threads(threads), DT_OK);
+  dt_tensor *p = ref_random(1, (int64_t[]){n}, DT_F32, -1, 1, 21);
+  dt_tensor *g = ref_random(1, (int64_t[]){n}, DT_F32, -0.1, 0.1, 22);
+  cr_assert_eq(dt_tensor_set_requires_grad(p, true), DT_OK);
+  cr_assert_eq(dt_tensor_set_grad(p, g), DT_OK);
+  dt_optimizer *opt = NULL;
+  dt_adam_options o = {.lr = 0.01, .weight_decay = 0.1};
+  cr_assert_eq(dt_optimizer_create_adamw(1, &p, &o, &opt), DT_OK);
+  for (int s = 0; s < 3; s++) cr_assert_eq(dt_optimizer_step(opt), DT_OK);
+  memcpy(p_out, dt_tensor_data(p), (size_t)n * sizeof(float));
+  dt_optimizer_destroy(opt);
+  dt_tensor_release(p);
+  dt_tensor_release(g);
+}
+
+Test(thread_pool, adamw_equal_on_one_and_all_threads) {
+  const int64_t n = 3 * DT_PARALLEL_GRAIN * 4 + 13; /* several chunks, an odd tail */
+  float *one = malloc((size_t)n * sizeof(float)), *all = malloc((size_t)n * sizeof(float));
+  adamw_steps(1, n, one);
+  adamw_steps(cores(), n, all);
+  cr_assert(memcmp(one, all, (size_t)n * sizeof(float)) == 0);
+  dt_tensor *p0 = ref_random(1, (int64_t[]){n}, DT_F32, -1, 1, 21);
+  dt_tensor *g0 = ref_random(1, (int64_t[]){n}, DT_F32, -0.1, 0.1, 22);
+  const float *pv = dt_tensor_data(p0), *gv = dt_tensor_data(g0);
+  const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
+  int64_t bad = 0;
+  for (int64_t k = 0; k < n; k++) {
+    float x = pv[k], m = 0, v = 0;
+    for (int s = 1; s <= 3; s++) {
+      float gk = gv[k];
+      x = x * (float)(1.0 - lr * wd);
+      m = m + (float)(1.0 - b1) * (gk - m);
+      v = v * (float)b2 + (float)(1.0 - b2) * gk * gk;
+      float step_size = (float)(lr / (1.0 - pow(b1, s)));
+      float bc2 = (float)sqrt(1.0 - pow(b2, s));
+      x = x + -step_size * (m / (sqrtf(v) / bc2 + (float)eps));
+    }
+    if (fabsf(x - all[k]) > 1e-6f * (1.0f + fabsf(x))) bad++;
+  }
+  cr_assert_eq(bad, 0, "%lld of %lld elements differ from the written-out AdamW", (long long)bad,
+               (long long)n);
+  dt_tensor_release(p0);
+  dt_tensor_release(g0);
+  free(one);
+  free(all);
+  dt_set_num_threads(0);
 }
 
 /* ---- Rank threads and the BLAS -------------------------------------------------------------- */

@@ -100,8 +100,8 @@ DT_API const char *dt_version_string(void);
 /* Sets how many threads one rank's kernels may use, as PyTorch's torch.set_num_threads: the
  * library's own large kernels (float32 elementwise loops, gelu's backward, softmax and
  * log_softmax and their backwards, layer_norm and the input gradients of layer_norm and rms_norm,
- * cross_entropy's rows) split their rows over an intra-op thread pool, and the BLAS's GEMMs
- * get the same count. n >= 1, or 0 for the default: the environment's DT_NUM_THREADS when
+ * cross_entropy's rows, the Adam/AdamW update) split their rows over an intra-op thread pool,
+ * and the BLAS's GEMMs get the same count. n >= 1, or 0 for the default: the environment's DT_NUM_THREADS when
  * set (read at each kernel call), else the machine's online cores for the kernels and the
  * BLAS's own count (OPENBLAS_NUM_THREADS, else its default) for the GEMMs.
  *

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu/vmath.h"
 #include "optim/optim_impl.h"
 
 enum { LR, BETA1, BETA2, EPS, WEIGHT_DECAY };
@@ -51,11 +52,39 @@ static void factors_for(const double *h, bool decoupled, int64_t step, dt_adam_f
 
 /* m = lerp(m, g, 1 - beta1); v = beta2 v + (1 - beta2) g^2;
  * p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), AdamW decaying p by (1 - lr wd) first
- * (dt__adam_element; the factors copied to a local, which nothing the loop stores aliases). */
-static void update(const dt_adam_factors *f, float *restrict p, const float *restrict g,
-                   float *restrict m, float *restrict v, int64_t count) {
+ * (dt__adam_element; the factors copied to a local, which nothing the loop stores aliases).
+ * Compiled per vector width (DT_VECTOR_CLONES): each element's arithmetic is the same, so
+ * every width gives the same bits. */
+DT_VECTOR_CLONES
+static void update_range(const dt_adam_factors *f, float *restrict p, const float *restrict g,
+                         float *restrict m, float *restrict v, int64_t count) {
   const dt_adam_factors local = *f;
-  for (int64_t k = 0; k < count; k++) dt__adam_element(&local, &p[k], g[k], &m[k], &v[k]);
+  for (int64_t k = 0; k < count; k++) {
+    float pk = p[k], mk = m[k], vk = v[k];
+    dt__adam_element(&local, &pk, g[k], &mk, &vk);
+    p[k] = pk;
+    m[k] = mk;
+    v[k] = vk;
+  }
+}
+
+typedef struct adam_job {
+  const dt_adam_factors *f;
+  float *p, *m, *v;
+  const float *g;
+} adam_job;
+
+static void adam_chunk(void *ctx, int64_t begin, int64_t end) {
+  const adam_job *j = ctx;
+  update_range(j->f, j->p + begin, j->g + begin, j->m + begin, j->v + begin, end - begin);
+}
+
+/* A parameter's elements split over the intra-op pool (dt__parallel_for): each element is
+ * updated by one thread with the same code, so 1 and N threads give the same bits. */
+static void update(const dt_adam_factors *f, float *p, const float *g, float *m, float *v,
+                   int64_t count) {
+  adam_job j = {.f = f, .p = p, .m = m, .v = v, .g = g};
+  dt__parallel_for(count, DT_PARALLEL_GRAIN, adam_chunk, &j);
 }
 
 static void adam_update(const double *h, int64_t step, float *p, const float *g, float *const *s,

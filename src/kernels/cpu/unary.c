@@ -7,8 +7,9 @@
  * exp, log, tanh, sigmoid, silu, gelu and gelu_tanh use our own float32 approximations
  * (kernels/math/vmath.h: range reduction plus short polynomials, a few ulp, documented and
  * tested there) written without branches, so that gcc -O3 vectorizes the contiguous loops;
- * libm's expf/logf/erfcf are scalar calls. sqrt and rsqrt stay libm calls: without
- * -fno-math-errno gcc cannot vectorize sqrtf. sin and cos are libm's sinf/cosf (float32) and
+ * libm's expf/logf/erfcf are scalar calls. sqrt and rsqrt are sqrtf, which the library's
+ * -fno-math-errno (CMakeLists.txt) lets gcc vectorize (correctly rounded: the same bits as
+ * libm's). sin and cos are libm's sinf/cosf (float32) and
  * sin/cos (float64): correctly reduced for any argument, as rotary tables need at large
  * positions.
  */
