@@ -280,6 +280,35 @@ Test(thread_pool, kernels_equal_on_one_and_all_threads) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
 }
 
+/* Column reductions of a contiguous float32 matrix (a linear's bias gradient) split their
+ * column chunks over the pool: the same bits on 1 and N threads, and the naive sums. */
+Test(thread_pool, column_sums_equal_on_one_and_all_threads) {
+  const int64_t rows = 2048, cols = 1000; /* 4 chunks of 256 columns, the last shorter */
+  dt_tensor *x = ref_random(2, (int64_t[]){rows, cols}, DT_F32, -1, 1, 31);
+  dt_tensor *out[2][2] = {{NULL}};
+  int threads[2] = {1, cores()};
+  for (int pass = 0; pass < 2; pass++) {
+    cr_assert_eq(dt_set_num_threads(threads[pass]), DT_OK);
+    cr_assert_eq(dt_sum_dims(x, 1, (int64_t[]){0}, false, &out[pass][0]), DT_OK, "%s",
+                 dt_last_error());
+    cr_assert_eq(dt_amax(x, 1, (int64_t[]){0}, false, &out[pass][1]), DT_OK, "%s", dt_last_error());
+  }
+  for (int k = 0; k < 2; k++)
+    cr_assert(memcmp(dt_tensor_data(out[0][k]), dt_tensor_data(out[1][k]), (size_t)cols * 4) == 0);
+  const float *xv = dt_tensor_data(x), *sv = dt_tensor_data(out[1][0]),
+              *mv = dt_tensor_data(out[1][1]);
+  for (int64_t c = 0; c < cols; c++) {
+    double sum = 0, best = -INFINITY;
+    for (int64_t r = 0; r < rows; r++) sum += xv[r * cols + c], best = fmax(best, xv[r * cols + c]);
+    cr_assert_float_eq(sv[c], sum, 1e-5 * (1 + fabs(sum)), "sum[%lld]", (long long)c);
+    cr_assert_eq(mv[c], (float)best, "max[%lld]", (long long)c);
+  }
+  for (int pass = 0; pass < 2; pass++)
+    for (int k = 0; k < 2; k++) dt_tensor_release(out[pass][k]);
+  dt_tensor_release(x);
+  dt_set_num_threads(0);
+}
+
 /* AdamW splits a parameter's elements over the pool: 1 and N threads give the same bits,
  * and both equal PyTorch's _single_tensor_adamw arithmetic written out in float32 here
  * (factors in double, rounded once, as the optimizer computes them). */

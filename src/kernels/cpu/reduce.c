@@ -14,7 +14,9 @@
  */
 #include <math.h>
 
+#include "core/core_impl.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/cpu/vmath.h"
 #include "kernels/dims.h"
 #include "kernels/math/reduce.h"
 
@@ -231,33 +233,58 @@ static float extreme_f32_row(const float *p, int64_t n, bool is_max) {
 
 #define COLUMN_CHUNK 256
 
-/* Reduces [R, B] (row stride B) into out[B], a chunk of columns at a time so the partial
- * sums stay in a small stack buffer. */
-static void reduce_f32_columns(dt_cpu_reduce_kind kind, const float *p, int64_t rows, int64_t cols,
-                               float *out) {
-  for (int64_t c0 = 0; c0 < cols; c0 += COLUMN_CHUNK) {
-    int64_t w = cols - c0 < COLUMN_CHUNK ? cols - c0 : COLUMN_CHUNK;
-    if (kind == DT_CPU_SUM || kind == DT_CPU_MEAN) {
-      double sums[COLUMN_CHUNK] = {0};
-      for (int64_t r = 0; r < rows; r++) {
-        const float *row = p + r * cols + c0;
-        for (int64_t j = 0; j < w; j++) sums[j] += row[j];
-      }
-      double div = kind == DT_CPU_MEAN ? (double)rows : 1.0;
-      for (int64_t j = 0; j < w; j++) out[c0 + j] = (float)(sums[j] / div);
-    } else {
-      float *o = out + c0;
-      for (int64_t j = 0; j < w; j++) o[j] = p[c0 + j];
-      for (int64_t r = 1; r < rows; r++) {
-        const float *row = p + r * cols + c0;
-        if (kind == DT_CPU_MAX) {
-          for (int64_t j = 0; j < w; j++) o[j] = PICK_MAX(row[j], o[j]);
-        } else {
-          for (int64_t j = 0; j < w; j++) o[j] = PICK_MIN(row[j], o[j]);
-        }
+/* Reduces columns [c0, c0 + w) of [R, B] (row stride B, w <= COLUMN_CHUNK) into out, the
+ * partial sums in a small stack buffer; compiled per vector width (DT_VECTOR_CLONES: each
+ * column's additions are the same in every clone, so the same bits). */
+DT_VECTOR_CLONES
+static void reduce_f32_column_chunk(dt_cpu_reduce_kind kind, const float *restrict p, int64_t rows,
+                                    int64_t cols, int64_t c0, int64_t w, float *restrict out) {
+  if (kind == DT_CPU_SUM || kind == DT_CPU_MEAN) {
+    double sums[COLUMN_CHUNK] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+      const float *restrict row = p + r * cols + c0;
+      for (int64_t j = 0; j < w; j++) sums[j] += row[j];
+    }
+    double div = kind == DT_CPU_MEAN ? (double)rows : 1.0;
+    for (int64_t j = 0; j < w; j++) out[c0 + j] = (float)(sums[j] / div);
+  } else {
+    float *o = out + c0;
+    for (int64_t j = 0; j < w; j++) o[j] = p[c0 + j];
+    for (int64_t r = 1; r < rows; r++) {
+      const float *row = p + r * cols + c0;
+      if (kind == DT_CPU_MAX) {
+        for (int64_t j = 0; j < w; j++) o[j] = PICK_MAX(row[j], o[j]);
+      } else {
+        for (int64_t j = 0; j < w; j++) o[j] = PICK_MIN(row[j], o[j]);
       }
     }
   }
+}
+
+typedef struct columns_job {
+  dt_cpu_reduce_kind kind;
+  const float *p;
+  int64_t rows, cols;
+  float *out;
+} columns_job;
+
+static void columns_chunk(void *ctx, int64_t begin, int64_t end) {
+  const columns_job *j = ctx;
+  for (int64_t c = begin; c < end; c++) {
+    int64_t c0 = c * COLUMN_CHUNK, w = j->cols - c0 < COLUMN_CHUNK ? j->cols - c0 : COLUMN_CHUNK;
+    reduce_f32_column_chunk(j->kind, j->p, j->rows, j->cols, c0, w, j->out);
+  }
+}
+
+/* Reduces [R, B] (row stride B) into out[B], COLUMN_CHUNK columns at a time; the chunks are
+ * split over the intra-op pool (a linear's bias gradient: [B T, N] summed over its rows),
+ * each computed by one thread, so 1 and N threads give the same bits. */
+static void reduce_f32_columns(dt_cpu_reduce_kind kind, const float *p, int64_t rows, int64_t cols,
+                               float *out) {
+  columns_job j = {.kind = kind, .p = p, .rows = rows, .cols = cols, .out = out};
+  int64_t chunks = (cols + COLUMN_CHUNK - 1) / COLUMN_CHUNK;
+  int64_t per_chunk = rows * COLUMN_CHUNK, grain = DT_PARALLEL_GRAIN / per_chunk;
+  dt__parallel_for(chunks, grain < 1 ? 1 : grain, columns_chunk, &j);
 }
 
 /* Splits a contiguous input into [A, R, B] when the reduced dims are one block. */
