@@ -82,6 +82,19 @@ Test(vmath, normal_pdf_within_4_ulp) {
   CHECK(pdf_f, pdf_d, 3.0, 6.0, 4);
 }
 
+/* Beyond |x| = 13.1 (exp(-x^2 / 2) leaves the normal range) the CDF's lower tail and the
+ * density are 0 and the upper tail 1; below it they are still the exact values' nearest
+ * floats or close (within the bounds above, subnormals in their spacing). */
+Test(vmath, normal_tail_ends) {
+  cr_assert_eq(dt__normal_cdf_f32(-13.2f), 0.0f);
+  cr_assert_eq(dt__normal_cdf_f32(-100.0f), 0.0f);
+  cr_assert_eq(dt__normal_cdf_f32(13.2f), 1.0f);
+  cr_assert_eq(dt__normal_pdf_f32(13.2f), 0.0f);
+  cr_assert_eq(dt__normal_pdf_f32(-1e30f), 0.0f);
+  CHECK(cdf_f, cdf_d, -13.1, -12.5, 7);
+  CHECK(pdf_f, pdf_d, 12.5, 13.1, 4);
+}
+
 Test(vmath, special_values) {
   cr_assert(isnan(dt__normal_cdf_f32(NAN)) && isnan(dt__exp_f32(NAN)) && isnan(dt__tanh_f32(NAN)));
   cr_assert_eq(dt__normal_cdf_f32(INFINITY), 1.0f);

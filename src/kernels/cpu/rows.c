@@ -14,30 +14,23 @@ static inline float add_lanes(float *v) {
   return v[0];
 }
 
-/* The maximum by lanes, NaN tracked in its own lanes: a select and an or per element, which
- * vectorize (the "v > m || v != v" of one comparison chain does not). */
+/* The maximum through integer keys: a float's bits with the magnitude bits flipped when the
+ * sign is set order as signed integers as the floats do (-0 below +0), and an integer
+ * maximum vectorizes where a float one with NaN semantics does not (gcc 12 keeps "v > m ?
+ * v : m" scalar without -ffinite-math-only). NaN is found by the largest magnitude bits,
+ * also an integer maximum. */
+static inline int32_t order_key(int32_t bits) { return bits ^ ((bits >> 31) & 0x7fffffff); }
+
 DT_VECTOR_CLONES float dt__row_max_f32(const float *x, int64_t n) {
-  float m[LANES];
-  int nan[LANES] = {0};
-  for (int k = 0; k < LANES; k++) m[k] = -INFINITY;
-  int64_t i = 0;
-  for (; i + LANES <= n; i += LANES)
-    for (int k = 0; k < LANES; k++) {
-      float v = x[i + k];
-      m[k] = v > m[k] ? v : m[k];
-      nan[k] |= v != v;
-    }
-  for (; i < n; i++) {
-    m[0] = x[i] > m[0] ? x[i] : m[0];
-    nan[0] |= x[i] != x[i];
+  int32_t m = order_key((int32_t)dt__f32_to_bits(-INFINITY));
+  uint32_t mag = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int32_t b = (int32_t)dt__f32_to_bits(x[i]), key = order_key(b);
+    m = key > m ? key : m;
+    uint32_t a = (uint32_t)b & 0x7fffffffu;
+    mag = a > mag ? a : mag;
   }
-  float r = m[0];
-  int any_nan = nan[0];
-  for (int k = 1; k < LANES; k++) {
-    r = m[k] > r ? m[k] : r;
-    any_nan |= nan[k];
-  }
-  return any_nan ? NAN : r;
+  return mag > 0x7f800000u ? NAN : dt__bits_to_f32((uint32_t)order_key(m));
 }
 
 /* Blocked sum of term(i) over [0, n): the body of every sum below. */
@@ -73,12 +66,11 @@ DT_VECTOR_CLONES static float exp_sum_only(const float *x, float m, int64_t n) {
   BLOCKED_SUM(n, dt__exp_f32(x[j] - m));
 }
 
-DT_VECTOR_CLONES static void exp_store(const float *x, float m, float *y, int64_t n) {
-  for (int64_t i = 0; i < n; i++) y[i] = dt__exp_f32(x[i] - m);
+/* exp stored and summed in one pass (the term's assignment is the store). */
+DT_VECTOR_CLONES static float exp_store_sum(const float *x, float m, float *y, int64_t n) {
+  BLOCKED_SUM(n, y[j] = dt__exp_f32(x[j] - m));
 }
 
 float dt__row_exp_sum_f32(const float *x, float m, float *y, int64_t n) {
-  if (!y) return exp_sum_only(x, m, n);
-  exp_store(x, m, y, n);
-  return dt__row_sum_f32(y, n);
+  return y ? exp_store_sum(x, m, y, n) : exp_sum_only(x, m, n);
 }

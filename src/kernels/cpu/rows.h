@@ -11,7 +11,8 @@
 
 #include <stdint.h>
 
-/* The maximum of x[0, n), NaN when any element is NaN; -inf for n == 0. */
+/* The maximum of x[0, n), NaN when any element is NaN; -inf for n == 0 (+0 when the row
+ * holds both zeros). */
 float dt__row_max_f32(const float *x, int64_t n);
 
 /* The sum of x[0, n). */

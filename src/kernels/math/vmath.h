@@ -4,6 +4,10 @@
  * and its derivative). Shared by the CPU's unary, softmax, norm and loss kernels, and compiled
  * by nvcc for the CUDA kernels (core/host_device.h), which then give the same float32 bits as
  * the CPU (the CUDA build compiles with --fmad=false, as the C build has -ffp-contract=off).
+ * Polynomials and range reductions use explicit fmaf, which is correctly rounded everywhere
+ * (one rounding of a * b + c), so every vector clone, the baseline and CUDA still give the same
+ * bits: the AVX2 and AVX-512 clones inline it as one instruction; the x86-64 baseline clone
+ * (CPUs without FMA only) calls libm's fmaf, slower but exact.
  *
  * Accuracy over float32 inputs, measured against double libm by tests/test_vmath.c (which
  * sweeps these ranges and asserts the bounds):
@@ -12,9 +16,8 @@
  *   dt__log_f32            (0, inf): max 3 ulp
  *   dt__tanh_f32           [-10, 10]: max 3 ulp
  *   dt__normal_cdf_f32     [-13, 13]: max 7 ulp (relative, so the far negative tail, where
- *                          GELU is tiny, keeps its digits; the 7 come from the tail's two
- *                          exps and t's three roundings)
- *   dt__normal_pdf_f32     [-13, 13]: max 4 ulp
+ *                          GELU is tiny, keeps its digits; measured 6.2 at x = -0.71)
+ *   dt__normal_pdf_f32     [-13, 13]: max 4 ulp (measured 1.9)
  * NaN propagates; +-inf give the limits except where a product with x is inf * 0 (as libm).
  */
 #ifndef DT_KERNELS_MATH_VMATH_H
@@ -29,22 +32,31 @@ static inline DT_HOST_DEVICE float dt__select_f32(int cond, float a, float b) {
   return dt__bits_to_f32((dt__f32_to_bits(a) & mask) | (dt__f32_to_bits(b) & ~mask));
 }
 
-/* e^x = 2^n * e^r with n = round(x / ln 2) and |r| <= ln(2)/2; e^r by Taylor to degree 7
- * (truncation below 1e-8). 2^n is applied in two halves so that results in the subnormal
- * range round once. NaN passes through the clamps and the arithmetic. */
+/* e^r for |r| <= ln(2) / 2: a degree-6 minimax polynomial (error 2e-9 on that interval, an
+ * mpmath Chebyshev fit) in fmaf steps. */
+static inline DT_HOST_DEVICE float dt__exp_reduced_f32(float r) {
+  float p = 0.0013941108433972674f;
+  p = fmaf(p, r, 0.0083751263981533351f);
+  p = fmaf(p, r, 0.041666352896775158f);
+  p = fmaf(p, r, 0.16666415514653277f);
+  p = fmaf(p, r, 0.50000000471177575f);
+  p = fmaf(p, r, 1.0000000377162139f);
+  p = fmaf(p, r, 1.0f);
+  return p;
+}
+
+/* e^x = 2^n * e^r with n = round(x / ln 2) and |r| <= ln(2)/2 (the reduction by fmaf, ln 2
+ * in a head and a tail); e^r by dt__exp_reduced_f32. 2^n is applied in two halves so that results
+ * in the subnormal range round once. NaN passes through the clamps and the arithmetic. */
 static inline DT_HOST_DEVICE float dt__exp_f32(float x) {
   float xc = dt__select_f32(x < -104.0f, -104.0f, x);
   xc = dt__select_f32(xc > 89.0f, 89.0f, xc);
   const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-  float t = xc * 1.44269504f + magic;
+  float t = fmaf(xc, 1.44269504f, magic);
   float n = t - magic;
-  float r = xc - n * 0.693359375f; /* ln 2 split in a short head (exact products) ... */
-  r = r + n * 2.12194440e-4f;      /* ... and the tail */
-  float p =
-      1.0f +
-      r * (1.0f + r * (0.5f + r * (1.0f / 6 +
-                                   r * (1.0f / 24 +
-                                        r * (1.0f / 120 + r * (1.0f / 720 + r * (1.0f / 5040)))))));
+  float r = fmaf(n, -0.693145752f, xc);
+  r = fmaf(n, -1.42860677e-06f, r);
+  float p = dt__exp_reduced_f32(r);
   int32_t ni = (int32_t)(dt__f32_to_bits(t) & 0xfffu) - 2048; /* n from t's low mantissa bits */
   int32_t n1 = ni / 2, n2 = ni - n1;
   return p * dt__bits_to_f32((uint32_t)(n1 + 127) << 23) *
@@ -93,62 +105,71 @@ static inline DT_HOST_DEVICE float dt__tanh_f32(float x) {
   return dt__select_f32(ax < 0.55f, near, copysignf(far, x));
 }
 
-/* exp(-x^2 / 2) for x >= 0 without the rounding of x^2, which exp would scale by x^2 (8 ulp
- * at x = 4): x = h + l with h holding 12 significant bits, so h^2 / 2 is exact; the small
- * rest y = -(h l + l^2 / 2) (|y| < 0.1 below the clamp, since l < 2^-11 x) goes through
- * exp's Taylor series to degree 7 (truncation below 1e-11). Inputs clamped to 14.5 (the
- * result is below 1e-45 there: 0 in float32). */
-static inline DT_HOST_DEVICE float dt__exp_neg_half_square_f32(float ax) {
-  ax = dt__select_f32(ax > 14.5f, 14.5f, ax);
-  float h = dt__bits_to_f32(dt__f32_to_bits(ax) & 0xfffff000u);
-  float l = ax - h;
-  float y = -(h * l + 0.5f * l * l);
-  float e =
-      1.0f +
-      y * (1.0f +
-           y * (0.5f +
-                y * (1.0f / 6 + y * (1.0f / 24 + y * (1.0f / 120 + y * (1.0f / 720 + y / 5040))))));
-  return dt__exp_f32(-0.5f * (h * h)) * e;
+/* ---- The normal distribution (GELU) ------------------------------------------------------- */
+
+/* |x| clamped to 13.1, the largest |x| whose exp(-x^2 / 2) (e^-85.8) is a normal float32:
+ * dt__gauss_f32's domain. NaN passes. */
+static inline DT_HOST_DEVICE float dt__gauss_arg_f32(float x) {
+  float ax = fabsf(x);
+  return dt__select_f32(ax > 13.1f, 13.1f, ax);
 }
 
-/* The standard normal density exp(-x^2 / 2) / sqrt(2 pi). */
-static inline DT_HOST_DEVICE float dt__normal_pdf_f32(float x) {
-  return 0.398942280401432678f * dt__exp_neg_half_square_f32(fabsf(x));
+/* exp(-a^2 / 2) for a in [0, 13.1] (dt__gauss_arg_f32). s = a^2 rounds, and exp would scale
+ * that rounding by s / 2 (8 ulp at a = 4): its exact error fmaf(a, a, -s) is added to the
+ * reduced argument instead, after the reduction -s / 2 = n ln 2 + r (|r| <= ln(2) / 2, ln 2 in
+ * a head and a tail). e^r by dt__exp_reduced_f32, 2^n added to its exponent bits (n >= -124 in the
+ * domain: the result stays normal). */
+static inline DT_HOST_DEVICE float dt__gauss_f32(float a) {
+  float s = a * a;
+  float err = fmaf(a, a, -s);
+  float h = -0.5f * s;             /* exact */
+  const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+  float t = fmaf(h, 1.44269504f, magic);
+  float n = t - magic;
+  float r = fmaf(n, -0.693145752f, h);
+  r = fmaf(n, -1.42860677e-06f, r);
+  r = fmaf(err, -0.5f, r);
+  float p = dt__exp_reduced_f32(r);
+  /* t's low bits hold n + 1.5 * 2^23; shifted by 23 the 1.5 * 2^23 part leaves 32 bits. */
+  return dt__bits_to_f32(dt__f32_to_bits(p) + (dt__f32_to_bits(t) << 23));
 }
 
-/* Phi(x) = P(N(0, 1) <= x) = erfc(-x / sqrt 2) / 2.
- *   |x| < 0.75: 1/2 + x P(x^2) / 2, P(s) ~ erf(sqrt(s / 2)) / sqrt(s) (degree 5, relative
- *               error 2.5e-11 on [0, 0.5625]);
- *   otherwise:  q = Phi(-|x|) = exp(-x^2 / 2) R(t) / 2 with z = |x| / sqrt 2, t = 1 / (1 + z / 2)
- *               and R(t) ~ erfc(z) e^(z^2) (degree 9 in t, relative error 5.5e-9 for z in
- *               [0.53, 10]); Phi = q below zero, 1 - q above (q <= 0.23: no cancellation).
- * The coefficients are Chebyshev fits made with mpmath (chebyfit, 30 digits). Beyond
- * |x| = 14.1 (z = 10) the tail keeps R's value at z = 10 and the exp factor dominates; the
- * result is below 1e-44 there. */
+/* Phi(x) from a = dt__gauss_arg_f32(x) and e = dt__gauss_f32(a): q = Phi(-|x|) =
+ * erfc(z) / 2 with z = a / sqrt 2, erfc(z) = e t G(t), t = 1 / (1 + z / 2), G(t) ~ e^(z^2)
+ * erfc(z) / t by a degree-8 polynomial (relative error 5.2e-8 for z in [0, 10], a Chebyshev
+ * fit made with mpmath, 30 digits); Phi = q below zero, 1 - q above (q <= 1/2: no
+ * cancellation). One formula from 0 to the tail: no switch, one exp. Below x = -13.1 the
+ * result is 0 (the exact value is below 2e-39). */
+static inline DT_HOST_DEVICE float dt__normal_cdf_parts_f32(float x, float a, float e) {
+  float t = 1.0f / fmaf(0.353553390593273762f, a, 1.0f); /* 1 / (1 + z / 2) */
+  float g = -0.059714918961348035f;
+  g = fmaf(g, t, 0.28776830951361188f);
+  g = fmaf(g, t, -0.49386364874073024f);
+  g = fmaf(g, t, 0.28569771026167068f);
+  g = fmaf(g, t, -0.031841757376820115f);
+  g = fmaf(g, t, 0.20485365512040785f);
+  g = fmaf(g, t, 0.24257289295561207f);
+  g = fmaf(g, t, 0.2824450419688328f);
+  g = fmaf(g, t, 0.28208267366659812f);
+  float q = (0.5f * e) * (t * g);
+  float phi = dt__select_f32(x < 0.0f, q, 1.0f - q);
+  return dt__select_f32(x < -13.1f, 0.0f, phi);
+}
+
+/* Phi(x) = P(N(0, 1) <= x) = erfc(-x / sqrt 2) / 2. */
 static inline DT_HOST_DEVICE float dt__normal_cdf_f32(float x) {
-  float ax = fabsf(x), s = x * x;
-  float p = -1.6781785420443273e-5f;
-  p = p * s + 0.00022956374699981802f;
-  p = p * s - 0.002374279406593363f;
-  p = p * s + 0.019947064573838276f;
-  p = p * s - 0.13298075775581156f;
-  p = p * s + 0.79788456078429632f;
-  float center = 0.5f + 0.5f * x * p;
-  float z = dt__select_f32(ax > 14.1f, 14.1f, ax) * 0.707106781186547524f;
-  float t = 1.0f / (1.0f + 0.5f * z);
-  float r = -0.077904606188514404f;
-  r = r * t + 0.36596451686053939f;
-  r = r * t - 0.63782728824299947f;
-  r = r * t + 0.43416760974308553f;
-  r = r * t - 0.12605943519767937f;
-  r = r * t + 0.24290174293940773f;
-  r = r * t + 0.23281366966731983f;
-  r = r * t + 0.28397711761409709f;
-  r = r * t + 0.28194901054853255f;
-  r = r * t + 4.9467274216323336e-6f;
-  float q = 0.5f * dt__exp_neg_half_square_f32(ax) * r;
-  float tail = dt__select_f32(x < 0.0f, q, 1.0f - q);
-  return dt__select_f32(ax < 0.75f, center, tail);
+  float a = dt__gauss_arg_f32(x);
+  return dt__normal_cdf_parts_f32(x, a, dt__gauss_f32(a));
+}
+
+/* The density exp(-x^2 / 2) / sqrt(2 pi) from e = dt__gauss_f32(dt__gauss_arg_f32(x)); 0 beyond
+ * |x| = 13.1 (the exact value is below 3e-38). */
+static inline DT_HOST_DEVICE float dt__normal_pdf_parts_f32(float x, float e) {
+  return dt__select_f32(fabsf(x) > 13.1f, 0.0f, 0.398942280401432678f * e);
+}
+
+static inline DT_HOST_DEVICE float dt__normal_pdf_f32(float x) {
+  return dt__normal_pdf_parts_f32(x, dt__gauss_f32(dt__gauss_arg_f32(x)));
 }
 
 #endif /* DT_KERNELS_MATH_VMATH_H */
