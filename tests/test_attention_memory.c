@@ -4,9 +4,9 @@
  * gradient and kernel scratch buffer the library allocates) measures the peak above the live
  * bytes before a causal forward + backward at seq 1024 and 2048:
  *  - fused: at most 12 times the bytes of one of q, k, v plus 1 MiB (the output, the
- *    gradients of q, k, v, the log-sum-exp, the backward's dk/dv accumulators in double and
- *    the tiles), far below one [B, H, T, T] scores tensor, and at most 2.2 times the seq 1024
- *    peak when the sequence doubles;
+ *    gradients of q, k, v, the log-sum-exp, the backward's dk/dv accumulators and k^T, v^T,
+ *    the forward's k^T, the tiles), far below one [B, H, T, T] scores tensor, and at most
+ *    2.2 times the seq 1024 peak when the sequence doubles;
  *  - the composition (matmul, scale, masked_fill, softmax, matmul) holds several scores
  *    tensors and grows about 4 times: the accounting sees the quadratic path.
  * Both paths' outputs and gradients agree (the values themselves are checked against naive

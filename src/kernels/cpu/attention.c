@@ -4,7 +4,8 @@
  * and weighted sum of values (the online softmax), so the extra memory is a few tiles whatever
  * the sequence length. The backward recomputes each tile's probabilities from the saved
  * log-sum-exp. Tiles are packed into double buffers (any strides and floating dtype), and
- * every sum runs in double. Also RMS norm, which the decoder models need next to it.
+ * every sum runs in double. float32 runs attention_f32.c's blocks on the BLAS instead. Also RMS
+ * norm, which the decoder models need next to it.
  */
 #include <math.h>
 #include <string.h>
@@ -193,6 +194,8 @@ static void forward_tile(const dt_attention_args *a, tiles *t, int64_t b, int64_
 dt_status dt__cpu_attention(const dt_attention_args *a, dt_tensor *out, dt_tensor *lse) {
   int64_t B = a->q->shape[0], H = a->q->shape[1], T = a->q->shape[2];
   if (dt__tensor_numel(out) == 0 && dt__tensor_numel(lse) == 0) return DT_OK;
+  if (a->q->dtype == DT_F32 && out->dtype == DT_F32 && lse->dtype == DT_F32)
+    return dt__cpu_attention_f32(a, out, lse);
   tiles t;
   dt_status st = tiles_alloc(&t, a->q->shape[3], a->v->shape[3]);
   if (st) return st;
@@ -247,6 +250,9 @@ dt_status dt__cpu_attention_backward(const dt_attention_args *a, const dt_tensor
                                      dt_tensor *dk, dt_tensor *dv) {
   int64_t B = a->q->shape[0], H = a->q->shape[1], T = a->q->shape[2], E = a->q->shape[3];
   int64_t Hk = a->k->shape[1], S = a->k->shape[2], Ev = a->v->shape[3], rep = H / Hk;
+  if (a->q->dtype == DT_F32 && (!dq || dq->dtype == DT_F32) && (!dk || dk->dtype == DT_F32) &&
+      (!dv || dv->dtype == DT_F32))
+    return dt__cpu_attention_backward_f32(a, gs, dq, dk, dv);
   tiles t;
   dt_status st = tiles_alloc(&t, E, Ev);
   if (st) return st;

@@ -36,4 +36,12 @@ dt_status dt__cpu_attention(const dt_attention_args *a, dt_tensor *out, dt_tenso
 dt_status dt__cpu_attention_backward(const dt_attention_args *a, const dt_tensor *gs, dt_tensor *dq,
                                      dt_tensor *dk, dt_tensor *dv);
 
+/* The float32 kernels behind the two above (attention_f32.c): blocks through cblas_sgemm, the
+ * online softmax in float32, the (batch, head, query block) work on the intra-op pool; any
+ * thread count gives the same bits. q, k, v (and gs) of any float32 strides (copied first
+ * when CBLAS cannot read their rows), out, lse, dq, dk, dv float32. */
+dt_status dt__cpu_attention_f32(const dt_attention_args *a, dt_tensor *out, dt_tensor *lse);
+dt_status dt__cpu_attention_backward_f32(const dt_attention_args *a, const dt_tensor *gs,
+                                         dt_tensor *dq, dt_tensor *dk, dt_tensor *dv);
+
 #endif /* DT_KERNELS_CPU_ATTENTION_H */

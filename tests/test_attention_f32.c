@@ -1,0 +1,286 @@
+/*
+ * The float32 scaled_dot_product_attention (src/kernels/cpu/attention_f32.c: blocks through
+ * sgemm, the online softmax in float32): output, log-sum-exp and the gradients of q, k, v
+ * against a naive reference in double that builds each head's whole [T, S] probability
+ * matrix, for causal and not, bool and float masks, grouped-query heads, one query, sequences
+ * that are not a multiple of the blocks, S != T, head dims that change the block sizes,
+ * strided inputs; a query that keeps no key; and the same bits on 1 and 2 threads.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtensor/dtensor.h"
+
+#define OK(call) cr_assert_eq((call), DT_OK, "%s: %s", #call, dt_last_error())
+
+static double *values_of(dt_tensor *t) {
+  int64_t n = dt_tensor_numel(t);
+  double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  dt_tensor *c = NULL;
+  OK(dt_contiguous(t, &c));
+  OK(dt_tensor_to_doubles(c, v, n));
+  dt_tensor_release(c);
+  return v;
+}
+
+typedef struct shape {
+  int64_t B, H, Hk, T, S, E, Ev;
+  bool causal;
+  int mask;     /* 0: none, 1: bool [T, S], 2: float [B, 1, T, S] */
+  bool strided; /* q a transposed [B, T, H, E] view, k with a non-unit last stride */
+} shape;
+
+/* The mask's value for (b, i, j): kept (bool) or added (float); one kept key per row. */
+static bool mask_keep(int64_t i, int64_t j, int64_t S) {
+  return (i * 7 + j * 3) % 5 != 0 || j == i % S;
+}
+static double mask_add(int64_t b, int64_t i, int64_t j) {
+  return 0.25 * sin((double)(b + 3 * i + 5 * j));
+}
+
+typedef struct reference {
+  double *out, *lse, *dq, *dk, *dv;
+} reference;
+
+/* Naive attention in double and its gradients for loss = sum(out * go) + sum(lse * gl). */
+static reference naive(const shape *s, const double *q, const double *k, const double *v,
+                       const double *go, const double *gl, double scale) {
+  int64_t B = s->B, H = s->H, Hk = s->Hk, T = s->T, S = s->S, E = s->E, Ev = s->Ev;
+  reference r = {calloc((size_t)(B * H * T * Ev), sizeof(double)),
+                 calloc((size_t)(B * H * T), sizeof(double)),
+                 calloc((size_t)(B * H * T * E), sizeof(double)),
+                 calloc((size_t)(B * Hk * S * E), sizeof(double)),
+                 calloc((size_t)(B * Hk * S * Ev), sizeof(double))};
+  double *p = malloc(sizeof(double) * (size_t)(T * S)),
+         *ds = malloc(sizeof(double) * (size_t)(T * S));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      int64_t kh = h / (H / Hk), qh = (b * H + h) * T, kvh = (b * Hk + kh) * S;
+      for (int64_t i = 0; i < T; i++) {
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < S; j++) {
+          double d = 0;
+          for (int64_t e = 0; e < E; e++) d += q[(qh + i) * E + e] * k[(kvh + j) * E + e];
+          bool keep = (!s->causal || j <= i) && (s->mask != 1 || mask_keep(i, j, S));
+          p[i * S + j] = keep ? scale * d + (s->mask == 2 ? mask_add(b, i, j) : 0) : -INFINITY;
+          mx = fmax(mx, p[i * S + j]);
+        }
+        for (int64_t j = 0; j < S; j++)
+          sum += p[i * S + j] == -INFINITY ? 0 : exp(p[i * S + j] - mx);
+        r.lse[qh + i] = mx + log(sum);
+        for (int64_t j = 0; j < S; j++) p[i * S + j] = exp(p[i * S + j] - r.lse[qh + i]);
+        for (int64_t e = 0; e < Ev; e++) {
+          double a = 0;
+          for (int64_t j = 0; j < S; j++) a += p[i * S + j] * v[(kvh + j) * Ev + e];
+          r.out[(qh + i) * Ev + e] = a;
+        }
+        /* dS = P (dP - rowsum(go * out) + gl), dP = go v^T */
+        double d = 0;
+        for (int64_t e = 0; e < Ev; e++) d += go[(qh + i) * Ev + e] * r.out[(qh + i) * Ev + e];
+        for (int64_t j = 0; j < S; j++) {
+          double dp = 0;
+          for (int64_t e = 0; e < Ev; e++) dp += go[(qh + i) * Ev + e] * v[(kvh + j) * Ev + e];
+          ds[i * S + j] = p[i * S + j] * (dp - d + gl[qh + i]);
+          for (int64_t e = 0; e < Ev; e++)
+            r.dv[(kvh + j) * Ev + e] += p[i * S + j] * go[(qh + i) * Ev + e];
+        }
+      }
+      for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < S; j++)
+          for (int64_t e = 0; e < E; e++) {
+            r.dq[(qh + i) * E + e] += scale * ds[i * S + j] * k[(kvh + j) * E + e];
+            r.dk[(kvh + j) * E + e] += scale * ds[i * S + j] * q[(qh + i) * E + e];
+          }
+    }
+  free(p), free(ds);
+  return r;
+}
+
+/* |got - want| <= tol (|want| + max |want| of the tensor): relative, with the tensor's scale as
+ * the floor for elements that cancel to near 0. */
+static void expect_close(const char *what, const shape *s, const double *got, const double *want,
+                         int64_t n, double tol) {
+  double top = 0;
+  for (int64_t i = 0; i < n; i++) top = fmax(top, fabs(want[i]));
+  for (int64_t i = 0; i < n; i++)
+    cr_assert(fabs(got[i] - want[i]) <= tol * (fabs(want[i]) + top),
+              "%s[%lld] %.9g vs %.9g (T %lld S %lld E %lld Ev %lld H %lld/%lld causal %d mask %d)",
+              what, (long long)i, got[i], want[i], (long long)s->T, (long long)s->S,
+              (long long)s->E, (long long)s->Ev, (long long)s->H, (long long)s->Hk, s->causal,
+              s->mask);
+}
+
+/* q [B, H, T, E] (a transposed [B, T, H, E] when strided), k, v; requiring grad. */
+static dt_tensor *input(const shape *s, int which, int64_t heads, int64_t seq, int64_t dim) {
+  dt_tensor *t = NULL, *base = NULL;
+  uint64_t seed = 100 + (uint64_t)which;
+  if (s->strided && which == 0) {
+    OK(dt_randn(4, (int64_t[]){s->B, seq, heads, dim}, DT_F32, seed, &base));
+    OK(dt_transpose(base, 1, 2, &t));
+  } else if (s->strided && which == 1) {
+    OK(dt_randn(4, (int64_t[]){s->B, heads, dim, seq}, DT_F32, seed, &base));
+    OK(dt_transpose(base, 2, 3, &t));
+  } else {
+    OK(dt_randn(4, (int64_t[]){s->B, heads, seq, dim}, DT_F32, seed, &t));
+  }
+  dt_tensor_release(base);
+  OK(dt_tensor_set_requires_grad(t, true));
+  return t;
+}
+
+static dt_tensor *make_mask(const shape *s) {
+  dt_tensor *m = NULL;
+  if (s->mask == 1) {
+    uint8_t *keep = malloc((size_t)(s->T * s->S));
+    for (int64_t i = 0; i < s->T; i++)
+      for (int64_t j = 0; j < s->S; j++) keep[i * s->S + j] = mask_keep(i, j, s->S);
+    OK(dt_from_data(keep, 2, (int64_t[]){s->T, s->S}, DT_BOOL, &m));
+    free(keep);
+  } else if (s->mask == 2) {
+    float *add = malloc(sizeof(float) * (size_t)(s->B * s->T * s->S));
+    for (int64_t b = 0; b < s->B; b++)
+      for (int64_t i = 0; i < s->T; i++)
+        for (int64_t j = 0; j < s->S; j++)
+          add[(b * s->T + i) * s->S + j] = (float)mask_add(b, i, j);
+    OK(dt_from_data(add, 4, (int64_t[]){s->B, 1, s->T, s->S}, DT_F32, &m));
+    free(add);
+  }
+  return m;
+}
+
+static void check_case(shape s) {
+  dt_tensor *q = input(&s, 0, s.H, s.T, s.E), *k = input(&s, 1, s.Hk, s.S, s.E);
+  dt_tensor *v = input(&s, 2, s.Hk, s.S, s.Ev), *m = make_mask(&s);
+  dt_tensor *go = NULL, *gl = NULL, *out = NULL, *lse = NULL;
+  OK(dt_randn(4, (int64_t[]){s.B, s.H, s.T, s.Ev}, DT_F32, 7, &go));
+  OK(dt_randn(3, (int64_t[]){s.B, s.H, s.T}, DT_F32, 8, &gl));
+  dt_attention_options o = {.is_causal = s.causal};
+  OK(dt_scaled_dot_product_attention(q, k, v, m, &o, &out, &lse));
+  dt_tensor *a = NULL, *b = NULL, *sa = NULL, *sb = NULL, *loss = NULL;
+  OK(dt_mul(out, go, &a));
+  OK(dt_mul(lse, gl, &b));
+  OK(dt_sum(a, &sa));
+  OK(dt_sum(b, &sb));
+  OK(dt_add(sa, sb, &loss));
+  OK(dt_backward(loss, NULL));
+  dt_tensor *gq = NULL, *gk = NULL, *gv = NULL;
+  OK(dt_tensor_grad(q, &gq));
+  OK(dt_tensor_grad(k, &gk));
+  OK(dt_tensor_grad(v, &gv));
+  double *qv = values_of(q), *kv = values_of(k), *vv = values_of(v), *gov = values_of(go),
+         *glv = values_of(gl);
+  reference r = naive(&s, qv, kv, vv, gov, glv, 1 / sqrt((double)s.E));
+  double *ov = values_of(out), *lv = values_of(lse), *dq = values_of(gq), *dk = values_of(gk),
+         *dv = values_of(gv);
+  int64_t nq = s.B * s.H * s.T, nk = s.B * s.Hk * s.S;
+  expect_close("out", &s, ov, r.out, nq * s.Ev, 1e-5);
+  expect_close("lse", &s, lv, r.lse, nq, 1e-5);
+  expect_close("dq", &s, dq, r.dq, nq * s.E, 1e-5);
+  expect_close("dk", &s, dk, r.dk, nk * s.E, 1e-5);
+  expect_close("dv", &s, dv, r.dv, nk * s.Ev, 1e-5);
+  free(qv), free(kv), free(vv), free(gov), free(glv), free(ov), free(lv), free(dq), free(dk);
+  free(dv), free(r.out), free(r.lse), free(r.dq), free(r.dk), free(r.dv);
+  dt_tensor *all[] = {q, k, v, m, go, gl, out, lse, a, b, sa, sb, loss, gq, gk, gv};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) dt_tensor_release(all[i]);
+}
+
+Test(attention_f32, causal_and_full_against_naive_double) {
+  check_case((shape){2, 3, 3, 130, 130, 64, 64, true, 0, false}); /* 3 query blocks, last short */
+  check_case((shape){1, 2, 2, 100, 100, 64, 64, false, 0, false});
+  check_case((shape){1, 2, 2, 1, 1, 64, 64, true, 0, false});     /* T = 1 */
+  check_case((shape){1, 2, 2, 1, 77, 64, 48, false, 0, false});   /* one query, decode */
+  check_case((shape){2, 2, 1, 70, 150, 32, 40, false, 0, false}); /* S != T, GQA 2 over 1 */
+  check_case((shape){1, 2, 2, 150, 70, 16, 16, true, 0, false});  /* T > S causal */
+}
+
+Test(attention_f32, masks_grouped_heads_and_block_sizes) {
+  check_case((shape){2, 4, 2, 97, 97, 64, 64, true, 1, false});   /* bool mask, GQA */
+  check_case((shape){2, 4, 1, 65, 90, 64, 32, false, 2, false});  /* float mask by batch */
+  check_case((shape){1, 2, 2, 80, 80, 128, 128, true, 0, false}); /* 32-key blocks */
+  check_case((shape){1, 2, 2, 300, 300, 8, 8, false, 1, false});  /* 256-key blocks */
+  check_case((shape){1, 1, 1, 40, 40, 300, 5, true, 0, false});   /* wide heads: 16-key blocks */
+}
+
+Test(attention_f32, strided_inputs) {
+  check_case((shape){2, 4, 2, 70, 70, 16, 16, true, 0, true});
+  check_case((shape){1, 3, 3, 33, 45, 24, 8, false, 2, true});
+}
+
+/* A query that keeps no key: NaN outputs, lse -inf, and no gradient from it (its q row's
+ * gradient 0, nothing added to k and v), as the double kernel. */
+Test(attention_f32, query_keeping_no_key) {
+  int64_t T = 70, S = 70, E = 16;
+  uint8_t *keep = malloc((size_t)(T * S));
+  for (int64_t i = 0; i < T * S; i++) keep[i] = i / S != 5;
+  dt_tensor *q = NULL, *k = NULL, *v = NULL, *m = NULL, *out = NULL, *lse = NULL;
+  OK(dt_from_data(keep, 2, (int64_t[]){T, S}, DT_BOOL, &m));
+  OK(dt_randn(4, (int64_t[]){1, 1, T, E}, DT_F32, 1, &q));
+  OK(dt_randn(4, (int64_t[]){1, 1, S, E}, DT_F32, 2, &k));
+  OK(dt_randn(4, (int64_t[]){1, 1, S, E}, DT_F32, 3, &v));
+  OK(dt_tensor_set_requires_grad(q, true));
+  OK(dt_tensor_set_requires_grad(k, true));
+  OK(dt_scaled_dot_product_attention(q, k, v, m, NULL, &out, &lse));
+  double *ov = values_of(out), *lv = values_of(lse);
+  for (int64_t i = 0; i < T; i++) {
+    cr_assert_eq(isnan(ov[i * E]), i == 5, "row %lld: %g", (long long)i, ov[i * E]);
+    cr_assert_eq(lv[i] == -INFINITY, i == 5, "lse %lld: %g", (long long)i, lv[i]);
+  }
+  /* Only the rows that kept keys reach the loss. */
+  dt_tensor *rows = NULL, *sum = NULL, *gq = NULL, *gk = NULL;
+  OK(dt_slice(out, 2, 6, T, 1, &rows));
+  OK(dt_sum(rows, &sum));
+  OK(dt_backward(sum, NULL));
+  OK(dt_tensor_grad(q, &gq));
+  OK(dt_tensor_grad(k, &gk));
+  double *dq = values_of(gq), *dk = values_of(gk);
+  for (int64_t i = 0; i < T * E; i++) {
+    cr_assert(isfinite(dq[i]) && isfinite(dk[i]), "element %lld: %g %g", (long long)i, dq[i],
+              dk[i]);
+    if (i / E == 5) cr_assert_eq(dq[i], 0.0);
+  }
+  free(keep), free(ov), free(lv), free(dq), free(dk);
+  dt_tensor *all[] = {q, k, v, m, out, lse, rows, sum, gq, gk};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) dt_tensor_release(all[i]);
+}
+
+/* Outputs and gradients of a causal GQA case on 1 thread and on 2: the same bits. */
+static void run_threads(int threads, float **got, int64_t *sizes) {
+  OK(dt_set_num_threads(threads));
+  dt_tensor *q = NULL, *k = NULL, *v = NULL, *out = NULL, *lse = NULL, *s = NULL;
+  OK(dt_randn(4, (int64_t[]){2, 4, 200, 32}, DT_F32, 11, &q));
+  OK(dt_randn(4, (int64_t[]){2, 2, 200, 32}, DT_F32, 12, &k));
+  OK(dt_randn(4, (int64_t[]){2, 2, 200, 32}, DT_F32, 13, &v));
+  dt_tensor *leaves[3] = {q, k, v};
+  for (int i = 0; i < 3; i++) OK(dt_tensor_set_requires_grad(leaves[i], true));
+  dt_attention_options o = {.is_causal = true};
+  OK(dt_scaled_dot_product_attention(q, k, v, NULL, &o, &out, &lse));
+  dt_tensor *sq = NULL;
+  OK(dt_mul(out, out, &sq));
+  OK(dt_sum(sq, &s));
+  OK(dt_backward(s, NULL));
+  dt_tensor *res[5] = {out, lse, NULL, NULL, NULL};
+  for (int i = 0; i < 3; i++) OK(dt_tensor_grad(leaves[i], &res[2 + i]));
+  for (int i = 0; i < 5; i++) {
+    sizes[i] = dt_tensor_numel(res[i]);
+    got[i] = malloc(sizeof(float) * (size_t)sizes[i]);
+    memcpy(got[i], dt_tensor_data(res[i]), sizeof(float) * (size_t)sizes[i]);
+  }
+  for (int i = 2; i < 5; i++) dt_tensor_release(res[i]);
+  dt_tensor *all[] = {q, k, v, out, lse, sq, s};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) dt_tensor_release(all[i]);
+  OK(dt_set_num_threads(0));
+}
+
+Test(attention_f32, same_bits_on_1_and_2_threads) {
+  float *one[5], *two[5];
+  int64_t n1[5], n2[5];
+  run_threads(1, one, n1);
+  run_threads(2, two, n2);
+  for (int i = 0; i < 5; i++) {
+    cr_assert_eq(n1[i], n2[i]);
+    cr_assert(memcmp(one[i], two[i], sizeof(float) * (size_t)n1[i]) == 0, "result %d differs", i);
+    free(one[i]), free(two[i]);
+  }
+}
