@@ -7,6 +7,7 @@
  * dt__alloc / dt__free (internal). */
 #include <criterion/criterion.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -73,6 +74,34 @@ Test(alloc_cache, the_limit_evicts_the_oldest_and_zero_keeps_none) {
   cr_assert(REUSED(v, w));
   dt__free(v);
   unsetenv("DT_ALLOC_CACHE_MB");
+}
+
+static int warnings;
+static char last_warning[512];
+static void on_log(dt_log_level level, const char *message, void *user) {
+  (void)user;
+  if (level != DT_LOG_WARN) return;
+  warnings++;
+  snprintf(last_warning, sizeof last_warning, "%s", message);
+}
+
+/* An unreadable DT_ALLOC_CACHE_MB (read at each free) is reported once through the log
+ * callback, with its value, and the default limit applies. */
+Test(alloc_cache, a_bad_limit_is_reported_once) {
+  dt_set_log_callback(on_log, NULL, DT_LOG_WARN);
+  const char *bad[] = {"12MB", "-1", "99999999999999999999"};
+  for (int i = 0; i < 3; i++) {
+    warnings = 0;
+    setenv("DT_ALLOC_CACHE_MB", bad[i], 1);
+    for (int k = 0; k < 3; k++) dt__free(dt__alloc(2 * MIB));
+#ifndef DT_NO_ALLOC_CACHE
+    cr_assert_eq(warnings, 1, "DT_ALLOC_CACHE_MB=\"%s\": reported once, got %d", bad[i], warnings);
+    cr_assert(strstr(last_warning, "DT_ALLOC_CACHE_MB") && strstr(last_warning, bad[i]), "%s",
+              last_warning);
+#endif
+  }
+  unsetenv("DT_ALLOC_CACHE_MB");
+  dt_set_log_callback(NULL, NULL, DT_LOG_WARN);
 }
 
 static long minor_faults(void) {

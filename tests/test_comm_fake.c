@@ -111,6 +111,55 @@ Test(fake, chosen_by_environment) {
   unsetenv("DT_FAKE_RANK");
 }
 
+/* A bad DT_FAKE_WORLD / DT_FAKE_RANK is refused by dt_comm_init (a public init), naming the
+ * variable and its value; a bad DT_COMM_TIMEOUT_MS is reported through the log callback and the
+ * default timeout applies. */
+static int warnings;
+static char last_warning[512];
+static void on_log(dt_log_level level, const char *message, void *user) {
+  (void)user;
+  if (level != DT_LOG_WARN) return;
+  warnings++;
+  snprintf(last_warning, sizeof last_warning, "%s", message);
+}
+
+Test(fake, bad_environment_values) {
+  setenv("DT_BACKEND", "fake", 1);
+  dt_comm *comm = NULL;
+  const char *worlds[] = {"abc", "0", "-3", "4x", "99999999999"};
+  for (int i = 0; i < 5; i++) {
+    setenv("DT_FAKE_WORLD", worlds[i], 1);
+    cr_assert_eq(dt_comm_init(NULL, &comm), DT_ERR_INVALID, "DT_FAKE_WORLD=%s", worlds[i]);
+    cr_assert_null(comm);
+    cr_assert(strstr(dt_last_error(), "DT_FAKE_WORLD") && strstr(dt_last_error(), worlds[i]), "%s",
+              dt_last_error());
+  }
+  setenv("DT_FAKE_WORLD", "4", 1);
+  const char *ranks[] = {"x", "4", "-1", "1.5"};
+  for (int i = 0; i < 4; i++) {
+    setenv("DT_FAKE_RANK", ranks[i], 1);
+    cr_assert_eq(dt_comm_init(NULL, &comm), DT_ERR_INVALID, "DT_FAKE_RANK=%s", ranks[i]);
+    cr_assert(strstr(dt_last_error(), "DT_FAKE_RANK") && strstr(dt_last_error(), ranks[i]), "%s",
+              dt_last_error());
+  }
+  setenv("DT_FAKE_RANK", "3", 1);
+  setenv("DT_COMM_TIMEOUT_MS", "5s", 1);
+  dt_set_log_callback(on_log, NULL, DT_LOG_WARN);
+  warnings = 0;
+  cr_assert_eq(dt_comm_init(NULL, &comm), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_comm_rank(comm), 3);
+  cr_assert_eq(dt_comm_timeout(comm), DT_COMM_DEFAULT_TIMEOUT_MS);
+  cr_assert_eq(warnings, 1);
+  cr_assert(strstr(last_warning, "DT_COMM_TIMEOUT_MS") && strstr(last_warning, "5s"), "%s",
+            last_warning);
+  dt_set_log_callback(NULL, NULL, DT_LOG_WARN);
+  dt_comm_destroy(comm);
+  unsetenv("DT_BACKEND");
+  unsetenv("DT_FAKE_WORLD");
+  unsetenv("DT_FAKE_RANK");
+  unsetenv("DT_COMM_TIMEOUT_MS");
+}
+
 /* The call path allocates nothing once warm: count allocator calls over many collectives. */
 static int allocations;
 static void *counting_alloc(size_t size, size_t alignment, void *user) {

@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -36,9 +37,45 @@ Test(thread_pool, setting_environment_and_errors) {
   cr_assert_eq(dt_get_num_threads(), cores(), "default: the cores");
   setenv("DT_NUM_THREADS", "1", 1);
   cr_assert_eq(dt_get_num_threads(), 1, "DT_NUM_THREADS");
-  setenv("DT_NUM_THREADS", "x", 1);
-  cr_assert_eq(dt_get_num_threads(), cores(), "an unreadable DT_NUM_THREADS is ignored");
   unsetenv("DT_NUM_THREADS");
+}
+
+static int warnings;
+static char last_warning[512];
+static void on_log(dt_log_level level, const char *message, void *user) {
+  (void)user;
+  if (level != DT_LOG_WARN) return;
+  warnings++;
+  snprintf(last_warning, sizeof last_warning, "%s", message);
+}
+
+/* A DT_NUM_THREADS that is not an integer in 1..4096 is reported once through the log
+ * callback, naming the variable and the value, and the default (the cores) applies. */
+Test(thread_pool, a_bad_environment_value_is_reported_once) {
+  dt_set_log_callback(on_log, NULL, DT_LOG_WARN);
+  const char *bad[] = {"abc", "0", "-3", "99999999999", "4x", "99999999999999999999999", " "};
+  for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+    warnings = 0;
+    last_warning[0] = '\0';
+    setenv("DT_NUM_THREADS", bad[i], 1);
+    cr_assert_eq(dt_get_num_threads(), cores(), "DT_NUM_THREADS=\"%s\": the default", bad[i]);
+    cr_assert_eq(dt_get_num_threads(), cores());
+    cr_assert_eq(warnings, 1, "DT_NUM_THREADS=\"%s\": reported once, got %d", bad[i], warnings);
+    cr_assert(strstr(last_warning, "DT_NUM_THREADS") && strstr(last_warning, bad[i]), "%s",
+              last_warning);
+  }
+  warnings = 0;
+  setenv("DT_NUM_THREADS", "1", 1);
+  cr_assert_eq(dt_get_num_threads(), 1, "a good value after a bad one is used");
+  cr_assert_eq(warnings, 0);
+  setenv("DT_NUM_THREADS", "abc", 1);
+  cr_assert_eq(dt_get_num_threads(), cores());
+  cr_assert_eq(warnings, 0, "the same bad value is not reported twice");
+  cr_assert_eq(dt_set_num_threads(1), DT_OK); /* a setting wins: the variable is not read */
+  cr_assert_eq(dt_get_num_threads(), 1);
+  cr_assert_eq(dt_set_num_threads(0), DT_OK);
+  unsetenv("DT_NUM_THREADS");
+  dt_set_log_callback(NULL, NULL, DT_LOG_WARN);
 }
 
 typedef struct cover {

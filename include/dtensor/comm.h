@@ -105,10 +105,12 @@ typedef struct dt_comm_options {
    * "threads". */
   const char *backend;
   /* fake: the rank to impersonate and the world size (default rank 0 of 1). With
-   * world_size 0 the environment variables DT_FAKE_RANK and DT_FAKE_WORLD are used. */
+   * world_size 0 the environment variables DT_FAKE_RANK and DT_FAKE_WORLD are used (a value
+   * that is not a whole integer in range makes dt_comm_init fail with DT_ERR_INVALID). */
   int rank;
   int world_size;
-  /* Timeout of every collective in ms; 0: DT_COMM_TIMEOUT_MS, else 10 minutes. */
+  /* Timeout of every collective in ms; 0: DT_COMM_TIMEOUT_MS, else 10 minutes (a
+   * DT_COMM_TIMEOUT_MS that is not a positive integer is logged once and ignored). */
   int64_t timeout_ms;
 } dt_comm_options;
 

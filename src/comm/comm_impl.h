@@ -254,9 +254,6 @@ void dt__reduce_buffers(dt_dtype dtype, dt_reduce_op op, int nsrc, const void *c
 extern const dt_comm_backend dt__threads_backend;
 extern const dt_comm_backend dt__fake_backend;
 
-/* A positive integer from the environment, or `fallback` when unset or malformed. */
-int64_t dt__env_positive(const char *name, int64_t fallback);
-
 /* Backend constructors: each makes the world group of its backend from dt_comm_init's
  * options. dt_comm_init finds them by name in the registry (comm/registry.c). */
 typedef dt_status (*dt_comm_backend_init_fn)(const dt_comm_options *opts, dt_comm **out);

@@ -25,15 +25,6 @@ uint64_t dt__comm_next_id(void) {
   return (uint64_t)atomic_fetch_add(&next_id, 1);
 }
 
-int64_t dt__env_positive(const char *name, int64_t fallback) {
-  const char *text = getenv(name);
-  if (!text || !*text) return fallback;
-  char *end = NULL;
-  long long value = strtoll(text, &end, 10);
-  if (*end != '\0' || value <= 0) return fallback;
-  return (int64_t)value;
-}
-
 dt_comm *dt__comm_new(const dt_comm_backend *backend, int rank, int size, uint64_t id,
                       void *state) {
   dt_comm *comm = dt__calloc(sizeof *comm);
@@ -42,7 +33,8 @@ dt_comm *dt__comm_new(const dt_comm_backend *backend, int rank, int size, uint64
   comm->rank = rank;
   comm->size = size;
   comm->id = id ? id : dt__comm_next_id();
-  comm->timeout_ms = dt__env_positive("DT_COMM_TIMEOUT_MS", DT_COMM_DEFAULT_TIMEOUT_MS);
+  comm->timeout_ms = dt__env_int("DT_COMM_TIMEOUT_MS", 1, INT64_MAX, DT_COMM_DEFAULT_TIMEOUT_MS,
+                                 "the default (10 minutes)");
   const char *debug = getenv("DT_DEBUG_COLLECTIVES");
   comm->debug = debug && strcmp(debug, "0") != 0 && *debug;
   snprintf(comm->name, sizeof comm->name, "world");

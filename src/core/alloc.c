@@ -125,15 +125,11 @@ static bool cache_put(int k, void *raw) {
 }
 
 #ifndef DT_NO_ALLOC_CACHE
-/* The large-block list's limit in bytes: DT_ALLOC_CACHE_MB, else LARGE_DEFAULT_MB. */
+/* The large-block list's limit in bytes: DT_ALLOC_CACHE_MB, else LARGE_DEFAULT_MB (a value
+ * outside 0..2^30 is reported once through the log callback). */
 static size_t large_limit(void) {
-  const char *s = getenv("DT_ALLOC_CACHE_MB");
-  long long mb = LARGE_DEFAULT_MB;
-  if (s && *s) {
-    char *end = NULL;
-    long long v = strtoll(s, &end, 10);
-    if (*end == '\0' && v >= 0 && v <= ((long long)1 << 30)) mb = v;
-  }
+  int64_t mb = dt__env_int("DT_ALLOC_CACHE_MB", 0, (int64_t)1 << 30, LARGE_DEFAULT_MB,
+                           "the default (1024 MiB)");
   return (size_t)mb << 20;
 }
 

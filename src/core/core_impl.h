@@ -62,6 +62,15 @@ void dt__free_each(int n, void *const *blocks);
 /* Logging through the user's callback. */
 DT_PRINTF(2, 3) void dt__log(dt_log_level level, const char *format, ...);
 
+/* Integer environment variables, read strictly (src/core/env.c). dt__env_int_parse: true when
+ * text is a whole decimal integer in [min, max], stored in *out. dt__env_int: the variable's
+ * value; unset or empty: `fallback`; any other value outside the rule is reported once per
+ * (variable, value) through the log callback (DT_LOG_WARN, naming the variable, the value, the
+ * range and `fallback_text`, e.g. "the default (the cores)") and gives `fallback`. */
+bool dt__env_int_parse(const char *text, int64_t min, int64_t max, int64_t *out);
+int64_t dt__env_int(const char *name, int64_t min, int64_t max, int64_t fallback,
+                    const char *fallback_text);
+
 /* Formats `[2, 3, 4]` into buf (always NUL-terminated) and returns buf. */
 char *dt__format_ints(char *buf, size_t size, int n, const int64_t *values);
 

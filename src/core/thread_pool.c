@@ -62,12 +62,9 @@ static int cores(void) {
   return c;
 }
 
+/* DT_NUM_THREADS, 0 when unset; a value outside 1..4096 is reported once and gives 0. */
 static int env_setting(void) {
-  const char *s = getenv("DT_NUM_THREADS");
-  if (!s || !*s) return 0;
-  char *end = NULL;
-  long v = strtol(s, &end, 10);
-  return *end == '\0' && v >= 1 && v <= 4096 ? (int)v : 0;
+  return (int)dt__env_int("DT_NUM_THREADS", 1, 4096, 0, "the default (the cores)");
 }
 
 int dt__intra_threads(void) {

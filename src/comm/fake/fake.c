@@ -89,9 +89,23 @@ const dt_comm_backend dt__fake_backend = {
 dt_status dt__fake_init(const dt_comm_options *opts, dt_comm **out) {
   int rank = opts->rank, world_size = opts->world_size;
   if (world_size == 0) {
-    world_size = (int)dt__env_positive("DT_FAKE_WORLD", 1);
-    const char *r = getenv("DT_FAKE_RANK");
-    rank = r && *r ? atoi(r) : opts->rank;
+    /* A public init reading the environment refuses a bad value rather than guess. */
+    const char *w = getenv("DT_FAKE_WORLD"), *r = getenv("DT_FAKE_RANK");
+    int64_t value = 1;
+    if (w && *w && !dt__env_int_parse(w, 1, DT_COMM_MAX_WORLD, &value)) {
+      return dt__error(DT_ERR_INVALID,
+                       "dt_comm_init: DT_FAKE_WORLD is \"%.64s\", expected an integer 1..%d", w,
+                       DT_COMM_MAX_WORLD);
+    }
+    world_size = (int)value;
+    value = opts->rank;
+    if (r && *r && !dt__env_int_parse(r, 0, world_size - 1, &value)) {
+      return dt__error(DT_ERR_INVALID,
+                       "dt_comm_init: DT_FAKE_RANK is \"%.64s\", expected an integer 0..%d (the "
+                       "fake world has %d ranks)",
+                       r, world_size - 1, world_size);
+    }
+    rank = (int)value;
   }
   if (world_size < 1 || world_size > DT_COMM_MAX_WORLD) {
     return dt__error(DT_ERR_INVALID, "dt_comm_init: fake world_size is %d, expected 1..%d",

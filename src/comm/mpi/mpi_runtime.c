@@ -320,12 +320,7 @@ static void *watchdog_main(void *arg) {
 
 /* How long an exiting process that still holds groups waits for its peers to exit too. */
 static int64_t exit_grace_ms(void) {
-  const char *text = getenv("DT_MPI_EXIT_GRACE_MS");
-  if (text && *text) {
-    long long value = strtoll(text, NULL, 10);
-    if (value >= 0 && value <= 600000) return value;
-  }
-  return 1000;
+  return dt__env_int("DT_MPI_EXIT_GRACE_MS", 0, 600000, 1000, "the default (1000 ms)");
 }
 
 /* True when every process reaches this handshake within `grace_ms`: the whole job is
@@ -486,11 +481,8 @@ static dt_status runtime_init_locked(void) {
             "serialised by a lock",
             thread_level_name(provided));
   }
-  const char *limit = getenv("DT_MPI_MAX_COUNT");
-  if (limit && *limit) {
-    long long value = strtoll(limit, NULL, 10);
-    if (value >= 1 && value <= INT_MAX) dt__mp_max_count = value;
-  }
+  dt__mp_max_count =
+      dt__env_int("DT_MPI_MAX_COUNT", 1, INT_MAX, dt__mp_max_count, "the default (INT_MAX)");
   if (we_initialized && MPI_Comm_dup(MPI_COMM_WORLD, &exit_comm) == MPI_SUCCESS) {
     MPI_Comm_set_errhandler(exit_comm, MPI_ERRORS_RETURN);
   } else {

@@ -1,0 +1,64 @@
+/*
+ * Integer environment variables (DT_NUM_THREADS, DT_ALLOC_CACHE_MB, DT_COMM_TIMEOUT_MS, ...):
+ * one strict reader for all of them. A value must be a whole decimal integer inside the
+ * variable's range (no trailing letters, no overflow); any other value is not silently
+ * dropped but reported through the log callback (DT_LOG_WARN), once per variable and value,
+ * and the caller's default applies. Settings read at every kernel call or free would
+ * otherwise report on every call.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core_impl.h"
+
+#define REPORTED_MAX 32
+
+static struct {
+  pthread_mutex_t lock;
+  int count;
+  char name[REPORTED_MAX][40];
+  char value[REPORTED_MAX][64];
+} reported = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+bool dt__env_int_parse(const char *text, int64_t min, int64_t max, int64_t *out) {
+  if (!text || !*text) return false;
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || errno == ERANGE || v < min || v > max) return false;
+  *out = (int64_t)v;
+  return true;
+}
+
+/* True the first time (name, value) is seen; a value longer than the table keeps is compared
+ * by its first 63 characters. */
+static bool first_report(const char *name, const char *value) {
+  bool first = true;
+  pthread_mutex_lock(&reported.lock);
+  for (int i = 0; i < reported.count && first; i++) {
+    first = strncmp(reported.name[i], name, sizeof reported.name[i] - 1) != 0 ||
+            strncmp(reported.value[i], value, sizeof reported.value[i] - 1) != 0;
+  }
+  if (first && reported.count < REPORTED_MAX) {
+    int i = reported.count++;
+    strncpy(reported.name[i], name, sizeof reported.name[i] - 1);
+    strncpy(reported.value[i], value, sizeof reported.value[i] - 1);
+  }
+  pthread_mutex_unlock(&reported.lock);
+  return first;
+}
+
+int64_t dt__env_int(const char *name, int64_t min, int64_t max, int64_t fallback,
+                    const char *fallback_text) {
+  const char *text = getenv(name);
+  if (!text || !*text) return fallback;
+  int64_t value = 0;
+  if (dt__env_int_parse(text, min, max, &value)) return value;
+  if (first_report(name, text)) {
+    dt__log(DT_LOG_WARN, "%s=\"%.64s\" is not an integer in [%lld, %lld]: ignored, using %s", name,
+            text, (long long)min, (long long)max, fallback_text);
+  }
+  return fallback;
+}
