@@ -317,3 +317,49 @@ Test(hf_model_errors, tiny_temperature_samples_the_greedy_ids_and_nan_logits_are
             dt_last_error());
   dt_hf_model_destroy(m);
 }
+
+/* sampling.stop_token: -1 and 0 mean none; any other negative or an id past the vocabulary is
+ * refused, naming the field and the value. A stop token and use_eos together stop at the first
+ * of either, checked against the whole greedy sequence. */
+Test(hf_model_errors, stop_token_outside_the_vocabulary_is_refused) {
+  SKIP_WITHOUT_FIXTURES();
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(HF "/llama_tiny", NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  int64_t prompt[3] = {1, 5, 7}, full[16], out[16], n_full = 0, n = 0;
+  cr_assert_eq(dt_hf_generate(m, prompt, 3, 12, NULL, full, &n_full, NULL, NULL), DT_OK, "%s",
+               dt_last_error());
+  cr_assert_eq(n_full, 15);
+  const int64_t bad[] = {-7, -2, 256, 1000, INT64_MIN, INT64_MAX};
+  for (int i = 0; i < 6; i++) {
+    dt_hf_sampling s = {.stop_token = bad[i]};
+    n = -5;
+    cr_assert_eq(dt_hf_generate(m, prompt, 3, 4, &s, out, &n, NULL, NULL), DT_ERR_INVALID,
+                 "stop_token %lld", (long long)bad[i]);
+    char want[48];
+    snprintf(want, sizeof want, "stop_token is %lld", (long long)bad[i]);
+    cr_assert(strstr(dt_last_error(), want), "%s", dt_last_error());
+    cr_assert_eq(n, -5, "nothing written on a refusal");
+  }
+  for (int64_t none = -1; none <= 0; none++) {
+    dt_hf_sampling s = {.stop_token = none};
+    cr_assert_eq(dt_hf_generate(m, prompt, 3, 12, &s, out, &n, NULL, NULL), DT_OK, "%s",
+                 dt_last_error());
+    cr_assert_eq(n, n_full, "stop_token %lld: none", (long long)none);
+  }
+  /* Stop at the 6th generated id, with use_eos on too (the fixture's eos is 2). */
+  dt_hf_sampling s = {.stop_token = full[3 + 5], .use_eos = true};
+  cr_assert_gt(s.stop_token, 0, "the fixture's 6th greedy id is a usable stop token");
+  int64_t expected = n_full;
+  for (int64_t i = 3; i < n_full; i++) {
+    if (full[i] == s.stop_token || full[i] == 2) {
+      expected = i + 1;
+      break;
+    }
+  }
+  cr_assert_eq(dt_hf_generate(m, prompt, 3, 12, &s, out, &n, NULL, NULL), DT_OK, "%s",
+               dt_last_error());
+  cr_assert_eq(n, expected, "stopped after %lld ids, expected %lld", (long long)n,
+               (long long)expected);
+  for (int64_t i = 0; i < n; i++) cr_assert_eq(out[i], full[i]);
+  dt_hf_model_destroy(m);
+}

@@ -151,15 +151,18 @@ typedef struct dt_hf_sampling {
   int64_t top_k;      /* > 0: only the k most likely tokens; 0: all */
   double top_p;       /* in (0, 1): the smallest set whose probability reaches p; 0 or 1: all */
   uint64_t seed;      /* the draws come from Philox (seed, step): the same on every rank and mesh */
-  int64_t stop_token; /* > 0: stop after generating it; 0 or -1: never (use_eos: eos) */
-  bool use_eos;       /* stop after any of config's eos_token_ids */
+  /* > 0: stop after generating it (an id below vocab_size); 0 or -1: none. Other values are
+   * refused (DT_ERR_INVALID). With use_eos, generation stops at either. */
+  int64_t stop_token;
+  bool use_eos; /* stop after any of config's eos_token_ids (a list: any of them) */
 } dt_hf_sampling;
 
 /* Generates max_new tokens after prompt (n_prompt ids) with a KV cache: one forward over the
  * prompt (prefill), then one per new token (decode). out receives n_prompt + generated ids
  * (capacity at least n_prompt + max_new), *n_out their count. Every rank draws the same token.
  * prefill_s / decode_s (may be NULL) receive the seconds spent in each phase.
- * Errors: DT_ERR_INVALID (NULL, n_prompt < 1, max_new < 0, bad sampling values, ids outside
+ * Errors: DT_ERR_INVALID (NULL, n_prompt < 1, max_new < 0, bad sampling values (a stop_token
+ * below -1 or not below vocab_size: the message names the field and value), ids outside
  * the vocabulary, a total length past max_positions, NaN or infinite logits to sample from),
  * the errors of the forward. */
 DT_API dt_status dt_hf_generate(dt_hf_model *model, const int64_t *prompt, int64_t n_prompt,
