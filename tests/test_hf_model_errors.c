@@ -318,6 +318,29 @@ Test(hf_model_errors, tiny_temperature_samples_the_greedy_ids_and_nan_logits_are
   dt_hf_model_destroy(m);
 }
 
+/* An eos_token_id no token can be (at or past vocab_size), alone or in a list, is refused at
+ * load with a message naming eos_token_id, the value and vocab_size; the last id loads. */
+Test(hf_model_errors, eos_token_id_outside_the_vocabulary_is_refused) {
+  SKIP_WITHOUT_FIXTURES();
+  char dir[64];
+  llama_dir(dir, sizeof dir);
+  const char *bad[] = {"256", "[2, 256]", "[99999]", "4000000000000000"};
+  const char *value[] = {"is 256", "[1] is 256", "[0] is 99999", "is 4000000000000000"};
+  for (int i = 0; i < 4; i++) {
+    char extra[128];
+    snprintf(extra, sizeof extra, "\"num_attention_heads\": 4, \"eos_token_id\": %s", bad[i]);
+    write_llama_config(dir, extra);
+    expect_load_error(dir, DT_ERR_INVALID, "\"eos_token_id\"", value[i]);
+    cr_assert(strstr(dt_last_error(), "vocab_size 256"), "%s", dt_last_error());
+  }
+  write_llama_config(dir, "\"num_attention_heads\": 4, \"eos_token_id\": [255, 0]");
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(dir, NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_hf_model_config(m)->n_eos_token_ids, 2);
+  dt_hf_model_destroy(m);
+  remove_dir(dir);
+}
+
 /* sampling.stop_token: -1 and 0 mean none; any other negative or an id past the vocabulary is
  * refused, naming the field and the value. A stop token and use_eos together stop at the first
  * of either, checked against the whole greedy sequence. */

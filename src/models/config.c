@@ -242,6 +242,22 @@ static dt_status parse_gpt2(const cJSON *root, const char *path, dt_hf_config *c
   return DT_OK;
 }
 
+/* Every eos id must be a token of the vocabulary: one outside it can never be generated, and
+ * generation asked to stop there would run to its length. */
+static dt_status check_eos_ids(const char *path, const dt_hf_config *cfg, bool list) {
+  for (int i = 0; i < cfg->n_eos_token_ids; i++) {
+    int64_t id = cfg->eos_token_ids[i];
+    if (id < cfg->vocab_size) continue;
+    char where[32] = "";
+    if (list) snprintf(where, sizeof where, "[%d]", i);
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: \"eos_token_id\"%s is %lld, outside [0, vocab_size "
+                     "%lld)",
+                     path, where, (long long)id, (long long)cfg->vocab_size);
+  }
+  return DT_OK;
+}
+
 /* eos_token_id: one id, or a list of them (Llama 3: generation stops at any). */
 static dt_status parse_eos(const cJSON *root, const char *path, dt_hf_config *cfg) {
   const cJSON *eos = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
@@ -250,7 +266,7 @@ static dt_status parse_eos(const cJSON *root, const char *path, dt_hf_config *cf
     dt_status st = get_int(root, "eos_token_id", -1, 0, path, &cfg->eos_token_id);
     if (!st && cfg->eos_token_id >= 0)
       cfg->eos_token_ids[cfg->n_eos_token_ids++] = cfg->eos_token_id;
-    return st;
+    return st ? st : check_eos_ids(path, cfg, false);
   }
   int n = cJSON_GetArraySize(eos);
   if (n > DT_HF_MAX_EOS)
@@ -264,7 +280,7 @@ static dt_status parse_eos(const cJSON *root, const char *path, dt_hf_config *cf
   }
   cfg->n_eos_token_ids = n;
   cfg->eos_token_id = n > 0 ? cfg->eos_token_ids[0] : -1;
-  return DT_OK;
+  return check_eos_ids(path, cfg, true);
 }
 
 dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *cfg) {
