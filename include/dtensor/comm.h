@@ -93,7 +93,10 @@ typedef dt_status (*dt_rank_fn)(dt_comm *world, void *arg);
  * A rank whose fn fails aborts the world: the others' pending and later collectives return
  * DT_ERR_ABORTED. A rank that returns while peers wait for it in a collective makes that
  * collective fail with DT_ERR_ABORTED too, rather than hang. Sub-groups made with
- * dt_comm_split must be destroyed before fn returns.
+ * dt_comm_split and meshes made on `world` must be destroyed before fn returns: a rank that
+ * leaves some is reported through the log callback (DT_LOG_WARN, "dt_comm_spawn: rank R
+ * returned without destroying M meshes ... and G groups ..."; the status is unchanged), and
+ * they must not be used after it.
  * Errors: DT_ERR_INVALID (world_size outside 1..DT_COMM_MAX_THREADS, NULL fn),
  * DT_ERR_NOMEM, DT_ERR_INTERNAL (thread creation failed). */
 DT_API dt_status dt_comm_spawn(int world_size, dt_rank_fn fn, void *arg);

@@ -91,7 +91,10 @@ typedef enum dt_log_level {
 
 typedef void (*dt_log_fn)(dt_log_level level, const char *message, void *user);
 
-/* Installs a log callback (NULL to remove it) and the lowest level that reaches it. */
+/* Installs a log callback (NULL to remove it) and the lowest level that reaches it (without
+ * one, messages are dropped). Warnings include environment variables with unusable values
+ * (each reported once per value) and dt_comm_spawn's report of meshes and groups a rank
+ * function left undestroyed. */
 DT_API void dt_set_log_callback(dt_log_fn fn, void *user, dt_log_level min_level);
 
 /* The library's version as "MAJOR.MINOR.PATCH". */

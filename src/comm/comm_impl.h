@@ -188,6 +188,7 @@ struct dt_comm {
   uint64_t id;
   uint64_t seq;            /* group collectives this rank has started */
   uint64_t meshes_created; /* meshes made on this handle: their ids agree across ranks */
+  int meshes_live;         /* of those, not yet dt_mesh_destroy'ed (dt_comm_spawn reports them) */
   int64_t timeout_ms;
   bool debug;          /* DT_DEBUG_COLLECTIVES=1: backends compare fingerprints */
   bool owned_by_spawn; /* the dt_comm_spawn world: dt_comm_destroy ignores it */

@@ -129,6 +129,7 @@ dt_status dt_mesh_create(dt_comm *world, int ndim, const int *shape, const char 
       snprintf(mesh->groups[d]->name, sizeof mesh->groups[d]->name, "%.40s dim %d", described, d);
     }
   }
+  world->meshes_live++;
   *out = mesh;
   return DT_OK;
 }
@@ -148,7 +149,7 @@ bool dt__mesh_user_destroyed(const dt_mesh *mesh) {
 
 void dt_mesh_destroy(dt_mesh *mesh) {
   if (!mesh) return;
-  atomic_store(&mesh->user_destroyed, true);
+  if (!atomic_exchange(&mesh->user_destroyed, true)) mesh->world->meshes_live--;
   /* This thread's cached plans hold specs on the mesh: drop them so the mesh is freed as
    * soon as its last tensor is, not when the thread exits. */
   if (dt__upcall.mesh_destroyed) dt__upcall.mesh_destroyed(mesh);

@@ -160,11 +160,17 @@ th_domain *dt__th_domain_create(int world_size) {
   th_domain *d = dt__calloc(sizeof *d);
   if (!d) return NULL;
   d->exited = dt__calloc(sizeof *d->exited * (size_t)world_size);
-  if (!d->exited) {
+  d->live_groups = dt__calloc(sizeof *d->live_groups * (size_t)world_size);
+  if (!d->exited || !d->live_groups) {
+    dt__free((void *)d->exited);
+    dt__free((void *)d->live_groups);
     dt__free(d);
     return NULL;
   }
-  for (int r = 0; r < world_size; r++) atomic_init(&d->exited[r], 0);
+  for (int r = 0; r < world_size; r++) {
+    atomic_init(&d->exited[r], 0);
+    atomic_init(&d->live_groups[r], 0);
+  }
   atomic_init(&d->aborted, 0);
   atomic_init(&d->epoch, 0);
   pthread_mutex_init(&d->lock, NULL);
@@ -177,6 +183,7 @@ void dt__th_domain_free(th_domain *d) {
   while (d->groups) group_free(d->groups);
   pthread_mutex_destroy(&d->lock);
   dt__free((void *)d->exited);
+  dt__free((void *)d->live_groups);
   dt__free(d);
 }
 

@@ -132,6 +132,9 @@ typedef struct th_domain {
   th_group *groups; /* every live group, for wake-ups */
   int world_size;
   atomic_int *exited; /* [world_size]: the rank's function has returned */
+  /* [world_size]: groups the rank made with dt_comm_split (a mesh makes one per dimension)
+   * and has not destroyed: dt_comm_spawn reports what a rank function leaves behind. */
+  atomic_int *live_groups;
   dt_status first_status;
   int first_rank;
   char first_message[TH_MESSAGE];
@@ -157,6 +160,7 @@ typedef struct th_comm {
   uint64_t *send_seq; /* [size]: sends started to each peer */
   uint64_t *recv_seq; /* [size]: receives started from each peer */
   bool owns_domain;   /* a one-rank world from dt_comm_init */
+  int split_by;       /* made by dt_comm_split: the world rank that made it, else -1 */
 } th_comm;
 
 /* The files call down in this order: threads_world.c (the backend table, worlds) ->

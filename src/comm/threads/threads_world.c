@@ -13,6 +13,7 @@ dt_comm *dt__th_comm_new(th_group *g, int rank, bool owns_domain) {
   if (!tc) return NULL;
   tc->group = g;
   tc->owns_domain = owns_domain;
+  tc->split_by = -1;
   tc->send_seq = dt__calloc(sizeof *tc->send_seq * (size_t)g->size);
   tc->recv_seq = dt__calloc(sizeof *tc->recv_seq * (size_t)g->size);
   dt_comm *comm = tc->send_seq && tc->recv_seq
@@ -72,12 +73,16 @@ static dt_status th_split(dt_comm *comm, int color, int key, const dt_split_hint
     dt__th_group_release(fresh);
     return dt__error(DT_ERR_NOMEM, "dt_comm_split: out of memory");
   }
+  th_comm *made = (*out)->state;
+  made->split_by = g->world_ranks[comm->rank];
+  atomic_fetch_add(&g->domain->live_groups[made->split_by], 1);
   return DT_OK;
 }
 
 static void th_destroy(dt_comm *comm) {
   th_comm *tc = comm->state;
   th_domain *d = tc->group->domain;
+  if (tc->split_by >= 0) atomic_fetch_sub(&d->live_groups[tc->split_by], 1);
   dt__th_group_release(tc->group);
   if (tc->owns_domain) dt__th_domain_free(d);
   dt__free(tc->send_seq);
@@ -174,6 +179,22 @@ static void run_rank(spawn_rank *r) {
   dt__th_wake_all(d);
 }
 
+/* A rank function that returns with meshes or dt_comm_split groups it did not destroy leaks
+ * them (their groups die with the world below, the rest of their memory is lost, and any later
+ * use of them is use after free): say so, once per rank, as PyTorch warns about a process
+ * group never destroyed. The run's status is kept. */
+static void report_leaks(th_domain *d, const spawn_rank *ranks) {
+  for (int r = 0; r < d->world_size; r++) {
+    int meshes = ranks[r].comm->meshes_live, groups = atomic_load(&d->live_groups[r]);
+    if (meshes == 0 && groups == 0) continue;
+    dt__log(DT_LOG_WARN,
+            "dt_comm_spawn: rank %d returned without destroying %d mesh%s (dt_mesh_destroy) and "
+            "%d group%s made by dt_comm_split (a mesh holds one per dimension); destroy them "
+            "before the rank function returns: they are not usable after it",
+            r, meshes, meshes == 1 ? "" : "es", groups, groups == 1 ? "" : "s");
+  }
+}
+
 static void *rank_main(void *arg) {
   run_rank(arg);
   return NULL;
@@ -226,6 +247,7 @@ dt_status dt_comm_spawn(int world_size, dt_rank_fn fn, void *arg) {
     if (ranks[r].started) pthread_join(ranks[r].thread, NULL);
   }
   dt__rank_threads_add(-world_size);
+  report_leaks(d, ranks);
   if (status == DT_OK && d->first_status != DT_OK) {
     status = dt__error(d->first_status, "rank %d: %s", d->first_rank, d->first_message);
   }
