@@ -206,12 +206,43 @@ Test(trace_read, empty_traces) {
     cr_assert_eq(s.utilization, 0);
     dt_trace_destroy(trace);
   }
-  /* The usual mistake: our traces are labelled CPU, and the message says so. */
+  /* A label the trace lacks: the message names it and lists the labels present, and speaks of
+   * the library's argument, not of a command-line option. */
   dt_trace *trace = read_text("[" CPU9 "," EV("k", 9, 0, 0, 1) "]");
   dt_trace_stats s;
-  cr_assert_eq(dt_trace_compute_stats(trace, NULL, 0, &s), DT_ERR_INVALID);
+  cr_assert_eq(dt_trace_compute_stats(trace, "GPU", 0, &s), DT_ERR_INVALID);
   ref_assert_error_mentions("labels present: 'CPU'", "'GPU'");
+  cr_assert(strstr(dt_last_error(), "device_label") && !strstr(dt_last_error(), "--"), "%s",
+            dt_last_error());
   dt_trace_destroy(trace);
+}
+
+/* NULL device_label: the trace's own. Our CPU traces (processes labelled CPU only) count their
+ * CPU processes; a trace with GPU processes (PyTorch's, or ours with GPU tracks) its GPU ones;
+ * a trace with neither label looks for GPU. */
+Test(trace_stats, the_default_label_comes_from_the_trace) {
+  dt_trace *cpu = read_text("[" CPU9 "," EV("a", 9, 0, 0, 10) "," EV("b", 9, 1, 20, 10) "]");
+  cr_assert_str_eq(dt_trace_device_label(cpu), "CPU");
+  dt_trace_stats s;
+  cr_assert_eq(dt_trace_compute_stats(cpu, NULL, 0, &s), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(s.events, 2);
+  cr_assert_eq(s.processes, 1);
+  assert_near(s.busy_us, 20, "busy");
+  assert_near(s.utilization, 20.0 / 30.0, "utilization");
+  dt_trace_destroy(cpu);
+  dt_trace *both =
+      read_text("[" CPU9 "," GPU0 "," EV("cpu", 9, 0, 0, 100) "," EV("k", 0, 7, 10, 5) "]");
+  cr_assert_str_eq(dt_trace_device_label(both), "GPU");
+  cr_assert_eq(dt_trace_compute_stats(both, NULL, 0, &s), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(s.events, 1, "only the GPU kernel counts");
+  assert_near(s.busy_us, 5, "busy");
+  dt_trace_destroy(both);
+  dt_trace *none = read_text("[" EV("k", 3, 0, 0, 1) "]");
+  cr_assert_str_eq(dt_trace_device_label(none), "GPU");
+  cr_assert_eq(dt_trace_compute_stats(none, NULL, 0, &s), DT_ERR_INVALID);
+  ref_assert_error_mentions("'GPU'", "labels present: none");
+  dt_trace_destroy(none);
+  cr_assert_null(dt_trace_device_label(NULL));
 }
 
 typedef struct bad_case {

@@ -16,8 +16,9 @@
 
 /* What --help adds for both subcommands. */
 #define TRACE_DETAILS                                                                              \
-  "Counts complete events in processes whose process_labels contain L (default GPU,\n"             \
-  "as PyTorch's traces; our own traces say CPU). Total time is T microseconds, or the\n"           \
+  "Counts complete events in processes whose process_labels contain L (default: GPU\n"             \
+  "when a process is labelled GPU, as in PyTorch's traces, else CPU when one is, as in\n"          \
+  "our CPU traces). Total time is T microseconds, or the\n"                                        \
   "span of the counted events. Reads at most N bytes of FILE (default 4 GiB)."
 
 static void trace_usage(FILE *f, bool plot) {
@@ -102,7 +103,7 @@ typedef struct trace_args {
 } trace_args;
 
 static int parse_args(int argc, char **argv, bool plot, trace_args *a) {
-  *a = (trace_args){.label = "GPU"};
+  *a = (trace_args){.label = NULL}; /* NULL: the trace's own (dt_trace_device_label) */
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     bool has_value = i + 1 < argc;
@@ -244,9 +245,11 @@ int tool_trace_stats(int argc, char **argv) {
     print_error("dtensor trace stats");
     return 1;
   }
+  if (!a.label) a.label = dt_trace_device_label(trace);
   dt_trace_stats stats;
   if (dt_trace_compute_stats(trace, a.label, a.total_us, &stats)) {
     print_error("dtensor trace stats");
+    fprintf(stderr, "dtensor trace stats: --device-label L counts the processes labelled L\n");
     dt_trace_destroy(trace);
     return 1;
   }

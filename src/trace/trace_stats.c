@@ -151,6 +151,17 @@ static bool is_comm_lane(const dt__trace_lane *lane) {
   return lane->name && strncmp(lane->name, "comm", 4) == 0;
 }
 
+static bool has_label(const dt_trace *t, const char *label) {
+  for (size_t p = 0; p < t->n_processes; p++)
+    if (t->processes[p].labels && strstr(t->processes[p].labels, label)) return true;
+  return false;
+}
+
+const char *dt_trace_device_label(const dt_trace *t) {
+  if (!t) return NULL;
+  return has_label(t, "GPU") || !has_label(t, "CPU") ? "GPU" : "CPU";
+}
+
 dt_status dt_trace_compute_stats(const dt_trace *t, const char *device_label, double total_us,
                                  dt_trace_stats *out) {
   if (!t || !out) return dt__error(DT_ERR_INVALID, "dt_trace_compute_stats: trace or out is NULL");
@@ -159,7 +170,7 @@ dt_status dt_trace_compute_stats(const dt_trace *t, const char *device_label, do
     return dt__error(DT_ERR_INVALID, "dt_trace_compute_stats: total_us %g is not a finite number",
                      total_us);
   }
-  const char *label = device_label ? device_label : "GPU";
+  const char *label = device_label ? device_label : dt_trace_device_label(t);
   bool *counted = dt__calloc(sizeof *counted * (t->n_processes ? t->n_processes : 1));
   bool *comm = dt__calloc(sizeof *comm * (t->n_lanes ? t->n_lanes : 1));
   if (!counted || !comm) {
@@ -207,7 +218,7 @@ dt_status dt_trace_compute_stats(const dt_trace *t, const char *device_label, do
     if (used >= sizeof labels) used = sizeof labels - 1;
     return dt__error(DT_ERR_INVALID,
                      "dt_trace_compute_stats: no complete events in processes labelled '%s' "
-                     "(%zu events in %zu processes; labels present: %s; --device-label picks "
+                     "(%zu events in %zu processes; labels present: %s; device_label picks "
                      "another)",
                      label, t->n_events, t->n_processes, used ? labels : "none");
   }

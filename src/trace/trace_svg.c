@@ -51,7 +51,7 @@ dt_status dt_trace_write_svg(const dt_trace *t, const char *device_label, double
     return dt__error(DT_ERR_INVALID, "dt_trace_write_svg: total_us %g is not a finite number",
                      total_us);
   }
-  const char *label = device_label ? device_label : "GPU";
+  const char *label = device_label ? device_label : dt_trace_device_label(t);
   dt_trace_stats stats;
   bool have_stats = dt_trace_compute_stats(t, label, total_us, &stats) == DT_OK;
   if (!have_stats) dt_clear_error(); /* no device events is a title, not a failure */
