@@ -315,6 +315,10 @@ Test(hf_model_errors, tiny_temperature_samples_the_greedy_ids_and_nan_logits_are
   cr_assert_eq(dt_hf_generate(m, prompt, 3, 2, &s, out, &n, NULL, NULL), DT_ERR_INVALID);
   cr_assert(strstr(dt_last_error(), "dt_hf_generate: the logits of step 0 hold nan"), "%s",
             dt_last_error());
+  /* Greedy too: argmax over NaN picked id 0 silently. */
+  cr_assert_eq(dt_hf_generate(m, prompt, 3, 2, NULL, out, &n, NULL, NULL), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "dt_hf_generate: the logits of step 0 hold nan"), "%s",
+            dt_last_error());
   dt_hf_model_destroy(m);
 }
 

@@ -164,7 +164,8 @@ typedef struct dt_hf_sampling {
  * prefill_s / decode_s (may be NULL) receive the seconds spent in each phase.
  * Errors: DT_ERR_INVALID (NULL, n_prompt < 1, max_new < 0, bad sampling values (a stop_token
  * below -1 or not below vocab_size: the message names the field and value), ids outside
- * the vocabulary, a total length past max_positions, NaN or infinite logits to sample from),
+ * the vocabulary, a total length past max_positions, NaN or infinite logits to sample from,
+ * NaN logits for greedy decoding),
  * the errors of the forward. */
 DT_API dt_status dt_hf_generate(dt_hf_model *model, const int64_t *prompt, int64_t n_prompt,
                                 int64_t max_new, const dt_hf_sampling *sampling, int64_t *out,

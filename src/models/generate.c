@@ -102,8 +102,14 @@ static dt_status pick(const dt_hf_sampling *s, double *row, int64_t V, int64_t s
                       int64_t *ids, int64_t *token) {
   if (!s || s->temperature <= 0) {
     int64_t best = 0;
-    for (int64_t i = 1; i < V; i++)
+    for (int64_t i = 0; i < V; i++) {
+      if (isnan(row[i])) /* argmax would pick an arbitrary id: refuse, as sampling does */
+        return dt__error(DT_ERR_INVALID,
+                         "dt_hf_generate: the logits of step %lld hold nan (token %lld): no "
+                         "greedy id to pick",
+                         (long long)step, (long long)i);
       if (row[i] > row[best]) best = i;
+    }
     *token = best;
     return DT_OK;
   }
