@@ -196,7 +196,7 @@ Test(thread_pool, forked_child_gets_its_own_pool) {
 
 /* ---- Kernels: the same bits on 1 and N threads, and right ---------------------------------- */
 
-enum { ROWS = 512, COLS = 1000, KERNELS = 11 };
+enum { ROWS = 512, COLS = 1000, KERNELS = 14 };
 
 /* x's gradient through f (autograd: the backward kernels) for the incoming gradient g. */
 typedef dt_status (*unary_fn)(dt_tensor *x, void *arg, dt_tensor **out);
@@ -236,6 +236,24 @@ static dt_status cross_entropy_fn(dt_tensor *x, void *targets, dt_tensor **out) 
                              out);
 }
 
+/* layer_norm's weight and bias gradients for the incoming gradient g (the affine kernel:
+ * chunks of 64 rows on the pool, added in chunk order). */
+static void affine_grads_through(dt_tensor *x, dt_tensor *w, dt_tensor *g, dt_tensor **dw,
+                                 dt_tensor **db) {
+  dt_tensor *wr = NULL, *br = NULL, *y = NULL;
+  cr_assert_eq(dt_clone(w, &wr), DT_OK);
+  cr_assert_eq(dt_zeros(1, (int64_t[]){COLS}, DT_F32, &br), DT_OK);
+  cr_assert_eq(dt_tensor_set_requires_grad(wr, true), DT_OK);
+  cr_assert_eq(dt_tensor_set_requires_grad(br, true), DT_OK);
+  cr_assert_eq(dt_layer_norm(x, 1, (int64_t[]){COLS}, wr, br, 1e-5, &y), DT_OK);
+  cr_assert_eq(dt_backward(y, g), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_tensor_grad(wr, dw), DT_OK);
+  cr_assert_eq(dt_tensor_grad(br, db), DT_OK);
+  dt_tensor_release(y);
+  dt_tensor_release(wr);
+  dt_tensor_release(br);
+}
+
 /* Every split kernel once: forwards, then backwards through autograd. gelu runs on a view
  * that starts one element into its storage and has an odd length (chunk edges off the
  * vector width and off the allocation's alignment). */
@@ -255,6 +273,36 @@ static void run_kernels(dt_tensor *x, dt_tensor *g, dt_tensor *w, dt_tensor *tg,
   cr_assert_eq(dt_ones(1, (int64_t[]){ROWS}, DT_F32, &ones), DT_OK);
   out[10] = grad_through(cross_entropy_fn, tg, x, ones);
   dt_tensor_release(ones);
+  cr_assert_eq(rms_norm_fn(x, w, &out[11]), DT_OK);
+  affine_grads_through(x, w, g, &out[12], &out[13]);
+}
+
+/* Naive double references for rms_norm's forward and layer_norm's weight and bias
+ * gradients (sums over the rows of g xhat and of g). */
+static void check_norms_against_naive(const double *xv, const double *gv, const double *wv,
+                                      dt_tensor **out) {
+  double *rms = ref_values(out[11]), *dw = ref_values(out[12]), *db = ref_values(out[13]);
+  double *dw_want = calloc(COLS, sizeof(double)), *db_want = calloc(COLS, sizeof(double));
+  for (int r = 0; r < ROWS; r++) {
+    const double *row = xv + (int64_t)r * COLS, *grow = gv + (int64_t)r * COLS;
+    double ss = 0, mean = 0, var = 0;
+    for (int c = 0; c < COLS; c++) ss += row[c] * row[c], mean += row[c];
+    mean /= COLS;
+    for (int c = 0; c < COLS; c++) var += (row[c] - mean) * (row[c] - mean);
+    double rs = 1 / sqrt(ss / COLS + 1e-5), rstd = 1 / sqrt(var / COLS + 1e-5);
+    for (int c = 0; c < COLS; c++) {
+      double want = row[c] * rs * wv[c];
+      cr_assert_float_eq(rms[(int64_t)r * COLS + c], want, 1e-6 + 2e-6 * fabs(want),
+                         "rms_norm[%d, %d]", r, c);
+      dw_want[c] += grow[c] * (row[c] - mean) * rstd;
+      db_want[c] += grow[c];
+    }
+  }
+  for (int c = 0; c < COLS; c++) {
+    cr_assert_float_eq(dw[c], dw_want[c], 2e-5 * (1 + fabs(dw_want[c])), "dw[%d]", c);
+    cr_assert_float_eq(db[c], db_want[c], 2e-5 * (1 + fabs(db_want[c])), "db[%d]", c);
+  }
+  free(rms), free(dw), free(db), free(dw_want), free(db_want);
 }
 
 /* Naive double references for the softmax, log_softmax and gelu forwards. */
@@ -301,10 +349,13 @@ Test(thread_pool, kernels_equal_on_one_and_all_threads) {
     cr_assert_eq(dt_get_num_threads(), threads[pass]);
     run_kernels(x, g, w, tg, flat, gflat, out[pass]);
   }
-  double *xv = ref_values(x), *fv = ref_values(flat);
+  double *xv = ref_values(x), *fv = ref_values(flat), *gv = ref_values(g), *wv = ref_values(w);
   check_against_naive(xv, fv, out[1]);
+  check_norms_against_naive(xv, gv, wv, out[1]);
   free(xv);
   free(fv);
+  free(gv);
+  free(wv);
   for (int k = 0; k < KERNELS; k++) {
     int64_t n = dt_tensor_numel(out[0][k]);
     cr_assert_eq(n, dt_tensor_numel(out[1][k]));

@@ -3,14 +3,18 @@
 #include <math.h>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/reduce.h"
 #include "ops/attention_impl.h"
 #include "ops/op_impl.h"
 
 /* ---- rms_norm (its infer is layer_norm's: {input, weight?}, normalized_shape, eps) -------- */
 
 dt_status dt__kernel_rms_norm(dt_op_call *call) {
-  return dt__cpu_rms_norm(call->inputs[0], (int)call->n_ints, call->inputs[1], call->scalars[0],
-                          call->outputs[0]);
+  const dt_tensor *x = call->inputs[0];
+  int ndims = (int)call->n_ints;
+  if (dt__rms_norm_f32_fits(x, ndims, call->outputs[0]))
+    return dt__cpu_rms_norm_f32(x, ndims, call->inputs[1], call->scalars[0], call->outputs[0]);
+  return dt__cpu_rms_norm(x, ndims, call->inputs[1], call->scalars[0], call->outputs[0]);
 }
 
 dt_status dt_rms_norm(dt_tensor *x, int ndims, const int64_t *normalized_shape, dt_tensor *weight,

@@ -164,6 +164,7 @@ typedef struct ln_job {
   int64_t len;
   const float *w, *b;
   float eps;
+  bool rms; /* rms_norm: mean 0, the bias zeros */
 } ln_job;
 
 static void layer_norm_chunk(void *p, int64_t begin, int64_t end) {
@@ -173,16 +174,16 @@ static void layer_norm_chunk(void *p, int64_t begin, int64_t end) {
     const float *x =
         (const float *)dt__tensor_base(j->x) + dt__line_offset(j->x, j->lead, j->x->ndim, l);
     float *y = (float *)dt__tensor_base(j->out) + l * len;
-    float mean = dt__row_sum_f32(x, len) / (float)len;
+    float mean = j->rms ? 0.0f : dt__row_sum_f32(x, len) / (float)len;
     float rstd = 1.0f / sqrtf(dt__row_sq_dev_sum_f32(x, mean, len) / (float)len + j->eps);
     normalize_row(x, mean, rstd, j->w, j->b, y, len);
   }
 }
 
-/* float32 rows in float32: mean and biased variance by two blocked passes (rows.h), then
- * y = (x - mean) rstd w + b; weight and bias gathered once into float32 (w is all ones, b all
- * zeros when absent). */
-static dt_status layer_norm_f32(const dt_tensor *x, int lead, int64_t len, int64_t lines,
+/* float32 rows in float32: mean and biased variance by two blocked passes (rows.h; rms_norm:
+ * the mean of squares in one), then y = (x - mean) rstd w + b; weight and bias gathered once
+ * into float32 (w is all ones, b all zeros when absent). Rows split over the pool. */
+static dt_status layer_norm_f32(bool rms, const dt_tensor *x, int lead, int64_t len, int64_t lines,
                                 const dt_tensor *weight, const dt_tensor *bias, double eps,
                                 dt_tensor *out) {
   float *wb = dt__alloc(sizeof(float) * (size_t)(2 * len));
@@ -203,7 +204,8 @@ static dt_status layer_norm_f32(const dt_tensor *x, int lead, int64_t len, int64
     for (int64_t i = 0; i < len; i++) b[i] = (float)tmp[i];
   }
   dt__free(tmp);
-  ln_job j = {.x = x, .out = out, .lead = lead, .len = len, .w = w, .b = b, .eps = (float)eps};
+  ln_job j = {
+      .x = x, .out = out, .lead = lead, .len = len, .w = w, .b = b, .eps = (float)eps, .rms = rms};
   dt__parallel_for(lines, dt__lines_grain(len), layer_norm_chunk, &j);
   dt__free(wb);
   return DT_OK;
@@ -217,7 +219,7 @@ dt_status dt__cpu_layer_norm(const dt_tensor *x, int ndims, const dt_tensor *wei
   if (len == 0 || lines == 0) return DT_OK;
   bool fast = x->dtype == DT_F32 && dt__is_contiguous(ndims, x->shape + lead, x->strides + lead);
   if (fast && out->dtype == DT_F32)
-    return layer_norm_f32(x, lead, len, lines, weight, bias, eps, out);
+    return layer_norm_f32(false, x, lead, len, lines, weight, bias, eps, out);
   /* buf holds [weight | bias | gathered line]. */
   double *buf = alloc_doubles(3 * len);
   if (!buf)
@@ -249,6 +251,22 @@ dt_status dt__cpu_layer_norm(const dt_tensor *x, int ndims, const dt_tensor *wei
   }
   dt__free(buf);
   return DT_OK;
+}
+
+bool dt__rms_norm_f32_fits(const dt_tensor *x, int ndims, const dt_tensor *out) {
+  int lead = x->ndim - ndims;
+  return x->dtype == DT_F32 && out->dtype == DT_F32 &&
+         dt__is_contiguous(ndims, x->shape + lead, x->strides + lead) &&
+         dt__is_contiguous(out->ndim, out->shape, out->strides);
+}
+
+dt_status dt__cpu_rms_norm_f32(const dt_tensor *x, int ndims, const dt_tensor *weight, double eps,
+                               dt_tensor *out) {
+  int lead = x->ndim - ndims;
+  int64_t len = dt__numel(ndims, x->shape + lead), lines = dt__numel(lead, x->shape);
+  if (len == 0 || lines == 0) return DT_OK;
+  dt_status st = layer_norm_f32(true, x, lead, len, lines, weight, NULL, eps, out);
+  return st ? dt__error(st, "rms_norm: out of memory for a row of %lld", (long long)len) : DT_OK;
 }
 
 /* ---- batch norm (inference) --------------------------------------------------------------- */

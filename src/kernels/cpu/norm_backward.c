@@ -14,7 +14,6 @@
  * double. Outputs are contiguous (the dispatcher allocates them).
  */
 #include <math.h>
-#include <stdatomic.h>
 
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/rows.h"
@@ -109,27 +108,28 @@ dt_status dt__cpu_softmax_backward(const dt_tensor *g, const dt_tensor *y, int d
 
 /* Scratch rows of float32 (f) or double (d) for one call. */
 typedef struct norm_scratch {
-  float *w, *xhat, *gy, *dwf, *dbf;
+  const float *w;
+  float *dwf, *dbf;
   double *dw, *db, *gd, *xd, *wd;
 } norm_scratch;
 
-/* One float32 row: xhat into s->xhat, dx (when given), the affine partial sums (when s->dwf). */
+/* One float32 row in four passes, nothing stored but the results: the mean and the squared
+ * deviations (two passes, as the forward), sum(g w) and sum(g w (x - mean)) in one, then dx
+ * (when given) with xhat and g w recomputed; or the affine partial sums (when s->dwf). */
 DT_VECTOR_CLONES static void norm_row_f32(bool rms, const float *g, const float *x, int64_t n,
                                           float eps, const norm_scratch *s, float *dx) {
   float mean = rms ? 0.0f : dt__row_sum_f32(x, n) / (float)n;
   float rstd = 1.0f / sqrtf(dt__row_sq_dev_sum_f32(x, mean, n) / (float)n + eps);
-  float *xhat = s->xhat, *gy = s->gy;
-  for (int64_t i = 0; i < n; i++) xhat[i] = (x[i] - mean) * rstd;
   if (dx) {
     const float *w = s->w;
-    for (int64_t i = 0; i < n; i++) gy[i] = g[i] * w[i];
-    float ca = rms ? 0.0f : dt__row_sum_f32(gy, n) / (float)n;
-    float cb = dt__row_dot_f32(gy, xhat, n) / (float)n;
-    for (int64_t i = 0; i < n; i++) dx[i] = rstd * (gy[i] - ca - xhat[i] * cb);
+    float sums[2];
+    dt__row_norm_grad_sums_f32(g, w, x, mean, n, sums);
+    float ca = rms ? 0.0f : sums[0] / (float)n, cb = sums[1] * rstd / (float)n;
+    for (int64_t i = 0; i < n; i++) dx[i] = rstd * (g[i] * w[i] - ca - (x[i] - mean) * rstd * cb);
   }
   if (s->dwf) {
     float *dw = s->dwf, *db = s->dbf;
-    for (int64_t i = 0; i < n; i++) dw[i] += g[i] * xhat[i];
+    for (int64_t i = 0; i < n; i++) dw[i] += g[i] * ((x[i] - mean) * rstd);
     if (db)
       for (int64_t i = 0; i < n; i++) db[i] += g[i];
   }
@@ -163,77 +163,120 @@ static void norm_row_double(bool rms, int64_t n, double eps, const norm_scratch 
   }
 }
 
-/* Adds the float32 partial sums into the double totals and clears them. */
-static void flush_affine(norm_scratch *s, int64_t n) {
-  for (int64_t i = 0; i < n; i++) {
-    s->dw[i] += s->dwf[i];
-    s->dwf[i] = 0.0f;
-    if (s->db) {
-      s->db[i] += s->dbf[i];
-      s->dbf[i] = 0.0f;
-    }
-  }
-}
-
 static void store_row(dt_tensor *t, int64_t row, const double *v, int64_t n) {
   int64_t z = (int64_t)dt__dtype_sizes[t->dtype];
   char *p = dt__tensor_base(t) + row * n * z;
   for (int64_t i = 0; i < n; i++) dt__store_from_double(t->dtype, p + i * z, v[i]);
 }
 
-/* The shared walk of both backward kernels: dx (when not NULL) and the affine gradients dw,
- * db (when not NULL) of the normalization over the last ndims dims of x. */
+/* The affine sums on the float32 path: float32 partial sums of each run of AFFINE_CHUNK rows
+ * (chunks run on the pool, each into its own slice of part), added into the double totals
+ * in chunk order afterwards: the same bits on 1 and N threads. */
+typedef struct affine_job {
+  bool rms;
+  const dt_tensor *g, *x;
+  int lead;
+  int64_t n, rows;
+  float eps;
+  const float *w;
+  float *part; /* [chunks][2 n]: dw partials, then db's */
+  bool with_db;
+} affine_job;
+
+static void affine_chunk(void *p, int64_t begin, int64_t end) {
+  const affine_job *j = p;
+  int64_t n = j->n;
+  for (int64_t c = begin; c < end; c++) {
+    norm_scratch s = {.w = j->w, .dwf = j->part + c * 2 * n};
+    s.dbf = j->with_db ? s.dwf + n : NULL;
+    int64_t last = (c + 1) * AFFINE_CHUNK < j->rows ? (c + 1) * AFFINE_CHUNK : j->rows;
+    for (int64_t r = c * AFFINE_CHUNK; r < last; r++) {
+      const float *x =
+          (const float *)dt__tensor_base(j->x) + dt__line_offset(j->x, j->lead, j->x->ndim, r);
+      const float *g =
+          (const float *)dt__tensor_base(j->g) + dt__line_offset(j->g, j->lead, j->g->ndim, r);
+      norm_row_f32(j->rms, g, x, n, j->eps, &s, NULL);
+    }
+  }
+}
+
+static dt_status affine_f32(affine_job *j, norm_scratch *s) {
+  int64_t chunks = (j->rows + AFFINE_CHUNK - 1) / AFFINE_CHUNK, n = j->n;
+  size_t bytes = sizeof(float) * (size_t)(chunks * 2 * n);
+  j->part = dt__alloc(bytes);
+  if (!j->part) return DT_ERR_NOMEM;
+  memset(j->part, 0, bytes);
+  int64_t grain = DT_PARALLEL_GRAIN / (AFFINE_CHUNK * n);
+  dt__parallel_for(chunks, grain < 1 ? 1 : grain, affine_chunk, j);
+  for (int64_t c = 0; c < chunks; c++) {
+    const float *dwf = j->part + c * 2 * n, *dbf = dwf + n;
+    for (int64_t i = 0; i < n; i++) s->dw[i] += dwf[i];
+    if (s->db)
+      for (int64_t i = 0; i < n; i++) s->db[i] += dbf[i];
+  }
+  dt__free(j->part);
+  return DT_OK;
+}
+
+/* The shared walk of both backward kernels: dx (when not NULL; the double path only) and the
+ * affine gradients dw, db (when not NULL) of the normalization over the last ndims dims of
+ * x. */
 static dt_status norm_backward(bool rms, const dt_tensor *g, const dt_tensor *x, int ndims,
                                const dt_tensor *weight, double eps, dt_tensor *dx, dt_tensor *dw,
                                dt_tensor *db) {
   int lead = x->ndim - ndims;
   int64_t n = dt__numel(ndims, x->shape + lead), rows = dt__numel(lead, x->shape);
-  bool fast = x->dtype == DT_F32 && g->dtype == DT_F32 && (!dx || dx->dtype == DT_F32) &&
+  bool fast = !dx && x->dtype == DT_F32 && g->dtype == DT_F32 &&
               dt__is_contiguous(ndims, x->shape + lead, x->strides + lead) &&
               dt__is_contiguous(ndims, g->shape + lead, g->strides + lead);
   /* Doubles: the dw and db totals, the weight, then (double path) the g, x and dx rows;
-   * floats (float32 path): w, xhat, gy and the dw and db partial sums. */
-  size_t nd = (size_t)(fast ? 3 * n : 6 * n), nf = (size_t)(fast ? 5 * n : 0);
+   * floats (float32 path): the weight. */
+  size_t nd = (size_t)(fast ? 3 * n : 6 * n), nf = (size_t)(fast ? n : 0);
   size_t bytes = sizeof(double) * nd + sizeof(float) * nf;
   double *dmem = dt__alloc(bytes);
-  if (!dmem)
-    return dt__error(DT_ERR_NOMEM, "%s_backward: out of memory for a row of %lld",
-                     rms ? "rms_norm" : "layer_norm", (long long)n);
-  memset(dmem, 0, bytes);
-  float *fmem = (float *)(dmem + nd);
-  norm_scratch s = {.dw = dw ? dmem : NULL, .db = db ? dmem + n : NULL, .wd = dmem + 2 * n};
-  for (int64_t i = 0; i < n; i++) s.wd[i] = 1.0;
-  if (weight) dt__gather_double(weight, 0, dt__tensor_base(weight), s.wd);
-  double *dx_row = NULL;
-  if (fast) {
-    s.w = fmem, s.xhat = fmem + n, s.gy = fmem + 2 * n;
-    s.dwf = dw ? fmem + 3 * n : NULL, s.dbf = db ? fmem + 4 * n : NULL;
-    for (int64_t i = 0; i < n; i++) s.w[i] = (float)s.wd[i];
-  } else {
-    s.gd = dmem + 3 * n, s.xd = dmem + 4 * n, dx_row = dx ? dmem + 5 * n : NULL;
+  dt_status st = dmem ? DT_OK : DT_ERR_NOMEM;
+  if (dmem) memset(dmem, 0, bytes);
+  norm_scratch s = {0};
+  if (dmem) {
+    s.dw = dw ? dmem : NULL, s.db = db ? dmem + n : NULL, s.wd = dmem + 2 * n;
+    for (int64_t i = 0; i < n; i++) s.wd[i] = 1.0;
+    if (weight) dt__gather_double(weight, 0, dt__tensor_base(weight), s.wd);
   }
+  if (dmem && fast) {
+    float *w = (float *)(dmem + nd);
+    for (int64_t i = 0; i < n; i++) w[i] = (float)s.wd[i];
+    affine_job j = {.rms = rms,
+                    .g = g,
+                    .x = x,
+                    .lead = lead,
+                    .n = n,
+                    .rows = rows,
+                    .eps = (float)eps,
+                    .w = w,
+                    .with_db = db != NULL};
+    st = affine_f32(&j, &s);
+  }
+  double *dx_row = NULL;
+  if (dmem && !fast) s.gd = dmem + 3 * n, s.xd = dmem + 4 * n, dx_row = dx ? dmem + 5 * n : NULL;
   int64_t xz = (int64_t)dt__dtype_sizes[x->dtype], gz = (int64_t)dt__dtype_sizes[g->dtype];
-  for (int64_t r = 0; r < rows; r++) {
+  for (int64_t r = 0; r < rows && dmem && !fast; r++) {
     const char *xr = (const char *)dt__tensor_base(x) + dt__line_offset(x, lead, x->ndim, r) * xz;
     const char *gr = (const char *)dt__tensor_base(g) + dt__line_offset(g, lead, g->ndim, r) * gz;
-    if (fast) {
-      float *out = dx ? (float *)dt__tensor_base(dx) + r * n : NULL;
-      norm_row_f32(rms, (const float *)gr, (const float *)xr, n, (float)eps, &s, out);
-      if (s.dwf && (r % AFFINE_CHUNK == AFFINE_CHUNK - 1 || r == rows - 1)) flush_affine(&s, n);
-      continue;
-    }
     dt__gather_double(x, lead, xr, s.xd);
     dt__gather_double(g, lead, gr, s.gd);
     norm_row_double(rms, n, eps, &s, dx_row);
     if (dx) store_row(dx, r, dx_row, n);
   }
-  if (dw) store_row(dw, 0, s.dw, n);
-  if (db) store_row(db, 0, s.db, n);
+  if (!st && dw) store_row(dw, 0, s.dw, n);
+  if (!st && db) store_row(db, 0, s.db, n);
   dt__free(dmem);
+  if (st)
+    return dt__error(DT_ERR_NOMEM, "%s_backward: out of memory for a row of %lld",
+                     rms ? "rms_norm" : "layer_norm", (long long)n);
   return DT_OK;
 }
 
-/* Rows [begin, end) of dx on the float32 path, each chunk with its own scratch rows. */
+/* Rows [begin, end) of dx on the float32 path. */
 typedef struct dx_job {
   bool rms;
   const dt_tensor *g, *x;
@@ -242,26 +285,18 @@ typedef struct dx_job {
   int64_t n;
   const float *w;
   float eps;
-  atomic_bool failed; /* a chunk found no memory for its scratch */
 } dx_job;
 
 static void dx_chunk(void *p, int64_t begin, int64_t end) {
   dx_job *j = p;
-  int64_t n = j->n;
-  float *mem = dt__alloc(sizeof(float) * (size_t)(2 * n));
-  if (!mem) {
-    atomic_store(&j->failed, true);
-    return;
-  }
-  norm_scratch s = {.w = (float *)j->w, .xhat = mem, .gy = mem + n};
+  norm_scratch s = {.w = j->w};
   for (int64_t r = begin; r < end; r++) {
     const float *x =
         (const float *)dt__tensor_base(j->x) + dt__line_offset(j->x, j->lead, j->x->ndim, r);
     const float *g =
         (const float *)dt__tensor_base(j->g) + dt__line_offset(j->g, j->lead, j->g->ndim, r);
-    norm_row_f32(j->rms, g, x, n, j->eps, &s, (float *)dt__tensor_base(j->dx) + r * n);
+    norm_row_f32(j->rms, g, x, j->n, j->eps, &s, (float *)dt__tensor_base(j->dx) + r * j->n);
   }
-  dt__free(mem);
 }
 
 dt_status dt__cpu_norm_backward_input(bool rms, const dt_tensor *g, const dt_tensor *x, int ndims,
@@ -277,8 +312,8 @@ dt_status dt__cpu_norm_backward_input(bool rms, const dt_tensor *g, const dt_ten
   float *w = dt__alloc(sizeof(float) * (size_t)n);
   dx_job j = {
       .rms = rms, .g = g, .x = x, .dx = dx, .lead = lead, .n = n, .w = w, .eps = (float)eps};
-  atomic_init(&j.failed, !wd || !w);
-  if (wd && w) {
+  bool failed = !wd || !w;
+  if (!failed) {
     for (int64_t i = 0; i < n; i++) wd[i] = 1.0;
     if (weight) dt__gather_double(weight, 0, dt__tensor_base(weight), wd);
     for (int64_t i = 0; i < n; i++) w[i] = (float)wd[i];
@@ -286,7 +321,7 @@ dt_status dt__cpu_norm_backward_input(bool rms, const dt_tensor *g, const dt_ten
   }
   dt__free(wd);
   dt__free(w);
-  if (atomic_load(&j.failed))
+  if (failed)
     return dt__error(DT_ERR_NOMEM, "%s_backward: out of memory for a row of %lld",
                      rms ? "rms_norm" : "layer_norm", (long long)n);
   return DT_OK;

@@ -49,6 +49,13 @@ dt_status dt__cpu_softmax(const dt_tensor *a, int dim, bool take_log, dt_tensor 
 dt_status dt__cpu_layer_norm(const dt_tensor *x, int ndims, const dt_tensor *weight,
                              const dt_tensor *bias, double eps, dt_tensor *out);
 
+/* rms_norm over the last ndims dims of contiguous float32 rows into a contiguous float32 out
+ * (when dt__rms_norm_f32_fits): float32 statistics (rows.h), rows split over the pool; any
+ * other layout runs kernels/cpu/attention.h's dt__cpu_rms_norm (double). (norm.c) */
+bool dt__rms_norm_f32_fits(const dt_tensor *x, int ndims, const dt_tensor *out);
+dt_status dt__cpu_rms_norm_f32(const dt_tensor *x, int ndims, const dt_tensor *weight, double eps,
+                               dt_tensor *out);
+
 /* The backward of softmax (log_softmax when take_log) along dim: g and y (the forward's
  * output) of out's shape and dtype, any strides. (norm_backward.c) */
 dt_status dt__cpu_softmax_backward(const dt_tensor *g, const dt_tensor *y, int dim, bool take_log,

@@ -5,7 +5,7 @@
 
 #include "kernels/cpu/vmath.h"
 
-#define LANES 16
+#define LANES 64
 #define BLOCK 1024
 
 static inline float add_lanes(float *v) {
@@ -60,6 +60,29 @@ DT_VECTOR_CLONES float dt__row_dot_f32(const float *a, const float *b, int64_t n
 
 DT_VECTOR_CLONES float dt__row_sq_dev_sum_f32(const float *x, float mean, int64_t n) {
   BLOCKED_SUM(n, (x[j] - mean) * (x[j] - mean));
+}
+
+DT_VECTOR_CLONES void dt__row_norm_grad_sums_f32(const float *g, const float *w, const float *x,
+                                                 float mean, int64_t n, float *sums) {
+  float ta[LANES] = {0}, tb[LANES] = {0};
+  for (int64_t b = 0; b < n; b += BLOCK) {
+    int64_t e = n - b < BLOCK ? n : b + BLOCK, i = b;
+    float a[LANES] = {0}, c[LANES] = {0};
+    for (; i + LANES <= e; i += LANES)
+      for (int k = 0; k < LANES; k++) {
+        float gy = g[i + k] * w[i + k];
+        a[k] += gy;
+        c[k] += gy * (x[i + k] - mean);
+      }
+    for (; i < e; i++) {
+      float gy = g[i] * w[i];
+      a[0] += gy;
+      c[0] += gy * (x[i] - mean);
+    }
+    for (int k = 0; k < LANES; k++) ta[k] += a[k], tb[k] += c[k];
+  }
+  sums[0] = add_lanes(ta);
+  sums[1] = add_lanes(tb);
 }
 
 DT_VECTOR_CLONES static float exp_sum_only(const float *x, float m, int64_t n) {
