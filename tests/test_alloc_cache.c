@@ -14,6 +14,7 @@
 
 #include "core/core_impl.h"
 #include "dtensor/dtensor.h"
+#include "log_capture.h"
 
 #define MIB ((size_t)1 << 20)
 
@@ -76,19 +77,10 @@ Test(alloc_cache, the_limit_evicts_the_oldest_and_zero_keeps_none) {
   unsetenv("DT_ALLOC_CACHE_MB");
 }
 
-static int warnings;
-static char last_warning[512];
-static void on_log(dt_log_level level, const char *message, void *user) {
-  (void)user;
-  if (level != DT_LOG_WARN) return;
-  warnings++;
-  snprintf(last_warning, sizeof last_warning, "%s", message);
-}
-
 /* An unreadable DT_ALLOC_CACHE_MB (read at each free) is reported once through the log
  * callback, with its value, and the default limit applies. */
 Test(alloc_cache, a_bad_limit_is_reported_once) {
-  dt_set_log_callback(on_log, NULL, DT_LOG_WARN);
+  log_capture_start();
   const char *bad[] = {"12MB", "-1", "99999999999999999999"};
   for (int i = 0; i < 3; i++) {
     warnings = 0;
@@ -101,7 +93,7 @@ Test(alloc_cache, a_bad_limit_is_reported_once) {
 #endif
   }
   unsetenv("DT_ALLOC_CACHE_MB");
-  dt_set_log_callback(NULL, NULL, DT_LOG_WARN);
+  log_capture_stop();
 }
 
 static long minor_faults(void) {

@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 
 #include "comm_helpers.h"
+#include "log_capture.h"
 
 static dt_comm *fake(int rank, int world) {
   dt_comm *comm = NULL;
@@ -114,15 +115,6 @@ Test(fake, chosen_by_environment) {
 /* A bad DT_FAKE_WORLD / DT_FAKE_RANK is refused by dt_comm_init (a public init), naming the
  * variable and its value; a bad DT_COMM_TIMEOUT_MS is reported through the log callback and the
  * default timeout applies. */
-static int warnings;
-static char last_warning[512];
-static void on_log(dt_log_level level, const char *message, void *user) {
-  (void)user;
-  if (level != DT_LOG_WARN) return;
-  warnings++;
-  snprintf(last_warning, sizeof last_warning, "%s", message);
-}
-
 Test(fake, bad_environment_values) {
   setenv("DT_BACKEND", "fake", 1);
   dt_comm *comm = NULL;
@@ -144,7 +136,7 @@ Test(fake, bad_environment_values) {
   }
   setenv("DT_FAKE_RANK", "3", 1);
   setenv("DT_COMM_TIMEOUT_MS", "5s", 1);
-  dt_set_log_callback(on_log, NULL, DT_LOG_WARN);
+  log_capture_start();
   warnings = 0;
   cr_assert_eq(dt_comm_init(NULL, &comm), DT_OK, "%s", dt_last_error());
   cr_assert_eq(dt_comm_rank(comm), 3);
@@ -152,7 +144,7 @@ Test(fake, bad_environment_values) {
   cr_assert_eq(warnings, 1);
   cr_assert(strstr(last_warning, "DT_COMM_TIMEOUT_MS") && strstr(last_warning, "5s"), "%s",
             last_warning);
-  dt_set_log_callback(NULL, NULL, DT_LOG_WARN);
+  log_capture_stop();
   dt_comm_destroy(comm);
   unsetenv("DT_BACKEND");
   unsetenv("DT_FAKE_WORLD");

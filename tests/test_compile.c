@@ -11,6 +11,7 @@
 
 #include "comm_helpers.h"
 #include "compile_helpers.h"
+#include "log_capture.h"
 
 /* ---- Helpers -------------------------------------------------------------------------- */
 
@@ -388,27 +389,18 @@ static dt_status placement_rank(dt_comm *world, void *arg) {
 
 Test(compile_guards, placement) { SPAWN_OK(2, placement_rank, NULL); }
 
-static int warnings;
-static char last_warning[512];
-static void on_log(dt_log_level level, const char *message, void *user) {
-  (void)user;
-  if (level != DT_LOG_WARN) return;
-  warnings++;
-  snprintf(last_warning, sizeof last_warning, "%s", message);
-}
-
 Test(compile_guards, cache_limit_falls_back_to_eager) {
   dt_compiled *c = NULL;
   dt_compile_options o = {.dynamic = true, .cache_limit = 2};
   cr_assert_eq(dt_compile(relu_fn, NULL, 1, 1, &o, &c), DT_OK);
-  dt_set_log_callback(on_log, NULL, DT_LOG_WARN);
+  log_capture_start();
   static const dt_dtype dtypes[] = {DT_F32, DT_F64, DT_BF16, DT_BF16, DT_F32};
   for (int k = 0; k < 5; k++) {
     dt_tensor *x = ramp(2, (int64_t[]){3, 4}, dtypes[k], k);
     call_and_check(c, relu_fn, 1, &x);
     dt_tensor_release(x);
   }
-  dt_set_log_callback(NULL, NULL, DT_LOG_WARN);
+  log_capture_stop();
   dt_compile_stats s;
   dt_compiled_stats(c, &s);
   cr_assert_eq(s.variants, 2);

@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 
 #include "comm_helpers.h"
+#include "log_capture.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
@@ -172,19 +173,10 @@ static dt_status leaky_rank(dt_comm *world, void *arg) {
   return DT_OK;
 }
 
-static int warnings;
-static char warning_text[4][512];
-static void on_log(dt_log_level level, const char *message, void *user) {
-  (void)user;
-  if (level != DT_LOG_WARN) return;
-  if (warnings < 4) snprintf(warning_text[warnings], sizeof warning_text[0], "%s", message);
-  warnings++;
-}
-
 /* dt_comm_spawn says which rank returned with how many meshes and groups undestroyed, through
  * the log callback (a warning: the run's status stays DT_OK), and says nothing of a clean run. */
 Test(mesh, spawn_reports_meshes_a_rank_leaves) {
-  dt_set_log_callback(on_log, NULL, DT_LOG_WARN);
+  log_capture_start();
   SPAWN_OK(4, leaky_rank, NULL);
   cr_assert_eq(warnings, 2, "one warning per leaking rank, got %d", warnings);
   cr_assert(strstr(warning_text[0], "dt_comm_spawn: rank 1 ") &&
@@ -197,7 +189,7 @@ Test(mesh, spawn_reports_meshes_a_rank_leaves) {
   mesh_case c = {2, {2, 2}};
   SPAWN_OK(4, mesh_rank, &c);
   cr_assert_eq(warnings, 0, "a clean run: %s", warning_text[0]);
-  dt_set_log_callback(NULL, NULL, DT_LOG_WARN);
+  log_capture_stop();
 }
 
 Test(mesh, fake_backend_4096_ranks) {
