@@ -20,6 +20,7 @@
 #include "dtensor/dtensor.h"
 #include "kernels/cpu/blas.h"
 #include "reference.h"
+#include "log_capture.h"
 
 static int cores(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -40,19 +41,10 @@ Test(thread_pool, setting_environment_and_errors) {
   unsetenv("DT_NUM_THREADS");
 }
 
-static int warnings;
-static char last_warning[512];
-static void on_log(dt_log_level level, const char *message, void *user) {
-  (void)user;
-  if (level != DT_LOG_WARN) return;
-  warnings++;
-  snprintf(last_warning, sizeof last_warning, "%s", message);
-}
-
 /* A DT_NUM_THREADS that is not an integer in 1..4096 is reported once through the log
  * callback, naming the variable and the value, and the default (the cores) applies. */
 Test(thread_pool, a_bad_environment_value_is_reported_once) {
-  dt_set_log_callback(on_log, NULL, DT_LOG_WARN);
+  log_capture_start();
   const char *bad[] = {"abc", "0", "-3", "99999999999", "4x", "99999999999999999999999", " "};
   for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
     warnings = 0;
@@ -71,11 +63,21 @@ Test(thread_pool, a_bad_environment_value_is_reported_once) {
   setenv("DT_NUM_THREADS", "abc", 1);
   cr_assert_eq(dt_get_num_threads(), cores());
   cr_assert_eq(warnings, 0, "the same bad value is not reported twice");
+  /* More distinct bad values than the reports remember: each still reported once, not at
+   * every read. */
+  for (int i = 0; i < 80; i++) {
+    char v[16];
+    snprintf(v, sizeof v, "bad%d", i);
+    setenv("DT_NUM_THREADS", v, 1);
+    warnings = 0;
+    for (int k = 0; k < 3; k++) cr_assert_eq(dt_get_num_threads(), cores());
+    cr_assert_eq(warnings, 1, "DT_NUM_THREADS=%s: reported %d times", v, warnings);
+  }
   cr_assert_eq(dt_set_num_threads(1), DT_OK); /* a setting wins: the variable is not read */
   cr_assert_eq(dt_get_num_threads(), 1);
   cr_assert_eq(dt_set_num_threads(0), DT_OK);
   unsetenv("DT_NUM_THREADS");
-  dt_set_log_callback(NULL, NULL, DT_LOG_WARN);
+  log_capture_stop();
 }
 
 typedef struct cover {

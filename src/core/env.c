@@ -17,7 +17,7 @@
 
 static struct {
   pthread_mutex_t lock;
-  int count;
+  int count; /* entries used; past REPORTED_MAX the oldest is replaced (a ring) */
   char name[REPORTED_MAX][40];
   char value[REPORTED_MAX][64];
 } reported = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -33,16 +33,21 @@ bool dt__env_int_parse(const char *text, int64_t min, int64_t max, int64_t *out)
 }
 
 /* True the first time (name, value) is seen; a value longer than the table keeps is compared
- * by its first 63 characters. */
+ * by its first 63 characters. The table remembers the last REPORTED_MAX pairs, so a setting
+ * read at every call never reports twice in a row, whatever the process did before. */
 static bool first_report(const char *name, const char *value) {
   bool first = true;
   pthread_mutex_lock(&reported.lock);
-  for (int i = 0; i < reported.count && first; i++) {
+  int used = reported.count < REPORTED_MAX ? reported.count : REPORTED_MAX;
+  for (int i = 0; i < used && first; i++) {
     first = strncmp(reported.name[i], name, sizeof reported.name[i] - 1) != 0 ||
             strncmp(reported.value[i], value, sizeof reported.value[i] - 1) != 0;
   }
-  if (first && reported.count < REPORTED_MAX) {
-    int i = reported.count++;
+  if (first) {
+    int i = reported.count++ % REPORTED_MAX;
+    if (reported.count == 2 * REPORTED_MAX) reported.count = REPORTED_MAX; /* no overflow */
+    memset(reported.name[i], 0, sizeof reported.name[i]);
+    memset(reported.value[i], 0, sizeof reported.value[i]);
     strncpy(reported.name[i], name, sizeof reported.name[i] - 1);
     strncpy(reported.value[i], value, sizeof reported.value[i] - 1);
   }
