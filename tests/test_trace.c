@@ -243,6 +243,14 @@ Test(trace_stats, the_default_label_comes_from_the_trace) {
   ref_assert_error_mentions("'GPU'", "labels present: none");
   dt_trace_destroy(none);
   cr_assert_null(dt_trace_device_label(NULL));
+  /* An empty label would match every process: refused by the stats and the plot. */
+  dt_trace *gpu = read_text("[" CPU9 "," GPU0 "," EV("cpu", 9, 0, 0, 100) "]");
+  cr_assert_eq(dt_trace_compute_stats(gpu, "", 0, &s), DT_ERR_INVALID);
+  ref_assert_error_mentions("dt_trace_compute_stats", "device_label is empty");
+  cr_assert_eq(dt_trace_write_svg(gpu, "", 0, "/tmp/dt_trace_empty_label.svg"), DT_ERR_INVALID);
+  ref_assert_error_mentions("dt_trace_write_svg", "device_label is empty");
+  cr_assert_neq(access("/tmp/dt_trace_empty_label.svg", F_OK), 0, "nothing written");
+  dt_trace_destroy(gpu);
 }
 
 typedef struct bad_case {

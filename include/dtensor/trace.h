@@ -88,9 +88,9 @@ DT_API const char *dt_trace_device_label(const dt_trace *trace);
 
 /* Computes the stats. device_label NULL means dt_trace_device_label(trace).
  * total_us <= 0 means the span of the counted events. Errors: DT_ERR_INVALID for NULL
- * arguments, a total_us that is not finite, or when no event counts and total_us <= 0 (the
- * message names the label and lists the labels the trace has, since a wrong device label is
- * the usual cause). */
+ * arguments, an empty device_label (it would match every process), a total_us that is not
+ * finite, or when no event counts and total_us <= 0 (the message names the label and lists
+ * the labels the trace has, since a wrong device label is the usual cause). */
 DT_API dt_status dt_trace_compute_stats(const dt_trace *trace, const char *device_label,
                                         double total_us, dt_trace_stats *out);
 
@@ -154,7 +154,8 @@ DT_API dt_status dt_trace_lane(const dt_trace *trace, int process, int lane,
 /* Draws the trace as an SVG timeline: a row per process and lane, busy intervals as bars,
  * utilization for device_label (NULL: dt_trace_device_label) over total_us (<= 0: span) in the
  * title. The file is written as dt_profiler_write_chrome_trace writes its own. Errors:
- * DT_ERR_INVALID (NULL arguments, a total_us that is not finite), DT_ERR_IO. */
+ * DT_ERR_INVALID (NULL arguments, an empty device_label, a total_us that is not finite),
+ * DT_ERR_IO. */
 DT_API dt_status dt_trace_write_svg(const dt_trace *trace, const char *device_label,
                                     double total_us, const char *path);
 

@@ -170,6 +170,9 @@ dt_status dt_trace_compute_stats(const dt_trace *t, const char *device_label, do
     return dt__error(DT_ERR_INVALID, "dt_trace_compute_stats: total_us %g is not a finite number",
                      total_us);
   }
+  if (device_label && !*device_label) /* "" is in every label: every process would count */
+    return dt__error(DT_ERR_INVALID,
+                     "dt_trace_compute_stats: device_label is empty (NULL: the trace's own)");
   const char *label = device_label ? device_label : dt_trace_device_label(t);
   bool *counted = dt__calloc(sizeof *counted * (t->n_processes ? t->n_processes : 1));
   bool *comm = dt__calloc(sizeof *comm * (t->n_lanes ? t->n_lanes : 1));

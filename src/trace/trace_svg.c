@@ -51,6 +51,9 @@ dt_status dt_trace_write_svg(const dt_trace *t, const char *device_label, double
     return dt__error(DT_ERR_INVALID, "dt_trace_write_svg: total_us %g is not a finite number",
                      total_us);
   }
+  if (device_label && !*device_label)
+    return dt__error(DT_ERR_INVALID,
+                     "dt_trace_write_svg: device_label is empty (NULL: the trace's own)");
   const char *label = device_label ? device_label : dt_trace_device_label(t);
   dt_trace_stats stats;
   bool have_stats = dt_trace_compute_stats(t, label, total_us, &stats) == DT_OK;
