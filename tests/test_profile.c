@@ -9,6 +9,7 @@
 /* Private header: the recorder's inline fast path records exact begin/end pairs. */
 #include "profile/profile_impl.h"
 #include "reference.h"
+#include "log_capture.h"
 
 static void temp_path(char *path, size_t size, const char *tag) {
   snprintf(path, size, "/tmp/dt_test_%s_%d_XXXXXX", tag, (int)getpid());
@@ -60,6 +61,22 @@ Test(profiler, off_records_nothing_and_ranges_still_nest) {
   ref_assert_error_mentions("deeper than 64", "too deep");
   for (int i = 0; i < 64; i++) cr_assert_eq(dt_profiler_range_pop(), DT_OK);
   cr_assert_eq(dt_profiler_set_rank(-1), DT_ERR_INVALID);
+}
+
+/* DT_PROFILE_CLOCK names a clock; another value is reported once through the log callback
+ * (read at the first dt_profiler_create of the process: each test runs in its own). */
+Test(profiler, an_unknown_clock_is_reported) {
+  setenv("DT_PROFILE_CLOCK", "monotnic", 1);
+  log_capture_start();
+  dt_profiler *p = NULL;
+  cr_assert_eq(dt_profiler_create(&p), DT_OK, "%s", dt_last_error());
+  dt_profiler_destroy(p);
+  cr_assert_eq(warnings, 1);
+  cr_assert(strstr(last_warning, "DT_PROFILE_CLOCK=\"monotnic\"") &&
+                strstr(last_warning, "monotonic, tsc"),
+            "%s", last_warning);
+  log_capture_stop();
+  unsetenv("DT_PROFILE_CLOCK");
 }
 
 Test(profiler, lifetime_errors) {

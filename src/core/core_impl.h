@@ -70,6 +70,10 @@ DT_PRINTF(2, 3) void dt__log(dt_log_level level, const char *format, ...);
 bool dt__env_int_parse(const char *text, int64_t min, int64_t max, int64_t *out);
 int64_t dt__env_int(const char *name, int64_t min, int64_t max, int64_t fallback,
                     const char *fallback_text);
+/* An environment variable naming one of n_words words: its index; -1 when unset or empty, or
+ * for any other value, which is reported once per value as dt__env_int does. */
+int dt__env_choice(const char *name, const char *const *words, int n_words,
+                   const char *fallback_text);
 
 /* Formats `[2, 3, 4]` into buf (always NUL-terminated) and returns buf. */
 char *dt__format_ints(char *buf, size_t size, int n, const int64_t *values);

@@ -1,13 +1,14 @@
 /*
- * Integer environment variables (DT_NUM_THREADS, DT_ALLOC_CACHE_MB, DT_COMM_TIMEOUT_MS, ...):
- * one strict reader for all of them. A value must be a whole decimal integer inside the
- * variable's range (no trailing letters, no overflow); any other value is not silently
- * dropped but reported through the log callback (DT_LOG_WARN), once per variable and value,
- * and the caller's default applies. Settings read at every kernel call or free would
- * otherwise report on every call.
+ * Integer environment variables (DT_NUM_THREADS, DT_ALLOC_CACHE_MB, DT_COMM_TIMEOUT_MS, ...)
+ * and those naming one of a few words (DT_PROFILE_CLOCK): one strict reader for each kind. A value
+ * must be a whole decimal integer inside the variable's range (no trailing letters, no overflow);
+ * any other value is not silently dropped but reported through the log callback (DT_LOG_WARN), once
+ * per variable and value, and the caller's default applies. Settings read at every kernel call or
+ * free would otherwise report on every call.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,25 @@ static bool first_report(const char *name, const char *value) {
   }
   pthread_mutex_unlock(&reported.lock);
   return first;
+}
+
+int dt__env_choice(const char *name, const char *const *words, int n_words,
+                   const char *fallback_text) {
+  const char *text = getenv(name);
+  if (!text || !*text) return -1;
+  char listed[160] = "";
+  size_t used = 0;
+  for (int i = 0; i < n_words; i++) {
+    if (strcmp(text, words[i]) == 0) return i;
+    if (used < sizeof listed)
+      used +=
+          (size_t)snprintf(listed + used, sizeof listed - used, "%s%s", i ? ", " : "", words[i]);
+  }
+  if (first_report(name, text)) {
+    dt__log(DT_LOG_WARN, "%s=\"%.64s\" is not one of %s: ignored, using %s", name, text, listed,
+            fallback_text);
+  }
+  return -1;
 }
 
 int64_t dt__env_int(const char *name, int64_t min, int64_t max, int64_t fallback,

@@ -45,9 +45,11 @@ uint64_t dt__profile_monotonic_ns(void) {
 }
 
 static void clock_init(void) {
+  static const char *const clocks[] = {"monotonic", "tsc"};
+  int choice = dt__env_choice("DT_PROFILE_CLOCK", clocks, 2,
+                              "the default (the invariant TSC where there is one)");
 #ifdef DT_PROFILE_HAVE_TSC
-  const char *env = getenv("DT_PROFILE_CLOCK");
-  if (env && strcmp(env, "monotonic") == 0) return;
+  if (choice == 0) return;
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(0x80000007u, &a, &b, &c, &d) || !(d & (1u << 8))) return; /* not invariant */
   uint64_t ns0 = dt__profile_monotonic_ns(), tick0 = __builtin_ia32_rdtsc();
@@ -59,6 +61,8 @@ static void clock_init(void) {
   if (tick1 <= tick0) return;
   calibrated_ns_per_tick = (double)(ns1 - ns0) / (double)(tick1 - tick0);
   use_tsc = true;
+#else
+  (void)choice;
 #endif
 }
 
