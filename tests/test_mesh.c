@@ -192,6 +192,34 @@ Test(mesh, spawn_reports_meshes_a_rank_leaves) {
   log_capture_stop();
 }
 
+/* Rank 0 destroys its mesh but keeps a tensor on it: the mesh's group stays alive and is
+ * reported (0 meshes, 1 group). */
+static dt_status tensor_kept_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL;
+  dt_tensor *local = NULL, *d = NULL;
+  RANK_OK(dt_zeros(1, (int64_t[]){3}, DT_F32, &local));
+  LEAKS_EXPECTED_BEGIN();
+  dt_status st = dt_mesh_create(world, 1, (int[]){2}, NULL, &mesh);
+  if (!st) st = dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_replicate()}, NULL, &d);
+  LEAKS_EXPECTED_END();
+  dt_tensor_release(local);
+  dt_mesh_destroy(mesh);
+  RANK_OK(st);
+  if (dt_comm_rank(world) == 1) dt_tensor_release(d);
+  return DT_OK;
+}
+
+Test(mesh, spawn_reports_groups_a_kept_tensor_holds) {
+  log_capture_start();
+  SPAWN_OK(2, tensor_kept_rank, NULL);
+  cr_assert_eq(warnings, 1, "got %d", warnings);
+  cr_assert(strstr(last_warning, "dt_comm_spawn: rank 0 ") && strstr(last_warning, " 0 meshes ") &&
+                strstr(last_warning, " 1 group ") && strstr(last_warning, "last tensor released"),
+            "%s", last_warning);
+  log_capture_stop();
+}
+
 Test(mesh, fake_backend_4096_ranks) {
   dt_comm *world = NULL;
   cr_assert_eq(

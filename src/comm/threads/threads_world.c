@@ -189,8 +189,9 @@ static void report_leaks(th_domain *d, const spawn_rank *ranks) {
     if (meshes == 0 && groups == 0) continue;
     dt__log(DT_LOG_WARN,
             "dt_comm_spawn: rank %d returned without destroying %d mesh%s (dt_mesh_destroy) and "
-            "%d group%s made by dt_comm_split (a mesh holds one per dimension); destroy them "
-            "before the rank function returns: they are not usable after it",
+            "%d group%s made by dt_comm_split (a mesh holds one per dimension until it is "
+            "destroyed and its last tensor released); destroy them before the rank function "
+            "returns: they are not usable after it",
             r, meshes, meshes == 1 ? "" : "es", groups, groups == 1 ? "" : "s");
   }
 }
