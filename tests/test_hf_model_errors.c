@@ -252,8 +252,10 @@ Test(hf_model_errors, rope_theta_and_norm_eps_out_of_range_are_refused) {
   const char *theta[] = {
       "\"rope_theta\": 0", "\"rope_theta\": -5",
       "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 0}",
-      "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": -1e308}"};
-  for (int i = 0; i < 4; i++) {
+      "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": -1e308}",
+      /* 0 in float32, where the rotary tables are computed: NaN logits before. */
+      "\"rope_theta\": 1e-300"};
+  for (int i = 0; i < 5; i++) {
     char extra[256];
     snprintf(extra, sizeof extra, "\"num_attention_heads\": 4, %s", theta[i]);
     write_llama_config(dir, extra);
@@ -270,6 +272,19 @@ Test(hf_model_errors, rope_theta_and_norm_eps_out_of_range_are_refused) {
              "\"n_head\": 4, \"n_positions\": 64, \"vocab_size\": 256, "
              "\"layer_norm_epsilon\": -0.5}");
   expect_load_error(dir, DT_ERR_INVALID, "config.json", "\"layer_norm_epsilon\" -0.5");
+  /* llama3 scaling factors that are 0 in float32 (or equal there) divided by zero. */
+  const char *scaling[] = {"1e-300, \"low_freq_factor\": 1, \"high_freq_factor\": 4",
+                           "8, \"low_freq_factor\": 1e-300, \"high_freq_factor\": 4",
+                           "8, \"low_freq_factor\": 1, \"high_freq_factor\": 1.00000000001"};
+  for (int i = 0; i < 3; i++) {
+    char extra[320];
+    snprintf(extra, sizeof extra,
+             "\"num_attention_heads\": 4, \"rope_scaling\": {\"rope_type\": \"llama3\", "
+             "\"original_max_position_embeddings\": 64, \"factor\": %s}",
+             scaling[i]);
+    write_llama_config(dir, extra);
+    expect_load_error(dir, DT_ERR_INVALID, "config.json", "llama3 rope_scaling");
+  }
   /* The fixture's own values still load. */
   write_llama_config(dir, "\"num_attention_heads\": 4, \"rope_theta\": 10000.0");
   dt_hf_model *m = NULL;

@@ -90,11 +90,12 @@ typedef struct dt_hf_model dt_hf_model;
  * architecture other than the two, a rope type other than default/llama3, an activation
  * other than SiLU / GELU-tanh: the message names config.json and the value; built without
  * cJSON), DT_ERR_INVALID (a config field missing or out of range (an integer must lie in
- * [0, 4e15], heads x head_dim too; rope_theta must be > 0 and the norm epsilon >= 0; an
- * eos_token_id list longer than DT_HF_MAX_EOS; an eos_token_id, or an entry of a list of them,
- * outside [0, vocab_size): the message names eos_token_id, the value and vocab_size), a tensor
- * missing from the checkpoint, or with a shape that disagrees with config.json: the message names
- * the file, the tensor and both shapes), the errors of dt_safetensors_open. */
+ * [0, 4e15], heads x head_dim too; rope_theta and llama3 rope_scaling factors must be > 0 in
+ * float32, where the rotary tables are computed, and the norm epsilon >= 0; an eos_token_id list
+ * longer than DT_HF_MAX_EOS; an eos_token_id, or an entry of a list of them, outside [0,
+ * vocab_size): the message names eos_token_id, the value and vocab_size), a tensor missing from the
+ * checkpoint, or with a shape that disagrees with config.json: the message names the file, the
+ * tensor and both shapes), the errors of dt_safetensors_open. */
 DT_API dt_status dt_hf_model_load(const char *dir, dt_mesh *mesh, const dt_hf_plan *plan,
                                   dt_hf_model **out);
 

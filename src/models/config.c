@@ -137,9 +137,13 @@ static dt_status parse_rope(const cJSON *root, const char *path, dt_hf_config *c
   dt_status st = get_double(root, "rope_theta", 10000.0, path, &cfg->rope_theta);
   if (!st && cJSON_IsObject(rp))
     st = get_double(rp, "rope_theta", cfg->rope_theta, path, &cfg->rope_theta);
-  if (!st && !(cfg->rope_theta > 0))
-    return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s: \"rope_theta\" %g must be > 0", path,
-                     cfg->rope_theta);
+  /* The rotary tables are computed in float32 (as transformers does): a value that is 0 there
+   * gave infinite frequencies and NaN logits. */
+  if (!st && !((float)cfg->rope_theta > 0))
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: \"rope_theta\" %g must be > 0 in float32 (the "
+                     "rotary tables' precision)",
+                     path, cfg->rope_theta);
   const cJSON *scaling = cJSON_IsObject(rp) ? rp : cJSON_IsObject(rs) ? rs : NULL;
   if (st || !scaling) return st;
   const char *type = get_string(scaling, "rope_type");
@@ -155,12 +159,12 @@ static dt_status parse_rope(const cJSON *root, const char *path, dt_hf_config *c
   if (!st)
     st = get_int(scaling, "original_max_position_embeddings", -2, 1, path,
                  &cfg->rope_original_max_positions);
-  if (!st &&
-      (!(cfg->rope_factor > 0) || !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor) ||
-       !(cfg->rope_low_freq_factor > 0)))
+  if (!st && (!((float)cfg->rope_factor > 0) ||
+              !((float)cfg->rope_high_freq_factor > (float)cfg->rope_low_freq_factor) ||
+              !((float)cfg->rope_low_freq_factor > 0)))
     return dt__error(DT_ERR_INVALID,
                      "dt_hf_model_load: %s: llama3 rope_scaling needs factor > 0 and "
-                     "high_freq_factor > low_freq_factor > 0 (got %g, %g, %g)",
+                     "high_freq_factor > low_freq_factor > 0 in float32 (got %g, %g, %g)",
                      path, cfg->rope_factor, cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
   return st;
 }
