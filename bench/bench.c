@@ -84,7 +84,8 @@ const tool_command tool_bench_suites[] = {
               "       [--threads N] [--clock cpu|wall]",
      .details =
          "Ops: layer_norm gelu softmax log_softmax cross_entropy mul_btd_bt1 add_btd_d\n"
-         "mul_btd_d masked_fill embedding rotary, then adamw and the GEMM calls (gemm). Each\n"
+         "mul_btd_d masked_fill embedding rotary add_btd_btd add_btd_td mul_scalar merge_heads\n"
+         "rms_norm, then adamw and the GEMM calls (gemm). Each\n"
          "against a memcpy of the bytes it must move, alternating; --clock: process CPU time\n"
          "(default) or wall time; --threads sets the BLAS's and the kernels' threads.",
      .run = bench_suite_ops},

@@ -44,6 +44,9 @@ typedef struct op_env {
   dt_tensor *table;               /* [V, D]: the token embedding */
   dt_tensor *idx;                 /* [B, T] int64 */
   dt_tensor *rope_cos, *rope_sin; /* [T, D / H]: a rotary embedding's tables */
+  dt_tensor *x2;                  /* [B, T, D]: the residual stream's other term */
+  dt_tensor *pos;                 /* [T, D]: the position embedding */
+  dt_tensor *heads;               /* [B, H, T, D / H]: the attention's output by heads */
 } op_env;
 
 typedef struct op_case {
@@ -61,7 +64,11 @@ enum {
   LEAF_U = 16,
   LEAF_SCORES = 32,
   LEAF_LOGITS = 64,
-  LEAF_TABLE = 128
+  LEAF_TABLE = 128,
+  LEAF_X2 = 256,
+  LEAF_POS = 512,
+  LEAF_HEADS = 1024,
+  LEAF_LAST = LEAF_HEADS
 };
 
 static dt_tensor **leaf_slot(op_env *e, int bit) {
@@ -73,6 +80,9 @@ static dt_tensor **leaf_slot(op_env *e, int bit) {
   case LEAF_U: return &e->u;
   case LEAF_SCORES: return &e->scores;
   case LEAF_LOGITS: return &e->logits;
+  case LEAF_X2: return &e->x2;
+  case LEAF_POS: return &e->pos;
+  case LEAF_HEADS: return &e->heads;
   default: return &e->table;
   }
 }
@@ -93,6 +103,22 @@ static dt_status run_add_bias(op_env *e, dt_tensor **out) { return dt_add(e->x, 
 static dt_status run_mul_row(op_env *e, dt_tensor **out) { return dt_mul(e->x, e->w, out); }
 static dt_status run_masked_fill(op_env *e, dt_tensor **out) {
   return dt_masked_fill(e->scores, e->mask, -INFINITY, out);
+}
+static dt_status run_add_residual(op_env *e, dt_tensor **out) { return dt_add(e->x, e->x2, out); }
+static dt_status run_add_pos(op_env *e, dt_tensor **out) { return dt_add(e->x, e->pos, out); }
+static dt_status run_mul_scalar(op_env *e, dt_tensor **out) {
+  return dt_mul_scalar(e->scores, 0.125, out);
+}
+static dt_status run_rms_norm(op_env *e, dt_tensor **out) {
+  return dt_rms_norm(e->x, 1, &e->s.dmodel, e->w, 1e-5, out);
+}
+/* The attention's output back to [B, T, D]: a transposed view reshaped (a copy). */
+static dt_status run_merge_heads(op_env *e, dt_tensor **out) {
+  dt_tensor *t = NULL;
+  dt_status st = dt_transpose(e->heads, 1, 2, &t);
+  if (!st) st = dt_reshape(t, 3, (int64_t[]){e->s.batch, e->s.seq, e->s.dmodel}, out);
+  dt_tensor_release(t);
+  return st;
 }
 static dt_status run_embedding(op_env *e, dt_tensor **out) {
   return dt_embedding(e->table, e->idx, out);
@@ -132,6 +158,11 @@ static const op_case cases[] = {
     {"masked_fill", run_masked_fill, LEAF_SCORES, 2},
     {"embedding", run_embedding, LEAF_TABLE, 2},
     {"rotary", run_rotary, LEAF_X, 2},
+    {"add_btd_btd", run_add_residual, LEAF_X | LEAF_X2, 2},
+    {"add_btd_td", run_add_pos, LEAF_X | LEAF_POS, 2},
+    {"mul_scalar", run_mul_scalar, LEAF_SCORES, 2},
+    {"merge_heads", run_merge_heads, LEAF_HEADS, 2},
+    {"rms_norm", run_rms_norm, LEAF_X | LEAF_W, 3},
 };
 
 static dt_status randn(int ndim, const int64_t *shape, uint64_t seed, dt_tensor **out) {
@@ -154,6 +185,9 @@ static dt_status env_create(const gpt_sizes *s, op_env *e) {
   if (!st) st = dt_randint(0, s->vocab, 2, (int64_t[]){s->batch, s->seq}, DT_I64, 10, &e->idx);
   if (!st) st = randn(2, (int64_t[]){s->seq, d / s->heads}, 11, &e->rope_cos);
   if (!st) st = randn(2, (int64_t[]){s->seq, d / s->heads}, 12, &e->rope_sin);
+  if (!st) st = randn(3, (int64_t[]){s->batch, s->seq, d}, 13, &e->x2);
+  if (!st) st = randn(2, (int64_t[]){s->seq, d}, 14, &e->pos);
+  if (!st) st = randn(4, (int64_t[]){s->batch, s->heads, s->seq, d / s->heads}, 15, &e->heads);
   bool *causal = st ? NULL : malloc((size_t)(s->seq * s->seq));
   if (!st && !causal) st = DT_ERR_NOMEM;
   for (int64_t i = 0; i < s->seq && causal; i++)
@@ -164,20 +198,27 @@ static dt_status env_create(const gpt_sizes *s, op_env *e) {
 }
 
 static void env_destroy(op_env *e) {
-  dt_tensor *all[] = {e->x,      e->w,     e->b,   e->col,  e->u,        e->scores,  e->logits,
-                      e->target, e->table, e->idx, e->mask, e->rope_cos, e->rope_sin};
+  dt_tensor *all[] = {e->x,        e->w,      e->b,     e->col,  e->u,    e->scores,
+                      e->logits,   e->target, e->table, e->idx,  e->mask, e->rope_cos,
+                      e->rope_sin, e->x2,     e->pos,   e->heads};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) dt_tensor_release(all[i]);
+}
+
+/* The case's main operand (0 for embedding, whose output stands for it). */
+static int main_leaf(const op_case *c) {
+  return c->leaves & LEAF_TABLE    ? 0
+         : c->leaves & LEAF_X      ? LEAF_X
+         : c->leaves & LEAF_U      ? LEAF_U
+         : c->leaves & LEAF_SCORES ? LEAF_SCORES
+         : c->leaves & LEAF_HEADS  ? LEAF_HEADS
+                                   : LEAF_LOGITS;
 }
 
 /* The operand a memcpy stands for: the op's main tensor (the output for embedding). */
 static int64_t main_bytes(const op_case *c, op_env *e) {
   const gpt_sizes *s = &e->s;
   if (c->leaves & LEAF_TABLE) return 4 * s->batch * s->seq * s->dmodel;
-  int bit = c->leaves & LEAF_X        ? LEAF_X
-            : c->leaves & LEAF_U      ? LEAF_U
-            : c->leaves & LEAF_SCORES ? LEAF_SCORES
-                                      : LEAF_LOGITS;
-  return 4 * dt_tensor_numel(*leaf_slot(e, bit));
+  return 4 * dt_tensor_numel(*leaf_slot(e, main_leaf(c)));
 }
 
 /* One sample of the case: the forward, or forward + backward (with a random incoming
@@ -187,7 +228,7 @@ static dt_status run_once(const op_case *c, op_env *e, dt_tensor *grad, bool bac
   dt_status st = c->run(e, &out);
   if (!st && backward) st = dt_backward(out, grad);
   dt_tensor_release(out);
-  for (int bit = 1; bit <= LEAF_TABLE && backward; bit <<= 1)
+  for (int bit = 1; bit <= LEAF_LAST && backward; bit <<= 1)
     if (c->leaves & bit) dt_tensor_zero_grad(*leaf_slot(e, bit), true);
   return st;
 }
@@ -231,11 +272,7 @@ static dt_status bench_case(const op_case *c, op_env *e, copy_bufs *cb, int iter
   dt_status st = c->run(e, &probe);
   bool scalar = !st && dt_tensor_ndim(probe) == 0;
   char shape[64];
-  int main_bit = c->leaves & LEAF_TABLE    ? 0
-                 : c->leaves & LEAF_X      ? LEAF_X
-                 : c->leaves & LEAF_U      ? LEAF_U
-                 : c->leaves & LEAF_SCORES ? LEAF_SCORES
-                                           : LEAF_LOGITS;
+  int main_bit = main_leaf(c);
   if (!st) shape_text(main_bit ? *leaf_slot(e, main_bit) : probe, shape, sizeof shape);
   if (!st && !scalar)
     st = dt_randn(dt_tensor_ndim(probe), dt_tensor_shape(probe), DT_F32, 77, &grad);
@@ -243,7 +280,7 @@ static dt_status bench_case(const op_case *c, op_env *e, copy_bufs *cb, int iter
   int64_t bytes = main_bytes(c, e);
   for (int pass = 0; pass < 2 && !st; pass++) {
     bool backward = pass == 1;
-    for (int bit = 1; bit <= LEAF_TABLE && !st; bit <<= 1)
+    for (int bit = 1; bit <= LEAF_LAST && !st; bit <<= 1)
       if (c->leaves & bit) st = dt_tensor_set_requires_grad(*leaf_slot(e, bit), backward);
     int64_t copy = bytes * (backward ? c->bwd_copies : 1);
     if (copy > cb->bytes) copy = cb->bytes; /* never: the buffers fit the largest case */
@@ -263,7 +300,7 @@ static dt_status bench_case(const op_case *c, op_env *e, copy_bufs *cb, int iter
       print_row(json, c->name, backward ? "fwd+bwd" : "fwd", shape, bench_stats_of(ours, iters),
                 bench_stats_of(mem, iters), copy, iters);
   }
-  for (int bit = 1; bit <= LEAF_TABLE; bit <<= 1)
+  for (int bit = 1; bit <= LEAF_LAST; bit <<= 1)
     if (c->leaves & bit) dt_tensor_set_requires_grad(*leaf_slot(e, bit), false);
   dt_tensor_release(grad);
   return st;

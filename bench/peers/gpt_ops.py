@@ -30,6 +30,7 @@ def cases(s):
     target = torch.randint(0, v, (b * t,), generator=g)
     idx = torch.randint(0, v, (b, t), generator=g)
     mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+    x2, pos, heads = r(b, t, d), r(t, d), r(b, h, t, d // h)
     return [
         ("layer_norm", [x, w, bias], lambda: F.layer_norm(x, (d,), w, bias, 1e-5)),
         ("gelu", [u], lambda: F.gelu(u)),
@@ -41,6 +42,11 @@ def cases(s):
         ("mul_btd_d", [x, w], lambda: x * w),
         ("masked_fill", [scores], lambda: scores.masked_fill(mask, float("-inf"))),
         ("embedding", [table], lambda: F.embedding(idx, table)),
+        ("add_btd_btd", [x, x2], lambda: x + x2),
+        ("add_btd_td", [x, pos], lambda: x + pos),
+        ("mul_scalar", [scores], lambda: scores * 0.125),
+        ("merge_heads", [heads], lambda: heads.transpose(1, 2).reshape(b, t, d)),
+        ("rms_norm", [x, w], lambda: F.rms_norm(x, (d,), w, 1e-5)),
     ]
 
 
@@ -97,9 +103,9 @@ def ours_round(args):
     cmd = [args.dtensor, "bench", "ops", "--json", "--iters", str(args.iters), "--threads",
            str(args.threads), "--size", args.size]
     rows = {}
-    for op in [c for c in ["layer_norm", "gelu", "softmax", "log_softmax", "cross_entropy",
-                           "mul_btd_bt1", "add_btd_d", "mul_btd_d", "masked_fill", "embedding",
-                           "adamw"]]:
+    for op in ["layer_norm", "gelu", "softmax", "log_softmax", "cross_entropy", "mul_btd_bt1",
+               "add_btd_d", "mul_btd_d", "masked_fill", "embedding", "add_btd_btd", "add_btd_td",
+               "mul_scalar", "merge_heads", "rms_norm", "adamw"]:
         out = subprocess.run(cmd + ["--only", op], capture_output=True, text=True, check=True)
         for line in out.stdout.splitlines():
             j = json.loads(line)

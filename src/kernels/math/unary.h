@@ -96,8 +96,8 @@ static inline DT_HOST_DEVICE int64_t dt__unary_i64(dt_unary_op op, int64_t x) {
 
 /* d/dx of x Phi(x): Phi(x) + x phi(x), both from one exp(-x^2 / 2). */
 static inline DT_HOST_DEVICE float dt__gelu_grad_f32(float x) {
-  float a = dt__gauss_arg_f32(x), e = dt__gauss_f32(a);
-  return dt__normal_cdf_parts_f32(x, a, e) + x * dt__normal_pdf_parts_f32(x, e);
+  float a = dt__gauss_arg_f32(x), e = dt__gauss_x_f32(x, a);
+  return dt__normal_cdf_parts_f32(x, a, e) + x * dt__normal_pdf_parts_f32(e);
 }
 
 /* d/dx of 0.5 x (1 + t), t = tanh(k (x + c x^3)): 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2). */

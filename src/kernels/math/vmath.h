@@ -134,42 +134,49 @@ static inline DT_HOST_DEVICE float dt__gauss_f32(float a) {
   return dt__bits_to_f32(dt__f32_to_bits(p) + (dt__f32_to_bits(t) << 23));
 }
 
-/* Phi(x) from a = dt__gauss_arg_f32(x) and e = dt__gauss_f32(a): q = Phi(-|x|) =
+/* exp(-x^2 / 2) given a = dt__gauss_arg_f32(x): 0 beyond |x| = 13.1 (the exact value is below
+ * 3e-38 there), so that the CDF's tails and the density reach 0 and 1 without a select of
+ * their own. */
+static inline DT_HOST_DEVICE float dt__gauss_x_f32(float x, float a) {
+  return dt__select_f32(fabsf(x) > 13.1f, 0.0f, dt__gauss_f32(a));
+}
+
+/* Phi(x) from a = dt__gauss_arg_f32(x) and e = dt__gauss_x_f32(x, a): q = Phi(-|x|) =
  * erfc(z) / 2 with z = a / sqrt 2, erfc(z) = e t G(t), t = 1 / (1 + z / 2), G(t) ~ e^(z^2)
  * erfc(z) / t by a degree-8 polynomial (relative error 5.2e-8 for z in [0, 10], a Chebyshev
- * fit made with mpmath, 30 digits); Phi = q below zero, 1 - q above (q <= 1/2: no
- * cancellation). One formula from 0 to the tail: no switch, one exp. Below x = -13.1 the
- * result is 0 (the exact value is below 2e-39). */
+ * fit made with mpmath, 30 digits; the coefficients below are G's halves, so the product is
+ * q); Phi = q below zero, 1 - q above (q <= 1/2: no cancellation). One formula from 0 to the
+ * tail: no switch, one exp. Below x = -13.1 the result is 0 (the exact value is below
+ * 2e-39), above 13.1 it is 1. */
 static inline DT_HOST_DEVICE float dt__normal_cdf_parts_f32(float x, float a, float e) {
   float t = 1.0f / fmaf(0.353553390593273762f, a, 1.0f); /* 1 / (1 + z / 2) */
-  float g = -0.059714918961348035f;
-  g = fmaf(g, t, 0.28776830951361188f);
-  g = fmaf(g, t, -0.49386364874073024f);
-  g = fmaf(g, t, 0.28569771026167068f);
-  g = fmaf(g, t, -0.031841757376820115f);
-  g = fmaf(g, t, 0.20485365512040785f);
-  g = fmaf(g, t, 0.24257289295561207f);
-  g = fmaf(g, t, 0.2824450419688328f);
-  g = fmaf(g, t, 0.28208267366659812f);
-  float q = (0.5f * e) * (t * g);
-  float phi = dt__select_f32(x < 0.0f, q, 1.0f - q);
-  return dt__select_f32(x < -13.1f, 0.0f, phi);
+  float g = -0.029857459480674017f;
+  g = fmaf(g, t, 0.14388415475680594f);
+  g = fmaf(g, t, -0.24693182437036512f);
+  g = fmaf(g, t, 0.14284885513083534f);
+  g = fmaf(g, t, -0.015920878688410058f);
+  g = fmaf(g, t, 0.10242682756020392f);
+  g = fmaf(g, t, 0.12128644647780604f);
+  g = fmaf(g, t, 0.1412225209844164f);
+  g = fmaf(g, t, 0.14104133683329906f);
+  float q = e * (t * g);
+  return dt__select_f32(x < 0.0f, q, 1.0f - q);
 }
 
 /* Phi(x) = P(N(0, 1) <= x) = erfc(-x / sqrt 2) / 2. */
 static inline DT_HOST_DEVICE float dt__normal_cdf_f32(float x) {
   float a = dt__gauss_arg_f32(x);
-  return dt__normal_cdf_parts_f32(x, a, dt__gauss_f32(a));
+  return dt__normal_cdf_parts_f32(x, a, dt__gauss_x_f32(x, a));
 }
 
-/* The density exp(-x^2 / 2) / sqrt(2 pi) from e = dt__gauss_f32(dt__gauss_arg_f32(x)); 0 beyond
- * |x| = 13.1 (the exact value is below 3e-38). */
-static inline DT_HOST_DEVICE float dt__normal_pdf_parts_f32(float x, float e) {
-  return dt__select_f32(fabsf(x) > 13.1f, 0.0f, 0.398942280401432678f * e);
+/* The density exp(-x^2 / 2) / sqrt(2 pi) from e = dt__gauss_x_f32(x, a); 0 beyond |x| = 13.1
+ * (the exact value is below 3e-38). */
+static inline DT_HOST_DEVICE float dt__normal_pdf_parts_f32(float e) {
+  return 0.398942280401432678f * e;
 }
 
 static inline DT_HOST_DEVICE float dt__normal_pdf_f32(float x) {
-  return dt__normal_pdf_parts_f32(x, dt__gauss_f32(dt__gauss_arg_f32(x)));
+  return dt__normal_pdf_parts_f32(dt__gauss_x_f32(x, dt__gauss_arg_f32(x)));
 }
 
 #endif /* DT_KERNELS_MATH_VMATH_H */
