@@ -30,6 +30,22 @@ done
 [ -f "$tmp/ft/model.safetensors" ] && [ -f "$tmp/ft/config.json" ] || fail "finetune saved nothing"
 [ -n "$(ids "$tmp/ft" --prompt-ids 1,2 --max-new 3)" ] || fail "the saved model does not load"
 
+# The tool stops after any of config.json's eos ids, as transformers' generate does: a config
+# whose eos list is [an id never generated, the 4th generated id] ends there; --ignore-eos
+# runs to --max-new.
+full=$(ids "$hf/llama_tiny" --prompt-ids 5,9,3 --max-new 8 --ignore-eos)
+fourth=$(echo "$full" | cut -d, -f7)
+mkdir "$tmp/eos"
+ln -s "$hf/llama_tiny/model.safetensors" "$tmp/eos/model.safetensors"
+sed "s/\"eos_token_id\": 2,/\"eos_token_id\": [255, $fourth],/" "$hf/llama_tiny/config.json" >"$tmp/eos/config.json"
+grep -q "\[255, $fourth\]" "$tmp/eos/config.json" || fail "the eos list was not written"
+want=$(echo "$full" | cut -d, -f1-7)
+case ",$(echo "$full" | cut -d, -f4-6)," in *",255,"* | *",$fourth,"*) want=skip ;; esac
+got=$(ids "$tmp/eos" --prompt-ids 5,9,3 --max-new 8)
+[ "$want" = skip ] || [ "$got" = "$want" ] || fail "eos list: got $got, want $want (full $full)"
+[ "$(ids "$tmp/eos" --prompt-ids 5,9,3 --max-new 8 --ignore-eos)" = "$full" ] ||
+  fail "--ignore-eos did not run to --max-new"
+
 "$tool" generate --model "$hf/llama_tiny" --prompt-ids 1,x >/dev/null 2>&1 && fail "bad ids accepted"
 "$tool" generate --model "$tmp/none" --prompt-ids 1 >/dev/null 2>&1 && fail "missing model accepted"
 "$tool" finetune --model "$hf/llama_tiny" >/dev/null 2>&1 && fail "finetune without --data accepted"

@@ -34,10 +34,11 @@ static const tool_command commands[] = {
     {.name = "generate",
      .summary = "token ids from a Hugging Face Llama or GPT-2 directory, with tokens/s",
      .usage = "--model DIR --prompt-ids 1,2,3 [--max-new N] [--tp N] [--fsdp N] "
-              "[--temperature T] [--top-k K] [--top-p P] [--seed S]",
+              "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]",
      .details = "Greedy by default (KV cache); --temperature > 0 samples (then top-k, top-p), "
-                "the same\ntoken on every rank. Ranks are threads: --tp x --fsdp of them "
-                "(docs/models.md).",
+                "the same\ntoken on every rank. Stops after any of config.json's eos_token_id "
+                "ids, as transformers\ndoes (--ignore-eos: only at --max-new). Ranks are "
+                "threads: --tp x --fsdp of them (docs/models.md).",
      .run = tool_generate},
     {.name = "finetune",
      .summary = "fine-tune a Hugging Face Llama or GPT-2 on token ids, save in its layout",

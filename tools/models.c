@@ -79,8 +79,13 @@ static int parse(const char *cmd, int argc, char **argv, model_args *a) {
   a->key = "input_ids";
   a->out = "finetuned";
   a->sampling.stop_token = -1;
+  a->sampling.use_eos = true; /* transformers' generate stops at the config's eos ids */
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(o, "--ignore-eos")) { /* the one flag without a value */
+      a->sampling.use_eos = false;
+      continue;
+    }
     int64_t n = 0;
     double d = 0;
     bool ok = v != NULL;
