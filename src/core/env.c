@@ -82,8 +82,13 @@ int64_t dt__env_int(const char *name, int64_t min, int64_t max, int64_t fallback
   int64_t value = 0;
   if (dt__env_int_parse(text, min, max, &value)) return value;
   if (first_report(name, text)) {
-    dt__log(DT_LOG_WARN, "%s=\"%.64s\" is not an integer in [%lld, %lld]: ignored, using %s", name,
-            text, (long long)min, (long long)max, fallback_text);
+    char range[64];
+    if (max == INT64_MAX)
+      snprintf(range, sizeof range, ">= %lld", (long long)min);
+    else
+      snprintf(range, sizeof range, "in [%lld, %lld]", (long long)min, (long long)max);
+    dt__log(DT_LOG_WARN, "%s=\"%.64s\" is not an integer %s: ignored, using %s", name, text, range,
+            fallback_text);
   }
   return fallback;
 }
