@@ -28,7 +28,6 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/rows.h"
 #include "kernels/cpu/vmath.h"
 
 /* M N K of every block product at most this (see above); BQ queries by BK keys. */
@@ -76,7 +75,6 @@ static dt_status rows4_prepare(const dt_tensor *t, int64_t cols, rows4 *r, dt_te
 typedef struct sdpa {
   const dt_attention_args *a;
   rows4 q, k, v, g; /* g: the backward's [grad | lse | delta] rows */
-  float *kt;        /* the forward's keys transposed, [B, Hk, E, S] */
   int64_t B, H, Hk, T, S, E, Ev, bq, bk, q_blocks;
   float scale;
   atomic_int failed; /* a job could not allocate its scratch */
@@ -164,51 +162,116 @@ DT_VECTOR_CLONES static void scale_row(float *x, float f, int64_t n) {
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-/* One row of the online softmax: s (nc scores) becomes exp(s - m') with m' the new running
- * maximum; l and acc (the running sum and output row) are rescaled to m'. A row that has kept
- * nothing so far gets zero probabilities. */
-static void online_row(float *s, int64_t nc, float *m, float *l, float *acc, int64_t Ev) {
-  float bm = dt__row_max_f32(s, nc), mx = bm != bm || bm > *m ? bm : *m; /* NaN spreads */
-  if (mx == -INFINITY) {
-    memset(s, 0, sizeof(float) * (size_t)nc);
-    return;
+/* The forward works on transposed scores, st [nc keys][nr queries] = K_block Q_block^T: both
+ * operands as stored (the query block transposed once into qt), so OpenBLAS takes its
+ * small-matrix kernel, and the online softmax runs down the columns, its loops vectorized over
+ * the block's queries with no per-row reduction. */
+
+/* st[c][r] of query i0 + r and key j0 + c: the mask added (bool false: -inf) and, causally,
+ * keys after the query dropped. */
+static void mask_block_t(const sdpa *c, int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0,
+                         int64_t nc, float *st, int64_t ld) {
+  const dt_attention_args *a = c->a;
+  if (a->mask) {
+    const int64_t *ms = a->mask_strides;
+    const char *base = dt__tensor_base(a->mask);
+    for (int64_t r = 0; r < nr; r++) {
+      int64_t off = b * ms[0] + h * ms[1] + (i0 + r) * ms[2] + j0 * ms[3];
+      if (a->mask->dtype == DT_BOOL) {
+        const uint8_t *m = (const uint8_t *)base + off;
+        for (int64_t j = 0; j < nc; j++)
+          if (!m[j * ms[3]]) st[j * ld + r] = -INFINITY;
+      } else {
+        const float *m = (const float *)base + off;
+        for (int64_t j = 0; j < nc; j++) st[j * ld + r] += m[j * ms[3]];
+      }
+    }
   }
-  float sum = dt__row_exp_sum_f32(s, mx, s, nc);
-  if (*m != mx) {
-    float alpha = *m == -INFINITY ? 0.0f : dt__exp_f32(*m - mx);
-    *l *= alpha;
-    scale_row(acc, alpha, Ev);
+  if (a->causal && j0 + nc - 1 > i0)
+    for (int64_t j = 0; j < nc; j++) { /* queries before key j0 + j drop it */
+      int64_t before = j0 + j - i0;
+      for (int64_t r = 0; r < (before < nr ? before : nr); r++) st[j * ld + r] = -INFINITY;
+    }
+}
+
+/* The running maximum of each column (query) after this block: m[r] = max(m[r], st[.][r]),
+ * NaN when any score is NaN; then mref[r] = m[r], or 0 while the query has kept nothing (so
+ * that exp(score - mref) is 0 for its -inf scores instead of NaN). */
+DT_VECTOR_CLONES static void column_max(const float *st, int64_t nc, int64_t nr, int64_t ld,
+                                        float *m, int *nan, float *mref) {
+  for (int64_t r = 0; r < nr; r++) nan[r] = 0;
+  for (int64_t j = 0; j < nc; j++)
+    for (int64_t r = 0; r < nr; r++) {
+      float v = st[j * ld + r];
+      m[r] = v > m[r] ? v : m[r];
+      nan[r] |= v != v;
+    }
+  for (int64_t r = 0; r < nr; r++) {
+    m[r] = nan[r] ? NAN : m[r];
+    mref[r] = m[r] == -INFINITY ? 0.0f : m[r];
   }
-  *l += sum;
-  *m = mx;
+}
+
+/* st[j][r] = exp(st[j][r] - mref[r]), and l[r] = alpha[r] l[r] + the column's sum, with
+ * alpha[r] = exp(old[r] - mref[r]) the rescaling of what the query had summed so far. */
+DT_VECTOR_CLONES static void column_exp_sum(float *st, int64_t nc, int64_t nr, int64_t ld,
+                                            const float *old, const float *mref, float *alpha,
+                                            float *l) {
+  for (int64_t r = 0; r < nr; r++) {
+    alpha[r] = dt__exp_f32(old[r] - mref[r]);
+    l[r] *= alpha[r];
+  }
+  for (int64_t j = 0; j < nc; j++)
+    for (int64_t r = 0; r < nr; r++) {
+      float p = dt__exp_f32(st[j * ld + r] - mref[r]);
+      st[j * ld + r] = p;
+      l[r] += p;
+    }
 }
 
 typedef struct fwd_scratch {
-  float *s, *acc, *m, *l;
+  float *st, *qt, *acc, *m, *old, *mref, *alpha, *l;
+  int *nan;
 } fwd_scratch;
+
+/* One key block [j0, j0 + nc) folded into query block [i0, i0 + nr)'s running state. */
+static void forward_pair(const sdpa *c, fwd_scratch *w, int64_t b, int64_t h, int64_t i0,
+                         int64_t nr, int64_t j0, int64_t nc) {
+  int64_t Ev = c->Ev, kh = h / (c->H / c->Hk), bq = c->bq;
+  if (c->E == 0)
+    memset(w->st, 0, sizeof(float) * (size_t)(nc * bq));
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nc, (int)nr, (int)c->E, c->scale,
+                rows_at(&c->k, b, kh, j0), c->k.ld, w->qt, (int)bq, 0.0f, w->st, (int)bq);
+  mask_block_t(c, b, h, i0, nr, j0, nc, w->st, bq);
+  memcpy(w->old, w->m, sizeof(float) * (size_t)nr);
+  column_max(w->st, nc, nr, bq, w->m, w->nan, w->mref);
+  column_exp_sum(w->st, nc, nr, bq, w->old, w->mref, w->alpha, w->l);
+  for (int64_t r = 0; r < nr; r++)
+    if (w->alpha[r] != 1.0f) scale_row(w->acc + r * Ev, w->alpha[r], Ev);
+  if (Ev > 0)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nr, (int)Ev, (int)nc, 1.0f, w->st,
+                (int)bq, rows_at(&c->v, b, kh, j0), c->v.ld, 1.0f, w->acc, (int)Ev);
+}
 
 static void forward_block(const sdpa *c, fwd_scratch *w, int64_t b, int64_t h, int64_t i0,
                           int64_t nr, dt_tensor *out, dt_tensor *lse) {
-  int64_t Ev = c->Ev, kh = h / (c->H / c->Hk);
+  int64_t Ev = c->Ev;
   for (int64_t r = 0; r < nr; r++) w->m[r] = -INFINITY, w->l[r] = 0;
   memset(w->acc, 0, sizeof(float) * (size_t)(nr * Ev));
+  transpose(rows_at(&c->q, b, h, i0), nr, c->E, c->q.ld, w->qt, c->bq);
   int64_t end = key_end(c, i0, nr);
-  for (int64_t j0 = 0; j0 < end; j0 += c->bk) {
-    int64_t nc = end - j0 < c->bk ? end - j0 : c->bk;
-    scores(c, b, h, i0, nr, j0, nc, c->kt + (b * c->Hk + kh) * c->E * c->S + j0, c->S, w->s);
-    for (int64_t r = 0; r < nr; r++)
-      online_row(w->s + r * c->bk, nc, &w->m[r], &w->l[r], w->acc + r * Ev, Ev);
-    if (Ev > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)Ev, (int)nc, 1.0f, w->s,
-                  (int)c->bk, rows_at(&c->v, b, kh, j0), c->v.ld, 1.0f, w->acc, (int)Ev);
-  }
+  for (int64_t j0 = 0; j0 < end; j0 += c->bk)
+    forward_pair(c, w, b, h, i0, nr, j0, end - j0 < c->bk ? end - j0 : c->bk);
   float *ob = (float *)dt__tensor_base(out), *lb = (float *)dt__tensor_base(lse);
   for (int64_t r = 0; r < nr; r++) {
     float l = w->l[r], inv = l > 0 ? 1.0f / l : NAN;
     float *o = ob + b * out->strides[0] + h * out->strides[1] + (i0 + r) * out->strides[2];
     for (int64_t e = 0; e < Ev; e++) o[e * out->strides[3]] = w->acc[r * Ev + e] * inv;
     lb[b * lse->strides[0] + h * lse->strides[1] + (i0 + r) * lse->strides[2]] =
-        l > 0 ? w->m[r] + logf(l) : -INFINITY;
+        l > 0    ? w->m[r] + logf(l)
+        : l == 0 ? -INFINITY
+                 : NAN;
   }
 }
 
@@ -221,28 +284,22 @@ typedef struct fwd_job {
 static void forward_chunk(void *p, int64_t begin, int64_t end) {
   fwd_job *j = p;
   sdpa *c = j->c;
-  size_t n = (size_t)(c->bq * c->bk + c->bq * c->Ev + 2 * c->bq);
+  int64_t bq = c->bq;
+  size_t n = (size_t)(c->bk * bq + c->E * bq + bq * c->Ev + 7 * bq);
   float *buf = dt__alloc(sizeof(float) * n);
   if (!buf) {
     atomic_store(&c->failed, 1);
     return;
   }
-  fwd_scratch w = {.s = buf, .acc = buf + c->bq * c->bk};
-  w.m = w.acc + c->bq * c->Ev, w.l = w.m + c->bq;
+  fwd_scratch w = {.st = buf, .qt = buf + c->bk * bq};
+  w.acc = w.qt + c->E * bq, w.m = w.acc + bq * c->Ev, w.old = w.m + bq, w.mref = w.old + bq;
+  w.alpha = w.mref + bq, w.l = w.alpha + bq, w.nan = (int *)(w.l + bq);
   for (int64_t job = begin; job < end; job++) {
     int64_t qb = job % c->q_blocks, bh = job / c->q_blocks;
-    int64_t i0 = qb * c->bq, nr = c->T - i0 < c->bq ? c->T - i0 : c->bq;
+    int64_t i0 = qb * bq, nr = c->T - i0 < bq ? c->T - i0 : bq;
     forward_block(c, &w, bh / c->H, bh % c->H, i0, nr, j->out, j->lse);
   }
   dt__free(buf);
-}
-
-/* The keys of (batch, kv head) pairs [begin, end) transposed into c->kt. */
-static void transpose_chunk(void *p, int64_t begin, int64_t end) {
-  sdpa *c = p;
-  for (int64_t bk = begin; bk < end; bk++)
-    transpose(rows_at(&c->k, bk / c->Hk, bk % c->Hk, 0), c->S, c->E, c->k.ld,
-              c->kt + bk * c->E * c->S, c->S);
 }
 
 dt_status dt__cpu_attention_f32(const dt_attention_args *a, dt_tensor *out, dt_tensor *lse) {
@@ -253,17 +310,11 @@ dt_status dt__cpu_attention_f32(const dt_attention_args *a, dt_tensor *out, dt_t
   if (!st) st = rows4_prepare(a->k, c.E, &c.k, &kc);
   if (!st) st = rows4_prepare(a->v, c.Ev, &c.v, &vc);
   if (!st) {
-    c.kt = dt__alloc(sizeof(float) * (size_t)(c.B * c.Hk * c.E * c.S + 1));
-    if (!c.kt) st = dt__error(DT_ERR_NOMEM, "scaled_dot_product_attention: out of memory for k^T");
-  }
-  if (!st) {
     fwd_job j = {.c = &c, .out = out, .lse = lse};
-    dt__parallel_for(c.B * c.Hk, 1, transpose_chunk, &c);
     dt__parallel_for(c.B * c.H * c.q_blocks, 1, forward_chunk, &j);
     if (atomic_load(&c.failed))
       st = dt__error(DT_ERR_NOMEM, "scaled_dot_product_attention: out of memory for blocks");
   }
-  dt__free(c.kt);
   dt_tensor_release(qc), dt_tensor_release(kc), dt_tensor_release(vc);
   return st;
 }
