@@ -94,7 +94,8 @@ const tool_command tool_bench_suites[] = {
                 "attention memory",
      .usage = "[--json] [--model DIR | --size small|tiny|gpt2-small] [--only generate|train] "
               "[--prompt N] [--new N] [--batch N] [--seq N] [--reps N] [--keep] [--write-only] "
-              "| --attention-memory [--seq N] [--heads N] [--head-dim N] [--batch N] [--reps N]",
+              "| --attention-memory [--seq N] [--heads N] [--head-dim N] [--batch N] [--reps N] "
+              "[--threads N]",
      .details =
          "Without --model a random model of --size is written to a temporary directory\n"
          "(--keep keeps it, --write-only only writes it): small (default; Llama: vocab 2048,\n"
@@ -102,9 +103,10 @@ const tool_command tool_bench_suites[] = {
          "gpt2-small (GPT-2: vocab 50257, 768 wide, 12 layers, 12 heads). 1 rank and TP 2\n"
          "(threads) alternate; one BLAS thread per rank. Training: --batch x --seq token ids,\n"
          "loss, backward, AdamW per step; both sides' losses are printed.\n"
-         "--attention-memory: peak bytes of causal attention forward+backward, fused against\n"
-         "matmul+softmax (default B 1, 12 heads of 64, seq 2048). bench/peers/models.py runs\n"
-         "the same model with transformers.",
+         "--attention-memory: peak bytes of causal attention forward+backward, and the CPU\n"
+         "time of the forward and of forward+backward, fused against matmul+softmax (default\n"
+         "B 1, 12 heads of 64, seq 2048, 1 thread); bench/peers/attention.py is its PyTorch\n"
+         "twin. bench/peers/models.py runs the same model with transformers.",
      .run = bench_suite_models},
     {.name = "pipeline",
      .summary = "1F1B bubble from a trace vs (p-1)/(m+p-1); activation checkpointing cost",

@@ -1,18 +1,21 @@
 /*
  * dtensor bench models --attention-memory [--seq N] [--heads N] [--head-dim N] [--batch N]
- *                                         [--reps N] [--json]
+ *                                         [--reps N] [--threads N] [--json]
  *
- * Attention memory: the bytes allocated through the library at the peak of a causal attention
- * forward + backward, above what was live before it (q, k, v [B, H, T, E] float32 and the
- * output gradient), for the fused op (dt_scaled_dot_product_attention: a flash-style tiled
- * loop, O(T) memory) against the composition PyTorch's reference writes: matmul(q, k^T),
- * * scale, masked_fill of the causal mask (a [T, T] bool triu), softmax, matmul with v. A
- * counting allocator (dt_set_allocator, installed before any library object exists) keeps the
- * live and the peak bytes; the peak counts every tensor, saved activation, gradient and kernel
- * scratch buffer the library allocates (the BLAS's own buffers are not the library's). Also
- * the wall and process CPU seconds of each (median of --reps, alternating) and the largest
- * difference between the two paths' outputs and gradients. Defaults: GPT-2 small's one layer
- * at seq 2048 (B 1, H 12, E 64).
+ * Fused attention against the composition, causal, q, k, v [B, H, T, E] float32: the fused op
+ * (dt_scaled_dot_product_attention: a flash-style blocked loop, O(T) memory) against what
+ * PyTorch's reference writes: matmul(q, k^T), * scale, masked_fill of the causal mask (a [T, T]
+ * bool triu), softmax, matmul with v.
+ *  - Memory: the bytes allocated through the library at the peak of a forward + backward,
+ *    above what was live before it (a counting allocator, dt_set_allocator, installed before
+ *    any library object exists: every tensor, saved activation, gradient and kernel scratch
+ *    buffer; the BLAS's own buffers are not the library's).
+ *  - Time: the forward alone and the forward + backward of each path, wall and process CPU
+ *    seconds, the four runs alternating within each of --reps rounds, medians.
+ *  - The largest difference between the two paths' outputs and gradients.
+ * Defaults: GPT-2 small's one layer at seq 2048 (B 1, H 12, E 64), 1 thread (--threads: the
+ * intra-op pool's and the BLAS's). The GPT-2-like step's attention: --batch 8 --heads 8
+ * --seq 256. bench/peers/attention.py is the PyTorch twin (F.scaled_dot_product_attention).
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -95,15 +98,16 @@ static dt_status unfused(const attn_case *c, dt_tensor *q, dt_tensor *k, dt_tens
   return st;
 }
 
-/* One forward + backward; keep: the values for the comparison. */
-static dt_status run_once(const attn_case *c, bool fused, bool keep, attn_result *r) {
+/* One forward (+ backward); keep: the values for the comparison. */
+static dt_status run_once(const attn_case *c, bool fused, bool backward, bool keep,
+                          attn_result *r) {
   int64_t shape[4] = {c->B, c->H, c->T, c->E};
   dt_tensor *q = NULL, *k = NULL, *v = NULL, *g = NULL, *o = NULL;
   dt_status st = dt_randn(4, shape, DT_F32, 1, &q);
   if (!st) st = dt_randn(4, shape, DT_F32, 2, &k);
   if (!st) st = dt_randn(4, shape, DT_F32, 3, &v);
   if (!st) st = dt_randn(4, shape, DT_F32, 4, &g);
-  for (int i = 0; i < 3 && !st; i++)
+  for (int i = 0; i < 3 && !st && backward; i++)
     st = dt_tensor_set_requires_grad((dt_tensor *[]){q, k, v}[i], true);
   long long base = atomic_load(&live_bytes);
   atomic_store(&peak_bytes, base);
@@ -112,7 +116,7 @@ static dt_status run_once(const attn_case *c, bool fused, bool keep, attn_result
   if (!st)
     st = fused ? dt_scaled_dot_product_attention(q, k, v, NULL, &o_causal, &o, NULL)
                : unfused(c, q, k, v, &o);
-  if (!st) st = dt_backward(o, g);
+  if (!st && backward) st = dt_backward(o, g);
   double t1 = bench_now_us(), c1 = bench_process_cpu_us();
   r->peak_extra = atomic_load(&peak_bytes) - base;
   r->seconds = (t1 - t0) * 1e-6;
@@ -138,11 +142,73 @@ static int usage(void) {
   return 2;
 }
 
+/* The medians of --reps rounds: [path: fused, composition][pass: forward, forward + backward]. */
+typedef struct attn_times {
+  double wall[2][2], cpu[2][2];
+} attn_times;
+
+/* reps alternating rounds of the four runs (fused and composition, forward and forward +
+ * backward); the first round's forward + backward runs keep their values in fz and uf. */
+static dt_status time_rounds(const attn_case *c, int reps, attn_result *fz, attn_result *uf,
+                             attn_times *t) {
+  double wall[2][2][MAX_REPS], cpu[2][2][MAX_REPS];
+  for (int r = 0; r < reps; r++)
+    for (int pass = 0; pass < 2; pass++)
+      for (int path = 0; path < 2; path++) {
+        bool keep = r == 0 && pass == 1;
+        attn_result tmp = {0}, *res = keep ? (path == 0 ? fz : uf) : &tmp;
+        dt_status st = run_once(c, path == 0, pass == 1, keep, res);
+        if (st) return st;
+        wall[path][pass][r] = res->seconds, cpu[path][pass][r] = res->cpu_seconds;
+      }
+  for (int path = 0; path < 2; path++)
+    for (int pass = 0; pass < 2; pass++) {
+      t->wall[path][pass] = bench_median(wall[path][pass], reps);
+      t->cpu[path][pass] = bench_median(cpu[path][pass], reps);
+    }
+  return DT_OK;
+}
+
+static void print_results(const attn_case *c, int reps, int threads, bool json,
+                          const attn_result *fz, const attn_result *uf, const attn_times *t,
+                          double diff) {
+  int64_t n = c->B * c->H * c->T * c->E;
+  double mib = 1024.0 * 1024.0, in_bytes = 4.0 * (double)n;
+  double scores = 4.0 * (double)(c->B * c->H) * (double)c->T * (double)c->T;
+  if (json) {
+    printf("{\"name\":\"models_attention_memory\",\"batch\":%lld,\"heads\":%lld,\"seq\":%lld,"
+           "\"head_dim\":%lld,\"threads\":%d,\"input_bytes\":%.0f,\"scores_bytes\":%.0f,"
+           "\"fused_peak_bytes\":%lld,\"unfused_peak_bytes\":%lld,\"ratio\":%.2f,"
+           "\"fused_fwd_s\":%.4f,\"unfused_fwd_s\":%.4f,\"fused_fwd_cpu_s\":%.4f,"
+           "\"unfused_fwd_cpu_s\":%.4f,\"fused_s\":%.4f,\"unfused_s\":%.4f,\"fused_cpu_s\":%.4f,"
+           "\"unfused_cpu_s\":%.4f,\"max_abs_diff\":%.3g,\"reps\":%d}\n",
+           (long long)c->B, (long long)c->H, (long long)c->T, (long long)c->E, threads, in_bytes,
+           scores, fz->peak_extra, uf->peak_extra, (double)uf->peak_extra / (double)fz->peak_extra,
+           t->wall[0][0], t->wall[1][0], t->cpu[0][0], t->cpu[1][0], t->wall[0][1], t->wall[1][1],
+           t->cpu[0][1], t->cpu[1][1], diff, reps);
+    return;
+  }
+  printf("attention, causal, B %lld H %lld T %lld E %lld float32, %d thread(s) (one of q, k, v: "
+         "%.2f MiB; one [B, H, T, T] scores tensor: %.1f MiB), medians of %d alternating rounds:\n",
+         (long long)c->B, (long long)c->H, (long long)c->T, (long long)c->E, threads,
+         in_bytes / mib, scores / mib, reps);
+  const char *names[2] = {"fused scaled_dot_product_attention", "matmul + softmax composition"};
+  for (int path = 0; path < 2; path++)
+    printf("  %-35s peak %8.2f MiB above the inputs; forward %.4f s (CPU %.4f s), forward+"
+           "backward %.4f s (CPU %.4f s)\n",
+           names[path], (double)(path ? uf : fz)->peak_extra / mib, t->wall[path][0],
+           t->cpu[path][0], t->wall[path][1], t->cpu[path][1]);
+  printf("  %.1fx less memory fused; CPU time composition / fused: forward %.2fx, forward+"
+         "backward %.2fx; outputs and gradients differ by at most %.3g\n",
+         (double)uf->peak_extra / (double)fz->peak_extra, t->cpu[1][0] / t->cpu[0][0],
+         t->cpu[1][1] / t->cpu[0][1], diff);
+}
+
 int bench_models_attention(int argc, char **argv) {
   dt_set_allocator(&(dt_allocator){.alloc = count_alloc, .free = count_free});
   bool json = tool_has_flag(argc, argv, "--json");
   attn_case c = {1, 12, 2048, 64};
-  int reps = 3;
+  int reps = 3, threads = 1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "--attention-memory")) continue;
     if (i + 1 >= argc) return usage();
@@ -157,25 +223,20 @@ int bench_models_attention(int argc, char **argv) {
       c.B = v;
     } else if (!strcmp(argv[i - 1], "--reps")) {
       reps = (int)v;
+    } else if (!strcmp(argv[i - 1], "--threads")) {
+      threads = (int)v;
     } else {
       return usage();
     }
   }
-  if (c.B < 1 || c.H < 1 || c.T < 1 || c.E < 1 || reps < 1 || reps > MAX_REPS) return usage();
+  if (c.B < 1 || c.H < 1 || c.T < 1 || c.E < 1 || reps < 1 || reps > MAX_REPS || threads < 1 ||
+      threads > 1024)
+    return usage();
   bench_machine_print(json);
-  dt_set_num_threads(1); /* one thread: the BLAS's and the kernels' */
+  dt_set_num_threads(threads); /* the BLAS's and the kernels' */
   attn_result fz = {0}, uf = {0};
-  double secs[2][MAX_REPS], cpu[2][MAX_REPS];
-  dt_status st = DT_OK;
-  for (int r = 0; r < reps && !st; r++) {
-    attn_result a = {0}, b = {0};
-    st = run_once(&c, true, r == 0, r == 0 ? &fz : &a);
-    if (!st) st = run_once(&c, false, r == 0, r == 0 ? &uf : &b);
-    secs[0][r] = r == 0 ? fz.seconds : a.seconds;
-    secs[1][r] = r == 0 ? uf.seconds : b.seconds;
-    cpu[0][r] = r == 0 ? fz.cpu_seconds : a.cpu_seconds;
-    cpu[1][r] = r == 0 ? uf.cpu_seconds : b.cpu_seconds;
-  }
+  attn_times t;
+  dt_status st = time_rounds(&c, reps, &fz, &uf, &t);
   if (st) {
     fprintf(stderr, "bench models --attention-memory: %s\n", dt_last_error());
     result_free(&fz), result_free(&uf);
@@ -184,33 +245,7 @@ int bench_models_attention(int argc, char **argv) {
   int64_t n = c.B * c.H * c.T * c.E;
   double d = fmax(fmax(max_diff(fz.out, uf.out, n), max_diff(fz.dq, uf.dq, n)),
                   fmax(max_diff(fz.dk, uf.dk, n), max_diff(fz.dv, uf.dv, n)));
-  double sf = bench_median(secs[0], reps), su = bench_median(secs[1], reps);
-  double cf = bench_median(cpu[0], reps), cu = bench_median(cpu[1], reps);
-  double mib = 1024.0 * 1024.0, in_bytes = 4.0 * (double)n;
-  double scores = 4.0 * (double)(c.B * c.H) * (double)c.T * (double)c.T;
-  if (json) {
-    printf("{\"name\":\"models_attention_memory\",\"batch\":%lld,\"heads\":%lld,\"seq\":%lld,"
-           "\"head_dim\":%lld,\"input_bytes\":%.0f,\"scores_bytes\":%.0f,"
-           "\"fused_peak_bytes\":%lld,\"unfused_peak_bytes\":%lld,\"ratio\":%.2f,"
-           "\"fused_s\":%.3f,\"unfused_s\":%.3f,\"fused_cpu_s\":%.3f,\"unfused_cpu_s\":%.3f,\"max_"
-           "abs_diff\":%.3g,\"reps\":%d}\n",
-           (long long)c.B, (long long)c.H, (long long)c.T, (long long)c.E, in_bytes, scores,
-           fz.peak_extra, uf.peak_extra, (double)uf.peak_extra / (double)fz.peak_extra, sf, su, cf,
-           cu, d, reps);
-  } else {
-    printf("attention forward+backward, causal, B %lld H %lld T %lld E %lld float32 (one of q, "
-           "k, v: %.2f MiB; one [B, H, T, T] scores tensor: %.1f MiB):\n",
-           (long long)c.B, (long long)c.H, (long long)c.T, (long long)c.E, in_bytes / mib,
-           scores / mib);
-    printf("  fused scaled_dot_product_attention: peak %.2f MiB above the inputs, %.2f s (CPU "
-           "%.2f s)\n",
-           (double)fz.peak_extra / mib, sf, cf);
-    printf("  matmul + softmax composition:       peak %.2f MiB above the inputs, %.2f s (CPU "
-           "%.2f s)\n",
-           (double)uf.peak_extra / mib, su, cu);
-    printf("  %.1fx less memory fused; outputs and gradients differ by at most %.3g\n",
-           (double)uf.peak_extra / (double)fz.peak_extra, d);
-  }
+  print_results(&c, reps, threads, json, &fz, &uf, &t, d);
   result_free(&fz), result_free(&uf);
   return 0;
 }
