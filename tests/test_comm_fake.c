@@ -187,3 +187,32 @@ Test(fake, no_allocation_per_call) {
   dt_comm_destroy(comm);
   dt_set_allocator(NULL);
 }
+
+/* Per-rank counts are checked entry by entry: a negative count, or one so large that a sum over
+ * the world could wrap around, is refused naming its rank, wherever it sits among valid ones. */
+Test(fake, bad_counts_are_named) {
+  enum { WORLD = 256 };
+  dt_comm *comm = fake(3, WORLD);
+  dt_tensor *in = NULL, *out = NULL;
+  cr_assert_eq(dt_full(2, (int64_t[]){2, 3}, 7, DT_F32, &in), DT_OK);
+  cr_assert_eq(dt_full(2, (int64_t[]){2, 3}, 5, DT_F32, &out), DT_OK);
+  int64_t counts[WORLD] = {0}, recvs[WORLD] = {0};
+  counts[3] = 2;
+  recvs[0] = 2;
+  cr_assert_eq(dt_comm_all_to_all(comm, in, out, counts, recvs), DT_OK, "%s", dt_last_error());
+  counts[200] = -1;
+  cr_assert_eq(dt_comm_all_gather_uneven(comm, in, out, counts), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "counts[200] is -1") != NULL, "%s", dt_last_error());
+  counts[200] = 0;
+  recvs[255] = (int64_t)1 << 61; /* above INT64_MAX / 2 / DT_COMM_MAX_WORLD */
+  cr_assert_eq(dt_comm_all_to_all(comm, in, out, counts, recvs), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "[255] is 2305843009213693952") != NULL, "%s", dt_last_error());
+  recvs[255] = (int64_t)(INT64_MAX / 2 / DT_COMM_MAX_WORLD); /* the largest valid count */
+  recvs[0] = 0;
+  cr_assert_eq(dt_comm_all_to_all(comm, in, out, counts, recvs), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "[255]") == NULL, "%s: a valid count was named",
+            dt_last_error());
+  dt_tensor_release(in);
+  dt_tensor_release(out);
+  dt_comm_destroy(comm);
+}

@@ -36,47 +36,67 @@ Test(thread_pool, setting_environment_and_errors) {
   cr_assert_eq(dt_get_num_threads(), cores(), "capped at the cores");
   cr_assert_eq(dt_set_num_threads(0), DT_OK);
   cr_assert_eq(dt_get_num_threads(), cores(), "default: the cores");
-  setenv("DT_NUM_THREADS", "1", 1);
-  cr_assert_eq(dt_get_num_threads(), 1, "DT_NUM_THREADS");
-  unsetenv("DT_NUM_THREADS");
+}
+
+/* DT_NUM_THREADS is read once per process, at the first call that asks (as OpenMP reads
+ * OMP_NUM_THREADS), so each value is tried in a child process of its own that reads it first:
+ * the threads it gives (the second call too, after the variable changed), and the warnings the
+ * log callback got. 0 when the child saw what was expected, else the failed check's number. */
+static int env_child(const char *value, const char *later, int expect, int expect_warnings) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    log_capture_start();
+    setenv("DT_NUM_THREADS", value, 1);
+    if (dt_get_num_threads() != expect) _exit(1);
+    setenv("DT_NUM_THREADS", later, 1);
+    if (dt_get_num_threads() != expect) _exit(2); /* read once: the change is not seen */
+    if (warnings != expect_warnings) _exit(3);
+    if (warnings && !(strstr(last_warning, "DT_NUM_THREADS") && strstr(last_warning, value)))
+      _exit(4);
+    if (dt_set_num_threads(1) != DT_OK || dt_get_num_threads() != 1) _exit(5); /* setting wins */
+    if (dt_set_num_threads(0) != DT_OK || dt_get_num_threads() != expect) _exit(6);
+    _exit(0);
+  }
+  int status = -1;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
+}
+
+Test(thread_pool, environment_read_once) {
+  cr_assert_eq(env_child("1", "1000", 1, 0), 0, "DT_NUM_THREADS=1, then 1000 (not seen)");
+  cr_assert_eq(env_child("1", "abc", 1, 0), 0, "a bad value set later is not read");
 }
 
 /* A DT_NUM_THREADS that is not an integer in 1..4096 is reported once through the log
  * callback, naming the variable and the value, and the default (the cores) applies. */
 Test(thread_pool, a_bad_environment_value_is_reported_once) {
-  log_capture_start();
   const char *bad[] = {"abc", "0", "-3", "99999999999", "4x", "99999999999999999999999", " "};
   for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
-    warnings = 0;
-    last_warning[0] = '\0';
-    setenv("DT_NUM_THREADS", bad[i], 1);
-    cr_assert_eq(dt_get_num_threads(), cores(), "DT_NUM_THREADS=\"%s\": the default", bad[i]);
-    cr_assert_eq(dt_get_num_threads(), cores());
-    cr_assert_eq(warnings, 1, "DT_NUM_THREADS=\"%s\": reported once, got %d", bad[i], warnings);
-    cr_assert(strstr(last_warning, "DT_NUM_THREADS") && strstr(last_warning, bad[i]), "%s",
-              last_warning);
+    cr_assert_eq(env_child(bad[i], "1", cores(), 1), 0,
+                 "DT_NUM_THREADS=\"%s\": the default, reported once", bad[i]);
   }
-  warnings = 0;
-  setenv("DT_NUM_THREADS", "1", 1);
-  cr_assert_eq(dt_get_num_threads(), 1, "a good value after a bad one is used");
-  cr_assert_eq(warnings, 0);
-  setenv("DT_NUM_THREADS", "abc", 1);
-  cr_assert_eq(dt_get_num_threads(), cores());
-  cr_assert_eq(warnings, 0, "the same bad value is not reported twice");
-  /* More distinct bad values than the reports remember: each still reported once, not at
-   * every read. */
+}
+
+/* The reader behind it (dt__env_int, for variables read at every use such as
+ * DT_ALLOC_CACHE_MB): the same bad value is not reported twice, and more distinct bad values
+ * than the reports remember are each still reported once, not at every read. */
+Test(thread_pool, env_reports_once_per_value) {
+  log_capture_start();
+  setenv("DT_TEST_ENV_READ", "abc", 1);
+  for (int k = 0; k < 3; k++) cr_assert_eq(dt__env_int("DT_TEST_ENV_READ", 1, 9, 0, "0"), 0);
+  cr_assert_eq(warnings, 1, "reported %d times", warnings);
+  setenv("DT_TEST_ENV_READ", "7", 1);
+  cr_assert_eq(dt__env_int("DT_TEST_ENV_READ", 1, 9, 0, "0"), 7, "a good value after a bad one");
+  cr_assert_eq(warnings, 1);
   for (int i = 0; i < 80; i++) {
     char v[16];
     snprintf(v, sizeof v, "bad%d", i);
-    setenv("DT_NUM_THREADS", v, 1);
+    setenv("DT_TEST_ENV_READ", v, 1);
     warnings = 0;
-    for (int k = 0; k < 3; k++) cr_assert_eq(dt_get_num_threads(), cores());
-    cr_assert_eq(warnings, 1, "DT_NUM_THREADS=%s: reported %d times", v, warnings);
+    for (int k = 0; k < 3; k++) cr_assert_eq(dt__env_int("DT_TEST_ENV_READ", 1, 9, 0, "0"), 0);
+    cr_assert_eq(warnings, 1, "DT_TEST_ENV_READ=%s: reported %d times", v, warnings);
   }
-  cr_assert_eq(dt_set_num_threads(1), DT_OK); /* a setting wins: the variable is not read */
-  cr_assert_eq(dt_get_num_threads(), 1);
-  cr_assert_eq(dt_set_num_threads(0), DT_OK);
-  unsetenv("DT_NUM_THREADS");
+  unsetenv("DT_TEST_ENV_READ");
   log_capture_stop();
 }
 

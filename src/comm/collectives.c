@@ -107,18 +107,26 @@ static dt_status check_op(const char *op, dt_reduce_op reduce, dt_dtype dtype) {
 static dt_status check_counts(const char *op, const char *arg, const dt_comm *comm,
                               const int64_t *counts, int64_t *sum) {
   if (!counts) return dt__error(DT_ERR_INVALID, "dt_comm_%s: %s is NULL", op, arg);
-  int64_t total = 0;
-  /* One unsigned compare per entry catches negative counts and counts so large that a sum
-   * over the largest world could wrap around into a valid-looking size. */
+  /* Every valid count is below max_rows + 1, a power of two: the OR of the counts is above
+   * max_rows exactly when one of them is, which catches negative counts and counts so large
+   * that a sum over the largest world could wrap around into a valid-looking size. The loop
+   * has no branch (it vectorizes); a failure looks for the culprit afterwards. */
   const uint64_t max_rows = (uint64_t)INT64_MAX / 2 / DT_COMM_MAX_WORLD;
+  _Static_assert((((uint64_t)INT64_MAX / 2 / DT_COMM_MAX_WORLD) &
+                  (((uint64_t)INT64_MAX / 2 / DT_COMM_MAX_WORLD) + 1)) == 0,
+                 "max_rows + 1 is a power of two");
+  uint64_t bits = 0, total = 0;
   for (int r = 0; r < comm->size; r++) {
-    if (DT_UNLIKELY((uint64_t)counts[r] > max_rows)) {
-      return dt__error(DT_ERR_INVALID, "dt_comm_%s: %s[%d] is %lld, expected 0..%llu", op, arg, r,
-                       (long long)counts[r], (unsigned long long)max_rows);
-    }
-    total += counts[r];
+    bits |= (uint64_t)counts[r];
+    total += (uint64_t)counts[r];
   }
-  *sum = total;
+  if (DT_UNLIKELY(bits > max_rows)) {
+    int r = 0;
+    while ((uint64_t)counts[r] <= max_rows) r++;
+    return dt__error(DT_ERR_INVALID, "dt_comm_%s: %s[%d] is %lld, expected 0..%llu", op, arg, r,
+                     (long long)counts[r], (unsigned long long)max_rows);
+  }
+  *sum = (int64_t)total;
   return DT_OK;
 }
 
@@ -274,8 +282,10 @@ static dt_status run(dt_comm *comm, const dt_coll_args *args, dt_work **work_out
     }
     if (status == DT_OK && w.status != DT_OK) status = dt__error(w.status, "%s", w.message);
     dt__free(w.owned);
-    dt__profile_device_end(args->device, timing, args->op_name, DT__PROFILE_CAT_COLLECTIVE,
-                           status == DT_OK ? dt__coll_bytes(comm, args) : -1);
+    if (DT_UNLIKELY(timing != NULL)) {
+      dt__profile_device_end(args->device, timing, args->op_name, DT__PROFILE_CAT_COLLECTIVE,
+                             status == DT_OK ? dt__coll_bytes(comm, args) : -1);
+    }
     if (status == DT_OK) report(comm, args, &scope);
     return status;
   }

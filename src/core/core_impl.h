@@ -12,10 +12,12 @@
 #define DT_LIKELY(x) __builtin_expect(!!(x), 1)
 #define DT_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define DT_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define DT_NOINLINE __attribute__((noinline))
 #else
 #define DT_LIKELY(x) (x)
 #define DT_UNLIKELY(x) (x)
 #define DT_PRINTF(a, b)
+#define DT_NOINLINE
 #endif
 
 /* Sets the thread's error message (printf-style) and returns `status`, so that a failure
@@ -207,7 +209,8 @@ typedef void (*dt_chunk_fn)(void *ctx, int64_t begin, int64_t end);
 void dt__parallel_for(int64_t n, int64_t grain, dt_chunk_fn fn, void *ctx);
 
 /* The threads one kernel call may use now: dt_set_num_threads's setting (else DT_NUM_THREADS,
- * else the cores) capped at cores / live rank threads, at least 1. */
+ * read at the process's first call, else the cores) capped at cores / live rank threads, at
+ * least 1. */
 int dt__intra_threads(void);
 
 /* Counts rank threads in or out of the process (dt_comm_spawn: +world_size, then back). */

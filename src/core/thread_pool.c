@@ -3,10 +3,11 @@
  * and the calling thread run together (dt__parallel_for).
  *
  * How many threads one call may use: the setting (dt_set_num_threads, else the environment's
- * DT_NUM_THREADS, else the cores) capped at cores / rank threads of the process (rank threads
- * count themselves in with dt__rank_threads_add, so that N ranks on C cores never run more
- * than C threads of kernels), at least 1. One call uses the caller plus at most that many - 1
- * pool threads; with 1 it runs inline and the pool is never started.
+ * DT_NUM_THREADS as the process's first call that asks found it, else the cores) capped at
+ * cores / rank threads of the process (rank threads count themselves in with
+ * dt__rank_threads_add, so that N ranks on C cores never run more than C threads of kernels), at
+ * least 1. One call uses the caller plus at most that many - 1 pool threads; with 1 it runs inline
+ * and the pool is never started.
  *
  * Waiting blocks on condition variables, never spins: a test that runs 8 rank threads on 2
  * cores must not burn the cores the ranks need. Several rank threads may submit at once; each
@@ -62,9 +63,16 @@ static int cores(void) {
   return c;
 }
 
-/* DT_NUM_THREADS, 0 when unset; a value outside 1..4096 is reported once and gives 0. */
+/* DT_NUM_THREADS, read once per process at the first call that needs it (as OpenMP reads
+ * OMP_NUM_THREADS): getenv scans the whole environment, too slow for every GEMM and kernel
+ * split. 0 when unset; a value outside 1..4096 is reported once and gives 0. */
 static int env_setting(void) {
-  return (int)dt__env_int("DT_NUM_THREADS", 1, 4096, 0, "the default (the cores)");
+  static atomic_int cached = -1;
+  int v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v >= 0) return v;
+  v = (int)dt__env_int("DT_NUM_THREADS", 1, 4096, 0, "the default (the cores)");
+  atomic_store_explicit(&cached, v, memory_order_relaxed);
+  return v;
 }
 
 int dt__intra_threads(void) {

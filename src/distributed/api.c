@@ -656,8 +656,16 @@ dt_status dt_dist_arange(dt_mesh *mesh, double start, double end, double step, d
 
 dt_status dt_is_same_size(const dt_tensor *a, const dt_tensor *b, bool *same) {
   if (!a || !b || !same) return dt__error(DT_ERR_INVALID, "is_same_size: NULL argument");
-  int na = dt_dist_ndim(a), nb = dt_dist_ndim(b);
-  *same = na == nb && memcmp(dt_dist_global_shape(a), dt_dist_global_shape(b),
-                             sizeof(int64_t) * (size_t)na) == 0;
+  /* The fields directly (the accessors are calls); a tracer still hears of both reads. */
+  if (DT_UNLIKELY(dt__size_reader.read != NULL)) {
+    dt__size_read(a, -1, "dt_dist_global_shape");
+    dt__size_read(b, -1, "dt_dist_global_shape");
+  }
+  int na = a->spec ? a->spec->ndim : a->ndim, nb = b->spec ? b->spec->ndim : b->ndim;
+  const int64_t *sa = a->spec ? a->spec->shape : a->shape;
+  const int64_t *sb = b->spec ? b->spec->shape : b->shape;
+  bool equal = na == nb;
+  for (int i = 0; equal && i < na; i++) equal = sa[i] == sb[i];
+  *same = equal;
   return DT_OK;
 }

@@ -40,6 +40,13 @@ static inline void dt__chunk_range(int64_t size, int64_t n, int64_t index, int64
   *length = l;
 }
 
+/* How many of dt__chunk_range's n chunks of size are non-empty: the first ones, the rest are
+ * empty (a 10-row dim over 256 ranks: 10). */
+static inline int64_t dt__chunk_nonempty(int64_t size, int64_t n) {
+  int64_t piece = n > 0 ? (size + n - 1) / n : size;
+  return piece > 0 ? (size + piece - 1) / piece : 0;
+}
+
 /* Whether p splits a tensor dim (Shard or StridedShard). */
 static inline bool dt__is_sharding(dt_placement p) {
   return p.kind == DT_SHARD || p.kind == DT_STRIDED_SHARD;

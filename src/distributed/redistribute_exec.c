@@ -6,6 +6,7 @@
 #include <inttypes.h>
 
 #include "distributed/redistribute_impl.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 /* Views used while packing live on the stack: they borrow the storage of a tensor that
  * outlives them and are never retained or released, so packing allocates only the
@@ -45,12 +46,22 @@ static void flatten_in_place(dt_tensor *t) {
   t->strides[0] = 1;
 }
 
+/* dt__dist_copy with host memory's case first, inline: the executor copies once per block, and
+ * on a CPU mesh every block is host memory. */
+static inline dt_status copy_local(dt_tensor *dst, const dt_tensor *src) {
+  if (DT_LIKELY((dt__tensor_device_key(dst) | dt__tensor_device_key(src)) == 0)) {
+    dt__cpu_copy(dst, src);
+    return DT_OK;
+  }
+  return dt__dist_copy(dst, src);
+}
+
 /* A flat contiguous copy of t laid out d-major. */
 static dt_status pack_front(const dt_tensor *t, int d, dt_tensor **out) {
   dt_tensor v = front_of(t, d);
   dt_status st = dt__dist_new_like(t, v.ndim, v.shape, v.dtype, out);
   if (st) return st;
-  st = dt__dist_copy(*out, &v);
+  st = copy_local(*out, &v);
   if (st) {
     dt_tensor_release(*out);
     *out = NULL;
@@ -70,7 +81,7 @@ static dt_status unpack_front(const dt_tensor *flat, int ndim, const int64_t *sh
   int64_t strides[DT_MAX_DIMS];
   dt__contiguous_strides(ndim, result_front.shape, strides);
   dt_tensor src = stack_view(flat, ndim, result_front.shape, strides, flat->offset);
-  st = dt__dist_copy(&result_front, &src);
+  st = copy_local(&result_front, &src);
   if (st) {
     dt_tensor_release(result);
     return st;
@@ -118,13 +129,15 @@ static int64_t *chunk_counts(const dt_tensor *local, int d, int64_t extent, int 
     dt__error(DT_ERR_NOMEM, "dt_dist_redistribute: cannot allocate counts");
     return NULL;
   }
-  *total = 0;
-  for (int r = 0; r < n; r++) {
+  /* Only the first chunks are non-empty (a small dim over many ranks): the rest are zeros. */
+  int busy = (int)dt__chunk_nonempty(extent, n);
+  for (int r = 0; r < busy; r++) {
     int64_t start, length;
     dt__chunk_range(extent, n, r, &start, &length);
     cnt[r] = length * inner;
-    *total += cnt[r];
   }
+  memset(cnt + busy, 0, sizeof(int64_t) * (size_t)(n - busy));
+  *total = extent * inner;
   return cnt;
 }
 
@@ -197,7 +210,7 @@ static dt_status step_all_reduce(dt_comm *comm, dt_tensor *local, dt_reduce_op o
                                  dt_tensor **out) {
   dt_tensor *copy = NULL;
   dt_status st = dt__dist_new_like(local, local->ndim, local->shape, local->dtype, &copy);
-  if (!st) st = dt__dist_copy(copy, local);
+  if (!st) st = copy_local(copy, local);
   if (st) {
     dt_tensor_release(copy);
     return st;
@@ -221,24 +234,29 @@ static dt_status step_all_to_all(dt_comm *comm, dt_tensor *local, int d, int e, 
   int64_t *send = dt__alloc(sizeof(int64_t) * (size_t)n * 2);
   if (!send) return dt__error(DT_ERR_NOMEM, "dt_dist_redistribute: cannot allocate counts");
   int64_t *recv = send + n;
-  int64_t send_total = 0, recv_total = 0;
   int64_t other = numel_without(local, d, e); /* elements per (d, e) pair */
   int64_t my_e_start, my_e_len;
   dt__chunk_range(extent_e, n, coord, &my_e_start, &my_e_len);
-  for (int r = 0; r < n; r++) {
+  /* Only the first chunks of each dim are non-empty (a small dim over many ranks). */
+  int busy_e = (int)dt__chunk_nonempty(extent_e, n), busy_d = (int)dt__chunk_nonempty(extent_d, n);
+  memset(send, 0, sizeof(int64_t) * (size_t)n * 2);
+  for (int r = 0; r < busy_e; r++) {
     int64_t s, l;
     dt__chunk_range(extent_e, n, r, &s, &l);
     send[r] = local->shape[d] * l * other;
+  }
+  for (int r = 0; r < busy_d; r++) {
+    int64_t s, l;
     dt__chunk_range(extent_d, n, r, &s, &l);
     recv[r] = l * my_e_len * other;
-    send_total += send[r];
-    recv_total += recv[r];
   }
+  int64_t send_total = local->shape[d] * extent_e * other;
+  int64_t recv_total = extent_d * my_e_len * other;
   dt_tensor *sendbuf = NULL, *recvbuf = NULL;
   dt_status st = dt__dist_new_like(local, 1, &send_total, local->dtype, &sendbuf);
   if (!st) st = dt__dist_new_like(local, 1, &recv_total, local->dtype, &recvbuf);
   int64_t pos = 0;
-  for (int r = 0; r < n && !st; r++) {
+  for (int r = 0; r < busy_e && !st; r++) {
     /* Block r: local narrowed to e-chunk r, laid out d-major, at sendbuf[pos..). */
     if (send[r] == 0) continue;
     int64_t s, l;
@@ -251,7 +269,7 @@ static dt_status step_all_to_all(dt_comm *comm, dt_tensor *local, int d, int e, 
     dt_tensor narrow_front = front_of(&narrow, d);
     dt__contiguous_strides(ndim, narrow_front.shape, strides);
     dt_tensor dst = stack_view(sendbuf, ndim, narrow_front.shape, strides, pos);
-    st = dt__dist_copy(&dst, &narrow_front);
+    st = copy_local(&dst, &narrow_front);
     pos += send[r];
   }
   if (!st) st = dt_comm_all_to_all(comm, sendbuf, recvbuf, send, recv);
@@ -297,7 +315,7 @@ static dt_status step_shard_to_partial(dt_tensor *local, int d, int64_t extent, 
   if (!st && length > 0) {
     dt_tensor window = stack_view(result, ndim, local->shape, result->strides,
                                   result->offset + start * result->strides[d]);
-    st = dt__dist_copy(&window, local);
+    st = copy_local(&window, local);
   }
   if (st) {
     dt_tensor_release(result);
@@ -358,7 +376,7 @@ dt_status dt__strided_slice(dt_tensor *local, int d, int64_t f, int n, int coord
   blocks.offset += start * blocks.strides[d + 1];
   blocks.shape[d + 1] = length;
   st = dt__dist_new_like(local, blocks.ndim, blocks.shape, local->dtype, out);
-  if (!st) st = dt__dist_copy(*out, &blocks);
+  if (!st) st = copy_local(*out, &blocks);
   if (st) {
     dt_tensor_release(*out);
     *out = NULL;

@@ -36,7 +36,12 @@ static const char *schema_arg_name(const char *schema, int i, char *buf, size_t 
 static dt_status check_call(const dt_op_def *def, dt_op_call *call) {
   if (def->kind != DT_OP_KIND_INPLACE) {
     if (!call->outputs) return dt__error(DT_ERR_INVALID, "%s: out is NULL", def->name);
-    for (int i = 0; i < call->n_outputs; i++) call->outputs[i] = NULL;
+    /* Most ops have one output: stored directly (the loop alone becomes a call to memset). */
+    if (DT_LIKELY(call->n_outputs == 1)) {
+      call->outputs[0] = NULL;
+    } else {
+      for (int i = 0; i < call->n_outputs; i++) call->outputs[i] = NULL;
+    }
   }
   for (int i = 0; i < def->n_required; i++) {
     if (DT_UNLIKELY(!call->inputs[i])) {

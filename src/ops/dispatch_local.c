@@ -18,17 +18,24 @@ static bool has_distributed_input(const dt_op_call *call) {
 
 /* The local kernel of the call's device, as a profiler event of its own (the op's ATen name,
  * "kernel" category). On a device whose work is queued (CUDA), the host event is the launch;
- * the device's timer also times the work itself on its queue (the device's track). */
-static dt_status run_kernel(const dt_op_def *def, uint32_t device, dt_op_call *call) {
+ * the device's timer also times the work itself on its queue (the device's track). Kept out of
+ * line: dispatch without a profiler calls the kernel and nothing else (run_kernel). */
+static DT_NOINLINE dt_status run_kernel_profiled(const dt_op_def *def, uint32_t device,
+                                                 dt_op_call *call) {
   dt__profile_scope scope;
   dt__profile_begin(&scope, def->name, DT__PROFILE_CAT_KERNEL, DT_PROFILER_LANE_COMPUTE);
   void *timing = DT_UNLIKELY(scope.start != 0 && device != 0)
                      ? dt__profile_device_begin(device, NULL, false)
                      : NULL;
   dt_status st = dt__device_kernels[device & 0xffu][call->op](call);
-  dt__profile_device_end(device, timing, def->name, DT__PROFILE_CAT_KERNEL, -1);
+  if (timing) dt__profile_device_end(device, timing, def->name, DT__PROFILE_CAT_KERNEL, -1);
   dt__profile_end(&scope);
   return st;
+}
+
+static inline dt_status run_kernel(const dt_op_def *def, uint32_t device, dt_op_call *call) {
+  if (DT_UNLIKELY(dt__profile_enabled())) return run_kernel_profiled(def, device, call);
+  return dt__device_kernels[device & 0xffu][call->op](call);
 }
 
 /* The device of the call's tensor arguments: that of the first one (the CPU for none), and in
