@@ -220,6 +220,32 @@ Test(mesh, spawn_reports_groups_a_kept_tensor_holds) {
   log_capture_stop();
 }
 
+/* A world destroyed before a mesh made on it (the world must outlive its meshes): reported,
+ * naming the group, the rank and the count; a world whose meshes are gone says nothing. */
+Test(mesh, destroying_the_world_first_is_reported) {
+  dt_comm *world = NULL;
+  dt_comm_options o = {.backend = "fake", .rank = 1, .world_size = 4};
+  cr_assert_eq(dt_comm_init(&o, &world), DT_OK, "%s", dt_last_error());
+  dt_mesh *kept = NULL, *gone = NULL;
+  cr_assert_eq(dt_mesh_create(world, 2, (int[]){2, 2}, NULL, &gone), DT_OK, "%s", dt_last_error());
+  dt_mesh_destroy(gone);
+  LEAKS_EXPECTED_BEGIN();
+  cr_assert_eq(dt_mesh_create(world, 1, (int[]){4}, NULL, &kept), DT_OK, "%s", dt_last_error());
+  LEAKS_EXPECTED_END();
+  log_capture_start();
+  dt_comm_destroy(world);
+  cr_assert_eq(warnings, 1);
+  cr_assert(strstr(last_warning, "dt_comm_destroy: group 'world' (rank 1 of 4)") &&
+                strstr(last_warning, "while 1 mesh made on it is not destroyed"),
+            "%s", last_warning);
+  cr_assert_eq(dt_comm_init(&o, &world), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_mesh_create(world, 2, (int[]){2, 2}, NULL, &gone), DT_OK, "%s", dt_last_error());
+  dt_mesh_destroy(gone);
+  dt_comm_destroy(world);
+  cr_assert_eq(warnings, 1, "%s", last_warning);
+  log_capture_stop();
+}
+
 Test(mesh, fake_backend_4096_ranks) {
   dt_comm *world = NULL;
   cr_assert_eq(

@@ -160,7 +160,9 @@ DT_API dt_status dt_comm_split(dt_comm *comm, int color, int key, dt_comm **out)
 
 /* Releases this rank's handle. Sub-group state shared between ranks lives until its last
  * member destroys its handle. Pending works must be waited or released first. NULL is
- * allowed; the world handle given by dt_comm_spawn is ignored (dt_comm_spawn owns it). */
+ * allowed; the world handle given by dt_comm_spawn is ignored (dt_comm_spawn owns it).
+ * Meshes made on the group must be destroyed first: any left is reported through the log
+ * callback (DT_LOG_WARN, naming the group, the rank and the count). */
 DT_API void dt_comm_destroy(dt_comm *comm);
 
 /* Aborts the group and every group of its world: pending and later collectives on every

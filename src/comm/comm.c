@@ -75,6 +75,15 @@ dt_status dt_comm_split(dt_comm *comm, int color, int key, dt_comm **out) {
 
 void dt_comm_destroy(dt_comm *comm) {
   if (!comm || comm->owned_by_spawn) return;
+  /* The world must outlive its meshes (mesh.h): say so rather than leave them dangling. */
+  if (comm->meshes_live > 0) {
+    dt__log(DT_LOG_WARN,
+            "dt_comm_destroy: group '%s' (rank %d of %d) is destroyed while %d mesh%s made on it "
+            "%s not destroyed (dt_mesh_destroy first): %s not usable after it",
+            comm->name, comm->rank, comm->size, comm->meshes_live,
+            comm->meshes_live == 1 ? "" : "es", comm->meshes_live == 1 ? "is" : "are",
+            comm->meshes_live == 1 ? "it is" : "they are");
+  }
   comm->backend->destroy(comm);
   dt__comm_free(comm);
 }
