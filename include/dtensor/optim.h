@@ -21,9 +21,12 @@
  * batch-sharded input has a Partial(sum) gradient), and, when asked, to agree across ranks
  * on skipping a step with a non-finite gradient.
  *
- * Parameters: float32 leaf tensors that require grad, with a contiguous local shard; either
- * all local, or all distributed on one mesh. Every rank of the mesh must call the step and
- * clip_grad_norm. The step runs under no_grad.
+ * Parameters: float32 leaf tensors that require grad, with a contiguous local shard; local
+ * and distributed ones may mix (as PyTorch's optimizers take plain tensors beside DTensors: a
+ * tensor-parallel model leaves the parameters its plan does not name local), and the
+ * distributed ones share one mesh. Each is updated as it is: a local one whole on every rank,
+ * a distributed one on this rank's shard. With any distributed parameter, every rank of its
+ * mesh must call the step and clip_grad_norm. The step runs under no_grad.
  *
  * Conventions: tensors passed in are borrowed (the optimizer retains its parameters);
  * a tensor returned through `dt_tensor **out` is a new reference the caller releases.
@@ -89,12 +92,12 @@ typedef struct dt_adam_options {
  * be). The state is allocated here, zero, placed like each parameter; the arrays are
  * copied, the parameters retained. options may be NULL (PyTorch's defaults). Not collective.
  * Errors: DT_ERR_INVALID (NULL params or out, n < 1, a NULL or repeated parameter, a parameter
- * that is not a leaf requiring grad, a non-contiguous local shard, parameters on different
- * meshes or mixing local and distributed, an option out of range: the message names it and
- * its value), DT_ERR_DTYPE (a parameter not float32), DT_ERR_UNSUPPORTED (a parameter on a
- * device kind without optimizer kernels; the CPU and, in a CUDA build, CUDA have them: a CUDA
- * parameter's state lives on its device and its step is one fused kernel per parameter with the
- * CPU's element arithmetic), DT_ERR_NOMEM. */
+ * that is not a leaf requiring grad, a non-contiguous local shard, distributed parameters on
+ * different mesh objects (local ones mix freely with them), an option out of range: the
+ * message names it and its value), DT_ERR_DTYPE (a parameter not float32),
+ * DT_ERR_UNSUPPORTED (a parameter on a device kind without optimizer kernels; the CPU and, in
+ * a CUDA build, CUDA have them: a CUDA parameter's state lives on its device and its step is
+ * one fused kernel per parameter with the CPU's element arithmetic), DT_ERR_NOMEM. */
 DT_API dt_status dt_optimizer_create_sgd(int n, dt_tensor *const *params,
                                          const dt_sgd_options *options, dt_optimizer **out);
 DT_API dt_status dt_optimizer_create_adam(int n, dt_tensor *const *params,
@@ -242,11 +245,17 @@ typedef struct dt_clip_grad_options {
 /* PyTorch's clip_grad_norm_ (2-norm): the norm of all the gradients of params together,
  * over every shard and mesh dim with one all_reduce for the whole list (each rank adds the
  * squares of its local shards; a shard replicated along a mesh dim is counted only by the
- * rank at coordinate 0 of that dim). When max_norm / (norm + 1e-6) < 1 every gradient is
- * scaled by it, in place. Partial gradients are first reduced as dt_optimizer_step does.
+ * rank at coordinate 0 of that dim). A local gradient beside distributed ones counts once:
+ * each rank adds its squares divided by the mesh's rank count, so local gradients equal on
+ * every rank (a TP model's LayerNorms) count once, and ones that differ give every rank the
+ * same norm with their squares averaged (as PyTorch's get_total_norm, which replicates a plain
+ * tensor's norm beside DTensors). Without distributed parameters nothing is communicated.
+ * When max_norm / (norm + 1e-6) < 1 every gradient is scaled by it, in place. Partial
+ * gradients are first reduced as dt_optimizer_step does.
  * Parameters without gradient are skipped. *total_norm receives the norm (may be NULL).
  * Errors: DT_ERR_INVALID (NULL params, n < 1, max_norm not > 0, the parameter and gradient
- * errors of dt_optimizer_create and dt_optimizer_step, a non-finite norm with
+ * errors of dt_optimizer_create_sgd (distributed parameters on two mesh objects: the norm
+ * reduces over one) and dt_optimizer_step, a non-finite norm with
  * error_if_nonfinite), the errors of the collective. */
 DT_API dt_status dt_clip_grad_norm(int n, dt_tensor *const *params, double max_norm,
                                    const dt_clip_grad_options *options, double *total_norm);

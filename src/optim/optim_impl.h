@@ -16,9 +16,10 @@
 #include "kernels/device_routines.h"
 #include "kernels/math/optim.h"
 
-/* Checks the parameter list (see dt_optimizer_create_*): *mesh is the common mesh, NULL when
- * every parameter is local. check_repeats looks for a parameter listed twice (quadratic in n:
- * done when the list is made, not at every step). Not collective. */
+/* Checks the parameter list (see dt_optimizer_create_*): *mesh is the distributed
+ * parameters' one mesh, NULL when every parameter is local (local ones may mix with them).
+ * check_repeats looks for a parameter listed twice (quadratic in n: done when the list is made, not
+ * at every step). Not collective. */
 dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params,
                                  bool check_repeats, dt_mesh **mesh);
 

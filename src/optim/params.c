@@ -55,6 +55,7 @@ dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params
     return dt__error(DT_ERR_INVALID, "%s: params %p with n = %d (expected at least one)", fn,
                      (void *)params, n);
   }
+  int first = -1; /* the first distributed parameter */
   for (int i = 0; i < n; i++) {
     dt_tensor *p = params[i];
     if (!p) return dt__error(DT_ERR_INVALID, "%s: parameter %d is NULL", fn, i);
@@ -91,16 +92,22 @@ dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params
     if (!local_contiguous(p)) {
       return dt__error(DT_ERR_INVALID, "%s: parameter %d's local data is not contiguous", fn, i);
     }
+    /* Local parameters mix with distributed ones (a TP model leaves the modules its plan does
+     * not name local); the distributed ones share one mesh, which the step's and the clip's
+     * collectives run over. */
     dt_mesh *m = p->spec ? dt_dist_mesh(p) : NULL;
-    if (i == 0) {
+    if (!m) continue;
+    if (!*mesh) {
       *mesh = m;
+      first = i;
     } else if (m != *mesh) {
       char a[128], b[128];
       return dt__error(DT_ERR_INVALID,
-                       "%s: parameter %d is on %s but parameter 0 is on %s (every parameter must "
-                       "be local, or distributed on one mesh)",
-                       fn, i, m ? dt_mesh_format(m, a, sizeof a) : "no mesh (local)",
-                       *mesh ? dt_mesh_format(*mesh, b, sizeof b) : "no mesh (local)");
+                       "%s: parameter %d is on %s but parameter %d is on %s (the distributed "
+                       "parameters must share one mesh object: the norm and the skip decision "
+                       "reduce over it; use one optimizer per mesh)",
+                       fn, i, dt_mesh_format(m, a, sizeof a), first,
+                       dt_mesh_format(*mesh, b, sizeof b));
     }
   }
   return DT_OK;
@@ -252,10 +259,16 @@ dt_status dt_clip_grad_norm(int n, dt_tensor *const *params, double max_norm,
   dt_tensor **grads = dt__calloc(sizeof(dt_tensor *) * (size_t)n);
   if (!grads) return dt__error(DT_ERR_NOMEM, "%s: out of memory for %d parameters", fn, n);
   st = dt__optim_resolve_grads(fn, n, params, grads);
-  /* Sum of squares of the local shards that count, then one all_reduce for all of them. */
-  double squares = 0.0;
+  /* Sum of squares of the local shards that count, then one all_reduce for all of them. A
+   * local gradient beside distributed ones counts once: each rank adds its squares divided by
+   * the rank count, so ranks whose local gradients agree (a TP model's LayerNorms) add them
+   * once, and ranks whose local gradients differ still agree on the norm (the mean of their
+   * squares: PyTorch's get_total_norm replicates a plain tensor's norm the same way). */
+  int ranks = mesh ? dt_comm_size(dt_mesh_world(mesh)) : 1;
+  double squares = 0.0, local_squares = 0.0;
   for (int i = 0; i < n && !st; i++) {
     if (!grads[i] || !counts_here(grads[i])) continue;
+    double *sum = grads[i]->spec ? &squares : &local_squares;
     int64_t count;
     int index;
     const float *g = dt__optim_floats(grads[i], &count);
@@ -263,11 +276,12 @@ dt_status dt_clip_grad_norm(int n, dt_tensor *const *params, double max_norm,
     if (r) { /* on the device, in double; its sum joins the host's */
       double part = 0.0;
       st = r->sum_squares(index, g, count, &part);
-      squares += part;
+      *sum += part;
       continue;
     }
-    for (int64_t k = 0; k < count; k++) squares += (double)g[k] * (double)g[k];
+    for (int64_t k = 0; k < count; k++) *sum += (double)g[k] * (double)g[k];
   }
+  squares += local_squares / ranks;
   if (!st) st = all_reduce_sum(mesh, &squares);
   double norm = sqrt(squares);
   if (!st && total_norm) *total_norm = norm;
