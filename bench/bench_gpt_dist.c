@@ -274,11 +274,11 @@ typedef struct dist_arg {
 
 typedef struct dist_model {
   dt_module *root;
-  /* AdamW over the distributed parameters, and over the local ones (TP leaves the parameters
-   * its plan does not name local, and an optimizer takes one kind): both are per-element. */
-  dt_optimizer *opt[2];
-  dt_tensor **params; /* the distributed ones first, then the local ones */
-  int n_params, n_dist, capacity;
+  /* AdamW over every parameter: the distributed ones and, under TP, the local ones its plan
+   * does not name (one optimizer takes a mix). */
+  dt_optimizer *opt;
+  dt_tensor **params; /* in the tree's order */
+  int n_params, capacity;
   dt_tensor *idx, *target; /* the root's input and the loss's targets, as the mode wants */
 } dist_model;
 
@@ -292,17 +292,12 @@ static dt_status collect(const char *fqn, dt_tensor *t, bool is_buffer, void *us
     if (!grown) return DT_ERR_NOMEM;
     m->params = grown, m->capacity = cap;
   }
-  m->params[m->n_params++] = t;      /* borrowed: the tree holds it */
-  if (dt_tensor_is_distributed(t)) { /* keep the distributed ones first */
-    for (int i = m->n_params - 1; i > m->n_dist; i--) m->params[i] = m->params[i - 1];
-    m->params[m->n_dist++] = t;
-  }
+  m->params[m->n_params++] = t; /* borrowed: the tree holds it */
   return DT_OK;
 }
 
 static void dist_model_destroy(dist_model *m) {
-  dt_optimizer_destroy(m->opt[0]);
-  dt_optimizer_destroy(m->opt[1]);
+  dt_optimizer_destroy(m->opt);
   free(m->params);
   dt_module_destroy(m->root);
   dt_tensor_release(m->idx);
@@ -322,9 +317,7 @@ static dt_status dist_model_create(dist_ctx *c, dt_mesh *mesh, int mode, dist_mo
   if (!st && mode == MODE_FSDP) st = dt_parallel_fsdp(m->root, mesh, &(dt_fsdp_options){0});
   if (!st) st = dt_module_visit_tensors(m->root, collect, m);
   dt_adam_options ao = {.lr = 3e-4}; /* as the 1-rank model */
-  if (!st && m->n_dist > 0) st = dt_optimizer_create_adamw(m->n_dist, m->params, &ao, &m->opt[0]);
-  if (!st && m->n_params > m->n_dist)
-    st = dt_optimizer_create_adamw(m->n_params - m->n_dist, m->params + m->n_dist, &ao, &m->opt[1]);
+  if (!st) st = dt_optimizer_create_adamw(m->n_params, m->params, &ao, &m->opt);
   dt_tensor *idx = NULL, *target = NULL;
   if (src) gpt_model_data(src, &idx, &target);
   if (!st && mode == MODE_TP) { /* ids local (the same on every rank), targets Replicate */
@@ -341,16 +334,13 @@ static dt_status dist_model_create(dist_ctx *c, dt_mesh *mesh, int mode, dist_mo
 
 static dt_status dist_step(dist_model *m, double *loss_value) {
   dt_tensor *logits = NULL, *loss = NULL, *full = NULL;
-  dt_status st = DT_OK;
-  for (int k = 0; k < 2 && !st; k++)
-    if (m->opt[k]) st = dt_optimizer_zero_grad(m->opt[k], true);
+  dt_status st = dt_optimizer_zero_grad(m->opt, true);
   if (!st) st = dt_module_forward(m->root, m->idx, &logits);
   if (!st) st = dt_cross_entropy(logits, m->target, &loss);
   if (!st) st = dt_dist_full_tensor(loss, &full);
   if (!st) st = dt_tensor_to_doubles(full, loss_value, 1);
   if (!st) st = dt_backward(loss, NULL);
-  for (int k = 0; k < 2 && !st; k++)
-    if (m->opt[k]) st = dt_optimizer_step(m->opt[k]);
+  if (!st) st = dt_optimizer_step(m->opt);
   dt_tensor_release(logits);
   dt_tensor_release(loss);
   dt_tensor_release(full);
