@@ -102,14 +102,14 @@ DT_API const char *dt_version_string(void);
 
 /* Sets how many threads one rank's kernels may use, as PyTorch's torch.set_num_threads: the
  * library's own large kernels (float32 elementwise loops, gelu's backward, softmax and
- * log_softmax and their backwards, layer_norm and the input gradients of layer_norm and rms_norm,
- * cross_entropy's rows, the Adam/AdamW update) split their rows over an intra-op thread pool,
- * and the BLAS's GEMMs get the same count. n >= 1, or 0 for the default: the environment's
- * DT_NUM_THREADS when set (read once, at the process's first call that asks), else the
- * machine's online cores for the kernels and the BLAS's own count (OPENBLAS_NUM_THREADS, else
- * its default) for the GEMMs. A DT_NUM_THREADS that is not a whole integer in 1..4096 ("abc",
- * "0", "4x") is reported once through the log callback (DT_LOG_WARN, naming the variable and
- * value) and ignored.
+ * log_softmax and their backwards, layer_norm and rms_norm and their backwards (input, weight and
+ * bias gradients), cross_entropy's rows, the Adam/AdamW update) split their rows over an
+ * intra-op thread pool, and the BLAS's GEMMs get the same count. n >= 1, or 0 for the default:
+ * the environment's DT_NUM_THREADS when set (read once, at the process's first call that asks),
+ * else the machine's online cores for the kernels and the BLAS's own count
+ * (OPENBLAS_NUM_THREADS, else its default) for the GEMMs. A DT_NUM_THREADS that is not a whole
+ * integer in 1..4096 ("abc", "0", "4x") is reported once through the log callback (DT_LOG_WARN,
+ * naming the variable and value) and ignored.
  *
  * Whatever the setting, a call never uses more than cores / (rank threads of the process)
  * threads, at least 1: dt_comm_spawn's N rank threads on C cores get C / N each (so n above
