@@ -61,7 +61,7 @@ const tool_command tool_bench_suites[] = {
               "       [--device cpu|cuda] (cuda: with --only demo)\n"
               "       --size gpt2-like|small [--vocab V] [--dmodel D] [--heads H] [--layers L]\n"
               "       [--seq T] [--batch B] [--steps N] [--threads N] [--forward]\n"
-              "       [--clock cpu|wall] [--tp 2 | --fsdp 2] [--json]",
+              "       [--attention explicit|sdpa] [--clock cpu|wall] [--tp 2 | --fsdp 2] [--json]",
      .details =
          "With --size: the training step of a GPT-2-like decoder (bench/bench_gpt.h; gpt2-like:\n"
          "vocab 8192, d_model 512, 8 heads, 4 layers, seq 256, batch 8; small for quick runs;\n"
@@ -74,7 +74,10 @@ const tool_command tool_bench_suites[] = {
          "model, data and initial weights on N rank threads (threads backend, 1 thread each):\n"
          "Megatron tensor parallelism (per-head q/k/v, vocabulary-parallel head and loss) or\n"
          "FSDP (dt_parallel_fsdp, the batch split); per rank the rank thread's CPU time and the\n"
-         "wall time per step, the bytes its collectives move, and every step's loss.",
+         "wall time per step, the bytes its collectives move, and every step's loss.\n"
+         "--attention sdpa (1 rank): each block's causal attention through the fused\n"
+         "scaled_dot_product_attention instead of matmul + masked_fill + softmax (explicit,\n"
+         "the default); same weights and data, so the losses agree to float32 rounding.",
      .run = bench_suite_train},
     {.name = "ops",
      .summary = "each non-GEMM op of the GPT-2-like step, fwd and fwd+bwd, vs a memcpy; its GEMMs "

@@ -103,6 +103,7 @@ struct gpt_model {
   dt_optimizer *opt;
   dt_tensor *tape[TAPE_MAX]; /* the step's intermediate tensors, released after it */
   int taped;
+  bool sdpa; /* attention through dt_scaled_dot_product_attention (causal) */
 };
 
 static dt_tensor *keep(gpt_model *m, dt_tensor *t) {
@@ -186,13 +187,18 @@ static dt_status attention(gpt_model *m, dt_tensor *const *q, dt_tensor *h, dt_t
   if (!st) st = to_heads(m, parts[0], &qh);
   if (!st) st = to_heads(m, parts[1], &kh);
   if (!st) st = to_heads(m, parts[2], &vh);
-  if (!st) st = dt_transpose(kh, 2, 3, &kt), keep(m, kt);
-  if (!st) st = dt_matmul(qh, kt, &sc), keep(m, sc);
   double scale = 1.0 / sqrt((double)(s->dmodel / s->heads));
-  if (!st) st = dt_mul_scalar(sc, scale, &ss), keep(m, ss);
-  if (!st) st = dt_masked_fill(ss, m->mask, -INFINITY, &sm), keep(m, sm);
-  if (!st) st = dt_softmax(sm, -1, &pr), keep(m, pr);
-  if (!st) st = dt_matmul(pr, vh, &a), keep(m, a);
+  if (m->sdpa) {
+    dt_attention_options ao = {.is_causal = true, .scale = scale};
+    if (!st) st = dt_scaled_dot_product_attention(qh, kh, vh, NULL, &ao, &a, NULL), keep(m, a);
+  } else {
+    if (!st) st = dt_transpose(kh, 2, 3, &kt), keep(m, kt);
+    if (!st) st = dt_matmul(qh, kt, &sc), keep(m, sc);
+    if (!st) st = dt_mul_scalar(sc, scale, &ss), keep(m, ss);
+    if (!st) st = dt_masked_fill(ss, m->mask, -INFINITY, &sm), keep(m, sm);
+    if (!st) st = dt_softmax(sm, -1, &pr), keep(m, pr);
+    if (!st) st = dt_matmul(pr, vh, &a), keep(m, a);
+  }
   if (!st) st = dt_transpose(a, 1, 2, &at), keep(m, at);
   if (!st) st = dt_reshape(at, 3, (int64_t[]){s->batch, s->seq, s->dmodel}, &ar), keep(m, ar);
   if (!st) st = dt_linear(ar, q[GPT_OUT_W], q[GPT_OUT_B], out), keep(m, *out);
@@ -300,6 +306,8 @@ dt_status gpt_model_forward(gpt_model *m, double *loss_value) {
   return st;
 }
 
+void gpt_model_set_sdpa(gpt_model *m, bool on) { m->sdpa = on; }
+
 int gpt_model_params(const gpt_model *m, dt_tensor *const **params) {
   *params = m->params;
   return m->n_params;
@@ -356,7 +364,7 @@ void gpt_print_losses(const double *losses, int n) {
 }
 
 int bench_gpt_train(int argc, char **argv) {
-  bool json = false, forward_only = false;
+  bool json = false, forward_only = false, sdpa = false;
   int steps = 3, threads = 0, ranks = 0;
   const char *parallel = NULL; /* "tp" or "fsdp" on `ranks` rank threads */
   gpt_sizes s;
@@ -370,6 +378,10 @@ int bench_gpt_train(int argc, char **argv) {
       json = true;
     } else if (strcmp(argv[i], "--forward") == 0) {
       forward_only = true;
+    } else if (strcmp(argv[i], "--attention") == 0 && i + 1 < argc) {
+      const char *a = argv[++i];
+      if (strcmp(a, "sdpa") != 0 && strcmp(a, "explicit") != 0) goto usage;
+      sdpa = strcmp(a, "sdpa") == 0;
     } else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
       steps = atoi(argv[++i]);
     } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
@@ -386,6 +398,11 @@ int bench_gpt_train(int argc, char **argv) {
   }
   if (!gpt_sizes_valid(&s) || steps < 1 || steps > 64) goto usage;
   if (parallel) {
+    if (sdpa) {
+      fprintf(stderr, "bench train: --%s runs the explicit attention only (no --attention sdpa)\n",
+              parallel);
+      return 2;
+    }
     if (forward_only || threads > 1) {
       fprintf(stderr,
               "bench train: --%s runs the training step with 1 thread per rank (no "
@@ -402,6 +419,7 @@ int bench_gpt_train(int argc, char **argv) {
   double rate = sgemm_rate(&s);
   gpt_model *m = NULL;
   dt_status st = gpt_model_create(&s, 1234, &m);
+  if (!st) gpt_model_set_sdpa(m, sdpa);
   double loss0 = NAN, loss = NAN, ms[64], losses[65];
   dt_status (*run)(gpt_model *, double *) = forward_only ? gpt_model_forward : gpt_model_step;
   if (!st) st = run(m, &loss0); /* warm: first-step paths, optimizer state */
@@ -432,23 +450,24 @@ int bench_gpt_train(int argc, char **argv) {
            "%.1f,\"ms_min\":%.1f,\"ms_max\":%.1f,\"tokens_per_s\":%.0f,\"gflops\":%.2f,"
            "\"sgemm_gflops\":%.2f,\"fraction_of_sgemm\":%.3f,\"first_loss\":%.5f,\"loss\":%.5f,"
            "\"steps\":%d,\"faults_per_step\":%.0f,\"blas\":\"%s\",\"clock\":\"%s\","
-           "\"threads\":%d,\"ranks\":1,\"losses\":",
+           "\"threads\":%d,\"ranks\":1,\"attention\":\"%s\",\"losses\":",
            forward_only ? "forward" : "step", (long long)s.vocab, (long long)s.dmodel,
            (long long)s.heads, (long long)s.layers, (long long)s.seq, (long long)s.batch,
            (long long)gpt_param_count(&s), flops / 1e9, t.median, t.min, t.max,
            tokens / (t.median * 1e-3), gflops, rate, gflops / rate, loss0, loss, steps, faults,
-           dt__blas_name(), bench_clock_name(), threads);
+           dt__blas_name(), bench_clock_name(), threads, sdpa ? "sdpa" : "explicit");
     gpt_print_losses(losses, steps + 1);
   } else {
-    printf("gpt %s (vocab %lld, d_model %lld, %lld heads, %lld layers, seq %lld, batch %lld; "
-           "%.1fM params, %.1f GFLOP): %.1f ms/step (%.1f..%.1f), %.0f tokens/s, %.1f GFLOP/s = "
+    printf("gpt %s (vocab %lld, d_model %lld, %lld heads, %lld layers, seq %lld, batch %lld, %s "
+           "attention; %.1fM params, %.1f GFLOP): %.1f ms/step (%.1f..%.1f), %.0f tokens/s, %.1f "
+           "GFLOP/s = "
            "%.0f %% of sgemm's %.1f GFLOP/s at the step's shapes; loss %.4f -> %.4f; %.0f page "
            "faults per step (%s time)\n",
            forward_only ? "forward" : "step", (long long)s.vocab, (long long)s.dmodel,
            (long long)s.heads, (long long)s.layers, (long long)s.seq, (long long)s.batch,
-           (double)gpt_param_count(&s) / 1e6, flops / 1e9, t.median, t.min, t.max,
-           tokens / (t.median * 1e-3), gflops, 100 * gflops / rate, rate, loss0, loss, faults,
-           bench_clock_name());
+           sdpa ? "sdpa" : "explicit", (double)gpt_param_count(&s) / 1e6, flops / 1e9, t.median,
+           t.min, t.max, tokens / (t.median * 1e-3), gflops, 100 * gflops / rate, rate, loss0, loss,
+           faults, bench_clock_name());
   }
   return 0;
 usage:

@@ -1,7 +1,8 @@
 /* The GPT-2-like decoder of issue 26, shared by `dtensor bench train --size ...` (the whole
  * training step, bench/bench_gpt.c) and `dtensor bench ops` (its non-GEMM ops and GEMM calls
  * one by one, bench/bench_ops.c): token and position embeddings, pre-norm blocks of causal
- * attention (matmul + masked_fill + softmax) and a GELU MLP (4 x d_model), a final LayerNorm,
+ * attention (matmul + masked_fill + softmax, or the fused scaled_dot_product_attention:
+ * gpt_model_set_sdpa) and a GELU MLP (4 x d_model), a final LayerNorm,
  * an untied LM head, cross_entropy and AdamW; float32, one rank. */
 #ifndef BENCH_GPT_H
 #define BENCH_GPT_H
@@ -55,6 +56,11 @@ dt_status gpt_model_step(gpt_model *m, double *loss);
 
 /* The forward and the loss only, under no_grad (nothing recorded for backward). */
 dt_status gpt_model_forward(gpt_model *m, double *loss);
+
+/* on: the attention of every block through dt_scaled_dot_product_attention (is_causal, the
+ * fused flash-style op) instead of matmul + scale + masked_fill + softmax + matmul; the same
+ * function, so the losses agree to float32 rounding. Off at creation. */
+void gpt_model_set_sdpa(gpt_model *m, bool on);
 
 /* The model's parameters (borrowed), for `bench ops`' AdamW case and the 2-rank models of
  * bench/bench_gpt_dist.c (which start from these weights): GPT_GLOBAL_PARAMS, then

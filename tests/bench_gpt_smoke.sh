@@ -5,6 +5,8 @@
 # 2 layers, seq 64, batch 4: 2*1024*128 + 64*128 + 2*(12*128^2 + 13*128) + 2*128 = 667136
 # parameters; 3 * (2 * (2*256*12*128^2 + 4*4*64^2*128) + 2*256*128*1024) = 855638016 FLOPs),
 # bench ops prints a forward and a forward+backward line for an op, and bad options fail.
+# --attention sdpa (the fused causal scaled_dot_product_attention in every block) trains from
+# the same weights and data as the explicit attention: every step's loss within 1e-5 relative.
 # Usage: bench_gpt_smoke.sh PATH/TO/dtensor
 set -u
 tool=$1
@@ -22,10 +24,23 @@ field() { echo "$line" | sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p"; }
 awk -v a="$(field first_loss)" -v b="$(field loss)" 'BEGIN { exit !(a > 0 && b > 0 && b < a && a < 100) }' ||
   fail "losses $(field first_loss) -> $(field loss): expected finite, decreasing"
 
+losses() { sed -n 's/.*"losses":\[\([^]]*\)\].*/\1/p'; }
+explicit=$("$tool" bench train --size small --steps 2 --threads 1 --json | grep '"name":"gpt_step"' | losses)
+sdpa=$("$tool" bench train --size small --steps 2 --threads 1 --attention sdpa --json |
+  grep '"name":"gpt_step"' | grep '"attention":"sdpa"' | losses)
+echo "explicit: $explicit"
+echo "sdpa:     $sdpa"
+awk -v a="$explicit" -v b="$sdpa" 'BEGIN {
+  n = split(a, x, ","); m = split(b, y, ",");
+  if (n != 3 || m != 3) exit 1;
+  for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (!(d <= 1e-5 * x[i])) exit 1 }
+}' || fail "--attention sdpa losses [$sdpa] differ from the explicit attention's [$explicit]"
+
 ops=$("$tool" bench ops --size small --iters 1 --only layer_norm --json | grep -c '"op":"layer_norm"')
 [ "$ops" = 2 ] || fail "bench ops --only layer_norm printed $ops lines, expected 2 (fwd, fwd+bwd)"
 
-for bad in "--size huge" "--heads 3 --size small" "--steps 0 --size small" "--size small --clock x"; do
+for bad in "--size huge" "--heads 3 --size small" "--steps 0 --size small" "--size small --clock x" \
+  "--size small --attention flash" "--size small --attention sdpa --tp 2"; do
   # shellcheck disable=SC2086
   "$tool" bench train $bad >/dev/null 2>&1
   [ $? -eq 2 ] || fail "'bench train $bad' did not exit 2"

@@ -5,7 +5,8 @@ one training step (or, with --forward, the forward and loss under no_grad) timed
 process CPU time, or wall time with --clock wall (needed for --threads > 1, where CPU time
 adds the threads up), torch.set_num_threads(--threads) and ours `--threads` alike.
 Two attention variants: "explicit" (matmul, scale, masked_fill, softmax, matmul: what our step
-runs) and "sdpa" (F.scaled_dot_product_attention, is_causal). Rounds alternate: PyTorch
+runs by default) and "sdpa" (F.scaled_dot_product_attention, is_causal); --ours-attention sdpa
+runs ours with the fused op too (`bench train --attention sdpa`). Rounds alternate: PyTorch
 explicit, PyTorch sdpa, then `dtensor bench train --json` in a subprocess, ...; prints JSON
 lines per side and round, then per variant the medians, spreads and the ratio PyTorch / ours
 (> 1: ours is faster).
@@ -103,6 +104,7 @@ def ours_steps(args):
            str(args.steps), "--threads", str(args.threads), "--clock", args.clock]
     if args.forward:
         cmd.append("--forward")
+    cmd += ["--attention", args.ours_attention]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     for line in out.stdout.splitlines():
         j = json.loads(line)
@@ -117,6 +119,8 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--size", default="gpt2-like", choices=sorted(SIZES))
     p.add_argument("--forward", action="store_true", help="forward and loss only, no_grad")
+    p.add_argument("--ours-attention", choices=("explicit", "sdpa"), default="explicit",
+                   help="our step's attention: written out (default) or the fused op")
     p.add_argument("--clock", choices=("cpu", "wall"), default=None,
                    help="cpu (default with 1 thread) or wall (default with more)")
     args = p.parse_args()
@@ -146,6 +150,7 @@ def main():
         emit({"name": "summary", "torch_attention": side, "torch_ms": spread(ms[side]),
               "ours_ms": spread(ms["ours"]), "torch_over_ours": round(t / ours, 3),
               "rounds": args.rounds, "threads": args.threads, "size": args.size,
+              "ours_attention": args.ours_attention,
               "pass": "forward" if args.forward else "step", "clock": args.clock})
 
 
