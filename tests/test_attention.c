@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm_helpers.h"
 #include "dtensor/dtensor.h"
@@ -351,4 +352,91 @@ Test(attention, grouped_query_heads_sharded_by_heads) {
   SPAWN_OK(4, gqa_rank, &nested);
   gqa_case uneven = {1, {2, 1}, 6, 3, false};
   SPAWN_OK(2, gqa_rank, &uneven);
+}
+
+/* q [1, 1, 3, E] of `dtype` from sin values (one NaN at element `nan_at` when >= 0). */
+static dt_tensor *edge_tensor(int64_t T, int64_t E, dt_dtype dtype, int64_t nan_at) {
+  int64_t n = T * E;
+  double *x = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) x[i] = i == nan_at ? NAN : sin(0.37 * (double)(i + 1));
+  dt_tensor *d = NULL, *t = NULL;
+  OK(dt_from_data(x, 4, (int64_t[]){1, 1, T, E}, DT_F64, &d));
+  OK(dt_to(d, dtype, &t));
+  dt_tensor_release(d);
+  free(x);
+  return t;
+}
+
+/* E = 0: the scores are empty sums (0), so every query averages the values, in float32 and in
+ * float64 alike (float64 gave NaN and lse -inf: the default scale 1/sqrt(0) = inf times 0). */
+Test(attention, zero_head_dim_averages_the_values) {
+  for (int f = 0; f < 2; f++) {
+    dt_dtype dtype = f ? DT_F64 : DT_F32;
+    dt_tensor *q = edge_tensor(3, 0, dtype, -1), *k = edge_tensor(4, 0, dtype, -1),
+              *v = edge_tensor(4, 2, dtype, -1), *out = NULL, *lse = NULL;
+    OK(dt_scaled_dot_product_attention(q, k, v, NULL, NULL, &out, &lse));
+    double *o = values_of(out), *l = values_of(lse), *vv = values_of(v);
+    for (int64_t e = 0; e < 2; e++) {
+      double mean = (vv[e] + vv[2 + e] + vv[4 + e] + vv[6 + e]) / 4;
+      for (int64_t i = 0; i < 3; i++)
+        cr_assert_float_eq(o[i * 2 + e], mean, 1e-6, "%s out[%lld][%lld] %g, mean %g",
+                           dt_dtype_name(dtype), (long long)i, (long long)e, o[i * 2 + e], mean);
+    }
+    for (int64_t i = 0; i < 3; i++)
+      cr_assert_float_eq(l[i], log(4.0), 1e-6, "%s lse %g", dt_dtype_name(dtype), l[i]);
+    free(o), free(l), free(vv);
+    dt_tensor_release(q), dt_tensor_release(k), dt_tensor_release(v);
+    dt_tensor_release(out), dt_tensor_release(lse);
+  }
+}
+
+/* A NaN in a query: its row's output and lse are NaN and the key gradient is NaN, in float64 as
+ * in float32 (float64 reported lse -inf, "kept no key", and its backward then gave that row
+ * zero gradients: the NaN vanished). The other rows stay finite. */
+Test(attention, nan_input_propagates_in_both_dtypes) {
+  for (int f = 0; f < 2; f++) {
+    dt_dtype dtype = f ? DT_F64 : DT_F32;
+    dt_tensor *q = edge_tensor(3, 2, dtype, 2), *k = edge_tensor(4, 2, dtype, -1),
+              *v = edge_tensor(4, 2, dtype, -1), *out = NULL, *lse = NULL, *sum = NULL, *gk = NULL;
+    OK(dt_tensor_set_requires_grad(k, true));
+    OK(dt_scaled_dot_product_attention(q, k, v, NULL, NULL, &out, &lse));
+    double *o = values_of(out), *l = values_of(lse);
+    for (int64_t i = 0; i < 3; i++) {
+      cr_assert_eq(isnan(l[i]), i == 1, "%s lse[%lld] = %g", dt_dtype_name(dtype), (long long)i,
+                   l[i]);
+      cr_assert_eq(isnan(o[i * 2]), i == 1, "%s out[%lld] = %g", dt_dtype_name(dtype), (long long)i,
+                   o[i * 2]);
+    }
+    OK(dt_sum(out, &sum));
+    OK(dt_backward(sum, NULL));
+    OK(dt_tensor_grad(k, &gk));
+    double *g = values_of(gk);
+    cr_assert(isnan(g[0]), "%s dk[0] = %g (expected NaN)", dt_dtype_name(dtype), g[0]);
+    free(o), free(l), free(g);
+    dt_tensor_release(q), dt_tensor_release(k), dt_tensor_release(v), dt_tensor_release(out);
+    dt_tensor_release(lse), dt_tensor_release(sum), dt_tensor_release(gk);
+  }
+}
+
+/* A scale beyond float32's range: refused for float32 (the kernel's float scale was inf and
+ * every output NaN), computed for float64. */
+Test(attention, refuses_a_scale_that_overflows_float32) {
+  dt_attention_options big = {.scale = 1e300};
+  for (int f = 0; f < 2; f++) {
+    dt_dtype dtype = f ? DT_F64 : DT_F32;
+    dt_tensor *q = edge_tensor(3, 2, dtype, -1), *k = edge_tensor(4, 2, dtype, -1),
+              *v = edge_tensor(4, 2, dtype, -1), *out = NULL;
+    dt_status st = dt_scaled_dot_product_attention(q, k, v, NULL, &big, &out, NULL);
+    if (dtype == DT_F32) {
+      cr_assert_eq(st, DT_ERR_INVALID, "%d", st);
+      cr_assert(strstr(dt_last_error(), "scale 1e+300 overflows float32"), "%s", dt_last_error());
+      cr_assert_null(out);
+    } else {
+      OK(st);
+      double *o = values_of(out);
+      for (int i = 0; i < 6; i++) cr_assert(isfinite(o[i]), "out[%d] = %g", i, o[i]);
+      free(o);
+    }
+    dt_tensor_release(q), dt_tensor_release(k), dt_tensor_release(v), dt_tensor_release(out);
+  }
 }

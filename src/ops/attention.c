@@ -1,5 +1,6 @@
 /* rms_norm and scaled_dot_product_attention (with its backward op): argument checks, output
  * metas, the CPU kernels' calls and the public functions. */
+#include <float.h>
 #include <math.h>
 
 #include "kernels/cpu/attention.h"
@@ -86,6 +87,10 @@ dt_status dt__infer_attention(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *q = call->inputs[0], *k = call->inputs[1], *v = call->inputs[2];
   dt_status st = check_attention(call, q, k, v, call->inputs[3]);
   if (st) return st;
+  if (q->dtype == DT_F32 && call->scalars[0] > FLT_MAX)
+    return dt__error(DT_ERR_INVALID,
+                     "%s: scale %g overflows float32 (the query's dtype; at most %g)",
+                     dt__op_name(call), call->scalars[0], (double)FLT_MAX);
   int64_t out[4] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
   dt__meta_set(&metas[0], q->dtype, 4, out);
   dt__meta_set(&metas[1], q->dtype == DT_F64 ? DT_F64 : DT_F32, 3, q->shape);
@@ -101,7 +106,10 @@ static void attention_args(const dt_op_call *call, int first, const dt_tensor *m
   a->v = call->inputs[first + 2];
   a->mask = mask;
   a->causal = call->ints[0] != 0;
-  a->scale = call->scalars[0] > 0 ? call->scalars[0] : 1.0 / sqrt((double)a->q->shape[3]);
+  /* E = 0: every score is an empty sum (0) whatever the scale; 1/sqrt(0) = inf would make
+   * them inf * 0 = NaN (PyTorch gives the mean of the values). */
+  int64_t E = a->q->shape[3];
+  a->scale = call->scalars[0] > 0 ? call->scalars[0] : E > 0 ? 1.0 / sqrt((double)E) : 1.0;
   if (mask) {
     int64_t full[4] = {a->q->shape[0], a->q->shape[1], a->q->shape[2], a->k->shape[2]};
     dt__broadcast_strides(mask, 4, full, a->mask_strides);

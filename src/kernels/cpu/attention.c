@@ -165,7 +165,8 @@ static void forward_tile(const dt_attention_args *a, tiles *t, int64_t b, int64_
     int64_t nc = key_tile(a, t, b, h, i0, nr, j0, end);
     for (int64_t r = 0; r < nr; r++) {
       double *s = t->s + r * BC, mx = t->m[r];
-      for (int64_t c = 0; c < nc; c++) mx = s[c] > mx ? s[c] : mx;
+      for (int64_t c = 0; c < nc; c++) /* a NaN score makes the row NaN (lse too) */
+        mx = s[c] > mx || s[c] != s[c] ? s[c] : mx;
       if (mx == -INFINITY) continue; /* nothing kept yet */
       double alpha = exp(t->m[r] - mx), sum = 0;
       double *acc = t->acc + r * Ev;
@@ -184,7 +185,7 @@ static void forward_tile(const dt_attention_args *a, tiles *t, int64_t b, int64_
     double l = t->l[r];
     for (int64_t e = 0; e < Ev; e++)
       put4(out, b, h, i0 + r, e, l > 0 ? t->acc[r * Ev + e] / l : NAN);
-    double v = l > 0 ? t->m[r] + log(l) : -INFINITY;
+    double v = l > 0 ? t->m[r] + log(l) : l == 0 ? -INFINITY : NAN;
     int64_t off = b * lse->strides[0] + h * lse->strides[1] + (i0 + r) * lse->strides[2];
     dt__store_from_double(lse->dtype,
                           dt__tensor_base(lse) + off * (int64_t)dt__dtype_sizes[lse->dtype], v);
