@@ -369,6 +369,7 @@ int bench_gpt_train(int argc, char **argv) {
   const char *parallel = NULL; /* "tp" or "fsdp" on `ranks` rank threads */
   gpt_sizes s;
   gpt_sizes_start(argc, argv, &s);
+  long long v = 0;
   for (int i = 1; i < argc; i++) {
     int took = gpt_sizes_option(argc, argv, &i, &s);
     if (!took) took = bench_clock_option(argc, argv, &i);
@@ -383,15 +384,16 @@ int bench_gpt_train(int argc, char **argv) {
       if (strcmp(a, "sdpa") != 0 && strcmp(a, "explicit") != 0) goto usage;
       sdpa = strcmp(a, "sdpa") == 0;
     } else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
-      steps = atoi(argv[++i]);
+      if (!bench_int_option(argv[i], argv[i + 1], 1, 64, &v)) goto usage;
+      steps = (int)v, i++;
     } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-      threads = atoi(argv[++i]);
-      if (threads < 1) goto usage;
+      if (!bench_int_option(argv[i], argv[i + 1], 1, 4096, &v)) goto usage;
+      threads = (int)v, i++;
     } else if ((strcmp(argv[i], "--tp") == 0 || strcmp(argv[i], "--fsdp") == 0) && i + 1 < argc &&
                !parallel) {
       parallel = argv[i] + 2;
-      ranks = atoi(argv[++i]);
-      if (ranks < 1 || ranks > 8) goto usage;
+      if (!bench_int_option(argv[i], argv[i + 1], 1, 8, &v)) goto usage;
+      ranks = (int)v, i++;
     } else {
       goto usage;
     }

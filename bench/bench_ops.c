@@ -15,6 +15,7 @@
  * The sides alternate (ours, memcpy, ours, memcpy, ...), wall time (our kernels may use
  * several threads), median and min of --iters samples each.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -435,6 +436,7 @@ static dt_status bench_gemms(const gpt_sizes *s, int iters, bool json) {
 int bench_suite_ops(int argc, char **argv) {
   bool json = false;
   int iters = 7, threads = 0;
+  long long v = 0;
   const char *only = NULL;
   gpt_sizes s;
   gpt_sizes_start(argc, argv, &s);
@@ -446,11 +448,13 @@ int bench_suite_ops(int argc, char **argv) {
     if (strcmp(argv[i], "--json") == 0) {
       json = true;
     } else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
-      iters = atoi(argv[++i]);
+      if (!bench_int_option(argv[i], argv[i + 1], 1, INT_MAX, &v)) goto usage;
+      iters = (int)v, i++;
     } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
     } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-      threads = atoi(argv[++i]);
+      if (!bench_int_option(argv[i], argv[i + 1], 1, 4096, &v)) goto usage;
+      threads = (int)v, i++;
       if (threads < 1) goto usage;
     } else {
       goto usage;

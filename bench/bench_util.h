@@ -2,7 +2,10 @@
 #ifndef BENCH_UTIL_H
 #define BENCH_UTIL_H
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,6 +35,21 @@ static inline double bench_process_cpu_us(void) {
 /* The clock of the suites that take --clock cpu|wall (bench ops, bench train --size):
  * process CPU time by default, since the shared machine's run queue inflates wall time. */
 __attribute__((unused)) static double (*bench_clock)(void) = bench_process_cpu_us;
+
+/* A whole decimal integer in [lo, hi] from an option's value (atoi took "2abc" as 2 and "x"
+ * as 0): true and *out, or false with a line on stderr naming the option and the value. */
+static inline bool bench_int_option(const char *option, const char *text, long long lo,
+                                    long long hi, long long *out) {
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (*text >= '0' && *text <= '9' && end && !*end && errno == 0 && v >= lo && v <= hi) {
+    *out = v;
+    return true;
+  }
+  fprintf(stderr, "bench: %s \"%.64s\" is not an integer in [%lld, %lld]\n", option, text, lo, hi);
+  return false;
+}
 
 /* Reads --clock cpu|wall at argv[*i] into bench_clock: 1 taken, 0 not this option, -1 bad. */
 static inline int bench_clock_option(int argc, char **argv, int *i) {

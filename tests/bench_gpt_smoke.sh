@@ -40,13 +40,19 @@ ops=$("$tool" bench ops --size small --iters 1 --only layer_norm --json | grep -
 [ "$ops" = 2 ] || fail "bench ops --only layer_norm printed $ops lines, expected 2 (fwd, fwd+bwd)"
 
 for bad in "--size huge" "--heads 3 --size small" "--steps 0 --size small" "--size small --clock x" \
-  "--size small --attention flash" "--size small --attention sdpa --tp 2"; do
+  "--size small --attention flash" "--size small --attention sdpa --tp 2" "--size small --tp 2abc" \
+  "--size small --steps 2x" "--size small --threads 4x" \
+  "--size small --attention"; do
   # shellcheck disable=SC2086
   "$tool" bench train $bad >/dev/null 2>&1
   [ $? -eq 2 ] || fail "'bench train $bad' did not exit 2"
 done
 "$tool" bench ops --size small --dmodel 0 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "'bench ops --dmodel 0' did not exit 2"
+# Integer options are read whole (atoi took "1x" as 1 and ran), the bad one named.
+err=$("$tool" bench ops --size small --iters 1x 2>&1 >/dev/null)
+[ $? -eq 2 ] || fail "'bench ops --iters 1x' did not exit 2"
+case "$err" in *'--iters "1x" is not an integer'*) ;; *) fail "bench ops --iters 1x: $err" ;; esac
 # Sizes whose counts overflow int64 (d_model^2 x layers = 2^90) or need terabytes, and an
 # --only that names no case, are refused before anything runs.
 for bad in "--dmodel 1073741824 --heads 1 --layers 1073741824" "--vocab 1073741824 --seq 1073741824" \
