@@ -70,11 +70,29 @@ Test(thread_pool, environment_read_once) {
 /* A DT_NUM_THREADS that is not an integer in 1..4096 is reported once through the log
  * callback, naming the variable and the value, and the default (the cores) applies. */
 Test(thread_pool, a_bad_environment_value_is_reported_once) {
-  const char *bad[] = {"abc", "0", "-3", "99999999999", "4x", "99999999999999999999999", " "};
+  const char *bad[] = {"abc", "0",  "-3",  "99999999999", "4x",  "99999999999999999999999",
+                       " ",   " 4", "\t4", "4 ",          "0x10"};
   for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
     cr_assert_eq(env_child(bad[i], "1", cores(), 1), 0,
                  "DT_NUM_THREADS=\"%s\": the default, reported once", bad[i]);
   }
+}
+
+/* The strict parse: a whole decimal integer, an optional sign, no white space on either side
+ * (" 4" was accepted while "4 " was not), no hex, no overflow, any length refused cleanly. */
+Test(thread_pool, env_integers_are_parsed_strictly) {
+  int64_t v = 0;
+  cr_assert(dt__env_int_parse("+4", 1, 9, &v) && v == 4);
+  cr_assert(dt__env_int_parse("-2", -3, 9, &v) && v == -2);
+  const char *bad[] = {" 4", "\n4", "4 ", "0x10", "4.0", "", "+", "1e3"};
+  for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++)
+    cr_assert(!dt__env_int_parse(bad[i], -1000, 1000, &v), "\"%s\" was accepted", bad[i]);
+  char longest[4096];
+  memset(longest, '9', sizeof longest - 1);
+  longest[sizeof longest - 1] = '\0';
+  cr_assert(!dt__env_int_parse(longest, 0, INT64_MAX, &v));
+  memset(longest, '0', sizeof longest - 2); /* 4094 zeros then a 9: the value 9 */
+  cr_assert(dt__env_int_parse(longest, 0, 9, &v) && v == 9);
 }
 
 /* The reader behind it (dt__env_int, for variables read at every use such as

@@ -1,11 +1,13 @@
 /*
  * Integer environment variables (DT_NUM_THREADS, DT_ALLOC_CACHE_MB, DT_COMM_TIMEOUT_MS, ...)
  * and those naming one of a few words (DT_PROFILE_CLOCK): one strict reader for each kind. A value
- * must be a whole decimal integer inside the variable's range (no trailing letters, no overflow);
+ * must be a whole decimal integer inside the variable's range (an optional sign; no white space, no
+ * trailing letters, no overflow);
  * any other value is not silently dropped but reported through the log callback (DT_LOG_WARN), once
  * per variable and value, and the caller's default applies. Settings read at every kernel call or
  * free would otherwise report on every call.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -24,7 +26,8 @@ static struct {
 } reported = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 bool dt__env_int_parse(const char *text, int64_t min, int64_t max, int64_t *out) {
-  if (!text || !*text) return false;
+  /* strtoll skips leading white space: " 4" was read as 4 while "4 " was refused. */
+  if (!text || !*text || isspace((unsigned char)*text)) return false;
   char *end = NULL;
   errno = 0;
   long long v = strtoll(text, &end, 10);
