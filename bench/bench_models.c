@@ -262,6 +262,7 @@ static void remove_model(const char *dir) {
 /* Parses the options into b; *model / *z from --model / --size. 0 or usage's 2. */
 static int parse(int argc, char **argv, models_bench *b, const char **model,
                  const bench_model_size **z) {
+  long long n = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "--keep") ||
         !strcmp(argv[i], "--write-only"))
@@ -279,15 +280,20 @@ static int parse(int argc, char **argv, models_bench *b, const char **model,
       b->generate = !strcmp(v, "generate"), b->train = !strcmp(v, "train");
       if (!b->generate && !b->train) return usage();
     } else if (!strcmp(argv[i - 1], "--prompt")) {
-      b->prompt = atoll(v);
+      if (!bench_int_option(argv[i - 1], v, 1, 1 << 20, &n)) return usage();
+      b->prompt = n;
     } else if (!strcmp(argv[i - 1], "--new")) {
-      b->max_new = atoll(v);
+      if (!bench_int_option(argv[i - 1], v, 1, 1 << 20, &n)) return usage();
+      b->max_new = n;
     } else if (!strcmp(argv[i - 1], "--batch")) {
-      b->batch = atoll(v);
+      if (!bench_int_option(argv[i - 1], v, 1, 1 << 20, &n)) return usage();
+      b->batch = n;
     } else if (!strcmp(argv[i - 1], "--seq")) {
-      b->seq = atoll(v);
+      if (!bench_int_option(argv[i - 1], v, 1, 1 << 20, &n)) return usage();
+      b->seq = n;
     } else if (!strcmp(argv[i - 1], "--reps")) {
-      b->reps = atoi(v);
+      if (!bench_int_option(argv[i - 1], v, 1, MAX_REPS, &n)) return usage();
+      b->reps = (int)n;
     } else {
       return usage();
     }

@@ -212,7 +212,11 @@ int bench_models_attention(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "--attention-memory")) continue;
     if (i + 1 >= argc) return usage();
-    long long v = atoll(argv[++i]);
+    long long v = 0;
+    bool reps_or_threads = !strcmp(argv[i], "--reps") || !strcmp(argv[i], "--threads");
+    if (!bench_int_option(argv[i], argv[i + 1], 1, reps_or_threads ? 1024 : 1 << 20, &v))
+      return usage();
+    i++;
     if (!strcmp(argv[i - 1], "--seq")) {
       c.T = v;
     } else if (!strcmp(argv[i - 1], "--heads")) {
@@ -232,6 +236,16 @@ int bench_models_attention(int argc, char **argv) {
   if (c.B < 1 || c.H < 1 || c.T < 1 || c.E < 1 || reps < 1 || reps > MAX_REPS || threads < 1 ||
       threads > 1024)
     return usage();
+  /* The composition stores the [B, H, T, T] scores (float32) several times over: refuse what
+   * cannot fit rather than let the allocator or the OOM killer decide. */
+  double scores = (double)c.B * (double)c.H * (double)c.T * (double)c.T;
+  if (scores > (double)(1LL << 30)) {
+    fprintf(stderr,
+            "bench models --attention-memory: [%lld, %lld, %lld, %lld] scores (%.3g elements) "
+            "are over 2^30 for the composition\n",
+            (long long)c.B, (long long)c.H, (long long)c.T, (long long)c.T, scores);
+    return 2;
+  }
   bench_machine_print(json);
   dt_set_num_threads(threads); /* the BLAS's and the kernels' */
   attn_result fz = {0}, uf = {0};

@@ -23,6 +23,7 @@
  * --only optim|demo|fsdp. With --size, the suite is the GPT-2-like training step instead
  * (bench/bench_gpt.c).
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -439,13 +440,16 @@ int bench_suite_train(int argc, char **argv) {
     if (i + 1 >= argc) return usage();
     if (strcmp(argv[i], "--device") == 0)
       device = argv[++i];
-    else if (strcmp(argv[i], "--iters") == 0)
-      iters = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--params") == 0)
-      n = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--elems") == 0)
-      e = atoll(argv[++i]);
-    else if (strcmp(argv[i], "--only") == 0)
+    else if (strcmp(argv[i], "--iters") == 0 || strcmp(argv[i], "--params") == 0 ||
+             strcmp(argv[i], "--elems") == 0) {
+      long long v = 0;
+      if (!bench_int_option(argv[i], argv[i + 1], 1, argv[i][2] == 'e' ? 1LL << 30 : INT_MAX, &v))
+        return usage();
+      if (argv[i][2] == 'i') iters = (int)v;
+      if (argv[i][2] == 'p') n = (int)v;
+      if (argv[i][2] == 'e') e = v;
+      i++;
+    } else if (strcmp(argv[i], "--only") == 0)
       only = argv[++i];
     else
       return usage();

@@ -53,6 +53,15 @@ done
 err=$("$tool" bench ops --size small --iters 1x 2>&1 >/dev/null)
 [ $? -eq 2 ] || fail "'bench ops --iters 1x' did not exit 2"
 case "$err" in *'--iters "1x" is not an integer'*) ;; *) fail "bench ops --iters 1x: $err" ;; esac
+# The same in bench models (and its --attention-memory) and bench train without --size; an
+# attention case whose [B, H, T, T] scores cannot fit is refused before it allocates.
+for bad in "models --batch 1e3" "models --reps 2x" "models --attention-memory --seq 2x" \
+  "models --attention-memory --seq 100000" "train --iters 3x" "train --params 0x10"; do
+  # shellcheck disable=SC2086
+  err=$("$tool" bench $bad 2>&1 >/dev/null)
+  [ $? -eq 2 ] || fail "'bench $bad' did not exit 2"
+  case "$err" in *"is not an integer"* | *"over 2^30"*) ;; *) fail "bench $bad: $err" ;; esac
+done
 # Sizes whose counts overflow int64 (d_model^2 x layers = 2^90) or need terabytes, and an
 # --only that names no case, are refused before anything runs.
 for bad in "--dmodel 1073741824 --heads 1 --layers 1073741824" "--vocab 1073741824 --seq 1073741824" \
