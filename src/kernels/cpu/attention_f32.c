@@ -106,31 +106,32 @@ static int64_t key_end(const sdpa *c, int64_t i0, int64_t nr) {
   return i0 + nr < c->S ? i0 + nr : c->S;
 }
 
-/* Scores s[r][0, nc) (row stride ld) of queries i0 + r against keys j0 + c, scaled: the mask
- * added (bool false: -inf) and, causally, keys after the query dropped. */
+/* The scores of queries i0 + r against keys j0 + j, at s[r rs + j cs] (rs, cs: a row-major
+ * block [nr][nc] or a transposed one [nc][nr]), scaled: the mask added (bool false: -inf)
+ * and, causally, keys after the query dropped. */
 static void mask_block(const sdpa *c, int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0,
-                       int64_t nc, float *s, int64_t ld) {
+                       int64_t nc, float *s, int64_t rs, int64_t cs) {
   const dt_attention_args *a = c->a;
   if (a->mask) {
     const int64_t *ms = a->mask_strides;
     const char *base = dt__tensor_base(a->mask);
     for (int64_t r = 0; r < nr; r++) {
       int64_t off = b * ms[0] + h * ms[1] + (i0 + r) * ms[2] + j0 * ms[3];
-      float *row = s + r * ld;
+      float *row = s + r * rs;
       if (a->mask->dtype == DT_BOOL) {
         const uint8_t *m = (const uint8_t *)base + off;
         for (int64_t j = 0; j < nc; j++)
-          if (!m[j * ms[3]]) row[j] = -INFINITY;
+          if (!m[j * ms[3]]) row[j * cs] = -INFINITY;
       } else {
         const float *m = (const float *)base + off;
-        for (int64_t j = 0; j < nc; j++) row[j] += m[j * ms[3]];
+        for (int64_t j = 0; j < nc; j++) row[j * cs] += m[j * ms[3]];
       }
     }
   }
   if (a->causal && j0 + nc - 1 > i0)
     for (int64_t r = 0; r < nr; r++) {
       int64_t first = i0 + r + 1 - j0; /* the first key after query i0 + r */
-      for (int64_t j = first > 0 ? first : 0; j < nc; j++) s[r * ld + j] = -INFINITY;
+      for (int64_t j = first > 0 ? first : 0; j < nc; j++) s[r * rs + j * cs] = -INFINITY;
     }
 }
 
@@ -153,7 +154,7 @@ static void scores(const sdpa *c, int64_t b, int64_t h, int64_t i0, int64_t nr, 
   else
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)nc, (int)c->E, c->scale,
                 rows_at(&c->q, b, h, i0), c->q.ld, kt, (int)ldkt, 0.0f, s, (int)c->bk);
-  mask_block(c, b, h, i0, nr, j0, nc, s, c->bk);
+  mask_block(c, b, h, i0, nr, j0, nc, s, c->bk, 1);
 }
 
 DT_VECTOR_CLONES static void scale_row(float *x, float f, int64_t n) {
@@ -166,33 +167,6 @@ DT_VECTOR_CLONES static void scale_row(float *x, float f, int64_t n) {
  * operands as stored (the query block transposed once into qt), so OpenBLAS takes its
  * small-matrix kernel, and the online softmax runs down the columns, its loops vectorized over
  * the block's queries with no per-row reduction. */
-
-/* st[c][r] of query i0 + r and key j0 + c: the mask added (bool false: -inf) and, causally,
- * keys after the query dropped. */
-static void mask_block_t(const sdpa *c, int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0,
-                         int64_t nc, float *st, int64_t ld) {
-  const dt_attention_args *a = c->a;
-  if (a->mask) {
-    const int64_t *ms = a->mask_strides;
-    const char *base = dt__tensor_base(a->mask);
-    for (int64_t r = 0; r < nr; r++) {
-      int64_t off = b * ms[0] + h * ms[1] + (i0 + r) * ms[2] + j0 * ms[3];
-      if (a->mask->dtype == DT_BOOL) {
-        const uint8_t *m = (const uint8_t *)base + off;
-        for (int64_t j = 0; j < nc; j++)
-          if (!m[j * ms[3]]) st[j * ld + r] = -INFINITY;
-      } else {
-        const float *m = (const float *)base + off;
-        for (int64_t j = 0; j < nc; j++) st[j * ld + r] += m[j * ms[3]];
-      }
-    }
-  }
-  if (a->causal && j0 + nc - 1 > i0)
-    for (int64_t j = 0; j < nc; j++) { /* queries before key j0 + j drop it */
-      int64_t before = j0 + j - i0;
-      for (int64_t r = 0; r < (before < nr ? before : nr); r++) st[j * ld + r] = -INFINITY;
-    }
-}
 
 /* The running maximum of each column (query) after this block: m[r] = max(m[r], st[.][r]),
  * NaN when any score is NaN; then mref[r] = m[r], or 0 while the query has kept nothing (so
@@ -243,7 +217,7 @@ static void forward_pair(const sdpa *c, fwd_scratch *w, int64_t b, int64_t h, in
   else
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nc, (int)nr, (int)c->E, c->scale,
                 rows_at(&c->k, b, kh, j0), c->k.ld, w->qt, (int)bq, 0.0f, w->st, (int)bq);
-  mask_block_t(c, b, h, i0, nr, j0, nc, w->st, bq);
+  mask_block(c, b, h, i0, nr, j0, nc, w->st, 1, bq);
   memcpy(w->old, w->m, sizeof(float) * (size_t)nr);
   column_max(w->st, nc, nr, bq, w->m, w->nan, w->mref);
   column_exp_sum(w->st, nc, nr, bq, w->old, w->mref, w->alpha, w->l);
