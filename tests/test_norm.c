@@ -314,6 +314,15 @@ Test(layer_norm, bad_input) {
               "layer_norm", "int64");
   EXPECT_FAIL(dt_layer_norm(NULL, 1, (int64_t[]){4}, NULL, NULL, 1e-5, &out), DT_ERR_INVALID,
               "layer_norm", "input 0");
+  /* eps is checked as rms_norm's: finite and >= 0 (a NaN eps made every output NaN). */
+  EXPECT_FAIL(dt_layer_norm(x, 1, (int64_t[]){4}, NULL, NULL, NAN, &out), DT_ERR_INVALID,
+              "layer_norm", "eps nan must be finite and >= 0");
+  EXPECT_FAIL(dt_layer_norm(x, 1, (int64_t[]){4}, NULL, NULL, -1e-5, &out), DT_ERR_INVALID,
+              "layer_norm", "eps -1e-05");
+  EXPECT_FAIL(dt_layer_norm(x, 1, (int64_t[]){4}, NULL, NULL, INFINITY, &out), DT_ERR_INVALID,
+              "layer_norm", "eps inf");
+  cr_assert_eq(dt_layer_norm(x, 1, (int64_t[]){4}, NULL, NULL, 0.0, &out), DT_OK);
+  dt_tensor_release(out);
   dt_tensor_release(x);
   dt_tensor_release(ix);
   dt_tensor_release(w4);
@@ -347,6 +356,10 @@ Test(batch_norm, bad_input) {
               "input 1");
   EXPECT_FAIL(dt_batch_norm(x, c3, NULL, c3, c3, 1e-5, &out), DT_ERR_INVALID, "batch_norm",
               "input 2");
+  EXPECT_FAIL(dt_batch_norm(x, c3, c3, NULL, NULL, NAN, &out), DT_ERR_INVALID, "batch_norm",
+              "eps nan must be finite and >= 0");
+  EXPECT_FAIL(dt_batch_norm_training(x, NULL, NULL, -1.0, &out), DT_ERR_INVALID,
+              "batch_norm_training", "eps -1 must be finite and >= 0");
   dt_tensor_release(x);
   dt_tensor_release(x1);
   dt_tensor_release(ix);

@@ -152,12 +152,20 @@ DT_API dt_status dt_scatter_add(dt_tensor *self, int64_t dim, dt_tensor *index, 
                                 dt_tensor **out);
 DT_API dt_status dt_softmax(dt_tensor *a, int64_t dim, dt_tensor **out);
 DT_API dt_status dt_log_softmax(dt_tensor *a, int64_t dim, dt_tensor **out);
-/* Normalizes over the last ndims dims, which must equal normalized_shape; weight and bias
- * (that shape) may be NULL. */
+/* PyTorch's layer_norm: (x - mean) / sqrt(var + eps) * weight + bias, mean and biased
+ * variance over the last ndims dims of x, which must equal normalized_shape[0..ndims) (for a
+ * [B, T, D] x over D: ndims 1, normalized_shape {D}); weight and bias (normalized_shape, may
+ * be NULL) are floating. Differentiable in x, weight and bias. Distributed: shards of the
+ * leading dims stay; a shard of a normalized dim is moved off it first (to Replicate, or to a
+ * leading dim when cheaper: a [4, 6] S(1) x gives an S(0) output). x, weight and bias are all
+ * local or all distributed (a local weight beside a distributed x is DT_ERR_INVALID): a TP
+ * model's local LayerNorm runs on the local activation, which then enters the TP region
+ * through dt_dist_from_local(Replicate) (examples/tp_mlp_clip.c).
+ * Errors: DT_ERR_INVALID (NULL x or out, ndims < 1, NULL normalized_shape, eps not finite or
+ * < 0), DT_ERR_SHAPE (x does not end with normalized_shape, weight or bias of another shape),
+ * DT_ERR_DTYPE (a non-floating argument). */
 DT_API dt_status dt_layer_norm(dt_tensor *x, int ndims, const int64_t *normalized_shape,
                                dt_tensor *weight, dt_tensor *bias, double eps, dt_tensor **out);
-/* Inference batch norm over channel dim 1 of [N, C, ...] with running statistics [C];
- * weight and bias [C] may be NULL. */
 /* RMS norm over the last ndims dims (PyTorch's rms_norm, fused): x * rsqrt(mean(x^2) + eps) *
  * weight; weight (normalized_shape, may be NULL). Statistics in double. Errors: as layer_norm,
  * DT_ERR_INVALID for eps not finite or < 0. */
@@ -186,6 +194,10 @@ DT_API dt_status dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_
                                                  dt_tensor *mask,
                                                  const dt_attention_options *options,
                                                  dt_tensor **out, dt_tensor **lse);
+/* Inference batch norm over channel dim 1 of [N, C, ...] with running statistics [C];
+ * weight and bias [C] may be NULL. Errors: DT_ERR_INVALID (NULL x, running_mean, running_var or
+ * out; eps not finite or < 0), DT_ERR_SHAPE (fewer than 2 dims, a [C] argument of another
+ * shape), DT_ERR_DTYPE (a non-floating argument). */
 DT_API dt_status dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor *running_var,
                                dt_tensor *weight, dt_tensor *bias, double eps, dt_tensor **out);
 /* Training batch norm: like dt_batch_norm with the batch's own statistics (per channel, the
@@ -193,8 +205,9 @@ DT_API dt_status dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor 
  * Running statistics are not updated (do it under no_grad). On distributed tensors every shard
  * stays: the channel dim's with weight and bias sliced alike; the batch's (or a spatial dim's)
  * as synchronized batch norm, the statistics all_reduced across the mesh dims sharding it
- * (PyTorch's SyncBatchNorm). Errors: DT_ERR_INVALID (NULL x or out), DT_ERR_DTYPE (a non-floating
- * argument), DT_ERR_SHAPE (fewer than 2 dims; 1 value per channel; weight or bias not [C]). */
+ * (PyTorch's SyncBatchNorm). Errors: DT_ERR_INVALID (NULL x or out, eps not finite or < 0),
+ * DT_ERR_DTYPE (a non-floating argument), DT_ERR_SHAPE (fewer than 2 dims; 1 value per
+ * channel; weight or bias not [C]). */
 DT_API dt_status dt_batch_norm_training(dt_tensor *x, dt_tensor *weight, dt_tensor *bias,
                                         double eps, dt_tensor **out);
 /* Concatenates n tensors along dim (shapes equal elsewhere; 1-D empty tensors are skipped

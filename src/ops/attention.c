@@ -20,9 +20,8 @@ dt_status dt__kernel_rms_norm(dt_op_call *call) {
 
 dt_status dt_rms_norm(dt_tensor *x, int ndims, const int64_t *normalized_shape, dt_tensor *weight,
                       double eps, dt_tensor **out) {
-  if (out) *out = NULL;
-  if (!(eps >= 0) || !isfinite(eps))
-    return dt__error(DT_ERR_INVALID, "rms_norm: eps %g must be finite and >= 0", eps);
+  dt_status st = dt__norm_check_eps("rms_norm", eps, out);
+  if (st) return st;
   return dt__norm_dispatch(DT_OP_RMS_NORM, x, ndims, normalized_shape, weight, NULL, eps, out);
 }
 

@@ -112,6 +112,8 @@ dt_status dt__kernel_batch_norm_training(dt_op_call *call) {
 
 dt_status dt_batch_norm_training(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, double eps,
                                  dt_tensor **out) {
+  dt_status st = dt__norm_check_eps("batch_norm_training", eps, out);
+  if (st) return st;
   dt_op_call call = {.op = DT_OP_BATCH_NORM_TRAINING,
                      .n_inputs = 3,
                      .inputs = {x, weight, bias},

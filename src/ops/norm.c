@@ -1,6 +1,7 @@
 /* softmax, log_softmax, layer_norm and batch_norm: argument checks, output metas and the
  * public functions. Every output has the input's shape and dtype. */
 #include <inttypes.h>
+#include <math.h>
 
 #include "kernels/cpu/reduce.h"
 #include "ops/op_impl.h"
@@ -259,13 +260,24 @@ dt_status dt__norm_dispatch(dt_op op, dt_tensor *x, int ndims, const int64_t *no
   return dt__dispatch(&call);
 }
 
+dt_status dt__norm_check_eps(const char *fn, double eps, dt_tensor **out) {
+  if (out) *out = NULL;
+  if (!(eps >= 0) || !isfinite(eps))
+    return dt__error(DT_ERR_INVALID, "%s: eps %g must be finite and >= 0", fn, eps);
+  return DT_OK;
+}
+
 dt_status dt_layer_norm(dt_tensor *x, int ndims, const int64_t *normalized_shape, dt_tensor *weight,
                         dt_tensor *bias, double eps, dt_tensor **out) {
+  dt_status st = dt__norm_check_eps("layer_norm", eps, out);
+  if (st) return st;
   return dt__norm_dispatch(DT_OP_LAYER_NORM, x, ndims, normalized_shape, weight, bias, eps, out);
 }
 
 dt_status dt_batch_norm(dt_tensor *x, dt_tensor *running_mean, dt_tensor *running_var,
                         dt_tensor *weight, dt_tensor *bias, double eps, dt_tensor **out) {
+  dt_status st = dt__norm_check_eps("batch_norm", eps, out);
+  if (st) return st;
   dt_op_call call = {.op = DT_OP_BATCH_NORM,
                      .n_inputs = 5,
                      .inputs = {x, running_mean, running_var, weight, bias},

@@ -132,6 +132,10 @@ typedef dt_status (*dt__channel_reduce_fn)(void *ctx, dt_tensor *sums);
  * with normalized_shape borrowed in int_list and eps in scalars[0], dispatched. (ops/norm.c) */
 dt_status dt__norm_dispatch(dt_op op, dt_tensor *x, int ndims, const int64_t *normalized_shape,
                             dt_tensor *weight, dt_tensor *bias, double eps, dt_tensor **out);
+/* The eps check of the public norms (layer_norm, rms_norm, batch_norm, batch_norm_training):
+ * *out (when out is not NULL) is set to NULL; DT_ERR_INVALID "<fn>: eps E must be finite and
+ * >= 0" unless it is. (ops/norm.c) */
+dt_status dt__norm_check_eps(const char *fn, double eps, dt_tensor **out);
 
 dt_status dt__batch_norm_training_stats(dt_op_call *call, int64_t count,
                                         dt__channel_reduce_fn reduce, void *ctx);
