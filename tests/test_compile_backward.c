@@ -3,8 +3,9 @@
  * parameters inputs that require grad, compiled with a dynamic batch: at three batch sizes
  * the compiled step's loss and every .grad equal eager's (forward, then dt_backward) bitwise,
  * with one compile and no recompile; a second step accumulates .grad as eager does; a loss
- * with more than one element is refused. */
+ * with more than one element is refused; relu's mask multiply with special values. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <string.h>
 
 #include "compile_helpers.h"
@@ -131,4 +132,79 @@ Test(compile_backward, refuses_a_loss_of_several_elements) {
   dt_compiled_destroy(c);
   cr_assert_eq(dt_compile(elementwise, NULL, 1, 0, &o, &c), DT_ERR_INVALID);
   dt_tensor_release(x);
+}
+
+/* sum(relu(w * k) * y) with k all ones: w's gradient is (y * (relu(w k) > 0)) * k, whose inner
+ * product is the mask multiply the compiled step runs as one vectorized loop (it is rewritten
+ * only where its value does not leave the graph, hence k). Signed zeros, infinities and NaN on
+ * both sides, 33 elements (vector blocks and a tail), two steps: the compiled .grad equals
+ * eager's bitwise and a naive loop's. */
+static dt_status relu_weighted(void *user, int n_in, dt_tensor *const *in, int n_out,
+                               dt_tensor **out) {
+  (void)user, (void)n_in, (void)n_out;
+  dt_tensor *s = NULL, *a = NULL, *p = NULL;
+  dt_status st = dt_mul(in[1], in[2], &s);
+  if (!st) st = dt_relu(s, &a);
+  if (!st) st = dt_mul(a, in[0], &p);
+  if (!st) st = dt_sum(p, &out[0]);
+  dt_tensor_release(s);
+  dt_tensor_release(a);
+  dt_tensor_release(p);
+  return st;
+}
+
+Test(compile_backward, relu_mask_with_special_values_equals_eager) {
+  enum { N = 33 };
+  float wv[N], yv[N];
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-38f, -1e-38f, 2.5f, -3.0f};
+  for (int i = 0; i < N; i++) {
+    wv[i] = specials[i % 9];
+    yv[i] = i % 4 == 0 ? INFINITY : i % 7 == 0 ? NAN : i % 5 == 0 ? -0.0f : (float)(i - 16) / 8;
+  }
+  int64_t shape[2] = {3, 11};
+  dt_tensor *y = NULL, *we = NULL, *wc = NULL, *k = NULL;
+  cr_assert_eq(dt_ones(2, shape, DT_F32, &k), DT_OK);
+  cr_assert_eq(dt_from_data(yv, 2, shape, DT_F32, &y), DT_OK);
+  cr_assert_eq(dt_from_data(wv, 2, shape, DT_F32, &we), DT_OK);
+  cr_assert_eq(dt_from_data(wv, 2, shape, DT_F32, &wc), DT_OK);
+  cr_assert_eq(dt_tensor_set_requires_grad(we, true), DT_OK);
+  cr_assert_eq(dt_tensor_set_requires_grad(wc, true), DT_OK);
+  dt_tensor *eloss = NULL, *closs = NULL, *eg = NULL, *cg = NULL;
+  /* Two steps each: the first compiled call traces (and runs eagerly), the second runs the
+   * planned variant with the rewrite; .grad accumulates over both. */
+  for (int step = 0; step < 2; step++) {
+    dt_tensor_release(eloss);
+    eloss = NULL;
+    cr_assert_eq(relu_weighted(NULL, 3, (dt_tensor *[]){y, we, k}, 1, &eloss), DT_OK);
+    cr_assert_eq(dt_backward(eloss, NULL), DT_OK);
+  }
+  dt_compile_options o = {.backward = true};
+  dt_compiled *c = NULL;
+  cr_assert_eq(dt_compile(relu_weighted, NULL, 3, 1, &o, &c), DT_OK);
+  for (int step = 0; step < 2; step++) {
+    dt_tensor_release(closs);
+    closs = NULL;
+    cr_assert_eq(dt_compiled_call(c, 3, (dt_tensor *[]){y, wc, k}, 1, &closs), DT_OK, "%s",
+                 dt_last_error());
+  }
+  cr_assert_eq(dt_tensor_grad(we, &eg), DT_OK);
+  cr_assert_eq(dt_tensor_grad(wc, &cg), DT_OK);
+  cr_assert(bitwise_equal(eg, cg), "w's gradient");
+  cr_assert(bitwise_equal(eloss, closs), "the loss");
+  const float *g = dt_tensor_data(cg);
+  for (int i = 0; i < N; i++) {
+    float relu = wv[i] > 0 ? wv[i] : wv[i] != wv[i] ? wv[i] : 0.0f;
+    float once = yv[i] * (relu > 0 ? 1.0f : 0.0f) * 1.0f, want = once + once;
+    cr_assert(memcmp(&g[i], &want, sizeof want) == 0 || (want != want && g[i] != g[i]),
+              "element %d: %g, expected %g", i, (double)g[i], (double)want);
+  }
+  dt_tensor_release(eg);
+  dt_tensor_release(cg);
+  dt_tensor_release(eloss);
+  dt_tensor_release(closs);
+  dt_compiled_destroy(c);
+  dt_tensor_release(y);
+  dt_tensor_release(we);
+  dt_tensor_release(wc);
+  dt_tensor_release(k);
 }

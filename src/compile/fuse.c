@@ -5,8 +5,8 @@
  *   tracer shares) returns the cloned value itself: dt__compile_apply_grads copies a gradient
  *   whose storage is shared when it commits it, so the copy is made only when needed.
  * - A mask multiply, mul(g, to.dtype(gt.Scalar(x, s))) with a float32 mask (relu's backward):
- *   one loop g[i] * (float)(x[i] > s); the bool mask and its float copy are never made (the
- *   two nodes are folded into the multiply).
+ *   one vectorized loop g[i] * (x[i] > s ? 1 : 0); the bool mask and its float copy are never
+ *   made (the two nodes are folded into the multiply).
  * - A mul or add (alpha 1) with an operand expanded from one element (the backward of mean and
  *   of the losses' mean): the element itself as the right operand (both ops commute exactly in
  *   floating point), so that the kernel's scalar fast path runs instead of the strided loop.
@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "compile/compile_impl.h"
+#include "kernels/cpu/vmath.h"
 
 /* Nodes whose value (or a view of it) reaches the outputs. */
 void dt__compile_escapes(const dt_compile_variant *v, bool *escapes) {
@@ -55,6 +56,20 @@ static bool same_f32(const dt_compile_variant *v, int a, int b) {
   return memcmp(v->dims[a], v->dims[b], sizeof(int) * (size_t)ta->ndim) == 0;
 }
 
+/* out[i] = g[i] * (x[i] > s ? 1 : 0): the multiply by the float mask eager makes, so the same
+ * bits (0 * g keeps g's sign, and inf or NaN in g gives NaN, as eager's). One branch-free loop
+ * gcc vectorizes, compiled per vector width (a select then a multiply; out may be g itself). */
+DT_VECTOR_CLONES static void mask_mul_loop(const float *g, const float *x, float s, float *out,
+                                           int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    /* The mask as 1.0f's bits or 0 (written as a select, gcc makes g * 1 a branch). */
+    uint32_t bits = (uint32_t) - (int32_t)(x[i] > s) & 0x3f800000u;
+    float mask;
+    memcpy(&mask, &bits, sizeof mask);
+    out[i] = g[i] * mask;
+  }
+}
+
 /* out[i] = g[i] * (x[i] > threshold ? 1 : 0), all float32 of one shape. */
 static dt_status mask_mul_kernel(dt_op_call *call) {
   dt_tensor *gt = call->inputs[0], *xt = call->inputs[1], *ot = call->outputs[0];
@@ -70,7 +85,7 @@ static dt_status mask_mul_kernel(dt_op_call *call) {
   const float *x = (const float *)dt__tensor_base(xc ? xc : xt);
   float *out = (float *)dt__tensor_base(ot), s = (float)call->scalars[0];
   int64_t n = dt__numel(ot->ndim, ot->shape);
-  for (int64_t i = 0; i < n; i++) out[i] = g[i] * (float)(x[i] > s);
+  mask_mul_loop(g, x, s, out, n);
   dt_tensor_release(gc);
   dt_tensor_release(xc);
   return DT_OK;

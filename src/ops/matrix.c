@@ -71,12 +71,12 @@ static dt_status check_bias(const dt_op_call *call, const dt_tensor *bias, int n
                             const int64_t *shape) {
   int bnd;
   int64_t bshape[DT_MAX_DIMS];
-  char sb[160], so[160];
-  dt__format_ints(sb, sizeof sb, bias->ndim, bias->shape);
-  dt__format_ints(so, sizeof so, ndim, shape);
   if (bias->ndim > ndim ||
       dt__broadcast_shapes(dt__op_name(call), bias->ndim, bias->shape, ndim, shape, &bnd, bshape) ||
       memcmp(bshape, shape, sizeof(int64_t) * (size_t)ndim) != 0) {
+    char sb[160], so[160]; /* formatted for the message only: a linear's every call passes here */
+    dt__format_ints(sb, sizeof sb, bias->ndim, bias->shape);
+    dt__format_ints(so, sizeof so, ndim, shape);
     return dt__error(DT_ERR_SHAPE, "%s: bias %s does not broadcast to the output shape %s",
                      dt__op_name(call), sb, so);
   }

@@ -255,6 +255,35 @@ dt_status dt__kernel_permute(dt_op_call *call) {
 
 /* ---- expand --------------------------------------------------------------------------------- */
 
+/* Why expand refuses dim i of its target shape (have: the input's size there, want: the
+ * target's), with both shapes in the message: formatted only on failure. */
+enum expand_refusal { EXPAND_FEWER_DIMS, EXPAND_NEGATIVE_LEADING, EXPAND_NEGATIVE, EXPAND_SIZE };
+static dt_status expand_refused(const dt_op_call *call, enum expand_refusal why, int i,
+                                int64_t have, int64_t want) {
+  const dt_tensor *a = call->inputs[0];
+  const char *op = dt__op_name(call);
+  char sa[160], ss[160];
+  dt__format_ints(sa, sizeof sa, a->ndim, a->shape);
+  dt__format_ints(ss, sizeof ss, call->n_ints, call->ints);
+  switch (why) {
+  case EXPAND_FEWER_DIMS:
+    return dt__error(DT_ERR_SHAPE, "%s: shape %s has fewer dims than the input's shape %s", op, ss,
+                     sa);
+  case EXPAND_NEGATIVE_LEADING:
+    return dt__error(DT_ERR_INVALID,
+                     "%s: size %" PRId64 " at new leading dim %d of shape %s (input shape %s)", op,
+                     want, i, ss, sa);
+  case EXPAND_NEGATIVE:
+    return dt__error(DT_ERR_INVALID, "%s: invalid size %" PRId64 " at dim %d of shape %s", op, want,
+                     i, ss);
+  default:
+    return dt__error(DT_ERR_SHAPE,
+                     "%s: cannot expand dim %d of size %" PRId64 " to %" PRId64
+                     " (input shape %s, target %s); only size-1 dims expand",
+                     op, i, have, want, sa, ss);
+  }
+}
+
 /* Leaves the target shape, with every -1 replaced, in ints. */
 dt_status dt__infer_expand(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *a = call->inputs[0];
@@ -262,36 +291,21 @@ dt_status dt__infer_expand(dt_op_call *call, dt_tensor_meta *metas) {
   dt_status st = check_int_list(call, "shape");
   if (st) return st;
   int n = call->n_ints, lead = n - a->ndim;
-  char sa[160], ss[160];
-  dt__format_ints(sa, sizeof sa, a->ndim, a->shape);
-  dt__format_ints(ss, sizeof ss, n, call->ints);
-  if (lead < 0) {
-    return dt__error(DT_ERR_SHAPE, "%s: shape %s has fewer dims than the input's shape %s", op, ss,
-                     sa);
-  }
+  if (lead < 0) return expand_refused(call, EXPAND_FEWER_DIMS, 0, 0, 0);
+  /* Checked before any -1 is replaced, so that a message shows the shape as asked. */
   for (int i = 0; i < n; i++) {
     int64_t want = call->ints[i];
     if (i < lead) {
-      if (want < 0) {
-        return dt__error(DT_ERR_INVALID,
-                         "%s: size %" PRId64 " at new leading dim %d of shape %s (input shape %s)",
-                         op, want, i, ss, sa);
-      }
+      if (want < 0) return expand_refused(call, EXPAND_NEGATIVE_LEADING, i, 0, want);
       continue;
     }
     int64_t have = a->shape[i - lead];
     if (want == -1) want = have;
-    if (want < 0) {
-      return dt__error(DT_ERR_INVALID, "%s: invalid size %" PRId64 " at dim %d of shape %s", op,
-                       want, i, ss);
-    }
-    if (have != want && have != 1) {
-      return dt__error(DT_ERR_SHAPE,
-                       "%s: cannot expand dim %d of size %" PRId64 " to %" PRId64
-                       " (input shape %s, target %s); only size-1 dims expand",
-                       op, i - lead, have, want, sa, ss);
-    }
-    call->ints[i] = want;
+    if (want < 0) return expand_refused(call, EXPAND_NEGATIVE, i, have, want);
+    if (have != want && have != 1) return expand_refused(call, EXPAND_SIZE, i - lead, have, want);
+  }
+  for (int i = lead; i < n; i++) {
+    if (call->ints[i] == -1) call->ints[i] = a->shape[i - lead];
   }
   st = dt__check_shape(op, n, call->ints);
   if (st) return st;
