@@ -11,17 +11,8 @@
 
 #include "comm_helpers.h"
 #include "dtensor/dtensor.h"
+#include "reference.h"
 #include "gradcheck.h"
-
-static double *values_of(dt_tensor *t) {
-  int64_t n = dt_tensor_numel(t);
-  double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
-  dt_tensor *c = NULL;
-  OK(dt_contiguous(t, &c));
-  OK(dt_tensor_to_doubles(c, v, n));
-  dt_tensor_release(c);
-  return v;
-}
 
 Test(rms_norm, equals_naive_loops) {
   dt_tensor *x = NULL, *w = NULL, *y = NULL, *xt = NULL;
@@ -29,7 +20,7 @@ Test(rms_norm, equals_naive_loops) {
   OK(dt_transpose(x, 1, 2, &xt)); /* [3, 5, 7], not contiguous */
   OK(dt_randn(1, (int64_t[]){7}, DT_F32, 4, &w));
   OK(dt_rms_norm(xt, 1, (int64_t[]){7}, w, 1e-5, &y));
-  double *xv = values_of(xt), *wv = values_of(w), *yv = values_of(y);
+  double *xv = ref_values(xt), *wv = ref_values(w), *yv = ref_values(y);
   for (int r = 0; r < 15; r++) {
     double ss = 0;
     for (int i = 0; i < 7; i++) ss += xv[r * 7 + i] * xv[r * 7 + i];
@@ -41,7 +32,7 @@ Test(rms_norm, equals_naive_loops) {
   dt_tensor_release(y);
   /* Two normalized dims, no weight. */
   OK(dt_rms_norm(xt, 2, (int64_t[]){5, 7}, NULL, 0.5, &y));
-  xv = values_of(xt), yv = values_of(y);
+  xv = ref_values(xt), yv = ref_values(y);
   for (int b = 0; b < 3; b++) {
     double ss = 0;
     for (int i = 0; i < 35; i++) ss += xv[b * 35 + i] * xv[b * 35 + i];
@@ -115,8 +106,8 @@ static void check_against_naive(int64_t B, int64_t H, int64_t Hk, int64_t T, int
   }
   dt_attention_options o = {.is_causal = causal, .scale = scale};
   OK(dt_scaled_dot_product_attention(q, k, v, m, &o, &out, &lse));
-  double *qv = values_of(q), *kv = values_of(k), *vv = values_of(v), *ov = values_of(out),
-         *lv = values_of(lse);
+  double *qv = ref_values(q), *kv = ref_values(k), *vv = ref_values(v), *ov = ref_values(out),
+         *lv = ref_values(lse);
   double *want = malloc(sizeof(double) * (size_t)(B * H * T * Ev));
   double *wl = malloc(sizeof(double) * (size_t)(B * H * T));
   naive_attention(qv, kv, vv, mask, causal, scale > 0 ? scale : 1 / sqrt((double)E), B, H, Hk, T, S,
@@ -232,7 +223,7 @@ static dt_status dist_rank(dt_comm *world, void *arg) {
                "output not sharded on dim %d", dim);
     dt_comm_ledger_destroy(ledger);
     RANK_OK(dt_dist_full_tensor(out, &full));
-    double *a = values_of(full), *b = values_of(want);
+    double *a = ref_values(full), *b = ref_values(want);
     for (int64_t i = 0; i < dt_tensor_numel(want); i++)
       RANK_CHECK(fabs(a[i] - b[i]) < 1e-12, "dim %d element %lld", dim, (long long)i);
     free(a), free(b);
@@ -262,7 +253,7 @@ static dt_status dist_rank(dt_comm *world, void *arg) {
   RANK_OK(dt_backward(ss, NULL));
   RANK_OK(dt_tensor_grad(sq, &sg));
   RANK_OK(dt_dist_full_tensor(sg, &sgf));
-  double *a = values_of(sgf), *b = values_of(lg);
+  double *a = ref_values(sgf), *b = ref_values(lg);
   for (int64_t i = 0; i < dt_tensor_numel(lg); i++)
     RANK_CHECK(fabs(a[i] - b[i]) < 1e-12, "grad element %lld", (long long)i);
   free(a), free(b);
@@ -330,7 +321,7 @@ static dt_status gqa_rank(dt_comm *world, void *arg) {
   RANK_OK(dt_backward(s, NULL));
   RANK_OK(dt_tensor_grad(dq, &grad));
   RANK_OK(dt_dist_full_tensor(grad, &gf));
-  double *a = values_of(full), *b = values_of(want), *ga = values_of(gf), *gb = values_of(lg);
+  double *a = ref_values(full), *b = ref_values(want), *ga = ref_values(gf), *gb = ref_values(lg);
   dt_status st = DT_OK;
   for (int64_t i = 0; i < dt_tensor_numel(want) && !st; i++)
     if (!(fabs(a[i] - b[i]) < 1e-12))
@@ -375,7 +366,7 @@ Test(attention, zero_head_dim_averages_the_values) {
     dt_tensor *q = edge_tensor(3, 0, dtype, -1), *k = edge_tensor(4, 0, dtype, -1),
               *v = edge_tensor(4, 2, dtype, -1), *out = NULL, *lse = NULL;
     OK(dt_scaled_dot_product_attention(q, k, v, NULL, NULL, &out, &lse));
-    double *o = values_of(out), *l = values_of(lse), *vv = values_of(v);
+    double *o = ref_values(out), *l = ref_values(lse), *vv = ref_values(v);
     for (int64_t e = 0; e < 2; e++) {
       double mean = (vv[e] + vv[2 + e] + vv[4 + e] + vv[6 + e]) / 4;
       for (int64_t i = 0; i < 3; i++)
@@ -400,7 +391,7 @@ Test(attention, nan_input_propagates_in_both_dtypes) {
               *v = edge_tensor(4, 2, dtype, -1), *out = NULL, *lse = NULL, *sum = NULL, *gk = NULL;
     OK(dt_tensor_set_requires_grad(k, true));
     OK(dt_scaled_dot_product_attention(q, k, v, NULL, NULL, &out, &lse));
-    double *o = values_of(out), *l = values_of(lse);
+    double *o = ref_values(out), *l = ref_values(lse);
     for (int64_t i = 0; i < 3; i++) {
       cr_assert_eq(isnan(l[i]), i == 1, "%s lse[%lld] = %g", dt_dtype_name(dtype), (long long)i,
                    l[i]);
@@ -410,7 +401,7 @@ Test(attention, nan_input_propagates_in_both_dtypes) {
     OK(dt_sum(out, &sum));
     OK(dt_backward(sum, NULL));
     OK(dt_tensor_grad(k, &gk));
-    double *g = values_of(gk);
+    double *g = ref_values(gk);
     cr_assert(isnan(g[0]), "%s dk[0] = %g (expected NaN)", dt_dtype_name(dtype), g[0]);
     free(o), free(l), free(g);
     dt_tensor_release(q), dt_tensor_release(k), dt_tensor_release(v), dt_tensor_release(out);
@@ -433,7 +424,7 @@ Test(attention, refuses_a_scale_that_overflows_float32) {
       cr_assert_null(out);
     } else {
       OK(st);
-      double *o = values_of(out);
+      double *o = ref_values(out);
       for (int i = 0; i < 6; i++) cr_assert(isfinite(o[i]), "out[%d] = %g", i, o[i]);
       free(o);
     }

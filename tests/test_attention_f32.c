@@ -12,18 +12,9 @@
 #include <string.h>
 
 #include "dtensor/dtensor.h"
+#include "reference.h"
 
 #define OK(call) cr_assert_eq((call), DT_OK, "%s: %s", #call, dt_last_error())
-
-static double *values_of(dt_tensor *t) {
-  int64_t n = dt_tensor_numel(t);
-  double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
-  dt_tensor *c = NULL;
-  OK(dt_contiguous(t, &c));
-  OK(dt_tensor_to_doubles(c, v, n));
-  dt_tensor_release(c);
-  return v;
-}
 
 typedef struct shape {
   int64_t B, H, Hk, T, S, E, Ev;
@@ -169,11 +160,11 @@ static void check_case(shape s) {
   OK(dt_tensor_grad(q, &gq));
   OK(dt_tensor_grad(k, &gk));
   OK(dt_tensor_grad(v, &gv));
-  double *qv = values_of(q), *kv = values_of(k), *vv = values_of(v), *gov = values_of(go),
-         *glv = values_of(gl);
+  double *qv = ref_values(q), *kv = ref_values(k), *vv = ref_values(v), *gov = ref_values(go),
+         *glv = ref_values(gl);
   reference r = naive(&s, qv, kv, vv, gov, glv, 1 / sqrt((double)s.E));
-  double *ov = values_of(out), *lv = values_of(lse), *dq = values_of(gq), *dk = values_of(gk),
-         *dv = values_of(gv);
+  double *ov = ref_values(out), *lv = ref_values(lse), *dq = ref_values(gq), *dk = ref_values(gk),
+         *dv = ref_values(gv);
   int64_t nq = s.B * s.H * s.T, nk = s.B * s.Hk * s.S;
   expect_close("out", &s, ov, r.out, nq * s.Ev, 1e-5);
   expect_close("lse", &s, lv, r.lse, nq, 1e-5);
@@ -222,7 +213,7 @@ Test(attention_f32, query_keeping_no_key) {
   OK(dt_tensor_set_requires_grad(q, true));
   OK(dt_tensor_set_requires_grad(k, true));
   OK(dt_scaled_dot_product_attention(q, k, v, m, NULL, &out, &lse));
-  double *ov = values_of(out), *lv = values_of(lse);
+  double *ov = ref_values(out), *lv = ref_values(lse);
   for (int64_t i = 0; i < T; i++) {
     cr_assert_eq(isnan(ov[i * E]), i == 5, "row %lld: %g", (long long)i, ov[i * E]);
     cr_assert_eq(lv[i] == -INFINITY, i == 5, "lse %lld: %g", (long long)i, lv[i]);
@@ -234,7 +225,7 @@ Test(attention_f32, query_keeping_no_key) {
   OK(dt_backward(sum, NULL));
   OK(dt_tensor_grad(q, &gq));
   OK(dt_tensor_grad(k, &gk));
-  double *dq = values_of(gq), *dk = values_of(gk);
+  double *dq = ref_values(gq), *dk = ref_values(gk);
   for (int64_t i = 0; i < T * E; i++) {
     cr_assert(isfinite(dq[i]) && isfinite(dk[i]), "element %lld: %g %g", (long long)i, dq[i],
               dk[i]);

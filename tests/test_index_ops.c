@@ -14,16 +14,6 @@
 #include "gradcheck.h"
 #include "reference.h"
 
-static double *values_of(dt_tensor *t) {
-  int64_t n = dt_tensor_numel(t);
-  double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
-  dt_tensor *c = NULL;
-  OK(dt_contiguous(t, &c));
-  OK(dt_tensor_to_doubles(c, v, n));
-  dt_tensor_release(c);
-  return v;
-}
-
 static dt_tensor *ids(int ndim, const int64_t *shape, const int64_t *v) {
   dt_tensor *t = NULL;
   OK(dt_from_data(v, ndim, shape, DT_I64, &t));
@@ -38,7 +28,7 @@ Test(sin_cos, equal_libm_at_small_and_large_arguments) {
     OK(dt_sin(f32 ? x32 : x64, &s));
     OK(dt_cos(f32 ? x32 : x64, &c));
     cr_assert_eq(dt_tensor_dtype(s), f32 ? DT_F32 : DT_F64);
-    double *sv = values_of(s), *cv = values_of(c);
+    double *sv = ref_values(s), *cv = ref_values(c);
     for (int i = 0; i < 8; i++) {
       double x = f32 ? (double)(float)xs[i] : xs[i];
       double tol = f32 ? 1e-6 : 1e-15;
@@ -61,7 +51,7 @@ Test(triangle, equals_naive_loops) {
   OK(dt_transpose(base, 1, 2, &x));
   dt_tensor *xi = NULL;
   OK(dt_to(x, DT_I64, &xi));
-  double *xv = values_of(x);
+  double *xv = ref_values(x);
   for (int kind = 0; kind < 4; kind++) {
     bool upper = kind & 1;
     dt_tensor *in = kind < 2 ? x : xi;
@@ -69,7 +59,7 @@ Test(triangle, equals_naive_loops) {
       dt_tensor *y = NULL;
       OK(upper ? dt_triu(in, diag, &y) : dt_tril(in, diag, &y));
       cr_assert_eq(dt_tensor_dtype(y), dt_tensor_dtype(in));
-      double *yv = values_of(y);
+      double *yv = ref_values(y);
       for (int b = 0; b < 2; b++)
         for (int r = 0; r < 5; r++)
           for (int c = 0; c < 4; c++) {
@@ -95,13 +85,13 @@ Test(triangle, equals_naive_loops) {
 Test(cumsum, equals_naive_loops_on_every_dim) {
   dt_tensor *base = ref_random(3, (int64_t[]){3, 4, 5}, DT_F64, -2, 2, 2), *x = NULL;
   OK(dt_transpose(base, 0, 2, &x)); /* [5, 4, 3], not contiguous */
-  double *xv = values_of(x);
+  double *xv = ref_values(x);
   int64_t shape[3] = {5, 4, 3};
   for (int dim = -1; dim < 3; dim++) {
     int d = dim < 0 ? 2 : dim;
     dt_tensor *y = NULL;
     OK(dt_cumsum(x, dim, &y));
-    double *yv = values_of(y);
+    double *yv = ref_values(y);
     for (int64_t e = 0; e < 60; e++) {
       int64_t idx[3];
       ref_unravel(e, 3, shape, idx);
@@ -119,7 +109,7 @@ Test(cumsum, equals_naive_loops_on_every_dim) {
   OK(dt_to(bi, DT_BOOL, &b));
   OK(dt_cumsum(b, 0, &y));
   cr_assert_eq(dt_tensor_dtype(y), DT_I64);
-  double *yv = values_of(y), want[] = {1, 1, 2, 3, 3, 4};
+  double *yv = ref_values(y), want[] = {1, 1, 2, 3, 3, 4};
   for (int i = 0; i < 6; i++) cr_assert_eq(yv[i], want[i]);
   free(yv), free(xv);
   dt_tensor_release(y), dt_tensor_release(b), dt_tensor_release(bi);
@@ -131,7 +121,7 @@ Test(topk, sorted_ties_by_index_nan_largest) {
   double v[] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, NAN, 5};
   dt_tensor *x = ref_tensor(2, (int64_t[]){2, 6}, DT_F64, v), *val = NULL, *idx = NULL;
   OK(dt_topk(x, 3, 1, true, &val, &idx));
-  double *vv = values_of(val), *iv = values_of(idx);
+  double *vv = ref_values(val), *iv = ref_values(idx);
   cr_assert_eq(dt_tensor_dtype(idx), DT_I64);
   double w0[] = {9, 5, 4}, i0[] = {5, 4, 2},
          i1[] = {4, 1, 2}; /* row 1: NaN, 6, then 5 @2 before 5 @5 */
@@ -145,7 +135,7 @@ Test(topk, sorted_ties_by_index_nan_largest) {
   dt_tensor_release(val), dt_tensor_release(idx);
   /* Smallest along dim 0, a k of 0, int64 values, errors. */
   OK(dt_topk(x, 1, 0, false, &val, &idx));
-  vv = values_of(val), iv = values_of(idx);
+  vv = ref_values(val), iv = ref_values(idx);
   double ws[] = {2, 1, 4, 1, 5, 5}, is[] = {1, 0, 0, 0, 0, 1};
   for (int j = 0; j < 6; j++) cr_assert(vv[j] == ws[j] && iv[j] == is[j], "column %d", j);
   free(vv), free(iv);
@@ -164,7 +154,7 @@ Test(topk, sorted_ties_by_index_nan_largest) {
 Test(topk, equals_a_full_sort) {
   dt_tensor *x = ref_random(2, (int64_t[]){7, 50}, DT_I64, -5, 5, 3), *val = NULL, *idx = NULL;
   OK(dt_topk(x, 10, -1, true, &val, &idx));
-  double *xv = values_of(x), *vv = values_of(val), *iv = values_of(idx);
+  double *xv = ref_values(x), *vv = ref_values(val), *iv = ref_values(idx);
   for (int r = 0; r < 7; r++) {
     bool used[50] = {0};
     for (int j = 0; j < 10; j++) {
@@ -182,12 +172,12 @@ Test(topk, equals_a_full_sort) {
 
 Test(index_select, equals_naive_loops_and_checks_indices) {
   dt_tensor *x = ref_random(3, (int64_t[]){4, 5, 3}, DT_F32, -2, 2, 4), *y = NULL;
-  double *xv = values_of(x);
+  double *xv = ref_values(x);
   int64_t pick[] = {4, 0, 4, 2, 1, 3, 0};
   dt_tensor *index = ids(1, (int64_t[]){7}, pick);
   OK(dt_index_select(x, -2, index, &y));
   cr_assert(dt_tensor_size(y, 1) == 7 && dt_tensor_size(y, 0) == 4);
-  double *yv = values_of(y);
+  double *yv = ref_values(y);
   for (int a = 0; a < 4; a++)
     for (int i = 0; i < 7; i++)
       for (int c = 0; c < 3; c++)
@@ -208,11 +198,11 @@ Test(index_select, equals_naive_loops_and_checks_indices) {
 
 Test(gather, equals_naive_loops_and_checks_indices) {
   dt_tensor *x = ref_random(2, (int64_t[]){5, 4}, DT_F64, -2, 2, 5), *y = NULL;
-  double *xv = values_of(x);
+  double *xv = ref_values(x);
   int64_t pick[] = {4, 0, 3, 1, 2, 2, 0, 4, 1, 1, 3, 0};
   dt_tensor *index = ids(2, (int64_t[]){3, 4}, pick);
   OK(dt_gather(x, 0, index, &y));
-  double *yv = values_of(y);
+  double *yv = ref_values(y);
   for (int i = 0; i < 3; i++)
     for (int j = 0; j < 4; j++) cr_assert_eq(yv[i * 4 + j], xv[pick[i * 4 + j] * 4 + j]);
   free(yv);
@@ -221,7 +211,7 @@ Test(gather, equals_naive_loops_and_checks_indices) {
   int64_t cols[] = {3, 0, 1, 1, 2, 3, 0, 0, 2, 1};
   dt_tensor *ci = ids(2, (int64_t[]){5, 2}, cols);
   OK(dt_gather(x, 1, ci, &y));
-  yv = values_of(y);
+  yv = ref_values(y);
   for (int i = 0; i < 5; i++)
     for (int j = 0; j < 2; j++) cr_assert_eq(yv[i * 2 + j], xv[i * 4 + cols[i * 2 + j]]);
   free(yv);
