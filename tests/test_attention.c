@@ -195,6 +195,143 @@ Test(attention, gradients_match_finite_differences) {
                           1e-5});
 }
 
+/* A [5, 7] bool mask: queries 1 and 3 keep no key; query 0 keeps key 2 only, which a causal
+ * mask drops as well. */
+static dt_tensor *no_key_mask(void) {
+  uint8_t keep[35];
+  for (int i = 0; i < 35; i++) {
+    int r = i / 7, c = i % 7;
+    keep[i] = r == 0 ? c == 2 : r != 1 && r != 3 && (c + 2 * r) % 3 != 0;
+  }
+  dt_tensor *m = NULL;
+  OK(dt_from_data(keep, 2, (int64_t[]){5, 7}, DT_BOOL, &m));
+  return m;
+}
+static dt_status attn_no_key(dt_tensor **x, bool causal, dt_tensor **out, dt_tensor **lse) {
+  dt_tensor *m = no_key_mask();
+  dt_attention_options o = {.is_causal = causal};
+  dt_status st = dt_scaled_dot_product_attention(x[0], x[1], x[2], m, &o, out, lse);
+  dt_tensor_release(m);
+  return st;
+}
+static dt_status f_attn_no_key(dt_tensor **x, dt_tensor **out) {
+  return attn_no_key(x, false, out, NULL);
+}
+static dt_status f_attn_no_key_causal(dt_tensor **x, dt_tensor **out) {
+  return attn_no_key(x, true, out, NULL);
+}
+
+/* Queries that keep no key output 0 with lse -inf (PyTorch 2.15's F.scaled_dot_product_attention
+ * gives zeros for a fully masked row, and for S = 0 keys), in float64 and float32 (both gave
+ * NaN, and float32's dv was NaN under a loss that reads that output); their gradients match
+ * finite differences in float64 and float32's match float64's. */
+Test(attention, queries_keeping_no_key_output_zeros) {
+  grad_check(&(grad_case){"sdpa rows keeping no key",
+                          f_attn_no_key,
+                          3,
+                          {4, 4, 4},
+                          {{1, 2, 5, 3}, {1, 2, 7, 3}, {1, 2, 7, 4}},
+                          {PLAIN, NONCONTIG, PLAIN},
+                          1e-6,
+                          1e-5});
+  grad_check(&(grad_case){"sdpa causal over a mask",
+                          f_attn_no_key_causal,
+                          3,
+                          {4, 4, 4},
+                          {{1, 2, 5, 3}, {1, 2, 7, 3}, {1, 2, 7, 4}},
+                          {PLAIN, PLAIN, PLAIN},
+                          1e-6,
+                          1e-5});
+  int64_t shapes[3][4] = {{1, 2, 5, 3}, {1, 2, 7, 3}, {1, 2, 7, 4}};
+  double *grads[2][3], *outs[2];
+  uint8_t keep[35];
+  dt_tensor *m = no_key_mask();
+  double *mv = ref_values(m);
+  for (int i = 0; i < 35; i++) keep[i] = mv[i] != 0;
+  for (int f = 0; f < 2; f++) {
+    dt_dtype dtype = f ? DT_F64 : DT_F32;
+    dt_tensor *x[3], *out = NULL, *lse = NULL, *sq = NULL, *sum = NULL;
+    for (int i = 0; i < 3; i++) {
+      dt_tensor *d = ref_random(4, shapes[i], DT_F64, -1, 1, 20 + (uint64_t)i);
+      OK(dt_to(d, dtype, &x[i]));
+      OK(dt_tensor_set_requires_grad(x[i], true));
+      dt_tensor_release(d);
+    }
+    OK(attn_no_key(x, true, &out, &lse));
+    double *xv[3] = {ref_values(x[0]), ref_values(x[1]), ref_values(x[2])};
+    double want[2 * 5 * 4], wl[2 * 5];
+    naive_attention(xv[0], xv[1], xv[2], keep, true, 1 / sqrt(3.0), 1, 2, 2, 5, 7, 3, 4, want, wl);
+    double *o = ref_values(out), *l = ref_values(lse);
+    for (int64_t r = 0; r < 10; r++) {
+      bool none = r % 5 < 2 || r % 5 == 3;
+      cr_assert(none ? l[r] == -INFINITY && wl[r] == -INFINITY : fabs(l[r] - wl[r]) < 1e-5,
+                "%s lse[%lld] %g vs %g", dt_dtype_name(dtype), (long long)r, l[r], wl[r]);
+      for (int64_t e = 0; e < 4; e++)
+        cr_assert(none ? o[r * 4 + e] == 0 : fabs(o[r * 4 + e] - want[r * 4 + e]) < 1e-5,
+                  "%s out[%lld][%lld] %g vs %g", dt_dtype_name(dtype), (long long)r, (long long)e,
+                  o[r * 4 + e], want[r * 4 + e]);
+    }
+    /* sum(out^2): the rows that kept no key pass a gradient 2 out = 0 (NaN before). */
+    OK(dt_mul(out, out, &sq));
+    OK(dt_sum(sq, &sum));
+    OK(dt_backward(sum, NULL));
+    for (int i = 0; i < 3; i++) {
+      dt_tensor *g = NULL;
+      OK(dt_tensor_grad(x[i], &g));
+      grads[f][i] = ref_values(g);
+      dt_tensor_release(g);
+    }
+    outs[f] = o;
+    free(l), free(xv[0]), free(xv[1]), free(xv[2]);
+    for (int i = 0; i < 3; i++) dt_tensor_release(x[i]);
+    dt_tensor_release(out), dt_tensor_release(lse), dt_tensor_release(sq), dt_tensor_release(sum);
+  }
+  for (int i = 0; i < 3; i++) {
+    int64_t n = shapes[i][1] * shapes[i][2] * shapes[i][3];
+    for (int64_t e = 0; e < n; e++)
+      cr_assert(isfinite(grads[0][i][e]) && fabs(grads[0][i][e] - grads[1][i][e]) < 1e-5,
+                "grad %d element %lld: float32 %g, float64 %g", i, (long long)e, grads[0][i][e],
+                grads[1][i][e]);
+    free(grads[0][i]), free(grads[1][i]);
+  }
+  free(outs[0]), free(outs[1]), free(mv);
+  dt_tensor_release(m);
+}
+
+/* S = 0 keys: every query keeps no key, zero outputs and lse -inf, a zero gradient for q. */
+Test(attention, no_keys_output_zeros) {
+  for (int f = 0; f < 2; f++) {
+    dt_dtype dtype = f ? DT_F64 : DT_F32;
+    dt_tensor *q = NULL, *k = NULL, *v = NULL, *out = NULL, *lse = NULL, *sum = NULL, *gq = NULL;
+    OK(dt_randn(4, (int64_t[]){1, 2, 3, 4}, dtype, 1, &q));
+    OK(dt_zeros(4, (int64_t[]){1, 2, 0, 4}, dtype, &k));
+    OK(dt_zeros(4, (int64_t[]){1, 2, 0, 5}, dtype, &v));
+    OK(dt_tensor_set_requires_grad(q, true));
+    for (int causal = 0; causal < 2; causal++) {
+      dt_attention_options o = {.is_causal = causal};
+      OK(dt_scaled_dot_product_attention(q, k, v, NULL, &o, &out, &lse));
+      cr_assert_eq(dt_tensor_numel(out), 30);
+      double *ov = ref_values(out), *lv = ref_values(lse);
+      for (int i = 0; i < 30; i++)
+        cr_assert_eq(ov[i], 0.0, "%s out[%d] %g", dt_dtype_name(dtype), i, ov[i]);
+      for (int i = 0; i < 6; i++)
+        cr_assert_eq(lv[i], -INFINITY, "%s lse[%d] %g", dt_dtype_name(dtype), i, lv[i]);
+      free(ov), free(lv);
+      if (causal) {
+        OK(dt_sum(out, &sum));
+        OK(dt_backward(sum, NULL));
+        OK(dt_tensor_grad(q, &gq));
+        double *g = ref_values(gq);
+        for (int i = 0; i < 24; i++) cr_assert_eq(g[i], 0.0, "dq[%d] %g", i, g[i]);
+        free(g);
+      }
+      dt_tensor_release(out), dt_tensor_release(lse);
+    }
+    dt_tensor_release(q), dt_tensor_release(k), dt_tensor_release(v), dt_tensor_release(sum);
+    dt_tensor_release(gq);
+  }
+}
+
 /* On 2 ranks: batch-sharded and head-sharded inputs give the whole tensor's output and
  * gradients, with no collective in the forward. */
 static dt_status dist_rank(dt_comm *world, void *arg) {

@@ -4,7 +4,8 @@
  * against a naive reference in double that builds each head's whole [T, S] probability
  * matrix, for causal and not, bool and float masks, grouped-query heads, one query, sequences
  * that are not a multiple of the blocks, S != T, head dims that change the block sizes,
- * strided inputs; a query that keeps no key; and the same bits on 1 and 2 threads.
+ * strided inputs; a query that keeps no key (zeros, as PyTorch); and the same bits on 1 and 2
+ * threads.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -199,8 +200,28 @@ Test(attention_f32, strided_inputs) {
   check_case((shape){1, 3, 3, 33, 45, 24, 8, false, 2, true});
 }
 
-/* A query that keeps no key: NaN outputs, lse -inf, and no gradient from it (its q row's
- * gradient 0, nothing added to k and v), as the double kernel. */
+/* The gradients of q, k, v for loss = sum(out * w) (w may hold NaN), caller frees. */
+static void no_key_grads(dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_tensor *m, dt_tensor *w,
+                         double **g) {
+  dt_tensor *out = NULL, *ow = NULL, *sum = NULL, *leaves[3] = {q, k, v};
+  for (int i = 0; i < 3; i++) OK(dt_tensor_zero_grad(leaves[i], true));
+  OK(dt_scaled_dot_product_attention(q, k, v, m, NULL, &out, NULL));
+  OK(dt_mul(out, w, &ow));
+  OK(dt_sum(ow, &sum));
+  OK(dt_backward(sum, NULL));
+  for (int i = 0; i < 3; i++) {
+    dt_tensor *gi = NULL;
+    OK(dt_tensor_grad(leaves[i], &gi));
+    g[i] = ref_values(gi);
+    dt_tensor_release(gi);
+  }
+  dt_tensor_release(out), dt_tensor_release(ow), dt_tensor_release(sum);
+}
+
+/* A query that keeps no key: zero outputs (PyTorch's), lse -inf, and no gradient from it (its
+ * q row's gradient 0, nothing added to k and v), as the double kernel. dv stays finite even
+ * when the output gradient of that row is NaN (the sgemm's 0 * NaN made it NaN): the gradients
+ * equal those of a loss that leaves the row out. */
 Test(attention_f32, query_keeping_no_key) {
   int64_t T = 70, S = 70, E = 16;
   uint8_t *keep = malloc((size_t)(T * S));
@@ -210,29 +231,36 @@ Test(attention_f32, query_keeping_no_key) {
   OK(dt_randn(4, (int64_t[]){1, 1, T, E}, DT_F32, 1, &q));
   OK(dt_randn(4, (int64_t[]){1, 1, S, E}, DT_F32, 2, &k));
   OK(dt_randn(4, (int64_t[]){1, 1, S, E}, DT_F32, 3, &v));
-  OK(dt_tensor_set_requires_grad(q, true));
-  OK(dt_tensor_set_requires_grad(k, true));
+  dt_tensor *leaves[3] = {q, k, v};
+  for (int i = 0; i < 3; i++) OK(dt_tensor_set_requires_grad(leaves[i], true));
   OK(dt_scaled_dot_product_attention(q, k, v, m, NULL, &out, &lse));
   double *ov = ref_values(out), *lv = ref_values(lse);
   for (int64_t i = 0; i < T; i++) {
-    cr_assert_eq(isnan(ov[i * E]), i == 5, "row %lld: %g", (long long)i, ov[i * E]);
+    for (int64_t e = 0; e < E; e++)
+      cr_assert(i == 5 ? ov[i * E + e] == 0 : isfinite(ov[i * E + e]), "row %lld: %g", (long long)i,
+                ov[i * E + e]);
     cr_assert_eq(lv[i] == -INFINITY, i == 5, "lse %lld: %g", (long long)i, lv[i]);
   }
-  /* Only the rows that kept keys reach the loss. */
-  dt_tensor *rows = NULL, *sum = NULL, *gq = NULL, *gk = NULL;
-  OK(dt_slice(out, 2, 6, T, 1, &rows));
-  OK(dt_sum(rows, &sum));
-  OK(dt_backward(sum, NULL));
-  OK(dt_tensor_grad(q, &gq));
-  OK(dt_tensor_grad(k, &gk));
-  double *dq = ref_values(gq), *dk = ref_values(gk);
-  for (int64_t i = 0; i < T * E; i++) {
-    cr_assert(isfinite(dq[i]) && isfinite(dk[i]), "element %lld: %g %g", (long long)i, dq[i],
-              dk[i]);
-    if (i / E == 5) cr_assert_eq(dq[i], 0.0);
-  }
-  free(keep), free(ov), free(lv), free(dq), free(dk);
-  dt_tensor *all[] = {q, k, v, m, out, lse, rows, sum, gq, gk};
+  /* w: 1 on the rows that kept keys; on row 5 0 (the reference) or NaN. */
+  float *wv = malloc(sizeof(float) * (size_t)(T * E));
+  dt_tensor *w0 = NULL, *wn = NULL;
+  for (int64_t i = 0; i < T * E; i++) wv[i] = i / E == 5 ? 0.0f : 1.0f;
+  OK(dt_from_data(wv, 4, (int64_t[]){1, 1, T, E}, DT_F32, &w0));
+  for (int64_t e = 0; e < E; e++) wv[5 * E + e] = NAN;
+  OK(dt_from_data(wv, 4, (int64_t[]){1, 1, T, E}, DT_F32, &wn));
+  double *want[3], *got[3];
+  no_key_grads(q, k, v, m, w0, want);
+  no_key_grads(q, k, v, m, wn, got);
+  for (int g = 0; g < 3; g++)
+    for (int64_t i = 0; i < T * E; i++) {
+      cr_assert(isfinite(want[g][i]), "grad %d element %lld: %g", g, (long long)i, want[g][i]);
+      cr_assert_eq(got[g][i], want[g][i], "grad %d element %lld: %g vs %g", g, (long long)i,
+                   got[g][i], want[g][i]);
+      if (g == 0 && i / E == 5) cr_assert_eq(got[g][i], 0.0);
+    }
+  for (int g = 0; g < 3; g++) free(want[g]), free(got[g]);
+  free(keep), free(wv), free(ov), free(lv);
+  dt_tensor *all[] = {q, k, v, m, out, lse, w0, wn};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) dt_tensor_release(all[i]);
 }
 

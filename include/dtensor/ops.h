@@ -185,11 +185,12 @@ typedef struct dt_attention_options {
  * mask may be NULL, bool (true: the pair takes part, as PyTorch's attn_mask) or of q's dtype
  * (added to the scores), broadcasting to [B, H, T, S]. *lse (may be NULL) receives the
  * log-sum-exp of each query's scores [B, H, T] (float32, float64 for float64 inputs); a query
- * that keeps no key gets NaN outputs and lse -inf. Differentiable in q, k, v (not in a float
- * mask). Distributed: batch or heads sharded run without communication. Errors: DT_ERR_SHAPE
- * (not 4-D, sizes that disagree, a mask that does not broadcast), DT_ERR_DTYPE (dtypes
- * differ, not floating), DT_ERR_INVALID (NULL out, a scale not finite or < 0, or above
- * FLT_MAX for float32 inputs). E = 0 gives every query the mean of its values. */
+ * that keeps no key (every pair masked, or S = 0) gets zero outputs (PyTorch's), lse -inf and
+ * no gradient. Differentiable in q, k, v (not in a float mask). Distributed: batch or heads
+ * sharded run without communication. Errors: DT_ERR_SHAPE (not 4-D, sizes that disagree, a
+ * mask that does not broadcast), DT_ERR_DTYPE (dtypes differ, not floating), DT_ERR_INVALID
+ * (NULL out, a scale not finite or < 0, or above FLT_MAX for float32 inputs). E = 0 gives
+ * every query the mean of its values. */
 DT_API dt_status dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor *v,
                                                  dt_tensor *mask,
                                                  const dt_attention_options *options,

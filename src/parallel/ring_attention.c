@@ -422,7 +422,8 @@ static dt_status forward_block(const cp_ring *r, dt_tensor *q, dt_tensor *k, dt_
   return st;
 }
 
-/* out and lse tensors from the accumulators; rows that kept no key get NaN, as SDPA's. */
+/* out and lse tensors from the accumulators; rows that kept no key get 0 and lse -inf, as
+ * SDPA's. */
 static dt_status forward_outputs(const cp_ring *r, merge_acc *acc, dt_tensor **out,
                                  dt_tensor **lse) {
   int64_t Lq = r->qseg[r->rank].total, rows = r->B * r->H * Lq;
@@ -436,7 +437,7 @@ static dt_status forward_outputs(const cp_ring *r, merge_acc *acc, dt_tensor **o
     bool none = acc->l[i] == -INFINITY;
     for (int64_t e = 0; e < r->Ev; e++)
       dt__store_from_double(r->dtype, ob + (i * r->Ev + e) * (int64_t)os,
-                            none ? NAN : acc->o[i * r->Ev + e]);
+                            none ? 0.0 : acc->o[i * r->Ev + e]);
     dt__store_from_double(ld, lb + i * (int64_t)ls, acc->l[i]);
   }
   return DT_OK;

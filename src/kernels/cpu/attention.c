@@ -182,9 +182,9 @@ static void forward_tile(const dt_attention_args *a, tiles *t, int64_t b, int64_
     }
   }
   for (int64_t r = 0; r < nr; r++) {
-    double l = t->l[r];
+    double l = t->l[r]; /* 0: the query kept no key, and its output is 0 as PyTorch's */
     for (int64_t e = 0; e < Ev; e++)
-      put4(out, b, h, i0 + r, e, l > 0 ? t->acc[r * Ev + e] / l : NAN);
+      put4(out, b, h, i0 + r, e, l == 0 ? 0.0 : t->acc[r * Ev + e] / l);
     double v = l > 0 ? t->m[r] + log(l) : l == 0 ? -INFINITY : NAN;
     int64_t off = b * lse->strides[0] + h * lse->strides[1] + (i0 + r) * lse->strides[2];
     dt__store_from_double(lse->dtype,

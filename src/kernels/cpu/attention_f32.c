@@ -239,9 +239,10 @@ static void forward_block(const sdpa *c, fwd_scratch *w, int64_t b, int64_t h, i
     forward_pair(c, w, b, h, i0, nr, j0, end - j0 < c->bk ? end - j0 : c->bk);
   float *ob = (float *)dt__tensor_base(out), *lb = (float *)dt__tensor_base(lse);
   for (int64_t r = 0; r < nr; r++) {
-    float l = w->l[r], inv = l > 0 ? 1.0f / l : NAN;
+    float l = w->l[r], inv = 1.0f / l; /* l NaN: NaN */
     float *o = ob + b * out->strides[0] + h * out->strides[1] + (i0 + r) * out->strides[2];
-    for (int64_t e = 0; e < Ev; e++) o[e * out->strides[3]] = w->acc[r * Ev + e] * inv;
+    for (int64_t e = 0; e < Ev; e++) /* l 0: the query kept no key, its output 0 (PyTorch's) */
+      o[e * out->strides[3]] = l == 0 ? 0.0f : w->acc[r * Ev + e] * inv;
     lb[b * lse->strides[0] + h * lse->strides[1] + (i0 + r) * lse->strides[2]] =
         l > 0    ? w->m[r] + logf(l)
         : l == 0 ? -INFINITY
@@ -302,6 +303,7 @@ typedef struct bwd_job {
 
 typedef struct bwd_scratch {
   float *p, *ds, *dq, *lse, *dd;
+  float *gz; /* the block's output gradient with the rows that kept no key zeroed [bq, Ev] */
   float *kt, *vt, *dk, *dv; /* the kv head's k^T [E, S], v^T [Ev, S], dk [S, E], dv [S, Ev] */
 } bwd_scratch;
 
@@ -322,15 +324,26 @@ static void backward_pair(const sdpa *c, const bwd_job *job, bwd_scratch *w, int
   const float *q = rows_at(&c->q, b, h, i0), *g = rows_at(&c->g, b, h, i0);
   const float *k = rows_at(&c->k, b, kh, j0);
   scores(c, b, h, i0, nr, j0, nc, w->kt + j0, c->S, w->p);
+  bool none = false; /* a query that kept no key */
   for (int64_t r = 0; r < nr; r++) {
     if (w->lse[r] == -INFINITY)
-      memset(w->p + r * bk, 0, sizeof(float) * (size_t)nc);
+      memset(w->p + r * bk, 0, sizeof(float) * (size_t)nc), none = true;
     else
       probabilities(w->p + r * bk, w->lse[r], nc);
   }
+  const float *gv = g;
+  int ldg = c->g.ld;
+  if (none && job->dv && Ev > 0) { /* its p row is 0, but 0 times a NaN gradient is NaN */
+    for (int64_t r = 0; r < nr; r++)
+      if (w->lse[r] == -INFINITY)
+        memset(w->gz + r * Ev, 0, sizeof(float) * (size_t)Ev);
+      else
+        memcpy(w->gz + r * Ev, g + r * ldg, sizeof(float) * (size_t)Ev);
+    gv = w->gz, ldg = Ev;
+  }
   if (job->dv && Ev > 0)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, Ev, (int)nr, 1.0f, w->p, bk, g,
-                c->g.ld, 1.0f, w->dv + j0 * Ev, Ev);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nc, Ev, (int)nr, 1.0f, w->p, bk, gv,
+                ldg, 1.0f, w->dv + j0 * Ev, Ev);
   if (!job->dq && !job->dk) return;
   if (Ev > 0)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)nc, Ev, 1.0f, g, c->g.ld,
@@ -391,7 +404,7 @@ static void backward_chunk(void *p, int64_t begin, int64_t end) {
   bwd_job *j = p;
   sdpa *c = j->c;
   int64_t blk = c->bq * c->bk;
-  size_t n = (size_t)(2 * blk + c->bq * c->E + 2 * c->bq + 2 * c->S * (c->E + c->Ev));
+  size_t n = (size_t)(2 * blk + c->bq * (c->E + c->Ev) + 2 * c->bq + 2 * c->S * (c->E + c->Ev));
   float *buf = dt__alloc(sizeof(float) * n);
   if (!buf) {
     atomic_store(&c->failed, 1);
@@ -400,6 +413,7 @@ static void backward_chunk(void *p, int64_t begin, int64_t end) {
   bwd_scratch w = {.p = buf, .ds = buf + blk, .dq = buf + 2 * blk};
   w.lse = w.dq + c->bq * c->E, w.dd = w.lse + c->bq, w.kt = w.dd + c->bq;
   w.vt = w.kt + c->S * c->E, w.dk = w.vt + c->S * c->Ev, w.dv = w.dk + c->S * c->E;
+  w.gz = w.dv + c->S * c->Ev;
   for (int64_t job = begin; job < end; job++) backward_kv_head(c, j, &w, job / c->Hk, job % c->Hk);
   dt__free(buf);
 }

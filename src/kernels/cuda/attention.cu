@@ -143,7 +143,7 @@ __global__ void dt_cuda_attn_forward_kernel(dt_cuda_attn a) {
       __syncthreads();
     }
     for (int64_t e = threadIdx.x; e < a.Ev; e += blockDim.x)
-      put4(a.out, b, h, i, e, l > 0 ? acc[e] / l : NAN);
+      put4(a.out, b, h, i, e, l == 0 ? 0.0 : acc[e] / l); /* l 0: no key kept */
     if (threadIdx.x == 0) {
       int64_t off = b * a.lse.strides[0] + h * a.lse.strides[1] + i * a.lse.strides[2];
       dt__elem_store_f64(a.lse.dtype, a.lse.data + off * dt_cuda_esize(a.lse.dtype),
