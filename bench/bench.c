@@ -50,10 +50,15 @@ const tool_command tool_bench_suites[] = {
          "100,000-tensor safetensors file by name (per-tensor costs).",
      .run = bench_suite_ckpt},
     {.name = "compile",
-     .summary = "compiled call vs eager per node, guard check, compile time, the seed embedding",
-     .usage = "[--json] [--iters N] [--device cpu|cuda]",
+     .summary = "compiled call vs eager per node, guard check, compile time, the seed embedding, "
+                "a training step",
+     .usage = "[--json] [--iters N] [--batch B] [--device cpu|cuda] [--train | --instructions "
+              "[--steps N] | --child --side eager|compiled --batch B [--steps N]]",
      .details = "--device cuda: seed 004 (the embedding over a Replicate 202048x256 weight) on a "
-                "CUDA mesh only.",
+                "CUDA mesh only. --train: the training step alone, wall and CPU time, sides "
+                "alternating, medians. --instructions: its instructions per step under callgrind, "
+                "each side at each batch in its own child. --child: one side at one batch, the "
+                "counted steps between callgrind client requests (to run under valgrind by hand).",
      .run = bench_suite_compile},
     {.name = "train",
      .summary = "optimizer step (SGD momentum, AdamW) over 1,000 x 1,000 floats vs a plain C loop",

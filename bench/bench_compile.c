@@ -16,9 +16,12 @@
  *   train_step    a training step (two Linear layers 64-128-16 with relu, an mse loss, four
  *                 parameters that require grad) compiled with options.backward against eager
  *                 (the function, then dt_backward), batch 32 and 7 (dynamic, no recompile):
- *                 microseconds per step and eager / compiled.
+ *                 wall and CPU microseconds per step and eager / compiled
+ *                 (bench/bench_compile_train.c; --train runs this row alone, --instructions
+ *                 counts its instructions per step under callgrind, --child runs one side).
  *
- * Sides alternate (A B A B ...) and medians are reported. Options: --json, --iters N.
+ * Sides alternate (A B A B ...) and medians are reported. Options: --json, --iters N,
+ * --batch B (the training step's batch, instead of 32 and 7), --steps N (--instructions).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +41,17 @@
 /* The suite's entry in bench/bench.c's table. */
 int bench_suite_compile(int argc, char **argv);
 
+/* The training step's modes (bench/bench_compile_train.c). */
+int bench_compile_train_time(bool json, int iters, const int64_t *batches, int n_batches);
+int bench_compile_train_instructions(bool json, int steps, const int64_t *batches, int n_batches);
+int bench_compile_train_child(bool compiled, int64_t batch, int steps);
+
 static int usage(void) {
-  fprintf(stderr, "usage: dtensor bench compile [--json] [--iters N] [--device cpu|cuda]\n");
+  fprintf(stderr,
+          "usage: dtensor bench compile [--json] [--iters N] [--device cpu|cuda]\n"
+          "       dtensor bench compile --train [--json] [--iters N] [--batch B]\n"
+          "       dtensor bench compile --instructions [--json] [--steps N] [--batch B]\n"
+          "       dtensor bench compile --child --side eager|compiled --batch B [--steps N]\n");
   return 2;
 }
 
@@ -191,96 +203,6 @@ static dt_status bench_chain(bool json, int iters) {
   return st;
 }
 
-/* ---- A training step (options.backward) ------------------------------------------------- */
-
-/* Two Linear layers with relu and an mse loss; the four parameters (user) require grad. */
-static dt_status train_fn(void *user, int n_in, dt_tensor *const *in, int n_out, dt_tensor **out) {
-  (void)n_in, (void)n_out;
-  dt_tensor **p = user, *h = NULL, *a = NULL, *y = NULL;
-  dt_status st = dt_linear(in[0], p[0], p[1], &h);
-  if (!st) st = dt_relu(h, &a);
-  if (!st) st = dt_linear(a, p[2], p[3], &y);
-  if (!st) st = dt_mse_loss(y, in[1], DT_LOSS_MEAN, &out[0]);
-  dt_tensor_release(h);
-  dt_tensor_release(a);
-  dt_tensor_release(y);
-  return st;
-}
-
-/* Microseconds per step of reps steps: a compiled call (forward, backward, .grad accumulated)
- * or eager (the function, then dt_backward). */
-static dt_status time_steps(dt_compiled *c, dt_tensor **params, dt_tensor *const *in, int reps,
-                            double *us) {
-  dt_status st = DT_OK;
-  double t0 = bench_now_us();
-  for (int i = 0; i < reps && !st; i++) {
-    dt_tensor *loss = NULL;
-    st = c ? dt_compiled_call(c, 2, in, 1, &loss) : train_fn(params, 2, in, 1, &loss);
-    if (!st && !c) st = dt_backward(loss, NULL);
-    dt_tensor_release(loss);
-  }
-  *us = (bench_now_us() - t0) / reps;
-  return st;
-}
-
-static dt_status bench_train(bool json, int iters) {
-  enum { IN = 64, HID = 128, OUT = 16 };
-  static const int64_t shapes[4][2] = {{HID, IN}, {HID, 0}, {OUT, HID}, {OUT, 0}};
-  dt_tensor *pc[4] = {0}, *pe[4] = {0};
-  dt_status st = DT_OK;
-  for (int k = 0; k < 4 && !st; k++) {
-    int nd = shapes[k][1] ? 2 : 1;
-    st = dt_rand(nd, shapes[k], DT_F32, 10 + (uint64_t)k, &pc[k]);
-    if (!st) st = dt_rand(nd, shapes[k], DT_F32, 10 + (uint64_t)k, &pe[k]);
-    if (!st) st = dt_tensor_set_requires_grad(pc[k], true);
-    if (!st) st = dt_tensor_set_requires_grad(pe[k], true);
-  }
-  dt_compile_mark marks[2] = {{.input = 0, .dim = 0, .dynamic = true},
-                              {.input = 1, .dim = 0, .dynamic = true}};
-  dt_compiled *c = NULL;
-  if (!st)
-    st = dt_compile(train_fn, pc, 2, 1,
-                    &(dt_compile_options){.n_marks = 2, .marks = marks, .backward = true}, &c);
-  static const int64_t batches[2] = {32, 7};
-  for (int b = 0; b < 2 && !st; b++) {
-    dt_tensor *x = NULL, *y = NULL;
-    st = dt_rand(2, (int64_t[]){batches[b], IN}, DT_F32, 1, &x);
-    if (!st) st = dt_rand(2, (int64_t[]){batches[b], OUT}, DT_F32, 2, &y);
-    dt_tensor *in[2] = {x, y};
-    double a[MAX_ITERS], e[MAX_ITERS], warm = 0;
-    if (!st) st = time_steps(c, pc, in, 50, &warm);
-    if (!st) st = time_steps(NULL, pe, in, 50, &warm);
-    for (int i = 0; i < iters && !st; i++) {
-      st = time_steps(c, pc, in, 200, &a[i]);
-      if (!st) st = time_steps(NULL, pe, in, 200, &e[i]);
-    }
-    if (!st) {
-      double compiled = bench_median(a, iters), eager = bench_median(e, iters);
-      if (json)
-        printf("{\"name\":\"compile_train_step\",\"batch\":%lld,\"layers\":[%d,%d,%d],"
-               "\"compiled_us\":%.2f,\"eager_us\":%.2f,\"eager_over_compiled\":%.2f}\n",
-               (long long)batches[b], IN, HID, OUT, compiled, eager, eager / compiled);
-      else
-        printf("training step (Linear %d-%d-%d + mse, batch %lld, forward + backward + .grad): "
-               "compiled %.2f us, eager %.2f us, %.2fx\n",
-               IN, HID, OUT, (long long)batches[b], compiled, eager, eager / compiled);
-    }
-    dt_tensor_release(x);
-    dt_tensor_release(y);
-  }
-  dt_compile_stats stats = {0};
-  if (!st) st = dt_compiled_stats(c, &stats);
-  if (!st && stats.recompiles != 0)
-    st = dt__error(DT_ERR_INTERNAL, "bench compile: the training step recompiled: %s",
-                   dt_compiled_recompile_reason(c, 0));
-  dt_compiled_destroy(c);
-  for (int k = 0; k < 4; k++) {
-    dt_tensor_release(pc[k]);
-    dt_tensor_release(pe[k]);
-  }
-  return st;
-}
-
 /* ---- The seed embedding ----------------------------------------------------------------- */
 
 static dt_status seed_fn(void *user, int n_in, dt_tensor *const *in, int n_out, dt_tensor **out) {
@@ -406,14 +328,31 @@ static dt_status redist_rank(dt_comm *world, void *varg) {
 }
 
 int bench_suite_compile(int argc, char **argv) {
-  bool json = tool_has_flag(argc, argv, "--json");
-  int iters = 7;
+  bool json = false, train = false, instructions = false, child = false;
+  int iters = 7, side = -1; /* side: 1 compiled, 0 eager (--child) */
+  long long steps = 200, batch = 0;
   const char *device = "cpu";
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) continue;
-    if (i + 1 >= argc) return usage();
-    if (strcmp(argv[i], "--iters") == 0) {
+    if (strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (strcmp(argv[i], "--train") == 0) {
+      train = true;
+    } else if (strcmp(argv[i], "--instructions") == 0) {
+      instructions = true;
+    } else if (strcmp(argv[i], "--child") == 0) {
+      child = true;
+    } else if (i + 1 >= argc) {
+      return usage();
+    } else if (strcmp(argv[i], "--iters") == 0) {
       iters = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--steps") == 0) {
+      if (!bench_int_option("--steps", argv[++i], 1, 1000000, &steps)) return 2;
+    } else if (strcmp(argv[i], "--batch") == 0) {
+      if (!bench_int_option("--batch", argv[++i], 1, 1 << 20, &batch)) return 2;
+    } else if (strcmp(argv[i], "--side") == 0) {
+      i++;
+      side = strcmp(argv[i], "compiled") == 0 ? 1 : strcmp(argv[i], "eager") == 0 ? 0 : -2;
+      if (side == -2) return usage();
     } else if (strcmp(argv[i], "--device") == 0) {
       device = argv[++i];
       if (strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0) return usage();
@@ -421,12 +360,21 @@ int bench_suite_compile(int argc, char **argv) {
       return usage();
     }
   }
-  if (iters < 1 || iters > MAX_ITERS) return usage();
+  if (iters < 1 || iters > MAX_ITERS || train + instructions + child > 1) return usage();
+  int64_t batches[2] = {32, 7};
+  int n_batches = batch ? 1 : 2;
+  if (batch) batches[0] = batch;
+  if (child) {
+    if (side < 0 || !batch) return usage();
+    return bench_compile_train_child(side == 1, batch, (int)steps);
+  }
   bench_machine_print(json);
+  if (instructions) return bench_compile_train_instructions(json, (int)steps, batches, n_batches);
+  if (train) return bench_compile_train_time(json, iters, batches, n_batches);
   bool cpu = strcmp(device, "cpu") == 0;
   /* --device cuda: seed 004 only (the other rows are CPU figures). */
   dt_status st = cpu ? bench_chain(json, iters) : DT_OK;
-  if (!st && cpu) st = bench_train(json, iters);
+  if (!st && cpu && bench_compile_train_time(json, iters, batches, n_batches)) return 1;
   seed_arg arg = {.json = json, .iters = iters, .device = device};
   if (!st) st = dt_comm_spawn(1, seed_rank, &arg);
   if (!st && cpu) st = dt_comm_spawn(2, redist_rank, &arg);

@@ -16,16 +16,13 @@
  * CUDA tensors: it moves nothing) and the 10x10 tensors on cuda:0; refused without a GPU.
  * --time: no valgrind; each case's median ns per call, JSON lines (the seed's "time").
  */
-#include <dirent.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <valgrind/callgrind.h>
 
 #include "dtensor/dtensor.h"
+#include "bench_callgrind.h"
 #include "bench_machine.h"
 #include "bench_util.h"
 #include "tools.h"
@@ -292,32 +289,12 @@ static int run_child(const char *device, bool timing) {
   return rc;
 }
 
-/* Reads every callgrind dump in dir: the trigger label and the total instruction count. */
-static int collect(const char *dir, long *best) {
-  for (int c = 0; c < N_CASES; c++) best[c] = -1;
-  DIR *d = opendir(dir);
-  if (!d) return 1;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (strncmp(e->d_name, "cg.out.", 7) != 0) continue;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    char line[512], label[256] = "";
-    long total = -1;
-    while (fgets(line, sizeof line, f)) {
-      if (sscanf(line, "desc: Trigger: Client Request: %255s", label) == 1) continue;
-      if (strncmp(line, "totals:", 7) == 0) total = atol(line + 7);
-    }
-    fclose(f);
-    for (int c = 0; c < N_CASES; c++) {
-      if (strcmp(label, cases[c].name) == 0 && total >= 0 && (best[c] < 0 || total < best[c]))
-        best[c] = total;
-    }
+/* Keeps the smallest total of each case's dumps (best[c], -1 when none). */
+static void keep_best(const char *label, long total, void *user) {
+  long *best = user;
+  for (int c = 0; c < N_CASES; c++) {
+    if (strcmp(label, cases[c].name) == 0 && (best[c] < 0 || total < best[c])) best[c] = total;
   }
-  closedir(d);
-  return 0;
 }
 
 int bench_suite_instructions(int argc, char **argv) {
@@ -337,43 +314,12 @@ int bench_suite_instructions(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; i++) {
     if (strcmp(argv[i], "--results") == 0) results = argv[i + 1];
   }
-  char dir[] = "/tmp/dtensor-callgrind-XXXXXX";
-  if (!mkdtemp(dir)) {
-    perror("bench instructions: mkdtemp");
-    return 1;
-  }
-  char out_file[600], self[1024];
-  snprintf(out_file, sizeof out_file, "--callgrind-out-file=%s/cg.out", dir);
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) {
-    perror("bench instructions: readlink");
-    return 1;
-  }
-  self[n] = '\0';
-  pid_t pid = fork();
-  if (pid == 0) {
-    int null = open("/dev/null", 1);
-    if (null >= 0) dup2(null, 2); /* valgrind's banner */
-    /* valgrind executes no AVX-512: when the tool chose OpenBLAS's core type itself (main.c),
-     * the measured child gets OpenBLAS's own choice on valgrind's CPU instead (the marker stays,
-     * so the child does not choose again). */
-    if (getenv("DT_OPENBLAS_CORETYPE_CHOSEN")) unsetenv("OPENBLAS_CORETYPE");
-    execlp("valgrind", "valgrind", "--tool=callgrind", "--collect-atstart=no", out_file, self,
-           "bench", "instructions", "--child", "--device", device, (char *)NULL);
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
+  bench_callgrind_dir dir = {{0}};
+  const char *args[] = {"bench", "instructions", "--child", "--device", device, NULL};
   long best[N_CASES];
-  int rc = 0;
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fprintf(stderr,
-            "bench instructions: the measured run failed (is valgrind installed?) status %d\n",
-            status);
-    rc = 1;
-  } else {
-    collect(dir, best);
-  }
+  for (int c = 0; c < N_CASES; c++) best[c] = -1;
+  int rc = bench_callgrind_run("bench instructions", args, &dir);
+  if (!rc) rc = bench_callgrind_each(&dir, keep_best, best);
   FILE *csv = results ? fopen(results, "a") : NULL;
   for (int c = 0; c < N_CASES && !rc; c++) {
     if (best[c] < 0) {
@@ -396,18 +342,6 @@ int bench_suite_instructions(int argc, char **argv) {
     if (csv) fprintf(csv, "%s,instruction_count,%ld\n", cases[c].name, best[c]);
   }
   if (csv) fclose(csv);
-  /* Clean up the dumps. */
-  DIR *d = opendir(dir);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d))) {
-      if (e->d_name[0] == '.') continue;
-      char path[1024];
-      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-      unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-  }
+  bench_callgrind_clean(&dir);
   return rc;
 }
