@@ -206,7 +206,41 @@ Test(optim, clip_grad_norm_local) {
   cr_assert_eq(dt_clip_grad_norm(2, (dt_tensor *[]){a, b}, 1.0, &strict, &norm), DT_ERR_INVALID);
   cr_assert(strstr(dt_last_error(), "dt_clip_grad_norm") && strstr(dt_last_error(), "non-finite"),
             "%s", dt_last_error());
-  cr_assert_eq(dt_clip_grad_norm(1, &a, 0.0, NULL, &norm), DT_ERR_INVALID);
+  /* A negative or NaN max_norm is refused, the gradients untouched. */
+  for (int i = 0; i < 2; i++) {
+    double bad = i ? NAN : -1.0;
+    cr_assert_eq(dt_clip_grad_norm(1, &a, bad, NULL, &norm), DT_ERR_INVALID);
+    cr_assert(strstr(dt_last_error(), "max_norm") && strstr(dt_last_error(), ">= 0"), "%s",
+              dt_last_error());
+  }
+  double kept[3];
+  cr_assert_eq(dt_tensor_grad(a, &g), DT_OK);
+  cr_assert_eq(dt_tensor_to_doubles(g, kept, 3), DT_OK);
+  cr_assert(kept[0] == INFINITY && kept[1] == 1 && kept[2] == 0, "%g %g %g", kept[0], kept[1],
+            kept[2]);
+  dt_tensor_release(g);
+  dt_tensor_release(a);
+  dt_tensor_release(b);
+}
+
+/* max_norm 0, as PyTorch's clip_grad_norm_ (2.15: clip_coef 0 / (norm + 1e-6) = 0): every
+ * gradient becomes 0 (-0 for a negative one), the norm is the norm before. */
+Test(optim, clip_grad_norm_max_norm_zero_zeroes_the_gradients) {
+  dt_tensor *a = param_of(p0, 3), *b = param_of(p0, 4);
+  set_grad(a, (double[]){3, -2, 0}, 3);
+  set_grad(b, (double[]){0, 4, 0, 1}, 4);
+  double norm = 0;
+  cr_assert_eq(dt_clip_grad_norm(2, (dt_tensor *[]){a, b}, 0.0, NULL, &norm), DT_OK, "%s",
+               dt_last_error());
+  cr_assert_float_eq(norm, sqrt(9 + 4 + 16 + 1), 1e-9);
+  dt_tensor *g = NULL;
+  cr_assert_eq(dt_tensor_grad(a, &g), DT_OK);
+  check_values(g, (double[]){0, 0, 0}, 3, 0, "a");
+  cr_assert(signbit(((const float *)dt_tensor_data(g))[1]), "-2 * 0 is -0");
+  dt_tensor_release(g);
+  cr_assert_eq(dt_tensor_grad(b, &g), DT_OK);
+  check_values(g, (double[]){0, 0, 0, 0}, 4, 0, "b");
+  dt_tensor_release(g);
   dt_tensor_release(a);
   dt_tensor_release(b);
 }

@@ -250,10 +250,11 @@ typedef struct dt_clip_grad_options {
  * every rank (a TP model's LayerNorms) count once, and ones that differ give every rank the
  * same norm with their squares averaged (as PyTorch's get_total_norm, which replicates a plain
  * tensor's norm beside DTensors). Without distributed parameters nothing is communicated.
- * When max_norm / (norm + 1e-6) < 1 every gradient is scaled by it, in place. Partial
+ * When max_norm / (norm + 1e-6) < 1 every gradient is scaled by it, in place (max_norm 0: every
+ * gradient becomes 0, as PyTorch's). Partial
  * gradients are first reduced as dt_optimizer_step does.
  * Parameters without gradient are skipped. *total_norm receives the norm (may be NULL).
- * Errors: DT_ERR_INVALID (NULL params, n < 1, max_norm not > 0, the parameter and gradient
+ * Errors: DT_ERR_INVALID (NULL params, n < 1, max_norm negative or NaN, the parameter and gradient
  * errors of dt_optimizer_create_sgd (distributed parameters on two mesh objects: the norm
  * reduces over one) and dt_optimizer_step, a non-finite norm with
  * error_if_nonfinite), the errors of the collective. */

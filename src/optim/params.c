@@ -253,8 +253,10 @@ dt_status dt_clip_grad_norm(int n, dt_tensor *const *params, double max_norm,
   dt_mesh *mesh = NULL;
   dt_status st = dt__optim_check_params(fn, n, params, true, &mesh);
   if (st) return st;
-  if (!(max_norm > 0.0)) {
-    return dt__error(DT_ERR_INVALID, "%s: max_norm %g (expected > 0)", fn, max_norm);
+  /* 0 is PyTorch's too: every gradient becomes 0. A negative max_norm (PyTorch flips the
+   * gradients' signs) or NaN (PyTorch makes them NaN) is refused. */
+  if (!(max_norm >= 0.0)) {
+    return dt__error(DT_ERR_INVALID, "%s: max_norm %g (expected >= 0)", fn, max_norm);
   }
   dt_tensor **grads = dt__calloc(sizeof(dt_tensor *) * (size_t)n);
   if (!grads) return dt__error(DT_ERR_NOMEM, "%s: out of memory for %d parameters", fn, n);
