@@ -530,27 +530,118 @@ static dt_status blas_rank_fn(dt_comm *world, void *arg) {
   (void)world;
   int want = *(const int *)arg;
   matmul_once();
-  return dt__blas_threads() == want ? DT_OK : DT_ERR_INTERNAL;
+  return dt__gemm_threads() == want ? DT_OK : DT_ERR_INTERNAL;
 }
 
-/* dt_set_num_threads sets the BLAS's threads too; without it the BLAS keeps its own count,
- * capped at cores / ranks while rank threads run. (A generic CBLAS reports 1 always.) */
-Test(thread_pool, blas_follows_the_setting_and_the_ranks) {
+/* dt_set_num_threads sets the GEMMs' threads too; without it they keep the BLAS's own count,
+ * capped at cores / ranks while rank threads run. The BLAS itself runs on one thread inside
+ * each block of a GEMM split on the pool (OpenBLAS, BLIS; a generic CBLAS reports 1). */
+Test(thread_pool, gemms_follow_the_setting_and_the_ranks) {
+  dt__blas_set_threads(cores());
   matmul_once();
-  int base = dt__blas_threads();
-  if (base == 1 && cores() > 1) {
-    dt__blas_set_threads(cores());
-    if (dt__blas_threads() == 1) cr_skip_test("the BLAS has no thread knob");
-    base = cores();
-  }
+  int base = dt__gemm_threads();
+  cr_assert_eq(base, cores(), "dt__blas_set_threads sets the GEMMs' base count");
+  cr_assert_eq(dt__blas_threads(), 1, "the BLAS itself runs on one thread");
   cr_assert_eq(dt_set_num_threads(1), DT_OK);
   matmul_once();
-  cr_assert_eq(dt__blas_threads(), 1, "dt_set_num_threads(1) reaches the BLAS");
+  cr_assert_eq(dt__gemm_threads(), 1, "dt_set_num_threads(1) reaches the GEMMs");
   cr_assert_eq(dt_set_num_threads(0), DT_OK);
   matmul_once();
-  cr_assert_eq(dt__blas_threads(), base, "the default gives the BLAS its own count back");
+  cr_assert_eq(dt__gemm_threads(), base, "the default gives the GEMMs the base count back");
   int per_rank = base < cores() / 2 ? base : cores() / 2 > 0 ? cores() / 2 : 1;
   cr_assert_eq(dt_comm_spawn(2, blas_rank_fn, &per_rank), DT_OK, "%s", dt_last_error());
   matmul_once();
-  cr_assert_eq(dt__blas_threads(), base, "back after the ranks ended");
+  cr_assert_eq(dt__gemm_threads(), base, "back after the ranks ended");
+  cr_assert_eq(dt__blas_threads(), 1, "the BLAS itself still on one thread");
+}
+
+/* ---- GEMMs split on the pool ---------------------------------------------------------- */
+
+/* c[b] = beta * bias + alpha * a[b] b[b] in double, naive (a: [batch, n, k], b: [batch, k, m]
+ * row-major values; bias: m values, or NULL). */
+static double *naive_gemm(const double *a, const double *b, const double *bias, int64_t batch,
+                          int64_t n, int64_t m, int64_t k, double beta, double alpha) {
+  double *c = malloc(sizeof(double) * (size_t)(batch * n * m));
+  for (int64_t t = 0; t < batch; t++)
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < m; j++) {
+        double s = 0;
+        for (int64_t p = 0; p < k; p++) s += a[(t * n + i) * k + p] * b[(t * k + p) * m + j];
+        c[(t * n + i) * m + j] = alpha * s + (bias ? beta * bias[j] : 0);
+      }
+  return c;
+}
+
+typedef enum { GEMM_MATMUL, GEMM_LINEAR, GEMM_ADDMM } gemm_kind;
+
+/* One product at `threads` threads; returns its values. b_t: b given as a transposed view
+ * (the BLAS reads it with a transpose flag). */
+static double *gemm_at(int threads, gemm_kind kind, dt_tensor *a, dt_tensor *b, dt_tensor *bias) {
+  cr_assert_eq(dt_set_num_threads(threads), DT_OK);
+  dt_tensor *c = NULL;
+  dt_status st = kind == GEMM_LINEAR  ? dt_linear(a, b, bias, &c)
+                 : kind == GEMM_ADDMM ? dt_addmm_ex(bias, a, b, 0.5, 2.0, &c)
+                                      : dt_matmul(a, b, &c);
+  cr_assert_eq(st, DT_OK, "%s", dt_last_error());
+  double *v = ref_values(c);
+  dt_tensor_release(c);
+  cr_assert_eq(dt_set_num_threads(0), DT_OK);
+  return v;
+}
+
+/* Products large enough to split (rows, columns, a batch of matrices; transposed operands; a
+ * linear's bias row; addmm's beta and alpha) give the same bits on 1 and all threads and
+ * match a naive double loop. */
+Test(thread_pool, gemms_equal_on_one_and_all_threads) {
+  struct {
+    gemm_kind kind;
+    int64_t batch, n, m, k;
+    bool b_t;
+  } cases[] = {
+      {GEMM_MATMUL, 1, 513, 257, 300, false}, /* rows */
+      {GEMM_MATMUL, 1, 130, 700, 200, true},  /* columns, b transposed */
+      {GEMM_MATMUL, 6, 128, 128, 96, false},  /* a batch */
+      {GEMM_LINEAR, 4, 100, 384, 256, true},  /* folded rows, bias row */
+      {GEMM_ADDMM, 1, 200, 600, 64, false},   /* beta, alpha, bias row */
+      {GEMM_MATMUL, 1, 1, 4096, 2048, false}, /* one row: a matrix-vector product */
+  };
+  for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+    int64_t B = cases[t].batch, n = cases[t].n, m = cases[t].m, k = cases[t].k;
+    bool batched_b = cases[t].kind == GEMM_MATMUL && B > 1;
+    int an = B > 1 ? 3 : 2;
+    int64_t ashape[3] = {B, n, k}, bshape[3] = {B, k, m}, wshape[2] = {m, k};
+    dt_tensor *a = ref_random(an, an == 3 ? ashape : ashape + 1, DT_F32, -1, 1, 11 + t);
+    dt_tensor *b = NULL, *bias = NULL;
+    if (cases[t].kind == GEMM_LINEAR) {
+      b = ref_random(2, wshape, DT_F32, -1, 1, 23 + t); /* weight [m, k]: read as b^T */
+    } else if (cases[t].b_t) {
+      b = ref_random_strided(2, bshape + 1, DT_F32, -1, 1, 23 + t);
+    } else {
+      b = ref_random(batched_b ? 3 : 2, batched_b ? bshape : bshape + 1, DT_F32, -1, 1, 23 + t);
+    }
+    if (cases[t].kind != GEMM_MATMUL) bias = ref_random(1, &m, DT_F32, -1, 1, 37 + t);
+    double *one = gemm_at(1, cases[t].kind, a, b, bias);
+    double *all = gemm_at(cores(), cases[t].kind, a, b, bias);
+    double *av = ref_values(a), *bv = ref_values(b), *biv = bias ? ref_values(bias) : NULL;
+    double *bk = bv; /* b as [.., k, m] row-major values */
+    if (cases[t].kind == GEMM_LINEAR) {
+      bk = malloc(sizeof(double) * (size_t)(k * m));
+      for (int64_t p = 0; p < k; p++)
+        for (int64_t j = 0; j < m; j++) bk[p * m + j] = bv[j * k + p];
+    }
+    double beta = cases[t].kind == GEMM_ADDMM ? 0.5 : 1,
+           alpha = cases[t].kind == GEMM_ADDMM ? 2 : 1;
+    double *want = batched_b ? naive_gemm(av, bk, biv, B, n, m, k, beta, alpha)
+                             : naive_gemm(av, bk, biv, 1, B * n, m, k, beta, alpha);
+    for (int64_t i = 0; i < B * n * m; i++) {
+      cr_assert(memcmp(&one[i], &all[i], sizeof(double)) == 0,
+                "case %zu element %lld: %.9g on 1 thread, %.9g on %d", t, (long long)i, one[i],
+                all[i], cores());
+      cr_assert(fabs(one[i] - want[i]) <= 1e-4 * (1 + fabs(want[i])),
+                "case %zu element %lld: %.9g, naive %.9g", t, (long long)i, one[i], want[i]);
+    }
+    if (bk != bv) free(bk);
+    free(one), free(all), free(av), free(bv), free(biv), free(want);
+    dt_tensor_release(a), dt_tensor_release(b), dt_tensor_release(bias);
+  }
 }

@@ -190,6 +190,18 @@ int main(void) {
   EXPECT(!dt_matmul(a, a, &b), "a GEMM on the main thread");
   dt_tensor_release(a);
   dt_tensor_release(b);
+  /* A GEMM split over the pool (rows of C in blocks, the BLAS on one thread in each). */
+  dt_tensor *p = filled(256, 512, 1, 0), *q = filled(512, 256, 0.5, 0.25), *pq[2] = {NULL, NULL};
+  for (int i = 0; i < 2; i++) {
+    dt_set_num_threads(i == 0 ? 1 : cores > 1 ? (int)cores : 2);
+    EXPECT(!dt_matmul(p, q, &pq[i]), "a GEMM split on the pool");
+  }
+  dt_set_num_threads(0);
+  EXPECT(pq[0] && pq[1] &&
+             memcmp(dt_tensor_data(pq[0]), dt_tensor_data(pq[1]), 256 * 256 * sizeof(float)) == 0,
+         "a split GEMM: same bits on 1 and N threads");
+  dt_tensor *gone[] = {p, q, pq[0], pq[1]};
+  for (int i = 0; i < 4; i++) dt_tensor_release(gone[i]);
   dt_status st = DT_OK;
   for (int round = 0; round < 3 && !st; round++) st = dt_comm_spawn(2, rank_fn, NULL);
   EXPECT(st == DT_OK, "2 rank threads: kernels and GEMMs");

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/vmath.h"
 
@@ -286,6 +287,7 @@ dt_status dt__cpu_attention_f32(const dt_attention_args *a, dt_tensor *out, dt_t
   if (!st) st = rows4_prepare(a->v, c.Ev, &c.v, &vc);
   if (!st) {
     fwd_job j = {.c = &c, .out = out, .lse = lse};
+    dt__blas_sync_threads(); /* the BLAS on one thread inside each job */
     dt__parallel_for(c.B * c.H * c.q_blocks, 1, forward_chunk, &j);
     if (atomic_load(&c.failed))
       st = dt__error(DT_ERR_NOMEM, "scaled_dot_product_attention: out of memory for blocks");
@@ -429,6 +431,7 @@ dt_status dt__cpu_attention_backward_f32(const dt_attention_args *a, const dt_te
   if (!st) st = rows4_prepare(gs, c.Ev + 2, &c.g, &gc);
   if (!st) {
     bwd_job j = {.c = &c, .dq = dq, .dk = dk, .dv = dv};
+    dt__blas_sync_threads();
     dt__parallel_for(c.B * c.Hk, 1, backward_chunk, &j);
     if (atomic_load(&c.failed))
       st = dt__error(DT_ERR_NOMEM,

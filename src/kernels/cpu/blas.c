@@ -60,37 +60,55 @@ static int vendor_threads(void) {
 int dt__blas_threads(void) { return vendor_threads(); }
 
 /* base: the count the BLAS was configured with (0: not read yet); applied: the count last
- * given to it. Changes happen under the lock, at most once per change of the setting or of
- * the rank threads (every rank thread wants the same count), never per GEMM. */
+ * given to the BLAS itself (1 once the library splits GEMMs on its pool). Changes happen
+ * under the lock, at most once per change of the setting, never per GEMM. */
 static atomic_int base_threads, applied_threads;
 static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* OpenBLAS and BLIS take a thread count: the library splits each large GEMM over its own
+ * pool (kernels/cpu/gemm.c) and runs the BLAS on one thread inside each block, so that one
+ * pool, whose idle threads block, serves GEMMs and kernels alike. (OpenBLAS's own threads
+ * busy-wait after each call for OPENBLAS_THREAD_TIMEOUT, 2^28 cycles by default: on a busy
+ * core that stole the time of the pool thread running the next kernel.) A generic CBLAS keeps
+ * its own threads: its GEMMs are not split. */
+#if defined(DT_BLAS_OPENBLAS) || defined(DT_BLAS_BLIS)
+#define GEMMS_ON_THE_POOL 1
+#else
+#define GEMMS_ON_THE_POOL 0
+#endif
 
 void dt__blas_set_threads(int threads) {
   if (threads < 1) threads = 1;
   pthread_mutex_lock(&threads_lock);
-  vendor_set_threads(threads);
   atomic_store(&base_threads, threads);
-  atomic_store(&applied_threads, threads);
+  atomic_store(&applied_threads, 0); /* the next sync applies its count */
   pthread_mutex_unlock(&threads_lock);
 }
 
-void dt__blas_sync_threads(void) {
+static int base_count(void) {
   int base = atomic_load(&base_threads);
-  if (base == 0) {
+  if (base != 0) return base;
+  pthread_mutex_lock(&threads_lock);
+  if (atomic_load(&base_threads) == 0) atomic_store(&base_threads, vendor_threads());
+  base = atomic_load(&base_threads);
+  pthread_mutex_unlock(&threads_lock);
+  return base;
+}
+
+int dt__gemm_threads(void) { return dt__blas_threads_for(base_count()); }
+
+int dt__blas_sync_threads(void) {
+  int gemm_threads = dt__gemm_threads();
+  int want = GEMMS_ON_THE_POOL ? 1 : gemm_threads;
+  if (want != atomic_load(&applied_threads)) {
     pthread_mutex_lock(&threads_lock);
-    if (atomic_load(&base_threads) == 0) atomic_store(&base_threads, vendor_threads());
-    base = atomic_load(&base_threads);
-    atomic_store(&applied_threads, base);
+    if (want != atomic_load(&applied_threads)) {
+      vendor_set_threads(want);
+      atomic_store(&applied_threads, want);
+    }
     pthread_mutex_unlock(&threads_lock);
   }
-  int want = dt__blas_threads_for(base);
-  if (want == atomic_load(&applied_threads)) return;
-  pthread_mutex_lock(&threads_lock);
-  if (want != atomic_load(&applied_threads)) {
-    vendor_set_threads(want);
-    atomic_store(&applied_threads, want);
-  }
-  pthread_mutex_unlock(&threads_lock);
+  return GEMMS_ON_THE_POOL ? gemm_threads : 1;
 }
 
 const char *dt__blas_better_coretype(void) {

@@ -7,17 +7,23 @@
  * "BLIS 0.9.0 (zen3)"; a generic CBLAS is named by the libraries CMake was given. */
 const char *dt__blas_name(void);
 
-/* Asks the BLAS to use `threads` threads for its own calls (a generic CBLAS has no portable
- * knob, so this does nothing there), and makes that the base count dt__blas_sync_threads
- * caps: without a dt_set_num_threads setting, rank threads still get at most cores / ranks. */
+/* Makes `threads` the base count that GEMMs use without a dt_set_num_threads setting (in
+ * place of the BLAS's own default or OPENBLAS_NUM_THREADS, read at the first GEMM); rank
+ * threads still get at most cores / ranks. */
 void dt__blas_set_threads(int threads);
 
-/* Before a GEMM: gives the BLAS dt__blas_threads_for(base) threads when that changed since
- * the last call (dt_set_num_threads, DT_NUM_THREADS, rank threads starting or ending). Cheap
- * when nothing changed (two atomic loads and the kernels' thread count). */
-void dt__blas_sync_threads(void);
+/* The threads a GEMM called now uses: dt__blas_threads_for(base) (the kernels' count when
+ * dt_set_num_threads or DT_NUM_THREADS chose one; else the base, capped at cores / ranks). */
+int dt__gemm_threads(void);
 
-/* The threads the BLAS is set to use now (1 for a generic CBLAS). */
+/* Before a GEMM. With OpenBLAS or BLIS, sets the BLAS itself to one thread (once) and returns
+ * dt__gemm_threads(): the caller splits the GEMM over that many threads of the library's
+ * pool. With a generic CBLAS (no portable thread knob), returns 1: the BLAS threads itself.
+ * Cheap when nothing changed (a few atomic loads). */
+int dt__blas_sync_threads(void);
+
+/* The threads the BLAS itself is set to use now (1 once GEMMs run on the pool; 1 for a
+ * generic CBLAS). */
 int dt__blas_threads(void);
 
 /* OpenBLAS's DYNAMIC_ARCH build picks its kernels from the CPU's model number when it loads,

@@ -20,6 +20,7 @@ typedef struct blas_layout {
 } blas_layout;
 
 static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Element (i, j) lives at i*rs + j*cs. CBLAS can address it when one stride is 1 and the
  * other is a valid leading dimension. The stride of a size-1 dim is never used, so any
@@ -84,6 +85,17 @@ static void batch_walk_next(batch_walk *w) {
     w->a_off -= w->a_strides[d] * w->shape[d];
     w->b_off -= w->b_strides[d] * w->shape[d];
     w->index[d] = 0;
+  }
+}
+
+/* Positions w at batch entry `at` (row-major over the batch dims) from its start. */
+static void batch_walk_seek(batch_walk *w, int64_t at) {
+  w->a_off = w->b_off = 0;
+  for (int d = w->ndim - 1; d >= 0; d--) {
+    w->index[d] = at % w->shape[d];
+    at /= w->shape[d];
+    w->a_off += w->index[d] * w->a_strides[d];
+    w->b_off += w->index[d] * w->b_strides[d];
   }
 }
 
@@ -179,17 +191,17 @@ static void gemv_row(dt_dtype cd, blas_layout la, blas_layout lb, int m, int k, 
 }
 
 static void gemm(dt_dtype cd, blas_layout la, blas_layout lb, int n, int m, int k, double alpha,
-                 const char *pa, const char *pb, double beta, char *pc) {
+                 const char *pa, const char *pb, double beta, char *pc, int ldc) {
   if (n == 1) {
     gemv_row(cd, la, lb, m, k, alpha, pa, pb, beta, pc);
     return;
   }
   if (cd == DT_F32) {
     cblas_sgemm(CblasRowMajor, la.trans, lb.trans, n, m, k, (float)alpha, (const float *)pa, la.ld,
-                (const float *)pb, lb.ld, (float)beta, (float *)pc, m);
+                (const float *)pb, lb.ld, (float)beta, (float *)pc, ldc);
   } else {
     cblas_dgemm(CblasRowMajor, la.trans, lb.trans, n, m, k, alpha, (const double *)pa, la.ld,
-                (const double *)pb, lb.ld, beta, (double *)pc, m);
+                (const double *)pb, lb.ld, beta, (double *)pc, ldc);
   }
 }
 
@@ -224,20 +236,115 @@ zero_bytes(char *p, size_t n) {
   for (size_t i = 0; i < n / sizeof(float); i++) f[i] = 0.0f;
 }
 
-/* c = bias broadcast over c's rows when bias is one contiguous row of c's width (a linear's
- * bias): a copy per row instead of the strided broadcast loop. False when bias is another
- * shape; the caller then copies it the general way. */
-static bool copy_bias_rows(dt_tensor *c, const dt_tensor *bias) {
+/* True when bias is one contiguous row of c's width (a linear's bias) and c is contiguous:
+ * then each block of c starts as a copy of the bias's columns (no strided broadcast loop). */
+static bool bias_is_row(const dt_tensor *c, const dt_tensor *bias) {
   int64_t m = c->shape[c->ndim - 1];
-  if (bias->dtype != c->dtype || bias->ndim != 1 || bias->shape[0] != m ||
-      (m > 1 && bias->strides[0] != 1) || !dt__is_contiguous(c->ndim, c->shape, c->strides))
-    return false;
-  size_t row = (size_t)m * dt__dtype_sizes[c->dtype];
-  const char *src = dt__tensor_base((dt_tensor *)bias);
-  char *dst = dt__tensor_base(c);
-  for (int64_t r = 0, rows = dt__tensor_numel(c) / (m ? m : 1); r < rows; r++)
-    memcpy(dst + (size_t)r * row, src, row);
-  return true;
+  return bias->dtype == c->dtype && bias->ndim == 1 && bias->shape[0] == m &&
+         (m <= 1 || bias->strides[0] == 1) && dt__is_contiguous(c->ndim, c->shape, c->strides);
+}
+
+/* Below this many multiply-adds (about 20 us of sgemm on one core) a GEMM runs on its caller
+ * alone: waking a pool thread costs 10-30 us. */
+#define GEMM_SPLIT_MIN ((int64_t)1 << 22)
+/* Blocks of a split GEMM start at multiples of this many rows or columns (whole panels of
+ * the BLAS's micro-kernels). */
+#define GEMM_SPLIT_ALIGN 64
+
+/* How C starts before alpha * AB is added: as it is (beta given: the caller prepared it),
+ * zeroed, or holding the bias row in every row (then beta scales the bias). */
+typedef enum { C_AS_IS, C_ZERO, C_BIAS_ROW } c_start;
+
+/* One product c = alpha * op(a) op(b) + beta * c as the blocks the pool runs: one matrix
+ * (folded rows or a single batch entry) split into `blocks` runs of rows or of columns, or
+ * a batch of matrices split into runs of whole matrices. */
+typedef struct gemm_plan {
+  dt_dtype cd;
+  size_t esize;
+  blas_layout la, lb;
+  int64_t n, m, k;
+  double alpha, beta;
+  c_start start;
+  const char *bias; /* C_BIAS_ROW: m elements */
+  const char *pa, *pb;
+  char *pc;
+  const dt_tensor *ta, *tb, *c; /* batched: the operands walked */
+  bool batched, by_rows;
+  int64_t block; /* rows or columns per block (one matrix), matrices per block (batched) */
+} gemm_plan;
+
+/* Rows [r0, r1) x columns [c0, c1) of one matrix's product: C's block started as planned,
+ * then one GEMM on the block's rows of op(a) and columns of op(b). */
+static void gemm_block(const gemm_plan *p, const char *pa, const char *pb, char *pc, int64_t r0,
+                       int64_t r1, int64_t c0, int64_t c1) {
+  size_t es = p->esize, width = (size_t)(c1 - c0) * es;
+  char *corner = pc + (size_t)(r0 * p->m + c0) * es;
+  if (p->start == C_ZERO && r1 - r0 > 1) { /* gemv_row zeroes its one row itself */
+    if (c0 == 0 && c1 == p->m) {
+      zero_bytes(corner, (size_t)(r1 - r0) * width);
+    } else {
+      for (int64_t r = r0; r < r1; r++) zero_bytes(corner + (size_t)((r - r0) * p->m) * es, width);
+    }
+  } else if (p->start == C_BIAS_ROW) {
+    for (int64_t r = r0; r < r1; r++)
+      memcpy(corner + (size_t)((r - r0) * p->m) * es, p->bias + (size_t)c0 * es, width);
+  }
+  double beta = p->start == C_ZERO && r1 - r0 > 1 ? 1 : p->start == C_ZERO ? 0 : p->beta;
+  const char *a = pa + (size_t)(p->la.trans == CblasNoTrans ? r0 * p->la.ld : r0) * es;
+  const char *b = pb + (size_t)(p->lb.trans == CblasNoTrans ? c0 : c0 * p->lb.ld) * es;
+  gemm(p->cd, p->la, p->lb, (int)(r1 - r0), (int)(c1 - c0), (int)p->k, p->alpha, a, b, beta, corner,
+       (int)p->m);
+}
+
+static void gemm_matrices(const gemm_plan *p, int64_t first, int64_t end) {
+  batch_walk w;
+  batch_walk_init(&w, p->ta, p->tb, p->c);
+  batch_walk_seek(&w, first);
+  for (int64_t i = first; i < end; i++) {
+    gemm_block(p, p->pa + w.a_off * (int64_t)p->esize, p->pb + w.b_off * (int64_t)p->esize,
+               p->pc + (size_t)(i * p->n * p->m) * p->esize, 0, p->n, 0, p->m);
+    batch_walk_next(&w);
+  }
+}
+
+static void gemm_chunk(void *ctx, int64_t begin, int64_t end) {
+  const gemm_plan *p = ctx;
+  if (p->batched) {
+    gemm_matrices(p, begin * p->block, min64(end * p->block, batch_count(p->c)));
+    return;
+  }
+  int64_t lo = begin * p->block, hi = min64(end * p->block, p->by_rows ? p->n : p->m);
+  if (p->by_rows) {
+    gemm_block(p, p->pa, p->pb, p->pc, lo, hi, 0, p->m);
+  } else {
+    gemm_block(p, p->pa, p->pb, p->pc, 0, p->n, lo, hi);
+  }
+}
+
+/* Runs the plan on up to `threads` threads of the pool (the BLAS itself on one thread in
+ * each block, see dt__blas_sync_threads): a batch by runs of whole matrices, one matrix by
+ * runs of rows or columns (the longer side), each block at least GEMM_SPLIT_MIN
+ * multiply-adds. Each element of C is computed by one BLAS call over the whole k, as without
+ * the split. */
+static void gemm_run(gemm_plan *p, int threads) {
+  int64_t per = p->n * p->m * p->k, count = p->batched ? batch_count(p->c) : 1;
+  int64_t most = per * count / GEMM_SPLIT_MIN;
+  int64_t blocks = threads < most ? threads : most;
+  if (p->batched) {
+    if (blocks > count) blocks = count;
+    p->block = blocks > 1 ? (count + blocks - 1) / blocks : count;
+    dt__parallel_for((count + p->block - 1) / p->block, 1, gemm_chunk, p);
+    return;
+  }
+  p->by_rows = p->n >= p->m;
+  int64_t side = p->by_rows ? p->n : p->m;
+  if (blocks > side / GEMM_SPLIT_ALIGN) blocks = side / GEMM_SPLIT_ALIGN;
+  p->block = side;
+  if (blocks > 1) {
+    p->block = (side + blocks - 1) / blocks;
+    p->block = (p->block + GEMM_SPLIT_ALIGN - 1) / GEMM_SPLIT_ALIGN * GEMM_SPLIT_ALIGN;
+  }
+  dt__parallel_for((side + p->block - 1) / p->block, 1, gemm_chunk, p);
 }
 
 static dt_status float_matmul(const dt_tensor *a, const dt_tensor *b, const dt_tensor *bias,
@@ -253,44 +360,47 @@ static dt_status float_matmul(const dt_tensor *a, const dt_tensor *b, const dt_t
     if (st) goto done;
     c = c_temp;
   }
-  bool use_bias = bias && beta != 0;
-  if (use_bias) {
-    if (!copy_bias_rows(c, bias)) dt__cpu_copy(c, bias);
-  } else {
-    beta = 0;
-  }
-  if (k == 0) {
-    if (beta != 1) scale(c, beta);
-  } else {
-    const dt_tensor *ta, *tb;
-    blas_layout la, lb;
-    dt__blas_sync_threads();
-    st = prepare_operand(a, cd, &ta, &a_copy, &la);
-    if (!st) st = prepare_operand(b, cd, &tb, &b_copy, &lb);
-    if (st) goto done;
-    if (beta == 0 && n > 1) { /* gemv_row zeroes its row itself (n == 1) */
-      zero_bytes(dt__tensor_base(c), (size_t)dt__tensor_numel(c) * dt__dtype_sizes[cd]);
-      beta = 1;
-    }
-    int64_t rows;
-    blas_layout folded;
-    if (fold_batch_into_rows(ta, tb, c, &rows, &folded)) {
-      gemm(cd, folded, lb, (int)rows, (int)m, (int)k, alpha, dt__tensor_base(ta),
-           dt__tensor_base(tb), beta, dt__tensor_base(c));
+  gemm_plan p = {.cd = cd,
+                 .esize = dt__dtype_sizes[cd],
+                 .n = n,
+                 .m = m,
+                 .k = k,
+                 .alpha = alpha,
+                 .beta = beta,
+                 .start = C_AS_IS,
+                 .c = c};
+  if (bias && beta != 0) {
+    if (bias_is_row(c, bias) && k != 0) {
+      p.start = C_BIAS_ROW;
+      p.bias = dt__tensor_base((dt_tensor *)bias);
     } else {
-      int64_t esize = (int64_t)dt__dtype_sizes[cd];
-      const char *abase = dt__tensor_base(ta), *bbase = dt__tensor_base(tb);
-      char *pc = dt__tensor_base(c);
-      batch_walk w;
-      batch_walk_init(&w, ta, tb, c);
-      for (int64_t batch = batch_count(c); batch > 0; batch--) {
-        gemm(cd, la, lb, (int)n, (int)m, (int)k, alpha, abase + w.a_off * esize,
-             bbase + w.b_off * esize, beta, pc);
-        pc += n * m * esize;
-        batch_walk_next(&w);
-      }
+      dt__cpu_copy(c, bias);
     }
+  } else {
+    p.beta = 0;
+    p.start = C_ZERO;
   }
+  if (k == 0 || dt__tensor_numel(c) == 0) {
+    if (k == 0 && p.beta != 1) scale(c, p.beta);
+    goto finish;
+  }
+  int threads = dt__blas_sync_threads();
+  st = prepare_operand(a, cd, &p.ta, &a_copy, &p.la);
+  if (!st) st = prepare_operand(b, cd, &p.tb, &b_copy, &p.lb);
+  if (st) goto done;
+  p.pa = dt__tensor_base((dt_tensor *)p.ta);
+  p.pb = dt__tensor_base((dt_tensor *)p.tb);
+  p.pc = dt__tensor_base(c);
+  int64_t rows;
+  blas_layout folded;
+  if (fold_batch_into_rows(p.ta, p.tb, c, &rows, &folded) && rows <= INT_MAX) {
+    p.la = folded;
+    p.n = rows;
+  } else {
+    p.batched = batch_count(c) > 1;
+  }
+  gemm_run(&p, threads);
+finish:
   if (c_temp) dt__cpu_copy(out, c_temp);
 done:
   dt_tensor_release(a_copy);
