@@ -1,11 +1,11 @@
 /*
  * dt_hf_model_load and dt_hf_generate given hostile input: config.json or the index as a FIFO
  * or a directory, an index naming a missing file, config values whose products overflow, an
- * eos_token_id list holding a value no token id can be, prompt and generation lengths whose sum
- * overflows, rope_theta <= 0 or a negative norm epsilon, a temperature so small the scaled
- * logits overflow, NaN logits. Each must be refused with a message naming the file or argument,
- * never a hang or undefined behaviour. The model files come from ../shared/fixtures/hf, linked in
- * place.
+ * eos_token_id list or a bos_token_id holding a value no token id can be, prompt and generation
+ * lengths whose sum overflows, rope_theta <= 0 or a negative norm epsilon, a temperature so small
+ * the scaled logits overflow, NaN logits. Each must be refused with a message naming the file or
+ * argument, never a hang or undefined behaviour. The model files come from ../shared/fixtures/hf,
+ * linked in place.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -337,6 +337,53 @@ Test(hf_model_errors, tiny_temperature_samples_the_greedy_ids_and_nan_logits_are
   dt_hf_model_destroy(m);
 }
 
+/* Token id 0 is a stop token with use_stop_token (0 alone was "none", so id 0 could never end
+ * generation): sampling with seed 2 at temperature 2 draws 0 (checked on the run without a stop
+ * token), and the run with stop_token 0 ends right after it, the same ids up to there. */
+Test(hf_model_errors, token_id_0_is_a_stop_token_with_use_stop_token) {
+  SKIP_WITHOUT_FIXTURES();
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(HF "/llama_tiny", NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  int64_t prompt[3] = {1, 5, 7}, full[16], out[16], n_full = 0, n = 0;
+  dt_hf_sampling s = {.temperature = 2.0, .seed = 2};
+  cr_assert_eq(dt_hf_generate(m, prompt, 3, 12, &s, full, &n_full, NULL, NULL), DT_OK, "%s",
+               dt_last_error());
+  int64_t first_zero = -1;
+  for (int64_t i = 3; i < n_full && first_zero < 0; i++)
+    if (full[i] == 0) first_zero = i;
+  cr_assert_geq(first_zero, 3, "the fixture's sampled run no longer draws id 0: pick another seed");
+  s.stop_token = 0;
+  s.use_stop_token = true;
+  cr_assert_eq(dt_hf_generate(m, prompt, 3, 12, &s, out, &n, NULL, NULL), DT_OK, "%s",
+               dt_last_error());
+  cr_assert_eq(n, first_zero + 1, "stopped after %lld ids, expected %lld", (long long)n,
+               (long long)(first_zero + 1));
+  for (int64_t i = 0; i < n; i++) cr_assert_eq(out[i], full[i]);
+  dt_hf_model_destroy(m);
+}
+
+/* A bos_token_id no token can be (at or past vocab_size) is refused at load, like eos_token_id
+ * (it loaded silently); the last id loads. */
+Test(hf_model_errors, bos_token_id_outside_the_vocabulary_is_refused) {
+  SKIP_WITHOUT_FIXTURES();
+  char dir[64];
+  llama_dir(dir, sizeof dir);
+  const char *bad[] = {"256", "99999", "4000000000000000"};
+  for (int i = 0; i < 3; i++) {
+    char extra[128], value[48];
+    snprintf(extra, sizeof extra, "\"num_attention_heads\": 4, \"bos_token_id\": %s", bad[i]);
+    write_llama_config(dir, extra);
+    snprintf(value, sizeof value, "\"bos_token_id\" is %s", bad[i]);
+    expect_load_error(dir, DT_ERR_INVALID, value, "vocab_size 256");
+  }
+  write_llama_config(dir, "\"num_attention_heads\": 4, \"bos_token_id\": 255");
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(dir, NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_hf_model_config(m)->bos_token_id, 255);
+  dt_hf_model_destroy(m);
+  remove_dir(dir);
+}
+
 /* An eos_token_id no token can be (at or past vocab_size), alone or in a list, is refused at
  * load with a message naming eos_token_id, the value and vocab_size; the last id loads. */
 Test(hf_model_errors, eos_token_id_outside_the_vocabulary_is_refused) {
@@ -360,9 +407,10 @@ Test(hf_model_errors, eos_token_id_outside_the_vocabulary_is_refused) {
   remove_dir(dir);
 }
 
-/* sampling.stop_token: -1 and 0 mean none; any other negative or an id past the vocabulary is
- * refused, naming the field and the value. A stop token and use_eos together stop at the first
- * of either, checked against the whole greedy sequence. */
+/* sampling.stop_token: -1 means none, and 0 too without use_stop_token; any other negative or an
+ * id past the vocabulary is refused, naming the field and the value, and so is use_stop_token
+ * with -1. A stop token and use_eos together stop at the first of either, checked against the
+ * whole greedy sequence. */
 Test(hf_model_errors, stop_token_outside_the_vocabulary_is_refused) {
   SKIP_WITHOUT_FIXTURES();
   dt_hf_model *m = NULL;
@@ -388,6 +436,12 @@ Test(hf_model_errors, stop_token_outside_the_vocabulary_is_refused) {
                  dt_last_error());
     cr_assert_eq(n, n_full, "stop_token %lld: none", (long long)none);
   }
+  dt_hf_sampling unset = {.stop_token = -1, .use_stop_token = true};
+  n = -5;
+  cr_assert_eq(dt_hf_generate(m, prompt, 3, 4, &unset, out, &n, NULL, NULL), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "use_stop_token") && strstr(dt_last_error(), "is -1"), "%s",
+            dt_last_error());
+  cr_assert_eq(n, -5, "nothing written on a refusal");
   /* Stop at the 6th generated id, with use_eos on too (the fixture's eos is 2). */
   dt_hf_sampling s = {.stop_token = full[3 + 5], .use_eos = true};
   cr_assert_gt(s.stop_token, 0, "the fixture's 6th greedy id is a usable stop token");

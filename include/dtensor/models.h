@@ -92,10 +92,10 @@ typedef struct dt_hf_model dt_hf_model;
  * cJSON), DT_ERR_INVALID (a config field missing or out of range (an integer must lie in
  * [0, 4e15], heads x head_dim too; rope_theta and llama3 rope_scaling factors must be > 0 in
  * float32, where the rotary tables are computed, and the norm epsilon >= 0; an eos_token_id list
- * longer than DT_HF_MAX_EOS; an eos_token_id, or an entry of a list of them, outside [0,
- * vocab_size): the message names eos_token_id, the value and vocab_size), a tensor missing from the
- * checkpoint, or with a shape that disagrees with config.json: the message names the file, the
- * tensor and both shapes), the errors of dt_safetensors_open. */
+ * longer than DT_HF_MAX_EOS; a bos_token_id, an eos_token_id, or an entry of a list of them,
+ * outside [0, vocab_size): the message names the field, the value and vocab_size), a tensor missing
+ * from the checkpoint, or with a shape that disagrees with config.json: the message names the file,
+ * the tensor and both shapes), the errors of dt_safetensors_open. */
 DT_API dt_status dt_hf_model_load(const char *dir, dt_mesh *mesh, const dt_hf_plan *plan,
                                   dt_hf_model **out);
 
@@ -153,10 +153,13 @@ typedef struct dt_hf_sampling {
   int64_t top_k;      /* > 0: only the k most likely tokens; 0: all */
   double top_p;       /* in (0, 1): the smallest set whose probability reaches p; 0 or 1: all */
   uint64_t seed;      /* the draws come from Philox (seed, step): the same on every rank and mesh */
-  /* > 0: stop after generating it (an id below vocab_size); 0 or -1: none. Other values are
-   * refused (DT_ERR_INVALID). With use_eos, generation stops at either. */
+  /* The id (in [0, vocab_size)) after which generation stops; -1: none. Id 0 counts only with
+   * use_stop_token, so that a zero-initialised struct has no stop token; an id above 0 counts
+   * either way. Values below -1 or not below vocab_size, and use_stop_token with -1, are refused
+   * (DT_ERR_INVALID). With use_eos, generation stops at either. */
   int64_t stop_token;
-  bool use_eos; /* stop after any of config's eos_token_ids (a list: any of them) */
+  bool use_stop_token; /* stop_token is set, 0 included */
+  bool use_eos;        /* stop after any of config's eos_token_ids (a list: any of them) */
 } dt_hf_sampling;
 
 /* Generates max_new tokens after prompt (n_prompt ids) with a KV cache: one forward over the
@@ -164,7 +167,8 @@ typedef struct dt_hf_sampling {
  * (capacity at least n_prompt + max_new), *n_out their count. Every rank draws the same token.
  * prefill_s / decode_s (may be NULL) receive the seconds spent in each phase.
  * Errors: DT_ERR_INVALID (NULL, n_prompt < 1, max_new < 0, bad sampling values (a stop_token
- * below -1 or not below vocab_size: the message names the field and value), ids outside
+ * below -1 or not below vocab_size, use_stop_token with stop_token -1: the message names the
+ * field and value), ids outside
  * the vocabulary, a total length past max_positions, NaN or infinite logits to sample from,
  * NaN logits for greedy decoding),
  * the errors of the forward. */

@@ -246,20 +246,24 @@ static dt_status parse_gpt2(const cJSON *root, const char *path, dt_hf_config *c
   return DT_OK;
 }
 
-/* Every eos id must be a token of the vocabulary: one outside it can never be generated, and
- * generation asked to stop there would run to its length. */
+/* A special token id (entry `index` of a list, -1: a single id) must be a token of the
+ * vocabulary: an eos id outside it can never be generated, and generation asked to stop there
+ * would run to its length; a bos id outside it cannot be embedded. */
+static dt_status check_token_id(const char *path, const char *key, int index, int64_t id,
+                                const dt_hf_config *cfg) {
+  if (id < cfg->vocab_size) return DT_OK;
+  char where[32] = "";
+  if (index >= 0) snprintf(where, sizeof where, "[%d]", index);
+  return dt__error(DT_ERR_INVALID,
+                   "dt_hf_model_load: %s: \"%s\"%s is %lld, outside [0, vocab_size %lld)", path,
+                   key, where, (long long)id, (long long)cfg->vocab_size);
+}
+
 static dt_status check_eos_ids(const char *path, const dt_hf_config *cfg, bool list) {
-  for (int i = 0; i < cfg->n_eos_token_ids; i++) {
-    int64_t id = cfg->eos_token_ids[i];
-    if (id < cfg->vocab_size) continue;
-    char where[32] = "";
-    if (list) snprintf(where, sizeof where, "[%d]", i);
-    return dt__error(DT_ERR_INVALID,
-                     "dt_hf_model_load: %s: \"eos_token_id\"%s is %lld, outside [0, vocab_size "
-                     "%lld)",
-                     path, where, (long long)id, (long long)cfg->vocab_size);
-  }
-  return DT_OK;
+  dt_status st = DT_OK;
+  for (int i = 0; i < cfg->n_eos_token_ids && !st; i++)
+    st = check_token_id(path, "eos_token_id", list ? i : -1, cfg->eos_token_ids[i], cfg);
+  return st;
 }
 
 /* eos_token_id: one id, or a list of them (Llama 3: generation stops at any). */
@@ -315,6 +319,7 @@ dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *
                    path, arch ? arch : "?", type ? type : "?");
   }
   if (!st) st = get_int(root, "bos_token_id", -1, 0, path, &cfg->bos_token_id);
+  if (!st) st = check_token_id(path, "bos_token_id", -1, cfg->bos_token_id, cfg);
   if (!st) st = parse_eos(root, path, cfg);
   cJSON_Delete(root);
   return st;

@@ -172,13 +172,18 @@ static dt_status check_generate(const dt_hf_model *m, const int64_t *prompt, int
                      "%s: sampling needs temperature >= 0, top_k >= 0, top_p in [0, 1] (got %g, "
                      "%lld, %g)",
                      fn, s->temperature, (long long)s->top_k, s->top_p);
-  /* -1 and 0 mean no stop token; any other value must be a token id, or generation would run
-   * to max_new where the caller asked it to stop. */
+  /* -1 means no stop token; any other value must be a token id, or generation would run to
+   * max_new where the caller asked it to stop. */
   if (s && (s->stop_token < -1 || s->stop_token >= m->cfg.vocab_size))
     return dt__error(DT_ERR_INVALID,
-                     "%s: sampling.stop_token is %lld, expected a token id in [1, %lld) (the "
-                     "vocab_size), or 0 or -1 for none",
+                     "%s: sampling.stop_token is %lld, expected a token id in [0, %lld) (the "
+                     "vocab_size), or -1 for none",
                      fn, (long long)s->stop_token, (long long)m->cfg.vocab_size);
+  if (s && s->use_stop_token && s->stop_token < 0)
+    return dt__error(DT_ERR_INVALID,
+                     "%s: sampling.use_stop_token is set but sampling.stop_token is %lld (no "
+                     "token id)",
+                     fn, (long long)s->stop_token);
   return DT_OK;
 }
 
@@ -195,7 +200,8 @@ dt_status dt_hf_generate(dt_hf_model *m, const int64_t *prompt, int64_t n_prompt
     n_stops = m->cfg.n_eos_token_ids;
     memcpy(stops, m->cfg.eos_token_ids, sizeof(int64_t) * (size_t)n_stops);
   }
-  if (s && s->stop_token > 0) stops[n_stops++] = s->stop_token;
+  if (s && (s->stop_token > 0 || (s->use_stop_token && s->stop_token == 0)))
+    stops[n_stops++] = s->stop_token;
   double *row = dt__alloc(sizeof(double) * (size_t)V);
   double *vals = dt__alloc(sizeof(double) * (size_t)V);
   int64_t *top_ids = dt__alloc(sizeof(int64_t) * (size_t)V);
