@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm_helpers.h"
 #include "compile_helpers.h"
@@ -241,6 +242,57 @@ static void expect_one_recompile(dt_compiled *c, const char *reason_part) {
   cr_assert(why && strstr(why, reason_part), "reason '%s' lacks '%s'", why ? why : "(none)",
             reason_part);
   cr_assert_null(dt_compiled_recompile_reason(c, 1));
+}
+
+/* The stderr of one compiled function called on float32 then float64 (one recompile), with
+ * DT_COMPILE_LOG set to value, into text. */
+static void stderr_of_a_recompile(const char *value, char *text, size_t size) {
+  setenv("DT_COMPILE_LOG", value, 1);
+  fflush(stderr);
+  FILE *tmp = tmpfile();
+  cr_assert_not_null(tmp);
+  int saved = dup(2);
+  cr_assert(saved >= 0 && dup2(fileno(tmp), 2) >= 0);
+  dt_compiled *c = NULL;
+  cr_assert_eq(dt_compile(relu_fn, NULL, 1, 1, NULL, &c), DT_OK, "%s", dt_last_error());
+  dt_tensor *a = ramp(2, (int64_t[]){3, 4}, DT_F32, 1), *d = ramp(2, (int64_t[]){3, 4}, DT_F64, 3);
+  call_and_check(c, relu_fn, 1, &a);
+  call_and_check(c, relu_fn, 1, &d);
+  expect_one_recompile(c, "dtype is float64");
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  rewind(tmp);
+  size_t n = fread(text, 1, size - 1, tmp);
+  text[n] = '\0';
+  fclose(tmp);
+  dt_tensor_release(a);
+  dt_tensor_release(d);
+  dt_compiled_destroy(c);
+  unsetenv("DT_COMPILE_LOG");
+}
+
+/* DT_COMPILE_LOG=recompiles prints each recompile; other values (it matched any value holding
+ * "recompiles") print nothing and are reported once through the log callback. */
+Test(compile_log, only_the_documented_value_logs_recompiles) {
+  char text[1024];
+  log_capture_start();
+  stderr_of_a_recompile("recompiles", text, sizeof text);
+  cr_assert(strstr(text, "dtensor compile: recompile 1: ") && strstr(text, "float64"), "'%s'",
+            text);
+  cr_assert_eq(warnings, 0, "%s", last_warning);
+  const char *others[] = {"norecompiles", "recompiles,graph_breaks", "RECOMPILES", "1"};
+  for (int i = 0; i < 4; i++) {
+    for (int twice = 0; twice < 2; twice++) {
+      stderr_of_a_recompile(others[i], text, sizeof text);
+      cr_assert(!strstr(text, "recompile 1"), "%s: '%s'", others[i], text);
+    }
+    cr_assert_eq(warnings, i + 1, "%s: %d warnings", others[i], warnings);
+    char want[64];
+    snprintf(want, sizeof want, "DT_COMPILE_LOG=\"%s\" is not one of recompiles", others[i]);
+    cr_assert(strstr(last_warning, want), "%s", last_warning);
+  }
+  log_capture_stop();
 }
 
 Test(compile_guards, dtype) {

@@ -14,7 +14,8 @@
  * eagerly and a warning goes through the log callback (dt_set_log_callback).
  *
  * Setting the environment variable DT_COMPILE_LOG=recompiles prints each recompile and its
- * reason on stderr, as TORCH_LOGS=recompiles does.
+ * reason on stderr, as TORCH_LOGS=recompiles does. The value must be exactly "recompiles":
+ * another one is reported once through the log callback (DT_LOG_WARN) and ignored.
  *
  * Training steps: with options.backward the trace also runs dt_backward of out[0] (a loss of
  * one element, seeded with ones) under the tracer, so the variant holds the forward and the

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "compile/compile_impl.h"
+#include "core/core_impl.h"
 #include "tensor/device_impl.h"
 #include "dtensor/autograd.h"
 #include "dtensor/dist.h"
@@ -155,8 +156,11 @@ dt_status dt_compile(dt_compile_fn fn, void *user, int n_in, int n_out,
   c->shape_cache = !o.no_shape_cache;
   c->n_marks = o.n_marks;
   c->cache_limit = o.cache_limit ? o.cache_limit : DEFAULT_CACHE_LIMIT;
-  const char *env = getenv("DT_COMPILE_LOG");
-  c->log_recompiles = env && strstr(env, "recompiles") != NULL;
+  /* Exactly the documented word (a substring match took "norecompiles" for it); another
+   * value is reported once through the log callback. */
+  static const char *const log_words[] = {"recompiles"};
+  c->log_recompiles =
+      dt__env_choice("DT_COMPILE_LOG", log_words, 1, "no log of the recompiles") == 0;
   *out = c;
   return DT_OK;
 }

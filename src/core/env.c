@@ -1,6 +1,7 @@
 /*
  * Integer environment variables (DT_NUM_THREADS, DT_ALLOC_CACHE_MB, DT_COMM_TIMEOUT_MS, ...)
- * and those naming one of a few words (DT_PROFILE_CLOCK): one strict reader for each kind. A value
+ * and those naming one of a few words (DT_PROFILE_CLOCK, DT_COMPILE_LOG): one strict reader for
+ * each kind. A value
  * must be a whole decimal integer inside the variable's range (an optional sign; no white space, no
  * trailing letters, no overflow);
  * any other value is not silently dropped but reported through the log callback (DT_LOG_WARN), once
