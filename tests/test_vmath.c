@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "kernels/cpu/vmath.h"
+#include "kernels/math/unary.h"
 
 /* The spacing of float32 numbers at |v| (subnormal spacing below FLT_MIN). */
 static double ulp_at(double v) {
@@ -42,6 +43,9 @@ static float log_f(float x) { return dt__log_f32(x); }
 static float tanh_f(float x) { return dt__tanh_f32(x); }
 static float cdf_f(float x) { return dt__normal_cdf_f32(x); }
 static float pdf_f(float x) { return dt__normal_pdf_f32(x); }
+static float gelu_central_f(float x) { return dt__gelu_central_f32(x); }
+static float gelu_f(float x) { return dt__gelu_f32(x); }
+static double gelu_d(double x) { return 0.5 * x * erfc(-x / sqrt(2.0)); }
 static double cdf_d(double x) { return 0.5 * erfc(-x / sqrt(2.0)); }
 static double pdf_d(double x) { return exp(-0.5 * x * x) / sqrt(2.0 * 3.14159265358979323846); }
 
@@ -80,6 +84,22 @@ Test(vmath, normal_cdf_within_7_ulp) {
 Test(vmath, normal_pdf_within_4_ulp) {
   CHECK(pdf_f, pdf_d, -13.0, 13.0, 4);
   CHECK(pdf_f, pdf_d, 3.0, 6.0, 4);
+}
+
+/* GELU: the division-free central formula on its range (both signs, near 0, the ends), and
+ * dt__gelu_f32 (central within 3.75, x times the CDF beyond) over the CDF's range. */
+Test(vmath, gelu_within_5_ulp) {
+  CHECK(gelu_central_f, gelu_d, -3.75, 3.75, 5);
+  CHECK(gelu_central_f, gelu_d, -1e-3, 1e-3, 5);
+  CHECK(gelu_central_f, gelu_d, -3.75, -3.0, 5);
+  CHECK(gelu_central_f, gelu_d, 3.0, 3.75, 5);
+  CHECK(gelu_f, gelu_d, -13.0, 13.0, 7);
+  CHECK(gelu_f, gelu_d, -4.5, -3.5, 7); /* both sides of the switch at |x| = 3.75 */
+  CHECK(gelu_f, gelu_d, 3.5, 4.5, 7);
+  cr_assert_eq(dt__gelu_f32(0.0f), 0.0f);
+  cr_assert(isnan(dt__gelu_f32(NAN)));
+  cr_assert_eq(dt__gelu_f32(INFINITY), INFINITY);
+  cr_assert(isnan(dt__gelu_f32(-INFINITY))); /* -inf * 0, as PyTorch */
 }
 
 /* Beyond |x| = 13.1 (exp(-x^2 / 2) leaves the normal range) the CDF's lower tail and the

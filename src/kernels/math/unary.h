@@ -36,7 +36,13 @@ static inline DT_HOST_DEVICE float dt__gelu_tanh_f32(float x) {
   return x / (1.0f + dt__exp_f32(-2.0f * u));
 }
 
-static inline DT_HOST_DEVICE float dt__gelu_f32(float x) { return x * dt__normal_cdf_f32(x); }
+/* x Phi(x): the division-free central formula for |x| <= 3.75, x times the CDF's tail formula
+ * beyond (NaN and +-inf too). A function of x alone: the CPU's loop (kernels/cpu/unary.c),
+ * which skips the tail formula where a run of inputs has none beyond 3.75, gives these bits. */
+static inline DT_HOST_DEVICE float dt__gelu_f32(float x) {
+  return dt__select_f32(fabsf(x) <= DT_GELU_CENTRAL_MAX, dt__gelu_central_f32(x),
+                        x * dt__normal_cdf_f32(x));
+}
 
 static inline DT_HOST_DEVICE float dt__unary_f32(dt_unary_op op, float x) {
   switch (op) {
