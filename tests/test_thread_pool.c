@@ -645,3 +645,39 @@ Test(thread_pool, gemms_equal_on_one_and_all_threads) {
     dt_tensor_release(a), dt_tensor_release(b), dt_tensor_release(bias);
   }
 }
+
+/* Copies split on the pool (rows of a strided copy, runs of one contiguous row, a broadcast
+ * source, a dtype conversion) equal a naive copy on 1 and all threads. */
+Test(thread_pool, copies_equal_on_one_and_all_threads) {
+  dt_tensor *t = ref_random_strided(2, (int64_t[]){700, 300}, DT_F32, -1, 1, 5);
+  dt_tensor *flat = ref_random(1, (int64_t[]){300000}, DT_F32, -1, 1, 6);
+  dt_tensor *row = ref_random(2, (int64_t[]){1, 400}, DT_F32, -1, 1, 7), *wide = NULL;
+  dt_tensor *d64 = ref_random_strided(2, (int64_t[]){300, 500}, DT_F64, -1, 1, 8);
+  cr_assert_eq(dt_expand(row, 2, (int64_t[]){300, 400}, &wide), DT_OK);
+  dt_tensor *src[] = {t, flat, wide, d64};
+  for (int i = 0; i < 4; i++) {
+    double *want = ref_values(src[i]);
+    for (int threads = 1; threads <= 2; threads++) {
+      cr_assert_eq(dt_set_num_threads(threads == 1 ? 1 : cores()), DT_OK);
+      dt_tensor *c = NULL;
+      if (i == 3) {
+        cr_assert_eq(dt_empty(2, (int64_t[]){300, 500}, DT_F32, &c), DT_OK);
+        cr_assert_eq(dt_copy_(c, src[i]), DT_OK, "%s", dt_last_error());
+      } else if (i == 1) { /* contiguous: a clone copies it */
+        cr_assert_eq(dt_clone(src[i], &c), DT_OK, "%s", dt_last_error());
+      } else {
+        cr_assert_eq(dt_contiguous(src[i], &c), DT_OK, "%s", dt_last_error());
+      }
+      double *got = ref_values(c);
+      for (int64_t e = 0; e < dt_tensor_numel(c); e++)
+        cr_assert_eq(got[e], i == 3 ? (double)(float)want[e] : want[e],
+                     "copy %d, element %lld, %d thread(s)", i, (long long)e, threads);
+      free(got);
+      dt_tensor_release(c);
+    }
+    free(want);
+  }
+  cr_assert_eq(dt_set_num_threads(0), DT_OK);
+  dt_tensor *all[] = {t, flat, row, wide, d64};
+  for (int i = 0; i < 5; i++) dt_tensor_release(all[i]);
+}

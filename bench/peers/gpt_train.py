@@ -12,7 +12,7 @@ lines per side and round, then per variant the medians, spreads and the ratio Py
 (> 1: ours is faster).
 
     python bench/peers/gpt_train.py --dtensor build/dtensor [--rounds 3] [--steps 2] \\
-        [--threads 1] [--size gpt2-like|small] [--forward] [--clock cpu|wall]
+        [--threads 1] [--size gpt2-like|small|gpt2-small-width] [--forward] [--clock cpu|wall]
 
 Not part of the build or CI; needs torch (the CPU build is enough).
 """
@@ -30,6 +30,8 @@ from peers_common import emit, parser, spread
 SIZES = {
     "gpt2-like": dict(vocab=8192, dmodel=512, heads=8, layers=4, seq=256, batch=8),
     "small": dict(vocab=1024, dmodel=128, heads=4, layers=2, seq=64, batch=4),
+    # GPT-2 small's width (the issue's second size); 2 layers, batch 4 as in gpt_parallel.py.
+    "gpt2-small-width": dict(vocab=8192, dmodel=768, heads=12, layers=2, seq=512, batch=4),
 }
 
 
@@ -100,8 +102,11 @@ def torch_steps(s, sdpa, args):
 
 
 def ours_steps(args):
-    cmd = [args.dtensor, "bench", "train", "--json", "--size", args.size, "--steps",
+    base = "small" if args.size == "small" else "gpt2-like"
+    cmd = [args.dtensor, "bench", "train", "--json", "--size", base, "--steps",
            str(args.steps), "--threads", str(args.threads), "--clock", args.clock]
+    for key, value in SIZES[args.size].items():
+        cmd += ["--" + key, str(value)]
     if args.forward:
         cmd.append("--forward")
     cmd += ["--attention", args.ours_attention]

@@ -51,5 +51,5 @@ static void inner_copy(char **ptrs, const int64_t *strides, int64_t n, void *opa
 
 void dt__cpu_copy(dt_tensor *dst, const dt_tensor *src) {
   copy_ctx ctx = {dst->dtype, src->dtype, dt__dtype_sizes[dst->dtype]};
-  dt__loop_tensors(2, (const dt_tensor *[]){dst, src}, inner_copy, &ctx);
+  dt__loop_tensors_pooled(2, (const dt_tensor *[]){dst, src}, inner_copy, &ctx);
 }

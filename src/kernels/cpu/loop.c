@@ -63,38 +63,51 @@ static void coalesce(dt_loop *loop) {
   loop->ndim = out + 1;
 }
 
-static void loop_run(dt_loop *loop, dt_inner_loop_fn fn, void *ctx) {
+/* False for an empty shape; otherwise coalesces, and makes a 0-d loop one row of one
+ * element (strides 0). */
+static bool loop_prepare(dt_loop *loop) {
   for (int i = 0; i < loop->ndim; i++) {
-    if (loop->shape[i] == 0) return;
+    if (loop->shape[i] == 0) return false;
   }
   coalesce(loop);
-  char *ptrs[DT_LOOP_MAX_OPERANDS];
-  int64_t inner_strides[DT_LOOP_MAX_OPERANDS];
-  if (loop->ndim == 0) { /* a single element */
-    for (int k = 0; k < loop->nops; k++) {
-      ptrs[k] = loop->base[k];
-      inner_strides[k] = 0;
-    }
-    fn(ptrs, inner_strides, 1, ctx);
-    return;
+  if (loop->ndim == 0) {
+    loop->ndim = 1;
+    loop->shape[0] = 1;
+    for (int k = 0; k < loop->nops; k++) loop->strides[k][0] = 0;
   }
+  return true;
+}
+
+static int64_t loop_rows(const dt_loop *loop) {
+  int64_t rows = 1;
+  for (int d = 0; d < loop->ndim - 1; d++) rows *= loop->shape[d];
+  return rows;
+}
+
+/* Runs fn over rows [begin, end) of the prepared loop (row-major over its outer dims), over
+ * the elements [from, to) of each row. */
+static void loop_range(const dt_loop *loop, int64_t begin, int64_t end, int64_t from, int64_t to,
+                       dt_inner_loop_fn fn, void *ctx) {
   int last = loop->ndim - 1;
-  int64_t n = loop->shape[last];
-  for (int k = 0; k < loop->nops; k++) inner_strides[k] = loop->strides[k][last];
+  char *ptrs[DT_LOOP_MAX_OPERANDS];
+  int64_t inner[DT_LOOP_MAX_OPERANDS] = {0};
+  for (int k = 0; k < loop->nops; k++) inner[k] = loop->strides[k][last];
   int64_t index[DT_MAX_DIMS] = {0};
-  for (;;) {
+  for (int64_t d = last - 1, at = begin; d >= 0; d--) {
+    index[d] = at % loop->shape[d];
+    at /= loop->shape[d];
+  }
+  for (int64_t row = begin; row < end; row++) {
     for (int k = 0; k < loop->nops; k++) {
-      char *p = loop->base[k];
+      char *p = loop->base[k] + from * inner[k];
       for (int d = 0; d < last; d++) p += index[d] * loop->strides[k][d];
       ptrs[k] = p;
     }
-    fn(ptrs, inner_strides, n, ctx);
-    int d = last - 1;
-    for (; d >= 0; d--) {
+    fn(ptrs, inner, to - from, ctx);
+    for (int d = last - 1; d >= 0; d--) {
       if (++index[d] < loop->shape[d]) break;
       index[d] = 0;
     }
-    if (d < 0) return;
   }
 }
 
@@ -102,5 +115,38 @@ void dt__loop_tensors(int nops, const dt_tensor *const *ops, dt_inner_loop_fn fn
   dt_loop loop;
   loop_init(&loop, ops[0]->ndim, ops[0]->shape);
   for (int k = 0; k < nops; k++) loop_add(&loop, ops[k]);
-  loop_run(&loop, fn, ctx);
+  if (!loop_prepare(&loop)) return;
+  loop_range(&loop, 0, loop_rows(&loop), 0, loop.shape[loop.ndim - 1], fn, ctx);
+}
+
+typedef struct pooled_loop {
+  const dt_loop *loop;
+  dt_inner_loop_fn fn;
+  void *ctx;
+  int64_t row_len;
+  bool split_row; /* one row, split into runs of its elements */
+} pooled_loop;
+
+static void pooled_chunk(void *arg, int64_t begin, int64_t end) {
+  const pooled_loop *p = arg;
+  if (p->split_row) {
+    loop_range(p->loop, 0, 1, begin, end, p->fn, p->ctx);
+  } else {
+    loop_range(p->loop, begin, end, 0, p->row_len, p->fn, p->ctx);
+  }
+}
+
+void dt__loop_tensors_pooled(int nops, const dt_tensor *const *ops, dt_inner_loop_fn fn,
+                             void *ctx) {
+  dt_loop loop;
+  loop_init(&loop, ops[0]->ndim, ops[0]->shape);
+  for (int k = 0; k < nops; k++) loop_add(&loop, ops[k]);
+  if (!loop_prepare(&loop)) return;
+  int64_t rows = loop_rows(&loop), n = loop.shape[loop.ndim - 1];
+  pooled_loop p = {.loop = &loop, .fn = fn, .ctx = ctx, .row_len = n, .split_row = rows == 1};
+  if (p.split_row) {
+    dt__parallel_for(n, DT_PARALLEL_GRAIN, pooled_chunk, &p);
+  } else {
+    dt__parallel_for(rows, n >= DT_PARALLEL_GRAIN ? 1 : DT_PARALLEL_GRAIN / n, pooled_chunk, &p);
+  }
 }

@@ -19,4 +19,10 @@ typedef void (*dt_inner_loop_fn)(char **ptrs, const int64_t *strides, int64_t n,
  * strides: 0 where it has size 1 or lacks the dim. Does nothing for an empty shape. */
 void dt__loop_tensors(int nops, const dt_tensor *const *ops, dt_inner_loop_fn fn, void *ctx);
 
+/* dt__loop_tensors with the rows (or, for one row, runs of its elements, DT_PARALLEL_GRAIN at
+ * least) split over the intra-op pool: fn must only write its own row's elements of ops[0]
+ * (a copy, a pointwise map), never state shared through ctx; the calls come from several
+ * threads in any order. */
+void dt__loop_tensors_pooled(int nops, const dt_tensor *const *ops, dt_inner_loop_fn fn, void *ctx);
+
 #endif /* DT_KERNELS_CPU_LOOP_H */
