@@ -212,6 +212,7 @@ typedef struct dt_compile_fused {
   int inputs[DT_OP_MAX_INPUTS];
   dt_op_kernel_fn kernel; /* NULL: the op's own */
   double scalar;          /* the kernel's scalars[0] */
+  int same_as;            /* > 0: folded as equal to node same_as - 1 (compile/cse.c) */
 } dt_compile_fused;
 
 typedef struct dt_compile_variant {
@@ -255,6 +256,7 @@ typedef struct dt_compile_variant {
    * handle. */
   dt_op_call *templates;
   bool *direct;
+  bool *view_direct; /* per node: a view run_view makes in handles[i] (no dispatch) */
   int *slot_of;
   dt_tensor **handles;
   int n_slots;
@@ -317,9 +319,14 @@ dt_status dt__compile_trace(dt_compiled *c, dt_tensor *const *in, dt_tensor **ou
  * the cloned value; mask multiplies fold their comparison and conversion; a mul or add with an
  * operand expanded from one element reads the element. Called by dt__compile_plan first. */
 dt_status dt__compile_fuse(dt_compile_variant *v);
+/* Common subexpressions (compile/cse.c): a local compute call equal to an earlier one is
+ * folded (fused[j].same_as) and its readers read the earlier value. Called by dt__compile_fuse
+ * before the other rewrites. */
+dt_status dt__compile_cse(dt_compile_variant *v);
 /* escapes[i] (room for the node count, false on entry): node i's value or a view of it
- * reaches the outputs. */
-void dt__compile_escapes(const dt_compile_variant *v, bool *escapes);
+ * reaches the outputs; with grads false, the outputs the caller gets (a joint variant's
+ * gradients left out). */
+void dt__compile_escapes(const dt_compile_variant *v, bool grads, bool *escapes);
 
 /* Last uses, tuple slots, planned buffers and the call-time scratch of a traced variant. */
 dt_status dt__compile_plan(dt_compile_variant *v);

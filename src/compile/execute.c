@@ -35,11 +35,11 @@ void dt__compile_variant_destroy(dt_compile_variant *v) {
   }
   for (int k = 0; k < v->n_slots; k++) dt_tensor_release(v->slot_buf[k]);
   DT__FREE_EACH(v->handles, v->steps, v->release_at, v->release_list, v->fused, v->slot_buf,
-                v->slot_bytes, v->slot_of, v->direct, v->templates, v->dims, v->placements,
-                v->local_dims, v->dist_plain, v->dist_mesh, v->dist_spec, v->mesh_ndim,
-                v->constants, v->const_grad, v->scalar_expr, v->shape_expr, v->grad_input,
-                v->grad_const, v->inputs, v->hints, v->guards, v->last_use, v->tuple_base,
-                v->values, v->tuple_vals, v->owned, v->symvals, v->exprvals);
+                v->slot_bytes, v->slot_of, v->direct, v->view_direct, v->templates, v->dims,
+                v->placements, v->local_dims, v->dist_plain, v->dist_mesh, v->dist_spec,
+                v->mesh_ndim, v->constants, v->const_grad, v->scalar_expr, v->shape_expr,
+                v->grad_input, v->grad_const, v->inputs, v->hints, v->guards, v->last_use,
+                v->tuple_base, v->values, v->tuple_vals, v->owned, v->symvals, v->exprvals);
   dt__sx_pool_free(&v->pool);
   dt_graph_destroy(v->g);
   dt__free(v);
@@ -62,9 +62,64 @@ static bool direct_eligible(const dt_compile_variant *v, int i) {
   if (v->fused[i].folded) return false;
   dt_op_infer_fn f = def->infer;
   if (f == dt__infer_embedding) return v->templates[i].n_ints == 0;
+  /* Sums and means (max and min refuse an empty dim in infer, so they keep dispatch). */
+  if (f == dt__infer_reduce)
+    return n->target == DT_OP_SUM || n->target == DT_OP_SUM_DIM || n->target == DT_OP_MEAN ||
+           n->target == DT_OP_MEAN_DIM;
   return f == dt__infer_unary || f == dt__infer_binary || f == dt__infer_binary_scalar ||
-         f == dt__infer_softmax || f == dt__infer_mm || f == dt__infer_linear ||
-         f == dt__infer_same;
+         f == dt__infer_softmax || f == dt__infer_mm || f == dt__infer_matmul ||
+         f == dt__infer_linear || f == dt__infer_same;
+}
+
+/* View calls whose strides run_view computes from the output's symbolic dims and the input's
+ * geometry (compile/execute.c), local. */
+static bool view_op(const dt_compile_variant *v, int i) {
+  const dt_node *n = &v->g->nodes[i];
+  if (n->kind != DT_NODE_CALL || n->n_inputs != 1 || n->inputs[0] < 0 || v->placements[i] ||
+      v->placements[n->inputs[0]] || v->fused[i].folded)
+    return false;
+  switch ((dt_op)n->target) {
+  case DT_OP_VIEW:
+  case DT_OP_RESHAPE:
+  case DT_OP_FLATTEN:
+  case DT_OP_SQUEEZE:
+  case DT_OP_SQUEEZE_DIM:
+  case DT_OP_UNSQUEEZE:
+  case DT_OP_EXPAND:
+  case DT_OP_TRANSPOSE: return true;
+  default: return false;
+  }
+}
+
+/* Views made without dispatch (v->view_direct): a handle of the variant pointed at the input's
+ * storage, which the input's lifetime covers (last uses follow views, dt__compile_plan). Only
+ * views nobody outside the direct path reads: a kernel never keeps its inputs, while a
+ * dispatched op may hand its input back as its result. From the last node back, so that a
+ * view of a view qualifies; bad_reader: room for the node count, false on entry. */
+static dt_status plan_views(dt_compile_variant *v, const bool *escapes, bool *bad_reader) {
+  const dt_graph *g = v->g;
+  int o = dt__graph_output_node(g);
+  int roots = o < 0 ? 0 : g->nodes[o].n_list - v->n_grads; /* gradients: as planned values */
+  for (int k = 0; k < roots; k++) bad_reader[g->nodes[o].list[k]] = true;
+  for (int i = g->n_nodes - 1; i >= 0; i--) {
+    const dt_node *nd = &g->nodes[i];
+    if (!escapes[i] && !bad_reader[i] && view_op(v, i)) {
+      dt_tensor *h = dt__calloc(sizeof *h);
+      if (!h) return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+      atomic_init(&h->refcount, 1);
+      h->dtype = nd->types[0].dtype;
+      h->ndim = nd->types[0].ndim;
+      v->handles[i] = h;
+      v->view_direct[i] = true;
+      continue;
+    }
+    if (v->direct[i] || v->fused[i].folded) continue;
+    for (int k = 0; k < nd->n_inputs; k++) {
+      if (nd->inputs[k] >= 0) bad_reader[nd->inputs[k]] = true;
+    }
+    for (int k = 0; k < nd->n_list; k++) bad_reader[nd->list[k]] = true;
+  }
+  return DT_OK;
 }
 
 /* True for nodes whose value is (a view of) their first input's storage. */
@@ -102,7 +157,9 @@ static dt_status plan_buffers(dt_compile_variant *v) {
     st = dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
     goto done;
   }
-  dt__compile_escapes(v, escapes);
+  /* Gradients are planned too: dt__compile_apply_grads reads them before the next call and
+   * copies one it keeps (a planned handle is shared: the run's reference and the variant's). */
+  dt__compile_escapes(v, false, escapes);
   for (int i = 0; i < n; i++) storage_last[i] = v->last_use[i];
   for (int i = n - 1; i >= 0; i--) {
     const dt_node *nd = &g->nodes[i];
@@ -131,6 +188,12 @@ static dt_status plan_buffers(dt_compile_variant *v) {
     v->slot_of[i] = slot;
     v->direct[i] = true;
   }
+  bool *bad_reader = dt__calloc(sizeof(bool) * (size_t)n);
+  v->view_direct = dt__calloc(sizeof(bool) * (size_t)n);
+  st = bad_reader && v->view_direct ? plan_views(v, escapes, bad_reader)
+                                    : dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
+  dt__free(bad_reader);
+  if (st) goto done;
   v->steps = dt__calloc(sizeof *v->steps * (size_t)n);
   v->release_at = dt__calloc(sizeof(int) * (size_t)(n + 1));
   v->release_list = dt__calloc(sizeof(int) * (size_t)(n + 1));
@@ -217,10 +280,14 @@ dt_status dt__compile_plan(dt_compile_variant *v) {
     }
     for (int k = 0; k < nd->n_list; k++) v->last_use[nd->list[k]] = (int)i;
   }
-  /* A tuple lives as long as its last getitem's value. */
+  /* A tuple lives as long as its last getitem's value, and a value as long as its views (a
+   * direct view holds no reference to the storage). */
   for (int i = (int)n - 1; i >= 0; i--) {
     const dt_node *nd = &g->nodes[i];
-    if (nd->kind == DT_NODE_GETITEM && v->last_use[i] > v->last_use[nd->inputs[0]])
+    bool view = nd->kind == DT_NODE_CALL && dt__op_table[nd->target].kind == DT_OP_KIND_VIEW &&
+                !v->fused[i].folded;
+    if ((nd->kind == DT_NODE_GETITEM || view) && nd->inputs[0] >= 0 &&
+        v->last_use[i] > v->last_use[nd->inputs[0]])
       v->last_use[nd->inputs[0]] = v->last_use[i];
   }
   v->tuple_vals = dt__calloc(sizeof(dt_tensor *) * (size_t)(slots + 1));
@@ -278,6 +345,38 @@ static inline dt_status run_direct(dt_compile_variant *v, int i) {
   dt_status st = sp->kernel(&sp->call);
   v->values[i] = h;
   return st;
+}
+
+static dt_status run_call(dt_compile_variant *v, int i);
+
+/* Runs a direct view: the output's shape from the symbolic dims, its strides from the input's
+ * (as the op's kernel computes them), the input's storage and offset; no handle is made. A
+ * reshape the input's strides cannot express (it needs a copy) goes through dispatch. */
+static dt_status run_view(dt_compile_variant *v, int i) {
+  const dt_node *n = &v->g->nodes[i];
+  const dt_tensor *x = v->values[n->inputs[0]];
+  dt_tensor *h = v->handles[i];
+  const int *dims = v->dims[i];
+  for (int d = 0; d < h->ndim; d++) h->shape[d] = v->exprvals[dims[d]];
+  if (n->target == DT_OP_TRANSPOSE) {
+    memcpy(h->strides, x->strides, sizeof(int64_t) * (size_t)x->ndim);
+    if (x->ndim > 0) {
+      int d0 = (int)v->templates[i].ints[0], d1 = (int)v->templates[i].ints[1];
+      h->strides[d0] = x->strides[d1];
+      h->strides[d1] = x->strides[d0];
+    }
+  } else if (n->target == DT_OP_EXPAND) {
+    for (int d = 0, lead = h->ndim - x->ndim; d < h->ndim; d++) {
+      int j = d - lead;
+      h->strides[d] = (j < 0 || x->shape[j] != h->shape[d]) ? 0 : x->strides[j];
+    }
+  } else if (!dt__view_strides(x->ndim, x->shape, x->strides, h->ndim, h->shape, h->strides)) {
+    return run_call(v, i);
+  }
+  h->storage = x->storage;
+  h->offset = x->offset;
+  v->values[i] = h;
+  return DT_OK;
 }
 
 /* The sizes a backward formula noted (compile_impl.h): this call's values of them. */
@@ -413,6 +512,8 @@ dt_status dt__compile_run(dt_compile_variant *v, dt_tensor *const *in, int n_out
   for (int i = 0; i < g->n_nodes; i++) {
     if (v->direct[i]) { /* the common case first, without reading the node */
       st = run_direct(v, i);
+    } else if (v->view_direct[i]) {
+      st = run_view(v, i);
     } else if (!v->fused[i].folded) {
       const dt_node *n = &g->nodes[i];
       switch (n->kind) {

@@ -11,7 +11,7 @@
  *   of the losses' mean): the element itself as the right operand (both ops commute exactly in
  *   floating point), so that the kernel's scalar fast path runs instead of the strided loop.
  * Only local nodes whose values do not reach the outputs are rewritten, so that they run
- * directly (compile/execute.c).
+ * directly (compile/execute.c). Common subexpressions are merged first (compile/cse.c).
  */
 #include <string.h>
 
@@ -19,10 +19,11 @@
 #include "kernels/cpu/vmath.h"
 
 /* Nodes whose value (or a view of it) reaches the outputs. */
-void dt__compile_escapes(const dt_compile_variant *v, bool *escapes) {
+void dt__compile_escapes(const dt_compile_variant *v, bool grads, bool *escapes) {
   const dt_graph *g = v->g;
   int o = dt__graph_output_node(g);
-  for (int k = 0; o >= 0 && k < g->nodes[o].n_list; k++) escapes[g->nodes[o].list[k]] = true;
+  int roots = o < 0 ? 0 : g->nodes[o].n_list - (grads ? 0 : v->n_grads);
+  for (int k = 0; k < roots; k++) escapes[g->nodes[o].list[k]] = true;
   for (int i = g->n_nodes - 1; i >= 0; i--) {
     const dt_node *nd = &g->nodes[i];
     bool alias = nd->kind == DT_NODE_GETITEM ||
@@ -31,12 +32,23 @@ void dt__compile_escapes(const dt_compile_variant *v, bool *escapes) {
   }
 }
 
-/* How many inputs of later nodes read node j (the output list counts). */
-static int uses_of(const dt_graph *g, int j) {
+/* The nodes node i reads when it runs: a rewrite's, or its graph inputs. */
+static int inputs_of(const dt_compile_variant *v, int i, const int **ins) {
+  const dt_compile_fused *f = &v->fused[i];
+  *ins = f->n_inputs > 0 ? f->inputs : v->g->nodes[i].inputs;
+  return f->n_inputs > 0 ? f->n_inputs : v->g->nodes[i].n_inputs;
+}
+
+/* How many inputs of later nodes that run read node j (the output list counts). */
+static int uses_of(const dt_compile_variant *v, int j) {
+  const dt_graph *g = v->g;
   int uses = 0;
   for (int i = j + 1; i < g->n_nodes; i++) {
     const dt_node *nd = &g->nodes[i];
-    for (int k = 0; k < nd->n_inputs; k++) uses += nd->inputs[k] == j;
+    if (v->fused[i].folded) continue;
+    const int *ins;
+    int n_in = inputs_of(v, i, &ins);
+    for (int k = 0; k < n_in; k++) uses += ins[k] == j;
     for (int k = 0; k < nd->n_list; k++) uses += nd->list[k] == j;
   }
   return uses;
@@ -102,7 +114,7 @@ static void fuse_mask_mul(dt_compile_variant *v, int m, const bool *escapes) {
     int x = v->g->nodes[c].inputs[0];
     double s = v->templates[c].scalars[0];
     if (x < 0 || !same_f32(v, m, x) || (double)(float)s != s) continue;
-    if (escapes[t] || escapes[c] || uses_of(v->g, t) != 1 || uses_of(v->g, c) != 1) continue;
+    if (escapes[t] || escapes[c] || uses_of(v, t) != 1 || uses_of(v, c) != 1) continue;
     dt_compile_fused *f = &v->fused[m];
     f->n_inputs = 2;
     f->inputs[0] = g;
@@ -141,13 +153,46 @@ static void fuse_scalar_operand(dt_compile_variant *v, int m) {
   }
 }
 
+/* Calls nobody reads any more (an expand whose readers now read its element) are not run:
+ * from the last node back, so that a chain dies whole. Only local compute calls without side
+ * effects (no in-place or random op) are dropped. uses: room for the node count. */
+static void fold_dead(dt_compile_variant *v, int *uses) {
+  const dt_graph *g = v->g;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const dt_node *nd = &g->nodes[i];
+    uses[i] = 0;
+    if (v->fused[i].folded) continue;
+    const int *ins;
+    int n_in = inputs_of(v, i, &ins);
+    for (int k = 0; k < n_in; k++) {
+      if (ins[k] >= 0) uses[ins[k]]++;
+    }
+    for (int k = 0; k < nd->n_list; k++) uses[nd->list[k]]++;
+  }
+  for (int j = g->n_nodes - 1; j >= 0; j--) {
+    const dt_node *nd = &g->nodes[j];
+    if (nd->kind != DT_NODE_CALL || uses[j] || v->fused[j].folded || v->placements[j]) continue;
+    const dt_op_def *def = &dt__op_table[nd->target];
+    if (def->kind == DT_OP_KIND_INPLACE || (def->traits & DT_TRAIT_RANDOM)) continue;
+    v->fused[j].folded = true;
+    const int *ins;
+    int n_in = inputs_of(v, j, &ins);
+    for (int k = 0; k < n_in; k++) {
+      if (ins[k] >= 0) uses[ins[k]]--;
+    }
+    for (int k = 0; k < nd->n_list; k++) uses[nd->list[k]]--;
+  }
+}
+
 dt_status dt__compile_fuse(dt_compile_variant *v) {
   dt_graph *g = v->g;
   int n = g->n_nodes;
   v->fused = dt__calloc(sizeof *v->fused * (size_t)(n + 1));
   bool *escapes = dt__calloc(sizeof(bool) * (size_t)(n + 1));
-  if (!v->fused || !escapes) {
+  int *uses = dt__alloc(sizeof(int) * (size_t)(n + 1));
+  if (!v->fused || !escapes || !uses) {
     dt__free(escapes);
+    dt__free(uses);
     return dt__error(DT_ERR_NOMEM, "dt_compile: out of memory");
   }
   /* Gradient outputs that are clones: the cloned value (see the file comment). */
@@ -155,12 +200,18 @@ dt_status dt__compile_fuse(dt_compile_variant *v) {
   for (int k = 0; o >= 0 && v->joint && k < v->n_grads; k++) {
     int *slot = &g->nodes[o].list[g->nodes[o].n_list - v->n_grads + k];
     if (is_call(v, *slot, DT_OP_CLONE) && g->nodes[*slot].inputs[0] >= 0 &&
-        uses_of(g, *slot) == 1) {
+        uses_of(v, *slot) == 1) {
       v->fused[*slot].folded = true;
       *slot = g->nodes[*slot].inputs[0];
     }
   }
-  dt__compile_escapes(v, escapes);
+  dt_status st = dt__compile_cse(v);
+  if (st) {
+    dt__free(escapes);
+    dt__free(uses);
+    return st;
+  }
+  dt__compile_escapes(v, true, escapes);
   for (int m = 0; m < n; m++) {
     const dt_node *nd = &g->nodes[m];
     if (nd->kind != DT_NODE_CALL || escapes[m] || v->placements[m] || nd->n_inputs != 2) continue;
@@ -168,6 +219,8 @@ dt_status dt__compile_fuse(dt_compile_variant *v) {
     if ((nd->target == DT_OP_MUL || nd->target == DT_OP_ADD) && v->fused[m].n_inputs == 0)
       fuse_scalar_operand(v, m);
   }
+  fold_dead(v, uses);
   dt__free(escapes);
+  dt__free(uses);
   return DT_OK;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "compile/compile_impl.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops.h"
 
@@ -122,6 +123,18 @@ static bool accumulate_in_place(const dt_tensor *old, const dt_tensor *g) {
   return memcmp(old->shape, g->shape, sizeof(int64_t) * (size_t)g->ndim) == 0;
 }
 
+/* old += g as add_ computes it, on the CPU without dispatch (a compiled call is not seen by
+ * dispatch modes): both CPU floating tensors of one shape in separate storages, so that nothing
+ * overlaps. The write bumps old's version as add_ does. False: the caller dispatches add_. */
+static bool add_on_cpu(dt_tensor *old, const dt_tensor *g, dt_status *st) {
+  if (old->storage->device != 0 || g->storage->device != 0 || old->storage == g->storage ||
+      (old->dtype != DT_F32 && old->dtype != DT_F64))
+    return false;
+  *st = dt__cpu_binary(DT_BINARY_ADD, 1.0, old, g, old);
+  old->storage->version++;
+  return true;
+}
+
 dt_status dt__compile_apply_grads(dt_compile_variant *v, dt_tensor *const *in, dt_tensor **grads) {
   dt_status st = DT_OK;
   dt_tensor *final[DT_COMPILE_MAX_ARGS * 4];
@@ -139,13 +152,15 @@ dt_status dt__compile_apply_grads(dt_compile_variant *v, dt_tensor *const *in, d
     if (old && accumulate_in_place(old, g)) {
       /* .grad is ours alone: old += g, the same sum without a new tensor (PyTorch's
        * AccumulateGrad does the same). */
-      st = dt_add_(old, g);
+      if (!add_on_cpu(old, g, &st)) st = dt_add_(old, g);
       if (!st) fin[k] = dt_tensor_retain(old);
     } else if (old) {
       st = dt_add(old, g, &fin[k]);
     } else {
       /* As dt_backward's commit: a gradient that is a view or shares its storage gets its
-       * own, so that zeroing it in place touches nothing else. */
+       * own, so that zeroing it in place touches nothing else. A gradient in a buffer the
+       * variant planned (compile/execute.c) is always shared: the run's reference and the
+       * variant's, and the next call writes the buffer again. */
       bool shared = atomic_load(&g->refcount) > 1 || atomic_load(&g->storage->refcount) > 1 ||
                     !dt__is_contiguous(g->ndim, g->shape, g->strides);
       if (shared)
