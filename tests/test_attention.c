@@ -546,16 +546,17 @@ Test(attention, nan_input_propagates_in_both_dtypes) {
   }
 }
 
-/* A scale beyond float32's range: refused for float32 (the kernel's float scale was inf and
- * every output NaN), computed for float64. */
+/* A scale beyond float32's range: refused for float32 and the 16-bit dtypes computed in
+ * float32 (the kernel's float scale was inf and every output NaN), computed for float64. */
 Test(attention, refuses_a_scale_that_overflows_float32) {
   dt_attention_options big = {.scale = 1e300};
-  for (int f = 0; f < 2; f++) {
-    dt_dtype dtype = f ? DT_F64 : DT_F32;
+  dt_dtype dtypes[] = {DT_F32, DT_BF16, DT_F16, DT_F64};
+  for (int f = 0; f < 4; f++) {
+    dt_dtype dtype = dtypes[f];
     dt_tensor *q = edge_tensor(3, 2, dtype, -1), *k = edge_tensor(4, 2, dtype, -1),
               *v = edge_tensor(4, 2, dtype, -1), *out = NULL;
     dt_status st = dt_scaled_dot_product_attention(q, k, v, NULL, &big, &out, NULL);
-    if (dtype == DT_F32) {
+    if (dtype != DT_F64) {
       cr_assert_eq(st, DT_ERR_INVALID, "%d", st);
       cr_assert(strstr(dt_last_error(), "scale 1e+300 overflows float32"), "%s", dt_last_error());
       cr_assert_null(out);

@@ -4,8 +4,8 @@
  * against a naive reference in double that builds each head's whole [T, S] probability
  * matrix, for causal and not, bool and float masks, grouped-query heads, one query, sequences
  * that are not a multiple of the blocks, S != T, head dims that change the block sizes,
- * strided inputs; a query that keeps no key (zeros, as PyTorch); and the same bits on 1 and 2
- * threads.
+ * strided inputs; bfloat16 and float16 widened to these kernels; a query that keeps no key (zeros,
+ * as PyTorch); and the same bits on 1 and 2 threads.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -20,9 +20,19 @@
 typedef struct shape {
   int64_t B, H, Hk, T, S, E, Ev;
   bool causal;
-  int mask;     /* 0: none, 1: bool [T, S], 2: float [B, 1, T, S] */
-  bool strided; /* q a transposed [B, T, H, E] view, k with a non-unit last stride */
+  int mask;       /* 0: none, 1: bool [T, S], 2: float [B, 1, T, S] */
+  bool strided;   /* q a transposed [B, T, H, E] view, k with a non-unit last stride */
+  dt_dtype dtype; /* float32 (0) unless set: bfloat16 and float16 run widened to float32 */
 } shape;
+
+/* t converted to dtype (t itself for float32); releases t. */
+static dt_tensor *as_dtype(dt_tensor *t, dt_dtype dtype) {
+  if (dtype == DT_F32) return t;
+  dt_tensor *c = NULL;
+  OK(dt_to(t, dtype, &c));
+  dt_tensor_release(t);
+  return c;
+}
 
 /* The mask's value for (b, i, j): kept (bool) or added (float); one kept key per row. */
 static bool mask_keep(int64_t i, int64_t j, int64_t S) {
@@ -38,7 +48,7 @@ typedef struct reference {
 
 /* Naive attention in double and its gradients for loss = sum(out * go) + sum(lse * gl). */
 static reference naive(const shape *s, const double *q, const double *k, const double *v,
-                       const double *go, const double *gl, double scale) {
+                       const double *go, const double *gl, const double *madd, double scale) {
   int64_t B = s->B, H = s->H, Hk = s->Hk, T = s->T, S = s->S, E = s->E, Ev = s->Ev;
   reference r = {calloc((size_t)(B * H * T * Ev), sizeof(double)),
                  calloc((size_t)(B * H * T), sizeof(double)),
@@ -56,7 +66,8 @@ static reference naive(const shape *s, const double *q, const double *k, const d
           double d = 0;
           for (int64_t e = 0; e < E; e++) d += q[(qh + i) * E + e] * k[(kvh + j) * E + e];
           bool keep = (!s->causal || j <= i) && (s->mask != 1 || mask_keep(i, j, S));
-          p[i * S + j] = keep ? scale * d + (s->mask == 2 ? mask_add(b, i, j) : 0) : -INFINITY;
+          p[i * S + j] =
+              keep ? scale * d + (s->mask == 2 ? madd[(b * T + i) * S + j] : 0) : -INFINITY;
           mx = fmax(mx, p[i * S + j]);
         }
         for (int64_t j = 0; j < S; j++)
@@ -110,12 +121,15 @@ static dt_tensor *input(const shape *s, int which, int64_t heads, int64_t seq, i
   uint64_t seed = 100 + (uint64_t)which;
   if (s->strided && which == 0) {
     OK(dt_randn(4, (int64_t[]){s->B, seq, heads, dim}, DT_F32, seed, &base));
+    base = as_dtype(base, s->dtype);
     OK(dt_transpose(base, 1, 2, &t));
   } else if (s->strided && which == 1) {
     OK(dt_randn(4, (int64_t[]){s->B, heads, dim, seq}, DT_F32, seed, &base));
+    base = as_dtype(base, s->dtype);
     OK(dt_transpose(base, 2, 3, &t));
   } else {
     OK(dt_randn(4, (int64_t[]){s->B, heads, seq, dim}, DT_F32, seed, &t));
+    t = as_dtype(t, s->dtype);
   }
   dt_tensor_release(base);
   OK(dt_tensor_set_requires_grad(t, true));
@@ -137,6 +151,7 @@ static dt_tensor *make_mask(const shape *s) {
         for (int64_t j = 0; j < s->S; j++)
           add[(b * s->T + i) * s->S + j] = (float)mask_add(b, i, j);
     OK(dt_from_data(add, 4, (int64_t[]){s->B, 1, s->T, s->S}, DT_F32, &m));
+    m = as_dtype(m, s->dtype);
     free(add);
   }
   return m;
@@ -147,6 +162,7 @@ static void check_case(shape s) {
   dt_tensor *v = input(&s, 2, s.Hk, s.S, s.Ev), *m = make_mask(&s);
   dt_tensor *go = NULL, *gl = NULL, *out = NULL, *lse = NULL;
   OK(dt_randn(4, (int64_t[]){s.B, s.H, s.T, s.Ev}, DT_F32, 7, &go));
+  go = as_dtype(go, s.dtype);
   OK(dt_randn(3, (int64_t[]){s.B, s.H, s.T}, DT_F32, 8, &gl));
   dt_attention_options o = {.is_causal = s.causal};
   OK(dt_scaled_dot_product_attention(q, k, v, m, &o, &out, &lse));
@@ -163,15 +179,22 @@ static void check_case(shape s) {
   OK(dt_tensor_grad(v, &gv));
   double *qv = ref_values(q), *kv = ref_values(k), *vv = ref_values(v), *gov = ref_values(go),
          *glv = ref_values(gl);
-  reference r = naive(&s, qv, kv, vv, gov, glv, 1 / sqrt((double)s.E));
+  double *mv = s.mask == 2 ? ref_values(m) : NULL; /* the mask's values as rounded */
+  reference r = naive(&s, qv, kv, vv, gov, glv, mv, 1 / sqrt((double)s.E));
+  free(mv);
   double *ov = ref_values(out), *lv = ref_values(lse), *dq = ref_values(gq), *dk = ref_values(gk),
          *dv = ref_values(gv);
   int64_t nq = s.B * s.H * s.T, nk = s.B * s.Hk * s.S;
-  expect_close("out", &s, ov, r.out, nq * s.Ev, 1e-5);
-  expect_close("lse", &s, lv, r.lse, nq, 1e-5);
-  expect_close("dq", &s, dq, r.dq, nq * s.E, 1e-5);
-  expect_close("dk", &s, dk, r.dk, nk * s.E, 1e-5);
-  expect_close("dv", &s, dv, r.dv, nk * s.Ev, 1e-5);
+  /* the reference reads the rounded inputs; a 16-bit result is rounded once more (bfloat16:
+   * 8 bits, float16: 11), and the backward reads the rounded output */
+  double tol = s.dtype == DT_BF16 ? 2e-2 : s.dtype == DT_F16 ? 4e-3 : 1e-5;
+  cr_assert_eq(dt_tensor_dtype(out), s.dtype);
+  cr_assert_eq(dt_tensor_dtype(lse), DT_F32);
+  expect_close("out", &s, ov, r.out, nq * s.Ev, tol);
+  expect_close("lse", &s, lv, r.lse, nq, s.dtype == DT_F32 ? 1e-5 : 1e-6);
+  expect_close("dq", &s, dq, r.dq, nq * s.E, tol);
+  expect_close("dk", &s, dk, r.dk, nk * s.E, tol);
+  expect_close("dv", &s, dv, r.dv, nk * s.Ev, tol);
   free(qv), free(kv), free(vv), free(gov), free(glv), free(ov), free(lv), free(dq), free(dk);
   free(dv), free(r.out), free(r.lse), free(r.dq), free(r.dk), free(r.dv);
   dt_tensor *all[] = {q, k, v, m, go, gl, out, lse, a, b, sa, sb, loss, gq, gk, gv};
@@ -179,25 +202,36 @@ static void check_case(shape s) {
 }
 
 Test(attention_f32, causal_and_full_against_naive_double) {
-  check_case((shape){2, 3, 3, 130, 130, 64, 64, true, 0, false}); /* 3 query blocks, last short */
-  check_case((shape){1, 2, 2, 100, 100, 64, 64, false, 0, false});
-  check_case((shape){1, 2, 2, 1, 1, 64, 64, true, 0, false});     /* T = 1 */
-  check_case((shape){1, 2, 2, 1, 77, 64, 48, false, 0, false});   /* one query, decode */
-  check_case((shape){2, 2, 1, 70, 150, 32, 40, false, 0, false}); /* S != T, GQA 2 over 1 */
-  check_case((shape){1, 2, 2, 150, 70, 16, 16, true, 0, false});  /* T > S causal */
+  check_case(
+      (shape){2, 3, 3, 130, 130, 64, 64, true, 0, false, DT_F32}); /* 3 query blocks, last short */
+  check_case((shape){1, 2, 2, 100, 100, 64, 64, false, 0, false, DT_F32});
+  check_case((shape){1, 2, 2, 1, 1, 64, 64, true, 0, false, DT_F32});     /* T = 1 */
+  check_case((shape){1, 2, 2, 1, 77, 64, 48, false, 0, false, DT_F32});   /* one query, decode */
+  check_case((shape){2, 2, 1, 70, 150, 32, 40, false, 0, false, DT_F32}); /* S != T, GQA 2 over 1 */
+  check_case((shape){1, 2, 2, 150, 70, 16, 16, true, 0, false, DT_F32});  /* T > S causal */
 }
 
 Test(attention_f32, masks_grouped_heads_and_block_sizes) {
-  check_case((shape){2, 4, 2, 97, 97, 64, 64, true, 1, false});   /* bool mask, GQA */
-  check_case((shape){2, 4, 1, 65, 90, 64, 32, false, 2, false});  /* float mask by batch */
-  check_case((shape){1, 2, 2, 80, 80, 128, 128, true, 0, false}); /* 32-key blocks */
-  check_case((shape){1, 2, 2, 300, 300, 8, 8, false, 1, false});  /* 256-key blocks */
-  check_case((shape){1, 1, 1, 40, 40, 300, 5, true, 0, false});   /* wide heads: 16-key blocks */
+  check_case((shape){2, 4, 2, 97, 97, 64, 64, true, 1, false, DT_F32});   /* bool mask, GQA */
+  check_case((shape){2, 4, 1, 65, 90, 64, 32, false, 2, false, DT_F32});  /* float mask by batch */
+  check_case((shape){1, 2, 2, 80, 80, 128, 128, true, 0, false, DT_F32}); /* 32-key blocks */
+  check_case((shape){1, 2, 2, 300, 300, 8, 8, false, 1, false, DT_F32});  /* 256-key blocks */
+  check_case(
+      (shape){1, 1, 1, 40, 40, 300, 5, true, 0, false, DT_F32}); /* wide heads: 16-key blocks */
+}
+
+/* bfloat16 and float16 run the float32 kernels on widened copies (PyTorch's CPU attention
+ * computes them in float32 too): against the double reference on the rounded inputs. */
+Test(attention_f32, bfloat16_and_float16_widened) {
+  check_case((shape){2, 3, 3, 130, 130, 64, 64, true, 0, false, DT_BF16});
+  check_case((shape){2, 4, 1, 65, 90, 64, 32, false, 2, false, DT_BF16}); /* float mask, GQA */
+  check_case((shape){1, 3, 3, 33, 45, 24, 8, false, 1, true, DT_F16});    /* bool mask, strided */
+  check_case((shape){2, 4, 2, 97, 97, 64, 64, true, 2, false, DT_F16});
 }
 
 Test(attention_f32, strided_inputs) {
-  check_case((shape){2, 4, 2, 70, 70, 16, 16, true, 0, true});
-  check_case((shape){1, 3, 3, 33, 45, 24, 8, false, 2, true});
+  check_case((shape){2, 4, 2, 70, 70, 16, 16, true, 0, true, DT_F32});
+  check_case((shape){1, 3, 3, 33, 45, 24, 8, false, 2, true, DT_F32});
 }
 
 /* The gradients of q, k, v for loss = sum(out * w) (w may hold NaN), caller frees. */

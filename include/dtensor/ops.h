@@ -189,8 +189,10 @@ typedef struct dt_attention_options {
  * no gradient. Differentiable in q, k, v (not in a float mask). Distributed: batch or heads
  * sharded run without communication. Errors: DT_ERR_SHAPE (not 4-D, sizes that disagree, a
  * mask that does not broadcast), DT_ERR_DTYPE (dtypes differ, not floating), DT_ERR_INVALID
- * (NULL out, a scale not finite or < 0, or above FLT_MAX for float32 inputs). E = 0 gives
- * every query the mean of its values. */
+ * (NULL out, a scale not finite or < 0, or above FLT_MAX for float32, float16 or bfloat16
+ * inputs). E = 0 gives every query the mean of its values. On the CPU float16 and bfloat16
+ * run the float32 kernel on float32 copies of q, k, v (as PyTorch computes them in float32),
+ * the output rounded to the dtype once. */
 DT_API dt_status dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor *v,
                                                  dt_tensor *mask,
                                                  const dt_attention_options *options,

@@ -86,10 +86,11 @@ dt_status dt__infer_attention(dt_op_call *call, dt_tensor_meta *metas) {
   const dt_tensor *q = call->inputs[0], *k = call->inputs[1], *v = call->inputs[2];
   dt_status st = check_attention(call, q, k, v, call->inputs[3]);
   if (st) return st;
-  if (q->dtype == DT_F32 && call->scalars[0] > FLT_MAX)
+  if (q->dtype != DT_F64 && call->scalars[0] > FLT_MAX) /* float16 / bfloat16 run in float32 */
     return dt__error(DT_ERR_INVALID,
-                     "%s: scale %g overflows float32 (the query's dtype; at most %g)",
-                     dt__op_name(call), call->scalars[0], (double)FLT_MAX);
+                     "%s: scale %g overflows float32 (the query's dtype %s is computed in "
+                     "float32; at most %g)",
+                     dt__op_name(call), call->scalars[0], dt_dtype_name(q->dtype), (double)FLT_MAX);
   int64_t out[4] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
   dt__meta_set(&metas[0], q->dtype, 4, out);
   dt__meta_set(&metas[1], q->dtype == DT_F64 ? DT_F64 : DT_F32, 3, q->shape);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/math/norm.h"
 
 #define BR 32
@@ -192,11 +193,92 @@ static void forward_tile(const dt_attention_args *a, tiles *t, int64_t b, int64_
   }
 }
 
+/* float16 and bfloat16 run the float32 kernels on float32 copies of their operands (as
+ * PyTorch's CPU attention computes reduced-precision inputs in float32): w->a reads the
+ * copies; w->tmp holds them for widen_release. */
+typedef struct widened {
+  dt_attention_args a;
+  dt_tensor *tmp[4];
+} widened;
+
+static bool reduced(dt_dtype d) { return d == DT_F16 || d == DT_BF16; }
+
+/* *out = a float32 copy of t (t's shape), or NULL when t is NULL. */
+static dt_status widen(const dt_tensor *t, dt_tensor **out) {
+  *out = NULL;
+  if (!t) return DT_OK;
+  dt_status st = dt__tensor_new(t->ndim, t->shape, DT_F32, out);
+  if (!st) dt__cpu_copy(*out, t);
+  return st;
+}
+
+static void widen_release(widened *w) {
+  for (int i = 0; i < 4; i++) dt_tensor_release(w->tmp[i]);
+}
+
+static dt_status widen_args(const dt_attention_args *a, widened *w) {
+  *w = (widened){.a = *a};
+  const dt_tensor *mask = a->mask && a->mask->dtype != DT_BOOL ? a->mask : NULL;
+  dt_status st = widen(a->q, &w->tmp[0]);
+  if (!st) st = widen(a->k, &w->tmp[1]);
+  if (!st) st = widen(a->v, &w->tmp[2]);
+  if (!st) st = widen(mask, &w->tmp[3]);
+  if (st) {
+    widen_release(w);
+    return st;
+  }
+  w->a.q = w->tmp[0], w->a.k = w->tmp[1], w->a.v = w->tmp[2];
+  if (mask) {
+    w->a.mask = w->tmp[3];
+    /* the copy is contiguous: its strides seen as [B, H, T, S], 0 where it broadcasts */
+    const dt_tensor *m = w->a.mask;
+    for (int i = 0, lead = 4 - m->ndim; i < 4; i++) {
+      w->a.mask_strides[i] = i < lead || a->mask_strides[i] == 0 ? 0 : m->strides[i - lead];
+    }
+  }
+  return DT_OK;
+}
+
+/* The float32 forward for float16 / bfloat16 q, k, v: out rounded to its dtype, lse float32. */
+static dt_status attention_widened(const dt_attention_args *a, dt_tensor *out, dt_tensor *lse) {
+  widened w;
+  dt_tensor *out32 = NULL;
+  dt_status st = widen_args(a, &w);
+  if (st) return st;
+  st = dt__tensor_new(out->ndim, out->shape, DT_F32, &out32);
+  if (!st) st = dt__cpu_attention_f32(&w.a, out32, lse);
+  if (!st) dt__cpu_copy(out, out32);
+  dt_tensor_release(out32);
+  widen_release(&w);
+  return st;
+}
+
+/* The float32 backward for float16 / bfloat16: gs widened too, dq, dk, dv rounded. */
+static dt_status attention_backward_widened(const dt_attention_args *a, const dt_tensor *gs,
+                                            dt_tensor *dq, dt_tensor *dk, dt_tensor *dv) {
+  widened w;
+  dt_tensor *g32 = NULL, *d32[3] = {NULL, NULL, NULL}, *d[3] = {dq, dk, dv};
+  dt_status st = widen_args(a, &w);
+  if (st) return st;
+  st = widen(gs, &g32);
+  for (int i = 0; i < 3 && !st; i++)
+    if (d[i]) st = dt__tensor_new(d[i]->ndim, d[i]->shape, DT_F32, &d32[i]);
+  if (!st) st = dt__cpu_attention_backward_f32(&w.a, g32, d32[0], d32[1], d32[2]);
+  for (int i = 0; i < 3; i++) {
+    if (!st && d[i]) dt__cpu_copy(d[i], d32[i]);
+    dt_tensor_release(d32[i]);
+  }
+  dt_tensor_release(g32);
+  widen_release(&w);
+  return st;
+}
+
 dt_status dt__cpu_attention(const dt_attention_args *a, dt_tensor *out, dt_tensor *lse) {
   int64_t B = a->q->shape[0], H = a->q->shape[1], T = a->q->shape[2];
   if (dt__tensor_numel(out) == 0 && dt__tensor_numel(lse) == 0) return DT_OK;
   if (a->q->dtype == DT_F32 && out->dtype == DT_F32 && lse->dtype == DT_F32)
     return dt__cpu_attention_f32(a, out, lse);
+  if (reduced(a->q->dtype) && lse->dtype == DT_F32) return attention_widened(a, out, lse);
   tiles t;
   dt_status st = tiles_alloc(&t, a->q->shape[3], a->v->shape[3]);
   if (st) return st;
@@ -254,6 +336,7 @@ dt_status dt__cpu_attention_backward(const dt_attention_args *a, const dt_tensor
   if (a->q->dtype == DT_F32 && (!dq || dq->dtype == DT_F32) && (!dk || dk->dtype == DT_F32) &&
       (!dv || dv->dtype == DT_F32))
     return dt__cpu_attention_backward_f32(a, gs, dq, dk, dv);
+  if (reduced(a->q->dtype)) return attention_backward_widened(a, gs, dq, dk, dv);
   tiles t;
   dt_status st = tiles_alloc(&t, E, Ev);
   if (st) return st;
