@@ -158,9 +158,10 @@ Test(grad_accumulation, fsdp_no_sync_until_the_last_microbatch) {
   cr_expect_eq(last.reduce_calls[2], 0);
   cr_expect_eq(last.reduce_bytes[1], big.reduce_bytes[0], "%lld vs %lld",
                (long long)last.reduce_bytes[1], (long long)big.reduce_bytes[0]);
-  /* Never: the optimizer step reduces each gradient once. */
+  /* Never: the optimizer step reduces each gradient once, after the all_reduce on which the
+   * ranks agree that every check passed (a refusal on one rank fails them all). */
   cr_expect_eq(never.reduce_calls[0] + never.reduce_calls[1], 0);
-  cr_expect_eq(never.reduce_calls[2], 4);
+  cr_expect_eq(never.reduce_calls[2], 5);
   /* Each: twice the reductions. */
   cr_expect_eq(each.reduce_calls[0], 4);
   cr_expect_eq(each.reduce_calls[1], 4);

@@ -3,6 +3,8 @@
  * gradients reduced, clip_grad_norm over shards and mesh dims with one all_reduce (replicas
  * counted once), zero_grad, and the errors: nothing is updated unless every check passes. */
 #include <criterion/criterion.h>
+#include <stdatomic.h>
+#include <time.h>
 
 #include "comm_helpers.h"
 
@@ -326,7 +328,8 @@ Test(optim, sharded_state_on_2_3_4_ranks) {
 }
 
 /* A Replicate parameter with a Partial(sum) gradient (data parallelism): the step reduces
- * it (one all_reduce), stores it Replicate, and every rank applies the same update. */
+ * it (one all_reduce, after the one that agrees on the checks), stores it Replicate, and every
+ * rank applies the same update. */
 static dt_status partial_grad_rank(dt_comm *world, void *arg) {
   (void)arg;
   int w = dt_comm_size(world), r = dt_comm_rank(world);
@@ -344,7 +347,7 @@ static dt_status partial_grad_rank(dt_comm *world, void *arg) {
   RANK_OK(dt_comm_ledger_start(&ledger));
   RANK_OK(dt_optimizer_step(opt));
   RANK_OK(dt_comm_ledger_stop(ledger));
-  RANK_CHECK(dt_comm_ledger_count(ledger, "all_reduce") == 1, "%lld all_reduces",
+  RANK_CHECK(dt_comm_ledger_count(ledger, "all_reduce") == 2, "%lld all_reduces",
              (long long)dt_comm_ledger_count(ledger, "all_reduce"));
   dt_comm_ledger_destroy(ledger);
   RANK_OK(dt_tensor_grad(p, &stored));
@@ -523,3 +526,90 @@ static dt_status clip_rank(dt_comm *world, void *arg) {
 }
 
 Test(optim, clip_grad_norm_2x2_mesh_one_all_reduce) { SPAWN_OK(4, clip_rank, NULL); }
+
+/* ---- A refusal on one rank fails every rank at once ---------------------------------------- */
+
+enum { BAD_CLIP, BAD_CLIP_PARTIAL, BAD_STEP, BAD_STEP_SKIP, BAD_STEP_PARTIAL, BAD_CASES };
+
+typedef struct one_bad {
+  int which;
+  atomic_int returned; /* ranks back from the call */
+} one_bad;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Rank 1's gradient (on another mesh object) or parameter (no longer requiring grad) is bad,
+ * rank 0's good (a Replicate parameter, its gradient Replicate, or Partial for the _PARTIAL
+ * cases, whose reduction is a collective). Rank 1 stays in its rank function until rank 0 is
+ * back from its call (5 s at most: leaving earlier would abort rank 0's wait and hide a hang;
+ * rank 0 waited there until then). Both must return an error, rank 0 within a second, naming
+ * rank 1, and nothing is updated. BAD_STEP, a step with nothing to reduce and no
+ * skip_if_nonfinite, communicates nothing (no agreement is added to it): rank 0 updates and
+ * returns at once, rank 1 refuses. */
+static dt_status one_bad_rank(dt_comm *world, void *arg) {
+  one_bad *c = arg;
+  int r = dt_comm_rank(world);
+  dt_mesh *mesh = NULL, *other = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int[]){2}, NULL, &mesh));
+  RANK_OK(dt_mesh_create(world, 1, (int[]){2}, NULL, &other));
+  bool partial = c->which == BAD_CLIP_PARTIAL || c->which == BAD_STEP_PARTIAL;
+  dt_placement R = dt_replicate(), P = dt_partial(DT_REDUCE_SUM);
+  dt_tensor *p = NULL, *local = NULL, *g = NULL;
+  RANK_OK(dist_param(mesh, 1, (int64_t[]){3}, (float[]){1, 2, 3}, &R, &p));
+  dt_optimizer *opt = NULL;
+  RANK_OK(dt_optimizer_create_sgd(1, &p, &(dt_sgd_options){.lr = 1}, &opt));
+  bool bad_grad = c->which == BAD_CLIP || c->which == BAD_CLIP_PARTIAL || partial;
+  RANK_OK(dt_from_data((float[]){3, 0, -4}, 1, (int64_t[]){3}, DT_F32, &local));
+  RANK_OK(
+      dt_dist_from_local(r == 1 && bad_grad ? other : mesh, local, 1, partial ? &P : &R, NULL, &g));
+  RANK_OK(dt_tensor_set_grad(p, g));
+  if (r == 1 && !bad_grad) RANK_OK(dt_tensor_set_requires_grad(p, false));
+  double t0 = now_s(), norm = 0;
+  dt_status st;
+  if (c->which == BAD_CLIP || c->which == BAD_CLIP_PARTIAL) {
+    st = dt_clip_grad_norm(1, &p, 1.0, NULL, &norm);
+  } else {
+    dt_optimizer_step_options so = {.skip_if_nonfinite = c->which == BAD_STEP_SKIP};
+    st = dt_optimizer_step_ex(opt, &so, NULL);
+  }
+  double took = now_s() - t0;
+  char message[300];
+  snprintf(message, sizeof message, "%.299s", dt_last_error());
+  atomic_fetch_add(&c->returned, 1);
+  while (r == 1 && atomic_load(&c->returned) < 2 && now_s() - t0 < 5) {
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  bool local_only = c->which == BAD_STEP && r == 0;
+  RANK_CHECK(local_only ? st == DT_OK : st != DT_OK, "case %d: rank %d: %s", c->which, r,
+             dt_status_string(st));
+  RANK_CHECK(took < 1.0, "case %d: rank %d returned after %.2f s: %s", c->which, r, took, message);
+  if (r == 0 && !local_only)
+    RANK_CHECK(st == DT_ERR_INVALID && strstr(message, "rank 1 refused"), "case %d: %s (%d)",
+               c->which, message, st);
+  double v[3];
+  dt_tensor *mine = NULL;
+  RANK_OK(dt_dist_to_local(p, &mine));
+  RANK_OK(dt_tensor_to_doubles(mine, v, 3));
+  dt_tensor_release(mine);
+  bool updated = v[0] == -2 && v[1] == 2 && v[2] == 7, kept = v[0] == 1 && v[1] == 2 && v[2] == 3;
+  RANK_CHECK(local_only ? updated : kept, "case %d: rank %d holds %g %g %g", c->which, r, v[0],
+             v[1], v[2]);
+  dt_optimizer_destroy(opt);
+  dt_tensor_release(p), dt_tensor_release(local), dt_tensor_release(g);
+  dt_mesh_destroy(other);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(optim, a_refusal_on_one_rank_fails_every_rank_at_once) {
+  for (int which = 0; which < BAD_CASES; which++) {
+    one_bad c = {.which = which};
+    atomic_init(&c.returned, 0);
+    SPAWN_OK(2, one_bad_rank, &c);
+  }
+}

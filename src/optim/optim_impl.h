@@ -23,17 +23,28 @@
 dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params,
                                  bool check_repeats, dt_mesh **mesh);
 
-/* grads[i] = params[i]'s gradient ready for a fused loop (a new reference, NULL when it has
- * none): float32, placed like its parameter, with a contiguous local shard. Checks every
- * gradient before any communication; then reduces Partial gradients (every rank must call)
- * and stores each reduced gradient back as its parameter's .grad. On error every grads[i] is
- * NULL. */
-dt_status dt__optim_resolve_grads(const char *fn, int n, dt_tensor *const *params,
-                                  dt_tensor **grads);
+/* A value of the resolved gradients that sums over the ranks (clip_grad_norm's squares, the
+ * step's count of non-finite gradients); mesh: the parameters' (NULL when all are local). */
+typedef dt_status (*dt__optim_measure)(int n, dt_tensor **grads, dt_mesh *mesh, double *value);
 
-/* Whether any gradient holds NaN or Inf, on any rank of mesh (one all_reduce when mesh is
- * not NULL). */
-dt_status dt__optim_any_nonfinite(dt_mesh *mesh, int n, dt_tensor **grads, bool *any);
+/* Checks the parameters (dt__optim_check_params) and their gradients and makes grads[i]
+ * params[i]'s gradient ready for a fused loop (a new reference, NULL when it has none):
+ * float32, placed like its parameter (Partial gradients reduced, stored back as .grad), with a
+ * contiguous local shard. With distributed parameters, when the call communicates at all
+ * (always_agree, or a gradient to redistribute), the verdict is collective: one all_reduce
+ * over the mesh's world, before any other collective, tells every rank whether one refused
+ * (mine, the caller's own refusal of an argument, counts as one), so that a refusal on one
+ * rank fails every rank at once instead of leaving the others waiting in the next collective
+ * (the refusing rank keeps its message, the others name it). A call that does not communicate
+ * checks locally. measure (may be NULL; only with always_agree when distributed) rides on that
+ * all_reduce when no gradient needs a reduction, else takes one more after the reductions;
+ * *value receives its sum over the ranks. On error every grads[i] is NULL. */
+dt_status dt__optim_prepare(const char *fn, dt_status mine, int n, dt_tensor *const *params,
+                            bool check_repeats, bool always_agree, dt_tensor **grads,
+                            dt_mesh **mesh, dt__optim_measure measure, double *value);
+
+/* measure: 1 when any of this rank's gradients holds NaN or Inf, else 0. */
+dt_status dt__optim_count_nonfinite(int n, dt_tensor **grads, dt_mesh *mesh, double *count);
 
 /* This rank's elements of t: local or the local shard; contiguous float32 (checked before).
  * Host memory, or the device's memory for a tensor on another device (then only that device's

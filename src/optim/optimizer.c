@@ -198,12 +198,14 @@ dt_status dt_optimizer_step_ex(dt_optimizer *opt, const dt_optimizer_step_option
   if (skipped) *skipped = false;
   if (!opt) return dt__error(DT_ERR_INVALID, "%s: opt is NULL", fn);
   dt_optimizer_step_options o = options ? *options : (dt_optimizer_step_options){0};
-  /* Parameters may have been turned into non-leaves or moved since creation: check again. */
+  /* Parameters may have been turned into non-leaves or moved since creation: check again, on
+   * every rank together (the count of ranks with non-finite gradients rides along). */
   dt_mesh *mesh = NULL;
-  dt_status st = dt__optim_check_params(fn, opt->n, opt->params, false, &mesh);
-  if (!st) st = dt__optim_resolve_grads(fn, opt->n, opt->params, opt->grads);
-  bool skip = false;
-  if (!st && o.skip_if_nonfinite) st = dt__optim_any_nonfinite(mesh, opt->n, opt->grads, &skip);
+  double nonfinite = 0.0;
+  dt_status st =
+      dt__optim_prepare(fn, DT_OK, opt->n, opt->params, false, o.skip_if_nonfinite, opt->grads,
+                        &mesh, o.skip_if_nonfinite ? dt__optim_count_nonfinite : NULL, &nonfinite);
+  bool skip = !st && nonfinite != 0.0;
   if (st || skip) {
     dt__optim_release_all(opt->n, opt->grads);
     if (skipped) *skipped = skip;

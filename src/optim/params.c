@@ -154,16 +154,10 @@ static dt_status check_grad(const char *fn, int i, dt_tensor *p, dt_tensor *g, b
   return DT_OK;
 }
 
-dt_status dt__optim_resolve_grads(const char *fn, int n, dt_tensor *const *params,
-                                  dt_tensor **grads) {
-  bool *reduce = dt__calloc(sizeof(bool) * (size_t)n);
-  if (!reduce) return dt__error(DT_ERR_NOMEM, "%s: out of memory for %d parameters", fn, n);
+/* Makes every gradient ready for the fused loops: redistributed to its parameter's placements
+ * where reduce[i] (a collective: every rank in parameter order), else made contiguous. */
+static dt_status fix_grads(int n, dt_tensor *const *params, dt_tensor **grads, const bool *reduce) {
   dt_status st = DT_OK;
-  for (int i = 0; i < n && !st; i++) {
-    st = dt_tensor_grad(params[i], &grads[i]);
-    if (!st && grads[i]) st = check_grad(fn, i, params[i], grads[i], &reduce[i]);
-  }
-  /* Every check passed on this rank: now the reductions, in parameter order on every rank. */
   bool prev = dt_grad_mode_set(false);
   for (int i = 0; i < n && !st; i++) {
     dt_tensor *g = grads[i], *fixed = NULL;
@@ -189,47 +183,134 @@ dt_status dt__optim_resolve_grads(const char *fn, int n, dt_tensor *const *param
     }
   }
   dt_grad_mode_set(prev);
+  return st;
+}
+
+/* The mesh of the first distributed parameter, looked for even when a check failed before the
+ * checks reached it: the refusing rank must join its peers' agreement. */
+static dt_mesh *first_mesh(int n, dt_tensor *const *params) {
+  for (int i = 0; params && i < n; i++)
+    if (params[i] && params[i]->spec) return dt_dist_mesh(params[i]);
+  return NULL;
+}
+
+/* One all_reduce (sum, in double) over mesh's world of this rank's verdict (mine) and its
+ * n_values values, which receive the sums: every rank learns whether one refused, so none is
+ * left waiting in a later collective for a rank that returned. Returns mine, with its own
+ * message, on a rank that refused; DT_ERR_INVALID naming the refusing rank on the others; else
+ * the collective's status. Without a mesh: mine, the values unchanged. */
+static dt_status agree(const char *fn, dt_mesh *mesh, dt_status mine, double *values,
+                       int n_values) {
+  if (!mesh) return mine;
+  dt_comm *world = dt_mesh_world(mesh);
+  double v[2 + 4] = {mine ? 1.0 : 0.0, mine ? (double)dt_comm_rank(world) : 0.0};
+  DT_ASSERT(n_values <= 4);
+  memcpy(v + 2, values, sizeof(double) * (size_t)n_values);
+  char message[512];
+  snprintf(message, sizeof message, "%s", mine ? dt_last_error() : "");
+  dt_tensor *t = NULL;
+  dt_status st = dt_from_data(v, 1, (int64_t[]){2 + n_values}, DT_F64, &t);
+  if (!st) st = dt_comm_all_reduce(world, t, DT_REDUCE_SUM);
+  if (!st) memcpy(v, dt_tensor_data(t), sizeof(double) * (size_t)(2 + n_values));
+  dt_tensor_release(t);
+  if (mine) return dt__error(mine, "%s", message);
+  if (st) return st;
+  memcpy(values, v + 2, sizeof(double) * (size_t)n_values);
+  if (v[0] == 1)
+    return dt__error(DT_ERR_INVALID,
+                     "%s: rank %d refused its parameters or gradients (its error says why); "
+                     "nothing was changed on any rank",
+                     fn, (int)v[1]);
+  if (v[0] > 1)
+    return dt__error(DT_ERR_INVALID,
+                     "%s: %d ranks refused their parameters or gradients (their errors say why); "
+                     "nothing was changed on any rank",
+                     fn, (int)v[0]);
+  return DT_OK;
+}
+
+/* Whether a gradient is placed otherwise than its distributed parameter (then the step
+ * redistributes it: a collective), read without the checks: a rank whose checks failed must
+ * still know whether its peers will communicate, to join their agreement. */
+static bool any_to_reduce(int n, dt_tensor *const *params) {
+  bool any = false;
+  for (int i = 0; params && i < n && !any; i++) {
+    dt_tensor *p = params[i], *g = NULL;
+    if (!p || !p->spec || dt_tensor_grad(p, &g) || !g) continue;
+    int dims = dt_mesh_ndim(dt_dist_mesh(p));
+    any = g->spec && dt_mesh_ndim(dt_dist_mesh(g)) == dims &&
+          !dt__placements_equal(dims, dt_dist_placements(p), dt_dist_placements(g));
+    dt_tensor_release(g);
+  }
+  return any;
+}
+
+dt_status dt__optim_prepare(const char *fn, dt_status mine, int n, dt_tensor *const *params,
+                            bool check_repeats, bool always_agree, dt_tensor **grads,
+                            dt_mesh **mesh, dt__optim_measure measure, double *value) {
+  *value = 0.0;
+  *mesh = NULL;
+  dt_status st = mine ? mine : dt__optim_check_params(fn, n, params, check_repeats, mesh);
+  if (st) *mesh = first_mesh(n, params);
+  bool any = any_to_reduce(n, params), *reduce = NULL;
+  /* The agreement is the call's first collective: a call without one (a step with nothing to
+   * reduce and no skip_if_nonfinite) leaves no peer waiting and needs none. */
+  bool agreeing = *mesh && (always_agree || any);
+  if (!st && !(reduce = dt__calloc(sizeof(bool) * (size_t)n)))
+    st = dt__error(DT_ERR_NOMEM, "%s: out of memory for %d parameters", fn, n);
+  for (int i = 0; i < n && !st; i++) {
+    st = dt_tensor_grad(params[i], &grads[i]);
+    if (!st && grads[i]) st = check_grad(fn, i, params[i], grads[i], &reduce[i]);
+  }
+  /* v: the ranks with gradients to reduce, and the measure, which rides on the agreement when
+   * no rank reduces (their gradients are final: only local copies were made). */
+  double v[2] = {any ? 1.0 : 0.0, 0.0};
+  if (!st && !any) st = fix_grads(n, params, grads, reduce);
+  if (!st && !any && measure) st = measure(n, grads, *mesh, &v[1]);
+  if (agreeing) st = agree(fn, *mesh, st, v, 2);
+  int ranks = agreeing ? dt_comm_size(dt_mesh_world(*mesh)) : 1;
+  if (!st && v[0] != 0 && v[0] != ranks)
+    st = dt__error(DT_ERR_INVALID,
+                   "%s: %d of %d ranks hold gradients placed otherwise than their parameters "
+                   "(every rank must hold the same placements)",
+                   fn, (int)v[0], ranks);
+  if (!st && v[0] == 0) {
+    *value = v[1];
+  } else if (!st) { /* every rank reduces, then measures and sums again */
+    st = fix_grads(n, params, grads, reduce);
+    if (!st && measure) st = measure(n, grads, *mesh, &v[1]);
+    if (measure) st = agree(fn, *mesh, st, &v[1], 1);
+    *value = v[1];
+  }
   dt__free(reduce);
   if (st) dt__optim_release_all(n, grads);
   return st;
 }
 
-/* One value over every rank of the mesh (sum), or the value itself without a mesh. */
-static dt_status all_reduce_sum(dt_mesh *mesh, double *value) {
-  if (!mesh) return DT_OK;
-  dt_tensor *t = NULL;
-  dt_status st = dt_from_data(value, 1, (int64_t[]){1}, DT_F64, &t);
-  if (!st) st = dt_comm_all_reduce(dt_mesh_world(mesh), t, DT_REDUCE_SUM);
-  if (!st) *value = *(const double *)dt_tensor_data(t);
-  dt_tensor_release(t);
-  return st;
-}
-
-dt_status dt__optim_any_nonfinite(dt_mesh *mesh, int n, dt_tensor **grads, bool *any) {
-  double found = 0.0;
-  for (int i = 0; i < n && found == 0.0; i++) {
+dt_status dt__optim_count_nonfinite(int n, dt_tensor **grads, dt_mesh *mesh, double *count) {
+  (void)mesh;
+  *count = 0.0;
+  for (int i = 0; i < n && *count == 0.0; i++) {
     if (!grads[i]) continue;
-    int64_t count;
+    int64_t elements;
     int index;
-    const float *g = dt__optim_floats(grads[i], &count);
+    const float *g = dt__optim_floats(grads[i], &elements);
     const dt_device_routines *r = dt__optim_routines(grads[i], &index);
     if (r) {
       bool bad = false;
-      dt_status st = r->any_nonfinite(index, g, count, &bad);
+      dt_status st = r->any_nonfinite(index, g, elements, &bad);
       if (st) return st;
-      found = bad ? 1.0 : 0.0;
+      *count = bad ? 1.0 : 0.0;
       continue;
     }
-    for (int64_t k = 0; k < count; k++) {
+    for (int64_t k = 0; k < elements; k++) {
       if (!isfinite(g[k])) {
-        found = 1.0;
+        *count = 1.0;
         break;
       }
     }
   }
-  dt_status st = all_reduce_sum(mesh, &found);
-  *any = found != 0.0;
-  return st;
+  return DT_OK;
 }
 
 /* Whether this rank's shard of t is the copy that counts: the rank at coordinate 0 of
@@ -245,29 +326,15 @@ static bool counts_here(dt_tensor *t) {
   return true;
 }
 
-dt_status dt_clip_grad_norm(int n, dt_tensor *const *params, double max_norm,
-                            const dt_clip_grad_options *options, double *total_norm) {
-  static const char fn[] = "dt_clip_grad_norm";
-  dt_clip_grad_options o = options ? *options : (dt_clip_grad_options){0};
-  if (total_norm) *total_norm = 0.0;
-  dt_mesh *mesh = NULL;
-  dt_status st = dt__optim_check_params(fn, n, params, true, &mesh);
-  if (st) return st;
-  /* 0 is PyTorch's too: every gradient becomes 0. A negative max_norm (PyTorch flips the
-   * gradients' signs) or NaN (PyTorch makes them NaN) is refused. */
-  if (!(max_norm >= 0.0)) {
-    return dt__error(DT_ERR_INVALID, "%s: max_norm %g (expected >= 0)", fn, max_norm);
-  }
-  dt_tensor **grads = dt__calloc(sizeof(dt_tensor *) * (size_t)n);
-  if (!grads) return dt__error(DT_ERR_NOMEM, "%s: out of memory for %d parameters", fn, n);
-  st = dt__optim_resolve_grads(fn, n, params, grads);
-  /* Sum of squares of the local shards that count, then one all_reduce for all of them. A
-   * local gradient beside distributed ones counts once: each rank adds its squares divided by
-   * the rank count, so ranks whose local gradients agree (a TP model's LayerNorms) add them
-   * once, and ranks whose local gradients differ still agree on the norm (the mean of their
-   * squares: PyTorch's get_total_norm replicates a plain tensor's norm the same way). */
+/* The squares of the gradients' local shards that count. A local gradient beside distributed
+ * ones counts once: each rank adds its squares divided by the rank count, so ranks whose local
+ * gradients agree (a TP model's LayerNorms) add them once, and ranks whose local gradients
+ * differ still agree on the norm (the mean of their squares: PyTorch's get_total_norm
+ * replicates a plain tensor's norm the same way). */
+static dt_status clip_squares(int n, dt_tensor **grads, dt_mesh *mesh, double *out) {
   int ranks = mesh ? dt_comm_size(dt_mesh_world(mesh)) : 1;
   double squares = 0.0, local_squares = 0.0;
+  dt_status st = DT_OK;
   for (int i = 0; i < n && !st; i++) {
     if (!grads[i] || !counts_here(grads[i])) continue;
     double *sum = grads[i]->spec ? &squares : &local_squares;
@@ -283,8 +350,27 @@ dt_status dt_clip_grad_norm(int n, dt_tensor *const *params, double max_norm,
     }
     for (int64_t k = 0; k < count; k++) *sum += (double)g[k] * (double)g[k];
   }
-  squares += local_squares / ranks;
-  if (!st) st = all_reduce_sum(mesh, &squares);
+  *out = squares + local_squares / ranks;
+  return st;
+}
+
+dt_status dt_clip_grad_norm(int n, dt_tensor *const *params, double max_norm,
+                            const dt_clip_grad_options *options, double *total_norm) {
+  static const char fn[] = "dt_clip_grad_norm";
+  dt_clip_grad_options o = options ? *options : (dt_clip_grad_options){0};
+  if (total_norm) *total_norm = 0.0;
+  dt_status st = DT_OK;
+  /* 0 is PyTorch's too: every gradient becomes 0. A negative max_norm (PyTorch flips the
+   * gradients' signs) or NaN (PyTorch makes them NaN) is refused. */
+  if (!(max_norm >= 0.0))
+    st = dt__error(DT_ERR_INVALID, "%s: max_norm %g (expected >= 0)", fn, max_norm);
+  dt_tensor **grads = dt__calloc(sizeof(dt_tensor *) * (size_t)(n > 0 ? n : 1));
+  if (!grads) return dt__error(DT_ERR_NOMEM, "%s: out of memory for %d parameters", fn, n);
+  /* The checks agreed on by every rank; then the sum of the squares over every rank, on the
+   * same all_reduce when no gradient needs a reduction (else on one after them). */
+  dt_mesh *mesh = NULL;
+  double squares = 0.0;
+  st = dt__optim_prepare(fn, st, n, params, true, true, grads, &mesh, clip_squares, &squares);
   double norm = sqrt(squares);
   if (!st && total_norm) *total_norm = norm;
   if (!st && !isfinite(norm) && o.error_if_nonfinite) {
