@@ -111,6 +111,14 @@ int dt__blas_sync_threads(void) {
   return GEMMS_ON_THE_POOL ? gemm_threads : 1;
 }
 
+void dt__blas_use_own_threads(void) {
+  int want = dt__gemm_threads();
+  pthread_mutex_lock(&threads_lock);
+  vendor_set_threads(want);
+  atomic_store(&applied_threads, GEMMS_ON_THE_POOL ? 0 : want); /* 0: the next sync re-applies */
+  pthread_mutex_unlock(&threads_lock);
+}
+
 const char *dt__blas_better_coretype(void) {
 #if defined(DT_BLAS_OPENBLAS) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   if (getenv("OPENBLAS_CORETYPE") || strcmp(openblas_get_corename(), "Prescott") != 0) return NULL;

@@ -22,6 +22,11 @@ int dt__gemm_threads(void);
  * Cheap when nothing changed (a few atomic loads). */
 int dt__blas_sync_threads(void);
 
+/* For benchmarks that time the BLAS alone against the library's GEMMs: lets the BLAS run on
+ * dt__gemm_threads() threads of its own for the direct calls that follow (the library's next
+ * GEMM sets it back to one thread). Never called by the library itself. */
+void dt__blas_use_own_threads(void);
+
 /* The threads the BLAS itself is set to use now (1 once GEMMs run on the pool; 1 for a
  * generic CBLAS). */
 int dt__blas_threads(void);
