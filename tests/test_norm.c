@@ -102,6 +102,56 @@ Test(softmax, reference_shapes_dims_dtypes_strides) {
   }
 }
 
+/* Packed float32 rows (contiguous, the last dim) take one function for all rows; a narrowed
+ * view of a wider buffer (rows not packed) the line-by-line path. Both give the same bits
+ * (the same maximum, exp and blocked sum), close to the double reference, with the
+ * specials: a NaN of either sign poisons its row, an all -inf row is NaN (as PyTorch), an
+ * +inf takes the row's weight (its exp(inf - inf) is NaN: NaN row, as PyTorch). */
+Test(softmax, packed_rows_match_the_line_path_and_the_reference) {
+  const int64_t rows = 40, n = 256, wide = 300;
+  dt_tensor *buf = ref_random(2, (int64_t[]){rows, wide}, DT_F32, -10, 10, 7);
+  float *p = dt_tensor_data(buf);
+  uint32_t neg_nan_bits = 0xffc00000u;
+  float neg_nan;
+  memcpy(&neg_nan, &neg_nan_bits, sizeof neg_nan);
+  p[1 * wide + 17] = NAN;
+  p[2 * wide + 255] = neg_nan;
+  for (int64_t i = 0; i < n; i++) p[3 * wide + i] = -INFINITY;
+  p[4 * wide + 3] = INFINITY;
+  p[5 * wide + 100] = 1000.0f; /* one term dominates: the rest underflow */
+  p[6 * wide + 0] = -1e30f;
+  dt_tensor *view = NULL, *packed = NULL, *y_view = NULL, *y_packed = NULL;
+  cr_assert_eq(dt_narrow(buf, 1, 0, n, &view), DT_OK);
+  cr_assert_eq(dt_contiguous(view, &packed), DT_OK);
+  cr_assert_eq(dt_softmax(view, 1, &y_view), DT_OK);
+  cr_assert_eq(dt_softmax(packed, -1, &y_packed), DT_OK);
+  const float *a = dt_tensor_data(y_view), *b = dt_tensor_data(y_packed);
+  const float *x = dt_tensor_data(packed);
+  for (int64_t r = 0; r < rows; r++) {
+    double m = -INFINITY, s = 0;
+    bool nan = false;
+    for (int64_t i = 0; i < n; i++) nan |= isnan(x[r * n + i]), m = fmax(m, x[r * n + i]);
+    for (int64_t i = 0; i < n; i++) s += exp((double)x[r * n + i] - m);
+    for (int64_t i = 0; i < n; i++) {
+      int64_t k = r * n + i;
+      cr_assert(memcmp(&a[k], &b[k], sizeof(float)) == 0 || (isnan(a[k]) && isnan(b[k])),
+                "row %lld, %lld: line path %.9g, packed %.9g", (long long)r, (long long)i,
+                (double)a[k], (double)b[k]);
+      double want = exp((double)x[k] - m) / s;
+      if (nan || isinf(m)) {
+        cr_assert(isnan(b[k]), "row %lld: NaN expected, got %.9g", (long long)r, (double)b[k]);
+      } else {
+        /* x - m rounds in float32: half an ulp of |x - m| relative, then a few ulp. */
+        double rel = 4e-7 + 6e-8 * fabs((double)x[k] - m);
+        cr_assert(fabs((double)b[k] - want) <= rel * want + 1e-38, "row %lld, %lld: %.9g vs %.9g",
+                  (long long)r, (long long)i, (double)b[k], want);
+      }
+    }
+  }
+  dt_tensor *all[] = {buf, view, packed, y_view, y_packed};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) dt_tensor_release(all[i]);
+}
+
 /* ---- layer_norm ---------------------------------------------------------------------------- */
 
 Test(layer_norm, hand_computed) {

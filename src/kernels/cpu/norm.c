@@ -66,15 +66,22 @@ typedef struct line_job {
   int dim;
   int64_t len;
   bool take_log;
+  bool packed; /* both contiguous, dim the last: line l at l * len */
 } line_job;
 
 static void softmax_chunk(void *p, int64_t begin, int64_t end) {
   const line_job *j = p;
   const float *abase = (const float *)dt__tensor_base(j->a);
   float *obase = (float *)dt__tensor_base(j->out);
+  int64_t len = j->len;
+  if (j->packed && !j->take_log) {
+    /* Packed lines: line l at l * len, no division per line for the offsets. */
+    dt__rows_softmax_f32(abase + begin * len, obase + begin * len, end - begin, len);
+    return;
+  }
   for (int64_t l = begin; l < end; l++) {
     softmax_f32_line(abase + dt__line_offset(j->a, j->dim, j->dim + 1, l),
-                     obase + dt__line_offset(j->out, j->dim, j->dim + 1, l), j->len, j->take_log);
+                     obase + dt__line_offset(j->out, j->dim, j->dim + 1, l), len, j->take_log);
   }
 }
 
@@ -104,7 +111,11 @@ dt_status dt__cpu_softmax(const dt_tensor *a, int dim, bool take_log, dt_tensor 
   bool fast = a->dtype == DT_F32 && out->dtype == DT_F32 && (in_stride == 1 || len == 1) &&
               (out_stride == 1 || len == 1);
   if (fast) {
-    line_job j = {.a = a, .out = out, .dim = dim, .len = len, .take_log = take_log};
+    bool packed = dt__is_contiguous(a->ndim, a->shape, a->strides) &&
+                  dt__is_contiguous(out->ndim, out->shape, out->strides) &&
+                  (scalar || dim == a->ndim - 1);
+    line_job j = {
+        .a = a, .out = out, .dim = dim, .len = len, .take_log = take_log, .packed = packed};
     dt__parallel_for(lines, dt__lines_grain(len), softmax_chunk, &j);
     return DT_OK;
   }

@@ -97,3 +97,30 @@ DT_VECTOR_CLONES static float exp_store_sum(const float *x, float m, float *y, i
 float dt__row_exp_sum_f32(const float *x, float m, float *y, int64_t n) {
   return y ? exp_store_sum(x, m, y, n) : exp_sum_only(x, m, n);
 }
+
+/* ---- softmax over packed rows --------------------------------------------------------------- */
+
+/* The keys' maximum (dt__row_max_f32's order) without its NaN pass: a NaN with the sign clear
+ * orders above +inf and becomes the maximum, one with the sign set below -inf and is passed
+ * over; either way the softmax's exp and sum turn NaN, as they should. */
+DT_VECTOR_INLINE float row_key_max(const float *x, int64_t n) {
+  int32_t m = order_key((int32_t)dt__f32_to_bits(-INFINITY));
+  for (int64_t i = 0; i < n; i++) {
+    int32_t key = order_key((int32_t)dt__f32_to_bits(x[i]));
+    m = key > m ? key : m;
+  }
+  return dt__bits_to_f32((uint32_t)order_key(m));
+}
+
+DT_VECTOR_INLINE float row_exp_store_sum(const float *x, float m, float *y, int64_t n) {
+  BLOCKED_SUM(n, y[j] = dt__exp_nonpositive_f32(x[j] - m));
+}
+
+DT_VECTOR_CLONES void dt__rows_softmax_f32(const float *x, float *y, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    float inv = 1.0f / row_exp_store_sum(xr, row_key_max(xr, n), yr, n);
+    for (int64_t i = 0; i < n; i++) yr[i] *= inv;
+  }
+}

@@ -22,6 +22,12 @@ float dt__row_sum_f32(const float *x, int64_t n);
 /* y[i] = exp(x[i] - m) (y may be x, or NULL to store nothing) and the sum of those terms. */
 float dt__row_exp_sum_f32(const float *x, float m, float *y, int64_t n);
 
+/* The softmax of each of `rows` packed rows of n elements (row r at x + r n, y + r n): y =
+ * exp(x - max) / sum, with dt__row_exp_sum_f32's bits. One function for all the rows, with
+ * the maximum and the exp inlined: nothing is called per row (short rows, as attention's
+ * 256, paid two calls and the NaN pass of dt__row_max_f32, which the exp's NaN covers). */
+void dt__rows_softmax_f32(const float *x, float *y, int64_t rows, int64_t n);
+
 /* The sum of a[i] * b[i]. */
 float dt__row_dot_f32(const float *a, const float *b, int64_t n);
 

@@ -50,12 +50,11 @@ static inline DT_HOST_DEVICE float dt__exp_reduced_f32(float r) {
   return p;
 }
 
-/* e^x = 2^n * e^r with n = round(x / ln 2) and |r| <= ln(2)/2 (the reduction by fmaf, ln 2
- * in a head and a tail); e^r by dt__exp_reduced_f32. 2^n is applied in two halves so that results
- * in the subnormal range round once. NaN passes through the clamps and the arithmetic. */
-static inline DT_HOST_DEVICE float dt__exp_f32(float x) {
-  float xc = dt__select_f32(x < -104.0f, -104.0f, x);
-  xc = dt__select_f32(xc > 89.0f, 89.0f, xc);
+/* e^x for x clamped to [-104, 89] (or NaN): 2^n * e^r with n = round(x / ln 2) and |r| <= ln(2)/2
+ * (the reduction by fmaf, ln 2 in a head and a tail); e^r by dt__exp_reduced_f32. 2^n is applied in
+ * two halves so that results in the subnormal range round once. NaN passes through the clamps and
+ * the arithmetic. */
+static inline DT_HOST_DEVICE float dt__exp_clamped_f32(float xc) {
   const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
   float t = fmaf(xc, 1.44269504f, magic);
   float n = t - magic;
@@ -66,6 +65,17 @@ static inline DT_HOST_DEVICE float dt__exp_f32(float x) {
   int32_t n1 = ni / 2, n2 = ni - n1;
   return p * dt__bits_to_f32((uint32_t)(n1 + 127) << 23) *
          dt__bits_to_f32((uint32_t)(n2 + 127) << 23);
+}
+
+static inline DT_HOST_DEVICE float dt__exp_f32(float x) {
+  float xc = dt__select_f32(x < -104.0f, -104.0f, x);
+  return dt__exp_clamped_f32(dt__select_f32(xc > 89.0f, 89.0f, xc));
+}
+
+/* dt__exp_f32 for x <= 0 or NaN (x - max in a softmax): the same bits without the upper
+ * clamp, which cannot apply. */
+static inline DT_HOST_DEVICE float dt__exp_nonpositive_f32(float x) {
+  return dt__exp_clamped_f32(dt__select_f32(x < -104.0f, -104.0f, x));
 }
 
 /* log x = e ln 2 + log m with m in [sqrt(1/2), sqrt(2)); log m = 2 atanh(s), s = (m-1)/(m+1),
