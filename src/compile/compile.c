@@ -422,7 +422,8 @@ dt_status dt_compiled_to_string(const dt_compiled *c, int i, char **out) {
       }
       put(&t, "]");
       if (v->fused && v->fused[j].same_as > 0)
-        put(&t, " = %%%s (common subexpression)", v->g->nodes[v->fused[j].same_as - 1].name);
+        put(&t, " = %%%s (%s)", v->g->nodes[v->fused[j].same_as - 1].name,
+            v->fused[j].identity ? "a reshape to its own dims" : "common subexpression");
       if (v->placements[j] && k == 0) {
         if (n->kind == DT_NODE_CALL)
           put(&t, v->dist_plain[j] ? " on the shards" : " planned per call");

@@ -213,6 +213,7 @@ typedef struct dt_compile_fused {
   dt_op_kernel_fn kernel; /* NULL: the op's own */
   double scalar;          /* the kernel's scalars[0] */
   int same_as;            /* > 0: folded as equal to node same_as - 1 (compile/cse.c) */
+  bool identity;          /* same_as is the input of this reshape to its own dims */
 } dt_compile_fused;
 
 typedef struct dt_compile_variant {

@@ -5,6 +5,8 @@
  * is not run. mse's backward, for one, multiplies the expanded gradient by the difference
  * twice (mul(expand, sub) for each side of sub * sub).
  *
+ * A reshape or view to its input's own dims is folded the same way (its readers read the input).
+ *
  * Merged only when it is certain to give the same bits: local single-output compute calls, no
  * random op (each call draws other numbers), no tensor list, and no in-place call anywhere after
  * the earlier one (it could change an input between the two, or the earlier value before the
@@ -75,6 +77,28 @@ static void redirect(dt_graph *g, int from, int to) {
   }
 }
 
+/* A reshape or view to the dims its input already has (linear's backward reshapes its
+ * gradient with -1 rows) is the input itself, in the same geometry: its readers read the
+ * input. returned: the nodes the outputs list. */
+static void fold_identity_views(dt_compile_variant *v, const bool *returned) {
+  dt_graph *g = v->g;
+  for (int j = 0; j < g->n_nodes; j++) {
+    const dt_node *nd = &g->nodes[j];
+    if (nd->kind != DT_NODE_CALL || returned[j] || v->placements[j] || v->fused[j].folded ||
+        (nd->target != DT_OP_RESHAPE && nd->target != DT_OP_VIEW) || nd->inputs[0] < 0)
+      continue;
+    int x = nd->inputs[0];
+    const dt_value_type *tx = &g->nodes[x].types[0], *tj = &nd->types[0];
+    if (v->placements[x] || g->nodes[x].is_tuple || tx->dtype != tj->dtype ||
+        tx->ndim != tj->ndim || memcmp(v->dims[x], v->dims[j], sizeof(int) * (size_t)tj->ndim))
+      continue;
+    redirect(g, j, x);
+    v->fused[j].folded = true;
+    v->fused[j].same_as = x + 1;
+    v->fused[j].identity = true;
+  }
+}
+
 dt_status dt__compile_cse(dt_compile_variant *v) {
   dt_graph *g = v->g;
   int n = g->n_nodes, last_inplace = -1;
@@ -96,6 +120,7 @@ dt_status dt__compile_cse(dt_compile_variant *v) {
   for (int k = 0; k < cap; k++) table[k] = -1;
   int o = dt__graph_output_node(g);
   for (int k = 0; o >= 0 && k < g->nodes[o].n_list; k++) returned[g->nodes[o].list[k]] = true;
+  fold_identity_views(v, returned);
   for (int j = last_inplace + 1; j < n; j++) {
     if (!candidate(v, j)) continue;
     size_t slot = (size_t)(hash_call(&g->nodes[j]) & (uint64_t)(cap - 1));

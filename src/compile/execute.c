@@ -113,7 +113,7 @@ static dt_status plan_views(dt_compile_variant *v, const bool *escapes, bool *ba
       v->view_direct[i] = true;
       continue;
     }
-    if (v->direct[i] || v->fused[i].folded) continue;
+    if (v->direct[i] || v->fused[i].folded || nd->kind == DT_NODE_OUTPUT) continue;
     for (int k = 0; k < nd->n_inputs; k++) {
       if (nd->inputs[k] >= 0) bad_reader[nd->inputs[k]] = true;
     }

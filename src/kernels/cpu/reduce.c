@@ -240,13 +240,24 @@ DT_VECTOR_CLONES
 static void reduce_f32_column_chunk(dt_cpu_reduce_kind kind, const float *restrict p, int64_t rows,
                                     int64_t cols, int64_t c0, int64_t w, float *restrict out) {
   if (kind == DT_CPU_SUM || kind == DT_CPU_MEAN) {
-    double sums[COLUMN_CHUNK] = {0};
-    for (int64_t r = 0; r < rows; r++) {
-      const float *restrict row = p + r * cols + c0;
-      for (int64_t j = 0; j < w; j++) sums[j] += row[j];
-    }
+    /* 16 columns at a time down all the rows, their sums held in registers (a block of the
+     * sums in memory was loaded and stored again for every row); each column still adds its
+     * rows in order, in double. */
     double div = kind == DT_CPU_MEAN ? (double)rows : 1.0;
-    for (int64_t j = 0; j < w; j++) out[c0 + j] = (float)(sums[j] / div);
+    int64_t j = 0;
+    for (; j + 16 <= w; j += 16) {
+      double sums[16] = {0};
+      for (int64_t r = 0; r < rows; r++) {
+        const float *restrict row = p + r * cols + c0 + j;
+        for (int k = 0; k < 16; k++) sums[k] += row[k];
+      }
+      for (int k = 0; k < 16; k++) out[c0 + j + k] = (float)(sums[k] / div);
+    }
+    for (; j < w; j++) {
+      double sum = 0;
+      for (int64_t r = 0; r < rows; r++) sum += p[r * cols + c0 + j];
+      out[c0 + j] = (float)(sum / div);
+    }
   } else {
     float *o = out + c0;
     for (int64_t j = 0; j < w; j++) o[j] = p[c0 + j];
