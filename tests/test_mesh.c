@@ -220,6 +220,40 @@ Test(mesh, spawn_reports_groups_a_kept_tensor_holds) {
   log_capture_stop();
 }
 
+/* dt_mesh_destroy twice while a tensor still holds the mesh: the second call is reported and
+ * ignored (it dropped the tensor's reference, so the mesh was freed under the tensor, which
+ * then used and released freed memory); the tensor still works and frees the mesh. */
+Test(mesh, a_second_destroy_while_tensors_hold_it_is_ignored) {
+  dt_comm *world = NULL;
+  dt_comm_options o = {.backend = "fake", .rank = 0, .world_size = 2};
+  cr_assert_eq(dt_comm_init(&o, &world), DT_OK, "%s", dt_last_error());
+  dt_mesh *mesh = NULL;
+  dt_tensor *local = NULL, *d = NULL, *twice = NULL;
+  cr_assert_eq(dt_mesh_create(world, 1, (int[]){2}, NULL, &mesh), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_full(1, (int64_t[]){3}, 2.0, DT_F32, &local), DT_OK);
+  cr_assert_eq(dt_dist_from_local(mesh, local, 1, (dt_placement[]){dt_replicate()}, NULL, &d),
+               DT_OK, "%s", dt_last_error());
+  log_capture_start();
+  dt_mesh_destroy(mesh);
+  cr_assert_eq(warnings, 0, "%s", last_warning);
+  dt_mesh_destroy(mesh);
+  cr_assert_eq(warnings, 1);
+  cr_assert(strstr(last_warning, "dt_mesh_destroy: mesh (2)") &&
+                strstr(last_warning, "already destroyed; ignored"),
+            "%s", last_warning);
+  cr_assert_eq(dt_dist_mesh(d), mesh);
+  cr_assert_eq(dt_add(d, d, &twice), DT_OK, "%s", dt_last_error());
+  double v[3];
+  dt_tensor *lt = NULL;
+  cr_assert_eq(dt_dist_to_local(twice, &lt), DT_OK);
+  cr_assert_eq(dt_tensor_to_doubles(lt, v, 3), DT_OK);
+  cr_assert(v[0] == 4 && v[1] == 4 && v[2] == 4, "%g %g %g", v[0], v[1], v[2]);
+  dt_tensor_release(lt), dt_tensor_release(twice), dt_tensor_release(d), dt_tensor_release(local);
+  dt_comm_destroy(world); /* no warning: the mesh is gone with its last tensor */
+  cr_assert_eq(warnings, 1, "%s", last_warning);
+  log_capture_stop();
+}
+
 /* A world destroyed before a mesh made on it (the world must outlive its meshes): reported,
  * naming the group, the rank and the count; a world whose meshes are gone says nothing. */
 Test(mesh, destroying_the_world_first_is_reported) {

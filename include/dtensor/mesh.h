@@ -81,7 +81,10 @@ DT_API dt_device dt_mesh_device(const dt_mesh *mesh);
 
 /* Drops the caller's reference (not collective). The mesh and its per-dimension groups (not
  * the world) are freed now if no distributed tensor refers to it, else when the last one is
- * released. Call it once per dt_mesh_create. NULL is allowed. */
+ * released. Call it once per dt_mesh_create. NULL is allowed. A second call while distributed
+ * tensors still hold the mesh is reported through the log callback (DT_LOG_WARN) and ignored;
+ * after the mesh is freed the handle is gone and a second call is undefined behaviour (no
+ * check can read freed memory). */
 DT_API void dt_mesh_destroy(dt_mesh *mesh);
 
 /* Writes "mesh (dp=2, tp=2)" (named dims) or "mesh (2, 2)" into buf, truncated to size, and

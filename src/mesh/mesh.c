@@ -149,7 +149,18 @@ bool dt__mesh_user_destroyed(const dt_mesh *mesh) {
 
 void dt_mesh_destroy(dt_mesh *mesh) {
   if (!mesh) return;
-  if (!atomic_exchange(&mesh->user_destroyed, true)) mesh->world->meshes_live--;
+  /* A second call while distributed tensors keep the mesh alive would drop one of their
+   * references (and free the mesh under them): reported and ignored. Once the last reference
+   * has gone the handle is freed memory, which no check can read: the caller must call once. */
+  if (atomic_exchange(&mesh->user_destroyed, true)) {
+    char buf[128];
+    dt__log(DT_LOG_WARN,
+            "dt_mesh_destroy: %s (id %llu) was already destroyed; ignored (call it once per "
+            "dt_mesh_create: after its last tensor is released a second call is undefined)",
+            dt_mesh_format(mesh, buf, sizeof buf), (unsigned long long)mesh->id);
+    return;
+  }
+  mesh->world->meshes_live--;
   /* This thread's cached plans hold specs on the mesh: drop them so the mesh is freed as
    * soon as its last tensor is, not when the thread exits. */
   if (dt__upcall.mesh_destroyed) dt__upcall.mesh_destroyed(mesh);
