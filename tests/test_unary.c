@@ -119,6 +119,32 @@ Test(unary, f32_approximations_are_accurate) {
   sweep(dt_gelu, ref_gelu, -9, 9, 20001, false, 1e-5, 1e-38); /* same for x / sqrt(2) */
 }
 
+/* gelu keeps the sign of a zero (x Phi(x): -0 * 1/2 is -0, as PyTorch's), in the vector loop's
+ * runs (with and without a run beyond 3.75 to patch) and a strided input. */
+Test(unary, gelu_of_signed_zeros) {
+  enum { N = 1100 };
+  float v[N];
+  for (int i = 0; i < N; i++) v[i] = i % 2 ? -0.0f : 0.0f;
+  v[700] = -5.0f; /* the second run of 512 takes the tail formula's patch */
+  dt_tensor *a = NULL, *s = NULL, *out = NULL, *out_s = NULL;
+  cr_assert_eq(dt_from_data(v, 1, (int64_t[]){N}, DT_F32, &a), DT_OK);
+  cr_assert_eq(dt_slice(a, 0, 1, N, 2, &s), DT_OK); /* the -0s, strided */
+  cr_assert_eq(dt_gelu(a, &out), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_gelu(s, &out_s), DT_OK, "%s", dt_last_error());
+  const float *o = dt_tensor_data(out), *os = dt_tensor_data(out_s);
+  for (int i = 0; i < N; i++) {
+    if (i == 700) continue;
+    cr_assert(o[i] == 0.0f && signbit(o[i]) == signbit(v[i]), "gelu(%s0) at %d gave %g",
+              signbit(v[i]) ? "-" : "+", i, (double)o[i]);
+  }
+  cr_assert(fabs(o[700] - 5.0 * -0.5 * erfc(5.0 / sqrt(2.0))) < 1e-12);
+  for (int i = 0; i < N / 2; i++) {
+    if (2 * i + 1 == 700) continue;
+    cr_assert(os[i] == 0.0f && signbit(os[i]), "strided gelu(-0) at %d gave %g", i, (double)os[i]);
+  }
+  dt_tensor_release(a), dt_tensor_release(s), dt_tensor_release(out), dt_tensor_release(out_s);
+}
+
 Test(unary, hand_computed_and_special_values) {
   int64_t shape[] = {6};
   dt_tensor *a = ref_tensor(1, shape, DT_F32, (double[]){0, 1, -1, INFINITY, -INFINITY, NAN});

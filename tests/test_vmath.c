@@ -96,7 +96,9 @@ Test(vmath, gelu_within_5_ulp) {
   CHECK(gelu_f, gelu_d, -13.0, 13.0, 7);
   CHECK(gelu_f, gelu_d, -4.5, -3.5, 7); /* both sides of the switch at |x| = 3.75 */
   CHECK(gelu_f, gelu_d, 3.5, 4.5, 7);
-  cr_assert_eq(dt__gelu_f32(0.0f), 0.0f);
+  cr_assert(dt__gelu_f32(0.0f) == 0.0f && !signbit(dt__gelu_f32(0.0f)));
+  cr_assert(dt__gelu_f32(-0.0f) == 0.0f && signbit(dt__gelu_f32(-0.0f)), "-0 * Phi(-0) is -0");
+  cr_assert(signbit(dt__gelu_central_f32(-0.0f)) && !signbit(dt__gelu_central_f32(0.0f)));
   cr_assert(isnan(dt__gelu_f32(NAN)));
   cr_assert_eq(dt__gelu_f32(INFINITY), INFINITY);
   cr_assert(isnan(dt__gelu_f32(-INFINITY))); /* -inf * 0, as PyTorch */

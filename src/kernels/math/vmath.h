@@ -234,10 +234,11 @@ static inline DT_HOST_DEVICE float dt__normal_cdf_central_neg_f32(float a) {
 }
 
 /* GELU, x Phi(x), for |x| <= 3.75: relu(x) - |x| Phi(-|x|) in one fmaf (x Phi(x) for x < 0,
- * x (1 - Phi(-x)) above; no cancellation: Phi(-|x|) <= 1/2). */
+ * x (1 - Phi(-x)) above; no cancellation: Phi(-|x|) <= 1/2). relu's part is x * 0 (a zero of
+ * x's sign) for x <= 0, so that -0 gives -0 as x Phi(x) does (+0 added to -0 gave +0). */
 static inline DT_HOST_DEVICE float dt__gelu_central_f32(float x) {
   float a = fabsf(x);
-  return fmaf(-a, dt__normal_cdf_central_neg_f32(a), dt__select_f32(x > 0.0f, x, 0.0f));
+  return fmaf(-a, dt__normal_cdf_central_neg_f32(a), dt__select_f32(x > 0.0f, x, x * 0.0f));
 }
 
 #endif /* DT_KERNELS_MATH_VMATH_H */
