@@ -147,7 +147,9 @@ __global__ void dt_cuda_attn_forward_kernel(dt_cuda_attn a) {
     if (threadIdx.x == 0) {
       int64_t off = b * a.lse.strides[0] + h * a.lse.strides[1] + i * a.lse.strides[2];
       dt__elem_store_f64(a.lse.dtype, a.lse.data + off * dt_cuda_esize(a.lse.dtype),
-                         l > 0 ? m + log(l) : -INFINITY);
+                         l > 0    ? m + log(l)
+                         : l == 0 ? -INFINITY
+                                  : NAN); /* NaN: as the CPU's */
     }
     __syncthreads();
   }
