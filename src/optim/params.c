@@ -252,16 +252,18 @@ dt_status dt__optim_prepare(const char *fn, dt_status mine, int n, dt_tensor *co
   *mesh = NULL;
   dt_status st = mine ? mine : dt__optim_check_params(fn, n, params, check_repeats, mesh);
   if (st) *mesh = first_mesh(n, params);
-  bool any = any_to_reduce(n, params), *reduce = NULL;
-  /* The agreement is the call's first collective: a call without one (a step with nothing to
-   * reduce and no skip_if_nonfinite) leaves no peer waiting and needs none. */
-  bool agreeing = *mesh && (always_agree || any);
+  bool *reduce = NULL, any = false;
   if (!st && !(reduce = dt__calloc(sizeof(bool) * (size_t)n)))
     st = dt__error(DT_ERR_NOMEM, "%s: out of memory for %d parameters", fn, n);
   for (int i = 0; i < n && !st; i++) {
     st = dt_tensor_grad(params[i], &grads[i]);
     if (!st && grads[i]) st = check_grad(fn, i, params[i], grads[i], &reduce[i]);
+    any = any || reduce[i];
   }
+  if (st) any = any_to_reduce(n, params); /* the checks stopped early: read past them */
+  /* The agreement is the call's first collective: a call without one (a step with nothing to
+   * reduce and no skip_if_nonfinite) leaves no peer waiting and needs none. */
+  bool agreeing = *mesh && (always_agree || any);
   /* v: the ranks with gradients to reduce, and the measure, which rides on the agreement when
    * no rank reduces (their gradients are final: only local copies were made). */
   double v[2] = {any ? 1.0 : 0.0, 0.0};
