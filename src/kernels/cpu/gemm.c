@@ -20,7 +20,6 @@ typedef struct blas_layout {
 } blas_layout;
 
 static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Element (i, j) lives at i*rs + j*cs. CBLAS can address it when one stride is 1 and the
  * other is a valid leading dimension. The stride of a size-1 dim is never used, so any
@@ -247,9 +246,12 @@ static bool bias_is_row(const dt_tensor *c, const dt_tensor *bias) {
 /* Below this many multiply-adds (about 20 us of sgemm on one core) a GEMM runs on its caller
  * alone: waking a pool thread costs 10-30 us. */
 #define GEMM_SPLIT_MIN ((int64_t)1 << 22)
-/* Blocks of a split GEMM start at multiples of this many rows or columns (whole panels of
- * the BLAS's micro-kernels). */
-#define GEMM_SPLIT_ALIGN 64
+/* Blocks of a split GEMM start at multiples of this many rows or columns, so that they cover
+ * whole panels of the BLAS's micro-kernels, whose tiles then compute each element as the
+ * unsplit product does: the same bits on 1 and N threads. 96 is a multiple of every panel
+ * width of OpenBLAS's x86-64 sgemm and dgemm kernels (4, 6, 8, 12, 16, 24, 32; with Haswell's
+ * kernels a split at 32 changed the last bits of the elements around it). */
+#define GEMM_SPLIT_ALIGN 96
 
 /* How C starts before alpha * AB is added: as it is (beta given: the caller prepared it),
  * zeroed, or holding the bias row in every row (then beta scales the bias). */
@@ -270,7 +272,8 @@ typedef struct gemm_plan {
   char *pc;
   const dt_tensor *ta, *tb, *c; /* batched: the operands walked */
   bool batched, by_rows;
-  int64_t block; /* rows or columns per block (one matrix), matrices per block (batched) */
+  int64_t block;  /* rows or columns per block (one matrix), matrices per block (batched) */
+  int64_t blocks; /* the last block takes the rest */
 } gemm_plan;
 
 /* Rows [r0, r1) x columns [c0, c1) of one matrix's product: C's block started as planned,
@@ -310,10 +313,11 @@ static void gemm_matrices(const gemm_plan *p, int64_t first, int64_t end) {
 static void gemm_chunk(void *ctx, int64_t begin, int64_t end) {
   const gemm_plan *p = ctx;
   if (p->batched) {
-    gemm_matrices(p, begin * p->block, min64(end * p->block, batch_count(p->c)));
+    gemm_matrices(p, begin * p->block, end == p->blocks ? batch_count(p->c) : end * p->block);
     return;
   }
-  int64_t lo = begin * p->block, hi = min64(end * p->block, p->by_rows ? p->n : p->m);
+  int64_t lo = begin * p->block,
+          hi = end == p->blocks ? (p->by_rows ? p->n : p->m) : end * p->block;
   if (p->by_rows) {
     gemm_block(p, p->pa, p->pb, p->pc, lo, hi, 0, p->m);
   } else {
@@ -323,28 +327,35 @@ static void gemm_chunk(void *ctx, int64_t begin, int64_t end) {
 
 /* Runs the plan on up to `threads` threads of the pool (the BLAS itself on one thread in
  * each block, see dt__blas_sync_threads): a batch by runs of whole matrices, one matrix by
- * runs of rows or columns (the longer side), each block at least GEMM_SPLIT_MIN
- * multiply-adds. Each element of C is computed by one BLAS call over the whole k, as without
- * the split. */
+ * runs of rows (one row: of columns), about GEMM_SPLIT_MIN multiply-adds per block at
+ * least. Blocks of one matrix start at multiples of GEMM_SPLIT_ALIGN, the last one taking
+ * the rest, so that every block runs the BLAS's regular path over the same micro-kernel
+ * panels as the whole product would. */
 static void gemm_run(gemm_plan *p, int threads) {
-  int64_t per = p->n * p->m * p->k, count = p->batched ? batch_count(p->c) : 1;
-  int64_t most = per * count / GEMM_SPLIT_MIN;
-  int64_t blocks = threads < most ? threads : most;
+  int64_t count = p->batched ? batch_count(p->c) : 1;
+  double work = (double)p->n * (double)p->m * (double)p->k * (double)count;
+  int64_t blocks = work / GEMM_SPLIT_MIN < threads ? (int64_t)(work / GEMM_SPLIT_MIN) : threads;
   if (p->batched) {
     if (blocks > count) blocks = count;
-    p->block = blocks > 1 ? (count + blocks - 1) / blocks : count;
-    dt__parallel_for((count + p->block - 1) / p->block, 1, gemm_chunk, p);
-    return;
+    if (blocks < 1) blocks = 1;
+    p->block = (count + blocks - 1) / blocks;
+    p->blocks = (count + p->block - 1) / p->block;
+  } else {
+    /* Rows (whole panels of the column-major N the BLAS sees) keep the bits; a split of the
+     * columns changes how some kernels (OpenBLAS's Haswell and Zen sgemm) cut the M panels,
+     * and with them the last bits: only a matrix-vector product (one row) splits its columns,
+     * a product of too few rows to split runs whole. */
+    p->by_rows = p->n > 1;
+    int64_t side = p->by_rows ? p->n : p->m;
+    if (blocks > side / GEMM_SPLIT_ALIGN) blocks = side / GEMM_SPLIT_ALIGN;
+    if (blocks < 1) blocks = 1;
+    /* the nearest multiple of the alignment to an even share; the last block takes the rest */
+    p->block = (side / blocks + GEMM_SPLIT_ALIGN / 2) / GEMM_SPLIT_ALIGN * GEMM_SPLIT_ALIGN;
+    while (blocks > 1 && (blocks - 1) * p->block >= side) blocks--;
+    if (blocks == 1) p->block = side;
+    p->blocks = blocks;
   }
-  p->by_rows = p->n >= p->m;
-  int64_t side = p->by_rows ? p->n : p->m;
-  if (blocks > side / GEMM_SPLIT_ALIGN) blocks = side / GEMM_SPLIT_ALIGN;
-  p->block = side;
-  if (blocks > 1) {
-    p->block = (side + blocks - 1) / blocks;
-    p->block = (p->block + GEMM_SPLIT_ALIGN - 1) / GEMM_SPLIT_ALIGN * GEMM_SPLIT_ALIGN;
-  }
-  dt__parallel_for((side + p->block - 1) / p->block, 1, gemm_chunk, p);
+  dt__parallel_for(p->blocks, 1, gemm_chunk, p);
 }
 
 static dt_status float_matmul(const dt_tensor *a, const dt_tensor *b, const dt_tensor *bias,
