@@ -266,3 +266,53 @@ Test(compile_cse, mse_backward_multiplies_once) {
   dt_compiled_destroy(c);
   for (int k = 0; k < 4; k++) dt_tensor_release(params[k]);
 }
+
+/* -(x * expand(s) + x * expand(s)): after the merge, add(p, p) of a product by one element runs as
+ * one loop (compile/fuse.c); its bits against eager's two kernels with signed zeros,
+ * infinities, NaN and an overflowing doubling. */
+static dt_status doubled(void *user, int n_in, dt_tensor *const *in, int n_out, dt_tensor **out) {
+  (void)user, (void)n_in, (void)n_out;
+  dt_tensor *e = NULL, *m1 = NULL, *m2 = NULL, *sum = NULL;
+  dt_status st = dt_expand(in[1], 2, (int64_t[]){-1, dt_tensor_size(in[0], 1)}, &e);
+  if (!st) st = dt_mul(in[0], e, &m1);
+  if (!st) st = dt_mul(in[0], e, &m2);
+  if (!st) st = dt_add(m1, m2, &sum);
+  if (!st) st = dt_neg(sum, &out[0]); /* the sum itself is not returned: it may be rewritten */
+  dt_tensor *all[] = {e, m1, m2, sum};
+  for (int k = 0; k < 4; k++) dt_tensor_release(all[k]);
+  return st;
+}
+
+Test(compile_cse, doubled_product_keeps_eager_bits) {
+  dt_compile_mark marks[1] = {{.input = 0, .dim = 0, .dynamic = true}};
+  dt_compiled *c = NULL;
+  cr_assert_eq(
+      dt_compile(doubled, NULL, 2, 1, &(dt_compile_options){.n_marks = 1, .marks = marks}, &c),
+      DT_OK);
+  static const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3e38f, -1.5f, 7.25f};
+  static const float scales[] = {-0.5f, 0.0f, 3e38f};
+  static const int64_t rows[] = {3, 5, 1};
+  for (int s = 0; s < 3; s++) {
+    dt_tensor *x = ramp(2, (int64_t[]){rows[s], 9}, 3 + s), *u = NULL, *got = NULL, *want = NULL;
+    float *px = dt_tensor_data(x);
+    for (int k = 0; k < 8; k++) px[(k * 5 + s) % (rows[s] * 9)] = specials[k];
+    cr_assert_eq(dt_full(2, (int64_t[]){1, 1}, scales[s], DT_F32, &u), DT_OK);
+    dt_tensor *in[2] = {x, u};
+    cr_assert_eq(dt_compiled_call(c, 2, in, 1, &got), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(doubled(NULL, 2, in, 1, &want), DT_OK);
+    cr_assert(bitwise_equal(got, want), "compiled equals eager at %lld rows", (long long)rows[s]);
+    const float *pg = dt_tensor_data(got);
+    for (int64_t i = 0; i < rows[s] * 9; i++) {
+      float q = px[i] * scales[s], e = -(q + q);
+      cr_assert(memcmp(&pg[i], &e, sizeof e) == 0 || (isnan(pg[i]) && isnan(e)),
+                "element %lld: %g, naive %g", (long long)i, pg[i], e);
+    }
+    dt_tensor *all[] = {x, u, got, want};
+    for (int k = 0; k < 4; k++) dt_tensor_release(all[k]);
+  }
+  char *text = variant_text(c);
+  cr_assert_eq(count_of(text, "(common subexpression)"), 1, "%s", text);
+  dt_free(text);
+  assert_one_compile(c);
+  dt_compiled_destroy(c);
+}

@@ -10,6 +10,8 @@
  * - A mul or add (alpha 1) with an operand expanded from one element (the backward of mean and
  *   of the losses' mean): the element itself as the right operand (both ops commute exactly in
  *   floating point), so that the kernel's scalar fast path runs instead of the strided loop.
+ * - add(p, p) with p such a multiply read nowhere else (mse's backward once its common
+ *   subexpression is merged): one loop q = t[i] * s, out[i] = q + q.
  * Only local nodes whose values do not reach the outputs are rewritten, so that they run
  * directly (compile/execute.c). Common subexpressions are merged first (compile/cse.c).
  */
@@ -153,6 +155,49 @@ static void fuse_scalar_operand(dt_compile_variant *v, int m) {
   }
 }
 
+/* out[i] = q + q with q = t[i] * s: mul then add in float32 as eager's kernels compute them
+ * (ISO C: no contraction into an FMA), in one loop compiled per vector width. */
+DT_VECTOR_CLONES static void doubled_product_loop(const float *t, float s, float *out, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float q = t[i] * s;
+    out[i] = q + q;
+  }
+}
+
+/* add(p, p) with p = t * (one element u), all float32. */
+static dt_status doubled_product_kernel(dt_op_call *call) {
+  dt_tensor *tt = call->inputs[0], *ut = call->inputs[1], *ot = call->outputs[0], *tc = NULL;
+  if (!dt__is_contiguous(tt->ndim, tt->shape, tt->strides) && dt_contiguous(tt, &tc))
+    return dt__error(DT_ERR_NOMEM, "doubled product: out of memory");
+  float s;
+  memcpy(&s, dt__tensor_base(ut), sizeof s);
+  doubled_product_loop((const float *)dt__tensor_base(tc ? tc : tt), s,
+                       (float *)dt__tensor_base(ot), dt__numel(ot->ndim, ot->shape));
+  dt_tensor_release(tc);
+  return DT_OK;
+}
+
+/* add(p, p) at node m where p = mul(t, expand(u)) reads u's element (fuse_scalar_operand) and
+ * nothing else reads p: mse's backward after its common subexpression, one loop instead of
+ * two passes. */
+static void fuse_doubled_product(dt_compile_variant *v, int m, const bool *escapes) {
+  const dt_node *n = &v->g->nodes[m];
+  int p = n->inputs[0];
+  if (n->target != DT_OP_ADD || v->templates[m].scalars[0] != 1.0 || p < 0 || n->inputs[1] != p ||
+      !is_call(v, p, DT_OP_MUL) || escapes[p] || v->fused[p].n_inputs != 2 || v->fused[p].kernel ||
+      !same_f32(v, m, p) || uses_of(v, p) != 2)
+    return;
+  int t = v->fused[p].inputs[0], u = v->fused[p].inputs[1];
+  if (!same_f32(v, m, t) || v->g->nodes[u].types[0].dtype != DT_F32) return;
+  dt_compile_fused *f = &v->fused[m];
+  f->n_inputs = 2;
+  f->inputs[0] = t;
+  f->inputs[1] = u;
+  f->kernel = doubled_product_kernel;
+  f->scalar = v->templates[m].scalars[0];
+  v->fused[p].folded = true;
+}
+
 /* Calls nobody reads any more (an expand whose readers now read its element) are not run:
  * from the last node back, so that a chain dies whole. Only local compute calls without side
  * effects (no in-place or random op) are dropped. uses: room for the node count. */
@@ -216,6 +261,7 @@ dt_status dt__compile_fuse(dt_compile_variant *v) {
     const dt_node *nd = &g->nodes[m];
     if (nd->kind != DT_NODE_CALL || escapes[m] || v->placements[m] || nd->n_inputs != 2) continue;
     if (nd->target == DT_OP_MUL) fuse_mask_mul(v, m, escapes);
+    if (nd->target == DT_OP_ADD) fuse_doubled_product(v, m, escapes);
     if ((nd->target == DT_OP_MUL || nd->target == DT_OP_ADD) && v->fused[m].n_inputs == 0)
       fuse_scalar_operand(v, m);
   }
