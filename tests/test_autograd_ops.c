@@ -543,6 +543,8 @@ static const struct {
     {"rms_norm_backward", "a backward op (rms_norm's); needed only for double backward"},
     {"layer_norm_backward_affine", "a backward op (layer_norm's); needed only for double "
                                    "backward"},
+    {"layer_norm_backward_all", "a backward op (layer_norm's, all three gradients); needed "
+                                "only for double backward"},
     {"rms_norm_backward_weight", "a backward op (rms_norm's); needed only for double backward"},
     {"embedding_backward", "a backward op (embedding's); needed only for double backward"},
     {"cross_entropy_vocab_terms_backward", "a backward op (the vocabulary-parallel terms'); "

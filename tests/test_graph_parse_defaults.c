@@ -132,6 +132,7 @@ static const scalar_case scalar_cases[] = {
     {"layer_norm_backward", 1, {1e-05}},
     {"rms_norm_backward", 1, {1e-05}},
     {"layer_norm_backward_affine", 1, {1e-05}},
+    {"layer_norm_backward_all", 1, {1e-05}},
     {"rms_norm_backward_weight", 1, {1e-05}},
     {"scaled_dot_product_attention", 1, {0.0}},
     {"scaled_dot_product_attention_backward", 1, {0.0}},

@@ -6,6 +6,8 @@
  * are the ops' internal dispatch functions (the public path to them is dt_backward). */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "dtensor/dtensor.h"
 #include "ops/op_impl.h"
@@ -188,6 +190,94 @@ Test(norm_backward, long_float32_rows_with_a_large_mean) {
   }
   dt_tensor_release(x64);
   free(G);
+}
+
+/* layer_norm_backward_all against the two ops it fuses (the same bits: dx as
+ * layer_norm_backward, dw and db as layer_norm_backward_affine), against a naive double loop,
+ * and on 1 and 2 threads (the same bits); rows not a multiple of the affine chunk (64), one
+ * and two normalized dims, with and without a weight, float32 and float64. */
+static void check_backward_all(int ndim, const int64_t *shape, int k, dt_dtype dtype, bool with_w) {
+  const int64_t *norm = shape + ndim - k;
+  int64_t n = numel_of(k, norm), rows = numel_of(ndim - k, shape);
+  const double eps = 1e-5;
+  dt_tensor *g = ref_random(ndim, shape, dtype, -1, 1, 31),
+            *x = ref_random(ndim, shape, dtype, -2, 3, 32);
+  dt_tensor *w = with_w ? ref_random(k, norm, dtype, 0.5, 1.5, 33) : NULL;
+  dt_tensor *all[3] = {NULL, NULL, NULL}, *two[3] = {NULL, NULL, NULL},
+            *par[3] = {NULL, NULL, NULL};
+  cr_assert_eq(dt__layer_norm_backward_all(g, x, k, norm, w, eps, &all[0], &all[1], &all[2]), DT_OK,
+               "%s", dt_last_error());
+  cr_assert_eq(dt__norm_backward_input(false, g, x, k, norm, w, eps, &two[0]), DT_OK);
+  cr_assert_eq(dt__norm_backward_affine(false, g, x, k, norm, eps, &two[1], &two[2]), DT_OK);
+  int threads = dt_get_num_threads();
+  cr_assert_eq(dt_set_num_threads(2), DT_OK);
+  cr_assert_eq(dt__layer_norm_backward_all(g, x, k, norm, w, eps, &par[0], &par[1], &par[2]),
+               DT_OK);
+  cr_assert_eq(dt_set_num_threads(threads), DT_OK);
+  size_t esize = dtype == DT_F32 ? 4 : 8;
+  for (int i = 0; i < 3; i++) {
+    size_t bytes = esize * (size_t)(i == 0 ? n * rows : n);
+    cr_assert_eq(memcmp(dt_tensor_data(all[i]), dt_tensor_data(two[i]), bytes), 0,
+                 "output %d differs from the separate op's", i);
+    cr_assert_eq(memcmp(dt_tensor_data(all[i]), dt_tensor_data(par[i]), bytes), 0,
+                 "output %d differs on 2 threads", i);
+  }
+  double *gv = ref_values(g), *xv = ref_values(x), *wv = w ? ref_values(w) : NULL;
+  double *dx = calloc((size_t)(n * rows), sizeof(double)), *dw = calloc((size_t)n, sizeof(double));
+  double *db = calloc((size_t)n, sizeof(double));
+  for (int64_t r = 0; r < rows; r++) {
+    const double *gr = gv + r * n, *xr = xv + r * n;
+    double mean = 0, var = 0, a = 0, b = 0;
+    for (int64_t i = 0; i < n; i++) mean += xr[i] / (double)n;
+    for (int64_t i = 0; i < n; i++) var += (xr[i] - mean) * (xr[i] - mean) / (double)n;
+    double rstd = 1 / sqrt(var + eps);
+    for (int64_t i = 0; i < n; i++) {
+      double gw = gr[i] * (wv ? wv[i] : 1), xhat = (xr[i] - mean) * rstd;
+      a += gw / (double)n, b += gw * xhat / (double)n;
+      dw[i] += gr[i] * xhat, db[i] += gr[i];
+    }
+    for (int64_t i = 0; i < n; i++)
+      dx[r * n + i] = rstd * (gr[i] * (wv ? wv[i] : 1) - a - (xr[i] - mean) * rstd * b);
+  }
+  double *want[3] = {dx, dw, db}, tol = dtype == DT_F32 ? 2e-5 : 1e-11;
+  for (int i = 0; i < 3; i++) {
+    double *got = ref_values(all[i]), scale = 0;
+    int64_t m = i == 0 ? n * rows : n;
+    for (int64_t j = 0; j < m; j++) scale = fmax(scale, fabs(want[i][j]));
+    for (int64_t j = 0; j < m; j++)
+      cr_assert(fabs(got[j] - want[i][j]) <= tol * scale, "output %d element %lld: %g vs %g", i,
+                (long long)j, got[j], want[i][j]);
+    free(got);
+  }
+  for (int i = 0; i < 3; i++) {
+    dt_tensor_release(all[i]);
+    dt_tensor_release(two[i]);
+    dt_tensor_release(par[i]);
+  }
+  free(gv), free(xv), free(wv), free(dx), free(dw), free(db);
+  dt_tensor_release(g);
+  dt_tensor_release(x);
+  dt_tensor_release(w);
+}
+
+Test(norm_backward, layer_norm_backward_all_matches_the_two_ops_and_a_reference) {
+  static const dt_dtype dtypes[] = {DT_F32, DT_F64};
+  for (int d = 0; d < 2; d++) {
+    for (int with_w = 0; with_w < 2; with_w++) {
+      check_backward_all(3, (int64_t[]){5, 33, 70}, 1, dtypes[d], with_w);
+      check_backward_all(3, (int64_t[]){4, 6, 10}, 2, dtypes[d], with_w);
+    }
+  }
+  /* Its arguments are checked as the two ops' are, naming it. */
+  dt_tensor *a = ref_random(2, (int64_t[]){3, 4}, DT_F32, 0, 1, 1);
+  dt_tensor *b = ref_random(2, (int64_t[]){3, 5}, DT_F32, 0, 1, 2), *o[3] = {NULL, NULL, NULL};
+  cr_assert_eq(
+      dt__layer_norm_backward_all(a, b, 1, (int64_t[]){5}, NULL, 1e-5, &o[0], &o[1], &o[2]),
+      DT_ERR_SHAPE);
+  ref_assert_error_mentions("layer_norm_backward_all", "grad_output");
+  cr_assert(!o[0] && !o[1] && !o[2]);
+  dt_tensor_release(a);
+  dt_tensor_release(b);
 }
 
 Test(norm_backward, argument_errors) {

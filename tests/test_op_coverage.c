@@ -25,6 +25,10 @@ static const struct {
 } replicate_only[] = {
     {DT_OP_SCATTER_ADD, "a helper of backward formulas (embedding, max.dim): positions are "
                         "data, so no dim of the output follows a shard of the index"},
+    {DT_OP_LAYER_NORM_BACKWARD_ALL,
+     "layer_norm's three gradients in one pass for local tensors: with the rows sharded its "
+     "outputs would need two placements (the input's shard, Partial(sum)); distributed, the "
+     "autograd formula takes layer_norm_backward and layer_norm_backward_affine"},
 };
 
 /* Ops the sweep does not reach, with the reason. */
@@ -40,14 +44,16 @@ static const struct {
 };
 
 /* Ops a CUDA build refuses on CUDA tensors (DT_ERR_UNSUPPORTED naming the op and the device),
- * with the reason. None today: every op of the list has a CUDA kernel. The one row is a
- * sentinel (no op has the id DT_OP_COUNT); an op added without a CUDA kernel is listed here
- * with its reason. */
+ * with the reason. The first row is a sentinel (no op has the id DT_OP_COUNT); an op added
+ * without a CUDA kernel is listed here with its reason. */
 static const struct {
   dt_op op;
   const char *reason;
 } cuda_refused[] = {
     {DT_OP_COUNT, "(none: a sentinel)"},
+    {DT_OP_LAYER_NORM_BACKWARD_ALL,
+     "a CPU fusion (one pass over grad and input); on CUDA the autograd formula takes "
+     "layer_norm_backward and layer_norm_backward_affine"},
 };
 
 static bool listed_cuda_refused(int op) {
@@ -81,6 +87,7 @@ static const struct {
     {DT_OP_SCALED_DOT_PRODUCT_ATTENTION, "not written yet (4-D shapes of three arguments)"},
     {DT_OP_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, "not written yet"},
     {DT_OP_LAYER_NORM_BACKWARD_AFFINE, "not written yet (outputs of normalized_shape)"},
+    {DT_OP_LAYER_NORM_BACKWARD_ALL, "not written yet (outputs of two shapes)"},
     {DT_OP_RMS_NORM_BACKWARD_WEIGHT, "not written yet (output of normalized_shape)"},
     {DT_OP_CROSS_ENTROPY_VOCAB_TERMS, "not written yet"},
     {DT_OP_CROSS_ENTROPY_VOCAB_TERMS_BACKWARD, "not written yet"},

@@ -129,9 +129,21 @@ static dt_status normalization_backward(const dt_backward_ctx *ctx, dt_tensor *g
   return st;
 }
 
+/* layer_norm's three gradients by layer_norm_backward_all (one pass over g and x) where it
+ * can: all three wanted, local CPU tensors (on distributed ones it would run replicated; on a
+ * GPU it has no kernel). */
+static bool layer_norm_all_applies(const dt_tensor *g, const dt_tensor *x, const dt_tensor *w) {
+  const dt_tensor *t[] = {g, x, w};
+  for (int i = 0; i < 3; i++)
+    if (dt_tensor_is_distributed(t[i]) || dt_tensor_device(t[i]).kind != DT_DEVICE_CPU)
+      return false;
+  return true;
+}
+
 /* layer_norm and rms_norm (rms) over the last k dims (normalized_shape, eps = scalars[0];
  * inputs {x, weight?, bias?}): dx is one op (layer_norm_backward / rms_norm_backward), the
- * affine gradients another (sums over the leading dims), both from the saved input. */
+ * affine gradients another (sums over the leading dims), both from the saved input; or, for
+ * layer_norm's three on local CPU tensors, layer_norm_backward_all. */
 dt_status dt__backward_norm(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
                             dt_tensor **grad_inputs, bool rms) {
   dt_tensor *g_in = grad_outputs[0];
@@ -146,6 +158,14 @@ dt_status dt__backward_norm(const dt_backward_ctx *ctx, dt_tensor *const *grad_o
   bool want_w = w && ctx->needs_grad[1], want_b = b && ctx->needs_grad[2];
   dt_tensor *g = NULL, *dx = NULL, *dw = NULL, *db = NULL;
   dt_status st = grad_like_input(g_in, x, &g);
+  if (!st && ctx->needs_grad[0] && want_w && want_b && layer_norm_all_applies(g, x, w)) {
+    st = dt__layer_norm_backward_all(g, x, k, shape, w, call->scalars[0], &dx, &dw, &db);
+    if (!st) st = dt__grad_cast_to(dx, in, &grad_inputs[0]);
+    if (!st) st = dt__grad_cast_to(dw, &ctx->input_metas[1], &grad_inputs[1]);
+    if (!st) st = dt__grad_cast_to(db, &ctx->input_metas[2], &grad_inputs[2]);
+    DT_RELEASE_ALL(g, dx, dw, db);
+    return st;
+  }
   if (!st && ctx->needs_grad[0]) {
     st = dt__norm_backward_input(rms, g, x, k, shape, w, call->scalars[0], &dx);
     if (!st) st = dt__grad_cast_to(dx, in, &grad_inputs[0]);

@@ -118,10 +118,10 @@ static bool is_rms_backward(dt_op op) {
   return op == DT_OP_RMS_NORM_BACKWARD || op == DT_OP_RMS_NORM_BACKWARD_WEIGHT;
 }
 
-/* The four normalization backward ops: {grad_output, input, weight?}, normalized_shape in
+/* The five normalization backward ops: {grad_output, input, weight?}, normalized_shape in
  * int_list as layer_norm's (copied to ints). *_backward gives the input's gradient (input's
  * metas); layer_norm_backward_affine the weight's and the bias's, rms_norm_backward_weight
- * the weight's (normalized_shape, the input's dtype). */
+ * the weight's (normalized_shape, the gradient's dtype); layer_norm_backward_all all three. */
 dt_status dt__infer_norm_backward(dt_op_call *call, dt_tensor_meta *metas) {
   dt_status st = check_grad_pair(call, "input");
   if (st) return st;
@@ -137,8 +137,10 @@ dt_status dt__infer_norm_backward(dt_op_call *call, dt_tensor_meta *metas) {
   if (st) return st;
   dt_op op = call->op;
   if (op == DT_OP_LAYER_NORM_BACKWARD || op == DT_OP_RMS_NORM_BACKWARD) return DT_OK;
-  int n_out = op == DT_OP_LAYER_NORM_BACKWARD_AFFINE ? 2 : 1;
-  for (int i = 0; i < n_out; i++) dt__meta_set(&metas[i], g->dtype, call->n_ints, call->ints);
+  bool all = op == DT_OP_LAYER_NORM_BACKWARD_ALL;
+  int n_out = all ? 3 : op == DT_OP_LAYER_NORM_BACKWARD_AFFINE ? 2 : 1;
+  for (int i = all ? 1 : 0; i < n_out; i++)
+    dt__meta_set(&metas[i], g->dtype, call->n_ints, call->ints);
   if (call->n_outputs > n_out) call->n_outputs = n_out;
   return DT_OK;
 }
@@ -149,6 +151,10 @@ dt_status dt__kernel_norm_backward(dt_op_call *call) {
   if (call->op == DT_OP_LAYER_NORM_BACKWARD || call->op == DT_OP_RMS_NORM_BACKWARD) {
     return dt__cpu_norm_backward_input(rms, in[0], in[1], call->n_ints, in[2], call->scalars[0],
                                        call->outputs[0]);
+  }
+  if (call->op == DT_OP_LAYER_NORM_BACKWARD_ALL) {
+    return dt__cpu_layer_norm_backward_all(in[0], in[1], call->n_ints, in[2], call->scalars[0],
+                                           call->outputs[0], call->outputs[1], call->outputs[2]);
   }
   return dt__cpu_norm_backward_affine(rms, in[0], in[1], call->n_ints, call->scalars[0],
                                       call->outputs[0], rms ? NULL : call->outputs[1]);
@@ -194,6 +200,19 @@ dt_status dt__norm_backward_affine(bool rms, dt_tensor *grad, dt_tensor *input, 
   } else {
     dt_tensor_release(outs[1]);
   }
+  return st;
+}
+
+dt_status dt__layer_norm_backward_all(dt_tensor *grad, dt_tensor *input, int k,
+                                      const int64_t *shape, dt_tensor *weight, double eps,
+                                      dt_tensor **grad_input, dt_tensor **grad_weight,
+                                      dt_tensor **grad_bias) {
+  dt_tensor *outs[3] = {NULL, NULL, NULL};
+  dt_status st =
+      norm_backward(DT_OP_LAYER_NORM_BACKWARD_ALL, grad, input, k, shape, weight, eps, 3, outs);
+  *grad_input = outs[0];
+  *grad_weight = outs[1];
+  *grad_bias = outs[2];
   return st;
 }
 

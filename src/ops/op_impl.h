@@ -158,6 +158,14 @@ dt_status dt__norm_backward_input(bool rms, dt_tensor *grad, dt_tensor *input, i
 dt_status dt__norm_backward_affine(bool rms, dt_tensor *grad, dt_tensor *input, int k,
                                    const int64_t *shape, double eps, dt_tensor **grad_weight,
                                    dt_tensor **grad_bias);
+/* layer_norm_backward_all: the input's, the weight's and the bias's gradients in one pass
+ * over grad and input (each read once; the two ops above read them twice). Runs replicated
+ * on distributed tensors (its outputs would need two placements: the input's shard and
+ * Partial(sum)): the autograd formula takes it for local tensors only. */
+dt_status dt__layer_norm_backward_all(dt_tensor *grad, dt_tensor *input, int k,
+                                      const int64_t *shape, dt_tensor *weight, double eps,
+                                      dt_tensor **grad_input, dt_tensor **grad_weight,
+                                      dt_tensor **grad_bias);
 
 /* Dispatches embedding_backward: the weight's gradient from the lookup's indices and
  * grad_output (weight only gives its shape, dtype and placements); for embedding's backward

@@ -181,6 +181,7 @@ typedef struct affine_job {
   const float *w;
   float *part; /* [chunks][2 n]: dw partials, then db's */
   bool with_db;
+  float *dx; /* the input's gradient too (rows of n), or NULL */
 } affine_job;
 
 static void affine_chunk(void *p, int64_t begin, int64_t end) {
@@ -195,7 +196,7 @@ static void affine_chunk(void *p, int64_t begin, int64_t end) {
           (const float *)dt__tensor_base(j->x) + dt__line_offset(j->x, j->lead, j->x->ndim, r);
       const float *g =
           (const float *)dt__tensor_base(j->g) + dt__line_offset(j->g, j->lead, j->g->ndim, r);
-      norm_row_f32(j->rms, g, x, n, j->eps, &s, NULL);
+      norm_row_f32(j->rms, g, x, n, j->eps, &s, j->dx ? j->dx + r * n : NULL);
     }
   }
 }
@@ -218,15 +219,15 @@ static dt_status affine_f32(affine_job *j, norm_scratch *s) {
   return DT_OK;
 }
 
-/* The shared walk of both backward kernels: dx (when not NULL; the double path only) and the
- * affine gradients dw, db (when not NULL) of the normalization over the last ndims dims of
- * x. */
+/* The shared walk of the backward kernels: dx (when not NULL) and the affine gradients dw,
+ * db (when not NULL) of the normalization over the last ndims dims of x. The float32 path
+ * computes dx in the affine chunks' pass (each row's g and x read once for all three). */
 static dt_status norm_backward(bool rms, const dt_tensor *g, const dt_tensor *x, int ndims,
                                const dt_tensor *weight, double eps, dt_tensor *dx, dt_tensor *dw,
                                dt_tensor *db) {
   int lead = x->ndim - ndims;
   int64_t n = dt__numel(ndims, x->shape + lead), rows = dt__numel(lead, x->shape);
-  bool fast = !dx && x->dtype == DT_F32 && g->dtype == DT_F32 &&
+  bool fast = (!dx || dx->dtype == DT_F32) && x->dtype == DT_F32 && g->dtype == DT_F32 &&
               dt__is_contiguous(ndims, x->shape + lead, x->strides + lead) &&
               dt__is_contiguous(ndims, g->shape + lead, g->strides + lead);
   /* Doubles: the dw and db totals, the weight, then (double path) the g, x and dx rows;
@@ -253,7 +254,8 @@ static dt_status norm_backward(bool rms, const dt_tensor *g, const dt_tensor *x,
                     .rows = rows,
                     .eps = (float)eps,
                     .w = w,
-                    .with_db = db != NULL};
+                    .with_db = db != NULL,
+                    .dx = dx ? (float *)dt__tensor_base(dx) : NULL};
     st = affine_f32(&j, &s);
   }
   double *dx_row = NULL;
@@ -343,4 +345,15 @@ dt_status dt__cpu_norm_backward_affine(bool rms, const dt_tensor *g, const dt_te
     return DT_OK;
   }
   return norm_backward(rms, g, x, ndims, NULL, eps, NULL, dw, db);
+}
+
+dt_status dt__cpu_layer_norm_backward_all(const dt_tensor *g, const dt_tensor *x, int ndims,
+                                          const dt_tensor *weight, double eps, dt_tensor *dx,
+                                          dt_tensor *dw, dt_tensor *db) {
+  int lead = x->ndim - ndims;
+  if (dt__numel(ndims, x->shape + lead) == 0 || dt__numel(lead, x->shape) == 0) {
+    dt_status st = dt__cpu_norm_backward_input(false, g, x, ndims, weight, eps, dx);
+    return st ? st : dt__cpu_norm_backward_affine(false, g, x, ndims, eps, dw, db);
+  }
+  return norm_backward(false, g, x, ndims, weight, eps, dx, dw, db);
 }

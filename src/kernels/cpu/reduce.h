@@ -71,6 +71,12 @@ dt_status dt__cpu_norm_backward_input(bool rms, const dt_tensor *g, const dt_ten
 dt_status dt__cpu_norm_backward_affine(bool rms, const dt_tensor *g, const dt_tensor *x, int ndims,
                                        double eps, dt_tensor *dw, dt_tensor *db);
 
+/* layer_norm's three gradients in one pass over g and x: dx as dt__cpu_norm_backward_input,
+ * dw and db as dt__cpu_norm_backward_affine (the same bits as those two). */
+dt_status dt__cpu_layer_norm_backward_all(const dt_tensor *g, const dt_tensor *x, int ndims,
+                                          const dt_tensor *weight, double eps, dt_tensor *dx,
+                                          dt_tensor *dw, dt_tensor *db);
+
 /* Inference batch norm over channel dim 1 of x [N, C, ...] with running statistics [C];
  * weight and bias [C] may be NULL. */
 dt_status dt__cpu_batch_norm(const dt_tensor *x, const dt_tensor *mean, const dt_tensor *var,
