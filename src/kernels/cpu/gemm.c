@@ -371,15 +371,8 @@ static dt_status float_matmul(const dt_tensor *a, const dt_tensor *b, const dt_t
     if (st) goto done;
     c = c_temp;
   }
-  gemm_plan p = {.cd = cd,
-                 .esize = dt__dtype_sizes[cd],
-                 .n = n,
-                 .m = m,
-                 .k = k,
-                 .alpha = alpha,
-                 .beta = beta,
-                 .start = C_AS_IS,
-                 .c = c};
+  gemm_plan p = {.cd = cd, .esize = dt__dtype_sizes[cd], .n = n, .m = m, .k = k};
+  p.alpha = alpha, p.beta = beta, p.start = C_AS_IS, p.c = c;
   if (bias && beta != 0) {
     if (bias_is_row(c, bias) && k != 0) {
       p.start = C_BIAS_ROW;
