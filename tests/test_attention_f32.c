@@ -337,3 +337,75 @@ Test(attention_f32, same_bits_on_1_and_2_threads) {
     free(one[i]), free(two[i]);
   }
 }
+
+/* The gradients of q, k, v (as doubles, caller frees) for loss = sum(out * go), q, k, v and go
+ * [B, H, T, E] of one dtype, causal. */
+static void causal_grads(dt_tensor *const src[4], dt_dtype dtype, double *g[3]) {
+  dt_tensor *t[4] = {NULL}, *out = NULL, *prod = NULL, *sum = NULL;
+  for (int i = 0; i < 4; i++) {
+    dt_tensor *c = NULL;
+    OK(dt_to(src[i], dtype, &c));
+    OK(dt_clone(c, &t[i])); /* a leaf of its own even when dtype is src's */
+    dt_tensor_release(c);
+    if (i < 3) OK(dt_tensor_set_requires_grad(t[i], true));
+  }
+  OK(dt_scaled_dot_product_attention(t[0], t[1], t[2], NULL,
+                                     &(dt_attention_options){.is_causal = true}, &out, NULL));
+  OK(dt_mul(out, t[3], &prod));
+  OK(dt_sum(prod, &sum));
+  OK(dt_backward(sum, NULL));
+  for (int i = 0; i < 3; i++) {
+    dt_tensor *gi = NULL;
+    OK(dt_tensor_grad(t[i], &gi));
+    cr_assert_eq(dt_tensor_dtype(gi), dtype);
+    g[i] = ref_values(gi);
+    dt_tensor_release(gi);
+  }
+  for (int i = 0; i < 4; i++) dt_tensor_release(t[i]);
+  dt_tensor_release(out), dt_tensor_release(prod), dt_tensor_release(sum);
+}
+
+/* The backward of bfloat16 / float16 attention computes D = rowsum(go * out) in float32 from
+ * the widened go and out (PyTorch's CPU kernel accumulates it in float32 too), never rounding
+ * the products or D to the half dtype: D and dP = go v^T nearly cancel in dS = P (dP - D), so a
+ * rounded D gave the first causal query (one key, P = 1: dq exactly 0) a dq of ~2^-8 of the
+ * tensor's scale. Against the float32 attention on the same rounded q, k, v, go: the first
+ * query's dq within 2^-14 of dq's largest element, and every gradient within 2^-7 (bfloat16)
+ * or 2^-10 (float16) of its tensor's largest element (the output read by the backward is
+ * rounded once, and each gradient once). */
+Test(attention_f32, half_backward_row_sums_in_float32) {
+  enum { B = 2, H = 2, T = 40, E = 32 };
+  dt_dtype dtypes[2] = {DT_BF16, DT_F16};
+  for (int d = 0; d < 2; d++) {
+    dt_tensor *src[4] = {NULL};
+    for (int i = 0; i < 4; i++) {
+      dt_tensor *r = NULL;
+      OK(dt_randn(4, (int64_t[]){B, H, T, E}, DT_F32, 40 + (uint64_t)i, &r));
+      OK(dt_to(r, dtypes[d], &src[i])); /* the rounded inputs both runs read */
+      dt_tensor_release(r);
+    }
+    double *half[3], *f32[3];
+    causal_grads(src, dtypes[d], half);
+    causal_grads(src, DT_F32, f32);
+    double tol = dtypes[d] == DT_BF16 ? 0x1p-7 : 0x1p-10;
+    for (int g = 0; g < 3; g++) {
+      double top = 0, err = 0;
+      for (int64_t i = 0; i < B * H * T * E; i++) {
+        top = fmax(top, fabs(f32[g][i]));
+        err = fmax(err, fabs(half[g][i] - f32[g][i]));
+      }
+      cr_assert(err <= tol * top, "%s grad %d: max error %.3g, largest %.3g",
+                dt_dtype_name(dtypes[d]), g, err, top);
+      if (g == 0)
+        for (int64_t bh = 0; bh < B * H; bh++)
+          for (int64_t e = 0; e < E; e++)
+            cr_assert(fabs(half[0][bh * T * E + e]) <= 0x1p-14 * top,
+                      "%s: dq of the first query [%lld, %lld] = %.3g (exactly 0 in exact "
+                      "arithmetic), largest %.3g",
+                      dt_dtype_name(dtypes[d]), (long long)bh, (long long)e,
+                      half[0][bh * T * E + e], top);
+      free(half[g]), free(f32[g]);
+    }
+    for (int i = 0; i < 4; i++) dt_tensor_release(src[i]);
+  }
+}

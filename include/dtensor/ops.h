@@ -192,7 +192,10 @@ typedef struct dt_attention_options {
  * (NULL out, a scale not finite or < 0, or above FLT_MAX for float32, float16 or bfloat16
  * inputs). E = 0 gives every query the mean of its values. On the CPU float16 and bfloat16
  * run the float32 kernel on float32 copies of q, k, v (as PyTorch computes them in float32),
- * the output rounded to the dtype once. */
+ * the output rounded to the dtype once; the backward reads that rounded output (its row sums
+ * with the output gradient in float32), so the gradients are close to the float32 backward's
+ * on the same rounded inputs relative to each gradient's largest element, not elementwise
+ * (docs/models.md, "The ops it runs on"). */
 DT_API dt_status dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor *v,
                                                  dt_tensor *mask,
                                                  const dt_attention_options *options,

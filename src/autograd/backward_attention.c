@@ -13,34 +13,20 @@ dt_status dt__backward_rms_norm(const dt_backward_ctx *ctx, dt_tensor *const *gr
 
 /* scaled_dot_product_attention: with P the probabilities and D = rowsum(g * out),
  *   dS = P (dP - D + g_lse), dP = g v^T, dq = scale dS k, dk = scale dS^T q, dv = P^T g,
- * computed tile by tile from the saved log-sum-exp by the backward op (given [g, lse, D - g_lse]).
+ * computed tile by tile from the saved log-sum-exp by the backward op (given [g, lse, D - g_lse],
+ * D in float32 for float16 / bfloat16: dt__attention_grad_and_stats).
  * A float mask gets no gradient. */
 dt_status dt__backward_attention(const dt_backward_ctx *ctx, dt_tensor *const *grad_outputs,
                                  dt_tensor **grad_inputs) {
   const dt_op_call *call = ctx->call;
   dt_tensor *g = grad_outputs[0], *gl = grad_outputs[1];
   if (!g && !gl) return DT_OK;
-  dt_tensor *out = call->outputs[0], *lse = call->outputs[1];
-  dt_tensor *zero = NULL, *go = NULL, *dsum = NULL, *dl = NULL, *dc = NULL, *stats = NULL;
-  dt_tensor *gc = NULL, *gs = NULL;
-  dt_tensor *dq = NULL, *dk = NULL, *dv = NULL;
-  dt_status st = DT_OK;
-  if (!g) {
-    st = dt_zeros_like(out, &zero);
-    g = zero;
-  }
-  int64_t last = -1;
-  if (!st) st = dt_mul(g, out, &go);
-  if (!st) st = dt_sum_dims(go, 1, &last, false, &dsum);
-  if (!st && gl) st = dt_sub(dsum, gl, &dl);
-  if (!st) st = dt_to(dl ? dl : dsum, ctx->output_metas[1].dtype, &dc);
-  if (!st) st = dt_stack(2, (dt_tensor *[]){lse, dc}, -1, &stats);
-  if (!st) st = dt_to(g, ctx->output_metas[1].dtype, &gc);
-  if (!st) st = dt_cat(2, (dt_tensor *[]){gc, stats}, -1, &gs);
+  dt_tensor *gs = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+  dt_status st = dt__attention_grad_and_stats(call->outputs[0], call->outputs[1], g, gl, &gs);
   if (!st) st = dt__attention_backward(call, gs, &dq, &dk, &dv);
   if (!st && ctx->needs_grad[0]) st = dt__grad_cast_to(dq, &ctx->input_metas[0], &grad_inputs[0]);
   if (!st && ctx->needs_grad[1]) st = dt__grad_cast_to(dk, &ctx->input_metas[1], &grad_inputs[1]);
   if (!st && ctx->needs_grad[2]) st = dt__grad_cast_to(dv, &ctx->input_metas[2], &grad_inputs[2]);
-  DT_RELEASE_ALL(zero, go, dsum, dl, dc, stats, gc, gs, dq, dk, dv);
+  DT_RELEASE_ALL(gs, dq, dk, dv);
   return st;
 }

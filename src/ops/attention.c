@@ -199,3 +199,28 @@ dt_status dt__attention_backward(const dt_op_call *fwd, dt_tensor *grad_and_stat
   *dq = outs[0], *dk = outs[1], *dv = outs[2];
   return st;
 }
+
+dt_status dt__attention_grad_and_stats(dt_tensor *out, dt_tensor *lse, dt_tensor *g, dt_tensor *gl,
+                                       dt_tensor **gs) {
+  dt_tensor *zero = NULL, *gc = NULL, *oc = NULL, *go = NULL, *dsum = NULL, *dl = NULL;
+  dt_tensor *stats = NULL;
+  dt_dtype acc = dt_tensor_dtype(lse);
+  int64_t last = -1;
+  dt_status st = DT_OK;
+  *gs = NULL;
+  if (!g) {
+    st = dt_zeros_like(out, &zero);
+    g = zero;
+  }
+  /* float32 and float64 outputs convert nothing: dt_to of the same dtype is a view */
+  if (!st) st = dt_to(g, acc, &gc);
+  if (!st) st = dt_to(out, acc, &oc);
+  if (!st) st = dt_mul(gc, oc, &go);
+  if (!st) st = dt_sum_dims(go, 1, &last, false, &dsum);
+  if (!st && gl) st = dt_sub(dsum, gl, &dl);
+  if (!st) st = dt_stack(2, (dt_tensor *[]){lse, dl ? dl : dsum}, -1, &stats);
+  if (!st) st = dt_cat(2, (dt_tensor *[]){gc, stats}, -1, gs);
+  dt_tensor *tmp[] = {zero, gc, oc, go, dsum, dl, stats};
+  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) dt_tensor_release(tmp[i]);
+  return st;
+}

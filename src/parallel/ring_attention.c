@@ -497,30 +497,6 @@ static void saved_release(void *state) {
   dt__free(s);
 }
 
-/* [g, lse, rowsum(g * out) - g_lse] joined on the last dim: what the backward op reads, with
- * the merged (global) lse, so that each block's probabilities are the whole softmax's. */
-static dt_status grad_and_stats(const cp_saved *s, dt_tensor *g, dt_tensor *gl, dt_tensor **gs) {
-  dt_tensor *zero = NULL, *go = NULL, *dsum = NULL, *dl = NULL, *dc = NULL, *stats = NULL;
-  dt_tensor *gc = NULL;
-  dt_dtype stat = dt_tensor_dtype(s->lse);
-  int64_t last = -1;
-  dt_status st = DT_OK;
-  if (!g) {
-    st = dt_zeros_like(s->out, &zero);
-    g = zero;
-  }
-  if (!st) st = dt_mul(g, s->out, &go);
-  if (!st) st = dt_sum_dims(go, 1, &last, false, &dsum);
-  if (!st && gl) st = dt_sub(dsum, gl, &dl);
-  if (!st) st = dt_to(dl ? dl : dsum, stat, &dc);
-  if (!st) st = dt_stack(2, (dt_tensor *[]){s->lse, dc}, -1, &stats);
-  if (!st) st = dt_to(g, stat, &gc);
-  if (!st) st = dt_cat(2, (dt_tensor *[]){gc, stats}, -1, gs);
-  dt_tensor *tmp[] = {zero, go, dsum, dl, dc, stats, gc};
-  for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) dt_tensor_release(tmp[i]);
-  return st;
-}
-
 /* dq (this rank's rows) += and dk, dv (block j's, zeros on entry) = the block's gradients. */
 static dt_status backward_block(const cp_saved *s, dt_tensor *gs, dt_tensor *k, dt_tensor *v, int j,
                                 dt_tensor *dq, dt_tensor *dk, dt_tensor *dv) {
@@ -616,7 +592,8 @@ static dt_status cp_backward(void *state, int n_out, dt_tensor *const *grad_outp
   dt_tensor *g = grad_outputs[0], *gl = grad_outputs[1];
   /* Every cp rank runs the ring, even one whose gradients arrived as nothing. */
   dt_tensor *gs = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
-  dt_status st = grad_and_stats(s, g, gl, &gs);
+  /* with the merged (global) lse, so that each block's probabilities are the whole softmax's */
+  dt_status st = dt__attention_grad_and_stats(s->out, s->lse, g, gl, &gs);
   if (!st) st = dt_zeros_like(s->q, &dq);
   if (!st) st = ring_backward(s, gs, dq, &dk, &dv);
   dt_tensor *grads[3] = {dq, dk, dv};
