@@ -27,7 +27,7 @@ typedef struct dt_attention_args {
 } dt_attention_args;
 
 /* out [B, H, T, Ev] = softmax(scores) v; lse [B, H, T] = log of the sum of exp(scores) over the
- * kept keys (-inf, and NaN output, for a query that keeps none: softmax of nothing). */
+ * kept keys (-inf, and a zero output as PyTorch's, for a query that keeps none). */
 dt_status dt__cpu_attention(const dt_attention_args *a, dt_tensor *out, dt_tensor *lse);
 
 /* The gradients of dt__cpu_attention given gs [B, H, T, Ev + 2]: the output's gradient in
