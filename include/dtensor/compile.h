@@ -11,7 +11,7 @@
  * Later calls check the guards of the cached variants (a fraction of a microsecond) and run
  * the first variant whose guards hold from its precomputed node list; when none holds, fn is
  * traced again into a new variant, up to cache_limit variants, after which calls run fn
- * eagerly and a warning goes through the log callback (dt_set_log_callback).
+ * eagerly and one warning goes to stderr and through the log callback (dt_set_log_callback).
  *
  * Setting the environment variable DT_COMPILE_LOG=recompiles prints each recompile and its
  * reason on stderr, as TORCH_LOGS=recompiles does. The value must be exactly "recompiles":
@@ -29,10 +29,14 @@
  * require grad through one node whose backward recomputes fn eagerly and back-propagates
  * through it (the inputs' gradients flow on; the .grad of the tensors fn reads accumulates).
  *
- * Missing (see docs/compile.md): conversions between
- * local and distributed tensors inside fn, and redistributions as explicit nodes (a
- * distributed call that takes its arguments as placed runs on the shards from a decision made
- * at compile time; one that needs a redistribution is planned by dispatch on each call).
+ * Tensors fn reads without getting them as inputs (module parameters) become constants of
+ * the variant held by handle, not copied: an in-place update (an optimizer step) is read by
+ * the next call; a tensor replaced by a new handle is not (compile again, or pass it as an
+ * input).
+ *
+ * Missing (see docs/compile.md, "Missing"): conversions between local and distributed tensors
+ * inside fn (DT_ERR_UNSUPPORTED). Redistributions dispatch makes are nodes of the graph
+ * (docs/compile.md, "Execution").
  *
  * Threads: a dt_compiled is used by one thread at a time (with the threads backend each
  * rank compiles its own).
@@ -97,7 +101,7 @@ DT_API dt_status dt_compile(dt_compile_fn fn, void *user, int n_in, int n_out,
  * mode off, or out[0] not a one-element tensor that requires grad), DT_ERR_UNSUPPORTED (fn
  * turns grad mode on inside and computes on a tensor that requires grad; a conversion of a
  * traced value inside fn; with options.backward, a traced backward that reads a tensor no
- * traced op made, as a tensor-parallel step whose forward redistributes does), and
+ * traced op made: no known op does, now that redistributed arguments are traced), and
  * whatever fn returns eagerly for these inputs (a wrong dtype gives the op's own error, and
  * a failed trace is not cached). On failure every out[k] is NULL. */
 DT_API dt_status dt_compiled_call(dt_compiled *compiled, int n_in, dt_tensor *const *in, int n_out,
@@ -126,9 +130,10 @@ DT_API dt_status dt_compiled_stats(const dt_compiled *compiled, dt_compile_stats
  * i in [0, recompiles); NULL when out of range. Borrowed until the handle is destroyed. */
 DT_API const char *dt_compiled_recompile_reason(const dt_compiled *compiled, int i);
 
-/* Why calls run eagerly: NULL until the cache limit first sent a call to eager (then a
- * warning was printed on stderr once, and stats.eager_calls counts such calls), afterwards
- * the reason of that first call. Borrowed until the handle is destroyed. */
+/* Why calls run eagerly: NULL until the cache limit first sent a call to eager (then one
+ * warning was printed on stderr and sent through the log callback, DT_LOG_WARN, and
+ * stats.eager_calls counts such calls), afterwards the reason of that first call. Borrowed
+ * until the handle is destroyed. */
 DT_API const char *dt_compiled_eager_reason(const dt_compiled *compiled);
 
 /* The text of variant i: the graph in graph.h's text format (symbolic dims as s<k>), then
