@@ -26,7 +26,9 @@
  * tensor-parallel model leaves the parameters its plan does not name local), and the
  * distributed ones share one mesh. Each is updated as it is: a local one whole on every rank,
  * a distributed one on this rank's shard. With any distributed parameter, every rank of its
- * mesh must call the step and clip_grad_norm. The step runs under no_grad.
+ * mesh must call the step and clip_grad_norm. The step runs under no_grad. For bfloat16 or
+ * float16 training keep these float32 masters and compute with dt_to copies made in each step
+ * (docs/training.md, "Mixed precision"; examples/bf16_attention_train.c).
  *
  * Conventions: tensors passed in are borrowed (the optimizer retains its parameters);
  * a tensor returned through `dt_tensor **out` is a new reference the caller releases.

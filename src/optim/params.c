@@ -64,8 +64,11 @@ dt_status dt__optim_check_params(const char *fn, int n, dt_tensor *const *params
         return dt__error(DT_ERR_INVALID, "%s: parameter %d repeats parameter %d", fn, i, j);
     }
     if (p->dtype != DT_F32) {
-      return dt__error(DT_ERR_DTYPE, "%s: parameter %d has dtype %s (expected float32)", fn, i,
-                       dt_dtype_name(p->dtype));
+      return dt__error(DT_ERR_DTYPE,
+                       "%s: parameter %d has dtype %s (expected float32): keep float32 master "
+                       "weights and compute with a dt_to copy of each in the step (its gradient "
+                       "lands float32 on the master; docs/training.md, \"Mixed precision\")",
+                       fn, i, dt_dtype_name(p->dtype));
     }
     if (!dt_tensor_is_leaf(p)) {
       return dt__error(DT_ERR_INVALID,
