@@ -233,12 +233,20 @@ static inline DT_HOST_DEVICE float dt__normal_cdf_central_neg_f32(float a) {
   return e * p;
 }
 
-/* GELU, x Phi(x), for |x| <= 3.75: relu(x) - |x| Phi(-|x|) in one fmaf (x Phi(x) for x < 0,
- * x (1 - Phi(-x)) above; no cancellation: Phi(-|x|) <= 1/2). relu's part is x * 0 (a zero of
- * x's sign) for x <= 0, so that -0 gives -0 as x Phi(x) does (+0 added to -0 gave +0). */
+/* GELU, x Phi(x), for |x| <= 3.75 given a = |x|: relu(x) - a Phi(-a) in one fmaf (x Phi(x)
+ * for x < 0, x (1 - Phi(-x)) above; no cancellation: Phi(-a) <= 1/2). relu's part is a zero
+ * of x's sign for x <= 0, so that -0 gives -0 as x Phi(x) does (+0 added to -0 gave +0): x's
+ * bits with the magnitude cleared when the sign is set, three integer operations (a select of
+ * x and x * 0 compiled to five). */
+static inline DT_HOST_DEVICE float dt__gelu_central_parts_f32(float x, float a) {
+  int32_t bits = (int32_t)dt__f32_to_bits(x);
+  uint32_t magnitude_mask = (uint32_t)(bits >> 31) >> 1; /* 0x7fffffff when negative, else 0 */
+  float relu = dt__bits_to_f32((uint32_t)bits & ~magnitude_mask);
+  return fmaf(-a, dt__normal_cdf_central_neg_f32(a), relu);
+}
+
 static inline DT_HOST_DEVICE float dt__gelu_central_f32(float x) {
-  float a = fabsf(x);
-  return fmaf(-a, dt__normal_cdf_central_neg_f32(a), dt__select_f32(x > 0.0f, x, x * 0.0f));
+  return dt__gelu_central_parts_f32(x, fabsf(x));
 }
 
 #endif /* DT_KERNELS_MATH_VMATH_H */
