@@ -125,6 +125,36 @@ Test(shared_math, gelu_loop_patches_outliers_to_the_scalar_functions_bits) {
   memcpy(dt_tensor_data(inplace), x, sizeof(float) * (size_t)n);
   cr_assert_eq(dt_gelu(in, &out), DT_OK);
   dt__cpu_unary(DT_UNARY_GELU, inplace, inplace);
+  /* The backward's loop has the same runs and patch: g gelu'(x), into a new tensor and in
+   * place into g (an element's bits are the scalar function's either way). */
+  dt_tensor *g = NULL, *dx = NULL;
+  cr_assert_eq(dt_empty(1, (int64_t[]){n}, DT_F32, &g), DT_OK);
+  float *gv = dt_tensor_data(g);
+  for (int64_t i = 0; i < n; i++) gv[i] = 0.5f + (float)(i % 7) * 0.25f;
+  cr_assert_eq(dt__gelu_backward(g, in, 0, &dx), DT_OK);
+  const float *d = dt_tensor_data(dx);
+  for (int64_t i = 0; i < n; i++) {
+    float want = (0.5f + (float)(i % 7) * 0.25f) * dt__gelu_grad_f32(x[i]);
+    cr_assert(bits_of(d[i]) == bits_of(want) || (isnan(d[i]) && isnan(want)),
+              "gelu_backward at %lld, x = %.9g: loop %.9g, scalar %.9g", (long long)i, (double)x[i],
+              (double)d[i], (double)want);
+    double ref =
+        0.5 * erfc(-(double)x[i] / sqrt(2.0)) +
+        (double)x[i] * exp(-0.5 * (double)x[i] * (double)x[i]) / sqrt(2 * 3.14159265358979323846);
+    if (isfinite(ref)) /* absolute near the derivative's root at x = -0.75 */
+      cr_assert(fabs((double)dt__gelu_grad_f32(x[i]) - ref) <= 1e-6 * fabs(ref) + 1e-7,
+                "gelu' at x = %.9g: %.9g, reference %.9g", (double)x[i],
+                (double)dt__gelu_grad_f32(x[i]), ref);
+  }
+  dt__cpu_gelu_backward(false, g, in, g);
+  for (int64_t i = 0; i < n; i++) {
+    float want = d[i];
+    cr_assert(bits_of(gv[i]) == bits_of(want) || (isnan(gv[i]) && isnan(want)),
+              "gelu_backward in place at %lld: %.9g, %.9g", (long long)i, (double)gv[i],
+              (double)want);
+  }
+  dt_tensor_release(g);
+  dt_tensor_release(dx);
   const float *y = dt_tensor_data(out), *z = dt_tensor_data(inplace);
   for (int64_t i = 0; i < n; i++) {
     float want = dt__gelu_f32(x[i]);

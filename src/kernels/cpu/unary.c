@@ -69,16 +69,18 @@ static inline uint32_t gelu_central_run(const float *a, float *o, int64_t n) {
 }
 
 /* A clone of its own (rarely called): a plain static function would run the baseline
- * build's code (fmaf a libm call) inside the vector clones. */
-DT_VECTOR_CLONES static void gelu_patch_run(const float *a, float *o, int64_t n) {
+ * build's code (fmaf a libm call) inside the vector clones. Forward (g NULL): o = gelu(x);
+ * backward: o = g gelu'(x), for the elements beyond 3.75. */
+DT_VECTOR_CLONES static void gelu_patch_run(const float *g, const float *x, float *o, int64_t n) {
   const uint32_t central_max = dt__f32_to_bits(DT_GELU_CENTRAL_MAX);
   for (int64_t j = 0; j < n; j += GELU_GROUP) {
     int64_t e = n - j < GELU_GROUP ? n : j + GELU_GROUP;
     uint32_t m = 0;
-    for (int64_t i = j; i < e; i++) m = magnitude_bits(a[i]) > m ? magnitude_bits(a[i]) : m;
+    for (int64_t i = j; i < e; i++) m = magnitude_bits(x[i]) > m ? magnitude_bits(x[i]) : m;
     if (m <= central_max) continue;
     for (int64_t i = j; i < e; i++) {
-      o[i] = dt__select_f32(magnitude_bits(a[i]) > central_max, dt__gelu_f32(a[i]), o[i]);
+      float full = g ? g[i] * dt__gelu_grad_f32(x[i]) : dt__gelu_f32(x[i]);
+      o[i] = dt__select_f32(magnitude_bits(x[i]) > central_max, full, o[i]);
     }
   }
 }
@@ -91,7 +93,7 @@ DT_VECTOR_CLONES static void gelu_loop(const float *a, float *o, int64_t n) {
   for (int64_t i = 0; i < n; i += GELU_RUN) {
     int64_t count = n - i < GELU_RUN ? n - i : GELU_RUN;
     if (gelu_central_run(a + i, o + i, count) > dt__f32_to_bits(DT_GELU_CENTRAL_MAX)) {
-      gelu_patch_run(a + i, o + i, count);
+      gelu_patch_run(NULL, a + i, o + i, count);
     }
   }
 }
@@ -221,8 +223,30 @@ void dt__cpu_unary(dt_unary_op op, const dt_tensor *a, dt_tensor *out) {
 
 /* ---- gelu_backward ------------------------------------------------------------------------ */
 
-DT_VECTOR_CLONES static void gelu_grad_loop(const float *g, const float *x, float *o, int64_t n) {
-  for (int64_t i = 0; i < n; i++) o[i] = g[i] * dt__gelu_grad_f32(x[i]);
+/* gelu's backward as its forward (gelu_loop): the central formula over runs, the rare run
+ * with an input beyond 3.75 patched; in place (o is g or x) element by element. */
+static inline uint32_t gelu_grad_central_run(const float *g, const float *x, float *o, int64_t n) {
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t b = magnitude_bits(x[i]);
+    m = b > m ? b : m;
+    o[i] = g[i] * dt__gelu_grad_central_parts_f32(x[i], dt__bits_to_f32(b));
+  }
+  return m;
+}
+
+DT_VECTOR_CLONES DT_VECTOR_FLATTEN static void gelu_grad_loop(const float *g, const float *x,
+                                                              float *o, int64_t n) {
+  if (o == g || o == x) {
+    for (int64_t i = 0; i < n; i++) o[i] = g[i] * dt__gelu_grad_f32(x[i]);
+    return;
+  }
+  for (int64_t i = 0; i < n; i += GELU_RUN) {
+    int64_t count = n - i < GELU_RUN ? n - i : GELU_RUN;
+    if (gelu_grad_central_run(g + i, x + i, o + i, count) > dt__f32_to_bits(DT_GELU_CENTRAL_MAX)) {
+      gelu_patch_run(g + i, x + i, o + i, count);
+    }
+  }
 }
 
 DT_VECTOR_CLONES static void gelu_tanh_grad_loop(const float *g, const float *x, float *o,

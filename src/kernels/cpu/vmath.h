@@ -30,4 +30,12 @@
 #define DT_VECTOR_INLINE static inline
 #endif
 
+/* For a DT_VECTOR_CLONES function whose loops call a large shared helper (math/unary.h's
+ * select of two formulas): inline every call, so that no helper runs the baseline's code. */
+#if defined(__GNUC__)
+#define DT_VECTOR_FLATTEN __attribute__((flatten))
+#else
+#define DT_VECTOR_FLATTEN
+#endif
+
 #endif /* DT_KERNELS_CPU_VMATH_H */

@@ -100,10 +100,22 @@ static inline DT_HOST_DEVICE int64_t dt__unary_i64(dt_unary_op op, int64_t x) {
 
 /* ---- gelu's derivative ------------------------------------------------------------------- */
 
-/* d/dx of x Phi(x): Phi(x) + x phi(x), both from one exp(-x^2 / 2). */
+/* d/dx of x Phi(x) for |x| <= 3.75 given a = |x|: Phi(x) + x phi(x) in one fmaf, both from
+ * one exp(-a^2 / 2) (the central formula's: no division, no clamp). */
+static inline DT_HOST_DEVICE float dt__gelu_grad_central_parts_f32(float x, float a) {
+  float e = dt__gauss_central_f32(a);
+  float q = e * dt__normal_ratio_central_f32(a); /* Phi(-a) */
+  return fmaf(x, dt__normal_pdf_parts_f32(e), dt__select_f32(x < 0.0f, q, 1.0f - q));
+}
+
+/* d/dx of x Phi(x): the central formula for |x| <= 3.75; beyond (NaN and +-inf too)
+ * Phi(x) + x phi(x) by the CDF's tail formula, both from one exp(-x^2 / 2). A function of x
+ * alone: the CPU's loop (kernels/cpu/unary.c) gives these bits. */
 static inline DT_HOST_DEVICE float dt__gelu_grad_f32(float x) {
   float a = dt__gauss_arg_f32(x), e = dt__gauss_x_f32(x, a);
-  return dt__normal_cdf_parts_f32(x, a, e) + x * dt__normal_pdf_parts_f32(e);
+  return dt__select_f32(fabsf(x) <= DT_GELU_CENTRAL_MAX,
+                        dt__gelu_grad_central_parts_f32(x, fabsf(x)),
+                        dt__normal_cdf_parts_f32(x, a, e) + x * dt__normal_pdf_parts_f32(e));
 }
 
 /* d/dx of 0.5 x (1 + t), t = tanh(k (x + c x^3)): 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2). */

@@ -202,11 +202,8 @@ static inline DT_HOST_DEVICE float dt__normal_pdf_f32(float x) {
 /* Phi(-a) for a in [0, 3.75] without a division or a clamp: exp(-a^2 / 2) R(a), R(a) =
  * e^(a^2 / 2) Phi(-a) (erfcx(a / sqrt 2) / 2, smooth on the range) by a degree-13 polynomial
  * in a - 1.875 (relative error 1.3e-8, a Chebyshev fit made with mpmath, 30 digits; centred,
- * its terms add up to at most 5x the result). The exponent's reduction -a^2 / 2 = n ln 2 + r
- * rounds once: fmaf(-a / 2, a, -n ln2_hi) is exact up to its rounding (n ln2_hi is exact: n
- * >= -11 and ln2_hi has 15 significant bits), so no correction for a^2's rounding is needed;
- * n comes from the rounded a^2 (any nearby integer keeps |r| small). */
-static inline DT_HOST_DEVICE float dt__normal_cdf_central_neg_f32(float a) {
+ * its terms add up to at most 5x the result). */
+static inline DT_HOST_DEVICE float dt__normal_ratio_central_f32(float a) {
   float u = a - 1.875f;
   float p = -1.1093139254750033e-08f;
   p = fmaf(p, u, 5.4123909349842226e-08f);
@@ -222,6 +219,14 @@ static inline DT_HOST_DEVICE float dt__normal_cdf_central_neg_f32(float a) {
   p = fmaf(p, u, 0.024023340195018936f);
   p = fmaf(p, u, -0.068396859460857745f);
   p = fmaf(p, u, 0.17629089315444432f);
+  return p;
+}
+
+/* exp(-a^2 / 2) for a in [0, 3.75]. The exponent's reduction -a^2 / 2 = n ln 2 + r rounds
+ * once: fmaf(-a / 2, a, -n ln2_hi) is exact up to its rounding (n ln2_hi is exact: n >= -11
+ * and ln2_hi has 15 significant bits), so no correction for a^2's rounding is needed; n comes
+ * from the rounded a^2 (any nearby integer keeps |r| small). */
+static inline DT_HOST_DEVICE float dt__gauss_central_f32(float a) {
   const float magic = 12582912.0f;             /* 1.5 * 2^23: adding it rounds to an integer */
   float t = fmaf(a * a, -0.721347520f, magic); /* -a^2 / 2 / ln 2 + magic */
   float n = t - magic;
@@ -230,7 +235,11 @@ static inline DT_HOST_DEVICE float dt__normal_cdf_central_neg_f32(float a) {
   float e = dt__exp_reduced_f32(r);
   /* 2^n into e's exponent bits (as dt__gauss_f32; n >= -11 keeps the result normal). */
   e = dt__bits_to_f32(dt__f32_to_bits(e) + (dt__f32_to_bits(t) << 23));
-  return e * p;
+  return e;
+}
+
+static inline DT_HOST_DEVICE float dt__normal_cdf_central_neg_f32(float a) {
+  return dt__gauss_central_f32(a) * dt__normal_ratio_central_f32(a);
 }
 
 /* GELU, x Phi(x), for |x| <= 3.75 given a = |x|: relu(x) - a Phi(-a) in one fmaf (x Phi(x)
