@@ -685,3 +685,88 @@ Test(thread_pool, copies_equal_on_one_and_all_threads) {
   dt_tensor *all[] = {t, flat, row, wide, d64};
   for (int i = 0; i < 5; i++) dt_tensor_release(all[i]);
 }
+
+/* Binary ops split on the pool (the contiguous fast loop by runs of elements, broadcasts by
+ * rows of the strided loop, a strided operand, an in-place add, float64, bfloat16) equal a
+ * naive double loop, the same bits on 1 and all threads. */
+typedef enum {
+  BIN_ADD_ALPHA,
+  BIN_MUL_ROWS,
+  BIN_ADD_BIAS,
+  BIN_SUB_STRIDED,
+  BIN_ADD_INPLACE
+} bin_case;
+
+static dt_tensor *binary_at(int threads, bin_case c, dt_tensor *x, dt_tensor *y) {
+  cr_assert_eq(dt_set_num_threads(threads), DT_OK);
+  dt_tensor *out = NULL;
+  switch (c) {
+  case BIN_ADD_ALPHA: cr_assert_eq(dt_add_ex(x, y, 0.5, &out), DT_OK, "%s", dt_last_error()); break;
+  case BIN_MUL_ROWS:
+  case BIN_ADD_BIAS:
+    cr_assert_eq(c == BIN_MUL_ROWS ? dt_mul(x, y, &out) : dt_add(x, y, &out), DT_OK, "%s",
+                 dt_last_error());
+    break;
+  case BIN_SUB_STRIDED: cr_assert_eq(dt_sub(x, y, &out), DT_OK, "%s", dt_last_error()); break;
+  case BIN_ADD_INPLACE:
+    cr_assert_eq(dt_clone(x, &out), DT_OK);
+    cr_assert_eq(dt_add_(out, y), DT_OK, "%s", dt_last_error());
+    break;
+  }
+  cr_assert_eq(dt_set_num_threads(0), DT_OK);
+  return out;
+}
+
+Test(thread_pool, binary_ops_equal_on_one_and_all_threads) {
+  int64_t B = 8, T = 96, D = 512;
+  dt_dtype dtypes[] = {DT_F32, DT_F64, DT_BF16};
+  for (int d = 0; d < 3; d++)
+    for (int c = BIN_ADD_ALPHA; c <= BIN_ADD_INPLACE; c++) {
+      dt_tensor *x = ref_random(3, (int64_t[]){B, T, D}, dtypes[d], -1, 1, 50 + c), *y = NULL;
+      if (c == BIN_MUL_ROWS)
+        y = ref_random(3, (int64_t[]){B, T, 1}, dtypes[d], -1, 1, 60);
+      else if (c == BIN_ADD_BIAS)
+        y = ref_random(1, &D, dtypes[d], -1, 1, 61);
+      else if (c == BIN_SUB_STRIDED)
+        y = ref_random_strided(3, (int64_t[]){B, T, D}, dtypes[d], -1, 1, 62);
+      else
+        y = ref_random(3, (int64_t[]){B, T, D}, dtypes[d], -1, 1, 63);
+      dt_tensor *one = binary_at(1, c, x, y), *all = binary_at(cores(), c, x, y);
+      double *xv = ref_values(x), *yv = ref_values(y), *ov = ref_values(one), *av = ref_values(all);
+      for (int64_t i = 0; i < B * T * D; i++) {
+        double yi = c == BIN_MUL_ROWS ? yv[i / D] : c == BIN_ADD_BIAS ? yv[i % D] : yv[i];
+        double want = c == BIN_ADD_ALPHA     ? xv[i] + 0.5 * yi
+                      : c == BIN_MUL_ROWS    ? xv[i] * yi
+                      : c == BIN_SUB_STRIDED ? xv[i] - yi
+                                             : xv[i] + yi;
+        double tol = dtypes[d] == DT_BF16 ? 1e-2 : dtypes[d] == DT_F32 ? 1e-6 : 1e-15;
+        cr_assert(fabs(ov[i] - want) <= tol * (1 + fabs(want)), "case %d dtype %d [%lld]: %g vs %g",
+                  c, d, (long long)i, ov[i], want);
+        cr_assert(memcmp(&ov[i], &av[i], sizeof(double)) == 0, "case %d dtype %d [%lld]: %g vs %g",
+                  c, d, (long long)i, ov[i], av[i]);
+      }
+      free(xv), free(yv), free(ov), free(av);
+      dt_tensor *gone[] = {x, y, one, all};
+      for (int i = 0; i < 4; i++) dt_tensor_release(gone[i]);
+    }
+}
+
+/* A comparison (bool output, one byte per element) split on the pool. */
+Test(thread_pool, comparison_split_on_the_pool) {
+  int64_t n = 300000;
+  dt_tensor *x = ref_random(1, &n, DT_F32, -1, 1, 70), *y = ref_random(1, &n, DT_F32, -1, 1, 71);
+  dt_tensor *lt[2] = {NULL, NULL};
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(dt_set_num_threads(i == 0 ? 1 : cores()), DT_OK);
+    cr_assert_eq(dt_lt(x, y, &lt[i]), DT_OK, "%s", dt_last_error());
+  }
+  cr_assert_eq(dt_set_num_threads(0), DT_OK);
+  const float *xv = dt_tensor_data(x), *yv = dt_tensor_data(y);
+  const uint8_t *l0 = dt_tensor_data(lt[0]), *l1 = dt_tensor_data(lt[1]);
+  for (int64_t i = 0; i < n; i++) {
+    cr_assert_eq(l0[i], xv[i] < yv[i], "[%lld]", (long long)i);
+    cr_assert_eq(l1[i], l0[i], "[%lld]", (long long)i);
+  }
+  dt_tensor *gone[] = {x, y, lt[0], lt[1]};
+  for (int i = 0; i < 4; i++) dt_tensor_release(gone[i]);
+}

@@ -172,6 +172,25 @@ static bool fast_dtypes(dt_binary_op op, dt_dtype a, dt_dtype b, dt_dtype out) {
   return (a == DT_F32 || a == DT_F64) && b == a && out == (op >= DT_BINARY_EQ ? DT_BOOL : a);
 }
 
+/* One contiguous fast loop, split on the pool by runs of elements (each element computed
+ * alone: the same bits on any thread count). */
+typedef struct fast_job {
+  dt_binary_op op;
+  double alpha;
+  char *o;
+  const char *a, *b;
+  int64_t b_step, esize, osize;
+} fast_job;
+
+static bool fast_chunk_run(const fast_job *j, int64_t begin, int64_t end) {
+  char *o = j->o + begin * j->osize;
+  const char *a = j->a + begin * j->esize, *b = j->b + begin * j->b_step * j->esize;
+  if (j->esize == 4) return fast_row_f32(j->op, j->alpha, o, a, b, end - begin, 1, j->b_step);
+  return fast_row_f64(j->op, j->alpha, o, a, b, end - begin, 1, j->b_step);
+}
+
+static void fast_chunk(void *ctx, int64_t begin, int64_t end) { fast_chunk_run(ctx, begin, end); }
+
 static bool try_fast(dt_binary_op op, double alpha_d, const dt_tensor *ta, const dt_tensor *tb,
                      dt_tensor *tout) {
   if (!fast_dtypes(op, ta->dtype, tb->dtype, tout->dtype)) return false;
@@ -191,10 +210,17 @@ static bool try_fast(dt_binary_op op, double alpha_d, const dt_tensor *ta, const
   } else {
     return false;
   }
-  void *o = dt__tensor_base(tout);
-  const void *a = dt__tensor_base(ta), *b = dt__tensor_base(tb);
-  if (ta->dtype == DT_F32) return fast_row_f32(op, alpha_d, o, a, b, n, 1, b_step);
-  return fast_row_f64(op, alpha_d, o, a, b, n, 1, b_step);
+  fast_job j = {.op = op,
+                .alpha = alpha_d,
+                .o = dt__tensor_base(tout),
+                .a = dt__tensor_base(ta),
+                .b = dt__tensor_base(tb),
+                .b_step = b_step};
+  j.esize = (int64_t)dt__dtype_sizes[ta->dtype];
+  j.osize = (int64_t)dt__dtype_sizes[tout->dtype];
+  if (!fast_chunk_run(&j, 0, 0)) return false; /* the op has no fast loop */
+  dt__parallel_for(n, DT_PARALLEL_GRAIN, fast_chunk, &j);
+  return true;
 }
 
 dt_status dt__cpu_binary(dt_binary_op op, double alpha, const dt_tensor *a, const dt_tensor *b,
@@ -210,7 +236,7 @@ dt_status dt__cpu_binary(dt_binary_op op, double alpha, const dt_tensor *a, cons
       .fast_size =
           fast_dtypes(op, a->dtype, b->dtype, out->dtype) ? (int64_t)dt__dtype_sizes[a->dtype] : 0,
   };
-  dt__loop_tensors(3, (const dt_tensor *[]){out, a, b}, inner_generic, &ctx);
+  dt__loop_tensors_pooled(3, (const dt_tensor *[]){out, a, b}, inner_generic, &ctx);
   return DT_OK;
 }
 
