@@ -210,12 +210,13 @@ static bool try_fast(dt_binary_op op, double alpha_d, const dt_tensor *ta, const
   } else {
     return false;
   }
-  fast_job j = {.op = op,
-                .alpha = alpha_d,
-                .o = dt__tensor_base(tout),
-                .a = dt__tensor_base(ta),
-                .b = dt__tensor_base(tb),
-                .b_step = b_step};
+  void *o = dt__tensor_base(tout);
+  const void *a = dt__tensor_base(ta), *b = dt__tensor_base(tb);
+  if (n <= DT_PARALLEL_GRAIN) { /* one chunk: on the caller, no job to describe */
+    if (ta->dtype == DT_F32) return fast_row_f32(op, alpha_d, o, a, b, n, 1, b_step);
+    return fast_row_f64(op, alpha_d, o, a, b, n, 1, b_step);
+  }
+  fast_job j = {.op = op, .alpha = alpha_d, .o = o, .a = a, .b = b, .b_step = b_step};
   j.esize = (int64_t)dt__dtype_sizes[ta->dtype];
   j.osize = (int64_t)dt__dtype_sizes[tout->dtype];
   if (!fast_chunk_run(&j, 0, 0)) return false; /* the op has no fast loop */
