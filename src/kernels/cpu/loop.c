@@ -78,6 +78,13 @@ static bool loop_prepare(dt_loop *loop) {
   return true;
 }
 
+/* The loop over ops[0]'s shape with the nops operands, prepared; false when it is empty. */
+static bool loop_build(dt_loop *loop, int nops, const dt_tensor *const *ops) {
+  loop_init(loop, ops[0]->ndim, ops[0]->shape);
+  for (int k = 0; k < nops; k++) loop_add(loop, ops[k]);
+  return loop_prepare(loop);
+}
+
 static int64_t loop_rows(const dt_loop *loop) {
   int64_t rows = 1;
   for (int d = 0; d < loop->ndim - 1; d++) rows *= loop->shape[d];
@@ -113,9 +120,7 @@ static void loop_range(const dt_loop *loop, int64_t begin, int64_t end, int64_t 
 
 void dt__loop_tensors(int nops, const dt_tensor *const *ops, dt_inner_loop_fn fn, void *ctx) {
   dt_loop loop;
-  loop_init(&loop, ops[0]->ndim, ops[0]->shape);
-  for (int k = 0; k < nops; k++) loop_add(&loop, ops[k]);
-  if (!loop_prepare(&loop)) return;
+  if (!loop_build(&loop, nops, ops)) return;
   loop_range(&loop, 0, loop_rows(&loop), 0, loop.shape[loop.ndim - 1], fn, ctx);
 }
 
@@ -139,9 +144,7 @@ static void pooled_chunk(void *arg, int64_t begin, int64_t end) {
 void dt__loop_tensors_pooled(int nops, const dt_tensor *const *ops, dt_inner_loop_fn fn,
                              void *ctx) {
   dt_loop loop;
-  loop_init(&loop, ops[0]->ndim, ops[0]->shape);
-  for (int k = 0; k < nops; k++) loop_add(&loop, ops[k]);
-  if (!loop_prepare(&loop)) return;
+  if (!loop_build(&loop, nops, ops)) return;
   int64_t rows = loop_rows(&loop), n = loop.shape[loop.ndim - 1];
   pooled_loop p = {.loop = &loop, .fn = fn, .ctx = ctx, .row_len = n, .split_row = rows == 1};
   if (p.split_row) {
