@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <limits.h>
 
+#include "kernels/cpu/amx_gemm.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/matrix.h"
@@ -189,10 +190,17 @@ static void gemv_row(dt_dtype cd, blas_layout la, blas_layout lb, int m, int k, 
   }
 }
 
+/* amx: the product was found worth the AMX path (float_matmul decides for the whole product,
+ * so that every block of it computes alike); the BLAS runs when AMX declines. */
 static void gemm(dt_dtype cd, blas_layout la, blas_layout lb, int n, int m, int k, double alpha,
-                 const char *pa, const char *pb, double beta, char *pc, int ldc) {
+                 const char *pa, const char *pb, double beta, char *pc, int ldc, bool amx) {
   if (n == 1) {
     gemv_row(cd, la, lb, m, k, alpha, pa, pb, beta, pc);
+    return;
+  }
+  if (amx && dt__amx_sgemm(la.trans == CblasTrans, lb.trans == CblasTrans, n, m, k,
+                           (const float *)pa, la.ld, (const float *)pb, lb.ld, beta != 0,
+                           (float *)pc, ldc)) {
     return;
   }
   if (cd == DT_F32) {
@@ -272,6 +280,7 @@ typedef struct gemm_plan {
   char *pc;
   const dt_tensor *ta, *tb, *c; /* batched: the operands walked */
   bool batched, by_rows;
+  bool amx; /* f32 on AMX tiles (amx_gemm.h) when it accepts */
   int64_t block;  /* rows or columns per block (one matrix), matrices per block (batched) */
   int64_t blocks; /* the last block takes the rest */
 } gemm_plan;
@@ -296,7 +305,7 @@ static void gemm_block(const gemm_plan *p, const char *pa, const char *pb, char 
   const char *a = pa + (size_t)(p->la.trans == CblasNoTrans ? r0 * p->la.ld : r0) * es;
   const char *b = pb + (size_t)(p->lb.trans == CblasNoTrans ? c0 : c0 * p->lb.ld) * es;
   gemm(p->cd, p->la, p->lb, (int)(r1 - r0), (int)(c1 - c0), (int)p->k, p->alpha, a, b, beta, corner,
-       (int)p->m);
+       (int)p->m, p->amx);
 }
 
 static void gemm_matrices(const gemm_plan *p, int64_t first, int64_t end) {
@@ -403,6 +412,11 @@ static dt_status float_matmul(const dt_tensor *a, const dt_tensor *b, const dt_t
   } else {
     p.batched = batch_count(c) > 1;
   }
+  /* AMX computes c = op(a) op(b) or c += op(a) op(b): alpha 1, and beta 0 or 1 as gemm_block
+   * passes it (a zeroed C goes with beta 1). */
+  double block_beta = p.start == C_BIAS_ROW ? p.beta : p.start == C_ZERO ? 0 : p.beta;
+  p.amx = cd == DT_F32 && alpha == 1 && (block_beta == 0 || block_beta == 1) &&
+          p.n <= INT_MAX && dt__amx_worth((int)p.n, (int)p.m, (int)p.k) && dt__amx_usable();
   gemm_run(&p, threads);
 finish:
   if (c_temp) dt__cpu_copy(out, c_temp);

@@ -1,0 +1,493 @@
+/*
+ * Float32 GEMM on AMX tiles: three bfloat16 parts per operand, six tile products per step
+ * of 32 k values (numerics in amx_gemm.h).
+ *
+ * Layout. A tile holds 16 rows of 64 bytes. An A tile is 16 rows of op(a) by 32 k values
+ * (bfloat16); a B tile is 16 pairs of k rows by 16 columns, each column's two k values
+ * adjacent (the "VNNI" order TDPBF16PS reads). Packing writes, per 16-row strip of op(a)
+ * (or 16-column strip of op(b)) and per k step, the three parts' tiles one after the other
+ * (3 KiB). The C tiles are float32 and load and store straight from c when whole (through
+ * a 16 x 16 buffer at the edges).
+ *
+ * Blocking. k runs in blocks of KC_STEPS steps (512 values); per k block all of this call's
+ * rows of op(a) are packed once (rows x 3 KiB per 16 rows), then op(b) in blocks of NC_STRIPS
+ * column strips (256 columns: 768 KiB, resident in L2 while every row strip passes over
+ * it). The micro-kernel computes a 32 x 32 block of c (4 accumulator tiles, 2 tiles of A
+ * parts and 2 of B parts streaming) over one k block: per step 16 tile loads and 24 tile
+ * products. Between k blocks the partial sums live in c.
+ */
+#define _GNU_SOURCE /* syscall */
+#include "kernels/cpu/amx_gemm.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__linux__) &&                                                   \
+    ((defined(__clang__) && __clang_major__ >= 12) ||                                              \
+     (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define DT_AMX_BUILD 1
+#endif
+
+#ifdef DT_AMX_BUILD
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16")))
+
+#define KC_STEPS 16    /* k steps of 32 per k block */
+#define NC_STRIPS 16   /* column strips of 16 per column block */
+#define TILE_ELEMS 512 /* bfloat16 per tile */
+/* One strip and step: the three parts' tiles, then part 0 with its infinities made zeros
+ * (written only when the packed block holds an infinity; see kernel_2x2). */
+#define SET_ELEMS (4 * TILE_ELEMS)
+#define PART0_FINITE (3 * TILE_ELEMS)
+
+/* -1 unknown, 0 no, 1 yes: the hardware and OS answer, asked once. */
+static atomic_int amx_hw = -1;
+static atomic_bool amx_off; /* dt__amx_set_enabled(false) or DT_AMX=0 */
+
+static bool probe_hardware(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false; /* OSXSAVE */
+  if (__get_cpuid_max(0, NULL) < 7) return false;
+  __cpuid_count(7, 0, a, b, c, d);
+  bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31));
+  bool amx = (d & (1u << 22)) && (d & (1u << 24)); /* AMX-BF16, AMX-TILE */
+  if (!avx512 || !amx) return false;
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  (void)hi;
+  /* XCR0: SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM, XTILECFG, XTILEDATA. */
+  uint32_t want =
+      (1u << 1) | (1u << 2) | (1u << 5) | (1u << 6) | (1u << 7) | (1u << 17) | (1u << 18);
+  if ((lo & want) != want) return false;
+  /* Linux grants the 8 KiB tile state to a process that asks (ARCH_REQ_XCOMP_PERM with
+   * XFEATURE_XTILEDATA); without it the first tile instruction faults. */
+  return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+
+bool dt__amx_usable(void) {
+  int hw = atomic_load_explicit(&amx_hw, memory_order_acquire);
+  if (hw < 0) {
+    const char *env = getenv("DT_AMX");
+    if (env && strcmp(env, "0") == 0) atomic_store(&amx_off, true);
+    hw = probe_hardware() ? 1 : 0;
+    atomic_store_explicit(&amx_hw, hw, memory_order_release);
+  }
+  return hw == 1 && !atomic_load_explicit(&amx_off, memory_order_relaxed);
+}
+
+void dt__amx_set_enabled(bool on) {
+  (void)dt__amx_usable(); /* reads DT_AMX first, so that it cannot undo this later */
+  atomic_store(&amx_off, !on);
+}
+
+bool dt__amx_worth(int m, int n, int k) {
+  /* Measured against OpenBLAS's SkylakeX sgemm on one core (docs/benchmarks.md): 1.3x at
+   * 128^3, 0.7x at 64^3 and with 32 rows or columns (packing the other operand dominates). */
+  return m >= 64 && n >= 64 && k >= 32 && (int64_t)m * n * k >= ((int64_t)1 << 21);
+}
+
+/* ---- Per-thread workspace ------------------------------------------------------------- */
+
+typedef struct workspace {
+  uint16_t *data;
+  size_t elems;
+} workspace;
+
+static pthread_key_t ws_key;
+static pthread_once_t ws_once = PTHREAD_ONCE_INIT;
+static bool ws_key_ok;
+
+static void ws_free(void *p) {
+  workspace *w = p;
+  if (w) free(w->data);
+  free(w);
+}
+static void ws_init(void) { ws_key_ok = pthread_key_create(&ws_key, ws_free) == 0; }
+
+/* The calling thread's workspace of at least `elems` bfloat16, 64-byte aligned; kept for the
+ * thread's next GEMMs (fresh pages cost a fault each), freed when the thread exits. */
+static uint16_t *workspace_get(size_t elems) {
+  pthread_once(&ws_once, ws_init);
+  if (!ws_key_ok) return NULL;
+  workspace *w = pthread_getspecific(ws_key);
+  if (!w) {
+    w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    if (pthread_setspecific(ws_key, w) != 0) {
+      free(w);
+      return NULL;
+    }
+  }
+  if (w->elems < elems) {
+    size_t bytes = (elems * sizeof(uint16_t) + 63) / 64 * 64;
+    uint16_t *p = aligned_alloc(64, bytes);
+    if (!p) return NULL;
+    free(w->data);
+    w->data = p;
+    w->elems = elems;
+  }
+  return w->data;
+}
+
+/* ---- Splitting and packing ------------------------------------------------------------ */
+
+static inline __mmask16 lanes(int n) {
+  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+/* Round-to-nearest-even to bfloat16, kept as a float32 bit pattern with 16 zero low bits. */
+AMX_TARGET static inline __m512i round_bf16(__m512i u) {
+  const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1),
+                high = _mm512_set1_epi32((int)0xffff0000u);
+  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+  return _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(u, bias), odd), high);
+}
+
+/* x = p0 + p1 + p2 for 16 floats. A finite x too large to round (p0 would become infinite)
+ * is cut into three truncated parts of its sign instead (exact as well), so that no partial
+ * sum p0 + p1 overflows where x does not; infinities keep themselves and NaNs a quiet NaN as p0,
+ * with zero p1 and p2 (so that inf - inf makes no NaN of a finite product). */
+AMX_TARGET static inline void split3(__m512 x, __m512i *p0, __m512i *p1, __m512i *p2,
+                                     __mmask16 *infs) {
+  const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
+  __m512i u = _mm512_castps_si512(x);
+  __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  __mmask16 finite = _mm512_cmplt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000));
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000));
+  __mmask16 huge = _mm512_cmpge_epu32_mask(mag, _mm512_set1_epi32(0x7f7f8000)) & finite;
+  *infs |= (__mmask16)(~finite & ~nan);
+  __m512i a0 = _mm512_mask_and_epi32(round_bf16(u), (__mmask16)(~finite | huge), u, high);
+  a0 = _mm512_mask_or_epi32(a0, nan, a0, _mm512_set1_epi32(0x00400000));
+  __m512 r1 = _mm512_maskz_sub_ps(finite, x, _mm512_castsi512_ps(a0));
+  __m512i u1 = _mm512_castps_si512(r1);
+  __m512i a1 = _mm512_mask_and_epi32(round_bf16(u1), huge, u1, high);
+  __m512 r2 = _mm512_sub_ps(r1, _mm512_castsi512_ps(a1));
+  __m512i u2 = _mm512_castps_si512(r2);
+  *p0 = a0;
+  *p1 = a1;
+  *p2 = _mm512_mask_and_epi32(round_bf16(u2), huge, u2, high);
+}
+
+/* 16 dwords, dword i holding the bfloat16 of k = 2i (low half) and 2i + 1 (high half), from
+ * 32 consecutive k values lo (0..15) and hi (16..31) kept as float32 bit patterns. */
+AMX_TARGET static inline __m512i pairs_along(__m512i lo, __m512i hi) {
+  const __m512i idx =
+      _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                       25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  return _mm512_permutex2var_epi16(lo, idx, hi);
+}
+
+/* 16 dwords, lane j holding row k0's and row k1's bfloat16 at j. */
+AMX_TARGET static inline __m512i pairs_across(__m512i k0, __m512i k1) {
+  return _mm512_or_si512(k1, _mm512_srli_epi32(k0, 16));
+}
+
+/* 32 consecutive values at p (count of them valid) into one row of each part's tile. */
+AMX_TARGET static inline void row_along(const float *p, int count, uint32_t *d, int stride,
+                                        __mmask16 *infs) {
+  __m512 lo = _mm512_maskz_loadu_ps(lanes(count), p);
+  __m512 hi = _mm512_maskz_loadu_ps(lanes(count - 16), p + 16);
+  __m512i l0, l1, l2, h0, h1, h2;
+  split3(lo, &l0, &l1, &l2, infs);
+  split3(hi, &h0, &h1, &h2, infs);
+  _mm512_store_si512(d, pairs_along(l0, h0));
+  _mm512_store_si512(d + stride, pairs_along(l1, h1));
+  _mm512_store_si512(d + 2 * stride, pairs_along(l2, h2));
+}
+
+/* Two rows of 16 values (count valid; a NULL row reads as zeros) into one row of each
+ * part's tile. */
+AMX_TARGET static inline void rows_across(const float *k0, const float *k1, int count, uint32_t *d,
+                                          int stride, __mmask16 *infs) {
+  __m512 x = k0 ? _mm512_maskz_loadu_ps(lanes(count), k0) : _mm512_setzero_ps();
+  __m512 y = k1 ? _mm512_maskz_loadu_ps(lanes(count), k1) : _mm512_setzero_ps();
+  __m512i x0, x1, x2, y0, y1, y2;
+  split3(x, &x0, &x1, &x2, infs);
+  split3(y, &y0, &y1, &y2, infs);
+  _mm512_store_si512(d, pairs_across(x0, y0));
+  _mm512_store_si512(d + stride, pairs_across(x1, y1));
+  _mm512_store_si512(d + 2 * stride, pairs_across(x2, y2));
+}
+
+/* Transposes the three parts' 16 x 16 dword tiles of a set in place. */
+static void transpose_parts(uint32_t *set) {
+  for (int p = 0; p < 3; p++) {
+    uint32_t *t = set + p * 256;
+    for (int r = 0; r < 16; r++)
+      for (int c = r + 1; c < 16; c++) {
+        uint32_t v = t[r * 16 + c];
+        t[r * 16 + c] = t[c * 16 + r];
+        t[c * 16 + r] = v;
+      }
+  }
+}
+
+/* When a packed block holds an infinity (infs), writes each set's part 0 with its
+ * infinities made zeros, for the kernel's correction products; returns whether it did. */
+AMX_TARGET static bool finite_part0(uint16_t *pack, size_t sets, __mmask16 infs) {
+  if (!infs) return false;
+  const __m512i magnitude = _mm512_set1_epi16(0x7fff), inf = _mm512_set1_epi16(0x7f80);
+  for (size_t i = 0; i < sets; i++) {
+    const uint16_t *from = pack + i * SET_ELEMS;
+    uint16_t *to = pack + i * SET_ELEMS + PART0_FINITE;
+    for (int v = 0; v < TILE_ELEMS; v += 32) {
+      __m512i x = _mm512_load_si512(from + v);
+      __mmask32 is_inf = _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, magnitude), inf);
+      _mm512_store_si512(to + v, _mm512_maskz_mov_epi16(~is_inf, x));
+    }
+  }
+  return true;
+}
+
+/* Packs rows [0, strips * 16) and k steps [t0, t0 + steps) of op(a) [m, k] into sets
+ * [strip][step] (zeros past the ends). Each loop reads memory in order: a row of op(a) along
+ * k, or (ta) a row of the stored [k, m] along m. */
+AMX_TARGET static bool pack_a(const float *a, int lda, bool ta, int m, int k, int strips, int t0,
+                              int steps, uint16_t *pack) {
+  __mmask16 infs = 0;
+  if (!ta) {
+    for (int s = 0; s < strips; s++)
+      for (int r = 0; r < 16; r++)
+        for (int t = 0; t < steps; t++) {
+          uint32_t *row = (uint32_t *)(pack + ((size_t)s * steps + t) * SET_ELEMS) + r * 16;
+          int mi = s * 16 + r, k0 = (t0 + t) * 32;
+          if (mi < m) {
+            row_along(a + (size_t)mi * lda + k0, k - k0, row, 256, &infs);
+          } else {
+            for (int p = 0; p < 3; p++) memset(row + p * 256, 0, 64);
+          }
+        }
+    return finite_part0(pack, (size_t)strips * steps, infs);
+  }
+  for (int t = 0; t < steps; t++)
+    for (int kp = 0; kp < 16; kp++) {
+      int ka = (t0 + t) * 32 + 2 * kp, kb = ka + 1;
+      const float *ra = ka < k ? a + (size_t)ka * lda : NULL;
+      const float *rb = kb < k ? a + (size_t)kb * lda : NULL;
+      for (int s = 0; s < strips; s++) {
+        uint32_t *row = (uint32_t *)(pack + ((size_t)s * steps + t) * SET_ELEMS) + kp * 16;
+        rows_across(ra ? ra + s * 16 : NULL, rb ? rb + s * 16 : NULL, m - s * 16, row, 256, &infs);
+      }
+    }
+  for (int i = 0; i < strips * steps; i++)
+    transpose_parts((uint32_t *)(pack + (size_t)i * SET_ELEMS));
+  return finite_part0(pack, (size_t)strips * steps, infs);
+}
+
+/* Packs column strips [j0, j1) and k steps [t0, t0 + steps) of op(b) [k, n] into sets
+ * [strip - j0][step], reading memory in order likewise. */
+AMX_TARGET static bool pack_b(const float *b, int ldb, bool tb, int k, int n, int j0, int j1,
+                              int t0, int steps, uint16_t *pack) {
+  __mmask16 infs = 0;
+  if (!tb) {
+    for (int t = 0; t < steps; t++)
+      for (int kp = 0; kp < 16; kp++) {
+        int ka = (t0 + t) * 32 + 2 * kp, kb = ka + 1;
+        const float *ra = ka < k ? b + (size_t)ka * ldb : NULL;
+        const float *rb = kb < k ? b + (size_t)kb * ldb : NULL;
+        for (int j = j0; j < j1; j++) {
+          uint32_t *row = (uint32_t *)(pack + ((size_t)(j - j0) * steps + t) * SET_ELEMS) + kp * 16;
+          rows_across(ra ? ra + j * 16 : NULL, rb ? rb + j * 16 : NULL, n - j * 16, row, 256,
+                      &infs);
+        }
+      }
+    return finite_part0(pack, (size_t)(j1 - j0) * steps, infs);
+  }
+  for (int j = j0; j < j1; j++) {
+    for (int c = 0; c < 16; c++)
+      for (int t = 0; t < steps; t++) {
+        uint32_t *row = (uint32_t *)(pack + ((size_t)(j - j0) * steps + t) * SET_ELEMS) + c * 16;
+        int ni = j * 16 + c, k0 = (t0 + t) * 32;
+        if (ni < n) {
+          row_along(b + (size_t)ni * ldb + k0, k - k0, row, 256, &infs);
+        } else {
+          for (int p = 0; p < 3; p++) memset(row + p * 256, 0, 64);
+        }
+      }
+    for (int t = 0; t < steps; t++)
+      transpose_parts((uint32_t *)(pack + ((size_t)(j - j0) * steps + t) * SET_ELEMS));
+  }
+  return finite_part0(pack, (size_t)(j1 - j0) * steps, infs);
+}
+
+/* ---- Micro-kernel --------------------------------------------------------------------- */
+
+/* One accumulator tile of c: where it loads from and stores to (c itself when whole). */
+typedef struct c_tile {
+  float *at; /* c, or buf */
+  int ld;    /* floats */
+  float *c;
+  int ldc, rows, cols;
+} c_tile;
+
+static void c_tile_open(c_tile *t, float *c, int ldc, int rows, int cols, bool load, float *buf) {
+  t->c = c;
+  t->ldc = ldc;
+  t->rows = rows < 0 ? 0 : rows > 16 ? 16 : rows;
+  t->cols = cols < 0 ? 0 : cols > 16 ? 16 : cols;
+  if (t->rows == 16 && t->cols == 16) {
+    t->at = c;
+    t->ld = ldc;
+    return;
+  }
+  t->at = buf;
+  t->ld = 16;
+  memset(buf, 0, 256 * sizeof(float));
+  if (load)
+    for (int r = 0; r < t->rows; r++)
+      memcpy(buf + r * 16, c + (size_t)r * ldc, (size_t)t->cols * sizeof(float));
+}
+
+static void c_tile_close(const c_tile *t) {
+  if (t->at == t->c) return;
+  for (int r = 0; r < t->rows; r++)
+    memcpy(t->c + (size_t)r * t->ldc, t->at + r * 16, (size_t)t->cols * sizeof(float));
+}
+
+/* c tiles (0, 1, 2, 3) += (a0 b0, a0 b1, a1 b0, a1 b1) over `steps` k steps, a0/a1 and b0/b1
+ * the part sets of two row strips and two column strips. Per step: x0y0, then the
+ * corrections x1y0, x2y0, x1y1, x0y1, x0y2 grouped by the B part loaded (16 tile loads for 24
+ * products). An infinite x leaves its parts 1 and 2 zero, and infinity times a zero part of y
+ * would make a NaN of an infinite product: when a block holds infinities (a_inf, b_inf) the
+ * corrections read part 0 with its infinities made zeros (x0y0 alone carries them). */
+AMX_TARGET static void kernel_2x2(const uint16_t *a0, const uint16_t *a1, const uint16_t *b0,
+                                  const uint16_t *b1, int steps, const c_tile *ct, bool load,
+                                  bool a_inf, bool b_inf) {
+  if (load) {
+    _tile_loadd(0, ct[0].at, ct[0].ld * 4);
+    _tile_loadd(1, ct[1].at, ct[1].ld * 4);
+    _tile_loadd(2, ct[2].at, ct[2].ld * 4);
+    _tile_loadd(3, ct[3].at, ct[3].ld * 4);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  size_t x0c = a_inf ? PART0_FINITE : 0;
+#define DT_AMX_PRODUCTS                                                                            \
+  _tile_dpbf16ps(0, 4, 6);                                                                         \
+  _tile_dpbf16ps(1, 4, 7);                                                                         \
+  _tile_dpbf16ps(2, 5, 6);                                                                         \
+  _tile_dpbf16ps(3, 5, 7)
+  for (int t = 0; t < steps; t++) {
+    const uint16_t *x0 = a0 + (size_t)t * SET_ELEMS, *x1 = a1 + (size_t)t * SET_ELEMS;
+    const uint16_t *y0 = b0 + (size_t)t * SET_ELEMS, *y1 = b1 + (size_t)t * SET_ELEMS;
+    _tile_loadd(6, y0, 64);
+    _tile_loadd(7, y1, 64);
+    _tile_loadd(4, x0, 64);
+    _tile_loadd(5, x1, 64);
+    DT_AMX_PRODUCTS;
+    if (b_inf) {
+      _tile_loadd(6, y0 + PART0_FINITE, 64);
+      _tile_loadd(7, y1 + PART0_FINITE, 64);
+    }
+    _tile_loadd(4, x0 + TILE_ELEMS, 64);
+    _tile_loadd(5, x1 + TILE_ELEMS, 64);
+    DT_AMX_PRODUCTS;
+    _tile_loadd(4, x0 + 2 * TILE_ELEMS, 64);
+    _tile_loadd(5, x1 + 2 * TILE_ELEMS, 64);
+    DT_AMX_PRODUCTS;
+    _tile_loadd(6, y0 + TILE_ELEMS, 64);
+    _tile_loadd(7, y1 + TILE_ELEMS, 64);
+    _tile_loadd(4, x0 + TILE_ELEMS, 64);
+    _tile_loadd(5, x1 + TILE_ELEMS, 64);
+    DT_AMX_PRODUCTS;
+    _tile_loadd(4, x0 + x0c, 64);
+    _tile_loadd(5, x1 + x0c, 64);
+    DT_AMX_PRODUCTS;
+    _tile_loadd(6, y0 + 2 * TILE_ELEMS, 64);
+    _tile_loadd(7, y1 + 2 * TILE_ELEMS, 64);
+    DT_AMX_PRODUCTS;
+  }
+#undef DT_AMX_PRODUCTS
+  _tile_stored(0, ct[0].at, ct[0].ld * 4);
+  _tile_stored(1, ct[1].at, ct[1].ld * 4);
+  _tile_stored(2, ct[2].at, ct[2].ld * 4);
+  _tile_stored(3, ct[3].at, ct[3].ld * 4);
+}
+
+typedef struct tile_config {
+  uint8_t palette, start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tile_config;
+
+AMX_TARGET static void run(bool ta, bool tb, int m, int n, int k, const float *a, int lda,
+                           const float *b, int ldb, bool accumulate, float *c, int ldc,
+                           uint16_t *apack, uint16_t *bpack) {
+  int strips = (m + 31) / 32 * 2, steps_all = (k + 31) / 32;
+  int col_strips = (n + 31) / 32 * 2;
+  tile_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int i = 0; i < 8; i++) {
+    cfg.colsb[i] = 64;
+    cfg.rows[i] = 16;
+  }
+  _tile_loadconfig(&cfg);
+  float buf[4][256] __attribute__((aligned(64)));
+  for (int t0 = 0; t0 < steps_all; t0 += KC_STEPS) {
+    int steps = steps_all - t0 < KC_STEPS ? steps_all - t0 : KC_STEPS;
+    bool load = t0 > 0 || accumulate;
+    bool a_inf = pack_a(a, lda, ta, m, k, strips, t0, steps, apack);
+    for (int j0 = 0; j0 < col_strips; j0 += NC_STRIPS) {
+      int j1 = j0 + NC_STRIPS < col_strips ? j0 + NC_STRIPS : col_strips;
+      bool b_inf = pack_b(b, ldb, tb, k, n, j0, j1, t0, steps, bpack);
+      for (int s = 0; s < strips; s += 2)
+        for (int j = j0; j < j1; j += 2) {
+          c_tile ct[4];
+          for (int q = 0; q < 4; q++) {
+            int si = s + q / 2, ji = j + q % 2;
+            c_tile_open(&ct[q], c + (size_t)si * 16 * ldc + (size_t)ji * 16, ldc, m - si * 16,
+                        n - ji * 16, load, buf[q]);
+          }
+          kernel_2x2(
+              apack + (size_t)s * steps * SET_ELEMS, apack + (size_t)(s + 1) * steps * SET_ELEMS,
+              bpack + (size_t)(j - j0) * steps * SET_ELEMS,
+              bpack + (size_t)(j + 1 - j0) * steps * SET_ELEMS, steps, ct, load, a_inf, b_inf);
+          for (int q = 0; q < 4; q++) c_tile_close(&ct[q]);
+        }
+    }
+  }
+  _tile_release();
+}
+
+bool dt__amx_sgemm(bool ta, bool tb, int m, int n, int k, const float *a, int lda, const float *b,
+                   int ldb, bool accumulate, float *c, int ldc) {
+  if (!dt__amx_usable() || m <= 0 || n <= 0 || k <= 0) return false;
+  size_t strips = (size_t)(m + 31) / 32 * 2;
+  size_t steps = (size_t)((k + 31) / 32 < KC_STEPS ? (k + 31) / 32 : KC_STEPS);
+  size_t a_elems = strips * steps * SET_ELEMS, b_elems = (size_t)NC_STRIPS * steps * SET_ELEMS;
+  uint16_t *w = workspace_get(a_elems + b_elems);
+  if (!w) return false;
+  run(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc, w, w + a_elems);
+  return true;
+}
+
+#else /* no AMX build */
+
+bool dt__amx_usable(void) { return false; }
+void dt__amx_set_enabled(bool on) { (void)on; }
+bool dt__amx_worth(int m, int n, int k) {
+  (void)m;
+  (void)n;
+  (void)k;
+  return false;
+}
+bool dt__amx_sgemm(bool ta, bool tb, int m, int n, int k, const float *a, int lda, const float *b,
+                   int ldb, bool accumulate, float *c, int ldc) {
+  (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb;
+  (void)accumulate, (void)c, (void)ldc;
+  return false;
+}
+
+#endif
