@@ -42,10 +42,14 @@
 #define KC_STEPS 16    /* k steps of 32 per k block */
 #define NC_STRIPS 16   /* column strips of 16 per column block */
 #define TILE_ELEMS 512 /* bfloat16 per tile */
-/* One strip and step: the three parts' tiles, then part 0 with its infinities made zeros
- * (written only when the packed block holds an infinity; see kernel_2x2). */
-#define SET_ELEMS (4 * TILE_ELEMS)
-#define PART0_FINITE (3 * TILE_ELEMS)
+/* One strip and step: the three parts' tiles. Part 0 with its infinities made zeros (see
+ * kernel_2x2) goes to a parallel array of single tiles, written only when the packed block
+ * holds an infinity. */
+#define SET_ELEMS (3 * TILE_ELEMS)
+/* A strip's sets for `steps` k steps, plus one cache line: strips a power-of-two multiple of
+ * 1 KiB apart would put the same row of every strip's set in the same L1 cache set, and the
+ * packing loops that write one row into each strip in turn would evict their own lines. */
+#define STRIP_ELEMS(steps) ((size_t)(steps)*SET_ELEMS + 32)
 
 /* -1 unknown, 0 no, 1 yes: the hardware and OS answer, asked once. */
 static atomic_int amx_hw = -1;
@@ -216,27 +220,45 @@ AMX_TARGET static inline void rows_across(const float *k0, const float *k1, int 
   _mm512_store_si512(d + 2 * stride, pairs_across(x2, y2));
 }
 
-/* Transposes the three parts' 16 x 16 dword tiles of a set in place. */
-static void transpose_parts(uint32_t *set) {
+/* Transposes the three parts' 16 x 16 dword tiles of a set in place, in registers: pairs of
+ * rows interleave their dwords, then their qwords, then 128-bit lanes twice. */
+AMX_TARGET static void transpose_parts(uint32_t *set) {
   for (int p = 0; p < 3; p++) {
     uint32_t *t = set + p * 256;
-    for (int r = 0; r < 16; r++)
-      for (int c = r + 1; c < 16; c++) {
-        uint32_t v = t[r * 16 + c];
-        t[r * 16 + c] = t[c * 16 + r];
-        t[c * 16 + r] = v;
+    __m512i r[16], x[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_load_si512(t + 16 * i);
+    for (int i = 0; i < 8; i++) {
+      x[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+      x[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+      r[4 * i + 0] = _mm512_unpacklo_epi64(x[4 * i + 0], x[4 * i + 2]);
+      r[4 * i + 1] = _mm512_unpackhi_epi64(x[4 * i + 0], x[4 * i + 2]);
+      r[4 * i + 2] = _mm512_unpacklo_epi64(x[4 * i + 1], x[4 * i + 3]);
+      r[4 * i + 3] = _mm512_unpackhi_epi64(x[4 * i + 1], x[4 * i + 3]);
+    }
+    for (int i = 0; i < 2; i++)
+      for (int j = 0; j < 4; j++) {
+        x[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
+        x[8 * i + 4 + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0xdd);
       }
+    for (int j = 0; j < 8; j++) {
+      r[j] = _mm512_shuffle_i32x4(x[j], x[8 + j], 0x88);
+      r[8 + j] = _mm512_shuffle_i32x4(x[j], x[8 + j], 0xdd);
+    }
+    for (int i = 0; i < 16; i++) _mm512_store_si512(t + 16 * i, r[i]);
   }
 }
 
 /* When a packed block holds an infinity (infs), writes each set's part 0 with its
  * infinities made zeros, for the kernel's correction products; returns whether it did. */
-AMX_TARGET static bool finite_part0(uint16_t *pack, size_t sets, __mmask16 infs) {
+AMX_TARGET static bool finite_part0(const uint16_t *pack, int strips, int steps, __mmask16 infs,
+                                    uint16_t *finite) {
   if (!infs) return false;
   const __m512i magnitude = _mm512_set1_epi16(0x7fff), inf = _mm512_set1_epi16(0x7f80);
-  for (size_t i = 0; i < sets; i++) {
-    const uint16_t *from = pack + i * SET_ELEMS;
-    uint16_t *to = pack + i * SET_ELEMS + PART0_FINITE;
+  for (size_t i = 0; i < (size_t)strips * steps; i++) {
+    const uint16_t *from = pack + i / steps * STRIP_ELEMS(steps) + i % steps * SET_ELEMS;
+    uint16_t *to = finite + i * TILE_ELEMS;
     for (int v = 0; v < TILE_ELEMS; v += 32) {
       __m512i x = _mm512_load_si512(from + v);
       __mmask32 is_inf = _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, magnitude), inf);
@@ -247,74 +269,84 @@ AMX_TARGET static bool finite_part0(uint16_t *pack, size_t sets, __mmask16 infs)
 }
 
 /* Packs rows [0, strips * 16) and k steps [t0, t0 + steps) of op(a) [m, k] into sets
- * [strip][step] (zeros past the ends). Each loop reads memory in order: a row of op(a) along
- * k, or (ta) a row of the stored [k, m] along m. */
+ * [strip][step] (zeros past the ends). The sets are written one after the other: sets lie
+ * 4 KiB apart, and writing a row into each of them in turn would land every store in the
+ * same few L1 cache sets. */
 AMX_TARGET static bool pack_a(const float *a, int lda, bool ta, int m, int k, int strips, int t0,
-                              int steps, uint16_t *pack) {
+                              int steps, uint16_t *pack, uint16_t *finite) {
   __mmask16 infs = 0;
-  if (!ta) {
-    for (int s = 0; s < strips; s++)
-      for (int r = 0; r < 16; r++)
-        for (int t = 0; t < steps; t++) {
-          uint32_t *row = (uint32_t *)(pack + ((size_t)s * steps + t) * SET_ELEMS) + r * 16;
-          int mi = s * 16 + r, k0 = (t0 + t) * 32;
-          if (mi < m) {
-            row_along(a + (size_t)mi * lda + k0, k - k0, row, 256, &infs);
-          } else {
-            for (int p = 0; p < 3; p++) memset(row + p * 256, 0, 64);
-          }
+  if (ta) {
+    /* the stored [k, m] read along its rows (across strips): sequential reads matter more
+     * here than the writes' L1 sets (measured) */
+    for (int t = 0; t < steps; t++)
+      for (int kp = 0; kp < 16; kp++) {
+        int ka = (t0 + t) * 32 + 2 * kp, kb = ka + 1;
+        const float *ra = ka < k ? a + (size_t)ka * lda : NULL;
+        const float *rb = kb < k ? a + (size_t)kb * lda : NULL;
+        for (int s = 0; s < strips; s++) {
+          uint32_t *row =
+              (uint32_t *)(pack + s * STRIP_ELEMS(steps) + (size_t)t * SET_ELEMS) + kp * 16;
+          rows_across(ra ? ra + s * 16 : NULL, rb ? rb + s * 16 : NULL, m - s * 16, row, 256,
+                      &infs);
         }
-    return finite_part0(pack, (size_t)strips * steps, infs);
+      }
+    for (int s = 0; s < strips; s++)
+      for (int t = 0; t < steps; t++)
+        transpose_parts((uint32_t *)(pack + s * STRIP_ELEMS(steps) + (size_t)t * SET_ELEMS));
+    return finite_part0(pack, strips, steps, infs, finite);
   }
-  for (int t = 0; t < steps; t++)
-    for (int kp = 0; kp < 16; kp++) {
-      int ka = (t0 + t) * 32 + 2 * kp, kb = ka + 1;
-      const float *ra = ka < k ? a + (size_t)ka * lda : NULL;
-      const float *rb = kb < k ? a + (size_t)kb * lda : NULL;
-      for (int s = 0; s < strips; s++) {
-        uint32_t *row = (uint32_t *)(pack + ((size_t)s * steps + t) * SET_ELEMS) + kp * 16;
-        rows_across(ra ? ra + s * 16 : NULL, rb ? rb + s * 16 : NULL, m - s * 16, row, 256, &infs);
+  for (int s = 0; s < strips; s++)
+    for (int t = 0; t < steps; t++) {
+      uint32_t *set = (uint32_t *)(pack + s * STRIP_ELEMS(steps) + (size_t)t * SET_ELEMS);
+      int k0 = (t0 + t) * 32;
+      for (int r = 0; r < 16; r++) {
+        int mi = s * 16 + r;
+        if (mi < m) {
+          row_along(a + (size_t)mi * lda + k0, k - k0, set + r * 16, 256, &infs);
+        } else {
+          for (int p = 0; p < 3; p++) memset(set + p * 256 + r * 16, 0, 64);
+        }
       }
     }
-  for (int i = 0; i < strips * steps; i++)
-    transpose_parts((uint32_t *)(pack + (size_t)i * SET_ELEMS));
-  return finite_part0(pack, (size_t)strips * steps, infs);
+  return finite_part0(pack, strips, steps, infs, finite);
 }
 
 /* Packs column strips [j0, j1) and k steps [t0, t0 + steps) of op(b) [k, n] into sets
- * [strip - j0][step], reading memory in order likewise. */
+ * [strip - j0][step], one after the other likewise. */
 AMX_TARGET static bool pack_b(const float *b, int ldb, bool tb, int k, int n, int j0, int j1,
-                              int t0, int steps, uint16_t *pack) {
+                              int t0, int steps, uint16_t *pack, uint16_t *finite) {
   __mmask16 infs = 0;
   if (!tb) {
+    /* the stored [k, n] read along its rows, across the block's strips */
     for (int t = 0; t < steps; t++)
       for (int kp = 0; kp < 16; kp++) {
         int ka = (t0 + t) * 32 + 2 * kp, kb = ka + 1;
         const float *ra = ka < k ? b + (size_t)ka * ldb : NULL;
         const float *rb = kb < k ? b + (size_t)kb * ldb : NULL;
         for (int j = j0; j < j1; j++) {
-          uint32_t *row = (uint32_t *)(pack + ((size_t)(j - j0) * steps + t) * SET_ELEMS) + kp * 16;
+          uint32_t *row =
+              (uint32_t *)(pack + (j - j0) * STRIP_ELEMS(steps) + (size_t)t * SET_ELEMS) + kp * 16;
           rows_across(ra ? ra + j * 16 : NULL, rb ? rb + j * 16 : NULL, n - j * 16, row, 256,
                       &infs);
         }
       }
-    return finite_part0(pack, (size_t)(j1 - j0) * steps, infs);
+    return finite_part0(pack, j1 - j0, steps, infs, finite);
   }
-  for (int j = j0; j < j1; j++) {
-    for (int c = 0; c < 16; c++)
-      for (int t = 0; t < steps; t++) {
-        uint32_t *row = (uint32_t *)(pack + ((size_t)(j - j0) * steps + t) * SET_ELEMS) + c * 16;
-        int ni = j * 16 + c, k0 = (t0 + t) * 32;
+  for (int j = j0; j < j1; j++)
+    for (int t = 0; t < steps; t++) {
+      uint32_t *set = (uint32_t *)(pack + (j - j0) * STRIP_ELEMS(steps) + (size_t)t * SET_ELEMS);
+      int k0 = (t0 + t) * 32;
+      for (int c = 0; c < 16; c++) {
+        int ni = j * 16 + c;
         if (ni < n) {
-          row_along(b + (size_t)ni * ldb + k0, k - k0, row, 256, &infs);
+          row_along(b + (size_t)ni * ldb + k0, k - k0, set + c * 16, 256, &infs);
         } else {
-          for (int p = 0; p < 3; p++) memset(row + p * 256, 0, 64);
+          for (int p = 0; p < 3; p++) memset(set + p * 256 + c * 16, 0, 64);
         }
       }
-    for (int t = 0; t < steps; t++)
-      transpose_parts((uint32_t *)(pack + ((size_t)(j - j0) * steps + t) * SET_ELEMS));
-  }
-  return finite_part0(pack, (size_t)(j1 - j0) * steps, infs);
+      transpose_parts(set);
+    }
+  return finite_part0(pack, j1 - j0, steps, infs, finite);
 }
 
 /* ---- Micro-kernel --------------------------------------------------------------------- */
@@ -358,8 +390,9 @@ static void c_tile_close(const c_tile *t) {
  * would make a NaN of an infinite product: when a block holds infinities (a_inf, b_inf) the
  * corrections read part 0 with its infinities made zeros (x0y0 alone carries them). */
 AMX_TARGET static void kernel_2x2(const uint16_t *a0, const uint16_t *a1, const uint16_t *b0,
-                                  const uint16_t *b1, int steps, const c_tile *ct, bool load,
-                                  bool a_inf, bool b_inf) {
+                                  const uint16_t *b1, const uint16_t *const *finite, int steps,
+                                  const c_tile *ct, bool load, const float *next, int next_rows,
+                                  int ldc, const char *ahead, size_t ahead_bytes) {
   if (load) {
     _tile_loadd(0, ct[0].at, ct[0].ld * 4);
     _tile_loadd(1, ct[1].at, ct[1].ld * 4);
@@ -371,13 +404,24 @@ AMX_TARGET static void kernel_2x2(const uint16_t *a0, const uint16_t *a1, const 
     _tile_zero(2);
     _tile_zero(3);
   }
-  size_t x0c = a_inf ? PART0_FINITE : 0;
+  /* finite: part 0 made finite of a0, a1, b0, b1 (NULL: the block has no infinity) */
 #define DT_AMX_PRODUCTS                                                                            \
   _tile_dpbf16ps(0, 4, 6);                                                                         \
   _tile_dpbf16ps(1, 4, 7);                                                                         \
   _tile_dpbf16ps(2, 5, 6);                                                                         \
   _tile_dpbf16ps(3, 5, 7)
+  /* next: the next block's corner in c (NULL: none), whose 32 rows of 128 bytes are fetched
+   * into the cache while this block computes; its tiles' loads and stores would otherwise
+   * wait for memory, 16 lines each */
+  int per_step = next ? (2 * next_rows + steps - 1) / steps : 0, fetched = 0;
+  /* ahead: packed operand bytes the next calls read first (into L2, spread over the steps) */
+  size_t ahead_lines = ahead_bytes / 64, ahead_step = (ahead_lines + steps - 1) / steps,
+         ahead_at = 0;
   for (int t = 0; t < steps; t++) {
+    for (int i = 0; i < per_step && fetched < 2 * next_rows; i++, fetched++)
+      __builtin_prefetch(next + (size_t)(fetched / 2) * ldc + (fetched % 2) * 16, 1, 3);
+    for (size_t i = 0; i < ahead_step && ahead_at < ahead_lines; i++, ahead_at++)
+      __builtin_prefetch(ahead + ahead_at * 64, 0, 2);
     const uint16_t *x0 = a0 + (size_t)t * SET_ELEMS, *x1 = a1 + (size_t)t * SET_ELEMS;
     const uint16_t *y0 = b0 + (size_t)t * SET_ELEMS, *y1 = b1 + (size_t)t * SET_ELEMS;
     _tile_loadd(6, y0, 64);
@@ -385,9 +429,9 @@ AMX_TARGET static void kernel_2x2(const uint16_t *a0, const uint16_t *a1, const 
     _tile_loadd(4, x0, 64);
     _tile_loadd(5, x1, 64);
     DT_AMX_PRODUCTS;
-    if (b_inf) {
-      _tile_loadd(6, y0 + PART0_FINITE, 64);
-      _tile_loadd(7, y1 + PART0_FINITE, 64);
+    if (finite[2]) {
+      _tile_loadd(6, finite[2] + (size_t)t * TILE_ELEMS, 64);
+      _tile_loadd(7, finite[3] + (size_t)t * TILE_ELEMS, 64);
     }
     _tile_loadd(4, x0 + TILE_ELEMS, 64);
     _tile_loadd(5, x1 + TILE_ELEMS, 64);
@@ -400,8 +444,8 @@ AMX_TARGET static void kernel_2x2(const uint16_t *a0, const uint16_t *a1, const 
     _tile_loadd(4, x0 + TILE_ELEMS, 64);
     _tile_loadd(5, x1 + TILE_ELEMS, 64);
     DT_AMX_PRODUCTS;
-    _tile_loadd(4, x0 + x0c, 64);
-    _tile_loadd(5, x1 + x0c, 64);
+    _tile_loadd(4, finite[0] ? finite[0] + (size_t)t * TILE_ELEMS : x0, 64);
+    _tile_loadd(5, finite[1] ? finite[1] + (size_t)t * TILE_ELEMS : x1, 64);
     DT_AMX_PRODUCTS;
     _tile_loadd(6, y0 + 2 * TILE_ELEMS, 64);
     _tile_loadd(7, y1 + 2 * TILE_ELEMS, 64);
@@ -423,7 +467,7 @@ typedef struct tile_config {
 
 AMX_TARGET static void run(bool ta, bool tb, int m, int n, int k, const float *a, int lda,
                            const float *b, int ldb, bool accumulate, float *c, int ldc,
-                           uint16_t *apack, uint16_t *bpack) {
+                           uint16_t *apack, uint16_t *afinite, uint16_t *bpack, uint16_t *bfinite) {
   int strips = (m + 31) / 32 * 2, steps_all = (k + 31) / 32;
   int col_strips = (n + 31) / 32 * 2;
   tile_config cfg;
@@ -438,10 +482,10 @@ AMX_TARGET static void run(bool ta, bool tb, int m, int n, int k, const float *a
   for (int t0 = 0; t0 < steps_all; t0 += KC_STEPS) {
     int steps = steps_all - t0 < KC_STEPS ? steps_all - t0 : KC_STEPS;
     bool load = t0 > 0 || accumulate;
-    bool a_inf = pack_a(a, lda, ta, m, k, strips, t0, steps, apack);
+    bool a_inf = pack_a(a, lda, ta, m, k, strips, t0, steps, apack, afinite);
     for (int j0 = 0; j0 < col_strips; j0 += NC_STRIPS) {
       int j1 = j0 + NC_STRIPS < col_strips ? j0 + NC_STRIPS : col_strips;
-      bool b_inf = pack_b(b, ldb, tb, k, n, j0, j1, t0, steps, bpack);
+      bool b_inf = pack_b(b, ldb, tb, k, n, j0, j1, t0, steps, bpack, bfinite);
       for (int s = 0; s < strips; s += 2)
         for (int j = j0; j < j1; j += 2) {
           c_tile ct[4];
@@ -450,10 +494,26 @@ AMX_TARGET static void run(bool ta, bool tb, int m, int n, int k, const float *a
             c_tile_open(&ct[q], c + (size_t)si * 16 * ldc + (size_t)ji * 16, ldc, m - si * 16,
                         n - ji * 16, load, buf[q]);
           }
-          kernel_2x2(
-              apack + (size_t)s * steps * SET_ELEMS, apack + (size_t)(s + 1) * steps * SET_ELEMS,
-              bpack + (size_t)(j - j0) * steps * SET_ELEMS,
-              bpack + (size_t)(j + 1 - j0) * steps * SET_ELEMS, steps, ct, load, a_inf, b_inf);
+          size_t sa = (size_t)s * steps, sb = (size_t)(j - j0) * steps;
+          const uint16_t *finite[4] = {
+              a_inf ? afinite + sa * TILE_ELEMS : NULL,
+              a_inf ? afinite + (sa + steps) * TILE_ELEMS : NULL,
+              b_inf ? bfinite + sb * TILE_ELEMS : NULL,
+              b_inf ? bfinite + (sb + steps) * TILE_ELEMS : NULL,
+          };
+          int ns = j + 2 < j1 ? s : s + 2, nj = j + 2 < j1 ? j + 2 : j0;
+          /* the next row pair's part sets, an even share per call of this row pair */
+          int pairs = (j1 - j0 + 1) / 2, call = (j - j0) / 2;
+          size_t pair_bytes = 2 * STRIP_ELEMS(steps) * sizeof(uint16_t);
+          size_t share = (pair_bytes + pairs - 1) / pairs;
+          const char *ahead = (const char *)(apack + (s + 2) * STRIP_ELEMS(steps)) + call * share;
+          size_t ahead_bytes = s + 2 < strips ? share : 0;
+          int next_rows = ns * 16 < m ? (m - ns * 16 < 32 ? m - ns * 16 : 32) : 0;
+          const float *next = next_rows ? c + (size_t)ns * 16 * ldc + (size_t)nj * 16 : NULL;
+          kernel_2x2(apack + s * STRIP_ELEMS(steps), apack + (s + 1) * STRIP_ELEMS(steps),
+                     bpack + (j - j0) * STRIP_ELEMS(steps),
+                     bpack + (j + 1 - j0) * STRIP_ELEMS(steps), finite, steps, ct, load, next,
+                     next_rows, ldc, ahead, ahead_bytes);
           for (int q = 0; q < 4; q++) c_tile_close(&ct[q]);
         }
     }
@@ -466,10 +526,14 @@ bool dt__amx_sgemm(bool ta, bool tb, int m, int n, int k, const float *a, int ld
   if (!dt__amx_usable() || m <= 0 || n <= 0 || k <= 0) return false;
   size_t strips = (size_t)(m + 31) / 32 * 2;
   size_t steps = (size_t)((k + 31) / 32 < KC_STEPS ? (k + 31) / 32 : KC_STEPS);
-  size_t a_elems = strips * steps * SET_ELEMS, b_elems = (size_t)NC_STRIPS * steps * SET_ELEMS;
-  uint16_t *w = workspace_get(a_elems + b_elems);
+  /* per k block: the row strips' and a column block's part sets, and their finite part 0 */
+  size_t a_strips = strips, b_strips = NC_STRIPS;
+  uint16_t *w = workspace_get((a_strips + b_strips) * (STRIP_ELEMS(steps) + steps * TILE_ELEMS));
   if (!w) return false;
-  run(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc, w, w + a_elems);
+  uint16_t *afinite = w + a_strips * STRIP_ELEMS(steps);
+  uint16_t *bpack = afinite + a_strips * steps * TILE_ELEMS;
+  run(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc, w, afinite, bpack,
+      bpack + b_strips * STRIP_ELEMS(steps));
   return true;
 }
 
