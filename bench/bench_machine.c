@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "kernels/cpu/amx_gemm.h"
 #include "kernels/cpu/blas.h"
 
 double bench_memcpy_gbs(long long bytes, int reps) {
@@ -146,6 +147,7 @@ const bench_machine *bench_machine_get(void) {
     m.measured_core_gflops = measure_fma_gflops();
 #endif
   m.blas = dt__blas_name();
+  m.amx = dt__amx_usable();
   m.memcpy_gbs = bench_memcpy_gbs(64LL << 20, 5);
   return &m;
 }
@@ -156,11 +158,16 @@ void bench_machine_print(bool json) {
     printf("{\"name\":\"machine\",\"cpu\":\"%s\",\"cores\":%d,\"mhz\":%.1f,"
            "\"max_mhz\":%.1f,\"flops_per_cycle\":%d,\"peak_core_gflops\":%.1f,"
            "\"peak_gflops\":%.1f,\"measured_core_gflops\":%.1f,\"blas\":\"%s\","
-           "\"memcpy_gbs\":%.2f}\n",
+           "\"amx_gemm\":%s,\"memcpy_gbs\":%.2f}\n",
            m->cpu, m->cores, m->mhz, m->max_mhz, m->flops_per_cycle, m->peak_core_gflops,
-           m->peak_core_gflops * m->cores, m->measured_core_gflops, m->blas, m->memcpy_gbs);
+           m->peak_core_gflops * m->cores, m->measured_core_gflops, m->blas,
+           m->amx ? "true" : "false", m->memcpy_gbs);
   } else {
     printf("# machine: %s, %d cores, %.0f MHz; BLAS %s\n", m->cpu, m->cores, m->mhz, m->blas);
+    if (m->amx)
+      printf("# float32 GEMMs of the library on AMX tiles (3 bfloat16 parts per operand, 6 "
+             "products; DT_AMX=0 runs them on the BLAS); \"cblas\" and \"sgemm\" rates are "
+             "the BLAS's\n");
     printf("# peak f32: %.1f GFLOP/s per core (%.0f MHz x %d flop/cycle, %s), %.1f for %d "
            "cores; measured FMA loop %.1f GFLOP/s per core (%.0f MHz effective); memcpy 64 MiB "
            "%.2f GB/s\n",

@@ -18,6 +18,7 @@ typedef struct bench_machine {
    * when the core boosts above the nominal clock. */
   double measured_core_gflops;
   const char *blas;  /* the BLAS linked at build time, with its version */
+  bool amx;          /* float32 GEMMs run on AMX tiles (kernels/cpu/amx_gemm.h) */
   double memcpy_gbs; /* a 64 MiB memcpy measured in this run (best of 5) */
 } bench_machine;
 
