@@ -351,33 +351,52 @@ AMX_TARGET static bool pack_b(const float *b, int ldb, bool tb, int k, int n, in
 
 /* ---- Micro-kernel --------------------------------------------------------------------- */
 
-/* One accumulator tile of c: where it loads from and stores to (c itself when whole). */
+/* How a k block meets c: the first block of a product starts from zeros (C_STORE) or, when
+ * accumulating, from c (C_LOAD); each later block starts from zeros and is added to c
+ * afterwards (C_ADD), so that the sum over k is a sum of per-block sums, as a blocked sgemm
+ * makes it (one float32 accumulator over 6 x 8,192 terms had 4x sgemm's largest error). */
+typedef enum { C_STORE, C_LOAD, C_ADD } c_mode;
+
+/* One accumulator tile of c: where it loads from and stores to (c itself when whole and not
+ * added to; else a 16 x 16 buffer). */
 typedef struct c_tile {
   float *at; /* c, or buf */
   int ld;    /* floats */
   float *c;
   int ldc, rows, cols;
+  bool add;
 } c_tile;
 
-static void c_tile_open(c_tile *t, float *c, int ldc, int rows, int cols, bool load, float *buf) {
+static void c_tile_open(c_tile *t, float *c, int ldc, int rows, int cols, c_mode mode, float *buf) {
   t->c = c;
   t->ldc = ldc;
   t->rows = rows < 0 ? 0 : rows > 16 ? 16 : rows;
   t->cols = cols < 0 ? 0 : cols > 16 ? 16 : cols;
-  if (t->rows == 16 && t->cols == 16) {
+  t->add = mode == C_ADD;
+  if (t->rows == 16 && t->cols == 16 && !t->add) {
     t->at = c;
     t->ld = ldc;
     return;
   }
   t->at = buf;
   t->ld = 16;
-  memset(buf, 0, 256 * sizeof(float));
-  if (load)
+  if (mode == C_LOAD) {
+    memset(buf, 0, 256 * sizeof(float));
     for (int r = 0; r < t->rows; r++)
       memcpy(buf + r * 16, c + (size_t)r * ldc, (size_t)t->cols * sizeof(float));
+  }
 }
 
-static void c_tile_close(const c_tile *t) {
+AMX_TARGET static void c_tile_close(const c_tile *t) {
+  if (t->add) {
+    __mmask16 cols = lanes(t->cols);
+    for (int r = 0; r < t->rows; r++) {
+      float *row = t->c + (size_t)r * t->ldc;
+      __m512 sum = _mm512_add_ps(_mm512_maskz_loadu_ps(cols, row), _mm512_load_ps(t->at + r * 16));
+      _mm512_mask_storeu_ps(row, cols, sum);
+    }
+    return;
+  }
   if (t->at == t->c) return;
   for (int r = 0; r < t->rows; r++)
     memcpy(t->c + (size_t)r * t->ldc, t->at + r * 16, (size_t)t->cols * sizeof(float));
@@ -481,7 +500,7 @@ AMX_TARGET static void run(bool ta, bool tb, int m, int n, int k, const float *a
   float buf[4][256] __attribute__((aligned(64)));
   for (int t0 = 0; t0 < steps_all; t0 += KC_STEPS) {
     int steps = steps_all - t0 < KC_STEPS ? steps_all - t0 : KC_STEPS;
-    bool load = t0 > 0 || accumulate;
+    c_mode mode = t0 > 0 ? C_ADD : accumulate ? C_LOAD : C_STORE;
     bool a_inf = pack_a(a, lda, ta, m, k, strips, t0, steps, apack, afinite);
     for (int j0 = 0; j0 < col_strips; j0 += NC_STRIPS) {
       int j1 = j0 + NC_STRIPS < col_strips ? j0 + NC_STRIPS : col_strips;
@@ -492,7 +511,7 @@ AMX_TARGET static void run(bool ta, bool tb, int m, int n, int k, const float *a
           for (int q = 0; q < 4; q++) {
             int si = s + q / 2, ji = j + q % 2;
             c_tile_open(&ct[q], c + (size_t)si * 16 * ldc + (size_t)ji * 16, ldc, m - si * 16,
-                        n - ji * 16, load, buf[q]);
+                        n - ji * 16, mode, buf[q]);
           }
           size_t sa = (size_t)s * steps, sb = (size_t)(j - j0) * steps;
           const uint16_t *finite[4] = {
@@ -512,8 +531,8 @@ AMX_TARGET static void run(bool ta, bool tb, int m, int n, int k, const float *a
           const float *next = next_rows ? c + (size_t)ns * 16 * ldc + (size_t)nj * 16 : NULL;
           kernel_2x2(apack + s * STRIP_ELEMS(steps), apack + (s + 1) * STRIP_ELEMS(steps),
                      bpack + (j - j0) * STRIP_ELEMS(steps),
-                     bpack + (j + 1 - j0) * STRIP_ELEMS(steps), finite, steps, ct, load, next,
-                     next_rows, ldc, ahead, ahead_bytes);
+                     bpack + (j + 1 - j0) * STRIP_ELEMS(steps), finite, steps, ct, mode == C_LOAD,
+                     next, next_rows, ldc, ahead, ahead_bytes);
           for (int q = 0; q < 4; q++) c_tile_close(&ct[q]);
         }
     }
