@@ -54,10 +54,24 @@ static void check_product(bool ta, bool tb, int m, int n, int k, const float *a,
     }
 }
 
-static void run_case(bool ta, bool tb, int m, int n, int k, int pad, bool accumulate) {
+/* Rounds every value to the nearest bfloat16 (then its parts 1 and 2 are zeros, and the
+ * kernel leaves out the products they would enter). */
+static void to_bfloat16(float *p, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &p[i], sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&p[i], &u, sizeof u);
+  }
+}
+
+static void run_case_bf16(bool ta, bool tb, int m, int n, int k, int pad, bool accumulate,
+                          bool a_bf16, bool b_bf16) {
   int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
   float *a = random_floats((size_t)(ta ? k : m) * lda, 1.0f);
   float *b = random_floats((size_t)(tb ? n : k) * ldb, 3.0f);
+  if (a_bf16) to_bfloat16(a, (size_t)(ta ? k : m) * lda);
+  if (b_bf16) to_bfloat16(b, (size_t)(tb ? n : k) * ldb);
   float *c = random_floats((size_t)m * ldc, 2.0f);
   float *c0 = malloc((size_t)m * ldc * sizeof *c0);
   memcpy(c0, c, (size_t)m * ldc * sizeof *c0);
@@ -72,6 +86,10 @@ static void run_case(bool ta, bool tb, int m, int n, int k, int pad, bool accumu
   free(b);
   free(c);
   free(c0);
+}
+
+static void run_case(bool ta, bool tb, int m, int n, int k, int pad, bool accumulate) {
+  run_case_bf16(ta, tb, m, n, k, pad, accumulate, false, false);
 }
 
 static void skip_without_amx(void) {
@@ -217,4 +235,33 @@ Test(amx_gemm, switched_off_declines) {
   cr_assert(!dt__amx_usable());
   cr_assert(!dt__amx_sgemm(false, false, 2, 2, 2, x, 2, x, 2, false, y, 2));
   dt__amx_set_enabled(true);
+}
+
+/* Operands that are bfloat16 values already (one of them or both): the kernel runs three or
+ * one of the six part products, and the result still meets the float64 reference; a strip of
+ * float32 values among bfloat16 ones brings the other products back for its rows only. */
+Test(amx_gemm, bfloat16_operands) {
+  skip_without_amx();
+  for (int which = 1; which <= 3; which++)
+    for (int t = 0; t < 4; t++)
+      run_case_bf16(t & 1, t & 2, 70, 90, 600, 3, t == 2, which & 1, which & 2);
+  /* a bfloat16 A but one float32 row in it, against a float32 B */
+  int m = 64, n = 64, k = 96;
+  float *a = random_floats((size_t)m * k, 1.0f), *b = random_floats((size_t)k * n, 1.0f);
+  to_bfloat16(a, (size_t)m * k);
+  a[40 * k + 7] = 1.0f + 0x1p-20f;
+  float *c = malloc((size_t)m * n * sizeof *c);
+  cr_assert(dt__amx_sgemm(false, false, m, n, k, a, k, b, n, false, c, n));
+  check_product(false, false, m, n, k, a, k, b, n, NULL, c, n);
+  /* infinities in bfloat16 operands: inf x 0 is a NaN, inf x 2 an infinity */
+  to_bfloat16(b, (size_t)k * n);
+  a[3 * k + 0] = INFINITY;
+  for (int j = 0; j < n; j++) b[j] = j == 5 ? 0.0f : 2.0f;
+  for (int p = 1; p < k; p++) a[3 * k + p] = 0.0f;
+  cr_assert(dt__amx_sgemm(false, false, m, n, k, a, k, b, n, false, c, n));
+  cr_assert(isnan(c[3 * n + 5]), "inf x 0 = NaN: %g", c[3 * n + 5]);
+  cr_assert(isinf(c[3 * n + 6]) && c[3 * n + 6] > 0, "inf x 2 = inf: %g", c[3 * n + 6]);
+  free(a);
+  free(b);
+  free(c);
 }

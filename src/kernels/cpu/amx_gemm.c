@@ -193,8 +193,9 @@ AMX_TARGET static inline __m512i pairs_across(__m512i k0, __m512i k1) {
   return _mm512_or_si512(k1, _mm512_srli_epi32(k0, 16));
 }
 
-/* 32 consecutive values at p (count of them valid) into one row of each part's tile. */
-AMX_TARGET static inline void row_along(const float *p, int count, uint32_t *d, int stride,
+/* 32 consecutive values at p (count of them valid) into one row of each part's tile; returns
+ * whether any has nonzero parts 1 or 2 (is not a bfloat16 already). */
+AMX_TARGET static inline bool row_along(const float *p, int count, uint32_t *d, int stride,
                                         __mmask16 *infs) {
   __m512 lo = _mm512_maskz_loadu_ps(lanes(count), p);
   __m512 hi = _mm512_maskz_loadu_ps(lanes(count - 16), p + 16);
@@ -204,11 +205,13 @@ AMX_TARGET static inline void row_along(const float *p, int count, uint32_t *d, 
   _mm512_store_si512(d, pairs_along(l0, h0));
   _mm512_store_si512(d + stride, pairs_along(l1, h1));
   _mm512_store_si512(d + 2 * stride, pairs_along(l2, h2));
+  __m512i low = _mm512_or_si512(_mm512_or_si512(l1, l2), _mm512_or_si512(h1, h2));
+  return _mm512_test_epi32_mask(low, low) != 0;
 }
 
 /* Two rows of 16 values (count valid; a NULL row reads as zeros) into one row of each
- * part's tile. */
-AMX_TARGET static inline void rows_across(const float *k0, const float *k1, int count, uint32_t *d,
+ * part's tile; returns whether any has nonzero parts 1 or 2. */
+AMX_TARGET static inline bool rows_across(const float *k0, const float *k1, int count, uint32_t *d,
                                           int stride, __mmask16 *infs) {
   __m512 x = k0 ? _mm512_maskz_loadu_ps(lanes(count), k0) : _mm512_setzero_ps();
   __m512 y = k1 ? _mm512_maskz_loadu_ps(lanes(count), k1) : _mm512_setzero_ps();
@@ -218,6 +221,8 @@ AMX_TARGET static inline void rows_across(const float *k0, const float *k1, int 
   _mm512_store_si512(d, pairs_across(x0, y0));
   _mm512_store_si512(d + stride, pairs_across(x1, y1));
   _mm512_store_si512(d + 2 * stride, pairs_across(x2, y2));
+  __m512i low = _mm512_or_si512(_mm512_or_si512(x1, x2), _mm512_or_si512(y1, y2));
+  return _mm512_test_epi32_mask(low, low) != 0;
 }
 
 /* Transposes the three parts' 16 x 16 dword tiles of a set in place, in registers: pairs of
@@ -269,11 +274,12 @@ AMX_TARGET static bool finite_part0(const uint16_t *pack, int strips, int steps,
 }
 
 /* Packs rows [0, strips * 16) and k steps [t0, t0 + steps) of op(a) [m, k] into sets
- * [strip][step] (zeros past the ends). The sets are written one after the other: sets lie
- * 4 KiB apart, and writing a row into each of them in turn would land every store in the
- * same few L1 cache sets. */
+ * [strip][step] (zeros past the ends), reading the source along its rows (op(a)'s, or the
+ * stored [k, m]'s across the strips). low[s]: whether strip s holds a value that is not a
+ * bfloat16 (nonzero parts 1 or 2). Returns whether the block holds an infinity. */
 AMX_TARGET static bool pack_a(const float *a, int lda, bool ta, int m, int k, int strips, int t0,
-                              int steps, uint16_t *pack, uint16_t *finite) {
+                              int steps, uint16_t *pack, uint16_t *finite, uint8_t *low) {
+  memset(low, 0, (size_t)strips);
   __mmask16 infs = 0;
   if (ta) {
     /* the stored [k, m] read along its rows (across strips): sequential reads matter more
@@ -286,8 +292,8 @@ AMX_TARGET static bool pack_a(const float *a, int lda, bool ta, int m, int k, in
         for (int s = 0; s < strips; s++) {
           uint32_t *row =
               (uint32_t *)(pack + s * STRIP_ELEMS(steps) + (size_t)t * SET_ELEMS) + kp * 16;
-          rows_across(ra ? ra + s * 16 : NULL, rb ? rb + s * 16 : NULL, m - s * 16, row, 256,
-                      &infs);
+          low[s] |= rows_across(ra ? ra + s * 16 : NULL, rb ? rb + s * 16 : NULL, m - s * 16, row,
+                                256, &infs);
         }
       }
     for (int s = 0; s < strips; s++)
@@ -302,7 +308,7 @@ AMX_TARGET static bool pack_a(const float *a, int lda, bool ta, int m, int k, in
       for (int r = 0; r < 16; r++) {
         int mi = s * 16 + r;
         if (mi < m) {
-          row_along(a + (size_t)mi * lda + k0, k - k0, set + r * 16, 256, &infs);
+          low[s] |= row_along(a + (size_t)mi * lda + k0, k - k0, set + r * 16, 256, &infs);
         } else {
           for (int p = 0; p < 3; p++) memset(set + p * 256 + r * 16, 0, 64);
         }
@@ -312,9 +318,10 @@ AMX_TARGET static bool pack_a(const float *a, int lda, bool ta, int m, int k, in
 }
 
 /* Packs column strips [j0, j1) and k steps [t0, t0 + steps) of op(b) [k, n] into sets
- * [strip - j0][step], one after the other likewise. */
+ * [strip - j0][step] likewise; low[j - j0] as above. */
 AMX_TARGET static bool pack_b(const float *b, int ldb, bool tb, int k, int n, int j0, int j1,
-                              int t0, int steps, uint16_t *pack, uint16_t *finite) {
+                              int t0, int steps, uint16_t *pack, uint16_t *finite, uint8_t *low) {
+  memset(low, 0, (size_t)(j1 - j0));
   __mmask16 infs = 0;
   if (!tb) {
     /* the stored [k, n] read along its rows, across the block's strips */
@@ -326,8 +333,8 @@ AMX_TARGET static bool pack_b(const float *b, int ldb, bool tb, int k, int n, in
         for (int j = j0; j < j1; j++) {
           uint32_t *row =
               (uint32_t *)(pack + (j - j0) * STRIP_ELEMS(steps) + (size_t)t * SET_ELEMS) + kp * 16;
-          rows_across(ra ? ra + j * 16 : NULL, rb ? rb + j * 16 : NULL, n - j * 16, row, 256,
-                      &infs);
+          low[j - j0] |= rows_across(ra ? ra + j * 16 : NULL, rb ? rb + j * 16 : NULL, n - j * 16,
+                                     row, 256, &infs);
         }
       }
     return finite_part0(pack, j1 - j0, steps, infs, finite);
@@ -339,7 +346,7 @@ AMX_TARGET static bool pack_b(const float *b, int ldb, bool tb, int k, int n, in
       for (int c = 0; c < 16; c++) {
         int ni = j * 16 + c;
         if (ni < n) {
-          row_along(b + (size_t)ni * ldb + k0, k - k0, set + c * 16, 256, &infs);
+          low[j - j0] |= row_along(b + (size_t)ni * ldb + k0, k - k0, set + c * 16, 256, &infs);
         } else {
           for (int p = 0; p < 3; p++) memset(set + p * 256 + c * 16, 0, 64);
         }
@@ -404,14 +411,19 @@ AMX_TARGET static void c_tile_close(const c_tile *t) {
 
 /* c tiles (0, 1, 2, 3) += (a0 b0, a0 b1, a1 b0, a1 b1) over `steps` k steps, a0/a1 and b0/b1
  * the part sets of two row strips and two column strips. Per step: x0y0, then the
- * corrections x1y0, x2y0, x1y1, x0y1, x0y2 grouped by the B part loaded (16 tile loads for 24
- * products). An infinite x leaves its parts 1 and 2 zero, and infinity times a zero part of y
- * would make a NaN of an infinite product: when a block holds infinities (a_inf, b_inf) the
- * corrections read part 0 with its infinities made zeros (x0y0 alone carries them). */
+ * corrections x1y0, x2y0 (when a_low: the rows hold values that are not bfloat16s), then
+ * x1y1, x0y1, x0y2 (when b_low; x1y1 when both), grouped by the B part loaded (16 tile loads
+ * for 24 products when both). Products left out have a zero factor in every term: bfloat16
+ * operands (a bfloat16 model, or bfloat16 weights against float32 activations) cost one or
+ * three products instead of six. An infinite x leaves its parts 1 and 2 zero, and infinity
+ * times a zero part of y would make a NaN of an infinite product: when a block holds
+ * infinities the corrections read part 0 with its infinities made zeros (finite[]: for a0,
+ * a1, b0, b1; NULL where the block has none), and x0y0 alone carries them. */
 AMX_TARGET static void kernel_2x2(const uint16_t *a0, const uint16_t *a1, const uint16_t *b0,
                                   const uint16_t *b1, const uint16_t *const *finite, int steps,
-                                  const c_tile *ct, bool load, const float *next, int next_rows,
-                                  int ldc, const char *ahead, size_t ahead_bytes) {
+                                  const c_tile *ct, bool load, bool a_low, bool b_low,
+                                  const float *next, int next_rows, int ldc, const char *ahead,
+                                  size_t ahead_bytes) {
   if (load) {
     _tile_loadd(0, ct[0].at, ct[0].ld * 4);
     _tile_loadd(1, ct[1].at, ct[1].ld * 4);
@@ -423,19 +435,18 @@ AMX_TARGET static void kernel_2x2(const uint16_t *a0, const uint16_t *a1, const 
     _tile_zero(2);
     _tile_zero(3);
   }
-  /* finite: part 0 made finite of a0, a1, b0, b1 (NULL: the block has no infinity) */
+  /* next: the next block's corner in c (NULL: none), whose 32 rows of 128 bytes are fetched
+   * into the cache while this block computes; its tiles' loads and stores would otherwise
+   * wait for memory, 16 lines each. ahead: packed operand bytes the next calls read first
+   * (into L2, spread over the steps). */
+  int per_step = next ? (2 * next_rows + steps - 1) / steps : 0, fetched = 0;
+  size_t ahead_lines = ahead_bytes / 64, ahead_step = (ahead_lines + steps - 1) / steps;
+  size_t ahead_at = 0;
 #define DT_AMX_PRODUCTS                                                                            \
   _tile_dpbf16ps(0, 4, 6);                                                                         \
   _tile_dpbf16ps(1, 4, 7);                                                                         \
   _tile_dpbf16ps(2, 5, 6);                                                                         \
   _tile_dpbf16ps(3, 5, 7)
-  /* next: the next block's corner in c (NULL: none), whose 32 rows of 128 bytes are fetched
-   * into the cache while this block computes; its tiles' loads and stores would otherwise
-   * wait for memory, 16 lines each */
-  int per_step = next ? (2 * next_rows + steps - 1) / steps : 0, fetched = 0;
-  /* ahead: packed operand bytes the next calls read first (into L2, spread over the steps) */
-  size_t ahead_lines = ahead_bytes / 64, ahead_step = (ahead_lines + steps - 1) / steps,
-         ahead_at = 0;
   for (int t = 0; t < steps; t++) {
     for (int i = 0; i < per_step && fetched < 2 * next_rows; i++, fetched++)
       __builtin_prefetch(next + (size_t)(fetched / 2) * ldc + (fetched % 2) * 16, 1, 3);
@@ -448,27 +459,33 @@ AMX_TARGET static void kernel_2x2(const uint16_t *a0, const uint16_t *a1, const 
     _tile_loadd(4, x0, 64);
     _tile_loadd(5, x1, 64);
     DT_AMX_PRODUCTS;
-    if (finite[2]) {
-      _tile_loadd(6, finite[2] + (size_t)t * TILE_ELEMS, 64);
-      _tile_loadd(7, finite[3] + (size_t)t * TILE_ELEMS, 64);
+    if (a_low) {
+      if (finite[2]) {
+        _tile_loadd(6, finite[2] + (size_t)t * TILE_ELEMS, 64);
+        _tile_loadd(7, finite[3] + (size_t)t * TILE_ELEMS, 64);
+      }
+      _tile_loadd(4, x0 + TILE_ELEMS, 64);
+      _tile_loadd(5, x1 + TILE_ELEMS, 64);
+      DT_AMX_PRODUCTS;
+      _tile_loadd(4, x0 + 2 * TILE_ELEMS, 64);
+      _tile_loadd(5, x1 + 2 * TILE_ELEMS, 64);
+      DT_AMX_PRODUCTS;
     }
-    _tile_loadd(4, x0 + TILE_ELEMS, 64);
-    _tile_loadd(5, x1 + TILE_ELEMS, 64);
-    DT_AMX_PRODUCTS;
-    _tile_loadd(4, x0 + 2 * TILE_ELEMS, 64);
-    _tile_loadd(5, x1 + 2 * TILE_ELEMS, 64);
-    DT_AMX_PRODUCTS;
-    _tile_loadd(6, y0 + TILE_ELEMS, 64);
-    _tile_loadd(7, y1 + TILE_ELEMS, 64);
-    _tile_loadd(4, x0 + TILE_ELEMS, 64);
-    _tile_loadd(5, x1 + TILE_ELEMS, 64);
-    DT_AMX_PRODUCTS;
-    _tile_loadd(4, finite[0] ? finite[0] + (size_t)t * TILE_ELEMS : x0, 64);
-    _tile_loadd(5, finite[1] ? finite[1] + (size_t)t * TILE_ELEMS : x1, 64);
-    DT_AMX_PRODUCTS;
-    _tile_loadd(6, y0 + 2 * TILE_ELEMS, 64);
-    _tile_loadd(7, y1 + 2 * TILE_ELEMS, 64);
-    DT_AMX_PRODUCTS;
+    if (b_low) {
+      _tile_loadd(6, y0 + TILE_ELEMS, 64);
+      _tile_loadd(7, y1 + TILE_ELEMS, 64);
+      if (a_low) {
+        _tile_loadd(4, x0 + TILE_ELEMS, 64);
+        _tile_loadd(5, x1 + TILE_ELEMS, 64);
+        DT_AMX_PRODUCTS;
+      }
+      _tile_loadd(4, finite[0] ? finite[0] + (size_t)t * TILE_ELEMS : x0, 64);
+      _tile_loadd(5, finite[1] ? finite[1] + (size_t)t * TILE_ELEMS : x1, 64);
+      DT_AMX_PRODUCTS;
+      _tile_loadd(6, y0 + 2 * TILE_ELEMS, 64);
+      _tile_loadd(7, y1 + 2 * TILE_ELEMS, 64);
+      DT_AMX_PRODUCTS;
+    }
   }
 #undef DT_AMX_PRODUCTS
   _tile_stored(0, ct[0].at, ct[0].ld * 4);
@@ -486,7 +503,8 @@ typedef struct tile_config {
 
 AMX_TARGET static void run(bool ta, bool tb, int m, int n, int k, const float *a, int lda,
                            const float *b, int ldb, bool accumulate, float *c, int ldc,
-                           uint16_t *apack, uint16_t *afinite, uint16_t *bpack, uint16_t *bfinite) {
+                           uint16_t *apack, uint16_t *afinite, uint16_t *bpack, uint16_t *bfinite,
+                           uint8_t *alow, uint8_t *blow) {
   int strips = (m + 31) / 32 * 2, steps_all = (k + 31) / 32;
   int col_strips = (n + 31) / 32 * 2;
   tile_config cfg;
@@ -501,10 +519,10 @@ AMX_TARGET static void run(bool ta, bool tb, int m, int n, int k, const float *a
   for (int t0 = 0; t0 < steps_all; t0 += KC_STEPS) {
     int steps = steps_all - t0 < KC_STEPS ? steps_all - t0 : KC_STEPS;
     c_mode mode = t0 > 0 ? C_ADD : accumulate ? C_LOAD : C_STORE;
-    bool a_inf = pack_a(a, lda, ta, m, k, strips, t0, steps, apack, afinite);
+    bool a_inf = pack_a(a, lda, ta, m, k, strips, t0, steps, apack, afinite, alow);
     for (int j0 = 0; j0 < col_strips; j0 += NC_STRIPS) {
       int j1 = j0 + NC_STRIPS < col_strips ? j0 + NC_STRIPS : col_strips;
-      bool b_inf = pack_b(b, ldb, tb, k, n, j0, j1, t0, steps, bpack, bfinite);
+      bool b_inf = pack_b(b, ldb, tb, k, n, j0, j1, t0, steps, bpack, bfinite, blow);
       for (int s = 0; s < strips; s += 2)
         for (int j = j0; j < j1; j += 2) {
           c_tile ct[4];
@@ -532,7 +550,8 @@ AMX_TARGET static void run(bool ta, bool tb, int m, int n, int k, const float *a
           kernel_2x2(apack + s * STRIP_ELEMS(steps), apack + (s + 1) * STRIP_ELEMS(steps),
                      bpack + (j - j0) * STRIP_ELEMS(steps),
                      bpack + (j + 1 - j0) * STRIP_ELEMS(steps), finite, steps, ct, mode == C_LOAD,
-                     next, next_rows, ldc, ahead, ahead_bytes);
+                     alow[s] | alow[s + 1], blow[j - j0] | blow[j + 1 - j0], next, next_rows, ldc,
+                     ahead, ahead_bytes);
           for (int q = 0; q < 4; q++) c_tile_close(&ct[q]);
         }
     }
@@ -547,12 +566,16 @@ bool dt__amx_sgemm(bool ta, bool tb, int m, int n, int k, const float *a, int ld
   size_t steps = (size_t)((k + 31) / 32 < KC_STEPS ? (k + 31) / 32 : KC_STEPS);
   /* per k block: the row strips' and a column block's part sets, and their finite part 0 */
   size_t a_strips = strips, b_strips = NC_STRIPS;
-  uint16_t *w = workspace_get((a_strips + b_strips) * (STRIP_ELEMS(steps) + steps * TILE_ELEMS));
+  /* and a byte per strip: whether it holds values that are not bfloat16s */
+  size_t elems = (a_strips + b_strips) * (STRIP_ELEMS(steps) + steps * TILE_ELEMS + 1);
+  uint16_t *w = workspace_get(elems);
   if (!w) return false;
   uint16_t *afinite = w + a_strips * STRIP_ELEMS(steps);
   uint16_t *bpack = afinite + a_strips * steps * TILE_ELEMS;
-  run(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc, w, afinite, bpack,
-      bpack + b_strips * STRIP_ELEMS(steps));
+  uint16_t *bfinite = bpack + b_strips * STRIP_ELEMS(steps);
+  uint8_t *alow = (uint8_t *)(bfinite + b_strips * steps * TILE_ELEMS);
+  run(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc, w, afinite, bpack, bfinite, alow,
+      alow + a_strips);
   return true;
 }
 
