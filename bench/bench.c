@@ -89,13 +89,15 @@ const tool_command tool_bench_suites[] = {
                 "vs cblas",
      .usage = "[--json] [--iters N] [--only OP|adamw|gemm] [--size gpt2-like|small]\n"
               "       [--vocab V] [--dmodel D] [--heads H] [--layers L] [--seq T] [--batch B]\n"
-              "       [--threads N] [--clock cpu|wall]",
+              "       [--threads N] [--clock cpu|wall] [--gemm-dtype f32|bf16]",
      .details =
          "Ops: layer_norm gelu softmax log_softmax cross_entropy mul_btd_bt1 add_btd_d\n"
          "mul_btd_d masked_fill embedding rotary add_btd_btd add_btd_td mul_scalar merge_heads\n"
          "rms_norm, then adamw and the GEMM calls (gemm). Each\n"
          "against a memcpy of the bytes it must move, alternating; --clock: process CPU time\n"
-         "(default) or wall time; --threads sets the BLAS's and the kernels' threads.",
+         "(default) or wall time; --threads sets the BLAS's and the kernels' threads.\n"
+         "--gemm-dtype bf16: the GEMM calls multiply bfloat16 tensors (conversions included)\n"
+         "against cblas_sgemm on the same values as float32.",
      .run = bench_suite_ops},
     {.name = "models",
      .summary = "Hugging Face models: prefill, decode and fine-tuning tokens/s, 1 rank and TP 2; "

@@ -358,15 +358,32 @@ typedef struct gemm_case {
 } gemm_case;
 
 /* Ours: dt_matmul on views shaped as the step's tensors; the reference: cblas_sgemm per
- * matrix on the same memory layout. */
-static dt_status bench_gemm(const gemm_case *g, int iters, bool json) {
+ * matrix on the same memory layout. dtype DT_BF16: ours multiplies bfloat16 tensors (their
+ * conversions included), cblas_sgemm the same values as float32. */
+static dt_status bench_gemm(const gemm_case *g, dt_dtype dtype, int iters, bool json) {
   int64_t as[3] = {g->batch, g->a_t ? g->K : g->M, g->a_t ? g->M : g->K};
   int64_t bs[3] = {g->batch, g->b_t ? g->N : g->K, g->b_t ? g->K : g->N};
   dt_tensor *a = NULL, *b = NULL, *av = NULL, *bv = NULL, *c = NULL;
   dt_status st = dt_randn(3, as, DT_F32, 1, &a);
   if (!st) st = dt_randn(3, bs, DT_F32, 2, &b);
-  if (!st) st = g->a_t ? dt_transpose(a, 1, 2, &av) : (av = dt_tensor_retain(a), DT_OK);
-  if (!st) st = g->b_t ? dt_transpose(b, 1, 2, &bv) : (bv = dt_tensor_retain(b), DT_OK);
+  if (!st && dtype != DT_F32) { /* a and b become the float32 values of dtype's tensors */
+    dt_tensor *a16 = NULL, *b16 = NULL, *a32 = NULL, *b32 = NULL;
+    st = dt_to(a, dtype, &a16);
+    if (!st) st = dt_to(b, dtype, &b16);
+    if (!st) st = dt_to(a16, DT_F32, &a32);
+    if (!st) st = dt_to(b16, DT_F32, &b32);
+    if (!st) {
+      dt_tensor_release(a), dt_tensor_release(b);
+      a = a32, b = b32, a32 = b32 = NULL;
+      st = g->a_t ? dt_transpose(a16, 1, 2, &av) : (av = dt_tensor_retain(a16), DT_OK);
+      if (!st) st = g->b_t ? dt_transpose(b16, 1, 2, &bv) : (bv = dt_tensor_retain(b16), DT_OK);
+    }
+    dt_tensor_release(a16), dt_tensor_release(b16), dt_tensor_release(a32);
+    dt_tensor_release(b32);
+  } else {
+    if (!st) st = g->a_t ? dt_transpose(a, 1, 2, &av) : (av = dt_tensor_retain(a), DT_OK);
+    if (!st) st = g->b_t ? dt_transpose(b, 1, 2, &bv) : (bv = dt_tensor_retain(b), DT_OK);
+  }
   float *cref = st ? NULL : malloc(sizeof(float) * (size_t)(g->batch * g->M * g->N));
   if (!st && !cref) st = DT_ERR_NOMEM;
   double ours[MAX_ITERS], ref[MAX_ITERS];
@@ -392,18 +409,19 @@ static dt_status bench_gemm(const gemm_case *g, int iters, bool json) {
     bench_stats o = bench_stats_of(ours, iters), r = bench_stats_of(ref, iters);
     double gf = 2.0 * (double)(g->batch * g->M) * (double)g->N * (double)g->K / 1e9;
     if (json) {
-      printf("{\"name\":\"gemm\",\"call\":\"%s\",\"batch\":%lld,\"m\":%lld,\"n\":%lld,\"k\":%lld,"
+      printf("{\"name\":\"gemm\",\"call\":\"%s\",\"dtype\":\"%s\",\"batch\":%lld,\"m\":%lld,\"n\":%"
+             "lld,\"k\":%lld,"
              "\"a_t\":%s,\"b_t\":%s,\"ours_ms\":%.3f,\"cblas_ms\":%.3f,\"ratio\":%.3f,"
              "\"ours_gflops\":%.1f,\"cblas_gflops\":%.1f,\"iters\":%d,\"clock\":\"%s\"}\n",
-             g->name, (long long)g->batch, (long long)g->M, (long long)g->N, (long long)g->K,
-             g->a_t ? "true" : "false", g->b_t ? "true" : "false", o.median, r.median,
-             o.median / r.median, gf / (o.median * 1e-3), gf / (r.median * 1e-3), iters,
+             g->name, dt_dtype_name(dtype), (long long)g->batch, (long long)g->M, (long long)g->N,
+             (long long)g->K, g->a_t ? "true" : "false", g->b_t ? "true" : "false", o.median,
+             r.median, o.median / r.median, gf / (o.median * 1e-3), gf / (r.median * 1e-3), iters,
              bench_clock_name());
     } else {
-      printf("gemm %-16s %3lld x [%5lld x %5lld] x [%5lld x %5lld]%s%s ours %8.3f ms (%5.1f GF/s) "
-             "cblas %8.3f ms (%5.1f GF/s) x%.2f\n",
-             g->name, (long long)g->batch, (long long)g->M, (long long)g->K, (long long)g->K,
-             (long long)g->N, g->a_t ? " aT" : "", g->b_t ? " bT" : "", o.median,
+      printf("gemm %-16s %s %3lld x [%5lld x %5lld] x [%5lld x %5lld]%s%s ours %8.3f ms (%5.1f "
+             "GF/s) cblas %8.3f ms (%5.1f GF/s) x%.2f\n",
+             g->name, dt_dtype_name(dtype), (long long)g->batch, (long long)g->M, (long long)g->K,
+             (long long)g->K, (long long)g->N, g->a_t ? " aT" : "", g->b_t ? " bT" : "", o.median,
              gf / (o.median * 1e-3), r.median, gf / (r.median * 1e-3), o.median / r.median);
     }
   }
@@ -415,7 +433,7 @@ static dt_status bench_gemm(const gemm_case *g, int iters, bool json) {
   return st;
 }
 
-static dt_status bench_gemms(const gpt_sizes *s, int iters, bool json) {
+static dt_status bench_gemms(const gpt_sizes *s, dt_dtype dtype, int iters, bool json) {
   int64_t n = s->batch * s->seq, d = s->dmodel, t = s->seq, bh = s->batch * s->heads,
           hd = s->dmodel / s->heads;
   /* Forward linears (x W^T), their input gradients (g W) and weight gradients (g^T x); the
@@ -431,7 +449,8 @@ static dt_status bench_gemms(const gpt_sizes *s, int iters, bool json) {
       {"p@v.dv", bh, t, hd, t, true, false},
   };
   dt_status st = DT_OK;
-  for (size_t k = 0; k < sizeof g / sizeof *g && !st; k++) st = bench_gemm(&g[k], iters, json);
+  for (size_t k = 0; k < sizeof g / sizeof *g && !st; k++)
+    st = bench_gemm(&g[k], dtype, iters, json);
   return st;
 }
 
@@ -440,6 +459,7 @@ int bench_suite_ops(int argc, char **argv) {
   int iters = 7, threads = 0;
   long long v = 0;
   const char *only = NULL;
+  dt_dtype gemm_dtype = DT_F32;
   gpt_sizes s;
   gpt_sizes_start(argc, argv, &s);
   for (int i = 1; i < argc; i++) {
@@ -454,6 +474,15 @@ int bench_suite_ops(int argc, char **argv) {
       iters = (int)v, i++;
     } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
+    } else if (strcmp(argv[i], "--gemm-dtype") == 0 && i + 1 < argc) {
+      i++;
+      if (strcmp(argv[i], "f32") == 0) {
+        gemm_dtype = DT_F32;
+      } else if (strcmp(argv[i], "bf16") == 0) {
+        gemm_dtype = DT_BF16;
+      } else {
+        goto usage;
+      }
     } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
       if (!bench_int_option(argv[i], argv[i + 1], 1, 4096, &v)) goto usage;
       threads = (int)v, i++;
@@ -489,7 +518,7 @@ int bench_suite_ops(int argc, char **argv) {
   for (size_t k = 0; k < sizeof cases / sizeof *cases && !st; k++)
     if (!only || strcmp(only, cases[k].name) == 0) st = bench_case(&cases[k], &e, &cb, iters, json);
   if (!st && (!only || strcmp(only, "adamw") == 0)) st = bench_adamw(&s, &cb, iters, json);
-  if (!st && (!only || strcmp(only, "gemm") == 0)) st = bench_gemms(&s, iters, json);
+  if (!st && (!only || strcmp(only, "gemm") == 0)) st = bench_gemms(&s, gemm_dtype, iters, json);
   env_destroy(&e);
   free(cb.src);
   free(cb.dst);

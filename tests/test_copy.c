@@ -318,3 +318,59 @@ Test(factory, bad_input) {
   dt_tensor_release(i);
   dt_tensor_release(u);
 }
+
+/* float32 <-> bfloat16 / float16 conversions (their own loops in kernels/cpu/copy.c, not the
+ * trip through double) give the element functions' bits: every 16-bit pattern up, and
+ * 300,000 float32 patterns (NaNs, infinities, subnormals, ties) down, contiguous and read
+ * across a transposed view. Includes tensor/element.h: internal. */
+#include "tensor/element.h"
+
+Test(to, sixteen_bit_floats_match_the_element_functions) {
+  const dt_dtype halves[2] = {DT_BF16, DT_F16};
+  int64_t n16 = 65536, shape16[1] = {n16};
+  for (int h = 0; h < 2; h++) {
+    dt_tensor *t = NULL, *f = NULL;
+    cr_assert_eq(dt_empty(1, shape16, halves[h], &t), DT_OK);
+    uint16_t *p = dt_tensor_data(t);
+    for (int64_t i = 0; i < n16; i++) p[i] = (uint16_t)i;
+    cr_assert_eq(dt_to(t, DT_F32, &f), DT_OK, "%s", dt_last_error());
+    const float *q = dt_tensor_data(f);
+    for (int64_t i = 0; i < n16; i++) {
+      float want = halves[h] == DT_BF16 ? dt__elem_bf16_to_f32((uint16_t)i)
+                                        : dt__elem_f16_to_f32((uint16_t)i);
+      cr_assert_eq(memcmp(&q[i], &want, 4), 0, "%s 0x%04x", dt_dtype_name(halves[h]), (int)i);
+    }
+    dt_tensor_release(t);
+    dt_tensor_release(f);
+  }
+  int64_t rows = 600, cols = 500, shape[2] = {rows, cols};
+  dt_tensor *x = NULL;
+  cr_assert_eq(dt_empty(2, shape, DT_F32, &x), DT_OK);
+  uint32_t *bits = dt_tensor_data(x), state = 12345;
+  for (int64_t i = 0; i < rows * cols; i++) {
+    state = state * 1664525u + 1013904223u;
+    uint32_t u = state;
+    if (i % 7 == 0) u = (u & 0xffff0000u) | 0x8000u; /* bfloat16 ties */
+    if (i % 11 == 0) u = (u & 0x80000000u) | 0x7f800000u | (i % 22 == 0 ? 0 : (u & 0x7fffffu));
+    if (i % 13 == 0) u &= 0x807fffffu; /* subnormals */
+    bits[i] = u;
+  }
+  for (int h = 0; h < 2; h++)
+    for (int layout = 0; layout < 2; layout++) {
+      dt_tensor *src = x, *y = NULL;
+      if (layout) cr_assert_eq(dt_transpose(x, 0, 1, &src), DT_OK);
+      cr_assert_eq(dt_to(src, halves[h], &y), DT_OK, "%s", dt_last_error());
+      const uint16_t *q = dt_tensor_data(y);
+      for (int64_t i = 0; i < rows * cols; i++) {
+        int64_t r = layout ? i % rows : i / cols, c = layout ? i / rows : i % cols;
+        float v;
+        memcpy(&v, &bits[r * cols + c], 4);
+        uint16_t want = halves[h] == DT_BF16 ? dt__elem_f32_to_bf16(v) : dt__elem_f32_to_f16(v);
+        cr_assert_eq(q[i], want, "%s from 0x%08x: 0x%04x, want 0x%04x (layout %d)",
+                     dt_dtype_name(halves[h]), bits[r * cols + c], q[i], want, layout);
+      }
+      dt_tensor_release(y);
+      if (src != x) dt_tensor_release(src);
+    }
+  dt_tensor_release(x);
+}

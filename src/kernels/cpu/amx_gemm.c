@@ -51,9 +51,20 @@
  * packing loops that write one row into each strip in turn would evict their own lines. */
 #define STRIP_ELEMS(steps) ((size_t)(steps)*SET_ELEMS + 32)
 
-/* -1 unknown, 0 no, 1 yes: the hardware and OS answer, asked once. */
-static atomic_int amx_hw = -1;
-static atomic_bool amx_off; /* dt__amx_set_enabled(false) or DT_AMX=0 */
+/* DT_AMX=0 (read once) and dt__amx_set_enabled(false) turn the path off; then the process
+ * never asks the OS for the tile state (which enlarges every signal frame by 8 KiB: a
+ * program with a small sigaltstack may want that). */
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static bool env_off;
+static atomic_bool switched_off;
+/* the hardware and OS answer, asked once, at the first GEMM that could use it */
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+static atomic_bool hardware_ok;
+
+static void read_env(void) {
+  const char *env = getenv("DT_AMX");
+  env_off = env && strcmp(env, "0") == 0;
+}
 
 static bool probe_hardware(void) {
   unsigned a, b, c, d;
@@ -75,26 +86,23 @@ static bool probe_hardware(void) {
   return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 }
 
+static void probe(void) { atomic_store(&hardware_ok, probe_hardware()); }
+
 bool dt__amx_usable(void) {
-  int hw = atomic_load_explicit(&amx_hw, memory_order_acquire);
-  if (hw < 0) {
-    const char *env = getenv("DT_AMX");
-    if (env && strcmp(env, "0") == 0) atomic_store(&amx_off, true);
-    hw = probe_hardware() ? 1 : 0;
-    atomic_store_explicit(&amx_hw, hw, memory_order_release);
-  }
-  return hw == 1 && !atomic_load_explicit(&amx_off, memory_order_relaxed);
+  pthread_once(&env_once, read_env);
+  if (env_off || atomic_load_explicit(&switched_off, memory_order_relaxed)) return false;
+  pthread_once(&probe_once, probe);
+  return atomic_load_explicit(&hardware_ok, memory_order_relaxed);
 }
 
-void dt__amx_set_enabled(bool on) {
-  (void)dt__amx_usable(); /* reads DT_AMX first, so that it cannot undo this later */
-  atomic_store(&amx_off, !on);
-}
+void dt__amx_set_enabled(bool on) { atomic_store(&switched_off, !on); }
 
 bool dt__amx_worth(int m, int n, int k) {
-  /* Measured against OpenBLAS's SkylakeX sgemm on one core (docs/benchmarks.md): 1.3x at
-   * 128^3, 0.7x at 64^3 and with 32 rows or columns (packing the other operand dominates). */
-  return m >= 64 && n >= 64 && k >= 32 && (int64_t)m * n * k >= ((int64_t)1 << 21);
+  /* Measured against OpenBLAS's SkylakeX sgemm on one core (docs/benchmarks.md): faster from
+   * 256 x 256 x 128 (1.3x) up; at 256 x 256 x 64 and 128^3 only on hot caches (the batched
+   * attention products of a step ran 5-20 % slower), and with 64 columns slower (packing the
+   * other operand dominates). */
+  return m >= 64 && n >= 128 && k >= 64 && (int64_t)m * n * k >= ((int64_t)1 << 23);
 }
 
 /* ---- Per-thread workspace ------------------------------------------------------------- */

@@ -18,11 +18,13 @@
 #include <stdbool.h>
 
 /* True when this CPU and OS run AMX-BF16 tiles (CPUID, XCR0, and Linux's permission for
- * the tile state, asked once per process) and DT_AMX is not "0", unless
- * dt__amx_set_enabled(false) turned it off. Cheap after the first call. */
+ * the tile state, asked once per process at the first call that gets this far), unless
+ * DT_AMX is "0" (read once) or dt__amx_set_enabled(false) turned the path off: then false,
+ * and the permission (which enlarges signal frames by 8 KiB) is never asked for. Cheap. */
 bool dt__amx_usable(void);
 
-/* For tests and benchmarks: turns the AMX path off (false) or back on (true, when usable). */
+/* For tests and benchmarks: turns the AMX path off (false) or back on (true: usable again
+ * when the hardware is and DT_AMX is not "0"). */
 void dt__amx_set_enabled(bool on);
 
 /* Whether a product of op(a) [m, k] and op(b) [k, n] is large enough that the AMX path is

@@ -142,10 +142,44 @@ static void integer_matmul(const dt_tensor *a, const dt_tensor *b, const dt_tens
 
 /* *view = t when CBLAS can read t's matrices in dtype cd as they are; otherwise a contiguous
  * copy converted to cd, returned in *copy for the caller to release. */
+/* A copy of t in dtype cd that keeps t's memory order where its matrices are stored
+ * transposed (a weight gradient's g^T, a bfloat16 one): the copy then reads t in order,
+ * not across its rows, and the GEMM reads the copy with a transpose flag. */
+static dt_status convert_transposed(const dt_tensor *t, dt_dtype cd, dt_tensor **copy) {
+  int nd = t->ndim;
+  int64_t shape[DT_MAX_DIMS], strides[DT_MAX_DIMS];
+  for (int i = 0; i < nd; i++) shape[i] = t->shape[i], strides[i] = t->strides[i];
+  shape[nd - 2] = t->shape[nd - 1], shape[nd - 1] = t->shape[nd - 2];
+  strides[nd - 2] = t->strides[nd - 1], strides[nd - 1] = t->strides[nd - 2];
+  dt_tensor *in_order = NULL, *converted = NULL;
+  dt_status st = dt__tensor_view(t, nd, shape, strides, t->offset, &in_order);
+  if (!st) st = dt__tensor_new(nd, shape, cd, &converted);
+  if (!st) {
+    dt__cpu_copy(converted, in_order);
+    for (int i = 0; i < nd; i++) strides[i] = converted->strides[i];
+    strides[nd - 2] = converted->strides[nd - 1], strides[nd - 1] = converted->strides[nd - 2];
+    st = dt__tensor_view(converted, nd, t->shape, strides, 0, copy);
+  }
+  dt_tensor_release(in_order);
+  dt_tensor_release(converted);
+  return st;
+}
+
 static dt_status prepare_operand(const dt_tensor *t, dt_dtype cd, const dt_tensor **view,
                                  dt_tensor **copy, blas_layout *layout) {
   *view = t;
   if (t->dtype == cd && matrix_layout(t, layout)) return DT_OK;
+  int nd = t->ndim;
+  if (t->dtype != cd && matrix_layout(t, layout) && layout->trans == CblasTrans &&
+      t->shape[nd - 1] > 1 && t->shape[nd - 2] > 1) {
+    dt_status st = convert_transposed(t, cd, copy);
+    if (st) return st;
+    *view = *copy;
+    if (matrix_layout(*copy, layout)) return DT_OK;
+    dt_tensor_release(*copy);
+    *copy = NULL;
+    *view = t;
+  }
   dt_status st = dt__tensor_new(t->ndim, t->shape, cd, copy);
   if (st) return st;
   dt__cpu_copy(*copy, t);
@@ -198,9 +232,9 @@ static void gemm(dt_dtype cd, blas_layout la, blas_layout lb, int n, int m, int 
     gemv_row(cd, la, lb, m, k, alpha, pa, pb, beta, pc);
     return;
   }
-  if (amx && dt__amx_sgemm(la.trans == CblasTrans, lb.trans == CblasTrans, n, m, k,
-                           (const float *)pa, la.ld, (const float *)pb, lb.ld, beta != 0,
-                           (float *)pc, ldc)) {
+  if (amx &&
+      dt__amx_sgemm(la.trans == CblasTrans, lb.trans == CblasTrans, n, m, k, (const float *)pa,
+                    la.ld, (const float *)pb, lb.ld, beta != 0, (float *)pc, ldc)) {
     return;
   }
   if (cd == DT_F32) {
@@ -280,7 +314,7 @@ typedef struct gemm_plan {
   char *pc;
   const dt_tensor *ta, *tb, *c; /* batched: the operands walked */
   bool batched, by_rows;
-  bool amx; /* f32 on AMX tiles (amx_gemm.h) when it accepts */
+  bool amx;       /* f32 on AMX tiles (amx_gemm.h) when it accepts */
   int64_t block;  /* rows or columns per block (one matrix), matrices per block (batched) */
   int64_t blocks; /* the last block takes the rest */
 } gemm_plan;
@@ -415,8 +449,8 @@ static dt_status float_matmul(const dt_tensor *a, const dt_tensor *b, const dt_t
   /* AMX computes c = op(a) op(b) or c += op(a) op(b): alpha 1, and beta 0 or 1 as gemm_block
    * passes it (a zeroed C goes with beta 1). */
   double block_beta = p.start == C_BIAS_ROW ? p.beta : p.start == C_ZERO ? 0 : p.beta;
-  p.amx = cd == DT_F32 && alpha == 1 && (block_beta == 0 || block_beta == 1) &&
-          p.n <= INT_MAX && dt__amx_worth((int)p.n, (int)p.m, (int)p.k) && dt__amx_usable();
+  p.amx = cd == DT_F32 && alpha == 1 && (block_beta == 0 || block_beta == 1) && p.n <= INT_MAX &&
+          dt__amx_worth((int)p.n, (int)p.m, (int)p.k) && dt__amx_usable();
   gemm_run(&p, threads);
 finish:
   if (c_temp) dt__cpu_copy(out, c_temp);
