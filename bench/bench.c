@@ -97,7 +97,9 @@ const tool_command tool_bench_suites[] = {
          "against a memcpy of the bytes it must move, alternating; --clock: process CPU time\n"
          "(default) or wall time; --threads sets the BLAS's and the kernels' threads.\n"
          "--gemm-dtype bf16: the GEMM calls multiply bfloat16 tensors (conversions included)\n"
-         "against cblas_sgemm on the same values as float32.",
+         "against cblas_sgemm on the same values as float32. float32 GEMM lines end with\n"
+         "\"err ours / cblas\": the largest error over 16 rows against a float64 loop, relative\n"
+         "to the sum of |a b| of the element.",
      .run = bench_suite_ops},
     {.name = "models",
      .summary = "Hugging Face models: prefill, decode and fine-tuning tokens/s, 1 rank and TP 2; "

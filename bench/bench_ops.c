@@ -389,10 +389,10 @@ static dt_status bench_gemm(const gemm_case *g, dt_dtype dtype, int iters, bool 
   double ours[MAX_ITERS], ref[MAX_ITERS];
   const float *pa = st ? NULL : dt_tensor_data(a), *pb = st ? NULL : dt_tensor_data(b);
   for (int it = -1; it < iters && !st; it++) {
+    dt_tensor_release(c); /* the last iteration's stays for the error below */
+    c = NULL;
     double t0 = bench_clock();
     st = dt_matmul(av, bv, &c);
-    dt_tensor_release(c);
-    c = NULL;
     double t1 = bench_clock();
     dt__blas_use_own_threads(); /* the BLAS alone, on as many threads as ours (not timed) */
     double t1b = bench_clock();
@@ -405,6 +405,26 @@ static dt_status bench_gemm(const gemm_case *g, dt_dtype dtype, int iters, bool 
     double t2 = bench_clock();
     if (it >= 0) ours[it] = (t1 - t0) / 1e3, ref[it] = (t2 - t1b) / 1e3;
   }
+  /* float32: the largest error over 16 rows of the first matrix, of ours and of cblas_sgemm,
+   * against a float64 loop, relative to the sum of |a b| of each element */
+  double err_ours = 0, err_ref = 0;
+  if (!st && dtype == DT_F32) {
+    const float *pc = dt_tensor_data(c);
+    for (int64_t r = 0; r < 16 && r < g->M; r++) {
+      int64_t i = r * g->M / 16;
+      for (int64_t j = 0; j < g->N; j++) {
+        double sum = 0, mag = 0;
+        for (int64_t k = 0; k < g->K; k++) {
+          double x = g->a_t ? pa[k * g->M + i] : pa[i * g->K + k];
+          double y = g->b_t ? pb[j * g->K + k] : pb[k * g->N + j];
+          sum += x * y, mag += fabs(x * y);
+        }
+        if (mag == 0) continue;
+        double eo = fabs(pc[i * g->N + j] - sum) / mag, er = fabs(cref[i * g->N + j] - sum) / mag;
+        err_ours = eo > err_ours ? eo : err_ours, err_ref = er > err_ref ? er : err_ref;
+      }
+    }
+  }
   if (!st) {
     bench_stats o = bench_stats_of(ours, iters), r = bench_stats_of(ref, iters);
     double gf = 2.0 * (double)(g->batch * g->M) * (double)g->N * (double)g->K / 1e9;
@@ -412,20 +432,24 @@ static dt_status bench_gemm(const gemm_case *g, dt_dtype dtype, int iters, bool 
       printf("{\"name\":\"gemm\",\"call\":\"%s\",\"dtype\":\"%s\",\"batch\":%lld,\"m\":%lld,\"n\":%"
              "lld,\"k\":%lld,"
              "\"a_t\":%s,\"b_t\":%s,\"ours_ms\":%.3f,\"cblas_ms\":%.3f,\"ratio\":%.3f,"
-             "\"ours_gflops\":%.1f,\"cblas_gflops\":%.1f,\"iters\":%d,\"clock\":\"%s\"}\n",
+             "\"ours_gflops\":%.1f,\"cblas_gflops\":%.1f,\"ours_max_err\":%.3g,"
+             "\"cblas_max_err\":%.3g,\"iters\":%d,\"clock\":\"%s\"}\n",
              g->name, dt_dtype_name(dtype), (long long)g->batch, (long long)g->M, (long long)g->N,
              (long long)g->K, g->a_t ? "true" : "false", g->b_t ? "true" : "false", o.median,
-             r.median, o.median / r.median, gf / (o.median * 1e-3), gf / (r.median * 1e-3), iters,
-             bench_clock_name());
+             r.median, o.median / r.median, gf / (o.median * 1e-3), gf / (r.median * 1e-3),
+             err_ours, err_ref, iters, bench_clock_name());
     } else {
       printf("gemm %-16s %s %3lld x [%5lld x %5lld] x [%5lld x %5lld]%s%s ours %8.3f ms (%5.1f "
-             "GF/s) cblas %8.3f ms (%5.1f GF/s) x%.2f\n",
+             "GF/s) cblas %8.3f ms (%5.1f GF/s) x%.2f",
              g->name, dt_dtype_name(dtype), (long long)g->batch, (long long)g->M, (long long)g->K,
              (long long)g->K, (long long)g->N, g->a_t ? " aT" : "", g->b_t ? " bT" : "", o.median,
              gf / (o.median * 1e-3), r.median, gf / (r.median * 1e-3), o.median / r.median);
+      if (dtype == DT_F32) printf(" err %.1e / %.1e", err_ours, err_ref);
+      printf("\n");
     }
   }
   free(cref);
+  dt_tensor_release(c);
   dt_tensor_release(a);
   dt_tensor_release(b);
   dt_tensor_release(av);
