@@ -19,6 +19,8 @@
 #define _GNU_SOURCE /* syscall */
 #include "kernels/cpu/amx_gemm.h"
 
+#include "core/core_impl.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -61,9 +63,10 @@ static atomic_bool switched_off;
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
 static atomic_bool hardware_ok;
 
+/* DT_AMX is 0 or 1; any other value is reported once through the log and leaves AMX on, as
+ * the project's other integer variables are read (core/env.c). */
 static void read_env(void) {
-  const char *env = getenv("DT_AMX");
-  env_off = env && strcmp(env, "0") == 0;
+  env_off = dt__env_int("DT_AMX", 0, 1, 1, "1 (AMX where the CPU has it)") == 0;
 }
 
 static bool probe_hardware(void) {

@@ -8,9 +8,11 @@
  * terms per k instead of one. Measured against a float64 reference over random operands the
  * largest error per element is of the size of OpenBLAS's sgemm (docs/benchmarks.md); at
  * 6 bfloat16 products per multiply-add an AMX core still does 1.4-1.6x the multiply-adds of
- * OpenBLAS's AVX-512 sgemm at a transformer's shapes. Differences from sgemm: denormal inputs, parts and results are flushed
- * to zero (AMX's DAZ/FTZ), i.e. values below 2^-126 ~ 1.2e-38 in magnitude; infinities and
- * NaNs propagate as in sgemm.
+ * OpenBLAS's AVX-512 sgemm at a transformer's shapes. Differences from sgemm: denormal inputs,
+ * parts and results are flushed to zero (AMX's DAZ/FTZ), i.e. values below 2^-126 ~ 1.2e-38 in
+ * magnitude; a product x*y above 2^128 (1 - 2^-8) in magnitude may overflow to infinity where
+ * sgemm's stays finite (rounded parts x0 y0 can pass 2^128); infinities and NaNs propagate as in
+ * sgemm.
  */
 #ifndef DT_KERNELS_CPU_AMX_GEMM_H
 #define DT_KERNELS_CPU_AMX_GEMM_H
@@ -19,12 +21,13 @@
 
 /* True when this CPU and OS run AMX-BF16 tiles (CPUID, XCR0, and Linux's permission for
  * the tile state, asked once per process at the first call that gets this far), unless
- * DT_AMX is "0" (read once) or dt__amx_set_enabled(false) turned the path off: then false,
+ * DT_AMX is 0 (read once; a value other than 0 or 1 is reported once through the log and
+ * ignored) or dt__amx_set_enabled(false) turned the path off: then false,
  * and the permission (which enlarges signal frames by 8 KiB) is never asked for. Cheap. */
 bool dt__amx_usable(void);
 
 /* For tests and benchmarks: turns the AMX path off (false) or back on (true: usable again
- * when the hardware is and DT_AMX is not "0"). */
+ * when the hardware is and DT_AMX is not 0). */
 void dt__amx_set_enabled(bool on);
 
 /* Whether a product of op(a) [m, k] and op(b) [k, n] is large enough that the AMX path is
