@@ -265,3 +265,28 @@ Test(amx_gemm, bfloat16_operands) {
   free(b);
   free(c);
 }
+
+/* The public switch: dt_set_cpu_amx(false) sends products to the BLAS (dt_get_cpu_amx says
+ * so), true brings AMX back where the CPU has it; a float32 matmul gives the same values to
+ * float32 rounding either way. */
+Test(amx_gemm, public_switch) {
+  bool hardware = dt__amx_usable();
+  cr_assert_eq(dt_set_cpu_amx(false), DT_OK);
+  cr_assert(!dt_get_cpu_amx());
+  int64_t sa[2] = {256, 512}, sb[2] = {512, 256};
+  dt_tensor *a, *b, *off = NULL, *on = NULL;
+  cr_assert_eq(dt_empty(2, sa, DT_F32, &a), DT_OK);
+  cr_assert_eq(dt_empty(2, sb, DT_F32, &b), DT_OK);
+  float *pa = dt_tensor_data(a), *pb = dt_tensor_data(b);
+  for (int i = 0; i < 256 * 512; i++) pa[i] = uniform(), pb[i] = uniform();
+  cr_assert_eq(dt_matmul(a, b, &off), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_set_cpu_amx(true), DT_OK);
+  cr_assert_eq(dt_get_cpu_amx(), hardware);
+  cr_assert_eq(dt_matmul(a, b, &on), DT_OK, "%s", dt_last_error());
+  check_product(false, false, 256, 256, 512, pa, 512, pb, 256, NULL, dt_tensor_data(off), 256);
+  check_product(false, false, 256, 256, 512, pa, 512, pb, 256, NULL, dt_tensor_data(on), 256);
+  dt_tensor_release(a);
+  dt_tensor_release(b);
+  dt_tensor_release(on);
+  dt_tensor_release(off);
+}

@@ -8,6 +8,7 @@
 #ifndef DTENSOR_CORE_H
 #define DTENSOR_CORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -125,6 +126,22 @@ DT_API dt_status dt_set_num_threads(int n);
 /* The number of threads a kernel called now on this thread would use: the setting (or its
  * default) after the cap at cores / rank threads described above; at least 1. */
 DT_API int dt_get_num_threads(void);
+
+/* Float32 matrix products (matmul, linear, addmm and their gradients, on the CPU) on Intel
+ * AMX tiles, on CPUs that have AMX-BF16 (Sapphire Rapids and later) under an OS that grants
+ * the tile state (Linux 5.16+): each operand is split into three bfloat16 parts and six part
+ * products are summed in float32, as accurate as sgemm and faster (docs/design.md, "Float32
+ * GEMMs on AMX tiles"); results differ from the BLAS's in the last bits, and denormal values
+ * (below 2^-126) count as zero. On by default where available; the environment's DT_AMX=0
+ * (read once) turns it off by default, and dt_set_cpu_amx(enabled) overrides both (false:
+ * every product on the BLAS, e.g. for the same bits as a machine without AMX). While off, the
+ * process never asks the OS for the tile state. Process-wide; safe from any thread; takes
+ * effect at the next product. Always DT_OK (a build or CPU without AMX ignores it). */
+DT_API dt_status dt_set_cpu_amx(bool enabled);
+
+/* Whether a float32 product called now would run on AMX tiles: the setting above and this
+ * CPU and OS (the first call may ask the OS for the tile state). */
+DT_API bool dt_get_cpu_amx(void);
 
 #ifdef __cplusplus
 }

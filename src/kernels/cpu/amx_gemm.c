@@ -20,6 +20,7 @@
 #include "kernels/cpu/amx_gemm.h"
 
 #include "core/core_impl.h"
+#include "dtensor/core.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -53,12 +54,12 @@
  * packing loops that write one row into each strip in turn would evict their own lines. */
 #define STRIP_ELEMS(steps) ((size_t)(steps)*SET_ELEMS + 32)
 
-/* DT_AMX=0 (read once) and dt__amx_set_enabled(false) turn the path off; then the process
- * never asks the OS for the tile state (which enlarges every signal frame by 8 KiB: a
- * program with a small sigaltstack may want that). */
+/* dt_set_cpu_amx's setting (-1: none, the environment's DT_AMX decides, read once: "0" is
+ * off). While off the process never asks the OS for the tile state (which enlarges every
+ * signal frame by 8 KiB: a program with a small sigaltstack may want that). */
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static bool env_off;
-static atomic_bool switched_off;
+static atomic_int setting = -1;
 /* the hardware and OS answer, asked once, at the first GEMM that could use it */
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
 static atomic_bool hardware_ok;
@@ -92,13 +93,25 @@ static bool probe_hardware(void) {
 static void probe(void) { atomic_store(&hardware_ok, probe_hardware()); }
 
 bool dt__amx_usable(void) {
-  pthread_once(&env_once, read_env);
-  if (env_off || atomic_load_explicit(&switched_off, memory_order_relaxed)) return false;
+  int set = atomic_load_explicit(&setting, memory_order_relaxed);
+  if (set < 0) {
+    pthread_once(&env_once, read_env);
+    if (env_off) return false;
+  } else if (set == 0) {
+    return false;
+  }
   pthread_once(&probe_once, probe);
   return atomic_load_explicit(&hardware_ok, memory_order_relaxed);
 }
 
-void dt__amx_set_enabled(bool on) { atomic_store(&switched_off, !on); }
+dt_status dt_set_cpu_amx(bool enabled) {
+  atomic_store(&setting, enabled ? 1 : 0);
+  return DT_OK;
+}
+
+bool dt_get_cpu_amx(void) { return dt__amx_usable(); }
+
+void dt__amx_set_enabled(bool on) { (void)dt_set_cpu_amx(on); }
 
 bool dt__amx_worth(int m, int n, int k) {
   /* Measured against OpenBLAS's SkylakeX sgemm on one core (docs/benchmarks.md): faster from
@@ -593,6 +606,11 @@ bool dt__amx_sgemm(bool ta, bool tb, int m, int n, int k, const float *a, int ld
 #else /* no AMX build */
 
 bool dt__amx_usable(void) { return false; }
+dt_status dt_set_cpu_amx(bool enabled) {
+  (void)enabled;
+  return DT_OK;
+}
+bool dt_get_cpu_amx(void) { return false; }
 void dt__amx_set_enabled(bool on) { (void)on; }
 bool dt__amx_worth(int m, int n, int k) {
   (void)m;
