@@ -217,36 +217,37 @@ AMX_TARGET static inline __m512i pairs_across(__m512i k0, __m512i k1) {
   return _mm512_or_si512(k1, _mm512_srli_epi32(k0, 16));
 }
 
-/* 32 consecutive values at p (count of them valid) into one row of each part's tile; returns
- * whether any has nonzero parts 1 or 2 (is not a bfloat16 already). */
+/* Splits x and y and stores the three parts' rows of 16 dwords at d, d + stride, d + 2 stride:
+ * pairs along k (x: k 0..15, y: k 16..31 of one row) or across two k rows (x: row k, y: row
+ * k + 1, lane j each). Returns whether any value has nonzero parts 1 or 2 (is not a
+ * bfloat16 already). */
+AMX_TARGET static inline bool store_parts(__m512 x, __m512 y, bool along, uint32_t *d, int stride,
+                                          __mmask16 *infs) {
+  __m512i x0, x1, x2, y0, y1, y2;
+  split3(x, &x0, &x1, &x2, infs);
+  split3(y, &y0, &y1, &y2, infs);
+  _mm512_store_si512(d, along ? pairs_along(x0, y0) : pairs_across(x0, y0));
+  _mm512_store_si512(d + stride, along ? pairs_along(x1, y1) : pairs_across(x1, y1));
+  _mm512_store_si512(d + 2 * stride, along ? pairs_along(x2, y2) : pairs_across(x2, y2));
+  __m512i low = _mm512_or_si512(_mm512_or_si512(x1, x2), _mm512_or_si512(y1, y2));
+  return _mm512_test_epi32_mask(low, low) != 0;
+}
+
+/* 32 consecutive values at p (count of them valid) into one row of each part's tile. */
 AMX_TARGET static inline bool row_along(const float *p, int count, uint32_t *d, int stride,
                                         __mmask16 *infs) {
   __m512 lo = _mm512_maskz_loadu_ps(lanes(count), p);
   __m512 hi = _mm512_maskz_loadu_ps(lanes(count - 16), p + 16);
-  __m512i l0, l1, l2, h0, h1, h2;
-  split3(lo, &l0, &l1, &l2, infs);
-  split3(hi, &h0, &h1, &h2, infs);
-  _mm512_store_si512(d, pairs_along(l0, h0));
-  _mm512_store_si512(d + stride, pairs_along(l1, h1));
-  _mm512_store_si512(d + 2 * stride, pairs_along(l2, h2));
-  __m512i low = _mm512_or_si512(_mm512_or_si512(l1, l2), _mm512_or_si512(h1, h2));
-  return _mm512_test_epi32_mask(low, low) != 0;
+  return store_parts(lo, hi, true, d, stride, infs);
 }
 
 /* Two rows of 16 values (count valid; a NULL row reads as zeros) into one row of each
- * part's tile; returns whether any has nonzero parts 1 or 2. */
+ * part's tile. */
 AMX_TARGET static inline bool rows_across(const float *k0, const float *k1, int count, uint32_t *d,
                                           int stride, __mmask16 *infs) {
   __m512 x = k0 ? _mm512_maskz_loadu_ps(lanes(count), k0) : _mm512_setzero_ps();
   __m512 y = k1 ? _mm512_maskz_loadu_ps(lanes(count), k1) : _mm512_setzero_ps();
-  __m512i x0, x1, x2, y0, y1, y2;
-  split3(x, &x0, &x1, &x2, infs);
-  split3(y, &y0, &y1, &y2, infs);
-  _mm512_store_si512(d, pairs_across(x0, y0));
-  _mm512_store_si512(d + stride, pairs_across(x1, y1));
-  _mm512_store_si512(d + 2 * stride, pairs_across(x2, y2));
-  __m512i low = _mm512_or_si512(_mm512_or_si512(x1, x2), _mm512_or_si512(y1, y2));
-  return _mm512_test_epi32_mask(low, low) != 0;
+  return store_parts(x, y, false, d, stride, infs);
 }
 
 /* Transposes the three parts' 16 x 16 dword tiles of a set in place, in registers: pairs of
