@@ -6,15 +6,17 @@
  * (bfloat16); a B tile is 16 pairs of k rows by 16 columns, each column's two k values
  * adjacent (the "VNNI" order TDPBF16PS reads). Packing writes, per 16-row strip of op(a)
  * (or 16-column strip of op(b)) and per k step, the three parts' tiles one after the other
- * (3 KiB). The C tiles are float32 and load and store straight from c when whole (through
- * a 16 x 16 buffer at the edges).
+ * (3 KiB; a strip's sets are padded by a cache line). The C tiles are float32 and load and
+ * store straight from c when whole (through a 16 x 16 buffer at the edges).
  *
  * Blocking. k runs in blocks of KC_STEPS steps (512 values); per k block all of this call's
  * rows of op(a) are packed once (rows x 3 KiB per 16 rows), then op(b) in blocks of NC_STRIPS
  * column strips (256 columns: 768 KiB, resident in L2 while every row strip passes over
  * it). The micro-kernel computes a 32 x 32 block of c (4 accumulator tiles, 2 tiles of A
  * parts and 2 of B parts streaming) over one k block: per step 16 tile loads and 24 tile
- * products. Between k blocks the partial sums live in c.
+ * products (fewer where a strip pair's values are bfloat16s already). The first k block
+ * stores into c (or adds to it when accumulating); each later one is summed from zero and
+ * added to c, a blocked sum.
  */
 #define _GNU_SOURCE /* syscall */
 #include "kernels/cpu/amx_gemm.h"

@@ -140,8 +140,6 @@ static void integer_matmul(const dt_tensor *a, const dt_tensor *b, const dt_tens
 
 /* ---- Floating products through CBLAS ---------------------------------------------------- */
 
-/* *view = t when CBLAS can read t's matrices in dtype cd as they are; otherwise a contiguous
- * copy converted to cd, returned in *copy for the caller to release. */
 /* A copy of t in dtype cd that keeps t's memory order where its matrices are stored
  * transposed (a weight gradient's g^T, a bfloat16 one): the copy then reads t in order,
  * not across its rows, and the GEMM reads the copy with a transpose flag. */
@@ -165,6 +163,9 @@ static dt_status convert_transposed(const dt_tensor *t, dt_dtype cd, dt_tensor *
   return st;
 }
 
+/* *view = t when CBLAS can read t's matrices in dtype cd as they are; otherwise a copy
+ * converted to cd (contiguous, or transposed as t is), returned in *copy for the caller to
+ * release. */
 static dt_status prepare_operand(const dt_tensor *t, dt_dtype cd, const dt_tensor **view,
                                  dt_tensor **copy, blas_layout *layout) {
   *view = t;
