@@ -104,6 +104,8 @@ Test(amx_gemm, transposes_edges_and_accumulation) {
     for (int t = 0; t < 4; t++)
       run_case(t & 1, t & 2, sizes[s][0], sizes[s][1], sizes[s][2], (int)(s % 3) * 5,
                (s + (size_t)t) % 2 == 1);
+  /* more rows than one block of packed rows (2048) */
+  for (int t = 0; t < 4; t++) run_case(t & 1, t & 2, 2100, 40, 70, 3, t == 1);
 }
 
 Test(amx_gemm, as_accurate_as_sgemm) {

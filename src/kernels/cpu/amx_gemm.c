@@ -9,14 +9,13 @@
  * (3 KiB; a strip's sets are padded by a cache line). The C tiles are float32 and load and
  * store straight from c when whole (through a 16 x 16 buffer at the edges).
  *
- * Blocking. k runs in blocks of KC_STEPS steps (512 values); per k block all of this call's
- * rows of op(a) are packed once (rows x 3 KiB per 16 rows), then op(b) in blocks of NC_STRIPS
- * column strips (256 columns: 768 KiB, resident in L2 while every row strip passes over
- * it). The micro-kernel computes a 32 x 32 block of c (4 accumulator tiles, 2 tiles of A
- * parts and 2 of B parts streaming) over one k block: per step 16 tile loads and 24 tile
- * products (fewer where a strip pair's values are bfloat16s already). The first k block
- * stores into c (or adds to it when accumulating); each later one is summed from zero and
- * added to c, a blocked sum.
+ * Blocking. Rows run in blocks of MC_ROWS, k in blocks of KC_STEPS steps (512 values); per k
+ * block the row block's rows of op(a) are packed once (rows x 3 KiB per 16 rows), then op(b) in
+ * blocks of NC_STRIPS column strips (256 columns: 768 KiB, resident in L2 while every row strip
+ * passes over it). The micro-kernel computes a 32 x 32 block of c (4 accumulator tiles, 2 tiles of
+ * A parts and 2 of B parts streaming) over one k block: per step 16 tile loads and 24 tile products
+ * (fewer where a strip pair's values are bfloat16s already). The first k block stores into c (or
+ * adds to it when accumulating); each later one is summed from zero and added to c, a blocked sum.
  */
 #define _GNU_SOURCE /* syscall */
 #include "kernels/cpu/amx_gemm.h"
@@ -44,8 +43,11 @@
 
 #define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-bf16")))
 
-#define KC_STEPS 16    /* k steps of 32 per k block */
-#define NC_STRIPS 16   /* column strips of 16 per column block */
+#define KC_STEPS 16  /* k steps of 32 per k block */
+#define NC_STRIPS 16 /* column strips of 16 per column block */
+/* Rows per call of run(): bounds the packed rows of op(a) (6 MiB per thread) whatever m is;
+ * a multiple of 32, so that row pairs of strips fall as in the whole product. */
+#define MC_ROWS 2048
 #define TILE_ELEMS 512 /* bfloat16 per tile */
 /* One strip and step: the three parts' tiles. Part 0 with its infinities made zeros (see
  * kernel_2x2) goes to a parallel array of single tiles, written only when the packed block
@@ -532,8 +534,8 @@ AMX_TARGET static void run(bool ta, bool tb, int m, int n, int k, const float *a
                            const float *b, int ldb, bool accumulate, float *c, int ldc,
                            uint16_t *apack, uint16_t *afinite, uint16_t *bpack, uint16_t *bfinite,
                            uint8_t *alow, uint8_t *blow) {
-  int strips = (m + 31) / 32 * 2, steps_all = (k + 31) / 32;
-  int col_strips = (n + 31) / 32 * 2;
+  int strips = (int)(((int64_t)m + 31) / 32 * 2), steps_all = (int)(((int64_t)k + 31) / 32);
+  int col_strips = (int)(((int64_t)n + 31) / 32 * 2);
   tile_config cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.palette = 1;
@@ -589,8 +591,9 @@ AMX_TARGET static void run(bool ta, bool tb, int m, int n, int k, const float *a
 bool dt__amx_sgemm(bool ta, bool tb, int m, int n, int k, const float *a, int lda, const float *b,
                    int ldb, bool accumulate, float *c, int ldc) {
   if (!dt__amx_usable() || m <= 0 || n <= 0 || k <= 0) return false;
-  size_t strips = (size_t)(m + 31) / 32 * 2;
-  size_t steps = (size_t)((k + 31) / 32 < KC_STEPS ? (k + 31) / 32 : KC_STEPS);
+  int rows = m < MC_ROWS ? m : MC_ROWS;
+  size_t strips = ((size_t)rows + 31) / 32 * 2;
+  size_t steps = ((size_t)k + 31) / 32 < KC_STEPS ? ((size_t)k + 31) / 32 : KC_STEPS;
   /* per k block: the row strips' and a column block's part sets, and their finite part 0 */
   size_t a_strips = strips, b_strips = NC_STRIPS;
   /* and a byte per strip: whether it holds values that are not bfloat16s */
@@ -601,8 +604,12 @@ bool dt__amx_sgemm(bool ta, bool tb, int m, int n, int k, const float *a, int ld
   uint16_t *bpack = afinite + a_strips * steps * TILE_ELEMS;
   uint16_t *bfinite = bpack + b_strips * STRIP_ELEMS(steps);
   uint8_t *alow = (uint8_t *)(bfinite + b_strips * steps * TILE_ELEMS);
-  run(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc, w, afinite, bpack, bfinite, alow,
-      alow + a_strips);
+  for (int r0 = 0; r0 < m; r0 += MC_ROWS) {
+    int r1 = m - r0 < MC_ROWS ? m : r0 + MC_ROWS;
+    const float *ar = ta ? a + r0 : a + (size_t)r0 * lda;
+    run(ta, tb, r1 - r0, n, k, ar, lda, b, ldb, accumulate, c + (size_t)r0 * ldc, ldc, w, afinite,
+        bpack, bfinite, alow, alow + a_strips);
+  }
   return true;
 }
 
