@@ -439,10 +439,11 @@ AMX_TARGET static void c_tile_close(const c_tile *t) {
 }
 
 /* c tiles (0, 1, 2, 3) += (a0 b0, a0 b1, a1 b0, a1 b1) over `steps` k steps, a0/a1 and b0/b1
- * the part sets of two row strips and two column strips. Per step: x0y0, then the
- * corrections x1y0, x2y0 (when a_low: the rows hold values that are not bfloat16s), then
- * x1y1, x0y1, x0y2 (when b_low; x1y1 when both), grouped by the B part loaded (16 tile loads
- * for 24 products when both). Products left out have a zero factor in every term: bfloat16
+ * the part sets of two row strips and two column strips. Per step the small products first,
+ * x2y0, x1y0 (when a_low: the rows hold values that are not bfloat16s), x1y1 (when both),
+ * x0y1, x0y2 (when b_low), and x0y0 last, so that a sum dominated by one term is rounded
+ * about once, as sgemm rounds it (x0y0 first: 2.3 ulp off a single product); 14 tile loads
+ * for 24 products when both. Products left out have a zero factor in every term: bfloat16
  * operands (a bfloat16 model, or bfloat16 weights against float32 activations) cost one or
  * three products instead of six. An infinite x leaves its parts 1 and 2 zero, and infinity
  * times a zero part of y would make a NaN of an infinite product: when a block holds
@@ -481,40 +482,51 @@ AMX_TARGET static void kernel_2x2(const uint16_t *a0, const uint16_t *a1, const 
       __builtin_prefetch(next + (size_t)(fetched / 2) * ldc + (fetched % 2) * 16, 1, 3);
     for (size_t i = 0; i < ahead_step && ahead_at < ahead_lines; i++, ahead_at++)
       __builtin_prefetch(ahead + ahead_at * 64, 0, 2);
-    const uint16_t *x0 = a0 + (size_t)t * SET_ELEMS, *x1 = a1 + (size_t)t * SET_ELEMS;
-    const uint16_t *y0 = b0 + (size_t)t * SET_ELEMS, *y1 = b1 + (size_t)t * SET_ELEMS;
-    _tile_loadd(6, y0, 64);
-    _tile_loadd(7, y1, 64);
-    _tile_loadd(4, x0, 64);
-    _tile_loadd(5, x1, 64);
-    DT_AMX_PRODUCTS;
+    const uint16_t *ra0 = a0 + (size_t)t * SET_ELEMS, *ra1 = a1 + (size_t)t * SET_ELEMS;
+    const uint16_t *rb0 = b0 + (size_t)t * SET_ELEMS, *rb1 = b1 + (size_t)t * SET_ELEMS;
+    /* the step's sets of the two row strips (ra0, ra1) and column strips (rb0, rb1), parts
+     * at 0, 1, 2 tiles in; part 0 for the corrections (...f): made finite where the block
+     * holds infinities. The comments name the parts: x of a, y of b. */
+    const uint16_t *ra0f = finite[0] ? finite[0] + (size_t)t * TILE_ELEMS : ra0;
+    const uint16_t *ra1f = finite[1] ? finite[1] + (size_t)t * TILE_ELEMS : ra1;
+    const uint16_t *rb0f = finite[2] ? finite[2] + (size_t)t * TILE_ELEMS : rb0;
+    const uint16_t *rb1f = finite[3] ? finite[3] + (size_t)t * TILE_ELEMS : rb1;
+    bool part0_held = false; /* tiles 4, 5 hold the true part 0 of a */
     if (a_low) {
-      if (finite[2]) {
-        _tile_loadd(6, finite[2] + (size_t)t * TILE_ELEMS, 64);
-        _tile_loadd(7, finite[3] + (size_t)t * TILE_ELEMS, 64);
+      _tile_loadd(6, rb0f, 64);
+      _tile_loadd(7, rb1f, 64);
+      _tile_loadd(4, ra0 + 2 * TILE_ELEMS, 64);
+      _tile_loadd(5, ra1 + 2 * TILE_ELEMS, 64);
+      DT_AMX_PRODUCTS; /* x2 rb0 */
+      _tile_loadd(4, ra0 + TILE_ELEMS, 64);
+      _tile_loadd(5, ra1 + TILE_ELEMS, 64);
+      DT_AMX_PRODUCTS; /* ra1 rb0 */
+      if (b_low) {
+        _tile_loadd(6, rb0 + TILE_ELEMS, 64);
+        _tile_loadd(7, rb1 + TILE_ELEMS, 64);
+        DT_AMX_PRODUCTS; /* ra1 rb1 */
       }
-      _tile_loadd(4, x0 + TILE_ELEMS, 64);
-      _tile_loadd(5, x1 + TILE_ELEMS, 64);
-      DT_AMX_PRODUCTS;
-      _tile_loadd(4, x0 + 2 * TILE_ELEMS, 64);
-      _tile_loadd(5, x1 + 2 * TILE_ELEMS, 64);
-      DT_AMX_PRODUCTS;
     }
     if (b_low) {
-      _tile_loadd(6, y0 + TILE_ELEMS, 64);
-      _tile_loadd(7, y1 + TILE_ELEMS, 64);
-      if (a_low) {
-        _tile_loadd(4, x0 + TILE_ELEMS, 64);
-        _tile_loadd(5, x1 + TILE_ELEMS, 64);
-        DT_AMX_PRODUCTS;
+      if (!a_low) {
+        _tile_loadd(6, rb0 + TILE_ELEMS, 64);
+        _tile_loadd(7, rb1 + TILE_ELEMS, 64);
       }
-      _tile_loadd(4, finite[0] ? finite[0] + (size_t)t * TILE_ELEMS : x0, 64);
-      _tile_loadd(5, finite[1] ? finite[1] + (size_t)t * TILE_ELEMS : x1, 64);
-      DT_AMX_PRODUCTS;
-      _tile_loadd(6, y0 + 2 * TILE_ELEMS, 64);
-      _tile_loadd(7, y1 + 2 * TILE_ELEMS, 64);
-      DT_AMX_PRODUCTS;
+      _tile_loadd(4, ra0f, 64);
+      _tile_loadd(5, ra1f, 64);
+      DT_AMX_PRODUCTS; /* ra0 rb1 */
+      _tile_loadd(6, rb0 + 2 * TILE_ELEMS, 64);
+      _tile_loadd(7, rb1 + 2 * TILE_ELEMS, 64);
+      DT_AMX_PRODUCTS; /* ra0 y2 */
+      part0_held = !finite[0];
     }
+    _tile_loadd(6, rb0, 64);
+    _tile_loadd(7, rb1, 64);
+    if (!part0_held) {
+      _tile_loadd(4, ra0, 64);
+      _tile_loadd(5, ra1, 64);
+    }
+    DT_AMX_PRODUCTS; /* ra0 rb0 */
   }
 #undef DT_AMX_PRODUCTS
   _tile_stored(0, ct[0].at, ct[0].ld * 4);
