@@ -93,13 +93,16 @@ const tool_command tool_bench_suites[] = {
      .details =
          "Ops: layer_norm gelu softmax log_softmax cross_entropy mul_btd_bt1 add_btd_d\n"
          "mul_btd_d masked_fill embedding rotary add_btd_btd add_btd_td mul_scalar merge_heads\n"
-         "rms_norm, then adamw and the GEMM calls (gemm). Each\n"
-         "against a memcpy of the bytes it must move, alternating; --clock: process CPU time\n"
-         "(default) or wall time; --threads sets the BLAS's and the kernels' threads.\n"
-         "--gemm-dtype bf16: the GEMM calls multiply bfloat16 tensors (conversions included)\n"
-         "against cblas_sgemm on the same values as float32. float32 GEMM lines end with\n"
-         "\"err ours / cblas\": the largest error over 16 rows against a float64 loop, relative\n"
-         "to the sum of |a b| of the element.",
+         "rms_norm, then adamw and the GEMM calls (gemm). Each op runs alternating with a\n"
+         "memcpy of the bytes it must move, each GEMM call with cblas_sgemm on the same\n"
+         "operands; xR is ours / that time (below 1: ours is faster).\n"
+         "--clock: process CPU time (default) or wall time; --threads sets the BLAS's and the\n"
+         "kernels' threads. --gemm-dtype bf16: the GEMM calls multiply bfloat16 tensors\n"
+         "(conversions included) against cblas_sgemm on the same values as float32. The\n"
+         "library's float32 GEMMs run on AMX tiles where the CPU has them (a header line says\n"
+         "so; DT_AMX=0: on the BLAS). float32 GEMM lines end with \"err ours / cblas\": the\n"
+         "largest error over 16 rows against a float64 loop, relative to the sum of |a b| of\n"
+         "the element.",
      .run = bench_suite_ops},
     {.name = "models",
      .summary = "Hugging Face models: prefill, decode and fine-tuning tokens/s, 1 rank and TP 2; "
