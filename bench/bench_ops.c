@@ -429,15 +429,21 @@ static dt_status bench_gemm(const gemm_case *g, dt_dtype dtype, int iters, bool 
     bench_stats o = bench_stats_of(ours, iters), r = bench_stats_of(ref, iters);
     double gf = 2.0 * (double)(g->batch * g->M) * (double)g->N * (double)g->K / 1e9;
     if (json) {
+      /* bfloat16: no error is measured (null, not 0) */
+      char eo[32] = "null", er[32] = "null";
+      if (dtype == DT_F32) {
+        snprintf(eo, sizeof eo, "%.3g", err_ours);
+        snprintf(er, sizeof er, "%.3g", err_ref);
+      }
       printf("{\"name\":\"gemm\",\"call\":\"%s\",\"dtype\":\"%s\",\"batch\":%lld,\"m\":%lld,\"n\":%"
              "lld,\"k\":%lld,"
              "\"a_t\":%s,\"b_t\":%s,\"ours_ms\":%.3f,\"cblas_ms\":%.3f,\"ratio\":%.3f,"
-             "\"ours_gflops\":%.1f,\"cblas_gflops\":%.1f,\"ours_max_err\":%.3g,"
-             "\"cblas_max_err\":%.3g,\"iters\":%d,\"clock\":\"%s\"}\n",
+             "\"ours_gflops\":%.1f,\"cblas_gflops\":%.1f,\"ours_max_err\":%s,"
+             "\"cblas_max_err\":%s,\"iters\":%d,\"clock\":\"%s\"}\n",
              g->name, dt_dtype_name(dtype), (long long)g->batch, (long long)g->M, (long long)g->N,
              (long long)g->K, g->a_t ? "true" : "false", g->b_t ? "true" : "false", o.median,
-             r.median, o.median / r.median, gf / (o.median * 1e-3), gf / (r.median * 1e-3),
-             err_ours, err_ref, iters, bench_clock_name());
+             r.median, o.median / r.median, gf / (o.median * 1e-3), gf / (r.median * 1e-3), eo, er,
+             iters, bench_clock_name());
     } else {
       printf("gemm %-16s %s %3lld x [%5lld x %5lld] x [%5lld x %5lld]%s%s ours %8.3f ms (%5.1f "
              "GF/s) cblas %8.3f ms (%5.1f GF/s) x%.2f",
@@ -505,7 +511,8 @@ int bench_suite_ops(int argc, char **argv) {
       } else if (strcmp(argv[i], "bf16") == 0) {
         gemm_dtype = DT_BF16;
       } else {
-        goto usage;
+        fprintf(stderr, "bench ops: --gemm-dtype %s: f32 or bf16\n", argv[i]);
+        return 2;
       }
     } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
       if (!bench_int_option(argv[i], argv[i + 1], 1, 4096, &v)) goto usage;

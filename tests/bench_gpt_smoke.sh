@@ -70,6 +70,16 @@ for bad in "--dmodel 1073741824 --heads 1 --layers 1073741824" "--vocab 10737418
   "$tool" bench ops $bad >/dev/null 2>&1
   [ $? -eq 2 ] || fail "'bench ops $bad' did not exit 2"
 done
+# --gemm-dtype names its values when refused; bfloat16 GEMM lines measure no error (null in
+# JSON, not a 0 that reads as exact), float32 lines do.
+err=$("$tool" bench ops --size small --only gemm --gemm-dtype f16 2>&1 >/dev/null)
+[ $? -eq 2 ] || fail "'bench ops --gemm-dtype f16' did not exit 2"
+case "$err" in *'--gemm-dtype f16: f32 or bf16'*) ;; *) fail "bench ops --gemm-dtype f16: $err" ;; esac
+line=$("$tool" bench ops --size small --iters 1 --only gemm --gemm-dtype bf16 --json | grep '"call":"qkv"')
+case "$line" in *'"dtype":"bfloat16"'*'"ours_max_err":null,"cblas_max_err":null'*) ;;
+*) fail "bench ops --gemm-dtype bf16 --json: $line" ;; esac
+line=$("$tool" bench ops --size small --iters 1 --only gemm --json | grep '"call":"qkv"')
+case "$line" in *'"ours_max_err":null'* | '') fail "bench ops --only gemm --json: $line" ;; esac
 "$tool" bench train --dmodel 1073741824 --heads 1 --layers 1073741824 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "'bench train --dmodel 2^30 --layers 2^30' did not exit 2"
 
