@@ -13,7 +13,7 @@
  * block the row block's rows of op(a) are packed once (rows x 3 KiB per 16 rows), then op(b) in
  * blocks of NC_STRIPS column strips (256 columns: 768 KiB, resident in L2 while every row strip
  * passes over it). The micro-kernel computes a 32 x 32 block of c (4 accumulator tiles, 2 tiles of
- * A parts and 2 of B parts streaming) over one k block: per step 16 tile loads and 24 tile products
+ * A parts and 2 of B parts streaming) over one k block: per step 14 tile loads and 24 tile products
  * (fewer where a strip pair's values are bfloat16s already). The first k block stores into c (or
  * adds to it when accumulating); each later one is summed from zero and added to c, a blocked sum.
  */
