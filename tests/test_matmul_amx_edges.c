@@ -51,12 +51,13 @@ static double *values(const dt_tensor *t) {
 }
 
 /* op [rows, cols] as a view: transposed (stored [cols, rows]) and/or sliced out of rows wider
- * than cols (a leading dimension past the row). Every variant holds fresh random values. */
+ * than cols (a leading dimension past the row, starting one element in). Every variant holds fresh
+ * random values. */
 static dt_tensor *operand(int64_t rows, int64_t cols, bool transposed, int64_t pad, dt_dtype dtype,
                           double scale) {
   int64_t store[2] = {transposed ? cols : rows, (transposed ? rows : cols) + pad};
   dt_tensor *s = random_tensor(2, store, dtype, scale), *n = NULL, *t = NULL;
-  cr_assert_eq(dt_narrow(s, 1, 0, store[1] - pad, &n), DT_OK);
+  cr_assert_eq(dt_narrow(s, 1, pad > 0, store[1] - pad, &n), DT_OK); /* an offset too */
   dt_tensor_release(s);
   if (!transposed) return n;
   cr_assert_eq(dt_transpose(n, 0, 1, &t), DT_OK);
@@ -348,8 +349,8 @@ Test(matmul_amx_edges, sixteen_bit_floats) {
   const double rel[2] = {0x1p-8, 0x1p-10};
   for (int d = 0; d < 2; d++)
     for (int v = 0; v < 4; v++) {
-      dt_tensor *a = operand(m, k, v & 1, v == 2 ? 5 : 0, types[d], 1.0);
-      dt_tensor *b = operand(k, n, v & 2, 0, types[d], 1.0), *c = NULL;
+      dt_tensor *a = operand(m, k, v & 1, v >= 2 ? 5 : 0, types[d], 1.0);
+      dt_tensor *b = operand(k, n, v & 2, v & 1 ? 3 : 0, types[d], 1.0), *c = NULL;
       cr_assert_eq(dt_matmul(a, b, &c), DT_OK, "%s", dt_last_error());
       cr_assert_eq(dt_tensor_dtype(c), types[d]);
       double *va = values(a), *vb = values(b), *vc = values(c);
@@ -561,6 +562,9 @@ Test(matmul_amx_edges, forked_child_after_amx) {
       if (memcmp(dt_tensor_data(cc), dt_tensor_data(c), 128 * 192 * 4) != 0) _exit(2);
       dt_tensor_release(cc);
     }
+    dt_tensor_release(a); /* nothing left for valgrind's leak check in the child */
+    dt_tensor_release(b);
+    dt_tensor_release(c);
     _exit(0);
   }
   int status = 0;
@@ -597,6 +601,10 @@ static int amx_env_child(const char *value) {
     code |= (warnings > 3 ? 3 : warnings) << 2;
     if (warnings && strstr(last_warning, "DT_AMX") && value && strstr(last_warning, value))
       code |= 16;
+    free(ref);
+    dt_tensor_release(a);
+    dt_tensor_release(b);
+    dt_tensor_release(c);
     _exit(code);
   }
   int status = -1;
@@ -615,4 +623,50 @@ Test(matmul_amx_edges, amx_environment_values) {
   cr_assert_eq(empty, on, "DT_AMX= (empty) is unset (%d)", empty);
   cr_assert_eq(bad, on | 4 | 16, "DT_AMX=abc: the default, reported once (%d)", bad);
   cr_assert_eq(spaced, on | 4 | 16, "DT_AMX=\" 0\": the default, reported once (%d)", spaced);
+}
+
+/* Which path a product takes, seen in its bits on one thread: below each threshold, and with
+ * (beta, alpha) other than (0 or 1, 1), dt_matmul / dt_addmm_ex give cblas_sgemm's bits
+ * exactly; at the thresholds (when the CPU has AMX) bits of their own. */
+static bool same_as_sgemm(int64_t m, int64_t n, int64_t k, double beta, double alpha) {
+  int64_t sa[2] = {m, k}, sb[2] = {k, n}, sbias[1] = {n};
+  dt_tensor *a = random_tensor(2, sa, DT_F32, 1.0), *b = random_tensor(2, sb, DT_F32, 1.0);
+  dt_tensor *bias = random_tensor(1, sbias, DT_F32, 1.0), *c = NULL;
+  cr_assert_eq(dt_addmm_ex(bias, a, b, beta, alpha, &c), DT_OK, "%s", dt_last_error());
+  float *ref = malloc((size_t)(m * n) * sizeof *ref);
+  const float *pbias = dt_tensor_data(bias);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) ref[i * n + j] = beta == 0 ? 0.0f : pbias[j];
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, (float)alpha,
+              dt_tensor_data(a), (int)k, dt_tensor_data(b), (int)n, beta == 0 ? 1.0f : (float)beta,
+              ref, (int)n);
+  bool same = memcmp(ref, dt_tensor_data(c), (size_t)(m * n) * sizeof *ref) == 0;
+  free(ref);
+  dt_tensor_release(a);
+  dt_tensor_release(b);
+  dt_tensor_release(bias);
+  dt_tensor_release(c);
+  return same;
+}
+
+Test(matmul_amx_edges, path_choice) {
+  cr_assert_eq(dt_set_num_threads(1), DT_OK);
+  static const int64_t below[][3] = {
+      {64, 128, 1023}, {63, 128, 2000}, {64, 127, 2000}, {365, 365, 63}};
+  for (int s = 0; s < 4; s++)
+    cr_assert(same_as_sgemm(below[s][0], below[s][1], below[s][2], 0, 1), "[%ld x %ld x %ld]",
+              (long)below[s][0], (long)below[s][1], (long)below[s][2]);
+  static const double not_amx[][2] = {{0.5, 1}, {1, 0.5}, {2, 1}, {0, -1}, {1, 2}};
+  for (int p = 0; p < 5; p++)
+    cr_assert(same_as_sgemm(128, 256, 512, not_amx[p][0], not_amx[p][1]), "beta %g alpha %g",
+              not_amx[p][0], not_amx[p][1]);
+  if (dt__amx_usable()) {
+    static const int64_t at[][3] = {{64, 128, 1024}, {365, 365, 64}, {128, 256, 512}};
+    for (int s = 0; s < 3; s++) {
+      cr_assert(!same_as_sgemm(at[s][0], at[s][1], at[s][2], 0, 1), "[%ld x %ld x %ld]: AMX",
+                (long)at[s][0], (long)at[s][1], (long)at[s][2]);
+      cr_assert(!same_as_sgemm(at[s][0], at[s][1], at[s][2], 1, 1), "bias row: AMX");
+    }
+  }
+  cr_assert_eq(dt_set_num_threads(0), DT_OK);
 }
