@@ -695,3 +695,39 @@ Test(matmul_amx_edges, conversion_that_cannot_be_allocated) {
   dt_tensor_release(a);
   dt_tensor_release(b);
 }
+
+/* Tiny normal values: products of 2^-100 keep float32's precision (about an ulp on AMX); below
+ * about 2^-110 the parts under 2^-126 are flushed on AMX (documented: down to bfloat16's precision,
+ * relative error up to 2^-7, at 2^-117), while sgemm keeps float32's. */
+Test(matmul_amx_edges, tiny_values) {
+  int64_t m = 64, n = 128, k = 1024;
+  int64_t sa[2] = {m, k}, sb[2] = {k, n};
+  const int scale[3] = {-100, -112, -117};
+  for (int amx = 1; amx >= 0; amx--)
+    for (int e = 0; e < 3; e++) {
+      dt__amx_set_enabled(amx);
+      dt_tensor *a = NULL, *b = NULL, *c = NULL;
+      cr_assert_eq(dt_zeros(2, sa, DT_F32, &a), DT_OK);
+      cr_assert_eq(dt_zeros(2, sb, DT_F32, &b), DT_OK);
+      float *pa = dt_tensor_data(a), *pb = dt_tensor_data(b);
+      for (int i = 0; i < m; i++)
+        pa[i * k] = ldexpf(1.0f + (float)(i * 2654435761u % 8388608u) / 8388608.0f, scale[e]);
+      for (int j = 0; j < n; j++) pb[j] = 1.0f + (float)(j * 40503u % 8388608u) / 8388608.0f;
+      cr_assert_eq(dt_matmul(a, b, &c), DT_OK, "%s", dt_last_error());
+      const float *pc = dt_tensor_data(c);
+      double bound = !amx               ? 0x1p-24
+                     : scale[e] >= -100 ? 0x1p-22
+                     : scale[e] >= -112 ? 0x1p-13
+                                        : 0x1p-7;
+      for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+          double want = (double)pa[i * k] * pb[j];
+          cr_assert(fabs(pc[i * n + j] - want) <= bound * want, "AMX %d, 2^%d: %.9g, want %.9g",
+                    amx, scale[e], pc[i * n + j], want);
+        }
+      dt_tensor_release(a);
+      dt_tensor_release(b);
+      dt_tensor_release(c);
+    }
+  dt__amx_set_enabled(true);
+}

@@ -10,9 +10,10 @@
  * 6 bfloat16 products per multiply-add an AMX core still does 1.4-1.6x the multiply-adds of
  * OpenBLAS's AVX-512 sgemm at a transformer's shapes. Differences from sgemm: denormal inputs,
  * parts and results are flushed to zero (AMX's DAZ/FTZ), i.e. values below 2^-126 ~ 1.2e-38 in
- * magnitude; a product x*y above 2^128 (1 - 2^-8) in magnitude may overflow to infinity where
- * sgemm's stays finite (rounded parts x0 y0 can pass 2^128); infinities and NaNs propagate as in
- * sgemm.
+ * magnitude, so values and products below about 2^-110 lose the parts under 2^-126 (down to
+ * bfloat16's precision near 2^-118; docs/design.md); a product x*y above 2^128 (1 - 2^-8) in
+ * magnitude may overflow to infinity where sgemm's stays finite (rounded parts x0 y0 can pass
+ * 2^128); infinities and NaNs propagate as in sgemm.
  */
 #ifndef DT_KERNELS_CPU_AMX_GEMM_H
 #define DT_KERNELS_CPU_AMX_GEMM_H
