@@ -455,10 +455,10 @@ AMX_TARGET static void kernel_2x2(const uint16_t *a0, const uint16_t *a1, const 
                                   const float *next, int next_rows, int ldc, const char *ahead,
                                   size_t ahead_bytes) {
   if (load) {
-    _tile_loadd(0, ct[0].at, ct[0].ld * 4);
-    _tile_loadd(1, ct[1].at, ct[1].ld * 4);
-    _tile_loadd(2, ct[2].at, ct[2].ld * 4);
-    _tile_loadd(3, ct[3].at, ct[3].ld * 4);
+    _tile_loadd(0, ct[0].at, (long)ct[0].ld * 4);
+    _tile_loadd(1, ct[1].at, (long)ct[1].ld * 4);
+    _tile_loadd(2, ct[2].at, (long)ct[2].ld * 4);
+    _tile_loadd(3, ct[3].at, (long)ct[3].ld * 4);
   } else {
     _tile_zero(0);
     _tile_zero(1);
@@ -529,10 +529,10 @@ AMX_TARGET static void kernel_2x2(const uint16_t *a0, const uint16_t *a1, const 
     DT_AMX_PRODUCTS; /* ra0 rb0 */
   }
 #undef DT_AMX_PRODUCTS
-  _tile_stored(0, ct[0].at, ct[0].ld * 4);
-  _tile_stored(1, ct[1].at, ct[1].ld * 4);
-  _tile_stored(2, ct[2].at, ct[2].ld * 4);
-  _tile_stored(3, ct[3].at, ct[3].ld * 4);
+  _tile_stored(0, ct[0].at, (long)ct[0].ld * 4);
+  _tile_stored(1, ct[1].at, (long)ct[1].ld * 4);
+  _tile_stored(2, ct[2].at, (long)ct[2].ld * 4);
+  _tile_stored(3, ct[3].at, (long)ct[3].ld * 4);
 }
 
 typedef struct tile_config {
