@@ -7,7 +7,7 @@
  * float32 with round-to-nearest-even, so each element is a float32 sum like sgemm's, of six
  * terms per k instead of one. Measured against a float64 reference over random operands the
  * largest error per element is at or below OpenBLAS's sgemm's (docs/benchmarks.md); at
- * 6 bfloat16 products per multiply-add an AMX core still does 1.4-1.6x the multiply-adds of
+ * 6 bfloat16 products per multiply-add an AMX core still does 1.4-1.7x the multiply-adds of
  * OpenBLAS's AVX-512 sgemm at a transformer's shapes. Differences from sgemm: denormal inputs,
  * parts and results are flushed to zero (AMX's DAZ/FTZ), i.e. values below 2^-126 ~ 1.2e-38 in
  * magnitude, so values and products below about 2^-110 lose the parts under 2^-126 (down to
