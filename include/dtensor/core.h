@@ -131,8 +131,9 @@ DT_API int dt_get_num_threads(void);
  * AMX tiles, on CPUs that have AMX-BF16 (Sapphire Rapids and later) under an OS that grants
  * the tile state (Linux 5.16+): each operand is split into three bfloat16 parts and six part
  * products are summed in float32, as accurate as sgemm and faster (docs/design.md, "Float32
- * GEMMs on AMX tiles"); results differ from the BLAS's in the last bits, and denormal values
- * (below 2^-126) count as zero. On by default where available; the environment's DT_AMX=0
+ * GEMMs on AMX tiles"); results differ from the BLAS's in the last bits, denormal values
+ * (below 2^-126) count as zero and values below about 2^-110 keep fewer bits (their parts
+ * under 2^-126 are flushed). On by default where available; the environment's DT_AMX=0
  * (read once) turns it off by default, and dt_set_cpu_amx(enabled) overrides both (false:
  * every product on the BLAS, e.g. for the same bits as a machine without AMX). While off, the
  * process never asks the OS for the tile state. Process-wide; safe from any thread; takes
