@@ -71,6 +71,19 @@ static dt_tensor *operand(int64_t rows, int64_t cols, bool transposed, int64_t p
   return t;
 }
 
+/* Row i of a [., k] times column j of b [k, n] in float64; *mag: the sum of |a b|. */
+static double dot64(const double *a, const double *b, int64_t i, int64_t j, int64_t n, int64_t k,
+                    double *mag) {
+  double s = 0, sum_abs = 0;
+  for (int64_t p = 0; p < k; p++) {
+    double v = a[i * k + p] * b[p * n + j];
+    s += v;
+    sum_abs += fabs(v);
+  }
+  *mag = sum_abs;
+  return s;
+}
+
 /* Checks out [batches, m, n] = beta * bias + alpha * a b for a [batches, m, k], b [batches, k,
  * n] and bias [m, n] (NULL: none; beta 0 ignores it, NaNs included), all given as float64
  * values: within 8 * 2^-24 of the magnitudes (sgemm's tolerance) plus `rel` of the result
@@ -81,12 +94,7 @@ static void check(const double *a, const double *b, const double *bias, double b
   for (int64_t q = 0; q < batches; q++)
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++) {
-        double s = 0, mag = 0;
-        for (int64_t p = 0; p < k; p++) {
-          double v = a[(q * m + i) * k + p] * b[(q * k + p) * n + j];
-          s += v;
-          mag += fabs(v);
-        }
+        double mag, s = dot64(a + q * m * k, b + q * k * n, i, j, n, k, &mag);
         s *= alpha;
         mag *= fabs(alpha);
         if (bias && beta != 0) {
@@ -284,12 +292,7 @@ Test(matmul_amx_edges, special_values) {
   double *va = values(a), *vb = values(b), *vc = values(c);
   for (int i = 0; i < m; i++)
     for (int j = 0; j < n; j++) {
-      double s = 0, mag = 0;
-      for (int p = 0; p < k; p++) {
-        double v = va[i * k + p] * vb[p * n + j];
-        s += v;
-        mag += fabs(v);
-      }
+      double mag, s = dot64(va, vb, i, j, n, k, &mag);
       double got = vc[i * n + j];
       if (isnan(s)) {
         cr_assert(isnan(got), "[%d][%d]: %g, float64 NaN", i, j, got);
