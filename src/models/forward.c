@@ -50,6 +50,10 @@ typedef struct fwd {
   int64_t B, T, past;
   dt_tensor *mask;      /* [T, past + T] bool, true where a query may look (chunks after a cache) */
   dt_tensor *cos, *sin; /* Llama: rotary tables [T, head_dim] of this forward's positions */
+  /* With a cache: each layer's keys and values after this forward ([n_layers] each), moved
+   * into the cache only when the whole forward succeeded, so that a forward failing at any op
+   * leaves the cache exactly as it was. */
+  dt_tensor **next_k, **next_v;
 } fwd;
 
 /* Parameter `index` as used by the forward (gathered over FSDP), on the tape; NULL for -1. */
@@ -122,26 +126,25 @@ static dt_status attention(fwd *f, dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_
   return st;
 }
 
-/* Appends the new keys/values to the cache's (dim 2) and stores the result in the cache. */
-static dt_status cache_append(fwd *f, dt_tensor **slot, dt_tensor *x, dt_tensor **out) {
+/* The cached keys/values `cached` (NULL: none yet) with the new ones appended (dim 2): *out for
+ * this forward's attention, and a detached contiguous copy in *next for the cache, which the
+ * caller commits only once the whole forward succeeded. */
+static dt_status cache_append(fwd *f, dt_tensor *cached, dt_tensor *x, dt_tensor **out,
+                              dt_tensor **next) {
   tape *tp = f->tp;
   dt_status st = DT_OK;
-  if (!*slot) {
+  if (!cached) {
     *out = x;
   } else {
-    RUN(dt_cat(2, (dt_tensor *[]){*slot, x}, 2, out), *out);
+    RUN(dt_cat(2, (dt_tensor *[]){cached, x}, 2, out), *out);
   }
   if (st) return st;
   dt_tensor *kept = NULL;
   st = dt_contiguous(*out, &kept);
   if (st) return st;
-  dt_tensor *detached = NULL;
-  st = dt_detach(kept, &detached);
+  st = dt_detach(kept, next);
   dt_tensor_release(kept);
-  if (st) return st;
-  dt_tensor_release(*slot);
-  *slot = detached;
-  return DT_OK;
+  return st;
 }
 
 static dt_status layer(fwd *f, int64_t l, dt_hf_kv_cache *cache, dt_tensor *x, dt_tensor **out) {
@@ -162,8 +165,8 @@ static dt_status layer(fwd *f, int64_t l, dt_hf_kv_cache *cache, dt_tensor *x, d
   if (!st && llama) st = rotary(f, qh, &qr);
   if (!st && llama) st = rotary(f, kh, &kr);
   if (!llama) qr = qh, kr = kh;
-  if (!st && cache) st = cache_append(f, &cache->k[l], kr, &ka);
-  if (!st && cache) st = cache_append(f, &cache->v[l], vh, &va);
+  if (!st && cache) st = cache_append(f, cache->k[l], kr, &ka, &f->next_k[l]);
+  if (!st && cache) st = cache_append(f, cache->v[l], vh, &va, &f->next_v[l]);
   if (!cache) ka = kr, va = vh;
   if (!st) st = attention(f, qr, ka, va, &a);
   RUN(dt_transpose(a, 1, 2, &at), at);
@@ -245,7 +248,7 @@ static dt_status forward_ids(dt_hf_model *m, dt_tensor *ids, dt_hf_kv_cache *cac
   const dt_hf_config *c = &m->cfg;
   const int64_t *gshape =
       dt_tensor_is_distributed(ids) ? dt_dist_global_shape(ids) : dt_tensor_shape(ids);
-  fwd f = {m, tp, gshape[0], gshape[1], cache ? cache->length : 0, NULL, NULL, NULL};
+  fwd f = {m, tp, gshape[0], gshape[1], cache ? cache->length : 0, NULL, NULL, NULL, NULL, NULL};
   if (f.T < 1) return dt__error(DT_ERR_INVALID, "dt_hf_model_forward: input_ids has no positions");
   if (f.past + f.T > c->max_positions)
     return dt__error(DT_ERR_INVALID,
@@ -256,7 +259,13 @@ static dt_status forward_ids(dt_hf_model *m, dt_tensor *ids, dt_hf_kv_cache *cac
                                              : dt_tensor_size(cache->k[0], 0)) != f.B)
     return dt__error(DT_ERR_INVALID, "dt_hf_model_forward: batch %lld differs from the cache's",
                      (long long)f.B);
-  dt_status st = make_mask(&f);
+  dt_status st = DT_OK;
+  if (cache) {
+    f.next_k = dt__calloc(sizeof(dt_tensor *) * 2 * (size_t)c->num_layers);
+    if (!f.next_k) return dt__error(DT_ERR_NOMEM, "dt_hf_model_forward: out of memory");
+    f.next_v = f.next_k + c->num_layers;
+  }
+  st = make_mask(&f);
   if (!st && c->arch == DT_HF_LLAMA) {
     st = dt__hf_rope_tables(m, f.past, f.T, &f.cos, &f.sin);
     bool kept_cos = !st && keep(tp, f.cos), kept_sin = !st && keep(tp, f.sin);
@@ -281,7 +290,15 @@ static dt_status forward_ids(dt_hf_model *m, dt_tensor *ids, dt_hf_kv_cache *cac
   if (!st) st = norm(&f, x, m->global_index[G_NORM_W], m->global_index[G_NORM_B], &h);
   if (!st) st = param(&f, m->global_index[G_HEAD], &head);
   if (!st) st = dt_linear(h, head, NULL, logits);
-  if (!st && cache) cache->length += f.T;
+  if (!st && cache) {
+    for (int64_t l = 0; l < c->num_layers; l++) {
+      dt_tensor_release(cache->k[l]), dt_tensor_release(cache->v[l]);
+      cache->k[l] = f.next_k[l], cache->v[l] = f.next_v[l];
+      f.next_k[l] = f.next_v[l] = NULL;
+    }
+    cache->length += f.T;
+  }
+  if (cache) dt__tensors_free(f.next_k, 2 * (int)c->num_layers);
   return st;
 }
 
