@@ -13,13 +13,19 @@
  * distributed tensor made on the mesh holds a reference too, and the mesh (with its
  * groups) is freed when the last of them is released. So destroying the mesh before its
  * tensors is legal, and those tensors keep working (ops, redistribute, full_tensor).
+ * Releasing is safe in any order: on the threads backend a mesh, its distributed tensors, and
+ * local tensors whose autograd graph reaches one (dt_dist_full_tensor of a parameter that
+ * requires grad) may be released, and dt_mesh_destroy called, after the rank function returned
+ * or after the world was destroyed: the mesh keeps the world's handle, and each group the
+ * backend's shared state, until the mesh is freed.
  * What must still hold:
- *   - The world must outlive the mesh and every tensor on it: dt_mesh_world hands it out
- *     and dt_dist_distribute_tensor_from / dt_dist_visualize_sharding communicate on it. (On the
- *     threads backend a one-rank world from dt_comm_init owns every group of its domain:
- *     destroying it first frees the mesh's groups under its tensors.)
- *   - On the threads backend, release a rank's meshes and distributed tensors before its
- *     rank function returns, like any sub-group (dt_comm_spawn frees the groups after).
+ *   - Communication needs the world and the ranks: dt_mesh_world hands the world out and
+ *     dt_dist_distribute_tensor_from / dt_dist_visualize_sharding communicate on it; after the
+ *     world is destroyed (or dt_comm_spawn returned) a collective on the mesh or its tensors is
+ *     undefined (releasing them is not).
+ *   - On the threads backend, destroy a rank's meshes before its rank function returns:
+ *     dt_comm_spawn warns about those left (PyTorch warns about a process group never
+ *     destroyed), though releasing them later is safe.
  *   - dt_mesh_group handles are valid while the mesh is (until its last reference goes);
  *     after dt_mesh_destroy, use them only through the surviving tensors.
  *   - A mesh referenced from another thread's sharding cache (ops on its tensors run on a

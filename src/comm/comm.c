@@ -85,6 +85,7 @@ void dt_comm_destroy(dt_comm *comm) {
             comm->meshes_live == 1 ? "it is" : "they are");
   }
   comm->backend->destroy(comm);
+  comm->state = NULL; /* a mesh may still hold the handle (dt__comm_retain), never the state */
   dt__comm_free(comm);
 }
 

@@ -8,6 +8,7 @@
 #ifndef DT_COMM_IMPL_H
 #define DT_COMM_IMPL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -192,6 +193,10 @@ struct dt_comm {
   int64_t timeout_ms;
   bool debug;          /* DT_DEBUG_COLLECTIVES=1: backends compare fingerprints */
   bool owned_by_spawn; /* the dt_comm_spawn world: dt_comm_destroy ignores it */
+  /* References to the handle: its owner's and one per mesh made on it, so that a mesh
+   * destroyed after its world (after dt_comm_spawn returned, or after dt_comm_destroy) still
+   * finds the handle; the backend state goes with the owner's (destroy). */
+  atomic_int handle_refs;
   char name[64];
   dt_work *free_works;
   void *state; /* the backend's */
@@ -208,8 +213,11 @@ static inline bool dt__comm_moves_device(const dt_comm *comm, int kind) {
 /* A new handle (timeout and debug flag from the environment, a fresh id unless id != 0).
  * Returns NULL on allocation failure. */
 dt_comm *dt__comm_new(const dt_comm_backend *backend, int rank, int size, uint64_t id, void *state);
-/* Frees the handle and its free works (not the backend state). */
+/* Drops a reference to the handle (its creator holds one); the last frees it and its free
+ * works (never the backend state, which the backend's destroy frees). NULL is ignored. */
 void dt__comm_free(dt_comm *comm);
+/* Takes a reference to the handle (a mesh made on it); returns comm. */
+dt_comm *dt__comm_retain(dt_comm *comm);
 
 /* A process-wide unique id for a new group. */
 uint64_t dt__comm_next_id(void);

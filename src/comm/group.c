@@ -39,11 +39,17 @@ dt_comm *dt__comm_new(const dt_comm_backend *backend, int rank, int size, uint64
   comm->debug = debug && strcmp(debug, "0") != 0 && *debug;
   snprintf(comm->name, sizeof comm->name, "world");
   comm->state = state;
+  atomic_init(&comm->handle_refs, 1);
+  return comm;
+}
+
+dt_comm *dt__comm_retain(dt_comm *comm) {
+  if (comm) atomic_fetch_add(&comm->handle_refs, 1);
   return comm;
 }
 
 void dt__comm_free(dt_comm *comm) {
-  if (!comm) return;
+  if (!comm || atomic_fetch_sub(&comm->handle_refs, 1) != 1) return;
   while (comm->free_works) {
     dt_work *next = comm->free_works->next_free;
     dt__free(comm->free_works);

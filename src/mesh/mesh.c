@@ -26,9 +26,10 @@ struct dt_mesh {
   int device_index;           /* this rank's device of that kind (mesh_device_index) */
 };
 
-/* Frees the mesh and its groups; the world is borrowed. */
+/* Frees the mesh and its groups, and drops its reference to the world's handle. */
 static void mesh_free(dt_mesh *mesh) {
   for (int d = 0; d < mesh->ndim; d++) dt_comm_destroy(mesh->groups[d]);
+  dt__comm_free(mesh->world);
   dt__free(mesh);
 }
 
@@ -95,7 +96,7 @@ dt_status dt_mesh_create(dt_comm *world, int ndim, const int *shape, const char 
   atomic_init(&mesh->user_destroyed, false);
   mesh->id = (world->id << 24) | (++world->meshes_created & 0xffffff);
   mesh->ndim = ndim;
-  mesh->world = world;
+  mesh->world = dt__comm_retain(world);
   mesh->named = dim_names != NULL;
   int stride = 1;
   for (int d = ndim - 1; d >= 0; d--) {

@@ -171,6 +171,7 @@ th_domain *dt__th_domain_create(int world_size) {
     atomic_init(&d->exited[r], 0);
     atomic_init(&d->live_groups[r], 0);
   }
+  atomic_init(&d->refs, 1);
   atomic_init(&d->aborted, 0);
   atomic_init(&d->epoch, 0);
   pthread_mutex_init(&d->lock, NULL);
@@ -185,6 +186,12 @@ void dt__th_domain_free(th_domain *d) {
   dt__free((void *)d->exited);
   dt__free((void *)d->live_groups);
   dt__free(d);
+}
+
+void dt__th_domain_retain(th_domain *d) { atomic_fetch_add(&d->refs, 1); }
+
+void dt__th_domain_release(th_domain *d) {
+  if (d && atomic_fetch_sub(&d->refs, 1) == 1) dt__th_domain_free(d);
 }
 
 void dt__th_wake_all(th_domain *d) {

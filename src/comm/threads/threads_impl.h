@@ -122,6 +122,10 @@ typedef struct th_ring {
 } th_ring;
 
 typedef struct th_domain {
+  /* References: one of its creator (dt_comm_spawn, or the one-rank world of dt_comm_init) and
+   * one per live dt_comm_split group, so that a mesh whose last tensor is released after the
+   * ranks ended (or after its world was destroyed) still frees its groups into a live domain. */
+  atomic_int refs;
   atomic_int aborted;
   atomic_uint epoch;    /* bumped when a rank exits: waiters re-check who they wait for */
   pthread_mutex_t lock; /* guards everything below */
@@ -177,6 +181,9 @@ th_ring *dt__th_channel(th_group *group, int src, int dst);
 th_domain *dt__th_domain_create(int world_size);
 /* Frees the domain and the groups still in it (a rank function may forget to destroy some). */
 void dt__th_domain_free(th_domain *domain);
+/* Takes / drops a reference to the domain; the last drop frees it (dt__th_domain_free). */
+void dt__th_domain_retain(th_domain *domain);
+void dt__th_domain_release(th_domain *domain);
 void dt__th_abort(th_domain *domain, dt_status status, const th_ring *ring, uint64_t seq,
                   const char *message);
 void dt__th_wake_all(th_domain *domain);

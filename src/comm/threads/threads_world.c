@@ -76,6 +76,7 @@ static dt_status th_split(dt_comm *comm, int color, int key, const dt_split_hint
   th_comm *made = (*out)->state;
   made->split_by = g->world_ranks[comm->rank];
   atomic_fetch_add(&g->domain->live_groups[made->split_by], 1);
+  dt__th_domain_retain(g->domain);
   return DT_OK;
 }
 
@@ -84,7 +85,7 @@ static void th_destroy(dt_comm *comm) {
   th_domain *d = tc->group->domain;
   if (tc->split_by >= 0) atomic_fetch_sub(&d->live_groups[tc->split_by], 1);
   dt__th_group_release(tc->group);
-  if (tc->owns_domain) dt__th_domain_free(d);
+  if (tc->owns_domain || tc->split_by >= 0) dt__th_domain_release(d);
   dt__free(tc->send_seq);
   dt__free(tc->recv_seq);
   dt__free(tc);
@@ -179,19 +180,20 @@ static void run_rank(spawn_rank *r) {
   dt__th_wake_all(d);
 }
 
-/* A rank function that returns with meshes or dt_comm_split groups it did not destroy leaks
- * them (their groups die with the world below, the rest of their memory is lost, and any later
- * use of them is use after free): say so, once per rank, as PyTorch warns about a process
- * group never destroyed. The run's status is kept. */
+/* A rank function that returns with meshes or dt_comm_split groups it did not destroy: say so,
+ * once per rank, as PyTorch warns about a process group never destroyed. They stay safe to
+ * release afterwards (each group keeps the domain alive), but no collective can run on them
+ * once the ranks have ended. Groups still held by tensors of a destroyed mesh are counted too.
+ * The run's status is kept. */
 static void report_leaks(th_domain *d, const spawn_rank *ranks) {
   for (int r = 0; r < d->world_size; r++) {
     int meshes = ranks[r].comm->meshes_live, groups = atomic_load(&d->live_groups[r]);
     if (meshes == 0 && groups == 0) continue;
     dt__log(DT_LOG_WARN,
-            "dt_comm_spawn: rank %d returned without destroying %d mesh%s (dt_mesh_destroy) and "
-            "%d group%s made by dt_comm_split (a mesh holds one per dimension until it is "
-            "destroyed and its last tensor released); destroy them before the rank function "
-            "returns: they are not usable after it",
+            "dt_comm_spawn: rank %d returned with %d mesh%s not destroyed (dt_mesh_destroy) and "
+            "%d group%s made by dt_comm_split still alive (a mesh holds one per dimension until "
+            "it is destroyed and its last tensor released); releasing them later is safe, "
+            "communicating on them is not",
             r, meshes, meshes == 1 ? "" : "es", groups, groups == 1 ? "" : "s");
   }
 }
@@ -263,7 +265,9 @@ done:
       }
     }
   }
-  if (d) dt__th_domain_free(d);
+  /* Groups still referenced (a mesh kept alive by a tensor the caller holds) keep the domain
+   * until they are destroyed; otherwise it goes now. */
+  if (d) dt__th_domain_release(d);
   dt__free(ranks);
   dt__free(identity);
   return status;
