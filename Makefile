@@ -94,4 +94,5 @@ clean:
 
 # Builds every libFuzzer target without running it (fuzz/run.sh TARGET [SECONDS] runs one).
 fuzz-build: deps
+	sh fuzz/run.sh lib
 	for t in trace_reader graph_parser safetensors checkpoint_meta; do sh fuzz/run.sh $$t 0 || exit 1; done
