@@ -125,7 +125,9 @@ typedef struct dt_optimizer_step_options {
  * reverse, on another mesh, or with other placements than its parameter's that are not a
  * Partial to reduce: the message names the parameter index and both placements),
  * DT_ERR_DTYPE (a gradient not float32), DT_ERR_SHAPE (a gradient of another shape), the
- * errors of the reduction. skipped may be NULL. */
+ * errors of the reduction; DT_ERR_INVALID too when a parameter's step count or the steps
+ * taken is already 2^53, the most an optimizer counts (on every rank; nothing changes).
+ * skipped may be NULL. */
 DT_API dt_status dt_optimizer_step(dt_optimizer *opt);
 DT_API dt_status dt_optimizer_step_ex(dt_optimizer *opt, const dt_optimizer_step_options *options,
                                       bool *skipped);
@@ -227,9 +229,11 @@ DT_API dt_status dt_optimizer_get_state_dict(const dt_optimizer *opt,
 /* Sets opt's step counts and hyperparameters from sd's tensors (after dt_checkpoint_load
  * filled them), and copies a slot tensor into opt's state when it is not opt's own (a state
  * dict of another optimizer of the same kind and parameter shapes). Everything is checked
- * before anything changes: each step count >= 0, the hyperparameters as creation checks them
- * (step counts and hyperparameters are CPU tensors), slot tensors of the state's dtype, device,
- * global shape and placements. Not collective.
+ * before anything changes: each step count and steps_taken in [0, 2^53], the schedule's
+ * fields finite (decay 0, 1 or 2; its step fields integers of magnitude at most 2^53, checked
+ * before any conversion) and in the ranges of dt_optimizer_set_lr_schedule, the
+ * hyperparameters as creation checks them (step counts and hyperparameters are CPU tensors),
+ * slot tensors of the state's dtype, device, global shape and placements. Not collective.
  * Errors: DT_ERR_INVALID (NULL, a state dict of another kind or parameter count, a bad value:
  * the message names the entry), DT_ERR_SHAPE. */
 DT_API dt_status dt_optimizer_load_state_dict(dt_optimizer *opt, const dt_optimizer_state_dict *sd);

@@ -132,6 +132,12 @@ struct dt_optimizer {
   dt_lr_schedule schedule; /* checked when attached */
 };
 
+/* The most steps a step count holds (per parameter and the optimizer's steps taken): 2^53,
+ * the last count a double (the bias corrections' pow, the schedule's fractions) holds exactly
+ * and far from int64's overflow. A loaded state dict is checked against it and a step that
+ * would pass it is refused (dt_optimizer_step). */
+#define DT__OPTIM_MAX_STEPS ((int64_t)1 << 53)
+
 /* Checks a schedule's settings (the message names fn, the setting and its value). */
 dt_status dt__optim_check_schedule(const char *fn, const dt_lr_schedule *s);
 

@@ -35,16 +35,33 @@ static double schedule_get(const dt_lr_schedule *s, int f) {
   }
 }
 
-/* Sets field f from v; false when v is not an integer where one is needed. */
+/* Sets field f from v, checked as a double before any cast (a cast of NaN or of a value
+ * outside the target's range is undefined): false when v is not finite, or not an integer in
+ * [-DT__OPTIM_MAX_STEPS, DT__OPTIM_MAX_STEPS] where one is needed, or not a known decay.
+ * The schedule's own ranges (peak_lr > 0, warmup < total, ...) are checked after. */
 static bool schedule_set(dt_lr_schedule *s, int f, double v) {
-  bool integral = v == floor(v) && fabs(v) < 9e15;
+  if (!isfinite(v)) return false;
+  bool integral = v == floor(v) && fabs(v) <= (double)DT__OPTIM_MAX_STEPS;
   switch (f) {
-  case 0: s->decay = (dt_lr_decay)(int)v; return integral && fabs(v) < 1e6;
+  case 0:
+    if (!integral || v < DT_LR_DECAY_COSINE || v > DT_LR_DECAY_WSD) return false;
+    s->decay = (dt_lr_decay)(int)v;
+    return true;
   case 1: s->peak_lr = v; return true;
   case 2: s->min_lr = v; return true;
   case 3: s->warmup_steps = integral ? (int64_t)v : 0; return integral;
   case 4: s->total_steps = integral ? (int64_t)v : 0; return integral;
   default: s->decay_steps = integral ? (int64_t)v : 0; return integral;
+  }
+}
+
+/* What schedule_set expects of field f, for its message. */
+static const char *schedule_expected(int f) {
+  switch (f) {
+  case 0: return "0 (COSINE), 1 (LINEAR) or 2 (WSD)";
+  case 1:
+  case 2: return "a finite number";
+  default: return "an integer of magnitude at most 2^53";
   }
 }
 
@@ -245,9 +262,10 @@ static dt_status check_entry(const char *fn, dt_optimizer *opt, const dt_optimiz
     dt_status st = check_scalar(fn, name, t, DT_I64);
     if (st) return st;
     l->taken = *(const int64_t *)dt_tensor_data(t);
-    if (l->taken < 0) {
-      return dt__error(DT_ERR_INVALID, "%s: entry `%s` holds %lld steps", fn, name,
-                       (long long)l->taken);
+    if (l->taken < 0 || l->taken > DT__OPTIM_MAX_STEPS) {
+      return dt__error(DT_ERR_INVALID,
+                       "%s: entry `%s` (steps_taken) holds %lld steps (expected 0 to 2^53 = %lld)",
+                       fn, name, (long long)l->taken, (long long)DT__OPTIM_MAX_STEPS);
     }
     return DT_OK;
   }
@@ -256,9 +274,10 @@ static dt_status check_entry(const char *fn, dt_optimizer *opt, const dt_optimiz
     dt_status st = f < N_SCHEDULE_FIELDS ? check_scalar(fn, name, t, DT_F64)
                                          : dt__error(DT_ERR_INVALID, "%s: entry `%s`", fn, name);
     if (st) return st;
-    if (!schedule_set(&l->schedule, f, *(const double *)dt_tensor_data(t))) {
-      return dt__error(DT_ERR_INVALID, "%s: entry `%s` holds %g (expected an integer)", fn, name,
-                       *(const double *)dt_tensor_data(t));
+    double v = *(const double *)dt_tensor_data(t);
+    if (!schedule_set(&l->schedule, f, v)) {
+      return dt__error(DT_ERR_INVALID, "%s: entry `%s` (schedule field %s) holds %g (expected %s)",
+                       fn, name, schedule_fields[f], v, schedule_expected(f));
     }
     l->schedule_fields_seen++;
     return DT_OK;
@@ -284,8 +303,10 @@ static dt_status check_entry(const char *fn, dt_optimizer *opt, const dt_optimiz
     dt_status st = check_scalar(fn, name, t, DT_I64);
     if (st) return st;
     int64_t v = *(const int64_t *)dt_tensor_data(t);
-    if (v < 0)
-      return dt__error(DT_ERR_INVALID, "%s: entry `%s` holds step %lld", fn, name, (long long)v);
+    if (v < 0 || v > DT__OPTIM_MAX_STEPS)
+      return dt__error(DT_ERR_INVALID,
+                       "%s: entry `%s` (a step count) holds step %lld (expected 0 to 2^53 = %lld)",
+                       fn, name, (long long)v, (long long)DT__OPTIM_MAX_STEPS);
     l->steps++;
     return DT_OK;
   }
@@ -331,8 +352,12 @@ dt_status dt_optimizer_load_state_dict(dt_optimizer *opt, const dt_optimizer_sta
     return dt__error(DT_ERR_INVALID, "%s: the state dict has %d of the schedule's %d fields", fn,
                      schedule_fields_seen, N_SCHEDULE_FIELDS);
   }
-  dt_status st = kind->check(fn, h);
-  if (!st && schedule_fields_seen) st = dt__optim_check_schedule(fn, &schedule);
+  /* The ranges of the values together (each entry alone was checked above), said as the
+   * state dict's so that the reader knows where the value came from. */
+  dt_status st = kind->check("dt_optimizer_load_state_dict: the state dict's hyperparameters", h);
+  if (!st && schedule_fields_seen)
+    st = dt__optim_check_schedule("dt_optimizer_load_state_dict: the state dict's schedule",
+                                  &schedule);
   if (st) return st;
   for (int k = 0; k < kind->n_slots; k++) {
     bool then = !kind->slot_used || kind->slot_used(h, k);

@@ -202,8 +202,20 @@ dt_status dt_optimizer_step_ex(dt_optimizer *opt, const dt_optimizer_step_option
    * every rank together (the count of ranks with non-finite gradients rides along). */
   dt_mesh *mesh = NULL;
   double nonfinite = 0.0;
+  /* The counts a step increments never pass DT__OPTIM_MAX_STEPS (a loaded state dict is held
+   * to it too), so ++ below cannot overflow. Refused through the agreement, so every rank
+   * stops together. */
+  dt_status mine = DT_OK;
+  if (opt->steps_taken >= DT__OPTIM_MAX_STEPS)
+    mine = dt__error(DT_ERR_INVALID, "%s: steps_taken is %lld, the most an optimizer counts (2^53)",
+                     fn, (long long)opt->steps_taken);
+  for (int i = 0; i < opt->n && !mine; i++)
+    if (opt->steps[i] >= DT__OPTIM_MAX_STEPS)
+      mine = dt__error(DT_ERR_INVALID,
+                       "%s: parameter %d's step count is %lld, the most an optimizer counts (2^53)",
+                       fn, i, (long long)opt->steps[i]);
   dt_status st =
-      dt__optim_prepare(fn, DT_OK, opt->n, opt->params, false, o.skip_if_nonfinite, opt->grads,
+      dt__optim_prepare(fn, mine, opt->n, opt->params, false, o.skip_if_nonfinite, opt->grads,
                         &mesh, o.skip_if_nonfinite ? dt__optim_count_nonfinite : NULL, &nonfinite);
   bool skip = !st && nonfinite != 0.0;
   if (st || skip) {
