@@ -65,7 +65,9 @@ struct dt_safetensors {
    * with the last of them. */
   struct dt__safetensors_map *map;
   atomic_uint_fast64_t bytes_read;
-  dt__name_index names; /* entry names -> entry index */
+  dt__name_index names;      /* entry names -> entry index */
+  dt__name_index meta_names; /* __metadata__ keys -> their index (a checkpoint shard holds one
+                              * key per block: lookups and the duplicate check stay linear) */
 };
 
 /* Parses and validates the header text (length bytes, not NUL-terminated) against a data

@@ -113,6 +113,13 @@ void dt__ckpt_fsync_dir(const char *dir);
 struct stat;
 int dt__ckpt_open_regular(const char *path, struct stat *sb, int *err);
 
+/* The block [offset, offset + length) of a tensor of `shape` that mesh coordinates `coords`
+ * hold under `placements` (Shard and Replicate): sharded dims split in mesh-dim order,
+ * torch.chunk sizes, as the dist layer does (checkpoint.c). */
+void dt__ckpt_block_at(int ndim, const int64_t *shape, int mesh_ndim, const int *mesh_shape,
+                       const int *coords, const dt_placement *placements, int64_t *offset,
+                       int64_t *length);
+
 void dt__ckpt_meta_write(const dt__ckpt_meta *meta, dt__ckpt_text *out);
 void dt__ckpt_meta_free(dt__ckpt_meta *meta);
 

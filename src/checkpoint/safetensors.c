@@ -41,6 +41,7 @@ static void file_free(dt_safetensors *f) {
   if (f->map) map_release(f->map);
   if (f->fd >= 0) close(f->fd);
   dt__name_index_free(&f->names);
+  dt__name_index_free(&f->meta_names);
   DT__FREE_EACH(f->entries, f->meta_keys, f->meta_values, f->strings, f->path_copy, f);
 }
 
@@ -230,10 +231,8 @@ dt_status dt_safetensors_metadata(const dt_safetensors *file, int index, const c
 
 const char *dt_safetensors_metadata_find(const dt_safetensors *file, const char *key) {
   if (!file || !key) return NULL;
-  for (int i = 0; i < file->n_meta; i++) {
-    if (strcmp(file->meta_keys[i], key) == 0) return file->meta_values[i];
-  }
-  return NULL;
+  int i = dt__name_index_find(&file->meta_names, key);
+  return i >= 0 ? file->meta_values[i] : NULL;
 }
 
 uint64_t dt_safetensors_bytes_read(const dt_safetensors *file) {
@@ -433,6 +432,14 @@ static int compare_strings(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+typedef struct meta_pair {
+  const char *key, *value;
+} meta_pair;
+
+static int compare_pairs(const void *a, const void *b) {
+  return strcmp(((const meta_pair *)a)->key, ((const meta_pair *)b)->key);
+}
+
 /* A growable text buffer; `failed` records an allocation failure. */
 typedef dt__ckpt_text text;
 
@@ -610,14 +617,25 @@ static dt_status save_file(const char *op, bool owned, const char *path, int cou
     dt__free(sorted_names);
     if (st) goto done;
   }
-  /* Metadata keys sorted, so the bytes do not depend on the caller's order. */
-  for (int i = 0; i < n_metadata; i++) sorted_keys[i] = keys[i];
-  qsort(sorted_keys, (size_t)n_metadata, sizeof *sorted_keys, compare_strings);
-  for (int i = 0; i < n_metadata; i++) {
-    for (int j = 0; j < n_metadata; j++) {
-      if (keys[j] == sorted_keys[i]) sorted_values[i] = values[j];
+  /* Metadata keys sorted, so the bytes do not depend on the caller's order: the pairs are
+   * sorted together (a checkpoint shard has a key per block, and finding each key's value by
+   * a scan was quadratic). */
+  {
+    meta_pair *pairs = dt__alloc(sizeof *pairs * (size_t)(n_metadata + 1));
+    if (!pairs) {
+      st = dt__error(DT_ERR_NOMEM, "%s: cannot allocate for %d metadata pairs", op, n_metadata);
+      goto done;
     }
-    if (i > 0 && strcmp(sorted_keys[i - 1], sorted_keys[i]) == 0) {
+    for (int i = 0; i < n_metadata; i++) pairs[i] = (meta_pair){keys[i], values[i]};
+    qsort(pairs, (size_t)n_metadata, sizeof *pairs, compare_pairs);
+    for (int i = 0; i < n_metadata; i++) {
+      sorted_keys[i] = pairs[i].key;
+      sorted_values[i] = pairs[i].value;
+    }
+    dt__free(pairs);
+  }
+  for (int i = 1; i < n_metadata; i++) {
+    if (strcmp(sorted_keys[i - 1], sorted_keys[i]) == 0) {
       st = dt__error(DT_ERR_INVALID, "%s: metadata key `%s` appears twice", op, sorted_keys[i]);
       goto done;
     }

@@ -262,18 +262,23 @@ static dt_status parse_metadata(parser *ps, dt_safetensors *file) {
                        ps->label, key, position(ps));
     st = parse_string(ps, &value);
     if (st) return st;
-    for (int i = 0; i < file->n_meta; i++) {
-      if (strcmp(file->meta_keys[i], key) == 0)
-        return dt__error(DT_ERR_INVALID, "%s: %s: __metadata__ key `%s` appears twice", ps->op,
-                         ps->label, key);
-    }
     if ((size_t)file->n_meta == ps->max_meta) return syntax(ps, "too many metadata pairs");
     file->meta_keys[file->n_meta] = key;
     file->meta_values[file->n_meta] = value;
     file->n_meta++;
-    if (accept(ps, '}')) return DT_OK;
+    if (accept(ps, '}')) break;
     if (!accept(ps, ',')) return syntax(ps, "expected ',' or '}' in __metadata__");
   }
+  /* Duplicates through an index of the keys, which dt_safetensors_metadata_find then uses:
+   * a shard of many blocks has as many keys, and comparing each with all was quadratic. */
+  if (dt__name_index_init(&file->meta_names, file->n_meta))
+    return dt__error(DT_ERR_NOMEM, "%s: %s: cannot index %d metadata keys", ps->op, ps->label,
+                     file->n_meta);
+  for (int i = 0; i < file->n_meta; i++)
+    if (dt__name_index_add(&file->meta_names, file->meta_keys[i], i) != -1)
+      return dt__error(DT_ERR_INVALID, "%s: %s: __metadata__ key `%s` appears twice", ps->op,
+                       ps->label, file->meta_keys[i]);
+  return DT_OK;
 }
 
 static dt_status parse_tensor(parser *ps, const char *name, dt_safetensors_entry_info *entry) {
