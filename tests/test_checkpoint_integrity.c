@@ -14,6 +14,7 @@
 /* Private header: CRC32C is exact (dt__crc32c) and the metadata parser refuses what it must
  * (dt__ckpt_meta_parse, fed hand-made text). */
 #include "checkpoint/checkpoint_meta.h"
+#include "checkpoint_helpers.h"
 #include "comm_helpers.h"
 
 /* ---- CRC32C ------------------------------------------------------------------------------- */
@@ -175,6 +176,9 @@ Test(checkpoint_integrity, flipped_offset_digit_is_refused) {
   /* Rank 1's block starts at row 4; a flipped digit makes it 3: it overlaps rank 0's and
    * leaves row 7 uncovered, though the element counts still add up. */
   run("sed -i 's/\"offsets\":\\[4,0\\]/\"offsets\":[3,0]/' '%s/metadata.json'", dir);
+  /* The metadata's own checksum refuses the edit first; re-signed, the tiling check does. */
+  expect_refused(dir, (const char *[]){"metadata.json: the metadata fails its checksum", NULL});
+  cr_assert_eq(ckpt_resign(dir), 0);
   expect_refused(dir, (const char *[]){"metadata.json: tensor `w`",
                                        "blocks 0 (offsets [0, 0], lengths [4, 5]) and 1 (offsets "
                                        "[3, 0], lengths [4, 5]) overlap",

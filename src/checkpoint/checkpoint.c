@@ -187,6 +187,48 @@ typedef struct rank_block {
   int64_t offsets[DT_MAX_DIMS], lengths[DT_MAX_DIMS];
 } rank_block;
 
+/* Writes the shard file: the blocks' local tensors under their FQNs, and in __metadata__
+ * whose and which generation the file is and, per block, which block of the global tensor it
+ * holds, so that a swapped file, or a block's "file" or "offsets" changed in the metadata,
+ * is named as such on load. */
+static dt_status save_shard_file(const char *op, const char *path, int64_t generation, int rank,
+                                 int n_local, const char **local_names, dt_tensor **locals,
+                                 const rank_block *blocks, dt_tensor *const *tensors) {
+  int n_keys = 2 + n_local;
+  const char **keys = dt__calloc(sizeof *keys * (size_t)n_keys);
+  const char **values = dt__calloc(sizeof *values * (size_t)n_keys);
+  char *strings = NULL;
+  size_t at = 0, size = 0;
+  for (int k = 0; k < n_local; k++)
+    size += sizeof DT__CKPT_KEY_BLOCK + strlen(local_names[k]) + DT__CKPT_RECORD_MAX;
+  if (keys && values) strings = dt__alloc(size + 64);
+  if (!strings) {
+    DT__FREE_EACH(keys, values);
+    return dt__error(DT_ERR_NOMEM, "%s: cannot allocate the records of %d blocks", op, n_local);
+  }
+  char g[32], r[16];
+  snprintf(g, sizeof g, "%" PRId64, generation);
+  snprintf(r, sizeof r, "%d", rank);
+  keys[0] = DT__CKPT_KEY_GENERATION, values[0] = g;
+  keys[1] = DT__CKPT_KEY_RANK, values[1] = r;
+  for (int k = 0; k < n_local; k++) {
+    const rank_block *b = &blocks[k];
+    dt_tensor *t = tensors[b->tensor];
+    int ndim = dt_tensor_is_distributed(t) ? dt_dist_ndim(t) : dt_tensor_ndim(t);
+    keys[2 + k] = strings + at;
+    at +=
+        (size_t)snprintf(strings + at, size + 64 - at, "%s%s", DT__CKPT_KEY_BLOCK, local_names[k]) +
+        1;
+    values[2 + k] = strings + at;
+    dt__ckpt_block_record(ndim, b->offsets, b->lengths, strings + at, DT__CKPT_RECORD_MAX);
+    at += strlen(strings + at) + 1;
+  }
+  dt_status st =
+      dt__safetensors_save_owned(op, path, n_local, local_names, locals, n_keys, keys, values);
+  DT__FREE_EACH(keys, values, strings);
+  return st;
+}
+
 /* Writes this rank's blocks into `path` and fills the report and blocks of *message (sized
  * for count blocks). *wrote tells whether a file was attempted (so a failed save removes
  * it). */
@@ -240,14 +282,7 @@ static dt_status write_shard(const char *op, const char *path, int64_t generatio
   }
   if (!st && n_local > 0) {
     *wrote = true;
-    /* The file says whose and which generation it is, so a swapped or stale file is named as
-     * such on load. */
-    char g[32], r[16];
-    snprintf(g, sizeof g, "%" PRId64, generation);
-    snprintf(r, sizeof r, "%d", rank);
-    st = dt__safetensors_save_owned(op, path, n_local, local_names, locals, 2,
-                                    (const char *[]){DT__CKPT_KEY_GENERATION, DT__CKPT_KEY_RANK},
-                                    (const char *[]){g, r});
+    st = save_shard_file(op, path, generation, rank, n_local, local_names, locals, blocks, tensors);
     /* The byte ranges and the checksum come from the file as written, so they are what
      * readers will see. */
     dt_safetensors *written = NULL;
@@ -279,7 +314,7 @@ static dt_status commit_save(const char *dir, const char *op, int64_t generation
                              const char *const *names, dt_tensor *const *tensors,
                              const dt_objects *all, time_t started, bool *committed) {
   *committed = false;
-  dt__ckpt_meta meta = {.version = 2, .generation = generation, .n_tensors = count};
+  dt__ckpt_meta meta = {.version = DT__CKPT_VERSION, .generation = generation, .n_tensors = count};
   dt__ckpt_text text = {0};
   dt_status st = DT_OK;
   meta.tensors = dt__calloc(sizeof *meta.tensors * (size_t)(count + 1));

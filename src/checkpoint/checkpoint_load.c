@@ -20,7 +20,8 @@ uint64_t dt_checkpoint_bytes_read(void) { return bytes_read_here; }
 typedef struct open_files {
   const char *dir;
   const dt__ckpt_meta *meta;
-  bool verify_data; /* the CRC32C of each file, read whole */
+  bool verify_data;     /* the CRC32C of each file, read whole */
+  bool require_records; /* version 3: every block is recorded in its file */
   dt_safetensors **handles;
 } open_files;
 
@@ -95,27 +96,28 @@ static dt_status file_handle(open_files *of, const char *op, int index, const ch
   return DT_OK;
 }
 
-/* Copies the overlap of saved block b with the target box [toff, toff + tlen) into dst (the
- * target box, row-major), reading runs of contiguous bytes with pread. */
-static dt_status copy_overlap(open_files *of, const char *op, const dt__ckpt_tensor *t,
-                              const dt__ckpt_block *b, const int64_t *toff, const int64_t *tlen,
-                              char *dst, int64_t *copied) {
-  int ndim = t->ndim;
-  int64_t lo[DT_MAX_DIMS], len[DT_MAX_DIMS];
-  int64_t numel = 1;
+/* The overlap of saved block b with the target box [toff, toff + tlen): its start lo and
+ * lengths len; false when they do not meet. */
+static bool overlap_of(int ndim, const dt__ckpt_block *b, const int64_t *toff, const int64_t *tlen,
+                       int64_t *lo, int64_t *len) {
   for (int d = 0; d < ndim; d++) {
     int64_t a = toff[d] > b->offsets[d] ? toff[d] : b->offsets[d];
     int64_t e1 = toff[d] + tlen[d], e2 = b->offsets[d] + b->lengths[d];
     int64_t e = e1 < e2 ? e1 : e2;
-    if (e <= a) return DT_OK;
+    if (e <= a) return false;
     lo[d] = a;
     len[d] = e - a;
-    numel *= len[d];
   }
-  dt_safetensors *h = NULL;
-  dt_status st = file_handle(of, op, b->file, t->name, &h);
-  if (st) return st;
-  /* The block must be in its file where the metadata says, as that file's header says. */
+  return true;
+}
+
+/* Block k of t must be in its file where the metadata says, as that file's header says, and
+ * (version 3) the file's own record of the block must be the metadata's: FSDP ranks write
+ * files of one layout, so a "file" or "offsets" changed in the metadata would otherwise read
+ * another block's bytes without a word. */
+static dt_status check_block_file(open_files *of, const char *op, const dt__ckpt_tensor *t, int k,
+                                  dt_safetensors *h) {
+  const dt__ckpt_block *b = &t->blocks[k];
   int index = dt_safetensors_find(h, t->name);
   dt_safetensors_entry_info e;
   if (index < 0 || dt_safetensors_entry(h, index, &e) || h->data_start + e.data_begin != b->begin ||
@@ -124,9 +126,47 @@ static dt_status copy_overlap(open_files *of, const char *op, const dt__ckpt_ten
                      "%s: checkpoint %s is corrupt: %s does not hold tensor `%s` at bytes "
                      "[%" PRIu64 ", %" PRIu64 ")",
                      op, of->dir, h->label, t->name, b->begin, b->end);
+  size_t key_size = sizeof DT__CKPT_KEY_BLOCK + strlen(t->name);
+  char *key = dt__alloc(key_size);
+  if (!key) return dt__error(DT_ERR_NOMEM, "%s: cannot allocate a block's key", op);
+  snprintf(key, key_size, "%s%s", DT__CKPT_KEY_BLOCK, t->name);
+  const char *theirs = dt_safetensors_metadata_find(h, key);
+  dt__free(key);
+  if (!theirs && !of->require_records) return DT_OK;
+  char ours[DT__CKPT_RECORD_MAX];
+  dt__ckpt_block_record(t->ndim, b->offsets, b->lengths, ours, sizeof ours);
+  if (theirs && strcmp(theirs, ours) == 0) return DT_OK;
+  const char *file = of->meta->files[b->file].name;
+  if (!theirs)
+    return dt__error(DT_ERR_INVALID,
+                     "%s: checkpoint %s is corrupt: the metadata says block %d of tensor `%s` "
+                     "(%s) is in %s (file %d); that file records no block of `%s`",
+                     op, of->dir, k, t->name, ours, file, b->file, t->name);
+  /* The file's record is printed as far as it is printable: it came from a file. */
+  char shown[DT__CKPT_RECORD_MAX];
+  size_t n = 0;
+  for (const char *c = theirs; *c && n + 1 < sizeof shown; c++)
+    shown[n++] = (*c >= 0x20 && *c < 0x7f) ? *c : '?';
+  shown[n] = '\0';
+  return dt__error(DT_ERR_INVALID,
+                   "%s: checkpoint %s is corrupt: the metadata says block %d of tensor `%s` (%s) "
+                   "is in %s (file %d); that file holds the block of `%s` at %s (a block's "
+                   "\"file\" or \"offsets\" changed in the metadata)",
+                   op, of->dir, k, t->name, ours, file, b->file, t->name, shown);
+}
+
+/* Copies the overlap [lo, lo + len) of saved block b into dst (the target box at toff of
+ * lengths tlen, row-major), reading runs of contiguous bytes with pread. */
+static dt_status copy_overlap(dt_safetensors *h, const char *op, const dt__ckpt_tensor *t,
+                              const dt__ckpt_block *b, const int64_t *lo, const int64_t *len,
+                              const int64_t *toff, const int64_t *tlen, char *dst,
+                              int64_t *copied) {
+  int ndim = t->ndim;
+  int64_t numel = 1;
+  for (int d = 0; d < ndim; d++) numel *= len[d];
   size_t elem = dt_dtype_size(t->dtype);
   if (ndim == 0) {
-    st = dt__safetensors_read(h, op, b->begin, dst, elem);
+    dt_status st = dt__safetensors_read(h, op, b->begin, dst, elem);
     if (!st) *copied += 1;
     return st;
   }
@@ -145,8 +185,8 @@ static dt_status copy_overlap(open_files *of, const char *op, const dt__ckpt_ten
       src = src * b->lengths[d] + (d <= k ? g - b->offsets[d] : 0);
       dst_at = dst_at * tlen[d] + (d <= k ? g - toff[d] : 0);
     }
-    st = dt__safetensors_read(h, op, b->begin + (uint64_t)src * elem, dst + dst_at * (int64_t)elem,
-                              run);
+    dt_status st = dt__safetensors_read(h, op, b->begin + (uint64_t)src * elem,
+                                        dst + dst_at * (int64_t)elem, run);
     if (st) return st;
     bytes_read_here += run;
     int d = k - 1;
@@ -155,6 +195,89 @@ static dt_status copy_overlap(open_files *of, const char *op, const dt__ckpt_ten
   }
   *copied += numel;
   return DT_OK;
+}
+
+/* The saved tensor `name` and this rank's box [toff, toff + tlen) of target: refused when
+ * the checkpoint lacks the name, the dtype or global shape differ, or the target's placements
+ * cannot be loaded. */
+static dt_status target_box(const char *op, const char *dir, const dt__ckpt_meta *meta,
+                            const char *name, dt_tensor *target, const dt__ckpt_tensor **out,
+                            int64_t *toff, int64_t *tlen) {
+  int found = dt__name_index_find(&meta->names, name);
+  const dt__ckpt_tensor *t = found >= 0 ? &meta->tensors[found] : NULL;
+  if (!t) return dt__error(DT_ERR_INVALID, "%s: checkpoint %s has no tensor `%s`", op, dir, name);
+  *out = t;
+  bool dist = dt_tensor_is_distributed(target);
+  int ndim = dist ? dt_dist_ndim(target) : dt_tensor_ndim(target);
+  const int64_t *shape = dist ? dt_dist_global_shape(target) : dt_tensor_shape(target);
+  bool same = ndim == t->ndim && dt_tensor_dtype(target) == t->dtype;
+  for (int d = 0; same && d < ndim; d++) same = shape[d] == t->shape[d];
+  if (!same) {
+    char saved_shape[160], target_shape[160];
+    return dt__error(DT_ERR_INVALID,
+                     "%s: tensor `%s`: the checkpoint holds %s %s, the target is %s %s", op, name,
+                     dt_dtype_name(t->dtype),
+                     dt__format_ints(saved_shape, sizeof saved_shape, t->ndim, t->shape),
+                     dt_dtype_name(dt_tensor_dtype(target)),
+                     dt__format_ints(target_shape, sizeof target_shape, ndim, shape));
+  }
+  if (!dist) {
+    for (int d = 0; d < ndim; d++) {
+      toff[d] = 0;
+      tlen[d] = shape[d];
+    }
+    return DT_OK;
+  }
+  dt_mesh *tm = dt_dist_mesh(target);
+  const dt_placement *p = dt_dist_placements(target);
+  int coords[DT_MAX_DIMS], mesh_ndim = dt_mesh_ndim(tm);
+  for (int m = 0; m < mesh_ndim; m++) {
+    coords[m] = dt_mesh_coordinate(tm, m);
+    if (p[m].kind == DT_STRIDED_SHARD)
+      return dt__error(DT_ERR_UNSUPPORTED,
+                       "%s: tensor `%s`: a StridedShard target SS(%d,%d) (mesh dim %d) cannot "
+                       "be loaded; load as Shard or Replicate",
+                       op, name, p[m].dim, p[m].split_factor, m);
+    if (p[m].kind != DT_SHARD && p[m].kind != DT_REPLICATE)
+      return dt__error(DT_ERR_INVALID,
+                       "%s: tensor `%s`: a Partial target (mesh dim %d) cannot "
+                       "be loaded; load as Replicate",
+                       op, name, m);
+  }
+  dt__ckpt_block_at(ndim, shape, mesh_ndim, dt_mesh_shape(tm), coords, p, toff, tlen);
+  return DT_OK;
+}
+
+/* Fills target i from the blocks its box overlaps (their files checked already). */
+static dt_status load_one(open_files *of, const char *op, const dt__ckpt_tensor *t,
+                          dt_tensor *target, const int64_t *toff, const int64_t *tlen) {
+  dt_tensor *local = NULL, *buffer = NULL;
+  dt_status st = dt_tensor_is_distributed(target) ? dt_dist_to_local(target, &local)
+                                                  : (local = dt_tensor_retain(target), DT_OK);
+  if (st) return st;
+  /* Read into a contiguous buffer (the target's own memory when it is contiguous). */
+  if (dt_tensor_is_contiguous(local))
+    buffer = dt_tensor_retain(local);
+  else
+    st = dt_empty(t->ndim, tlen, t->dtype, &buffer);
+  int64_t copied = 0, want = 1;
+  for (int d = 0; d < t->ndim; d++) want *= tlen[d];
+  for (int k = 0; k < t->n_blocks && !st && want > 0; k++) {
+    int64_t lo[DT_MAX_DIMS], len[DT_MAX_DIMS];
+    const dt__ckpt_block *b = &t->blocks[k];
+    if (!overlap_of(t->ndim, b, toff, tlen, lo, len)) continue;
+    st = copy_overlap(of->handles[b->file], op, t, b, lo, len, toff, tlen, dt_tensor_data(buffer),
+                      &copied);
+  }
+  if (!st && copied != want)
+    st = dt__error(DT_ERR_INVALID,
+                   "%s: checkpoint %s is corrupt: the blocks of `%s` cover %" PRId64
+                   " of the %" PRId64 " elements this rank needs",
+                   op, of->dir, t->name, copied, want);
+  if (!st && buffer != local) st = dt_copy_(local, buffer);
+  dt_tensor_release(buffer);
+  dt_tensor_release(local);
+  return st;
 }
 
 dt_status dt_checkpoint_load(const char *dir, int count, const char *const *names,
@@ -179,83 +302,33 @@ dt_status dt_checkpoint_load_ex(const char *dir, int count, const char *const *n
   dt__ckpt_meta meta;
   dt_status st = dt__ckpt_meta_read(dir, op, &meta, NULL);
   if (st) return st;
-  open_files of = {
-      .dir = dir, .meta = &meta, .verify_data = !(options && options->skip_data_checksum)};
+  open_files of = {.dir = dir,
+                   .meta = &meta,
+                   .verify_data = !(options && options->skip_data_checksum),
+                   .require_records = meta.version >= 3};
   of.handles = dt__calloc(sizeof *of.handles * (size_t)(meta.n_files + 1));
   if (!of.handles) {
     dt__ckpt_meta_free(&meta);
     return dt__error(DT_ERR_NOMEM, "%s: cannot allocate for %d files", op, meta.n_files);
   }
+  /* First every target, every block it overlaps and that block's file are checked, so a
+   * damaged checkpoint is refused before a target changes; then the data is copied. */
   for (int i = 0; i < count && !st; i++) {
-    int found = dt__name_index_find(&meta.names, names[i]);
-    const dt__ckpt_tensor *t = found >= 0 ? &meta.tensors[found] : NULL;
-    if (!t) {
-      st = dt__error(DT_ERR_INVALID, "%s: checkpoint %s has no tensor `%s`", op, dir, names[i]);
-      break;
+    const dt__ckpt_tensor *t = NULL;
+    int64_t toff[DT_MAX_DIMS], tlen[DT_MAX_DIMS], lo[DT_MAX_DIMS], len[DT_MAX_DIMS];
+    st = target_box(op, dir, &meta, names[i], tensors[i], &t, toff, tlen);
+    for (int k = 0; !st && k < t->n_blocks; k++) {
+      if (!overlap_of(t->ndim, &t->blocks[k], toff, tlen, lo, len)) continue;
+      dt_safetensors *h = NULL;
+      st = file_handle(&of, op, t->blocks[k].file, t->name, &h);
+      if (!st) st = check_block_file(&of, op, t, k, h);
     }
-    dt_tensor *target = tensors[i], *local = NULL;
-    bool dist = dt_tensor_is_distributed(target);
-    int ndim = dist ? dt_dist_ndim(target) : dt_tensor_ndim(target);
-    const int64_t *shape = dist ? dt_dist_global_shape(target) : dt_tensor_shape(target);
-    bool same = ndim == t->ndim && dt_tensor_dtype(target) == t->dtype;
-    for (int d = 0; same && d < ndim; d++) same = shape[d] == t->shape[d];
-    if (!same) {
-      char saved_shape[160], target_shape[160];
-      st = dt__error(DT_ERR_INVALID,
-                     "%s: tensor `%s`: the checkpoint holds %s %s, the target is %s %s", op,
-                     names[i], dt_dtype_name(t->dtype),
-                     dt__format_ints(saved_shape, sizeof saved_shape, t->ndim, t->shape),
-                     dt_dtype_name(dt_tensor_dtype(target)),
-                     dt__format_ints(target_shape, sizeof target_shape, ndim, shape));
-      break;
-    }
+  }
+  for (int i = 0; i < count && !st; i++) {
+    const dt__ckpt_tensor *t = NULL;
     int64_t toff[DT_MAX_DIMS], tlen[DT_MAX_DIMS];
-    if (dist) {
-      dt_mesh *tm = dt_dist_mesh(target);
-      const dt_placement *p = dt_dist_placements(target);
-      int coords[DT_MAX_DIMS], mesh_ndim = dt_mesh_ndim(tm);
-      for (int m = 0; m < mesh_ndim && !st; m++) {
-        coords[m] = dt_mesh_coordinate(tm, m);
-        if (p[m].kind == DT_STRIDED_SHARD)
-          st = dt__error(DT_ERR_UNSUPPORTED,
-                         "%s: tensor `%s`: a StridedShard target SS(%d,%d) (mesh dim %d) cannot "
-                         "be loaded; load as Shard or Replicate",
-                         op, names[i], p[m].dim, p[m].split_factor, m);
-        else if (p[m].kind != DT_SHARD && p[m].kind != DT_REPLICATE)
-          st = dt__error(DT_ERR_INVALID,
-                         "%s: tensor `%s`: a Partial target (mesh dim %d) cannot "
-                         "be loaded; load as Replicate",
-                         op, names[i], m);
-      }
-      if (st) break;
-      dt__ckpt_block_at(ndim, shape, mesh_ndim, dt_mesh_shape(tm), coords, p, toff, tlen);
-      st = dt_dist_to_local(target, &local);
-      if (st) break;
-    } else {
-      for (int d = 0; d < ndim; d++) {
-        toff[d] = 0;
-        tlen[d] = shape[d];
-      }
-      local = dt_tensor_retain(target);
-    }
-    /* Read into a contiguous buffer (the target's own memory when it is contiguous). */
-    dt_tensor *buffer = NULL;
-    if (dt_tensor_is_contiguous(local))
-      buffer = dt_tensor_retain(local);
-    else
-      st = dt_empty(ndim, tlen, t->dtype, &buffer);
-    int64_t copied = 0, want = 1;
-    for (int d = 0; d < ndim; d++) want *= tlen[d];
-    for (int k = 0; k < t->n_blocks && !st && want > 0; k++)
-      st = copy_overlap(&of, op, t, &t->blocks[k], toff, tlen, dt_tensor_data(buffer), &copied);
-    if (!st && copied != want)
-      st = dt__error(DT_ERR_INVALID,
-                     "%s: checkpoint %s is corrupt: the blocks of `%s` cover %" PRId64
-                     " of the %" PRId64 " elements this rank needs",
-                     op, dir, names[i], copied, want);
-    if (!st && buffer != local) st = dt_copy_(local, buffer);
-    dt_tensor_release(buffer);
-    dt_tensor_release(local);
+    st = target_box(op, dir, &meta, names[i], tensors[i], &t, toff, tlen);
+    if (!st) st = load_one(&of, op, t, tensors[i], toff, tlen);
   }
   for (int f = 0; f < meta.n_files; f++) dt_safetensors_destroy(of.handles[f]);
   dt__free(of.handles);

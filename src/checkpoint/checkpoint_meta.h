@@ -16,6 +16,16 @@
 /* The __metadata__ keys of a shard file that say whose it is. */
 #define DT__CKPT_KEY_GENERATION "dtensor.generation"
 #define DT__CKPT_KEY_RANK "dtensor.rank"
+/* Version 3: per block, the key "dtensor.block." + the tensor's FQN, whose value says which
+ * block of the global tensor the file holds (dt__ckpt_block_record), so that a block's
+ * "file" or "offsets" changed in the metadata is refused naming both claims. */
+#define DT__CKPT_KEY_BLOCK "dtensor.block."
+/* The longest record: 8 dims of 2 numbers up to 2^62, with the words around them. */
+#define DT__CKPT_RECORD_MAX 512
+
+/* The version a save writes: 3 adds the metadata's own CRC32C ("metadata_crc32c", the last
+ * member, over every byte before its key) and the files' block records. */
+#define DT__CKPT_VERSION 3
 
 typedef struct dt__ckpt_file {
   char *name; /* inside the checkpoint's directory */
@@ -49,7 +59,8 @@ typedef struct dt__ckpt_tensor {
 } dt__ckpt_tensor;
 
 typedef struct dt__ckpt_meta {
-  int version; /* 2 when written; 1 is read without the files' identities */
+  int version; /* DT__CKPT_VERSION when written; 2 is read without the metadata's checksum
+                * and the block records, 1 without the files' identities too */
   int64_t generation;
   int n_files;
   dt__ckpt_file *files;
@@ -120,6 +131,12 @@ void dt__ckpt_block_at(int ndim, const int64_t *shape, int mesh_ndim, const int 
                        const int *coords, const dt_placement *placements, int64_t *offset,
                        int64_t *length);
 
+/* The block record of a block at `offsets` with `lengths` (ndim of each), as a shard's
+ * __metadata__ holds it: "offsets [0, 0], lengths [4, 5]". */
+void dt__ckpt_block_record(int ndim, const int64_t *offsets, const int64_t *lengths, char *buf,
+                           size_t size);
+
+/* Writes metadata text; version 3 or more ends with the checksum of the text before it. */
 void dt__ckpt_meta_write(const dt__ckpt_meta *meta, dt__ckpt_text *out);
 void dt__ckpt_meta_free(dt__ckpt_meta *meta);
 

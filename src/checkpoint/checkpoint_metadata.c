@@ -9,8 +9,12 @@
  *              "placements":["S(0)"],
  *              "blocks":[{"file":0,"offsets":[0,0],"lengths":[9,12],"byte_range":[B,E]},...]}]}
  *
- * Version 1 (before issue 22) had no per-file generation, rank and crc32c; it is still read,
- * without those checks. Every version's blocks must tile their tensor exactly.
+ * Version 3 (issue 35) ends with "metadata_crc32c":C, the CRC32C of every byte before that
+ * key's opening quote, checked before anything else is read; and each data file records the
+ * blocks it holds (dt__ckpt_block_record). Version 2 lacks both and version 1 (before issue
+ * 22) also the per-file generation, rank and crc32c; both are still read, without those
+ * checks. A text of any version that carries the checksum is held to it (so a flipped
+ * "version" digit cannot drop it). Every version's blocks must tile their tensor exactly.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -345,17 +349,64 @@ static dt_status read_file_entry(reader *rd, void *item, const void *owner) {
   return DT_OK;
 }
 
+#define CHECKSUM_KEY "\"metadata_crc32c\""
+
+static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+/* Finds the checksum member that ends a version 3 text: "metadata_crc32c", ':', up to 10
+ * digits, '}' (whitespace between and after). *at: the offset of the key's opening quote,
+ * so the checksum covers text[0, *at). False when the text does not end so. */
+static bool find_checksum(const char *text, size_t length, size_t *at, uint64_t *recorded) {
+  size_t i = length;
+  while (i > 0 && is_space(text[i - 1])) i--;
+  if (i == 0 || text[--i] != '}') return false;
+  while (i > 0 && is_space(text[i - 1])) i--;
+  size_t digits_end = i;
+  while (i > 0 && text[i - 1] >= '0' && text[i - 1] <= '9') i--;
+  if (i == digits_end || digits_end - i > 10) return false;
+  uint64_t v = 0;
+  for (size_t k = i; k < digits_end; k++) v = v * 10 + (uint64_t)(text[k] - '0');
+  while (i > 0 && is_space(text[i - 1])) i--;
+  if (i == 0 || text[--i] != ':') return false;
+  while (i > 0 && is_space(text[i - 1])) i--;
+  size_t key_length = strlen(CHECKSUM_KEY);
+  if (i < key_length || memcmp(text + i - key_length, CHECKSUM_KEY, key_length) != 0) return false;
+  *at = i - key_length;
+  *recorded = v;
+  return true;
+}
+
 dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length,
                               dt__ckpt_meta *meta) {
   memset(meta, 0, sizeof *meta);
   reader rd = {.r = {.begin = text, .p = text, .end = text + length}, .label = label};
+  /* The checksum first: an altered text is refused as such, whatever else the change did. */
+  size_t signed_length = 0;
+  uint64_t recorded = 0;
+  bool has_checksum = find_checksum(text, length, &signed_length, &recorded);
+  if (has_checksum) {
+    uint32_t crc = dt__crc32c(0, text, signed_length);
+    if (crc != recorded)
+      return dt__error(DT_ERR_INVALID,
+                       "dt_checkpoint_load: %s: the metadata fails its checksum: CRC32C 0x%08x "
+                       "of its first %zu bytes, the file records %" PRIu64 " (0x%08" PRIx64
+                       "): it was changed after the save",
+                       label, (unsigned)crc, signed_length, recorded, recorded);
+  }
   bool format_ok = false;
   int64_t version = 0;
   members m = {.expected = "expected a JSON object"};
   dt__json_span key;
   dt_status st = DT_OK;
   while (next_member(&rd, &m, &key, &st)) {
-    if (dt__json_span_equals(key, "format")) {
+    if (dt__json_span_equals(key, "metadata_crc32c")) {
+      /* Only the one find_checksum found, the last member, counts. */
+      int64_t v = 0;
+      st = first_time(&rd, &m.seen, 32, "metadata_crc32c");
+      if (!st && (!has_checksum || key.s - 1 != text + signed_length))
+        st = bad(&rd, "\"metadata_crc32c\" must be the last member, an integer");
+      if (!st) st = read_integer(&rd, 0, UINT32_MAX, &v);
+    } else if (dt__json_span_equals(key, "format")) {
       char *format = NULL;
       st = first_time(&rd, &m.seen, 1, "format");
       if (!st) st = read_string(&rd, &format);
@@ -364,8 +415,8 @@ dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length
     } else if (dt__json_span_equals(key, "version")) {
       st = first_time(&rd, &m.seen, 2, "version");
       if (!st) st = read_integer(&rd, 0, 1000, &version);
-      if (!st && version != 1 && version != 2)
-        st = bad(&rd, "unknown version (this library reads versions 1 and 2)");
+      if (!st && (version < 1 || version > DT__CKPT_VERSION))
+        st = bad(&rd, "unknown version (this library reads versions 1 to 3)");
     } else if (dt__json_span_equals(key, "generation")) {
       st = first_time(&rd, &m.seen, 4, "generation");
       if (!st) st = read_integer(&rd, 0, INT64_LIMIT, &meta->generation);
@@ -390,6 +441,15 @@ dt_status dt__ckpt_meta_parse(const char *label, const char *text, size_t length
   }
   if (!(m.seen & 2)) {
     st = bad(&rd, "no \"version\"");
+    goto done;
+  }
+  dt__json_skip_ws(&rd.r);
+  if (rd.r.p != rd.r.end) {
+    st = bad(&rd, "trailing characters after the metadata object");
+    goto done;
+  }
+  if (version >= 3 && !(m.seen & 32)) {
+    st = bad(&rd, "version 3 metadata must end with its checksum \"metadata_crc32c\"");
     goto done;
   }
   st = dt__ckpt_meta_check(label, (int)version, meta);
@@ -462,7 +522,7 @@ static void put_integers(dt__ckpt_text *t, int n, const int64_t *v) {
 void dt__ckpt_meta_write(const dt__ckpt_meta *meta, dt__ckpt_text *out) {
   put(out,
       "{\"format\":\"dtensor-checkpoint\",\"version\":%d,\"generation\":%" PRId64 ",\n\"files\":[",
-      meta->version ? meta->version : 2, meta->generation);
+      meta->version ? meta->version : DT__CKPT_VERSION, meta->generation);
   for (int i = 0; i < meta->n_files; i++) {
     put(out, "%s\n {\"name\":", i ? "," : "");
     put_string(out, meta->files[i].name);
@@ -506,5 +566,20 @@ void dt__ckpt_meta_write(const dt__ckpt_meta *meta, dt__ckpt_text *out) {
     }
     put(out, "]}");
   }
-  put(out, "]}\n");
+  int version = meta->version ? meta->version : DT__CKPT_VERSION;
+  if (version < 3) {
+    put(out, "]}\n");
+    return;
+  }
+  put(out, "],\n");
+  uint32_t crc = out->failed ? 0 : dt__crc32c(0, out->data, out->length);
+  put(out, CHECKSUM_KEY ":%" PRIu32 "}\n", crc);
+}
+
+void dt__ckpt_block_record(int ndim, const int64_t *offsets, const int64_t *lengths, char *buf,
+                           size_t size) {
+  char o[DT__CKPT_RECORD_MAX / 2], l[DT__CKPT_RECORD_MAX / 2];
+  dt__format_ints(o, sizeof o, ndim, offsets);
+  dt__format_ints(l, sizeof l, ndim, lengths);
+  snprintf(buf, size, "offsets %s, lengths %s", o, l);
 }
