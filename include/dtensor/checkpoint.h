@@ -183,8 +183,9 @@ DT_API dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count,
  * collective. Errors: DT_ERR_INVALID (NULL
  * arguments; a name the checkpoint lacks; a dtype or global shape that differs, naming the
  * tensor; a Partial target; a missing, truncated or corrupt checkpoint: the message names the
- * file and what is wrong), DT_ERR_IO, DT_ERR_NOMEM. On failure targets may hold part of the
- * new values. */
+ * file and what is wrong), DT_ERR_IO, DT_ERR_NOMEM. Every check passes before a target
+ * changes, so a refused checkpoint leaves the targets as they were; only an I/O error while
+ * copying can leave part of the new values. */
 DT_API dt_status dt_checkpoint_load(const char *dir, int count, const char *const *names,
                                     dt_tensor *const *tensors);
 
@@ -201,8 +202,12 @@ typedef struct dt_checkpoint_load_options {
  * metadata is checked (each tensor's blocks tile it exactly: no overlap, no gap; each block
  * inside its tensor and its file), and each data file a rank reads from must be the one the
  * metadata lists: its size, its own record of generation and rank (written in its
- * __metadata__), and, unless skipped, the CRC32C of its bytes. A failure is DT_ERR_INVALID
- * naming the checkpoint, the file and the tensor. */
+ * __metadata__), and, unless skipped, the CRC32C of its bytes. Metadata of version 3 (what a
+ * save writes) also carries its own CRC32C, checked first, and each data file records which
+ * block of which tensor it holds, compared with the metadata's block (a changed "file" or
+ * "offsets" is refused naming both claims); versions 1 and 2 lack both and are read without
+ * them (docs/checkpoints.md). A failure is DT_ERR_INVALID naming the checkpoint, the file
+ * and the tensor. */
 DT_API dt_status dt_checkpoint_load_ex(const char *dir, int count, const char *const *names,
                                        dt_tensor *const *tensors,
                                        const dt_checkpoint_load_options *options);
