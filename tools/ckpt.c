@@ -13,32 +13,14 @@
 #include <sys/stat.h>
 
 #include "checkpoint/checkpoint_meta.h"
+#include "core/text_escape.h"
 #include "dtensor/dtensor.h"
 #include "tools.h"
 
-static void put_text(const char *s) {
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c < 0x20 || c == 0x7f || c == '\\')
-      printf(c == '\\' ? "\\\\" : "\\x%02x", c);
-    else
-      putchar(c);
-  }
-}
+/* Text and JSON output escape the file's strings with the library's one rule. */
+static void put_text(const char *s) { dt__escape_write(stdout, s, -1); }
 
-static void put_json_string(const char *s) {
-  putchar('"');
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      printf("\\%c", c);
-    else if (c < 0x20 || c == 0x7f)
-      printf("\\u%04x", c);
-    else
-      putchar(c);
-  }
-  putchar('"');
-}
+static void put_json_string(const char *s) { dt__escape_write_json(stdout, s); }
 
 static void put_shape(int ndim, const int64_t *shape) {
   putchar('[');
@@ -49,7 +31,7 @@ static void put_shape(int ndim, const int64_t *shape) {
 static int inspect_file(const char *path, bool json) {
   dt_safetensors *f = NULL;
   if (dt_safetensors_open(path, &f)) {
-    fprintf(stderr, "dtensor ckpt inspect: %s\n", dt_last_error());
+    tool_print_error("dtensor ckpt inspect");
     return 1;
   }
   int n = dt_safetensors_count(f);
@@ -105,7 +87,8 @@ static int inspect_file(const char *path, bool json) {
 static int inspect_checkpoint(const char *dir, bool json) {
   dt__ckpt_meta meta;
   if (dt__ckpt_meta_read(dir, "dtensor ckpt inspect", &meta, NULL)) {
-    fprintf(stderr, "%s\n", dt_last_error());
+    dt__escape_write(stderr, dt_last_error(), -1);
+    fputc('\n', stderr);
     return 1;
   }
   if (json) {

@@ -2,7 +2,26 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/text_escape.h"
+#include "dtensor/dtensor.h"
 #include "tools.h"
+
+void tool_print_error(const char *context) {
+  fprintf(stderr, "%s: ", context);
+  dt__escape_write(stderr, dt_last_error(), -1);
+  fputc('\n', stderr);
+}
+
+static void log_to_stderr(dt_log_level level, const char *message, void *user) {
+  (void)user;
+  static const char *const names[] = {"debug", "info", "warning", "error"};
+  int i = (int)level - (int)DT_LOG_DEBUG;
+  fprintf(stderr, "dtensor: %s: ", i >= 0 && i < 4 ? names[i] : "log");
+  dt__escape_write(stderr, message, -1);
+  fputc('\n', stderr);
+}
+
+void tool_log_to_stderr(void) { dt_set_log_callback(log_to_stderr, NULL, DT_LOG_WARN); }
 
 bool tool_has_flag(int argc, char **argv, const char *flag) {
   for (int i = 1; i < argc; i++) {

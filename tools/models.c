@@ -180,7 +180,9 @@ static int run_ranks(const char *cmd, model_args *a, dt_status (*fn)(dt_comm *, 
   int world = a->tp * a->fsdp;
   dt_status st = world == 1 ? fn(NULL, a) : dt_comm_spawn(world, fn, a);
   if (st) {
-    fprintf(stderr, "dtensor %s: %s\n", cmd, dt_last_error());
+    char context[32];
+    snprintf(context, sizeof context, "dtensor %s", cmd);
+    tool_print_error(context);
     return 1;
   }
   return 0;

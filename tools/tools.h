@@ -58,6 +58,14 @@ int bench_suite_context(int argc, char **argv);
 int bench_suite_models(int argc, char **argv);
 int bench_suite_cuda(int argc, char **argv);
 
+/* Prints "context: " and the library's last error message, escaped (it may quote strings from
+ * files: a config value, a file name), and a newline on stderr. */
+void tool_print_error(const char *context);
+
+/* Installs the library's log callback: warnings and errors (a DT_* variable with a bad value,
+ * ignored) go to stderr as "dtensor: warning: ...", escaped. Called once by main. */
+void tool_log_to_stderr(void);
+
 /* True if flag appears among argv[1..argc). */
 bool tool_has_flag(int argc, char **argv, const char *flag);
 

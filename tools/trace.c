@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text_escape.h"
 #include "dtensor/dtensor.h"
 #include "tools.h"
 
@@ -23,76 +24,6 @@
 
 static void trace_usage(FILE *f, bool plot) {
   fprintf(f, "Run 'dtensor trace %s --help' for its usage.\n", plot ? "plot" : "stats");
-}
-
-/* The length (1 to 4) of the valid UTF-8 character at s and its code point, or 0 if s[0]
- * does not start one (a stray continuation byte, an overlong form, a surrogate). s is
- * NUL-terminated, and NUL is never a continuation byte, so reading stops in time. */
-static int utf8_char(const unsigned char *s, unsigned *cp) {
-  unsigned c = s[0];
-  int n;
-  unsigned min;
-  if (c < 0x80) {
-    *cp = c;
-    return 1;
-  } else if (c >= 0xc2 && c <= 0xdf) {
-    n = 2, min = 0x80, *cp = c & 0x1f;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    n = 3, min = 0x800, *cp = c & 0x0f;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    n = 4, min = 0x10000, *cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  for (int i = 1; i < n; i++) {
-    if ((s[i] & 0xc0) != 0x80) return 0;
-    *cp = (*cp << 6) | (s[i] & 0x3f);
-  }
-  if (*cp < min || *cp > 0x10ffff || (*cp >= 0xd800 && *cp < 0xe000)) return 0;
-  return n;
-}
-
-/* Control characters: C0, DEL and C1 (U+0080..U+009F, which some terminals obey too). */
-static bool is_control(unsigned cp) { return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f); }
-
-/* Writes s for a terminal: control characters and bytes that are not UTF-8 become \xHH (C1
- * characters \u00HH) and a backslash becomes \\, so the text is shown, never obeyed. With
- * width >= 0, writes at most width characters and pads with spaces to width. */
-static void write_escaped(FILE *f, const char *s, int width) {
-  int used = 0;
-  const unsigned char *p = (const unsigned char *)s;
-  while (*p) {
-    unsigned cp = 0;
-    int n = utf8_char(p, &cp);
-    char escape[8] = "";
-    if (n == 0) {
-      n = 1;
-      snprintf(escape, sizeof escape, "\\x%02x", *p);
-    } else if (cp == '\\') {
-      snprintf(escape, sizeof escape, "\\\\");
-    } else if (is_control(cp) && cp < 0x80) {
-      snprintf(escape, sizeof escape, "\\x%02x", cp);
-    } else if (is_control(cp)) {
-      snprintf(escape, sizeof escape, "\\u%04x", cp);
-    }
-    int columns = escape[0] ? (int)strlen(escape) : 1;
-    if (width >= 0 && used + columns > width) break;
-    if (escape[0]) {
-      fputs(escape, f);
-    } else {
-      fwrite(p, 1, (size_t)n, f);
-    }
-    used += columns;
-    p += n;
-  }
-  for (; used < width; used++) fputc(' ', f);
-}
-
-/* An error message of the library, which may quote the trace's strings. */
-static void print_error(const char *context) {
-  fprintf(stderr, "%s: ", context);
-  write_escaped(stderr, dt_last_error(), -1);
-  fputc('\n', stderr);
 }
 
 typedef struct trace_args {
@@ -125,7 +56,7 @@ static int parse_args(int argc, char **argv, bool plot, trace_args *a) {
       a->max_bytes = strtoull(text, &end, 10);
       if (*end || end == text || text[0] == '-' || errno || a->max_bytes == 0) {
         fprintf(stderr, "dtensor trace: --max-bytes wants a positive integer, got '");
-        write_escaped(stderr, text, -1);
+        dt__escape_write(stderr, text, -1);
         fprintf(stderr, "'\n");
         return 2;
       }
@@ -149,28 +80,7 @@ static int parse_args(int argc, char **argv, bool plot, trace_args *a) {
   return 0;
 }
 
-/* A JSON string: quotes, backslashes and control characters (C1 too) escaped; bytes that are
- * not UTF-8 become U+FFFD, so the output is always valid JSON. */
-static void print_json_string(const char *s) {
-  putchar('"');
-  const unsigned char *p = (const unsigned char *)s;
-  while (*p) {
-    unsigned cp = 0;
-    int n = utf8_char(p, &cp);
-    if (n == 0) {
-      fputs("\\ufffd", stdout);
-      n = 1;
-    } else if (cp == '"' || cp == '\\') {
-      printf("\\%c", (int)cp);
-    } else if (is_control(cp)) {
-      printf("\\u%04x", cp);
-    } else {
-      fwrite(p, 1, (size_t)n, stdout);
-    }
-    p += n;
-  }
-  putchar('"');
-}
+static void print_json_string(const char *s) { dt__escape_write_json(stdout, s); }
 
 static void print_json(const dt_trace *trace, const dt_trace_stats *s, const char *label) {
   printf("{\"events\":%lld,\"busy_us\":%.3f,\"total_us\":%.3f,\"utilization\":%.6f,"
@@ -210,10 +120,10 @@ static void print_json(const dt_trace *trace, const dt_trace_stats *s, const cha
 
 static void print_text(const char *file, const dt_trace *trace, const dt_trace_stats *s,
                        const char *label) {
-  write_escaped(stdout, file, -1);
+  dt__escape_write(stdout, file, -1);
   printf(": %lld complete events in %d process%s labelled '", (long long)s->events, s->processes,
          s->processes == 1 ? "" : "es");
-  write_escaped(stdout, label, -1);
+  dt__escape_write(stdout, label, -1);
   printf("' (%lld in the trace)\n", (long long)dt_trace_event_count(trace));
   printf("  busy        %14.3f us of %.3f us   utilization %6.2f%%\n", s->busy_us, s->total_us,
          100 * s->utilization);
@@ -227,11 +137,11 @@ static void print_text(const char *file, const dt_trace *trace, const dt_trace_s
     dt_trace_process_info info;
     if (dt_trace_process(trace, p, &info)) break;
     fputs("  ", stdout);
-    write_escaped(stdout, info.pid, 8);
+    dt__escape_write(stdout, info.pid, 8);
     fputc(' ', stdout);
-    write_escaped(stdout, info.name, 24);
+    dt__escape_write(stdout, info.name, 24);
     fputc(' ', stdout);
-    write_escaped(stdout, info.labels, 12);
+    dt__escape_write(stdout, info.labels, 12);
     printf(" %10lld %14.3f\n", (long long)info.events, info.busy_us);
   }
 }
@@ -242,13 +152,13 @@ int tool_trace_stats(int argc, char **argv) {
   if (rc) return rc;
   dt_trace *trace = NULL;
   if (dt_trace_read_file_ex(a.file, a.max_bytes, &trace)) {
-    print_error("dtensor trace stats");
+    tool_print_error("dtensor trace stats");
     return 1;
   }
   if (!a.label) a.label = dt_trace_device_label(trace);
   dt_trace_stats stats;
   if (dt_trace_compute_stats(trace, a.label, a.total_us, &stats)) {
-    print_error("dtensor trace stats");
+    tool_print_error("dtensor trace stats");
     fprintf(stderr, "dtensor trace stats: --device-label L counts the processes labelled L\n");
     dt_trace_destroy(trace);
     return 1;
@@ -268,13 +178,13 @@ int tool_trace_plot(int argc, char **argv) {
   if (rc) return rc;
   dt_trace *trace = NULL;
   if (dt_trace_read_file_ex(a.file, a.max_bytes, &trace)) {
-    print_error("dtensor trace plot");
+    tool_print_error("dtensor trace plot");
     return 1;
   }
   dt_status st = dt_trace_write_svg(trace, a.label, a.total_us, a.output);
   dt_trace_destroy(trace);
   if (st) {
-    print_error("dtensor trace plot");
+    tool_print_error("dtensor trace plot");
     return 1;
   }
   return 0;
