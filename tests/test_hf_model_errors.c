@@ -97,6 +97,23 @@ Test(hf_model_errors, config_json_fifo_or_directory_is_refused, .timeout = 30) {
   remove_dir(dir);
 }
 
+/* An index of the tiny Llama's tensors, all in model.safetensors but `tensor`, in `file`. */
+static void write_index_with(const char *dir, const char *tensor, const char *file) {
+  dt_safetensors *f = NULL;
+  cr_assert_eq(dt_safetensors_open(HF "/llama_tiny/model.safetensors", &f), DT_OK);
+  char text[8192];
+  size_t used = (size_t)snprintf(text, sizeof text, "{\"weight_map\": {");
+  for (int i = 0; i < dt_safetensors_count(f); i++) {
+    dt_safetensors_entry_info e;
+    cr_assert_eq(dt_safetensors_entry(f, i, &e), DT_OK);
+    used += (size_t)snprintf(text + used, sizeof text - used, "%s\"%s\": \"%s\"", i ? ", " : "",
+                             e.name, strcmp(e.name, tensor) ? "model.safetensors" : file);
+  }
+  snprintf(text + used, sizeof text - used, "}}");
+  dt_safetensors_destroy(f);
+  write_text(dir, "model.safetensors.index.json", text);
+}
+
 Test(hf_model_errors, index_fifo_or_missing_shard_is_refused, .timeout = 30) {
   SKIP_WITHOUT_FIXTURES();
   char dir[64], path[512];
@@ -111,10 +128,9 @@ Test(hf_model_errors, index_fifo_or_missing_shard_is_refused, .timeout = 30) {
   cr_assert_eq(mkfifo(path, 0600), 0);
   expect_load_error(dir, DT_ERR_IO, "model.safetensors.index.json", "not a regular file");
   cr_assert_eq(remove(path), 0);
-  /* An index naming a file that is not there: the file is named. */
-  write_text(
-      dir, "model.safetensors.index.json",
-      "{\"weight_map\": {\"model.embed_tokens.weight\": \"model-00001-of-00002.safetensors\"}}");
+  /* An index naming a file that is not there: the file is named. Every tensor is listed (an
+   * index with fewer tensors than the config's layers need is refused before any is read). */
+  write_index_with(dir, "model.embed_tokens.weight", "model-00001-of-00002.safetensors");
   dt_status st = dt_hf_model_load(dir, NULL, NULL, &m);
   cr_assert_eq(st, DT_ERR_IO, "%s: %s", dt_status_string(st), dt_last_error());
   cr_assert(strstr(dt_last_error(), "model-00001-of-00002.safetensors"), "%s", dt_last_error());
@@ -276,6 +292,8 @@ Test(hf_model_errors, rope_theta_and_norm_eps_out_of_range_are_refused) {
   const char *scaling[] = {"1e-300, \"low_freq_factor\": 1, \"high_freq_factor\": 4",
                            "8, \"low_freq_factor\": 1e-300, \"high_freq_factor\": 4",
                            "8, \"low_freq_factor\": 1, \"high_freq_factor\": 1.00000000001"};
+  const char *named[] = {"\"rope_scaling.factor\" 1e-300", "\"rope_scaling.low_freq_factor\"",
+                         "llama3 rope_scaling"};
   for (int i = 0; i < 3; i++) {
     char extra[320];
     snprintf(extra, sizeof extra,
@@ -283,7 +301,7 @@ Test(hf_model_errors, rope_theta_and_norm_eps_out_of_range_are_refused) {
              "\"original_max_position_embeddings\": 64, \"factor\": %s}",
              scaling[i]);
     write_llama_config(dir, extra);
-    expect_load_error(dir, DT_ERR_INVALID, "config.json", "llama3 rope_scaling");
+    expect_load_error(dir, DT_ERR_INVALID, "config.json", named[i]);
   }
   /* The fixture's own values still load. */
   write_llama_config(dir, "\"num_attention_heads\": 4, \"rope_theta\": 10000.0");

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/core_impl.h"
+#include "core/text_escape.h"
 #include "models/models_impl.h"
 
 #ifdef DT_HAVE_CJSON
@@ -75,6 +77,16 @@ dt_status dt__hf_read_text(const char *path, char **out) {
 
 #ifdef DT_HAVE_CJSON
 
+/* A string of config.json escaped for a message (text_escape.h); two buffers, so that a
+ * message can quote two values. Valid until the thread's next call. */
+static _Thread_local char shown_buf[2][128];
+static const char *shown(const char *s) {
+  return dt__escape_text(shown_buf[0], sizeof shown_buf[0], s);
+}
+static const char *shown_2(const char *s) {
+  return dt__escape_text(shown_buf[1], sizeof shown_buf[1], s);
+}
+
 /* A JSON number that is an integer in [min, 4e15] (the range a double holds exactly). */
 static dt_status int_value(const cJSON *v, const char *key, int64_t min, const char *path,
                            int64_t *out) {
@@ -114,9 +126,27 @@ static dt_status get_double(const cJSON *root, const char *key, double def, cons
   return DT_OK;
 }
 
-/* A norm's epsilon below 0 (the norm ops refuse it at the first forward, naming no file). */
-static dt_status negative_eps(const char *path, const char *key, double eps) {
-  return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s: \"%s\" %g must be >= 0", path, key, eps);
+/* A norm's epsilon that is not > 0: a negative one is refused by the norm ops at the first
+ * forward, naming no file, and 0 divides by zero on an all-zero row (NaN). */
+static dt_status bad_eps(const char *path, const char *key, double eps) {
+  return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s: \"%s\" %g must be > 0", path, key, eps);
+}
+
+/* A required number of a rope_scaling object that the rotary tables (float32) divide by: a
+ * normal positive float32 (1e-44 is a float32 denormal whose quotients overflow to inf). */
+static dt_status get_rope_divisor(const cJSON *scaling, const char *object, const char *key,
+                                  const char *path, double *out) {
+  char field[64];
+  snprintf(field, sizeof field, "%s.%s", object, key);
+  dt_status st = get_double(scaling, key, NAN, path, out);
+  if (st) return st;
+  float f = (float)*out;
+  if (!(f >= FLT_MIN) || !isfinite(f))
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: \"%s\" %g must be a positive normal float32 (%g to "
+                     "%g): the rotary tables divide by it",
+                     path, field, *out, (double)FLT_MIN, (double)FLT_MAX);
+  return DT_OK;
 }
 
 static bool get_bool(const cJSON *root, const char *key, bool def) {
@@ -139,10 +169,10 @@ static dt_status parse_rope(const cJSON *root, const char *path, dt_hf_config *c
     st = get_double(rp, "rope_theta", cfg->rope_theta, path, &cfg->rope_theta);
   /* The rotary tables are computed in float32 (as transformers does): a value that is 0 there
    * gave infinite frequencies and NaN logits. */
-  if (!st && !((float)cfg->rope_theta > 0))
+  if (!st && (!((float)cfg->rope_theta > 0) || !isfinite((float)cfg->rope_theta)))
     return dt__error(DT_ERR_INVALID,
-                     "dt_hf_model_load: %s: \"rope_theta\" %g must be > 0 in float32 (the "
-                     "rotary tables' precision)",
+                     "dt_hf_model_load: %s: \"rope_theta\" %g must be > 0 and finite in float32 "
+                     "(the rotary tables' precision)",
                      path, cfg->rope_theta);
   const cJSON *scaling = cJSON_IsObject(rp) ? rp : cJSON_IsObject(rs) ? rs : NULL;
   if (st || !scaling) return st;
@@ -152,20 +182,22 @@ static dt_status parse_rope(const cJSON *root, const char *path, dt_hf_config *c
   if (strcmp(type, "llama3") != 0)
     return dt__error(DT_ERR_UNSUPPORTED,
                      "dt_hf_model_load: %s: rope_type \"%s\" is not supported (default, llama3)",
-                     path, type);
-  st = get_double(scaling, "factor", NAN, path, &cfg->rope_factor);
-  if (!st) st = get_double(scaling, "low_freq_factor", NAN, path, &cfg->rope_low_freq_factor);
-  if (!st) st = get_double(scaling, "high_freq_factor", NAN, path, &cfg->rope_high_freq_factor);
+                     path, shown(type));
+  const char *object = scaling == rp ? "rope_parameters" : "rope_scaling";
+  st = get_rope_divisor(scaling, object, "factor", path, &cfg->rope_factor);
+  if (!st)
+    st = get_rope_divisor(scaling, object, "low_freq_factor", path, &cfg->rope_low_freq_factor);
+  if (!st)
+    st = get_rope_divisor(scaling, object, "high_freq_factor", path, &cfg->rope_high_freq_factor);
   if (!st)
     st = get_int(scaling, "original_max_position_embeddings", -2, 1, path,
                  &cfg->rope_original_max_positions);
-  if (!st && (!((float)cfg->rope_factor > 0) ||
-              !((float)cfg->rope_high_freq_factor > (float)cfg->rope_low_freq_factor) ||
-              !((float)cfg->rope_low_freq_factor > 0)))
+  if (!st && !((float)cfg->rope_high_freq_factor > (float)cfg->rope_low_freq_factor))
     return dt__error(DT_ERR_INVALID,
-                     "dt_hf_model_load: %s: llama3 rope_scaling needs factor > 0 and "
-                     "high_freq_factor > low_freq_factor > 0 in float32 (got %g, %g, %g)",
-                     path, cfg->rope_factor, cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
+                     "dt_hf_model_load: %s: llama3 rope_scaling needs high_freq_factor > "
+                     "low_freq_factor in float32 (got %g, %g): the smoothing divides by their "
+                     "difference",
+                     path, cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
   return st;
 }
 
@@ -173,7 +205,8 @@ static dt_status parse_llama(const cJSON *root, const char *path, dt_hf_config *
   const char *act = get_string(root, "hidden_act");
   if (act && strcmp(act, "silu") != 0)
     return dt__error(DT_ERR_UNSUPPORTED,
-                     "dt_hf_model_load: %s: hidden_act \"%s\" is not supported (silu)", path, act);
+                     "dt_hf_model_load: %s: hidden_act \"%s\" is not supported (silu)", path,
+                     shown(act));
   dt_status st = get_int(root, "vocab_size", -2, 1, path, &cfg->vocab_size);
   if (!st) st = get_int(root, "hidden_size", -2, 1, path, &cfg->hidden_size);
   if (!st) st = get_int(root, "intermediate_size", -2, 1, path, &cfg->intermediate_size);
@@ -190,7 +223,7 @@ static dt_status parse_llama(const cJSON *root, const char *path, dt_hf_config *
     st = get_int(root, "head_dim", cfg->hidden_size / cfg->num_heads, 1, path, &cfg->head_dim);
   if (!st) st = get_int(root, "max_position_embeddings", 2048, 1, path, &cfg->max_positions);
   if (!st) st = get_double(root, "rms_norm_eps", 1e-6, path, &cfg->norm_eps);
-  if (!st && cfg->norm_eps < 0) return negative_eps(path, "rms_norm_eps", cfg->norm_eps);
+  if (!st && !(cfg->norm_eps > 0)) return bad_eps(path, "rms_norm_eps", cfg->norm_eps);
   if (!st) st = parse_rope(root, path, cfg);
   if (st) return st;
   if (cfg->num_heads % cfg->num_kv_heads != 0)
@@ -217,7 +250,7 @@ static dt_status parse_gpt2(const cJSON *root, const char *path, dt_hf_config *c
     return dt__error(DT_ERR_UNSUPPORTED,
                      "dt_hf_model_load: %s: activation_function \"%s\" is not supported "
                      "(gelu_new, gelu_pytorch_tanh)",
-                     path, act);
+                     path, shown(act));
   if (get_bool(root, "scale_attn_by_inverse_layer_idx", false) ||
       !get_bool(root, "scale_attn_weights", true))
     return dt__error(DT_ERR_UNSUPPORTED,
@@ -231,7 +264,7 @@ static dt_status parse_gpt2(const cJSON *root, const char *path, dt_hf_config *c
   if (!st) st = get_int(root, "n_inner", -1, 1, path, &cfg->intermediate_size);
   if (!st) st = get_int(root, "n_positions", -2, 1, path, &cfg->max_positions);
   if (!st) st = get_double(root, "layer_norm_epsilon", 1e-5, path, &cfg->norm_eps);
-  if (!st && cfg->norm_eps < 0) return negative_eps(path, "layer_norm_epsilon", cfg->norm_eps);
+  if (!st && !(cfg->norm_eps > 0)) return bad_eps(path, "layer_norm_epsilon", cfg->norm_eps);
   if (st) return st;
   if (cfg->intermediate_size < 0) cfg->intermediate_size = 4 * cfg->hidden_size;
   if (cfg->hidden_size % cfg->num_heads != 0)
@@ -293,6 +326,8 @@ static dt_status parse_eos(const cJSON *root, const char *path, dt_hf_config *cf
 
 dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
+  dt_status checked = dt__hf_json_check(text, path, NULL);
+  if (checked) return checked;
   cJSON *root = cJSON_Parse(text);
   if (!cJSON_IsObject(root)) {
     cJSON_Delete(root);
@@ -316,37 +351,11 @@ dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *
     st = dt__error(DT_ERR_UNSUPPORTED,
                    "dt_hf_model_load: %s: architecture \"%s\" (model_type \"%s\") is not "
                    "supported (LlamaForCausalLM, GPT2LMHeadModel)",
-                   path, arch ? arch : "?", type ? type : "?");
+                   path, arch ? shown(arch) : "?", type ? shown_2(type) : "?");
   }
   if (!st) st = get_int(root, "bos_token_id", -1, 0, path, &cfg->bos_token_id);
   if (!st) st = check_token_id(path, "bos_token_id", -1, cfg->bos_token_id, cfg);
   if (!st) st = parse_eos(root, path, cfg);
-  cJSON_Delete(root);
-  return st;
-}
-
-dt_status dt__hf_index_parse(const char *text, const char *path,
-                             dt_status (*fn)(const char *tensor, const char *file, void *user),
-                             void *user) {
-  cJSON *root = cJSON_Parse(text);
-  const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
-  if (!cJSON_IsObject(map)) {
-    cJSON_Delete(root);
-    return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s has no \"weight_map\" object", path);
-  }
-  dt_status st = DT_OK;
-  const cJSON *item = NULL;
-  cJSON_ArrayForEach(item, map) {
-    if (!cJSON_IsString(item) || strchr(item->valuestring, '/') || !item->valuestring[0]) {
-      st = dt__error(DT_ERR_INVALID,
-                     "dt_hf_model_load: %s: the file of tensor \"%s\" must be a file name in "
-                     "the model directory",
-                     path, item->string);
-      break;
-    }
-    st = fn(item->string, item->valuestring, user);
-    if (st) break;
-  }
   cJSON_Delete(root);
   return st;
 }
@@ -356,14 +365,6 @@ dt_status dt__hf_index_parse(const char *text, const char *path,
 dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *cfg) {
   (void)text;
   memset(cfg, 0, sizeof *cfg);
-  return dt__error(DT_ERR_UNSUPPORTED,
-                   "dt_hf_model_load: cannot read %s: libdtensor was built without cJSON", path);
-}
-
-dt_status dt__hf_index_parse(const char *text, const char *path,
-                             dt_status (*fn)(const char *tensor, const char *file, void *user),
-                             void *user) {
-  (void)text, (void)fn, (void)user;
   return dt__error(DT_ERR_UNSUPPORTED,
                    "dt_hf_model_load: cannot read %s: libdtensor was built without cJSON", path);
 }

@@ -337,6 +337,12 @@ dt_status dt_hf_model_loss(dt_hf_model *m, dt_tensor *input_ids, dt_tensor **los
   int64_t B = gs[0], T = gs[1];
   if (T < 2)
     st = dt__error(DT_ERR_INVALID, "dt_hf_model_loss: input_ids needs 2 or more positions");
+  /* The mean over no predictions is 0 / 0: NaN, which a training loop would step on. */
+  if (!st && B < 1)
+    st = dt__error(DT_ERR_INVALID,
+                   "dt_hf_model_loss: input_ids [%lld, %lld] has no rows: no target positions to "
+                   "average over",
+                   (long long)B, (long long)T);
   if (!st) st = forward_ids(m, ids, NULL, tp, &logits);
   if (!st) keep(tp, logits);
   RUN(dt_narrow(logits, 1, 0, T - 1, &lg), lg);

@@ -17,58 +17,29 @@
 
 #define MAX_FILES 256
 
-/* The checkpoint's files: the index's map (tensor -> file name) and the files opened so far. */
+/* The checkpoint's files: the index's map (tensor -> file name, hashed: a lookup per parameter
+ * scanned the whole map) and the files opened so far. */
 typedef struct file_set {
   const char *dir;
-  int n_map;
-  int cap_map;
-  char **map_tensor;
-  char **map_file;
+  bool indexed;     /* model.safetensors.index.json is there: every file comes from it */
+  char *index_text; /* the index as read; the map points into it */
+  dt__hf_index index;
   int n_open;
   char *open_name[MAX_FILES];
   dt_safetensors *open_file[MAX_FILES];
 } file_set;
 
-static dt_status add_mapping(const char *tensor, const char *file, void *user) {
-  file_set *fs = user;
-  if (fs->n_map == fs->cap_map) {
-    void *arrays[2] = {&fs->map_tensor, &fs->map_file};
-    size_t sizes[2] = {sizeof(char *), sizeof(char *)};
-    if (!dt__reserve_arrays(fs->n_map, &fs->cap_map, 64, 2, arrays, sizes))
-      return dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory");
-  }
-  fs->map_tensor[fs->n_map] = dt__strdup(tensor);
-  fs->map_file[fs->n_map] = dt__strdup(file);
-  fs->n_map++;
-  if (!fs->map_tensor[fs->n_map - 1] || !fs->map_file[fs->n_map - 1])
-    return dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory");
-  return DT_OK;
-}
-
 static void file_set_clear(file_set *fs) {
-  dt__free_strings(fs->map_tensor, fs->n_map);
-  dt__free_strings(fs->map_file, fs->n_map);
+  dt__hf_index_clear(&fs->index);
+  dt__free(fs->index_text);
   for (int i = 0; i < fs->n_open; i++) {
     dt__free(fs->open_name[i]);
     dt_safetensors_destroy(fs->open_file[i]);
   }
 }
 
-/* The open file holding `tensor` (and its name, for messages). */
-static dt_status file_of(file_set *fs, const char *tensor, dt_safetensors **out,
-                         const char **file_name) {
-  const char *name = "model.safetensors";
-  if (fs->cap_map > 0) {
-    name = NULL;
-    for (int i = 0; i < fs->n_map && !name; i++)
-      if (!strcmp(fs->map_tensor[i], tensor)) name = fs->map_file[i];
-    if (!name)
-      return dt__error(DT_ERR_INVALID,
-                       "dt_hf_model_load: %s/model.safetensors.index.json names no file for "
-                       "tensor \"%s\"",
-                       fs->dir, tensor);
-  }
-  *file_name = name;
+/* The open file named `name`, opened now if it is not yet. */
+static dt_status open_named(file_set *fs, const char *name, dt_safetensors **out) {
   for (int i = 0; i < fs->n_open; i++)
     if (!strcmp(fs->open_name[i], name)) {
       *out = fs->open_file[i];
@@ -91,6 +62,42 @@ static dt_status file_of(file_set *fs, const char *tensor, dt_safetensors **out,
   fs->n_open++;
   *out = f;
   return DT_OK;
+}
+
+/* The open file holding `tensor` (and its name, for messages). */
+static dt_status file_of(file_set *fs, const char *tensor, dt_safetensors **out,
+                         const char **file_name) {
+  const char *name = "model.safetensors";
+  if (fs->indexed) {
+    name = dt__hf_index_find(&fs->index, tensor);
+    if (!name)
+      return dt__error(DT_ERR_INVALID,
+                       "dt_hf_model_load: %s/model.safetensors.index.json names no file for "
+                       "tensor \"%s\"",
+                       fs->dir, tensor);
+  }
+  *file_name = name;
+  return open_named(fs, name, out);
+}
+
+/* The index when there is one (refused if it is not a regular file), else model.safetensors
+ * opened; *tensors: how many tensors the checkpoint holds, which bounds the layers a config
+ * may ask for. */
+static dt_status open_weights(file_set *fs, size_t *tensors) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/model.safetensors.index.json", fs->dir);
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    dt_safetensors *f = NULL;
+    dt_status st = open_named(fs, "model.safetensors", &f);
+    if (!st) *tensors = (size_t)dt_safetensors_count(f);
+    return st;
+  }
+  fs->indexed = true;
+  dt_status st = dt__hf_read_text(path, &fs->index_text);
+  if (!st) st = dt__hf_index_read(fs->index_text, path, &fs->index);
+  if (!st) *tensors = dt__hf_index_count(&fs->index);
+  return st;
 }
 
 /* GPT-2's c_attn part of a borrowed whole tensor, this rank's block of it, copied. */
@@ -201,21 +208,14 @@ static dt_status resolve_plan(dt_hf_model *m, dt_mesh *mesh, const dt_hf_plan *p
   return DT_OK;
 }
 
-static dt_status read_weights(dt_hf_model *m, const char *dir) {
+/* The parameter table (bounded by the checkpoint's tensors), then each parameter's block. */
+static dt_status read_weights(dt_hf_model *m, const char *dir, const char *config_path) {
   file_set fs;
   memset(&fs, 0, sizeof fs);
   fs.dir = dir;
-  char path[4096];
-  snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-  dt_status st = DT_OK;
-  struct stat sb;
-  if (stat(path, &sb) == 0) { /* present: read, or refused if not a regular file */
-    char *text = NULL;
-    st = dt__hf_read_text(path, &text);
-    if (!st) st = dt__hf_index_parse(text, path, add_mapping, &fs);
-    if (!st && fs.cap_map == 0) fs.cap_map = 1; /* an empty map still means "use the index" */
-    dt__free(text);
-  }
+  size_t tensors = 0;
+  dt_status st = open_weights(&fs, &tensors);
+  if (!st) st = dt__hf_params_build(m, config_path, tensors);
   for (int i = 0; i < m->n_params && !st; i++) st = load_param(m, &fs, &m->params[i]);
   file_set_clear(&fs);
   return st;
@@ -235,9 +235,8 @@ dt_status dt_hf_model_load(const char *dir, dt_mesh *mesh, const dt_hf_plan *pla
   dt_status st = resolve_plan(m, mesh, plan);
   if (!st) st = dt__hf_read_text(path, &m->config_text);
   if (!st) st = dt__hf_config_parse(m->config_text, path, &m->cfg);
-  if (!st) st = dt__hf_params_build(m);
-  if (!st) st = read_weights(m, dir);
-  if (!st && m->cfg.arch == DT_HF_LLAMA) st = dt__hf_rope_init(m);
+  if (!st) st = read_weights(m, dir, path);
+  if (!st && m->cfg.arch == DT_HF_LLAMA) st = dt__hf_rope_init(m, path);
   if (st) {
     dt_hf_model_destroy(m);
     return st;

@@ -42,8 +42,6 @@ typedef struct hf_param {
   dt_tensor *t; /* the parameter (owned) */
 } hf_param;
 
-#define HF_MAX_PARAMS 2048
-
 struct dt_hf_model {
   dt_hf_config cfg;
   char *config_text; /* config.json as read, written back by save */
@@ -67,17 +65,45 @@ struct dt_hf_kv_cache {
   dt_tensor **v;
 };
 
-/* config.json -> cfg (config.c). `path` names the file in messages. */
+/* config.json -> cfg (config.c). `path` names the file in messages. The text is checked by
+ * dt__hf_json_check first. */
 dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *cfg);
-/* The shard file of each tensor from model.safetensors.index.json: calls fn(tensor, file). */
-dt_status dt__hf_index_parse(const char *text, const char *path,
-                             dt_status (*fn)(const char *tensor, const char *file, void *user),
-                             void *user);
+
+/* A hash set of strings (open addressing, at most half full), each with a value or none: the
+ * keys of one JSON object, or the index's tensor -> file map (hf_json.c). The strings are
+ * not owned. */
+typedef struct dt__hf_key_table {
+  size_t cap, n; /* cap: a power of two, or 0 */
+  const char **key;
+  size_t *len;
+  const char **value; /* NULL for a set without values */
+} dt__hf_key_table;
+
+/* model.safetensors.index.json's weight_map: tensor name -> file name. */
+typedef struct dt__hf_index {
+  dt__hf_key_table map;
+} dt__hf_index;
+
+/* Refuses what transformers would read otherwise: a UTF-8 byte order mark, text after the
+ * value, a key twice in one object (at any depth; the top object's member named `unchecked`,
+ * or none for NULL, is scanned only, its reader refusing its duplicates), naming `path`. */
+dt_status dt__hf_json_check(const char *text, const char *path, const char *unchecked);
+/* The index's weight_map into *ix, in one pass and with no copies: text is unescaped in place
+ * and must outlive *ix. A duplicated tensor, a file that is not a plain file name of the
+ * directory, or a non-string value is refused naming `path`. *ix is cleared on an error. */
+dt_status dt__hf_index_read(char *text, const char *path, dt__hf_index *ix);
+/* The file of tensor, or NULL when the index names none. */
+const char *dt__hf_index_find(const dt__hf_index *ix, const char *tensor);
+/* The number of tensors the index names. */
+size_t dt__hf_index_count(const dt__hf_index *ix);
+void dt__hf_index_clear(dt__hf_index *ix);
 /* Reads a whole text file (NUL-terminated, owned by the caller: dt_free). */
 dt_status dt__hf_read_text(const char *path, char **out);
 
-/* The parameter table of cfg's architecture (params.c): fills model->params and the indexes. */
-dt_status dt__hf_params_build(dt_hf_model *model);
+/* The parameter table of cfg's architecture (params.c): fills model->params and the indexes.
+ * A config whose layers need more tensors than the checkpoint's `tensors` is refused, naming
+ * config_path and the field. */
+dt_status dt__hf_params_build(dt_hf_model *model, const char *config_path, size_t tensors);
 /* The placements of parameter p on the model's mesh. */
 void dt__hf_param_placements(const dt_hf_model *model, const hf_param *p, dt_placement *out);
 /* The parameter as the forward uses it: gathered over the FSDP dim (recorded by autograd),
@@ -86,8 +112,9 @@ dt_status dt__hf_param_use(const dt_hf_model *model, int index, dt_tensor **out)
 /* A local tensor made the same on every rank, replicated on the model's mesh (params.c): a new
  * reference in *out, `local` itself retained without a mesh; local stays the caller's. */
 dt_status dt__hf_replicated(const dt_hf_model *model, dt_tensor *local, dt_tensor **out);
-/* Llama's rotary inverse frequencies into model->rope_inv (rope.c). */
-dt_status dt__hf_rope_init(dt_hf_model *model);
+/* Llama's rotary inverse frequencies into model->rope_inv (rope.c); a frequency that is not
+ * finite is refused naming config_path and the fields. */
+dt_status dt__hf_rope_init(dt_hf_model *model, const char *config_path);
 /* cos and sin [T, head_dim] of positions past .. past + T - 1 (replicated on the model's mesh),
  * made with arange, mul, cat, cos and sin: new references. */
 dt_status dt__hf_rope_tables(const dt_hf_model *model, int64_t past, int64_t T, dt_tensor **cos_out,

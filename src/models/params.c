@@ -154,13 +154,25 @@ static dt_status build_gpt2(table_builder *b) {
   return m->global_index[G_HEAD] < 0 || m->global_index[G_NORM_B] < 0 ? DT_ERR_INVALID : DT_OK;
 }
 
-dt_status dt__hf_params_build(dt_hf_model *m) {
+dt_status dt__hf_params_build(dt_hf_model *m, const char *config_path, size_t tensors) {
   const dt_hf_config *c = &m->cfg;
-  const int64_t per_layer = L_COUNT;
-  if (c->num_layers > (HF_MAX_PARAMS - 8) / per_layer)
-    return dt__error(DT_ERR_UNSUPPORTED, "dt_hf_model_load: %lld layers is more than %lld",
-                     (long long)c->num_layers, (long long)((HF_MAX_PARAMS - 8) / per_layer));
-  int capacity = (int)(c->num_layers * per_layer + 8);
+  /* Each layer needs at least this many tensors of the checkpoint (Llama: 2 norms and 7
+   * linears; GPT-2: 12, c_attn counted once): a config asking for more layers than the
+   * checkpoint can hold is refused before the table is made, so the table's size follows
+   * the files' (the 113-layer cap it replaces refused Llama 3.1 405B's 126). */
+  const bool llama = c->arch == DT_HF_LLAMA;
+  const int64_t per_layer = llama ? 9 : 12;
+  if (c->num_layers > (int64_t)(tensors / (size_t)per_layer))
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: \"%s\" %lld needs at least %lld tensors, the "
+                     "checkpoint holds %zu",
+                     config_path, llama ? "num_hidden_layers" : "n_layer", (long long)c->num_layers,
+                     (long long)(c->num_layers * per_layer), tensors);
+  if (c->num_layers > (INT32_MAX - 8) / L_COUNT)
+    return dt__error(DT_ERR_UNSUPPORTED, "dt_hf_model_load: %s: \"%s\" %lld is too many layers",
+                     config_path, llama ? "num_hidden_layers" : "n_layer",
+                     (long long)c->num_layers);
+  int capacity = (int)(c->num_layers * L_COUNT + 8);
   m->params = dt__calloc(sizeof *m->params * (size_t)capacity);
   m->layer_index = dt__alloc(sizeof *m->layer_index * (size_t)(c->num_layers * L_COUNT));
   if (!m->params || !m->layer_index)

@@ -28,7 +28,7 @@ static float llama3_scaled(const dt_hf_config *c, float inv) {
   return medium ? smoothed : scaled;
 }
 
-dt_status dt__hf_rope_init(dt_hf_model *m) {
+dt_status dt__hf_rope_init(dt_hf_model *m, const char *config_path) {
   const dt_hf_config *c = &m->cfg;
   int64_t half = c->head_dim / 2;
   float *inv = dt__alloc(sizeof(float) * (size_t)(half > 0 ? half : 1));
@@ -38,6 +38,22 @@ dt_status dt__hf_rope_init(dt_hf_model *m) {
     float e = (float)(2 * i) / (float)c->head_dim;
     inv[i] = 1.0f / powf((float)c->rope_theta, e);
     if (c->rope_factor > 0) inv[i] = llama3_scaled(c, inv[i]);
+    /* Each field may be in range and their combination still overflow (a factor near
+     * FLT_MIN divides a frequency up to 1e38): an angle position x frequency that is infinite
+     * at the last position makes cos and sin NaN, and every logit with them. */
+    float last = inv[i] * (float)(c->max_positions - 1);
+    if (!isfinite(inv[i]) || !(inv[i] >= 0) || !isfinite(last)) {
+      dt__free(inv);
+      return dt__error(DT_ERR_INVALID,
+                       "dt_hf_model_load: %s: rotary frequency %lld is %g (%g at position %lld of "
+                       "max_position_embeddings) with rope_theta %g and scaling factor %g, "
+                       "low_freq_factor %g, high_freq_factor %g, "
+                       "original_max_position_embeddings %lld",
+                       config_path, (long long)i, (double)inv[i], (double)last,
+                       (long long)(c->max_positions - 1), c->rope_theta, c->rope_factor,
+                       c->rope_low_freq_factor, c->rope_high_freq_factor,
+                       (long long)c->rope_original_max_positions);
+    }
   }
   dt_status st = dt_from_data(inv, 1, &half, DT_F32, &m->rope_inv);
   dt__free(inv);
