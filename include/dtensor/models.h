@@ -142,9 +142,10 @@ DT_API int64_t dt_hf_kv_cache_length(const dt_hf_kv_cache *cache);
 DT_API dt_status dt_hf_model_forward(dt_hf_model *model, dt_tensor *input_ids,
                                      dt_hf_kv_cache *cache, dt_tensor **logits);
 
-/* The causal-LM loss of input_ids [B, T] (T >= 2): cross-entropy of the logits at positions
+/* The causal-LM loss of input_ids [B, T] (B >= 1, T >= 2): cross-entropy of the logits at positions
  * 0..T-2 against the ids at 1..T-1, the mean over the B * (T - 1) predictions (transformers'
- * labels = input_ids). A 0-d tensor (distributed with a mesh). Errors: as forward. */
+ * labels = input_ids). A 0-d tensor (distributed with a mesh). Errors: as forward, and
+ * DT_ERR_INVALID for B = 0 or T < 2 (no target positions: the mean would be NaN). */
 DT_API dt_status dt_hf_model_loss(dt_hf_model *model, dt_tensor *input_ids, dt_tensor **loss);
 
 /* Sampling of dt_hf_generate. Zero-initialised: greedy. */
