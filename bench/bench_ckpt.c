@@ -19,13 +19,16 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bench_machine.h"
 #include "bench_util.h"
+#include "core/core_impl.h"
 #include "dtensor/dtensor.h"
 #include "tools.h"
 
@@ -62,8 +65,11 @@ static dt_status raw_io(const char *dir, int rank, const void *data, size_t byte
   bool ok = fd >= 0 && done == bytes && fsync(fd) == 0;
   if (fd >= 0) close(fd);
   if (!st) st = dt_comm_barrier(world);
+  int err = errno;
   *write_us = bench_now_us() - t0;
-  if (!ok) return DT_ERR_IO;
+  if (!ok)
+    return dt__error(DT_ERR_IO, "bench ckpt: writing %s failed: %s", path,
+                     strerror(err ? err : EIO));
   if (!st) st = dt_comm_barrier(world);
   t0 = bench_now_us();
   fd = open(path, O_RDONLY);
@@ -77,7 +83,8 @@ static dt_status raw_io(const char *dir, int rank, const void *data, size_t byte
   if (!st) st = dt_comm_barrier(world);
   *read_us = bench_now_us() - t0;
   unlink(path);
-  return st ? st : done == bytes ? DT_OK : DT_ERR_IO;
+  if (st) return st;
+  return done == bytes ? DT_OK : dt__error(DT_ERR_IO, "bench ckpt: reading %s back failed", path);
 }
 
 static dt_status ckpt_rank(dt_comm *world, void *arg) {
@@ -308,13 +315,36 @@ static int bench_ckpt_many(const char *dir, int n, bool json) {
   return 0;
 }
 
+/* --size: a whole number of bytes with an optional K, M or G; -1 for anything else ("1X"
+ * was read as 1). */
 static long long parse_size(const char *s) {
   char *end = NULL;
+  errno = 0;
   long long v = strtoll(s, &end, 10);
-  if (end && (*end == 'K' || *end == 'k')) v *= 1024;
-  if (end && (*end == 'M' || *end == 'm')) v *= 1024 * 1024;
-  if (end && (*end == 'G' || *end == 'g')) v *= 1024LL * 1024 * 1024;
-  return v;
+  if (errno || end == s || v < 0) return -1;
+  long long unit = 1;
+  if (*end == 'K' || *end == 'k')
+    unit = 1024, end++;
+  else if (*end == 'M' || *end == 'm')
+    unit = 1024 * 1024, end++;
+  else if (*end == 'G' || *end == 'g')
+    unit = 1024LL * 1024 * 1024, end++;
+  if (*end || v > INT64_MAX / unit) return -1;
+  return v * unit;
+}
+
+/* --dir must be a directory this process can write: said up front, naming it and why. */
+static bool dir_usable(const char *dir) {
+  struct stat sb;
+  const char *why = NULL;
+  if (stat(dir, &sb) != 0)
+    why = strerror(errno);
+  else if (!S_ISDIR(sb.st_mode))
+    why = strerror(ENOTDIR);
+  else if (access(dir, W_OK | X_OK) != 0)
+    why = strerror(errno);
+  if (why) fprintf(stderr, "bench ckpt: --dir %s: %s\n", dir, why);
+  return why == NULL;
 }
 
 int bench_suite_ckpt(int argc, char **argv) {
@@ -325,7 +355,14 @@ int bench_suite_ckpt(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--many") == 0 && i + 1 < argc) many = atoi(argv[++i]);
     if (strcmp(argv[i], "--1g") == 0) size = 1LL << 30;
-    if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) size = parse_size(argv[++i]);
+    if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
+      size = parse_size(argv[++i]);
+      if (size < 0) {
+        fprintf(stderr, "bench ckpt: --size wants bytes with an optional K, M or G, got '%s'\n",
+                argv[i]);
+        return 2;
+      }
+    }
     if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) dir = argv[++i];
     if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
   }
@@ -333,6 +370,7 @@ int bench_suite_ckpt(int argc, char **argv) {
     fprintf(stderr, "bench ckpt: --many %d is outside 1..10000000\n", many);
     return 2;
   }
+  if (!dir_usable(dir)) return 2;
   if (many > 0) return bench_ckpt_many(dir, many, json);
   int64_t rows = size / (N_TENSORS * COLS * 4);
   if (reps < 1 || reps > MAX_REPS) {

@@ -180,7 +180,9 @@ static int tool_ckpt_inspect(int argc, char **argv) {
   }
   struct stat sb;
   if (stat(path, &sb) != 0) {
-    fprintf(stderr, "dtensor ckpt inspect: %s: no such file or directory\n", path);
+    fputs("dtensor ckpt inspect: ", stderr);
+    dt__escape_write(stderr, path, -1);
+    fputs(": no such file or directory\n", stderr);
     return 1;
   }
   return S_ISDIR(sb.st_mode) ? inspect_checkpoint(path, json) : inspect_file(path, json);

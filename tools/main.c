@@ -72,5 +72,7 @@ int main(int argc, char **argv) {
   if (core && setenv("OPENBLAS_CORETYPE", core, 1) == 0 &&
       setenv("DT_OPENBLAS_CORETYPE_CHOSEN", core, 1) == 0)
     execv("/proc/self/exe", argv);
+  /* The library reports what it ignores (DT_NUM_THREADS=abc) through the log callback only. */
+  tool_log_to_stderr();
   return tool_dispatch("dtensor", commands, "command", argc, argv);
 }

@@ -1,0 +1,49 @@
+#!/bin/sh
+# The dtensor tool says what it ignores or cannot do (issue 35 item 11): library warnings about
+# DT_* variables reach stderr through the tool's log callback; bench ckpt refuses a --size with
+# a stray suffix and names a --dir it cannot use with the reason; a library message quoting a
+# file's string is printed escaped.
+# Usage: cli_tool_reports.sh PATH/TO/dtensor
+set -u
+tool=$1
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# A command that runs kernels (the thread pool reads DT_NUM_THREADS) on 2 ranks (the threads
+# backend reads DT_COMM_TIMEOUT_MS).
+err=$(DT_NUM_THREADS=abc DT_COMM_TIMEOUT_MS=5s "$tool" demo tp --world 2 2>&1 >/dev/null)
+echo "$err" | grep -q 'dtensor: warning: DT_NUM_THREADS="abc" is not an integer' ||
+  fail "no DT_NUM_THREADS warning: $err"
+echo "$err" | grep -q 'dtensor: warning: DT_COMM_TIMEOUT_MS="5s"' ||
+  fail "no DT_COMM_TIMEOUT_MS warning: $err"
+# The warning quotes the variable's value: a terminal escape in it is shown, not obeyed.
+esc=$(printf '\033]0;x')
+err=$(DT_NUM_THREADS="$esc" "$tool" demo tp --world 2 2>&1 >/dev/null)
+echo "$err" | grep -q 'DT_NUM_THREADS="\\x1b]0;x"' || fail "the value is not escaped: $err"
+case "$err" in *"$esc"*) fail "a raw ESC reached stderr" ;; esac
+
+for size in 1X 12KB 5mm -1 ''; do
+  err=$("$tool" bench ckpt --size "$size" --dir "$tmp" 2>&1)
+  rc=$?
+  [ $rc -eq 2 ] || fail "--size '$size': exit $rc"
+  echo "$err" | grep -q -- "--size wants bytes" || fail "--size '$size': $err"
+done
+err=$("$tool" bench ckpt --dir "$tmp/missing" 2>&1)
+[ $? -eq 2 ] || fail "a missing --dir ran"
+echo "$err" | grep -q -- "--dir $tmp/missing: No such file or directory" || fail "missing: $err"
+: >"$tmp/file"
+err=$("$tool" bench ckpt --dir "$tmp/file" 2>&1)
+[ $? -eq 2 ] || fail "a file as --dir ran"
+echo "$err" | grep -q -- "--dir $tmp/file: Not a directory" || fail "file: $err"
+
+# ckpt inspect of a file whose name holds an escape, missing and then not a safetensors file
+# (the library's message quotes the name): each message shows it.
+for what in missing garbage; do
+  [ $what = garbage ] && echo "not safetensors" >"$tmp/a${esc}b.safetensors"
+  err=$("$tool" ckpt inspect "$tmp/a${esc}b.safetensors" 2>&1)
+  case "$err" in *"$esc"*) fail "ckpt inspect ($what) printed a raw ESC: $err" ;; esac
+  echo "$err" | grep -q 'a\\x1b]0;xb' || fail "ckpt inspect ($what): $err"
+done
+exit $failures
