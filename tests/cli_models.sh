@@ -46,6 +46,15 @@ got=$(ids "$tmp/eos" --prompt-ids 5,9,3 --max-new 8)
 [ "$(ids "$tmp/eos" --prompt-ids 5,9,3 --max-new 8 --ignore-eos)" = "$full" ] ||
   fail "--ignore-eos did not run to --max-new"
 
+# An int64 [0, 8] batch: no target positions. The loss was -nan, the tool exited 0 and saved.
+hdr='{"input_ids":{"dtype":"I64","shape":[0,8],"data_offsets":[0,0]}}'
+printf "$(printf '\\%03o' ${#hdr})\\000\\000\\000\\000\\000\\000\\000%s" "$hdr" >"$tmp/empty.safetensors"
+err=$("$tool" finetune --model "$hf/llama_tiny" --data "$tmp/empty.safetensors" --steps 1 \
+  --out "$tmp/ft_empty" 2>&1)
+[ $? -ne 0 ] || fail "finetune on an empty batch exited 0: $err"
+echo "$err" | grep -q "has no rows" || fail "finetune on an empty batch: $err"
+[ ! -e "$tmp/ft_empty" ] || fail "finetune on an empty batch saved $tmp/ft_empty"
+
 "$tool" generate --model "$hf/llama_tiny" --prompt-ids 1,x >/dev/null 2>&1 && fail "bad ids accepted"
 "$tool" generate --model "$tmp/none" --prompt-ids 1 >/dev/null 2>&1 && fail "missing model accepted"
 "$tool" finetune --model "$hf/llama_tiny" >/dev/null 2>&1 && fail "finetune without --data accepted"

@@ -203,6 +203,9 @@ Test(hf_model_errors, a_failed_save_leaves_config_json_whole) {
   dt_status st = dt_hf_model_save(m, dir);
   cr_assert_eq(st, DT_ERR_IO, "%s: %s", dt_status_string(st), dt_last_error());
   cr_assert(strstr(dt_last_error(), "model.safetensors"), "%s", dt_last_error());
+  /* Named for the function called, not the one inside it. */
+  cr_assert(strncmp(dt_last_error(), "dt_hf_model_save: ", 18) == 0, "%s", dt_last_error());
+  cr_assert(!strstr(dt_last_error(), "dt_safetensors_save"), "%s", dt_last_error());
   path_in(path, sizeof path, dir, "config.json");
   FILE *f = fopen(path, "r");
   cr_assert_not_null(f);

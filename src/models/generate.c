@@ -261,6 +261,16 @@ static dt_status gathered(const dt_hf_model *m, int i, dt_tensor **out) {
   return st;
 }
 
+/* An error of dt_safetensors_save, named for the function the user called. */
+static dt_status as_save_error(dt_status st) {
+  static const char inner[] = "dt_safetensors_save: ";
+  const char *message = dt_last_error();
+  if (strncmp(message, inner, sizeof inner - 1) != 0) return st;
+  char rest[1024];
+  snprintf(rest, sizeof rest, "%s", message + sizeof inner - 1);
+  return dt__error(st, "dt_hf_model_save: %s", rest);
+}
+
 /* The writer's part of dt_hf_model_save: the weights, then config.json, each written to a
  * temporary and renamed in place, so a failure leaves the old files whole. */
 static dt_status write_files(const dt_hf_model *m, const char *dir, int n, const char **names,
@@ -271,7 +281,7 @@ static dt_status write_files(const dt_hf_model *m, const char *dir, int n, const
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   const char *keys[1] = {"format"}, *values[1] = {"pt"};
   dt_status st = dt_safetensors_save(path, n, names, tensors, 1, keys, values);
-  if (st) return st;
+  if (st) return as_save_error(st);
   snprintf(path, sizeof path, "%s/config.json", dir);
   dt__output_file output;
   FILE *f = dt__output_open(&output, path);
