@@ -90,12 +90,17 @@ typedef struct dt_hf_model dt_hf_model;
  * architecture other than the two, a rope type other than default/llama3, an activation
  * other than SiLU / GELU-tanh: the message names config.json and the value; built without
  * cJSON), DT_ERR_INVALID (a config field missing or out of range (an integer must lie in
- * [0, 4e15], heads x head_dim too; rope_theta and llama3 rope_scaling factors must be > 0 in
- * float32, where the rotary tables are computed, and the norm epsilon >= 0; an eos_token_id list
+ * [0, 4e15], heads x head_dim too; rope_theta must be > 0 and finite in float32, where the
+ * rotary tables are computed, llama3's factor, low_freq_factor and high_freq_factor positive
+ * normal float32 values (high > low), every rotary angle up to max_position_embeddings finite,
+ * and the norm epsilon > 0; more layers than the checkpoint holds tensors for; an eos_token_id list
  * longer than DT_HF_MAX_EOS; a bos_token_id, an eos_token_id, or an entry of a list of them,
  * outside [0, vocab_size): the message names the field, the value and vocab_size), a tensor missing
  * from the checkpoint, or with a shape that disagrees with config.json: the message names the file,
- * the tensor and both shapes), the errors of dt_safetensors_open. */
+ * the tensor and both shapes; config.json or the index with a UTF-8 BOM, text after the
+ * JSON value, or a key twice in one object (Python keeps the last, so both readers would not
+ * agree): the message names the file and the key; strings of the files are quoted escaped),
+ * the errors of dt_safetensors_open. */
 DT_API dt_status dt_hf_model_load(const char *dir, dt_mesh *mesh, const dt_hf_plan *plan,
                                   dt_hf_model **out);
 
