@@ -43,13 +43,14 @@ dt_status dt__hf_rope_init(dt_hf_model *m, const char *config_path) {
      * at the last position makes cos and sin NaN, and every logit with them. */
     float last = inv[i] * (float)(c->max_positions - 1);
     if (!isfinite(inv[i]) || !(inv[i] >= 0) || !isfinite(last)) {
+      double frequency = (double)inv[i];
       dt__free(inv);
       return dt__error(DT_ERR_INVALID,
                        "dt_hf_model_load: %s: rotary frequency %lld is %g (%g at position %lld of "
                        "max_position_embeddings) with rope_theta %g and scaling factor %g, "
                        "low_freq_factor %g, high_freq_factor %g, "
                        "original_max_position_embeddings %lld",
-                       config_path, (long long)i, (double)inv[i], (double)last,
+                       config_path, (long long)i, frequency, (double)last,
                        (long long)(c->max_positions - 1), c->rope_theta, c->rope_factor,
                        c->rope_low_freq_factor, c->rope_high_freq_factor,
                        (long long)c->rope_original_max_positions);
