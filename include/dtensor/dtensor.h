@@ -35,6 +35,7 @@
 #include "dtensor/mode.h"
 #include "dtensor/models.h"
 #include "dtensor/nn.h"
+#include "dtensor/transformer.h"
 #include "dtensor/ops.h"
 #include "dtensor/optim.h"
 #include "dtensor/profile.h"

@@ -106,6 +106,28 @@ DT_API dt_tensor *dt_tensor_retain(dt_tensor *t);
  * NULL is allowed. Thread-safe. */
 DT_API void dt_tensor_release(dt_tensor *t);
 
+/* A list of temporaries released together: code that makes many intermediate tensors (a
+ * model's forward) keeps each on the list and releases them all at the end, on success and on
+ * failure alike. A plain struct, zero-initialised (DT_TENSOR_LIST_INIT) on the stack:
+ *   dt_tensor_list tmp = DT_TENSOR_LIST_INIT;
+ *   dt_tensor *h = dt_tensor_list_keep(&tmp, made_by_an_op);
+ *   ...
+ *   dt_tensor_list_release(&tmp);
+ * Not thread-safe (one list per thread). */
+typedef struct dt_tensor_list {
+  dt_tensor **items;
+  int count, capacity;
+} dt_tensor_list;
+#define DT_TENSOR_LIST_INIT {NULL, 0, 0}
+/* Takes over the caller's reference to t and returns t (NULL is returned as NULL and nothing
+ * kept). When the list cannot grow, t is released at once, NULL returned and the error set
+ * (DT_ERR_NOMEM): a caller passing the result to the next op gets that op's NULL-argument
+ * error, or checks it. NULL list: t is released, NULL returned. */
+DT_API dt_tensor *dt_tensor_list_keep(dt_tensor_list *list, dt_tensor *t);
+/* Releases every tensor on the list (last kept first) and frees its array; the list is empty
+ * and reusable afterwards. NULL is ignored. */
+DT_API void dt_tensor_list_release(dt_tensor_list *list);
+
 /* ---- Creation (local tensors) -------------------------------------------------------- */
 /* Each creates a new contiguous tensor and hands the caller one reference. Errors:
  * DT_ERR_INVALID (NULL out, ndim outside 0..DT_MAX_DIMS, negative size, NULL shape with

@@ -33,7 +33,8 @@ struct dt_module {
   } hooks[DT_MODULE_MAX_HOOKS];
   int64_t size; /* LayerNorm: normalized dim */
   double eps;
-  bool checkpoint; /* activation checkpointing (checkpoint.c) */
+  bool checkpoint;                  /* activation checkpointing (checkpoint.c) */
+  void (*release_user)(void *user); /* a built-in module's own state (dt__module_set_release) */
 };
 
 /* ---- Creation ------------------------------------------------------------------------------- */
@@ -67,6 +68,7 @@ void dt_module_destroy(dt_module *m) {
   for (int i = 0; i < m->n_children; i++) dt_module_destroy(m->children[i]);
   for (int i = 0; i < m->n_tensors; i++) dt_tensor_release(m->tensors[i]);
   clear_hooks(m);
+  if (m->release_user) m->release_user(m->user);
   dt__free(m);
 }
 
@@ -164,6 +166,14 @@ static dt_status add_owned(dt_module *m, const char *name, dt_tensor *t, bool bu
 
 /* ---- Inspection -------------------------------------------------------------------------------
  */
+
+void dt__module_set_release(dt_module *m, void (*release)(void *user)) {
+  if (m) m->release_user = release;
+}
+
+bool dt__module_released_by(const dt_module *m, void (*release)(void *user)) {
+  return m && release && m->release_user == release;
+}
 
 const char *dt_module_type(const dt_module *m) { return m ? m->type : NULL; }
 void *dt_module_user(const dt_module *m) { return m ? m->user : NULL; }
@@ -443,6 +453,10 @@ static dt_status layer_norm_forward(dt_module *m, dt_tensor *x, dt_tensor **out)
                        dt_module_parameter(m, "bias"), m->eps, out);
 }
 
+static dt_status rms_norm_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
+  return dt_rms_norm(x, 1, &m->size, dt_module_parameter(m, "weight"), m->eps, out);
+}
+
 static dt_status batch_norm_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
   return dt_batch_norm(x, dt_module_buffer(m, "running_mean"), dt_module_buffer(m, "running_var"),
                        dt_module_parameter(m, "weight"), dt_module_parameter(m, "bias"), m->eps,
@@ -601,6 +615,17 @@ dt_status dt_nn_layer_norm(int64_t normalized_dim, double eps, dt_module **out) 
   dt_module *m;
   dt_status st = norm_module("LayerNorm", layer_norm_forward, normalized_dim, eps, out, &m);
   if (!st) m->size = normalized_dim;
+  return finish(m, st, out);
+}
+
+dt_status dt_nn_rms_norm(int64_t dim, double eps, dt_module **out) {
+  dt_module *m = NULL;
+  dt_status st = check_norm("dt_nn_rms_norm", dim, eps, out);
+  if (!st) st = dt_module_create("RMSNorm", rms_norm_forward, NULL, &m);
+  if (st) return st;
+  m->eps = eps;
+  m->size = dim;
+  st = add_filled(m, "weight", 1, &dim, DT_F32, 1.0, false, st);
   return finish(m, st, out);
 }
 

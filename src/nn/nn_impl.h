@@ -5,6 +5,7 @@
 
 #include "dtensor/autograd.h"
 #include "dtensor/nn.h"
+#include "dtensor/transformer.h"
 
 /* A module's forward without checkpointing (modules.c: its hooks and forward, recorded). */
 typedef dt_status (*dt__plain_forward_fn)(dt_module *m, dt_tensor *input, dt_tensor **out);
@@ -20,5 +21,18 @@ dt_status dt__checkpoint_forward(dt_module *m, const char *type, bool params_req
 /* The user pointer of m's hook pair whose pre hook is `pre` (a wrapper finding its own state
  * on a module, e.g. dt_parallel_fsdp_set_gradient_sync), or NULL. */
 void *dt__module_hook_user(const dt_module *m, dt_hook_fn pre);
+
+/* A built-in module's own state in its user pointer: release(user) runs when the module is
+ * destroyed (transformer.c's Attention). dt__module_released_by tells whether m's state is
+ * released by `release`, i.e. whether m is such a module (its user pointer is that state). */
+void dt__module_set_release(dt_module *m, void (*release)(void *user));
+bool dt__module_released_by(const dt_module *m, void (*release)(void *user));
+
+/* The KV cache's side of an Attention forward (kv_cache.c). With x NULL: *past receives the
+ * positions `layer` holds (committed and pending). Else x (keys: which 0, values: 1) is
+ * appended along dim 2 to what the layer holds: *out (kept on tmp) for this forward, and a
+ * detached contiguous copy becomes the layer's pending entry. */
+dt_status dt__nn_kv_cache_extend(dt_nn_kv_cache *cache, int layer, int which, dt_tensor *x,
+                                 dt_tensor_list *tmp, dt_tensor **out, int64_t *past);
 
 #endif /* DT_NN_IMPL_H */

@@ -1,0 +1,169 @@
+/*
+ * libdtensor — transformer modules: the parts decoder-only language models are made of, as
+ * modules (dtensor/nn.h) with PyTorch's and Hugging Face's names, so that a model is a plain
+ * module tree every parallel wrapper applies to (dt_parallel_tp_module, dt_parallel_fsdp,
+ * dt_module_set_checkpoint).
+ *
+ *   RMSNorm(dim, eps)        weight [dim] (ones): x * rsqrt(mean(x^2) + eps) * weight
+ *   MLP (SwiGLU)             gate_proj, up_proj [hidden, dim], down_proj [dim, hidden]:
+ *                            down(silu(gate(x)) * up(x))
+ *   MLP (GELU)               c_fc [hidden, dim], c_proj [dim, hidden]: proj(gelu(fc(x)))
+ *   Attention                q_proj [H * hd, dim], k_proj / v_proj [Hk * hd, dim], o_proj
+ *                            [dim, H * hd]; grouped-query heads (H a multiple of Hk), rotary
+ *                            embeddings, causal or given masks, a KV cache
+ *   TransformerBlock         pre-norm: x + attn(norm1(x)), then + mlp(norm2(.))
+ *
+ * Inputs are [batch, seq, dim]. Under tensor parallelism (colwise q/k/v and gate/up, rowwise o
+ * and down, PyTorch's default local outputs) an Attention sees this rank's heads: the head
+ * counts are read off the projected tensors (their features / head_dim), so the same module
+ * runs whole or sharded; the heads must then split evenly.
+ *
+ * Temporaries: each forward releases what it made before returning (dt_tensor_list,
+ * dtensor/tensor.h).
+ */
+#ifndef DTENSOR_TRANSFORMER_H
+#define DTENSOR_TRANSFORMER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtensor/core.h"
+#include "dtensor/nn.h"
+#include "dtensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* RMSNorm over the last dim (PyTorch's nn.RMSNorm, Hugging Face's LlamaRMSNorm): one parameter
+ * "weight" [dim], ones. Errors: DT_ERR_INVALID (NULL out, dim < 1, eps not finite or <= 0),
+ * DT_ERR_NOMEM. */
+DT_API dt_status dt_nn_rms_norm(int64_t dim, double eps, dt_module **out);
+
+typedef enum dt_nn_mlp_kind {
+  DT_NN_MLP_SWIGLU = 0,    /* Llama, Mistral, Qwen: down(silu(gate(x)) * up(x)) */
+  DT_NN_MLP_GELU = 1,      /* proj(gelu(fc(x))), the exact erf GELU */
+  DT_NN_MLP_GELU_TANH = 2, /* GPT-2's "gelu_new": the tanh approximation */
+} dt_nn_mlp_kind;
+
+/* Options of dt_nn_transformer_mlp. Zero-initialised: SwiGLU, no biases, seed 0, the default
+ * names. */
+typedef struct dt_nn_mlp_options {
+  dt_nn_mlp_kind kind;
+  bool bias; /* every Linear has a bias */
+  uint64_t seed;
+  /* Child names; NULL entries take the defaults: SwiGLU "gate_proj", "up_proj", "down_proj";
+   * GELU [0] "c_fc", [1] "c_proj" ([2] unused). */
+  const char *names[3];
+} dt_nn_mlp_options;
+
+/* A transformer MLP of type "MLP": dim -> hidden -> dim. options may be NULL (defaults).
+ * Errors: DT_ERR_INVALID (NULL out, sizes < 1, an unknown kind, a bad or repeated name),
+ * DT_ERR_NOMEM. */
+DT_API dt_status dt_nn_transformer_mlp(int64_t dim, int64_t hidden,
+                                       const dt_nn_mlp_options *options, dt_module **out);
+
+/* A KV cache: per layer the keys and values of the positions seen so far
+ * ([batch, kv_heads, positions, head_dim] as the attention of that layer holds them: this
+ * rank's heads under TP). Attention forwards append to a pending copy; dt_nn_kv_cache_commit
+ * makes the appended positions part of the cache and dt_nn_kv_cache_discard drops them, so a
+ * model forward that fails at any op leaves the cache as it was. */
+typedef struct dt_nn_kv_cache dt_nn_kv_cache;
+
+/* An empty cache of n_layers layers. The caller owns *out (dt_nn_kv_cache_destroy).
+ * Errors: DT_ERR_INVALID (NULL out, n_layers < 1), DT_ERR_NOMEM. */
+DT_API dt_status dt_nn_kv_cache_create(int n_layers, dt_nn_kv_cache **out);
+/* Frees the cache and the tensors it holds. NULL is ignored. */
+DT_API void dt_nn_kv_cache_destroy(dt_nn_kv_cache *cache);
+/* Committed positions (0 for NULL). */
+DT_API int64_t dt_nn_kv_cache_length(const dt_nn_kv_cache *cache);
+/* Layers of the cache (0 for NULL). */
+DT_API int dt_nn_kv_cache_layers(const dt_nn_kv_cache *cache);
+/* Makes the positions every layer appended since the last commit or discard part of the cache.
+ * Errors: DT_ERR_INVALID (NULL cache; layers that appended different numbers of positions, or
+ * some layers and not others: the pending positions are then discarded). */
+DT_API dt_status dt_nn_kv_cache_commit(dt_nn_kv_cache *cache);
+/* Drops what was appended since the last commit. NULL is ignored. */
+DT_API void dt_nn_kv_cache_discard(dt_nn_kv_cache *cache);
+
+/* Options of dt_nn_attention. n_heads is required; the rest zero-initialised means: as many kv
+ * heads as heads, head_dim = dim / n_heads, no biases, no rotary embedding, seed 0. */
+typedef struct dt_nn_attention_options {
+  int64_t n_heads;
+  int64_t n_kv_heads; /* 0: n_heads; must divide n_heads */
+  int64_t head_dim;   /* 0: dim / n_heads (which must then divide evenly) */
+  bool qkv_bias;      /* q_proj, k_proj, v_proj have biases (GPT-2, Qwen2) */
+  bool out_bias;      /* o_proj has a bias (GPT-2) */
+  /* Rotary embeddings (Llama's rotate-half layout) over the whole head: rope_theta > 0 gives
+   * the inverse frequencies theta^(-2i / head_dim) in float32; rope_inv_freq (may be NULL;
+   * float32 [head_dim / 2], copied) gives them directly (Llama 3's scaled ones) and wins.
+   * Neither: no rotary embedding (GPT-2 adds learned positions before the blocks). */
+  double rope_theta;
+  dt_tensor *rope_inv_freq;
+  uint64_t seed;
+  /* Child names; NULL entries take "q_proj", "k_proj", "v_proj", "o_proj". */
+  const char *names[4];
+} dt_nn_attention_options;
+
+/* Multi-head attention of type "Attention" over dt_scaled_dot_product_attention (fused; the kv
+ * heads are read in place, never repeated). Alone (dt_module_forward) it is causal over its
+ * input, positions from 0, without a cache; dt_nn_attention_set_context gives it a cache, a
+ * first position and a mask. Errors: DT_ERR_INVALID (NULL out or options, dim or n_heads < 1,
+ * kv heads not dividing heads, a head_dim that does not fit, an odd head_dim with rotary, a
+ * rope_inv_freq not float32 [head_dim / 2], rope_theta not finite or < 0), DT_ERR_NOMEM. */
+DT_API dt_status dt_nn_attention(int64_t dim, const dt_nn_attention_options *options,
+                                 dt_module **out);
+
+/* Where one forward of an Attention stands. Zero-initialised: causal, positions from 0, no
+ * cache. */
+typedef struct dt_nn_attention_context {
+  /* The cache and this attention's layer in it: the forward attends to the layer's committed
+   * and pending keys/values followed by its own, and appends its own as pending (commit after
+   * the whole model's forward). The first position is then the cache's length plus what this
+   * layer has pending. */
+  dt_nn_kv_cache *cache;
+  int layer;
+  /* Positions of the first query without a cache (a chunk after positions held elsewhere). */
+  int64_t position;
+  /* NULL: causal (query i sees the keys up to its own position). Else bool (true: the pair
+   * takes part) or of the queries' dtype (added to the scores), broadcasting to
+   * [batch, heads, queries, keys], used instead: padding masks. */
+  dt_tensor *mask;
+} dt_nn_attention_context;
+
+/* Sets the context the Attention's next forwards run in (copied; the mask is retained until
+ * replaced). NULL restores the default. The cache must outlive the forwards that use it.
+ * Errors: DT_ERR_INVALID (NULL attention or not an Attention, layer outside the cache, a
+ * negative position). */
+DT_API dt_status dt_nn_attention_set_context(dt_module *attention,
+                                             const dt_nn_attention_context *context);
+
+/* The norm of a block. */
+typedef enum dt_nn_norm_kind {
+  DT_NN_NORM_RMS = 0,   /* RMSNorm (Llama) */
+  DT_NN_NORM_LAYER = 1, /* LayerNorm with bias (GPT-2) */
+} dt_nn_norm_kind;
+
+/* Options of dt_nn_transformer_block. */
+typedef struct dt_nn_block_options {
+  dt_nn_norm_kind norm;
+  double norm_eps; /* > 0 */
+  dt_nn_attention_options attention;
+  int64_t hidden; /* the MLP's hidden size */
+  dt_nn_mlp_options mlp;
+  /* Child names; NULL entries take Hugging Face Llama's "input_layernorm", "self_attn",
+   * "post_attention_layernorm", "mlp" (GPT-2's are "ln_1", "attn", "ln_2", "mlp"). */
+  const char *names[4];
+} dt_nn_block_options;
+
+/* A pre-norm decoder block of type "TransformerBlock": h = x + attn(norm1(x)); out = h +
+ * mlp(norm2(h)). Its Attention is the child names[1] (dt_module_find). Errors: those of the
+ * parts, DT_ERR_INVALID (NULL out or options, norm_eps not finite or <= 0, hidden < 1). */
+DT_API dt_status dt_nn_transformer_block(int64_t dim, const dt_nn_block_options *options,
+                                         dt_module **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DTENSOR_TRANSFORMER_H */
