@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on a CPU machine (Debian, with network): downloads the Debian packages that a bare GPU
-# machine may lack for scripts/device-check.sh — OpenBLAS, cJSON, Criterion, pkg-config and
-# their run-time libraries — into .device-pack/ (ignored by git), with a MANIFEST. The device
+# machine may lack for scripts/device-check.sh — OpenBLAS, cJSON, DLPack's header, Criterion,
+# pkg-config and their run-time libraries — into .device-pack/ (ignored by git), with a MANIFEST. The device
 # tool carries that folder with the working tree (name it in `carry`); device-check.sh unpacks
 # the packages into a private prefix there (dpkg-deb -x, never into /).
 #
@@ -20,6 +20,7 @@ packages=(
   pkg-config pkgconf pkgconf-bin libpkgconf3
   libopenblas-dev libopenblas-pthread-dev libopenblas0 libopenblas0-pthread libgfortran5 libquadmath0
   libcjson-dev libcjson1
+  libdlpack-dev
   libcriterion-dev libcriterion3 libboxfort-dev libgit2-1.5 libnanomsg5 libhttp-parser2.9
   libmbedtls14 libmbedx509-1 libmbedcrypto7 libssh2-1
 )
