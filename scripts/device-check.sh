@@ -212,23 +212,24 @@ site_dirs=()
 for py in python3 /opt/torch/.venv/bin/python3; do
   command -v "$py" > /dev/null 2>&1 || continue
   while IFS= read -r d; do [ -d "$d/nvidia" ] && site_dirs+=("$d"); done < <(
-    "$py" -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2> /dev/null)
+    "$py" -c 'import sys; print("\n".join(p for p in sys.path if p))' 2> /dev/null)
 done
-# find_lib NAME: the first libNAME.so or libNAME.so.<n> in the toolkit, the system or a wheel.
+# find_lib NAME: the first libNAME.so or libNAME.so.<n> in the toolkit, a wheel (the one
+# PyTorch uses, built for this toolkit), or the system.
 find_lib() {
   local d f
   for d in "$toolkit/lib64" "$toolkit/lib" "$toolkit/targets/x86_64-linux/lib" \
-    /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/lib \
     "${site_dirs[@]/%//nvidia/nccl/lib}" "${site_dirs[@]/%//nvidia/cu13/lib}" \
-    "${site_dirs[@]/%//nvidia/cublas/lib}"; do
+    "${site_dirs[@]/%//nvidia/cublas/lib}" /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/lib; do
     for f in "$d/lib$1.so" "$d"/lib"$1".so.[0-9]*; do [ -e "$f" ] && { echo "$f"; return; }; done
   done
 }
 find_header() { # find_header FILE: the folder that holds FILE
   local d
-  for d in "$toolkit/include" "$toolkit/targets/x86_64-linux/include" /usr/include /usr/local/include \
-    ${prefix:+"$prefix/usr/include"} "${site_dirs[@]/%//nvidia/nccl/include}" \
-    "${site_dirs[@]/%//nvidia/cu13/include}" "${site_dirs[@]/%//nvidia/cublas/include}"; do
+  for d in "$toolkit/include" "$toolkit/targets/x86_64-linux/include" \
+    "${site_dirs[@]/%//nvidia/nccl/include}" "${site_dirs[@]/%//nvidia/cu13/include}" \
+    "${site_dirs[@]/%//nvidia/cublas/include}" /usr/include /usr/local/include \
+    ${prefix:+"$prefix/usr/include"}; do
     [ -e "$d/$1" ] && { echo "$d"; return; }
   done
 }
@@ -246,6 +247,8 @@ if [ -n "$nccl_h" ] && [ -n "$nccl_lib" ]; then
   ln -sf "$nccl_h/nccl.h" "$libs/include/nccl.h"
   link_lib nccl "$nccl_lib"
   export NCCL_HOME="$libs"
+  # CMake is told, so that the NCCL it builds with is the one logged here.
+  cmake_libs+=(-DDT_NCCL_INCLUDE_DIR="$libs/include" -DDT_NCCL_LIBRARY="$libs/lib/libnccl.so")
   nccl_version=$(awk '/#define NCCL_(MAJOR|MINOR|PATCH) /{v = v (v ? "." : "") $3} END {print v}' "$nccl_h/nccl.h")
   say "NCCL $nccl_version: $nccl_h/nccl.h, $(readlink -f "$nccl_lib") (NCCL_HOME=$libs)"
 else
