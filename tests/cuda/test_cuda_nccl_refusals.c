@@ -6,6 +6,7 @@
  * Without NCCL in the build it skips (77).
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda/cuda_test.h"
 
@@ -71,6 +72,37 @@ static void plans(void) {
   nc_hello no_id[1] = {hello("a", 1, -1, "0000:01:00.0", "")};
   no_id[0].id_ok = 0;
   CHECK(dt__nccl_plan(no_id, 1, devices, message, sizeof message) == DT_ERR_COMM, "%s", message);
+  /* Two machines whose containers share a host name ("localhost"), told apart by the boot id
+   * (issue 39 item 2): each rank takes its own machine's cuda:0; with the host name alone the
+   * second rank was counted as rank 1 of a one-GPU host and refused. */
+  nc_hello twins[2] = {hello("localhost", 1, -1, "0000:01:00.0", ""),
+                       hello("localhost", 1, -1, "0000:01:00.0", "")};
+  snprintf(twins[0].boot, NC_BOOT, "%s", "11111111-1111-1111-1111-111111111111");
+  snprintf(twins[1].boot, NC_BOOT, "%s", "22222222-2222-2222-2222-222222222222");
+  devices[0] = devices[1] = -9;
+  CHECK(dt__nccl_plan(twins, 2, devices, message, sizeof message) == DT_OK, "%s", message);
+  CHECK(devices[0] == 0 && devices[1] == 0, "devices %d %d", devices[0], devices[1]);
+  CHECK(!dt__nc_same_host(&twins[0], &twins[1]), "two boot ids are one host");
+  /* The same boot id: one machine, and NCCL's rule applies again. */
+  snprintf(twins[1].boot, NC_BOOT, "%s", twins[0].boot);
+  CHECK(dt__nccl_plan(twins, 2, devices, message, sizeof message) == DT_ERR_UNSUPPORTED, "%s",
+        message);
+  /* This machine's identity: its host name and the kernel's boot id, as /proc says. */
+  nc_hello me;
+  memset(&me, 0x7f, sizeof me);
+  dt__nc_host_of(&me);
+  char name[NC_HOST] = {0}, boot[NC_BOOT] = {0};
+  CHECK(gethostname(name, sizeof name - 1) == 0 && strcmp(me.host, name) == 0, "host '%s'",
+        me.host);
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    CHECK(fgets(boot, sizeof boot, f) != NULL, "reading boot_id");
+    fclose(f);
+    boot[strcspn(boot, "\n")] = 0;
+    CHECK(strlen(me.boot) == 36 && strcmp(me.boot, boot) == 0, "boot '%s' vs '%s'", me.boot, boot);
+  } else {
+    CHECK(me.boot[0] == 0, "no boot_id, yet boot '%s'", me.boot);
+  }
 }
 
 static dt_status two_ranks(dt_comm *world, void *arg) {

@@ -419,6 +419,10 @@ dt_comm *dt__nc_wrap(ncclComm_t c, int device, nc_world *world, dt_comm *watch, 
   nc->watch = watch;
   cudaError_t e = cudaStreamCreateWithFlags(&nc->stream, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaMalloc((void **)&nc->scratch, sizeof *nc->scratch);
+  /* The barrier is an all_reduce of this int in place: zero it, so that it never reads (and
+   * sums) uninitialised memory. */
+  if (e == cudaSuccess) e = cudaMemsetAsync(nc->scratch, 0, sizeof *nc->scratch, nc->stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(nc->stream);
   if (e != cudaSuccess) {
     *status = dt__cuda_error(op, "the communication stream and scratch", e);
     goto fail;
@@ -540,6 +544,14 @@ static dt_status gather_on_device(dt_comm *comm, const char *op, uint32_t key, d
   return status == DT_OK ? nc_wait(comm, &w) : status;
 }
 
+/* A copy on the communicator's stream, ordered with the collectives queued there; `wait`: the
+ * host waits for the stream (the bytes are read back, or the staging is freed next). */
+static cudaError_t stream_copy(nc_comm *nc, void *dst, const void *src, size_t bytes,
+                               enum cudaMemcpyKind kind, bool wait) {
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, nc->stream);
+  return e == cudaSuccess && wait ? cudaStreamSynchronize(nc->stream) : e;
+}
+
 static dt_status nc_all_gather_object(dt_comm *comm, const void *data, size_t nbytes,
                                       dt_objects **out) {
   static const char op[] = "all_gather_object";
@@ -553,31 +565,37 @@ static dt_status nc_all_gather_object(dt_comm *comm, const void *data, size_t nb
   dt_status status = dt__cuda_use_device(op, nc->device);
   if (status == DT_OK && !lengths)
     status = dt__error(DT_ERR_NOMEM, "dt_comm_%s: out of memory", op);
+  /* The staging comes from the caching allocator and every copy runs on the communication
+   * stream: a synchronous cudaMemcpy on the legacy stream is not ordered with that
+   * non-blocking stream, and cudaMalloc/cudaFree synchronise the device. */
   cudaError_t e = cudaSuccess;
   if (status == DT_OK) {
-    e = cudaMalloc((void **)&dlen, sizeof *dlen * (size_t)(n + 1));
-    if (e == cudaSuccess) e = cudaMemcpy(dlen + n, &mine, sizeof mine, cudaMemcpyHostToDevice);
+    dlen = dt__cuda_device_alloc(nc->device, sizeof *dlen * (size_t)(n + 1));
+    e = dlen ? stream_copy(nc, dlen + n, &mine, sizeof mine, cudaMemcpyHostToDevice, false)
+             : cudaErrorMemoryAllocation;
     if (e != cudaSuccess) status = fail(comm, DT_ERR_ABORTED, op, "staging the lengths failed");
   }
   if (status == DT_OK) status = gather_on_device(comm, op, key, DT_I64, dlen + n, dlen, 1, NULL);
-  if (status == DT_OK && cudaMemcpy(lengths, dlen, sizeof *lengths * (size_t)n,
-                                    cudaMemcpyDeviceToHost) != cudaSuccess) {
+  if (status == DT_OK && stream_copy(nc, lengths, dlen, sizeof *lengths * (size_t)n,
+                                     cudaMemcpyDeviceToHost, true) != cudaSuccess) {
     status = fail(comm, DT_ERR_ABORTED, op, "reading the lengths back failed");
   }
   size_t total = 0;
   for (int r = 0; status == DT_OK && r < n; r++) total += (size_t)lengths[r];
   if (status == DT_OK) {
     objects = dt__objects_alloc(n, total);
-    e = objects ? cudaMalloc((void **)&dbytes, total + nbytes + 1) : cudaErrorMemoryAllocation;
+    dbytes = objects ? dt__cuda_device_alloc(nc->device, total + nbytes + 1) : NULL;
+    e = dbytes ? cudaSuccess : cudaErrorMemoryAllocation;
     if (e == cudaSuccess && nbytes)
-      e = cudaMemcpy(dbytes + total, data, nbytes, cudaMemcpyHostToDevice);
+      e = stream_copy(nc, dbytes + total, data, nbytes, cudaMemcpyHostToDevice, false);
     /* The peers go on to the second exchange: abort rather than leave them waiting. */
     if (e != cudaSuccess) status = fail(comm, DT_ERR_NOMEM, op, "out of memory on one rank");
   }
   if (status == DT_OK)
     status = gather_on_device(comm, op, key, DT_U8, dbytes + total, dbytes, mine, lengths);
   if (status == DT_OK && total &&
-      cudaMemcpy((void *)objects->data, dbytes, total, cudaMemcpyDeviceToHost) != cudaSuccess) {
+      stream_copy(nc, (void *)objects->data, dbytes, total, cudaMemcpyDeviceToHost, true) !=
+          cudaSuccess) {
     status = fail(comm, DT_ERR_ABORTED, op, "reading the bytes back failed");
   }
   if (status == DT_OK) {
@@ -590,8 +608,10 @@ static dt_status nc_all_gather_object(dt_comm *comm, const void *data, size_t nb
     *out = objects;
     objects = NULL;
   }
-  if (dlen) (void)cudaFree(dlen);
-  if (dbytes) (void)cudaFree(dbytes);
+  /* Back to the cache only once the communication stream is done with the staging. */
+  if (dlen || dbytes) (void)cudaStreamSynchronize(nc->stream);
+  dt__cuda_device_free(nc->device, dlen);
+  dt__cuda_device_free(nc->device, dbytes);
   dt__free(objects);
   dt__free(lengths);
   return status;

@@ -16,7 +16,7 @@
  * world (shared by the ranks of its process). */
 static void hello_of(const dt_comm *bootstrap, int device, nc_world *world, nc_hello *h) {
   memset(h, 0, sizeof *h);
-  if (gethostname(h->host, NC_HOST - 1) != 0) snprintf(h->host, NC_HOST, "unknown");
+  dt__nc_host_of(h);
   h->requested = device;
   h->pid = (int64_t)getpid();
   int count = dt__cuda_count();
@@ -41,7 +41,7 @@ static void hello_of(const dt_comm *bootstrap, int device, nc_world *world, nc_h
 }
 
 static bool same_process(const nc_hello *a, const nc_hello *b) {
-  return a->pid == b->pid && strncmp(a->host, b->host, NC_HOST) == 0;
+  return a->pid == b->pid && dt__nc_same_host(a, b);
 }
 
 /* The communicator of this rank on `device`, polled until ready or the deadline. */

@@ -25,16 +25,18 @@
 #define NC_BUS_ID 20 /* "0000:00:00.0" and its terminator, with room */
 #define NC_HOST 64
 #define NC_REASON 192
+#define NC_BOOT 40 /* a boot id: 36 characters and its terminator, with room */
 
 /* What one rank tells the others before the NCCL group exists (exchanged as bytes with
  * dt_comm_all_gather_object over the bootstrap group). */
 typedef struct nc_hello {
   char host[NC_HOST];
-  int32_t count;     /* CUDA devices this process sees (0: none; reason says why) */
-  int32_t requested; /* the device asked for, or -1: the rank's index among its host's ranks */
-  int32_t id_ok;     /* rank 0 only: 1 when `id` holds a fresh ncclUniqueId */
-  int64_t pid;       /* ranks of one process (threads under dt_comm_spawn) share an abort */
-  uint64_t world;    /* rank 0 only: its nc_world, adopted by the ranks of its process */
+  char boot[NC_BOOT]; /* the kernel's boot id: containers of two machines may share a host name */
+  int32_t count;      /* CUDA devices this process sees (0: none; reason says why) */
+  int32_t requested;  /* the device asked for, or -1: the rank's index among its host's ranks */
+  int32_t id_ok;      /* rank 0 only: 1 when `id` holds a fresh ncclUniqueId */
+  int64_t pid;        /* ranks of one process (threads under dt_comm_spawn) share an abort */
+  uint64_t world;     /* rank 0 only: its nc_world, adopted by the ranks of its process */
   char reason[NC_REASON];
   char bus[NC_MAX_DEVICES][NC_BUS_ID]; /* PCI bus id of each device this process sees */
   ncclUniqueId id;                     /* rank 0's */
@@ -46,6 +48,13 @@ typedef struct nc_hello {
  * device, a device index past the count, two ranks on one GPU (same host and PCI bus id: NCCL
  * refuses them), or rank 0 without a unique id. Every rank computes the same verdict. */
 dt_status dt__nccl_plan(const nc_hello *hellos, int n, int *devices, char *message, size_t size);
+
+/* Fills h->host (gethostname, or "unknown") and h->boot (the kernel's boot id, empty where
+ * /proc/sys/kernel/random/boot_id cannot be read). Two hellos are of one host when both match:
+ * a host name alone is shared by containers on different machines ("localhost"). */
+void dt__nc_host_of(nc_hello *h);
+/* Whether two hellos come from one host (the same host name and boot id). */
+bool dt__nc_same_host(const nc_hello *a, const nc_hello *b);
 
 /* ---- nccl_backend.c: groups and collectives ------------------------------------------- */
 

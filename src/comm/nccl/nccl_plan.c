@@ -4,11 +4,24 @@
  * nobody is left waiting in ncclCommInitRank. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/nccl/nccl_impl.h"
 
-static bool same_host(const nc_hello *a, const nc_hello *b) {
-  return strncmp(a->host, b->host, NC_HOST) == 0;
+void dt__nc_host_of(nc_hello *h) {
+  memset(h->host, 0, sizeof h->host);
+  memset(h->boot, 0, sizeof h->boot);
+  if (gethostname(h->host, NC_HOST - 1) != 0) snprintf(h->host, NC_HOST, "unknown");
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    if (!fgets(h->boot, NC_BOOT, f)) h->boot[0] = 0;
+    fclose(f);
+    h->boot[strcspn(h->boot, "\n")] = 0;
+  }
+}
+
+bool dt__nc_same_host(const nc_hello *a, const nc_hello *b) {
+  return strncmp(a->host, b->host, NC_HOST) == 0 && strncmp(a->boot, b->boot, NC_BOOT) == 0;
 }
 
 dt_status dt__nccl_plan(const nc_hello *h, int n, int *devices, char *message, size_t size) {
@@ -21,7 +34,7 @@ dt_status dt__nccl_plan(const nc_hello *h, int n, int *devices, char *message, s
     int device = h[r].requested;
     if (device < 0) {
       device = 0;
-      for (int q = 0; q < r; q++) device += same_host(&h[q], &h[r]);
+      for (int q = 0; q < r; q++) device += dt__nc_same_host(&h[q], &h[r]);
       if (device >= h[r].count) {
         snprintf(message, size,
                  "rank %d is rank %d of host %.64s, which has %d CUDA device%s: NCCL needs one GPU "
@@ -41,7 +54,7 @@ dt_status dt__nccl_plan(const nc_hello *h, int n, int *devices, char *message, s
    * when CUDA_VISIBLE_DEVICES does). */
   for (int r = 0; r < n; r++) {
     for (int q = 0; q < r; q++) {
-      if (same_host(&h[q], &h[r]) &&
+      if (dt__nc_same_host(&h[q], &h[r]) &&
           strncmp(h[q].bus[devices[q]], h[r].bus[devices[r]], NC_BUS_ID) == 0) {
         snprintf(message, size,
                  "ranks %d and %d would both use the GPU at PCI %.20s on host %.64s (cuda:%d and "

@@ -37,6 +37,13 @@ dt_status dt__cuda_use_device(const char *op, int index);
  * streams live as long as the process (the caching allocator keys free blocks by stream). */
 dt_status dt__cuda_stream(const char *op, int index, cudaStream_t *out);
 
+/* nbytes of device index's memory from its caching allocator, keyed by the calling thread's
+ * stream (NULL: out of memory, or no such device); freed with dt__cuda_device_free on the same
+ * thread, once no other stream uses it (the caller synchronises those). No cudaFree on the
+ * way: freeing synchronises the device, which stalls other ranks' NCCL kernels. */
+void *dt__cuda_device_alloc(int index, size_t nbytes);
+void dt__cuda_device_free(int index, void *ptr);
+
 /* Objects each thread keeps per device (its streams, cuBLAS handles, staging buffers): a table
  * of DT__CUDA_MAX_DEVICES zeroed slots of slot_size bytes, slot d for device d, made on the
  * thread's first use. When the thread exits, release(d, slot) runs on every slot, used or

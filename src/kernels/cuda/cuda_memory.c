@@ -82,6 +82,12 @@ static void cuda_free(int index, void *ptr) {
     dt__log(DT_LOG_ERROR, "cuda:%d: freeing %p, which its allocator did not hand out", index, ptr);
 }
 
+void *dt__cuda_device_alloc(int index, size_t nbytes) { return cuda_alloc(index, nbytes); }
+
+void dt__cuda_device_free(int index, void *ptr) {
+  if (ptr) cuda_free(index, ptr);
+}
+
 /* ---- Copies ------------------------------------------------------------------------------ */
 
 /* Host copies of at least this many bytes go through the thread's pinned staging buffers, two
