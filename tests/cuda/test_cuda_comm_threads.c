@@ -92,6 +92,12 @@ static dt_status both(dt_comm *w, dt_dtype dtype, int64_t in_rows, int64_t out_r
   ROK(fn(w, ci, co, variant));
   RCHECK(same_bytes(go, co), "%s (%s, variant %d): the GPU's result differs from the CPU's", what,
          dt_dtype_name(dtype), variant);
+  /* The input too: all_reduce and broadcast write their result there (in place), and the
+   * other collectives must leave it as it was. */
+  RCHECK(same_bytes(gi, ci),
+         "%s (%s, variant %d): the GPU's input tensor (the in-place result) "
+         "differs from the CPU's",
+         what, dt_dtype_name(dtype), variant);
   dt_tensor_release(gi);
   dt_tensor_release(go);
   dt_tensor_release(ci);

@@ -34,13 +34,20 @@ static dt_status refs_of(const dt_op_call *call, int first, attn_refs *r, cudaSt
   return dt__cuda_call_stream(call, call->inputs[0], s);
 }
 
-/* The kernel keeps a query row, a key row and their sums in shared memory. */
-static dt_status too_large(const dt_op_call *call, int error, const attn_refs *r) {
-  if (error != (int)cudaErrorInvalidValue) return dt__cuda_launched(call, error);
+/* The kernel keeps a query row, a key row and their sums in shared memory: 2 E + 2 Ev + 3 x 256
+ * doubles within the 48 KB a launch gets without opting in (attention.cu's attn_smem). */
+#define ATTN_MAX_HEAD_DIMS ((48 * 1024 / 8 - 3 * 256) / 2)
+
+/* The head dims are checked here, before the launch, so that an invalid-value error from the
+ * launch itself is reported as the CUDA error it is, not as a size limit. */
+static dt_status too_large(const dt_op_call *call, const attn_refs *r) {
+  int64_t e = r->q.shape[3], ev = r->v.shape[3];
+  if (e + ev <= ATTN_MAX_HEAD_DIMS) return DT_OK;
   return dt__error(DT_ERR_UNSUPPORTED,
                    "%s: head dims E = %lld and Ev = %lld are too large for the CUDA kernel's "
-                   "shared memory (E + Ev up to about 5000)",
-                   dt__op_name(call), (long long)r->q.shape[3], (long long)r->v.shape[3]);
+                   "shared memory (E + Ev = %lld; at most %d with 48 KB per block)",
+                   dt__op_name(call), (long long)e, (long long)ev, (long long)(e + ev),
+                   ATTN_MAX_HEAD_DIMS);
 }
 
 dt_status dt__cuda_kernel_attention(dt_op_call *call) {
@@ -48,16 +55,20 @@ dt_status dt__cuda_kernel_attention(dt_op_call *call) {
   cudaStream_t s;
   dt_status st = refs_of(call, 0, &r, &s);
   if (st) return st;
+  st = too_large(call, &r);
+  if (st) return st;
   dt_cuda_ref out = dt__cuda_ref(call->outputs[0]), lse = dt__cuda_ref(call->outputs[1]);
   int error = dt__cuda_launch_attention(s, &r.q, &r.k, &r.v, r.has_mask ? &r.mask : NULL,
                                         r.mask_strides, r.causal, r.scale, &out, &lse);
-  return too_large(call, error, &r);
+  return dt__cuda_launched(call, error);
 }
 
 dt_status dt__cuda_kernel_attention_backward(dt_op_call *call) {
   attn_refs r;
   cudaStream_t s;
   dt_status st = refs_of(call, 1, &r, &s);
+  if (st) return st;
+  st = too_large(call, &r);
   if (st) return st;
   dt_cuda_ref gs = dt__cuda_ref(call->inputs[0]), d[3];
   for (int i = 0; i < 3; i++)
@@ -66,5 +77,5 @@ dt_status dt__cuda_kernel_attention_backward(dt_op_call *call) {
       s, &r.q, &r.k, &r.v, r.has_mask ? &r.mask : NULL, r.mask_strides, r.causal, r.scale, &gs,
       call->outputs[0] ? &d[0] : NULL, call->outputs[1] ? &d[1] : NULL,
       call->outputs[2] ? &d[2] : NULL);
-  return too_large(call, error, &r);
+  return dt__cuda_launched(call, error);
 }
