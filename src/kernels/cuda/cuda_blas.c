@@ -22,7 +22,7 @@ dt_status dt__cuda_blas(const char *op, int index, cublasHandle_t *out) {
   dt_status st = dt__cuda_stream(op, index, &stream); /* also makes index current */
   if (st) return st;
   if (!my_handles) {
-    my_handles = dt__cuda_thread_slots(&handles_table);
+    my_handles = dt__cuda_thread_slots(&handles_table, (void **)&my_handles);
     if (!my_handles) return dt__error(DT_ERR_NOMEM, "%s: cannot allocate the cuBLAS handles", op);
   }
   cublasHandle_t h = my_handles[index];

@@ -58,12 +58,16 @@ typedef struct dt_cuda_thread_table {
 /* One thread's objects of a table: the table, then the slots (aligned for any slot type). */
 typedef struct dt_cuda_thread_objects {
   const dt_cuda_thread_table *table;
+  void **owner; /* the thread's _Thread_local pointer to the slots */
   max_align_t slots[];
 } dt_cuda_thread_objects;
 
-/* The key's destructor: releases every slot of the exiting thread's table, then frees it. */
+/* The key's destructor: resets the thread's pointer first (as tensor.c's pool does), so that
+ * a later destructor of the same thread (a tensor freed at exit) makes a fresh table instead
+ * of reading the freed one; then releases every slot and frees the table. */
 static inline void dt__cuda_thread_table_free(void *object) {
   dt_cuda_thread_objects *t = object;
+  *t->owner = NULL;
   for (int d = 0; d < DT__CUDA_MAX_DEVICES; d++)
     t->table->release(d, (char *)t->slots + (size_t)d * t->table->slot_size);
   free(t);
@@ -75,12 +79,15 @@ static inline void dt__cuda_thread_table_free(void *object) {
     .key = DT_THREAD_KEY_INIT(dt__cuda_thread_table_free)                                          \
   }
 
-/* Makes the calling thread's slots of table and returns them, or NULL when memory cannot be
- * had. Called once per thread: the caller keeps the result in its own _Thread_local pointer. */
-static inline void *dt__cuda_thread_slots(dt_cuda_thread_table *table) {
+/* Makes the calling thread's slots of table, stores them in *owner (the caller's own
+ * _Thread_local pointer, reset to NULL when the thread's table is freed) and returns them, or
+ * NULL when memory cannot be had. */
+static inline void *dt__cuda_thread_slots(dt_cuda_thread_table *table, void **owner) {
   dt_cuda_thread_objects *t = calloc(1, sizeof *t + DT__CUDA_MAX_DEVICES * table->slot_size);
   if (!t) return NULL;
   t->table = table;
+  t->owner = owner;
+  *owner = t->slots;
   dt__thread_key_set(&table->key, t);
   return t->slots;
 }

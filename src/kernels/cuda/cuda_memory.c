@@ -117,7 +117,7 @@ static _Thread_local staging *my_staging; /* one per device */
  * memory is not to be had (the copy then goes from pageable memory). */
 static staging *staging_of(int index) {
   if (!my_staging) {
-    my_staging = dt__cuda_thread_slots(&staging_table);
+    my_staging = dt__cuda_thread_slots(&staging_table, (void **)&my_staging);
     if (!my_staging) return NULL;
   }
   staging *s = &my_staging[index];

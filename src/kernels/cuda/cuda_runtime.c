@@ -141,7 +141,7 @@ dt_status dt__cuda_stream(const char *op, int index, cudaStream_t *out) {
     return DT_OK;
   }
   if (!my_streams) {
-    my_streams = dt__cuda_thread_slots(&streams_table);
+    my_streams = dt__cuda_thread_slots(&streams_table, (void **)&my_streams);
     if (!my_streams) return dt__error(DT_ERR_NOMEM, "%s: cannot allocate the thread's streams", op);
   }
   st = take_stream(op, index, &my_streams[index]);
