@@ -5,7 +5,9 @@
  * back its first tensor.
  *
  * The state dict is 4 float32 tensors [rows, 1024] sharded by rows; --size is its total
- * (default 256 MiB; --1g for 1 GiB). Files live under --dir (default /tmp) and are removed.
+ * (default 256 MiB; --1g for 1 GiB). Files live in a new folder dt_bench_ckpt_XXXXXX (mkdtemp,
+ * mode 0700) under --dir (default /tmp), removed at the end: only that folder and what the bench
+ * wrote in it, walked with nftw without following links, never through a shell.
  * Each side runs --reps times (default 3), alternating (raw, save, load, raw, ...); each
  * figure is the median over the repetitions with its spread (min..max), and the ratios are
  * ratios of medians.
@@ -16,10 +18,13 @@
  * ([8] float32, Shard(0)) on 1 and 4 ranks, and a safetensors file of 100,000 one-element
  * tensors opened and every tensor loaded by name.
  */
+/* nftw is an X/Open function: the build's _POSIX_C_SOURCE alone does not declare it. */
+#define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +60,7 @@ static dt_status raw_io(const char *dir, int rank, const void *data, size_t byte
   snprintf(path, sizeof path, "%s/bench_raw_%d.bin", dir, rank);
   dt_status st = dt_comm_barrier(world);
   double t0 = bench_now_us();
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
   size_t done = 0;
   while (fd >= 0 && done < bytes) {
     ssize_t w = write(fd, (const char *)data + done, bytes - done);
@@ -180,12 +185,44 @@ static double mmap_first_tensor_us(const char *dir) {
   return st ? -1 : us;
 }
 
-static void remove_checkpoint(const char *dir, int world) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/bench_ckpt_%d", dir, world);
-  char cmd[4200];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-  if (system(cmd) != 0) fprintf(stderr, "bench ckpt: could not remove %s\n", path);
+/* nftw's callback: every entry of the bench's own folder, children before their folder. */
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+  (void)sb;
+  (void)ftw;
+  (void)type;
+  if (remove(path) != 0 && errno != ENOENT)
+    fprintf(stderr, "bench ckpt: could not remove %s: %s\n", path, strerror(errno));
+  return 0; /* the rest is still removed */
+}
+
+/* Removes a folder under the one bench_work_dir made (or that folder itself) and everything in
+ * it: FTW_PHYS never follows a link (a link is removed itself), FTW_MOUNT never leaves the file
+ * system. The folder is the bench's own (mkdtemp, mode 0700), so nothing in it belongs to anyone
+ * else. A folder a failed run never created is not an error. */
+static void remove_tree(const char *path) {
+  if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0 && errno != ENOENT)
+    fprintf(stderr, "bench ckpt: could not walk %s: %s\n", path, strerror(errno));
+}
+
+/* A world's checkpoint, removed once measured so that two never take the disk at once. */
+static void remove_checkpoint(const char *work, const char *kind, int world) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s_%d", work, kind, world);
+  remove_tree(path);
+}
+
+/* A new folder dt_bench_ckpt_XXXXXX under `dir` for every file of the run; 0 or -1 with a
+ * message on stderr. */
+static int bench_work_dir(const char *dir, char *work, size_t size) {
+  if ((size_t)snprintf(work, size, "%s/dt_bench_ckpt_XXXXXX", dir) >= size) {
+    fprintf(stderr, "bench ckpt: --dir %s is too long\n", dir);
+    return -1;
+  }
+  if (!mkdtemp(work)) {
+    fprintf(stderr, "bench ckpt: cannot create a folder in --dir %s: %s\n", dir, strerror(errno));
+    return -1;
+  }
+  return 0;
 }
 
 /* ---- --many: per-tensor costs ------------------------------------------------------------ */
@@ -285,10 +322,7 @@ static int bench_ckpt_many(const char *dir, int n, bool json) {
   for (int w = 0; w < 2; w++) {
     many_bench b = {.dir = dir, .n = n};
     dt_status st = dt_comm_spawn(worlds[w], many_rank, &b);
-    char path[4096], cmd[4200];
-    snprintf(path, sizeof path, "%s/bench_ckpt_many_%d", dir, worlds[w]);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0) fprintf(stderr, "bench ckpt: could not remove %s\n", path);
+    remove_checkpoint(dir, "bench_ckpt_many", worlds[w]);
     if (st) {
       fprintf(stderr, "bench ckpt --many: world %d: %s\n", worlds[w], dt_last_error());
       return 1;
@@ -347,51 +381,17 @@ static bool dir_usable(const char *dir) {
   return why == NULL;
 }
 
-int bench_suite_ckpt(int argc, char **argv) {
-  bool json = tool_has_flag(argc, argv, "--json");
-  long long size = 256LL << 20;
-  const char *dir = "/tmp";
-  int reps = 3, many = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--many") == 0 && i + 1 < argc) many = atoi(argv[++i]);
-    if (strcmp(argv[i], "--1g") == 0) size = 1LL << 30;
-    if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
-      size = parse_size(argv[++i]);
-      if (size < 0) {
-        fprintf(stderr, "bench ckpt: --size wants bytes with an optional K, M or G, got '%s'\n",
-                argv[i]);
-        return 2;
-      }
-    }
-    if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) dir = argv[++i];
-    if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
-  }
-  if (many < 0 || many > 10000000) {
-    fprintf(stderr, "bench ckpt: --many %d is outside 1..10000000\n", many);
-    return 2;
-  }
-  if (!dir_usable(dir)) return 2;
-  if (many > 0) return bench_ckpt_many(dir, many, json);
-  int64_t rows = size / (N_TENSORS * COLS * 4);
-  if (reps < 1 || reps > MAX_REPS) {
-    fprintf(stderr, "bench ckpt: --reps %d is outside 1..100\n", reps);
-    return 2;
-  }
-  if (rows < 4) {
-    fprintf(stderr, "bench ckpt: --size %lld is below the 64 KiB minimum\n", size);
-    return 2;
-  }
-  double gib = (double)(rows * COLS * 4 * N_TENSORS) / (double)(1 << 30);
+/* The bandwidth figures of 1 and 4 ranks, every file under `work`; a process exit code. */
+static int bench_ckpt_bandwidth(const char *work, int64_t rows, int reps, bool skip_checksum,
+                                bool json) {
   bench_machine_print(json);
+  double gib = (double)(rows * COLS * 4 * N_TENSORS) / (double)(1 << 30);
   const int worlds[2] = {1, 4};
   for (int w = 0; w < 2; w++) {
-    ckpt_bench b = {.dir = dir,
-                    .rows = rows,
-                    .reps = reps,
-                    .skip_checksum = tool_has_flag(argc, argv, "--no-checksum")};
+    ckpt_bench b = {.dir = work, .rows = rows, .reps = reps, .skip_checksum = skip_checksum};
     dt_status st = dt_comm_spawn(worlds[w], ckpt_rank, &b);
-    double mmap_us = worlds[w] == 1 && !st ? mmap_first_tensor_us(dir) : -1;
-    remove_checkpoint(dir, worlds[w]);
+    double mmap_us = worlds[w] == 1 && !st ? mmap_first_tensor_us(work) : -1;
+    remove_checkpoint(work, "bench_ckpt", worlds[w]);
     if (st) {
       fprintf(stderr, "bench ckpt: world %d: %s\n", worlds[w], dt_last_error());
       return 1;
@@ -425,4 +425,51 @@ int bench_suite_ckpt(int argc, char **argv) {
     }
   }
   return 0;
+}
+
+int bench_suite_ckpt(int argc, char **argv) {
+  bool json = tool_has_flag(argc, argv, "--json");
+  long long size = 256LL << 20;
+  const char *dir = "/tmp";
+  int reps = 3, many = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--many") == 0 && i + 1 < argc) many = atoi(argv[++i]);
+    if (strcmp(argv[i], "--1g") == 0) size = 1LL << 30;
+    if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
+      size = parse_size(argv[++i]);
+      if (size < 0) {
+        fprintf(stderr, "bench ckpt: --size wants bytes with an optional K, M or G, got '%s'\n",
+                argv[i]);
+        return 2;
+      }
+    }
+    if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) dir = argv[++i];
+    if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+  }
+  if (many < 0 || many > 10000000) {
+    fprintf(stderr, "bench ckpt: --many %d is outside 1..10000000\n", many);
+    return 2;
+  }
+  if (!dir_usable(dir)) return 2;
+  if (many > 0) {
+    char work[3072]; /* room for the file names below it in 4096 */
+    if (bench_work_dir(dir, work, sizeof work)) return 1;
+    int rc = bench_ckpt_many(work, many, json);
+    remove_tree(work);
+    return rc;
+  }
+  int64_t rows = size / (N_TENSORS * COLS * 4);
+  if (reps < 1 || reps > MAX_REPS) {
+    fprintf(stderr, "bench ckpt: --reps %d is outside 1..100\n", reps);
+    return 2;
+  }
+  if (rows < 4) {
+    fprintf(stderr, "bench ckpt: --size %lld is below the 64 KiB minimum\n", size);
+    return 2;
+  }
+  char work[3072]; /* room for the file names below it in 4096 */
+  if (bench_work_dir(dir, work, sizeof work)) return 1;
+  int rc = bench_ckpt_bandwidth(work, rows, reps, tool_has_flag(argc, argv, "--no-checksum"), json);
+  remove_tree(work);
+  return rc;
 }
