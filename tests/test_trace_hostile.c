@@ -4,7 +4,10 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,11 +237,13 @@ Test(trace_hostile, files_over_the_limit_are_refused) {
 typedef struct pipe_writer {
   const char *path;
   size_t bytes;
+  atomic_bool opened; /* the write end is open: a reader now waits for bytes, not EOF */
 } pipe_writer;
 
 static void *feed_pipe(void *p) {
   pipe_writer *w = p;
   int fd = open(w->path, O_WRONLY);
+  atomic_store(&w->opened, true);
   if (fd < 0) return NULL;
   char block[1024];
   memset(block, ' ', sizeof block);
@@ -253,20 +258,57 @@ static void *feed_pipe(void *p) {
   return NULL;
 }
 
-Test(trace_hostile, pipes_are_read_up_to_the_limit) {
+Test(trace_hostile, pipes_are_read_up_to_the_limit, .timeout = 30) {
   signal(SIGPIPE, SIG_IGN); /* this test's process only */
   char path[64];
   snprintf(path, sizeof path, "/tmp/dt_test_hostile_fifo_%d", (int)getpid());
   cr_assert_eq(mkfifo(path, 0600), 0, "%s", strerror(errno));
-  /* An endless-looking stream of a valid start: stopped at the limit. */
+  /* An endless-looking stream of a valid start: stopped at the limit. The reader opens without
+   * waiting for a writer, so the writer is connected first (its open needs a reader: this
+   * placeholder, closed after the read so that the writer's next write fails with EPIPE). */
+  int placeholder = open(path, O_RDONLY | O_NONBLOCK);
+  cr_assert(placeholder >= 0, "%s", strerror(errno));
   pipe_writer w = {.path = path, .bytes = 1 << 20};
   pthread_t thread;
   cr_assert_eq(pthread_create(&thread, NULL, feed_pipe, &w), 0);
+  while (!atomic_load(&w.opened)) sched_yield();
   dt_trace *trace = NULL;
   cr_assert_eq(dt_trace_read_file_ex(path, 10000, &trace), DT_ERR_INVALID);
   ref_assert_error_mentions("holds more than the limit of 10000 bytes", path);
+  close(placeholder);
   pthread_join(thread, NULL);
   unlink(path);
+}
+
+/* Issue 35 item 6: a FIFO nobody writes once blocked `dtensor trace stats|plot` forever in
+ * open. It is opened without waiting and, with no writer, refused at once. */
+Test(trace_hostile, fifo_without_a_writer_does_not_block, .timeout = 20) {
+  char dir[64], path[96], svg[96];
+  snprintf(dir, sizeof dir, "/tmp/dt_test_hostile_XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/trace.json", dir);
+  snprintf(svg, sizeof svg, "%s/plot.svg", dir);
+  cr_assert_eq(mkfifo(path, 0600), 0, "%s", strerror(errno));
+  dt_trace *trace = (dt_trace *)dir;
+  cr_assert_eq(dt_trace_read_file(path, &trace), DT_ERR_IO);
+  cr_assert_null(trace);
+  ref_assert_error_mentions(path, "no writer");
+  ref_assert_error_mentions("dt_trace_read_file", "FIFO");
+  char *out, *err;
+  cr_assert_eq(run_tool(&out, &err, 3, (const char *[]){"trace", "stats", path}), 1);
+  cr_assert(strstr(err, path) && strstr(err, "no writer"), "%s", err);
+  free(out);
+  free(err);
+  cr_assert_eq(run_tool(&out, &err, 5, (const char *[]){"trace", "plot", path, "-o", svg}), 1);
+  cr_assert(strstr(err, path) && strstr(err, "no writer"), "%s", err);
+  cr_assert_eq(access(svg, F_OK), -1, "a plot was written");
+  free(out);
+  free(err);
+  /* A directory is refused by name, not read. */
+  cr_assert_eq(dt_trace_read_file(dir, &trace), DT_ERR_IO);
+  ref_assert_error_mentions(dir, "a directory");
+  unlink(path);
+  rmdir(dir);
 }
 
 /* ---- Escape sequences ------------------------------------------------------------------- */

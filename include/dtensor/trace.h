@@ -44,11 +44,12 @@ typedef struct dt_trace dt_trace;
  * bracket may be missing, as the format allows). Unknown keys and events other than complete
  * ("X") and metadata ("M") are skipped. The file may be a pipe or a device; at most
  * DT_TRACE_DEFAULT_MAX_BYTES are read, and input whose first byte cannot start a trace stops
- * being read there (so /dev/zero fails at once). Errors: DT_ERR_IO (cannot read the file),
- * DT_ERR_INVALID (larger than the limit; malformed JSON, a field of the wrong type, a
- * complete event without ts/dur/pid, a number or an event time out of range (see
- * DT_TRACE_MAX_TIME_US), nesting deeper than 512, with a message naming the byte offset);
- * DT_ERR_NOMEM. On failure *out is NULL. */
+ * being read there (so /dev/zero fails at once). The open never waits: a FIFO with no writer
+ * is refused at once ("no writer"). Errors: DT_ERR_IO (cannot read the file, a directory, a
+ * FIFO with no writer), DT_ERR_INVALID (larger than the limit; malformed JSON, a field of the
+ * wrong type, a complete event without ts/dur/pid, a number or an event time out of range
+ * (see DT_TRACE_MAX_TIME_US), nesting deeper than 512, with a message naming the byte
+ * offset); DT_ERR_NOMEM. On failure *out is NULL. */
 DT_API dt_status dt_trace_read_file(const char *path, dt_trace **out);
 
 /* dt_trace_read_file reading at most max_bytes (0: DT_TRACE_DEFAULT_MAX_BYTES). */

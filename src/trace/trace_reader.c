@@ -4,11 +4,13 @@
  * keeps only what the analysis needs (32 bytes).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/json_scanner.h"
 #include "trace/trace_impl.h"
@@ -526,15 +528,32 @@ static dt_status read_file(const char *fn, const char *path, uint64_t max_bytes,
   if (max_bytes == 0) max_bytes = DT_TRACE_DEFAULT_MAX_BYTES;
   if (max_bytes > SIZE_MAX / 2) max_bytes = SIZE_MAX / 2;
   size_t limit = (size_t)max_bytes;
-  FILE *f = fopen(path, "rb");
+  /* O_NONBLOCK: a FIFO with no writer must not block the open (it once hung `dtensor trace
+   * stats` forever). Cleared before reading, so a pipe whose writer is connected is read as it
+   * arrives, and one without a writer reads end of file at once (refused below). */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return dt__error(DT_ERR_IO, "%s: cannot open '%s': %s", fn, path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    close(fd);
+    return dt__error(DT_ERR_IO, "%s: cannot inspect '%s': %s", fn, path, strerror(err));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    close(fd);
+    return dt__error(DT_ERR_IO, "%s: '%s' is a directory, not a trace", fn, path);
+  }
+  int flags = fcntl(fd, F_GETFL);
+  FILE *f = flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0 ? fdopen(fd, "rb") : NULL;
   if (!f) {
-    return dt__error(DT_ERR_IO, "%s: cannot open '%s': %s", fn, path, strerror(errno));
+    int err = errno;
+    close(fd);
+    return dt__error(DT_ERR_IO, "%s: cannot read '%s': %s", fn, path, strerror(err));
   }
   /* A regular file's size is known: one allocation, and a file over the limit is refused
    * before reading. Pipes and devices are read in growing blocks up to the limit. */
   size_t cap = 1 << 20;
-  struct stat st;
-  if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)) {
+  if (S_ISREG(st.st_mode)) {
     if ((uint64_t)st.st_size > limit) {
       fclose(f);
       return dt__error(DT_ERR_INVALID,
@@ -568,6 +587,9 @@ static dt_status read_file(const char *fn, const char *path, uint64_t max_bytes,
     st_read = dt__error(DT_ERR_NOMEM, "%s: '%s': out of memory", fn, path);
   } else if (ferror(f)) {
     st_read = dt__error(DT_ERR_IO, "%s: reading '%s' failed", fn, path);
+  } else if (n == 0 && S_ISFIFO(st.st_mode)) {
+    st_read = dt__error(DT_ERR_IO, "%s: '%s' is a FIFO or pipe with no writer (nothing to read)",
+                        fn, path);
   } else if (n > limit) {
     st_read = dt__error(DT_ERR_INVALID,
                         "%s: '%s' holds more than the limit of %zu bytes "
