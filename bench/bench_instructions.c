@@ -16,15 +16,20 @@
  * CUDA tensors: it moves nothing) and the 10x10 tensors on cuda:0; refused without a GPU.
  * --time: no valgrind; each case's median ns per call, JSON lines (the seed's "time").
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <valgrind/callgrind.h>
 
 #include "dtensor/dtensor.h"
 #include "bench_callgrind.h"
 #include "bench_machine.h"
 #include "bench_util.h"
+#include "profile/output_file.h"
 #include "tools.h"
 
 #define ITERATIONS 5
@@ -297,6 +302,43 @@ static void keep_best(const char *label, long total, void *user) {
   }
 }
 
+/* Appends `text` to the --results file as one whole new file (dt__output_open: never through a
+ * link, never half written): the old lines are read back, then the new ones added. A link at
+ * the name is replaced, not appended to. 0, or -1 with errno set. */
+static int append_results(const char *path, const char *text, size_t length) {
+  char *old = NULL;
+  size_t old_length = 0;
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    old = malloc((size_t)st.st_size);
+    ssize_t got = 0;
+    while (old && old_length < (size_t)st.st_size &&
+           (got = read(fd, old + old_length, (size_t)st.st_size - old_length)) > 0)
+      old_length += (size_t)got;
+    if (!old || got < 0) {
+      int err = old ? errno : ENOMEM;
+      free(old);
+      close(fd);
+      errno = err;
+      return -1;
+    }
+  }
+  if (fd >= 0) close(fd);
+  dt__output_file out;
+  FILE *f = dt__output_open(&out, path);
+  if (!f) {
+    free(old);
+    return -1;
+  }
+  bool failed = fwrite(old ? old : "", 1, old_length, f) != old_length ||
+                fwrite(text, 1, length, f) != length;
+  free(old);
+  int err = dt__output_close(&out, f, failed);
+  errno = err;
+  return err ? -1 : 0;
+}
+
 int bench_suite_instructions(int argc, char **argv) {
   const char *device = "cpu";
   for (int i = 1; i + 1 < argc; i++) {
@@ -320,7 +362,8 @@ int bench_suite_instructions(int argc, char **argv) {
   for (int c = 0; c < N_CASES; c++) best[c] = -1;
   int rc = bench_callgrind_run("bench instructions", args, &dir);
   if (!rc) rc = bench_callgrind_each(&dir, keep_best, best);
-  FILE *csv = results ? fopen(results, "a") : NULL;
+  char csv[N_CASES * 96] = "";
+  size_t csv_length = 0;
   for (int c = 0; c < N_CASES && !rc; c++) {
     if (best[c] < 0) {
       fprintf(stderr, "bench instructions: no count for %s\n", cases[c].name);
@@ -339,9 +382,15 @@ int bench_suite_instructions(int argc, char **argv) {
       printf("%-34s %9ld instructions (no PyTorch case does this; target <= %ld)\n", cases[c].name,
              best[c], cases[c].target);
     }
-    if (csv) fprintf(csv, "%s,instruction_count,%ld\n", cases[c].name, best[c]);
+    int k = snprintf(csv + csv_length, sizeof csv - csv_length, "%s,instruction_count,%ld\n",
+                     cases[c].name, best[c]);
+    if (k > 0 && (size_t)k < sizeof csv - csv_length) csv_length += (size_t)k;
   }
-  if (csv) fclose(csv);
+  if (!rc && results && append_results(results, csv, csv_length)) {
+    fprintf(stderr, "bench instructions: cannot append to --results %s: %s\n", results,
+            strerror(errno));
+    rc = 1;
+  }
   bench_callgrind_clean(&dir);
   return rc;
 }

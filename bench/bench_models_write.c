@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bench_models.h"
+#include "profile/output_file.h"
 
 typedef struct weights {
   int n, cap;
@@ -94,7 +95,8 @@ static void add_gpt2(weights *w, const bench_model_size *z, dt_status *st) {
 static dt_status write_config(const bench_model_size *z, const char *dir) {
   char path[600];
   snprintf(path, sizeof path, "%s/config.json", dir);
-  FILE *f = fopen(path, "w");
+  dt__output_file out;
+  FILE *f = dt__output_open(&out, path); /* whole or not at all, never through a link */
   if (!f) return DT_ERR_IO;
   if (z->gpt2)
     fprintf(f,
@@ -119,7 +121,7 @@ static dt_status write_config(const bench_model_size *z, const char *dir) {
             "\"torch_dtype\": \"float32\"}\n",
             (long long)z->V, (long long)z->D, (long long)z->I, (long long)z->L, (long long)z->H,
             (long long)z->KV, (long long)z->hd, (long long)z->P);
-  return fclose(f) ? DT_ERR_IO : DT_OK;
+  return dt__output_close(&out, f, false) ? DT_ERR_IO : DT_OK;
 }
 
 dt_status bench_models_write(const bench_model_size *z, const char *dir) {

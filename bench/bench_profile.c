@@ -18,6 +18,7 @@
 
 #include "bench_util.h"
 #include "dtensor/dtensor.h"
+#include "profile/output_file.h"
 #include "profile/profile_impl.h"
 #include "profile/recorder_impl.h"
 #include "bench_machine.h"
@@ -93,7 +94,8 @@ static int recording_stats(bench_stats *off, bench_stats *event, bench_stats *re
 
 /* A PyTorch-like trace: 4 GPU processes and a CPU one, kernels with gemm/other names. */
 static int generate(const char *path, long events) {
-  FILE *f = fopen(path, "w");
+  dt__output_file out;
+  FILE *f = dt__output_open(&out, path); /* never through a link planted in /tmp */
   if (!f) return 1;
   fputs("{\"traceEvents\":[\n", f);
   fputs("{\"name\":\"process_labels\",\"ph\":\"M\",\"pid\":100,\"tid\":0,\"args\":{\"labels\":"
@@ -123,7 +125,7 @@ static int generate(const char *path, long events) {
             names[i % 5], pid, (int)(i % 2) + 7, ts, dur, i, i + 1 < events ? "," : "");
   }
   fputs("]}\n", f);
-  return fclose(f) != 0;
+  return dt__output_close(&out, f, false) != 0;
 }
 
 int bench_suite_profile(int argc, char **argv) {

@@ -28,6 +28,7 @@
 
 #include "demo_model.h"
 #include "dtensor/dtensor.h"
+#include "profile/output_file.h"
 #include "tools.h"
 
 #define MAX_STEPS 100000
@@ -220,13 +221,13 @@ static dt_status train_rank(dt_comm *world, void *arg) {
   return st;
 }
 
-/* The loss curves as an SVG polyline each, written to a temporary file then renamed, so a
- * reader never sees half a file. */
+/* The loss curves as an SVG polyline each, written through dt__output_open: a reader never
+ * sees half a file, and a link planted at the name in a shared folder is replaced, never
+ * followed. */
 static int write_loss_svg(const char *path, const char *label, const double *a, const double *b,
                           int n) {
-  char tmp[512];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
+  dt__output_file out;
+  FILE *f = dt__output_open(&out, path);
   if (!f) return -1;
   double hi = 0;
   for (int i = 0; i < n; i++) hi = fmax(hi, fmax(a[i], b ? b[i] : 0));
@@ -259,11 +260,7 @@ static int write_loss_svg(const char *path, const char *label, const double *a, 
     fprintf(f, "\"/>\n");
   }
   fprintf(f, "</svg>\n");
-  if (fclose(f) != 0 || rename(tmp, path) != 0) {
-    remove(tmp);
-    return -1;
-  }
-  return 0;
+  return dt__output_close(&out, f, false) ? -1 : 0;
 }
 
 static void print_header(const train_run *r) {

@@ -187,7 +187,9 @@ DT_API dt_status dt_hf_generate(dt_hf_model *model, const int64_t *prompt, int64
  * model.safetensors with transformers' tensor names (GPT-2's c_attn joined again; a tied
  * head not written). Distributed parameters are gathered (collective); the rank at
  * coordinate 0 of the mesh writes, model.safetensors then config.json, each to a temporary
- * renamed in place (a failure leaves the old files whole), and every rank returns its verdict.
+ * fsynced and renamed in place (a failure leaves the old files whole; a symbolic link at
+ * either name is replaced, never followed; mode 0666 less the umask), and every rank returns
+ * its verdict.
  * Errors: DT_ERR_INVALID (NULL), DT_ERR_IO (naming the path), the errors of the gather and of
  * dt_safetensors_save. */
 DT_API dt_status dt_hf_model_save(const dt_hf_model *model, const char *dir);

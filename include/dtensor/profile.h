@@ -82,10 +82,11 @@ DT_API int64_t dt_profiler_dropped_count(const dt_profiler *profiler);
 /* Writes every rank's events into one Chrome trace file (the merged trace). The profiler may
  * be running or stopped (it must not be recorded into while writing). On failure no file is
  * left behind. Output files (these and dt_trace_write_svg) are written to a temporary beside
- * the path and renamed over it: a new file gets mode 0666 less the umask (which is never
- * changed, so concurrent writers are safe), a replaced file keeps its permission bits, a
- * symbolic link is followed and its target replaced (a link whose target does not exist is
- * refused), an existing device or FIFO is written in place. A write beyond RLIMIT_FSIZE fails
+ * the path, fsynced and renamed over it: a new file gets mode 0666 less the umask (which is
+ * never changed, so concurrent writers are safe), narrowed to the bits of this user's file it
+ * replaces; a symbolic link at the path is replaced, never followed (its target is untouched);
+ * an existing device is written in place, a FIFO too when a program reads it (else refused,
+ * never waited on); a directory is refused. A write beyond RLIMIT_FSIZE fails
  * with DT_ERR_IO ("File too large") instead of killing the process with SIGXFSZ. Errors:
  * DT_ERR_INVALID (NULL arguments), DT_ERR_IO (cannot write the file). */
 DT_API dt_status dt_profiler_write_chrome_trace(const dt_profiler *profiler, const char *path);

@@ -562,25 +562,6 @@ static void build_header(text *header, const save_item *items, int count,
   text_str(header, "}");
 }
 
-/* Makes the rename of target durable: fsync of the folder that holds it. */
-static void sync_parent_dir(const char *target) {
-  char dir[4096];
-  const char *slash = strrchr(target, '/');
-  size_t n = slash ? (size_t)(slash - target) : 0;
-  if (n == 0 && slash) n = 1;
-  if (n >= sizeof dir) return;
-  if (n)
-    memcpy(dir, target, n);
-  else
-    dir[n++] = '.';
-  dir[n] = '\0';
-  int dfd = open(dir, O_RDONLY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)fsync(dfd);
-    close(dfd);
-  }
-}
-
 static dt_status save_file(const char *op, bool owned, const char *path, int count,
                            const char *const *names, dt_tensor *const *tensors, int n_metadata,
                            const char *const *keys, const char *const *values) {
@@ -663,15 +644,12 @@ static dt_status save_file(const char *op, bool owned, const char *path, int cou
     failed = write_all(f, dt_tensor_data(t),
                        (size_t)dt_tensor_numel(t) * dt_dtype_size(dt_tensor_dtype(t))) != DT_OK;
   }
-  /* Durable before it is visible: flush and fsync the temporary, then rename it in place. */
-  if (!failed && (fflush(f) != 0 || fsync(fileno(f)) != 0)) failed = true;
+  /* dt__output_close fsyncs the temporary, renames it in place and fsyncs the folder. */
   int err = dt__output_close(&output, f, failed);
   if (err) {
     st = dt__error(DT_ERR_IO, "%s: writing %s failed: %s", op, path, strerror(err));
     goto done;
   }
-  /* The rename itself becomes durable with the directory's fsync. */
-  sync_parent_dir(output.target);
 done:
   for (int i = 0; items && i < count; i++) dt_tensor_release(items[i].tensor);
   dt__free(items);

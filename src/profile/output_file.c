@@ -1,23 +1,29 @@
 /*
- * Output files that never leave half a file behind and never delete what they did not make.
- * A regular file (or a new path) is written to a temporary file beside it and renamed over
- * the path once complete; a failed write removes only the temporary. A path that exists and
- * is not a regular file (a device, a FIFO) is written in place and never removed.
+ * Every file the library and the tool write goes through here: it never follows a link, never
+ * leaves half a file behind, never deletes what it did not make, and honours the umask.
+ *
+ * A new path, a regular file or a symbolic link is written to a temporary beside the path,
+ * flushed and fsynced, renamed over the path once complete, and the folder fsynced; a failed
+ * write removes only the temporary. rename replaces a link itself, never its target, so a link
+ * planted at the output's name (another user's `trace.json -> victim` in a shared folder) is
+ * replaced and its target untouched (issue 35 item 2; links used to be followed as fopen
+ * follows them). The temporary is created with O_CREAT | O_EXCL | O_NOFOLLOW, so a link
+ * planted at its name is never written through either. A path that exists and is a device or
+ * a FIFO (`/dev/null`) is written in place and never removed: opened without O_CREAT, with
+ * O_NOFOLLOW, and with O_NONBLOCK so that a FIFO nobody reads is refused instead of blocking
+ * the open; the descriptor must be the file lstat saw. Files whose names the library owns
+ * (dt__output_open_owned: a checkpoint's shards) are never written in place: whatever sits at
+ * the name is replaced. A directory is refused.
  *
  * Modes. The umask is never read or changed: it belongs to the process, reading it means
  * setting it, and any other thread creating a file meanwhile gets the wrong mode (or keeps
  * it). The temporary is created with open(O_CREAT | O_EXCL, 0666), so the kernel applies the
- * umask (and a directory's default ACL) exactly as a plain fopen would. A file being replaced
- * keeps its permission bits (the 0777 bits; set-id bits are dropped as a rewrite would).
+ * umask (and a directory's default ACL) exactly as a plain fopen would. Replacing a regular
+ * file of this user narrows the new file to the old one's permission bits too (a private
+ * 0600 file stays private), but never widens it beyond what the umask allows; another user's
+ * file lends nothing, and an owned name never keeps an old file's mode.
  *
- * Symbolic links. The path is followed, as fopen follows it: the link stays a link and its
- * target is replaced, the temporary living beside the target so the rename stays within one
- * file system. A link whose target does not exist is refused rather than guessed at. Files
- * whose names the library owns (dt__output_open_owned: a checkpoint's shards) are never
- * followed: the rename replaces whatever sits at the name. The temporary itself is created
- * with O_EXCL | O_NOFOLLOW, so a link planted at its name is never written through.
- *
- * Names. The temporary is ".dt-" and eight random letters in the target's directory, so any
+ * Names. The temporary is ".dt-" and eight random letters in the path's directory, so any
  * legal file name (up to NAME_MAX) can be written.
  *
  * SIGXFSZ. Writing past RLIMIT_FSIZE raises SIGXFSZ, whose default action kills the process
@@ -26,8 +32,6 @@
  * write raised is consumed before the thread's mask is restored. A caller that already
  * blocks SIGXFSZ keeps it and its pending signal untouched.
  */
-/* realpath is an X/Open function: the build's _POSIX_C_SOURCE alone does not declare it. */
-#define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -112,64 +116,96 @@ static int create_temporary(dt__output_file *out) {
   return -1;
 }
 
-FILE *dt__output_open(dt__output_file *out, const char *path) {
-  out->path = path;
-  out->in_place = false;
-  out->problem = NULL;
-  out->tmp[0] = '\0';
-  if (!path[0]) {
-    errno = ENOENT; /* "" names nothing; the temporary would land in the working directory */
+/* fsync of the folder holding `target`, so that the rename that put it there is durable. */
+static void sync_parent_dir(const char *target) {
+  char dir[PATH_MAX];
+  const char *slash = strrchr(target, '/');
+  size_t n = slash ? (size_t)(slash - target) : 0;
+  if (n == 0 && slash) n = 1; /* "/name": the root */
+  if (n >= sizeof dir) return;
+  if (n)
+    memcpy(dir, target, n);
+  else
+    dir[n++] = '.';
+  dir[n] = '\0';
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)fsync(dfd);
+    close(dfd);
+  }
+}
+
+/* An existing device or FIFO, written where it is; NULL with errno (and maybe out->problem). */
+static FILE *open_in_place(dt__output_file *out, const char *path, const struct stat *seen) {
+  int fd = open(path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENXIO && S_ISFIFO(seen->st_mode))
+      out->problem = "a FIFO that no program reads (refused rather than waited on)";
     return NULL;
   }
+  /* Swapped between lstat and open (a regular file of someone else's now): not written. */
+  struct stat now;
+  int flags = fcntl(fd, F_GETFL);
+  if (fstat(fd, &now) != 0 || now.st_dev != seen->st_dev || now.st_ino != seen->st_ino ||
+      flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    close(fd);
+    out->problem = "a file that was replaced while it was being opened";
+    errno = EAGAIN;
+    return NULL;
+  }
+  FILE *f = fdopen(fd, "w");
+  if (!f) {
+    int err = errno;
+    close(fd);
+    errno = err;
+    return NULL;
+  }
+  out->in_place = true;
+  return f;
+}
+
+/* Both entry points: `owned` replaces whatever sits at the name and keeps no old mode. */
+static FILE *open_output(dt__output_file *out, const char *path, bool owned) {
+  out->path = path;
+  out->in_place = false;
+  out->restore_mask = false;
+  out->problem = NULL;
+  out->tmp[0] = '\0';
+  size_t n = strlen(path);
+  if (!path[0] || n >= sizeof out->target) {
+    /* "" names nothing; the temporary would land in the working directory. */
+    errno = path[0] ? ENAMETOOLONG : ENOENT;
+    return NULL;
+  }
+  memcpy(out->target, path, n + 1);
+  struct stat st;
+  bool exists = lstat(path, &st) == 0;
+  if (!exists && errno != ENOENT) return NULL; /* a folder on the way is missing or closed */
+  if (exists && S_ISDIR(st.st_mode)) {
+    out->problem = "a directory (refused)";
+    errno = EISDIR;
+    return NULL;
+  }
+  if (exists && !owned && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+    return open_in_place(out, path, &st);
   block_file_size_signal(out);
   int err = 0;
-  struct stat link_st, st;
-  bool exists = lstat(path, &link_st) == 0;
-  bool replacing = false;
-  if (exists && S_ISLNK(link_st.st_mode)) {
-    if (stat(path, &st) != 0) {
-      err = errno;
-      if (err == ENOENT) out->problem = "a symbolic link whose target does not exist (refused)";
-      goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-      out->in_place = true;
-    } else if (!realpath(path, out->target)) {
-      err = errno;
-      goto fail;
-    }
-    replacing = true;
-  } else {
-    st = link_st;
-    out->in_place = exists && !S_ISREG(st.st_mode);
-    replacing = exists;
-    size_t n = strlen(path);
-    if (n >= sizeof out->target) {
-      err = ENAMETOOLONG;
-      goto fail;
-    }
-    memcpy(out->target, path, n + 1);
-  }
-  if (out->in_place) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-      err = errno;
-      goto fail;
-    }
-    return f;
-  }
   int fd = create_temporary(out);
   if (fd < 0) {
     err = errno;
     out->tmp[0] = '\0';
     goto fail;
   }
-  /* A replaced file keeps its permission bits; a failure here must not leave it wider. */
-  if (replacing && fchmod(fd, st.st_mode & 0777) != 0) {
-    err = errno;
-    close(fd);
-    unlink(out->tmp);
-    goto fail;
+  /* Our own regular file being replaced lends its bits: the new one is never wider. */
+  struct stat created;
+  if (!owned && exists && S_ISREG(st.st_mode) && st.st_uid == geteuid()) {
+    if (fstat(fd, &created) != 0 || ((created.st_mode & 0777 & ~st.st_mode) &&
+                                     fchmod(fd, created.st_mode & st.st_mode & 0777))) {
+      err = errno;
+      close(fd);
+      unlink(out->tmp);
+      goto fail;
+    }
   }
   FILE *f = fdopen(fd, "w");
   if (!f) {
@@ -185,40 +221,27 @@ fail:
   return NULL;
 }
 
+FILE *dt__output_open(dt__output_file *out, const char *path) {
+  return open_output(out, path, false);
+}
+
 FILE *dt__output_open_owned(dt__output_file *out, const char *path) {
-  out->path = path;
-  out->in_place = false;
-  out->problem = NULL;
-  out->tmp[0] = '\0';
-  size_t n = strlen(path);
-  if (!path[0] || n >= sizeof out->target) {
-    errno = path[0] ? ENAMETOOLONG : ENOENT;
-    return NULL;
-  }
-  memcpy(out->target, path, n + 1);
-  block_file_size_signal(out);
-  int fd = create_temporary(out);
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  if (!f) {
-    int err = errno ? errno : EIO;
-    if (fd >= 0) {
-      close(fd);
-      unlink(out->tmp);
-    }
-    out->tmp[0] = '\0';
-    restore_file_size_signal(out);
-    errno = err;
-  }
-  return f;
+  return open_output(out, path, true);
 }
 
 int dt__output_close(dt__output_file *out, FILE *f, bool failed) {
   int err = failed ? (errno ? errno : EIO) : 0;
   if (ferror(f) && !err) err = errno ? errno : EIO;
+  /* Durable before it is visible: the bytes reach the disk before the rename names them. */
+  if (!out->in_place && !err && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+    err = errno ? errno : EIO;
   if (fclose(f) != 0 && !err) err = errno ? errno : EIO;
   if (!out->in_place) {
     if (!err && rename(out->tmp, out->target) != 0) err = errno;
-    if (err) unlink(out->tmp);
+    if (err)
+      unlink(out->tmp);
+    else
+      sync_parent_dir(out->target);
   }
   restore_file_size_signal(out);
   return err;
