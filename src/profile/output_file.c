@@ -182,8 +182,7 @@ static FILE *open_output(dt__output_file *out, const char *path, bool owned) {
   bool exists = lstat(path, &st) == 0;
   if (!exists && errno != ENOENT) return NULL; /* a folder on the way is missing or closed */
   if (exists && S_ISDIR(st.st_mode)) {
-    out->problem = "a directory (refused)";
-    errno = EISDIR;
+    errno = EISDIR; /* refused before writing: the rename would fail after */
     return NULL;
   }
   if (exists && !owned && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
