@@ -227,6 +227,9 @@ static void print(const bench_args *b, const char *name, const char *mesh, int r
 }
 
 #define MAX_ROWS 16
+/* Worlds up to DT_COMM_MAX_THREADS run on threads (then on the fake backend too); larger ones
+ * on the fake backend alone. */
+#define DT_BENCH_MAX_WORLD 4096
 
 /* The 2-D rows, when the world is even and at least 4: a 2 x world/2 mesh ("dp", "tp"),
  * 128x128 tensors (small, so that what a miss adds is not lost in the kernels' noise) with
@@ -270,6 +273,12 @@ static dt_status run_2d(dt_comm *world, const char *device, figures *mine, const
   for (int c = 0; c < count && !st; c++) {
     int a = cases[c].a, b = cases[c].b;
     dt_tensor *dist[2] = {d[a], b >= 0 ? d[b] : NULL}, *local[2] = {l[a], b >= 0 ? l[b] : NULL};
+    /* The local baseline of an elementwise op on two shards of different local shapes (the
+     * transposed placements on a 2 x n mesh, n != 2) is the op on two shards of the first. */
+    if (b >= 0 && cases[c].fn == op_add2 && dt_tensor_ndim(l[a]) == dt_tensor_ndim(l[b]) &&
+        (dt_tensor_size(l[a], 0) != dt_tensor_size(l[b], 0) ||
+         dt_tensor_size(l[a], 1) != dt_tensor_size(l[b], 1)))
+      local[1] = l[a];
     st = measure(world, dist, local, mesh, cases[c].fn, &mine[c]);
     names[c] = cases[c].name;
   }
@@ -353,6 +362,12 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
     /* local: the same all_gather issued directly, after each hit. */
     dt_tensor *full = NULL;
     double local_us[RUNS - 1];
+    /* torch.chunk's rows per rank (uneven worlds: 512 over 3 is 171, 171, 170). */
+    int64_t counts[DT_BENCH_MAX_WORLD], chunk = (shape[0] + size - 1) / size;
+    for (int r = 0; r < size; r++) {
+      int64_t start = chunk * r;
+      counts[r] = start >= shape[0] ? 0 : (start + chunk > shape[0] ? shape[0] - start : chunk);
+    }
     if (!st) st = dt_empty_ex(2, shape, DT_F32, &on_device, &full);
     /* Line the ranks up, so the first (miss) call does not also time a late peer. */
     if (!st) st = dt_comm_barrier(world);
@@ -364,7 +379,7 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
       dt_tensor_release(r);
       if (st || i == 0) continue;
       t0 = bench_now_us();
-      st = dt_comm_all_gather_into_tensor(world, x_local, full);
+      st = dt_comm_all_gather_uneven(world, x_local, full, counts);
       local_us[i - 1] = bench_now_us() - t0;
     }
     f->miss_us = f->miss_min_us = f->miss_max_us = us[0];
@@ -382,18 +397,24 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
   snprintf(mesh_1d, sizeof mesh_1d, "[%d]", size);
   snprintf(mesh_2d, sizeof mesh_2d, "[2,%d]", size / 2);
   dt_objects *all = NULL;
-  if (!st) st = dt_comm_all_gather_object(world, mine, sizeof(figures) * (size_t)n_all, &all);
-  if (!st && rank == 0) {
+  /* On the fake backend every rank but this one is imagined: its own figures are the rows. */
+  bool fake = strcmp(dt_comm_backend_name(world), "fake") == 0;
+  for (int c = 0; c < n_all && !st && fake; c++)
+    print(b, names[c], c > n_cases ? mesh_2d : mesh_1d, 0, &mine[c]);
+  if (!st && !fake)
+    st = dt_comm_all_gather_object(world, mine, sizeof(figures) * (size_t)n_all, &all);
+  if (!st && !fake && rank == 0) {
     for (int c = 0; c < n_all; c++) {
       const char *mesh_label = c > n_cases ? mesh_2d : mesh_1d;
-      double miss[1024], hit[1024], loc[1024], miss_hit[1024];
+      double miss[DT_BENCH_MAX_WORLD], hit[DT_BENCH_MAX_WORLD], loc[DT_BENCH_MAX_WORLD],
+          miss_hit[DT_BENCH_MAX_WORLD];
       for (int r = 0; r < all->count; r++) {
         const figures *f = (const figures *)(all->data + all->offsets[r]) + c;
         print(b, names[c], mesh_label, r, f);
         miss[r] = f->miss_us, hit[r] = f->hit_us, loc[r] = f->local_us;
         miss_hit[r] = f->miss_hit_us;
       }
-      double plan[1024];
+      double plan[DT_BENCH_MAX_WORLD];
       /* The median row's spread is over every rank's samples: the smallest min, largest max. */
       figures med = {.hit_min_us = 1e300, .local_min_us = 1e300, .miss_min_us = 1e300};
       for (int r = 0; r < all->count; r++) {
@@ -422,20 +443,16 @@ static dt_status rank_fn(dt_comm *world, void *arg) {
   return st;
 }
 
-/* The 2-D rows on the fake backend: rank 0 of a world of b->world in this thread. */
-static dt_status run_2d_fake(bench_args *b) {
+/* The rows on the fake backend: rank 0 of a world of b->world in this thread, the 1-D rows and,
+ * for an even world of at least 4, the 2-D ones: what dispatch, planning and redistribution
+ * cost at world sizes no machine here could run as threads. */
+static dt_status run_fake(bench_args *b) {
   dt_comm_options opts = {.backend = "fake", .rank = 0, .world_size = b->world};
   dt_comm *world = NULL;
   dt_status st = dt_comm_init(&opts, &world);
   if (st) return st;
-  figures f[MAX_ROWS] = {0};
-  const char *names[MAX_ROWS];
-  int n = 0;
-  st = run_2d(world, b->device, f, names, &n);
-  char mesh[24];
-  snprintf(mesh, sizeof mesh, "[2,%d]", b->world / 2);
   b->backend = "fake";
-  for (int c = 0; c < n && !st; c++) print(b, names[c], mesh, 0, &f[c]);
+  st = rank_fn(world, b);
   dt_comm_destroy(world);
   return st;
 }
@@ -462,15 +479,17 @@ int bench_suite_dispatch(int argc, char **argv) {
       return 2;
     }
   }
-  if (b.world < 1 || b.world > 1024) {
-    fprintf(stderr, "bench dispatch: --world must be 1..1024\n");
+  if (b.world < 1 || b.world > DT_BENCH_MAX_WORLD) {
+    fprintf(stderr,
+            "bench dispatch: --world must be 1..%d (threads up to %d, the fake backend beyond)\n",
+            DT_BENCH_MAX_WORLD, DT_COMM_MAX_THREADS);
     return 2;
   }
   /* Ranks are threads on few cores: one BLAS thread each keeps linear's timings steady. */
   bench_machine_print(b.json);
   dt_set_num_threads(1); /* one thread: the BLAS's and the kernels' */
-  dt_status st = dt_comm_spawn(b.world, rank_fn, &b);
-  if (!st && b.world >= 4 && b.world % 2 == 0) st = run_2d_fake(&b);
+  dt_status st = b.world <= DT_COMM_MAX_THREADS ? dt_comm_spawn(b.world, rank_fn, &b) : DT_OK;
+  if (!st) st = run_fake(&b);
   if (st) {
     fprintf(stderr, "bench dispatch: %s\n", dt_last_error());
     return 1;
