@@ -80,6 +80,17 @@ static dt_status run_case(dt_mesh *mesh, const sweep *sw, const op_case *c, uint
       dt_tensor_release(r);
       if (st) st = fail("making the input", c, desc);
     }
+    /* A local-only op (no sharding rule) refuses any distributed argument, naming itself. */
+    if (!st && dt__op_has_trait(c->op, DT_TRAIT_LOCAL_ONLY)) {
+      dt_status refused = case_run(c, dist, &out);
+      if (refused != DT_ERR_UNSUPPORTED || !strstr(dt_last_error(), dt__op_table[c->op].name) ||
+          !strstr(dt_last_error(), "runs on local tensors only"))
+        st = fail("a local-only op was not refused", c, desc);
+      for (int i = 0; i < c->n_in; i++) dt_tensor_release(dist[i]);
+      dt_tensor_release(out);
+      if (st) break;
+      continue;
+    }
     if (!st && case_run(c, dist, &out)) st = fail("distributed op failed", c, desc);
     if (!st && dt_dist_full_tensor(out, &gathered)) st = fail("full_tensor failed", c, desc);
     if (!st) {

@@ -18,13 +18,13 @@
 #include "ops/op_impl.h"
 #include "sweep_cases.h"
 
-/* Ops that run replicated on purpose, with the reason. */
+/* Ops without a sharding rule, with the reason. Each is marked DT_TRAIT_LOCAL_ONLY in the list,
+ * so that a distributed call is refused (tests/test_dist_sweep.c checks the refusal on every
+ * mesh) instead of gathering its arguments silently. */
 static const struct {
   dt_op op;
   const char *reason;
-} replicate_only[] = {
-    {DT_OP_SCATTER_ADD, "a helper of backward formulas (embedding, max.dim): positions are "
-                        "data, so no dim of the output follows a shard of the index"},
+} local_only[] = {
     {DT_OP_LAYER_NORM_BACKWARD_ALL,
      "layer_norm's three gradients in one pass for local tensors: with the rows sharded its "
      "outputs would need two placements (the input's shard, Partial(sum)); distributed, the "
@@ -159,9 +159,9 @@ static void check_func(int op) {
             "%s: the func column names %s", def->name, fn);
 }
 
-static bool listed_replicate_only(int op) {
-  for (size_t i = 0; i < sizeof replicate_only / sizeof *replicate_only; i++) {
-    if ((int)replicate_only[i].op == op) return true;
+static bool listed_local_only(int op) {
+  for (size_t i = 0; i < sizeof local_only / sizeof *local_only; i++) {
+    if ((int)local_only[i].op == op) return true;
   }
   return false;
 }
@@ -189,12 +189,16 @@ Test(op_list, every_op_has_its_facts) {
     cr_assert(strncmp(def->schema, def->name, strlen(def->name)) == 0 &&
                   def->schema[strlen(def->name)] == '(',
               "%s: the schema names another op: %s", def->name, def->schema);
-    if (def->rule == DT_RULE_REPLICATE) {
-      cr_assert(listed_replicate_only(op),
-                "%s has no sharding rule and is not listed as "
-                "replicate-only with a reason",
-                def->name);
-    }
+    /* Every op has a sharding rule, or is local-only (refused on distributed tensors) with a
+     * reason listed above: none falls back to replicating its arguments unsaid. */
+    bool local = dt__op_has_trait(op, DT_TRAIT_LOCAL_ONLY);
+    cr_assert_eq(def->rule == DT_RULE_REPLICATE, local, "%s: %s, but the local-only trait is %s",
+                 def->name, def->rule == DT_RULE_REPLICATE ? "no sharding rule" : "a sharding rule",
+                 local ? "set" : "unset");
+    cr_assert_eq(local, listed_local_only(op),
+                 "%s: the local-only trait and the list of local-only ops with their reason "
+                 "disagree",
+                 def->name);
     /* The traits say what the schema says. */
     const char *ret = strstr(def->schema, ") -> ");
     cr_assert(ret, "%s: schema without a return type", def->name);

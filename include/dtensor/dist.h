@@ -209,7 +209,9 @@ DT_API dt_status dt_dist_arange(dt_mesh *mesh, double start, double end, double 
 DT_API dt_status dt_dist_visualize_sharding(const dt_tensor *t, char *buf, size_t size);
 
 /* Whether op `op` (an index into the op table, see dt_op_name) has a sharding rule; ops
- * without one run on distributed tensors by replicating their inputs. Not collective. */
+ * without one run on distributed tensors by replicating their inputs, except the local-only
+ * fusions (layer_norm_backward_all), which refuse a distributed argument with
+ * DT_ERR_UNSUPPORTED. Not collective. */
 DT_API bool dt_op_has_sharding_rule(int op);
 
 /* ---- The comm ledger (PyTorch's CommDebugMode) ------------------------------------------------

@@ -267,6 +267,15 @@ static dt_status collect_args(const dt_op_call *call, dist_args *a) {
                        op, i, dt__format_ints(buf, sizeof buf, t->ndim, t->shape));
     }
   }
+  /* A local-only op would otherwise fall back to replicating: gathering every argument on
+   * every rank, silently, for an op whose unfused form shards. */
+  if (a->spec && dt__op_has_trait(call->op, DT_TRAIT_LOCAL_ONLY)) {
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "%s: runs on local tensors only (it has no sharding rule), but argument %d "
+                     "is distributed; call its unfused ops, or convert the arguments with "
+                     "dt_dist_full_tensor or dt_dist_to_local",
+                     op, first);
+  }
   return DT_OK;
 }
 

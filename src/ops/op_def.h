@@ -149,6 +149,11 @@ enum {
   /* In place, and its backward formula reads self's value from before the write (mul_: the
    * other argument's gradient is grad * old self): autograd saves a copy of self first. */
   DT_TRAIT_SAVES_OLD_SELF = 1 << 12,
+  /* Runs on local tensors only: no sharding rule (the rule column says REPLICATE), and a call
+   * with a distributed argument is refused (DT_ERR_UNSUPPORTED) rather than run on gathered
+   * inputs. For a fusion whose outputs would need two placements at once (the input's shard
+   * and Partial(sum)); its unfused ops are the distributed form. */
+  DT_TRAIT_LOCAL_ONLY = 1 << 13,
 };
 
 #define DT_OP_MAX_INPUTS 6

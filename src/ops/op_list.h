@@ -271,8 +271,11 @@
     dt__kernel_norm_backward, NORM_AFFINE_GRAD, SPECIALIZE, NO_FUNC, DT_TRAIT_TUPLE, NO_BACKWARD,  \
     "layer_norm_backward_affine(Tensor grad_output, Tensor input, int[] normalized_shape, "        \
     "float eps=1e-05) -> (Tensor grad_weight, Tensor grad_bias)")                                  \
+  /* Local tensors only (DT_TRAIT_LOCAL_ONLY): distributed, layer_norm_backward and                \
+   * layer_norm_backward_affine give the same three gradients. */                                  \
   X(LAYER_NORM_BACKWARD_ALL, "layer_norm_backward_all", COMPUTE, 2, dt__infer_norm_backward,       \
-    dt__kernel_norm_backward, REPLICATE, SPECIALIZE, NO_FUNC, DT_TRAIT_TUPLE, NO_BACKWARD,         \
+    dt__kernel_norm_backward, REPLICATE, SPECIALIZE, NO_FUNC,                                      \
+    DT_TRAIT_TUPLE | DT_TRAIT_LOCAL_ONLY, NO_BACKWARD,                                             \
     "layer_norm_backward_all(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor? "   \
     "weight=None, float eps=1e-05) -> (Tensor grad_input, Tensor grad_weight, Tensor grad_bias)")  \
   X(RMS_NORM_BACKWARD_WEIGHT, "rms_norm_backward_weight", COMPUTE, 2, dt__infer_norm_backward,     \
