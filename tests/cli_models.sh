@@ -1,12 +1,20 @@
 #!/bin/sh
-# dtensor generate and dtensor finetune on the hf fixtures (skipped when absent): greedy and
-# sampled ids the same on 1 rank, TP 2 and FSDP 2 x TP 2; the five fine-tuning losses of
+# dtensor generate and dtensor finetune on the hf fixtures (exit 77, skipped, when absent): greedy
+# and sampled ids the same on 1 rank, TP 2 and FSDP 2 x TP 2; the five fine-tuning losses of
 # transformers (expected.json) to 5 digits; the saved directory loads and generates; errors.
 # Usage: cli_models.sh PATH/TO/dtensor FIXTURES_DIR
 set -u
 tool=$1
 hf=$2/hf
-if [ ! -f "$hf/expected.json" ]; then echo "skip: no $hf"; exit 0; fi
+# Without the fixtures: 77, CTest's skip, or a failure when DT_REQUIRE_FIXTURES is set (CI).
+if [ ! -f "$hf/expected.json" ]; then
+  if [ -n "${DT_REQUIRE_FIXTURES:-}" ] && [ "$DT_REQUIRE_FIXTURES" != 0 ]; then
+    echo "FAILED (DT_REQUIRE_FIXTURES is set): no $hf/expected.json" >&2
+    exit 1
+  fi
+  echo "SKIPPED: no $hf/expected.json"
+  exit 77
+fi
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 tmp=$(mktemp -d)

@@ -23,9 +23,8 @@ static char fixture_skip_reason[512];
 
 ReportHook(POST_TEST)(struct criterion_test_stats *stats) {
   if (stats->test_status != CR_STATUS_SKIPPED || fixture_skip_reason[0]) return;
-  snprintf(fixture_skip_reason, sizeof fixture_skip_reason, "%s/%s: %s",
-           stats->test->category, stats->test->name,
-           stats->message && stats->message[0] ? stats->message : "skipped");
+  snprintf(fixture_skip_reason, sizeof fixture_skip_reason, "%s/%s: %s", stats->test->category,
+           stats->test->name, stats->message && stats->message[0] ? stats->message : "skipped");
 }
 
 ReportHook(POST_ALL)(struct criterion_global_stats *stats) {

@@ -13,6 +13,7 @@
  * dt__checkpoint_fail_step injects it. */
 #include "checkpoint/checkpoint_impl.h"
 #include "comm_helpers.h"
+#include "fixture_main.h"
 
 static const char *fixtures_dir(void) {
   const char *env = getenv("DT_FIXTURES_DIR");

@@ -14,6 +14,7 @@
 #define STEPS 20
 #include "training_fixtures.h"
 #include "fixture_mlp.h"
+#include "fixture_main.h"
 #define LOSS_RTOL 1e-5
 #define WEIGHT_RTOL 1e-4
 #define WEIGHT_ATOL 1e-6

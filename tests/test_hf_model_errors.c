@@ -18,6 +18,7 @@
 
 #include "comm_helpers.h" /* rank threads report failures with dt__error */
 #include "dtensor/dtensor.h"
+#include "fixture_main.h"
 
 #define HF DT_FIXTURES_DIR "/hf"
 

@@ -11,6 +11,7 @@
 #include "comm_helpers.h"
 #include "dtensor/dtensor.h"
 #include "models_reference.h"
+#include "fixture_main.h"
 
 #define HF DT_FIXTURES_DIR "/hf"
 

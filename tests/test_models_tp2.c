@@ -20,6 +20,7 @@
 #include "comm_helpers.h"
 #include "dtensor/dtensor.h"
 #include "models_reference.h"
+#include "fixture_main.h"
 
 #define HF DT_FIXTURES_DIR "/hf"
 #define TOL 1e-4

@@ -12,6 +12,7 @@
 
 #include "comm_helpers.h"
 #include "dtensor/checkpoint.h"
+#include "fixture_main.h"
 
 /* The fixtures folder: the DT_FIXTURES_DIR environment variable, else the CMake definition,
  * else ../shared/fixtures beside the source tree this file belongs to. */
