@@ -79,6 +79,27 @@ check_error bench no-such-suite --help
 check_error trace no-such-command
 check_error info --no-such-option
 
+# --json prints one JSON document on stdout: info --ops an object holding the op list (one op
+# a line, commas between), demo tp its summary alone (the walkthrough goes to stderr).
+ops_json=$("$tool" info --ops --json)
+n_ops=$("$tool" info --json | sed -n 's/.*"ops":\([0-9]*\).*/\1/p')
+[ "$(echo "$ops_json" | head -1)" = "{\"version\":\"$("$tool" info --json | sed -n 's/.*"version":"\([^"]*\)".*/\1/p')\",\"ops\":[" ] ||
+  fail "info --ops --json: first line $(echo "$ops_json" | head -1)"
+[ "$(echo "$ops_json" | tail -1)" = "]}" ] || fail "info --ops --json: last line $(echo "$ops_json" | tail -1)"
+[ "$(echo "$ops_json" | grep -c '^{"op":"[^"]*","sharding_rule":\(true\|false\)},$')" -eq $((n_ops - 1)) ] ||
+  fail "info --ops --json: not $((n_ops - 1)) op lines ending in a comma"
+[ "$(echo "$ops_json" | grep -c '^{"op":"[^"]*","sharding_rule":\(true\|false\)}$')" -eq 1 ] ||
+  fail "info --ops --json: the last op line"
+tmp_json=$(mktemp -d)
+tp_json=$(cd "$tmp_json" && "$tool" demo tp --world 2 --json 2>/dev/null)
+rm -rf "$tmp_json"
+[ "$(echo "$tp_json" | wc -l)" -eq 1 ] && echo "$tp_json" | grep -q '^{"world":2,.*}$' ||
+  fail "demo tp --json: stdout is not one JSON object: $tp_json"
+if command -v python3 >/dev/null 2>&1; then
+  echo "$ops_json" | python3 -m json.tool >/dev/null || fail "info --ops --json does not parse"
+  echo "$tp_json" | python3 -m json.tool >/dev/null || fail "demo tp --json does not parse"
+fi
+
 if [ $failures -ne 0 ]; then
   echo "$failures failure(s)" >&2
   exit 1

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The whole C programs the documentation shows compile as written and print what the text
 # beside them says: README.md's short example (its `tensor(...)` line) and docs/training.md's
-# tensor-parallel training loop (its two losses). The code and the expected text are both read
+# tensor-parallel training loop (its two losses) and its optimizer state saved without a mesh
+# (the two lines it prints). The code and the expected text are both read
 # from the documents, so an edit to either that breaks the other fails here.
 # Usage: doc_snippets.sh SOURCE_DIR CC LIBDTENSOR_SO WORK_DIR
 set -u
@@ -11,7 +12,7 @@ fail() {
   echo "FAIL: $*" >&2
   failures=$((failures + 1))
 }
-mkdir -p "$work" || exit 1
+mkdir -p "$work" && cd "$work" || exit 1
 
 # The first ```c block after the heading that starts with $2, from file $1.
 block_after() {
@@ -53,6 +54,15 @@ tp0=$(echo "$tp_out" | sed 's/^It prints `\([^`]*\)`.*/\1/')
 tp1=$(echo "$tp_out" | sed 's/.*and `\([^`]*\)`$/\1/')
 [ -n "$tp_out" ] || fail "docs/training.md: no 'It prints \`step 0 loss ...\` and \`step 1 loss ...\`' sentence"
 check training_tp docs/training.md "## Tensor parallelism: a training loop" "$tp0" "$tp1"
+
+# The optimizer state of a program without a mesh, and the lr read after a step (the next
+# step's). It writes its checkpoint into ./optim_ckpt, inside the work folder (the cd above).
+optim_out=$(grep -o 'It prints `step 1 used lr [^`]*` and `resumed after [^`]*`' "$src/docs/training.md")
+optim0=$(echo "$optim_out" | sed 's/^It prints `\([^`]*\)`.*/\1/')
+optim1=$(echo "$optim_out" | sed 's/.*and `\([^`]*\)`$/\1/')
+[ -n "$optim_out" ] || fail "docs/training.md: no 'It prints \`step 1 used lr ...\` and \`resumed ...\`' sentence"
+check optim_no_mesh docs/training.md "### Saving the optimizer state without a mesh" "$optim0" \
+  "$optim1"
 
 [ "$failures" -eq 0 ] && echo "doc snippets: ok"
 exit "$failures"

@@ -9,7 +9,8 @@
  *      difference, the communication each rank did (by kind and bytes) and how one weight is
  *      sharded.
  *
- * Options: --world N (default 4), --json (end with a one-line JSON summary).
+ * Options: --world N (default 4), --json (stdout: one JSON object, the summary; the
+ * walkthrough on stderr).
  * `dtensor demo` alone trains a transformer (tools/demo_train.c).
  */
 #include <math.h>
@@ -241,39 +242,48 @@ static int demo_tp(int argc, char **argv) {
     double diff = 0;
     for (int r = 0; r < world; r++) diff = fmax(diff, d.max_diff[r]);
     char *before = dt_graph_to_string(dt_program_graph(prog));
-    printf("libdtensor %s — tensor-parallel MLP on %d ranks (%s backend)\n\n", dt_version_string(),
-           world, use_mpi ? "mpi" : "threads");
-    printf("== Model: Sequential(Linear(%d, %d), ReLU, Linear(%d, %d)), plan {\"0\": colwise, "
-           "\"2\": rowwise}\n\n",
-           IN, HIDDEN, HIDDEN, IN);
-    printf("== Exported graph (dt_export, batch symbolic as s0)\n%s\n",
-           before ? before : "(out of memory)\n");
-    printf("== After the TP transformation, rank 0 of %d (local shapes, placements, explicit "
-           "comm)\n%s\n",
-           world, d.rank0_graph ? d.rank0_graph : "(out of memory)\n");
-    printf("== Results\n");
-    printf("  max |single rank - %d ranks| = %.3g  (%s 1e-5)\n", world, diff,
-           diff <= 1e-5 ? "<=" : "EXCEEDS");
-    printf("  inserted per rank: %d all_gather_into_tensor, %d all_reduce, %d "
-           "reduce_scatter_tensor, %d all_to_all, "
-           "%d wait_tensor\n",
-           d.inserted[0], d.inserted[1], d.inserted[2], d.inserted[3], d.inserted[4]);
-    printf("  communication by kind (comm ledger: calls / bytes, summed over ranks):\n");
+    /* With --json stdout carries the one JSON document alone (a program can parse it); the
+     * walkthrough goes to stderr. */
+    FILE *text = json ? stderr : stdout;
+    fprintf(text, "libdtensor %s — tensor-parallel MLP on %d ranks (%s backend)\n\n",
+            dt_version_string(), world, use_mpi ? "mpi" : "threads");
+    fprintf(text,
+            "== Model: Sequential(Linear(%d, %d), ReLU, Linear(%d, %d)), plan {\"0\": colwise, "
+            "\"2\": rowwise}\n\n",
+            IN, HIDDEN, HIDDEN, IN);
+    fprintf(text, "== Exported graph (dt_export, batch symbolic as s0)\n%s\n",
+            before ? before : "(out of memory)\n");
+    fprintf(text,
+            "== After the TP transformation, rank 0 of %d (local shapes, placements, explicit "
+            "comm)\n%s\n",
+            world, d.rank0_graph ? d.rank0_graph : "(out of memory)\n");
+    fprintf(text, "== Results\n");
+    fprintf(text, "  max |single rank - %d ranks| = %.3g  (%s 1e-5)\n", world, diff,
+            diff <= 1e-5 ? "<=" : "EXCEEDS");
+    fprintf(text,
+            "  inserted per rank: %d all_gather_into_tensor, %d all_reduce, %d "
+            "reduce_scatter_tensor, %d all_to_all, "
+            "%d wait_tensor\n",
+            d.inserted[0], d.inserted[1], d.inserted[2], d.inserted[3], d.inserted[4]);
+    fprintf(text, "  communication by kind (comm ledger: calls / bytes, summed over ranks):\n");
     for (int k = 0; k < 4; k++) {
-      printf("    %-24s %4lld calls %10lld bytes\n", dt_comm_node_name(k),
-             (long long)d.ledger_calls[k], (long long)d.ledger_bytes[k]);
+      fprintf(text, "    %-24s %4lld calls %10lld bytes\n", dt_comm_node_name(k),
+              (long long)d.ledger_calls[k], (long long)d.ledger_bytes[k]);
     }
     double comm_s = 0;
     for (int r = 0; r < world; r++) comm_s += d.stats[r].comm_seconds;
-    printf("    time in collectives: %.3f ms (all ranks)\n\n", comm_s * 1e3);
-    printf("== visualize_sharding(0.weight) [%d, %d], placed S(0)\n%s\n", HIDDEN, IN, d.sharding);
+    fprintf(text, "    time in collectives: %.3f ms (all ranks)\n\n", comm_s * 1e3);
+    fprintf(text, "== visualize_sharding(0.weight) [%d, %d], placed S(0)\n%s\n", HIDDEN, IN,
+            d.sharding);
     if (traced) {
-      printf("== Trace: %s (open in Perfetto or chrome://tracing)\n", trace_path);
-      printf("  %lld events on %d ranks; busy %.1f us of %.1f us: utilization %.1f %%, matrix %.1f "
-             "%%, "
-             "comm %.1f %%\n\n",
-             (long long)tstats.events, tstats.processes, tstats.busy_us, tstats.total_us,
-             100 * tstats.utilization, 100 * tstats.mm_fraction, 100 * tstats.comm_fraction);
+      fprintf(text, "== Trace: %s (open in Perfetto or chrome://tracing)\n", trace_path);
+      fprintf(
+          text,
+          "  %lld events on %d ranks; busy %.1f us of %.1f us: utilization %.1f %%, matrix %.1f "
+          "%%, "
+          "comm %.1f %%\n\n",
+          (long long)tstats.events, tstats.processes, tstats.busy_us, tstats.total_us,
+          100 * tstats.utilization, 100 * tstats.mm_fraction, 100 * tstats.comm_fraction);
     }
     if (json) {
       printf("{\"world\":%d,\"max_abs_diff\":%.9g,\"all_reduce\":%d,\"all_gather_into_tensor\":%d,"

@@ -1,4 +1,4 @@
-/* dtensor info: version and the op table. */
+/* dtensor info: version and the op table (--json: one JSON document either way). */
 #include <stdio.h>
 #include <string.h>
 
@@ -22,14 +22,17 @@ int tool_info(int argc, char **argv) {
     }
     return 0;
   }
+  /* --json: one JSON document (an object holding the list), one op per line inside it. */
+  if (json) printf("{\"version\":\"%s\",\"ops\":[\n", dt_version_string());
   for (int i = 0; i < dt_op_count(); i++) {
     if (json) {
-      printf("{\"op\":\"%s\",\"sharding_rule\":%s}\n", dt_op_name(i),
-             dt_op_has_sharding_rule(i) ? "true" : "false");
+      printf("{\"op\":\"%s\",\"sharding_rule\":%s}%s\n", dt_op_name(i),
+             dt_op_has_sharding_rule(i) ? "true" : "false", i + 1 < dt_op_count() ? "," : "");
     } else {
       printf("%-100s sharding rule: %s\n", dt_op_schema(i),
              dt_op_has_sharding_rule(i) ? "yes" : "no");
     }
   }
+  if (json) printf("]}\n");
   return 0;
 }

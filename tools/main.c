@@ -19,8 +19,8 @@ static const tool_command commands[] = {
                 "--device cuda: the meshes on the GPU (rank r on cuda:(r mod count); no pp); "
                 "refused\nwithout a CUDA device.\n"
                 "'tp': the TP-transform walkthrough: a TP MLP exported, transformed and run on N "
-                "ranks\n(default 4); --json ends with a one-line JSON summary. --backend mpi "
-                "(or DT_BACKEND=mpi):\nmpirun's ranks.",
+                "ranks\n(default 4); --json: stdout is one JSON object (the summary), the "
+                "walkthrough goes\nto stderr. --backend mpi (or DT_BACKEND=mpi): mpirun's ranks.",
      .run = tool_demo},
     {.name = "info",
      .summary = "version, the op table and its sharding rules",

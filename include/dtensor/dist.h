@@ -184,7 +184,9 @@ DT_API dt_status dt_dist_redistribute_explain(const dt_tensor *t, int n_placemen
 /* A tensor of the global shape with the given placements, each rank creating only its shard.
  * rand/randn: the global values depend only on the seed, never on the mesh or placements
  * (element i of the global tensor is element i of dt_rand's stream). Partial placements
- * are not allowed here (DT_ERR_INVALID). Not communicating. */
+ * are not allowed here (DT_ERR_INVALID). StridedShard: constant, zeros and ones take it;
+ * rand, randn and arange refuse it (DT_ERR_UNSUPPORTED: create the tensor Shard or Replicate
+ * and dt_dist_redistribute it). Not communicating. */
 DT_API dt_status dt_dist_constant(dt_mesh *mesh, int ndim, const int64_t *shape, double value,
                                   dt_dtype dtype, int n_placements, const dt_placement *placements,
                                   dt_tensor **out);

@@ -127,7 +127,12 @@ typedef struct dt_optimizer_step_options {
  * DT_ERR_DTYPE (a gradient not float32), DT_ERR_SHAPE (a gradient of another shape), the
  * errors of the reduction; DT_ERR_INVALID too when a parameter's step count or the steps
  * taken is already 2^53, the most an optimizer counts (on every rank; nothing changes).
- * skipped may be NULL. */
+ * skipped may be NULL.
+ * With a learning-rate schedule attached, a step that updates ends by setting "lr" to the
+ * next step's rate (as PyTorch's scheduler.step() after optimizer.step()): "lr" read after
+ * dt_optimizer_step is the rate the next step will use, not the one this step used; read it
+ * before the step (or dt_lr_schedule_value at dt_optimizer_steps_taken - 1) to log that. A
+ * skipped step leaves it unchanged. */
 DT_API dt_status dt_optimizer_step(dt_optimizer *opt);
 DT_API dt_status dt_optimizer_step_ex(dt_optimizer *opt, const dt_optimizer_step_options *options,
                                       bool *skipped);
@@ -146,10 +151,11 @@ DT_API dt_status dt_optimizer_state(const dt_optimizer *opt, int index, const ch
 DT_API const char *dt_optimizer_name(const dt_optimizer *opt);
 
 /* Reads / sets hyperparameter `name` (the table in the header comment). Setting checks the
- * value as creation does (a learning-rate schedule sets "lr" before each step) and refuses a
- * change that would add or drop a state slot (SGD's momentum from or to 0). Not collective:
- * every rank must set the same values. Errors: DT_ERR_INVALID (NULL, unknown name, a value out
- * of range). */
+ * value as creation does (a learning-rate schedule sets "lr" before each step and after each
+ * one, to the next step's rate: see dt_optimizer_step; while one is attached, a value set by
+ * hand is replaced before the next step) and refuses a change that would add or drop a state slot
+ * (SGD's momentum from or to 0). Not collective: every rank must set the same values. Errors:
+ * DT_ERR_INVALID (NULL, unknown name, a value out of range). */
 DT_API dt_status dt_optimizer_get_hyperparameter(const dt_optimizer *opt, const char *name,
                                                  double *value);
 DT_API dt_status dt_optimizer_set_hyperparameter(dt_optimizer *opt, const char *name, double value);
