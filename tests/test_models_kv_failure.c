@@ -6,6 +6,8 @@
  * (../shared/fixtures/hf), on 1 rank and on TP 2 (the failure on every rank at the same op).
  */
 #include <criterion/criterion.h>
+
+#include "fixture_main.h" /* a run whose cases skipped for want of fixtures says so */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -5,6 +5,8 @@
  * victim is untouched; a FIFO nobody reads is refused without blocking; a directory is
  * refused; a device is written in place. */
 #include <criterion/criterion.h>
+
+#include "fixture_main.h" /* a run whose cases skipped for want of fixtures says so */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
