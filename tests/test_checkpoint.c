@@ -14,6 +14,7 @@
 #include "checkpoint/checkpoint_impl.h"
 #include "comm_helpers.h"
 #include "fixture_main.h"
+#include "fs_helpers.h"
 
 static const char *fixtures_dir(void) {
   const char *env = getenv("DT_FIXTURES_DIR");
@@ -314,9 +315,7 @@ static void temp_dir(char *buf, size_t size) {
 }
 
 static void remove_dir(const char *dir) {
-  char cmd[4200];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
+  cr_assert_eq(fs_remove_tree(dir), 0, "removing %s: %s", dir, strerror(errno));
 }
 
 Test(checkpoint, reshard_every_pair_of_layouts) {

@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint_impl.h"
 #include "checkpoint_helpers.h"
 #include "comm_helpers.h"
+#include "fs_helpers.h"
 
 #define ROWS 7
 #define COLS 5
@@ -121,25 +122,37 @@ static void temp_dir(char *buf, size_t size) {
 }
 
 static void remove_dir(const char *dir) {
-  char cmd[4200];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
+  cr_assert_eq(fs_remove_tree(dir), 0, "removing %s: %s", dir, strerror(errno));
 }
 
-/* The directory's entries with their sizes and first bytes, one line each, sorted: what a
- * failed save must leave exactly as it was. */
+static int not_dots(const struct dirent *e) {
+  return strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+}
+
+/* The directory's entries with their checksums and sizes, one line each, sorted: what a
+ * failed save must leave exactly as it was. A link is described by what it points to. */
 static void listing(const char *dir, char *out, size_t size) {
-  char cmd[4200];
-  snprintf(cmd, sizeof cmd,
-           "cd '%s' && for f in $(ls -A | sort); do if [ -f \"$f\" ]; then "
-           "printf '%%s %%s\\n' \"$f\" \"$(cksum < \"$f\")\"; else echo \"$f (not a file)\"; fi; "
-           "done",
-           dir);
-  FILE *p = popen(cmd, "r");
-  cr_assert(p != NULL);
-  size_t n = fread(out, 1, size - 1, p);
-  out[n] = '\0';
-  pclose(p);
+  struct dirent **names = NULL;
+  int count = scandir(dir, &names, not_dots, alphasort);
+  cr_assert(count >= 0, "listing %s: %s", dir, strerror(errno));
+  size_t n = 0;
+  out[0] = '\0';
+  for (int i = 0; i < count; i++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
+    struct stat sb;
+    size_t length = 0;
+    char *bytes = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? fs_read_file(path, &length) : NULL;
+    if (bytes)
+      snprintf(out + n, size - n, "%s %u %zu\n", names[i]->d_name,
+               (unsigned)dt__crc32c(0, bytes, length), length);
+    else
+      snprintf(out + n, size - n, "%s (not a file)\n", names[i]->d_name);
+    n += strlen(out + n);
+    free(bytes);
+    free(names[i]);
+  }
+  free(names);
 }
 
 static bool exists(const char *dir, const char *name) {
@@ -206,9 +219,7 @@ Test(checkpoint_faults, new_names_pass_every_committed_name) {
   path_in(from, sizeof from, dir, "__1_0.safetensors");
   path_in(to, sizeof to, dir, "__7_0.safetensors");
   cr_assert_eq(rename(from, to), 0);
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "sed -i 's/__1_0\\.safetensors/__7_0.safetensors/' '%s'", meta);
-  cr_assert_eq(system(cmd), 0);
+  cr_assert_gt(fs_replace_in_file(meta, "__1_0.safetensors", "__7_0.safetensors"), 0, "%s", meta);
   cr_assert_eq(ckpt_resign(dir), 0); /* the edit stands for a save's own metadata */
   expect_values(dir, 1);
   /* A crash after the data leaves the committed files untouched: the new ones are __8_. */

@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint_meta.h"
 #include "checkpoint_helpers.h"
 #include "comm_helpers.h"
+#include "fs_helpers.h"
 
 /* ---- CRC32C ------------------------------------------------------------------------------- */
 
@@ -111,10 +112,16 @@ static void temp_dir(char *buf, size_t size) {
   cr_assert(mkdtemp(buf) != NULL);
 }
 
-static void run(const char *format, const char *dir) {
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, format, dir, dir, dir, dir);
-  cr_assert_eq(system(cmd), 0, "%s", cmd);
+static void remove_dir(const char *dir) {
+  cr_assert_eq(fs_remove_tree(dir), 0, "removing %s: %s", dir, strerror(errno));
+}
+
+/* dir/from renamed to dir/to. */
+static void move(const char *dir, const char *from, const char *to) {
+  char a[256], b[256];
+  snprintf(a, sizeof a, "%s/%s", dir, from);
+  snprintf(b, sizeof b, "%s/%s", dir, to);
+  cr_assert_eq(rename(a, b), 0, "renaming %s to %s: %s", a, b, strerror(errno));
 }
 
 Test(checkpoint_integrity, intact_checkpoint_loads_and_counts_the_checksum_reads) {
@@ -139,7 +146,7 @@ Test(checkpoint_integrity, intact_checkpoint_loads_and_counts_the_checksum_reads
   cr_assert_eq(stat(p1, &b), 0);
   cr_assert_eq(skipped, (uint64_t)ROWS * COLS * 4);
   cr_assert_eq(verified, skipped + (uint64_t)a.st_size + (uint64_t)b.st_size);
-  run("rm -rf '%s'", dir);
+  remove_dir(dir);
 }
 
 Test(checkpoint_integrity, swapped_shard_files_are_refused) {
@@ -147,26 +154,31 @@ Test(checkpoint_integrity, swapped_shard_files_are_refused) {
   temp_dir(dir, sizeof dir);
   save(dir, 2, 1);
   /* Both files hold 4 rows: the sizes match, the identities do not. */
-  run("cd '%s' && mv __1_0.safetensors x && mv __1_1.safetensors __1_0.safetensors && "
-      "mv x __1_1.safetensors",
-      dir);
+  move(dir, "__1_0.safetensors", "x");
+  move(dir, "__1_1.safetensors", "__1_0.safetensors");
+  move(dir, "x", "__1_1.safetensors");
   expect_refused(dir, (const char *[]){"__1_0.safetensors (read for tensor `w`)",
                                        "is rank 1's file of generation 1",
                                        "lists it as rank 0's file", NULL});
-  run("rm -rf '%s'", dir);
+  remove_dir(dir);
 }
 
 Test(checkpoint_integrity, shard_of_another_generation_is_refused) {
   char dir[64];
   temp_dir(dir, sizeof dir);
   save(dir, 2, 1);
-  run("cp '%s/__1_1.safetensors' '%s.old'", dir);
+  char shard[128], old[128];
+  snprintf(shard, sizeof shard, "%s/__1_1.safetensors", dir);
+  snprintf(old, sizeof old, "%s.old", dir);
+  cr_assert_eq(fs_copy_file(shard, old), 0, "copying %s to %s", shard, old);
   save(dir, 2, 2);
-  run("cp '%s.old' '%s/__2_1.safetensors' && rm '%s.old'", dir);
+  snprintf(shard, sizeof shard, "%s/__2_1.safetensors", dir);
+  cr_assert_eq(fs_copy_file(old, shard), 0, "copying %s to %s", old, shard);
+  cr_assert_eq(unlink(old), 0, "removing %s: %s", old, strerror(errno));
   expect_refused(dir, (const char *[]){"__2_1.safetensors (read for tensor `w`)",
                                        "is rank 1's file of generation 1", "file of generation 2",
                                        NULL});
-  run("rm -rf '%s'", dir);
+  remove_dir(dir);
 }
 
 Test(checkpoint_integrity, flipped_offset_digit_is_refused) {
@@ -175,7 +187,9 @@ Test(checkpoint_integrity, flipped_offset_digit_is_refused) {
   save(dir, 2, 1);
   /* Rank 1's block starts at row 4; a flipped digit makes it 3: it overlaps rank 0's and
    * leaves row 7 uncovered, though the element counts still add up. */
-  run("sed -i 's/\"offsets\":\\[4,0\\]/\"offsets\":[3,0]/' '%s/metadata.json'", dir);
+  char meta[128];
+  snprintf(meta, sizeof meta, "%s/metadata.json", dir);
+  cr_assert_gt(fs_replace_in_file(meta, "\"offsets\":[4,0]", "\"offsets\":[3,0]"), 0, "%s", meta);
   /* The metadata's own checksum refuses the edit first; re-signed, the tiling check does. */
   expect_refused(dir, (const char *[]){"metadata.json: the metadata fails its checksum", NULL});
   cr_assert_eq(ckpt_resign(dir), 0);
@@ -183,7 +197,7 @@ Test(checkpoint_integrity, flipped_offset_digit_is_refused) {
                                        "blocks 0 (offsets [0, 0], lengths [4, 5]) and 1 (offsets "
                                        "[3, 0], lengths [4, 5]) overlap",
                                        NULL});
-  run("rm -rf '%s'", dir);
+  remove_dir(dir);
 }
 
 Test(checkpoint_integrity, flipped_data_byte_is_refused_unless_skipped) {
@@ -208,7 +222,7 @@ Test(checkpoint_integrity, flipped_data_byte_is_refused_unless_skipped) {
   cr_assert_eq(load(dir, true, v), DT_OK, "%s", dt_last_error());
   for (int64_t i = 0; i < ROWS * COLS; i++)
     cr_assert_eq(v[i] != value_at(1, i), i == ROWS * COLS - 1, "element %lld", (long long)i);
-  run("rm -rf '%s'", dir);
+  remove_dir(dir);
 }
 
 Test(checkpoint_integrity, fifo_in_place_of_a_shard_does_not_block) {
@@ -225,7 +239,7 @@ Test(checkpoint_integrity, fifo_in_place_of_a_shard_does_not_block) {
   float v[ROWS * COLS];
   cr_assert_eq(load(dir, false, v), DT_ERR_IO);
   cr_assert(strstr(dt_last_error(), "metadata.json is not a regular file"), "%s", dt_last_error());
-  run("rm -rf '%s'", dir);
+  remove_dir(dir);
 }
 
 /* ---- The metadata parser's limits --------------------------------------------------------- */

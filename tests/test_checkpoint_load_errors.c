@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "comm_helpers.h"
+#include "fs_helpers.h"
 
 static char dir[128];
 
@@ -56,9 +57,7 @@ Test(checkpoint_load_errors, load_shape_mismatch_names_both_shapes) {
   dt_tensor_release(ok);
   dt_tensor_release(wd);
   dt_tensor_release(wrong);
-  char cmd[200];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  cr_assert_eq(system(cmd), 0);
+  cr_assert_eq(fs_remove_tree(dir), 0, "removing %s: %s", dir, strerror(errno));
 }
 
 /* dt_state_dict_save to a directory failed with a message that began with the inner

@@ -19,6 +19,7 @@
 #include "comm_helpers.h" /* rank threads report failures with dt__error */
 #include "dtensor/dtensor.h"
 #include "fixture_main.h"
+#include "fs_helpers.h"
 
 #define HF DT_FIXTURES_DIR "/hf"
 
@@ -56,9 +57,7 @@ static void llama_dir(char *dir, size_t size) {
 }
 
 static void remove_dir(const char *dir) {
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
+  cr_assert_eq(fs_remove_tree(dir), 0, "removing %s: %s", dir, strerror(errno));
 }
 
 static void expect_load_error(const char *dir, dt_status want, const char *w1, const char *w2) {

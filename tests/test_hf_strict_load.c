@@ -21,6 +21,7 @@
 
 #include "core/text_escape.h"
 #include "dtensor/dtensor.h"
+#include "fs_helpers.h"
 
 #define HF DT_FIXTURES_DIR "/hf"
 #define LLAMA HF "/llama_tiny"
@@ -67,9 +68,7 @@ static void llama_dir(char *dir, size_t size, bool config) {
 }
 
 static void remove_dir(const char *dir) {
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
+  cr_assert_eq(fs_remove_tree(dir), 0, "removing %s: %s", dir, strerror(errno));
 }
 
 static void expect_load_error(const char *dir, const char *w1, const char *w2) {

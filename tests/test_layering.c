@@ -7,22 +7,46 @@
 /* Private header: the upcalls are filled in one place and the layering has no cycles. */
 #include "core/core_impl.h"
 #include "distributed/dist_impl.h"
+#include "fs_helpers.h"
 
-/* The script's output for this source tree (found from this file's path). */
-static void cycles(char *out, size_t size) {
+/* PATH/TO/tests/../<name>, found from this file's path. */
+static void from_tests(char *buf, size_t size, const char *name) {
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", __FILE__);
   char *slash = strrchr(dir, '/');
   cr_assert_not_null(slash, "__FILE__ %s has no folder", __FILE__);
   *slash = '\0'; /* .../tests */
-  char command[8400];
-  snprintf(command, sizeof command, "bash '%s/../scripts/check-includes.sh' '%s/../src' 2>&1", dir,
-           dir);
-  FILE *p = popen(command, "r");
-  cr_assert_not_null(p);
-  size_t n = fread(out, 1, size - 1, p);
-  out[n] = '\0';
-  pclose(p);
+  snprintf(buf, size, "%s/../%s", dir, name);
+}
+
+/* The exit status of `bash scripts/<script> <dir>`, its output captured in out when out is not
+ * NULL (stdout and stderr), else stdout dropped. */
+static int script(const char *name, const char *dir, char *out, size_t size) {
+  char path[4200];
+  from_tests(path, sizeof path, name);
+  int status = fs_run((const char *[]){"bash", path, dir, NULL}, out, size);
+  cr_assert_neq(status, -1, "bash %s %s could not be started", path, dir);
+  return status;
+}
+
+/* dir/name created holding text. */
+static void put(const char *dir, const char *name, const char *text) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  cr_assert_eq(fs_write_file(path, text), 0, "writing %s: %s", path, strerror(errno));
+}
+
+static void make_dir_in(const char *dir, const char *name) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  cr_assert_eq(mkdir(path, 0755), 0, "creating %s: %s", path, strerror(errno));
+}
+
+/* The script's output for this source tree. */
+static void cycles(char *out, size_t size) {
+  char src[4200];
+  from_tests(src, sizeof src, "src");
+  (void)script("scripts/check-includes.sh", src, out, size);
   cr_assert(strstr(out, "cycle") || strstr(out, "no cycles"), "unexpected output: %s", out);
 }
 
@@ -101,60 +125,44 @@ Test(layering, upcalls_installed_together) {
 Test(layering, script_sees_inline_calls) {
   char dir[] = "/tmp/dt_layering_XXXXXX";
   cr_assert_not_null(mkdtemp(dir));
-  char command[8400];
-  snprintf(command, sizeof command,
-           "mkdir -p %s/a %s/b && printf '#include \"b/b.h\"\\nvoid dt__a(void) { dt__b(); }\\n' > "
-           "%s/a/a.c && printf 'void dt__b(void);\\nvoid dt__a(void);\\nstatic inline void "
-           "dt__c(void) { dt__a(); }\\n' > %s/b/b.h && printf '#include \"b/b.h\"\\nvoid "
-           "dt__b(void) {}\\n' > %s/b/b.c",
-           dir, dir, dir, dir, dir);
-  cr_assert_eq(system(command), 0);
-  char dir_here[4096];
-  snprintf(dir_here, sizeof dir_here, "%s", __FILE__);
-  *strrchr(dir_here, '/') = '\0';
-  snprintf(command, sizeof command, "bash '%s/../scripts/check-includes.sh' %s >/dev/null",
-           dir_here, dir);
-  cr_assert_neq(system(command), 0, "a.c -> b.h -> a.c is a cycle");
-  snprintf(command, sizeof command, "printf 'void dt__b(void);\\n' > %s/b/b.h", dir);
-  cr_assert_eq(system(command), 0);
-  snprintf(command, sizeof command, "bash '%s/../scripts/check-includes.sh' %s >/dev/null",
-           dir_here, dir);
-  cr_assert_eq(system(command), 0, "no cycle once the inline call is gone");
-  snprintf(command, sizeof command, "rm -rf %s", dir);
-  (void)system(command);
+  make_dir_in(dir, "a");
+  make_dir_in(dir, "b");
+  put(dir, "a/a.c", "#include \"b/b.h\"\nvoid dt__a(void) { dt__b(); }\n");
+  put(dir, "b/b.h",
+      "void dt__b(void);\nvoid dt__a(void);\nstatic inline void dt__c(void) { dt__a(); }\n");
+  put(dir, "b/b.c", "#include \"b/b.h\"\nvoid dt__b(void) {}\n");
+  cr_assert_neq(script("scripts/check-includes.sh", dir, NULL, 0), 0,
+                "a.c -> b.h -> a.c is a cycle");
+  put(dir, "b/b.h", "void dt__b(void);\n");
+  cr_assert_eq(script("scripts/check-includes.sh", dir, NULL, 0), 0,
+               "no cycle once the inline call is gone");
+  (void)fs_remove_tree(dir);
 }
 
 /* The folder-level check (scripts/check-layers.sh): src/ passes; a use that goes up the layers
  * (core calling ops) and a folder without a layer fail. */
 Test(layering, folders_call_down) {
-  char here[4096];
-  snprintf(here, sizeof here, "%s", __FILE__);
-  *strrchr(here, '/') = '\0';
-  char command[8400];
-  snprintf(command, sizeof command, "bash '%s/../scripts/check-layers.sh' '%s/../src' >/dev/null",
-           here, here);
-  cr_assert_eq(system(command), 0, "src/ has an edge that goes up the layers (run the script)");
+  char src[4200];
+  from_tests(src, sizeof src, "src");
+  cr_assert_eq(script("scripts/check-layers.sh", src, NULL, 0), 0,
+               "src/ has an edge that goes up the layers (run the script)");
   char dir[] = "/tmp/dt_layers_XXXXXX";
   cr_assert_not_null(mkdtemp(dir));
-  snprintf(command, sizeof command,
-           "mkdir -p %s/core %s/ops && printf 'void dt__b(void);\\nvoid dt__a(void) { dt__b(); "
-           "}\\n' > %s/core/a.c && printf 'void dt__b(void) {}\\n' > %s/ops/b.c",
-           dir, dir, dir, dir);
-  cr_assert_eq(system(command), 0);
-  snprintf(command, sizeof command, "bash '%s/../scripts/check-layers.sh' %s >/dev/null", here,
-           dir);
-  cr_assert_neq(system(command), 0, "core -> ops goes up");
-  snprintf(command, sizeof command, "mv %s/core/a.c %s/ops/a.c && mkdir -p %s/elsewhere", dir, dir,
-           dir);
-  cr_assert_eq(system(command), 0);
-  snprintf(command, sizeof command, "bash '%s/../scripts/check-layers.sh' %s >/dev/null", here,
-           dir);
-  cr_assert_neq(system(command), 0, "a folder without a layer fails");
-  snprintf(command, sizeof command, "rmdir %s/elsewhere", dir);
-  cr_assert_eq(system(command), 0);
-  snprintf(command, sizeof command, "bash '%s/../scripts/check-layers.sh' %s >/dev/null", here,
-           dir);
-  cr_assert_eq(system(command), 0, "ops -> ops is within a layer");
-  snprintf(command, sizeof command, "rm -rf %s", dir);
-  (void)system(command);
+  make_dir_in(dir, "core");
+  make_dir_in(dir, "ops");
+  put(dir, "core/a.c", "void dt__b(void);\nvoid dt__a(void) { dt__b(); }\n");
+  put(dir, "ops/b.c", "void dt__b(void) {}\n");
+  cr_assert_neq(script("scripts/check-layers.sh", dir, NULL, 0), 0, "core -> ops goes up");
+  char from[4200], to[4200];
+  snprintf(from, sizeof from, "%s/core/a.c", dir);
+  snprintf(to, sizeof to, "%s/ops/a.c", dir);
+  cr_assert_eq(rename(from, to), 0, "renaming %s to %s: %s", from, to, strerror(errno));
+  make_dir_in(dir, "elsewhere");
+  cr_assert_neq(script("scripts/check-layers.sh", dir, NULL, 0), 0,
+                "a folder without a layer fails");
+  char elsewhere[4200];
+  snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere", dir);
+  cr_assert_eq(rmdir(elsewhere), 0, "removing %s: %s", elsewhere, strerror(errno));
+  cr_assert_eq(script("scripts/check-layers.sh", dir, NULL, 0), 0, "ops -> ops is within a layer");
+  (void)fs_remove_tree(dir);
 }

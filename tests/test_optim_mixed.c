@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "comm_helpers.h"
+#include "fs_helpers.h"
 
 enum { NL = 5, ROWS = 6, COLS = 2, ND = ROWS * COLS, STEPS = 3 };
 
@@ -212,9 +213,7 @@ Test(optim_mixed, adamw_local_and_shard0_on_2_ranks) {
   snprintf(arg.dir, sizeof arg.dir, "/tmp/dt_optim_mixed_XXXXXX");
   cr_assert(mkdtemp(arg.dir) != NULL);
   SPAWN_OK(2, adamw_mixed_rank, &arg);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", arg.dir);
-  cr_assert_eq(system(cmd), 0);
+  cr_assert_eq(fs_remove_tree(arg.dir), 0, "removing %s: %s", arg.dir, strerror(errno));
 }
 
 /* clip_grad_norm over a local [3], a Shard(0) [4, 2] and a Replicate [3] gradient on 2 ranks.

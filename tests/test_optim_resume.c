@@ -13,6 +13,7 @@
 
 #include "comm_helpers.h"
 #include "dtensor/parallel.h"
+#include "fs_helpers.h"
 
 #define IN 8
 #define HIDDEN 10 /* uneven over 3 and 4 ranks */
@@ -179,9 +180,7 @@ static dt_status resume_entry(dt_comm *world, void *varg) {
 }
 
 static void remove_dir(const char *dir) {
-  char cmd[256];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  cr_assert_eq(system(cmd), 0);
+  cr_assert_eq(fs_remove_tree(dir), 0, "removing %s: %s", dir, strerror(errno));
 }
 
 static void resume_everywhere(const char *optimizer) {

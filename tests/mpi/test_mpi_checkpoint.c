@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dtensor/dtensor.h"
+#include "fs_helpers.h"
 #include "mpi_check.h"
 
 static dt_tensor *full_values(int which) {
@@ -118,9 +119,7 @@ int main(void) {
   dt_mesh_destroy(line);
   CHECK_OK(dt_comm_barrier(world));
   if (dt_comm_rank(world) == 0) {
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0, "removing %s", dir);
+    CHECK(fs_remove_tree(dir) == 0, "removing %s: %s", dir, strerror(errno));
   }
   int code = mpi_check_finish(world);
   dt_comm_destroy(world);
