@@ -3,8 +3,8 @@
 # system("rm -rf '<dir>/...'"): a quote in --dir ran a command and `x' 'y` removed `x`. Now the
 # bench makes its own folder under --dir and removes only that, so with hostile --dir names a
 # neighbouring folder and a file the user left in --dir survive, no command runs, and nothing
-# of the bench is left. Then scripts/check-no-shell.sh passes on the tree and fails on a tree
-# with a planted system() or popen() call.
+# of the bench is left. Then scripts/check-no-shell.sh passes on the tree (tests/ included) and
+# fails on a tree with a planted system() or popen() call in tools/ or tests/.
 # Usage: bench_ckpt_no_shell.sh PATH/TO/dtensor PATH/TO/source-root
 set -u
 tool=$1
@@ -39,15 +39,19 @@ fi
 grep -q "missing/sub" err.txt || fail "the error does not name --dir: $(cat err.txt)"
 
 bash "$root/scripts/check-no-shell.sh" "$root" > out.txt || fail "check-no-shell: $(cat out.txt)"
-for call in 'system("ls");' 'FILE *p = popen("ls", "r");'; do
-  rm -rf tree && mkdir -p tree/src tree/tools
-  printf 'void f(void) {\n  %s\n}\n' "$call" > tree/tools/planted.c
-  printf 'int file_system(void);\nint g(void) { return file_system(); }\n' > tree/src/ok.c
-  if bash "$root/scripts/check-no-shell.sh" tree > out.txt; then
-    fail "check-no-shell passed a tree calling $call"
-  fi
-  grep -q 'tools/planted.c:2' out.txt || fail "check-no-shell did not name the call: $(cat out.txt)"
-  grep -q 'ok.c' out.txt && fail "check-no-shell flagged file_system()"
+# A planted call is found in the tool and in the tests alike (tests/ once used a shell too).
+for where in tools tests; do
+  for call in 'system("ls");' 'FILE *p = popen("ls", "r");'; do
+    rm -rf tree && mkdir -p tree/src "tree/$where"
+    printf 'void f(void) {\n  %s\n}\n' "$call" > "tree/$where/planted.c"
+    printf 'int file_system(void);\nint g(void) { return file_system(); }\n' > tree/src/ok.c
+    if bash "$root/scripts/check-no-shell.sh" tree > out.txt; then
+      fail "check-no-shell passed a tree calling $call in $where/"
+    fi
+    grep -q "$where/planted.c:2" out.txt ||
+      fail "check-no-shell did not name the call: $(cat out.txt)"
+    grep -q 'ok.c' out.txt && fail "check-no-shell flagged file_system()"
+  done
 done
 
 [ "$failures" -eq 0 ] && echo "bench_ckpt_no_shell: all checks passed"
