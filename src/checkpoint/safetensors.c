@@ -647,7 +647,7 @@ static dt_status save_file(const char *op, bool owned, const char *path, int cou
   /* dt__output_close fsyncs the temporary, renames it in place and fsyncs the folder. */
   int err = dt__output_close(&output, f, failed);
   if (err) {
-    st = dt__error(DT_ERR_IO, "%s: writing %s failed: %s", op, path, strerror(err));
+    st = dt__output_close_error(&output, err, op);
     goto done;
   }
 done:

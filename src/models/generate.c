@@ -293,8 +293,7 @@ static dt_status write_files(const dt_hf_model *m, const char *dir, int n, const
   size_t len = strlen(m->config_text);
   bool failed = fwrite(m->config_text, 1, len, f) != len;
   int err = dt__output_close(&output, f, failed);
-  if (err)
-    return dt__error(DT_ERR_IO, "dt_hf_model_save: writing %s failed: %s", path, strerror(err));
+  if (err) return dt__output_close_error(&output, err, "dt_hf_model_save");
   return DT_OK;
 }
 

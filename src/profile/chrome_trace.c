@@ -261,7 +261,7 @@ static dt_status write_trace(const char *fn, const dt_profiler *profiler, int ra
   dt__free(threads);
   int err = dt__output_close(&out, f, false); /* never leaves half a trace behind */
   dt__free(buffer);
-  if (err) return dt__error(DT_ERR_IO, "%s: writing '%s' failed: %s", fn, path, strerror(err));
+  if (err) return dt__output_close_error(&out, err, fn);
   return DT_OK;
 }
 

@@ -170,6 +170,7 @@ static FILE *open_output(dt__output_file *out, const char *path, bool owned) {
   out->in_place = false;
   out->restore_mask = false;
   out->problem = NULL;
+  out->failed_step = DT__OUTPUT_OK;
   out->tmp[0] = '\0';
   size_t n = strlen(path);
   if (!path[0] || n >= sizeof out->target) {
@@ -229,21 +230,51 @@ FILE *dt__output_open_owned(dt__output_file *out, const char *path) {
 }
 
 int dt__output_close(dt__output_file *out, FILE *f, bool failed) {
+  dt__output_step step = DT__OUTPUT_WRITE;
   int err = failed ? (errno ? errno : EIO) : 0;
   if (ferror(f) && !err) err = errno ? errno : EIO;
-  /* Durable before it is visible: the bytes reach the disk before the rename names them. */
-  if (!out->in_place && !err && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+  /* Flushed here, not by fclose, so that a write that fails is reported as the write. Durable
+   * before it is visible: the bytes reach the disk before the rename names them. */
+  if (!err && fflush(f) != 0) err = errno ? errno : EIO;
+  if (!out->in_place && !err && fsync(fileno(f)) != 0) {
+    step = DT__OUTPUT_FSYNC;
     err = errno ? errno : EIO;
-  if (fclose(f) != 0 && !err) err = errno ? errno : EIO;
+  }
+  if (fclose(f) != 0 && !err) {
+    step = DT__OUTPUT_CLOSE;
+    err = errno ? errno : EIO;
+  }
   if (!out->in_place) {
-    if (!err && rename(out->tmp, out->target) != 0) err = errno;
+    /* The rename's own errno: the temporary is fine, the target is what it could not take. */
+    if (!err && rename(out->tmp, out->target) != 0) {
+      step = DT__OUTPUT_RENAME;
+      err = errno;
+    }
     if (err)
       unlink(out->tmp);
     else
       sync_parent_dir(out->target);
   }
+  out->failed_step = err ? step : DT__OUTPUT_OK;
   restore_file_size_signal(out);
   return err;
+}
+
+dt_status dt__output_close_error(const dt__output_file *out, int err, const char *fn) {
+  const char *reason = strerror(err);
+  switch (out->failed_step) {
+  case DT__OUTPUT_FSYNC:
+    return dt__error(DT_ERR_IO, "%s: fsync of '%s' for '%s' failed: %s", fn, out->tmp, out->target,
+                     reason);
+  case DT__OUTPUT_CLOSE:
+    return dt__error(DT_ERR_IO, "%s: closing '%s' failed: %s", fn, out->target, reason);
+  case DT__OUTPUT_RENAME:
+    return dt__error(DT_ERR_IO, "%s: renaming '%s' to '%s' failed: %s", fn, out->tmp, out->target,
+                     reason);
+  case DT__OUTPUT_OK:
+  case DT__OUTPUT_WRITE: break;
+  }
+  return dt__error(DT_ERR_IO, "%s: writing '%s' failed: %s", fn, out->target, reason);
 }
 
 const char *dt__output_strerror(const dt__output_file *out, int err) {

@@ -142,7 +142,6 @@ dt_status dt_trace_write_svg(const dt_trace *t, const char *device_label, double
   fputs("</svg>\n", f);
   dt__free(rows);
   int err = dt__output_close(&out, f, false);
-  if (err)
-    return dt__error(DT_ERR_IO, "dt_trace_write_svg: writing '%s' failed: %s", path, strerror(err));
+  if (err) return dt__output_close_error(&out, err, "dt_trace_write_svg");
   return DT_OK;
 }
