@@ -52,6 +52,83 @@ static void norm(bool rms, const double *x, int n, const double *w, const double
   }
 }
 
+/* Attention `attn` of blk on h [B, T, D], positions from p0: rotary (theta 10000) or none,
+ * biases or none, a sliding window (0: none), per-head q/k RMSNorm (qk_eps > 0); the output
+ * projection into o [B, T, D]. */
+static void attn_ref(const dt_module *blk, const char *attn, bool rotary, bool biases,
+                     int64_t window, double qk_eps, const double *h, int p0, double *o) {
+  char name[96];
+  const int rows = B * T;
+  double q[B * T * H * HD], k[B * T * HK * HD], v[B * T * HK * HD], att[B * T * H * HD];
+  const char *proj[3] = {"q_proj", "k_proj", "v_proj"};
+  double *outs[3] = {q, k, v};
+  int feats[3] = {H * HD, HK * HD, HK * HD};
+  for (int p = 0; p < 3; p++) {
+    snprintf(name, sizeof name, "%s.%s.weight", attn, proj[p]);
+    double *w = values(blk, name, (int64_t)feats[p] * D), *bias = NULL;
+    snprintf(name, sizeof name, "%s.%s.bias", attn, proj[p]);
+    if (biases) bias = values(blk, name, feats[p]);
+    linear(h, rows, D, w, bias, feats[p], outs[p]);
+    free(w), free(bias);
+  }
+  for (int p = 0; p < 2 && qk_eps > 0; p++) { /* RMSNorm over each head of q and k */
+    double *t = p ? k : q;
+    snprintf(name, sizeof name, "%s.%s.weight", attn, p ? "k_norm" : "q_norm");
+    double *nw = values(blk, name, HD);
+    for (int r = 0; r < rows * (p ? HK : H); r++) {
+      double sq = 0;
+      for (int e = 0; e < HD; e++) sq += t[r * HD + e] * t[r * HD + e] / HD;
+      for (int e = 0; e < HD; e++) t[r * HD + e] = t[r * HD + e] / sqrt(sq + qk_eps) * nw[e];
+    }
+    free(nw);
+  }
+  for (int r = 0; r < rows && rotary; r++) { /* float32 inverse frequencies, as the module */
+    int pos = p0 + r % T;
+    for (int p = 0; p < 2; p++) {
+      double *t = p ? k : q;
+      int heads = p ? HK : H;
+      for (int hh = 0; hh < heads; hh++) {
+        double *e = t + (size_t)r * heads * HD + hh * HD, rot[HD];
+        for (int j = 0; j < HD; j++) {
+          int i = j % (HD / 2);
+          float inv = 1.0f / powf(10000.0f, (float)(2 * i) / (float)HD);
+          double ang = (double)((float)pos * inv);
+          double other = j < HD / 2 ? -e[j + HD / 2] : e[j - HD / 2];
+          rot[j] = e[j] * cos(ang) + other * sin(ang);
+        }
+        memcpy(e, rot, sizeof rot);
+      }
+    }
+  }
+  for (int bb = 0; bb < B; bb++)
+    for (int hh = 0; hh < H; hh++) {
+      int g = hh / (H / HK);
+      for (int i = 0; i < T; i++) {
+        double s[T], mx = -INFINITY, sum = 0;
+        int j0 = window && i - window + 1 > 0 ? (int)(i - window + 1) : 0;
+        for (int j = j0; j <= i; j++) {
+          double d = 0;
+          for (int e = 0; e < HD; e++)
+            d += q[((bb * T + i) * H + hh) * HD + e] * k[((bb * T + j) * HK + g) * HD + e];
+          s[j] = d / sqrt((double)HD);
+          mx = fmax(mx, s[j]);
+        }
+        for (int j = j0; j <= i; j++) sum += s[j] = exp(s[j] - mx);
+        for (int e = 0; e < HD; e++) {
+          double a = 0;
+          for (int j = j0; j <= i; j++) a += s[j] / sum * v[((bb * T + j) * HK + g) * HD + e];
+          att[((bb * T + i) * H + hh) * HD + e] = a;
+        }
+      }
+    }
+  snprintf(name, sizeof name, "%s.o_proj.weight", attn);
+  double *w = values(blk, name, (int64_t)D * H * HD), *ob = NULL;
+  snprintf(name, sizeof name, "%s.o_proj.bias", attn);
+  if (biases) ob = values(blk, name, D);
+  linear(att, rows, H * HD, w, ob, D, o);
+  free(w), free(ob);
+}
+
 typedef struct ref_block {
   bool llama;
   const char *n1, *attn, *n2;
@@ -63,73 +140,14 @@ static void block_ref(const dt_module *blk, const ref_block *c, const double *x,
   char name[96];
 #define V(suffix, n) (snprintf(name, sizeof name, "%s", suffix), values(blk, name, n))
   const int rows = B * T;
-  double h1[B * T * D], q[B * T * H * HD], k[B * T * HK * HD], v[B * T * HK * HD];
-  double att[B * T * H * HD], o[B * T * D], hmid[B * T * D], h2[B * T * D];
-  double *w1 = NULL, *b1 = NULL, *w;
+  double h1[B * T * D], o[B * T * D], hmid[B * T * D], h2[B * T * D];
+  double *w1 = NULL, *b1 = NULL;
   snprintf(name, sizeof name, "%s.weight", c->n1);
   w1 = values(blk, name, D);
   if (!c->llama) snprintf(name, sizeof name, "%s.bias", c->n1), b1 = values(blk, name, D);
   norm(c->llama, x, rows, w1, b1, 1e-5, h1);
   free(w1), free(b1);
-  const char *proj[3] = {"q_proj", "k_proj", "v_proj"};
-  double *outs[3] = {q, k, v};
-  int feats[3] = {H * HD, HK * HD, HK * HD};
-  for (int p = 0; p < 3; p++) {
-    snprintf(name, sizeof name, "%s.%s.weight", c->attn, proj[p]);
-    w = values(blk, name, (int64_t)feats[p] * D);
-    double *bias = NULL;
-    if (!c->llama)
-      snprintf(name, sizeof name, "%s.%s.bias", c->attn, proj[p]),
-          bias = values(blk, name, feats[p]);
-    linear(h1, rows, D, w, bias, feats[p], outs[p]);
-    free(w), free(bias);
-  }
-  if (c->llama) { /* rotary, theta 10000, float32 inverse frequencies */
-    for (int r = 0; r < rows; r++) {
-      int pos = p0 + r % T;
-      for (int p = 0; p < 2; p++) {
-        double *t = p ? k : q;
-        int heads = p ? HK : H;
-        for (int hh = 0; hh < heads; hh++) {
-          double *e = t + (size_t)r * heads * HD + hh * HD, rot[HD];
-          for (int j = 0; j < HD; j++) {
-            int i = j % (HD / 2);
-            float inv = 1.0f / powf(10000.0f, (float)(2 * i) / (float)HD);
-            double ang = (double)((float)pos * inv);
-            double other = j < HD / 2 ? -e[j + HD / 2] : e[j - HD / 2];
-            rot[j] = e[j] * cos(ang) + other * sin(ang);
-          }
-          memcpy(e, rot, sizeof rot);
-        }
-      }
-    }
-  }
-  for (int bb = 0; bb < B; bb++)
-    for (int hh = 0; hh < H; hh++) {
-      int g = hh / (H / HK);
-      for (int i = 0; i < T; i++) {
-        double s[T], mx = -INFINITY, sum = 0;
-        for (int j = 0; j <= i; j++) {
-          double d = 0;
-          for (int e = 0; e < HD; e++)
-            d += q[((bb * T + i) * H + hh) * HD + e] * k[((bb * T + j) * HK + g) * HD + e];
-          s[j] = d / sqrt((double)HD);
-          mx = fmax(mx, s[j]);
-        }
-        for (int j = 0; j <= i; j++) sum += s[j] = exp(s[j] - mx);
-        for (int e = 0; e < HD; e++) {
-          double a = 0;
-          for (int j = 0; j <= i; j++) a += s[j] / sum * v[((bb * T + j) * HK + g) * HD + e];
-          att[((bb * T + i) * H + hh) * HD + e] = a;
-        }
-      }
-    }
-  snprintf(name, sizeof name, "%s.o_proj.weight", c->attn);
-  w = values(blk, name, (int64_t)D * H * HD);
-  double *ob = NULL;
-  if (!c->llama) snprintf(name, sizeof name, "%s.o_proj.bias", c->attn), ob = values(blk, name, D);
-  linear(att, rows, H * HD, w, ob, D, o);
-  free(w), free(ob);
+  attn_ref(blk, c->attn, c->llama, !c->llama, 0, 0, h1, p0, o);
   for (int i = 0; i < rows * D; i++) hmid[i] = x[i] + o[i];
   snprintf(name, sizeof name, "%s.weight", c->n2);
   w1 = values(blk, name, D);
@@ -382,4 +400,73 @@ Test(nn_transformer, bad_arguments_are_refused_by_name) {
   dt_tensor_release(x), dt_tensor_release(y);
   dt_module_destroy(m);
   dt_nn_kv_cache_destroy(cache);
+}
+
+/* An Attention alone (a parent module so that its FQNs start "self_attn."), on x, against
+ * attn_ref; then fed through a cache in chunks 3, 1, 2, a chunk discarded first. */
+static void check_attention(dt_nn_attention_options a, int64_t window, double qk_eps) {
+  dt_module *root = NULL, *attn = NULL;
+  cr_assert_eq(dt_module_create("Root", NULL, NULL, &root), DT_OK);
+  cr_assert_eq(dt_nn_attention(D, &a, &attn), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_module_add_child(root, "self_attn", attn), DT_OK);
+  if (qk_eps > 0) { /* norm weights other than ones, so that the test sees them used */
+    cr_assert_eq(dt_mul_scalar_(dt_module_get_tensor(attn, "q_norm.weight"), 1.5), DT_OK);
+    cr_assert_eq(dt_mul_scalar_(dt_module_get_tensor(attn, "k_norm.weight"), 0.5), DT_OK);
+  }
+  dt_tensor *x = input(T, 17), *y = NULL;
+  cr_assert_eq(dt_module_forward(attn, x, &y), DT_OK, "%s", dt_last_error());
+  double xv[B * T * D], got[B * T * D], want[B * T * D];
+  cr_assert_eq(dt_tensor_to_doubles(x, xv, B * T * D), DT_OK);
+  cr_assert_eq(dt_tensor_to_doubles(y, got, B * T * D), DT_OK);
+  attn_ref(root, "self_attn", a.rope_theta > 0, a.qkv_bias, window, qk_eps, xv, 0, want);
+  for (int i = 0; i < B * T * D; i++)
+    cr_assert(fabs(got[i] - want[i]) <= 1e-4 * (1 + fabs(want[i])), "element %d: %.7g, want %.7g",
+              i, got[i], want[i]);
+  dt_nn_kv_cache *cache = NULL;
+  cr_assert_eq(dt_nn_kv_cache_create(1, &cache), DT_OK);
+  cr_assert_eq(dt_nn_attention_set_context(attn, &(dt_nn_attention_context){.cache = cache}),
+               DT_OK);
+  const int sizes[3] = {3, 1, 2};
+  for (int c = 0, at = 0; c < 3; at += sizes[c++]) {
+    dt_tensor *xc = NULL, *yc = NULL;
+    cr_assert_eq(dt_narrow(x, 1, at, sizes[c], &xc), DT_OK);
+    cr_assert_eq(dt_module_forward(attn, xc, &yc), DT_OK, "%s", dt_last_error());
+    dt_tensor_release(yc), yc = NULL;
+    dt_nn_kv_cache_discard(cache);
+    cr_assert_eq(dt_module_forward(attn, xc, &yc), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_nn_kv_cache_commit(cache), DT_OK, "%s", dt_last_error());
+    double part[B * T * D];
+    cr_assert_eq(dt_tensor_to_doubles(yc, part, B * sizes[c] * D), DT_OK);
+    for (int b = 0; b < B; b++)
+      for (int i = 0; i < sizes[c] * D; i++) {
+        double w = want[((size_t)b * T + at) * D + i], g = part[(size_t)b * sizes[c] * D + i];
+        cr_assert(fabs(g - w) <= 1e-4 * (1 + fabs(w)), "chunk %d element %d: %.7g, want %.7g", c, i,
+                  g, w);
+      }
+    dt_tensor_release(xc), dt_tensor_release(yc);
+  }
+  cr_assert_eq(dt_nn_kv_cache_length(cache), T);
+  int64_t keep = window > 1 ? window - 1 : T;
+  cr_assert_eq(dt_nn_kv_cache_held(cache, 0), keep < T ? keep : T, "the cache holds %lld",
+               (long long)dt_nn_kv_cache_held(cache, 0));
+  cr_assert_eq(dt_nn_attention_set_context(attn, NULL), DT_OK);
+  dt_nn_kv_cache_destroy(cache);
+  dt_tensor_release(x), dt_tensor_release(y);
+  dt_module_destroy(root);
+}
+
+Test(nn_transformer, sliding_window_attention_and_its_short_cache) {
+  /* Mistral: a window of 2 and of 3 over 6 positions; the cache keeps 1 and 2 of them. */
+  for (int64_t w = 2; w <= 3; w++)
+    check_attention(
+        (dt_nn_attention_options){
+            .n_heads = H, .n_kv_heads = HK, .rope_theta = 1e4, .sliding_window = w, .seed = 31},
+        w, 0);
+}
+
+Test(nn_transformer, qk_norm_attention) {
+  /* Qwen3: q_norm and k_norm over each head before the rotary embedding. */
+  dt_nn_attention_options a = {
+      .n_heads = H, .n_kv_heads = HK, .rope_theta = 1e4, .qk_norm_eps = 1e-6, .seed = 41};
+  check_attention(a, 0, 1e-6);
 }

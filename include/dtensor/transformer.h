@@ -77,6 +77,9 @@ DT_API dt_status dt_nn_kv_cache_create(int n_layers, dt_nn_kv_cache **out);
 DT_API void dt_nn_kv_cache_destroy(dt_nn_kv_cache *cache);
 /* Committed positions (0 for NULL). */
 DT_API int64_t dt_nn_kv_cache_length(const dt_nn_kv_cache *cache);
+/* Committed positions layer `layer` keeps in memory: the length, or less for an attention with
+ * a sliding window (window - 1). 0 for NULL or a layer outside the cache. */
+DT_API int64_t dt_nn_kv_cache_held(const dt_nn_kv_cache *cache, int layer);
 /* Layers of the cache (0 for NULL). */
 DT_API int dt_nn_kv_cache_layers(const dt_nn_kv_cache *cache);
 /* Makes the positions every layer appended since the last commit or discard part of the cache.
@@ -100,9 +103,17 @@ typedef struct dt_nn_attention_options {
    * Neither: no rotary embedding (GPT-2 adds learned positions before the blocks). */
   double rope_theta;
   dt_tensor *rope_inv_freq;
+  /* > 0: RMSNorm over each head of the queries and keys before the rotary embedding (Qwen3's
+   * q_norm and k_norm, weights [head_dim]) with this epsilon; 0: none. */
+  double qk_norm_eps;
+  /* > 0: sliding-window attention (Mistral): query i sees keys j with i - window < j <= i, and
+   * a KV cache keeps only the last window - 1 positions of this layer (all a later query can
+   * see besides its own); 0: every earlier key. */
+  int64_t sliding_window;
   uint64_t seed;
-  /* Child names; NULL entries take "q_proj", "k_proj", "v_proj", "o_proj". */
-  const char *names[4];
+  /* Child names; NULL entries take "q_proj", "k_proj", "v_proj", "o_proj", "q_norm",
+   * "k_norm" (the last two only with qk_norm_eps). */
+  const char *names[6];
 } dt_nn_attention_options;
 
 /* Multi-head attention of type "Attention" over dt_scaled_dot_product_attention (fused; the kv
@@ -110,7 +121,8 @@ typedef struct dt_nn_attention_options {
  * input, positions from 0, without a cache; dt_nn_attention_set_context gives it a cache, a
  * first position and a mask. Errors: DT_ERR_INVALID (NULL out or options, dim or n_heads < 1,
  * kv heads not dividing heads, a head_dim that does not fit, an odd head_dim with rotary, a
- * rope_inv_freq not float32 [head_dim / 2], rope_theta not finite or < 0), DT_ERR_NOMEM. */
+ * rope_inv_freq not float32 [head_dim / 2], rope_theta or qk_norm_eps not finite or < 0, a
+ * negative sliding_window), DT_ERR_NOMEM. */
 DT_API dt_status dt_nn_attention(int64_t dim, const dt_nn_attention_options *options,
                                  dt_module **out);
 

@@ -28,11 +28,15 @@ void *dt__module_hook_user(const dt_module *m, dt_hook_fn pre);
 void dt__module_set_release(dt_module *m, void (*release)(void *user));
 bool dt__module_released_by(const dt_module *m, void (*release)(void *user));
 
-/* The KV cache's side of an Attention forward (kv_cache.c). With x NULL: *past receives the
- * positions `layer` holds (committed and pending). Else x (keys: which 0, values: 1) is
- * appended along dim 2 to what the layer holds: *out (kept on tmp) for this forward, and a
- * detached contiguous copy becomes the layer's pending entry. */
+/* The KV cache's side of an Attention forward (kv_cache.c). dt__nn_kv_cache_position: the
+ * absolute position of `layer`'s next key (committed and pending positions). extend: x (keys:
+ * which 0, values: 1; [B, Hk, T, hd]) is appended along dim 2 to what the layer holds: *out
+ * (kept on tmp) for this forward, whose first key is *held positions before the new ones; a
+ * detached contiguous copy of its last keep_last positions (0: all) becomes the layer's
+ * pending entry. */
+int64_t dt__nn_kv_cache_position(const dt_nn_kv_cache *cache, int layer);
 dt_status dt__nn_kv_cache_extend(dt_nn_kv_cache *cache, int layer, int which, dt_tensor *x,
-                                 dt_tensor_list *tmp, dt_tensor **out, int64_t *past);
+                                 int64_t keep_last, dt_tensor_list *tmp, dt_tensor **out,
+                                 int64_t *held);
 
 #endif /* DT_NN_IMPL_H */

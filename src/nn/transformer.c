@@ -118,6 +118,8 @@ dt_status dt_nn_transformer_mlp(int64_t dim, int64_t hidden, const dt_nn_mlp_opt
 
 typedef struct attention_state {
   int64_t head_dim;
+  int64_t window;      /* sliding window (0: none) */
+  bool qk_norm;        /* children 4 and 5: RMSNorm over each head of q and k */
   dt_tensor *inv_freq; /* float32 [head_dim / 2], or NULL: no rotary embedding */
   dt_nn_attention_context ctx;
 } attention_state;
@@ -184,13 +186,21 @@ static dt_status to_heads(const char *what, dt_tensor *x, int64_t hd, dt_tensor_
   return st;
 }
 
-static dt_status causal_mask(int64_t past, int64_t T, dt_tensor **out) {
-  int64_t S = past + T;
+/* The mask [T, S] of queries at positions q0.. over keys at k0..: key j takes part for query i
+ * when it is not after it and, with a window, less than `window` positions before it. */
+static dt_status position_mask(int64_t q0, int64_t T, int64_t k0, int64_t S, int64_t window,
+                               dt_tensor **out) {
+  if (T > 0 && S > INT64_MAX / T)
+    return dt__error(DT_ERR_INVALID, "Attention: a [%lld, %lld] mask overflows", (long long)T,
+                     (long long)S);
   size_t n = (size_t)(T * S);
   uint8_t *bits = dt__alloc(n ? n : 1);
   if (!bits) return dt__error(DT_ERR_NOMEM, "Attention: out of memory (mask)");
   for (int64_t i = 0; i < T; i++)
-    for (int64_t j = 0; j < S; j++) bits[i * S + j] = j <= past + i;
+    for (int64_t j = 0; j < S; j++) {
+      int64_t d = (q0 + i) - (k0 + j);
+      bits[i * S + j] = d >= 0 && (window == 0 || d < window);
+    }
   dt_status st = dt_from_data(bits, 2, (int64_t[]){T, S}, DT_BOOL, out);
   dt__free(bits);
   return st;
@@ -217,11 +227,14 @@ static dt_status attention_forward(dt_module *m, dt_tensor *x, dt_tensor **out) 
                    "must divide the query heads, on each rank under tensor parallelism)",
                    (long long)H, (long long)Hk, (long long)Hv);
   int64_t B = st ? 0 : shape_of(qh)[0], T = st ? 0 : shape_of(qh)[2];
-  int64_t past = ctx->cache ? 0 : ctx->position;
-  if (!st && ctx->cache) {
-    /* The first position is what the cache holds for this layer, committed and pending. */
-    st = dt__nn_kv_cache_extend(ctx->cache, ctx->layer, 0, NULL, tmp, NULL, &past);
+  if (!st && s->qk_norm) { /* Qwen3: RMSNorm over each head, before the rotary embedding */
+    dt_tensor *qn = NULL, *kn = NULL;
+    KEEP(dt_module_forward(dt_module_child(m, 4), qh, &qn), qn);
+    KEEP(dt_module_forward(dt_module_child(m, 5), kh, &kn), kn);
+    qh = qn, kh = kn;
   }
+  /* The first query's position: what the cache holds for this layer, committed and pending. */
+  int64_t past = ctx->cache ? dt__nn_kv_cache_position(ctx->cache, ctx->layer) : ctx->position;
   if (!st && s->inv_freq) {
     dt_tensor *c0 = NULL, *s0 = NULL;
     st = rope_tables(s, past, T, tmp, &c0, &s0);
@@ -236,22 +249,27 @@ static dt_status attention_forward(dt_module *m, dt_tensor *x, dt_tensor **out) 
     if (!st && !dt_tensor_list_keep(tmp, kr)) st = DT_ERR_NOMEM;
     qh = qr, kh = kr;
   }
+  /* Keys in ka start at position k0; with a window the cache keeps window - 1 positions, all a
+   * later query can see besides its own. */
+  int64_t held = 0, keep = s->window > 1 ? s->window - 1 : s->window;
   if (!st && ctx->cache) {
-    int64_t ignored = 0;
-    st = dt__nn_kv_cache_extend(ctx->cache, ctx->layer, 0, kh, tmp, &ka, &ignored);
-    if (!st) st = dt__nn_kv_cache_extend(ctx->cache, ctx->layer, 1, vh, tmp, &va, &ignored);
+    int64_t held_v = 0;
+    st = dt__nn_kv_cache_extend(ctx->cache, ctx->layer, 0, kh, keep, tmp, &ka, &held);
+    if (!st) st = dt__nn_kv_cache_extend(ctx->cache, ctx->layer, 1, vh, keep, tmp, &va, &held_v);
   } else {
     ka = kh, va = vh;
   }
+  int64_t k0 = past - held, S = held + T, w = s->window;
   dt_attention_options o = {0};
-  int64_t cached = ctx->cache ? past : 0;
+  bool plain_causal = k0 == past && (w == 0 || T <= w);
+  bool all_visible = T == 1 && (w == 0 || S <= w);
   if (!st && ctx->mask) {
     mask = ctx->mask;
-  } else if (!st && cached == 0) {
-    o.is_causal = T > 1;
-  } else if (!st && T > 1) {
+  } else if (!st && (plain_causal || all_visible)) {
+    o.is_causal = plain_causal && T > 1;
+  } else if (!st) {
     dt_tensor *m0 = NULL;
-    st = causal_mask(cached, T, &m0);
+    st = position_mask(past, T, k0, S, w, &m0);
     if (!st)
       st = like_placed(qh, m0, &mask);
     else
@@ -295,6 +313,12 @@ dt_status dt_nn_attention(int64_t dim, const dt_nn_attention_options *options, d
   if (rotary && o.head_dim % 2 != 0)
     return dt__error(DT_ERR_INVALID, "%s: rotary embeddings need an even head_dim (got %lld)", fn,
                      (long long)o.head_dim);
+  if (!isfinite(o.qk_norm_eps) || o.qk_norm_eps < 0)
+    return dt__error(DT_ERR_INVALID, "%s: qk_norm_eps %g must be finite and >= 0", fn,
+                     o.qk_norm_eps);
+  if (o.sliding_window < 0)
+    return dt__error(DT_ERR_INVALID, "%s: sliding_window %lld is negative", fn,
+                     (long long)o.sliding_window);
   int64_t half = o.head_dim / 2;
   if (o.rope_inv_freq &&
       (dt_tensor_is_distributed(o.rope_inv_freq) || dt_tensor_ndim(o.rope_inv_freq) != 1 ||
@@ -302,10 +326,11 @@ dt_status dt_nn_attention(int64_t dim, const dt_nn_attention_options *options, d
     return dt__error(DT_ERR_INVALID,
                      "%s: rope_inv_freq must be a local float32 [%lld] (head_dim / 2)", fn,
                      (long long)half);
-  static const char *const defaults[4] = {"q_proj", "k_proj", "v_proj", "o_proj"};
-  const char *names[4];
+  static const char *const defaults[6] = {"q_proj", "k_proj", "v_proj",
+                                          "o_proj", "q_norm", "k_norm"};
+  const char *names[6];
   dt_status st = DT_OK;
-  for (int i = 0; i < 4 && !st; i++) {
+  for (int i = 0; i < 6 && !st; i++) {
     names[i] = o.names[i] ? o.names[i] : defaults[i];
     st = check_name(fn, "a child name", o.names[i]);
   }
@@ -313,6 +338,8 @@ dt_status dt_nn_attention(int64_t dim, const dt_nn_attention_options *options, d
   attention_state *s = dt__calloc(sizeof *s);
   if (!s) return dt__error(DT_ERR_NOMEM, "%s: out of memory", fn);
   s->head_dim = o.head_dim;
+  s->window = o.sliding_window;
+  s->qk_norm = o.qk_norm_eps > 0;
   if (o.rope_inv_freq) {
     st = dt_contiguous(o.rope_inv_freq, &s->inv_freq);
     dt_tensor *copy = NULL;
@@ -339,6 +366,11 @@ dt_status dt_nn_attention(int64_t dim, const dt_nn_attention_options *options, d
   if (!st) st = add_linear(m, names[1], dim, kf, o.qkv_bias, o.seed + 1);
   if (!st) st = add_linear(m, names[2], dim, kf, o.qkv_bias, o.seed + 2);
   if (!st) st = add_linear(m, names[3], qf, dim, o.out_bias, o.seed + 3);
+  for (int i = 4; i < 6 && !st && s->qk_norm; i++) {
+    dt_module *n = NULL;
+    st = dt_nn_rms_norm(o.head_dim, o.qk_norm_eps, &n);
+    if (!st) st = dt_module_add_child(m, names[i], n);
+  }
   if (st) {
     dt_module_destroy(m);
     return st;
