@@ -470,3 +470,78 @@ Test(nn_transformer, qk_norm_attention) {
       .n_heads = H, .n_kv_heads = HK, .rope_theta = 1e4, .qk_norm_eps = 1e-6, .seed = 41};
   check_attention(a, 0, 1e-6);
 }
+
+/* What an adversarial review found: positions past 2^53, a rope_theta that is 0 or infinite in
+ * float32, inputs of the wrong rank or dtype, a cache fed two dtypes; bfloat16 stays bfloat16. */
+Test(nn_transformer, hostile_positions_dtypes_and_ranks_are_refused) {
+  dt_module *m = NULL;
+  for (int i = 0; i < 2; i++) {
+    dt_nn_attention_options a = {.n_heads = 2, .rope_theta = i ? 1e300 : 1e-50};
+    cr_assert_eq(dt_nn_attention(8, &a, &m), DT_ERR_INVALID);
+    cr_assert(strstr(dt_last_error(), "positive normal float32"), "%s", dt_last_error());
+  }
+  dt_nn_attention_options a = {.n_heads = 2, .rope_theta = 1e4};
+  cr_assert_eq(dt_nn_attention(8, &a, &m), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_nn_attention_set_context(m, &(dt_nn_attention_context){.position = INT64_MAX}),
+               DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "outside 0..2^53"), "%s", dt_last_error());
+  cr_assert_eq(dt_nn_attention_set_context(
+                   m, &(dt_nn_attention_context){.position = (INT64_C(1) << 53) - 1}),
+               DT_OK);
+  dt_tensor *x = NULL, *y = NULL, *x2 = NULL, *xi = NULL, *xb = NULL, *x64 = NULL;
+  cr_assert_eq(dt_randn(3, (int64_t[]){1, 3, 8}, DT_F32, 1, &x), DT_OK);
+  cr_assert_eq(dt_module_forward(m, x, &y), DT_ERR_INVALID);
+  cr_assert(strstr(dt_last_error(), "pass 2^53"), "%s", dt_last_error());
+  cr_assert_null(y);
+  cr_assert_eq(dt_nn_attention_set_context(m, NULL), DT_OK);
+  cr_assert_eq(dt_randn(2, (int64_t[]){3, 8}, DT_F32, 1, &x2), DT_OK);
+  cr_assert_eq(dt_module_forward(m, x2, &y), DT_ERR_SHAPE);
+  cr_assert(strstr(dt_last_error(), "input is 2-D"), "%s", dt_last_error());
+  cr_assert_eq(dt_zeros(3, (int64_t[]){1, 3, 8}, DT_I64, &xi), DT_OK);
+  cr_assert_eq(dt_module_forward(m, xi, &y), DT_ERR_DTYPE);
+  cr_assert(strstr(dt_last_error(), "dtype int64"), "%s", dt_last_error());
+  /* bfloat16 parameters and input: the output is bfloat16 too. */
+  dt_module *mb = NULL;
+  cr_assert_eq(dt_nn_attention(8, &a, &mb), DT_OK);
+  const char *ps[] = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"};
+  const char *lin[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  for (int i = 0; i < 4; i++) {
+    dt_tensor *b = NULL;
+    cr_assert_eq(dt_to(dt_module_get_tensor(mb, ps[i]), DT_BF16, &b), DT_OK);
+    cr_assert_eq(dt_module_set_tensor(dt_module_find(mb, lin[i]), "weight", b), DT_OK);
+    dt_tensor_release(b);
+  }
+  cr_assert_eq(dt_to(x, DT_BF16, &xb), DT_OK);
+  cr_assert_eq(dt_module_forward(mb, xb, &y), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_tensor_dtype(y), DT_BF16, "bfloat16 in, %s out",
+               dt_dtype_name(dt_tensor_dtype(y)));
+  dt_tensor_release(y), y = NULL;
+  /* A cache of float32 keys refuses float64 ones and stays as it was. */
+  dt_nn_kv_cache *cache = NULL;
+  cr_assert_eq(dt_nn_kv_cache_create(1, &cache), DT_OK);
+  cr_assert_eq(dt_nn_attention_set_context(m, &(dt_nn_attention_context){.cache = cache}), DT_OK);
+  cr_assert_eq(dt_module_forward(m, x, &y), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_nn_kv_cache_commit(cache), DT_OK);
+  dt_tensor_release(y), y = NULL;
+  dt_module *m64 = NULL;
+  cr_assert_eq(dt_nn_attention(8, &a, &m64), DT_OK);
+  for (int i = 0; i < 4; i++) {
+    dt_tensor *d = NULL;
+    cr_assert_eq(dt_to(dt_module_get_tensor(m64, ps[i]), DT_F64, &d), DT_OK);
+    cr_assert_eq(dt_module_set_tensor(dt_module_find(m64, lin[i]), "weight", d), DT_OK);
+    dt_tensor_release(d);
+  }
+  cr_assert_eq(dt_nn_attention_set_context(m64, &(dt_nn_attention_context){.cache = cache}), DT_OK);
+  cr_assert_eq(dt_to(x, DT_F64, &x64), DT_OK);
+  cr_assert_eq(dt_module_forward(m64, x64, &y), DT_ERR_DTYPE);
+  cr_assert(strstr(dt_last_error(), "holds float32 keys"), "%s", dt_last_error());
+  dt_nn_kv_cache_discard(cache);
+  cr_assert_eq(dt_nn_kv_cache_length(cache), 3);
+  cr_assert_eq(dt_module_forward(m, x, &y), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt_nn_kv_cache_commit(cache), DT_OK);
+  cr_assert_eq(dt_nn_kv_cache_length(cache), 6);
+  dt_tensor *rel[] = {x, y, x2, xi, xb, x64};
+  for (int i = 0; i < 6; i++) dt_tensor_release(rel[i]);
+  dt_module_destroy(m), dt_module_destroy(mb), dt_module_destroy(m64);
+  dt_nn_kv_cache_destroy(cache);
+}

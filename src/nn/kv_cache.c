@@ -119,6 +119,12 @@ dt_status dt__nn_kv_cache_extend(dt_nn_kv_cache *c, int layer, int which, dt_ten
   dt_tensor *base = c->pending[slot] ? c->pending[slot] : c->held[slot];
   *held = positions(base);
   dt_status st = DT_OK;
+  if (base && dt_tensor_dtype(base) != dt_tensor_dtype(x))
+    return dt__error(DT_ERR_DTYPE,
+                     "Attention: the KV cache's layer %d holds %s %s, this forward's are %s (a "
+                     "cache keeps one dtype)",
+                     layer, dt_dtype_name(dt_tensor_dtype(base)), which ? "values" : "keys",
+                     dt_dtype_name(dt_tensor_dtype(x)));
   if (base) {
     st = dt_cat(2, (dt_tensor *[]){base, x}, 2, out);
     if (!st && !dt_tensor_list_keep(tmp, *out)) st = DT_ERR_NOMEM;

@@ -4,6 +4,7 @@
  * dt_module_forward (so the hooks of parallel wrappers run around them) and the op API (so
  * local and distributed tensors both work), and releases its temporaries before returning.
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +15,9 @@
 #include "dtensor/ops.h"
 #include "dtensor/transformer.h"
 #include "nn/nn_impl.h"
+
+/* The last position an attention takes: 2^53, where doubles stop counting exactly. */
+#define DT_NN_MAX_POSITION (INT64_C(1) << 53)
 
 /* Runs an op whose result goes to `r` and keeps it on the list `tmp`. */
 #define KEEP(call, r)                                                                              \
@@ -134,16 +138,20 @@ static void attention_release(void *user) {
 
 /* The rotary tables [T, head_dim] of positions p0 .. p0 + T - 1, as transformers computes them:
  * freqs = positions (float32) x inv_freq, emb = cat(freqs, freqs), cos(emb) and sin(emb). */
-static dt_status rope_tables(const attention_state *s, int64_t p0, int64_t T, dt_tensor_list *tmp,
-                             dt_tensor **cos_out, dt_tensor **sin_out) {
+static dt_status rope_tables(const attention_state *s, int64_t p0, int64_t T, dt_dtype dtype,
+                             dt_tensor_list *tmp, dt_tensor **cos_out, dt_tensor **sin_out) {
   dt_status st = DT_OK;
   dt_tensor *pos = NULL, *col = NULL, *freqs = NULL, *emb = NULL;
   KEEP(dt_arange((double)p0, (double)(p0 + T), 1.0, DT_F32, &pos), pos);
   KEEP(dt_unsqueeze(pos, 1, &col), col);
   KEEP(dt_mul(col, s->inv_freq, &freqs), freqs);
   KEEP(dt_cat(2, (dt_tensor *[]){freqs, freqs}, 1, &emb), emb);
-  if (!st) st = dt_cos(emb, cos_out);
-  if (!st) st = dt_sin(emb, sin_out);
+  dt_tensor *c = NULL, *s2 = NULL;
+  KEEP(dt_cos(emb, &c), c);
+  KEEP(dt_sin(emb, &s2), s2);
+  /* In the activations' dtype (transformers: cos.to(x.dtype)), so bfloat16 stays bfloat16. */
+  if (!st) st = dt_to(c, dtype, cos_out);
+  if (!st) st = dt_to(s2, dtype, sin_out);
   return st;
 }
 
@@ -215,6 +223,13 @@ static dt_status attention_forward(dt_module *m, dt_tensor *x, dt_tensor **out) 
   dt_tensor *cs = NULL, *sn = NULL, *ka = NULL, *va = NULL;
   dt_tensor *a = NULL, *at = NULL, *ar = NULL, *mask = NULL;
   int64_t hd = s->head_dim, H = 0, Hk = 0, Hv = 0;
+  if (!x) return dt__error(DT_ERR_INVALID, "Attention: input is NULL");
+  if (dt_tensor_ndim(x) != 3)
+    return dt__error(DT_ERR_SHAPE, "Attention: input is %d-D, expected [batch, seq, dim]",
+                     dt_tensor_ndim(x));
+  if (!dt_dtype_is_floating(dt_tensor_dtype(x)))
+    return dt__error(DT_ERR_DTYPE, "Attention: input has dtype %s, expected a floating dtype",
+                     dt_dtype_name(dt_tensor_dtype(x)));
   KEEP(dt_module_forward(dt_module_child(m, 0), x, &q), q);
   KEEP(dt_module_forward(dt_module_child(m, 1), x, &k), k);
   KEEP(dt_module_forward(dt_module_child(m, 2), x, &v), v);
@@ -235,9 +250,14 @@ static dt_status attention_forward(dt_module *m, dt_tensor *x, dt_tensor **out) 
   }
   /* The first query's position: what the cache holds for this layer, committed and pending. */
   int64_t past = ctx->cache ? dt__nn_kv_cache_position(ctx->cache, ctx->layer) : ctx->position;
+  if (!st && past > DT_NN_MAX_POSITION - T)
+    st = dt__error(DT_ERR_INVALID,
+                   "Attention: positions %lld..%lld pass 2^53, the last position a rotary table "
+                   "or a mask can name exactly",
+                   (long long)past, (long long)(past + T - 1));
   if (!st && s->inv_freq) {
     dt_tensor *c0 = NULL, *s0 = NULL;
-    st = rope_tables(s, past, T, tmp, &c0, &s0);
+    st = rope_tables(s, past, T, dt_tensor_dtype(qh), tmp, &c0, &s0);
     if (!st) st = like_placed(qh, c0, &cs), c0 = NULL;
     if (!st) st = like_placed(qh, s0, &sn), s0 = NULL;
     dt_tensor_release(c0), dt_tensor_release(s0);
@@ -308,8 +328,12 @@ dt_status dt_nn_attention(int64_t dim, const dt_nn_attention_options *options, d
     return dt__error(DT_ERR_INVALID, "%s: head_dim %lld is out of range", fn,
                      (long long)o.head_dim);
   bool rotary = o.rope_inv_freq || o.rope_theta != 0;
-  if (!isfinite(o.rope_theta) || o.rope_theta < 0)
-    return dt__error(DT_ERR_INVALID, "%s: rope_theta %g must be finite and >= 0", fn, o.rope_theta);
+  if (!isfinite(o.rope_theta) || o.rope_theta < 0 ||
+      (o.rope_theta != 0 && !(o.rope_theta >= FLT_MIN && o.rope_theta <= FLT_MAX)))
+    return dt__error(DT_ERR_INVALID,
+                     "%s: rope_theta %g must be 0 (no rotary embedding) or a positive normal "
+                     "float32 (the inverse frequencies are computed in float32)",
+                     fn, o.rope_theta);
   if (rotary && o.head_dim % 2 != 0)
     return dt__error(DT_ERR_INVALID, "%s: rotary embeddings need an even head_dim (got %lld)", fn,
                      (long long)o.head_dim);
@@ -389,8 +413,9 @@ dt_status dt_nn_attention_set_context(dt_module *attention,
   if (c.cache && (c.layer < 0 || c.layer >= dt_nn_kv_cache_layers(c.cache)))
     return dt__error(DT_ERR_INVALID, "%s: layer %d is outside the cache's 0..%d", fn, c.layer,
                      dt_nn_kv_cache_layers(c.cache) - 1);
-  if (c.position < 0)
-    return dt__error(DT_ERR_INVALID, "%s: position %lld is negative", fn, (long long)c.position);
+  if (c.position < 0 || c.position > DT_NN_MAX_POSITION)
+    return dt__error(DT_ERR_INVALID, "%s: position %lld is outside 0..2^53", fn,
+                     (long long)c.position);
   attention_state *s = dt_module_user(attention);
   dt_tensor_retain(c.mask);
   dt_tensor_release(s->ctx.mask);
