@@ -150,6 +150,51 @@ typedef struct dt_nn_attention_context {
 DT_API dt_status dt_nn_attention_set_context(dt_module *attention,
                                              const dt_nn_attention_context *context);
 
+/* Options of dt_nn_moe: a sparse mixture-of-experts MLP (Mixtral, Qwen3-MoE). n_experts,
+ * top_k and hidden are required; the rest zero-initialised means: the chosen weights not
+ * renormalised, no auxiliary losses, Hugging Face Qwen3-MoE's names. */
+typedef struct dt_nn_moe_options {
+  int64_t n_experts; /* >= 1 */
+  int64_t top_k;     /* 1..n_experts */
+  int64_t hidden;    /* each expert's hidden size */
+  /* Renormalise the top_k softmax weights of each token to sum to 1 (Mixtral always does;
+   * Qwen3-MoE's norm_topk_prob). */
+  bool norm_topk_prob;
+  /* > 0: the load-balancing loss (Switch Transformer's, as transformers computes it for
+   * Mixtral: n_experts * sum_e f_e P_e, f_e the share of the token-slot assignments that go to
+   * expert e, P_e the mean router probability of e) times this coefficient, and the router
+   * z-loss (the mean over tokens of logsumexp(router logits)^2) times router_z_loss_coef, summed
+   * into the module's auxiliary loss (dt_nn_moe_aux_loss). */
+  double router_aux_loss_coef;
+  double router_z_loss_coef;
+  uint64_t seed;
+  /* The router Linear [n_experts, dim] without bias (NULL: "gate"), the ModuleList of experts
+   * (NULL: "experts", children "0", "1", ...), and each expert's SwiGLU MLP (its names: NULL
+   * entries "gate_proj", "up_proj", "down_proj"; Mixtral's are "w1", "w3", "w2"). */
+  const char *router_name, *experts_name;
+  const char *expert_names[3];
+} dt_nn_moe_options;
+
+/* A sparse MoE MLP of type "MoE" on [batch, seq, dim] (or [tokens, dim]): per token the router's
+ * softmax over the experts (in float32; float64 inputs in float64), its top_k experts (ties: the
+ * lower expert index first), their weights (renormalised with norm_topk_prob), and the weighted sum
+ * of those experts' outputs. The tokens are permuted into expert order (one gather), each expert
+ * with tokens runs one SwiGLU on all of its tokens (an expert that received none costs nothing),
+ * and the results are permuted back and summed per token; everything is recorded by autograd
+ * (router, experts, input). Errors: DT_ERR_INVALID (NULL out or options, sizes < 1, top_k outside
+ * 1..n_experts, coefficients not finite or < 0, bad names), DT_ERR_NOMEM. */
+DT_API dt_status dt_nn_moe(int64_t dim, const dt_nn_moe_options *options, dt_module **out);
+
+/* The auxiliary loss of moe's last forward (a 0-d float32 tensor, recorded by autograd: add it to
+ * the training loss), or *out NULL when the options ask for none. The caller owns *out.
+ * Errors: DT_ERR_INVALID (NULL out, moe not a MoE module, no forward yet). */
+DT_API dt_status dt_nn_moe_aux_loss(dt_module *moe, dt_tensor **out);
+
+/* How many token-slot assignments each expert received in moe's last forward: counts has
+ * n_experts entries (at most n). Returns the number written; -1 for a module that is not a MoE
+ * or before any forward. */
+DT_API int64_t dt_nn_moe_expert_counts(const dt_module *moe, int64_t *counts, int64_t n);
+
 /* The norm of a block. */
 typedef enum dt_nn_norm_kind {
   DT_NN_NORM_RMS = 0,   /* RMSNorm (Llama) */

@@ -1,0 +1,281 @@
+/*
+ * The sparse mixture-of-experts MLP (dtensor/transformer.h, dt_nn_moe): a router, top-k experts
+ * per token, the tokens permuted into expert order, one SwiGLU per expert over all of its
+ * tokens, and the weighted results permuted back. Written with differentiable ops (softmax,
+ * topk, index_select, narrow, cat), so autograd gives the backward of every part.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/core_impl.h"
+#include "dtensor/ops.h"
+#include "dtensor/transformer.h"
+#include "nn/nn_impl.h"
+
+#define KEEP(call, r)                                                                              \
+  (st ? st : ((st = (call)), st ? st : (dt_tensor_list_keep(tmp, r) ? DT_OK : (st = DT_ERR_NOMEM))))
+
+typedef struct moe_state {
+  int64_t n_experts, top_k;
+  bool renormalise;
+  double aux_coef, z_coef;
+  dt_tensor *aux;  /* the last forward's auxiliary loss, or NULL */
+  int64_t *counts; /* [n_experts]: assignments per expert in the last forward */
+  bool ran;
+} moe_state;
+
+static void moe_release(void *user) {
+  moe_state *s = user;
+  if (!s) return;
+  dt_tensor_release(s->aux);
+  dt__free(s->counts);
+  dt__free(s);
+}
+
+/* The experts' order of the token-slot assignments: perm[p] is the flat (token * k + slot)
+ * index of the p-th assignment in expert order (stable: by expert, then token, then slot),
+ * counts[e] how many expert e got. */
+static dt_status expert_order(dt_tensor *indices, int64_t n_assign, int64_t n_experts,
+                              int64_t *counts, int64_t **perm_out) {
+  double *ids = dt__alloc(sizeof(double) * (size_t)(n_assign ? n_assign : 1));
+  int64_t *perm = dt__alloc(sizeof(int64_t) * (size_t)(n_assign ? n_assign : 1));
+  int64_t *start = dt__calloc(sizeof(int64_t) * (size_t)(n_experts + 1));
+  dt_status st = ids && perm && start ? DT_OK : dt__error(DT_ERR_NOMEM, "MoE: out of memory");
+  if (!st) st = dt_tensor_to_doubles(indices, ids, n_assign);
+  for (int64_t e = 0; e < n_experts; e++) counts[e] = 0;
+  for (int64_t i = 0; i < n_assign && !st; i++) counts[(int64_t)ids[i]]++;
+  for (int64_t e = 0; e < n_experts && !st; e++) start[e + 1] = start[e] + counts[e];
+  for (int64_t i = 0; i < n_assign && !st; i++) perm[start[(int64_t)ids[i]]++] = i;
+  dt__free(ids);
+  dt__free(start);
+  if (st) {
+    dt__free(perm);
+    return st;
+  }
+  *perm_out = perm;
+  return DT_OK;
+}
+
+/* n_experts * sum_e f_e P_e + z: the auxiliary loss of the options, or NULL. */
+static dt_status aux_loss(const moe_state *s, dt_tensor *logits, dt_tensor *probs, int64_t n_tokens,
+                          dt_tensor_list *tmp, dt_tensor **out) {
+  dt_status st = DT_OK;
+  *out = NULL;
+  if (s->aux_coef <= 0 && s->z_coef <= 0) return DT_OK;
+  dt_tensor *total = NULL;
+  if (s->aux_coef > 0) {
+    float *f = dt__alloc(sizeof(float) * (size_t)s->n_experts);
+    if (!f) return dt__error(DT_ERR_NOMEM, "MoE: out of memory");
+    for (int64_t e = 0; e < s->n_experts; e++)
+      f[e] = (float)((double)s->counts[e] / (double)(n_tokens * s->top_k));
+    dt_tensor *ft = NULL, *p = NULL, *fp = NULL, *sum = NULL;
+    st = dt_from_data(f, 1, &s->n_experts, DT_F32, &ft);
+    dt__free(f);
+    if (!st && !dt_tensor_list_keep(tmp, ft)) st = DT_ERR_NOMEM;
+    KEEP(dt_mean_dims(probs, 1, (int64_t[]){0}, false, &p), p);
+    KEEP(dt_mul(ft, p, &fp), fp);
+    KEEP(dt_sum(fp, &sum), sum);
+    if (!st) st = dt_mul_scalar(sum, (double)s->n_experts * s->aux_coef, &total);
+  }
+  if (!st && s->z_coef > 0) { /* logsumexp, stably: max + log(sum(exp(x - max))) */
+    dt_tensor *mx = NULL, *d = NULL, *ex = NULL, *se = NULL, *lg = NULL, *lse = NULL;
+    dt_tensor *sq = NULL, *mean = NULL, *z = NULL, *detached = NULL;
+    KEEP(dt_amax(logits, 1, (int64_t[]){1}, true, &mx), mx);
+    KEEP(dt_detach(mx, &detached), detached);
+    KEEP(dt_sub(logits, detached, &d), d);
+    KEEP(dt_exp(d, &ex), ex);
+    KEEP(dt_sum_dims(ex, 1, (int64_t[]){1}, true, &se), se);
+    KEEP(dt_log(se, &lg), lg);
+    KEEP(dt_add(lg, detached, &lse), lse);
+    KEEP(dt_mul(lse, lse, &sq), sq);
+    KEEP(dt_mean(sq, &mean), mean);
+    KEEP(dt_mul_scalar(mean, s->z_coef, &z), z);
+    if (!st && total) {
+      dt_tensor *both = NULL;
+      st = dt_add(total, z, &both);
+      dt_tensor_release(total);
+      total = both;
+    } else if (!st) {
+      total = dt_tensor_retain(z);
+    }
+  }
+  if (st) {
+    dt_tensor_release(total);
+    return st;
+  }
+  *out = total;
+  return DT_OK;
+}
+
+static dt_status moe_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
+  moe_state *s = dt_module_user(m);
+  dt_tensor_list list = DT_TENSOR_LIST_INIT, *tmp = &list;
+  dt_status st = DT_OK;
+  int nd = dt_tensor_ndim(x);
+  if (dt_tensor_is_distributed(x))
+    return dt__error(DT_ERR_UNSUPPORTED, "MoE: a distributed input (expert parallelism over a "
+                                         "mesh is not supported yet): pass this rank's tokens");
+  if (nd != 2 && nd != 3)
+    return dt__error(DT_ERR_SHAPE,
+                     "MoE: input is %d-D, expected [tokens, dim] or "
+                     "[batch, seq, dim]",
+                     nd);
+  const int64_t *sh = dt_tensor_shape(x);
+  int64_t dim = sh[nd - 1], n_tok = nd == 3 ? sh[0] * sh[1] : sh[0], k = s->top_k;
+  dt_module *router = dt_module_child(m, 0), *experts = dt_module_child(m, 1);
+  dt_tensor *flat = NULL, *logits = NULL, *lf = NULL, *probs = NULL, *w = NULL, *idx = NULL;
+  dt_tensor *wn = NULL, *wsum = NULL, *perm_t = NULL, *inv_t = NULL, *xp = NULL, *yp = NULL;
+  dt_tensor *wflat = NULL, *wp = NULL, *wcol = NULL, *yw = NULL, *ys = NULL, *y3 = NULL;
+  dt_tensor *y = NULL, *aux = NULL;
+  int64_t *perm = NULL, *inv = NULL;
+  KEEP(dt_reshape(x, 2, (int64_t[]){n_tok, dim}, &flat), flat);
+  KEEP(dt_module_forward(router, flat, &logits), logits);
+  /* The routing in float32 as transformers computes it (float64 stays float64). */
+  dt_dtype rd = dt_tensor_dtype(x) == DT_F64 ? DT_F64 : DT_F32;
+  KEEP(dt_to(logits, rd, &lf), lf);
+  KEEP(dt_softmax(lf, 1, &probs), probs);
+  KEEP(dt_topk(probs, k, 1, true, &w, &idx), w);
+  if (!st && !dt_tensor_list_keep(tmp, idx)) st = DT_ERR_NOMEM;
+  if (!st && s->renormalise) {
+    KEEP(dt_sum_dims(w, 1, (int64_t[]){1}, true, &wsum), wsum);
+    KEEP(dt_div(w, wsum, &wn), wn);
+    w = wn;
+  }
+  int64_t n_assign = n_tok * k;
+  if (!st) st = expert_order(idx, n_assign, s->n_experts, s->counts, &perm);
+  if (!st) {
+    inv = dt__alloc(sizeof(int64_t) * (size_t)(n_assign ? n_assign : 1));
+    int64_t *token = dt__alloc(sizeof(int64_t) * (size_t)(n_assign ? n_assign : 1));
+    if (!inv || !token) st = dt__error(DT_ERR_NOMEM, "MoE: out of memory");
+    for (int64_t p = 0; p < n_assign && !st; p++) inv[perm[p]] = p, token[p] = perm[p] / k;
+    if (!st) st = dt_from_data(token, 1, &n_assign, DT_I64, &perm_t);
+    if (!st && !dt_tensor_list_keep(tmp, perm_t)) st = DT_ERR_NOMEM;
+    if (!st) st = dt_from_data(inv, 1, &n_assign, DT_I64, &inv_t);
+    if (!st && !dt_tensor_list_keep(tmp, inv_t)) st = DT_ERR_NOMEM;
+    /* perm itself (flat assignment indices) for the weights */
+    for (int64_t p = 0; p < n_assign && !st; p++) token[p] = perm[p];
+    dt_tensor *pa = NULL;
+    if (!st) st = dt_from_data(token, 1, &n_assign, DT_I64, &pa);
+    if (!st && !dt_tensor_list_keep(tmp, pa)) st = DT_ERR_NOMEM;
+    dt__free(token);
+    /* The tokens in expert order, each expert's run through it, back in token-slot order. */
+    KEEP(dt_index_select(flat, 0, perm_t, &xp), xp);
+    dt_tensor *parts[4096];
+    int n_parts = 0;
+    int64_t at = 0;
+    if (!st && s->n_experts > 4096)
+      st = dt__error(DT_ERR_UNSUPPORTED, "MoE: more than 4096 experts");
+    for (int64_t e = 0; e < s->n_experts && !st; e++) {
+      if (s->counts[e] == 0) continue; /* an expert without tokens costs nothing */
+      dt_tensor *xe = NULL, *ye = NULL;
+      KEEP(dt_narrow(xp, 0, at, s->counts[e], &xe), xe);
+      KEEP(dt_module_forward(dt_module_child(experts, (int)e), xe, &ye), ye);
+      if (!st) parts[n_parts++] = ye;
+      at += s->counts[e];
+    }
+    KEEP(n_parts == 1 ? (yp = dt_tensor_retain(parts[0]), DT_OK) : dt_cat(n_parts, parts, 0, &yp),
+         yp);
+    KEEP(dt_reshape(w, 1, &n_assign, &wflat), wflat);
+    KEEP(dt_index_select(wflat, 0, pa, &wp), wp);
+    KEEP(dt_unsqueeze(wp, 1, &wcol), wcol);
+    dt_tensor *wc = NULL;
+    KEEP(dt_to(wcol, dt_tensor_dtype(yp ? yp : x), &wc), wc);
+    KEEP(dt_mul(yp, wc, &yw), yw);
+    KEEP(dt_index_select(yw, 0, inv_t, &ys), ys);
+    KEEP(dt_reshape(ys, 3, (int64_t[]){n_tok, k, dim}, &y3), y3);
+    KEEP(dt_sum_dims(y3, 1, (int64_t[]){1}, false, &y), y);
+  }
+  if (!st) st = aux_loss(s, lf, probs, n_tok, tmp, &aux);
+  if (!st) st = dt_reshape(y, nd, sh, out);
+  if (!st) {
+    dt_tensor_release(s->aux);
+    s->aux = aux;
+    s->ran = true;
+  } else {
+    dt_tensor_release(aux);
+  }
+  dt__free(perm);
+  dt__free(inv);
+  dt_tensor_list_release(tmp);
+  return st;
+}
+
+dt_status dt_nn_moe(int64_t dim, const dt_nn_moe_options *options, dt_module **out) {
+  static const char fn[] = "dt_nn_moe";
+  if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", fn);
+  *out = NULL;
+  if (!options) return dt__error(DT_ERR_INVALID, "%s: options is NULL", fn);
+  const dt_nn_moe_options *o = options;
+  if (dim < 1 || o->hidden < 1 || o->n_experts < 1 || o->n_experts > 4096)
+    return dt__error(DT_ERR_INVALID,
+                     "%s: dim %lld and hidden %lld must be >= 1, n_experts %lld in 1..4096", fn,
+                     (long long)dim, (long long)o->hidden, (long long)o->n_experts);
+  if (o->top_k < 1 || o->top_k > o->n_experts)
+    return dt__error(DT_ERR_INVALID, "%s: top_k %lld is outside 1..n_experts (%lld)", fn,
+                     (long long)o->top_k, (long long)o->n_experts);
+  if (!isfinite(o->router_aux_loss_coef) || o->router_aux_loss_coef < 0 ||
+      !isfinite(o->router_z_loss_coef) || o->router_z_loss_coef < 0)
+    return dt__error(DT_ERR_INVALID,
+                     "%s: router_aux_loss_coef %g and router_z_loss_coef %g must be finite and "
+                     ">= 0",
+                     fn, o->router_aux_loss_coef, o->router_z_loss_coef);
+  moe_state *s = dt__calloc(sizeof *s);
+  if (s) s->counts = dt__calloc(sizeof(int64_t) * (size_t)o->n_experts);
+  if (!s || !s->counts) {
+    moe_release(s);
+    return dt__error(DT_ERR_NOMEM, "%s: out of memory", fn);
+  }
+  s->n_experts = o->n_experts, s->top_k = o->top_k, s->renormalise = o->norm_topk_prob;
+  s->aux_coef = o->router_aux_loss_coef, s->z_coef = o->router_z_loss_coef;
+  dt_module *m = NULL, *router = NULL, *list = NULL;
+  dt_status st = dt_module_create("MoE", moe_forward, s, &m);
+  if (st) {
+    moe_release(s);
+    return st;
+  }
+  dt__module_set_release(m, moe_release);
+  st = dt_nn_linear(dim, o->n_experts, false, o->seed, &router);
+  if (!st) st = dt_module_add_child(m, o->router_name ? o->router_name : "gate", router);
+  if (!st) st = dt_nn_module_list(0, NULL, &list);
+  for (int64_t e = 0; e < o->n_experts && !st; e++) {
+    dt_nn_mlp_options mo = {.kind = DT_NN_MLP_SWIGLU, .seed = o->seed + 1 + 3 * (uint64_t)e};
+    memcpy(mo.names, o->expert_names, sizeof o->expert_names);
+    dt_module *expert = NULL;
+    char name[24];
+    snprintf(name, sizeof name, "%lld", (long long)e);
+    st = dt_nn_transformer_mlp(dim, o->hidden, &mo, &expert);
+    if (!st) st = dt_module_add_child(list, name, expert);
+  }
+  if (!st)
+    st = dt_module_add_child(m, o->experts_name ? o->experts_name : "experts", list);
+  else
+    dt_module_destroy(list);
+  if (st) {
+    dt_module_destroy(m);
+    return st;
+  }
+  *out = m;
+  return DT_OK;
+}
+
+dt_status dt_nn_moe_aux_loss(dt_module *moe, dt_tensor **out) {
+  if (!out) return dt__error(DT_ERR_INVALID, "dt_nn_moe_aux_loss: out is NULL");
+  *out = NULL;
+  if (!dt__module_released_by(moe, moe_release))
+    return dt__error(DT_ERR_INVALID, "dt_nn_moe_aux_loss: %s is not a MoE (dt_nn_moe)",
+                     moe ? dt_module_type(moe) : "NULL");
+  moe_state *s = dt_module_user(moe);
+  if (!s->ran) return dt__error(DT_ERR_INVALID, "dt_nn_moe_aux_loss: the MoE has not run yet");
+  *out = dt_tensor_retain(s->aux);
+  return DT_OK;
+}
+
+int64_t dt_nn_moe_expert_counts(const dt_module *moe, int64_t *counts, int64_t n) {
+  if (!dt__module_released_by(moe, moe_release)) return -1;
+  const moe_state *s = dt_module_user(moe);
+  if (!s->ran) return -1;
+  int64_t w = n < s->n_experts ? n : s->n_experts;
+  for (int64_t e = 0; e < w && counts; e++) counts[e] = s->counts[e];
+  return counts ? w : 0;
+}
