@@ -127,6 +127,22 @@ DT_API dt_status dt_parallel_tp_module_on_dim(dt_module *model, dt_mesh *mesh, i
                                               const dt_tp_plan *plan,
                                               const dt_tp_style_options *options);
 
+/* ---- Expert parallelism ------------------------------------------------------------------- */
+
+/* Splits the experts of every MoE (dt_nn_moe, transformer.h) in model over mesh dim ep_dim
+ * (TorchTitan's ExpertParallel): rank r of that dim keeps experts [r c, (r + 1) c) with
+ * c = ceil(n_experts / size) (torch.chunk: the counts need not divide; a rank may keep none),
+ * under their global names, and destroys the others. In the forward each rank routes its own
+ * tokens, every rank's per-expert counts are gathered, the tokens go to their experts' ranks
+ * with an all_to_all of uneven counts, run there grouped by expert, and return with the
+ * reverse all_to_all; both are recorded for autograd (the backward of one is the other with
+ * the counts swapped, so every rank must run backward when any does). Outputs and gradients
+ * equal those of one rank with every expert. The ranks of the ep dim must all run the forward
+ * (collective); the input is this rank's tokens, a local tensor. The mesh must outlive the
+ * model's forwards (the MoE keeps a reference). Errors: DT_ERR_INVALID (NULL, ep_dim outside
+ * the mesh, a tree without a MoE, experts already split). */
+DT_API dt_status dt_parallel_expert_parallel(dt_module *model, dt_mesh *mesh, int ep_dim);
+
 /* ---- Fully sharded data parallel (PyTorch's fully_shard, FSDP2) ------------------------------ */
 
 /* The most parameters one module (a unit) may hold directly. */

@@ -11,6 +11,8 @@
 #include "core/core_impl.h"
 #include "dtensor/ops.h"
 #include "dtensor/transformer.h"
+#include "dtensor/mesh.h"
+#include "mesh/mesh_impl.h"
 #include "nn/nn_impl.h"
 
 #define KEEP(call, r)                                                                              \
@@ -23,6 +25,7 @@ typedef struct moe_state {
   dt_tensor *aux;  /* the last forward's auxiliary loss, or NULL */
   int64_t *counts; /* [n_experts]: assignments per expert in the last forward */
   bool ran;
+  dt__nn_moe_ep *ep; /* expert parallelism, or NULL: every expert here */
 } moe_state;
 
 static void moe_release(void *user) {
@@ -30,6 +33,8 @@ static void moe_release(void *user) {
   if (!s) return;
   dt_tensor_release(s->aux);
   dt__free(s->counts);
+  if (s->ep) dt__mesh_release(s->ep->mesh);
+  dt__free(s->ep);
   dt__free(s);
 }
 
@@ -164,9 +169,11 @@ static dt_status moe_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
     dt_tensor *parts[4096];
     int n_parts = 0;
     int64_t at = 0;
-    if (!st && s->n_experts > 4096)
-      st = dt__error(DT_ERR_UNSUPPORTED, "MoE: more than 4096 experts");
-    for (int64_t e = 0; e < s->n_experts && !st; e++) {
+    if (!st && s->ep) {
+      st = dt__nn_moe_run_expert_parallel(s->ep, experts, xp, s->counts, s->n_experts, tmp, &yp);
+      if (!st && !dt_tensor_list_keep(tmp, yp)) st = DT_ERR_NOMEM;
+    }
+    for (int64_t e = 0; e < s->n_experts && !st && !s->ep; e++) {
       if (s->counts[e] == 0) continue; /* an expert without tokens costs nothing */
       dt_tensor *xe = NULL, *ye = NULL;
       KEEP(dt_narrow(xp, 0, at, s->counts[e], &xe), xe);
@@ -174,8 +181,9 @@ static dt_status moe_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
       if (!st) parts[n_parts++] = ye;
       at += s->counts[e];
     }
-    KEEP(n_parts == 1 ? (yp = dt_tensor_retain(parts[0]), DT_OK) : dt_cat(n_parts, parts, 0, &yp),
-         yp);
+    if (!s->ep)
+      KEEP(n_parts == 1 ? (yp = dt_tensor_retain(parts[0]), DT_OK) : dt_cat(n_parts, parts, 0, &yp),
+           yp);
     KEEP(dt_reshape(w, 1, &n_assign, &wflat), wflat);
     KEEP(dt_index_select(wflat, 0, pa, &wp), wp);
     KEEP(dt_unsqueeze(wp, 1, &wcol), wcol);
@@ -278,4 +286,37 @@ int64_t dt_nn_moe_expert_counts(const dt_module *moe, int64_t *counts, int64_t n
   int64_t w = n < s->n_experts ? n : s->n_experts;
   for (int64_t e = 0; e < w && counts; e++) counts[e] = s->counts[e];
   return counts ? w : 0;
+}
+
+bool dt__nn_is_moe(const dt_module *m) { return dt__module_released_by(m, moe_release); }
+
+dt_status dt__nn_moe_expert_parallel(dt_module *moe, dt_mesh *mesh, int dim) {
+  static const char fn[] = "dt_parallel_expert_parallel";
+  if (!dt__nn_is_moe(moe)) return dt__error(DT_ERR_INVALID, "%s: not a MoE module", fn);
+  moe_state *s = dt_module_user(moe);
+  if (s->ep) return dt__error(DT_ERR_INVALID, "%s: the MoE's experts are already split", fn);
+  if (!mesh || dim < 0 || dim >= dt_mesh_ndim(mesh))
+    return dt__error(DT_ERR_INVALID, "%s: ep dim %d is outside the mesh's %d dims", fn, dim,
+                     mesh ? dt_mesh_ndim(mesh) : 0);
+  int size = dt_mesh_size(mesh, dim), rank = dt_mesh_coordinate(mesh, dim);
+  int64_t chunk = (s->n_experts + size - 1) / size;
+  int64_t first = rank * chunk > s->n_experts ? s->n_experts : rank * chunk;
+  int64_t last = first + chunk < s->n_experts ? first + chunk : s->n_experts;
+  dt__nn_moe_ep *ep = dt__calloc(sizeof *ep);
+  if (!ep) return dt__error(DT_ERR_NOMEM, "%s: out of memory", fn);
+  dt_module *experts = dt_module_child(moe, 1);
+  /* Keep this rank's experts, under their global names ("experts.5" stays "experts.5"). */
+  for (int64_t e = s->n_experts - 1; e >= 0; e--) {
+    if (e >= first && e < last) continue;
+    dt_module *gone = NULL;
+    dt_status st = dt_module_take_child(experts, (int)e, &gone);
+    dt_module_destroy(gone);
+    if (st) {
+      dt__free(ep);
+      return st;
+    }
+  }
+  ep->mesh = dt__mesh_retain(mesh), ep->dim = dim, ep->rank = rank;
+  s->ep = ep;
+  return DT_OK;
 }

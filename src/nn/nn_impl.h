@@ -39,4 +39,22 @@ dt_status dt__nn_kv_cache_extend(dt_nn_kv_cache *cache, int layer, int which, dt
                                  int64_t keep_last, dt_tensor_list *tmp, dt_tensor **out,
                                  int64_t *held);
 
+/* Expert parallelism of a MoE (moe.c, moe_ep.c): the mesh (retained) and its dim the experts
+ * are split over, and this rank's coordinate there. */
+typedef struct dt__nn_moe_ep {
+  struct dt_mesh *mesh;
+  int dim, rank;
+} dt__nn_moe_ep;
+/* Whether m is a MoE of dt_nn_moe. */
+bool dt__nn_is_moe(const dt_module *m);
+/* Splits moe's experts over mesh dim `dim` (torch.chunk of n_experts; the others are
+ * destroyed). Collective over nothing: each rank keeps its own. Errors: DT_ERR_INVALID (not a
+ * MoE, already split, dim outside the mesh). */
+dt_status dt__nn_moe_expert_parallel(dt_module *moe, struct dt_mesh *mesh, int dim);
+/* The experts' outputs for xp (this rank's token-slot assignments in expert order, counts per
+ * global expert), computed on the experts' ranks (moe_ep.c); *out kept by the caller. */
+dt_status dt__nn_moe_run_expert_parallel(const dt__nn_moe_ep *ep, dt_module *experts, dt_tensor *xp,
+                                         const int64_t *counts, int64_t n_experts,
+                                         dt_tensor_list *tmp, dt_tensor **out);
+
 #endif /* DT_NN_IMPL_H */
