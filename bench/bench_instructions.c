@@ -178,7 +178,7 @@ static const bench_case cases[] = {
     {"dtensor_dispatch_view", case_view, 66300, 1500, false},
     {"dtensor_dispatch_inplace", case_inplace, 57750, 1000, false},
     {"dtensor_dispatch_to_from_local", case_to_from_local, 226900, 3000, false},
-    {"dtensor_dispatch_collectives", case_collectives, 29010000, 60000, false},
+    {"dtensor_dispatch_collectives", case_collectives, 29010000, 47084, false},
     {"dtensor_dispatch_collectives_chain", case_collectives_chain, 0, 60000, false},
     {"dtensor_dispatch_random", case_random, 592800, 4000, false},
     {"dtensor_dispatch_custom_handler", case_custom_handler, 36120, 300, false},
@@ -186,7 +186,7 @@ static const bench_case cases[] = {
     {"dtensor_dispatch_2d_add_miss", case_add_2d, 0, 25000, true},
     {"dtensor_dispatch_2d_add_mixed_hit", case_add_2d_mixed, 0, 125000, false},
     {"dtensor_dispatch_2d_add_mixed_miss", case_add_2d_mixed, 0, 140000, true},
-    {"dtensor_dispatch_2d_linear_hit", case_linear_2d, 0, 5000, false},
+    {"dtensor_dispatch_2d_linear_hit", case_linear_2d, 0, 3912, false},
     {"dtensor_dispatch_2d_linear_miss", case_linear_2d, 0, 16000, true},
     {"dtensor_dispatch_add_backward", case_add_backward, 356500, 5000, false}, /* last: see above */
 };

@@ -555,6 +555,34 @@ Test(thread_pool, gemms_follow_the_setting_and_the_ranks) {
   cr_assert_eq(dt__blas_threads(), 1, "the BLAS itself still on one thread");
 }
 
+/* A GEMM too small to split skips reading the thread setting (dt__blas_sync_unsplit), yet
+ * still sets the BLAS back to one thread after a benchmark let it run its own (issue 43 item
+ * 5: the instruction gate's cheaper path keeps what dt__blas_sync_threads did). */
+Test(thread_pool, small_gemm_sets_the_blas_back_to_one_thread) {
+  dt__blas_set_threads(cores());
+  matmul_once();
+  dt__blas_use_own_threads();
+  if (dt__gemm_threads() > 1 && strncmp(dt__blas_name(), "generic", 7) != 0) {
+    cr_assert_gt(dt__blas_threads(), 1, "the BLAS runs its own threads for the benchmark");
+  }
+  dt_tensor *a = ref_random(2, (int64_t[]){3, 5}, DT_F32, -1, 1, 7);
+  dt_tensor *b = ref_random(2, (int64_t[]){5, 4}, DT_F32, -1, 1, 8), *c = NULL;
+  cr_assert_eq(dt_matmul(a, b, &c), DT_OK, "%s", dt_last_error());
+  cr_assert_eq(dt__blas_threads(), 1, "the small GEMM put the BLAS back on one thread");
+  /* The product itself: every element against a double-precision sum. */
+  const float *pa = dt_tensor_data(a), *pb = dt_tensor_data(b), *pc = dt_tensor_data(c);
+  for (int i = 0; i < 3; i++) {
+    for (int j = 0; j < 4; j++) {
+      double want = 0;
+      for (int k = 0; k < 5; k++) want += (double)pa[i * 5 + k] * pb[k * 4 + j];
+      cr_assert_float_eq(pc[i * 4 + j], want, 1e-5, "c[%d][%d]", i, j);
+    }
+  }
+  dt_tensor_release(a);
+  dt_tensor_release(b);
+  dt_tensor_release(c);
+}
+
 /* ---- GEMMs split on the pool ---------------------------------------------------------- */
 
 /* c[b] = beta * bias + alpha * a[b] b[b] in double, naive (a: [batch, n, k], b: [batch, k, m]

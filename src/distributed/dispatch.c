@@ -19,6 +19,9 @@
 #define CACHE_SLOTS 1024 /* power of two */
 
 typedef struct op_plan {
+  /* The common hit: no argument moves and no field below changes the local call, so the
+   * shards run as they are. One flag read by every hit instead of six. */
+  bool plain;
   dt_placement targets[DT_DIST_MAX_ARGS][DT_MESH_MAX_DIMS];
   bool needs_redistribute[DT_DIST_MAX_ARGS];
   bool any_redistribute;
@@ -223,59 +226,91 @@ typedef struct dist_args {
   dt_tensor *t[DT_DIST_MAX_ARGS];     /* the call's tensors: inputs, then the list */
   dt_tensor global[DT_DIST_MAX_ARGS]; /* global geometry of each (no storage) */
   const dt_dist_spec *spec;           /* the first distributed argument's spec: the mesh */
+  uint64_t hash;                      /* the arguments' part of the call's cache key */
 } dist_args;
 
-static dt_status collect_args(const dt_op_call *call, dist_args *a) {
+/* One multiply-xorshift step per word. Each step is a bijection of the word for a given
+ * state, and its shift brings the product's high bits down to the low ones that index the
+ * table, so no finalizer follows: one would spend ~20 instructions per dispatch and could
+ * only add collisions of the 64-bit key, never remove one. */
+static inline uint64_t key_step(uint64_t h, uint64_t v) {
+  h = (h ^ v) * 0x9e3779b97f4a7c15ull;
+  return h ^ (h >> 32);
+}
+
+/* Why collect_args refused argument i (first: the first distributed argument), kept out of
+ * line so that the hit path carries neither the message buffers nor their setup. */
+static DT_NOINLINE dt_status refuse_arg(const dt_op_call *call, const dist_args *a, int i,
+                                        int first) {
   const char *op = dt__op_name(call);
-  a->n = 0;
-  a->spec = NULL;
-  if (call->n_inputs + call->n_input_list > DT_DIST_MAX_ARGS) {
-    return dt__error(DT_ERR_UNSUPPORTED,
-                     "%s: %d tensor arguments on distributed tensors, at most %d (join a long "
-                     "list in groups, then join the groups)",
-                     op, call->n_inputs + call->n_input_list, DT_DIST_MAX_ARGS);
-  }
-  for (int i = 0; i < call->n_inputs; i++) a->t[a->n++] = call->inputs[i];
-  for (int i = 0; i < call->n_input_list; i++) a->t[a->n++] = call->input_list[i];
-  int first = -1; /* the first distributed argument */
-  for (int i = 0; i < a->n; i++) {
-    dt_tensor *t = a->t[i];
-    if (!t) continue;
-    if (t->spec) {
-      if (!a->spec) {
-        a->spec = t->spec;
-        first = i;
-      } else if (t->spec->mesh_id != a->spec->mesh_id) {
-        char mine[160], theirs[160];
-        dt_mesh_format(t->spec->mesh, mine, sizeof mine);
-        dt_mesh_format(a->spec->mesh, theirs, sizeof theirs);
-        /* Two meshes of one shape would read alike: say that they are distinct objects. */
-        bool alike = strcmp(mine, theirs) == 0;
-        return dt__error(DT_ERR_INVALID,
-                         "%s: argument %d lies on %s%s but argument %d on %s (all distributed "
-                         "arguments must share one mesh object)",
-                         op, i, mine, alike ? " (another mesh object of the same shape)" : "",
-                         first, theirs);
-      }
-    } else if (t->ndim != 0) {
-      char buf[160];
-      return dt__error(DT_ERR_INVALID,
-                       "%s: argument %d is a local tensor of shape %s mixed with distributed "
-                       "tensors (only 0-d local tensors may be mixed in; make it distributed: "
-                       "dt_dist_distribute_tensor if every rank holds the whole tensor, "
-                       "dt_dist_from_local if it is this rank's shard)",
-                       op, i, dt__format_ints(buf, sizeof buf, t->ndim, t->shape));
-    }
-  }
-  /* A local-only op would otherwise fall back to replicating: gathering every argument on
-   * every rank, silently, for an op whose unfused form shards. */
-  if (a->spec && dt__op_has_trait(call->op, DT_TRAIT_LOCAL_ONLY)) {
+  if (i < 0) {
     return dt__error(DT_ERR_UNSUPPORTED,
                      "%s: runs on local tensors only (it has no sharding rule), but argument %d "
                      "is distributed; call its unfused ops, or convert the arguments with "
                      "dt_dist_full_tensor or dt_dist_to_local",
                      op, first);
   }
+  const dt_tensor *t = a->t[i];
+  if (t->spec) {
+    char mine[160], theirs[160];
+    dt_mesh_format(t->spec->mesh, mine, sizeof mine);
+    dt_mesh_format(a->t[first]->spec->mesh, theirs, sizeof theirs);
+    /* Two meshes of one shape would read alike: say that they are distinct objects. */
+    bool alike = strcmp(mine, theirs) == 0;
+    return dt__error(DT_ERR_INVALID,
+                     "%s: argument %d lies on %s%s but argument %d on %s (all distributed "
+                     "arguments must share one mesh object)",
+                     op, i, mine, alike ? " (another mesh object of the same shape)" : "", first,
+                     theirs);
+  }
+  char buf[160];
+  return dt__error(DT_ERR_INVALID,
+                   "%s: argument %d is a local tensor of shape %s mixed with distributed "
+                   "tensors (only 0-d local tensors may be mixed in; make it distributed: "
+                   "dt_dist_distribute_tensor if every rank holds the whole tensor, "
+                   "dt_dist_from_local if it is this rank's shard)",
+                   op, i, dt__format_ints(buf, sizeof buf, t->ndim, t->shape));
+}
+
+static dt_status collect_args(const dt_op_call *call, dist_args *a) {
+  int n_inputs = call->n_inputs, n = n_inputs + call->n_input_list;
+  a->n = 0;
+  a->spec = NULL;
+  if (n > DT_DIST_MAX_ARGS) {
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "%s: %d tensor arguments on distributed tensors, at most %d (join a long "
+                     "list in groups, then join the groups)",
+                     dt__op_name(call), n, DT_DIST_MAX_ARGS);
+  }
+  for (int i = 0; i < n_inputs; i++) a->t[i] = call->inputs[i];
+  for (int i = n_inputs; i < n; i++) a->t[i] = call->input_list[i - n_inputs];
+  a->n = n;
+  const dt_dist_spec *spec = NULL;
+  int first = -1; /* the first distributed argument */
+  uint64_t h = 0x0b5e55ed;
+  for (int i = 0; i < n; i++) {
+    const dt_tensor *t = a->t[i];
+    if (!t) {
+      h = key_step(h, 1);
+      continue;
+    }
+    const dt_dist_spec *s = t->spec;
+    h = key_step(h, s ? s->hash : (0x5ca1a7ull << 8 | (uint64_t)t->dtype));
+    if (DT_UNLIKELY(!s)) {
+      if (t->ndim != 0) return refuse_arg(call, a, i, first);
+    } else if (!spec) {
+      spec = s;
+      first = i;
+    } else if (DT_UNLIKELY(s->mesh_id != spec->mesh_id)) {
+      return refuse_arg(call, a, i, first);
+    }
+  }
+  a->spec = spec;
+  a->hash = h;
+  /* A local-only op would otherwise fall back to replicating: gathering every argument on
+   * every rank, silently, for an op whose unfused form shards. */
+  if (spec && DT_UNLIKELY(dt__op_has_trait(call->op, DT_TRAIT_LOCAL_ONLY)))
+    return refuse_arg(call, a, -1, first);
   return DT_OK;
 }
 
@@ -294,22 +329,11 @@ static void build_globals(dist_args *a) {
   }
 }
 
-/* One multiply-xorshift step per word while hashing; dt__hash_mix's full avalanche once at
- * the end. Cheap enough for the hit path, and the key only needs to spread well. */
-static inline uint64_t key_step(uint64_t h, uint64_t v) {
-  h = (h ^ v) * 0x9e3779b97f4a7c15ull;
-  return h ^ (h >> 32);
-}
-
 static uint64_t call_key(const dt_op_call *call, const dist_args *a) {
-  uint64_t h =
-      key_step(0x0b5e55ed, (uint64_t)call->op | ((uint64_t)call->n_outputs << 16) |
-                               ((uint64_t)call->flags << 32) | ((uint64_t)call->dtype << 48));
+  /* The arguments were hashed while collect_args read them, as they were before. */
+  uint64_t h = key_step(a->hash, (uint64_t)call->op | ((uint64_t)call->n_outputs << 16) |
+                                     ((uint64_t)call->flags << 32) | ((uint64_t)call->dtype << 48));
   h = key_step(h, (uint64_t)call->n_ints << 32 | (uint64_t)call->n_int_list);
-  for (int i = 0; i < a->n; i++) {
-    const dt_tensor *t = a->t[i];
-    h = key_step(h, !t ? 1 : t->spec ? t->spec->hash : (0x5ca1a7ull << 8 | (uint64_t)t->dtype));
-  }
   for (int i = 0; i < call->n_ints && i < DT_OP_MAX_INTS; i++)
     h = key_step(h, (uint64_t)call->ints[i]);
   for (int i = 0; i < call->n_int_list; i++) h = key_step(h, (uint64_t)call->int_list[i]);
@@ -318,7 +342,7 @@ static uint64_t call_key(const dt_op_call *call, const dist_args *a) {
     memcpy(bits, call->scalars, sizeof bits);
     h = key_step(key_step(h, bits[0]), bits[1]);
   }
-  return dt__hash_mix(h, 0) & ~1ull; /* op keys are even, redistribution keys odd */
+  return h & ~1ull; /* op keys are even, redistribution keys odd */
 }
 
 static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
@@ -556,6 +580,8 @@ static dt_status dist_dispatch(dt_op_call *call) {
       free_plan(plan);
       return st;
     }
+    plan->plain = !plan->any_redistribute && !plan->local_shape_override && !plan->shard_geometry &&
+                  !plan->row_window && !plan->sync_dims && !plan->diagonal_shift;
     /* A mesh its user destroyed lives only for its tensors: a cached plan would keep it
      * alive past them, so plan each call afresh. */
     if (c && !dt__mesh_user_destroyed(a.spec->mesh)) {
@@ -568,9 +594,7 @@ static dt_status dist_dispatch(dt_op_call *call) {
       owned = true;
     }
   }
-  if (!plan->any_redistribute && !plan->local_shape_override && !plan->shard_geometry &&
-      !plan->row_window && !plan->sync_dims && !plan->diagonal_shift) {
-    /* The common hit: the shards are the arguments as they are. */
+  if (plan->plain) {
     st = dt__dispatch_local(call);
     if (st) dt__error_prefix("on this rank's shard"); /* value errors: shapes are local */
     if (!st) st = wrap_outputs(call, plan);

@@ -215,7 +215,7 @@ static dt_status new_block(int ndim, const int64_t *shape, dt_dtype dtype, bool 
   atomic_init(&t->refcount, 1);
   t->dtype = dtype;
   t->ndim = ndim;
-  if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  for (int i = 0; i < ndim; i++) t->shape[i] = shape[i]; /* ndim <= 8: beats memcpy's call */
   dt__contiguous_strides(ndim, shape, t->strides);
   t->offset = 0;
   t->storage = s;
@@ -342,7 +342,7 @@ dt_status dt_wrap(void *data, size_t nbytes, int ndim, const int64_t *shape, con
   s->release_user = NULL;
   t->dtype = dtype;
   t->ndim = ndim;
-  if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  for (int i = 0; i < ndim; i++) t->shape[i] = shape[i]; /* ndim <= 8: beats memcpy's call */
   if (strides) {
     if (ndim > 0) memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
   } else {

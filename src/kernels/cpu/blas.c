@@ -111,6 +111,12 @@ int dt__blas_sync_threads(void) {
   return GEMMS_ON_THE_POOL ? gemm_threads : 1;
 }
 
+int dt__blas_sync_unsplit(void) {
+  if (GEMMS_ON_THE_POOL && atomic_load(&applied_threads) == 1) return 1;
+  dt__blas_sync_threads();
+  return 1;
+}
+
 void dt__blas_use_own_threads(void) {
   int want = dt__gemm_threads();
   pthread_mutex_lock(&threads_lock);

@@ -22,6 +22,12 @@ int dt__gemm_threads(void);
  * Cheap when nothing changed (a few atomic loads). */
 int dt__blas_sync_threads(void);
 
+/* dt__blas_sync_threads for a GEMM too small to split, which runs on its caller alone:
+ * returns 1. With OpenBLAS or BLIS the BLAS's count is then 1 whatever the setting, so the
+ * setting is not read while the BLAS is already at 1 (one atomic load); otherwise as
+ * dt__blas_sync_threads. */
+int dt__blas_sync_unsplit(void);
+
 /* For benchmarks that time the BLAS alone against the library's GEMMs: lets the BLAS run on
  * dt__gemm_threads() threads of its own for the direct calls that follow (the library's next
  * GEMM sets it back to one thread). Never called by the library itself. */

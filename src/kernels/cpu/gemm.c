@@ -25,7 +25,8 @@ static int64_t max1(int64_t v) { return v > 1 ? v : 1; }
 /* Element (i, j) lives at i*rs + j*cs. CBLAS can address it when one stride is 1 and the
  * other is a valid leading dimension. The stride of a size-1 dim is never used, so any
  * value is fine there (broadcast views give 0). */
-static bool blas_layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs, blas_layout *out) {
+static inline bool blas_layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs,
+                                  blas_layout *out) {
   int64_t ld;
   if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= max1(cols))) {
     out->trans = CblasNoTrans;
@@ -41,7 +42,7 @@ static bool blas_layout_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs, b
   return true;
 }
 
-static bool matrix_layout(const dt_tensor *t, blas_layout *out) {
+static inline bool matrix_layout(const dt_tensor *t, blas_layout *out) {
   int nd = t->ndim;
   return blas_layout_of(t->shape[nd - 2], t->shape[nd - 1], t->strides[nd - 2], t->strides[nd - 1],
                         out);
@@ -166,10 +167,8 @@ static dt_status convert_transposed(const dt_tensor *t, dt_dtype cd, dt_tensor *
 /* *view = t when CBLAS can read t's matrices in dtype cd as they are; otherwise a copy
  * converted to cd (contiguous, or transposed as t is), returned in *copy for the caller to
  * release. */
-static dt_status prepare_operand(const dt_tensor *t, dt_dtype cd, const dt_tensor **view,
-                                 dt_tensor **copy, blas_layout *layout) {
-  *view = t;
-  if (t->dtype == cd && matrix_layout(t, layout)) return DT_OK;
+static DT_NOINLINE dt_status prepare_copy(const dt_tensor *t, dt_dtype cd, const dt_tensor **view,
+                                          dt_tensor **copy, blas_layout *layout) {
   int nd = t->ndim;
   if (t->dtype != cd && matrix_layout(t, layout) && layout->trans == CblasTrans &&
       t->shape[nd - 1] > 1 && t->shape[nd - 2] > 1) {
@@ -191,6 +190,14 @@ static dt_status prepare_operand(const dt_tensor *t, dt_dtype cd, const dt_tenso
                      t->shape[t->ndim - 1]);
   }
   return DT_OK;
+}
+
+/* The common case inline (the operand read as it is); the copies out of line. */
+static inline dt_status prepare_operand(const dt_tensor *t, dt_dtype cd, const dt_tensor **view,
+                                        dt_tensor **copy, blas_layout *layout) {
+  *view = t;
+  if (DT_LIKELY(t->dtype == cd && matrix_layout(t, layout))) return DT_OK;
+  return prepare_copy(t, cd, view, copy, layout);
 }
 
 /* The whole product as one GEMM of all of a's rows when they form one strided run
@@ -375,9 +382,21 @@ static void gemm_chunk(void *ctx, int64_t begin, int64_t end) {
  * least. Blocks of one matrix start at multiples of GEMM_SPLIT_ALIGN, the last one taking
  * the rest, so that every block runs the BLAS's regular path over the same micro-kernel
  * panels as the whole product would. */
-static void gemm_run(gemm_plan *p, int threads) {
+static void gemm_run(gemm_plan *p) {
   int64_t count = p->batched ? batch_count(p->c) : 1;
   double work = (double)p->n * (double)p->m * (double)p->k * (double)count;
+  if (work < GEMM_SPLIT_MIN) { /* one block on the caller: the thread setting is not read */
+    dt__blas_sync_unsplit();
+    p->by_rows = p->n > 1;
+    p->block = p->blocks = 1;
+    if (p->batched) {
+      gemm_matrices(p, 0, count);
+    } else {
+      gemm_block(p, p->pa, p->pb, p->pc, 0, p->n, 0, p->m);
+    }
+    return;
+  }
+  int threads = dt__blas_sync_threads();
   int64_t blocks = work / GEMM_SPLIT_MIN < threads ? (int64_t)(work / GEMM_SPLIT_MIN) : threads;
   if (p->batched) {
     if (blocks > count) blocks = count;
@@ -428,11 +447,10 @@ static dt_status float_matmul(const dt_tensor *a, const dt_tensor *b, const dt_t
     p.beta = 0;
     p.start = C_ZERO;
   }
-  if (k == 0 || dt__tensor_numel(c) == 0) {
+  if (k == 0) { /* (an empty c returned in dt__cpu_matmul) */
     if (k == 0 && p.beta != 1) scale(c, p.beta);
     goto finish;
   }
-  int threads = dt__blas_sync_threads();
   st = prepare_operand(a, cd, &p.ta, &a_copy, &p.la);
   if (!st) st = prepare_operand(b, cd, &p.tb, &b_copy, &p.lb);
   if (st) goto done;
@@ -452,7 +470,7 @@ static dt_status float_matmul(const dt_tensor *a, const dt_tensor *b, const dt_t
   double block_beta = p.start == C_BIAS_ROW ? p.beta : p.start == C_ZERO ? 0 : p.beta;
   p.amx = cd == DT_F32 && alpha == 1 && (block_beta == 0 || block_beta == 1) && p.n <= INT_MAX &&
           dt__amx_worth((int)p.n, (int)p.m, (int)p.k) && dt__amx_usable();
-  gemm_run(&p, threads);
+  gemm_run(&p);
 finish:
   if (c_temp) dt__cpu_copy(out, c_temp);
 done:
