@@ -19,6 +19,7 @@
 #include "core/core_impl.h"
 #include "dtensor/dtensor.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/loss.h"
 #include "reference.h"
 #include "log_capture.h"
 
@@ -553,6 +554,68 @@ Test(thread_pool, gemms_follow_the_setting_and_the_ranks) {
   matmul_once();
   cr_assert_eq(dt__gemm_threads(), base, "back after the ranks ended");
   cr_assert_eq(dt__blas_threads(), 1, "the BLAS itself still on one thread");
+}
+
+/* The vocabulary-parallel cross-entropy terms and their gradient (the TP loss, issue 43 item
+ * 2) split their rows over the pool: the same bits on 1 and 2 threads, and right against
+ * double sums. A shard of 1000 classes at offset 3000: targets in and out of it. */
+static void vocab_terms_on(int threads, dt_tensor *x, dt_tensor *m, dt_tensor *t, dt_tensor *g,
+                           dt_tensor **terms, dt_tensor **dx) {
+  cr_assert_eq(dt_set_num_threads(threads), DT_OK);
+  cr_assert_eq(dt_zeros(2, (int64_t[]){ROWS, 3}, DT_F32, terms), DT_OK);
+  cr_assert_eq(dt_zeros(2, (int64_t[]){ROWS, COLS}, DT_F32, dx), DT_OK);
+  cr_assert_eq(dt__cpu_vocab_terms(x, m, t, 3000, *terms), DT_OK);
+  cr_assert_eq(dt__cpu_vocab_terms_backward(x, m, t, g, 3000, *dx), DT_OK);
+}
+
+Test(thread_pool, vocab_terms_equal_on_one_and_two_threads) {
+  if (cores() < 2) cr_skip_test("one core: nothing splits");
+  dt_tensor *x = ref_random(2, (int64_t[]){ROWS, COLS}, DT_F32, -3, 3, 41);
+  dt_tensor *g = ref_random(2, (int64_t[]){ROWS, 3}, DT_F32, -1, 1, 42);
+  dt_tensor *m = NULL, *t = NULL;
+  cr_assert_eq(dt_full(2, (int64_t[]){ROWS, 1}, 3.5, DT_F32, &m), DT_OK);
+  cr_assert_eq(dt_zeros(2, (int64_t[]){ROWS, 1}, DT_I64, &t), DT_OK);
+  int64_t *tv = dt_tensor_data(t);
+  for (int i = 0; i < ROWS; i++) tv[i] = 2500 + (i * 7919) % 2000; /* half in [3000, 4000) */
+  dt_tensor *terms[2], *dx[2];
+  vocab_terms_on(1, x, m, t, g, &terms[0], &dx[0]);
+  vocab_terms_on(2, x, m, t, g, &terms[1], &dx[1]);
+  cr_assert_eq(dt_set_num_threads(0), DT_OK);
+  cr_assert(memcmp(dt_tensor_data(terms[0]), dt_tensor_data(terms[1]), ROWS * 3 * 4) == 0,
+            "the terms differ between 1 and 2 threads");
+  cr_assert(memcmp(dt_tensor_data(dx[0]), dt_tensor_data(dx[1]), (size_t)ROWS * COLS * 4) == 0,
+            "the gradient differs between 1 and 2 threads");
+  const float *xv = dt_tensor_data(x), *gv = dt_tensor_data(g);
+  const float *tm = dt_tensor_data(terms[1]), *dv = dt_tensor_data(dx[1]);
+  for (int i = 0; i < ROWS; i++) {
+    double s = 0, sz = 0;
+    for (int c = 0; c < COLS; c++) {
+      s += exp(xv[i * COLS + c] - 3.5);
+      sz += xv[i * COLS + c] - 3.5;
+    }
+    int64_t j = tv[i] - 3000;
+    bool in = j >= 0 && j < COLS;
+    cr_assert_float_eq(tm[i * 3], s, 1e-4 * s, "row %d: sum of exp", i);
+    cr_assert_float_eq(tm[i * 3 + 1], in ? xv[i * COLS + j] - 3.5 : 0.0, 1e-6, "row %d", i);
+    cr_assert_float_eq(tm[i * 3 + 2], sz, 1e-2, "row %d: sum of x - m", i);
+    for (int c = 0; c < COLS; c += 97) {
+      double want = gv[i * 3] * exp(xv[i * COLS + c] - 3.5) + gv[i * 3 + 2] +
+                    (in && c == j ? gv[i * 3 + 1] : 0.0);
+      cr_assert_float_eq(dv[i * COLS + c], want, 1e-5 * (1 + fabs(want)), "dx[%d][%d]", i, c);
+    }
+    if (in) {
+      double want = gv[i * 3] * exp(xv[i * COLS + j] - 3.5) + gv[i * 3 + 2] + gv[i * 3 + 1];
+      cr_assert_float_eq(dv[i * COLS + j], want, 1e-5 * (1 + fabs(want)), "dx at the target");
+    }
+  }
+  for (int k = 0; k < 2; k++) {
+    dt_tensor_release(terms[k]);
+    dt_tensor_release(dx[k]);
+  }
+  dt_tensor_release(x);
+  dt_tensor_release(g);
+  dt_tensor_release(m);
+  dt_tensor_release(t);
 }
 
 /* A GEMM too small to split skips reading the thread setting (dt__blas_sync_unsplit), yet

@@ -187,14 +187,25 @@ static int64_t local_class(const dt_tensor *target, int64_t i, int64_t offset, i
   return j >= 0 && j < classes ? j : -1;
 }
 
-dt_status dt__cpu_vocab_terms(const dt_tensor *logits, const dt_tensor *max,
-                              const dt_tensor *target, int64_t offset, dt_tensor *terms) {
-  int64_t rows = logits->shape[0], classes = logits->shape[1], k = terms->shape[1];
-  bool fast = fast_rows(logits, NULL);
-  for (int64_t i = 0; i < rows; i++) {
+/* Rows [begin, end) of the terms or of their gradient, for the pool: each row reads and
+ * writes its own elements only, in the same order on any number of threads, so the results
+ * are the same bits on 1 and N threads. */
+typedef struct vocab_job {
+  const dt_tensor *logits, *max, *target, *grad; /* grad: the backward's, else NULL */
+  int64_t offset;
+  bool fast;
+  dt_tensor *out; /* the terms (forward) or the logits' gradient (backward) */
+} vocab_job;
+
+static void vocab_terms_chunk(void *vp, int64_t begin, int64_t end) {
+  const vocab_job *jb = vp;
+  const dt_tensor *logits = jb->logits, *max = jb->max, *target = jb->target;
+  dt_tensor *terms = jb->out;
+  int64_t classes = logits->shape[1], k = terms->shape[1];
+  for (int64_t i = begin; i < end; i++) {
     double m = load(max, i, 0), s = 0, sz = 0;
-    int64_t j = local_class(target, i, offset, classes);
-    if (fast && classes > 0) {
+    int64_t j = local_class(target, i, jb->offset, classes);
+    if (jb->fast && classes > 0) {
       const float *x = row_f32(logits, i);
       s = (double)dt__row_exp_sum_f32(x, (float)m, NULL, classes);
       if (k > 2) sz = (double)dt__row_sum_f32(x, classes) - (double)classes * m;
@@ -209,6 +220,17 @@ dt_status dt__cpu_vocab_terms(const dt_tensor *logits, const dt_tensor *max,
     store(terms, i, 1, j >= 0 ? load(logits, i, j) - m : 0.0);
     if (k > 2) store(terms, i, 2, sz);
   }
+}
+
+dt_status dt__cpu_vocab_terms(const dt_tensor *logits, const dt_tensor *max,
+                              const dt_tensor *target, int64_t offset, dt_tensor *terms) {
+  vocab_job jb = {.logits = logits,
+                  .max = max,
+                  .target = target,
+                  .offset = offset,
+                  .fast = fast_rows(logits, NULL),
+                  .out = terms};
+  dt__parallel_for(logits->shape[0], dt__lines_grain(logits->shape[1]), vocab_terms_chunk, &jb);
   return DT_OK;
 }
 
@@ -218,16 +240,16 @@ DT_VECTOR_CLONES static void vocab_row_f32(const float *x, float m, float g0, fl
   for (int64_t c = 0; c < n; c++) y[c] = g0 * dt__exp_f32(x[c] - m) + g2;
 }
 
-dt_status dt__cpu_vocab_terms_backward(const dt_tensor *logits, const dt_tensor *max,
-                                       const dt_tensor *target, const dt_tensor *grad,
-                                       int64_t offset, dt_tensor *out) {
-  int64_t rows = logits->shape[0], classes = logits->shape[1], k = grad->shape[1];
-  bool fast = fast_rows(logits, out);
-  for (int64_t i = 0; i < rows; i++) {
+static void vocab_backward_chunk(void *vp, int64_t begin, int64_t end) {
+  const vocab_job *jb = vp;
+  const dt_tensor *logits = jb->logits, *max = jb->max, *grad = jb->grad;
+  dt_tensor *out = jb->out;
+  int64_t classes = logits->shape[1], k = grad->shape[1];
+  for (int64_t i = begin; i < end; i++) {
     double m = load(max, i, 0), g0 = load(grad, i, 0), g1 = load(grad, i, 1);
     double g2 = k > 2 ? load(grad, i, 2) : 0.0;
-    int64_t j = local_class(target, i, offset, classes);
-    if (fast && classes > 0) {
+    int64_t j = local_class(jb->target, i, jb->offset, classes);
+    if (jb->fast && classes > 0) {
       float *y = (float *)dt__tensor_base(out) + i * out->strides[0];
       vocab_row_f32(row_f32(logits, i), (float)m, (float)g0, (float)g2, y, classes);
       if (j >= 0) y[j] = (float)((double)y[j] + g1);
@@ -236,5 +258,18 @@ dt_status dt__cpu_vocab_terms_backward(const dt_tensor *logits, const dt_tensor 
     for (int64_t c = 0; c < classes; c++)
       store(out, i, c, dt__vocab_terms_grad(g0, exp(load(logits, i, c) - m), g1, g2, c == j));
   }
+}
+
+dt_status dt__cpu_vocab_terms_backward(const dt_tensor *logits, const dt_tensor *max,
+                                       const dt_tensor *target, const dt_tensor *grad,
+                                       int64_t offset, dt_tensor *out) {
+  vocab_job jb = {.logits = logits,
+                  .max = max,
+                  .target = target,
+                  .grad = grad,
+                  .offset = offset,
+                  .fast = fast_rows(logits, out),
+                  .out = out};
+  dt__parallel_for(logits->shape[0], dt__lines_grain(logits->shape[1]), vocab_backward_chunk, &jb);
   return DT_OK;
 }
