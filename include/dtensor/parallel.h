@@ -54,7 +54,11 @@ typedef enum dt_tp_style {
 DT_API const char *dt_parallel_tp_style_name(dt_tp_style style);
 
 typedef struct dt_tp_plan_entry {
-  const char *fqn; /* a Linear module: "mlps.0.0" (eager: also Embedding, LayerNorm, ...) */
+  /* A Linear module: "mlps.0.0" (eager: also Embedding, LayerNorm, ...). The eager path
+   * (dt_parallel_tp_module) also takes patterns: a '*' matches any characters within one
+   * dotted segment, so "layers.*.self_attn.q_proj" names that Linear in every layer; a pattern
+   * matching no module is DT_ERR_INVALID, and so is a module two entries match (named twice). */
+  const char *fqn;
   dt_tp_style style;
 } dt_tp_plan_entry;
 

@@ -35,4 +35,24 @@ dt_status dt__parallel_batch_input(const char *fn, dt_mesh *mesh, int dim, dt_te
  * the same FQN. DT_ERR_INVALID naming fn, the entry and the fault. (tp_transform.c) */
 dt_status dt__tp_plan_entry_check(const char *fn, const dt_tp_plan *plan, int k);
 
+/* A TP plan whose patterns were expanded (tp_plan.c): its entries' FQNs and options owned. */
+typedef struct dt__tp_plan_owned {
+  dt_tp_plan plan;
+  dt_tp_plan_entry *entries;
+  dt_tp_style_options *options; /* [plan.n]: entry k's, zero where the caller gave none */
+  char **names;
+  int cap;
+} dt__tp_plan_owned;
+
+/* Whether fqn matches pattern, where '*' matches any run of characters within one dotted
+ * segment ("layers.*.mlp" matches "layers.12.mlp", not "layers.1.2.mlp"). */
+bool dt__tp_pattern_match(const char *pattern, const char *fqn);
+/* plan with every entry holding a '*' replaced by one entry per module of model it matches
+ * (in the tree's order, after the literal entries, which keep theirs), options copied along.
+ * Errors: DT_ERR_INVALID (an entry without FQN, a pattern matching no module, naming it),
+ * DT_ERR_NOMEM. *out is cleared on failure; else dt__tp_plan_owned_clear frees it. */
+dt_status dt__tp_plan_expand(dt_module *model, const dt_tp_plan *plan,
+                             const dt_tp_style_options *options, dt__tp_plan_owned *out);
+void dt__tp_plan_owned_clear(dt__tp_plan_owned *o);
+
 #endif /* DT_PARALLEL_IMPL_H */

@@ -238,17 +238,9 @@ static dt_status require_grad(const char *fqn, dt_tensor *t, bool is_buffer, voi
   return dt_tensor_set_requires_grad(t, true);
 }
 
-dt_status dt_parallel_tp_module_on_dim(dt_module *model, dt_mesh *mesh, int tp_dim,
-                                       const dt_tp_plan *plan, const dt_tp_style_options *options) {
-  if (!model || !mesh || !plan || plan->n < 0 || (plan->n > 0 && !plan->entries)) {
-    return dt__error(DT_ERR_INVALID, "dt_parallel_tp_module_on_dim: NULL model, mesh or plan");
-  }
+static dt_status apply_plan(dt_module *model, dt_mesh *mesh, int tp_dim, const dt_tp_plan *plan,
+                            const dt_tp_style_options *options) {
   int mesh_ndim = dt_mesh_ndim(mesh);
-  if (tp_dim < 0 || tp_dim >= mesh_ndim) {
-    return dt__error(DT_ERR_INVALID,
-                     "dt_parallel_tp_module_on_dim: tp_dim %d is not a dim of a %d-D mesh", tp_dim,
-                     mesh_ndim);
-  }
   /* Check everything, then build every shard, then install: a failure changes nothing. */
   for (int k = 0; k < plan->n; k++) {
     dt_status st = check_entry(model, mesh, plan, k);
@@ -331,5 +323,25 @@ dt_status dt_parallel_tp_module_on_dim(dt_module *model, dt_mesh *mesh, int tp_d
   /* As dt_parallel_fsdp and dt_parallel_ddp do: every parameter of the tree is a leaf that
    * requires grad, ready for an optimizer (nn.h: modules make them without). */
   if (!st) st = dt_module_visit_tensors(model, require_grad, NULL);
+  return st;
+}
+
+dt_status dt_parallel_tp_module_on_dim(dt_module *model, dt_mesh *mesh, int tp_dim,
+                                       const dt_tp_plan *plan, const dt_tp_style_options *options) {
+  if (!model || !mesh || !plan || plan->n < 0 || (plan->n > 0 && !plan->entries)) {
+    return dt__error(DT_ERR_INVALID, "dt_parallel_tp_module_on_dim: NULL model, mesh or plan");
+  }
+  int mesh_ndim = dt_mesh_ndim(mesh);
+  if (tp_dim < 0 || tp_dim >= mesh_ndim) {
+    return dt__error(DT_ERR_INVALID,
+                     "dt_parallel_tp_module_on_dim: tp_dim %d is not a dim of a %d-D mesh", tp_dim,
+                     mesh_ndim);
+  }
+  /* Patterns become the FQNs they match, so the checks below see one entry per module (a
+   * module two entries match is then named twice). */
+  dt__tp_plan_owned expanded;
+  dt_status st = dt__tp_plan_expand(model, plan, options, &expanded);
+  if (!st) st = apply_plan(model, mesh, tp_dim, &expanded.plan, expanded.options);
+  dt__tp_plan_owned_clear(&expanded);
   return st;
 }
