@@ -19,31 +19,6 @@
 #include "profile/output_file.h" /* config.json written whole or not at all */
 #include "tensor/tensor_impl.h"
 
-dt_status dt_hf_kv_cache_create(const dt_hf_model *m, dt_hf_kv_cache **out) {
-  if (!out) return dt__error(DT_ERR_INVALID, "dt_hf_kv_cache_create: out is NULL");
-  *out = NULL;
-  if (!m) return dt__error(DT_ERR_INVALID, "dt_hf_kv_cache_create: model is NULL");
-  dt_hf_kv_cache *c = dt__calloc(sizeof *c);
-  if (c) c->k = dt__calloc(sizeof(dt_tensor *) * (size_t)m->cfg.num_layers);
-  if (c) c->v = dt__calloc(sizeof(dt_tensor *) * (size_t)m->cfg.num_layers);
-  if (!c || !c->k || !c->v) {
-    dt_hf_kv_cache_destroy(c);
-    return dt__error(DT_ERR_NOMEM, "dt_hf_kv_cache_create: out of memory");
-  }
-  c->n_layers = (int)m->cfg.num_layers;
-  *out = c;
-  return DT_OK;
-}
-
-void dt_hf_kv_cache_destroy(dt_hf_kv_cache *c) {
-  if (!c) return;
-  dt__tensors_free(c->k, c->n_layers);
-  dt__tensors_free(c->v, c->n_layers);
-  dt__free(c);
-}
-
-int64_t dt_hf_kv_cache_length(const dt_hf_kv_cache *c) { return c ? c->length : 0; }
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -242,21 +217,34 @@ dt_status dt_hf_generate(dt_hf_model *m, const int64_t *prompt, int64_t n_prompt
   return st;
 }
 
-/* Parameter i gathered whole (collective), GPT-2's c_attn parts joined. */
+/* The tree's parameter p gathered whole (collective) in the checkpoint's layout: transposed
+ * back where the file holds [in, out]. */
+static dt_status gathered_one(const dt_hf_model *m, const hf_param *p, dt_tensor **out) {
+  dt_tensor *t = dt_module_get_tensor(m->root, p->fqn), *whole = NULL, *tr = NULL;
+  dt_status st =
+      dt_tensor_is_distributed(t) ? dt_dist_full_tensor(t, &whole) : dt_detach(t, &whole);
+  if (!st && p->transposed) st = dt_transpose(whole, 0, 1, &tr);
+  if (!st && p->transposed) st = dt_contiguous(tr, out);
+  if (!st && !p->transposed) *out = dt_tensor_retain(whole);
+  dt_tensor_release(whole);
+  dt_tensor_release(tr);
+  return st;
+}
+
+/* Checkpoint tensor of parameter i gathered whole, GPT-2's c_attn parts joined (i is part 0). */
 static dt_status gathered(const dt_hf_model *m, int i, dt_tensor **out) {
   const hf_param *p = &m->params[i];
-  int nparts = p->part == 0 ? 3 : 1;
+  if (p->part < 0) return gathered_one(m, p, out);
   dt_tensor *parts[3] = {NULL, NULL, NULL};
   dt_status st = DT_OK;
-  for (int k = 0; k < nparts && !st; k++) {
-    dt_tensor *t = m->params[i + k].t;
-    if (dt_tensor_is_distributed(t))
-      st = dt_dist_full_tensor(t, &parts[k]);
-    else
-      st = dt_detach(t, &parts[k]);
+  for (int j = 0; j < m->n_params && !st; j++) {
+    const hf_param *q = &m->params[j];
+    if (q->part >= 0 && !strcmp(q->file_name, p->file_name) && !parts[q->part])
+      st = gathered_one(m, q, &parts[q->part]);
   }
-  if (!st && nparts == 1) *out = dt_tensor_retain(parts[0]);
-  if (!st && nparts == 3) st = dt_cat(3, parts, p->ndim - 1, out);
+  if (!st && (!parts[1] || !parts[2]))
+    st = dt__error(DT_ERR_INTERNAL, "dt_hf_model_save: %s lacks a part", p->file_name);
+  if (!st) st = dt_cat(3, parts, dt_tensor_ndim(parts[0]) - 1, out);
   for (int k = 0; k < 3; k++) dt_tensor_release(parts[k]);
   return st;
 }

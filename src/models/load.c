@@ -1,7 +1,8 @@
 /*
- * dt_hf_model_load: config.json, the checkpoint's files (one, or those the index names), each
- * parameter read as this rank's block with the plan's placements and checked against the
- * config; the model's accessors and destruction.
+ * dt_hf_model_load: config.json, the checkpoint's files (one, or those the index names); the
+ * family's module tree built, the plans applied to it (TP, then FSDP), then each parameter read
+ * in place as this rank's block and checked against the config; the model's accessors and
+ * destruction.
  */
 #include <math.h>
 #include <stdio.h>
@@ -100,41 +101,64 @@ static dt_status open_weights(file_set *fs, size_t *tensors) {
   return st;
 }
 
-/* GPT-2's c_attn part of a borrowed whole tensor, this rank's block of it, copied. */
-static dt_status load_part(const dt_hf_model *m, dt_safetensors *f, const hf_param *p,
-                           const dt_placement *pl, dt_tensor **out) {
-  dt_tensor *whole = NULL, *part = NULL, *block = NULL, *local = NULL;
+/* The shape and placements of parameter t as the checkpoint lays it out: dims 0 and 1 swapped
+ * when the file holds it transposed. */
+static void file_layout(const dt_hf_model *m, const hf_param *p, dt_tensor *t, int64_t *shape,
+                        dt_placement *pl) {
+  int ndim = dt_tensor_ndim(t);
+  const int64_t *s = dt_tensor_is_distributed(t) ? dt_dist_global_shape(t) : dt_tensor_shape(t);
+  for (int d = 0; d < ndim; d++) shape[d] = s[p->transposed && ndim == 2 ? 1 - d : d];
+  int nd = m->mesh ? dt_mesh_ndim(m->mesh) : 0;
+  for (int i = 0; i < nd; i++) {
+    pl[i] = dt_dist_placements(t)[i];
+    if (p->transposed && pl[i].kind == DT_SHARD) pl[i].dim = 1 - pl[i].dim;
+  }
+}
+
+/* This rank's block of the checkpoint tensor of p (its part, for GPT-2's c_attn), in the file's
+ * layout: shape and pl as file_layout gives them. A borrowed whole tensor is narrowed to the
+ * block, so only its bytes are read. */
+static dt_status read_block(const dt_hf_model *m, dt_safetensors *f, const hf_param *p, int ndim,
+                            const int64_t *shape, const dt_placement *pl, dt_tensor **out) {
+  int nd = m->mesh ? dt_mesh_ndim(m->mesh) : 0;
+  if (p->part < 0 && nd > 0) {
+    dt_tensor *t = NULL;
+    dt_status st = dt_safetensors_load_distributed(f, p->file_name, m->mesh, nd, pl, &t);
+    if (!st) st = dt_dist_to_local(t, out);
+    dt_tensor_release(t);
+    return st;
+  }
+  if (p->part < 0) return dt_safetensors_load(f, p->file_name, DT_SAFETENSORS_BORROW, out);
+  dt_tensor *whole = NULL, *block = NULL;
   dt_status st = dt_safetensors_load(f, p->file_name, DT_SAFETENSORS_BORROW, &whole);
-  int last = p->ndim - 1;
-  if (!st) st = dt_narrow(whole, last, p->part * p->shape[last], p->shape[last], &part);
-  if (!st && !m->mesh) st = dt_clone(part, out);
-  if (!st && m->mesh) {
-    int nd = dt_mesh_ndim(m->mesh);
+  int last = ndim - 1;
+  if (!st) st = dt_narrow(whole, last, p->part * shape[last], shape[last], &block);
+  if (!st && nd > 0) {
     int64_t msize[DT_MAX_DIMS], coord[DT_MAX_DIMS], lshape[DT_MAX_DIMS], off[DT_MAX_DIMS];
     for (int i = 0; i < nd; i++) {
       msize[i] = dt_mesh_size(m->mesh, i);
       coord[i] = dt_mesh_coordinate(m->mesh, i);
     }
-    dt__local_region(p->ndim, p->shape, nd, msize, coord, pl, lshape, off);
-    block = dt_tensor_retain(part);
-    for (int d = 0; d < p->ndim && !st; d++) {
+    dt__local_region(ndim, shape, nd, msize, coord, pl, lshape, off);
+    for (int d = 0; d < ndim && !st; d++) {
       dt_tensor *next = NULL;
       st = dt_narrow(block, d, off[d], lshape[d], &next);
       dt_tensor_release(block);
       block = next;
     }
-    if (!st) st = dt_clone(block, &local);
-    dt_dist_from_local_options o = {.global_shape = p->shape, .global_ndim = p->ndim};
-    if (!st) st = dt_dist_from_local(m->mesh, local, nd, pl, &o, out);
   }
   dt_tensor_release(whole);
-  dt_tensor_release(part);
-  dt_tensor_release(block);
-  dt_tensor_release(local);
-  return st;
+  if (st) {
+    dt_tensor_release(block);
+    return st;
+  }
+  *out = block;
+  return DT_OK;
 }
 
-static dt_status load_param(dt_hf_model *m, file_set *fs, hf_param *p) {
+/* Reads the tree's parameter p (this rank's block) from the checkpoint into the tensor the
+ * tree holds, in place: after the plans, so each rank reads only its shards. */
+static dt_status load_param(dt_hf_model *m, file_set *fs, const hf_param *p) {
   dt_safetensors *f = NULL;
   const char *fname = NULL;
   dt_status st = file_of(fs, p->file_name, &f, &fname);
@@ -146,44 +170,38 @@ static dt_status load_param(dt_hf_model *m, file_set *fs, hf_param *p) {
   dt_safetensors_entry_info e;
   st = dt_safetensors_entry(f, idx, &e);
   if (st) return st;
-  int64_t want[2] = {p->shape[0], p->shape[1]};
-  if (p->part >= 0) want[p->ndim - 1] *= 3;
-  bool same = e.ndim == p->ndim;
-  for (int d = 0; d < p->ndim && same; d++) same = e.shape[d] == want[d];
+  dt_tensor *t = dt_module_get_tensor(m->root, p->fqn);
+  int ndim = dt_tensor_ndim(t);
+  int64_t shape[2] = {0, 0}, want[2];
+  dt_placement pl[DT_MAX_DIMS];
+  file_layout(m, p, t, shape, pl);
+  memcpy(want, shape, sizeof want);
+  if (p->part >= 0) want[ndim - 1] *= 3;
+  bool same = e.ndim == ndim;
+  for (int d = 0; d < ndim && same; d++) same = e.shape[d] == want[d];
   if (!same) {
     char a[96], b[96];
     return dt__error(DT_ERR_INVALID,
                      "dt_hf_model_load: %s/%s: tensor \"%s\" has shape %s, config.json says %s",
                      fs->dir, fname, p->file_name, dt__format_ints(a, sizeof a, e.ndim, e.shape),
-                     dt__format_ints(b, sizeof b, p->ndim, want));
+                     dt__format_ints(b, sizeof b, ndim, want));
   }
   if (!dt_dtype_is_floating(e.dtype))
     return dt__error(DT_ERR_DTYPE, "dt_hf_model_load: %s/%s: tensor \"%s\" is %s, not floating",
                      fs->dir, fname, p->file_name, dt_dtype_name(e.dtype));
-  dt_placement pl[DT_MAX_DIMS];
-  dt__hf_param_placements(m, p, pl);
-  dt_tensor *t = NULL;
-  if (p->part >= 0)
-    st = load_part(m, f, p, pl, &t);
-  else if (m->mesh)
-    st = dt_safetensors_load_distributed(f, p->file_name, m->mesh, dt_mesh_ndim(m->mesh), pl, &t);
-  else
-    st = dt_safetensors_load(f, p->file_name, DT_SAFETENSORS_COPY, &t);
-  if (!st && e.dtype != DT_F32) {
-    dt_tensor *c = NULL;
-    st = dt_to(t, DT_F32, &c);
-    dt_tensor *owned = NULL;
-    if (!st) st = dt_clone(c, &owned);
-    dt_tensor_release(c);
-    dt_tensor_release(t);
-    t = owned;
-  }
-  if (st) {
-    dt_tensor_release(t);
-    return st;
-  }
-  p->t = t;
-  return DT_OK;
+  dt_tensor *block = NULL, *src = NULL, *f32 = NULL, *dst = NULL;
+  st = read_block(m, f, p, ndim, shape, pl, &block);
+  if (!st && p->transposed) st = dt_transpose(block, 0, 1, &src);
+  if (!st && !p->transposed) src = dt_tensor_retain(block);
+  if (!st) st = dt_to(src, DT_F32, &f32);
+  if (!st) st = dt_tensor_is_distributed(t) ? dt_dist_to_local(t, &dst) : DT_OK;
+  if (!st && !dst) dst = dt_tensor_retain(t);
+  bool prev = dt_grad_mode_set(false);
+  if (!st) st = dt_copy_(dst, f32);
+  dt_grad_mode_set(prev);
+  dt_tensor_release(block), dt_tensor_release(src), dt_tensor_release(f32);
+  dt_tensor_release(dst);
+  return st;
 }
 
 static dt_status resolve_plan(dt_hf_model *m, dt_mesh *mesh, const dt_hf_plan *plan) {
@@ -208,15 +226,104 @@ static dt_status resolve_plan(dt_hf_model *m, dt_mesh *mesh, const dt_hf_plan *p
   return DT_OK;
 }
 
-/* The parameter table (bounded by the checkpoint's tensors), then each parameter's block. */
+/* The families the loader knows; config.json's architecture picks one. */
+static const dt__hf_family *const families[] = {&dt__hf_llama, &dt__hf_gpt2};
+
+static const dt__hf_family *family_of(dt_hf_arch arch) {
+  for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+    if (families[i]->arch == arch) return families[i];
+  return NULL;
+}
+
+static dt_status collect_param(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
+  (void)t;
+  dt_hf_model *m = user;
+  if (is_buffer) return DT_OK;
+  hf_param *p = &m->params[m->n_params++];
+  memset(p, 0, sizeof *p);
+  if (strlen(fqn) >= sizeof p->fqn)
+    return dt__error(DT_ERR_UNSUPPORTED, "dt_hf_model_load: FQN %s is too long", fqn);
+  memcpy(p->fqn, fqn, strlen(fqn) + 1);
+  m->family->to_hf(p);
+  return DT_OK;
+}
+
+static dt_status count_param(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
+  (void)fqn, (void)t;
+  if (!is_buffer) ++*(int *)user;
+  return DT_OK;
+}
+
+/* Makes a parameter the plan left local a Replicate distributed tensor on the mesh (the
+ * forward computes on distributed tensors throughout). */
+static dt_status replicate_local(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
+  dt_hf_model *m = user;
+  if (is_buffer || dt_tensor_is_distributed(t)) return DT_OK;
+  const char *dot = strrchr(fqn, '.');
+  char owner[192];
+  snprintf(owner, sizeof owner, "%.*s", dot ? (int)(dot - fqn) : 0, fqn);
+  dt_module *mod = dt_module_find(m->root, owner);
+  dt_placement pl[DT_MAX_DIMS];
+  int nd = dt_mesh_ndim(m->mesh);
+  for (int i = 0; i < nd; i++) pl[i] = dt_replicate();
+  dt_tensor *d = NULL;
+  dt_status st = dt_dist_distribute_tensor(m->mesh, t, nd, pl, &d);
+  if (!st) st = dt_module_set_tensor(mod, dot ? dot + 1 : fqn, d);
+  dt_tensor_release(d);
+  return st;
+}
+
+/* The plans on the tree: Megatron's on the TP dim (every output kept distributed: the
+ * forward computes on distributed tensors, which is what lets head counts that do not divide
+ * the degree work), the rest replicated, then fully_shard over the FSDP dim. */
+static dt_status parallelize(dt_hf_model *m) {
+  if (!m->mesh) return DT_OK;
+  dt_status st = DT_OK;
+  if (m->tp_dim >= 0) {
+    int n = m->family->plan_n - (m->head ? 0 : 1);
+    dt_tp_style_options o[32];
+    for (int i = 0; i < n; i++) o[i] = (dt_tp_style_options){.keep_distributed_output = true};
+    dt_tp_plan plan = {n, m->family->plan};
+    st = dt_parallel_tp_module_on_dim(m->root, m->mesh, m->tp_dim, &plan, o);
+  }
+  /* Visiting while replacing: each replacement is of the tensor being visited. */
+  if (!st) st = dt_module_visit_tensors(m->root, replicate_local, m);
+  if (!st && m->fsdp_dim >= 0) {
+    dt_fsdp_options o = {.mesh_dim = m->fsdp_dim};
+    st = dt_parallel_fsdp(m->root, m->mesh, &o);
+  }
+  return st;
+}
+
+/* The tree (bounded by the checkpoint's tensors), the plans, then each parameter's block. */
 static dt_status read_weights(dt_hf_model *m, const char *dir, const char *config_path) {
   file_set fs;
   memset(&fs, 0, sizeof fs);
   fs.dir = dir;
   size_t tensors = 0;
+  const dt_hf_config *c = &m->cfg;
   dt_status st = open_weights(&fs, &tensors);
-  if (!st) st = dt__hf_params_build(m, config_path, tensors);
+  /* A config asking for more layers than the checkpoint can hold is refused before the tree
+   * is made, so the tree's size follows the files'. */
+  int64_t per_layer = m->family->tensors_per_layer;
+  if (!st && c->num_layers > (int64_t)(tensors / (size_t)per_layer))
+    st = dt__error(DT_ERR_INVALID,
+                   "dt_hf_model_load: %s: \"%s\" %lld needs at least %lld tensors, the "
+                   "checkpoint holds %zu",
+                   config_path, m->family->layers_field, (long long)c->num_layers,
+                   (long long)(c->num_layers * per_layer), tensors);
+  if (!st) st = m->family->build(m, config_path);
+  if (!st) st = parallelize(m);
+  int n = 0;
+  if (!st) st = dt_module_visit_tensors(m->root, count_param, &n);
+  if (!st) {
+    m->params = dt__calloc(sizeof *m->params * (size_t)(n ? n : 1));
+    if (!m->params) st = dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory");
+  }
+  if (!st) st = dt_module_visit_tensors(m->root, collect_param, m);
   for (int i = 0; i < m->n_params && !st; i++) st = load_param(m, &fs, &m->params[i]);
+  /* Parameters require grad only once dt_hf_model_set_trainable asks. */
+  if (!st) st = dt_hf_model_set_trainable(m, false);
   file_set_clear(&fs);
   return st;
 }
@@ -235,8 +342,13 @@ dt_status dt_hf_model_load(const char *dir, dt_mesh *mesh, const dt_hf_plan *pla
   dt_status st = resolve_plan(m, mesh, plan);
   if (!st) st = dt__hf_read_text(path, &m->config_text);
   if (!st) st = dt__hf_config_parse(m->config_text, path, &m->cfg);
+  if (!st) {
+    m->family = family_of(m->cfg.arch);
+    if (!m->family)
+      st = dt__error(DT_ERR_UNSUPPORTED, "dt_hf_model_load: %s: no family builds architecture %d",
+                     path, (int)m->cfg.arch);
+  }
   if (!st) st = read_weights(m, dir, path);
-  if (!st && m->cfg.arch == DT_HF_LLAMA) st = dt__hf_rope_init(m, path);
   if (st) {
     dt_hf_model_destroy(m);
     return st;
@@ -247,9 +359,9 @@ dt_status dt_hf_model_load(const char *dir, dt_mesh *mesh, const dt_hf_plan *pla
 
 void dt_hf_model_destroy(dt_hf_model *m) {
   if (!m) return;
-  for (int i = 0; i < m->n_params; i++) dt_tensor_release(m->params[i].t);
+  dt_module_destroy(m->root);
   dt_tensor_release(m->rope_inv);
-  DT__FREE_EACH(m->params, m->layer_index, m->config_text, m);
+  DT__FREE_EACH(m->params, m->block, m->attn, m->config_text, m);
 }
 
 const dt_hf_config *dt_hf_model_config(const dt_hf_model *m) { return m ? &m->cfg : NULL; }
@@ -261,13 +373,13 @@ int dt_hf_model_param_count(const dt_hf_model *m) { return m ? m->n_params : 0; 
 dt_tensor *dt_hf_model_param(const dt_hf_model *m, int i, const char **name) {
   if (!m || i < 0 || i >= m->n_params) return NULL;
   if (name) *name = m->params[i].name;
-  return m->params[i].t;
+  return dt_module_get_tensor(m->root, m->params[i].fqn);
 }
 
 dt_status dt_hf_model_set_trainable(dt_hf_model *m, bool trainable) {
   if (!m) return dt__error(DT_ERR_INVALID, "dt_hf_model_set_trainable: model is NULL");
   for (int i = 0; i < m->n_params; i++) {
-    dt_status st = dt_tensor_set_requires_grad(m->params[i].t, trainable);
+    dt_status st = dt_tensor_set_requires_grad(dt_hf_model_param(m, i, NULL), trainable);
     if (st) return st;
   }
   return DT_OK;

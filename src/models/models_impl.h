@@ -1,69 +1,82 @@
-/* Private parts of the models layer (src/models/): the model, its parameter table, the KV
- * cache, and the helpers the files share. */
+/* Private parts of the models layer (src/models/): the model (a module tree), the families that
+ * build it, the KV cache, and the helpers the files share. */
 #ifndef DT_MODELS_IMPL_H
 #define DT_MODELS_IMPL_H
 
 #include "dtensor/dist.h"
 #include "dtensor/models.h"
+#include "dtensor/parallel.h"
+#include "dtensor/transformer.h"
 
-/* The parameters of one decoder layer, indexes into dt_hf_model.params (-1: absent). */
-enum {
-  L_NORM1_W, /* input_layernorm / ln_1 */
-  L_NORM1_B,
-  L_Q_W, /* Llama: [H*hd, D]; GPT-2 (Conv1D, [in, out]): [D, D] */
-  L_Q_B,
-  L_K_W,
-  L_K_B,
-  L_V_W,
-  L_V_B,
-  L_O_W,
-  L_O_B,
-  L_NORM2_W, /* post_attention_layernorm / ln_2 */
-  L_NORM2_B,
-  L_GATE_W, /* Llama only */
-  L_GATE_B,
-  L_UP_W, /* Llama up_proj [I, D]; GPT-2 c_fc [D, I] */
-  L_UP_B,
-  L_DOWN_W, /* Llama down_proj [D, I]; GPT-2 c_proj [I, D] */
-  L_DOWN_B,
-  L_COUNT
-};
-
-/* Global parameters. */
-enum { G_EMBED, G_POS, G_NORM_W, G_NORM_B, G_HEAD, G_COUNT };
-
+/* One parameter of the model's tree and the checkpoint tensor it comes from (the family's
+ * state-dict adapter, to_hf). */
 typedef struct hf_param {
-  char name[128];      /* Hugging Face name (with "#q" etc. for GPT-2's c_attn parts) */
-  char file_name[128]; /* the checkpoint tensor it comes from */
-  int ndim;
-  int64_t shape[2];
-  int part;     /* GPT-2 c_attn: 0, 1, 2 = q, k, v (a third of the last dim); -1 whole */
-  int tp_dim;   /* the tensor dim the TP plan shards (colwise, rowwise, vocabulary); -1 none */
-  dt_tensor *t; /* the parameter (owned) */
+  char fqn[160];       /* the tree's FQN ("transformer.h.0.attn.q_proj.weight") */
+  char name[164];      /* the public name: file_name, "#q" etc. for GPT-2's c_attn parts */
+  char file_name[160]; /* the checkpoint tensor */
+  int part;            /* GPT-2 c_attn: 0, 1, 2 = q, k, v (a third of the last dim); -1 whole */
+  bool transposed;     /* the checkpoint holds it [in, out] (GPT-2's Conv1D) */
 } hf_param;
+
+/* An architecture (llama.c, gpt2.c): its module tree, its Megatron plan and its state-dict
+ * adapter. Adding a family is one of these and a row of the loader's table (load.c). */
+typedef struct dt__hf_family {
+  dt_hf_arch arch;
+  const char *layers_field;  /* config.json's name of num_layers, for messages */
+  int64_t tensors_per_layer; /* the fewest checkpoint tensors one layer needs */
+  /* Builds the tree of m->cfg into m->root, m->embed, m->pos, m->attn, m->norm and m->head
+   * (NULL when tied: the head is the embedding's weight); may refuse the config naming
+   * config_path. */
+  dt_status (*build)(dt_hf_model *m, const char *config_path);
+  /* The tensor-parallel plan (FQN patterns to styles); entry plan_n - 1 is the LM head's, left
+   * out when the head is tied. */
+  const dt_tp_plan_entry *plan;
+  int plan_n;
+  /* The checkpoint tensor of the tree's parameter p->fqn: fills p's other fields. */
+  void (*to_hf)(hf_param *p);
+} dt__hf_family;
+
+extern const dt__hf_family dt__hf_llama;
+extern const dt__hf_family dt__hf_gpt2;
 
 struct dt_hf_model {
   dt_hf_config cfg;
+  const dt__hf_family *family;
   char *config_text; /* config.json as read, written back by save */
   dt_mesh *mesh;
   int tp_dim;   /* -1: none */
   int fsdp_dim; /* -1: none */
+  /* The module tree (owned) and its parts the forward reaches (borrowed from it). */
+  dt_module *root;
+  dt_module *embed;  /* token embedding */
+  dt_module *pos;    /* learned positions (GPT-2), or NULL */
+  dt_module **attn;  /* [num_layers]: each block's Attention, for its KV-cache context */
+  dt_module **block; /* [num_layers] */
+  dt_module *norm;   /* the final norm */
+  dt_module *head;   /* the LM head, NULL when tied to the embedding */
+  int64_t past;      /* the first position of the running forward */
   int n_params;
   hf_param *params;
-  int *layer_index; /* [num_layers][L_COUNT] */
-  int global_index[G_COUNT];
-  /* Llama's rotary inverse frequencies [head_dim / 2] (float32, llama3 scaling applied): the
-   * cos/sin tables are computed per forward for the positions it covers (rope.c), never for
-   * all max_positions. */
+  /* Llama's rotary inverse frequencies [head_dim / 2] (float32, llama3 scaling applied),
+   * handed to every Attention (rope.c). */
   dt_tensor *rope_inv;
 };
 
 struct dt_hf_kv_cache {
-  int64_t length;
+  dt_nn_kv_cache *cache;
   int n_layers;
-  dt_tensor **k; /* [n_layers] */
-  dt_tensor **v;
+  int64_t batch; /* of the positions held; -1 while empty */
 };
+
+/* The forward of the family's root module (causal_lm.c): ids [B, T] (distributed on a mesh)
+ * -> logits, positions from m->past: the embedding (plus learned positions), the blocks, the
+ * final norm and the head (a tied head is the embedding's weight, gathered over FSDP). The
+ * root's user data is the model. */
+dt_status dt__hf_lm_forward(dt_module *root, dt_tensor *ids, dt_tensor **out);
+/* Adds the `n` blocks of options `o` as children "0".."n-1" of a ModuleList `name` of parent,
+ * recording them and their Attention (child attn_name) in m->block and m->attn. */
+dt_status dt__hf_add_blocks(dt_hf_model *m, dt_module *parent, const char *name,
+                            const dt_nn_block_options *o, const char *attn_name);
 
 /* config.json -> cfg (config.c). `path` names the file in messages. The text is checked by
  * dt__hf_json_check first. */
@@ -100,24 +113,7 @@ void dt__hf_index_clear(dt__hf_index *ix);
 /* Reads a whole text file (NUL-terminated, owned by the caller: dt_free). */
 dt_status dt__hf_read_text(const char *path, char **out);
 
-/* The parameter table of cfg's architecture (params.c): fills model->params and the indexes.
- * A config whose layers need more tensors than the checkpoint's `tensors` is refused, naming
- * config_path and the field. */
-dt_status dt__hf_params_build(dt_hf_model *model, const char *config_path, size_t tensors);
-/* The placements of parameter p on the model's mesh. */
-void dt__hf_param_placements(const dt_hf_model *model, const hf_param *p, dt_placement *out);
-/* The parameter as the forward uses it: gathered over the FSDP dim (recorded by autograd),
- * else retained. */
-dt_status dt__hf_param_use(const dt_hf_model *model, int index, dt_tensor **out);
-/* A local tensor made the same on every rank, replicated on the model's mesh (params.c): a new
- * reference in *out, `local` itself retained without a mesh; local stays the caller's. */
-dt_status dt__hf_replicated(const dt_hf_model *model, dt_tensor *local, dt_tensor **out);
 /* Llama's rotary inverse frequencies into model->rope_inv (rope.c); a frequency that is not
  * finite is refused naming config_path and the fields. */
 dt_status dt__hf_rope_init(dt_hf_model *model, const char *config_path);
-/* cos and sin [T, head_dim] of positions past .. past + T - 1 (replicated on the model's mesh),
- * made with arange, mul, cat, cos and sin: new references. */
-dt_status dt__hf_rope_tables(const dt_hf_model *model, int64_t past, int64_t T, dt_tensor **cos_out,
-                             dt_tensor **sin_out);
-
 #endif /* DT_MODELS_IMPL_H */

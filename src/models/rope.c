@@ -1,9 +1,9 @@
 /*
  * Llama's rotary embedding tables. The inverse frequencies are computed once at load, in
  * float32 with transformers' operations in its order (so that the llama3 scaling's bands and
- * roundings are the same); the cos/sin tables are made per forward for the positions it covers
- * only, with the op API (arange, mul, cat, cos, sin): a model with max_position_embeddings of
- * 1e9 loads in the memory of its weights, and a decode step computes one row.
+ * roundings are the same) and handed to every Attention, which makes the cos/sin tables per
+ * forward for the positions it covers only: a model with max_position_embeddings of 1e9 loads
+ * in the memory of its weights, and a decode step computes one row.
  */
 #include <math.h>
 
@@ -58,30 +58,5 @@ dt_status dt__hf_rope_init(dt_hf_model *m, const char *config_path) {
   }
   dt_status st = dt_from_data(inv, 1, &half, DT_F32, &m->rope_inv);
   dt__free(inv);
-  return st;
-}
-
-/* As transformers: freqs = positions (float32) x inv_freq, emb = cat(freqs, freqs), then
- * cos(emb) and sin(emb) in float32. */
-dt_status dt__hf_rope_tables(const dt_hf_model *m, int64_t past, int64_t T, dt_tensor **cos_out,
-                             dt_tensor **sin_out) {
-  *cos_out = *sin_out = NULL;
-  dt_tensor *pos = NULL, *col = NULL, *freqs = NULL, *emb = NULL, *c = NULL, *s = NULL;
-  dt_status st = dt_arange((double)past, (double)(past + T), 1.0, DT_F32, &pos);
-  if (!st) st = dt_unsqueeze(pos, 1, &col);
-  if (!st) st = dt_mul(col, m->rope_inv, &freqs);
-  if (!st) st = dt_cat(2, (dt_tensor *[]){freqs, freqs}, 1, &emb);
-  if (!st) st = dt_cos(emb, &c);
-  if (!st) st = dt_sin(emb, &s);
-  dt_tensor *rel[] = {pos, col, freqs, emb};
-  for (int i = 0; i < 4; i++) dt_tensor_release(rel[i]);
-  if (!st) st = dt__hf_replicated(m, c, cos_out);
-  if (!st) st = dt__hf_replicated(m, s, sin_out);
-  dt_tensor_release(c);
-  dt_tensor_release(s);
-  if (st) {
-    dt_tensor_release(*cos_out);
-    *cos_out = NULL;
-  }
   return st;
 }

@@ -17,9 +17,10 @@ struct dt_module {
   char type[MAX_NAME];
   dt_forward_fn forward;
   void *user;
-  int n_children;
-  char child_names[MAX_PARTS][MAX_NAME];
-  dt_module *children[MAX_PARTS];
+  /* Children grow without a bound (a model has a block per layer: Llama 3.1 405B has 126). */
+  int n_children, child_cap;
+  char (*child_names)[MAX_NAME];
+  dt_module **children;
   int n_tensors;
   char tensor_names[MAX_PARTS][MAX_NAME];
   dt_tensor *tensors[MAX_PARTS];
@@ -69,7 +70,7 @@ void dt_module_destroy(dt_module *m) {
   for (int i = 0; i < m->n_tensors; i++) dt_tensor_release(m->tensors[i]);
   clear_hooks(m);
   if (m->release_user) m->release_user(m->user);
-  dt__free(m);
+  DT__FREE_EACH(m->children, m->child_names, m);
 }
 
 static bool name_taken(const dt_module *m, const char *name) {
@@ -105,9 +106,10 @@ dt_status dt_module_add_child(dt_module *parent, const char *name, dt_module *ch
     return dt__error(DT_ERR_INVALID, "dt_module_add_child: NULL module");
   }
   dt_status st = check_part_name("module_add_child", parent, name);
-  if (!st && parent->n_children >= MAX_PARTS) {
-    st = dt__error(DT_ERR_INVALID, "dt_module_add_child: more than %d children", MAX_PARTS);
-  }
+  void *arrays[2] = {&parent->children, &parent->child_names};
+  size_t sizes[2] = {sizeof *parent->children, sizeof *parent->child_names};
+  if (!st && !dt__reserve_arrays(parent->n_children, &parent->child_cap, 8, 2, arrays, sizes))
+    st = dt__error(DT_ERR_NOMEM, "dt_module_add_child: out of memory");
   if (st) {
     dt_module_destroy(child);
     return st;
