@@ -8,15 +8,21 @@
  * (model.safetensors.index.json naming the shard file of every tensor). Each rank reads only
  * the bytes of its own block of every parameter.
  *
+ * The model is a module tree with Hugging Face's FQNs (src/models/llama.c, gpt2.c; GPT-2's
+ * Conv1D weights held transposed as Linears), built, then parallelized, then read.
+ *
  * Parallel plan (dt_hf_plan): mesh dims by name. On the tensor-parallel dim, Megatron's
- * layout: q/k/v and gate/up (GPT-2: c_attn's three parts, c_fc) colwise, o/down (c_proj)
- * rowwise, the token embedding and the LM head vocabulary-parallel (logits stay sharded over
- * the vocabulary into the parallel cross-entropy). Head counts need not divide the TP degree:
- * shards follow torch.chunk over the rows, and when a rank's rows do not hold whole heads the
- * sharding propagation moves what attention needs (more communication, same values). On the
- * FSDP dim every parameter is sharded on its first tensor dim the TP dim leaves alone (a
- * parameter with none stays replicated there) and gathered when used (the gradient's
- * reduce-scatter is the gather's backward); the batch is split over that dim.
+ * layout (dt_parallel_tp_module with the architecture's table): q/k/v and gate/up (GPT-2:
+ * c_attn's three parts, c_fc) colwise, o/down (c_proj) rowwise, the token embedding and the
+ * LM head vocabulary-parallel (logits stay sharded over the vocabulary into the parallel
+ * cross-entropy). Head counts need not divide the TP degree: shards follow torch.chunk over
+ * the rows, and when a rank's rows do not hold whole heads the sharding propagation moves
+ * what attention needs (more communication, same values). On the FSDP dim the tree is fully
+ * sharded (dt_parallel_fsdp on the root: every module with parameters is a unit, each
+ * parameter sharded on its first tensor dim the TP dim leaves alone, or replicated when it
+ * has none; gathered for the unit's forward and freed after it, gathered again for its
+ * backward, whose reduce-scatter gives the gradient's shard); the batch is split over that
+ * dim.
  *
  * Ownership: the model owns its parameters; tensors returned through `dt_tensor **out` are
  * new references the caller releases.
@@ -114,9 +120,10 @@ DT_API const dt_hf_config *dt_hf_model_config(const dt_hf_model *model);
 DT_API dt_mesh *dt_hf_model_mesh(const dt_hf_model *model);
 
 /* The parameters that are trained (leaves that require grad after
- * dt_hf_model_set_trainable): count, and entry i with its Hugging Face name (GPT-2's
- * c_attn is held as three parameters, named "<prefix>.c_attn.weight#q", "#k", "#v", and the
- * same for its bias; a tied LM head is the embedding). Borrowed. */
+ * dt_hf_model_set_trainable), in the module tree's order: count, and entry i with its Hugging
+ * Face name (GPT-2's c_attn is held as three parameters, named "<prefix>.c_attn.weight#q",
+ * "#k", "#v", and the same for its bias; GPT-2's Conv1D weights are held transposed, [out, in];
+ * a tied LM head is the embedding). Borrowed: the tensor the tree holds between forwards. */
 DT_API int dt_hf_model_param_count(const dt_hf_model *model);
 DT_API dt_tensor *dt_hf_model_param(const dt_hf_model *model, int i, const char **name);
 
