@@ -324,8 +324,10 @@ static dt_status parse_eos(const cJSON *root, const char *path, dt_hf_config *cf
   return check_eos_ids(path, cfg, true);
 }
 
-dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *cfg) {
+dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *cfg,
+                              const dt__hf_family **family) {
   memset(cfg, 0, sizeof *cfg);
+  *family = NULL;
   dt_status checked = dt__hf_json_check(text, path, NULL);
   if (checked) return checked;
   cJSON *root = cJSON_Parse(text);
@@ -339,14 +341,26 @@ dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *
       cJSON_IsString(cJSON_GetArrayItem(archs, 0)))
     arch = cJSON_GetArrayItem(archs, 0)->valuestring;
   const char *type = get_string(root, "model_type");
+  /* The loader's table: the architectures config.json may name, each read by its own reader
+   * and built by its family (llama.c, gpt2.c). */
+  static const struct {
+    const char *architecture, *model_type;
+    dt_status (*read)(const cJSON *root, const char *path, dt_hf_config *cfg);
+    const dt__hf_family *family;
+  } families[] = {
+      {"LlamaForCausalLM", "llama", parse_llama, &dt__hf_llama},
+      {"GPT2LMHeadModel", "gpt2", parse_gpt2, &dt__hf_gpt2},
+  };
+  const size_t n_families = sizeof families / sizeof families[0];
+  size_t f = 0;
+  while (f < n_families && !(arch ? !strcmp(arch, families[f].architecture)
+                                  : type && !strcmp(type, families[f].model_type)))
+    f++;
   dt_status st;
-  if ((arch && !strcmp(arch, "LlamaForCausalLM")) || (!arch && type && !strcmp(type, "llama"))) {
-    cfg->arch = DT_HF_LLAMA;
-    st = parse_llama(root, path, cfg);
-  } else if ((arch && !strcmp(arch, "GPT2LMHeadModel")) ||
-             (!arch && type && !strcmp(type, "gpt2"))) {
-    cfg->arch = DT_HF_GPT2;
-    st = parse_gpt2(root, path, cfg);
+  if (f < n_families) {
+    cfg->arch = families[f].family->arch;
+    *family = families[f].family;
+    st = families[f].read(root, path, cfg);
   } else {
     st = dt__error(DT_ERR_UNSUPPORTED,
                    "dt_hf_model_load: %s: architecture \"%s\" (model_type \"%s\") is not "
@@ -362,9 +376,11 @@ dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *
 
 #else
 
-dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *cfg) {
+dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *cfg,
+                              const dt__hf_family **family) {
   (void)text;
   memset(cfg, 0, sizeof *cfg);
+  *family = NULL;
   return dt__error(DT_ERR_UNSUPPORTED,
                    "dt_hf_model_load: cannot read %s: libdtensor was built without cJSON", path);
 }

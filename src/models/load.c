@@ -226,15 +226,6 @@ static dt_status resolve_plan(dt_hf_model *m, dt_mesh *mesh, const dt_hf_plan *p
   return DT_OK;
 }
 
-/* The families the loader knows; config.json's architecture picks one. */
-static const dt__hf_family *const families[] = {&dt__hf_llama, &dt__hf_gpt2};
-
-static const dt__hf_family *family_of(dt_hf_arch arch) {
-  for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
-    if (families[i]->arch == arch) return families[i];
-  return NULL;
-}
-
 static dt_status collect_param(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
   (void)t;
   dt_hf_model *m = user;
@@ -341,13 +332,7 @@ dt_status dt_hf_model_load(const char *dir, dt_mesh *mesh, const dt_hf_plan *pla
   snprintf(path, sizeof path, "%s/config.json", dir);
   dt_status st = resolve_plan(m, mesh, plan);
   if (!st) st = dt__hf_read_text(path, &m->config_text);
-  if (!st) st = dt__hf_config_parse(m->config_text, path, &m->cfg);
-  if (!st) {
-    m->family = family_of(m->cfg.arch);
-    if (!m->family)
-      st = dt__error(DT_ERR_UNSUPPORTED, "dt_hf_model_load: %s: no family builds architecture %d",
-                     path, (int)m->cfg.arch);
-  }
+  if (!st) st = dt__hf_config_parse(m->config_text, path, &m->cfg, &m->family);
   if (!st) st = read_weights(m, dir, path);
   if (st) {
     dt_hf_model_destroy(m);

@@ -78,9 +78,11 @@ dt_status dt__hf_lm_forward(dt_module *root, dt_tensor *ids, dt_tensor **out);
 dt_status dt__hf_add_blocks(dt_hf_model *m, dt_module *parent, const char *name,
                             const dt_nn_block_options *o, const char *attn_name);
 
-/* config.json -> cfg (config.c). `path` names the file in messages. The text is checked by
- * dt__hf_json_check first. */
-dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *cfg);
+/* config.json -> cfg and the family that builds it (config.c, whose table maps config.json's
+ * architecture to a family and its reader). `path` names the file in messages. The text is
+ * checked by dt__hf_json_check first. */
+dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *cfg,
+                              const dt__hf_family **family);
 
 /* A hash set of strings (open addressing, at most half full), each with a value or none: the
  * keys of one JSON object, or the index's tensor -> file map (hf_json.c). The strings are
