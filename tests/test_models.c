@@ -220,6 +220,31 @@ Test(models, gpt2_fsdp2_tp2, .timeout = 120) {
   run_case((par_case){.model = "gpt2_tiny", DP_TP(2, 2), .generate = true, .finetune = true});
 }
 
+/* Megatron's sequence parallelism (plan.sequence_parallel): the norms and the residual stream
+ * sharded over the sequence on tp give transformers' logits, greedy ids (decode steps of one
+ * position: ranks holding none) and fine-tuning losses; TP 4 also splits the 5-token prompt
+ * unevenly (2, 2, 1, 0). */
+#define TP_SP(n)                                                                                   \
+  .ndim = 1, .shape = {n}, .names = {"tp"}, .plan = {.tp = "tp", .sequence_parallel = true}
+Test(models, llama_tp2_sequence_parallel, .timeout = 120) {
+  run_case((par_case){.model = "llama_tiny", TP_SP(2), .generate = true, .finetune = true});
+}
+Test(models, llama_tp4_sequence_parallel, .timeout = 120) {
+  run_case((par_case){.model = "llama_tiny", TP_SP(4), .generate = true, .finetune = true});
+}
+Test(models, gpt2_tp2_sequence_parallel, .timeout = 120) {
+  run_case((par_case){.model = "gpt2_tiny", TP_SP(2), .generate = true, .finetune = true});
+}
+Test(models, llama_fsdp2_tp2_sequence_parallel, .timeout = 120) {
+  run_case((par_case){.model = "llama_tiny",
+                      .ndim = 2,
+                      .shape = {2, 2},
+                      .names = {"dp", "tp"},
+                      .plan = {.tp = "tp", .fsdp = "dp", .sequence_parallel = true},
+                      .generate = true,
+                      .finetune = true});
+}
+
 /* ---- Models written by the library at odd sizes, against the naive loops ------------------ */
 
 typedef struct own_case {

@@ -4,7 +4,7 @@
  * weights held transposed as Linears), every one a checkpoint tensor's values (the adapter:
  * compared against the file); and the architecture's plan table places them (TP 2: colwise
  * Shard(0), rowwise Shard(1), vocabulary Shard(0); FSDP 2 x TP 2: the dp shard on the first
- * dim TP leaves alone).
+ * dim TP leaves alone); with sequence parallelism the reductions become reduce-scatters.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -158,4 +158,62 @@ static dt_status plan_rank(dt_comm *world, void *arg) {
 Test(models_tree, llama_plan_table_places_every_parameter) {
   if (!hf_present()) cr_skip_test("the hf fixtures are absent (%s)", HF);
   SPAWN_OK(4, plan_rank, NULL);
+}
+
+/* Collectives of one forward of 8 positions on TP 2, by kind: *rs reduce-scatters, *ar
+ * all-reduces; the ledger's table in `table`. */
+static dt_status forward_collectives(dt_mesh *mesh, bool sp, int64_t *rs, int64_t *ar, char *table,
+                                     size_t size) {
+  dt_hf_model *m = NULL;
+  dt_hf_plan plan = {.tp = "tp", .sequence_parallel = sp};
+  RANK_OK(dt_hf_model_load(HF "/llama_tiny", mesh, &plan, &m));
+  int64_t v[8] = {1, 5, 9, 3, 7, 2, 8, 4};
+  dt_tensor *ids = NULL, *logits = NULL;
+  RANK_OK(dt_from_data(v, 2, (int64_t[]){1, 8}, DT_I64, &ids));
+  dt_comm_ledger *ledger = NULL;
+  RANK_OK(dt_comm_ledger_start(&ledger));
+  dt_status st = dt_hf_model_forward(m, ids, NULL, &logits);
+  RANK_OK(dt_comm_ledger_stop(ledger));
+  RANK_OK(st);
+  *rs = dt_comm_ledger_count(ledger, "reduce_scatter_uneven");
+  *ar = dt_comm_ledger_count(ledger, "all_reduce");
+  dt_comm_ledger_format(ledger, table, size);
+  dt_comm_ledger_destroy(ledger);
+  dt_tensor_release(ids), dt_tensor_release(logits);
+  dt_hf_model_destroy(m);
+  return DT_OK;
+}
+
+static dt_status sp_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int[]){2}, (const char *[]){"tp"}, &mesh));
+  int64_t rs = 0, ar = 0, rs_sp = 0, ar_sp = 0;
+  char table[400], table_sp[400];
+  RANK_OK(forward_collectives(mesh, false, &rs, &ar, table, sizeof table));
+  RANK_OK(forward_collectives(mesh, true, &rs_sp, &ar_sp, table_sp, sizeof table_sp));
+  /* Megatron's reductions: the embedding and each layer's o_proj and down_proj (2 layers).
+   * Without sequence parallelism each is an all-reduce; with it a reduce-scatter over the
+   * sequence, and no all-reduce is left. */
+  RANK_CHECK(ar == 5 && rs == 0, "TP 2: %lld all-reduces, %lld reduce-scatters:\n%s", (long long)ar,
+             (long long)rs, table);
+  RANK_CHECK(ar_sp == 0 && rs_sp == 5, "TP 2 + SP: %lld all-reduces, %lld reduce-scatters:\n%s",
+             (long long)ar_sp, (long long)rs_sp, table_sp);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(models_tree, sequence_parallel_reduce_scatters_the_residual_stream) {
+  if (!hf_present()) cr_skip_test("the hf fixtures are absent (%s)", HF);
+  SPAWN_OK(2, sp_rank, NULL);
+}
+
+Test(models_tree, sequence_parallel_without_tp_is_refused) {
+  if (!hf_present()) cr_skip_test("the hf fixtures are absent (%s)", HF);
+  dt_hf_model *m = NULL;
+  dt_hf_plan plan = {.sequence_parallel = true};
+  cr_assert_eq(dt_hf_model_load(HF "/llama_tiny", NULL, &plan, &m), DT_ERR_INVALID);
+  cr_assert_null(m);
+  cr_assert(strstr(dt_last_error(), "plan.sequence_parallel needs plan.tp"), "%s",
+            dt_last_error());
 }

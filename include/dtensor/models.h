@@ -82,6 +82,12 @@ typedef struct dt_hf_config {
 typedef struct dt_hf_plan {
   const char *tp;   /* Megatron tensor parallelism */
   const char *fsdp; /* fully sharded data parallelism (batch split, parameters sharded) */
+  /* With tp: Megatron's sequence parallelism. The norms and the residual stream between the
+   * blocks are sharded over the sequence on the tp dim (Shard(1); torch.chunk sizes, a rank may
+   * hold no positions); q/k/v, gate/up (GPT-2: c_attn's parts, c_fc) and the head all-gather
+   * their input, o/down (c_proj) and the embedding reduce-scatter their output. The norms'
+   * gradients come back Partial over tp (the optimizer step reduces them). Same values. */
+  bool sequence_parallel;
 } dt_hf_plan;
 
 typedef struct dt_hf_model dt_hf_model;
@@ -91,8 +97,8 @@ typedef struct dt_hf_model dt_hf_model;
  * tensors, plan must be NULL or zero). Weights of any floating dtype become float32.
  * Collective over the mesh only in that every rank must call it; each rank reads only its
  * blocks. Errors: DT_ERR_INVALID (NULL dir or out; a plan naming a dim the mesh lacks or one
- * dim twice), DT_ERR_IO (a missing or unreadable file, or config.json or the index not a
- * regular file: a FIFO is refused, not waited on; named), DT_ERR_UNSUPPORTED (an
+ * dim twice; sequence_parallel without tp), DT_ERR_IO (a missing or unreadable file, or config.json
+ * or the index not a regular file: a FIFO is refused, not waited on; named), DT_ERR_UNSUPPORTED (an
  * architecture other than the two, a rope type other than default/llama3, an activation
  * other than SiLU / GELU-tanh: the message names config.json and the value; built without
  * cJSON), DT_ERR_INVALID (a config field missing or out of range (an integer must lie in

@@ -17,10 +17,10 @@
  *               layout. Input (indices) Replicate, output Replicate (Shard(1) for sequence
  *               parallelism: a reduce-scatter).
  *     COLWISE   weight Shard(1): input Replicate, output Shard(-1).
- *   SEQUENCE_PARALLEL (eager path only; PyTorch's SequenceParallel) on a LayerNorm or a
- *             module without parameters (activations, dropout-like): its parameters become
- *             Replicate, the input is taken as Shard(1) (the sequence dim of [batch, seq,
- *             ...]: a local input is this rank's sequence shard, even sizes assumed; a
+ *   SEQUENCE_PARALLEL (eager path only; PyTorch's SequenceParallel) on a LayerNorm, an
+ *             RMSNorm or a module without parameters (activations, dropout-like): its
+ *             parameters become Replicate, the input is taken as Shard(1) (the sequence dim of
+ *             [batch, seq, ...]: a local input is this rank's sequence shard, even sizes assumed; a
  *             distributed one is redistributed to Shard(1)) and the output stays a
  *             distributed Shard(1) tensor (use_local_output=False; keep_distributed_output is
  *             implied), which the next colwise Linear all-gathers (give it input_layout
@@ -119,7 +119,7 @@ typedef struct dt_tp_style_options {
  * Errors: as dt_parallel_tp_transform (colwise/rowwise on a module other than Linear and Embedding
  * is DT_ERR_UNSUPPORTED, as PyTorch's NotImplementedError), plus DT_ERR_UNSUPPORTED for
  * SEQUENCE_PARALLEL on a module with parameters
- * other than a LayerNorm (e.g. BatchNorm1d, Linear), naming the module and the style;
+ * other than a LayerNorm or RMSNorm (e.g. BatchNorm1d, Linear), naming the module and the style;
  * DT_ERR_INVALID for an input on a mesh with another number of dims, or a layout that shards
  * a dim the input does not have (at forward time). */
 DT_API dt_status dt_parallel_tp_module(dt_module *model, dt_mesh *mesh, const dt_tp_plan *plan,

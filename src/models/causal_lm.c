@@ -92,8 +92,18 @@ dt_status dt__hf_lm_forward(dt_module *root, dt_tensor *ids, dt_tensor **out) {
   if (m->head) {
     if (!st) st = dt_module_forward(m->head, h, out);
   } else {
+    /* The head's input whole over tp, as a colwise Linear's hooks would make it (a sequence-
+     * parallel norm leaves it Shard(1)); the weight is the vocabulary-parallel embedding's. */
+    dt_tensor *hr = h;
+    if (!st && m->tp_dim >= 0 && dt_dist_placements(h)[m->tp_dim].kind != DT_REPLICATE) {
+      dt_placement pl[DT_MAX_DIMS];
+      int nd = dt_mesh_ndim(m->mesh);
+      memcpy(pl, dt_dist_placements(h), sizeof(dt_placement) * (size_t)nd);
+      pl[m->tp_dim] = dt_replicate();
+      KEEP(dt_dist_redistribute(h, nd, pl, &hr), hr);
+    }
     KEEP(tied_weight(m, &w), w);
-    if (!st) st = dt_linear(h, w, NULL, out);
+    if (!st) st = dt_linear(hr, w, NULL, out);
   }
   dt_tensor_list_release(tmp);
   return st;

@@ -18,15 +18,20 @@
 #include "core/core_impl.h"
 #include "models/models_impl.h"
 
-static const dt_tp_plan_entry gpt2_plan[] = {
-    {"transformer.wte", DT_TP_ROWWISE},
-    {"transformer.h.*.attn.q_proj", DT_TP_COLWISE},
-    {"transformer.h.*.attn.k_proj", DT_TP_COLWISE},
-    {"transformer.h.*.attn.v_proj", DT_TP_COLWISE},
-    {"transformer.h.*.attn.c_proj", DT_TP_ROWWISE},
-    {"transformer.h.*.mlp.c_fc", DT_TP_COLWISE},
-    {"transformer.h.*.mlp.c_proj", DT_TP_ROWWISE},
-    {"lm_head", DT_TP_COLWISE}, /* last: left out when tied */
+/* Megatron, as Llama's (llama.c): the c_attn parts and c_fc colwise, the c_projs rowwise, the
+ * token embedding vocabulary-parallel; the positions replicated. */
+static const dt__hf_plan_row gpt2_plan[] = {
+    {"transformer.wte", DT_TP_ROWWISE, .sp_out = true},
+    {"transformer.h.*.ln_1", DT_TP_SEQUENCE_PARALLEL, .sp_only = true},
+    {"transformer.h.*.attn.q_proj", DT_TP_COLWISE, .sp_in = true},
+    {"transformer.h.*.attn.k_proj", DT_TP_COLWISE, .sp_in = true},
+    {"transformer.h.*.attn.v_proj", DT_TP_COLWISE, .sp_in = true},
+    {"transformer.h.*.attn.c_proj", DT_TP_ROWWISE, .sp_out = true},
+    {"transformer.h.*.ln_2", DT_TP_SEQUENCE_PARALLEL, .sp_only = true},
+    {"transformer.h.*.mlp.c_fc", DT_TP_COLWISE, .sp_in = true},
+    {"transformer.h.*.mlp.c_proj", DT_TP_ROWWISE, .sp_out = true},
+    {"transformer.ln_f", DT_TP_SEQUENCE_PARALLEL, .sp_only = true},
+    {"lm_head", DT_TP_COLWISE, .sp_in = true}, /* last: left out when tied */
 };
 
 static bool ends_with(const char *s, const char *suffix) {

@@ -19,17 +19,22 @@
 #include "models/models_impl.h"
 
 /* Megatron: q/k/v and gate/up colwise, o/down rowwise, the embedding vocabulary-parallel, the
- * head colwise (logits sharded over the vocabulary into the parallel cross-entropy). */
-static const dt_tp_plan_entry llama_plan[] = {
-    {"model.embed_tokens", DT_TP_ROWWISE},
-    {"model.layers.*.self_attn.q_proj", DT_TP_COLWISE},
-    {"model.layers.*.self_attn.k_proj", DT_TP_COLWISE},
-    {"model.layers.*.self_attn.v_proj", DT_TP_COLWISE},
-    {"model.layers.*.self_attn.o_proj", DT_TP_ROWWISE},
-    {"model.layers.*.mlp.gate_proj", DT_TP_COLWISE},
-    {"model.layers.*.mlp.up_proj", DT_TP_COLWISE},
-    {"model.layers.*.mlp.down_proj", DT_TP_ROWWISE},
-    {"lm_head", DT_TP_COLWISE}, /* last: left out when tied */
+ * head colwise (logits sharded over the vocabulary into the parallel cross-entropy); with
+ * sequence parallelism the norms and the residual stream between them sharded over the
+ * sequence. */
+static const dt__hf_plan_row llama_plan[] = {
+    {"model.embed_tokens", DT_TP_ROWWISE, .sp_out = true},
+    {"model.layers.*.input_layernorm", DT_TP_SEQUENCE_PARALLEL, .sp_only = true},
+    {"model.layers.*.self_attn.q_proj", DT_TP_COLWISE, .sp_in = true},
+    {"model.layers.*.self_attn.k_proj", DT_TP_COLWISE, .sp_in = true},
+    {"model.layers.*.self_attn.v_proj", DT_TP_COLWISE, .sp_in = true},
+    {"model.layers.*.self_attn.o_proj", DT_TP_ROWWISE, .sp_out = true},
+    {"model.layers.*.post_attention_layernorm", DT_TP_SEQUENCE_PARALLEL, .sp_only = true},
+    {"model.layers.*.mlp.gate_proj", DT_TP_COLWISE, .sp_in = true},
+    {"model.layers.*.mlp.up_proj", DT_TP_COLWISE, .sp_in = true},
+    {"model.layers.*.mlp.down_proj", DT_TP_ROWWISE, .sp_out = true},
+    {"model.norm", DT_TP_SEQUENCE_PARALLEL, .sp_only = true},
+    {"lm_head", DT_TP_COLWISE, .sp_in = true}, /* last: left out when tied */
 };
 
 static void llama_to_hf(hf_param *p) {

@@ -223,6 +223,11 @@ static dt_status resolve_plan(dt_hf_model *m, dt_mesh *mesh, const dt_hf_plan *p
     return dt__error(DT_ERR_INVALID,
                      "dt_hf_model_load: plan.tp and plan.fsdp name the same mesh dim \"%s\"",
                      names[0]);
+  m->sequence_parallel = plan && plan->sequence_parallel;
+  if (m->sequence_parallel && m->tp_dim < 0)
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: plan.sequence_parallel needs plan.tp (the sequence is "
+                     "sharded over the tensor-parallel dim)");
   return DT_OK;
 }
 
@@ -271,11 +276,22 @@ static dt_status parallelize(dt_hf_model *m) {
   if (!m->mesh) return DT_OK;
   dt_status st = DT_OK;
   if (m->tp_dim >= 0) {
-    int n = m->family->plan_n - (m->head ? 0 : 1);
+    /* Every style keeps its output distributed; with sequence parallelism the rows say where
+     * the sequence is sharded (Shard(1)) on the way in or out. */
+    static const dt_placement seq = {.kind = DT_SHARD, .dim = 1};
+    int rows = m->family->plan_n - (m->head ? 0 : 1), n = 0;
+    dt_tp_plan_entry e[32];
     dt_tp_style_options o[32];
-    for (int i = 0; i < n; i++) o[i] = (dt_tp_style_options){.keep_distributed_output = true};
-    dt_tp_plan plan = {n, m->family->plan};
-    st = dt_parallel_tp_module_on_dim(m->root, m->mesh, m->tp_dim, &plan, o);
+    for (int i = 0; i < rows && n < 32; i++) {
+      const dt__hf_plan_row *r = &m->family->plan[i];
+      if (r->sp_only && !m->sequence_parallel) continue;
+      e[n] = (dt_tp_plan_entry){r->fqn, r->style};
+      o[n] = (dt_tp_style_options){.keep_distributed_output = true};
+      if (m->sequence_parallel && r->sp_in) o[n].input_layout = &seq;
+      if (m->sequence_parallel && r->sp_out) o[n].output_layout = &seq;
+      n++;
+    }
+    st = dt_parallel_tp_module_on_dim(m->root, m->mesh, m->tp_dim, &(dt_tp_plan){n, e}, o);
   }
   /* Visiting while replacing: each replacement is of the tensor being visited. */
   if (!st) st = dt_module_visit_tensors(m->root, replicate_local, m);

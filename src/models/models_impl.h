@@ -18,6 +18,17 @@ typedef struct hf_param {
   bool transposed;     /* the checkpoint holds it [in, out] (GPT-2's Conv1D) */
 } hf_param;
 
+/* A row of an architecture's tensor-parallel plan: a module FQN pattern and its style, and
+ * its part in Megatron's sequence parallelism (plan.sequence_parallel): sp_in, the module's
+ * input arrives sharded over the sequence (Shard(1): a colwise Linear all-gathers it); sp_out,
+ * its output leaves so (a rowwise Linear or the embedding reduce-scatters); sp_only, the row
+ * (a norm, SEQUENCE_PARALLEL) is in the plan only then. */
+typedef struct dt__hf_plan_row {
+  const char *fqn;
+  dt_tp_style style;
+  bool sp_in, sp_out, sp_only;
+} dt__hf_plan_row;
+
 /* An architecture (llama.c, gpt2.c): its module tree, its Megatron plan and its state-dict
  * adapter. Adding a family is one of these and a row of the loader's table (load.c). */
 typedef struct dt__hf_family {
@@ -28,9 +39,9 @@ typedef struct dt__hf_family {
    * (NULL when tied: the head is the embedding's weight); may refuse the config naming
    * config_path. */
   dt_status (*build)(dt_hf_model *m, const char *config_path);
-  /* The tensor-parallel plan (FQN patterns to styles); entry plan_n - 1 is the LM head's, left
+  /* The tensor-parallel plan (FQN patterns to styles); row plan_n - 1 is the LM head's, left
    * out when the head is tied. */
-  const dt_tp_plan_entry *plan;
+  const dt__hf_plan_row *plan;
   int plan_n;
   /* The checkpoint tensor of the tree's parameter p->fqn: fills p's other fields. */
   void (*to_hf)(hf_param *p);
@@ -46,6 +57,7 @@ struct dt_hf_model {
   dt_mesh *mesh;
   int tp_dim;   /* -1: none */
   int fsdp_dim; /* -1: none */
+  bool sequence_parallel;
   /* The module tree (owned) and its parts the forward reaches (borrowed from it). */
   dt_module *root;
   dt_module *embed;  /* token embedding */

@@ -153,9 +153,9 @@ static dt_status count_param(const char *fqn, dt_tensor *t, bool is_buffer, void
 }
 
 /* SequenceParallel applies to modules that act on each token alone with per-feature
- * parameters (LayerNorm) or none (activations, dropout-like modules). */
+ * parameters (LayerNorm, RMSNorm) or none (activations, dropout-like modules). */
 static bool sequence_parallel_supported(const dt_module *m) {
-  if (is_type(m, "LayerNorm")) return true;
+  if (is_type(m, "LayerNorm") || is_type(m, "RMSNorm")) return true;
   int n = 0;
   dt_module_visit_tensors(m, count_param, &n);
   return n == 0 && !is_type(m, "BatchNorm1d");
@@ -193,7 +193,7 @@ static dt_status check_entry(dt_module *model, dt_mesh *mesh, const dt_tp_plan *
     if (!sequence_parallel_supported(m)) {
       return dt__error(DT_ERR_UNSUPPORTED,
                        "dt_parallel_tp_module: sequence_parallel style on '%s', a %s (supported "
-                       "on LayerNorm and modules without parameters)",
+                       "on LayerNorm, RMSNorm and modules without parameters)",
                        e->fqn, dt_module_type(m));
     }
     const char *names[2] = {"weight", "bias"};
