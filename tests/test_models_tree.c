@@ -214,6 +214,5 @@ Test(models_tree, sequence_parallel_without_tp_is_refused) {
   dt_hf_plan plan = {.sequence_parallel = true};
   cr_assert_eq(dt_hf_model_load(HF "/llama_tiny", NULL, &plan, &m), DT_ERR_INVALID);
   cr_assert_null(m);
-  cr_assert(strstr(dt_last_error(), "plan.sequence_parallel needs plan.tp"), "%s",
-            dt_last_error());
+  cr_assert(strstr(dt_last_error(), "plan.sequence_parallel needs plan.tp"), "%s", dt_last_error());
 }
