@@ -216,3 +216,43 @@ Test(models_tree, sequence_parallel_without_tp_is_refused) {
   cr_assert_null(m);
   cr_assert(strstr(dt_last_error(), "plan.sequence_parallel needs plan.tp"), "%s", dt_last_error());
 }
+
+/* A mesh with a zero plan replicates the model (the placeholders made whole on every rank):
+ * the logits equal the 1-rank model's. */
+static dt_status replicated_rank(dt_comm *world, void *arg) {
+  const double *want = arg;
+  dt_mesh *mesh = NULL;
+  dt_hf_model *m = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int[]){2}, (const char *[]){"dp"}, &mesh));
+  RANK_OK(dt_hf_model_load(HF "/gpt2_tiny", mesh, &(dt_hf_plan){0}, &m));
+  int64_t v[4] = {1, 5, 9, 3};
+  dt_tensor *ids = NULL, *logits = NULL, *full = NULL;
+  RANK_OK(dt_from_data(v, 2, (int64_t[]){1, 4}, DT_I64, &ids));
+  RANK_OK(dt_hf_model_forward(m, ids, NULL, &logits));
+  RANK_CHECK(dt_tensor_is_distributed(logits), "the logits of a model on a mesh are local");
+  RANK_OK(dt_dist_full_tensor(logits, &full));
+  static double got[4 * 256];
+  RANK_OK(dt_tensor_to_doubles(full, got, 4 * 256));
+  for (int i = 0; i < 4 * 256; i++)
+    RANK_CHECK(fabs(got[i] - want[i]) <= 1e-5 * (1 + fabs(want[i])), "logit %d: %.7g, 1 rank %.7g",
+               i, got[i], want[i]);
+  dt_tensor_release(ids), dt_tensor_release(logits), dt_tensor_release(full);
+  dt_hf_model_destroy(m);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(models_tree, a_zero_plan_on_a_mesh_replicates_the_model) {
+  if (!hf_present()) cr_skip_test("the hf fixtures are absent (%s)", HF);
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(HF "/gpt2_tiny", NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  int64_t v[4] = {1, 5, 9, 3};
+  dt_tensor *ids = NULL, *logits = NULL;
+  cr_assert_eq(dt_from_data(v, 2, (int64_t[]){1, 4}, DT_I64, &ids), DT_OK);
+  cr_assert_eq(dt_hf_model_forward(m, ids, NULL, &logits), DT_OK, "%s", dt_last_error());
+  static double want[4 * 256];
+  cr_assert_eq(dt_tensor_to_doubles(logits, want, 4 * 256), DT_OK);
+  dt_tensor_release(ids), dt_tensor_release(logits);
+  dt_hf_model_destroy(m);
+  SPAWN_OK(2, replicated_rank, want);
+}

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/core_impl.h"
+#include "dtensor/autograd.h"
 #include "dtensor/loss.h"
 #include "dtensor/ops.h"
 #include "models/models_impl.h"
@@ -33,6 +34,39 @@ static dt_status replicated(const dt_hf_model *m, dt_tensor *local, dt_tensor **
   return dt_dist_distribute_tensor(m->mesh, local, nd, pl, out);
 }
 
+typedef struct placeholder_walk {
+  dt_module *sub;
+  dt_tensor *zero; /* float32 [1, 1] */
+} placeholder_walk;
+
+static dt_status placeholder(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
+  placeholder_walk *w = user;
+  if (is_buffer || dt_tensor_is_distributed(t)) return DT_OK;
+  const char *dot = strrchr(fqn, '.');
+  char owner[192];
+  snprintf(owner, sizeof owner, "%.*s", dot ? (int)(dot - fqn) : 0, fqn);
+  dt_module *mod = dt_module_find(w->sub, owner);
+  int nd = dt_tensor_ndim(t);
+  dt_tensor *z = NULL, *view = NULL;
+  dt_status st = dt_view(w->zero, nd, (int64_t[]){1, 1}, &z);
+  if (!st) st = dt_expand(z, nd, dt_tensor_shape(t), &view);
+  if (!st) st = dt_module_set_tensor(mod, dot ? dot + 1 : fqn, view);
+  dt_tensor_release(z);
+  dt_tensor_release(view);
+  return st;
+}
+
+dt_status dt__hf_placeholders(const dt_hf_model *m, dt_module *sub) {
+  if (!m->mesh) return DT_OK;
+  placeholder_walk w = {sub, NULL};
+  bool prev = dt_grad_mode_set(false);
+  dt_status st = dt_zeros(2, (int64_t[]){1, 1}, DT_F32, &w.zero);
+  if (!st) st = dt_module_visit_tensors(sub, placeholder, &w);
+  dt_grad_mode_set(prev);
+  dt_tensor_release(w.zero);
+  return st;
+}
+
 dt_status dt__hf_add_blocks(dt_hf_model *m, dt_module *parent, const char *name,
                             const dt_nn_block_options *o, const char *attn_name) {
   int64_t n = m->cfg.num_layers;
@@ -46,6 +80,7 @@ dt_status dt__hf_add_blocks(dt_hf_model *m, dt_module *parent, const char *name,
     char index[24];
     snprintf(index, sizeof index, "%lld", (long long)l);
     st = dt_nn_transformer_block(m->cfg.hidden_size, o, &m->block[l]);
+    if (!st) st = dt__hf_placeholders(m, m->block[l]);
     if (!st) st = dt_module_add_child(list, index, m->block[l]);
     if (!st) m->attn[l] = dt_module_find(m->block[l], attn_name);
   }

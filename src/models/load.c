@@ -293,8 +293,9 @@ static dt_status parallelize(dt_hf_model *m) {
     }
     st = dt_parallel_tp_module_on_dim(m->root, m->mesh, m->tp_dim, &(dt_tp_plan){n, e}, o);
   }
-  /* Visiting while replacing: each replacement is of the tensor being visited. */
-  if (!st) st = dt_module_visit_tensors(m->root, replicate_local, m);
+  /* Visiting while replacing: each replacement is of the tensor being visited. FSDP shards
+   * the parameters TP left local itself (from the placeholders: only the shard is made). */
+  if (!st && m->fsdp_dim < 0) st = dt_module_visit_tensors(m->root, replicate_local, m);
   if (!st && m->fsdp_dim >= 0) {
     dt_fsdp_options o = {.mesh_dim = m->fsdp_dim};
     st = dt_parallel_fsdp(m->root, m->mesh, &o);
@@ -320,6 +321,7 @@ static dt_status read_weights(dt_hf_model *m, const char *dir, const char *confi
                    config_path, m->family->layers_field, (long long)c->num_layers,
                    (long long)(c->num_layers * per_layer), tensors);
   if (!st) st = m->family->build(m, config_path);
+  if (!st) st = dt__hf_placeholders(m, m->root);
   if (!st) st = parallelize(m);
   int n = 0;
   if (!st) st = dt_module_visit_tensors(m->root, count_param, &n);

@@ -85,8 +85,14 @@ struct dt_hf_kv_cache {
  * final norm and the head (a tied head is the embedding's weight, gathered over FSDP). The
  * root's user data is the model. */
 dt_status dt__hf_lm_forward(dt_module *root, dt_tensor *ids, dt_tensor **out);
+/* With a mesh, replaces the local parameters of sub (a module of m's tree) by zero-strided
+ * views of one zero: the plans then allocate only each rank's shards from them, and the
+ * weights are read into those (without a mesh the tree keeps its own full tensors). So that
+ * one block at a time is whole in memory, blocks are replaced as they are built. */
+dt_status dt__hf_placeholders(const dt_hf_model *m, dt_module *sub);
 /* Adds the `n` blocks of options `o` as children "0".."n-1" of a ModuleList `name` of parent,
- * recording them and their Attention (child attn_name) in m->block and m->attn. */
+ * recording them and their Attention (child attn_name) in m->block and m->attn; each block's
+ * parameters placeholders (dt__hf_placeholders) once built. */
 dt_status dt__hf_add_blocks(dt_hf_model *m, dt_module *parent, const char *name,
                             const dt_nn_block_options *o, const char *attn_name);
 
