@@ -179,13 +179,18 @@ DT_API dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count,
  * tensor (any mesh, placements Shard/Replicate, world size) receives the values of its own
  * block, a local tensor the whole tensor. Each rank computes the overlap of its block with
  * the saved blocks and preads only those bytes (after the checks of dt_checkpoint_load_ex,
- * which by default reads each data file it uses once to verify its checksum). Not
- * collective. Errors: DT_ERR_INVALID (NULL
- * arguments; a name the checkpoint lacks; a dtype or global shape that differs, naming the
- * tensor; a Partial target; a missing, truncated or corrupt checkpoint: the message names the
- * file and what is wrong), DT_ERR_IO, DT_ERR_NOMEM. Every check passes before a target
- * changes, so a refused checkpoint leaves the targets as they were; only an I/O error while
- * copying can leave part of the new values. */
+ * which by default reads each data file it uses once to verify its checksum). With only
+ * local targets it is not collective. With distributed targets it is collective over the world
+ * of their mesh (every rank of it calls it with the same names; targets on meshes of two
+ * worlds are refused): each rank checks the files its own blocks come from, and the ranks
+ * agree on the verdict before any of them copies, so either every rank loads or none changes
+ * a byte, and every rank returns the lowest failing rank's status (its message, "rank R: ..."
+ * on the others). Errors: DT_ERR_INVALID (NULL arguments; a name the checkpoint lacks; a
+ * dtype or global shape that differs, naming the tensor; a Partial target; a missing,
+ * truncated or corrupt checkpoint: the message names the file and what is wrong), DT_ERR_IO,
+ * DT_ERR_NOMEM, and a failed agreement's DT_ERR_COMM or DT_ERR_TIMEOUT. Every check passes
+ * before a target changes, so a refused checkpoint leaves the targets as they were; only an
+ * I/O error while copying can leave part of the new values (every rank returns it then). */
 DT_API dt_status dt_checkpoint_load(const char *dir, int count, const char *const *names,
                                     dt_tensor *const *tensors);
 

@@ -49,100 +49,6 @@ static dt_status fail_injected(const char *op, int step) {
   return dt__error(DT_ERR_IO, "%s: injected failure at step %d", op, step);
 }
 
-/* ---- Agreement ----------------------------------------------------------------------------
- * A save has three collectives (the start, the data written, the commit), and every rank
- * passes all three or stops at the same one with the same status: each is a gather of every
- * rank's status, its message when it failed, and a payload. */
-
-typedef struct phase_head {
-  int32_t status;
-  uint32_t message_length;
-  uint64_t payload_length;
-} phase_head;
-
-#define MESSAGE_MAX 1024
-
-/* The payload of rank r in a phase's gather, or NULL when its object is malformed. */
-static const unsigned char *phase_payload(const dt_objects *all, int r, size_t *length) {
-  phase_head h;
-  if (all->lengths[r] < sizeof h) return NULL;
-  memcpy(&h, all->data + all->offsets[r], sizeof h);
-  size_t at = sizeof h + (((size_t)h.message_length + 7) & ~(size_t)7);
-  if (h.message_length > MESSAGE_MAX || at > all->lengths[r] ||
-      h.payload_length != all->lengths[r] - at)
-    return NULL;
-  *length = (size_t)h.payload_length;
-  return all->data + all->offsets[r] + at;
-}
-
-/* Gathers (mine, this rank's message, payload) from every rank. Every rank returns the same
- * status: DT_OK when all ranks are fine, else the status of the lowest failing rank; its
- * message is that rank's own, prefixed "rank R:" on the others. On DT_OK *out holds the
- * gather (phase_payload reads it; dt_free). *heard tells whether the gather itself worked,
- * that is whether the verdict is known to be the same on every rank. */
-static dt_status phase_agree(dt_comm *comm, const char *op, dt_status mine, const void *payload,
-                             size_t payload_length, dt_objects **out, bool *heard) {
-  *out = NULL;
-  *heard = false;
-  char message[MESSAGE_MAX + 1] = "";
-  if (mine) snprintf(message, sizeof message, "%s", dt_last_error());
-  phase_head head = {.status = mine, .message_length = (uint32_t)strlen(message)};
-  size_t padded = ((size_t)head.message_length + 7) & ~(size_t)7;
-  size_t total = sizeof head + padded + payload_length;
-  unsigned char *buf = dt__calloc(total);
-  if (buf) {
-    head.payload_length = payload_length;
-    memcpy(buf, &head, sizeof head);
-    memcpy(buf + sizeof head, message, head.message_length);
-    if (payload_length) memcpy(buf + sizeof head + padded, payload, payload_length);
-  }
-  /* Without memory this rank still takes part, so the others do not wait for it; its status
-   * (its own failure, else NOMEM) is what every rank then returns. */
-  phase_head fallback = {.status = mine ? mine : DT_ERR_NOMEM};
-  dt_objects *all = NULL;
-  dt_status st = buf ? dt_comm_all_gather_object(comm, buf, total, &all)
-                     : dt_comm_all_gather_object(comm, &fallback, sizeof fallback, &all);
-  dt__free(buf);
-  if (st) return st;
-  *heard = true;
-  int rank = dt_comm_rank(comm);
-  dt_status verdict = DT_OK;
-  for (int r = 0; r < all->count && !verdict; r++) {
-    phase_head h = {.status = DT_ERR_COMM};
-    size_t n = 0;
-    const unsigned char *at = NULL;
-    if (all->lengths[r] >= sizeof h) memcpy(&h, all->data + all->offsets[r], sizeof h);
-    if (!h.status && !phase_payload(all, r, &n)) h.status = DT_ERR_COMM;
-    if (!h.status) continue;
-    if (r == rank) {
-      verdict = mine ? dt__error(mine, "%s", message)
-                     : dt__error(DT_ERR_NOMEM, "%s: rank %d: cannot allocate its report", op, r);
-      break;
-    }
-    char theirs[MESSAGE_MAX + 1] = "";
-    if (h.message_length <= MESSAGE_MAX && all->lengths[r] >= sizeof h + h.message_length) {
-      at = all->data + all->offsets[r] + sizeof h;
-      memcpy(theirs, at, h.message_length);
-      theirs[h.message_length] = '\0';
-    }
-    /* Their message starts with the function's name too; it is said once. */
-    const char *text = theirs;
-    size_t op_length = strlen(op);
-    if (strncmp(text, op, op_length) == 0 && strncmp(text + op_length, ": ", 2) == 0)
-      text += op_length + 2;
-    verdict =
-        dt__error((dt_status)h.status, "%s: rank %d: %s%s%.300s%s", op, r,
-                  text[0] ? text : "failed (no message)", mine ? " (this rank failed too: " : "",
-                  mine ? message : "", mine ? ")" : "");
-  }
-  if (verdict) {
-    dt_free(all);
-    return verdict;
-  }
-  *out = all;
-  return DT_OK;
-}
-
 static void format_placements(int mesh_ndim, const dt_placement *p, char *buf, size_t size) {
   size_t at = 0;
   buf[0] = '\0';
@@ -345,7 +251,7 @@ static dt_status commit_save(const char *dir, const char *op, int64_t generation
   }
   for (int r = 0; r < all->count && !st; r++) {
     size_t length = 0;
-    const unsigned char *payload = phase_payload(all, r, &length);
+    const unsigned char *payload = dt__ckpt_phase_payload(all, r, &length);
     rank_report rr = {0};
     if (payload && length >= sizeof rr) memcpy(&rr, payload, sizeof rr);
     if (!payload || length < sizeof rr || rr.n_blocks < 0 || rr.n_blocks > count ||
@@ -460,10 +366,11 @@ dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count, const ch
   dt_status mine = rank == 0 ? start_save(dir, op, &generation) : DT_OK;
   dt_objects *all = NULL;
   bool heard = false;
-  dt_status st = phase_agree(world, op, mine, &generation, sizeof generation, &all, &heard);
+  dt_status st =
+      dt__ckpt_phase_agree(world, op, mine, &generation, sizeof generation, &all, &heard);
   if (st) return st;
   size_t length = 0;
-  const unsigned char *payload = phase_payload(all, 0, &length);
+  const unsigned char *payload = dt__ckpt_phase_payload(all, 0, &length);
   if (length == sizeof generation) memcpy(&generation, payload, sizeof generation);
   dt_free(all);
   if (generation <= 0) return dt__error(DT_ERR_COMM, "%s: rank 0 sent no generation", op);
@@ -478,7 +385,7 @@ dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count, const ch
   mine = message ? write_shard(op, path, generation, rank, count, names, tensors, message,
                                &message_size, &wrote)
                  : dt__error(DT_ERR_NOMEM, "%s: cannot allocate for %d tensors", op, count);
-  st = phase_agree(world, op, mine, message, message ? message_size : 0, &all, &heard);
+  st = dt__ckpt_phase_agree(world, op, mine, message, message ? message_size : 0, &all, &heard);
   dt__free(message);
   if (!st && injected(DT__CKPT_STEP_DATA_WRITTEN)) {
     dt_free(all);
@@ -497,7 +404,7 @@ dt_status dt_checkpoint_save(const char *dir, dt_mesh *mesh, int count, const ch
              : DT_OK;
   dt_free(all);
   int32_t flag = committed;
-  st = phase_agree(world, op, mine, &flag, sizeof flag, &all, &heard);
+  st = dt__ckpt_phase_agree(world, op, mine, &flag, sizeof flag, &all, &heard);
   dt_free(all);
   if (st && wrote && heard && !crash_injected()) (void)unlink(path);
   return st;

@@ -285,6 +285,61 @@ dt_status dt_checkpoint_load(const char *dir, int count, const char *const *name
   return dt_checkpoint_load_ex(dir, count, names, tensors, NULL);
 }
 
+/* The group the ranks of a load agree over: the world of the distributed targets' mesh, NULL
+ * when every target is local (a load by one process, without communication). Targets on meshes
+ * of two worlds are refused: no one group covers the ranks that must agree. */
+static dt_status load_group(const char *op, int count, const char *const *names,
+                            dt_tensor *const *tensors, dt_comm **out) {
+  *out = NULL;
+  int first = -1;
+  for (int i = 0; i < count; i++) {
+    if (!dt_tensor_is_distributed(tensors[i])) continue;
+    dt_comm *world = dt_mesh_world(dt_dist_mesh(tensors[i]));
+    if (first < 0) {
+      first = i;
+      *out = world;
+    } else if (world != *out) {
+      *out = NULL;
+      return dt__error(DT_ERR_INVALID,
+                       "%s: tensors `%s` and `%s` are on meshes of two worlds (%d and %d ranks); "
+                       "load the tensors of each world in a call of their own",
+                       op, names[first], names[i],
+                       dt_comm_size(dt_mesh_world(dt_dist_mesh(tensors[first]))),
+                       dt_comm_size(world));
+    }
+  }
+  return DT_OK;
+}
+
+/* Every rank of the group returns the same status: the lowest failing rank's, its message
+ * prefixed "rank R:" on the others. */
+static dt_status agree(dt_comm *group, const char *op, dt_status mine) {
+  dt_objects *all = NULL;
+  bool heard = false;
+  dt_status st = dt__ckpt_phase_agree(group, op, mine, NULL, 0, &all, &heard);
+  dt_free(all);
+  return st;
+}
+
+/* Every target, every block it overlaps and that block's file, checked before any data is
+ * copied. */
+static dt_status check_targets(open_files *of, const char *op, int count, const char *const *names,
+                               dt_tensor *const *tensors) {
+  dt_status st = DT_OK;
+  for (int i = 0; i < count && !st; i++) {
+    const dt__ckpt_tensor *t = NULL;
+    int64_t toff[DT_MAX_DIMS], tlen[DT_MAX_DIMS], lo[DT_MAX_DIMS], len[DT_MAX_DIMS];
+    st = target_box(op, of->dir, of->meta, names[i], tensors[i], &t, toff, tlen);
+    for (int k = 0; !st && k < t->n_blocks; k++) {
+      if (!overlap_of(t->ndim, &t->blocks[k], toff, tlen, lo, len)) continue;
+      dt_safetensors *h = NULL;
+      st = file_handle(of, op, t->blocks[k].file, t->name, &h);
+      if (!st) st = check_block_file(of, op, t, k, h);
+    }
+  }
+  return st;
+}
+
 dt_status dt_checkpoint_load_ex(const char *dir, int count, const char *const *names,
                                 dt_tensor *const *tensors,
                                 const dt_checkpoint_load_options *options) {
@@ -299,38 +354,36 @@ dt_status dt_checkpoint_load_ex(const char *dir, int count, const char *const *n
     if (!names[i] || !tensors[i])
       return dt__error(DT_ERR_INVALID, "%s: %s[%d] is NULL", op, !names[i] ? "names" : "tensors",
                        i);
-  dt__ckpt_meta meta;
-  dt_status st = dt__ckpt_meta_read(dir, op, &meta, NULL);
+  dt_comm *group = NULL;
+  dt_status st = load_group(op, count, names, tensors, &group);
   if (st) return st;
+  dt__ckpt_meta meta;
+  st = dt__ckpt_meta_read(dir, op, &meta, NULL);
   open_files of = {.dir = dir,
                    .meta = &meta,
                    .verify_data = !(options && options->skip_data_checksum),
                    .require_records = meta.version >= 3};
-  of.handles = dt__calloc(sizeof *of.handles * (size_t)(meta.n_files + 1));
-  if (!of.handles) {
-    dt__ckpt_meta_free(&meta);
-    return dt__error(DT_ERR_NOMEM, "%s: cannot allocate for %d files", op, meta.n_files);
+  if (!st) {
+    of.handles = dt__calloc(sizeof *of.handles * (size_t)(meta.n_files + 1));
+    if (!of.handles)
+      st = dt__error(DT_ERR_NOMEM, "%s: cannot allocate for %d files", op, meta.n_files);
   }
-  /* First every target, every block it overlaps and that block's file are checked, so a
-   * damaged checkpoint is refused before a target changes; then the data is copied. */
-  for (int i = 0; i < count && !st; i++) {
-    const dt__ckpt_tensor *t = NULL;
-    int64_t toff[DT_MAX_DIMS], tlen[DT_MAX_DIMS], lo[DT_MAX_DIMS], len[DT_MAX_DIMS];
-    st = target_box(op, dir, &meta, names[i], tensors[i], &t, toff, tlen);
-    for (int k = 0; !st && k < t->n_blocks; k++) {
-      if (!overlap_of(t->ndim, &t->blocks[k], toff, tlen, lo, len)) continue;
-      dt_safetensors *h = NULL;
-      st = file_handle(&of, op, t->blocks[k].file, t->name, &h);
-      if (!st) st = check_block_file(&of, op, t, k, h);
-    }
-  }
+  /* First the checks, so a damaged checkpoint is refused before a target changes. Each rank
+   * checks only the files its blocks come from, so with distributed targets the ranks agree
+   * on the verdict before any of them copies: either every rank loads or none changes a byte,
+   * and all return the failing rank's error. */
+  if (!st) st = check_targets(&of, op, count, names, tensors);
+  if (group) st = agree(group, op, st);
+  bool copying = !st;
   for (int i = 0; i < count && !st; i++) {
     const dt__ckpt_tensor *t = NULL;
     int64_t toff[DT_MAX_DIMS], tlen[DT_MAX_DIMS];
     st = target_box(op, dir, &meta, names[i], tensors[i], &t, toff, tlen);
     if (!st) st = load_one(&of, op, t, tensors[i], toff, tlen);
   }
-  for (int f = 0; f < meta.n_files; f++) dt_safetensors_destroy(of.handles[f]);
+  /* An I/O error while copying is known on every rank too, though the others copied theirs. */
+  if (group && copying) st = agree(group, op, st);
+  for (int f = 0; of.handles && f < meta.n_files; f++) dt_safetensors_destroy(of.handles[f]);
   dt__free(of.handles);
   dt__ckpt_meta_free(&meta);
   return st;

@@ -10,6 +10,7 @@
 
 #include "checkpoint/checkpoint_impl.h"
 #include "core/core_impl.h"
+#include "dtensor/comm.h"
 
 #define DT__CKPT_METADATA "metadata.json"
 
@@ -135,6 +136,19 @@ void dt__ckpt_block_at(int ndim, const int64_t *shape, int mesh_ndim, const int 
  * __metadata__ holds it: "offsets [0, 0], lengths [4, 5]". */
 void dt__ckpt_block_record(int ndim, const int64_t *offsets, const int64_t *lengths, char *buf,
                            size_t size);
+
+/* The agreement of a checkpoint's ranks (checkpoint_agree.c): gathers (mine, this rank's
+ * message, payload) from every rank of comm. Every rank returns the same status: DT_OK when all
+ * ranks are fine, else the status of the lowest failing rank; its message is that rank's own,
+ * prefixed "rank R:" on the others. On DT_OK *out holds the gather (dt__ckpt_phase_payload
+ * reads it; dt_free). *heard tells whether the gather itself worked, that is whether the
+ * verdict is known to be the same on every rank. */
+dt_status dt__ckpt_phase_agree(dt_comm *comm, const char *op, dt_status mine, const void *payload,
+                               size_t payload_length, dt_objects **out, bool *heard);
+
+/* The payload of rank r in a gather of dt__ckpt_phase_agree, or NULL when its object is
+ * malformed. */
+const unsigned char *dt__ckpt_phase_payload(const dt_objects *all, int r, size_t *length);
 
 /* Writes metadata text; version 3 or more ends with the checksum of the text before it. */
 void dt__ckpt_meta_write(const dt__ckpt_meta *meta, dt__ckpt_text *out);

@@ -6,7 +6,10 @@
  * same block of the full values. First, a save that rank 0 cannot start (its directory's
  * parent is a file) must fail on every rank with DT_ERR_IO and rank 0's reason, within
  * seconds (it used to leave the other ranks waiting in the next collective until the
- * 10-minute timeout), and the same world must then save normally.
+ * 10-minute timeout), and the same world must then save normally. Last, with the last rank's
+ * file listed one byte longer than it is (the metadata re-signed), only that rank can notice,
+ * yet every rank must refuse the load with that rank's reason and leave its targets as they
+ * were (rank 0 used to load its block and return DT_OK).
  *
  * Prints "N passed, N failed" (summed over the ranks) and exits 1 on any failure.
  */
@@ -17,6 +20,7 @@
 #include <unistd.h>
 
 #include "dtensor/dtensor.h"
+#include "checkpoint_helpers.h"
 #include "fs_helpers.h"
 #include "mpi_check.h"
 
@@ -55,6 +59,70 @@ static void load_as(const char *dir, dt_mesh *mesh, const dt_placement *pa, cons
     dt_tensor_release(want);
     dt_tensor_release(got);
     dt_tensor_release(want_local);
+    dt_tensor_release(targets[k]);
+  }
+}
+
+/* Lists rank `last`'s file one byte longer than it is (*real: its size), re-signing the
+ * metadata. */
+static void lengthen_file(const char *dir, int last, int64_t *real) {
+  char path[256], was[96];
+  snprintf(path, sizeof path, "%s/metadata.json", dir);
+  size_t length = 0;
+  char *text = ckpt_read_text(path, &length);
+  CHECK(text != NULL, "reading %s", path);
+  if (!text) return;
+  snprintf(was, sizeof was, "_%d.safetensors\",\"bytes\":", last);
+  char *at = strstr(text, was);
+  CHECK(at != NULL, "no `%s` in %s", was, text);
+  char *edited = at ? malloc(length + 32) : NULL;
+  if (edited) {
+    char *end = NULL;
+    *real = strtoll(at + strlen(was), &end, 10);
+    int n = snprintf(edited, length + 32, "%.*s%lld%s", (int)(at + strlen(was) - text), text,
+                     (long long)*real + 1, end);
+    long resigned = ckpt_resign_text(edited, (size_t)n);
+    CHECK(resigned > 0 && ckpt_write_text(path, edited, (size_t)resigned) == 0, "writing %s", path);
+  }
+  free(edited);
+  free(text);
+}
+
+/* Every rank refuses the load of the altered checkpoint with the last rank's reason, and no
+ * element of its targets changes. */
+static void load_refused_everywhere(dt_comm *world, const char *dir, dt_mesh *mesh) {
+  int rank = dt_comm_rank(world), last = dt_comm_size(world) - 1;
+  int64_t real = 0;
+  if (rank == 0) lengthen_file(dir, last, &real);
+  dt_tensor *r = NULL;
+  CHECK_OK(dt_from_data(&real, 1, (int64_t[]){1}, DT_I64, &r));
+  CHECK_OK(dt_comm_broadcast(world, r, 0));
+  real = *(int64_t *)dt_tensor_data(r);
+  dt_tensor_release(r);
+  const char *names[2] = {"a", "b"};
+  dt_tensor *targets[2] = {NULL, NULL};
+  dt_placement s0 = dt_shard(0);
+  CHECK_OK(dt_dist_ones(mesh, 2, (int64_t[]){7, 5}, DT_F32, 1, &s0, &targets[0]));
+  CHECK_OK(dt_dist_ones(mesh, 1, (int64_t[]){6}, DT_F64, 1, &s0, &targets[1]));
+  dt_status st = dt_checkpoint_load(dir, 2, names, targets);
+  char reason[128], prefix[64];
+  snprintf(reason, sizeof reason, "_%d.safetensors has %lld bytes, the metadata says %lld", last,
+           (long long)real, (long long)real + 1);
+  snprintf(prefix, sizeof prefix, "dt_checkpoint_load: rank %d: ", last);
+  CHECK(st == DT_ERR_INVALID, "the altered checkpoint loaded with %s", dt_status_string(st));
+  CHECK(strstr(dt_last_error(), reason) != NULL, "`%s` in the message", reason);
+  CHECK((rank == last) == (strncmp(dt_last_error(), prefix, strlen(prefix)) != 0),
+        "the message names rank %d unless it is this rank's", last);
+  for (int k = 0; k < 2; k++) {
+    dt_tensor *local = NULL;
+    CHECK_OK(dt_dist_to_local(targets[k], &local));
+    int64_t n = local ? dt_tensor_numel(local) : 0;
+    double *v = malloc(sizeof *v * (size_t)(n + 1));
+    bool intact = v && dt_tensor_to_doubles(local, v, (size_t)n) == DT_OK;
+    for (int64_t i = 0; intact && i < n; i++) intact = v[i] == 1.0;
+    CHECK(intact, "a refused load changed target %s", names[k]);
+    free(v);
+    dt_tensor_release(local);
     dt_tensor_release(targets[k]);
   }
 }
@@ -112,6 +180,8 @@ int main(void) {
             (dt_placement[]){dt_replicate(), dt_shard(0)}, "2x2");
     dt_mesh_destroy(square);
   }
+  CHECK_OK(dt_comm_barrier(world));
+  load_refused_everywhere(world, dir, line);
   for (int k = 0; k < 2; k++) {
     dt_tensor_release(full[k]);
     dt_tensor_release(saved[k]);
