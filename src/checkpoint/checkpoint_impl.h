@@ -37,6 +37,13 @@ int dt__name_index_find(const dt__name_index *index, const char *name);
 
 void dt__name_index_free(dt__name_index *index);
 
+/* Text read from a file (a tensor name, a key, a file name, a header value) escaped for a
+ * message (core/text_escape.h: control characters and bytes that are not UTF-8 become escapes,
+ * so a message never carries a raw ESC or newline), cut with "..." past about 250 bytes. Each
+ * slot (0 to 3) is a buffer of the thread, so one message can quote four texts; valid until the
+ * thread's next call with that slot (file_text.c). */
+const char *dt__ckpt_shown(int slot, const char *s);
+
 /* CRC32C (Castagnoli) of n bytes, continuing from `crc` (0 to start): crc32c.c. */
 uint32_t dt__crc32c(uint32_t crc, const void *data, size_t n);
 
@@ -48,8 +55,8 @@ typedef struct dt__safetensors_map {
 } dt__safetensors_map;
 
 struct dt_safetensors {
-  const char *label;    /* the path, or "(memory)", for messages */
-  char *path_copy;      /* owned copy of the path */
+  const char *label;    /* the path escaped (text_escape.h), or "(memory)", for messages */
+  char *path_copy;      /* owned: the escaped path */
   int fd;               /* -1 for a memory image */
   const uint8_t *image; /* the whole file: the read-only map or the caller's memory */
   size_t image_size;

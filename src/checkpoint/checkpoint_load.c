@@ -39,14 +39,14 @@ static dt_status check_identity(open_files *of, const char *op, const dt__ckpt_f
         DT_ERR_INVALID,
         "%s: checkpoint %s is corrupt: %s (read for tensor `%s`) carries no "
         "generation and rank; the metadata lists it as rank %s's file of generation %s",
-        op, of->dir, f->name, tensor, want_r, want_g);
+        op, of->dir, dt__ckpt_shown(0, f->name), dt__ckpt_shown(1, tensor), want_r, want_g);
   if (strcmp(g, want_g) != 0 || strcmp(r, want_r) != 0)
-    return dt__error(
-        DT_ERR_INVALID,
-        "%s: checkpoint %s is corrupt: %s (read for tensor `%s`) is rank %.20s's file "
-        "of generation %.20s; the metadata lists it as rank %s's file of generation %s "
-        "(a file swapped, or left from another save)",
-        op, of->dir, f->name, tensor, r, g, want_r, want_g);
+    return dt__error(DT_ERR_INVALID,
+                     "%s: checkpoint %s is corrupt: %s (read for tensor `%s`) is rank %s's file "
+                     "of generation %s; the metadata lists it as rank %s's file of generation %s "
+                     "(a file swapped, or left from another save)",
+                     op, of->dir, dt__ckpt_shown(0, f->name), dt__ckpt_shown(1, tensor),
+                     dt__ckpt_shown(2, r), dt__ckpt_shown(3, g), want_r, want_g);
   if (!of->verify_data) return DT_OK;
   uint32_t crc = dt__crc32c(0, h->image, h->image_size);
   bytes_read_here += h->image_size;
@@ -55,7 +55,8 @@ static dt_status check_identity(open_files *of, const char *op, const dt__ckpt_f
                      "%s: checkpoint %s is corrupt: %s (read for tensor `%s`) fails its checksum: "
                      "CRC32C 0x%08x, the metadata records 0x%08x (its bytes changed after the "
                      "save)",
-                     op, of->dir, f->name, tensor, (unsigned)crc, (unsigned)f->crc32c);
+                     op, of->dir, dt__ckpt_shown(0, f->name), dt__ckpt_shown(1, tensor),
+                     (unsigned)crc, (unsigned)f->crc32c);
   return DT_OK;
 }
 
@@ -77,12 +78,12 @@ static dt_status file_handle(open_files *of, const char *op, int index, const ch
                      message);
   }
   if (h->image_size != f->bytes) {
-    uint64_t have = h->image_size;
+    st = dt__error(DT_ERR_INVALID,
+                   "%s: checkpoint %s is incomplete or corrupt: %s has %zu bytes, the metadata "
+                   "says %" PRIu64,
+                   op, of->dir, h->label, h->image_size, f->bytes);
     dt_safetensors_destroy(h);
-    return dt__error(DT_ERR_INVALID,
-                     "%s: checkpoint %s is incomplete or corrupt: %s has %" PRIu64
-                     " bytes, the metadata says %" PRIu64,
-                     op, of->dir, path, have, f->bytes);
+    return st;
   }
   if (f->has_identity) {
     st = check_identity(of, op, f, h, tensor);
@@ -125,7 +126,7 @@ static dt_status check_block_file(open_files *of, const char *op, const dt__ckpt
     return dt__error(DT_ERR_INVALID,
                      "%s: checkpoint %s is corrupt: %s does not hold tensor `%s` at bytes "
                      "[%" PRIu64 ", %" PRIu64 ")",
-                     op, of->dir, h->label, t->name, b->begin, b->end);
+                     op, of->dir, h->label, dt__ckpt_shown(0, t->name), b->begin, b->end);
   size_t key_size = sizeof DT__CKPT_KEY_BLOCK + strlen(t->name);
   char *key = dt__alloc(key_size);
   if (!key) return dt__error(DT_ERR_NOMEM, "%s: cannot allocate a block's key", op);
@@ -141,18 +142,15 @@ static dt_status check_block_file(open_files *of, const char *op, const dt__ckpt
     return dt__error(DT_ERR_INVALID,
                      "%s: checkpoint %s is corrupt: the metadata says block %d of tensor `%s` "
                      "(%s) is in %s (file %d); that file records no block of `%s`",
-                     op, of->dir, k, t->name, ours, file, b->file, t->name);
-  /* The file's record is printed as far as it is printable: it came from a file. */
-  char shown[DT__CKPT_RECORD_MAX];
-  size_t n = 0;
-  for (const char *c = theirs; *c && n + 1 < sizeof shown; c++)
-    shown[n++] = (*c >= 0x20 && *c < 0x7f) ? *c : '?';
-  shown[n] = '\0';
+                     op, of->dir, k, dt__ckpt_shown(0, t->name), ours, dt__ckpt_shown(1, file),
+                     b->file, dt__ckpt_shown(0, t->name));
+  /* The file's record came from a file: it is escaped like every such text. */
   return dt__error(DT_ERR_INVALID,
                    "%s: checkpoint %s is corrupt: the metadata says block %d of tensor `%s` (%s) "
                    "is in %s (file %d); that file holds the block of `%s` at %s (a block's "
                    "\"file\" or \"offsets\" changed in the metadata)",
-                   op, of->dir, k, t->name, ours, file, b->file, t->name, shown);
+                   op, of->dir, k, dt__ckpt_shown(0, t->name), ours, dt__ckpt_shown(1, file),
+                   b->file, dt__ckpt_shown(0, t->name), dt__ckpt_shown(2, theirs));
 }
 
 /* Copies the overlap [lo, lo + len) of saved block b into dst (the target box at toff of
@@ -273,7 +271,7 @@ static dt_status load_one(open_files *of, const char *op, const dt__ckpt_tensor 
     st = dt__error(DT_ERR_INVALID,
                    "%s: checkpoint %s is corrupt: the blocks of `%s` cover %" PRId64
                    " of the %" PRId64 " elements this rank needs",
-                   op, of->dir, t->name, copied, want);
+                   op, of->dir, dt__ckpt_shown(0, t->name), copied, want);
   if (!st && buffer != local) st = dt_copy_(local, buffer);
   dt_tensor_release(buffer);
   dt_tensor_release(local);

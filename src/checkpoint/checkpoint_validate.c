@@ -15,7 +15,8 @@
 #define MAX_ELEMENTS ((uint64_t)1 << 59)
 
 static dt_status corrupt(const char *label, const char *tensor, const char *what) {
-  return dt__error(DT_ERR_INVALID, "dt_checkpoint_load: %s: tensor `%s`: %s", label, tensor, what);
+  return dt__error(DT_ERR_INVALID, "dt_checkpoint_load: %s: tensor `%s`: %s", label,
+                   dt__ckpt_shown(0, tensor), what);
 }
 
 static int compare_ranks(const void *a, const void *b) {
@@ -35,12 +36,12 @@ static dt_status check_files(const char *label, int version, const dt__ckpt_meta
       st = dt__error(DT_ERR_INVALID,
                      "dt_checkpoint_load: %s: file %s has no generation, rank and crc32c "
                      "(version 2 requires them)",
-                     label, f->name);
+                     label, dt__ckpt_shown(0, f->name));
     else if (f->generation != meta->generation)
       st = dt__error(DT_ERR_INVALID,
                      "dt_checkpoint_load: %s: file %s is listed as generation %" PRId64
                      " in a checkpoint of generation %" PRId64,
-                     label, f->name, f->generation, meta->generation);
+                     label, dt__ckpt_shown(0, f->name), f->generation, meta->generation);
   }
   qsort(ranks, (size_t)meta->n_files, sizeof *ranks, compare_ranks);
   for (int i = 1; i < meta->n_files && !st; i++)
@@ -83,7 +84,7 @@ static dt_status check_block(const char *label, const dt__ckpt_meta *meta, const
     snprintf(what, sizeof what,
              "block %d: byte range [%" PRIu64 ", %" PRIu64 ") does not hold its %" PRIu64
              " elements inside file %s (%" PRIu64 " bytes)",
-             k, b->begin, b->end, n, f->name, f->bytes);
+             k, b->begin, b->end, n, dt__ckpt_shown(1, f->name), f->bytes);
     return corrupt(label, t->name, what);
   }
   *numel = n;
@@ -197,7 +198,7 @@ dt_status dt__ckpt_meta_check(const char *label, int version, dt__ckpt_meta *met
     const dt__ckpt_tensor *t = &meta->tensors[i];
     if (dt__name_index_add(&meta->names, t->name, i) != -1)
       return dt__error(DT_ERR_INVALID, "dt_checkpoint_load: %s: tensor `%s` is listed twice", label,
-                       t->name);
+                       dt__ckpt_shown(0, t->name));
     st = check_tensor(label, meta, t);
     if (st) return st;
   }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint_impl.h"
+#include "core/text_escape.h"
 #include "checkpoint/checkpoint_meta.h"
 #include "dtensor/ops.h"
 #include "core/core_impl.h"
@@ -120,23 +121,27 @@ dt_status dt_safetensors_open(const char *path, dt_safetensors **out) {
   if (!out) return dt__error(DT_ERR_INVALID, "%s: out is NULL", op);
   *out = NULL;
   if (!path) return dt__error(DT_ERR_INVALID, "%s: path is NULL", op);
+  /* The label is the path escaped (text_escape.h): a path may hold a name read from a file (a
+   * checkpoint's metadata, a model's index), and every message quotes the label. An escape
+   * takes at most 4 bytes per byte, so it is never cut. */
   dt_safetensors *f = file_new();
-  if (!f || !(f->path_copy = dt__strdup(path))) {
+  size_t label_size = 4 * strlen(path) + 8;
+  if (!f || !(f->path_copy = dt__alloc(label_size))) {
     dt__free(f);
     return dt__error(DT_ERR_NOMEM, "%s: cannot allocate a file handle", op);
   }
-  f->label = f->path_copy;
+  f->label = dt__escape_text(f->path_copy, label_size, path);
   dt_status st = DT_OK;
   struct stat sb;
   /* O_NONBLOCK: a FIFO or a device in the file's place must not block the open; only a
    * regular file is read, and for one the flag changes nothing (it is cleared anyway). */
   f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (f->fd < 0 || fstat(f->fd, &sb) != 0) {
-    st = dt__error(DT_ERR_IO, "%s: cannot open %s: %s", op, path, strerror(errno));
+    st = dt__error(DT_ERR_IO, "%s: cannot open %s: %s", op, f->label, strerror(errno));
     goto fail;
   }
   if (!S_ISREG(sb.st_mode)) {
-    st = dt__error(DT_ERR_IO, "%s: %s is not a regular file", op, path);
+    st = dt__error(DT_ERR_IO, "%s: %s is not a regular file", op, f->label);
     goto fail;
   }
   int flags = fcntl(f->fd, F_GETFL);
@@ -149,7 +154,7 @@ dt_status dt_safetensors_open(const char *path, dt_safetensors **out) {
    * The header was parsed from a pread copy, so such writes cannot change what was validated. */
   void *map = mmap(NULL, f->image_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd, 0);
   if (map == MAP_FAILED) {
-    st = dt__error(DT_ERR_IO, "%s: cannot map %s (%zu bytes): %s", op, path, f->image_size,
+    st = dt__error(DT_ERR_IO, "%s: cannot map %s (%zu bytes): %s", op, f->label, f->image_size,
                    strerror(errno));
     goto fail;
   }
@@ -260,7 +265,8 @@ static dt_status borrow(dt_safetensors *file, const char *op, const dt_safetenso
                      "%s: %s: tensor `%s` starts at byte %" PRIu64
                      ", not aligned to its %zu-byte elements: it cannot be borrowed (use "
                      "DT_SAFETENSORS_COPY)",
-                     op, file->label, e->name, file->data_start + e->data_begin, size);
+                     op, file->label, dt__ckpt_shown(0, e->name), file->data_start + e->data_begin,
+                     size);
   /* The map is private copy-on-write: a write through the tensor stays in this process. The
    * tensor's storage holds a reference to the map, dropped when its last view goes; a memory
    * image is the caller's, borrowed as it is. */

@@ -176,22 +176,22 @@ static dt_status parse_uint(parser *ps, const char *tensor, const char *field, u
     return dt__error(DT_ERR_INVALID,
                      "%s: %s: tensor `%s`: %s holds a negative number at byte %ld (sizes and "
                      "offsets are unsigned)",
-                     ps->op, ps->label, tensor, field, position(ps));
+                     ps->op, ps->label, dt__ckpt_shown(0, tensor), field, position(ps));
   if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9')
     return dt__error(DT_ERR_INVALID,
                      "%s: %s: tensor `%s`: %s must hold unsigned integers (byte %ld)", ps->op,
-                     ps->label, tensor, field, position(ps));
+                     ps->label, dt__ckpt_shown(0, tensor), field, position(ps));
   uint64_t v = 0;
   while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9') {
     if (__builtin_mul_overflow(v, 10, &v) ||
         __builtin_add_overflow(v, (uint64_t)(*ps->p - '0'), &v))
       return dt__error(DT_ERR_INVALID, "%s: %s: tensor `%s`: a number in %s overflows 64 bits",
-                       ps->op, ps->label, tensor, field);
+                       ps->op, ps->label, dt__ckpt_shown(0, tensor), field);
     ps->p++;
   }
   if (ps->p < ps->end && (*ps->p == '.' || *ps->p == 'e' || *ps->p == 'E'))
     return dt__error(DT_ERR_INVALID, "%s: %s: tensor `%s`: %s holds a non-integer at byte %ld",
-                     ps->op, ps->label, tensor, field, position(ps));
+                     ps->op, ps->label, dt__ckpt_shown(0, tensor), field, position(ps));
   *out = v;
   return DT_OK;
 }
@@ -259,7 +259,7 @@ static dt_status parse_metadata(parser *ps, dt_safetensors *file) {
     if (ps->p >= ps->end || *ps->p != '"')
       return dt__error(DT_ERR_INVALID,
                        "%s: %s: __metadata__ value of key `%s` is not a string (byte %ld)", ps->op,
-                       ps->label, key, position(ps));
+                       ps->label, dt__ckpt_shown(0, key), position(ps));
     st = parse_string(ps, &value);
     if (st) return st;
     if ((size_t)file->n_meta == ps->max_meta) return syntax(ps, "too many metadata pairs");
@@ -277,7 +277,7 @@ static dt_status parse_metadata(parser *ps, dt_safetensors *file) {
   for (int i = 0; i < file->n_meta; i++)
     if (dt__name_index_add(&file->meta_names, file->meta_keys[i], i) != -1)
       return dt__error(DT_ERR_INVALID, "%s: %s: __metadata__ key `%s` appears twice", ps->op,
-                       ps->label, file->meta_keys[i]);
+                       ps->label, dt__ckpt_shown(0, file->meta_keys[i]));
   return DT_OK;
 }
 
@@ -288,7 +288,7 @@ static dt_status parse_tensor(parser *ps, const char *name, dt_safetensors_entry
   if (!accept(ps, '{'))
     return dt__error(DT_ERR_INVALID,
                      "%s: %s: tensor `%s`: its entry is not a JSON object (byte %ld)", ps->op,
-                     ps->label, name, position(ps));
+                     ps->label, dt__ckpt_shown(0, name), position(ps));
   if (!accept(ps, '}')) {
     for (;;) {
       char *saved = ps->strings;
@@ -305,12 +305,12 @@ static dt_status parse_tensor(parser *ps, const char *name, dt_safetensors_entry
           return dt__error(DT_ERR_DTYPE,
                            "%s: %s: tensor `%s` has dtype `%.40s`, which libdtensor does not "
                            "support (F32, F64, BF16, F16, I64, I32, U8, BOOL)",
-                           ps->op, ps->label, name, dtype);
+                           ps->op, ps->label, dt__ckpt_shown(0, name), dt__ckpt_shown(1, dtype));
         have_dtype = true;
       } else if (strcmp(key, "shape") == 0 && !have_shape) {
         if (!accept(ps, '['))
           return dt__error(DT_ERR_INVALID, "%s: %s: tensor `%s`: shape is not an array", ps->op,
-                           ps->label, name);
+                           ps->label, dt__ckpt_shown(0, name));
         if (!accept(ps, ']')) {
           for (;;) {
             uint64_t size;
@@ -319,11 +319,11 @@ static dt_status parse_tensor(parser *ps, const char *name, dt_safetensors_entry
             if (entry->ndim == DT_MAX_DIMS)
               return dt__error(DT_ERR_INVALID,
                                "%s: %s: tensor `%s` has more than %d dims (libdtensor's limit)",
-                               ps->op, ps->label, name, DT_MAX_DIMS);
+                               ps->op, ps->label, dt__ckpt_shown(0, name), DT_MAX_DIMS);
             if (size > (uint64_t)INT64_MAX)
               return dt__error(DT_ERR_INVALID,
                                "%s: %s: tensor `%s`: shape size %" PRIu64 " passes INT64_MAX",
-                               ps->op, ps->label, name, size);
+                               ps->op, ps->label, dt__ckpt_shown(0, name), size);
             entry->shape[entry->ndim++] = (int64_t)size;
             if (accept(ps, ']')) break;
             if (!accept(ps, ',')) return syntax(ps, "expected ',' or ']' in a shape");
@@ -333,23 +333,23 @@ static dt_status parse_tensor(parser *ps, const char *name, dt_safetensors_entry
       } else if (strcmp(key, "data_offsets") == 0 && !have_offsets) {
         if (!accept(ps, '['))
           return dt__error(DT_ERR_INVALID, "%s: %s: tensor `%s`: data_offsets is not an array",
-                           ps->op, ps->label, name);
+                           ps->op, ps->label, dt__ckpt_shown(0, name));
         st = parse_uint(ps, name, "data_offsets", &entry->data_begin);
         if (!st && !accept(ps, ','))
           st = dt__error(DT_ERR_INVALID,
                          "%s: %s: tensor `%s`: data_offsets must hold exactly two numbers", ps->op,
-                         ps->label, name);
+                         ps->label, dt__ckpt_shown(0, name));
         if (!st) st = parse_uint(ps, name, "data_offsets", &entry->data_end);
         if (!st && !accept(ps, ']'))
           st = dt__error(DT_ERR_INVALID,
                          "%s: %s: tensor `%s`: data_offsets must hold exactly two numbers", ps->op,
-                         ps->label, name);
+                         ps->label, dt__ckpt_shown(0, name));
         if (st) return st;
         have_offsets = true;
       } else if (strcmp(key, "dtype") == 0 || strcmp(key, "shape") == 0 ||
                  strcmp(key, "data_offsets") == 0) {
         return dt__error(DT_ERR_INVALID, "%s: %s: tensor `%s`: field `%s` appears twice", ps->op,
-                         ps->label, name, key);
+                         ps->label, dt__ckpt_shown(0, name), dt__ckpt_shown(1, key));
       } else {
         st = skip_value(ps, 0);
         if (st) return st;
@@ -365,7 +365,7 @@ static dt_status parse_tensor(parser *ps, const char *name, dt_safetensors_entry
                                         : NULL;
   if (missing)
     return dt__error(DT_ERR_INVALID, "%s: %s: tensor `%s` has no `%s` field", ps->op, ps->label,
-                     name, missing);
+                     dt__ckpt_shown(0, name), missing);
   return DT_OK;
 }
 
@@ -401,13 +401,14 @@ static dt_status check_entry(const parser *ps, const dt_safetensors_entry_info *
     return dt__error(DT_ERR_INVALID,
                      "%s: %s: tensor `%s`: shape %s overflows: its element count times %zu "
                      "bytes passes what a tensor may hold (2^59 elements)",
-                     ps->op, ps->label, e->name, dt__format_ints(sa, sizeof sa, e->ndim, e->shape),
-                     dt_dtype_size(e->dtype));
+                     ps->op, ps->label, dt__ckpt_shown(0, e->name),
+                     dt__format_ints(sa, sizeof sa, e->ndim, e->shape), dt_dtype_size(e->dtype));
   if (bytes != e->data_end - e->data_begin)
     return dt__error(DT_ERR_INVALID,
                      "%s: %s: tensor `%s`: shape %s of %s needs %" PRIu64
                      " bytes but data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64,
-                     ps->op, ps->label, e->name, dt__format_ints(sa, sizeof sa, e->ndim, e->shape),
+                     ps->op, ps->label, dt__ckpt_shown(0, e->name),
+                     dt__format_ints(sa, sizeof sa, e->ndim, e->shape),
                      dt__safetensors_dtype_name(e->dtype), bytes, e->data_begin, e->data_end,
                      e->data_end - e->data_begin);
   return DT_OK;
@@ -431,7 +432,7 @@ static dt_status check_layout(const parser *ps, dt_safetensors *file, uint64_t d
   for (int i = 1; i < file->count && !st; i++) {
     if (strcmp(order[i - 1]->name, order[i]->name) == 0)
       st = dt__error(DT_ERR_INVALID, "%s: %s: tensor name `%s` appears twice", ps->op, ps->label,
-                     order[i]->name);
+                     dt__ckpt_shown(0, order[i]->name));
   }
   if (!st) qsort(order, (size_t)file->count, sizeof *order, compare_offsets);
   uint64_t expected = 0;
@@ -441,20 +442,21 @@ static dt_status check_layout(const parser *ps, dt_safetensors *file, uint64_t d
       st = dt__error(DT_ERR_INVALID,
                      "%s: %s: tensor `%s`: data_offsets [%" PRIu64 ", %" PRIu64
                      "] overlap tensor `%s` [%" PRIu64 ", %" PRIu64 "]",
-                     ps->op, ps->label, e->name, e->data_begin, e->data_end, order[i - 1]->name,
-                     order[i - 1]->data_begin, order[i - 1]->data_end);
+                     ps->op, ps->label, dt__ckpt_shown(0, e->name), e->data_begin, e->data_end,
+                     dt__ckpt_shown(1, order[i - 1]->name), order[i - 1]->data_begin,
+                     order[i - 1]->data_end);
     } else if (e->data_begin > expected) {
       st = dt__error(DT_ERR_INVALID,
                      "%s: %s: tensor `%s`: data_offsets [%" PRIu64 ", %" PRIu64
                      "] leave a gap of %" PRIu64 " bytes after byte %" PRIu64,
-                     ps->op, ps->label, e->name, e->data_begin, e->data_end,
+                     ps->op, ps->label, dt__ckpt_shown(0, e->name), e->data_begin, e->data_end,
                      e->data_begin - expected, expected);
     } else if (e->data_end > data_size) {
-      st =
-          dt__error(DT_ERR_INVALID,
-                    "%s: %s: tensor `%s`: data_offsets [%" PRIu64 ", %" PRIu64
-                    "] pass the end of the data section (%" PRIu64 " bytes): the file is truncated",
-                    ps->op, ps->label, e->name, e->data_begin, e->data_end, data_size);
+      st = dt__error(
+          DT_ERR_INVALID,
+          "%s: %s: tensor `%s`: data_offsets [%" PRIu64 ", %" PRIu64
+          "] pass the end of the data section (%" PRIu64 " bytes): the file is truncated",
+          ps->op, ps->label, dt__ckpt_shown(0, e->name), e->data_begin, e->data_end, data_size);
     }
     expected = e->data_end;
   }
@@ -525,7 +527,7 @@ dt_status dt__safetensors_parse_header(dt_safetensors *file, const char *op, con
       return dt__error(DT_ERR_INVALID,
                        "%s: %s: tensor `%s`: data_offsets [%" PRIu64 ", %" PRIu64
                        "] end before they begin",
-                       op, file->label, e->name, e->data_begin, e->data_end);
+                       op, file->label, dt__ckpt_shown(0, e->name), e->data_begin, e->data_end);
   }
   dt_status st = check_layout(&ps, file, data_size);
   for (int i = 0; i < file->count && !st; i++) st = check_entry(&ps, &file->entries[i]);

@@ -128,10 +128,12 @@ dt_status dt_state_dict_load(dt_module *module, dt_safetensors *file,
     goto done;
   }
   if (strict && (missing.count || unexpected.count)) {
+    /* The unexpected keys are the file's names: escaped, as every text from a file. */
     st = dt__error(DT_ERR_INVALID, "%s: %s: %d missing key(s)%s%s, %d unexpected key(s)%s%s", op,
                    file->label, missing.count, missing.count ? ": " : "",
-                   missing.count ? missing.text.data : "", unexpected.count,
-                   unexpected.count ? ": " : "", unexpected.count ? unexpected.text.data : "");
+                   missing.count ? dt__ckpt_shown(0, missing.text.data) : "", unexpected.count,
+                   unexpected.count ? ": " : "",
+                   unexpected.count ? dt__ckpt_shown(1, unexpected.text.data) : "");
     goto done;
   }
   /* Then every value is read and checked before any is installed, so a failure leaves the
