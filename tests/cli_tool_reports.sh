@@ -46,4 +46,20 @@ for what in missing garbage; do
   case "$err" in *"$esc"*) fail "ckpt inspect ($what) printed a raw ESC: $err" ;; esac
   echo "$err" | grep -q 'a\\x1b]0;xb' || fail "ckpt inspect ($what): $err"
 done
+
+# ckpt inspect of metadata whose placement a save never writes ("S(99)" used to be printed as
+# if valid; one holding an escape is shown escaped): refused, naming the tensor and placement.
+mkdir "$tmp/ck"
+for plc in 'S(99)' 'P(sum)' 'S(\u001b[2J)'; do
+  printf '%s' '{"format":"dtensor-checkpoint","version":2,"generation":1,"files":[{"name":"f",
+"bytes":1000,"generation":1,"rank":0,"crc32c":7}],"tensors":[{"name":"w","dtype":"F32",
+"shape":[4,2],"mesh":[2],"placements":["'"$plc"'"],"blocks":[{"file":0,"offsets":[0,0],
+"lengths":[4,2],"byte_range":[0,32]}]}]}' >"$tmp/ck/metadata.json"
+  err=$("$tool" ckpt inspect "$tmp/ck" 2>&1)
+  [ $? -ne 0 ] || fail "ckpt inspect showed placement $plc: $err"
+  shown=$(printf '%s' "$plc" | sed 's/\\u001b/\\x1b/')
+  echo "$err" | grep -qF "tensor \`w\`: placement 0 \"$shown\" is not one a save writes" ||
+    fail "ckpt inspect ($plc): $err"
+  case "$err" in *"$(printf '\033')"*) fail "ckpt inspect ($plc) printed a raw ESC" ;; esac
+done
 exit $failures

@@ -321,3 +321,84 @@ Test(checkpoint_integrity, metadata_parser_limits) {
   expect_bad("{\"format\":\"dtensor-checkpoint\",\"generation\":1,\"tensors\":[]}",
              "no \"version\"");
 }
+
+/* A tensor of `good`'s blocks with mesh `mesh` and placements `placements` (JSON text), the
+ * placements before the shape when `early` (the members come in any order). */
+static void with_placements(char *buf, size_t size, const char *mesh, const char *placements,
+                            bool early) {
+  char members[256];
+  snprintf(members, sizeof members, "\"mesh\":%s,\"placements\":%s,", mesh, placements);
+  snprintf(buf, size,
+           HEAD FILE0 "\"tensors\":[{\"name\":\"w\",\"dtype\":\"F32\",%s\"shape\":[4,2],%s"
+                      "\"blocks\":[{\"file\":0,\"offsets\":[0,0],\"lengths\":[4,2],"
+                      "\"byte_range\":[0,32]}]}]}",
+           early ? members : "", early ? "" : members);
+}
+
+/* Placements a save never writes ("S(99)", "S(-1)", "P(sum)") used to load, and `ckpt
+ * inspect` showed them: each is refused naming the tensor and the placement, escaped. */
+Test(checkpoint_integrity, placements_are_ones_a_save_writes) {
+  char text[1024];
+  static const char *const good[][2] = {{"[2]", "[\"S(0)\"]"},
+                                        {"[2]", "[\"S(1)\"]"},
+                                        {"[2]", "[\"R\"]"},
+                                        {"[2,3]", "[\"R\",\"S(1)\"]"},
+                                        {"[2,2]", "[\"S(0)\",\"S(0)\"]"},
+                                        {"[]", "[]"}};
+  for (int i = 0; i < (int)(sizeof good / sizeof good[0]); i++)
+    for (int early = 0; early < 2; early++) {
+      with_placements(text, sizeof text, good[i][0], good[i][1], early);
+      cr_assert_eq(parse(text), DT_OK, "%s: %s", text, dt_last_error());
+    }
+  static const char *const bad[][3] = {
+      {"[2]", "[\"S(99)\"]", "tensor `w`: placement 0 \"S(99)\" is not one a save writes"},
+      {"[2]", "[\"S(-1)\"]", "tensor `w`: placement 0 \"S(-1)\" is not one a save writes"},
+      {"[2]", "[\"P(sum)\"]", "tensor `w`: placement 0 \"P(sum)\" is not one a save writes"},
+      {"[2]", "[\"SS(0,2)\"]", "placement 0 \"SS(0,2)\" is not one"},
+      {"[2]", "[\"S(01)\"]", "placement 0 \"S(01)\" is not one"},
+      {"[2]", "[\"S( 0)\"]", "placement 0 \"S( 0)\" is not one"},
+      {"[2]", "[\"S(0) \"]", "placement 0 \"S(0) \" is not one"},
+      {"[2]", "[\"r\"]", "placement 0 \"r\" is not one"},
+      {"[2]", "[\"\"]", "placement 0 \"\" is not one"},
+      {"[2,2]", "[\"R\",\"S(\\u001b[2J)\"]", "placement 1 \"S(\\x1b[2J)\" is not one"},
+      {"[2]", "[\"S(2)\"]", "tensor `w`: placement 0 \"S(2)\" shards dim 2 of a tensor of 2 dims"},
+      {"[2,2]", "[\"S(0)\",\"S(7)\"]", "placement 1 \"S(7)\" shards dim 7 of a tensor of 2"},
+      {"[2]", "[]", "tensor `w`: 0 placements for a mesh of 1 dims"},
+      {"[]", "[\"R\"]", "tensor `w`: 1 placements for a mesh of 0 dims"},
+      {"[2]", "[\"R\",\"R\"]", "tensor `w`: 2 placements for a mesh of 1 dims"}};
+  for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++)
+    for (int early = 0; early < 2; early++) {
+      with_placements(text, sizeof text, bad[i][0], bad[i][1], early);
+      expect_bad(text, bad[i][2]);
+      cr_assert(strchr(dt_last_error(), '\x1b') == NULL, "a raw ESC in: %s", dt_last_error());
+    }
+}
+
+/* The same through a real, re-signed checkpoint: the load is refused and no target changes. */
+Test(checkpoint_integrity, a_saved_checkpoint_with_an_unwritable_placement_is_refused) {
+  char dir[64], path[128];
+  temp_dir(dir, sizeof dir);
+  save(dir, 2, 1);
+  snprintf(path, sizeof path, "%s/metadata.json", dir);
+  size_t length = 0;
+  char *text = ckpt_read_text(path, &length);
+  cr_assert(text != NULL);
+  char *at = strstr(text, "\"placements\":[\"S(0)\"]");
+  cr_assert(at != NULL, "%s", text);
+  char *edited = malloc(length + 32);
+  cr_assert(edited != NULL);
+  int n = snprintf(edited, length + 32, "%.*s\"placements\":[\"S(99)\"]%s", (int)(at - text), text,
+                   at + strlen("\"placements\":[\"S(0)\"]"));
+  long resigned = ckpt_resign_text(edited, (size_t)n);
+  cr_assert(resigned > 0);
+  cr_assert_eq(ckpt_write_text(path, edited, (size_t)resigned), 0);
+  float v[ROWS * COLS];
+  cr_assert_eq(load(dir, false, v), DT_ERR_INVALID, "an S(99) checkpoint loaded");
+  cr_assert(strstr(dt_last_error(), "metadata.json: tensor `w`: placement 0 \"S(99)\" is not "
+                                    "one a save writes") != NULL,
+            "%s", dt_last_error());
+  for (int i = 0; i < ROWS * COLS; i++) cr_assert_eq(v[i], 0.0f, "element %d changed", i);
+  free(edited);
+  free(text);
+  remove_dir(dir);
+}

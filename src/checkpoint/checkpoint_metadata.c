@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "checkpoint/checkpoint_meta.h"
+#include "core/text_escape.h"
 #include "core/json_scanner.h"
 
 void dt__ckpt_meta_free(dt__ckpt_meta *meta) {
@@ -246,12 +247,69 @@ static dt_status read_block(reader *rd, void *item, const void *owner) {
   return DT_OK;
 }
 
+/* The placements a tensor's metadata lists, as read: each one's text is checked once the
+ * tensor's name, shape and mesh are known (the members come in any order). */
+typedef struct placement_list {
+  int count;
+  int bad;               /* the first placement that is not "R" or "S(d)", or -1 */
+  char text[80];         /* its text, escaped; or the first Shard's whose dim is out of range */
+  int dims[DT_MAX_DIMS]; /* the sharded dim, -1 for R */
+} placement_list;
+
+/* "R" is -1, "S(d)" is d (as dt_placement_format writes them: no sign, no space, no leading
+ * zero), anything else -2: Partial and StridedShard are refused by a save, so never written. */
+static int placement_dim(const char *p) {
+  if (strcmp(p, "R") == 0) return -1;
+  if (p[0] != 'S' || p[1] != '(' || p[2] < '0' || p[2] > '9' || (p[2] == '0' && p[3] != ')'))
+    return -2;
+  int dim = 0, i = 2;
+  for (; p[i] >= '0' && p[i] <= '9'; i++) {
+    dim = dim * 10 + (p[i] - '0');
+    if (dim >= DT_MAX_DIMS) return -2;
+  }
+  return p[i] == ')' && p[i + 1] == '\0' ? dim : -2;
+}
+
+static void add_placement(placement_list *pl, const char *p) {
+  int dim = placement_dim(p);
+  if (pl->count < DT_MAX_DIMS) pl->dims[pl->count] = dim;
+  if (dim == -2 && pl->bad < 0) {
+    pl->bad = pl->count;
+    dt__escape_text(pl->text, sizeof pl->text, p);
+  }
+  pl->count++;
+}
+
+/* Each placement is one a save writes, one per mesh dim: Replicate, or Shard of a dim of the
+ * tensor. "S(99)", "S(-1)" or "P(sum)" used to load and be shown by `ckpt inspect`. */
+static dt_status check_placements(const reader *rd, const dt__ckpt_tensor *t,
+                                  const placement_list *pl) {
+  const char *name = dt__ckpt_shown(0, t->name);
+  if (pl->bad >= 0)
+    return dt__error(DT_ERR_INVALID,
+                     "dt_checkpoint_load: %s: tensor `%s`: placement %d \"%s\" is not one a save "
+                     "writes (\"R\" or \"S(d)\", d a dim of the tensor)",
+                     rd->label, name, pl->bad, pl->text);
+  if (pl->count != t->mesh_ndim)
+    return dt__error(DT_ERR_INVALID,
+                     "dt_checkpoint_load: %s: tensor `%s`: %d placements for a mesh of %d dims",
+                     rd->label, name, pl->count, t->mesh_ndim);
+  for (int m = 0; m < pl->count; m++)
+    if (pl->dims[m] >= t->ndim)
+      return dt__error(DT_ERR_INVALID,
+                       "dt_checkpoint_load: %s: tensor `%s`: placement %d \"S(%d)\" shards dim "
+                       "%d of a tensor of %d dims",
+                       rd->label, name, m, pl->dims[m], pl->dims[m], t->ndim);
+  return DT_OK;
+}
+
 static dt_status read_tensor(reader *rd, void *item, const void *owner) {
   (void)owner; /* the meta */
   dt__ckpt_tensor *t = item;
   t->ndim = -1;
   t->dtype = DT_DTYPE_COUNT;
   bool blocks_seen = false;
+  placement_list pl = {.bad = -1};
   members m = {.expected = "expected a tensor object"};
   dt__json_span key;
   dt_status st = DT_OK;
@@ -287,6 +345,7 @@ static dt_status read_tensor(reader *rd, void *item, const void *owner) {
         if (st) break;
         size_t at = strlen(t->placements);
         snprintf(t->placements + at, sizeof t->placements - at, "%s%s", n++ ? ", " : "", p);
+        add_placement(&pl, p);
         dt__free(p);
       }
     } else if (dt__json_span_equals(key, "blocks")) {
@@ -303,7 +362,7 @@ static dt_status read_tensor(reader *rd, void *item, const void *owner) {
   if (st) return st;
   if (!t->name || t->ndim < 0 || t->dtype == DT_DTYPE_COUNT || !blocks_seen)
     return bad(rd, "a tensor needs name, dtype, shape and blocks");
-  return DT_OK;
+  return check_placements(rd, t, &pl);
 }
 
 static dt_status read_file_entry(reader *rd, void *item, const void *owner) {
