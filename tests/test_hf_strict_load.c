@@ -392,3 +392,60 @@ Test(hf_strict_load, the_loss_of_an_empty_batch_is_refused) {
   dt_tensor_release(ids);
   dt_hf_model_destroy(m);
 }
+
+/* A string with \u0000 in config.json was cut there by cJSON and accepted ("silu\u0000x" read
+ * as "silu"; Python keeps the whole and transformers refuses it): refused at its byte, naming
+ * the key. So is a key with one, and a tensor or file name of the index with one. */
+Test(hf_strict_load, a_string_with_u0000_is_refused_naming_the_key) {
+  SKIP_WITHOUT_FIXTURES();
+  char dir[64];
+  llama_dir(dir, sizeof dir, false);
+  const char *text = read_all(LLAMA "/config.json");
+  char byte[32];
+  snprintf(byte, sizeof byte, "byte %d: ", (int)(strstr(text, "\"silu\"") - text) + 5);
+  write_config_edited(dir, "\"silu\"", "\"silu\\u0000x\"");
+  expect_load_error(dir, "config.json: ", "the value of \"hidden_act\" holds \\u0000");
+  cr_assert(strstr(dt_last_error(), byte), "message lacks \"%s\": %s", byte, dt_last_error());
+  write_config_edited(dir, "\"pad_token_id\"", "\"pad\\u0000token_id\"");
+  expect_load_error(dir, "the key \"pad\xef\xbf\xbdtoken_id\" holds \\u0000", NULL);
+  write_config_edited(dir, "\"LlamaForCausalLM\"", "\"LlamaForCausalLM\\u0000\"");
+  expect_load_error(dir, "the value of \"architectures\" holds \\u0000", NULL);
+  write_config_edited(dir, "\"default\"", "\"default\\u0000\"");
+  expect_load_error(dir, "the value of \"rope_type\" holds \\u0000", NULL);
+  /* The index: a file name cut at \u0000 would name another file. */
+  write_text(dir, "config.json", read_all(LLAMA "/config.json"));
+  write_text(dir, "model.safetensors.index.json",
+             "{\"weight_map\": {\"model.norm.weight\": \"model.safetensors\\u0000.x\"}}");
+  expect_load_error(dir, "model.safetensors.index.json: byte ",
+                    "the value of \"model.norm.weight\" holds \\u0000");
+  remove_dir(dir);
+}
+
+/* A lone surrogate (\ud800 alone, or a low half \udc00 alone) made cJSON refuse config.json as
+ * "not a JSON object", saying neither where nor why: refused at its byte, naming the key. A
+ * pair (U+1F600) is a character and loads. */
+Test(hf_strict_load, a_lone_surrogate_is_refused_at_its_byte) {
+  SKIP_WITHOUT_FIXTURES();
+  char dir[64];
+  llama_dir(dir, sizeof dir, false);
+  static const char *const lone[][2] = {{"\"\\ud800\"", "\\ud800"},
+                                        {"\"\\udc00silu\"", "\\udc00"},
+                                        {"\"\\ud800silu\"", "\\ud800"},
+                                        {"\"silu\\ud83d\"", "\\ud83d"},
+                                        {"\"\\ud800\\u0041\"", "\\ud800"}};
+  for (int i = 0; i < 5; i++) {
+    write_config_edited(dir, "\"silu\"", lone[i][0]);
+    char what[96];
+    snprintf(what, sizeof what, "the value of \"hidden_act\" holds a lone surrogate %s",
+             lone[i][1]);
+    expect_load_error(dir, "config.json: byte ", what);
+    cr_assert(!strstr(dt_last_error(), "not a JSON object"), "%s", dt_last_error());
+  }
+  write_config_edited(dir, "\"pad_token_id\"", "\"\\udfff\"");
+  expect_load_error(dir, "config.json: byte ", "the key \"\xef\xbf\xbd\" holds a lone surrogate");
+  write_config_edited(dir, "\"dtype\": \"float32\"", "\"note\": \"\\ud83d\\ude00\"");
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(dir, NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  dt_hf_model_destroy(m);
+  remove_dir(dir);
+}

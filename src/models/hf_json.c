@@ -84,6 +84,70 @@ static dt_status duplicate(const char *path, const char *key) {
                    path, dt__escape_text(shown, sizeof shown, key));
 }
 
+static int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* The code unit of a \uXXXX escape at s (validated by the scanner). */
+static unsigned unit_at(const char *s) {
+  unsigned v = 0;
+  for (int i = 2; i < 6; i++) v = v * 16 + (unsigned)hex_digit(s[i]);
+  return v;
+}
+
+/* A string token (a key, or the value of member `owner`; NULL: a value not in an object)
+ * whose escapes mean the same to every reader, or refused at their byte: \u0000 ends a C
+ * string, so cJSON read "silu\u0000x" as "silu" where Python keeps the whole; a lone
+ * surrogate (\ud800 without its low half, or a low half alone) is no character, and cJSON
+ * refused the file as "not a JSON object" without saying where. */
+static dt_status check_escapes(const dt__json_scanner *r, dt__json_span sp, const char *path,
+                               bool is_key, const char *owner) {
+  const char *end = sp.s + sp.n;
+  for (const char *s = sp.s; sp.escaped && s < end;) {
+    if (*s != '\\') {
+      s++;
+      continue;
+    }
+    if (s[1] != 'u') {
+      s += 2;
+      continue;
+    }
+    unsigned unit = unit_at(s);
+    bool high = unit >= 0xd800 && unit < 0xdc00, low = unit >= 0xdc00 && unit < 0xe000;
+    bool paired = high && end - s >= 12 && s[6] == '\\' && s[7] == 'u' &&
+                  unit_at(s + 6) >= 0xdc00 && unit_at(s + 6) < 0xe000;
+    if (unit != 0 && !(high && !paired) && !low) {
+      s += paired ? 12 : 6;
+      continue;
+    }
+    /* A key is named by its own text, unescaped (\u0000 and lone halves read as U+FFFD). */
+    char shown[160], what[200], key[128];
+    if (is_key && sp.n < sizeof key) {
+      dt__json_unescape(sp, key);
+      owner = key;
+    }
+    if (owner)
+      snprintf(what, sizeof what, "%s \"%s\"", is_key ? "the key" : "the value of",
+               dt__escape_text(shown, sizeof shown, owner));
+    else
+      snprintf(what, sizeof what, is_key ? "a key" : "a string");
+    size_t at = (size_t)(s - r->begin);
+    if (unit == 0)
+      return dt__error(DT_ERR_INVALID,
+                       "dt_hf_model_load: %s: byte %zu: %s holds \\u0000, where a C string ends "
+                       "(what follows would be lost: \"silu\\u0000x\" read as \"silu\"): refused",
+                       path, at, what);
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: byte %zu: %s holds a lone surrogate \\u%04x (half of "
+                     "a UTF-16 pair, not a character): refused",
+                     path, at, what, unit);
+  }
+  return DT_OK;
+}
+
 /* A string token unescaped in place, NUL-terminated where its closing quote stood: the
  * unescaped form is never longer and is written behind the bytes still to be read. The
  * scanner has moved past the token, so what follows is unchanged. */
@@ -102,8 +166,13 @@ static const char *in_place(dt__json_span sp, size_t *len) {
  * unescaped in place). The top object's member named `unchecked` (NULL: none) is only
  * scanned. */
 static dt_status check_value(dt__json_scanner *r, const char *path, int depth,
-                             const char *unchecked) {
+                             const char *unchecked, const char *owner) {
   dt__json_skip_ws(r);
+  if (r->p < r->end && *r->p == '"') {
+    dt__json_span sp;
+    dt_status st = dt__json_string(r, &sp);
+    return st ? scan_failed(st, path) : check_escapes(r, sp, path, false, owner);
+  }
   if (r->p >= r->end || (*r->p != '{' && *r->p != '[')) {
     dt_status st = dt__json_skip_value(r);
     return st ? scan_failed(st, path) : DT_OK;
@@ -119,7 +188,7 @@ static dt_status check_value(dt__json_scanner *r, const char *path, int depth,
       return DT_OK;
     }
     for (;;) {
-      if ((st = check_value(r, path, depth + 1, NULL))) return st;
+      if ((st = check_value(r, path, depth + 1, NULL, owner))) return st;
       dt__json_skip_ws(r);
       if (r->p < r->end && *r->p == ']') {
         r->p++;
@@ -136,6 +205,7 @@ static dt_status check_value(dt__json_scanner *r, const char *path, int depth,
   dt_status body = DT_OK; /* the loop body's error, named already; st: the scanner's */
   while (!body && dt__json_next_key(r, &first, &key, &st)) {
     size_t len = 0;
+    if ((body = check_escapes(r, key, path, true, NULL))) break;
     const char *text = in_place(key, &len);
     bool added = false;
     body = key_set_add(&keys, text, len, NULL, &added);
@@ -144,7 +214,7 @@ static dt_status check_value(dt__json_scanner *r, const char *path, int depth,
       /* Only its grammar: its own reader refuses its duplicates (read_weight_map). */
       st = dt__json_skip_value(r);
     } else if (!body) {
-      body = check_value(r, path, depth + 1, NULL);
+      body = check_value(r, path, depth + 1, NULL, text);
     }
   }
   key_set_clear(&keys);
@@ -169,7 +239,7 @@ dt_status dt__hf_json_check(const char *text, const char *path, const char *unch
   if (!copy) return dt__error(DT_ERR_NOMEM, "dt_hf_model_load: out of memory reading %s", path);
   memcpy(copy, text, length + 1);
   dt__json_scanner r = {.begin = copy, .p = copy, .end = copy + length};
-  st = check_value(&r, path, 0, unchecked);
+  st = check_value(&r, path, 0, unchecked, NULL);
   dt__json_skip_ws(&r);
   if (!st && r.p < r.end)
     st = dt__error(DT_ERR_INVALID,
@@ -208,6 +278,7 @@ static dt_status read_weight_map(dt__json_scanner *r, const char *path, dt__hf_i
   dt_status st = DT_OK;
   while (dt__json_next_key(r, &first, &key, &st)) {
     size_t len = 0;
+    if ((st = check_escapes(r, key, path, true, NULL))) return st;
     const char *tensor = in_place(key, &len);
     if (r->p >= r->end || *r->p != '"') {
       char t[160];
@@ -217,6 +288,7 @@ static dt_status read_weight_map(dt__json_scanner *r, const char *path, dt__hf_i
     }
     dt__json_span value;
     if ((st = dt__json_string(r, &value))) break;
+    if ((st = check_escapes(r, value, path, false, tensor))) return st;
     size_t file_len = 0;
     const char *file = in_place(value, &file_len);
     if ((st = check_file_name(path, tensor, file))) return st;
