@@ -449,3 +449,39 @@ Test(hf_strict_load, a_lone_surrogate_is_refused_at_its_byte) {
   dt_hf_model_destroy(m);
   remove_dir(dir);
 }
+
+/* Python's json reads 2e0, 2.0 and 256.0000000000000001 as floats, which transformers does not
+ * take for an int field; they loaded here as the integers 2 and 256. Each is refused naming
+ * the field and the number as written; integers written as integers (-0 too, an int to
+ * Python) and float fields in exponent form still load. */
+Test(hf_strict_load, a_number_written_as_a_float_is_refused_for_an_integer_field) {
+  SKIP_WITHOUT_FIXTURES();
+  char dir[64];
+  llama_dir(dir, sizeof dir, false);
+  static const char *const bad[][3] = {
+      {"\"num_hidden_layers\": 2", "\"num_hidden_layers\": 2e0", "\"num_hidden_layers\""},
+      {"\"num_hidden_layers\": 2", "\"num_hidden_layers\": 2.0", "\"num_hidden_layers\""},
+      {"\"vocab_size\": 256", "\"vocab_size\": 256.0000000000000001", "\"vocab_size\""},
+      {"\"head_dim\": 16", "\"head_dim\": 1.6E1", "\"head_dim\""},
+      {"\"eos_token_id\": 2", "\"eos_token_id\": [1, 2.0]", "\"eos_token_id\""},
+      {"\"bos_token_id\": 1", "\"bos_token_id\": 1e0", "\"bos_token_id\""}};
+  for (int i = 0; i < 6; i++) {
+    write_config_edited(dir, bad[i][0], bad[i][1]);
+    char what[160];
+    snprintf(what, sizeof what, "%s must be an integer, written as one: %s is a float", bad[i][2],
+             strchr(bad[i][1], ':') + 2);
+    if (i == 4)
+      snprintf(what, sizeof what,
+               "\"eos_token_id\" must be an integer, written as "
+               "one: 2.0 is a float");
+    expect_load_error(dir, "config.json: ", what);
+  }
+  write_config_edited(dir, "\"bos_token_id\": 1", "\"bos_token_id\": -0");
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(dir, NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  dt_hf_model_destroy(m);
+  write_config_edited(dir, "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": 1E-5");
+  cr_assert_eq(dt_hf_model_load(dir, NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  dt_hf_model_destroy(m);
+  remove_dir(dir);
+}

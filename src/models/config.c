@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/core_impl.h"
+#include "core/json_scanner.h"
 #include "core/text_escape.h"
 #include "models/models_impl.h"
 
@@ -87,9 +88,71 @@ static const char *shown_2(const char *s) {
   return dt__escape_text(shown_buf[1], sizeof shown_buf[1], s);
 }
 
-/* A JSON number that is an integer in [min, 4e15] (the range a double holds exactly). */
+/* Python's json reads a number written with a '.', 'e' or 'E' as a float ("2e0", "2.0",
+ * "256.0000000000000001" are all floats there, whatever their value), and transformers then
+ * fails or misbehaves on an int field; cJSON keeps only the value. So each such number's node
+ * gets its spelling, in valuestring (which cJSON leaves NULL for a number and frees with the
+ * node), by walking the text (checked by dt__hf_json_check: its members are cJSON's, in order)
+ * alongside the tree. */
+static dt_status mark_float_spellings(dt__json_scanner *r, cJSON *node) {
+  dt__json_skip_ws(r);
+  if (r->p >= r->end) return DT_OK;
+  char c = *r->p;
+  cJSON *child = node ? node->child : NULL;
+  dt_status st = DT_OK;
+  if (c == '{') {
+    r->p++;
+    bool first = true;
+    dt__json_span key;
+    while (dt__json_next_key(r, &first, &key, &st)) {
+      st = mark_float_spellings(r, child);
+      child = child ? child->next : NULL;
+    }
+    return st;
+  }
+  if (c == '[') {
+    r->p++;
+    dt__json_skip_ws(r);
+    if (r->p < r->end && *r->p == ']') {
+      r->p++;
+      return DT_OK;
+    }
+    for (;;) {
+      if ((st = mark_float_spellings(r, child))) return st;
+      child = child ? child->next : NULL;
+      dt__json_skip_ws(r);
+      if (r->p < r->end && *r->p == ']') {
+        r->p++;
+        return DT_OK;
+      }
+      if (r->p >= r->end || *r->p != ',') return dt__json_expected(r, "',' or ']' in an array");
+      r->p++;
+    }
+  }
+  if (c != '-' && (c < '0' || c > '9')) return dt__json_skip_value(r);
+  const char *start = r->p;
+  double value = 0;
+  if ((st = dt__json_number(r, &value, NULL))) return st;
+  size_t n = (size_t)(r->p - start);
+  bool integer_spelling = true;
+  for (size_t i = 0; i < n; i++) integer_spelling &= !strchr(".eE", start[i]);
+  if (integer_spelling || !cJSON_IsNumber(node) || node->valuestring) return DT_OK;
+  node->valuestring = cJSON_malloc(n + 1);
+  if (!node->valuestring) return dt__error(DT_ERR_NOMEM, "out of memory");
+  memcpy(node->valuestring, start, n);
+  node->valuestring[n] = '\0';
+  return DT_OK;
+}
+
+/* A JSON number that is an integer in [min, 4e15] (the range a double holds exactly), written
+ * as one (see mark_float_spellings). */
 static dt_status int_value(const cJSON *v, const char *key, int64_t min, const char *path,
                            int64_t *out) {
+  if (cJSON_IsNumber(v) && v->valuestring)
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: \"%s\" must be an integer, written as one: %s is a "
+                     "float to Python's json, which transformers does not take for an int field",
+                     path, key, shown(v->valuestring));
   double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
   if (!(d >= (double)min && d <= 4.0e15) || d != floor(d))
     return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s: \"%s\" must be an integer >= %lld",
@@ -334,6 +397,17 @@ dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *
   if (!cJSON_IsObject(root)) {
     cJSON_Delete(root);
     return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s is not a JSON object", path);
+  }
+  dt__json_scanner r = {.begin = text, .p = text, .end = text + strlen(text)};
+  dt_status marked = mark_float_spellings(&r, root);
+  dt__free(r.scratch);
+  if (marked) {
+    cJSON_Delete(root);
+    if (marked == DT_ERR_NOMEM) return marked;
+    char where[160];
+    snprintf(where, sizeof where, "dt_hf_model_load: %s", path);
+    dt__error_prefix(where);
+    return marked;
   }
   const char *arch = NULL;
   const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
