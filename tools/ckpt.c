@@ -87,7 +87,7 @@ static int inspect_file(const char *path, bool json) {
 static int inspect_checkpoint(const char *dir, bool json) {
   dt__ckpt_meta meta;
   if (dt__ckpt_meta_read(dir, "dtensor ckpt inspect", &meta, NULL)) {
-    dt__escape_write(stderr, dt_last_error(), -1);
+    dt__escape_write_message(stderr, dt_last_error());
     fputc('\n', stderr);
     return 1;
   }

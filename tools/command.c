@@ -8,7 +8,7 @@
 
 void tool_print_error(const char *context) {
   fprintf(stderr, "%s: ", context);
-  dt__escape_write(stderr, dt_last_error(), -1);
+  dt__escape_write_message(stderr, dt_last_error());
   fputc('\n', stderr);
 }
 
@@ -17,7 +17,7 @@ static void log_to_stderr(dt_log_level level, const char *message, void *user) {
   static const char *const names[] = {"debug", "info", "warning", "error"};
   int i = (int)level - (int)DT_LOG_DEBUG;
   fprintf(stderr, "dtensor: %s: ", i >= 0 && i < 4 ? names[i] : "log");
-  dt__escape_write(stderr, message, -1);
+  dt__escape_write_message(stderr, message);
   fputc('\n', stderr);
 }
 

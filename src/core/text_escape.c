@@ -108,6 +108,20 @@ void dt__escape_write(FILE *f, const char *s, int width) {
   for (; used < width; used++) fputc(' ', f);
 }
 
+void dt__escape_write_message(FILE *f, const char *s) {
+  char buf[8];
+  while (*s) {
+    size_t n = 0;
+    const char *escape = *s == '\\' ? NULL : dt__escape_next(s, &n, buf);
+    if (*s == '\\') n = 1;
+    if (escape)
+      fputs(escape, f);
+    else
+      fwrite(s, 1, n, f);
+    s += n;
+  }
+}
+
 void dt__escape_write_json(FILE *f, const char *s) {
   fputc('"', f);
   const unsigned char *p = (const unsigned char *)s;

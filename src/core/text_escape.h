@@ -27,6 +27,12 @@ const char *dt__escape_text(char *out, size_t size, const char *s);
  * characters) and pads with spaces to width. */
 void dt__escape_write(FILE *f, const char *s, int width);
 
+/* Writes a library message (dt_last_error, a log message) to f: control characters and bytes
+ * that are not UTF-8 escaped as dt__escape_write does, backslashes as they are. The library
+ * escapes each file text it quotes already; escaping its backslashes again showed each escape
+ * twice (a\\x1b for a\x1b). */
+void dt__escape_write_message(FILE *f, const char *s);
+
 /* Writes s to f as a JSON string, quotes included: quotes, backslashes and control characters
  * (C1 too) escaped, bytes that are not UTF-8 written as U+FFFD, so the output is valid JSON. */
 void dt__escape_write_json(FILE *f, const char *s);
