@@ -35,6 +35,7 @@ static dt_status replicated(const dt_hf_model *m, dt_tensor *local, dt_tensor **
 }
 
 typedef struct placeholder_walk {
+  const dt_hf_model *m;
   dt_module *sub;
   dt_tensor *zero; /* float32 [1, 1] */
 } placeholder_walk;
@@ -42,6 +43,7 @@ typedef struct placeholder_walk {
 static dt_status placeholder(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
   placeholder_walk *w = user;
   if (is_buffer || dt_tensor_is_distributed(t)) return DT_OK;
+  if (w->m->family->keeps_local && w->m->family->keeps_local(fqn)) return DT_OK;
   const char *dot = strrchr(fqn, '.');
   char owner[192];
   snprintf(owner, sizeof owner, "%.*s", dot ? (int)(dot - fqn) : 0, fqn);
@@ -58,7 +60,7 @@ static dt_status placeholder(const char *fqn, dt_tensor *t, bool is_buffer, void
 
 dt_status dt__hf_placeholders(const dt_hf_model *m, dt_module *sub) {
   if (!m->mesh) return DT_OK;
-  placeholder_walk w = {sub, NULL};
+  placeholder_walk w = {m, sub, NULL};
   bool prev = dt_grad_mode_set(false);
   dt_status st = dt_zeros(2, (int64_t[]){1, 1}, DT_F32, &w.zero);
   if (!st) st = dt_module_visit_tensors(sub, placeholder, &w);
@@ -68,7 +70,8 @@ dt_status dt__hf_placeholders(const dt_hf_model *m, dt_module *sub) {
 }
 
 dt_status dt__hf_add_blocks(dt_hf_model *m, dt_module *parent, const char *name,
-                            const dt_nn_block_options *o, const char *attn_name) {
+                            const dt_nn_block_options *o, const char *attn_name,
+                            dt__hf_block_maker make) {
   int64_t n = m->cfg.num_layers;
   m->block = dt__calloc(sizeof(dt_module *) * (size_t)(n ? n : 1));
   m->attn = dt__calloc(sizeof(dt_module *) * (size_t)(n ? n : 1));
@@ -79,7 +82,8 @@ dt_status dt__hf_add_blocks(dt_hf_model *m, dt_module *parent, const char *name,
   for (int64_t l = 0; l < n && !st; l++) {
     char index[24];
     snprintf(index, sizeof index, "%lld", (long long)l);
-    st = dt_nn_transformer_block(m->cfg.hidden_size, o, &m->block[l]);
+    st = make ? make(m, o, &m->block[l])
+              : dt_nn_transformer_block(m->cfg.hidden_size, o, &m->block[l]);
     if (!st) st = dt__hf_placeholders(m, m->block[l]);
     if (!st) st = dt_module_add_child(list, index, m->block[l]);
     if (!st) m->attn[l] = dt_module_find(m->block[l], attn_name);

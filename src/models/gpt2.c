@@ -85,7 +85,7 @@ static dt_status gpt2_build(dt_hf_model *m, const char *config_path) {
       .mlp = {.kind = DT_NN_MLP_GELU_TANH, .bias = true, .names = {"c_fc", "c_proj"}},
       .names = {"ln_1", "attn", "ln_2", "mlp"},
   };
-  if (!st) st = dt__hf_add_blocks(m, tr, "h", &o, "attn");
+  if (!st) st = dt__hf_add_blocks(m, tr, "h", &o, "attn", NULL);
   if (!st) st = dt_nn_layer_norm(c->hidden_size, c->norm_eps, &part);
   if (!st) st = dt_module_add_child(tr, "ln_f", m->norm = part);
   if (!st && !c->tie_word_embeddings) {

@@ -22,7 +22,7 @@
  * head colwise (logits sharded over the vocabulary into the parallel cross-entropy); with
  * sequence parallelism the norms and the residual stream between them sharded over the
  * sequence. */
-static const dt__hf_plan_row llama_plan[] = {
+const dt__hf_plan_row dt__hf_llama_plan[DT__HF_LLAMA_PLAN_N] = {
     {"model.embed_tokens", DT_TP_ROWWISE, .sp_out = true},
     {"model.layers.*.input_layernorm", DT_TP_SEQUENCE_PARALLEL, .sp_only = true},
     {"model.layers.*.self_attn.q_proj", DT_TP_COLWISE, .sp_in = true},
@@ -37,38 +37,47 @@ static const dt__hf_plan_row llama_plan[] = {
     {"lm_head", DT_TP_COLWISE, .sp_in = true}, /* last: left out when tied */
 };
 
-static void llama_to_hf(hf_param *p) {
+void dt__hf_identity_to_hf(hf_param *p) {
   snprintf(p->file_name, sizeof p->file_name, "%s", p->fqn);
   snprintf(p->name, sizeof p->name, "%s", p->fqn);
   p->part = -1;
   p->transposed = false;
 }
 
-static dt_status llama_build(dt_hf_model *m, const char *config_path) {
-  const dt_hf_config *c = &m->cfg;
-  dt_status st = dt__hf_rope_init(m, config_path);
-  if (st) return st;
-  dt_module *root = NULL, *model = NULL, *part = NULL;
-  st = dt_module_create("LlamaForCausalLM", dt__hf_lm_forward, m, &root);
-  if (st) return st;
-  m->root = root;
-  st = dt_module_create("LlamaModel", NULL, NULL, &model);
-  if (!st) st = dt_module_add_child(root, "model", model);
-  if (!st) st = dt_nn_embedding(c->vocab_size, c->hidden_size, 0, &part);
-  if (!st) st = dt_module_add_child(model, "embed_tokens", m->embed = part);
-  dt_nn_block_options o = {
+dt_nn_block_options dt__hf_llama_block_options(const dt_hf_config *c) {
+  return (dt_nn_block_options){
       .norm = DT_NN_NORM_RMS,
       .norm_eps = c->norm_eps,
       .attention = {.n_heads = c->num_heads,
                     .n_kv_heads = c->num_kv_heads,
                     .head_dim = c->head_dim,
                     .qkv_bias = c->attention_bias,
-                    .out_bias = c->attention_bias,
-                    .rope_inv_freq = m->rope_inv},
+                    .out_bias = c->attention_bias},
       .hidden = c->intermediate_size,
       .mlp = {.kind = DT_NN_MLP_SWIGLU, .bias = c->mlp_bias},
   };
-  if (!st) st = dt__hf_add_blocks(m, model, "layers", &o, "self_attn");
+}
+
+dt_status dt__hf_llama_tree(dt_hf_model *m, const char *config_path, const char *type,
+                            dt_nn_block_options *o, dt__hf_block_maker make) {
+  const dt_hf_config *c = &m->cfg;
+  dt_status st = dt__hf_rope_init(m, config_path);
+  if (st) return st;
+  dt_module *root = NULL, *model = NULL, *part = NULL;
+  st = dt_module_create(type, dt__hf_lm_forward, m, &root);
+  if (st) return st;
+  m->root = root;
+  /* "LlamaForCausalLM" holds a "LlamaModel", as in transformers. */
+  char inner[64];
+  const char *suffix = strstr(type, "ForCausalLM");
+  snprintf(inner, sizeof inner, "%.*sModel", suffix ? (int)(suffix - type) : (int)strlen(type),
+           type);
+  st = dt_module_create(inner, NULL, NULL, &model);
+  if (!st) st = dt_module_add_child(root, "model", model);
+  if (!st) st = dt_nn_embedding(c->vocab_size, c->hidden_size, 0, &part);
+  if (!st) st = dt_module_add_child(model, "embed_tokens", m->embed = part);
+  o->attention.rope_inv_freq = m->rope_inv;
+  if (!st) st = dt__hf_add_blocks(m, model, "layers", o, "self_attn", make);
   if (!st) st = dt_nn_rms_norm(c->hidden_size, c->norm_eps, &part);
   if (!st) st = dt_module_add_child(model, "norm", m->norm = part);
   if (!st && !c->tie_word_embeddings) {
@@ -78,12 +87,17 @@ static dt_status llama_build(dt_hf_model *m, const char *config_path) {
   return st;
 }
 
+static dt_status llama_build(dt_hf_model *m, const char *config_path) {
+  dt_nn_block_options o = dt__hf_llama_block_options(&m->cfg);
+  return dt__hf_llama_tree(m, config_path, "LlamaForCausalLM", &o, NULL);
+}
+
 const dt__hf_family dt__hf_llama = {
     .arch = DT_HF_LLAMA,
     .layers_field = "num_hidden_layers",
     .tensors_per_layer = 9, /* 2 norms and 7 linears */
     .build = llama_build,
-    .plan = llama_plan,
-    .plan_n = (int)(sizeof llama_plan / sizeof llama_plan[0]),
-    .to_hf = llama_to_hf,
+    .plan = dt__hf_llama_plan,
+    .plan_n = DT__HF_LLAMA_PLAN_N,
+    .to_hf = dt__hf_identity_to_hf,
 };

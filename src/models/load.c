@@ -108,7 +108,7 @@ static void file_layout(const dt_hf_model *m, const hf_param *p, dt_tensor *t, i
   int ndim = dt_tensor_ndim(t);
   const int64_t *s = dt_tensor_is_distributed(t) ? dt_dist_global_shape(t) : dt_tensor_shape(t);
   for (int d = 0; d < ndim; d++) shape[d] = s[p->transposed && ndim == 2 ? 1 - d : d];
-  int nd = m->mesh ? dt_mesh_ndim(m->mesh) : 0;
+  int nd = dt_tensor_is_distributed(t) ? dt_mesh_ndim(m->mesh) : 0;
   for (int i = 0; i < nd; i++) {
     pl[i] = dt_dist_placements(t)[i];
     if (p->transposed && pl[i].kind == DT_SHARD) pl[i].dim = 1 - pl[i].dim;
@@ -116,11 +116,10 @@ static void file_layout(const dt_hf_model *m, const hf_param *p, dt_tensor *t, i
 }
 
 /* This rank's block of the checkpoint tensor of p (its part, for GPT-2's c_attn), in the file's
- * layout: shape and pl as file_layout gives them. A borrowed whole tensor is narrowed to the
- * block, so only its bytes are read. */
+ * layout: shape and pl (nd of them: 0 for a tensor the tree keeps local) as file_layout gives
+ * them. A borrowed whole tensor is narrowed to the block, so only its bytes are read. */
 static dt_status read_block(const dt_hf_model *m, dt_safetensors *f, const hf_param *p, int ndim,
-                            const int64_t *shape, const dt_placement *pl, dt_tensor **out) {
-  int nd = m->mesh ? dt_mesh_ndim(m->mesh) : 0;
+                            const int64_t *shape, int nd, const dt_placement *pl, dt_tensor **out) {
   if (p->part < 0 && nd > 0) {
     dt_tensor *t = NULL;
     dt_status st = dt_safetensors_load_distributed(f, p->file_name, m->mesh, nd, pl, &t);
@@ -190,7 +189,8 @@ static dt_status load_param(dt_hf_model *m, file_set *fs, const hf_param *p) {
     return dt__error(DT_ERR_DTYPE, "dt_hf_model_load: %s/%s: tensor \"%s\" is %s, not floating",
                      fs->dir, fname, p->file_name, dt_dtype_name(e.dtype));
   dt_tensor *block = NULL, *src = NULL, *f32 = NULL, *dst = NULL;
-  st = read_block(m, f, p, ndim, shape, pl, &block);
+  int nd = dt_tensor_is_distributed(t) ? dt_mesh_ndim(m->mesh) : 0;
+  st = read_block(m, f, p, ndim, shape, nd, pl, &block);
   if (!st && p->transposed) st = dt_transpose(block, 0, 1, &src);
   if (!st && !p->transposed) src = dt_tensor_retain(block);
   if (!st) st = dt_to(src, DT_F32, &f32);
@@ -255,6 +255,7 @@ static dt_status count_param(const char *fqn, dt_tensor *t, bool is_buffer, void
 static dt_status replicate_local(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
   dt_hf_model *m = user;
   if (is_buffer || dt_tensor_is_distributed(t)) return DT_OK;
+  if (m->family->keeps_local && m->family->keeps_local(fqn)) return DT_OK;
   const char *dot = strrchr(fqn, '.');
   char owner[192];
   snprintf(owner, sizeof owner, "%.*s", dot ? (int)(dot - fqn) : 0, fqn);
@@ -266,6 +267,42 @@ static dt_status replicate_local(const char *fqn, dt_tensor *t, bool is_buffer, 
   dt_status st = dt_dist_distribute_tensor(m->mesh, t, nd, pl, &d);
   if (!st) st = dt_module_set_tensor(mod, dot ? dot + 1 : fqn, d);
   dt_tensor_release(d);
+  return st;
+}
+
+/* Whether a module's subtree holds a parameter (any) and one the family keeps local (local);
+ * prefix: the module's FQN in the tree with a trailing dot, or "". */
+typedef struct local_walk {
+  const dt__hf_family *family;
+  const char *prefix;
+  bool any, local;
+} local_walk;
+
+static dt_status find_local(const char *fqn, dt_tensor *t, bool is_buffer, void *user) {
+  (void)t;
+  local_walk *w = user;
+  if (is_buffer) return DT_OK;
+  char full[512];
+  snprintf(full, sizeof full, "%s%s", w->prefix, fqn);
+  w->any = true;
+  if (w->family->keeps_local(full)) w->local = true;
+  return DT_OK;
+}
+
+/* fully_shard over every subtree of mod without a parameter the family keeps local (each such
+ * subtree one call, its modules units); the modules on the way to the local ones (which hold
+ * no parameters of their own in these trees) are left alone. */
+static dt_status fsdp_but_local(dt_hf_model *m, dt_module *mod, const char *prefix,
+                                const dt_fsdp_options *o) {
+  local_walk w = {m->family, prefix, false, false};
+  dt_status st = dt_module_visit_tensors(mod, find_local, &w);
+  if (st || !w.any) return st;
+  if (!w.local) return dt_parallel_fsdp(mod, m->mesh, o);
+  for (int i = 0; i < dt_module_child_count(mod) && !st; i++) {
+    char child[256];
+    snprintf(child, sizeof child, "%s%s.", prefix, dt_module_child_name(mod, i));
+    st = fsdp_but_local(m, dt_module_child(mod, i), child, o);
+  }
   return st;
 }
 
@@ -298,7 +335,8 @@ static dt_status parallelize(dt_hf_model *m) {
   if (!st && m->fsdp_dim < 0) st = dt_module_visit_tensors(m->root, replicate_local, m);
   if (!st && m->fsdp_dim >= 0) {
     dt_fsdp_options o = {.mesh_dim = m->fsdp_dim};
-    st = dt_parallel_fsdp(m->root, m->mesh, &o);
+    st = m->family->keeps_local ? fsdp_but_local(m, m->root, "", &o)
+                                : dt_parallel_fsdp(m->root, m->mesh, &o);
   }
   return st;
 }

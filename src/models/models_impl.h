@@ -45,10 +45,40 @@ typedef struct dt__hf_family {
   int plan_n;
   /* The checkpoint tensor of the tree's parameter p->fqn: fills p's other fields. */
   void (*to_hf)(hf_param *p);
+  /* NULL, or true for the parameters every rank of a mesh holds whole as local tensors and
+   * computes on locally (the MoE families' routers and experts: the plans leave them, so no
+   * placeholder, no TP and no FSDP sharding). fqn is the parameter's FQN in the tree or in
+   * its block (the test must hold for both). */
+  bool (*keeps_local)(const char *fqn);
 } dt__hf_family;
 
 extern const dt__hf_family dt__hf_llama;
 extern const dt__hf_family dt__hf_gpt2;
+extern const dt__hf_family dt__hf_qwen3;
+extern const dt__hf_family dt__hf_mistral;
+extern const dt__hf_family dt__hf_mixtral;
+extern const dt__hf_family dt__hf_qwen3_moe;
+
+/* Llama's Megatron plan (llama.c), shared by the dense Llama-like families (Qwen3, Mistral):
+ * DT__HF_LLAMA_PLAN_N rows, the LM head's last. */
+#define DT__HF_LLAMA_PLAN_N 12
+extern const dt__hf_plan_row dt__hf_llama_plan[DT__HF_LLAMA_PLAN_N];
+
+/* Makes one decoder block of options o for the model m (dt__hf_add_blocks). */
+typedef dt_status (*dt__hf_block_maker)(const dt_hf_model *m, const dt_nn_block_options *o,
+                                        dt_module **out);
+
+/* The tree every Llama-like family shares (llama.c): root `type` (forward dt__hf_lm_forward),
+ * "model" with "embed_tokens", the ModuleList "layers" of blocks made by make (NULL:
+ * dt_nn_transformer_block) from o, whose attention gets the model's rotary frequencies and
+ * whose block's Attention is the child "self_attn", "norm", and "lm_head" unless tied. */
+dt_status dt__hf_llama_tree(dt_hf_model *m, const char *config_path, const char *type,
+                            dt_nn_block_options *o, dt__hf_block_maker make);
+/* The block options of a Llama-like config: RMSNorm, grouped-query attention with its biases,
+ * SwiGLU (attention.rope_inv_freq is set by dt__hf_llama_tree). */
+dt_nn_block_options dt__hf_llama_block_options(const dt_hf_config *c);
+/* The identity state-dict adapter of the families whose FQNs are the checkpoint's names. */
+void dt__hf_identity_to_hf(hf_param *p);
 
 struct dt_hf_model {
   dt_hf_config cfg;
@@ -85,16 +115,19 @@ struct dt_hf_kv_cache {
  * final norm and the head (a tied head is the embedding's weight, gathered over FSDP). The
  * root's user data is the model. */
 dt_status dt__hf_lm_forward(dt_module *root, dt_tensor *ids, dt_tensor **out);
-/* With a mesh, replaces the local parameters of sub (a module of m's tree) by zero-strided
+/* With a mesh, replaces the local parameters of sub (a module of m's tree) but those the family
+ * keeps local by zero-strided
  * views of one zero: the plans then allocate only each rank's shards from them, and the
  * weights are read into those (without a mesh the tree keeps its own full tensors). So that
  * one block at a time is whole in memory, blocks are replaced as they are built. */
 dt_status dt__hf_placeholders(const dt_hf_model *m, dt_module *sub);
-/* Adds the `n` blocks of options `o` as children "0".."n-1" of a ModuleList `name` of parent,
- * recording them and their Attention (child attn_name) in m->block and m->attn; each block's
- * parameters placeholders (dt__hf_placeholders) once built. */
+/* Adds the `n` blocks of options `o` (made by make; NULL: dt_nn_transformer_block) as
+ * children "0".."n-1" of a ModuleList `name` of parent, recording them and their Attention
+ * (child attn_name) in m->block and m->attn; each block's parameters placeholders
+ * (dt__hf_placeholders) once built, but for those the family keeps local. */
 dt_status dt__hf_add_blocks(dt_hf_model *m, dt_module *parent, const char *name,
-                            const dt_nn_block_options *o, const char *attn_name);
+                            const dt_nn_block_options *o, const char *attn_name,
+                            dt__hf_block_maker make);
 
 /* config.json -> cfg and the family that builds it (config.c, whose table maps config.json's
  * architecture to a family and its reader). `path` names the file in messages. The text is
