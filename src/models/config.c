@@ -1,6 +1,6 @@
 /*
  * config.json and model.safetensors.index.json of a Hugging Face model directory, read with
- * cJSON: the fields the two architectures use, each checked, with a message naming the file
+ * cJSON: the fields the architectures use, each checked, with a message naming the file
  * and the field.
  */
 #include <errno.h>
@@ -342,6 +342,22 @@ static dt_status parse_gpt2(const cJSON *root, const char *path, dt_hf_config *c
   return DT_OK;
 }
 
+/* Qwen3's sliding window applies to the layers past max_window_layers only: not built. */
+static dt_status no_qwen_sliding(const cJSON *root, const char *path) {
+  if (!get_bool(root, "use_sliding_window", false)) return DT_OK;
+  return dt__error(DT_ERR_UNSUPPORTED,
+                   "dt_hf_model_load: %s: \"use_sliding_window\" true is not supported for Qwen3 "
+                   "(its window applies to some layers only)",
+                   path);
+}
+
+static dt_status parse_qwen3(const cJSON *root, const char *path, dt_hf_config *cfg) {
+  dt_status st = parse_llama(root, path, cfg);
+  if (!st) st = no_qwen_sliding(root, path);
+  cfg->qk_norm = true;
+  return st;
+}
+
 /* A special token id (entry `index` of a list, -1: a single id) must be a token of the
  * vocabulary: an eos id outside it can never be generated, and generation asked to stop there
  * would run to its length; a bos id outside it cannot be embedded. */
@@ -424,6 +440,7 @@ dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *
   } families[] = {
       {"LlamaForCausalLM", "llama", parse_llama, &dt__hf_llama},
       {"GPT2LMHeadModel", "gpt2", parse_gpt2, &dt__hf_gpt2},
+      {"Qwen3ForCausalLM", "qwen3", parse_qwen3, &dt__hf_qwen3},
   };
   const size_t n_families = sizeof families / sizeof families[0];
   size_t f = 0;
@@ -438,7 +455,7 @@ dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *
   } else {
     st = dt__error(DT_ERR_UNSUPPORTED,
                    "dt_hf_model_load: %s: architecture \"%s\" (model_type \"%s\") is not "
-                   "supported (LlamaForCausalLM, GPT2LMHeadModel)",
+                   "supported (LlamaForCausalLM, GPT2LMHeadModel, Qwen3ForCausalLM)",
                    path, arch ? shown(arch) : "?", type ? shown_2(type) : "?");
   }
   if (!st) st = get_int(root, "bos_token_id", -1, 0, path, &cfg->bos_token_id);
