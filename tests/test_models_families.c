@@ -91,6 +91,7 @@ static void run_case(fam_case c, const char *layout) {
   }
 
 FAMILY_TESTS(qwen3, "qwen3_tiny")
+FAMILY_TESTS(mistral, "mistral_tiny")
 
 /* Megatron's sequence parallelism: the residual stream sharded over the sequence (the MoE
  * families gather it whole around the experts). */
@@ -138,6 +139,7 @@ static void save_reload(const char *model) {
 }
 
 Test(families, qwen3_save_reload, .timeout = 120) { save_reload("qwen3_tiny"); }
+Test(families, mistral_save_reload, .timeout = 120) { save_reload("mistral_tiny"); }
 
 /* The loaded config: the family's facts read from config.json. */
 Test(families, configs_read) {
@@ -146,7 +148,11 @@ Test(families, configs_read) {
   cr_assert_eq(dt_hf_model_load(HF "/qwen3_tiny", NULL, NULL, &m), DT_OK, "%s", dt_last_error());
   const dt_hf_config *c = dt_hf_model_config(m);
   cr_assert(c->arch == DT_HF_QWEN3 && c->qk_norm && c->head_dim == 32 && c->tie_word_embeddings &&
-            c->rope_theta == 1e6);
+            c->rope_theta == 1e6 && c->sliding_window == 0);
+  dt_hf_model_destroy(m);
+  cr_assert_eq(dt_hf_model_load(HF "/mistral_tiny", NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  c = dt_hf_model_config(m);
+  cr_assert(c->arch == DT_HF_MISTRAL && c->sliding_window == 8 && !c->qk_norm);
   dt_hf_model_destroy(m);
 }
 
@@ -176,4 +182,6 @@ static void refused(const char *config, dt_status want, const char *word) {
 Test(families, refuses_what_is_not_built) {
   refused("{\"architectures\": [\"Qwen3ForCausalLM\"], " DENSE ", \"use_sliding_window\": true}",
           DT_ERR_UNSUPPORTED, "use_sliding_window");
+  refused("{\"architectures\": [\"MistralForCausalLM\"], " DENSE ", \"sliding_window\": 0}",
+          DT_ERR_INVALID, "sliding_window");
 }

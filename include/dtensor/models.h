@@ -42,9 +42,10 @@ extern "C" {
 #endif
 
 typedef enum dt_hf_arch {
-  DT_HF_LLAMA = 1, /* LlamaForCausalLM */
-  DT_HF_GPT2 = 2,  /* GPT2LMHeadModel */
-  DT_HF_QWEN3 = 3, /* Qwen3ForCausalLM: Llama with per-head q/k RMSNorm */
+  DT_HF_LLAMA = 1,   /* LlamaForCausalLM */
+  DT_HF_GPT2 = 2,    /* GPT2LMHeadModel */
+  DT_HF_QWEN3 = 3,   /* Qwen3ForCausalLM: Llama with per-head q/k RMSNorm */
+  DT_HF_MISTRAL = 4, /* MistralForCausalLM: Llama with sliding-window attention */
 } dt_hf_arch;
 
 /* The facts of config.json the model uses (GPT-2's n_embd, n_layer, ... under Llama's names). */
@@ -69,11 +70,12 @@ typedef struct dt_hf_config {
   double rope_high_freq_factor;
   int64_t rope_original_max_positions;
   bool tie_word_embeddings;
-  bool attention_bias;  /* Llama: q/k/v/o biases */
-  bool mlp_bias;        /* Llama: gate/up/down biases */
-  bool qk_norm;         /* Qwen3: RMSNorm over each head of q and k */
-  int64_t bos_token_id; /* -1 when absent */
-  int64_t eos_token_id; /* -1 when absent; the first of a list */
+  bool attention_bias;    /* Llama: q/k/v/o biases */
+  bool mlp_bias;          /* Llama: gate/up/down biases */
+  bool qk_norm;           /* Qwen3: RMSNorm over each head of q and k */
+  int64_t sliding_window; /* Mistral: each query sees this many keys (itself included); 0: all */
+  int64_t bos_token_id;   /* -1 when absent */
+  int64_t eos_token_id;   /* -1 when absent; the first of a list */
   /* Every end-of-sequence id: eos_token_id as a list (Llama 3 has several) or the one id. */
   int n_eos_token_ids;
   int64_t eos_token_ids[DT_HF_MAX_EOS];

@@ -358,6 +358,13 @@ static dt_status parse_qwen3(const cJSON *root, const char *path, dt_hf_config *
   return st;
 }
 
+/* sliding_window: a number of keys >= 1, or null (or absent): none. */
+static dt_status parse_mistral(const cJSON *root, const char *path, dt_hf_config *cfg) {
+  dt_status st = parse_llama(root, path, cfg);
+  if (!st) st = get_int(root, "sliding_window", 0, 1, path, &cfg->sliding_window);
+  return st;
+}
+
 /* A special token id (entry `index` of a list, -1: a single id) must be a token of the
  * vocabulary: an eos id outside it can never be generated, and generation asked to stop there
  * would run to its length; a bos id outside it cannot be embedded. */
@@ -441,6 +448,7 @@ dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *
       {"LlamaForCausalLM", "llama", parse_llama, &dt__hf_llama},
       {"GPT2LMHeadModel", "gpt2", parse_gpt2, &dt__hf_gpt2},
       {"Qwen3ForCausalLM", "qwen3", parse_qwen3, &dt__hf_qwen3},
+      {"MistralForCausalLM", "mistral", parse_mistral, &dt__hf_mistral},
   };
   const size_t n_families = sizeof families / sizeof families[0];
   size_t f = 0;
@@ -455,7 +463,8 @@ dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *
   } else {
     st = dt__error(DT_ERR_UNSUPPORTED,
                    "dt_hf_model_load: %s: architecture \"%s\" (model_type \"%s\") is not "
-                   "supported (LlamaForCausalLM, GPT2LMHeadModel, Qwen3ForCausalLM)",
+                   "supported (LlamaForCausalLM, GPT2LMHeadModel, Qwen3ForCausalLM, "
+                   "MistralForCausalLM)",
                    path, arch ? shown(arch) : "?", type ? shown_2(type) : "?");
   }
   if (!st) st = get_int(root, "bos_token_id", -1, 0, path, &cfg->bos_token_id);
