@@ -92,11 +92,16 @@ static void run_case(fam_case c, const char *layout) {
 
 FAMILY_TESTS(qwen3, "qwen3_tiny")
 FAMILY_TESTS(mistral, "mistral_tiny")
+FAMILY_TESTS(mixtral, "mixtral_tiny")
+FAMILY_TESTS(qwen3_moe, "qwen3_moe_tiny")
 
 /* Megatron's sequence parallelism: the residual stream sharded over the sequence (the MoE
  * families gather it whole around the experts). */
 Test(families, qwen3_tp2_sequence_parallel, .timeout = 120) {
   run_case((fam_case){"qwen3_tiny", TP2_SP}, "TP 2 + SP");
+}
+Test(families, mixtral_tp2_sequence_parallel, .timeout = 120) {
+  run_case((fam_case){"mixtral_tiny", TP2_SP}, "TP 2 + SP");
 }
 
 static void remove_saved(const char *dir) {
@@ -140,6 +145,8 @@ static void save_reload(const char *model) {
 
 Test(families, qwen3_save_reload, .timeout = 120) { save_reload("qwen3_tiny"); }
 Test(families, mistral_save_reload, .timeout = 120) { save_reload("mistral_tiny"); }
+Test(families, mixtral_save_reload, .timeout = 120) { save_reload("mixtral_tiny"); }
+Test(families, qwen3_moe_save_reload, .timeout = 120) { save_reload("qwen3_moe_tiny"); }
 
 /* The loaded config: the family's facts read from config.json. */
 Test(families, configs_read) {
@@ -153,6 +160,17 @@ Test(families, configs_read) {
   cr_assert_eq(dt_hf_model_load(HF "/mistral_tiny", NULL, NULL, &m), DT_OK, "%s", dt_last_error());
   c = dt_hf_model_config(m);
   cr_assert(c->arch == DT_HF_MISTRAL && c->sliding_window == 8 && !c->qk_norm);
+  dt_hf_model_destroy(m);
+  cr_assert_eq(dt_hf_model_load(HF "/mixtral_tiny", NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  c = dt_hf_model_config(m);
+  cr_assert(c->arch == DT_HF_MIXTRAL && c->num_experts == 4 && c->num_experts_per_tok == 2 &&
+            c->moe_intermediate_size == 96 && c->norm_topk_prob && c->sliding_window == 0);
+  dt_hf_model_destroy(m);
+  cr_assert_eq(dt_hf_model_load(HF "/qwen3_moe_tiny", NULL, NULL, &m), DT_OK, "%s",
+               dt_last_error());
+  c = dt_hf_model_config(m);
+  cr_assert(c->arch == DT_HF_QWEN3_MOE && c->num_experts == 8 && c->moe_intermediate_size == 48 &&
+            c->norm_topk_prob && c->qk_norm && c->head_dim == 16);
   dt_hf_model_destroy(m);
 }
 
@@ -182,6 +200,18 @@ static void refused(const char *config, dt_status want, const char *word) {
 Test(families, refuses_what_is_not_built) {
   refused("{\"architectures\": [\"Qwen3ForCausalLM\"], " DENSE ", \"use_sliding_window\": true}",
           DT_ERR_UNSUPPORTED, "use_sliding_window");
+  refused("{\"architectures\": [\"MixtralForCausalLM\"], " DENSE
+          ", \"num_local_experts\": 4, \"num_experts_per_tok\": 5}",
+          DT_ERR_INVALID, "num_experts_per_tok");
+  refused("{\"architectures\": [\"MixtralForCausalLM\"], " DENSE "}", DT_ERR_INVALID,
+          "num_local_experts");
+  refused("{\"architectures\": [\"MixtralForCausalLM\"], " DENSE
+          ", \"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"router_jitter_noise\": 0.1}",
+          DT_ERR_UNSUPPORTED, "router_jitter_noise");
+  refused("{\"architectures\": [\"Qwen3MoeForCausalLM\"], " DENSE
+          ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 8, "
+          "\"mlp_only_layers\": [0]}",
+          DT_ERR_UNSUPPORTED, "mlp_only_layers");
   refused("{\"architectures\": [\"MistralForCausalLM\"], " DENSE ", \"sliding_window\": 0}",
           DT_ERR_INVALID, "sliding_window");
 }

@@ -1,6 +1,7 @@
 /*
- * libdtensor — real models: Hugging Face checkpoints of LlamaForCausalLM and GPT2LMHeadModel
- * loaded onto a device mesh (tensor parallel, fully sharded, both), run forward, generated
+ * libdtensor — real models: Hugging Face checkpoints of LlamaForCausalLM, GPT2LMHeadModel,
+ * Qwen3ForCausalLM, MistralForCausalLM, MixtralForCausalLM and Qwen3MoeForCausalLM loaded
+ * onto a device mesh (tensor parallel, fully sharded, both), run forward, generated
  * from with a KV cache, fine-tuned with autograd and AdamW, and saved back in Hugging Face's
  * layout. Token ids in and out; no tokenizer. docs/models.md is the guide.
  *
@@ -8,8 +9,12 @@
  * (model.safetensors.index.json naming the shard file of every tensor). Each rank reads only
  * the bytes of its own block of every parameter.
  *
- * The model is a module tree with Hugging Face's FQNs (src/models/llama.c, gpt2.c; GPT-2's
- * Conv1D weights held transposed as Linears), built, then parallelized, then read.
+ * The model is a module tree with Hugging Face's FQNs (src/models/llama.c, gpt2.c, qwen3.c,
+ * mistral.c, mixtral.c; GPT-2's Conv1D weights held transposed as Linears), built, then
+ * parallelized, then read. The MoE families' routers and experts are local tensors every rank
+ * of a mesh holds whole (neither TP nor FSDP shards them; each rank runs the experts on the
+ * whole batch); Qwen3's use_sliding_window, Qwen3-MoE's dense mlp_only_layers and Mixtral's
+ * router_jitter_noise are refused (DT_ERR_UNSUPPORTED).
  *
  * Parallel plan (dt_hf_plan): mesh dims by name. On the tensor-parallel dim, Megatron's
  * layout (dt_parallel_tp_module with the architecture's table): q/k/v and gate/up (GPT-2:
@@ -42,10 +47,12 @@ extern "C" {
 #endif
 
 typedef enum dt_hf_arch {
-  DT_HF_LLAMA = 1,   /* LlamaForCausalLM */
-  DT_HF_GPT2 = 2,    /* GPT2LMHeadModel */
-  DT_HF_QWEN3 = 3,   /* Qwen3ForCausalLM: Llama with per-head q/k RMSNorm */
-  DT_HF_MISTRAL = 4, /* MistralForCausalLM: Llama with sliding-window attention */
+  DT_HF_LLAMA = 1,     /* LlamaForCausalLM */
+  DT_HF_GPT2 = 2,      /* GPT2LMHeadModel */
+  DT_HF_QWEN3 = 3,     /* Qwen3ForCausalLM: Llama with per-head q/k RMSNorm */
+  DT_HF_MISTRAL = 4,   /* MistralForCausalLM: Llama with sliding-window attention */
+  DT_HF_MIXTRAL = 5,   /* MixtralForCausalLM: Llama-like attention, sparse MoE MLPs */
+  DT_HF_QWEN3_MOE = 6, /* Qwen3MoeForCausalLM: Qwen3's attention, sparse MoE MLPs */
 } dt_hf_arch;
 
 /* The facts of config.json the model uses (GPT-2's n_embd, n_layer, ... under Llama's names). */
@@ -72,10 +79,19 @@ typedef struct dt_hf_config {
   bool tie_word_embeddings;
   bool attention_bias;    /* Llama: q/k/v/o biases */
   bool mlp_bias;          /* Llama: gate/up/down biases */
-  bool qk_norm;           /* Qwen3: RMSNorm over each head of q and k */
+  bool qk_norm;           /* Qwen3, Qwen3-MoE: RMSNorm over each head of q and k */
   int64_t sliding_window; /* Mistral: each query sees this many keys (itself included); 0: all */
-  int64_t bos_token_id;   /* -1 when absent */
-  int64_t eos_token_id;   /* -1 when absent; the first of a list */
+  /* The sparse MoE MLPs (Mixtral, Qwen3-MoE; 0 experts elsewhere): num_local_experts (Qwen3-MoE:
+   * num_experts), num_experts_per_tok, each expert's hidden size (Mixtral: intermediate_size,
+   * Qwen3-MoE: moe_intermediate_size), the chosen weights renormalised (Mixtral always,
+   * Qwen3-MoE: norm_topk_prob), router_aux_loss_coef as read (the loss does not add it). */
+  int64_t num_experts;
+  int64_t num_experts_per_tok;
+  int64_t moe_intermediate_size;
+  bool norm_topk_prob;
+  double router_aux_loss_coef;
+  int64_t bos_token_id; /* -1 when absent */
+  int64_t eos_token_id; /* -1 when absent; the first of a list */
   /* Every end-of-sequence id: eos_token_id as a list (Llama 3 has several) or the one id. */
   int n_eos_token_ids;
   int64_t eos_token_ids[DT_HF_MAX_EOS];
@@ -103,7 +119,7 @@ typedef struct dt_hf_model dt_hf_model;
  * blocks. Errors: DT_ERR_INVALID (NULL dir or out; a plan naming a dim the mesh lacks or one
  * dim twice; sequence_parallel without tp), DT_ERR_IO (a missing or unreadable file, or config.json
  * or the index not a regular file: a FIFO is refused, not waited on; named), DT_ERR_UNSUPPORTED (an
- * architecture other than the two, a rope type other than default/llama3, an activation
+ * architecture other than the six, a rope type other than default/llama3, an activation
  * other than SiLU / GELU-tanh: the message names config.json and the value; built without
  * cJSON), DT_ERR_INVALID (a config field missing or out of range (an integer must lie in
  * [0, 4e15], heads x head_dim too; rope_theta must be > 0 and finite in float32, where the

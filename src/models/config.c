@@ -365,6 +365,63 @@ static dt_status parse_mistral(const cJSON *root, const char *path, dt_hf_config
   return st;
 }
 
+/* The experts of a MoE config: n_key experts (>= 1, at most 4096), num_experts_per_tok of
+ * them per token (1..experts), router_aux_loss_coef >= 0. */
+static dt_status parse_experts(const cJSON *root, const char *path, const char *n_key,
+                               dt_hf_config *cfg) {
+  dt_status st = get_int(root, n_key, -2, 1, path, &cfg->num_experts);
+  if (!st) st = get_int(root, "num_experts_per_tok", -2, 1, path, &cfg->num_experts_per_tok);
+  if (!st) st = get_double(root, "router_aux_loss_coef", 0.001, path, &cfg->router_aux_loss_coef);
+  if (st) return st;
+  if (cfg->num_experts > 4096 || cfg->num_experts_per_tok > cfg->num_experts)
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: \"%s\" %lld must be in 1..4096 and "
+                     "\"num_experts_per_tok\" %lld at most that",
+                     path, n_key, (long long)cfg->num_experts, (long long)cfg->num_experts_per_tok);
+  if (!(cfg->router_aux_loss_coef >= 0))
+    return dt__error(DT_ERR_INVALID,
+                     "dt_hf_model_load: %s: \"router_aux_loss_coef\" %g must be >= 0", path,
+                     cfg->router_aux_loss_coef);
+  return DT_OK;
+}
+
+/* Mixtral: every layer's MLP is num_local_experts SwiGLU experts of intermediate_size, the
+ * chosen weights always renormalised; router_jitter_noise (training noise) must be 0. */
+static dt_status parse_mixtral(const cJSON *root, const char *path, dt_hf_config *cfg) {
+  dt_status st = parse_mistral(root, path, cfg);
+  if (!st) st = parse_experts(root, path, "num_local_experts", cfg);
+  double jitter = 0;
+  if (!st) st = get_double(root, "router_jitter_noise", 0, path, &jitter);
+  if (!st && jitter != 0)
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_hf_model_load: %s: \"router_jitter_noise\" %g is not supported (0)", path,
+                     jitter);
+  cfg->moe_intermediate_size = cfg->intermediate_size;
+  cfg->norm_topk_prob = true;
+  return st;
+}
+
+/* Qwen3-MoE: Qwen3's attention, every layer's MLP sparse (decoder_sparse_step 1, no
+ * mlp_only_layers: the dense layers between sparse ones are not built). */
+static dt_status parse_qwen3_moe(const cJSON *root, const char *path, dt_hf_config *cfg) {
+  dt_status st = parse_qwen3(root, path, cfg);
+  const char *n_key =
+      cJSON_GetObjectItemCaseSensitive(root, "num_experts") ? "num_experts" : "num_local_experts";
+  if (!st) st = parse_experts(root, path, n_key, cfg);
+  if (!st) st = get_int(root, "moe_intermediate_size", -2, 1, path, &cfg->moe_intermediate_size);
+  int64_t step = 1;
+  if (!st) st = get_int(root, "decoder_sparse_step", 1, 1, path, &step);
+  const cJSON *dense = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+  if (!st && (step != 1 || (dense && !cJSON_IsNull(dense) &&
+                            !(cJSON_IsArray(dense) && cJSON_GetArraySize(dense) == 0))))
+    return dt__error(DT_ERR_UNSUPPORTED,
+                     "dt_hf_model_load: %s: \"decoder_sparse_step\" %lld or a non-empty "
+                     "\"mlp_only_layers\" is not supported (every layer sparse: 1, [])",
+                     path, (long long)step);
+  cfg->norm_topk_prob = get_bool(root, "norm_topk_prob", false);
+  return st;
+}
+
 /* A special token id (entry `index` of a list, -1: a single id) must be a token of the
  * vocabulary: an eos id outside it can never be generated, and generation asked to stop there
  * would run to its length; a bos id outside it cannot be embedded. */
@@ -449,6 +506,8 @@ dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *
       {"GPT2LMHeadModel", "gpt2", parse_gpt2, &dt__hf_gpt2},
       {"Qwen3ForCausalLM", "qwen3", parse_qwen3, &dt__hf_qwen3},
       {"MistralForCausalLM", "mistral", parse_mistral, &dt__hf_mistral},
+      {"MixtralForCausalLM", "mixtral", parse_mixtral, &dt__hf_mixtral},
+      {"Qwen3MoeForCausalLM", "qwen3_moe", parse_qwen3_moe, &dt__hf_qwen3_moe},
   };
   const size_t n_families = sizeof families / sizeof families[0];
   size_t f = 0;
@@ -464,7 +523,7 @@ dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *
     st = dt__error(DT_ERR_UNSUPPORTED,
                    "dt_hf_model_load: %s: architecture \"%s\" (model_type \"%s\") is not "
                    "supported (LlamaForCausalLM, GPT2LMHeadModel, Qwen3ForCausalLM, "
-                   "MistralForCausalLM)",
+                   "MistralForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM)",
                    path, arch ? shown(arch) : "?", type ? shown_2(type) : "?");
   }
   if (!st) st = get_int(root, "bos_token_id", -1, 0, path, &cfg->bos_token_id);
