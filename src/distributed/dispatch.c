@@ -31,6 +31,9 @@ typedef struct op_plan {
   dt_op local_op;            /* the op run on the shards (squeeze and flatten run as reshape) */
   bool shard_geometry;       /* uniform_ takes the global shape and this shard's offset */
   bool row_window; /* input 0's rows sharded (DT_TRAIT_ROW_WINDOW): {row offset, all rows} */
+  /* narrow covering the whole of a sharded dim: the shard runs slice(dim, 0, end) instead, as
+   * its start and length count the global dim. */
+  bool whole_narrow;
   int64_t window[2];
   /* tril/triu on a shard of the matrix dims: its row offset minus its column offset, added to
    * the diagonal so that the shard keeps its part of the global triangle. */
@@ -430,6 +433,10 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
       plan->window[1] = w->shape[wd];
     }
   }
+  if (call->op == DT_OP_NARROW && metas[0].shape[g.ints[0]] == a->global[0].shape[g.ints[0]]) {
+    for (int m = 0; m < spec->mesh_ndim; m++)
+      plan->whole_narrow |= dt__is_sharding(plan->targets[0][m]);
+  }
   if (def->rule == DT_RULE_TRIANGLE) {
     const dt_tensor *x = &a->global[0];
     int64_t shape[DT_MAX_DIMS], offset[DT_MAX_DIMS];
@@ -581,7 +588,8 @@ static dt_status dist_dispatch(dt_op_call *call) {
       return st;
     }
     plan->plain = !plan->any_redistribute && !plan->local_shape_override && !plan->shard_geometry &&
-                  !plan->row_window && !plan->sync_dims && !plan->diagonal_shift;
+                  !plan->row_window && !plan->sync_dims && !plan->diagonal_shift &&
+                  !plan->whole_narrow;
     /* A mesh its user destroyed lives only for its tensors: a cached plan would keep it
      * alive past them, so plan each call afresh. */
     if (c && !dt__mesh_user_destroyed(a.spec->mesh)) {
@@ -630,6 +638,11 @@ static dt_status dist_dispatch(dt_op_call *call) {
       lc.n_int_list = 2 * a.t[0]->spec->ndim;
     }
     lc.ints[0] += plan->diagonal_shift;
+    if (plan->whole_narrow) {
+      lc.op = DT_OP_SLICE;
+      lc.ints[1] = 0, lc.ints[2] = INT64_MAX, lc.ints[3] = 1;
+      lc.n_ints = 4;
+    }
     if (plan->row_window) {
       /* After the op's own attributes: embedding {offset, rows}, scatter_add {dim, offset,
        * rows}. */

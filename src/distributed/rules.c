@@ -5,8 +5,9 @@
  * takes the cheapest. Every rule also offers "all Replicate", which is always correct.
  *
  * Partial placements survive only where the op is linear in them: P(sum)+P(sum), P·R for
- * mul, P/R for div, neg, views and copies, cat and stack, sum over anything, and matrix
- * products (mm, matmul, addmm, linear) with one Partial operand and the other replicated
+ * mul, P/R for div, neg, views (expand included) and copies, cat and stack, sum over
+ * anything, and matrix products (mm, matmul, addmm, linear) with one Partial operand and the
+ * other replicated
  * (a bias then becomes the same Partial, counted once), and scatter_add (self and src the same
  * Partial). "Partial" here is sum or avg, the same one on every argument of a strategy: a sum
  * and an avg never combine, and a contraction (mm of Shard(1) x Shard(0), linear rowwise)
@@ -747,14 +748,20 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
     return true;
   case DT_RULE_SLICE:
     for (int d = 0; d < a->ndim; d++) map[d] = d;
-    map[call->ints[0]] = -1;
+    /* A narrow or slice covering the whole dim keeps its shards (the dist dispatcher runs a
+     * narrow as a whole slice of the shard, its length being the global one). */
+    if (!((call->op == DT_OP_NARROW || call->op == DT_OP_SLICE) &&
+          c->out[0].shape[call->ints[0]] == a->shape[call->ints[0]]))
+      map[call->ints[0]] = -1;
     rule_dim_map(c, cur, map, true, s);
     return true;
   case DT_RULE_EXPAND: {
     int lead = c->out[0].ndim - a->ndim;
     for (int d = 0; d < a->ndim; d++)
       map[d] = a->shape[d] == c->out[0].shape[d + lead] ? d + lead : -1;
-    rule_dim_map(c, cur, map, false, s);
+    /* Expand repeats elements, so it keeps any Partial: the repeats of the partial values
+     * reduce to the repeats of the value (PyTorch's plan moves nothing either). */
+    rule_dim_map(c, cur, map, true, s);
     return true;
   }
   case DT_RULE_TRIANGLE: dt__rule_triangle(c, cur, s); return true;

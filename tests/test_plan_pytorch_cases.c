@@ -1,0 +1,161 @@
+/* Never more communication than PyTorch (issue 43 item 4): the patterns where a differential
+ * run against PyTorch DTensor found this library moving more bytes, each on its exact case.
+ * Every rank runs the op on distributed inputs under a comm ledger and checks the bytes it
+ * moved against PyTorch's plan (or a cheaper one), then the values of the full output against
+ * the op on the whole tensors. Ranks are threads (dt_comm_spawn). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_helpers.h"
+#include "reference.h"
+
+#define MAX_IN 4
+
+/* Placements as constant initializers (the dt_shard() helpers are functions). */
+#define R_                                                                                         \
+  { DT_REPLICATE, 0, DT_REDUCE_SUM, 0 }
+#define S_(d)                                                                                      \
+  { DT_SHARD, d, DT_REDUCE_SUM, 0 }
+#define P_SUM                                                                                      \
+  { DT_PARTIAL, 0, DT_REDUCE_SUM, 0 }
+
+/* The op under test on tensors in[0..n): distributed ones on the ranks, whole ones for the
+ * reference. */
+typedef dt_status (*op_fn)(dt_tensor **in, dt_tensor **out);
+
+typedef struct input {
+  int ndim;
+  int64_t shape[4];
+  dt_placement placements[2];
+  int64_t index_bound; /* > 0: an int64 index tensor with values in [0, index_bound) */
+} input;
+
+typedef struct op_case {
+  const char *name;
+  int mesh_ndim;
+  int mesh[2];
+  int n_in;
+  input in[MAX_IN];
+  op_fn fn;
+  /* The most bytes any rank may move: PyTorch's plan on this case, or less. */
+  int64_t max_bytes;
+} op_case;
+
+static dt_tensor *whole_input(const input *x, int k) {
+  if (x->index_bound > 0)
+    return ref_random(x->ndim, x->shape, DT_I64, 0, (double)x->index_bound, 40 + (uint64_t)k);
+  return ref_random(x->ndim, x->shape, DT_F32, -2, 2, 30 + (uint64_t)k);
+}
+
+/* x placed as asked: distributed with every Partial replaced by Replicate, then moved to the
+ * Partial locally (R -> P moves nothing; the full tensor is unchanged). */
+static dt_status placed(dt_mesh *mesh, int mesh_ndim, const input *x, dt_tensor *full,
+                        dt_tensor **out) {
+  dt_placement first[2];
+  for (int m = 0; m < mesh_ndim; m++)
+    first[m] = x->placements[m].kind == DT_PARTIAL ? dt_replicate() : x->placements[m];
+  dt_tensor *t = NULL;
+  dt_status st = dt_dist_distribute_tensor(mesh, full, mesh_ndim, first, &t);
+  if (st) return st;
+  st = dt_dist_redistribute(t, mesh_ndim, x->placements, out);
+  dt_tensor_release(t);
+  return st;
+}
+
+static dt_status case_rank(dt_comm *world, void *arg) {
+  const op_case *c = arg;
+  int rank = dt_comm_rank(world);
+  dt_mesh *mesh = NULL;
+  dt_tensor *whole[MAX_IN] = {NULL}, *dist[MAX_IN] = {NULL};
+  dt_tensor *out = NULL, *expect = NULL, *full = NULL;
+  RANK_OK(dt_mesh_create(world, c->mesh_ndim, c->mesh, NULL, &mesh));
+  for (int k = 0; k < c->n_in; k++) {
+    whole[k] = whole_input(&c->in[k], k);
+    RANK_OK(placed(mesh, c->mesh_ndim, &c->in[k], whole[k], &dist[k]));
+  }
+  RANK_OK(c->fn(whole, &expect));
+  dt_comm_ledger *ledger = NULL;
+  RANK_OK(dt_comm_ledger_start(&ledger));
+  dt_status st = c->fn(dist, &out);
+  RANK_OK(dt_comm_ledger_stop(ledger));
+  char table[2048];
+  RANK_OK(dt_comm_ledger_format(ledger, table, sizeof table));
+  int64_t moved = dt_comm_ledger_bytes(ledger, NULL);
+  dt_comm_ledger_destroy(ledger);
+  RANK_OK(st);
+  RANK_CHECK(moved <= c->max_bytes, "%s, rank %d: moved %lld bytes, PyTorch's plan %lld\n%.300s",
+             c->name, rank, (long long)moved, (long long)c->max_bytes, table);
+  RANK_OK(dt_dist_full_tensor(out, &full));
+  RANK_CHECK(full->ndim == expect->ndim && dt_tensor_numel(full) == dt_tensor_numel(expect),
+             "%s: output of %d dims and %lld elements, expected %d and %lld", c->name, full->ndim,
+             (long long)dt_tensor_numel(full), expect->ndim, (long long)dt_tensor_numel(expect));
+  double *got = ref_values(full), *want = ref_values(expect);
+  for (int64_t i = 0; i < dt_tensor_numel(expect); i++) {
+    RANK_CHECK(fabs(got[i] - want[i]) <= 1e-5 * (1 + fabs(want[i])),
+               "%s, rank %d: element %lld is %g, expected %g", c->name, rank, (long long)i, got[i],
+               want[i]);
+  }
+  free(got);
+  free(want);
+  for (int k = 0; k < c->n_in; k++) {
+    dt_tensor_release(whole[k]);
+    dt_tensor_release(dist[k]);
+  }
+  dt_tensor_release(out);
+  dt_tensor_release(expect);
+  dt_tensor_release(full);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+static void run_case(const op_case *c) {
+  int world = c->mesh_ndim == 1 ? c->mesh[0] : c->mesh[0] * c->mesh[1];
+  cr_assert_eq(dt_comm_spawn(world, case_rank, (void *)c), DT_OK, "%s: %s", c->name,
+               dt_last_error());
+}
+
+/* ---- The ops ------------------------------------------------------------------------------ */
+
+static dt_status expand_rows(dt_tensor **in, dt_tensor **out) {
+  return dt_expand(in[0], 2, (int64_t[]){7, 5}, out);
+}
+
+/* expand is linear: a Partial(sum) [1, 5] expanded to [7, 5] stays Partial (PyTorch: 0 bytes;
+ * reducing it first moved 20). */
+Test(plan_pytorch, expand_of_partial_sum) {
+  op_case c = {"expand of P(sum)", 1, {3}, 1, {{2, {1, 5}, {P_SUM}, 0}}, expand_rows, 0};
+  run_case(&c);
+}
+
+static dt_status narrow_8_rows(dt_tensor **in, dt_tensor **out) {
+  return dt_narrow(in[0], 0, 0, 8, out);
+}
+static dt_status narrow_7_rows(dt_tensor **in, dt_tensor **out) {
+  return dt_narrow(in[0], 0, 0, 7, out);
+}
+static dt_status narrow_7_from_end(dt_tensor **in, dt_tensor **out) {
+  return dt_narrow(in[0], 0, -7, 7, out);
+}
+static dt_status slice_all_rows(dt_tensor **in, dt_tensor **out) {
+  return dt_slice(in[0], 0, 0, 7, 1, out);
+}
+
+/* A narrow or slice covering the whole sharded dim keeps every shard as it is (PyTorch: 0
+ * bytes; gathering it first moved the whole tensor, 192 bytes for [8, 6]). */
+Test(plan_pytorch, narrow_or_slice_of_the_whole_sharded_dim) {
+  op_case cases[] = {
+      {"narrow [8, 6] S(0)", 1, {4}, 1, {{2, {8, 6}, {S_(0)}, 0}}, narrow_8_rows, 0},
+      {"narrow [7, 5] S(0)", 1, {4}, 1, {{2, {7, 5}, {S_(0)}, 0}}, narrow_7_rows, 0},
+      {"narrow -7 [7, 5] S(0)", 1, {4}, 1, {{2, {7, 5}, {S_(0)}, 0}}, narrow_7_from_end, 0},
+      {"slice [7, 6] [S(0), S(1)]",
+       2,
+       {2, 2},
+       1,
+       {{2, {7, 6}, {S_(0), S_(1)}, 0}},
+       slice_all_rows,
+       0},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k]);
+}
