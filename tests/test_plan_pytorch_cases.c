@@ -159,3 +159,49 @@ Test(plan_pytorch, narrow_or_slice_of_the_whole_sharded_dim) {
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k]);
 }
+
+static dt_status attention(dt_tensor **in, dt_tensor **out) {
+  return dt_scaled_dot_product_attention(in[0], in[1], in[2], NULL, NULL, out, NULL);
+}
+static dt_status attention_masked(dt_tensor **in, dt_tensor **out) {
+  return dt_scaled_dot_product_attention(in[0], in[1], in[2], in[3], NULL, out, NULL);
+}
+
+/* Queries sharded on the sequence with k, v replicated: each query shard runs against the
+ * whole k and v (PyTorch: 0 bytes; an all_to_all of q to the batch dim moved 32). An additive
+ * [T, S] mask sharded on its query dim follows. */
+Test(plan_pytorch, attention_queries_sharded_on_the_sequence) {
+  op_case cases[] = {
+      {"attention q S(2)",
+       1,
+       {4},
+       3,
+       {{4, {1, 2, 8, 2}, {S_(2)}, 0}, {4, {1, 2, 8, 2}, {R_}, 0}, {4, {1, 2, 8, 3}, {R_}, 0}},
+       attention,
+       0},
+      {"attention q S(2), uneven, mask S(0)",
+       1,
+       {4},
+       4,
+       {{4, {2, 2, 7, 2}, {S_(2)}, 0},
+        {4, {2, 2, 5, 2}, {R_}, 0},
+        {4, {2, 2, 5, 3}, {R_}, 0},
+        {2, {7, 5}, {S_(0)}, 0}},
+       attention_masked,
+       0},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k]);
+}
+
+/* Two heads over four ranks: ranks 2 and 3 hold no heads and run (PyTorch runs them). */
+Test(plan_pytorch, attention_with_empty_head_shards) {
+  op_case c = {
+      "attention of 2 heads on 4 ranks",
+      1,
+      {4},
+      3,
+      {{4, {1, 2, 3, 2}, {S_(1)}, 0}, {4, {1, 2, 3, 2}, {S_(1)}, 0}, {4, {1, 2, 3, 2}, {S_(1)}, 0}},
+      attention,
+      0};
+  run_case(&c);
+}

@@ -663,7 +663,7 @@ static void rule_view(const dt_rule_ctx *c, const dt_placement *cur, dt_strategi
  * one; the propagator keeps only final choices whose nesting divides that split (splits_hold).
  * Otherwise the heads are not offered. A mask is sharded on the same dim when it has it
  * (size > 1), else replicated. */
-static void rule_attention(const dt_rule_ctx *c, dt_strategies *s) {
+static void rule_attention(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
   bool backward = c->call->op == DT_OP_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD;
   int qi = backward ? 1 : 0, mi = backward ? 4 : 3;
   const dt_tensor *q = c->args[qi], *k = c->args[qi + 1];
@@ -679,6 +679,20 @@ static void rule_attention(const dt_rule_ctx *c, dt_strategies *s) {
       in[mi] = md >= 0 && m->shape[md] > 1 ? S(md) : R();
     }
     push(s, in, c->n_args, S(dim));
+  }
+  /* The forward with the queries sharded on the sequence (dim 2) and k, v whole: each query
+   * attends to every key, so a shard of queries runs against the whole k and v and gives its
+   * rows of the output and of the log-sum-exp (PyTorch's plan: nothing moves). Not causal: a
+   * shard's query i would need its global position to keep keys j <= i. A mask follows the
+   * queries' dim when it has it. */
+  if (!backward && c->call->ints[0] == 0 && cur[qi].kind == DT_SHARD && cur[qi].dim == 2) {
+    for (int i = 0; i < c->n_args; i++) in[i] = R();
+    in[qi] = S(2);
+    if (m) {
+      int md = 2 - (4 - m->ndim);
+      in[mi] = md >= 0 && m->shape[md] > 1 ? S(md) : R();
+    }
+    push(s, in, c->n_args, S(2));
   }
   push_replicated(s, c->n_args);
 }
@@ -718,7 +732,7 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
   case DT_RULE_BATCH_NORM_TRAINING: rule_batch_norm(c, cur, s); return true;
   case DT_RULE_ROWS: dt__rule_rows(c, s); return true;
   case DT_RULE_VOCAB_TERMS: dt__rule_vocab_terms(c, cur, s); return true;
-  case DT_RULE_ATTENTION: rule_attention(c, s); return true;
+  case DT_RULE_ATTENTION: rule_attention(c, cur, s); return true;
   case DT_RULE_EMBEDDING: rule_embedding(c, cur, s); return true;
   case DT_RULE_EMBEDDING_BACKWARD: rule_embedding_backward(c, cur, s); return true;
   case DT_RULE_SCATTER_ADD: rule_scatter_add(c, cur, s); return true;

@@ -45,7 +45,8 @@ static dt_status check_4d(const dt_op_call *call, const char *arg, const dt_tens
   return DT_OK;
 }
 
-/* q [B, H, T, E], k [B, Hk, S, E], v [B, Hk, S, Ev] with Hk dividing H; mask (bool or q's
+/* q [B, H, T, E], k [B, Hk, S, E], v [B, Hk, S, Ev] with Hk dividing H (or both 0: a head
+ * shard with no heads, as uneven shards make, runs and computes nothing); mask (bool or q's
  * dtype) broadcasting to [B, H, T, S]. */
 static dt_status check_attention(const dt_op_call *call, const dt_tensor *q, const dt_tensor *k,
                                  const dt_tensor *v, const dt_tensor *mask) {
@@ -56,8 +57,8 @@ static dt_status check_attention(const dt_op_call *call, const dt_tensor *q, con
   if (st) return st;
   char bq[160], bk[160], bv[160];
   if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || k->shape[1] != v->shape[1] ||
-      k->shape[2] != v->shape[2] || k->shape[3] != q->shape[3] || k->shape[1] < 1 ||
-      q->shape[1] % k->shape[1] != 0)
+      k->shape[2] != v->shape[2] || k->shape[3] != q->shape[3] ||
+      (k->shape[1] < 1 ? q->shape[1] != 0 : q->shape[1] % k->shape[1] != 0))
     return dt__error(DT_ERR_SHAPE,
                      "%s: query %s, key %s, value %s: expected [B, H, T, E], [B, Hk, S, E], "
                      "[B, Hk, S, Ev] with Hk dividing H",
@@ -117,6 +118,9 @@ static void attention_args(const dt_op_call *call, int first, const dt_tensor *m
 }
 
 dt_status dt__kernel_attention(dt_op_call *call) {
+  /* No heads (an empty head shard): the outputs have no elements, and the kernels' group
+   * size H / Hk has no value. */
+  if (call->inputs[1]->shape[1] == 0) return DT_OK;
   dt_attention_args a;
   attention_args(call, 0, call->inputs[3], &a);
   return dt__cpu_attention(&a, call->outputs[0], call->outputs[1]);
@@ -146,6 +150,7 @@ dt_status dt__infer_attention_backward(dt_op_call *call, dt_tensor_meta *metas) 
 }
 
 dt_status dt__kernel_attention_backward(dt_op_call *call) {
+  if (call->inputs[2]->shape[1] == 0) return DT_OK; /* no heads: nothing to compute */
   dt_attention_args a;
   attention_args(call, 1, call->inputs[4], &a);
   return dt__cpu_attention_backward(&a, call->inputs[0], call->outputs[0], call->outputs[1],
