@@ -205,3 +205,43 @@ Test(plan_pytorch, attention_with_empty_head_shards) {
       0};
   run_case(&c);
 }
+
+static dt_status matmul(dt_tensor **in, dt_tensor **out) { return dt_matmul(in[0], in[1], out); }
+
+/* matmul with a broadcast batch dim: [3, 1, 6, 4] S(0) @ [3, 4, 5] R is [3, 3, 6, 5], sharded
+ * on dim 0 where only a spans it (PyTorch: 0 bytes; moving a to its rows moved 96). The
+ * same with b's batch dim sharded and a broadcasting it. */
+Test(plan_pytorch, matmul_with_a_broadcast_batch_dim) {
+  op_case cases[] = {
+      {"matmul [3,1,6,4] S(0) @ [3,4,5] R",
+       1,
+       {3},
+       2,
+       {{4, {3, 1, 6, 4}, {S_(0)}, 0}, {3, {3, 4, 5}, {R_}, 0}},
+       matmul,
+       0},
+      {"matmul [3,1,6,4] R @ [3,4,5] S(0)",
+       1,
+       {3},
+       2,
+       {{4, {3, 1, 6, 4}, {R_}, 0}, {3, {3, 4, 5}, {S_(0)}, 0}},
+       matmul,
+       0},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k]);
+}
+
+static dt_status amax_rows(dt_tensor **in, dt_tensor **out) {
+  return dt_amax(in[0], 1, (int64_t[]){0}, false, out);
+}
+
+/* amax over a dim sharded unevenly on both mesh dims: [7, 6] on [S(0), S(0)] over 2 x 2 is
+ * rows 2, 2, 2, 1, none empty, so each rank's amax is a Partial(max) (PyTorch: 0 bytes;
+ * gathering the input moved 168). Also 5 rows (3, 2 -> 2, 1, 1, 1) on 2 x 2. */
+Test(plan_pytorch, amax_over_a_dim_sharded_unevenly_on_both_mesh_dims) {
+  op_case cases[] = {
+      {"amax [7, 6] [S(0), S(0)]", 2, {2, 2}, 1, {{2, {7, 6}, {S_(0), S_(0)}, 0}}, amax_rows, 0},
+      {"amax [5, 3] [S(0), S(0)]", 2, {2, 2}, 1, {{2, {5, 3}, {S_(0), S_(0)}, 0}}, amax_rows, 0},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k]);
+}

@@ -185,6 +185,10 @@ typedef struct dt_rule_ctx {
   /* For argument 0: how many pieces each of its dims is cut into by Shards on the mesh dims
    * before this one (a StridedShard on this mesh dim works on what they leave). */
   int64_t outer[DT_MAX_DIMS];
+  /* For argument 0: whether every piece of each dim is non-empty when cut as `split` counts
+   * (torch.chunk at each level of nesting, in mesh-dim order): a max or min of the pieces
+   * then has a value on every rank. */
+  bool nonempty[DT_MAX_DIMS];
 } dt_rule_ctx;
 
 /* Candidate strategies for one mesh dim: the placement each argument must have and the

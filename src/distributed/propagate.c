@@ -12,6 +12,7 @@
  * mesh dims one by one, each priced from the current placements.
  */
 #include <math.h>
+#include <string.h>
 
 #include "distributed/propagate_impl.h"
 
@@ -28,6 +29,53 @@ static void nested_split(const dt_propagation *p, const dt_placement *state, int
     dt_placement q = state[j];
     if (j != m && q.kind == DT_SHARD && q.dim >= 0 && q.dim < DT_MAX_DIMS)
       split[q.dim] *= p->mesh_size[j];
+  }
+}
+
+/* Whether every piece of a dim of `size` is non-empty when cut by torch.chunk into sizes[0]
+ * pieces, each of those into sizes[1], ... (n levels). Each level leaves at most three
+ * distinct piece lengths per length it cuts (full chunks, the last partial one, empty
+ * ones), so the few distinct lengths are followed instead of the pieces; past 32 of them the
+ * answer is a conservative false. */
+static bool chunks_nonempty(int64_t size, int n, const int64_t *sizes) {
+  int64_t len[32] = {size}, next[32];
+  int count = 1;
+  for (int l = 0; l < n; l++) {
+    int k = 0;
+    for (int i = 0; i < count; i++) {
+      int64_t piece = (len[i] + sizes[l] - 1) / sizes[l], parts[2];
+      parts[0] = piece;
+      parts[1] = len[i] - piece * (dt__chunk_nonempty(len[i], sizes[l]) - 1);
+      if (dt__chunk_nonempty(len[i], sizes[l]) < sizes[l]) return false; /* an empty piece */
+      for (int j = 0; j < 2; j++) {
+        bool seen = false;
+        for (int x = 0; x < k; x++) seen |= next[x] == parts[j];
+        if (seen) continue;
+        if (k == 32) return false;
+        next[k++] = parts[j];
+      }
+    }
+    memcpy(len, next, sizeof(int64_t) * (size_t)k);
+    count = k;
+  }
+  for (int i = 0; i < count; i++) {
+    if (len[i] <= 0) return false;
+  }
+  return true;
+}
+
+/* For argument 0 under placements `state`, with mesh dim m sharding d as well: whether each
+ * dim's pieces are all non-empty (dt_rule_ctx.nonempty). */
+static void nested_nonempty(const dt_propagation *p, const dt_placement *state, int m,
+                            bool *nonempty) {
+  const dt_tensor *a = p->args[0];
+  for (int d = 0; d < a->ndim; d++) {
+    int64_t sizes[DT_MESH_MAX_DIMS];
+    int n = 0;
+    for (int j = 0; j < p->mesh_ndim; j++) {
+      if (j == m || (state[j].kind == DT_SHARD && state[j].dim == d)) sizes[n++] = p->mesh_size[j];
+    }
+    nonempty[d] = chunks_nonempty(a->shape[d], n, sizes);
   }
 }
 
@@ -291,6 +339,7 @@ static dt_status build_candidates(const dt_propagation *p, candidates *c, dt_pro
     ctx.mesh_size = p->mesh_size[m];
     nested_split(p, p->current[0], m, ctx.split);
     memcpy(c->split[m], ctx.split, sizeof ctx.split);
+    if (p->n_args > 0 && p->args[0]) nested_nonempty(p, p->current[0], m, ctx.nonempty);
     for (int d = 0; d < DT_MAX_DIMS; d++) ctx.outer[d] = 1;
     for (int j = 0; j < m && p->n_args > 0; j++) {
       dt_placement q = p->current[0][j];

@@ -154,13 +154,11 @@ static void rule_like(const dt_rule_ctx *c, const dt_placement *cur, dt_strategi
 /* ---- Reductions --------------------------------------------------------------------------- */
 
 /* max/min of an empty shard has no value, so Partial(max/min) needs every shard non-empty:
- * guaranteed by an even split, or for a single level of sharding by the chunk sizes. */
+ * guaranteed by an even split, or by the chunk sizes at each level of nesting (the
+ * propagator works them out: [7] on [S(0), S(0)] over 2 x 2 is pieces 2, 2, 2, 1). */
 static bool no_empty_shard(const dt_rule_ctx *c, int d, int64_t size) {
-  int64_t n = c->split[d];
-  if (size % n == 0) return size > 0;
-  if (n != c->mesh_size) return false; /* nested: be conservative */
-  int64_t piece = (size + n - 1) / n;
-  return piece * (n - 1) < size;
+  if (size % c->split[d] == 0) return size > 0;
+  return c->nonempty[d];
 }
 
 static void rule_reduction(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
@@ -237,7 +235,7 @@ static void rule_reduction(const dt_rule_ctx *c, const dt_placement *cur, dt_str
 
 /* ---- Matrix products ---------------------------------------------------------------------- */
 
-/* mm / bmm / matmul with 2-D (or batched, equal-rank) operands: a [.., n, k], b [.., k, m]. */
+/* mm / bmm / matmul: a [.., n, k], b [.., k, m], the batch dims broadcasting. */
 static void rule_matmul(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
   const dt_tensor *a = c->args[0], *b = c->args[1];
   int na = a->ndim, nb = b->ndim, no = c->out[0].ndim;
@@ -256,15 +254,16 @@ static void rule_matmul(const dt_rule_ctx *c, const dt_placement *cur, dt_strate
     in[0] = S(na - 2), in[1] = R(), push(s, in, 2, S(no - 2)); /* rows of a */
     in[0] = R(), in[1] = S(nb - 1), push(s, in, 2, S(no - 1)); /* columns of b */
     in[0] = S(na - 1), in[1] = S(nb - 2), push(s, in, 2, dt_partial(DT_REDUCE_SUM)); /* k */
-    if (na == nb) { /* batch dims, when neither side broadcasts them */
-      for (int d = 0; d < na - 2; d++) {
-        if (a->shape[d] == b->shape[d] && a->shape[d] != 1)
-          in[0] = S(d), in[1] = S(d), push(s, in, 2, S(d));
-      }
-    } else if (nb == 2) { /* [.., n, k] @ [k, m]: batch dims of a */
-      for (int d = 0; d < na - 2; d++) in[0] = S(d), in[1] = R(), push(s, in, 2, S(d));
-    } else if (na == 2) { /* [n, k] @ [.., k, m]: batch dims of b */
-      for (int d = 0; d < nb - 2; d++) in[0] = R(), in[1] = S(d), push(s, in, 2, S(d));
+    /* Batch dims (broadcast as PyTorch's matmul does): an output batch dim is sharded where
+     * each operand that spans it at full size is sharded alike and one that broadcasts it
+     * (size 1, or absent) is replicated: [3, 1, 6, 4] S(0) @ [3, 4, 5] R moves nothing. */
+    for (int k = 0; k < no - 2; k++) {
+      int da = k - (no - na), db = k - (no - nb);
+      bool sa = da >= 0 && a->shape[da] == c->out[0].shape[k];
+      bool sb = db >= 0 && b->shape[db] == c->out[0].shape[k];
+      if (!sa && !sb) continue;
+      in[0] = sa ? S(da) : R(), in[1] = sb ? S(db) : R();
+      push(s, in, 2, S(k));
     }
   }
   for (int i = 0; i < 2; i++) {
