@@ -245,3 +245,79 @@ Test(plan_pytorch, amax_over_a_dim_sharded_unevenly_on_both_mesh_dims) {
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k]);
 }
+
+static dt_status mean_all(dt_tensor **in, dt_tensor **out) { return dt_mean(in[0], out); }
+static dt_status mean_rows(dt_tensor **in, dt_tensor **out) {
+  return dt_mean_dims(in[0], 1, (int64_t[]){0}, false, out);
+}
+
+/* mean over a dim sharded unevenly (3 rows over 2) on a 2-D mesh: the idle mesh dim slices a
+ * dim that divides (6 over 3), so mesh dim 0 gathers a third of the tensor and the result is
+ * a Partial(avg) on mesh dim 1 (PyTorch: 192 bytes, moving the shard to the mesh dim that
+ * divides; gathering the whole tensor moved 432). */
+Test(plan_pytorch, mean_over_an_uneven_shard_on_a_2d_mesh) {
+  op_case cases[] = {
+      {"mean [3, 6, 6] [S(0), R]", 2, {2, 3}, 1, {{3, {3, 6, 6}, {S_(0), R_}, 0}}, mean_all, 144},
+      {"mean dim 0 [3, 6, 6] [S(0), R]",
+       2,
+       {2, 3},
+       1,
+       {{3, {3, 6, 6}, {S_(0), R_}, 0}},
+       mean_rows,
+       144},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k]);
+}
+
+static dt_status gather_rows(dt_tensor **in, dt_tensor **out) {
+  return dt_gather(in[0], 0, in[1], out);
+}
+
+/* gather along self's sharded dim with the index replicated: each shard gathers the indices
+ * in its rows and zeros elsewhere, a Partial(sum) (PyTorch's masked partial: 0 bytes;
+ * gathering self moved 96 for [6, 4] on 3 ranks). Also nested and uneven on 2 x 2. */
+Test(plan_pytorch, gather_along_the_sharded_dim_of_self) {
+  op_case cases[] = {
+      {"gather [6, 4] S(0), index [5, 4] R",
+       1,
+       {3},
+       2,
+       {{2, {6, 4}, {S_(0)}, 0}, {2, {5, 4}, {R_}, 6}},
+       gather_rows,
+       0},
+      {"gather [7, 3] [S(0), S(0)], index [9, 2] R",
+       2,
+       {2, 2},
+       2,
+       {{2, {7, 3}, {S_(0), S_(0)}, 0}, {2, {9, 2}, {R_, R_}, 7}},
+       gather_rows,
+       0},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k]);
+}
+
+/* The masked gather still checks every index against self's global rows: 6 is out of range
+ * for 6 rows on every rank, including those whose window would skip it. */
+static dt_status gather_out_of_range_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int[]){3}, NULL, &mesh));
+  dt_tensor *self = ref_random(2, (int64_t[]){6, 4}, DT_F32, -2, 2, 3), *t = NULL, *out = NULL;
+  dt_tensor *index = ref_tensor(2, (int64_t[]){1, 4}, DT_I64, (double[]){0, 6, 1, 2}), *ti = NULL;
+  RANK_OK(dt_dist_distribute_tensor(mesh, self, 1, (dt_placement[]){dt_shard(0)}, &t));
+  RANK_OK(dt_dist_distribute_tensor(mesh, index, 1, (dt_placement[]){dt_replicate()}, &ti));
+  dt_status st = dt_gather(t, 0, ti, &out);
+  RANK_CHECK(st == DT_ERR_INDEX && strstr(dt_last_error(), "index 6"), "gather returned %s: %s",
+             dt_status_string(st), dt_last_error());
+  RANK_CHECK(out == NULL, "a failed gather left an output");
+  dt_tensor_release(self);
+  dt_tensor_release(index);
+  dt_tensor_release(t);
+  dt_tensor_release(ti);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(plan_pytorch, masked_gather_refuses_an_index_out_of_range) {
+  SPAWN_OK(3, gather_out_of_range_rank, NULL);
+}

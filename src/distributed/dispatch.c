@@ -645,7 +645,8 @@ static dt_status dist_dispatch(dt_op_call *call) {
     }
     if (plan->row_window) {
       /* After the op's own attributes: embedding {offset, rows}, scatter_add {dim, offset,
-       * rows}. */
+       * rows}, gather {dim, sparse_grad, offset, rows}. */
+      if (lc.op == DT_OP_GATHER) lc.ints[1] = 0, lc.n_ints = 2;
       lc.ints[lc.n_ints++] = plan->window[0];
       lc.ints[lc.n_ints++] = plan->window[1];
     }

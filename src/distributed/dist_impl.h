@@ -226,6 +226,10 @@ void dt__rule_keep_free_dims(const dt_rule_ctx *c, const dt_placement *cur, uint
 static inline bool dt__is_linear_partial(dt_placement p) {
   return p.kind == DT_PARTIAL && (p.op == DT_REDUCE_SUM || p.op == DT_REDUCE_AVG);
 }
+/* The rules of the matrix products (distributed/rules_matmul.c). */
+void dt__rule_matmul(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s);
+void dt__rule_addmm(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s);
+void dt__rule_linear(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s);
 /* The rules of the index ops (distributed/rules_index.c). */
 void dt__rule_triangle(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s);
 void dt__rule_index_select(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s);

@@ -219,7 +219,19 @@ static void rule_reduction(const dt_rule_ctx *c, const dt_placement *cur, dt_str
                 p.op == f.combine;
     if (linear || same) push(s, in, 1, p);
   } else {
-    /* Idle mesh dim: shard a dim the reduction keeps. */
+    /* Idle mesh dim: shard a dim the reduction keeps, or one it reduces (a local slice whose
+     * results combine as a Partial, under the conditions above): the other mesh dims then
+     * gather a smaller piece (the mean of [3, 6, 6] on [S(0), R] over 2 x 3: mesh dim 1
+     * slices dim 1 and mesh dim 0 gathers a third of the tensor). */
+    for (int d = 0; d < a->ndim; d++) {
+      if (!(reduced & (1u << d)) || a->shape[d] < 2 || f.indices) continue;
+      bool ok = f.combine == DT_REDUCE_SUM;
+      if (f.combine == DT_REDUCE_MAX || f.combine == DT_REDUCE_MIN)
+        ok = no_empty_shard(c, d, a->shape[d]);
+      if (f.combine == DT_REDUCE_AVG) ok = a->shape[d] % c->split[d] == 0;
+      in[0] = S(d);
+      if (ok) push(s, in, 1, dt_partial(f.combine));
+    }
     for (int d = 0; d < a->ndim; d++) {
       if ((reduced & (1u << d)) || a->shape[d] < 2) continue;
       int k = d;
@@ -231,112 +243,6 @@ static void rule_reduction(const dt_rule_ctx *c, const dt_placement *cur, dt_str
     }
   }
   push_replicated(s, 1);
-}
-
-/* ---- Matrix products ---------------------------------------------------------------------- */
-
-/* mm / bmm / matmul: a [.., n, k], b [.., k, m], the batch dims broadcasting. */
-static void rule_matmul(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
-  const dt_tensor *a = c->args[0], *b = c->args[1];
-  int na = a->ndim, nb = b->ndim, no = c->out[0].ndim;
-  dt_placement in[2];
-  if (na == 1 && nb == 1) { /* dot: the contraction is the only dim */
-    in[0] = S(0), in[1] = S(0), push(s, in, 2, dt_partial(DT_REDUCE_SUM));
-  } else if (na >= 2 && nb == 1) { /* [.., n, k] @ [k] -> [.., n] */
-    in[0] = S(na - 2), in[1] = R(), push(s, in, 2, S(no - 1));
-    in[0] = S(na - 1), in[1] = S(0), push(s, in, 2, dt_partial(DT_REDUCE_SUM));
-    for (int d = 0; d < na - 2; d++) in[0] = S(d), in[1] = R(), push(s, in, 2, S(d));
-  } else if (na == 1 && nb >= 2) { /* [k] @ [.., k, m] -> [.., m] */
-    in[0] = R(), in[1] = S(nb - 1), push(s, in, 2, S(no - 1));
-    in[0] = S(0), in[1] = S(nb - 2), push(s, in, 2, dt_partial(DT_REDUCE_SUM));
-    for (int d = 0; d < nb - 2; d++) in[0] = R(), in[1] = S(d), push(s, in, 2, S(d));
-  } else {
-    in[0] = S(na - 2), in[1] = R(), push(s, in, 2, S(no - 2)); /* rows of a */
-    in[0] = R(), in[1] = S(nb - 1), push(s, in, 2, S(no - 1)); /* columns of b */
-    in[0] = S(na - 1), in[1] = S(nb - 2), push(s, in, 2, dt_partial(DT_REDUCE_SUM)); /* k */
-    /* Batch dims (broadcast as PyTorch's matmul does): an output batch dim is sharded where
-     * each operand that spans it at full size is sharded alike and one that broadcasts it
-     * (size 1, or absent) is replicated: [3, 1, 6, 4] S(0) @ [3, 4, 5] R moves nothing. */
-    for (int k = 0; k < no - 2; k++) {
-      int da = k - (no - na), db = k - (no - nb);
-      bool sa = da >= 0 && a->shape[da] == c->out[0].shape[k];
-      bool sb = db >= 0 && b->shape[db] == c->out[0].shape[k];
-      if (!sa && !sb) continue;
-      in[0] = sa ? S(da) : R(), in[1] = sb ? S(db) : R();
-      push(s, in, 2, S(k));
-    }
-  }
-  for (int i = 0; i < 2; i++) {
-    if (is_linear_partial(cur[i])) {
-      in[i] = cur[i];
-      in[1 - i] = R();
-      push(s, in, 2, cur[i]);
-    }
-  }
-  push_replicated(s, 2);
-}
-
-/* addmm(bias, a, b): mm's strategies with the bias following the output. */
-static void rule_addmm(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
-  const dt_tensor *bias = c->args[0];
-  int nb = bias->ndim;
-  dt_placement in[3];
-  /* rows */
-  in[0] = (nb == 2 && bias->shape[0] != 1) ? S(0) : R(), in[1] = S(0), in[2] = R();
-  push(s, in, 3, S(0));
-  /* columns */
-  in[0] = (nb >= 1 && bias->shape[nb - 1] != 1) ? S(nb - 1) : R(), in[1] = R(), in[2] = S(1);
-  push(s, in, 3, S(1));
-  /* contraction: the bias must be counted once, so it becomes a Partial too */
-  in[0] = dt_partial(DT_REDUCE_SUM), in[1] = S(1), in[2] = S(0);
-  push(s, in, 3, dt_partial(DT_REDUCE_SUM));
-  /* Linear in each factor: a Partial factor times a replica, plus the bias as the same
-   * Partial (bias + sum_r a_r b = sum_r (bias_r + a_r b) with the bias's partials). Also
-   * when only the bias is Partial: a replicated factor becomes Partial locally (R -> P)
-   * and the bias's partials are kept instead of reduced. */
-  for (int i = 1; i < 3; i++) {
-    dt_placement p = is_linear_partial(cur[i]) ? cur[i] : cur[0];
-    if (!is_linear_partial(p)) continue;
-    in[0] = p, in[1] = R(), in[2] = R();
-    in[i] = p;
-    push(s, in, 3, p);
-  }
-  /* The contraction with a Partial bias: the factors' partial products are a Partial(sum),
-   * so only a Partial(sum) bias joins them (the strategy above). A Partial(avg) bias would
-   * average the products instead of summing them: it is reduced (or rescaled) first. */
-  push_replicated(s, 3);
-}
-
-/* linear(x [.., in], w [out, in], bias [out]?). */
-static void rule_linear(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
-  const dt_tensor *x = c->args[0];
-  bool has_bias = c->n_args > 2 && c->args[2];
-  int nx = x->ndim;
-  dt_placement in[3] = {R(), R(), R()};
-  /* colwise: weight rows -> output features */
-  in[0] = R(), in[1] = S(0), in[2] = has_bias ? S(c->args[2]->ndim - 1) : R();
-  if (has_bias && c->args[2]->shape[c->args[2]->ndim - 1] == 1) in[2] = R();
-  push(s, in, c->n_args, S(c->out[0].ndim - 1));
-  /* rowwise: contraction over in-features -> Partial(sum), bias counted once */
-  in[0] = S(nx - 1), in[1] = S(1), in[2] = has_bias ? dt_partial(DT_REDUCE_SUM) : R();
-  push(s, in, c->n_args, dt_partial(DT_REDUCE_SUM));
-  /* batch dims of x */
-  for (int d = 0; d < nx - 1; d++) {
-    in[0] = S(d), in[1] = R(), in[2] = R();
-    push(s, in, c->n_args, S(d));
-  }
-  /* Linear in each of x and w: a Partial one times a replica of the other; a bias becomes
-   * the same Partial so that it is counted once. A Partial bias alone makes x or w Partial
-   * locally (R -> P) to keep its partials. */
-  for (int i = 0; i < 2; i++) {
-    dt_placement p = is_linear_partial(cur[i]) ? cur[i] : has_bias ? cur[2] : R();
-    if (!is_linear_partial(p)) continue;
-    in[0] = R(), in[1] = R(), in[2] = has_bias ? p : R();
-    in[i] = p;
-    push(s, in, c->n_args, p);
-  }
-  /* Idle mesh dim: batch dims of x (already proposed above) or output features. */
-  push_replicated(s, c->n_args);
 }
 
 /* ---- NN ops -----------------------------------------------------------------------------------
@@ -711,9 +617,9 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
   case DT_RULE_POINTWISE: rule_pointwise(c, cur, s); return true;
   case DT_RULE_LIKE: rule_like(c, cur, s); return true;
   case DT_RULE_REDUCTION: rule_reduction(c, cur, s); return true;
-  case DT_RULE_MATMUL: rule_matmul(c, cur, s); return true;
-  case DT_RULE_ADDMM: rule_addmm(c, cur, s); return true;
-  case DT_RULE_LINEAR: rule_linear(c, cur, s); return true;
+  case DT_RULE_MATMUL: dt__rule_matmul(c, cur, s); return true;
+  case DT_RULE_ADDMM: dt__rule_addmm(c, cur, s); return true;
+  case DT_RULE_LINEAR: dt__rule_linear(c, cur, s); return true;
   case DT_RULE_SOFTMAX:
   case DT_RULE_SOFTMAX_BACKWARD:
     dt__rule_keep_free_dims(c, cur, 1u << call->ints[0], rule == DT_RULE_SOFTMAX ? 1 : 2, false, s);

@@ -73,7 +73,8 @@ void dt__rule_index_select(const dt_rule_ctx *c, const dt_placement *cur, dt_str
  *    too (each shard gathers within its slices; sizes must match so the chunks do);
  *  - index sharded along `dim`, self replicated: a position's own place along `dim` is not
  *    used to read self, so each shard gathers its part, the output sharded alike;
- *  - linear in self: Partial(sum|avg) self, index replicated. */
+ *  - linear in self: Partial(sum|avg) self, index replicated;
+ *  - self sharded along `dim` = 0, index replicated: a masked Partial(sum) (below). */
 void dt__rule_gather(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s) {
   const dt_tensor *self = c->args[0], *index = c->args[1];
   int dim = (int)c->call->ints[0];
@@ -94,6 +95,14 @@ void dt__rule_gather(const dt_rule_ctx *c, const dt_placement *cur, dt_strategie
   if (dt__is_linear_partial(cur[0]) && dt_dtype_is_floating(c->out[0].dtype)) {
     in[0] = cur[0], in[1] = dt_replicate();
     dt__rule_push(s, in, 2, cur[0]);
+  }
+  /* self's rows sharded along the gather dim 0, index replicated: each shard gathers the
+   * indices in its rows and zeros for the others (the dispatcher passes its row window,
+   * DT_TRAIT_ROW_WINDOW), so the output is a Partial(sum) (PyTorch's masked partial). */
+  if (dim == 0 && cur[0].kind == DT_SHARD && cur[0].dim == 0 &&
+      dt_dtype_is_floating(c->out[0].dtype)) {
+    in[0] = dt_shard(0), in[1] = dt_replicate();
+    dt__rule_push(s, in, 2, dt_partial(DT_REDUCE_SUM));
   }
   push_replicated(s, 2);
 }

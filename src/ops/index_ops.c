@@ -107,10 +107,18 @@ dt_status dt__infer_gather(dt_op_call *call, dt_tensor_meta *metas) {
   const char *op = dt__op_name(call);
   if (call->n_ints > 1 && call->ints[1] != 0)
     return dt__error(DT_ERR_UNSUPPORTED, "%s: sparse_grad=true is not supported", op);
+  /* A row window the dist dispatcher passes after {dim, sparse_grad} survives the dim's
+   * normalization (dt__kernel_gather). */
+  bool windowed = call->n_ints == 4;
+  int64_t window[2] = {call->ints[2], call->ints[3]};
   int d;
   dt_status st = dt__call_dim(call, a, &d);
   if (!st) st = check_index(call, index, a->ndim);
   if (st) return st;
+  if (windowed) {
+    call->ints[1] = 0, call->ints[2] = window[0], call->ints[3] = window[1];
+    call->n_ints = 4;
+  }
   for (int i = 0; i < a->ndim; i++) {
     if (i != d && index->shape[i] > a->shape[i]) {
       char bi[160], ba[160];
@@ -123,9 +131,14 @@ dt_status dt__infer_gather(dt_op_call *call, dt_tensor_meta *metas) {
   return DT_OK;
 }
 
+/* ints {dim, sparse_grad}, then {offset, rows} when the dist dispatcher passes self's row window
+ * (self sharded along dim 0, the gather dim). */
 dt_status dt__kernel_gather(dt_op_call *call) {
-  return dt__cpu_gather(dt__op_name(call), call->inputs[0], (int)call->ints[0], call->inputs[1],
-                        call->outputs[0]);
+  int dim = (int)call->ints[0];
+  bool window = call->n_ints == 4 && dim == 0;
+  const dt_tensor *a = call->inputs[0];
+  return dt__cpu_gather(dt__op_name(call), a, dim, call->inputs[1], window ? call->ints[2] : 0,
+                        window ? call->ints[3] : a->shape[dim], call->outputs[0]);
 }
 
 /* ---- Public functions ------------------------------------------------------------------- */

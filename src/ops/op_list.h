@@ -337,7 +337,7 @@
     INDEX_SELECT, SPECIALIZE, NO_FUNC, 0, BACKWARD(index_select),                                  \
     "index_select(Tensor self, int dim, Tensor index) -> Tensor")                                  \
   X(GATHER, "gather", COMPUTE, 2, dt__infer_gather, dt__kernel_gather, GATHER, SPECIALIZE,         \
-    NO_FUNC, 0, BACKWARD(gather),                                                                  \
+    NO_FUNC, DT_TRAIT_ROW_WINDOW, BACKWARD(gather),                                                \
     "gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> "                    \
     "Tensor")
 

@@ -150,32 +150,36 @@ dt_status dt__cpu_topk(const char *op, const dt_tensor *a, int64_t k, int dim, b
 /* ---- index_select, gather --------------------------------------------------------------- */
 
 /* index_select (select: index is 1-D, read at the output's position along dim) and gather
- * (index has the output's shape, read at the output's position). */
+ * (index has the output's shape, read at the output's position). a holds rows [offset, offset +
+ * its size) of `limit` along dim; an index outside them reads a zero. */
 static dt_status gather_along(const char *op, const dt_tensor *a, int dim, const dt_tensor *index,
-                              bool select, dt_tensor *out) {
-  dt_status st = check_indices(op, index, dim, a->shape[dim]);
+                              bool select, int64_t offset, int64_t limit, dt_tensor *out) {
+  dt_status st = check_indices(op, index, dim, limit);
   if (st) return st;
-  int64_t n = dt__tensor_numel(out);
+  int64_t n = dt__tensor_numel(out), rows = a->shape[dim];
   size_t esize = dt__dtype_sizes[a->dtype];
   dt_index_iter it;
   dt__iter_init(&it, out->ndim, out->shape);
   for (int64_t e = 0; e < n; e++, dt__iter_next(&it)) {
     int64_t pos[DT_MAX_DIMS], ipos[1] = {it.index[dim]};
     memcpy(pos, it.index, sizeof(int64_t) * (size_t)out->ndim);
-    pos[dim] = load_index(index, select ? ipos : it.index);
-    memcpy(element(out, it.index), element(a, pos), esize);
+    pos[dim] = load_index(index, select ? ipos : it.index) - offset;
+    if (pos[dim] < 0 || pos[dim] >= rows) /* another shard's row */
+      memset(element(out, it.index), 0, esize);
+    else
+      memcpy(element(out, it.index), element(a, pos), esize);
   }
   return DT_OK;
 }
 
 dt_status dt__cpu_index_select(const char *op, const dt_tensor *a, int dim, const dt_tensor *index,
                                dt_tensor *out) {
-  return gather_along(op, a, dim, index, true, out);
+  return gather_along(op, a, dim, index, true, 0, a->shape[dim], out);
 }
 
 dt_status dt__cpu_gather(const char *op, const dt_tensor *a, int dim, const dt_tensor *index,
-                         dt_tensor *out) {
-  return gather_along(op, a, dim, index, false, out);
+                         int64_t offset, int64_t limit, dt_tensor *out) {
+  return gather_along(op, a, dim, index, false, offset, limit, out);
 }
 
 /* ---- scatter_add ------------------------------------------------------------------------ */

@@ -27,9 +27,12 @@ dt_status dt__cpu_index_select(const char *op, const dt_tensor *a, int dim, cons
                                dt_tensor *out);
 
 /* PyTorch's gather: out (index's shape) at position p is a at p with p[dim] = index[p]. Every
- * index is checked first, as for index_select. */
+ * index is checked against `limit` first, as for index_select. a may be a row window (a shard
+ * of rows along dim, distributed dispatch): it holds rows [offset, offset + its size) of
+ * `limit`, and an index outside them gives a zero (the shards' outputs sum to the gather). A
+ * whole a is the window at offset 0 with limit = its size. */
 dt_status dt__cpu_gather(const char *op, const dt_tensor *a, int dim, const dt_tensor *index,
-                         dt_tensor *out);
+                         int64_t offset, int64_t limit, dt_tensor *out);
 
 /* out = self, then out[..., index[i], ...] += src[i] along dim for every position i of index
  * (PyTorch's scatter_add). Every index is checked against `limit` (self's size along dim for a

@@ -145,9 +145,11 @@ int dt__cuda_launch_cumsum(void *stream, const dt_cuda_ref *a, int dim, const dt
 int dt__cuda_launch_topk(void *stream, const dt_cuda_ref *a, int64_t k, int dim, bool largest,
                          const dt_cuda_ref *values, const dt_cuda_ref *indices);
 /* index_select (gather false: index 1-D along dim) or gather (index of out's shape): out at p
- * is a at p with p[dim] = the index there. The indices are checked by the caller first. */
+ * is a at p with p[dim] = the index there minus offset, or zero where that is outside a (a row
+ * window of a sharded a; offset 0 for a whole one). The indices are checked by the caller
+ * first. */
 int dt__cuda_launch_take(void *stream, const dt_cuda_ref *a, int dim, const dt_cuda_ref *index,
-                         bool gather, const dt_cuda_ref *out);
+                         bool gather, int64_t offset, const dt_cuda_ref *out);
 
 /* ---- Attention (attention.cu) ------------------------------------------------------------------
  */

@@ -36,16 +36,20 @@ dt_status dt__cuda_kernel_topk(dt_op_call *call) {
                                                       call->ints[2] != 0, &v, &i));
 }
 
-/* index_select {self, index (1-D)} and gather {self, index}, ints[0] = dim. */
+/* index_select {self, index (1-D)} and gather {self, index}, ints[0] = dim; a gather's ints
+ * {dim, sparse_grad, offset, rows} carry self's row window (src/ops/index_ops.c). */
 static dt_status take(dt_op_call *call, bool gather) {
   const dt_tensor *a = call->inputs[0], *index = call->inputs[1];
   int dim = (int)call->ints[0];
+  bool window = gather && call->n_ints == 4 && dim == 0;
+  int64_t offset = window ? call->ints[2] : 0;
+  int64_t limit = window ? call->ints[3] : a->ndim > 0 ? a->shape[dim] : 1;
   cudaStream_t s;
   dt_status st = dt__cuda_call_stream(call, a, &s);
-  if (!st) st = dt__cuda_check_dim_indices(call, s, index, dim, a->ndim > 0 ? a->shape[dim] : 1);
+  if (!st) st = dt__cuda_check_dim_indices(call, s, index, dim, limit);
   if (st) return st;
   dt_cuda_ref ra = dt__cuda_ref(a), ri = dt__cuda_ref(index), out = dt__cuda_ref(call->outputs[0]);
-  return dt__cuda_launched(call, dt__cuda_launch_take(s, &ra, dim, &ri, gather, &out));
+  return dt__cuda_launched(call, dt__cuda_launch_take(s, &ra, dim, &ri, gather, offset, &out));
 }
 
 dt_status dt__cuda_kernel_index_select(dt_op_call *call) { return take(call, false); }

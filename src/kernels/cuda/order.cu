@@ -249,18 +249,24 @@ extern "C" int dt__cuda_launch_topk(void *stream, const dt_cuda_ref *a, int64_t 
  * stride[0] out's, stride[1] a's (0 along dim) and stride[2] the index's (index_select: only
  * along dim). */
 __global__ void dt_cuda_take_kernel(dt_cuda_order_walk w, const char *a, int64_t a_dim_stride,
-                                    const char *idx, int idx_dtype, char *out, int es, int64_t n) {
+                                    int64_t offset, int64_t rows, const char *idx, int idx_dtype,
+                                    char *out, int es, int64_t n) {
   int64_t step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += step) {
     int64_t off[3];
     w.offsets(e, off);
-    int64_t j = index_value(idx, idx_dtype, off[2]);
+    int64_t j = index_value(idx, idx_dtype, off[2]) - offset;
+    if (j < 0 || j >= rows) { /* another shard's row: a zero */
+      for (int b = 0; b < es; b++) out[off[0] * es + b] = 0;
+      continue;
+    }
     copy_element(out + off[0] * es, a + (off[1] + j * a_dim_stride) * es, es);
   }
 }
 
 extern "C" int dt__cuda_launch_take(void *stream, const dt_cuda_ref *a, int dim,
-                                    const dt_cuda_ref *index, bool gather, const dt_cuda_ref *out) {
+                                    const dt_cuda_ref *index, bool gather, int64_t offset,
+                                    const dt_cuda_ref *out) {
   int64_t n = count_of(out);
   if (n == 0) return 0;
   dt_cuda_ref a_off = *a, idx = *index;
@@ -271,7 +277,7 @@ extern "C" int dt__cuda_launch_take(void *stream, const dt_cuda_ref *a, int dim,
   }
   dt_cuda_order_walk w = order_walk(out, -1, out, &a_off, &idx);
   dt_cuda_take_kernel<<<dt_cuda_blocks(n), DT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(
-      w, a->data, a->strides[dim], index->data, index->dtype, out->data, dt_cuda_esize(a->dtype),
-      n);
+      w, a->data, a->strides[dim], offset, a->shape[dim], index->data, index->dtype, out->data,
+      dt_cuda_esize(a->dtype), n);
   return (int)cudaGetLastError();
 }
