@@ -187,7 +187,8 @@ typedef struct dt_attention_options {
  * log-sum-exp of each query's scores [B, H, T] (float32, float64 for float64 inputs); a query
  * that keeps no key (every pair masked, or S = 0) gets zero outputs (PyTorch's), lse -inf and
  * no gradient. Differentiable in q, k, v (not in a float mask). Distributed: batch or heads
- * sharded run without communication. Errors: DT_ERR_SHAPE (not 4-D, sizes that disagree, a
+ * sharded (a shard may hold no heads) run without communication, and so does the non-causal
+ * forward with q sharded on the sequence (dim 2) and k, v replicated. Errors: DT_ERR_SHAPE (not 4-D, sizes that disagree, a
  * mask that does not broadcast), DT_ERR_DTYPE (dtypes differ, not floating), DT_ERR_INVALID
  * (NULL out, a scale not finite or < 0, or above FLT_MAX for float32, float16 or bfloat16
  * inputs). E = 0 gives every query the mean of its values. On the CPU float16 and bfloat16
