@@ -321,3 +321,30 @@ static dt_status gather_out_of_range_rank(dt_comm *world, void *arg) {
 Test(plan_pytorch, masked_gather_refuses_an_index_out_of_range) {
   SPAWN_OK(3, gather_out_of_range_rank, NULL);
 }
+
+static dt_status rms_norm_last(dt_tensor **in, dt_tensor **out) {
+  return dt_rms_norm(in[0], 1, (int64_t[]){6}, in[1], 1e-5, out);
+}
+
+/* rms_norm with a sharded weight and a replicated input: each shard normalizes whole rows
+ * and scales its columns by its piece of the weight, the output Shard(1) (PyTorch: 0 bytes;
+ * gathering the weight moved 24). On 2 x 2 the rows stay sharded on mesh dim 0 as well. */
+Test(plan_pytorch, rms_norm_with_a_sharded_weight) {
+  op_case cases[] = {
+      {"rms_norm [5, 6] R, w [6] S(0)",
+       1,
+       {3},
+       2,
+       {{2, {5, 6}, {R_}, 0}, {1, {6}, {S_(0)}, 0}},
+       rms_norm_last,
+       0},
+      {"rms_norm [5, 6] [S(0), R], w [6] [R, S(0)]",
+       2,
+       {2, 2},
+       2,
+       {{2, {5, 6}, {S_(0), R_}, 0}, {1, {6}, {R_, S_(0)}, 0}},
+       rms_norm_last,
+       0},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k]);
+}

@@ -115,6 +115,9 @@ bool dt__compile_dist_plain(const dt_op_call *call, dt_placement *out) {
       if (r.targets[0][m].kind == DT_SHARD && r.targets[0][m].dim == 0) return false;
     }
   }
+  /* The dispatcher runs the shard's call otherwise. */
+  if (dt__dist_rewrites_call(call, nd, r.targets[0], call->n_inputs > 1 ? r.targets[1] : NULL))
+    return false;
   memcpy(out, r.out, sizeof(dt_placement) * (size_t)nd);
   return true;
 }
@@ -134,6 +137,8 @@ bool dt__compile_dist_pinned(const dt_op_call *caller, const dt_op_call *given, 
     if (t && (!t->spec || !dt__placements_equal(nd, t->spec->placements, r.targets[i])))
       return false;
   }
+  if (dt__dist_rewrites_call(caller, nd, r.targets[0], caller->n_inputs > 1 ? r.targets[1] : NULL))
+    return false; /* the dispatcher runs the shard's call otherwise */
   memcpy(out, r.out, sizeof(dt_placement) * (size_t)nd);
   return true;
 }

@@ -31,9 +31,11 @@ typedef struct op_plan {
   dt_op local_op;            /* the op run on the shards (squeeze and flatten run as reshape) */
   bool shard_geometry;       /* uniform_ takes the global shape and this shard's offset */
   bool row_window; /* input 0's rows sharded (DT_TRAIT_ROW_WINDOW): {row offset, all rows} */
-  /* narrow covering the whole of a sharded dim: the shard runs slice(dim, 0, end) instead, as
-   * its start and length count the global dim. */
-  bool whole_narrow;
+  /* dt__dist_rewrites_call: a narrow covering the whole of a sharded dim runs as slice(dim, 0,
+   * end) (its start and length count the global dim); rms_norm with its weight sharded runs
+   * without it, then scales this shard's columns [columns[0], + columns[1]) by it. */
+  bool rewritten;
+  int64_t columns[2];
   int64_t window[2];
   /* tril/triu on a shard of the matrix dims: its row offset minus its column offset, added to
    * the diagonal so that the shard keeps its part of the global triangle. */
@@ -433,9 +435,14 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
       plan->window[1] = w->shape[wd];
     }
   }
-  if (call->op == DT_OP_NARROW && metas[0].shape[g.ints[0]] == a->global[0].shape[g.ints[0]]) {
-    for (int m = 0; m < spec->mesh_ndim; m++)
-      plan->whole_narrow |= dt__is_sharding(plan->targets[0][m]);
+  plan->rewritten = dt__dist_rewrites_call(&g, spec->mesh_ndim, plan->targets[0],
+                                           a->n > 1 ? plan->targets[1] : NULL);
+  if (plan->rewritten && call->op == DT_OP_RMS_NORM) {
+    int64_t shape[DT_MAX_DIMS], offset[DT_MAX_DIMS];
+    int last = metas[0].ndim - 1;
+    dt__local_region(metas[0].ndim, metas[0].shape, spec->mesh_ndim, mi.size, mi.coord,
+                     out_placements, shape, offset);
+    plan->columns[0] = offset[last], plan->columns[1] = shape[last];
   }
   if (def->rule == DT_RULE_TRIANGLE) {
     const dt_tensor *x = &a->global[0];
@@ -566,6 +573,38 @@ static dt_status sync_batch_norm(dt_op_call *lc, const dt_mesh *mesh, const op_p
   return st;
 }
 
+/* rms_norm with its weight sharded (op_plan.rewritten): the whole rows normalized without the
+ * weight, then this shard's columns of them scaled by its piece of it. */
+static dt_status weight_columns(dt_op_call *lc, const op_plan *plan) {
+  dt_tensor *weight = lc->inputs[1], *normed = NULL, *columns = NULL;
+  lc->inputs[1] = NULL;
+  dt_status st = dt__dispatch_local(lc);
+  lc->inputs[1] = weight;
+  if (st) return st;
+  normed = lc->outputs[0];
+  lc->outputs[0] = NULL;
+  dt_op_call narrow = {.op = DT_OP_NARROW,
+                       .n_inputs = 1,
+                       .inputs = {normed},
+                       .n_ints = 3,
+                       .ints = {normed->ndim - 1, plan->columns[0], plan->columns[1]},
+                       .n_outputs = 1,
+                       .outputs = &columns};
+  st = dt__dispatch_local(&narrow);
+  if (!st) {
+    dt_op_call mul = {.op = DT_OP_MUL,
+                      .n_inputs = 2,
+                      .inputs = {columns, weight},
+                      .scalars = {1.0},
+                      .n_outputs = 1,
+                      .outputs = lc->outputs};
+    st = dt__dispatch_local(&mul);
+  }
+  dt_tensor_release(columns);
+  dt_tensor_release(normed);
+  return st;
+}
+
 static dt_status dist_dispatch(dt_op_call *call) {
   dist_args a;
   dt_status st = collect_args(call, &a);
@@ -589,7 +628,7 @@ static dt_status dist_dispatch(dt_op_call *call) {
     }
     plan->plain = !plan->any_redistribute && !plan->local_shape_override && !plan->shard_geometry &&
                   !plan->row_window && !plan->sync_dims && !plan->diagonal_shift &&
-                  !plan->whole_narrow;
+                  !plan->rewritten;
     /* A mesh its user destroyed lives only for its tensors: a cached plan would keep it
      * alive past them, so plan each call afresh. */
     if (c && !dt__mesh_user_destroyed(a.spec->mesh)) {
@@ -638,7 +677,7 @@ static dt_status dist_dispatch(dt_op_call *call) {
       lc.n_int_list = 2 * a.t[0]->spec->ndim;
     }
     lc.ints[0] += plan->diagonal_shift;
-    if (plan->whole_narrow) {
+    if (plan->rewritten && lc.op == DT_OP_NARROW) {
       lc.op = DT_OP_SLICE;
       lc.ints[1] = 0, lc.ints[2] = INT64_MAX, lc.ints[3] = 1;
       lc.n_ints = 4;
@@ -650,7 +689,12 @@ static dt_status dist_dispatch(dt_op_call *call) {
       lc.ints[lc.n_ints++] = plan->window[0];
       lc.ints[lc.n_ints++] = plan->window[1];
     }
-    st = plan->sync_dims ? sync_batch_norm(&lc, a.spec->mesh, plan) : dt__dispatch_local(&lc);
+    if (plan->sync_dims)
+      st = sync_batch_norm(&lc, a.spec->mesh, plan);
+    else if (plan->rewritten && lc.op == DT_OP_RMS_NORM)
+      st = weight_columns(&lc, plan);
+    else
+      st = dt__dispatch_local(&lc);
     if (st) dt__error_prefix("on this rank's shard"); /* value errors: shapes are local */
     call->n_outputs = lc.n_outputs; /* multi-output ops report how many pieces they made */
     if (!st) st = wrap_outputs(call, plan);

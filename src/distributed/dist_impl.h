@@ -222,6 +222,15 @@ bool dt__sharding_rule(const dt_rule_ctx *ctx, const dt_placement *current, dt_s
 void dt__rule_push(dt_strategies *s, const dt_placement *in, int n_in, dt_placement out);
 void dt__rule_keep_free_dims(const dt_rule_ctx *c, const dt_placement *cur, uint32_t busy,
                              int alike, bool reduces, dt_strategies *s);
+/* Whether the dist dispatcher runs call on the shards as something other than call with local
+ * shapes, given the placements self (argument 0) and weight (argument 1, may be NULL) take on
+ * each of mesh_ndim mesh dims: a narrow keeping a shard of the dim it narrows (it covers the
+ * whole dim: the shard runs a whole slice), rms_norm with its weight sharded (the shard
+ * normalizes whole rows and scales its columns by its piece of the weight). A graph node runs
+ * call as it is, so compile and the TP transform keep such choices out. */
+bool dt__dist_rewrites_call(const dt_op_call *call, int mesh_ndim, const dt_placement *self,
+                            const dt_placement *weight);
+
 /* A Partial that linear ops keep: sum or avg. */
 static inline bool dt__is_linear_partial(dt_placement p) {
   return p.kind == DT_PARTIAL && (p.op == DT_REDUCE_SUM || p.op == DT_REDUCE_AVG);

@@ -631,6 +631,13 @@ bool dt__sharding_rule(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
     for (int i = 0; i < call->n_ints; i++) busy |= 1u << (a->ndim - 1 - i);
     dt__rule_keep_free_dims(c, cur, busy, rule == DT_RULE_LAYER_NORM ? 1 : 2,
                             rule == DT_RULE_NORM_AFFINE_GRAD, s);
+    /* rms_norm over the last dim with its weight sharded: each shard normalizes whole rows and
+     * scales its columns by its piece of the weight, the output sharded on the last dim
+     * (PyTorch's plan, as its rms_norm is x * rsqrt(mean(x^2)) * w: a replicated x moves
+     * nothing). The dist dispatcher runs it (dt__dist_rewrites_call). */
+    if (call->op == DT_OP_RMS_NORM && call->n_ints == 1 && c->n_args > 1 && c->args[1] &&
+        cur[1].kind == DT_SHARD && cur[1].dim == 0)
+      push(s, (dt_placement[]){R(), S(0)}, 2, S(a->ndim - 1));
     return true;
   }
   case DT_RULE_BATCH_NORM:

@@ -40,3 +40,14 @@ void dt__rule_keep_free_dims(const dt_rule_ctx *c, const dt_placement *cur, uint
     dt__rule_push(s, in, c->n_args, dt_shard(d));
   }
 }
+
+bool dt__dist_rewrites_call(const dt_op_call *call, int mesh_ndim, const dt_placement *self,
+                            const dt_placement *weight) {
+  int ndim = call->n_inputs > 0 && call->inputs[0] ? call->inputs[0]->ndim : 0;
+  int64_t d = call->n_ints > 0 && call->ints[0] < 0 ? call->ints[0] + ndim : call->ints[0];
+  for (int m = 0; m < mesh_ndim; m++) {
+    if (call->op == DT_OP_NARROW && dt__is_sharding(self[m]) && self[m].dim == d) return true;
+    if (call->op == DT_OP_RMS_NORM && weight && dt__is_sharding(weight[m])) return true;
+  }
+  return false;
+}

@@ -308,6 +308,7 @@ typedef struct tp_call {
   const tp *s;
   const dt_node *node;
   const int *arg_node;
+  const dt_op_call *call; /* with global shapes, its attributes normalized by infer */
 } tp_call;
 
 /* The cost model's price for one argument's move, with one rank pricing moves as two
@@ -337,6 +338,10 @@ static bool tp_accept(void *user, int m, const dt_placement *in, dt_placement o)
   for (int k = 0; k < n->n_inputs + n->n_list; k++)
     if (in[k].kind == DT_STRIDED_SHARD) return false;
   if (o.kind == DT_SHARD && (o.dim >= out_type->ndim || out_type->sym[o.dim] >= 0)) return false;
+  /* A shard's call that the dist dispatcher rewrites (a whole narrow of a sharded dim,
+   * rms_norm with its weight sharded) has no graph form. */
+  if (dt__dist_rewrites_call(c->call, 1, &in[0], c->call->n_inputs > 1 ? &in[1] : NULL))
+    return false;
   /* Vocabulary-parallel embedding (weight rows sharded) needs each shard's row window at
    * run time, which a graph node does not carry: the eager path only. */
   if (dt__op_has_trait(n->target, DT_TRAIT_ROW_WINDOW) && in[0].kind == DT_SHARD &&
@@ -395,7 +400,7 @@ static dt_status place_call(tp *s, int i) {
   int n_out = def->kind == DT_OP_KIND_INPLACE ? 1 : call.n_outputs;
   if (def->kind == DT_OP_KIND_INPLACE)
     dt__meta_set(&metas[0], fakes[0].dtype, fakes[0].ndim, fakes[0].shape);
-  tp_call user = {.s = s, .node = n, .arg_node = arg_node};
+  tp_call user = {.s = s, .node = n, .arg_node = arg_node, .call = &call};
   dt_propagation prop = {.call = &call,
                          .n_args = n_args,
                          .n_out = n_out,
