@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "comm_helpers.h"
+/* Private header: the propagator's predicted bytes for the argmax candidates (internal). */
+#include "distributed/propagate_impl.h"
 #include "reference.h"
 
 #define MAX_IN 4
@@ -347,4 +349,63 @@ Test(plan_pytorch, rms_norm_with_a_sharded_weight) {
        0},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k]);
+}
+
+static dt_status argmax_all(dt_tensor **in, dt_tensor **out) { return dt_argmax(in[0], out); }
+
+/* argmax over every dim of a sharded tensor: each shard's winner (value, global index) is a
+ * candidate, gathered along the mesh dims that shard it (PyTorch gathers per-shard candidates:
+ * 96 bytes; gathering the [3, 2, 6, 5] tensor moved 720). Also nested and uneven on 2 x 2. */
+Test(plan_pytorch, full_argmax_gathers_candidates) {
+  op_case cases[] = {
+      {"argmax [3, 2, 6, 5] [R, S(2)]",
+       2,
+       {2, 2},
+       1,
+       {{4, {3, 2, 6, 5}, {R_, S_(2)}, 0}},
+       argmax_all,
+       96},
+      {"argmax [7, 3] [S(0), S(1)]",
+       2,
+       {2, 2},
+       1,
+       {{2, {7, 3}, {S_(0), S_(1)}, 0}},
+       argmax_all,
+       96},
+      {"argmax [3, 2] S(0) on 4", 1, {4}, 1, {{2, {3, 2}, {S_(0)}, 0}}, argmax_all, 96},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k]);
+}
+
+/* The propagator's prediction counts the candidates as the ledger does (2 x 16 bytes on
+ * mesh dim 1 of 2 x 2). */
+static dt_status argmax_predicted_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, 2, (int[]){2, 2}, NULL, &mesh));
+  dt_tensor *full = ref_random(2, (int64_t[]){6, 5}, DT_F32, -2, 2, 9), *t = NULL, *out = NULL;
+  RANK_OK(
+      dt_dist_distribute_tensor(mesh, full, 2, (dt_placement[]){dt_replicate(), dt_shard(1)}, &t));
+  dt_tensor *outs[1] = {NULL};
+  dt_op_call call = {
+      .op = DT_OP_ARGMAX, .n_inputs = 1, .inputs = {t}, .n_outputs = 1, .outputs = outs};
+  int64_t predicted = -1;
+  RANK_OK(dt__dist_predict_bytes(&call, &predicted));
+  dt_comm_ledger *ledger = NULL;
+  RANK_OK(dt_comm_ledger_start(&ledger));
+  RANK_OK(dt_argmax(t, &out));
+  RANK_OK(dt_comm_ledger_stop(ledger));
+  int64_t moved = dt_comm_ledger_bytes(ledger, NULL);
+  dt_comm_ledger_destroy(ledger);
+  RANK_CHECK(predicted == moved && moved == 32, "predicted %lld bytes, moved %lld (expected 32)",
+             (long long)predicted, (long long)moved);
+  dt_tensor_release(full);
+  dt_tensor_release(t);
+  dt_tensor_release(out);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(plan_pytorch, full_argmax_predicted_bytes_equal_the_ledger) {
+  SPAWN_OK(4, argmax_predicted_rank, NULL);
 }

@@ -36,6 +36,7 @@ typedef struct op_plan {
    * without it, then scales this shard's columns [columns[0], + columns[1]) by it. */
   bool rewritten;
   int64_t columns[2];
+  bool argmax_candidates; /* dt__dist_argmax_candidates: the input stays, the result is R */
   int64_t window[2];
   /* tril/triu on a shard of the matrix dims: its row offset minus its column offset, added to
    * the diagonal so that the shard keeps its part of the global triangle. */
@@ -402,6 +403,10 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
       dt__log(DT_LOG_WARN, "%s has no sharding rule: its inputs are replicated", def->name);
     }
   }
+  plan->argmax_candidates = dt__dist_argmax_candidates(&g, spec->mesh_ndim, prop.current[0]) &&
+                            dt__tensor_device_key(a->t[0]) == 0;
+  for (int m = 0; m < spec->mesh_ndim && plan->argmax_candidates; m++)
+    chosen.targets[0][m] = prop.current[0][m], chosen.out[m] = dt_replicate();
   memcpy(plan->targets, chosen.targets, sizeof(chosen.targets[0]) * (size_t)a->n);
   dt_placement *out_placements = chosen.out;
   for (int i = 0; i < a->n; i++) {
@@ -628,7 +633,8 @@ static dt_status dist_dispatch(dt_op_call *call) {
     }
     plan->plain = !plan->any_redistribute && !plan->local_shape_override && !plan->shard_geometry &&
                   !plan->row_window && !plan->sync_dims && !plan->diagonal_shift &&
-                  !plan->rewritten;
+                  !plan->rewritten &&
+                  !plan->argmax_candidates;
     /* A mesh its user destroyed lives only for its tensors: a cached plan would keep it
      * alive past them, so plan each call afresh. */
     if (c && !dt__mesh_user_destroyed(a.spec->mesh)) {
@@ -693,6 +699,8 @@ static dt_status dist_dispatch(dt_op_call *call) {
       st = sync_batch_norm(&lc, a.spec->mesh, plan);
     else if (plan->rewritten && lc.op == DT_OP_RMS_NORM)
       st = weight_columns(&lc, plan);
+    else if (plan->argmax_candidates)
+      st = dt__dist_argmax_run(&lc, a.spec, plan->out_specs[0]);
     else
       st = dt__dispatch_local(&lc);
     if (st) dt__error_prefix("on this rank's shard"); /* value errors: shapes are local */
@@ -724,6 +732,7 @@ dt_status dt__dist_predict_bytes(dt_op_call *call, int64_t *bytes) {
     dt__redistribute_exact_bytes(a.t[i]->spec, &moves);
     *bytes += moves.bytes;
   }
+  if (!st && plan->argmax_candidates) *bytes += dt__dist_argmax_bytes(a.spec);
   free_plan(plan);
   return st;
 }

@@ -244,6 +244,18 @@ void dt__rule_triangle(const dt_rule_ctx *c, const dt_placement *cur, dt_strateg
 void dt__rule_index_select(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s);
 void dt__rule_gather(const dt_rule_ctx *c, const dt_placement *cur, dt_strategies *s);
 
+/* argmax over every dim of a tensor sharded as `current` (plain Shards, no Partial): whether
+ * the dispatcher gathers per-shard candidates instead of the tensor (dispatch_argmax.c). */
+bool dt__dist_argmax_candidates(const dt_op_call *g, int mesh_ndim, const dt_placement *current);
+/* Runs it: lc is the local call on this rank's shard of a tensor with `spec` (a CPU mesh);
+ * the result, shaped as out_spec (replicated), goes to lc->outputs[0]. Collective over the
+ * mesh dims that shard the tensor. */
+dt_status dt__dist_argmax_run(dt_op_call *lc, const dt_dist_spec *spec,
+                              const dt_dist_spec *out_spec);
+/* The bytes dt__dist_argmax_run moves on a rank (the comm ledger's count: the gathered
+ * candidates of each mesh dim that shards the tensor). */
+int64_t dt__dist_argmax_bytes(const dt_dist_spec *spec);
+
 /* A cached redistribution plan between two placement tuples of a spec. */
 struct dt_redistribute_plan;
 dt_status dt__redistribute_plan_cached(const dt_dist_spec *from, const dt_placement *to,
