@@ -339,7 +339,9 @@ static dt_status build_candidates(const dt_propagation *p, candidates *c, dt_pro
     ctx.mesh_size = p->mesh_size[m];
     nested_split(p, p->current[0], m, ctx.split);
     memcpy(c->split[m], ctx.split, sizeof ctx.split);
-    if (p->n_args > 0 && p->args[0]) nested_nonempty(p, p->current[0], m, ctx.nonempty);
+    /* Only the reductions read it (max/min of every piece). */
+    if (def->rule == DT_RULE_REDUCTION && p->n_args > 0 && p->args[0])
+      nested_nonempty(p, p->current[0], m, ctx.nonempty);
     for (int d = 0; d < DT_MAX_DIMS; d++) ctx.outer[d] = 1;
     for (int j = 0; j < m && p->n_args > 0; j++) {
       dt_placement q = p->current[0][j];

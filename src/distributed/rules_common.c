@@ -43,6 +43,7 @@ void dt__rule_keep_free_dims(const dt_rule_ctx *c, const dt_placement *cur, uint
 
 bool dt__dist_rewrites_call(const dt_op_call *call, int mesh_ndim, const dt_placement *self,
                             const dt_placement *weight) {
+  if (call->op != DT_OP_NARROW && call->op != DT_OP_RMS_NORM) return false;
   int ndim = call->n_inputs > 0 && call->inputs[0] ? call->inputs[0]->ndim : 0;
   int64_t d = call->n_ints > 0 && call->ints[0] < 0 ? call->ints[0] + ndim : call->ints[0];
   for (int m = 0; m < mesh_ndim; m++) {
