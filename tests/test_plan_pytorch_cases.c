@@ -409,3 +409,64 @@ static dt_status argmax_predicted_rank(dt_comm *world, void *arg) {
 Test(plan_pytorch, full_argmax_predicted_bytes_equal_the_ledger) {
   SPAWN_OK(4, argmax_predicted_rank, NULL);
 }
+
+/* t whole: the full tensor of a distributed one, else t itself (a new reference). */
+static dt_status whole_of(dt_tensor *t, dt_tensor **out) {
+  if (dt_tensor_is_distributed(t)) return dt_dist_full_tensor(t, out);
+  *out = dt_tensor_retain(t);
+  return DT_OK;
+}
+
+/* x's and w's gradients (whole) of sum(rms_norm(x, w)^2), a loss whose gradient depends on
+ * every column. */
+static dt_status rms_norm_grads(dt_tensor *x, dt_tensor *w, dt_tensor **gx, dt_tensor **gw) {
+  dt_tensor *y = NULL, *sq = NULL, *loss = NULL, *g = NULL, *h = NULL;
+  dt_status st = dt_tensor_set_requires_grad(x, true);
+  if (!st) st = dt_tensor_set_requires_grad(w, true);
+  if (!st) st = dt_rms_norm(x, 1, (int64_t[]){6}, w, 1e-5, &y);
+  if (!st) st = dt_mul(y, y, &sq);
+  if (!st) st = dt_sum(sq, &loss);
+  if (!st) st = dt_backward(loss, NULL);
+  if (!st) st = dt_tensor_grad(x, &g);
+  if (!st) st = whole_of(g, gx);
+  if (!st) st = dt_tensor_grad(w, &h);
+  if (!st) st = whole_of(h, gw);
+  dt_tensor_release(g);
+  dt_tensor_release(h);
+  dt_tensor_release(y);
+  dt_tensor_release(sq);
+  dt_tensor_release(loss);
+  return st;
+}
+
+/* The gradients through the rewritten forward are the whole-tensor ones: x replicated, w
+ * Shard(0) on 3 ranks. */
+static dt_status rms_norm_backward_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int[]){3}, NULL, &mesh));
+  dt_tensor *x = ref_random(2, (int64_t[]){5, 6}, DT_F32, -2, 2, 11);
+  dt_tensor *w = ref_random(1, (int64_t[]){6}, DT_F32, -2, 2, 12);
+  dt_tensor *dx = NULL, *dw = NULL, *gx[2] = {NULL}, *gw[2] = {NULL};
+  RANK_OK(dt_dist_distribute_tensor(mesh, x, 1, (dt_placement[]){dt_replicate()}, &dx));
+  RANK_OK(dt_dist_distribute_tensor(mesh, w, 1, (dt_placement[]){dt_shard(0)}, &dw));
+  RANK_OK(rms_norm_grads(x, w, &gx[0], &gw[0]));
+  RANK_OK(rms_norm_grads(dx, dw, &gx[1], &gw[1]));
+  for (int k = 0; k < 2; k++) {
+    dt_tensor *want = k ? gw[0] : gx[0], *got = k ? gw[1] : gx[1];
+    double *a = ref_values(got), *b = ref_values(want);
+    for (int64_t i = 0; i < dt_tensor_numel(want); i++)
+      RANK_CHECK(fabs(a[i] - b[i]) <= 1e-4 * (1 + fabs(b[i])), "%s grad element %lld: %g vs %g",
+                 k ? "w" : "x", (long long)i, a[i], b[i]);
+    free(a);
+    free(b);
+  }
+  dt_tensor *all[] = {x, w, dx, dw, gx[0], gx[1], gw[0], gw[1]};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(plan_pytorch, rms_norm_with_a_sharded_weight_backward) {
+  SPAWN_OK(3, rms_norm_backward_rank, NULL);
+}
