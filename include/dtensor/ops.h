@@ -179,24 +179,23 @@ typedef struct dt_attention_options {
   double scale;   /* > 0; 0: 1/sqrt(E) */
 } dt_attention_options;
 
-/* Fused attention (flash style: the [T, S] scores are never stored; memory O(tile)):
- * out = softmax(scale q k^T + mask) v for q [B, H, T, E], k [B, Hk, S, E], v [B, Hk, S, Ev]
- * with Hk dividing H (grouped-query attention: query head h reads kv head h / (H / Hk)).
- * mask may be NULL, bool (true: the pair takes part, as PyTorch's attn_mask) or of q's dtype
- * (added to the scores), broadcasting to [B, H, T, S]. *lse (may be NULL) receives the
- * log-sum-exp of each query's scores [B, H, T] (float32, float64 for float64 inputs); a query
- * that keeps no key (every pair masked, or S = 0) gets zero outputs (PyTorch's), lse -inf and
- * no gradient. Differentiable in q, k, v (not in a float mask). Distributed: batch or heads
- * sharded (a shard may hold no heads) run without communication, and so does the non-causal
- * forward with q sharded on the sequence (dim 2) and k, v replicated. Errors: DT_ERR_SHAPE (not 4-D, sizes that disagree, a
- * mask that does not broadcast), DT_ERR_DTYPE (dtypes differ, not floating), DT_ERR_INVALID
- * (NULL out, a scale not finite or < 0, or above FLT_MAX for float32, float16 or bfloat16
- * inputs). E = 0 gives every query the mean of its values. On the CPU float16 and bfloat16
- * run the float32 kernel on float32 copies of q, k, v (as PyTorch computes them in float32),
- * the output rounded to the dtype once; the backward reads that rounded output (its row sums
- * with the output gradient in float32), so the gradients are close to the float32 backward's
- * on the same rounded inputs relative to each gradient's largest element, not elementwise
- * (docs/models.md, "The ops it runs on"). */
+/* Fused attention (flash style: the [T, S] scores are never stored; memory O(tile)): out =
+ * softmax(scale q k^T + mask) v for q [B, H, T, E], k [B, Hk, S, E], v [B, Hk, S, Ev] with Hk
+ * dividing H (grouped-query attention: query head h reads kv head h / (H / Hk)). mask may be NULL,
+ * bool (true: the pair takes part, as PyTorch's attn_mask) or of q's dtype (added to the scores),
+ * broadcasting to [B, H, T, S]. *lse (may be NULL) receives the log-sum-exp of each query's scores
+ * [B, H, T] (float32, float64 for float64 inputs); a query that keeps no key (every pair masked, or
+ * S = 0) gets zero outputs (PyTorch's), lse -inf and no gradient. Differentiable in q, k, v (not in
+ * a float mask). Distributed: batch or heads sharded (a shard may hold no heads) run without
+ * communication, and so does the non-causal forward with q sharded on the sequence (dim 2) and k, v
+ * replicated. Errors: DT_ERR_SHAPE (not 4-D, sizes that disagree, a mask that does not broadcast),
+ * DT_ERR_DTYPE (dtypes differ, not floating), DT_ERR_INVALID (NULL out, a scale not finite or < 0,
+ * or above FLT_MAX for float32, float16 or bfloat16 inputs). E = 0 gives every query the mean of
+ * its values. On the CPU float16 and bfloat16 run the float32 kernel on float32 copies of q, k, v
+ * (as PyTorch computes them in float32), the output rounded to the dtype once; the backward reads
+ * that rounded output (its row sums with the output gradient in float32), so the gradients are
+ * close to the float32 backward's on the same rounded inputs relative to each gradient's largest
+ * element, not elementwise (docs/models.md, "The ops it runs on"). */
 DT_API dt_status dt_scaled_dot_product_attention(dt_tensor *q, dt_tensor *k, dt_tensor *v,
                                                  dt_tensor *mask,
                                                  const dt_attention_options *options,
