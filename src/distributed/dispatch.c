@@ -19,9 +19,6 @@
 #define CACHE_SLOTS 1024 /* power of two */
 
 typedef struct op_plan {
-  /* The common hit: no argument moves and no field below changes the local call, so the
-   * shards run as they are. One flag read by every hit instead of six. */
-  bool plain;
   dt_placement targets[DT_DIST_MAX_ARGS][DT_MESH_MAX_DIMS];
   bool needs_redistribute[DT_DIST_MAX_ARGS];
   bool any_redistribute;
@@ -37,6 +34,9 @@ typedef struct op_plan {
   bool rewritten;
   int64_t columns[2];
   bool argmax_candidates; /* dt__dist_argmax_candidates: the input stays, the result is R */
+  /* None of the above: the op runs on the arguments as they are (the hit path reads only
+   * this). */
+  bool direct;
   int64_t window[2];
   /* tril/triu on a shard of the matrix dims: its row offset minus its column offset, added to
    * the diagonal so that the shard keeps its part of the global triangle. */
@@ -486,6 +486,9 @@ static dt_status propagate(dt_op_call *call, dist_args *a, op_plan *plan) {
     dt__local_region(metas[0].ndim, metas[0].shape, spec->mesh_ndim, mi.size, mi.coord,
                      out_placements, plan->local_shape, offset);
   }
+  plan->direct = !plan->any_redistribute && !plan->local_shape_override && !plan->shard_geometry &&
+                 !plan->row_window && !plan->sync_dims && !plan->diagonal_shift &&
+                 !plan->rewritten && !plan->argmax_candidates;
   return DT_OK;
 }
 
@@ -631,10 +634,6 @@ static dt_status dist_dispatch(dt_op_call *call) {
       free_plan(plan);
       return st;
     }
-    plan->plain = !plan->any_redistribute && !plan->local_shape_override && !plan->shard_geometry &&
-                  !plan->row_window && !plan->sync_dims && !plan->diagonal_shift &&
-                  !plan->rewritten &&
-                  !plan->argmax_candidates;
     /* A mesh its user destroyed lives only for its tensors: a cached plan would keep it
      * alive past them, so plan each call afresh. */
     if (c && !dt__mesh_user_destroyed(a.spec->mesh)) {
@@ -647,7 +646,8 @@ static dt_status dist_dispatch(dt_op_call *call) {
       owned = true;
     }
   }
-  if (plan->plain) {
+  if (plan->direct) {
+    /* The common hit: the shards are the arguments as they are. */
     st = dt__dispatch_local(call);
     if (st) dt__error_prefix("on this rank's shard"); /* value errors: shapes are local */
     if (!st) st = wrap_outputs(call, plan);
