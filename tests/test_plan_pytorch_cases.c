@@ -470,3 +470,66 @@ static dt_status rms_norm_backward_rank(dt_comm *world, void *arg) {
 Test(plan_pytorch, rms_norm_with_a_sharded_weight_backward) {
   SPAWN_OK(3, rms_norm_backward_rank, NULL);
 }
+
+/* q's, k's and v's gradients (whole) of sum(attention(q, k, v)^2). */
+static dt_status attention_grads(dt_tensor **qkv, dt_tensor **grads) {
+  dt_tensor *y = NULL, *sq = NULL, *loss = NULL;
+  dt_status st = DT_OK;
+  for (int i = 0; i < 3 && !st; i++) st = dt_tensor_set_requires_grad(qkv[i], true);
+  if (!st) st = dt_scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], NULL, NULL, &y, NULL);
+  if (!st) st = dt_mul(y, y, &sq);
+  if (!st) st = dt_sum(sq, &loss);
+  if (!st) st = dt_backward(loss, NULL);
+  for (int i = 0; i < 3 && !st; i++) {
+    dt_tensor *g = NULL;
+    st = dt_tensor_grad(qkv[i], &g);
+    if (!st) st = whole_of(g, &grads[i]);
+    dt_tensor_release(g);
+  }
+  dt_tensor_release(y);
+  dt_tensor_release(sq);
+  dt_tensor_release(loss);
+  return st;
+}
+
+/* Training through the sequence-sharded forward (q [1, 2, 7, 2] S(2), k and v replicated) and
+ * through empty head shards (2 heads over 4 ranks): the gradients are the whole-tensor ones. */
+static dt_status attention_backward_rank(dt_comm *world, void *arg) {
+  bool heads = arg != NULL; /* else the sequence */
+  dt_mesh *mesh = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int[]){4}, NULL, &mesh));
+  dt_tensor *whole[3], *dist[3], *want[3] = {NULL}, *got[3] = {NULL};
+  for (int i = 0; i < 3; i++) {
+    int64_t seq = heads ? 3 : i ? 5 : 7;
+    whole[i] = ref_random(4, (int64_t[]){1, 2, seq, 2}, DT_F32, -2, 2, 20 + (uint64_t)i);
+    dt_placement p = heads ? dt_shard(1) : i ? dt_replicate() : dt_shard(2);
+    RANK_OK(dt_dist_distribute_tensor(mesh, whole[i], 1, &p, &dist[i]));
+  }
+  RANK_OK(attention_grads(whole, want));
+  RANK_OK(attention_grads(dist, got));
+  for (int k = 0; k < 3; k++) {
+    double *a = ref_values(got[k]), *b = ref_values(want[k]);
+    for (int64_t i = 0; i < dt_tensor_numel(want[k]); i++)
+      RANK_CHECK(fabs(a[i] - b[i]) <= 1e-4 * (1 + fabs(b[i])), "grad %d element %lld: %g vs %g", k,
+                 (long long)i, a[i], b[i]);
+    free(a);
+    free(b);
+  }
+  for (int i = 0; i < 3; i++) {
+    dt_tensor_release(whole[i]);
+    dt_tensor_release(dist[i]);
+    dt_tensor_release(want[i]);
+    dt_tensor_release(got[i]);
+  }
+  dt_mesh_destroy(mesh);
+  return DT_OK;
+}
+
+Test(plan_pytorch, attention_queries_sharded_on_the_sequence_backward) {
+  SPAWN_OK(4, attention_backward_rank, NULL);
+}
+
+Test(plan_pytorch, attention_with_empty_head_shards_backward) {
+  static int heads = 1;
+  SPAWN_OK(4, attention_backward_rank, &heads);
+}
