@@ -8,9 +8,10 @@
  * mul, P/R for div, neg, views (expand included) and copies, cat and stack, sum over
  * anything, and matrix products (mm, matmul, addmm, linear: rules_matmul.c) with one Partial
  * operand and the other replicated (a bias then becomes the same Partial, counted once), and
- * scatter_add (self and src the same Partial). "Partial" here is sum or avg, the same one on every argument of a strategy: a sum
- * and an avg never combine, and a contraction (mm of Shard(1) x Shard(0), linear rowwise)
- * gives a Partial(sum), which a bias joins only as a Partial(sum). Partial(max|min) survive ops
+ * scatter_add (self and src the same Partial). "Partial" here is sum or avg, the same one on
+ * every argument of a strategy: a sum and an avg never combine, and a contraction (mm of
+ * Shard(1) x Shard(0), linear rowwise) gives a Partial(sum), which a bias joins only as a
+ * Partial(sum). Partial(max|min) survive ops
  * that are non-decreasing in their first argument (DT_TRAIT_MONOTONE: exp, relu, adding a
  * replica...). Everything else reduces the Partial first.
  *
