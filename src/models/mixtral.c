@@ -26,63 +26,12 @@
 #include "dtensor/ops.h"
 #include "models/models_impl.h"
 
-#define KEEP(call, r)                                                                              \
-  (st ? st : ((st = (call)), st ? st : (dt_tensor_list_keep(tmp, r) ? DT_OK : (st = DT_ERR_NOMEM))))
-
-/* The MoE of x on every rank: a local x directly; a distributed one made whole (Replicate on
- * every mesh dim), its local copy through the MoE (whose parameters are local), and the result
- * put back to x's placements (a Partial dim comes back Replicate). Differentiable throughout:
- * to_local's gradient is Replicate, as every rank computes the same. */
-static dt_status moe_on_mesh(dt_module *moe, dt_tensor *x, dt_tensor **out) {
-  if (!dt_tensor_is_distributed(x)) return dt_module_forward(moe, x, out);
-  dt_tensor_list list = DT_TENSOR_LIST_INIT, *tmp = &list;
-  dt_status st = DT_OK;
-  dt_mesh *mesh = dt_dist_mesh(x);
-  int nd = dt_mesh_ndim(mesh);
-  dt_placement whole[DT_MAX_DIMS], back[DT_MAX_DIMS];
-  bool replicated = true;
-  for (int i = 0; i < nd; i++) {
-    whole[i] = dt_replicate();
-    back[i] = dt_dist_placements(x)[i];
-    if (back[i].kind == DT_PARTIAL) back[i] = dt_replicate();
-    replicated &= dt_dist_placements(x)[i].kind == DT_REPLICATE;
-  }
-  dt_tensor *xr = NULL, *xl = NULL, *yl = NULL, *y = NULL;
-  KEEP(replicated ? (xr = dt_tensor_retain(x), DT_OK) : dt_dist_redistribute(x, nd, whole, &xr),
-       xr);
-  KEEP(dt_dist_to_local(xr, &xl), xl);
-  KEEP(dt_module_forward(moe, xl, &yl), yl);
-  KEEP(dt_dist_from_local(mesh, yl, nd, whole, NULL, &y), y);
-  bool same = true;
-  for (int i = 0; i < nd; i++) same &= back[i].kind == DT_REPLICATE;
-  if (!st) st = same ? (*out = dt_tensor_retain(y), DT_OK) : dt_dist_redistribute(y, nd, back, out);
-  dt_tensor_list_release(tmp);
-  return st;
-}
-
-/* Children 0..3: input_layernorm, self_attn, post_attention_layernorm, the MoE. */
-static dt_status moe_block_forward(dt_module *b, dt_tensor *x, dt_tensor **out) {
-  dt_tensor_list list = DT_TENSOR_LIST_INIT, *tmp = &list;
-  dt_status st = DT_OK;
-  dt_tensor *a = NULL, *h = NULL, *r = NULL, *n = NULL, *y = NULL;
-  KEEP(dt_module_forward(dt_module_child(b, 0), x, &a), a);
-  KEEP(dt_module_forward(dt_module_child(b, 1), a, &h), h);
-  KEEP(dt_add(x, h, &r), r);
-  KEEP(dt_module_forward(dt_module_child(b, 2), r, &n), n);
-  KEEP(moe_on_mesh(dt_module_child(b, 3), n, &y), y);
-  if (!st) st = dt_add(r, y, out);
-  dt_tensor_list_release(tmp);
-  return st;
-}
-
 /* A MoE decoder block of the config's sizes: the MoE is child moe_name, its experts' SwiGLU
  * Linears named expert_names (gate, up, down). */
 static dt_status moe_block(const dt_hf_model *m, const dt_nn_block_options *o, const char *moe_name,
                            const char *const expert_names[3], dt_module **out) {
   const dt_hf_config *c = &m->cfg;
-  dt_module *b = NULL, *part = NULL;
-  dt_status st = dt_module_create("MoeDecoderLayer", moe_block_forward, NULL, &b);
-  if (st) return st;
+  dt_module *b = NULL, *dense = NULL, *moe = NULL;
   dt_nn_moe_options mo = {.n_experts = c->num_experts,
                           .top_k = c->num_experts_per_tok,
                           .hidden = c->moe_intermediate_size,
@@ -90,14 +39,15 @@ static dt_status moe_block(const dt_hf_model *m, const dt_nn_block_options *o, c
                           .router_name = "gate",
                           .experts_name = "experts"};
   for (int i = 0; i < 3; i++) mo.expert_names[i] = expert_names[i];
-  st = dt_nn_rms_norm(c->hidden_size, c->norm_eps, &part);
-  if (!st) st = dt_module_add_child(b, "input_layernorm", part);
-  if (!st) st = dt_nn_attention(c->hidden_size, &o->attention, &part);
-  if (!st) st = dt_module_add_child(b, "self_attn", part);
-  if (!st) st = dt_nn_rms_norm(c->hidden_size, c->norm_eps, &part);
-  if (!st) st = dt_module_add_child(b, "post_attention_layernorm", part);
-  if (!st) st = dt_nn_moe(c->hidden_size, &mo, &part);
-  if (!st) st = dt_module_add_child(b, moe_name, part);
+  /* The decoder block with its MLP, the last child, replaced by the MoE. */
+  dt_nn_block_options bo = *o;
+  bo.hidden = 1;
+  bo.names[3] = moe_name;
+  dt_status st = dt_nn_transformer_block(c->hidden_size, &bo, &b);
+  if (!st) st = dt_module_take_child(b, 3, &dense);
+  dt_module_destroy(dense);
+  if (!st) st = dt_nn_moe(c->hidden_size, &mo, &moe);
+  if (!st) st = dt_module_add_child(b, moe_name, moe);
   if (st) {
     dt_module_destroy(b);
     return st;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/core_impl.h"
+#include "dtensor/dist.h"
 #include "dtensor/ops.h"
 #include "dtensor/transformer.h"
 #include "dtensor/mesh.h"
@@ -113,14 +114,11 @@ static dt_status aux_loss(const moe_state *s, dt_tensor *logits, dt_tensor *prob
   return DT_OK;
 }
 
-static dt_status moe_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
+static dt_status moe_forward_local(dt_module *m, dt_tensor *x, dt_tensor **out) {
   moe_state *s = dt_module_user(m);
   dt_tensor_list list = DT_TENSOR_LIST_INIT, *tmp = &list;
   dt_status st = DT_OK;
   int nd = dt_tensor_ndim(x);
-  if (dt_tensor_is_distributed(x))
-    return dt__error(DT_ERR_UNSUPPORTED, "MoE: a distributed input (expert parallelism over a "
-                                         "mesh is not supported yet): pass this rank's tokens");
   if (nd != 2 && nd != 3)
     return dt__error(DT_ERR_SHAPE,
                      "MoE: input is %d-D, expected [tokens, dim] or "
@@ -205,6 +203,42 @@ static dt_status moe_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
   }
   dt__free(perm);
   dt__free(inv);
+  dt_tensor_list_release(tmp);
+  return st;
+}
+
+/* A local x directly. A distributed one (the residual stream of a TP or FSDP model whose
+ * experts every rank holds whole) made whole (Replicate on every mesh dim), its local copy
+ * through the MoE, and the result put back to x's placements (a Partial dim comes back
+ * Replicate); differentiable throughout, as every rank computes the same. Under expert
+ * parallelism the input is this rank's own tokens, a local tensor. */
+static dt_status moe_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
+  if (!x) return dt__error(DT_ERR_INVALID, "MoE: input is NULL");
+  if (!dt_tensor_is_distributed(x)) return moe_forward_local(m, x, out);
+  moe_state *s = dt_module_user(m);
+  if (s->ep)
+    return dt__error(DT_ERR_UNSUPPORTED, "MoE: a distributed input under expert parallelism "
+                                         "(pass this rank's tokens as a local tensor)");
+  dt_tensor_list list = DT_TENSOR_LIST_INIT, *tmp = &list;
+  dt_status st = DT_OK;
+  dt_mesh *mesh = dt_dist_mesh(x);
+  int nd = dt_mesh_ndim(mesh);
+  dt_placement whole[DT_MESH_MAX_DIMS], back[DT_MESH_MAX_DIMS];
+  bool replicated = true, same = true;
+  for (int i = 0; i < nd; i++) {
+    whole[i] = dt_replicate();
+    back[i] = dt_dist_placements(x)[i];
+    if (back[i].kind == DT_PARTIAL) back[i] = dt_replicate();
+    replicated &= dt_dist_placements(x)[i].kind == DT_REPLICATE;
+    same &= back[i].kind == DT_REPLICATE;
+  }
+  dt_tensor *xr = NULL, *xl = NULL, *yl = NULL, *y = NULL;
+  KEEP(replicated ? (xr = dt_tensor_retain(x), DT_OK) : dt_dist_redistribute(x, nd, whole, &xr),
+       xr);
+  KEEP(dt_dist_to_local(xr, &xl), xl);
+  KEEP(moe_forward_local(m, xl, &yl), yl);
+  KEEP(dt_dist_from_local(mesh, yl, nd, whole, NULL, &y), y);
+  if (!st) st = same ? (*out = dt_tensor_retain(y), DT_OK) : dt_dist_redistribute(y, nd, back, out);
   dt_tensor_list_release(tmp);
   return st;
 }
