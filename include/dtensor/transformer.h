@@ -181,7 +181,9 @@ typedef struct dt_nn_moe_options {
  * of those experts' outputs. The tokens are permuted into expert order (one gather), each expert
  * with tokens runs one SwiGLU on all of its tokens (an expert that received none costs nothing),
  * and the results are permuted back and summed per token; everything is recorded by autograd
- * (router, experts, input). Errors: DT_ERR_INVALID (NULL out or options, sizes < 1, top_k outside
+ * (router, experts, input). A distributed input (the residual stream of a TP or FSDP model whose
+ * experts every rank holds) runs whole: made Replicate, through the MoE on every rank, and put
+ * back to its placements. Errors: DT_ERR_INVALID (NULL out or options, sizes < 1, top_k outside
  * 1..n_experts, coefficients not finite or < 0, bad names), DT_ERR_NOMEM. */
 DT_API dt_status dt_nn_moe(int64_t dim, const dt_nn_moe_options *options, dt_module **out);
 
