@@ -17,35 +17,12 @@
 #include <stdlib.h>
 
 #include "dtensor/dtensor.h"
+#include "counting_alloc.h" /* live_bytes, peak_bytes, live_blocks */
 
 #define OK(call) cr_assert_eq((call), DT_OK, "%s: %s", #call, dt_last_error())
 #define B 1
 #define H 1
 #define E 16
-
-static atomic_llong live_bytes, peak_bytes;
-
-static void *count_alloc(size_t size, size_t alignment, void *user) {
-  (void)user;
-  size_t head = alignment < 64 ? 64 : alignment;
-  char *base = aligned_alloc(head, (head + size + head - 1) / head * head);
-  if (!base) return NULL;
-  ((size_t *)(base + head))[-1] = size;
-  ((size_t *)(base + head))[-2] = head;
-  long long now = atomic_fetch_add(&live_bytes, (long long)size) + (long long)size;
-  long long peak = atomic_load(&peak_bytes);
-  while (now > peak && !atomic_compare_exchange_weak(&peak_bytes, &peak, now)) {
-  }
-  return base + head;
-}
-
-static void count_free(void *ptr, void *user) {
-  (void)user;
-  if (!ptr) return;
-  size_t size = ((size_t *)ptr)[-1], head = ((size_t *)ptr)[-2];
-  atomic_fetch_sub(&live_bytes, (long long)size);
-  free((char *)ptr - head);
-}
 
 static void unfused(int64_t T, dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_tensor **out) {
   dt_tensor *kt = NULL, *s = NULL, *ss = NULL, *ones = NULL, *upper = NULL, *sm = NULL, *p = NULL;

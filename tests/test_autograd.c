@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gradcheck.h"
+#include "counting_alloc.h" /* live_bytes, peak_bytes, live_blocks */
 
 /* ---- The ops ----------------------------------------------------------------------------- */
 
@@ -388,22 +389,6 @@ Test(autograd, no_grad_records_nothing) {
 }
 
 /* ---- Memory: a 20-layer MLP trained for 200 steps keeps its allocations flat ------------ */
-
-static atomic_long live_blocks;
-static void *count_alloc(size_t size, size_t alignment, void *user) {
-  (void)user;
-  void *p = NULL;
-  if (posix_memalign(&p, alignment < sizeof(void *) ? sizeof(void *) : alignment, size ? size : 1))
-    return NULL;
-  atomic_fetch_add(&live_blocks, 1);
-  return p;
-}
-static void count_free(void *p, void *user) {
-  (void)user;
-  if (!p) return;
-  atomic_fetch_sub(&live_blocks, 1);
-  free(p);
-}
 
 static void mlp_step(dt_tensor **w, int layers, dt_tensor *input) {
   dt_tensor *h = dt_tensor_retain(input);

@@ -11,27 +11,9 @@
 #include "comm_helpers.h"
 /* Private header: memory stays flat: dt__autograd_live counts live autograd nodes. */
 #include "ops/op_impl.h"
+#include "counting_alloc.h" /* live_bytes, peak_bytes, live_blocks */
 
 #define OK(call) cr_assert_eq((call), DT_OK, "%s: %s", #call, dt_last_error())
-
-static atomic_long live_blocks;
-
-static void *count_alloc(size_t size, size_t alignment, void *user) {
-  (void)user;
-  void *p = NULL;
-  if (posix_memalign(&p, alignment < sizeof(void *) ? sizeof(void *) : alignment,
-                     size ? size : 1) != 0)
-    return NULL;
-  atomic_fetch_add(&live_blocks, 1);
-  return p;
-}
-
-static void count_free(void *p, void *user) {
-  (void)user;
-  if (!p) return;
-  atomic_fetch_sub(&live_blocks, 1);
-  free(p);
-}
 
 static void counting_on(void) {
   dt_set_allocator(&(dt_allocator){.alloc = count_alloc, .free = count_free});

@@ -12,33 +12,13 @@
 
 #include "comm_helpers.h"
 #include "dtensor/parallel.h"
+#include "counting_alloc.h" /* live_bytes, peak_bytes, live_blocks */
 
 #define WIDTH 128
 #define LAYERS 3
 #define ROWS 4 /* per rank */
 
 /* ---- A counting allocator: a header before each block holds its size ---------------------- */
-
-static atomic_llong live_bytes;
-
-static void *count_alloc(size_t size, size_t alignment, void *user) {
-  (void)user;
-  size_t head = alignment < 64 ? 64 : alignment;
-  char *base = aligned_alloc(head, (head + size + head - 1) / head * head);
-  if (!base) return NULL;
-  ((size_t *)(base + head))[-1] = size;
-  ((size_t *)(base + head))[-2] = head;
-  atomic_fetch_add(&live_bytes, (long long)size);
-  return base + head;
-}
-
-static void count_free(void *ptr, void *user) {
-  (void)user;
-  if (!ptr) return;
-  size_t size = ((size_t *)ptr)[-1], head = ((size_t *)ptr)[-2];
-  atomic_fetch_sub(&live_bytes, (long long)size);
-  free((char *)ptr - head);
-}
 
 static void use_counting_allocator(void) {
   dt_allocator a = {count_alloc, count_free, NULL};
