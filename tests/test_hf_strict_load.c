@@ -485,3 +485,23 @@ Test(hf_strict_load, a_number_written_as_a_float_is_refused_for_an_integer_field
   dt_hf_model_destroy(m);
   remove_dir(dir);
 }
+
+/* A boolean field is true, false or null: 1, "true" and "false" are refused by name (they mean
+ * other things to transformers than to a default). */
+Test(hf_strict_load, a_boolean_field_written_otherwise_is_refused_by_name) {
+  SKIP_WITHOUT_FIXTURES();
+  char dir[64];
+  llama_dir(dir, sizeof dir, false);
+  static const char *const bad[] = {"1", "\"true\"", "\"false\"", "[]"};
+  for (int i = 0; i < 4; i++) {
+    char to[64];
+    snprintf(to, sizeof to, "\"tie_word_embeddings\": %s", bad[i]);
+    write_config_edited(dir, "\"tie_word_embeddings\": false", to);
+    expect_load_error(dir, "config.json: ", "tie_word_embeddings must be true, false or null");
+  }
+  write_config_edited(dir, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": null");
+  dt_hf_model *m = NULL;
+  cr_assert_eq(dt_hf_model_load(dir, NULL, NULL, &m), DT_OK, "%s", dt_last_error());
+  dt_hf_model_destroy(m);
+  remove_dir(dir);
+}

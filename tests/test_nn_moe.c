@@ -257,3 +257,22 @@ Test(nn_moe, bad_arguments_are_refused_by_name) {
   dt_tensor_release(x);
   dt_module_destroy(lin), dt_module_destroy(m);
 }
+
+/* No tokens: a [0, D] output, a zero auxiliary loss (not 0/0), counts of zero. */
+Test(nn_moe, zero_tokens_give_an_empty_output) {
+  dt_module *m = make(true, 0.01, 0.001);
+  dt_tensor *x = NULL, *y = NULL, *aux = NULL;
+  cr_assert_eq(dt_zeros(3, (int64_t[]){2, 0, D}, DT_F32, &x), DT_OK);
+  cr_assert_eq(dt_module_forward(m, x, &y), DT_OK, "%s", dt_last_error());
+  cr_assert(dt_tensor_ndim(y) == 3 && dt_tensor_size(y, 1) == 0 && dt_tensor_size(y, 2) == D);
+  cr_assert_eq(dt_nn_moe_aux_loss(m, &aux), DT_OK);
+  double a = 1;
+  cr_assert_eq(dt_tensor_to_doubles(aux, &a, 1), DT_OK);
+  cr_assert_eq(a, 0.0, "aux %g", a);
+  int64_t c[E] = {1, 1, 1, 1};
+  cr_assert_eq(dt_nn_moe_expert_counts(m, c, E), E);
+  for (int e = 0; e < E; e++) cr_assert_eq(c[e], 0);
+  cr_assert_eq(dt_nn_moe_expert_counts(m, c, -5), -1);
+  dt_tensor_release(x), dt_tensor_release(y), dt_tensor_release(aux);
+  dt_module_destroy(m);
+}

@@ -129,6 +129,33 @@ Test(nn_moe_ep, two_ranks_four_experts, .timeout = 60) { run(2, 4); }
 Test(nn_moe_ep, two_ranks_three_experts_uneven, .timeout = 60) { run(2, 3); }
 Test(nn_moe_ep, four_ranks_three_experts_one_without, .timeout = 60) { run(4, 3); }
 
+/* The backward runs after the model and the mesh were released: the exchanges' autograd nodes
+ * keep what they need (was a use after free). */
+static dt_status late_backward_rank(dt_comm *world, void *arg) {
+  (void)arg;
+  dt_mesh *mesh = NULL;
+  dt_module *m = NULL;
+  RANK_OK(dt_mesh_create(world, 1, (int[]){2}, (const char *[]){"ep"}, &mesh));
+  RANK_OK(make(4, &m));
+  RANK_OK(dt_parallel_expert_parallel(m, mesh, 0));
+  dt_tensor *x = NULL, *w = NULL, *y = NULL, *s = NULL, *g = NULL;
+  RANK_OK(inputs(dt_comm_rank(world), &x, &w));
+  RANK_OK(dt_module_forward(m, x, &y));
+  RANK_OK(dt_sum(y, &s));
+  dt_module_destroy(m);
+  dt_mesh_destroy(mesh);
+  RANK_OK(dt_backward(s, NULL));
+  RANK_OK(dt_tensor_grad(x, &g));
+  RANK_CHECK(g != NULL, "x has no gradient");
+  dt_tensor *rel[] = {x, w, y, s, g};
+  for (int i = 0; i < 5; i++) dt_tensor_release(rel[i]);
+  return DT_OK;
+}
+
+Test(nn_moe_ep, backward_after_the_model_and_mesh_are_gone, .timeout = 60) {
+  SPAWN_OK(2, late_backward_rank, NULL);
+}
+
 Test(nn_moe_ep, bad_arguments_are_refused_by_name) {
   dt_module *lin = NULL;
   cr_assert_eq(dt_nn_linear(2, 2, false, 1, &lin), DT_OK);

@@ -40,6 +40,7 @@
 
 #include "dtensor/core.h"
 #include "dtensor/mesh.h"
+#include "dtensor/nn.h"
 #include "dtensor/tensor.h"
 
 #ifdef __cplusplus
@@ -144,6 +145,10 @@ DT_API const dt_hf_config *dt_hf_model_config(const dt_hf_model *model);
 
 /* The mesh the model lives on (NULL: local). */
 DT_API dt_mesh *dt_hf_model_mesh(const dt_hf_model *model);
+/* The model's module tree (Hugging Face's FQNs; borrowed, lives with the model; NULL for NULL):
+ * for dt_module_visit_tensors, dt_module_set_checkpoint on its blocks, and the like. The loader
+ * has already applied the plan's TP and FSDP to it; wrapping it again is the caller's risk. */
+DT_API dt_module *dt_hf_model_module(dt_hf_model *model);
 
 /* The parameters that are trained (leaves that require grad after
  * dt_hf_model_set_trainable), in the module tree's order: count, and entry i with its Hugging
@@ -204,7 +209,8 @@ typedef struct dt_hf_sampling {
 /* Generates max_new tokens after prompt (n_prompt ids) with a KV cache: one forward over the
  * prompt (prefill), then one per new token (decode). out receives n_prompt + generated ids
  * (capacity at least n_prompt + max_new), *n_out their count. Every rank draws the same token.
- * prefill_s / decode_s (may be NULL) receive the seconds spent in each phase.
+ * prefill_s / decode_s (may be NULL) receive the seconds spent in each phase. sampling may be
+ * NULL: greedy. out's capacity is the caller's to provide (nothing here can check it).
  * Errors: DT_ERR_INVALID (NULL, n_prompt < 1, max_new < 0, bad sampling values (a stop_token
  * below -1 or not below vocab_size, use_stop_token with stop_token -1: the message names the
  * field and value), ids outside

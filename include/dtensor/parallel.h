@@ -143,8 +143,11 @@ DT_API dt_status dt_parallel_tp_module_on_dim(dt_module *model, dt_mesh *mesh, i
  * the counts swapped, so every rank must run backward when any does). Outputs and gradients
  * equal those of one rank with every expert. The ranks of the ep dim must all run the forward
  * (collective); the input is this rank's tokens, a local tensor. The mesh must outlive the
- * model's forwards (the MoE keeps a reference). Errors: DT_ERR_INVALID (NULL, ep_dim outside
- * the mesh, a tree without a MoE, experts already split). */
+ * model's forwards (the MoE keeps a reference). The router and every parameter outside the
+ * experts stay local and get gradients from this rank's tokens only: reduce them over the same
+ * dim (dt_parallel_ddp_reduce_gradients, or DDP/FSDP over it) before the optimizer step, as
+ * TorchTitan's EP shares the dim with data parallelism. Errors: DT_ERR_INVALID (NULL, ep_dim
+ * outside the mesh, a tree without a MoE, experts already split). */
 DT_API dt_status dt_parallel_expert_parallel(dt_module *model, dt_mesh *mesh, int ep_dim);
 
 /* ---- Fully sharded data parallel (PyTorch's fully_shard, FSDP2) ------------------------------ */

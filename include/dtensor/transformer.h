@@ -192,8 +192,9 @@ DT_API dt_status dt_nn_moe(int64_t dim, const dt_nn_moe_options *options, dt_mod
  * Errors: DT_ERR_INVALID (NULL out, moe not a MoE module, no forward yet). */
 DT_API dt_status dt_nn_moe_aux_loss(dt_module *moe, dt_tensor **out);
 
-/* How many token-slot assignments each expert received in moe's last forward: counts has
- * n_experts entries (at most n). Returns the number written; -1 for a module that is not a MoE
+/* How many token-slot assignments this rank's tokens sent to each expert in moe's last forward
+ * (under expert parallelism too: this rank's routing, not what its own experts received): counts
+ * has n_experts entries (at most n). Returns the number written; -1 for a module that is not a MoE
  * or before any forward. */
 DT_API int64_t dt_nn_moe_expert_counts(const dt_module *moe, int64_t *counts, int64_t n);
 
@@ -216,8 +217,11 @@ typedef struct dt_nn_block_options {
 } dt_nn_block_options;
 
 /* A pre-norm decoder block of type "TransformerBlock": h = x + attn(norm1(x)); out = h +
- * mlp(norm2(h)). Its Attention is the child names[1] (dt_module_find). Errors: those of the
- * parts, DT_ERR_INVALID (NULL out or options, norm_eps not finite or <= 0, hidden < 1). */
+ * mlp(norm2(h)). The forward takes its children by position (0..3), so the MLP may be replaced:
+ * dt_module_take_child(block, 3, &mlp), then dt_module_add_child(block, name, moe) gives a
+ * MoE block (models/mixtral.c does so). Its Attention is the child names[1] (dt_module_find).
+ * Errors: those of the parts, DT_ERR_INVALID (NULL out or options, norm_eps not finite or <= 0,
+ * hidden < 1). */
 DT_API dt_status dt_nn_transformer_block(int64_t dim, const dt_nn_block_options *options,
                                          dt_module **out);
 

@@ -489,6 +489,20 @@ dt_status dt__hf_config_parse(const char *text, const char *path, dt_hf_config *
     dt__error_prefix(where);
     return marked;
   }
+  /* The boolean fields any family reads: true, false or null (the default), nothing else (1,
+   * "true" and "false" mean other things to transformers than to a default). */
+  static const char *const bools[] = {"attention_bias",     "mlp_bias",
+                                      "norm_topk_prob",     "scale_attn_by_inverse_layer_idx",
+                                      "scale_attn_weights", "tie_word_embeddings",
+                                      "use_sliding_window"};
+  for (size_t i = 0; i < sizeof bools / sizeof *bools; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, bools[i]);
+    if (v && !cJSON_IsBool(v) && !cJSON_IsNull(v)) {
+      cJSON_Delete(root);
+      return dt__error(DT_ERR_INVALID, "dt_hf_model_load: %s: %s must be true, false or null", path,
+                       bools[i]);
+    }
+  }
   const char *arch = NULL;
   const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
   if (cJSON_IsArray(archs) && cJSON_GetArraySize(archs) > 0 &&

@@ -409,6 +409,8 @@ const dt_hf_config *dt_hf_model_config(const dt_hf_model *m) { return m ? &m->cf
 
 dt_mesh *dt_hf_model_mesh(const dt_hf_model *m) { return m ? m->mesh : NULL; }
 
+dt_module *dt_hf_model_module(dt_hf_model *m) { return m ? m->root : NULL; }
+
 int dt_hf_model_param_count(const dt_hf_model *m) { return m ? m->n_params : 0; }
 
 dt_tensor *dt_hf_model_param(const dt_hf_model *m, int i, const char **name) {

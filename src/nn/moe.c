@@ -69,6 +69,8 @@ static dt_status aux_loss(const moe_state *s, dt_tensor *logits, dt_tensor *prob
   dt_status st = DT_OK;
   *out = NULL;
   if (s->aux_coef <= 0 && s->z_coef <= 0) return DT_OK;
+  if (n_tokens == 0) /* no tokens, no imbalance: 0 (a mean over none would be NaN) */
+    return dt_zeros(0, NULL, DT_F32, out);
   dt_tensor *total = NULL;
   if (s->aux_coef > 0) {
     float *f = dt__alloc(sizeof(float) * (size_t)s->n_experts);
@@ -179,7 +181,10 @@ static dt_status moe_forward_local(dt_module *m, dt_tensor *x, dt_tensor **out) 
       if (!st) parts[n_parts++] = ye;
       at += s->counts[e];
     }
-    if (!s->ep)
+    /* No tokens at all: a [0, D] result, still joined to the graph. */
+    if (!s->ep && n_parts == 0)
+      KEEP(dt_mul_scalar(xp, 0.0, &yp), yp);
+    else if (!s->ep)
       KEEP(n_parts == 1 ? (yp = dt_tensor_retain(parts[0]), DT_OK) : dt_cat(n_parts, parts, 0, &yp),
            yp);
     KEEP(dt_reshape(w, 1, &n_assign, &wflat), wflat);
@@ -314,7 +319,7 @@ dt_status dt_nn_moe_aux_loss(dt_module *moe, dt_tensor **out) {
 }
 
 int64_t dt_nn_moe_expert_counts(const dt_module *moe, int64_t *counts, int64_t n) {
-  if (!dt__module_released_by(moe, moe_release)) return -1;
+  if (!dt__module_released_by(moe, moe_release) || n < 0) return -1;
   const moe_state *s = dt_module_user(moe);
   if (!s->ran) return -1;
   int64_t w = n < s->n_experts ? n : s->n_experts;

@@ -21,6 +21,7 @@
 
 /* One exchange as autograd sees it: rows in[send[r]] to rank r, recv[s] from rank s. */
 typedef struct exchange {
+  dt_mesh *mesh; /* retained: the backward may run after the model and the mesh were dropped */
   dt_comm *comm;
   int size;
   int64_t *send, *recv; /* [size] each, one allocation */
@@ -29,6 +30,7 @@ typedef struct exchange {
 static void exchange_release(void *state) {
   exchange *x = state;
   if (!x) return;
+  dt__mesh_release(x->mesh);
   dt__free(x->send);
   dt__free(x);
 }
@@ -62,7 +64,7 @@ static const dt_autograd_function exchange_function = {
 };
 
 /* The exchange, recorded when in requires grad (the recording keeps a copy of the counts). */
-static dt_status exchange_rows(dt_comm *comm, dt_tensor *in, const int64_t *send,
+static dt_status exchange_rows(dt_mesh *mesh, dt_comm *comm, dt_tensor *in, const int64_t *send,
                                const int64_t *recv, int size, dt_tensor **out) {
   dt_status st = all_to_all_rows(comm, in, send, recv, size, out);
   if (st || !dt_grad_mode_enabled() || !dt_tensor_requires_grad(in)) return st;
@@ -74,7 +76,7 @@ static dt_status exchange_rows(dt_comm *comm, dt_tensor *in, const int64_t *send
     *out = NULL;
     return dt__error(DT_ERR_NOMEM, "MoE: out of memory for the exchange's autograd node");
   }
-  x->comm = comm, x->size = size, x->recv = x->send + size;
+  x->mesh = dt__mesh_retain(mesh), x->comm = comm, x->size = size, x->recv = x->send + size;
   memcpy(x->send, send, sizeof(int64_t) * (size_t)size);
   memcpy(x->recv, recv, sizeof(int64_t) * (size_t)size);
   st = dt__autograd_record_function(&exchange_function, x, in, *out);
@@ -95,7 +97,7 @@ dt_status dt__nn_moe_run_expert_parallel(const dt__nn_moe_ep *ep, dt_module *exp
   int64_t chunk = (n_experts + size - 1) / size;
   dt_status st = DT_OK;
   /* Every rank's per-expert counts. */
-  int64_t *all = dt__alloc(sizeof(int64_t) * (size_t)(size * n_experts + 2 * size));
+  int64_t *all = dt__calloc(sizeof(int64_t) * (size_t)(size * n_experts + 2 * size));
   if (!all) return dt__error(DT_ERR_NOMEM, "MoE: out of memory (expert counts)");
   int64_t *send = all + size * n_experts, *recv = send + size;
   dt_tensor *mine = NULL, *every = NULL;
@@ -118,11 +120,11 @@ dt_status dt__nn_moe_run_expert_parallel(const dt__nn_moe_ep *ep, dt_module *exp
   }
   dt_tensor *got = NULL, *grouped = NULL, *ygrouped = NULL, *yback = NULL, *idx_t = NULL,
             *inv_t = NULL;
-  if (!st) st = exchange_rows(comm, xp, send, recv, size, &got);
+  if (!st) st = exchange_rows(ep->mesh, comm, xp, send, recv, size, &got);
   if (!st && !dt_tensor_list_keep(tmp, got)) st = DT_ERR_NOMEM;
   /* What arrived is by source rank, then expert: regroup it by expert, then source. */
   int64_t rows = 0;
-  for (int r = 0; r < size; r++) rows += recv[r];
+  for (int r = 0; r < size && !st; r++) rows += recv[r];
   int64_t *idx = st ? NULL : dt__alloc(sizeof(int64_t) * 2 * (size_t)(rows ? rows : 1));
   if (!st && !idx) st = dt__error(DT_ERR_NOMEM, "MoE: out of memory (regrouping)");
   if (!st) {
@@ -165,7 +167,7 @@ dt_status dt__nn_moe_run_expert_parallel(const dt__nn_moe_ep *ep, dt_module *exp
     KEEP(dt_cat(n_parts, parts, 0, &ygrouped), ygrouped);
   }
   KEEP(dt_index_select(ygrouped, 0, inv_t, &yback), yback);
-  if (!st) st = exchange_rows(comm, yback, recv, send, size, out);
+  if (!st) st = exchange_rows(ep->mesh, comm, yback, recv, send, size, out);
   dt__free(all);
   return st;
 }

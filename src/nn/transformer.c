@@ -214,6 +214,17 @@ static dt_status position_mask(int64_t q0, int64_t T, int64_t k0, int64_t S, int
   return st;
 }
 
+/* Child i's forward; a failure's message says which child ("Attention q_proj: linear: ..."). */
+static dt_status child_forward(dt_module *m, int i, dt_tensor *x, dt_tensor **out) {
+  dt_status st = dt_module_forward(dt_module_child(m, i), x, out);
+  if (st) {
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%s %s", dt_module_type(m), dt_module_child_name(m, i));
+    dt__error_prefix(prefix);
+  }
+  return st;
+}
+
 static dt_status attention_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
   attention_state *s = dt_module_user(m);
   const dt_nn_attention_context *ctx = &s->ctx;
@@ -230,9 +241,9 @@ static dt_status attention_forward(dt_module *m, dt_tensor *x, dt_tensor **out) 
   if (!dt_dtype_is_floating(dt_tensor_dtype(x)))
     return dt__error(DT_ERR_DTYPE, "Attention: input has dtype %s, expected a floating dtype",
                      dt_dtype_name(dt_tensor_dtype(x)));
-  KEEP(dt_module_forward(dt_module_child(m, 0), x, &q), q);
-  KEEP(dt_module_forward(dt_module_child(m, 1), x, &k), k);
-  KEEP(dt_module_forward(dt_module_child(m, 2), x, &v), v);
+  KEEP(child_forward(m, 0, x, &q), q);
+  KEEP(child_forward(m, 1, x, &k), k);
+  KEEP(child_forward(m, 2, x, &v), v);
   if (!st) st = to_heads("query", q, hd, tmp, &qh, &H);
   if (!st) st = to_heads("key", k, hd, tmp, &kh, &Hk);
   if (!st) st = to_heads("value", v, hd, tmp, &vh, &Hv);
@@ -299,7 +310,7 @@ static dt_status attention_forward(dt_module *m, dt_tensor *x, dt_tensor **out) 
   KEEP(dt_scaled_dot_product_attention(qh, ka, va, mask, &o, &a, NULL), a);
   KEEP(dt_transpose(a, 1, 2, &at), at);
   KEEP(dt_reshape(at, 3, (int64_t[]){B, T, H * hd}, &ar), ar);
-  if (!st) st = dt_module_forward(dt_module_child(m, 3), ar, out);
+  if (!st) st = child_forward(m, 3, ar, out);
   dt_tensor_list_release(tmp);
   return st;
 }
