@@ -118,7 +118,8 @@ typedef struct dt_tensor_list {
   dt_tensor **items;
   int count, capacity;
 } dt_tensor_list;
-#define DT_TENSOR_LIST_INIT {NULL, 0, 0}
+#define DT_TENSOR_LIST_INIT                                                                        \
+  { NULL, 0, 0 }
 /* Takes over the caller's reference to t and returns t (NULL is returned as NULL and nothing
  * kept). When the list cannot grow, t is released at once, NULL returned and the error set
  * (DT_ERR_NOMEM): a caller passing the result to the next op gets that op's NULL-argument

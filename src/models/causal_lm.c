@@ -12,10 +12,7 @@
 #include "dtensor/loss.h"
 #include "dtensor/ops.h"
 #include "models/models_impl.h"
-
-/* Runs an op whose result goes to `r` and keeps it on the list `tmp`. */
-#define KEEP(call, r)                                                                              \
-  (st ? st : ((st = (call)), st ? st : (dt_tensor_list_keep(tmp, r) ? DT_OK : (st = DT_ERR_NOMEM))))
+#include "nn/nn_impl.h"
 
 static const int64_t *shape_of(dt_tensor *t) {
   return dt_tensor_is_distributed(t) ? dt_dist_global_shape(t) : dt_tensor_shape(t);
@@ -112,22 +109,22 @@ dt_status dt__hf_lm_forward(dt_module *root, dt_tensor *ids, dt_tensor **out) {
   dt_tensor_list list = DT_TENSOR_LIST_INIT, *tmp = &list;
   dt_status st = DT_OK;
   dt_tensor *x = NULL, *h = NULL, *w = NULL;
-  KEEP(dt_module_forward(m->embed, ids, &x), x);
+  DT__KEEP(dt_module_forward(m->embed, ids, &x), x);
   if (m->pos) {
     int64_t T = st ? 0 : shape_of(ids)[1];
     dt_tensor *local = NULL, *pos = NULL, *p = NULL, *sum = NULL;
-    KEEP(dt_arange((double)m->past, (double)(m->past + T), 1.0, DT_I64, &local), local);
-    KEEP(replicated(m, local, &pos), pos);
-    KEEP(dt_module_forward(m->pos, pos, &p), p);
-    KEEP(dt_add(x, p, &sum), sum);
+    DT__KEEP(dt_arange((double)m->past, (double)(m->past + T), 1.0, DT_I64, &local), local);
+    DT__KEEP(replicated(m, local, &pos), pos);
+    DT__KEEP(dt_module_forward(m->pos, pos, &p), p);
+    DT__KEEP(dt_add(x, p, &sum), sum);
     x = sum;
   }
   for (int64_t l = 0; l < m->cfg.num_layers && !st; l++) {
     dt_tensor *next = NULL;
-    KEEP(dt_module_forward(m->block[l], x, &next), next);
+    DT__KEEP(dt_module_forward(m->block[l], x, &next), next);
     x = next;
   }
-  KEEP(dt_module_forward(m->norm, x, &h), h);
+  DT__KEEP(dt_module_forward(m->norm, x, &h), h);
   if (m->head) {
     if (!st) st = dt_module_forward(m->head, h, out);
   } else {
@@ -139,9 +136,9 @@ dt_status dt__hf_lm_forward(dt_module *root, dt_tensor *ids, dt_tensor **out) {
       int nd = dt_mesh_ndim(m->mesh);
       memcpy(pl, dt_dist_placements(h), sizeof(dt_placement) * (size_t)nd);
       pl[m->tp_dim] = dt_replicate();
-      KEEP(dt_dist_redistribute(h, nd, pl, &hr), hr);
+      DT__KEEP(dt_dist_redistribute(h, nd, pl, &hr), hr);
     }
-    KEEP(tied_weight(m, &w), w);
+    DT__KEEP(tied_weight(m, &w), w);
     if (!st) st = dt_linear(hr, w, NULL, out);
   }
   dt_tensor_list_release(tmp);
@@ -248,7 +245,7 @@ dt_status dt_hf_model_loss(dt_hf_model *m, dt_tensor *input_ids, dt_tensor **los
   dt_tensor_list list = DT_TENSOR_LIST_INIT, *tmp = &list;
   dt_tensor *ids = NULL, *logits = NULL, *lg = NULL, *flat = NULL, *tg = NULL, *tflat = NULL;
   dt_status st = DT_OK;
-  KEEP(prepare_ids(m, "dt_hf_model_loss", input_ids, &ids), ids);
+  DT__KEEP(prepare_ids(m, "dt_hf_model_loss", input_ids, &ids), ids);
   int64_t B = st ? 0 : shape_of(ids)[0], T = st ? 0 : shape_of(ids)[1];
   if (!st && T < 2)
     st = dt__error(DT_ERR_INVALID, "dt_hf_model_loss: input_ids needs 2 or more positions");
@@ -258,11 +255,11 @@ dt_status dt_hf_model_loss(dt_hf_model *m, dt_tensor *input_ids, dt_tensor **los
                    "dt_hf_model_loss: input_ids [%lld, %lld] has no rows: no target positions to "
                    "average over",
                    (long long)B, (long long)T);
-  KEEP(forward_ids(m, ids, NULL, &logits), logits);
-  KEEP(dt_narrow(logits, 1, 0, T - 1, &lg), lg);
-  KEEP(dt_reshape(lg, 2, (int64_t[]){B * (T - 1), m->cfg.vocab_size}, &flat), flat);
-  KEEP(dt_narrow(ids, 1, 1, T - 1, &tg), tg);
-  KEEP(dt_reshape(tg, 1, (int64_t[]){B * (T - 1)}, &tflat), tflat);
+  DT__KEEP(forward_ids(m, ids, NULL, &logits), logits);
+  DT__KEEP(dt_narrow(logits, 1, 0, T - 1, &lg), lg);
+  DT__KEEP(dt_reshape(lg, 2, (int64_t[]){B * (T - 1), m->cfg.vocab_size}, &flat), flat);
+  DT__KEEP(dt_narrow(ids, 1, 1, T - 1, &tg), tg);
+  DT__KEEP(dt_reshape(tg, 1, (int64_t[]){B * (T - 1)}, &tflat), tflat);
   if (!st) st = dt_cross_entropy(flat, tflat, loss);
   dt_tensor_list_release(tmp);
   return st;

@@ -16,9 +16,6 @@
 #include "mesh/mesh_impl.h"
 #include "nn/nn_impl.h"
 
-#define KEEP(call, r)                                                                              \
-  (st ? st : ((st = (call)), st ? st : (dt_tensor_list_keep(tmp, r) ? DT_OK : (st = DT_ERR_NOMEM))))
-
 typedef struct moe_state {
   int64_t n_experts, top_k;
   bool renormalise;
@@ -81,24 +78,24 @@ static dt_status aux_loss(const moe_state *s, dt_tensor *logits, dt_tensor *prob
     st = dt_from_data(f, 1, &s->n_experts, DT_F32, &ft);
     dt__free(f);
     if (!st && !dt_tensor_list_keep(tmp, ft)) st = DT_ERR_NOMEM;
-    KEEP(dt_mean_dims(probs, 1, (int64_t[]){0}, false, &p), p);
-    KEEP(dt_mul(ft, p, &fp), fp);
-    KEEP(dt_sum(fp, &sum), sum);
+    DT__KEEP(dt_mean_dims(probs, 1, (int64_t[]){0}, false, &p), p);
+    DT__KEEP(dt_mul(ft, p, &fp), fp);
+    DT__KEEP(dt_sum(fp, &sum), sum);
     if (!st) st = dt_mul_scalar(sum, (double)s->n_experts * s->aux_coef, &total);
   }
   if (!st && s->z_coef > 0) { /* logsumexp, stably: max + log(sum(exp(x - max))) */
     dt_tensor *mx = NULL, *d = NULL, *ex = NULL, *se = NULL, *lg = NULL, *lse = NULL;
     dt_tensor *sq = NULL, *mean = NULL, *z = NULL, *detached = NULL;
-    KEEP(dt_amax(logits, 1, (int64_t[]){1}, true, &mx), mx);
-    KEEP(dt_detach(mx, &detached), detached);
-    KEEP(dt_sub(logits, detached, &d), d);
-    KEEP(dt_exp(d, &ex), ex);
-    KEEP(dt_sum_dims(ex, 1, (int64_t[]){1}, true, &se), se);
-    KEEP(dt_log(se, &lg), lg);
-    KEEP(dt_add(lg, detached, &lse), lse);
-    KEEP(dt_mul(lse, lse, &sq), sq);
-    KEEP(dt_mean(sq, &mean), mean);
-    KEEP(dt_mul_scalar(mean, s->z_coef, &z), z);
+    DT__KEEP(dt_amax(logits, 1, (int64_t[]){1}, true, &mx), mx);
+    DT__KEEP(dt_detach(mx, &detached), detached);
+    DT__KEEP(dt_sub(logits, detached, &d), d);
+    DT__KEEP(dt_exp(d, &ex), ex);
+    DT__KEEP(dt_sum_dims(ex, 1, (int64_t[]){1}, true, &se), se);
+    DT__KEEP(dt_log(se, &lg), lg);
+    DT__KEEP(dt_add(lg, detached, &lse), lse);
+    DT__KEEP(dt_mul(lse, lse, &sq), sq);
+    DT__KEEP(dt_mean(sq, &mean), mean);
+    DT__KEEP(dt_mul_scalar(mean, s->z_coef, &z), z);
     if (!st && total) {
       dt_tensor *both = NULL;
       st = dt_add(total, z, &both);
@@ -134,17 +131,17 @@ static dt_status moe_forward_local(dt_module *m, dt_tensor *x, dt_tensor **out) 
   dt_tensor *wflat = NULL, *wp = NULL, *wcol = NULL, *yw = NULL, *ys = NULL, *y3 = NULL;
   dt_tensor *y = NULL, *aux = NULL;
   int64_t *perm = NULL, *inv = NULL;
-  KEEP(dt_reshape(x, 2, (int64_t[]){n_tok, dim}, &flat), flat);
-  KEEP(dt_module_forward(router, flat, &logits), logits);
+  DT__KEEP(dt_reshape(x, 2, (int64_t[]){n_tok, dim}, &flat), flat);
+  DT__KEEP(dt_module_forward(router, flat, &logits), logits);
   /* The routing in float32 as transformers computes it (float64 stays float64). */
   dt_dtype rd = dt_tensor_dtype(x) == DT_F64 ? DT_F64 : DT_F32;
-  KEEP(dt_to(logits, rd, &lf), lf);
-  KEEP(dt_softmax(lf, 1, &probs), probs);
-  KEEP(dt_topk(probs, k, 1, true, &w, &idx), w);
+  DT__KEEP(dt_to(logits, rd, &lf), lf);
+  DT__KEEP(dt_softmax(lf, 1, &probs), probs);
+  DT__KEEP(dt_topk(probs, k, 1, true, &w, &idx), w);
   if (!st && !dt_tensor_list_keep(tmp, idx)) st = DT_ERR_NOMEM;
   if (!st && s->renormalise) {
-    KEEP(dt_sum_dims(w, 1, (int64_t[]){1}, true, &wsum), wsum);
-    KEEP(dt_div(w, wsum, &wn), wn);
+    DT__KEEP(dt_sum_dims(w, 1, (int64_t[]){1}, true, &wsum), wsum);
+    DT__KEEP(dt_div(w, wsum, &wn), wn);
     w = wn;
   }
   int64_t n_assign = n_tok * k;
@@ -165,7 +162,7 @@ static dt_status moe_forward_local(dt_module *m, dt_tensor *x, dt_tensor **out) 
     if (!st && !dt_tensor_list_keep(tmp, pa)) st = DT_ERR_NOMEM;
     dt__free(token);
     /* The tokens in expert order, each expert's run through it, back in token-slot order. */
-    KEEP(dt_index_select(flat, 0, perm_t, &xp), xp);
+    DT__KEEP(dt_index_select(flat, 0, perm_t, &xp), xp);
     dt_tensor *parts[4096];
     int n_parts = 0;
     int64_t at = 0;
@@ -176,26 +173,27 @@ static dt_status moe_forward_local(dt_module *m, dt_tensor *x, dt_tensor **out) 
     for (int64_t e = 0; e < s->n_experts && !st && !s->ep; e++) {
       if (s->counts[e] == 0) continue; /* an expert without tokens costs nothing */
       dt_tensor *xe = NULL, *ye = NULL;
-      KEEP(dt_narrow(xp, 0, at, s->counts[e], &xe), xe);
-      KEEP(dt_module_forward(dt_module_child(experts, (int)e), xe, &ye), ye);
+      DT__KEEP(dt_narrow(xp, 0, at, s->counts[e], &xe), xe);
+      DT__KEEP(dt_module_forward(dt_module_child(experts, (int)e), xe, &ye), ye);
       if (!st) parts[n_parts++] = ye;
       at += s->counts[e];
     }
     /* No tokens at all: a [0, D] result, still joined to the graph. */
     if (!s->ep && n_parts == 0)
-      KEEP(dt_mul_scalar(xp, 0.0, &yp), yp);
+      DT__KEEP(dt_mul_scalar(xp, 0.0, &yp), yp);
     else if (!s->ep)
-      KEEP(n_parts == 1 ? (yp = dt_tensor_retain(parts[0]), DT_OK) : dt_cat(n_parts, parts, 0, &yp),
-           yp);
-    KEEP(dt_reshape(w, 1, &n_assign, &wflat), wflat);
-    KEEP(dt_index_select(wflat, 0, pa, &wp), wp);
-    KEEP(dt_unsqueeze(wp, 1, &wcol), wcol);
+      DT__KEEP(n_parts == 1 ? (yp = dt_tensor_retain(parts[0]), DT_OK)
+                            : dt_cat(n_parts, parts, 0, &yp),
+               yp);
+    DT__KEEP(dt_reshape(w, 1, &n_assign, &wflat), wflat);
+    DT__KEEP(dt_index_select(wflat, 0, pa, &wp), wp);
+    DT__KEEP(dt_unsqueeze(wp, 1, &wcol), wcol);
     dt_tensor *wc = NULL;
-    KEEP(dt_to(wcol, dt_tensor_dtype(yp ? yp : x), &wc), wc);
-    KEEP(dt_mul(yp, wc, &yw), yw);
-    KEEP(dt_index_select(yw, 0, inv_t, &ys), ys);
-    KEEP(dt_reshape(ys, 3, (int64_t[]){n_tok, k, dim}, &y3), y3);
-    KEEP(dt_sum_dims(y3, 1, (int64_t[]){1}, false, &y), y);
+    DT__KEEP(dt_to(wcol, dt_tensor_dtype(yp ? yp : x), &wc), wc);
+    DT__KEEP(dt_mul(yp, wc, &yw), yw);
+    DT__KEEP(dt_index_select(yw, 0, inv_t, &ys), ys);
+    DT__KEEP(dt_reshape(ys, 3, (int64_t[]){n_tok, k, dim}, &y3), y3);
+    DT__KEEP(dt_sum_dims(y3, 1, (int64_t[]){1}, false, &y), y);
   }
   if (!st) st = aux_loss(s, lf, probs, n_tok, tmp, &aux);
   if (!st) st = dt_reshape(y, nd, sh, out);
@@ -238,11 +236,11 @@ static dt_status moe_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
     same &= back[i].kind == DT_REPLICATE;
   }
   dt_tensor *xr = NULL, *xl = NULL, *yl = NULL, *y = NULL;
-  KEEP(replicated ? (xr = dt_tensor_retain(x), DT_OK) : dt_dist_redistribute(x, nd, whole, &xr),
-       xr);
-  KEEP(dt_dist_to_local(xr, &xl), xl);
-  KEEP(moe_forward_local(m, xl, &yl), yl);
-  KEEP(dt_dist_from_local(mesh, yl, nd, whole, NULL, &y), y);
+  DT__KEEP(replicated ? (xr = dt_tensor_retain(x), DT_OK) : dt_dist_redistribute(x, nd, whole, &xr),
+           xr);
+  DT__KEEP(dt_dist_to_local(xr, &xl), xl);
+  DT__KEEP(moe_forward_local(m, xl, &yl), yl);
+  DT__KEEP(dt_dist_from_local(mesh, yl, nd, whole, NULL, &y), y);
   if (!st) st = same ? (*out = dt_tensor_retain(y), DT_OK) : dt_dist_redistribute(y, nd, back, out);
   dt_tensor_list_release(tmp);
   return st;

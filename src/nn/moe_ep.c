@@ -16,9 +16,6 @@
 #include "mesh/mesh_impl.h"
 #include "nn/nn_impl.h"
 
-#define KEEP(call, r)                                                                              \
-  (st ? st : ((st = (call)), st ? st : (dt_tensor_list_keep(tmp, r) ? DT_OK : (st = DT_ERR_NOMEM))))
-
 /* One exchange as autograd sees it: rows in[send[r]] to rank r, recv[s] from rank s. */
 typedef struct exchange {
   dt_mesh *mesh; /* retained: the backward may run after the model and the mesh were dropped */
@@ -143,7 +140,7 @@ dt_status dt__nn_moe_run_expert_parallel(const dt__nn_moe_ep *ep, dt_module *exp
     if (!st && !dt_tensor_list_keep(tmp, inv_t)) st = DT_ERR_NOMEM;
   }
   dt__free(idx);
-  KEEP(dt_index_select(got, 0, idx_t, &grouped), grouped);
+  DT__KEEP(dt_index_select(got, 0, idx_t, &grouped), grouped);
   dt_tensor *parts[4096];
   int n_parts = 0;
   int64_t at = 0;
@@ -152,21 +149,21 @@ dt_status dt__nn_moe_run_expert_parallel(const dt__nn_moe_ep *ep, dt_module *exp
     for (int r = 0; r < size; r++) n += all[r * n_experts + e];
     if (n == 0) continue;
     dt_tensor *xe = NULL, *ye = NULL;
-    KEEP(dt_narrow(grouped, 0, at, n, &xe), xe);
-    KEEP(dt_module_forward(dt_module_child(experts, (int)(e - first)), xe, &ye), ye);
+    DT__KEEP(dt_narrow(grouped, 0, at, n, &xe), xe);
+    DT__KEEP(dt_module_forward(dt_module_child(experts, (int)(e - first)), xe, &ye), ye);
     if (!st) parts[n_parts++] = ye;
     at += n;
   }
   /* No rows here: a zero-row result still joins the graph, so that this rank's backward takes
    * part in both exchanges as its peers' do. */
   if (!st && n_parts == 0) {
-    KEEP(dt_mul_scalar(grouped, 0.0, &ygrouped), ygrouped);
+    DT__KEEP(dt_mul_scalar(grouped, 0.0, &ygrouped), ygrouped);
   } else if (!st && n_parts == 1) {
     ygrouped = parts[0];
   } else {
-    KEEP(dt_cat(n_parts, parts, 0, &ygrouped), ygrouped);
+    DT__KEEP(dt_cat(n_parts, parts, 0, &ygrouped), ygrouped);
   }
-  KEEP(dt_index_select(ygrouped, 0, inv_t, &yback), yback);
+  DT__KEEP(dt_index_select(ygrouped, 0, inv_t, &yback), yback);
   if (!st) st = exchange_rows(ep->mesh, comm, yback, recv, send, size, out);
   dt__free(all);
   return st;

@@ -57,4 +57,10 @@ dt_status dt__nn_moe_run_expert_parallel(const dt__nn_moe_ep *ep, dt_module *exp
                                          const int64_t *counts, int64_t n_experts,
                                          dt_tensor_list *tmp, dt_tensor **out);
 
+/* Runs an op whose result goes to `r` and keeps it on the dt_tensor_list `tmp` (both in the
+ * caller's scope, with its dt_status `st`): nothing runs once st is an error. The forwards of
+ * the transformer modules and the models release the list at their end. */
+#define DT__KEEP(call, r)                                                                          \
+  (st ? st : ((st = (call)), st ? st : (dt_tensor_list_keep(tmp, r) ? DT_OK : (st = DT_ERR_NOMEM))))
+
 #endif /* DT_NN_IMPL_H */

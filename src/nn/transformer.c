@@ -19,10 +19,6 @@
 /* The last position an attention takes: 2^53, where doubles stop counting exactly. */
 #define DT_NN_MAX_POSITION (INT64_C(1) << 53)
 
-/* Runs an op whose result goes to `r` and keeps it on the list `tmp`. */
-#define KEEP(call, r)                                                                              \
-  (st ? st : ((st = (call)), st ? st : (dt_tensor_list_keep(tmp, r) ? DT_OK : (st = DT_ERR_NOMEM))))
-
 static const int64_t *shape_of(dt_tensor *t) {
   return dt_tensor_is_distributed(t) ? dt_dist_global_shape(t) : dt_tensor_shape(t);
 }
@@ -56,14 +52,14 @@ static dt_status mlp_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
   dt_nn_mlp_kind kind = (dt_nn_mlp_kind)(intptr_t)dt_module_user(m);
   dt_tensor *a = NULL, *b = NULL, *c = NULL, *d = NULL;
   if (kind == DT_NN_MLP_SWIGLU) {
-    KEEP(dt_module_forward(dt_module_child(m, 0), x, &a), a);
-    KEEP(dt_module_forward(dt_module_child(m, 1), x, &b), b);
-    KEEP(dt_silu(a, &c), c);
-    KEEP(dt_mul(c, b, &d), d);
+    DT__KEEP(dt_module_forward(dt_module_child(m, 0), x, &a), a);
+    DT__KEEP(dt_module_forward(dt_module_child(m, 1), x, &b), b);
+    DT__KEEP(dt_silu(a, &c), c);
+    DT__KEEP(dt_mul(c, b, &d), d);
     if (!st) st = dt_module_forward(dt_module_child(m, 2), d, out);
   } else {
-    KEEP(dt_module_forward(dt_module_child(m, 0), x, &a), a);
-    KEEP(kind == DT_NN_MLP_GELU ? dt_gelu(a, &b) : dt_gelu_tanh(a, &b), b);
+    DT__KEEP(dt_module_forward(dt_module_child(m, 0), x, &a), a);
+    DT__KEEP(kind == DT_NN_MLP_GELU ? dt_gelu(a, &b) : dt_gelu_tanh(a, &b), b);
     if (!st) st = dt_module_forward(dt_module_child(m, 1), b, out);
   }
   dt_tensor_list_release(tmp);
@@ -142,13 +138,13 @@ static dt_status rope_tables(const attention_state *s, int64_t p0, int64_t T, dt
                              dt_tensor_list *tmp, dt_tensor **cos_out, dt_tensor **sin_out) {
   dt_status st = DT_OK;
   dt_tensor *pos = NULL, *col = NULL, *freqs = NULL, *emb = NULL;
-  KEEP(dt_arange((double)p0, (double)(p0 + T), 1.0, DT_F32, &pos), pos);
-  KEEP(dt_unsqueeze(pos, 1, &col), col);
-  KEEP(dt_mul(col, s->inv_freq, &freqs), freqs);
-  KEEP(dt_cat(2, (dt_tensor *[]){freqs, freqs}, 1, &emb), emb);
+  DT__KEEP(dt_arange((double)p0, (double)(p0 + T), 1.0, DT_F32, &pos), pos);
+  DT__KEEP(dt_unsqueeze(pos, 1, &col), col);
+  DT__KEEP(dt_mul(col, s->inv_freq, &freqs), freqs);
+  DT__KEEP(dt_cat(2, (dt_tensor *[]){freqs, freqs}, 1, &emb), emb);
   dt_tensor *c = NULL, *s2 = NULL;
-  KEEP(dt_cos(emb, &c), c);
-  KEEP(dt_sin(emb, &s2), s2);
+  DT__KEEP(dt_cos(emb, &c), c);
+  DT__KEEP(dt_sin(emb, &s2), s2);
   /* In the activations' dtype (transformers: cos.to(x.dtype)), so bfloat16 stays bfloat16. */
   if (!st) st = dt_to(c, dtype, cos_out);
   if (!st) st = dt_to(s2, dtype, sin_out);
@@ -160,12 +156,12 @@ static dt_status rotate(dt_tensor *x, dt_tensor *c, dt_tensor *s, int64_t half, 
                         dt_tensor **out) {
   dt_status st = DT_OK;
   dt_tensor *x1 = NULL, *x2 = NULL, *nx2 = NULL, *rot = NULL, *a = NULL, *b = NULL;
-  KEEP(dt_narrow(x, 3, 0, half, &x1), x1);
-  KEEP(dt_narrow(x, 3, half, half, &x2), x2);
-  KEEP(dt_neg(x2, &nx2), nx2);
-  KEEP(dt_cat(2, (dt_tensor *[]){nx2, x1}, 3, &rot), rot);
-  KEEP(dt_mul(x, c, &a), a);
-  KEEP(dt_mul(rot, s, &b), b);
+  DT__KEEP(dt_narrow(x, 3, 0, half, &x1), x1);
+  DT__KEEP(dt_narrow(x, 3, half, half, &x2), x2);
+  DT__KEEP(dt_neg(x2, &nx2), nx2);
+  DT__KEEP(dt_cat(2, (dt_tensor *[]){nx2, x1}, 3, &rot), rot);
+  DT__KEEP(dt_mul(x, c, &a), a);
+  DT__KEEP(dt_mul(rot, s, &b), b);
   if (!st) st = dt_add(a, b, out);
   return st;
 }
@@ -188,7 +184,7 @@ static dt_status to_heads(const char *what, dt_tensor *x, int64_t hd, dt_tensor_
                      what, (long long)sh[2], (long long)hd);
   *heads = sh[2] / hd;
   dt_tensor *r = NULL;
-  KEEP(dt_reshape(x, 4, (int64_t[]){sh[0], sh[1], *heads, hd}, &r), r);
+  DT__KEEP(dt_reshape(x, 4, (int64_t[]){sh[0], sh[1], *heads, hd}, &r), r);
   if (!st) st = dt_transpose(r, 1, 2, out);
   if (!st && !dt_tensor_list_keep(tmp, *out)) st = DT_ERR_NOMEM;
   return st;
@@ -241,9 +237,9 @@ static dt_status attention_forward(dt_module *m, dt_tensor *x, dt_tensor **out) 
   if (!dt_dtype_is_floating(dt_tensor_dtype(x)))
     return dt__error(DT_ERR_DTYPE, "Attention: input has dtype %s, expected a floating dtype",
                      dt_dtype_name(dt_tensor_dtype(x)));
-  KEEP(child_forward(m, 0, x, &q), q);
-  KEEP(child_forward(m, 1, x, &k), k);
-  KEEP(child_forward(m, 2, x, &v), v);
+  DT__KEEP(child_forward(m, 0, x, &q), q);
+  DT__KEEP(child_forward(m, 1, x, &k), k);
+  DT__KEEP(child_forward(m, 2, x, &v), v);
   if (!st) st = to_heads("query", q, hd, tmp, &qh, &H);
   if (!st) st = to_heads("key", k, hd, tmp, &kh, &Hk);
   if (!st) st = to_heads("value", v, hd, tmp, &vh, &Hv);
@@ -255,8 +251,8 @@ static dt_status attention_forward(dt_module *m, dt_tensor *x, dt_tensor **out) 
   int64_t B = st ? 0 : shape_of(qh)[0], T = st ? 0 : shape_of(qh)[2];
   if (!st && s->qk_norm) { /* Qwen3: RMSNorm over each head, before the rotary embedding */
     dt_tensor *qn = NULL, *kn = NULL;
-    KEEP(dt_module_forward(dt_module_child(m, 4), qh, &qn), qn);
-    KEEP(dt_module_forward(dt_module_child(m, 5), kh, &kn), kn);
+    DT__KEEP(dt_module_forward(dt_module_child(m, 4), qh, &qn), qn);
+    DT__KEEP(dt_module_forward(dt_module_child(m, 5), kh, &kn), kn);
     qh = qn, kh = kn;
   }
   /* The first query's position: what the cache holds for this layer, committed and pending. */
@@ -307,9 +303,9 @@ static dt_status attention_forward(dt_module *m, dt_tensor *x, dt_tensor **out) 
       dt_tensor_release(m0);
     if (!st && !dt_tensor_list_keep(tmp, mask)) st = DT_ERR_NOMEM;
   }
-  KEEP(dt_scaled_dot_product_attention(qh, ka, va, mask, &o, &a, NULL), a);
-  KEEP(dt_transpose(a, 1, 2, &at), at);
-  KEEP(dt_reshape(at, 3, (int64_t[]){B, T, H * hd}, &ar), ar);
+  DT__KEEP(dt_scaled_dot_product_attention(qh, ka, va, mask, &o, &a, NULL), a);
+  DT__KEEP(dt_transpose(a, 1, 2, &at), at);
+  DT__KEEP(dt_reshape(at, 3, (int64_t[]){B, T, H * hd}, &ar), ar);
   if (!st) st = child_forward(m, 3, ar, out);
   dt_tensor_list_release(tmp);
   return st;
@@ -440,11 +436,11 @@ static dt_status block_forward(dt_module *m, dt_tensor *x, dt_tensor **out) {
   dt_tensor_list list = DT_TENSOR_LIST_INIT, *tmp = &list;
   dt_status st = DT_OK;
   dt_tensor *n1 = NULL, *a = NULL, *h = NULL, *n2 = NULL, *f = NULL;
-  KEEP(dt_module_forward(dt_module_child(m, 0), x, &n1), n1);
-  KEEP(dt_module_forward(dt_module_child(m, 1), n1, &a), a);
-  KEEP(dt_add(x, a, &h), h);
-  KEEP(dt_module_forward(dt_module_child(m, 2), h, &n2), n2);
-  KEEP(dt_module_forward(dt_module_child(m, 3), n2, &f), f);
+  DT__KEEP(dt_module_forward(dt_module_child(m, 0), x, &n1), n1);
+  DT__KEEP(dt_module_forward(dt_module_child(m, 1), n1, &a), a);
+  DT__KEEP(dt_add(x, a, &h), h);
+  DT__KEEP(dt_module_forward(dt_module_child(m, 2), h, &n2), n2);
+  DT__KEEP(dt_module_forward(dt_module_child(m, 3), n2, &f), f);
   if (!st) st = dt_add(h, f, out);
   dt_tensor_list_release(tmp);
   return st;
